@@ -1,0 +1,129 @@
+/* backend.h — the backend vtable: memory and the ops a transformer forward needs.
+ *
+ * A backend (CPU now, CUDA later) is a struct be whose first member points at its ops.
+ * All activation buffers are contiguous float32 in the backend's memory (host memory on the
+ * CPU backend, device memory on CUDA); shapes are given in the comments as (rows, cols)
+ * with cols contiguous. Weights are struct be_tensor in their file dtype; kernels consume
+ * them natively (quantized blocks are never expanded to a whole float copy).
+ *
+ * Ops return void: shapes are validated by the caller (the model layer) at load time and
+ * nothing inside an op can fail on the CPU. A backend whose ops can fail asynchronously
+ * (CUDA) latches the first error and reports it from sync(). Ops are called from one thread
+ * (the engine thread); a backend may use its own worker threads inside an op.
+ *
+ * Entries marked OPTIONAL may be NULL; callers check before use.
+ */
+#ifndef CINFER_BACKEND_BACKEND_H
+#define CINFER_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/dtype.h"
+#include "util/err.h"
+
+/* A weight tensor. ne[0] is the row length (innermost), ne[1] the number of rows; higher
+ * dims are 1 for the 1-D/2-D weights a transformer uses. data is in backend memory; on the
+ * CPU backend it usually points into the mmap'd model file (process lifetime). */
+struct be_tensor {
+    int dtype;          /* enum dtype */
+    int64_t ne[4];
+    void *data;
+    size_t nbytes;
+    const char *name;   /* points into the model's storage; for messages only */
+};
+
+enum be_act { BE_ACT_SILU = 0, BE_ACT_GELU_TANH = 1 };
+enum be_rope_mode { BE_ROPE_NORM = 0 /* pairs (2i, 2i+1) */, BE_ROPE_NEOX = 1 /* (i, i+rot/2) */ };
+
+/* Attention over a paged KV cache for one layer.
+ * Cache layout per layer: (n_blocks, block_size, n_kv_head, head_dim), dtype kv_dtype
+ * (DT_F32 or DT_F16). Token t of the step belongs to sequence seq[t] at position pos[t];
+ * the K/V of every position 0..pos[t] of that sequence are already in the cache (the caller
+ * stores this step's K/V with kv_store first), so one call serves mixed prefill/decode.
+ * Position p of sequence s lives in block block_tables[s*max_blocks + p/block_size], row
+ * p % block_size. Token t attends to positions p <= pos[t] with pos[t] - p < window
+ * (window 0 = unlimited). Query head h uses KV head h / (n_head / n_kv_head). */
+struct be_attn {
+    int n_tok, n_head, n_kv_head, head_dim;
+    float scale;   /* multiplies q.k before softmax */
+    float softcap; /* > 0: score = softcap * tanh(score / softcap) */
+    int window;
+    const int32_t *pos;          /* (n_tok) */
+    const int32_t *seq;          /* (n_tok) */
+    const int32_t *block_tables; /* (n_seq, max_blocks) */
+    int max_blocks, block_size;
+    int kv_dtype;
+    const void *k_cache, *v_cache;
+};
+
+struct be;
+
+struct be_ops {
+    const char *name;
+    void (*destroy)(struct be *b);
+
+    /* ---- memory ---- */
+    /* Backend memory, 64-byte aligned; NULL on failure (never aborts). */
+    void *(*alloc)(struct be *b, size_t bytes);
+    void (*free)(struct be *b, void *p);
+    /* host -> backend and backend -> host copies of n bytes. */
+    int (*upload)(struct be *b, void *dst, const void *src, size_t n, struct cerr *e);
+    int (*download)(struct be *b, void *dst, const void *src, size_t n, struct cerr *e);
+    /* Makes t->data usable by the ops: the CPU backend keeps the host (mmap) pointer, a
+     * device backend copies to device memory and replaces t->data. */
+    int (*weight_prepare)(struct be *b, struct be_tensor *t, struct cerr *e);
+    /* Waits for queued work; returns the first latched error, if any. */
+    int (*sync)(struct be *b, struct cerr *e);
+
+    /* ---- ops ---- */
+    /* out (n, w->ne[0]) = rows ids[0..n) of w, converted to float. */
+    void (*get_rows)(struct be *b, float *out, const struct be_tensor *w, const int32_t *ids, int n);
+    /* y (n, w->ne[1]) = x (n, w->ne[0]) * w^T. Rows of x are independent: the result of a
+     * row must not depend on n (batch invariance); reductions run in a fixed order. */
+    void (*matmul)(struct be *b, float *y, const float *x, int n, const struct be_tensor *w);
+    /* y (rows, dim) = x / rms(x) * w  (w: dim floats). y may equal x. */
+    void (*rmsnorm)(struct be *b, float *y, const float *x, const float *w, int rows, int dim,
+                    float eps);
+    /* In place on x (n_tok, n_head, head_dim): rotates the first rot_dim dims of each head
+     * by angle pos[t] * inv_freq[i] (i < rot_dim/2), cos/sin multiplied by mscale. */
+    void (*rope)(struct be *b, float *x, const int32_t *pos, int n_tok, int n_head, int head_dim,
+                 int rot_dim, int mode, const float *inv_freq, float mscale);
+    /* Writes k, v (n_tok, kv_dim) into cache rows slots[t] (slot = block * block_size + row;
+     * a row is kv_dim = n_kv_head * head_dim elements), converting to kv_dtype. */
+    void (*kv_store)(struct be *b, void *k_cache, void *v_cache, int kv_dtype, const float *k,
+                     const float *v, const int32_t *slots, int n_tok, int kv_dim);
+    /* out (n_tok, n_head * head_dim) = softmax(q k^T) v per the rules of struct be_attn,
+     * computed with an online softmax (no (n_tok, ctx) score matrix). */
+    void (*attention)(struct be *b, float *out, const float *q, const struct be_attn *a);
+    /* y (n) = act(gate) * up. */
+    void (*act_mul)(struct be *b, float *y, const float *gate, const float *up, int64_t n,
+                    int act);
+    /* y (n) = a + b. y may alias a or b. */
+    void (*add)(struct be *b, float *y, const float *a, const float *x, int64_t n);
+    /* y (rows, dim) += bias (dim), every row. */
+    void (*add_row)(struct be *b, float *y, const float *bias, int rows, int dim);
+    /* y (n) = x * s. y may equal x. */
+    void (*scale)(struct be *b, float *y, const float *x, float s, int64_t n);
+    /* OPTIONAL. y (n) = s * tanh(x / s). */
+    void (*softcap)(struct be *b, float *y, const float *x, float s, int64_t n);
+};
+
+struct be {
+    const struct be_ops *ops;
+};
+
+struct be_config {
+    int n_threads; /* CPU worker threads; <= 0 = number of online cores */
+    int device;    /* GPU index for device backends */
+};
+
+/* Creates a backend by name ("cpu"; later "cuda"). Returns NULL and fills e on failure. */
+struct be *be_new(const char *name, const struct be_config *cfg, struct cerr *e);
+static inline void be_free(struct be *b)
+{
+    if (b)
+        b->ops->destroy(b);
+}
+
+#endif

@@ -1,0 +1,108 @@
+/* gguf.h — GGUF v2/v3 reader (mmap, zero-copy).
+ *
+ * gguf_open() maps the file and validates the whole header up front: every key/value,
+ * every string and array length, every tensor's dims, type, offset and byte range must lie
+ * inside the file, so later accessors never read out of bounds. A malformed or hostile
+ * file yields an error naming the file and what is wrong. Strings point into the mapping
+ * and are NOT NUL-terminated (use .len). The mapping lives until gguf_close().
+ * Read-only after open: safe to share between threads.
+ */
+#ifndef CINFER_FORMAT_GGUF_H
+#define CINFER_FORMAT_GGUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+#include "util/fs.h"
+
+enum gguf_type {
+    GGUF_UINT8 = 0,
+    GGUF_INT8 = 1,
+    GGUF_UINT16 = 2,
+    GGUF_INT16 = 3,
+    GGUF_UINT32 = 4,
+    GGUF_INT32 = 5,
+    GGUF_FLOAT32 = 6,
+    GGUF_BOOL = 7,
+    GGUF_STRING = 8,
+    GGUF_ARRAY = 9,
+    GGUF_UINT64 = 10,
+    GGUF_INT64 = 11,
+    GGUF_FLOAT64 = 12,
+};
+
+/* Returned by the gguf_get_* accessors when the key is not present. */
+#define GGUF_ABSENT 1
+
+struct gguf_str {
+    const char *ptr; /* into the mapping; not NUL-terminated */
+    uint64_t len;
+};
+
+struct gguf_kv {
+    struct gguf_str key;
+    int type; /* enum gguf_type */
+    union {
+        uint64_t u64;  /* UINT8..UINT64 */
+        int64_t i64;   /* INT8..INT64 */
+        double f64;    /* FLOAT32, FLOAT64 */
+        int b;         /* BOOL */
+        struct gguf_str str;
+    } v;
+    /* type == GGUF_ARRAY: */
+    int arr_type;
+    uint64_t arr_n;
+    const uint8_t *arr_data;   /* first element in the mapping */
+    const uint64_t *arr_offs;  /* string arrays: byte offset of element i from arr_data */
+};
+
+struct gguf_tensor {
+    struct gguf_str name;
+    int n_dims;
+    int64_t ne[4]; /* ne[0] innermost; unused dims are 1 */
+    int dtype;     /* enum dtype (GGML type id), validated known */
+    uint64_t offset;
+    const uint8_t *data; /* inside the mapping, aligned */
+    size_t nbytes;
+};
+
+struct gguf {
+    struct fs_map map;   /* empty when opened from memory */
+    const uint8_t *base;
+    size_t size;
+    uint32_t version;
+    uint64_t n_kv, n_tensors;
+    struct gguf_kv *kv;
+    struct gguf_tensor *tensors;
+    size_t alignment;
+    char path[512];
+};
+
+/* Opens and validates path. On success *out owns the mapping. */
+int gguf_open(struct gguf **out, const char *path, struct cerr *e);
+/* Same over a caller-owned buffer (fuzzing, tests); data must outlive the result. */
+int gguf_open_mem(struct gguf **out, const uint8_t *data, size_t size, const char *label,
+                  struct cerr *e);
+void gguf_close(struct gguf *g);
+
+/* Key lookup by exact name; NULL if absent. */
+const struct gguf_kv *gguf_find(const struct gguf *g, const char *key);
+/* Typed accessors: 0 found (value converted), GGUF_ABSENT, or CERR_FORMAT when the value
+ * has an incompatible type (message names the key and the types). */
+int gguf_get_int(const struct gguf *g, const char *key, int64_t *out, struct cerr *e);
+int gguf_get_float(const struct gguf *g, const char *key, double *out, struct cerr *e);
+int gguf_get_bool(const struct gguf *g, const char *key, int *out, struct cerr *e);
+int gguf_get_str(const struct gguf *g, const char *key, struct gguf_str *out, struct cerr *e);
+/* Array accessor: on success *kv is the array entry (arr_type, arr_n). */
+int gguf_get_arr(const struct gguf *g, const char *key, const struct gguf_kv **kv,
+                 struct cerr *e);
+/* Element i of an array kv (i < arr_n, checked by the caller). */
+struct gguf_str gguf_arr_str(const struct gguf_kv *kv, uint64_t i);
+double gguf_arr_num(const struct gguf_kv *kv, uint64_t i); /* any numeric/bool type */
+
+const struct gguf_tensor *gguf_find_tensor(const struct gguf *g, const char *name);
+/* 1 if s equals the NUL-terminated c. */
+int gguf_str_eq(struct gguf_str s, const char *c);
+
+#endif

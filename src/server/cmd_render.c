@@ -1,0 +1,12 @@
+/* cmd_render.c — placeholder until its issue lands; owned by the module's author. */
+#include <stdio.h>
+
+#include "server/commands.h"
+
+int cmd_render(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "cinfer: render is not built yet\n");
+    return 2;
+}

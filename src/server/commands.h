@@ -1,0 +1,13 @@
+/* commands.h — the subcommands of the cinfer binary. Each takes the arguments after the
+ * subcommand name (argv[0] is the subcommand) and returns the process exit status. Only
+ * main.c calls them; they may print to stdout/stderr (they are the user interface). */
+#ifndef CINFER_SERVER_COMMANDS_H
+#define CINFER_SERVER_COMMANDS_H
+
+int cmd_run(int argc, char **argv);        /* cmd_run.c */
+int cmd_tokenize(int argc, char **argv);   /* cmd_tokenize.c */
+int cmd_detokenize(int argc, char **argv); /* cmd_tokenize.c */
+int cmd_render(int argc, char **argv);     /* cmd_render.c */
+int cmd_info(int argc, char **argv);       /* cmd_info.c */
+
+#endif

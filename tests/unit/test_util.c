@@ -1,0 +1,67 @@
+/* test_util.c — arena, errors, fp16/bf16 conversions, dtype sizes. */
+#include "harness.h"
+
+#include "backend/dtype.h"
+#include "util/arena.h"
+#include "util/err.h"
+#include "util/half.h"
+
+static void test_arena(void)
+{
+    struct arena a;
+    arena_init(&a, 64);
+    char *s = arena_strdup(&a, "hello");
+    CHECK_STR(s, "hello");
+    void *big = arena_alloc(&a, 1000);
+    CHECK(big != NULL);
+    CHECK(((size_t)big & 15) == 0);
+    int *z = arena_calloc(&a, 10, sizeof(int));
+    CHECK(z && z[9] == 0);
+    CHECK(arena_calloc(&a, (size_t)-1, 16) == NULL);
+    arena_free(&a);
+}
+
+static void test_err(void)
+{
+    struct cerr e = {0};
+    CHECK_EQ_INT(cerr_set(&e, CERR_FORMAT, "bad %d", 7), CERR_FORMAT);
+    CHECK_STR(e.msg, "bad 7");
+    cerr_prefix(&e, "%s", "f.gguf");
+    CHECK_STR(e.msg, "f.gguf: bad 7");
+    CHECK_EQ_INT(cerr_set(NULL, CERR_IO, "x"), CERR_IO);
+}
+
+static void test_half(void)
+{
+    /* every fp16 value round-trips through f32 */
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
+            continue; /* NaN payloads */
+        if (half_f32_to_f16(half_f16_to_f32((uint16_t)h)) != h)
+            bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK_NEAR(half_f16_to_f32(0x3c00), 1.0, 0);
+    CHECK_NEAR(half_bf16_to_f32(half_f32_to_bf16(3.0f)), 3.0, 0);
+    CHECK_EQ_INT(half_f32_to_f16(65520.0f), 0x7c00);
+    CHECK_EQ_INT(half_f32_to_bf16(1.00390625f), 0x3f80); /* tie rounds to even */
+}
+
+static void test_dtype(void)
+{
+    CHECK_EQ_INT(dtype_row_bytes(DT_Q4_K, 512), 288);
+    CHECK_EQ_INT(dtype_row_bytes(DT_Q8_0, 33), 0);
+    CHECK_EQ_INT(dtype_block_bytes(DT_Q6_K), 210);
+    CHECK_STR(dtype_name(DT_BF16), "BF16");
+    CHECK_STR(dtype_name(5), "?");
+}
+
+int main(void)
+{
+    RUN(test_arena);
+    RUN(test_err);
+    RUN(test_half);
+    RUN(test_dtype);
+    return harness_done();
+}
