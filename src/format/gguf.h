@@ -54,7 +54,9 @@ struct gguf_kv {
     int arr_type;
     uint64_t arr_n;
     const uint8_t *arr_data;   /* first element in the mapping */
-    const uint64_t *arr_offs;  /* string arrays: byte offset of element i from arr_data */
+    const uint64_t *arr_offs;  /* string arrays: byte offset of element i from arr_data;
+                                * arrays of arrays: offset of inner array i's header
+                                * (u32 type, u64 count); NULL for numeric arrays */
 };
 
 struct gguf_tensor {
@@ -77,6 +79,10 @@ struct gguf {
     struct gguf_tensor *tensors;
     size_t alignment;
     char path[512];
+    size_t data_offset;   /* start of the data section in the file (aligned) */
+    /* private: open-addressing indexes (entry index + 1; 0 = empty) for the find calls */
+    uint32_t *kv_idx, *t_idx;
+    size_t kv_idx_cap, t_idx_cap;
 };
 
 /* Opens and validates path. On success *out owns the mapping. */
@@ -104,5 +110,9 @@ double gguf_arr_num(const struct gguf_kv *kv, uint64_t i); /* any numeric/bool t
 const struct gguf_tensor *gguf_find_tensor(const struct gguf *g, const char *name);
 /* 1 if s equals the NUL-terminated c. */
 int gguf_str_eq(struct gguf_str s, const char *c);
+/* "u32", "string", "array", ...; "?" for an unknown id. */
+const char *gguf_type_name(int type);
+/* Bytes of one value of a fixed-size type; 0 for string, array and unknown ids. */
+size_t gguf_type_size(int type);
 
 #endif
