@@ -1,0 +1,221 @@
+/* forward.c — the transformer forward for one flattened step batch.
+ *
+ * Reads top to bottom as the architecture: embed -> per layer [norm -> q,k,v (+bias)
+ * (-> q/k norm) -> rope -> store K/V -> paged attention -> out proj (-> post norm) ->
+ * residual -> norm -> gated MLP (-> post norm) -> residual] -> final norm on the rows that
+ * want logits -> classifier. Every buffer is sized once in model_ws_new(); nothing is
+ * allocated per step.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+struct model_ws {
+    int max_tok, max_out, max_seq, max_blocks;
+    float *x;      /* (max_tok, n_embd) residual stream */
+    float *xb;     /* (max_tok, n_embd) normed input of a block */
+    float *tmp;    /* (max_tok, n_embd) block output before the residual add */
+    float *q;      /* (max_tok, n_head * head_dim) */
+    float *k, *v;  /* (max_tok, n_kv_head * head_dim) */
+    float *att;    /* (max_tok, n_head * head_dim) */
+    float *gate;   /* (max_tok, n_ff) */
+    float *up;     /* (max_tok, n_ff) */
+    float *xo;     /* (max_out, n_embd) rows that produce logits */
+    float *logits; /* (max_out, n_vocab) */
+    int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_out; /* (max_tok) */
+    int32_t *d_tables;                                   /* (max_seq, max_blocks) */
+    struct be *be;
+};
+
+static void ws_release(struct model_ws *ws)
+{
+    struct be *b = ws->be;
+    void *bufs[] = {ws->x,        ws->xb,      ws->tmp,   ws->q,      ws->k,       ws->v,
+                    ws->att,      ws->gate,    ws->up,    ws->xo,     ws->logits,  ws->d_tokens,
+                    ws->d_pos,    ws->d_seq,   ws->d_slots, ws->d_out, ws->d_tables};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i])
+            b->ops->free(b, bufs[i]);
+}
+
+int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int max_out,
+                 int max_seq, int max_blocks, struct cerr *e)
+{
+    *out = NULL;
+    if (max_tok <= 0 || max_out <= 0 || max_seq <= 0 || max_blocks <= 0 || max_out > max_tok)
+        return cerr_set(e, CERR_INVALID, "invalid workspace sizes");
+    struct model_ws *ws = calloc(1, sizeof *ws);
+    if (!ws)
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    const struct model_hparams *hp = &m->hp;
+    struct be *b = m->be;
+    ws->be = b;
+    ws->max_tok = max_tok;
+    ws->max_out = max_out;
+    ws->max_seq = max_seq;
+    ws->max_blocks = max_blocks;
+    size_t T = (size_t)max_tok, E = (size_t)hp->n_embd;
+    size_t QD = (size_t)hp->n_head * hp->head_dim, KVD = (size_t)hp->n_kv_head * hp->head_dim;
+    size_t F = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
+    int ok = (ws->x = b->ops->alloc(b, T * E * 4)) && (ws->xb = b->ops->alloc(b, T * E * 4)) &&
+             (ws->tmp = b->ops->alloc(b, T * E * 4)) && (ws->q = b->ops->alloc(b, T * QD * 4)) &&
+             (ws->k = b->ops->alloc(b, T * KVD * 4)) && (ws->v = b->ops->alloc(b, T * KVD * 4)) &&
+             (ws->att = b->ops->alloc(b, T * QD * 4)) &&
+             (ws->gate = b->ops->alloc(b, T * F * 4)) && (ws->up = b->ops->alloc(b, T * F * 4)) &&
+             (ws->xo = b->ops->alloc(b, (size_t)max_out * E * 4)) &&
+             (ws->logits = b->ops->alloc(b, (size_t)max_out * V * 4)) &&
+             (ws->d_tokens = b->ops->alloc(b, T * 4)) && (ws->d_pos = b->ops->alloc(b, T * 4)) &&
+             (ws->d_seq = b->ops->alloc(b, T * 4)) && (ws->d_slots = b->ops->alloc(b, T * 4)) &&
+             (ws->d_out = b->ops->alloc(b, T * 4)) &&
+             (ws->d_tables = b->ops->alloc(b, (size_t)max_seq * max_blocks * 4));
+    if (!ok) {
+        ws_release(ws);
+        free(ws);
+        return cerr_set(e, CERR_NOMEM, "out of memory for a %d-token step workspace", max_tok);
+    }
+    *out = ws;
+    return 0;
+}
+
+void model_ws_free(struct model_ws *ws)
+{
+    if (!ws)
+        return;
+    ws_release(ws);
+    free(ws);
+}
+
+static int upload_batch(struct model_ws *ws, const struct model_batch *bt, struct cerr *e)
+{
+    struct be *b = ws->be;
+    size_t n = (size_t)bt->n_tok * 4;
+    int rc;
+    if ((rc = b->ops->upload(b, ws->d_tokens, bt->tokens, n, e)) ||
+        (rc = b->ops->upload(b, ws->d_pos, bt->pos, n, e)) ||
+        (rc = b->ops->upload(b, ws->d_seq, bt->seq, n, e)) ||
+        (rc = b->ops->upload(b, ws->d_slots, bt->slots, n, e)) ||
+        (rc = b->ops->upload(b, ws->d_out, bt->out_idx, (size_t)bt->n_out * 4, e)) ||
+        (rc = b->ops->upload(b, ws->d_tables, bt->block_tables,
+                             (size_t)bt->n_seq * bt->max_blocks * 4, e)))
+        return rc;
+    return 0;
+}
+
+static void attention_block(const struct model *m, struct model_ws *ws,
+                            const struct model_kv_view *kv, const struct model_batch *bt, int il)
+{
+    const struct model_hparams *hp = &m->hp;
+    const struct model_layer *ly = &m->layers[il];
+    const struct be_ops *op = m->be->ops;
+    struct be *b = m->be;
+    int n = bt->n_tok;
+    int qd = hp->n_head * hp->head_dim, kvd = hp->n_kv_head * hp->head_dim;
+
+    op->rmsnorm(b, ws->xb, ws->x, ly->attn_norm, n, hp->n_embd, hp->norm_eps);
+    op->matmul(b, ws->q, ws->xb, n, &ly->wq); /* (n, qd) */
+    op->matmul(b, ws->k, ws->xb, n, &ly->wk); /* (n, kvd) */
+    op->matmul(b, ws->v, ws->xb, n, &ly->wv); /* (n, kvd) */
+    if (ly->bq) {
+        op->add_row(b, ws->q, ly->bq, n, qd);
+        op->add_row(b, ws->k, ly->bk, n, kvd);
+        op->add_row(b, ws->v, ly->bv, n, kvd);
+    }
+    if (ly->q_norm) { /* per head, over head_dim */
+        op->rmsnorm(b, ws->q, ws->q, ly->q_norm, n * hp->n_head, hp->head_dim, hp->norm_eps);
+        op->rmsnorm(b, ws->k, ws->k, ly->k_norm, n * hp->n_kv_head, hp->head_dim, hp->norm_eps);
+    }
+    int swa = hp->layer_swa[il];
+    const float *inv_freq = swa ? m->inv_freq_local : m->inv_freq_global;
+    op->rope(b, ws->q, ws->d_pos, n, hp->n_head, hp->head_dim, hp->rot_dim, hp->rope_mode,
+             inv_freq, 1.0f);
+    op->rope(b, ws->k, ws->d_pos, n, hp->n_kv_head, hp->head_dim, hp->rot_dim, hp->rope_mode,
+             inv_freq, 1.0f);
+    op->kv_store(b, kv->k[il], kv->v[il], kv->kv_dtype, ws->k, ws->v, ws->d_slots, n, kvd);
+    struct be_attn a = {
+        .n_tok = n,
+        .n_head = hp->n_head,
+        .n_kv_head = hp->n_kv_head,
+        .head_dim = hp->head_dim,
+        .scale = hp->attn_scale,
+        .softcap = hp->attn_softcap,
+        .window = swa ? hp->sliding_window : 0,
+        .pos = ws->d_pos,
+        .seq = ws->d_seq,
+        .block_tables = ws->d_tables,
+        .max_blocks = bt->max_blocks,
+        .block_size = kv->block_size,
+        .kv_dtype = kv->kv_dtype,
+        .k_cache = kv->k[il],
+        .v_cache = kv->v[il],
+    };
+    op->attention(b, ws->att, ws->q, &a);           /* (n, qd) */
+    op->matmul(b, ws->tmp, ws->att, n, &ly->wo);    /* (n, n_embd) */
+    if (ly->post_attn_norm)
+        op->rmsnorm(b, ws->tmp, ws->tmp, ly->post_attn_norm, n, hp->n_embd, hp->norm_eps);
+    op->add(b, ws->x, ws->x, ws->tmp, (int64_t)n * hp->n_embd);
+}
+
+static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
+{
+    const struct model_hparams *hp = &m->hp;
+    const struct model_layer *ly = &m->layers[il];
+    const struct be_ops *op = m->be->ops;
+    struct be *b = m->be;
+    op->rmsnorm(b, ws->xb, ws->x, ly->ffn_norm, n, hp->n_embd, hp->norm_eps);
+    op->matmul(b, ws->gate, ws->xb, n, &ly->w_gate); /* (n, n_ff) */
+    op->matmul(b, ws->up, ws->xb, n, &ly->w_up);     /* (n, n_ff) */
+    op->act_mul(b, ws->gate, ws->gate, ws->up, (int64_t)n * hp->n_ff, hp->act);
+    op->matmul(b, ws->tmp, ws->gate, n, &ly->w_down); /* (n, n_embd) */
+    if (ly->post_ffn_norm)
+        op->rmsnorm(b, ws->tmp, ws->tmp, ly->post_ffn_norm, n, hp->n_embd, hp->norm_eps);
+    op->add(b, ws->x, ws->x, ws->tmp, (int64_t)n * hp->n_embd);
+}
+
+int model_forward(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
+                  const struct model_batch *bt, float *logits, struct cerr *e)
+{
+    const struct model_hparams *hp = &m->hp;
+    if (bt->n_tok <= 0 || bt->n_tok > ws->max_tok || bt->n_out < 0 || bt->n_out > ws->max_out ||
+        bt->n_seq <= 0 || bt->n_seq > ws->max_seq || bt->max_blocks <= 0 ||
+        bt->max_blocks > ws->max_blocks)
+        return cerr_set(e, CERR_INVALID,
+                        "step batch (%d tokens, %d outputs, %d sequences) exceeds the workspace "
+                        "(%d, %d, %d)",
+                        bt->n_tok, bt->n_out, bt->n_seq, ws->max_tok, ws->max_out, ws->max_seq);
+    for (int i = 0; i < bt->n_tok; i++)
+        if (bt->tokens[i] < 0 || bt->tokens[i] >= hp->n_vocab)
+            return cerr_set(e, CERR_INVALID, "token id %d is outside the vocabulary (0..%d)",
+                            bt->tokens[i], hp->n_vocab - 1);
+    for (int i = 0; i < bt->n_out; i++)
+        if (bt->out_idx[i] < 0 || bt->out_idx[i] >= bt->n_tok)
+            return cerr_set(e, CERR_INVALID, "output row %d is outside the batch", bt->out_idx[i]);
+    int rc = upload_batch(ws, bt, e);
+    if (rc)
+        return rc;
+    const struct be_ops *op = m->be->ops;
+    struct be *b = m->be;
+    int n = bt->n_tok;
+
+    op->get_rows(b, ws->x, &m->tok_embd, ws->d_tokens, n); /* (n, n_embd) */
+    if (hp->embd_scale != 1.0f)
+        op->scale(b, ws->x, ws->x, hp->embd_scale, (int64_t)n * hp->n_embd);
+    for (int il = 0; il < hp->n_layer; il++) {
+        attention_block(m, ws, kv, bt, il);
+        mlp_block(m, ws, n, il);
+    }
+    if (bt->n_out == 0)
+        return op->sync(b, e);
+    /* gather the rows that want logits: view the residual stream as an F32 table */
+    struct be_tensor xs = {.dtype = DT_F32, .ne = {hp->n_embd, n, 1, 1}, .data = ws->x};
+    xs.nbytes = (size_t)n * hp->n_embd * 4;
+    op->get_rows(b, ws->xo, &xs, ws->d_out, bt->n_out); /* (n_out, n_embd) */
+    op->rmsnorm(b, ws->xo, ws->xo, m->output_norm, bt->n_out, hp->n_embd, hp->norm_eps);
+    op->matmul(b, ws->logits, ws->xo, bt->n_out, &m->output); /* (n_out, n_vocab) */
+    if (hp->final_softcap > 0 && op->softcap)
+        op->softcap(b, ws->logits, ws->logits, hp->final_softcap,
+                    (int64_t)bt->n_out * hp->n_vocab);
+    if ((rc = op->sync(b, e)))
+        return rc;
+    return op->download(b, logits, ws->logits, (size_t)bt->n_out * hp->n_vocab * 4, e);
+}

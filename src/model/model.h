@@ -1,0 +1,120 @@
+/* model.h — decoder-only transformer architectures: hparams, weights, forward.
+ *
+ * One parameterised forward covers llama (Llama 2/3, Mistral, SmolLM2, TinyLlama,
+ * stories260K), qwen2 (qkv biases), qwen3 (q/k RMSNorm) and gemma3 (interleaved sliding and
+ * global layers with their own RoPE bases, pre+post norms, q/k norm, scaled embeddings,
+ * GeGLU). Weights come from a GGUF file or a Hugging Face directory (safetensors) and stay
+ * in their file dtype (mmap'd on the CPU backend). The model knows nothing of scheduling:
+ * the caller hands it a flattened step batch and a view of the KV cache.
+ * Lifetimes: struct model is process/engine lifetime; struct model_ws is per engine (sized
+ * once for the largest step); model_forward() is called from the engine thread only.
+ */
+#ifndef CINFER_MODEL_MODEL_H
+#define CINFER_MODEL_MODEL_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "util/err.h"
+
+enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA3, ARCH_COUNT };
+
+#define MODEL_MAX_LAYERS 256
+#define MODEL_MAX_EOS 8
+
+struct model_hparams {
+    int arch;
+    int n_layer, n_embd, n_head, n_kv_head, head_dim, n_ff, n_vocab;
+    int n_ctx_train;
+    float norm_eps;
+    int rope_mode;          /* enum be_rope_mode */
+    int rot_dim;            /* dims rotated per head (= head_dim unless partial rotary) */
+    float rope_theta;       /* global layers */
+    float rope_theta_local; /* sliding layers (gemma3); = rope_theta otherwise */
+    float rope_linear;      /* linear position scaling factor (1 = none) for global layers */
+    /* llama3 rope scaling (factor 0 = off) */
+    float rope_l3_factor, rope_l3_low, rope_l3_high;
+    int rope_l3_orig_ctx;
+    int sliding_window;     /* 0 = none */
+    uint8_t layer_swa[MODEL_MAX_LAYERS]; /* 1 = sliding-window layer */
+    float attn_scale;       /* q.k multiplier */
+    float attn_softcap, final_softcap; /* 0 = off */
+    float embd_scale;       /* embeddings multiplied by this (gemma: sqrt(n_embd)); 1 = none */
+    int act;                /* enum be_act */
+    int tied_embd;
+    int has_qkv_bias, has_qk_norm, has_post_norms;
+    /* special ids known to the model files (tokenizer has the authoritative list) */
+    int32_t bos_id;
+    int32_t eos_ids[MODEL_MAX_EOS];
+    int n_eos;
+};
+
+struct model_layer {
+    struct be_tensor wq, wk, wv, wo;         /* (q_dim|kv_dim|n_embd rows, in) */
+    struct be_tensor w_gate, w_up, w_down;
+    float *attn_norm, *ffn_norm;             /* (n_embd) f32 in backend memory */
+    float *post_attn_norm, *post_ffn_norm;   /* gemma3, else NULL */
+    float *q_norm, *k_norm;                  /* (head_dim) qwen3/gemma3, else NULL */
+    float *bq, *bk, *bv;                     /* qwen2, else NULL */
+};
+
+struct model {
+    struct model_hparams hp;
+    struct be *be;
+    struct be_tensor tok_embd;  /* (n_vocab rows, n_embd) */
+    struct be_tensor output;    /* (n_vocab rows, n_embd); = tok_embd when tied */
+    float *output_norm;         /* (n_embd) */
+    float *inv_freq_global;     /* (rot_dim/2) backend memory */
+    float *inv_freq_local;
+    struct model_layer *layers;
+    char arch_name[32];
+    char path[512];
+    void *src;                  /* the opened file(s); owned */
+    int src_kind;               /* 0 gguf, 1 safetensors */
+    void *owned;                /* backend allocations to free (list) */
+};
+
+/* Loads a model from a .gguf file or a Hugging Face model directory onto backend be (which
+ * must outlive the model). Validates every tensor's shape against the hparams: a wrong or
+ * missing tensor is an error naming it. */
+int model_load(struct model **out, const char *path, struct be *be, struct cerr *e);
+void model_free(struct model *m);
+/* Bytes of weights the model reads per token (for bandwidth ceilings). */
+size_t model_weight_bytes(const struct model *m);
+
+/* The KV cache as the forward sees it: per layer, a pool of blocks laid out
+ * (n_blocks, block_size, n_kv_head, head_dim) in kv_dtype (struct be_attn). */
+struct model_kv_view {
+    void **k, **v; /* [n_layer] backend pointers */
+    int kv_dtype;
+    int block_size;
+};
+
+/* One step: n_tok tokens from n_seq sequences, flattened (DESIGN.md §5). Host arrays; the
+ * forward uploads them. Sequence s owns block_tables[s*max_blocks ...]; slots[t] is the
+ * cache row (block * block_size + offset) where token t's K/V go. Logits are produced for
+ * the n_out tokens listed in out_idx (e.g. the last prompt token of each sequence). */
+struct model_batch {
+    int n_tok;
+    const int32_t *tokens, *pos, *seq, *slots; /* (n_tok) */
+    int n_seq, max_blocks;
+    const int32_t *block_tables; /* (n_seq, max_blocks) */
+    int n_out;
+    const int32_t *out_idx; /* (n_out) */
+};
+
+/* Per-engine workspace: activation buffers for steps of up to max_tok tokens, max_out
+ * logit rows, and at most max_seq sequences of max_blocks blocks. */
+struct model_ws;
+int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int max_out,
+                 int max_seq, int max_blocks, struct cerr *e);
+void model_ws_free(struct model_ws *ws);
+
+/* Runs the forward for one step and writes logits (n_out, n_vocab) to host memory.
+ * Returns 0, or an error when the batch exceeds the workspace or the backend failed. */
+int model_forward(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
+                  const struct model_batch *b, float *logits, struct cerr *e);
+
+const char *model_arch_name(int arch);
+
+#endif
