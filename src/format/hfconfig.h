@@ -30,10 +30,11 @@ int hfcfg_float(const struct hfcfg *c, const char *key, double *out, struct cerr
 int hfcfg_bool(const struct hfcfg *c, const char *key, int *out, struct cerr *e);
 int hfcfg_str(const struct hfcfg *c, const char *key, const char **out, struct cerr *e); /* valid until hfcfg_free */
 /* An int or a list of ints (e.g. eos_token_id): fills up to cap entries, sets *n to the
- * number filled. */
+ * number filled. A list longer than cap returns CERR_LIMIT (first cap entries filled). */
 int hfcfg_int_list(const struct hfcfg *c, const char *key, int64_t *out, int cap, int *n,
                    struct cerr *e);
-/* A string or a list of strings (e.g. layer_types): fills up to cap, sets *n. */
+/* A string or a list of strings (e.g. layer_types): fills up to cap, sets *n; a longer
+ * list returns CERR_LIMIT. */
 int hfcfg_str_list(const struct hfcfg *c, const char *key, const char **out, int cap, int *n,
                    struct cerr *e);
 /* The json_t* root object, for callers that need more; owned by c. */
