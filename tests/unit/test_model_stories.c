@@ -44,7 +44,9 @@ static void test_load(void)
     CHECK_EQ_INT(g_m->hp.n_head, 8);
     CHECK_EQ_INT(g_m->hp.n_kv_head, 4);
     CHECK_EQ_INT(g_m->hp.n_vocab, 512);
-    CHECK(g_m->hp.tied_embd);
+    /* the GGUF stores the (tied) classifier as its own output.weight tensor */
+    CHECK_EQ_INT(g_m->output.ne[1], 512);
+    CHECK_EQ_INT(g_m->output.dtype, DT_F32);
 }
 
 static void run_case(json_t *c, int chunk)
