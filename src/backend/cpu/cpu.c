@@ -1,9 +1,195 @@
-/* cpu.c — placeholder; the CPU backend lands with its kernels. */
+/* cpu.c — the CPU backend object: vtable, memory, ISA selection, scratch.
+ *
+ * Memory is host memory (aligned_alloc); upload/download are memcpy; weights stay where the
+ * loader put them (usually the mmap'd file). The kernel table is filled once here from the
+ * chosen ISA level; ops live in matmul.c, attn.c and ops.c.
+ */
 #include "backend/cpu/cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/cpu/cpu_int.h"
+#include "util/log.h"
+
+static const char *const g_isa_names[] = {"scalar", "avx2", "avx512"};
+
+static int isa_best(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (!avx2)
+        return CPU_ISA_SCALAR;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vnni"))
+        return CPU_ISA_AVX512;
+    return CPU_ISA_AVX2;
+#else
+    return CPU_ISA_SCALAR;
+#endif
+}
+
+static int isa_from_name(const char *s)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, g_isa_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+int be_cpu_isa_supported(const char *name)
+{
+    int want = name ? isa_from_name(name) : -1;
+    return want >= 0 && want <= isa_best();
+}
+
+static int isa_choose(void)
+{
+    int best = isa_best();
+    const char *env = getenv("CINFER_CPU_ISA");
+    if (!env || !*env)
+        return best;
+    int want = isa_from_name(env);
+    if (want < 0) {
+        log_warn("cpu: CINFER_CPU_ISA=%s is not scalar|avx2|avx512; using %s", env,
+                 g_isa_names[best]);
+        return best;
+    }
+    if (want > best) {
+        log_warn("cpu: this CPU cannot run %s kernels; using %s", env, g_isa_names[best]);
+        return best;
+    }
+    return want;
+}
+
+const char *be_cpu_isa(const struct be *b) { return g_isa_names[((const struct cpu_be *)b)->isa]; }
+int be_cpu_threads(const struct be *b) { return ((const struct cpu_be *)b)->n_threads; }
+
+int cpu_qbuf_reserve(struct cpu_be *cb, size_t n)
+{
+    if (n <= cb->qbuf_cap)
+        return 0;
+    size_t cap = (n + 4095) & ~(size_t)4095;
+    void *p = aligned_alloc(64, cap);
+    if (!p) {
+        log_error("cpu: out of memory for a %zu-byte activation buffer", cap);
+        return -1;
+    }
+    free(cb->qbuf);
+    cb->qbuf = p;
+    cb->qbuf_cap = cap;
+    return 0;
+}
+
+/* ---- memory ---- */
+
+static void *cpu_alloc(struct be *b, size_t bytes)
+{
+    (void)b;
+    size_t n = (bytes + 63) & ~(size_t)63;
+    if (n < bytes)
+        return NULL;
+    return aligned_alloc(64, n ? n : 64);
+}
+
+static void cpu_free(struct be *b, void *p)
+{
+    (void)b;
+    free(p);
+}
+
+static int cpu_copy(struct be *b, void *dst, const void *src, size_t n, struct cerr *e)
+{
+    (void)b, (void)e;
+    if (n)
+        memmove(dst, src, n);
+    return 0;
+}
+
+static int cpu_weight_prepare(struct be *b, struct be_tensor *t, struct cerr *e)
+{
+    (void)b;
+    const char *nm = t->name ? t->name : "tensor";
+    if (!dtype_is_weight_type(t->dtype))
+        return cerr_set(e, CERR_UNSUPPORTED, "%s: dtype %s is not supported for weights", nm,
+                        dtype_name(t->dtype));
+    if (t->ne[0] <= 0 || t->ne[1] <= 0 || t->ne[0] > INT32_MAX || t->ne[1] > INT32_MAX)
+        return cerr_set(e, CERR_FORMAT, "%s: bad shape [%lld, %lld]", nm, (long long)t->ne[0],
+                        (long long)t->ne[1]);
+    size_t rb = dtype_row_bytes(t->dtype, t->ne[0]);
+    if (rb == 0)
+        return cerr_set(e, CERR_FORMAT, "%s: row length %lld is not a multiple of the %s block",
+                        nm, (long long)t->ne[0], dtype_name(t->dtype));
+    if (!t->data || t->nbytes < rb * (size_t)t->ne[1])
+        return cerr_set(e, CERR_FORMAT, "%s: %zu bytes of data, need %zu", nm, t->nbytes,
+                        rb * (size_t)t->ne[1]);
+    return 0;
+}
+
+static int cpu_sync(struct be *b, struct cerr *e)
+{
+    (void)b, (void)e;
+    return 0;
+}
+
+static void cpu_destroy(struct be *b)
+{
+    struct cpu_be *cb = cpu_be(b);
+    cpu_pool_free(cb->pool);
+    free(cb->qbuf);
+    free(cb);
+}
+
+static const struct be_ops g_cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .weight_prepare = cpu_weight_prepare,
+    .sync = cpu_sync,
+    .get_rows = cpu_get_rows,
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .act_mul = cpu_act_mul,
+    .add = cpu_add,
+    .add_row = cpu_add_row,
+    .scale = cpu_scale,
+    .softcap = cpu_softcap,
+};
 
 struct be *be_cpu_new(const struct be_config *cfg, struct cerr *e)
 {
-    (void)cfg;
-    cerr_set(e, CERR_UNSUPPORTED, "the CPU backend is not built yet");
-    return NULL;
+    int n = cfg ? cfg->n_threads : 0;
+    if (n <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (int)(c > 256 ? 256 : c) : 1;
+    }
+    struct cpu_be *cb = calloc(1, sizeof *cb);
+    if (!cb) {
+        cerr_set(e, CERR_NOMEM, "out of memory creating the CPU backend");
+        return NULL;
+    }
+    cb->base.ops = &g_cpu_ops;
+    cb->pool = cpu_pool_new(n, e);
+    if (!cb->pool) {
+        free(cb);
+        return NULL;
+    }
+    cb->n_threads = cpu_pool_size(cb->pool);
+    cb->isa = isa_choose();
+    cpu_kernels_scalar(&cb->k);
+    if (cb->isa >= CPU_ISA_AVX2)
+        cpu_kernels_avx2(&cb->k);
+    if (cb->isa >= CPU_ISA_AVX512)
+        cpu_kernels_avx512(&cb->k);
+    log_debug("cpu backend: %d threads, %s kernels", cb->n_threads, g_isa_names[cb->isa]);
+    return &cb->base;
 }

@@ -1,0 +1,77 @@
+/* cpu_int.h — internals of the CPU backend, shared by the files of backend/cpu only.
+ *
+ * struct cpu_kernels is the per-ISA kernel table: the scalar reference fills every entry,
+ * then the AVX2 and AVX-512 files override the entries they implement. The glue (cpu.c,
+ * matmul.c, attn.c, ops.c) splits work over the pool and calls through this table.
+ *
+ * Batch invariance rule: a kernel computes each output element with a sequence of float
+ * operations that depends only on that element's inputs, never on how many rows or which
+ * thread it was computed with. Tiled kernels keep one accumulator set per output element.
+ */
+#ifndef CINFER_BACKEND_CPU_CPU_INT_H
+#define CINFER_BACKEND_CPU_CPU_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/pool.h"
+#include "backend/cpu/quant.h"
+
+enum cpu_isa { CPU_ISA_SCALAR = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2 };
+
+/* y[i * ldy + j] = dot(x row i, w row j) for i < nx, j < nw. w (dtype dt) rows are w_stride
+ * bytes apart, x rows x_stride bytes apart; x is in quant_act_kind(dt) format; k elements. */
+typedef void (*cpu_mm_fn)(int dt, int64_t k, const void *w, size_t w_stride, int nw, const void *x,
+                          size_t x_stride, int nx, float *y, int64_t ldy);
+
+struct cpu_kernels {
+    cpu_mm_fn mm[DT_COUNT];
+    /* q . k-row of n elements, the row in F32 or F16 (index 0 / 1). */
+    float (*dot_kv[2])(const float *q, const void *krow, int n);
+    /* acc[i] += p * v-row[i], the row in F32 or F16. */
+    void (*axpy_kv[2])(float *acc, float p, const void *vrow, int n);
+    /* x[i] *= s. */
+    void (*scale_inplace)(float *x, float s, int n);
+    /* sum of x[i]^2, accumulated in float. */
+    float (*sumsq)(const float *x, int n);
+    /* y[i] = (x[i] * s) * w[i]. */
+    void (*norm_mul)(float *y, const float *x, float s, const float *w, int n);
+};
+
+void cpu_kernels_scalar(struct cpu_kernels *k);
+void cpu_kernels_avx2(struct cpu_kernels *k);
+void cpu_kernels_avx512(struct cpu_kernels *k);
+
+struct cpu_be {
+    struct be base;
+    struct cpu_pool *pool;
+    int n_threads;
+    int isa;
+    struct cpu_kernels k;
+    void *qbuf; /* quantized activations, grown on demand, kept */
+    size_t qbuf_cap;
+};
+
+static inline struct cpu_be *cpu_be(struct be *b) { return (struct cpu_be *)b; }
+
+/* Grows cb->qbuf to at least n bytes. 0, or -1 when the allocation fails. */
+int cpu_qbuf_reserve(struct cpu_be *cb, size_t n);
+
+/* Ops (matmul.c, attn.c, ops.c). */
+void cpu_get_rows(struct be *b, float *out, const struct be_tensor *w, const int32_t *ids, int n);
+void cpu_matmul(struct be *b, float *y, const float *x, int n, const struct be_tensor *w);
+void cpu_kv_store(struct be *b, void *k_cache, void *v_cache, int kv_dtype, const float *k,
+                  const float *v, const int32_t *slots, int n_tok, int kv_dim);
+void cpu_attention(struct be *b, float *out, const float *q, const struct be_attn *a);
+void cpu_rmsnorm(struct be *b, float *y, const float *x, const float *w, int rows, int dim,
+                 float eps);
+void cpu_rope(struct be *b, float *x, const int32_t *pos, int n_tok, int n_head, int head_dim,
+              int rot_dim, int mode, const float *inv_freq, float mscale);
+void cpu_act_mul(struct be *b, float *y, const float *gate, const float *up, int64_t n, int act);
+void cpu_add(struct be *b, float *y, const float *a, const float *x, int64_t n);
+void cpu_add_row(struct be *b, float *y, const float *bias, int rows, int dim);
+void cpu_scale(struct be *b, float *y, const float *x, float s, int64_t n);
+void cpu_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
+
+#endif

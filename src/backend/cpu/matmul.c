@@ -1,0 +1,106 @@
+/* matmul.c — matmul and get_rows glue: activation quantization, work split, tiling.
+ *
+ * y (n, M) = x (n, K) * w^T with w (M, K) in its file dtype. Quantized weights first get
+ * each x row quantized once into the int8 format the weight type pairs with (kept in the
+ * backend's grow-only buffer). Work items are (chunk of w rows) x (block of x rows); the
+ * kernel computes every output element with the same operation sequence whatever the
+ * item shape, so results do not depend on n or on the thread count (batch invariance).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_int.h"
+#include "util/log.h"
+
+enum { MM_CW = 16 /* w rows per work item */, MM_BX = 64 /* x rows per work item */ };
+
+struct mm_task {
+    const struct cpu_be *cb;
+    int dt;
+    int64_t k, m;
+    const void *w;
+    size_t w_stride;
+    const void *x;
+    size_t x_stride;
+    int n;
+    float *y;
+    int64_t n_cw, n_items;
+    atomic_int_fast64_t next;
+};
+
+static void mm_worker(void *arg, int ith, int nth)
+{
+    (void)ith, (void)nth;
+    struct mm_task *t = arg;
+    cpu_mm_fn fn = t->cb->k.mm[t->dt];
+    for (int64_t it; (it = cpu_next_chunk(&t->next)) < t->n_items;) {
+        int64_t j0 = (it % t->n_cw) * MM_CW, i0 = (it / t->n_cw) * MM_BX;
+        int nw = (int)(t->m - j0 < MM_CW ? t->m - j0 : MM_CW);
+        int nx = (int)(t->n - i0 < MM_BX ? t->n - i0 : MM_BX);
+        fn(t->dt, t->k, (const char *)t->w + (size_t)j0 * t->w_stride, t->w_stride, nw,
+           (const char *)t->x + (size_t)i0 * t->x_stride, t->x_stride, nx,
+           t->y + i0 * t->m + j0, t->m);
+    }
+}
+
+struct q_task {
+    int kind;
+    const float *x;
+    int64_t k;
+    void *dst;
+    size_t stride;
+    int n;
+};
+
+static void quant_worker(void *arg, int ith, int nth)
+{
+    struct q_task *t = arg;
+    for (int i = ith; i < t->n; i += nth)
+        quant_act_row(t->kind, t->x + (int64_t)i * t->k, (char *)t->dst + (size_t)i * t->stride,
+                      t->k);
+}
+
+void cpu_matmul(struct be *b, float *y, const float *x, int n, const struct be_tensor *w)
+{
+    struct cpu_be *cb = cpu_be(b);
+    int64_t k = w->ne[0], m = w->ne[1];
+    if (n <= 0 || m <= 0)
+        return;
+    int kind = quant_act_kind(w->dtype);
+    const void *xa = x;
+    size_t xs = (size_t)k * sizeof(float);
+    if (kind != QA_F32) {
+        xs = quant_act_row_bytes(kind, k);
+        if (cpu_qbuf_reserve(cb, xs * (size_t)n) != 0) {
+            for (int64_t i = 0; i < (int64_t)n * m; i++)
+                y[i] = NAN;
+            return;
+        }
+        struct q_task q = {kind, x, k, cb->qbuf, xs, n};
+        cpu_pool_run(cb->pool, quant_worker, &q, n);
+        xa = cb->qbuf;
+    }
+    struct mm_task t = {
+        .cb = cb, .dt = w->dtype, .k = k, .m = m, .w = w->data,
+        .w_stride = dtype_row_bytes(w->dtype, k), .x = xa, .x_stride = xs, .n = n, .y = y,
+    };
+    t.n_cw = (m + MM_CW - 1) / MM_CW;
+    t.n_items = t.n_cw * ((n + MM_BX - 1) / MM_BX);
+    atomic_init(&t.next, 0);
+    cpu_pool_run(cb->pool, mm_worker, &t, t.n_items < cb->n_threads ? (int)t.n_items : 0);
+}
+
+void cpu_get_rows(struct be *b, float *out, const struct be_tensor *w, const int32_t *ids, int n)
+{
+    (void)b;
+    int64_t k = w->ne[0];
+    size_t rb = dtype_row_bytes(w->dtype, k);
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= w->ne[1]) { /* the model layer validates; stay safe */
+            log_warn("cpu: get_rows id %d out of range [0, %lld)", ids[i], (long long)w->ne[1]);
+            memset(out + i * k, 0, (size_t)k * sizeof(float));
+            continue;
+        }
+        quant_dequant_row(w->dtype, (const char *)w->data + (size_t)ids[i] * rb, out + i * k, k);
+    }
+}

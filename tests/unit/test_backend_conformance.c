@@ -1,0 +1,726 @@
+/* test_backend_conformance.c — every op of every backend against the CPU scalar reference.
+ *
+ * Backends are named in g_backends ("cpu:<isa>" forces a CPU kernel level through
+ * CINFER_CPU_ISA; a future "cuda" joins by adding its name). Names this build or machine
+ * cannot open are skipped with a note. For each op: seeded random inputs, the candidate's
+ * result compared with the scalar reference under a stated tolerance; batch invariance
+ * (n = 1 / 7 / 64 rows, 1 / 4 threads) compared bit for bit; and known-answer checks of
+ * the scalar reference itself against naive double-precision loops.
+ */
+#include "harness.h"
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/quant.h"
+#include "util/half.h"
+
+static const char *const g_backends[] = {"cpu:scalar", "cpu:avx2", "cpu:avx512", "cuda"};
+enum { N_BACKENDS = sizeof g_backends / sizeof g_backends[0] };
+
+static const int g_wtypes[] = {DT_F32,  DT_F16,  DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0,
+                               DT_Q5_1, DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+enum { N_WTYPES = sizeof g_wtypes / sizeof g_wtypes[0] };
+
+/* ---- helpers ---- */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static void rng_seed(uint64_t s) { g_rng = s * 0x9e3779b97f4a7c15ull + 1; }
+static uint64_t rng_u64(void)
+{
+    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float rng_f(void) { return (float)((rng_u64() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
+static void fill_f(float *x, int64_t n, float scale)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rng_f() * scale;
+}
+
+/* Opens backend spec ("cpu:avx2", "cuda") with n threads; NULL when unavailable. */
+static struct be *open_be(const char *spec, int threads)
+{
+    struct be_config cfg = {.n_threads = threads};
+    struct cerr e = {0};
+    if (strncmp(spec, "cpu:", 4) == 0) {
+        if (!be_cpu_isa_supported(spec + 4))
+            return NULL;
+        setenv("CINFER_CPU_ISA", spec + 4, 1);
+        struct be *b = be_new("cpu", &cfg, &e);
+        unsetenv("CINFER_CPU_ISA");
+        return b;
+    }
+    return be_new(spec, &cfg, &e);
+}
+
+/* Backend buffer holding a copy of host data (n bytes). */
+static void *dev_from(struct be *b, const void *host, size_t n)
+{
+    void *p = b->ops->alloc(b, n);
+    if (p && host)
+        b->ops->upload(b, p, host, n, NULL);
+    return p;
+}
+
+static void host_from(struct be *b, void *host, const void *dev, size_t n)
+{
+    b->ops->download(b, host, dev, n, NULL);
+    b->ops->sync(b, NULL);
+}
+
+/* Random weights of dtype dt, (rows, k): random payload bytes with sane fp16 scales. */
+static void *make_weights(int dt, int rows, int k, size_t *nbytes)
+{
+    size_t rb = dtype_row_bytes(dt, k), n = rb * (size_t)rows;
+    uint8_t *w = malloc(n);
+    *nbytes = n;
+    if (dt == DT_F32) {
+        fill_f((float *)w, (int64_t)rows * k, 1.0f);
+        return w;
+    }
+    if (dt == DT_F16 || dt == DT_BF16) {
+        uint16_t *h = (uint16_t *)w;
+        for (int64_t i = 0; i < (int64_t)rows * k; i++)
+            h[i] = dt == DT_F16 ? half_f32_to_f16(rng_f()) : half_f32_to_bf16(rng_f());
+        return w;
+    }
+    for (size_t i = 0; i < n; i++)
+        w[i] = (uint8_t)rng_u64();
+    /* byte offsets of the fp16 scale fields in each block */
+    int offs[2] = {-1, -1};
+    switch (dt) {
+    case DT_Q4_1: case DT_Q5_1: case DT_Q4_K: case DT_Q5_K: offs[0] = 0, offs[1] = 2; break;
+    case DT_Q2_K: offs[0] = 80, offs[1] = 82; break;
+    case DT_Q3_K: offs[0] = 108; break;
+    case DT_Q6_K: offs[0] = 208; break;
+    default: offs[0] = 0;
+    }
+    size_t bb = dtype_block_bytes(dt);
+    float s = dtype_block_elems(dt) == 32 ? 0.1f : 0.01f;
+    for (size_t b = 0; b < n / bb; b++)
+        for (int j = 0; j < 2; j++)
+            if (offs[j] >= 0) {
+                uint16_t h = half_f32_to_f16(rng_f() * s);
+                memcpy(w + b * bb + offs[j], &h, 2);
+            }
+    return w;
+}
+
+/* |w| . |x| per output element (from the scalar dequantization), for tolerances. */
+static void abs_dot(int dt, const void *w, int rows, int k, const float *x, int n, double *mag)
+{
+    float *row = malloc(sizeof(float) * (size_t)k);
+    size_t rb = dtype_row_bytes(dt, k);
+    for (int j = 0; j < rows; j++) {
+        quant_dequant_row(dt, (const char *)w + rb * (size_t)j, row, k);
+        for (int i = 0; i < n; i++) {
+            double s = 0;
+            for (int c = 0; c < k; c++)
+                s += fabs((double)row[c] * x[(int64_t)i * k + c]);
+            mag[(int64_t)i * rows + j] = s;
+        }
+    }
+    free(row);
+}
+
+struct bctx {
+    struct be *ref; /* cpu:scalar, 1 thread */
+    struct be *cand[N_BACKENDS][2]; /* threads 1 and 4 */
+};
+static struct bctx g;
+
+/* Runs matmul on backend b: y (n, rows) = x (n, k) * w^T. */
+static void run_matmul(struct be *b, int dt, const void *w, size_t wbytes, int rows, int k,
+                       const float *x, int n, float *y)
+{
+    struct be_tensor t = {.dtype = dt, .ne = {k, rows, 1, 1}, .nbytes = wbytes, .name = "w"};
+    t.data = dev_from(b, w, wbytes);
+    struct cerr e = {0};
+    CHECK(b->ops->weight_prepare(b, &t, &e) == 0);
+    float *dx = dev_from(b, x, sizeof(float) * (size_t)n * k);
+    float *dy = dev_from(b, NULL, sizeof(float) * (size_t)n * rows);
+    b->ops->matmul(b, dy, dx, n, &t);
+    host_from(b, y, dy, sizeof(float) * (size_t)n * rows);
+    b->ops->free(b, dx);
+    b->ops->free(b, dy);
+    b->ops->free(b, t.data);
+}
+
+/* ---- matmul ---- */
+
+/* Scalar reference vs naive double loops: F32 within 1e-5 relative, quantized types within
+ * the bound set by the activation quantization (|err| <= sum |w_i| * amax_block / 254). */
+static void test_matmul_known_answer(void)
+{
+    for (int ti = 0; ti < N_WTYPES; ti++) {
+        int dt = g_wtypes[ti], k = 512, rows = 9, n = 3;
+        rng_seed(100 + (uint64_t)dt);
+        size_t wb;
+        void *w = make_weights(dt, rows, k, &wb);
+        float *x = malloc(sizeof(float) * (size_t)n * k), *y = malloc(sizeof(float) * (size_t)n * rows);
+        float *wf = malloc(sizeof(float) * (size_t)rows * k);
+        fill_f(x, (int64_t)n * k, 2.0f);
+        for (int j = 0; j < rows; j++)
+            quant_dequant_row(dt, (char *)w + dtype_row_bytes(dt, k) * (size_t)j, wf + (int64_t)j * k, k);
+        run_matmul(g.ref, dt, w, wb, rows, k, x, n, y);
+        int blk = quant_act_kind(dt) == QA_A8 ? 32 : quant_act_kind(dt) == QA_A8K ? 256 : 0;
+        int bad = 0;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < rows; j++) {
+                double s = 0, mag = 0, qerr = 0;
+                for (int c = 0; c < k; c++) {
+                    double p = (double)wf[(int64_t)j * k + c] * x[(int64_t)i * k + c];
+                    s += p;
+                    mag += fabs(p);
+                }
+                if (blk)
+                    for (int b0 = 0; b0 < k; b0 += blk) {
+                        double amax = 0, sw = 0;
+                        for (int c = b0; c < b0 + blk; c++) {
+                            amax = fmax(amax, fabs(x[(int64_t)i * k + c]));
+                            sw += fabs(wf[(int64_t)j * k + c]);
+                        }
+                        qerr += sw * amax / 254.0;
+                    }
+                double tol = 1e-5 * mag + 1.01 * qerr + 1e-6;
+                double got = y[(int64_t)i * rows + j];
+                if (!(fabs(got - s) <= tol)) {
+                    if (bad++ < 3)
+                        fprintf(stderr, "  %s y[%d][%d] = %.9g, exact %.9g (tol %.3g)\n",
+                                dtype_name(dt), i, j, got, s, tol);
+                }
+            }
+        CHECK_MSG(bad == 0, "%s: %d elements off", dtype_name(dt), bad);
+        free(w), free(x), free(y), free(wf);
+    }
+}
+
+/* Each candidate vs the scalar reference. Float-weight types: 2e-6 of |w|.|x| (only the
+ * summation order differs); quantized types: 1e-6 of |w|.|x| (the integer block sums are
+ * exact, only the float accumulation of block terms differs). */
+static void test_matmul_vs_ref(void)
+{
+    for (int ti = 0; ti < N_WTYPES; ti++) {
+        int dt = g_wtypes[ti], k = 1024, rows = 37, n = 5;
+        rng_seed(200 + (uint64_t)dt);
+        size_t wb;
+        void *w = make_weights(dt, rows, k, &wb);
+        float *x = malloc(sizeof(float) * (size_t)n * k);
+        fill_f(x, (int64_t)n * k, 1.5f);
+        float *yr = malloc(sizeof(float) * (size_t)n * rows), *yc = malloc(sizeof(float) * (size_t)n * rows);
+        double *mag = malloc(sizeof(double) * (size_t)n * rows);
+        abs_dot(dt, w, rows, k, x, n, mag);
+        run_matmul(g.ref, dt, w, wb, rows, k, x, n, yr);
+        double rel = quant_act_kind(dt) == QA_F32 ? 2e-6 : 1e-6;
+        for (int bi = 0; bi < N_BACKENDS; bi++)
+            for (int th = 0; th < 2; th++) {
+                struct be *b = g.cand[bi][th];
+                if (!b)
+                    continue;
+                run_matmul(b, dt, w, wb, rows, k, x, n, yc);
+                int bad = 0;
+                for (int i = 0; i < n * rows; i++)
+                    if (!(fabs((double)yc[i] - yr[i]) <= rel * mag[i] + 1e-7) && bad++ < 3)
+                        fprintf(stderr, "  %s %s[%d]: %.9g vs ref %.9g\n", g_backends[bi],
+                                dtype_name(dt), i, yc[i], yr[i]);
+                CHECK_MSG(bad == 0, "%s (%d threads) %s: %d elements off", g_backends[bi],
+                          th ? 4 : 1, dtype_name(dt), bad);
+            }
+        free(w), free(x), free(yr), free(yc), free(mag);
+    }
+}
+
+/* Batch invariance: row i of a 64-row matmul equals, bit for bit, the same row computed in
+ * a 1-row and a 7-row call, with 1 and 4 threads. */
+static void test_matmul_batch_invariance(void)
+{
+    enum { N = 64 };
+    for (int ti = 0; ti < N_WTYPES; ti++) {
+        int dt = g_wtypes[ti], k = 512, rows = 45;
+        rng_seed(300 + (uint64_t)dt);
+        size_t wb;
+        void *w = make_weights(dt, rows, k, &wb);
+        float *x = malloc(sizeof(float) * N * k);
+        fill_f(x, (int64_t)N * k, 1.0f);
+        float *yfull = malloc(sizeof(float) * N * rows), *y = malloc(sizeof(float) * N * rows);
+        for (int bi = 0; bi < N_BACKENDS; bi++) {
+            if (!g.cand[bi][0])
+                continue;
+            run_matmul(g.cand[bi][1] ? g.cand[bi][1] : g.cand[bi][0], dt, w, wb, rows, k, x, N, yfull);
+            for (int th = 0; th < 2; th++) {
+                struct be *b = g.cand[bi][th];
+                if (!b)
+                    continue;
+                int bad = 0;
+                for (int i = 0; i < N; i += 13) { /* single rows */
+                    run_matmul(b, dt, w, wb, rows, k, x + (int64_t)i * k, 1, y);
+                    bad += memcmp(y, yfull + (int64_t)i * rows, sizeof(float) * rows) != 0;
+                }
+                run_matmul(b, dt, w, wb, rows, k, x + 5 * k, 7, y); /* rows 5..11 */
+                bad += memcmp(y, yfull + 5 * rows, sizeof(float) * 7 * rows) != 0;
+                run_matmul(b, dt, w, wb, rows, k, x, N, y);
+                bad += memcmp(y, yfull, sizeof(float) * N * rows) != 0;
+                CHECK_MSG(bad == 0, "%s (%d threads) %s: batch/thread dependent result",
+                          g_backends[bi], th ? 4 : 1, dtype_name(dt));
+            }
+        }
+        free(w), free(x), free(yfull), free(y);
+    }
+}
+
+/* ---- get_rows ---- */
+
+static void test_get_rows(void)
+{
+    for (int ti = 0; ti < N_WTYPES; ti++) {
+        int dt = g_wtypes[ti], k = 512, rows = 20;
+        rng_seed(400 + (uint64_t)dt);
+        size_t wb;
+        void *w = make_weights(dt, rows, k, &wb);
+        int32_t ids[4] = {3, 0, 19, 3};
+        float *want = malloc(sizeof(float) * 4 * k), *got = malloc(sizeof(float) * 4 * k);
+        for (int i = 0; i < 4; i++)
+            quant_dequant_row(dt, (char *)w + dtype_row_bytes(dt, k) * (size_t)ids[i], want + i * k, k);
+        for (int bi = 0; bi < N_BACKENDS; bi++) {
+            struct be *b = g.cand[bi][1] ? g.cand[bi][1] : g.cand[bi][0];
+            if (!b)
+                continue;
+            struct be_tensor t = {.dtype = dt, .ne = {k, rows, 1, 1}, .nbytes = wb};
+            t.data = dev_from(b, w, wb);
+            CHECK(b->ops->weight_prepare(b, &t, NULL) == 0);
+            int32_t *di = dev_from(b, ids, sizeof ids);
+            float *dout = dev_from(b, NULL, sizeof(float) * 4 * k);
+            b->ops->get_rows(b, dout, &t, di, 4);
+            host_from(b, got, dout, sizeof(float) * 4 * k);
+            CHECK_MSG(memcmp(got, want, sizeof(float) * 4 * k) == 0, "%s get_rows %s",
+                      g_backends[bi], dtype_name(dt));
+            b->ops->free(b, t.data), b->ops->free(b, di), b->ops->free(b, dout);
+        }
+        free(w), free(want), free(got);
+    }
+}
+
+/* ---- attention ---- */
+
+struct attn_case {
+    int n_tok, n_head, n_kv, hd, window, kv_dtype, bs, max_blocks, n_seq;
+    float softcap;
+};
+
+/* Naive double-precision attention straight from the definition in backend.h. */
+static void attn_naive(const struct be_attn *a, const float *q, double *out)
+{
+    int kvd = a->n_kv_head * a->head_dim, group = a->n_head / a->n_kv_head;
+    for (int t = 0; t < a->n_tok; t++)
+        for (int h = 0; h < a->n_head; h++) {
+            int g2 = h / group, pos = a->pos[t];
+            double *o = out + ((int64_t)t * a->n_head + h) * a->head_dim;
+            double mx = -INFINITY, l = 0;
+            double *s = malloc(sizeof(double) * (size_t)(pos + 1));
+            for (int p = 0; p <= pos; p++) {
+                s[p] = -INFINITY;
+                if (a->window > 0 && pos - p >= a->window)
+                    continue;
+                int64_t row = (int64_t)a->block_tables[a->seq[t] * a->max_blocks + p / a->block_size] *
+                                  a->block_size + p % a->block_size;
+                double d = 0;
+                for (int i = 0; i < a->head_dim; i++) {
+                    int64_t idx = row * kvd + g2 * a->head_dim + i;
+                    double kv = a->kv_dtype == DT_F16 ? half_f16_to_f32(((const uint16_t *)a->k_cache)[idx])
+                                                      : ((const float *)a->k_cache)[idx];
+                    d += (double)q[((int64_t)t * a->n_head + h) * a->head_dim + i] * kv;
+                }
+                d *= a->scale;
+                if (a->softcap > 0)
+                    d = a->softcap * tanh(d / a->softcap);
+                s[p] = d;
+                mx = fmax(mx, d);
+            }
+            for (int i = 0; i < a->head_dim; i++)
+                o[i] = 0;
+            for (int p = 0; p <= pos; p++) {
+                if (s[p] == -INFINITY)
+                    continue;
+                double e = exp(s[p] - mx);
+                l += e;
+                int64_t row = (int64_t)a->block_tables[a->seq[t] * a->max_blocks + p / a->block_size] *
+                                  a->block_size + p % a->block_size;
+                for (int i = 0; i < a->head_dim; i++) {
+                    int64_t idx = row * kvd + g2 * a->head_dim + i;
+                    double vv = a->kv_dtype == DT_F16 ? half_f16_to_f32(((const uint16_t *)a->v_cache)[idx])
+                                                      : ((const float *)a->v_cache)[idx];
+                    o[i] += e * vv;
+                }
+            }
+            for (int i = 0; i < a->head_dim; i++)
+                o[i] /= l;
+            free(s);
+        }
+}
+
+/* Builds a paged layout: n_seq sequences with shuffled blocks; this step's tokens are the
+ * last few positions of each sequence (mixed prefill/decode). K/V are stored with kv_store
+ * of the reference backend. Returns host caches via *kc / *vc. */
+struct attn_setup {
+    struct be_attn a;
+    float *q;
+    int32_t *pos, *seq, *bt;
+    void *kc, *vc;
+    size_t cache_bytes;
+};
+
+static void attn_build(const struct attn_case *c, struct attn_setup *s)
+{
+    int kvd = c->n_kv * c->hd, n_blocks = c->n_seq * c->max_blocks;
+    size_t es = c->kv_dtype == DT_F16 ? 2 : 4;
+    s->cache_bytes = (size_t)n_blocks * c->bs * kvd * es;
+    s->kc = calloc(1, s->cache_bytes);
+    s->vc = calloc(1, s->cache_bytes);
+    s->bt = malloc(sizeof(int32_t) * (size_t)n_blocks);
+    for (int i = 0; i < n_blocks; i++)
+        s->bt[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) { /* shuffle: blocks are not contiguous */
+        int j = (int)(rng_u64() % (uint64_t)(i + 1)), tmp = s->bt[i];
+        s->bt[i] = s->bt[j], s->bt[j] = tmp;
+    }
+    int len = c->max_blocks * c->bs - 3; /* filled positions per sequence */
+    float *k = malloc(sizeof(float) * (size_t)kvd), *v = malloc(sizeof(float) * (size_t)kvd);
+    for (int sq = 0; sq < c->n_seq; sq++)
+        for (int p = 0; p < len; p++) {
+            fill_f(k, kvd, 1.0f), fill_f(v, kvd, 1.0f);
+            int32_t slot = s->bt[sq * c->max_blocks + p / c->bs] * c->bs + p % c->bs;
+            g.ref->ops->kv_store(g.ref, s->kc, s->vc, c->kv_dtype, k, v, &slot, 1, kvd);
+        }
+    free(k), free(v);
+    s->pos = malloc(sizeof(int32_t) * (size_t)c->n_tok);
+    s->seq = malloc(sizeof(int32_t) * (size_t)c->n_tok);
+    for (int t = 0; t < c->n_tok; t++) {
+        s->seq[t] = t % c->n_seq;
+        s->pos[t] = len - 1 - (t / c->n_seq) * 3; /* distinct positions, some near the end */
+    }
+    s->q = malloc(sizeof(float) * (size_t)c->n_tok * c->n_head * c->hd);
+    fill_f(s->q, (int64_t)c->n_tok * c->n_head * c->hd, 1.0f);
+    s->a = (struct be_attn){
+        .n_tok = c->n_tok, .n_head = c->n_head, .n_kv_head = c->n_kv, .head_dim = c->hd,
+        .scale = 1.0f / sqrtf((float)c->hd), .softcap = c->softcap, .window = c->window,
+        .pos = s->pos, .seq = s->seq, .block_tables = s->bt, .max_blocks = c->max_blocks,
+        .block_size = c->bs, .kv_dtype = c->kv_dtype, .k_cache = s->kc, .v_cache = s->vc,
+    };
+}
+
+static void attn_free(struct attn_setup *s)
+{
+    free(s->q), free(s->pos), free(s->seq), free(s->bt), free(s->kc), free(s->vc);
+}
+
+/* Runs attention on b for tokens [t0, t0+nt) of the setup. */
+static void run_attn(struct be *b, const struct attn_setup *s, int t0, int nt, float *out)
+{
+    const struct be_attn *a = &s->a;
+    int qn = a->n_head * a->head_dim;
+    struct be_attn d = *a;
+    d.n_tok = nt;
+    d.pos = dev_from(b, a->pos + t0, sizeof(int32_t) * (size_t)nt);
+    d.seq = dev_from(b, a->seq + t0, sizeof(int32_t) * (size_t)nt);
+    int n_seq = 0;
+    for (int t = 0; t < a->n_tok; t++)
+        n_seq = a->seq[t] + 1 > n_seq ? a->seq[t] + 1 : n_seq;
+    d.block_tables = dev_from(b, a->block_tables, sizeof(int32_t) * (size_t)n_seq * a->max_blocks);
+    d.k_cache = dev_from(b, a->k_cache, s->cache_bytes);
+    d.v_cache = dev_from(b, a->v_cache, s->cache_bytes);
+    float *dq = dev_from(b, s->q + (int64_t)t0 * qn, sizeof(float) * (size_t)nt * qn);
+    float *dout = dev_from(b, NULL, sizeof(float) * (size_t)nt * qn);
+    b->ops->attention(b, dout, dq, &d);
+    host_from(b, out, dout, sizeof(float) * (size_t)nt * qn);
+    b->ops->free(b, (void *)d.pos), b->ops->free(b, (void *)d.seq);
+    b->ops->free(b, (void *)d.block_tables), b->ops->free(b, (void *)d.k_cache);
+    b->ops->free(b, (void *)d.v_cache), b->ops->free(b, dq), b->ops->free(b, dout);
+}
+
+static const struct attn_case g_attn_cases[] = {
+    /* n_tok n_head n_kv hd window kv bs max_blocks n_seq softcap */
+    {6, 8, 2, 64, 0, DT_F32, 16, 5, 2, 0.0f},
+    {5, 4, 4, 32, 20, DT_F32, 8, 6, 1, 0.0f},
+    {7, 8, 2, 128, 17, DT_F16, 16, 4, 3, 30.0f},
+    {4, 6, 1, 80, 0, DT_F16, 4, 20, 2, 50.0f},
+    {3, 16, 8, 256, 40, DT_F32, 16, 4, 1, 0.0f},
+};
+
+/* Scalar reference vs naive double softmax (1e-4 abs; outputs are O(1)); candidates vs
+ * reference (2e-5 abs: a different dot order and, in SIMD, the same expf); batch invariance
+ * of each token's output (alone vs in the batch, bit for bit). */
+static void test_attention(void)
+{
+    for (size_t ci = 0; ci < sizeof g_attn_cases / sizeof g_attn_cases[0]; ci++) {
+        const struct attn_case *c = &g_attn_cases[ci];
+        rng_seed(500 + ci);
+        struct attn_setup s;
+        attn_build(c, &s);
+        int qn = c->n_head * c->hd, total = c->n_tok * qn;
+        double *want = malloc(sizeof(double) * (size_t)total);
+        float *ref = malloc(sizeof(float) * (size_t)total), *got = malloc(sizeof(float) * (size_t)total);
+        attn_naive(&s.a, s.q, want);
+        run_attn(g.ref, &s, 0, c->n_tok, ref);
+        double err = 0;
+        for (int i = 0; i < total; i++)
+            err = fmax(err, fabs(ref[i] - want[i]));
+        CHECK_MSG(err <= 1e-4, "case %zu: scalar attention off by %g from double", ci, err);
+        for (int bi = 0; bi < N_BACKENDS; bi++)
+            for (int th = 0; th < 2; th++) {
+                struct be *b = g.cand[bi][th];
+                if (!b)
+                    continue;
+                run_attn(b, &s, 0, c->n_tok, got);
+                double e2 = 0;
+                for (int i = 0; i < total; i++)
+                    e2 = fmax(e2, fabs(got[i] - ref[i]));
+                CHECK_MSG(e2 <= 2e-5, "case %zu %s (%d thr): off by %g from reference", ci,
+                          g_backends[bi], th ? 4 : 1, e2);
+                int bad = 0;
+                for (int t = 0; t < c->n_tok; t += 2) {
+                    float *one = malloc(sizeof(float) * (size_t)qn);
+                    run_attn(b, &s, t, 1, one);
+                    bad += memcmp(one, got + (int64_t)t * qn, sizeof(float) * (size_t)qn) != 0;
+                    free(one);
+                }
+                CHECK_MSG(bad == 0, "case %zu %s: attention depends on the batch", ci, g_backends[bi]);
+            }
+        free(want), free(ref), free(got);
+        attn_free(&s);
+    }
+}
+
+static void test_kv_store(void)
+{
+    int kvd = 48, n = 5, slots_n = 16;
+    int32_t slots[5] = {7, 0, 15, 3, 8};
+    rng_seed(600);
+    float *k = malloc(sizeof(float) * (size_t)n * kvd), *v = malloc(sizeof(float) * (size_t)n * kvd);
+    fill_f(k, n * kvd, 3.0f), fill_f(v, n * kvd, 3.0f);
+    for (int f16 = 0; f16 < 2; f16++) {
+        size_t es = f16 ? 2 : 4, bytes = es * (size_t)slots_n * kvd;
+        for (int bi = 0; bi < N_BACKENDS; bi++) {
+            struct be *b = g.cand[bi][0];
+            if (!b)
+                continue;
+            uint8_t *kc = calloc(1, bytes), *vc = calloc(1, bytes);
+            void *dk = dev_from(b, kc, bytes), *dv = dev_from(b, vc, bytes);
+            float *dkk = dev_from(b, k, sizeof(float) * (size_t)n * kvd);
+            float *dvv = dev_from(b, v, sizeof(float) * (size_t)n * kvd);
+            int32_t *ds = dev_from(b, slots, sizeof slots);
+            b->ops->kv_store(b, dk, dv, f16 ? DT_F16 : DT_F32, dkk, dvv, ds, n, kvd);
+            host_from(b, kc, dk, bytes), host_from(b, vc, dv, bytes);
+            int bad = 0;
+            for (int t = 0; t < n; t++)
+                for (int i = 0; i < kvd; i++) {
+                    size_t idx = (size_t)slots[t] * kvd + i;
+                    float kk = f16 ? half_f16_to_f32(((uint16_t *)kc)[idx]) : ((float *)kc)[idx];
+                    float vv = f16 ? half_f16_to_f32(((uint16_t *)vc)[idx]) : ((float *)vc)[idx];
+                    float ek = k[t * kvd + i], ev = v[t * kvd + i];
+                    if (f16)
+                        ek = half_f16_to_f32(half_f32_to_f16(ek)), ev = half_f16_to_f32(half_f32_to_f16(ev));
+                    bad += kk != ek || vv != ev;
+                }
+            CHECK_MSG(bad == 0, "%s kv_store %s: %d wrong", g_backends[bi], f16 ? "F16" : "F32", bad);
+            b->ops->free(b, dk), b->ops->free(b, dv), b->ops->free(b, dkk), b->ops->free(b, dvv);
+            b->ops->free(b, ds);
+            free(kc), free(vc);
+        }
+    }
+    free(k), free(v);
+}
+
+/* ---- norms, rope, element-wise ---- */
+
+static void test_rmsnorm(void)
+{
+    int rows = 5, dim = 2048 + 16;
+    rng_seed(700);
+    float *x = malloc(sizeof(float) * (size_t)rows * dim), *w = malloc(sizeof(float) * (size_t)dim);
+    float *ref = malloc(sizeof(float) * (size_t)rows * dim), *got = malloc(sizeof(float) * (size_t)rows * dim);
+    fill_f(x, rows * dim, 4.0f), fill_f(w, dim, 1.0f);
+    float *dx = dev_from(g.ref, x, sizeof(float) * (size_t)rows * dim);
+    float *dw = dev_from(g.ref, w, sizeof(float) * (size_t)dim);
+    g.ref->ops->rmsnorm(g.ref, dx, dx, dw, rows, dim, 1e-5f); /* in place */
+    host_from(g.ref, ref, dx, sizeof(float) * (size_t)rows * dim);
+    g.ref->ops->free(g.ref, dx), g.ref->ops->free(g.ref, dw);
+    double err = 0;
+    for (int r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < dim; i++)
+            ss += (double)x[r * dim + i] * x[r * dim + i];
+        double s = 1.0 / sqrt(ss / dim + 1e-5);
+        for (int i = 0; i < dim; i++) {
+            double e = x[r * dim + i] * s * w[i];
+            err = fmax(err, fabs(ref[r * dim + i] - e) / (fabs(e) + 1e-3));
+        }
+    }
+    CHECK_MSG(err < 1e-5, "scalar rmsnorm rel err %g", err);
+    for (int bi = 0; bi < N_BACKENDS; bi++)
+        for (int th = 0; th < 2; th++) {
+            struct be *b = g.cand[bi][th];
+            if (!b)
+                continue;
+            float *bx = dev_from(b, x, sizeof(float) * (size_t)rows * dim);
+            float *bw = dev_from(b, w, sizeof(float) * (size_t)dim);
+            float *by = dev_from(b, NULL, sizeof(float) * (size_t)rows * dim);
+            b->ops->rmsnorm(b, by, bx, bw, rows, dim, 1e-5f);
+            host_from(b, got, by, sizeof(float) * (size_t)rows * dim);
+            double e2 = 0;
+            for (int i = 0; i < rows * dim; i++)
+                e2 = fmax(e2, fabs(got[i] - ref[i]) / (fabs(ref[i]) + 1e-3));
+            CHECK_MSG(e2 < 2e-6, "%s rmsnorm rel err %g vs reference", g_backends[bi], e2);
+            /* one row alone gives the same bits as inside the batch */
+            float *one = malloc(sizeof(float) * (size_t)dim);
+            b->ops->rmsnorm(b, by, bx + 3 * dim, bw, 1, dim, 1e-5f);
+            host_from(b, one, by, sizeof(float) * (size_t)dim);
+            CHECK_MSG(memcmp(one, got + 3 * dim, sizeof(float) * (size_t)dim) == 0,
+                      "%s rmsnorm row depends on the batch", g_backends[bi]);
+            free(one);
+            b->ops->free(b, bx), b->ops->free(b, bw), b->ops->free(b, by);
+        }
+    free(x), free(w), free(ref), free(got);
+}
+
+/* Rope is checked bit for bit against the PyTorch float32 formula written out here. */
+static void test_rope(void)
+{
+    int n_tok = 4, n_head = 3, hd = 64;
+    int32_t pos[4] = {0, 1, 77, 4095};
+    float inv[32];
+    for (int mode = 0; mode < 2; mode++)
+        for (int rot = 64; rot >= 32; rot -= 32) {
+            for (int i = 0; i < rot / 2; i++)
+                inv[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)rot);
+            rng_seed(800 + mode);
+            size_t nb = sizeof(float) * (size_t)n_tok * n_head * hd;
+            float *x = malloc(nb), *want = malloc(nb), *got = malloc(nb);
+            fill_f(x, n_tok * n_head * hd, 2.0f);
+            memcpy(want, x, nb);
+            float msc = mode ? 1.25f : 1.0f;
+            for (int t = 0; t < n_tok; t++)
+                for (int h = 0; h < n_head; h++)
+                    for (int i = 0; i < rot / 2; i++) {
+                        float ang = (float)pos[t] * inv[i];
+                        float c = cosf(ang) * msc, s = sinf(ang) * msc;
+                        float *v = want + (t * n_head + h) * hd;
+                        int a = mode ? i : 2 * i, b2 = mode ? i + rot / 2 : 2 * i + 1;
+                        float x0 = v[a], x1 = v[b2];
+                        v[a] = x0 * c + (-x1) * s; /* x*cos + rotate_half(x)*sin */
+                        v[b2] = x1 * c + x0 * s;
+                    }
+            for (int bi = 0; bi < N_BACKENDS; bi++) {
+                struct be *b = g.cand[bi][1] ? g.cand[bi][1] : g.cand[bi][0];
+                if (!b)
+                    continue;
+                float *dx = dev_from(b, x, nb), *di = dev_from(b, inv, sizeof inv);
+                int32_t *dp = dev_from(b, pos, sizeof pos);
+                b->ops->rope(b, dx, dp, n_tok, n_head, hd, rot, mode, di, msc);
+                host_from(b, got, dx, nb);
+                double e = 0;
+                for (int i = 0; i < n_tok * n_head * hd; i++)
+                    e = fmax(e, fabs(got[i] - want[i]));
+                CHECK_MSG(e <= (strncmp(g_backends[bi], "cpu", 3) == 0 ? 0.0 : 1e-5),
+                          "%s rope mode %d rot %d: max err %g", g_backends[bi], mode, rot, e);
+                b->ops->free(b, dx), b->ops->free(b, di), b->ops->free(b, dp);
+            }
+            free(x), free(want), free(got);
+        }
+}
+
+static void test_elementwise(void)
+{
+    int64_t n = 100003;
+    rng_seed(900);
+    size_t nb = sizeof(float) * (size_t)n;
+    float *a = malloc(nb), *x = malloc(nb), *got = malloc(nb);
+    fill_f(a, n, 6.0f), fill_f(x, n, 2.0f);
+    for (int bi = 0; bi < N_BACKENDS; bi++)
+        for (int th = 0; th < 2; th++) {
+            struct be *b = g.cand[bi][th];
+            if (!b)
+                continue;
+            float *da = dev_from(b, a, nb), *dx = dev_from(b, x, nb), *dy = dev_from(b, NULL, nb);
+            double e;
+            for (int act = 0; act < 2; act++) {
+                b->ops->act_mul(b, dy, da, dx, n, act);
+                host_from(b, got, dy, nb);
+                e = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    double g0 = a[i];
+                    double f = act == BE_ACT_SILU
+                                   ? g0 / (1 + exp(-g0))
+                                   : 0.5 * g0 * (1 + tanh(sqrt(2 / M_PI) * (g0 + 0.044715 * g0 * g0 * g0)));
+                    double want = f * x[i];
+                    /* 1 + tanh(.) cancels for negative gate values: allow float eps of |g x| */
+                    e = fmax(e, fabs(got[i] - want) / (fabs(want) + 0.5 * fabs(g0 * x[i]) + 1e-6));
+                }
+                CHECK_MSG(e < 2e-6, "%s act_mul %d rel err %g", g_backends[bi], act, e);
+            }
+            b->ops->add(b, dy, da, dx, n);
+            host_from(b, got, dy, nb);
+            int bad = 0;
+            for (int64_t i = 0; i < n; i++)
+                bad += got[i] != a[i] + x[i];
+            CHECK_MSG(bad == 0, "%s add", g_backends[bi]);
+            b->ops->scale(b, dy, dx, 0.37f, n);
+            host_from(b, got, dy, nb);
+            bad = 0;
+            for (int64_t i = 0; i < n; i++)
+                bad += got[i] != x[i] * 0.37f;
+            CHECK_MSG(bad == 0, "%s scale", g_backends[bi]);
+            if (b->ops->softcap) {
+                b->ops->softcap(b, dy, da, 3.0f, n);
+                host_from(b, got, dy, nb);
+                e = 0;
+                for (int64_t i = 0; i < n; i++)
+                    e = fmax(e, fabs(got[i] - 3.0 * tanh(a[i] / 3.0)));
+                CHECK_MSG(e < 1e-6, "%s softcap err %g", g_backends[bi], e);
+            }
+            /* add_row: (rows, dim) += bias */
+            int rows = 7, dim = 1000;
+            b->ops->upload(b, dy, x, sizeof(float) * (size_t)rows * dim, NULL);
+            b->ops->add_row(b, dy, da, rows, dim);
+            host_from(b, got, dy, sizeof(float) * (size_t)rows * dim);
+            bad = 0;
+            for (int r = 0; r < rows; r++)
+                for (int i = 0; i < dim; i++)
+                    bad += got[r * dim + i] != x[r * dim + i] + a[i];
+            CHECK_MSG(bad == 0, "%s add_row", g_backends[bi]);
+            b->ops->free(b, da), b->ops->free(b, dx), b->ops->free(b, dy);
+        }
+    free(a), free(x), free(got);
+}
+
+int main(void)
+{
+    g.ref = open_be("cpu:scalar", 1);
+    if (!g.ref) {
+        fprintf(stderr, "cannot open the scalar CPU backend\n");
+        return 1;
+    }
+    for (int bi = 0; bi < N_BACKENDS; bi++) {
+        g.cand[bi][0] = open_be(g_backends[bi], 1);
+        g.cand[bi][1] = g.cand[bi][0] ? open_be(g_backends[bi], 4) : NULL;
+        fprintf(stderr, "backend %-11s %s\n", g_backends[bi],
+                g.cand[bi][0] ? "tested (1 and 4 threads)" : "not available here, skipped");
+    }
+    RUN(test_matmul_known_answer);
+    RUN(test_matmul_vs_ref);
+    RUN(test_matmul_batch_invariance);
+    RUN(test_get_rows);
+    RUN(test_attention);
+    RUN(test_kv_store);
+    RUN(test_rmsnorm);
+    RUN(test_rope);
+    RUN(test_elementwise);
+    for (int bi = 0; bi < N_BACKENDS; bi++)
+        for (int th = 0; th < 2; th++)
+            be_free(g.cand[bi][th]);
+    be_free(g.ref);
+    return harness_done();
+}
