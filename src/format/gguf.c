@@ -680,3 +680,157 @@ double gguf_arr_num(const struct gguf_kv *kv, uint64_t i)
         return tmp.v.f64;
     }
 }
+
+/* ---- split models ------------------------------------------------------------------ */
+
+#define GGUF_MAX_SPLITS 9999
+
+int gguf_split_path(char *out, size_t cap, const char *path, int no, int count)
+{
+    /* suffix: "-NNNNN-of-NNNNN.gguf" = 20 characters */
+    size_t l = strlen(path);
+    if (l < 20 || strcmp(path + l - 5, ".gguf") != 0 || path[l - 20] != '-' ||
+        memcmp(path + l - 14, "-of-", 4) != 0)
+        return CERR_INVALID;
+    for (size_t i = 0; i < 5; i++)
+        if (path[l - 19 + i] < '0' || path[l - 19 + i] > '9' || path[l - 10 + i] < '0' ||
+            path[l - 10 + i] > '9')
+            return CERR_INVALID;
+    int n = snprintf(out, cap, "%.*s-%05d-of-%05d.gguf", (int)(l - 20), path, no + 1, count);
+    return (n < 0 || (size_t)n >= cap) ? CERR_LIMIT : 0;
+}
+
+/* split.no / split.count of g: (0, 1) when absent. */
+static int split_info(const struct gguf *g, int64_t *no, int64_t *count, struct cerr *e)
+{
+    *no = 0;
+    *count = 1;
+    int rc = gguf_get_int(g, "split.count", count, e);
+    if (rc < 0)
+        return rc;
+    rc = gguf_get_int(g, "split.no", no, e);
+    if (rc < 0)
+        return rc;
+    if (*count < 1 || *count > GGUF_MAX_SPLITS || *no < 0 || *no >= *count)
+        return cerr_set(e, CERR_FORMAT, "%s: split.no %lld / split.count %lld out of range",
+                        g->path, (long long)*no, (long long)*count);
+    return 0;
+}
+
+static int model_index(struct gguf_model *m, struct cerr *e)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < m->n_splits; i++)
+        n += m->splits[i]->n_tensors;
+    m->n_tensors = n;
+    m->tensors = calloc(n ? n : 1, sizeof *m->tensors);
+    m->t_idx_cap = idx_cap_for(n);
+    m->t_idx = calloc(m->t_idx_cap, sizeof *m->t_idx);
+    if (!m->tensors || !m->t_idx)
+        return cerr_set(e, CERR_NOMEM, "%s: out of memory", m->splits[0]->path);
+    uint64_t k = 0;
+    for (int i = 0; i < m->n_splits; i++)
+        for (uint64_t j = 0; j < m->splits[i]->n_tensors; j++) {
+            const struct gguf_tensor *t = &m->splits[i]->tensors[j];
+            size_t h = (size_t)hash_bytes(t->name.ptr, (size_t)t->name.len) & (m->t_idx_cap - 1);
+            while (m->t_idx[h]) {
+                if (str_eq2(m->tensors[m->t_idx[h] - 1]->name, t->name.ptr, (size_t)t->name.len))
+                    return cerr_set(e, CERR_FORMAT, "%s: tensor '%.*s' also appears in another split",
+                                    m->splits[i]->path, t->name.len > 80 ? 80 : (int)t->name.len,
+                                    t->name.ptr);
+                h = (h + 1) & (m->t_idx_cap - 1);
+            }
+            m->tensors[k] = t;
+            m->t_idx[h] = (uint32_t)k + 1;
+            k++;
+        }
+    int64_t total;
+    int rc = gguf_get_int(m->splits[0], "split.tensors.count", &total, e);
+    if (rc < 0)
+        return rc;
+    if (rc == 0 && m->n_splits > 1 && (uint64_t)total != n)
+        return cerr_set(e, CERR_FORMAT, "%s: split.tensors.count is %lld but the %d splits hold %llu tensors",
+                        m->splits[0]->path, (long long)total, m->n_splits, (unsigned long long)n);
+    return 0;
+}
+
+int gguf_model_open(struct gguf_model **out, const char *path, struct cerr *e)
+{
+    *out = NULL;
+    struct gguf_model *m = calloc(1, sizeof *m);
+    struct gguf *first = NULL;
+    if (!m)
+        return cerr_set(e, CERR_NOMEM, "%s: out of memory", path);
+    int rc = gguf_open(&first, path, e);
+    int64_t no = 0, count = 1;
+    if (!rc)
+        rc = split_info(first, &no, &count, e);
+    if (!rc) {
+        m->splits = calloc((size_t)count, sizeof *m->splits);
+        if (!m->splits)
+            rc = cerr_set(e, CERR_NOMEM, "%s: out of memory", path);
+    }
+    if (rc) {
+        gguf_close(first);
+        free(m);
+        return rc;
+    }
+    m->n_splits = (int)count;
+    m->splits[no] = first;
+    char sp[sizeof first->path];
+    for (int i = 0; i < m->n_splits && !rc; i++) {
+        if (m->splits[i])
+            continue;
+        if (gguf_split_path(sp, sizeof sp, path, i, (int)count)) {
+            rc = cerr_set(e, CERR_FORMAT,
+                          "%s: split %lld of %lld, but the name has no -NNNNN-of-NNNNN.gguf suffix to find the others",
+                          path, (long long)no + 1, (long long)count);
+            break;
+        }
+        if ((rc = gguf_open(&m->splits[i], sp, e)))
+            break;
+        int64_t sno, scount;
+        if ((rc = split_info(m->splits[i], &sno, &scount, e)))
+            break;
+        if (sno != i || scount != count)
+            rc = cerr_set(e, CERR_FORMAT, "%s: split.no %lld / split.count %lld, expected %d / %lld",
+                          sp, (long long)sno, (long long)scount, i, (long long)count);
+    }
+    if (!rc)
+        rc = model_index(m, e);
+    if (rc) {
+        gguf_model_close(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+void gguf_model_close(struct gguf_model *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->n_splits; i++)
+        gguf_close(m->splits ? m->splits[i] : NULL);
+    free(m->splits);
+    free(m->tensors);
+    free(m->t_idx);
+    free(m);
+}
+
+const struct gguf *gguf_model_meta(const struct gguf_model *m) { return m->splits[0]; }
+
+const struct gguf_tensor *gguf_model_find_tensor(const struct gguf_model *m, const char *name)
+{
+    if (!m->t_idx || !name)
+        return NULL;
+    size_t n = strlen(name);
+    size_t h = (size_t)hash_bytes(name, n) & (m->t_idx_cap - 1);
+    while (m->t_idx[h]) {
+        const struct gguf_tensor *t = m->tensors[m->t_idx[h] - 1];
+        if (str_eq2(t->name, name, n))
+            return t;
+        h = (h + 1) & (m->t_idx_cap - 1);
+    }
+    return NULL;
+}

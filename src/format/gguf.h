@@ -115,4 +115,33 @@ const char *gguf_type_name(int type);
 /* Bytes of one value of a fixed-size type; 0 for string, array and unknown ids. */
 size_t gguf_type_size(int type);
 
+/* ---- split models ------------------------------------------------------------------
+ * A model may be stored as N files named PREFIX-00001-of-0000N.gguf ... (llama.cpp's
+ * gguf-split): each file carries split.no (0-based), split.count and its own tensors;
+ * split 0 carries the model metadata (and split.tensors.count, the total). A plain file
+ * is a model with one split. */
+struct gguf_model {
+    int n_splits;
+    struct gguf **splits;    /* splits[0] holds the model metadata */
+    uint64_t n_tensors;      /* over all splits */
+    const struct gguf_tensor **tensors; /* split order, then file order */
+    uint32_t *t_idx;         /* private: index into tensors (+1; 0 = empty) */
+    size_t t_idx_cap;
+};
+
+/* Opens path and, when it is one split of a set (split.count > 1), every split of that
+ * set (path may name any of them; the rest are found by the -NNNNN-of-NNNNN.gguf name).
+ * Checks split.no/split.count of each file, that tensor names are unique across splits,
+ * and split.tensors.count when present. On success *out owns every mapping. */
+int gguf_model_open(struct gguf_model **out, const char *path, struct cerr *e);
+void gguf_model_close(struct gguf_model *m);
+/* The metadata file (split 0). */
+const struct gguf *gguf_model_meta(const struct gguf_model *m);
+/* Tensor by name over all splits; NULL if absent. */
+const struct gguf_tensor *gguf_model_find_tensor(const struct gguf_model *m, const char *name);
+/* Fills out (cap bytes) with the file name of split `no` (0-based) of `count` for a
+ * path of any split in the set; CERR_INVALID when path has no -NNNNN-of-NNNNN.gguf
+ * suffix, CERR_LIMIT when out is too small. */
+int gguf_split_path(char *out, size_t cap, const char *path, int no, int count);
+
 #endif

@@ -1,6 +1,7 @@
 /* cmd_info.c — `cinfer info MODEL`: what a model file holds, without loading weights.
  *
- * For a GGUF file: version, architecture, name, file type, the `<arch>.*` hyperparameters,
+ * For a GGUF file (or a split set, *-00001-of-0000N.gguf): version, architecture, name,
+ * file type, the `<arch>.*` hyperparameters,
  * tokenizer, chat template, tensor count and a per-dtype histogram (--kv: every metadata
  * key; --tensors: every tensor). For a HF dir or .safetensors file: config.json's
  * model_type, architectures and key hparams, tokenizer files, tensors by dtype. Only
@@ -145,19 +146,30 @@ static void gguf_print_kv(const struct gguf *g)
     }
 }
 
-static void gguf_print_tensors(const struct gguf *g)
+/* The split whose mapping holds t. */
+static const struct gguf *split_of(const struct gguf_model *m, const struct gguf_tensor *t)
 {
-    printf("\ntensors (%" PRIu64 "):\n", g->n_tensors);
+    for (int i = 0; i < m->n_splits; i++) {
+        const struct gguf *g = m->splits[i];
+        if (t->data >= g->base && t->data < g->base + g->size)
+            return g;
+    }
+    return m->splits[0];
+}
+
+static void gguf_print_tensors(const struct gguf_model *m)
+{
+    printf("\ntensors (%" PRIu64 "):\n", m->n_tensors);
     printf("  %-40s %-6s %-26s %12s %12s\n", "name", "dtype", "shape (ggml order)", "offset", "bytes");
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        const struct gguf_tensor *t = &g->tensors[i];
+    for (uint64_t i = 0; i < m->n_tensors; i++) {
+        const struct gguf_tensor *t = m->tensors[i];
         char shape[96];
         int n = snprintf(shape, sizeof shape, "[");
         for (int d = 0; d < (t->n_dims ? t->n_dims : 1); d++)
             n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%" PRId64, d ? ", " : "", t->ne[d]);
         snprintf(shape + n, sizeof shape - (size_t)n, "]");
         printf("  %-40.*s %-6s %-26s %12" PRIu64 " %12zu\n", (int)t->name.len, t->name.ptr,
-               dtype_name(t->dtype), shape, (uint64_t)(g->data_offset + t->offset), t->nbytes);
+               dtype_name(t->dtype), shape, (uint64_t)(t->data - split_of(m, t)->base), t->nbytes);
     }
 }
 
@@ -188,14 +200,15 @@ static void hist_print(const struct hist *h, int n)
     }
 }
 
-static void gguf_summary(const struct gguf *g)
+static void gguf_summary(const struct gguf_model *m)
 {
+    const struct gguf *g = gguf_model_meta(m);
     struct cerr e = {0};
     struct gguf_str arch = {"", 0}, s;
     gguf_get_str(g, "general.architecture", &arch, &e);
     printf("format:         GGUF v%u, %" PRIu64 " metadata keys, %" PRIu64
            " tensors, alignment %zu\n",
-           g->version, g->n_kv, g->n_tensors, g->alignment);
+           g->version, g->n_kv, m->n_tensors, g->alignment);
     printf("architecture:   %.*s\n", (int)arch.len, arch.ptr);
     if (gguf_get_str(g, "general.name", &s, &e) == 0)
         printf("name:           %.*s\n", (int)s.len, s.ptr);
@@ -223,7 +236,10 @@ static void gguf_summary(const struct gguf *g)
     gguf_get_str(g, "tokenizer.ggml.pre", &pre, &e);
     gguf_get_arr(g, "tokenizer.ggml.tokens", &tok, &e);
     gguf_get_arr(g, "tokenizer.ggml.merges", &merges, &e);
-    printf("tokenizer:      %.*s", (int)tm.len, tm.len ? tm.ptr : "(none)");
+    if (tm.len)
+        printf("tokenizer:      %.*s", (int)tm.len, tm.ptr);
+    else
+        printf("tokenizer:      (none)");
     if (pre.len)
         printf(" (pre-tokenizer %.*s)", (int)pre.len, pre.ptr);
     if (tok)
@@ -242,35 +258,39 @@ static void gguf_summary(const struct gguf *g)
 
     struct hist h[DT_COUNT];
     int nh = 0;
-    uint64_t total = 0;
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        hist_add(h, &nh, DT_COUNT, dtype_name(g->tensors[i].dtype), g->tensors[i].nbytes);
-        total += g->tensors[i].nbytes;
+    uint64_t total = 0, fsize = 0;
+    for (uint64_t i = 0; i < m->n_tensors; i++) {
+        hist_add(h, &nh, DT_COUNT, dtype_name(m->tensors[i]->dtype), m->tensors[i]->nbytes);
+        total += m->tensors[i]->nbytes;
     }
-    printf("tensors:        %" PRIu64 ", ", g->n_tensors);
+    for (int i = 0; i < m->n_splits; i++)
+        fsize += m->splits[i]->size;
+    printf("tensors:        %" PRIu64 ", ", m->n_tensors);
     print_size(stdout, total);
     printf(" of weights\n");
     hist_print(h, nh);
+    if (m->n_splits > 1)
+        printf("splits:         %d files\n", m->n_splits);
     printf("file size:      ");
-    print_size(stdout, g->size);
-    printf(" (%zu bytes)\n", g->size);
+    print_size(stdout, fsize);
+    printf(" (%" PRIu64 " bytes)\n", fsize);
 }
 
 static int info_gguf(const char *path, int show_kv, int show_tensors)
 {
-    struct gguf *g = NULL;
+    struct gguf_model *m = NULL;
     struct cerr e = {0};
-    if (gguf_open(&g, path, &e)) {
+    if (gguf_model_open(&m, path, &e)) {
         fprintf(stderr, "cinfer info: %s\n", e.msg);
         return 1;
     }
     printf("file:           %s\n", path);
-    gguf_summary(g);
+    gguf_summary(m);
     if (show_kv)
-        gguf_print_kv(g);
+        gguf_print_kv(gguf_model_meta(m));
     if (show_tensors)
-        gguf_print_tensors(g);
-    gguf_close(g);
+        gguf_print_tensors(m);
+    gguf_model_close(m);
     return 0;
 }
 

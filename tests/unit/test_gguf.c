@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/dtype.h"
 #include "format/gguf.h"
@@ -699,6 +700,125 @@ static void test_duplicates_and_alignment(void)
     CHECK(gguf_open_mem(&g, NULL, 0, "test.gguf", &e) < 0);
 }
 
+/* ---- split models -------------------------------------------------------------------- */
+
+/* One split file: split.no = no, split.count = count, one F32 tensor `name` of 4 values. */
+static struct buf build_split(int no, int count, int total, const char *name, float val)
+{
+    struct buf b = {0};
+    int n_kv = 2 + (no == 0 ? 2 : 0);
+    header(&b, 3, 1, (uint64_t)n_kv);
+    if (no == 0) {
+        put_key(&b, "general.architecture", GGUF_STRING);
+        put_str(&b, "llama");
+        put_key(&b, "split.tensors.count", GGUF_INT32);
+        put_u32(&b, (uint32_t)total);
+    }
+    put_key(&b, "split.no", GGUF_UINT16);
+    put_u16(&b, (uint16_t)no);
+    put_key(&b, "split.count", GGUF_UINT16);
+    put_u16(&b, (uint16_t)count);
+    int64_t ne[1] = {4};
+    tensor_info(&b, name, 1, ne, DT_F32, 0);
+    pad_to(&b, 32);
+    for (int i = 0; i < 4; i++)
+        put_f32(&b, val + (float)i);
+    return b;
+}
+
+static void write_buf(const char *path, const struct buf *b)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        fwrite(b->p, 1, b->n, f);
+        fclose(f);
+    }
+}
+
+static void write_split(const char *dir, int no, int count, int total, const char *name,
+                        int file_no)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/m-%05d-of-%05d.gguf", dir, file_no + 1, count);
+    struct buf b = build_split(no, count, total, name, (float)(10 * no));
+    write_buf(path, &b);
+    free(b.p);
+}
+
+static void test_split_files(void)
+{
+    char dir[] = "/tmp/cinfer_gguf_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char p0[512], p1[512], p2[512], out[512];
+    snprintf(p0, sizeof p0, "%s/m-00001-of-00003.gguf", dir);
+    snprintf(p1, sizeof p1, "%s/m-00002-of-00003.gguf", dir);
+    snprintf(p2, sizeof p2, "%s/m-00003-of-00003.gguf", dir);
+    CHECK_EQ_INT(gguf_split_path(out, sizeof out, p1, 2, 3), 0);
+    CHECK_STR(out, p2);
+    CHECK_EQ_INT(gguf_split_path(out, sizeof out, "model.gguf", 0, 2), CERR_INVALID);
+    CHECK_EQ_INT(gguf_split_path(out, sizeof out, "m-0000x-of-00003.gguf", 0, 2), CERR_INVALID);
+    CHECK_EQ_INT(gguf_split_path(out, 8, p1, 2, 3), CERR_LIMIT);
+
+    write_split(dir, 0, 3, 3, "t0", 0);
+    write_split(dir, 1, 3, 3, "t1", 1);
+    write_split(dir, 2, 3, 3, "t2", 2);
+    const char *entry[3] = {p0, p1, p2};
+    for (int k = 0; k < 3; k++) {
+        struct gguf_model *m = NULL;
+        struct cerr e = {0};
+        int rc = gguf_model_open(&m, entry[k], &e);
+        CHECK_MSG(rc == 0, "%s", e.msg);
+        if (!m)
+            continue;
+        CHECK_EQ_INT(m->n_splits, 3);
+        CHECK_EQ_INT(m->n_tensors, 3);
+        struct gguf_str s;
+        CHECK_EQ_INT(gguf_get_str(gguf_model_meta(m), "general.architecture", &s, &e), 0);
+        const struct gguf_tensor *t = gguf_model_find_tensor(m, "t2");
+        CHECK(t != NULL);
+        if (t) {
+            float v;
+            memcpy(&v, t->data + 4, 4);
+            CHECK_NEAR(v, 21, 0);
+        }
+        CHECK(gguf_model_find_tensor(m, "t3") == NULL);
+        gguf_model_close(m);
+    }
+    struct gguf_model *m = NULL;
+    struct cerr e = {0};
+    /* wrong split.no inside the third file */
+    write_split(dir, 1, 3, 3, "t2", 2);
+    CHECK(gguf_model_open(&m, p0, &e) < 0);
+    CHECK(strstr(e.msg, "m-00003-of-00003.gguf") && strstr(e.msg, "split.no"));
+    /* the same tensor in two splits */
+    write_split(dir, 2, 3, 3, "t1", 2);
+    CHECK(gguf_model_open(&m, p0, &e) < 0);
+    CHECK(strstr(e.msg, "'t1'") != NULL);
+    /* wrong total */
+    write_split(dir, 0, 3, 5, "t0", 0);
+    write_split(dir, 2, 3, 3, "t2", 2);
+    CHECK(gguf_model_open(&m, p0, &e) < 0);
+    CHECK(strstr(e.msg, "split.tensors.count") != NULL);
+    /* a missing split */
+    write_split(dir, 0, 3, 3, "t0", 0);
+    unlink(p2);
+    CHECK_EQ_INT(gguf_model_open(&m, p0, &e), CERR_IO);
+    CHECK(strstr(e.msg, "m-00003-of-00003.gguf") != NULL);
+    unlink(p0);
+    unlink(p1);
+    rmdir(dir);
+    /* a plain file is a one-split model */
+    int rc = gguf_model_open(&m, fixture_path("stories260K/stories260K.gguf"), &e);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    if (m) {
+        CHECK_EQ_INT(m->n_splits, 1);
+        CHECK_EQ_INT(m->n_tensors, 48);
+        CHECK(gguf_model_find_tensor(m, "output.weight") != NULL);
+        gguf_model_close(m);
+    }
+}
+
 int main(void)
 {
     RUN(test_stories260k);
@@ -709,5 +829,6 @@ int main(void)
     RUN(test_truncation_every_byte);
     RUN(test_corruptions);
     RUN(test_duplicates_and_alignment);
+    RUN(test_split_files);
     return harness_done();
 }
