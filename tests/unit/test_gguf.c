@@ -11,6 +11,7 @@
 #include "backend/dtype.h"
 #include "format/gguf.h"
 #include "harness.h"
+#include "server/commands.h"
 
 /* ---- in-memory GGUF builder -------------------------------------------------------- */
 
@@ -819,6 +820,71 @@ static void test_split_files(void)
     }
 }
 
+/* ---- cinfer info ------------------------------------------------------------------ */
+
+/* Runs cmd_info with stdout captured into a malloc'd string; returns the exit status. */
+static int run_info(char **out, int argc, char **argv)
+{
+    char tmpl[] = "/tmp/cinfer_info_XXXXXX";
+    int fd = mkstemp(tmpl);
+    fflush(stdout);
+    int saved = dup(1);
+    dup2(fd, 1);
+    int rc = cmd_info(argc, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    close(fd);
+    size_t len = 0;
+    *out = NULL;
+    FILE *f = fopen(tmpl, "rb");
+    if (f) {
+        *out = calloc(1, 1 << 20);
+        len = fread(*out, 1, (1 << 20) - 1, f);
+        fclose(f);
+    }
+    (void)len;
+    unlink(tmpl);
+    return rc;
+}
+
+static void test_info_command(void)
+{
+    char *o = NULL;
+    char *path = (char *)fixture_path("stories260K/stories260K.gguf");
+    char *a1[] = {"info", path};
+    CHECK_EQ_INT(run_info(&o, 2, a1), 0);
+    if (o) {
+        CHECK(strstr(o, "architecture:   llama") != NULL);
+        CHECK(strstr(o, "block_count                              5") != NULL);
+        CHECK(strstr(o, "512 tokens") != NULL);
+        CHECK(strstr(o, "chat template:  no") != NULL);
+        CHECK(strstr(o, "F32          48 tensors") != NULL);
+        CHECK(strstr(o, "tokenizer.ggml.scores") == NULL); /* only with --kv */
+        free(o);
+    }
+    char *a2[] = {"info", "--kv", "--tensors", path};
+    CHECK_EQ_INT(run_info(&o, 4, a2), 0);
+    if (o) {
+        CHECK(strstr(o, "string[512] [\"<unk>\", \"<s>\"") != NULL);
+        CHECK(strstr(o, "blk.4.ffn_down.weight") != NULL);
+        CHECK(strstr(o, "[172, 64]") != NULL);
+        free(o);
+    }
+    char *a3[] = {"info", "/nonexistent.gguf"};
+    CHECK_EQ_INT(run_info(&o, 2, a3), 1);
+    free(o);
+    char *a4[] = {"info", "--bogus", path};
+    CHECK_EQ_INT(run_info(&o, 3, a4), 1);
+    free(o);
+    char *a5[] = {"info", "--help"};
+    CHECK_EQ_INT(run_info(&o, 2, a5), 0);
+    if (o) {
+        CHECK(strstr(o, "usage: cinfer info") != NULL);
+        free(o);
+    }
+}
+
 int main(void)
 {
     RUN(test_stories260k);
@@ -830,5 +896,6 @@ int main(void)
     RUN(test_corruptions);
     RUN(test_duplicates_and_alignment);
     RUN(test_split_files);
+    RUN(test_info_command);
     return harness_done();
 }
