@@ -74,6 +74,10 @@ int hfcfg_parse(struct hfcfg **out, const char *text, size_t len, const char *la
         label = "(memory)";
     if (!text)
         return cerr_set(e, CERR_INVALID, "%s: no JSON text", label);
+    if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) { /* UTF-8 byte-order mark */
+        text += 3;
+        len -= 3;
+    }
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_DECODE_ANY, &je);
     if (!root && strstr(je.text, "too big")) {

@@ -2,8 +2,10 @@
  *
  * st_open() maps each shard and validates its JSON header up front: dtype, shape (<= 4
  * dims; rank 0 = one element), data_offsets inside the data section, byte size matching
- * the shape. Tensor data points into the mapping and lives until st_close(). Read-only
- * after open: safe to share between threads.
+ * the shape. Tensor data points into the mapping and lives until st_close(); it is NOT
+ * guaranteed to be aligned for its dtype (that depends on the writer's header padding),
+ * so read elements with memcpy or copy the tensor. Read-only after open: safe to share
+ * between threads.
  */
 #ifndef CINFER_FORMAT_SAFETENSORS_H
 #define CINFER_FORMAT_SAFETENSORS_H

@@ -133,6 +133,10 @@ static void test_errors(void)
     CHECK(strstr(e.msg, "line 2") != NULL);
     CHECK_EQ_INT(hfcfg_load(&c, "/nonexistent/config.json", &e), CERR_IO);
     CHECK(strstr(e.msg, "/nonexistent/config.json") != NULL);
+    /* a UTF-8 byte-order mark is skipped */
+    const char *bom = "\xef\xbb\xbf{\"a\": 1}";
+    CHECK_EQ_INT(hfcfg_parse(&c, bom, strlen(bom), "bom.json", &e), 0);
+    hfcfg_free(c);
     /* a string containing what looks like a huge integer is left alone */
     const char *s = "{\"s\": \"12345678901234567890123\", \"n\": 12345678901234567890123}";
     CHECK_EQ_INT(hfcfg_parse(&c, s, strlen(s), "x.json", &e), 0);
