@@ -820,6 +820,96 @@ static void test_split_files(void)
     }
 }
 
+/* ---- files written by gguf-py (tests/data/format/gen.py) ------------------------------ */
+
+static void test_reference_writer(void)
+{
+    struct gguf *g = NULL;
+    struct cerr e = {0};
+    int rc = gguf_open(&g, repo_path("tests/data/format/ref.gguf"), &e);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    if (!g)
+        return;
+    int64_t v = 0;
+    double d = 0;
+    int b = 0;
+    struct gguf_str s;
+    CHECK_EQ_INT(gguf_get_int(g, "t.u8", &v, &e), 0);
+    CHECK_EQ_INT(v, 250);
+    CHECK_EQ_INT(gguf_get_int(g, "t.i8", &v, &e), 0);
+    CHECK_EQ_INT(v, -100);
+    CHECK_EQ_INT(gguf_get_int(g, "t.u16", &v, &e), 0);
+    CHECK_EQ_INT(v, 65000);
+    CHECK_EQ_INT(gguf_get_int(g, "t.i16", &v, &e), 0);
+    CHECK_EQ_INT(v, -32000);
+    CHECK_EQ_INT(gguf_get_int(g, "t.u32", &v, &e), 0);
+    CHECK_EQ_INT(v, 4000000000ll);
+    CHECK_EQ_INT(gguf_get_int(g, "t.i32", &v, &e), 0);
+    CHECK_EQ_INT(v, -2000000000ll);
+    CHECK_EQ_INT(gguf_get_int(g, "t.i64", &v, &e), 0);
+    CHECK_EQ_INT(v, -(1ll << 62));
+    CHECK_EQ_INT(gguf_get_int(g, "t.u64", &v, &e), CERR_FORMAT);
+    CHECK(gguf_find(g, "t.u64")->v.u64 == (1ull << 63) + 5);
+    CHECK_EQ_INT(gguf_get_float(g, "t.f32", &d, &e), 0);
+    CHECK_NEAR(d, 0.25, 0);
+    CHECK_EQ_INT(gguf_get_float(g, "t.f64", &d, &e), 0);
+    CHECK_NEAR(d / 1e300, 1, 1e-15);
+    CHECK_EQ_INT(gguf_get_bool(g, "t.bool", &b, &e), 0);
+    CHECK_EQ_INT(b, 1);
+    CHECK_EQ_INT(gguf_get_str(g, "t.str", &s, &e), 0);
+    CHECK(gguf_str_eq(s, "h\xc3\xa9llo w\xc3\xb6rld"));
+    CHECK_EQ_INT(gguf_get_str(g, "tokenizer.chat_template", &s, &e), 0);
+    CHECK(gguf_str_eq(s, "{{ messages }}"));
+    CHECK_EQ_INT(gguf_get_int(g, "llama.block_count", &v, &e), 0);
+    CHECK_EQ_INT(v, 2);
+    const struct gguf_kv *a = NULL;
+    CHECK_EQ_INT(gguf_get_arr(g, "t.arr_i32", &a, &e), 0);
+    if (a) {
+        CHECK_EQ_INT(a->arr_type, GGUF_INT32);
+        CHECK_NEAR(gguf_arr_num(a, 1), -2, 0);
+    }
+    CHECK_EQ_INT(gguf_get_arr(g, "t.arr_str", &a, &e), 0);
+    if (a) {
+        CHECK_EQ_INT(a->arr_n, 3);
+        CHECK_EQ_INT(gguf_arr_str(a, 1).len, 0);
+        CHECK(gguf_str_eq(gguf_arr_str(a, 2), "ccc"));
+    }
+    CHECK_EQ_INT(gguf_get_arr(g, "t.arr_f32", &a, &e), 0);
+    if (a)
+        CHECK_NEAR(gguf_arr_num(a, 1), 1.5, 0);
+    const struct gguf_tensor *t = gguf_find_tensor(g, "f32");
+    CHECK(t && t->ne[0] == 3 && t->ne[1] == 2 && t->dtype == DT_F32);
+    if (t) {
+        float f;
+        memcpy(&f, t->data + 5 * 4, 4);
+        CHECK_NEAR(f, 5, 0);
+    }
+    t = gguf_find_tensor(g, "f16");
+    CHECK(t && t->ne[0] == 8 && t->dtype == DT_F16 && t->nbytes == 16);
+    t = gguf_find_tensor(g, "q8");
+    CHECK(t && t->ne[0] == 32 && t->ne[1] == 2 && t->dtype == DT_Q8_0 && t->nbytes == 68);
+    if (t)
+        CHECK_EQ_INT(t->data[34 + 2], 7);
+    gguf_close(g);
+
+    struct gguf_model *m = NULL;
+    rc = gguf_model_open(&m, repo_path("tests/data/format/ref-00002-of-00002.gguf"), &e);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    if (m) {
+        CHECK_EQ_INT(m->n_splits, 2);
+        CHECK_EQ_INT(m->n_tensors, 2);
+        const struct gguf_tensor *tb = gguf_model_find_tensor(m, "b");
+        CHECK(tb != NULL);
+        if (tb) {
+            float f;
+            memcpy(&f, tb->data, 4);
+            CHECK_NEAR(f, 2, 0);
+        }
+        CHECK(gguf_model_find_tensor(m, "a") != NULL);
+        gguf_model_close(m);
+    }
+}
+
 /* ---- cinfer info ------------------------------------------------------------------ */
 
 /* Runs cmd_info with stdout captured into a malloc'd string; returns the exit status. */
@@ -896,6 +986,7 @@ int main(void)
     RUN(test_corruptions);
     RUN(test_duplicates_and_alignment);
     RUN(test_split_files);
+    RUN(test_reference_writer);
     RUN(test_info_command);
     return harness_done();
 }

@@ -328,11 +328,47 @@ static void test_sharded_dir(void)
     rm_dir(empty);
 }
 
+/* A file written by the safetensors package (tests/data/format/gen.py). */
+static void test_reference_writer(void)
+{
+    struct st_model *m = NULL;
+    struct cerr e = {0};
+    int rc = st_open(&m, repo_path("tests/data/format/ref.safetensors"), &e);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    if (!m)
+        return;
+    CHECK_EQ_INT(st_count(m), 6);
+    const struct st_tensor *t = st_find(m, "f32");
+    CHECK(t && t->dtype == DT_F32 && t->ne[0] == 3 && t->ne[1] == 2 && t->n_dims == 2);
+    if (t) {
+        float f;
+        memcpy(&f, t->data + 4 * 4, 4);
+        CHECK_NEAR(f, 4, 0);
+    }
+    t = st_find(m, "i64");
+    CHECK(t && t->dtype == DT_I64 && t->n_dims == 0 && t->nbytes == 8);
+    if (t) {
+        int64_t v;
+        memcpy(&v, t->data, 8);
+        CHECK_EQ_INT(v, 7);
+    }
+    t = st_find(m, "u8");
+    CHECK(t && t->dtype == -1 && t->ne[0] == 5 && t->data[4] == 4);
+    t = st_find(m, "b");
+    CHECK(t && t->dtype == -1 && t->nbytes == 2 && t->data[0] == 1);
+    t = st_find(m, "f64");
+    CHECK(t && t->dtype == DT_F64 && t->n_dims == 4 && t->ne[0] == 2 && t->ne[2] == 2);
+    t = st_find(m, "f16");
+    CHECK(t && t->dtype == DT_F16 && t->ne[0] == 4);
+    st_close(m);
+}
+
 int main(void)
 {
     RUN(test_valid);
     RUN(test_corruptions);
     RUN(test_truncation_every_byte);
     RUN(test_sharded_dir);
+    RUN(test_reference_writer);
     return harness_done();
 }
