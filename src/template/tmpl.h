@@ -44,4 +44,10 @@ int tmpl_render(const struct tmpl *t, const json_t *ctx, const struct tmpl_opts 
  * On success *src is malloc'd and NUL-terminated (caller frees). */
 int tmpl_source_load(const char *model_path, const char *name, char **src, struct cerr *e);
 
+/* The text of a model's BOS and EOS tokens, as the template sees them (bos_token,
+ * eos_token): from a GGUF's tokenizer.ggml.{bos,eos}_token_id + tokens, or from
+ * tokenizer_config.json (a string or {"content": ...}) in a HF directory. *bos / *eos are
+ * malloc'd, or NULL when the model defines none (a .jinja file defines none). */
+int tmpl_special_tokens(const char *model_path, char **bos, char **eos, struct cerr *e);
+
 #endif

@@ -375,6 +375,7 @@ static struct tv call_macro(struct rctx *r, struct tmacro *m, struct tv *args, i
         tfail(r, CERR_LIMIT, "macro calls nested deeper than %d", TMPL_MAX_CALL_DEPTH);
     struct scope *s = scope_new(r, m->closure);
     struct tv varargs = tv_list(r, 0), kwargs = tv_dict(r, 0);
+    varargs.flags = TVF_TUPLE;
     int used_kw = 0;
     for (int i = 0; i < def->nnames; i++) {
         struct tv v;
@@ -899,8 +900,7 @@ static void exec_for(struct rctx *r, struct scope *s, const struct tnode *n)
         }
         items = kept.u.l;
     }
-    struct tv outer_loop = lookup(r, s, "loop", 4);
-    int depth = outer_loop.t == TV_LOOP ? outer_loop.u.lp->depth + 1 : 1;
+    int depth = 1; /* loop.depth counts recursive-loop levels only; plain loops are 1 */
     for (size_t i = 0; i < items->n; i++) {
         step(r, n);
         struct scope *is = scope_new(r, s);

@@ -132,3 +132,69 @@ int tmpl_source_load(const char *model_path, const char *name, char **src, struc
     size_t n;
     return fs_read_all(model_path, src, &n, e);
 }
+
+static char *gguf_token_text(const struct gguf *g, const char *id_key)
+{
+    int64_t id;
+    const struct gguf_kv *toks;
+    if (gguf_get_int(g, id_key, &id, NULL) != 0)
+        return NULL;
+    if (gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, NULL) != 0 || toks->arr_type != GGUF_STRING)
+        return NULL;
+    if (id < 0 || (uint64_t)id >= toks->arr_n)
+        return NULL;
+    struct gguf_str s = gguf_arr_str(toks, (uint64_t)id);
+    return dup_n(s.ptr, (size_t)s.len);
+}
+
+static char *json_token_text(const json_t *v)
+{
+    if (json_is_object(v))
+        v = json_object_get(v, "content");
+    if (!json_is_string(v))
+        return NULL;
+    return dup_n(json_string_value(v), json_string_length(v));
+}
+
+int tmpl_special_tokens(const char *model_path, char **bos, char **eos, struct cerr *e)
+{
+    *bos = *eos = NULL;
+    if (!model_path)
+        return cerr_set(e, CERR_INVALID, "no model path given");
+    char p[1024];
+    const char *cfg = NULL;
+    if (fs_is_dir(model_path)) {
+        if (fs_join(p, sizeof p, model_path, "tokenizer_config.json") == 0 && fs_exists(p))
+            cfg = p;
+    } else if (ends_with(model_path, "tokenizer_config.json")) {
+        cfg = model_path;
+    } else if (!ends_with(model_path, ".jinja") && fs_exists(model_path)) {
+        FILE *f = fopen(model_path, "rb");
+        char magic[4] = {0};
+        size_t got = 0;
+        if (f) {
+            got = fread(magic, 1, 4, f);
+            fclose(f);
+        }
+        if (got == 4 && memcmp(magic, "GGUF", 4) == 0) {
+            struct gguf *g;
+            int rc = gguf_open(&g, model_path, e);
+            if (rc)
+                return rc;
+            *bos = gguf_token_text(g, "tokenizer.ggml.bos_token_id");
+            *eos = gguf_token_text(g, "tokenizer.ggml.eos_token_id");
+            gguf_close(g);
+        }
+        return 0;
+    }
+    if (!cfg)
+        return 0;
+    json_error_t je;
+    json_t *j = json_load_file(cfg, 0, &je);
+    if (!j)
+        return cerr_set(e, CERR_FORMAT, "%s: line %d: %s", cfg, je.line, je.text);
+    *bos = json_token_text(json_object_get(j, "bos_token"));
+    *eos = json_token_text(json_object_get(j, "eos_token"));
+    json_decref(j);
+    return 0;
+}

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""template_reference.py — render chat templates with Python jinja2 the way transformers does.
+
+The environment is the one transformers' apply_chat_template builds
+(transformers/utils/chat_template_utils.py): ImmutableSandboxedEnvironment(trim_blocks=True,
+lstrip_blocks=True, extensions=[loopcontrols, generation tag]), tojson overridden by
+json.dumps(x, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys),
+globals raise_exception and strftime_now (here fixed to --date), and render variables
+messages, tools (None when absent), documents (None), add_generation_prompt, bos_token,
+eos_token and any extra kwargs.
+
+Usage:
+  template_reference.py render TEMPLATE.jinja CONTEXT.json [--date YYYY-MM-DD]
+      print one render exactly (no newline added); exit 1 with the error on stderr.
+  template_reference.py build [--models DIR]
+      regenerate tests/data/template/expected.json from the fixture templates, the
+      templates embedded in the real GGUF models (extracted to tests/data/template/gguf/
+      with the python `gguf` package when DIR has them), the conversations in
+      tests/data/template/conversations/ and the snippets in tests/data/template/snippets.json.
+Needs: pip install jinja2 (>= 3.1), and gguf for the GGUF extraction.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+from datetime import datetime
+
+import jinja2
+import jinja2.ext
+from jinja2 import nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(REPO, "tests", "data", "template")
+FIXTURES = os.environ.get("CINFER_FIXTURES", os.path.join(REPO, "..", "shared", "fixtures"))
+DATE = "2025-01-15"
+
+
+class GenerationTag(jinja2.ext.Extension):
+    """transformers' AssistantTracker without the tracking: {% generation %} renders its body."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
+
+
+def make_env(date):
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    fixed = datetime.strptime(date, "%Y-%m-%d")
+
+    def strftime_now(fmt):
+        return fixed.strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[GenerationTag, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+def render(source, context, date=DATE):
+    """Returns (ok, text_or_error, exact) — exact: the error is a raise_exception message."""
+    env = make_env(date)
+    try:
+        ctx = dict(context)
+        ctx.setdefault("tools", None)
+        ctx.setdefault("documents", None)
+        ctx.setdefault("add_generation_prompt", False)
+        return True, env.from_string(source).render(**ctx), True
+    except Exception as x:  # noqa: BLE001 — any template failure is an expected error
+        exact = type(x) is jinja2.exceptions.TemplateError
+        return False, str(x), exact
+
+
+def extract_gguf_templates(models_dir):
+    """Writes gguf/<stem>.jinja and gguf/tokens.json for models that embed a template."""
+    try:
+        import gguf  # noqa: PLC0415
+    except ImportError:
+        print("gguf package missing; keeping the committed GGUF templates", file=sys.stderr)
+        return
+    out_dir = os.path.join(DATA, "gguf")
+    os.makedirs(out_dir, exist_ok=True)
+    tokens_path = os.path.join(out_dir, "tokens.json")
+    tokens = json.load(open(tokens_path)) if os.path.exists(tokens_path) else {}
+    for path in sorted(glob.glob(os.path.join(models_dir, "*.gguf"))):
+        r = gguf.GGUFReader(path)
+        f = r.fields.get("tokenizer.chat_template")
+        if not f:
+            continue
+        stem = os.path.splitext(os.path.basename(path))[0]
+        with open(os.path.join(out_dir, stem + ".jinja"), "w", encoding="utf-8", newline="") as fh:
+            fh.write(f.contents())
+        toks = r.fields["tokenizer.ggml.tokens"]
+
+        def tok(key):
+            ff = r.fields.get(key)
+            return toks.contents(ff.contents()) if ff else None
+
+        tokens[stem + ".jinja"] = {"model": os.path.basename(path),
+                                   "bos_token": tok("tokenizer.ggml.bos_token_id"),
+                                   "eos_token": tok("tokenizer.ggml.eos_token_id")}
+    with open(tokens_path, "w", encoding="utf-8") as fh:
+        json.dump(tokens, fh, indent=1, ensure_ascii=False, sort_keys=True)
+        fh.write("\n")
+
+
+# (conversation file, variant name, add_generation_prompt, extra kwargs)
+VARIANTS = [
+    ("tools_weather", "gen", True, {}),
+    ("tools_only_user", "gen", True, {}),
+    ("tool_calls_parallel", "gen", True, {}),
+    ("thinking", "gen", True, {}),
+    ("thinking", "gen_think_on", True, {"enable_thinking": True}),
+    ("thinking", "gen_think_off", True, {"enable_thinking": False}),
+    ("thinking", "nogen", False, {}),
+    ("content_parts", "gen", True, {}),
+    ("long_chat", "nogen", False, {}),
+    ("long_chat", "gen", True, {}),
+    ("user_only", "nogen", False, {}),
+    ("user_only", "gen_think_off", True, {"enable_thinking": False}),
+    ("tools_only_user", "gen_think_off", True, {"enable_thinking": False}),
+]
+
+
+def build(models_dir):
+    if models_dir and os.path.isdir(models_dir):
+        extract_gguf_templates(models_dir)
+    fx = json.load(open(os.path.join(FIXTURES, "chat-templates", "expected_renders.json")))
+    templates = []  # (relative path for the C test, absolute path, bos, eos)
+    for name, st in sorted(fx["special_tokens"].items()):
+        templates.append(("fixtures/chat-templates/" + name,
+                          os.path.join(FIXTURES, "chat-templates", name),
+                          st["bos_token"], st["eos_token"]))
+    tokens_path = os.path.join(DATA, "gguf", "tokens.json")
+    if os.path.exists(tokens_path):
+        for name, st in sorted(json.load(open(tokens_path)).items()):
+            templates.append(("tests/data/template/gguf/" + name,
+                              os.path.join(DATA, "gguf", name), st["bos_token"], st["eos_token"]))
+    convs = {}
+    for p in sorted(glob.glob(os.path.join(DATA, "conversations", "*.json"))):
+        convs[os.path.splitext(os.path.basename(p))[0]] = json.load(open(p))
+    convs["user_only"] = {"messages": [{"role": "user", "content": "Hello!"}]}
+    cases = []
+    for rel, path, bos, eos in templates:
+        src = open(path, encoding="utf-8", newline="").read()
+        for conv, variant, agp, kw in VARIANTS:
+            c = convs[conv]
+            ctx = {"messages": c["messages"], "tools": c.get("tools"), "documents": None,
+                   "add_generation_prompt": agp}
+            if bos is not None:
+                ctx["bos_token"] = bos
+            if eos is not None:
+                ctx["eos_token"] = eos
+            ctx.update(kw)
+            ok, text, exact = render(src, ctx, DATE)
+            case = {"template": rel, "name": conv + "/" + variant, "date": DATE, "context": ctx,
+                    "ok": ok}
+            if ok:
+                case["text"] = text
+            else:
+                case["error"] = text
+                case["error_exact"] = exact
+            cases.append(case)
+    for sn in json.load(open(os.path.join(DATA, "snippets.json"))):
+        ok, text, exact = render(sn["source"], sn["context"], DATE)
+        case = {"source": sn["source"], "name": "snippet/" + sn["name"], "date": DATE,
+                "context": sn["context"], "ok": ok}
+        if ok:
+            case["text"] = text
+        else:
+            case["error"] = text
+            case["error_exact"] = exact
+        cases.append(case)
+    out = {"generator": "scripts/template_reference.py build (jinja2 %s, transformers' "
+                        "apply_chat_template environment, strftime_now fixed to %s)"
+                        % (jinja2.__version__, DATE),
+           "cases": cases}
+    with open(os.path.join(DATA, "expected.json"), "w", encoding="utf-8") as fh:
+        json.dump(out, fh, indent=1, ensure_ascii=False)
+        fh.write("\n")
+    n_ok = sum(1 for c in cases if c["ok"])
+    print("wrote %d cases (%d renders, %d errors)" % (len(cases), n_ok, len(cases) - n_ok))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("render")
+    r.add_argument("template")
+    r.add_argument("context")
+    r.add_argument("--date", default=DATE)
+    b = sub.add_parser("build")
+    b.add_argument("--models", default=os.path.join(REPO, "models"))
+    a = ap.parse_args()
+    if a.cmd == "render":
+        src = open(a.template, encoding="utf-8", newline="").read()
+        ok, text, _ = render(src, json.load(open(a.context)), a.date)
+        if not ok:
+            print(text, file=sys.stderr)
+            return 1
+        sys.stdout.write(text)
+        return 0
+    build(a.models)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
