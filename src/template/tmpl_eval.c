@@ -900,16 +900,22 @@ static void exec_for(struct rctx *r, struct scope *s, const struct tnode *n)
         }
         items = kept.u.l;
     }
-    int depth = 1; /* loop.depth counts recursive-loop levels only; plain loops are 1 */
+    /* One LoopContext mutated per iteration (as in jinja2), and the iteration scope
+     * recycled unless a macro defined in the body closed over it: a long loop then
+     * allocates nothing per iteration. */
+    struct tloop *lp = ralloc(r, sizeof *lp);
+    lp->items = items;
+    lp->depth = 1; /* loop.depth counts recursive-loop levels only; plain loops are 1 */
+    struct tv lv = {.t = TV_LOOP};
+    lv.u.lp = lp;
+    struct scope *is = NULL;
     for (size_t i = 0; i < items->n; i++) {
         step(r, n);
-        struct scope *is = scope_new(r, s);
-        struct tloop *lp = ralloc(r, sizeof *lp);
-        lp->items = items;
+        if (!is || is->captured)
+            is = scope_new(r, s);
+        else
+            is->vars.n = 0;
         lp->i = i;
-        lp->depth = depth;
-        struct tv lv = {.t = TV_LOOP};
-        lv.u.lp = lp;
         assign_targets(r, is, n, items->v[i]);
         scope_set(r, is, "loop", lv);
         exec_body(r, is, n->c);
@@ -990,6 +996,7 @@ static void exec_stmt(struct rctx *r, struct scope *s, const struct tnode *n)
         m.u.m->def = n;
         m.u.m->closure = s;
         m.u.m->caller = tv_undef(NULL);
+        s->captured = 1;
         scope_set(r, s, n->s, m);
         break;
     }

@@ -147,6 +147,7 @@ struct tbuf {
 struct scope {
     struct scope *up;
     struct tdict vars;
+    int captured; /* a macro closes over it: loops must not recycle it */
 };
 
 struct tmacro {
@@ -181,7 +182,7 @@ struct rctx {
 };
 
 #define TMPL_MAX_CALL_DEPTH 500
-#define TMPL_MEM_CAP ((size_t)256 << 20)
+#define TMPL_MEM_CAP ((size_t)128 << 20)
 #define TMPL_MAX_RANGE 100000
 
 /* Fails the render: formats the message into r->e (code CERR_FORMAT or CERR_LIMIT) and
