@@ -3,6 +3,7 @@
 
 #include "backend/dtype.h"
 #include "util/arena.h"
+#include "util/base64.h"
 #include "util/err.h"
 #include "util/half.h"
 
@@ -57,11 +58,33 @@ static void test_dtype(void)
     CHECK_STR(dtype_name(5), "?");
 }
 
+static void test_base64(void)
+{
+    const char *cases[][2] = {{"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"},
+                              {"foobar", "Zm9vYmFy"}};
+    for (int i = 0; i < 5; i++) {
+        char enc[32];
+        uint8_t dec[32];
+        size_t n = strlen(cases[i][0]);
+        base64_encode((const uint8_t *)cases[i][0], n, enc);
+        CHECK_STR(enc, cases[i][1]);
+        long m = base64_decode(enc, strlen(enc), dec, sizeof dec);
+        CHECK_EQ_INT(m, (long)n);
+        CHECK(m >= 0 && memcmp(dec, cases[i][0], n) == 0);
+    }
+    uint8_t b[8];
+    CHECK_EQ_INT(base64_decode("Zm9", 3, b, 8), -1);     /* length not a multiple of 4 */
+    CHECK_EQ_INT(base64_decode("Zm=v", 4, b, 8), -1);    /* padding in the middle */
+    CHECK_EQ_INT(base64_decode("Zm9v!A==", 8, b, 8), -1); /* bad character */
+    CHECK_EQ_INT(base64_decode("Zm9vYmFy", 8, b, 5), -1); /* buffer too small */
+}
+
 int main(void)
 {
     RUN(test_arena);
     RUN(test_err);
     RUN(test_half);
     RUN(test_dtype);
+    RUN(test_base64);
     return harness_done();
 }
