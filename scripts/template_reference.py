@@ -145,6 +145,15 @@ def build(models_dir):
         templates.append(("fixtures/chat-templates/" + name,
                           os.path.join(FIXTURES, "chat-templates", name),
                           st["bos_token"], st["eos_token"]))
+    for tk in ("qwen3-tokenizer", "llama3-tokenizer"):
+        cfg_path = os.path.join(FIXTURES, tk, "tokenizer_config.json")
+        cfg = json.load(open(cfg_path))
+
+        def content(v):
+            return v.get("content") if isinstance(v, dict) else v
+
+        templates.append(("fixtures/%s/tokenizer_config.json" % tk, cfg_path,
+                          content(cfg.get("bos_token")), content(cfg.get("eos_token"))))
     tokens_path = os.path.join(DATA, "gguf", "tokens.json")
     if os.path.exists(tokens_path):
         for name, st in sorted(json.load(open(tokens_path)).items()):
@@ -156,7 +165,10 @@ def build(models_dir):
     convs["user_only"] = {"messages": [{"role": "user", "content": "Hello!"}]}
     cases = []
     for rel, path, bos, eos in templates:
-        src = open(path, encoding="utf-8", newline="").read()
+        if path.endswith(".json"):
+            src = json.load(open(path))["chat_template"]
+        else:
+            src = open(path, encoding="utf-8", newline="").read()
         for conv, variant, agp, kw in VARIANTS:
             c = convs[conv]
             ctx = {"messages": c["messages"], "tools": c.get("tools"), "documents": None,

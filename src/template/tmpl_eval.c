@@ -1006,6 +1006,7 @@ static void exec_stmt(struct rctx *r, struct scope *s, const struct tnode *n)
         caller.u.m->def = n;
         caller.u.m->closure = s;
         caller.u.m->caller = tv_undef(NULL);
+        s->captured = 1;
         struct tv v = eval_call(r, s, n->a, &caller, "caller");
         tv_str_into(r, r->out, v);
         break;

@@ -87,7 +87,7 @@ static int from_json_value(const json_t *ct, const char *path, const char *name,
 static int from_json_file(const char *path, const char *name, char **src, struct cerr *e)
 {
     json_error_t je;
-    json_t *j = json_load_file(path, 0, &je);
+    json_t *j = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
     if (!j)
         return cerr_set(e, CERR_FORMAT, "%s: line %d: %s", path, je.line, je.text);
     int rc = from_json_value(json_object_get(j, "chat_template"), path, name, src, e);
@@ -190,7 +190,7 @@ int tmpl_special_tokens(const char *model_path, char **bos, char **eos, struct c
     if (!cfg)
         return 0;
     json_error_t je;
-    json_t *j = json_load_file(cfg, 0, &je);
+    json_t *j = json_load_file(cfg, JSON_DECODE_INT_AS_REAL, &je);
     if (!j)
         return cerr_set(e, CERR_FORMAT, "%s: line %d: %s", cfg, je.line, je.text);
     *bos = json_token_text(json_object_get(j, "bos_token"));

@@ -153,7 +153,13 @@ static void test_repo_conversations(void)
             tp = "(snippet)";
         } else {
             const char *path = strncmp(tp, "fixtures/", 9) == 0 ? fixture_path(tp + 9) : repo_path(tp);
-            if (fs_read_all(path, &src, &n, &e) != 0) {
+            size_t pl = strlen(path);
+            int rc = pl > 5 && strcmp(path + pl - 5, ".json") == 0
+                         ? tmpl_source_load(path, NULL, &src, &e)
+                         : fs_read_all(path, &src, &n, &e);
+            if (!rc)
+                n = strlen(src);
+            if (rc != 0) {
                 CHECK_MSG(0, "%s", e.msg);
                 continue;
             }
