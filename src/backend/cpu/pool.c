@@ -57,7 +57,7 @@ static void *worker_main(void *arg)
 {
     struct cpu_worker *w = arg;
     struct cpu_pool *p = w->pool;
-    unsigned seen = atomic_load(&p->gen);
+    unsigned seen = 0; /* gen is 0 when the pool starts; a dispatch may precede this thread */
     for (;;) {
         unsigned g;
         int spins = 0;
