@@ -26,6 +26,7 @@ void tmpl_free(struct tmpl *t);
 struct tmpl_opts {
     int64_t now_unix; /* the time strftime_now sees (UTC); 0 = the real clock */
     int max_steps;    /* bound on evaluation steps; 0 = default (10 million) */
+    size_t max_bytes; /* bound on render memory and output; 0 = default (128 MiB) */
 };
 
 /* Renders t with the variables of ctx (a JSON object: messages, tools,

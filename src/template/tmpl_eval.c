@@ -1116,7 +1116,7 @@ int tmpl_render(const struct tmpl *t, const json_t *ctx, const struct tmpl_opts 
     r->e = e;
     r->max_steps = (o && o->max_steps > 0) ? o->max_steps : 10 * 1000 * 1000;
     r->now_unix = o ? o->now_unix : 0;
-    r->mem_cap = TMPL_MEM_CAP;
+    r->mem_cap = (o && o->max_bytes) ? o->max_bytes : TMPL_MEM_CAP;
     struct tbuf buf = {0};
     int rc = render_run(r, t, ctx, &buf);
     if (!rc) {

@@ -62,7 +62,7 @@ static void json_str(struct rctx *r, struct tbuf *b, const char *p, size_t n, in
 {
     tbuf_putc(r, b, '"');
     size_t i = 0;
-    char esc[16];
+    char esc[32];
     while (i < n) {
         int32_t cp;
         size_t k = u8_decode(p + i, n - i, &cp);
