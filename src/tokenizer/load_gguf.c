@@ -103,6 +103,22 @@ static int in_byte_alphabet(const char *s, size_t n)
     return 1;
 }
 
+/* transformers' tokenizer classes register their default special tokens first, so these
+ * stay special (left as text when specials are not parsed) even when the file marks them
+ * user-defined (Phi-3's </s>). */
+static int builder_special(const char *p, size_t pl, int bpe, int gemma)
+{
+    static const char *llama[] = {"<s>", "</s>", "<unk>"};
+    static const char *gem[] = {"<bos>", "<eos>", "<unk>", "<pad>", "<mask>"};
+    static const char *gpt2[] = {"<|endoftext|>"};
+    const char **v = bpe ? gpt2 : gemma ? gem : llama;
+    size_t n = bpe ? 1 : gemma ? 5 : 3;
+    for (size_t i = 0; i < n; i++)
+        if (strlen(v[i]) == pl && memcmp(v[i], p, pl) == 0)
+            return 1;
+    return 0;
+}
+
 int tok_load_gguf(struct tok **out, const struct gguf *g, struct cerr *e)
 {
     *out = NULL;
@@ -181,14 +197,16 @@ int tok_load_gguf(struct tok **out, const struct gguf *g, struct cerr *e)
             break;
         /* transformers adds control tokens as special (byte-level: only when spelled in
          * the byte alphabet) and user-defined tokens that kept their spelling */
-        int add = 0;
+        int add = 0, special = type == 3 || builder_special(p, pl, bpe, gemma);
         if (type == 3)
             add = !bpe || in_byte_alphabet(p, pl);
         else if (type == 4)
             add = !rs && (!bpe || in_byte_alphabet(p, pl));
         if (add && pl) {
-            struct tok_added a = {.s = p, .len = (uint32_t)pl, .id = i, .special = type == 3};
+            struct tok_added a = {.s = p, .len = (uint32_t)pl, .id = i, .special = (uint8_t)special};
             rc = tok_add_added(t, &a, e);
+            if (special)
+                t->attr[i] |= TOKA_CONTROL;
         }
     }
     free(buf);
