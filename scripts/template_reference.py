@@ -208,6 +208,56 @@ def build(models_dir):
     print("wrote %d cases (%d renders, %d errors)" % (len(cases), n_ok, len(cases) - n_ok))
 
 
+# Operator / filter / test matrix: every value through every unary filter, test and
+# method, and value pairs through the binary operators. Cases whose Python result cannot
+# be reproduced (generator/iterator object reprs with addresses, complex numbers,
+# integers beyond 64 bits) are left out.
+MATRIX_VALUES = ["0", "1", "-3", "2.5", "-0.5", "1e20", "1e-7", "'abc'", "''", "'Ab cD-eF'",
+                 "' pad '", "[1,2]", "[]", "['b','A','a']", "{'a':1,'B':2}", "{}", "none", "true",
+                 "false", "x", "m", "'h\u00e9llo\U0001f642'", "(1,'a')", "0.1", "3.0", "'1.5'",
+                 "'42'", "[2.5,'x',none]", "m[0]", "d", "s"]
+MATRIX_UNARY = ["|length", "|string", "|tojson", "|trim", "|upper", "|lower", "|title",
+                "|capitalize", "|first", "|last", "|list", "|int", "|float", "|round", "|abs",
+                "|reverse|list", "|sort", "|unique|list", "|join(',')", "|default('d')",
+                "|items|list", "|dictsort", "|indent(2)", "|wordcount", "|tojson(indent=2)",
+                "|map('string')|list", "|select|list", "|sum", "|min", "|max", "|center(9)", "|e",
+                "|count", " is defined", " is string", " is number", " is iterable",
+                " is sequence", " is mapping", " is none", " is integer", " is float",
+                " is boolean", " is callable", " is lower", " is upper", " is odd", "[0]",
+                "[-1]", "[1:]", "[::-1]", ".strip()", ".split()", ".upper()", ".keys()",
+                ".items()", ".get('a')", "|replace('a','X')", "|batch(2)|list", ".title()",
+                "|first|string", "|tojson(ensure_ascii=true)", "|string|length"]
+MATRIX_BINARY = ["+", "-", "*", "/", "//", "%", "**", "~", "==", "!=", "<", ">", "<=", ">=",
+                 "in", "not in", "and", "or"]
+MATRIX_CONTEXT = {"m": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+                  "d": {"z": 1, "a": [1, {"b": None}]}, "s": "Gr\u00fc\u00dfe\tworld\n"}
+
+
+def build_matrix():
+    import copy  # noqa: PLC0415
+    sources = ["{{ (%s)%s }}" % (v, u) for v in MATRIX_VALUES for u in MATRIX_UNARY]
+    k = 0
+    for a in MATRIX_VALUES:
+        for b in MATRIX_VALUES:
+            for j in range(4):
+                op = MATRIX_BINARY[(k * 7 + j * 5) % len(MATRIX_BINARY)]
+                sources.append("{{ %s %s %s }}" % (a, op, b))
+            k += 1
+    cases = []
+    for src in sources:
+        ok, text, _ = render(src, copy.deepcopy(MATRIX_CONTEXT), DATE)
+        if "object at 0x" in text or "<generator" in text or "j)" in text:
+            continue
+        if src.startswith("{{ (1e20)|int") or ("[" in src and ":" in src and "{" in src[3:8]):
+            continue
+        cases.append([src, ok, text])
+    with open(os.path.join(DATA, "matrix.json"), "w", encoding="utf-8") as fh:
+        fh.write('{"context": %s,\n "cases": [\n' % json.dumps(MATRIX_CONTEXT, ensure_ascii=False))
+        fh.write(",\n".join("  " + json.dumps(c, ensure_ascii=False) for c in cases))
+        fh.write("\n]}\n")
+    print("wrote %d matrix cases" % len(cases))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -227,6 +277,7 @@ def main():
         sys.stdout.write(text)
         return 0
     build(a.models)
+    build_matrix()
     return 0
 
 

@@ -300,7 +300,7 @@ static struct tv do_slice(struct rctx *r, struct tv obj, struct tv *a, struct tv
     if (obj.t == TV_LIST) {
         size_t cnt = slice_indices((int64_t)obj.u.l->n, a, b, c, &start, &stp, r);
         struct tv out = tv_list(r, cnt);
-        out.flags = obj.flags;
+        out.flags = obj.flags & TVF_TUPLE;
         for (size_t i = 0; i < cnt; i++)
             tlist_push(r, out.u.l, obj.u.l->v[start + (int64_t)i * stp]);
         return out;
@@ -331,7 +331,9 @@ static struct tv do_slice(struct rctx *r, struct tv obj, struct tv *a, struct tv
         }
         return tv_str(out.p, out.n);
     }
-    tfail(r, CERR_FORMAT, "'%s' object is not subscriptable", tv_typename(obj));
+    if (obj.t == TV_DICT)
+        tfail(r, CERR_FORMAT, "unhashable type: 'slice'");
+    return undef_fmt(r, "'%s' object is not subscriptable%s", tv_typename(obj), "");
 }
 
 struct tlist *titer(struct rctx *r, struct tv v)
@@ -546,7 +548,7 @@ static struct tv repeat(struct rctx *r, struct tv seq, int64_t k)
     if (seq.u.l->n && (uint64_t)k > (r->mem_cap / sizeof(struct tv)) / seq.u.l->n)
         tfail(r, CERR_LIMIT, "list repetition too large");
     struct tv out = tv_list(r, seq.u.l->n * (size_t)k);
-    out.flags = seq.flags;
+    out.flags = seq.flags & TVF_TUPLE;
     for (int64_t i = 0; i < k; i++)
         for (size_t j = 0; j < seq.u.l->n; j++)
             tlist_push(r, out.u.l, seq.u.l->v[j]);
@@ -588,16 +590,44 @@ static struct tv str_format(struct rctx *r, struct tv fmt, struct tv argv)
         } else
             tfail(r, CERR_FORMAT, "unsupported format character '%c'", c);
     }
-    if (ai < args->n && argv.t == TV_LIST && (argv.flags & TVF_TUPLE))
+    int mapping_like = argv.t == TV_DICT || argv.t == TV_UNDEF ||
+                       (argv.t == TV_LIST && !(argv.flags & TVF_TUPLE));
+    if (ai < args->n && !(mapping_like && ai == 0))
         tfail(r, CERR_FORMAT, "not all arguments converted during string formatting");
     return tv_str(b.p, b.n);
+}
+
+/* CPython's float // and % (Objects/floatobject.c float_divmod). */
+static double py_fmod(double x, double y)
+{
+    double mod = fmod(x, y);
+    if (mod != 0.0) {
+        if ((y < 0) != (mod < 0))
+            mod += y;
+    } else {
+        mod = copysign(0.0, y);
+    }
+    return mod;
+}
+
+static double py_floordiv(double x, double y)
+{
+    double mod = fmod(x, y), div = (x - mod) / y;
+    if (mod != 0.0 && (y < 0) != (mod < 0))
+        div -= 1.0;
+    if (div == 0.0)
+        return copysign(0.0, x / y);
+    double fl = floor(div);
+    if (div - fl > 0.5)
+        fl += 1.0;
+    return fl;
 }
 
 static struct tv binop(struct rctx *r, const char *op, struct tv a, struct tv b)
 {
     if (a.t == TV_UNDEF)
         undef_fail(r, a);
-    if (b.t == TV_UNDEF)
+    if (b.t == TV_UNDEF && !(a.t == TV_STR && op[0] == '%'))
         undef_fail(r, b);
     int num = tv_is_num(a) && tv_is_num(b);
     int ints = num && a.t != TV_FLOAT && b.t != TV_FLOAT;
@@ -617,7 +647,7 @@ static struct tv binop(struct rctx *r, const char *op, struct tv a, struct tv b)
         }
         if (a.t == TV_LIST && b.t == TV_LIST && (a.flags & TVF_TUPLE) == (b.flags & TVF_TUPLE)) {
             struct tv out = tv_list(r, a.u.l->n + b.u.l->n);
-            out.flags = a.flags;
+            out.flags = a.flags & TVF_TUPLE;
             for (size_t i = 0; i < a.u.l->n; i++)
                 tlist_push(r, out.u.l, a.u.l->v[i]);
             for (size_t i = 0; i < b.u.l->n; i++)
@@ -652,7 +682,7 @@ static struct tv binop(struct rctx *r, const char *op, struct tv a, struct tv b)
                 q--;
             return tv_int(q);
         }
-        return tv_float(floor(tv_num(a) / tv_num(b)));
+        return tv_float(py_floordiv(tv_num(a), tv_num(b)));
     } else if (c == '%') {
         if (a.t == TV_STR)
             return str_format(r, a, b);
@@ -667,10 +697,7 @@ static struct tv binop(struct rctx *r, const char *op, struct tv a, struct tv b)
                     m += y;
                 return tv_int(m);
             }
-            double m = fmod(tv_num(a), tv_num(b));
-            if (m != 0 && ((m < 0) != (tv_num(b) < 0)))
-                m += tv_num(b);
-            return tv_float(m);
+            return tv_float(py_fmod(tv_num(a), tv_num(b)));
         }
     } else if (c == '*' && num) {
         if (ints && y >= 0) {
@@ -685,7 +712,14 @@ static struct tv binop(struct rctx *r, const char *op, struct tv a, struct tv b)
             }
             return tv_int(res);
         }
-        return tv_float(pow(tv_num(a), tv_num(b)));
+        if (tv_num(a) == 0.0 && tv_num(b) < 0)
+            tfail(r, CERR_FORMAT, "0.0 cannot be raised to a negative power");
+        if (tv_num(a) < 0 && tv_num(b) != floor(tv_num(b)))
+            tfail(r, CERR_UNSUPPORTED, "complex results are not supported");
+        double pw = pow(tv_num(a), tv_num(b));
+        if (isinf(pw) && !isinf(tv_num(a)) && !isinf(tv_num(b)))
+            tfail(r, CERR_FORMAT, "(34, 'Numerical result out of range')");
+        return tv_float(pw);
     }
     tfail(r, CERR_FORMAT, "unsupported operand type(s) for %s: '%s' and '%s'", op, tv_typename(a),
           tv_typename(b));
@@ -708,6 +742,8 @@ static int contains(struct rctx *r, struct tv container, struct tv item)
         return 0;
     case TV_DICT:
     case TV_NS:
+        if ((item.t == TV_LIST && !(item.flags & TVF_TUPLE)) || item.t == TV_DICT)
+            tfail(r, CERR_FORMAT, "unhashable type: '%s'", tv_typename(item));
         return tdict_get(container.u.d, item) != NULL;
     case TV_UNDEF:
         return 0;

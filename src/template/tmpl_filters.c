@@ -305,6 +305,8 @@ static struct tv items_of(struct rctx *r, struct tv d)
 static struct tv select_like(struct rctx *r, struct tv in, struct tv *args, int nargs,
                              int use_attr, int keep)
 {
+    if (!tv_truthy(in)) /* jinja2: `if value: for item in value` */
+        return tv_list(r, 0);
     struct tlist *l = titer(r, in);
     struct tv out = tv_list(r, l->n);
     int ti = use_attr ? 1 : 0;
@@ -328,6 +330,8 @@ static struct tv select_like(struct rctx *r, struct tv in, struct tv *args, int 
 static struct tv do_map(struct rctx *r, struct tv in, struct tv *args, int nargs, const char **kwn,
                         struct tv *kwv, int nkw)
 {
+    if (!tv_truthy(in))
+        return tv_list(r, 0);
     struct tlist *l = titer(r, in);
     struct tv out = tv_list(r, l->n);
     struct tv *attr = targ(NULL, 0, kwn, kwv, nkw, -1, "attribute");
@@ -385,6 +389,8 @@ static struct tv do_unique(struct rctx *r, struct tv in, int cs, struct tv *attr
     struct tv out = tv_list(r, l->n), seen = tv_list(r, l->n);
     for (size_t i = 0; i < l->n; i++) {
         struct tv k = lower_if(r, attr ? attr_path(r, l->v[i], *attr) : l->v[i], cs);
+        if ((k.t == TV_LIST && !(k.flags & TVF_TUPLE)) || k.t == TV_DICT)
+            tfail(r, CERR_FORMAT, "unhashable type: '%s'", tv_typename(k));
         int dup = 0;
         for (size_t j = 0; j < seen.u.l->n && !dup; j++)
             dup = tv_eq(seen.u.l->v[j], k);
@@ -581,6 +587,12 @@ struct tv tfilter_apply(struct rctx *r, const char *name, struct tv in, struct t
         return select_like(r, in, args, nargs, 1, name[0] == 's');
     if (!strcmp(name, "join"))
         return do_join(r, in, A(0, "d"), A(1, "attribute"));
+    if (in.t == TV_UNDEF && (!strcmp(name, "int") || !strcmp(name, "float") ||
+                             !strcmp(name, "dictsort") || !strcmp(name, "indent") ||
+                             !strcmp(name, "round") || !strcmp(name, "abs")))
+        tfail(r, CERR_FORMAT, "%s", in.u.s.p && in.u.s.n ? in.u.s.p : "undefined value");
+    if (!strcmp(name, "indent") && in.t != TV_STR)
+        tfail(r, CERR_FORMAT, "indent needs a string, got '%s'", tv_typename(in));
     if (!strcmp(name, "int")) {
         struct tv *b = A(1, "base");
         if (b && arg_int(r, b, 10) != 10)
@@ -808,8 +820,8 @@ int ttest_apply(struct rctx *r, const char *name, struct tv v, struct tv *args, 
         return v.t == TV_LIST || v.t == TV_DICT || v.t == TV_STR || v.t == TV_UNDEF;
     if (!strcmp(name, "sequence"))
         return v.t == TV_LIST || v.t == TV_DICT || v.t == TV_STR || v.t == TV_UNDEF;
-    if (!strcmp(name, "callable"))
-        return v.t == TV_MACRO || v.t == TV_FUNC;
+    if (!strcmp(name, "callable")) /* jinja2's Undefined defines __call__ */
+        return v.t == TV_MACRO || v.t == TV_FUNC || v.t == TV_UNDEF;
     if (!strcmp(name, "escaped"))
         return 0;
     if (!strcmp(name, "filter") || !strcmp(name, "test")) {
@@ -841,6 +853,12 @@ int ttest_apply(struct rctx *r, const char *name, struct tv v, struct tv *args, 
             if (tv_eq(l->v[i], v))
                 return 1;
         return 0;
+    }
+    if ((!strcmp(name, "odd") || !strcmp(name, "even")) && v.t == TV_FLOAT) {
+        double m = fmod(v.u.f, 2.0);
+        if (m < 0)
+            m += 2.0;
+        return name[0] == 'o' ? m == 1.0 : m == 0.0;
     }
     if (!strcmp(name, "odd") || !strcmp(name, "even") || !strcmp(name, "divisibleby")) {
         if (v.t != TV_INT && v.t != TV_BOOL)

@@ -38,6 +38,9 @@ enum tv_type {
 };
 
 #define TVF_TUPLE 1
+#define TVF_KEYS 2   /* dict.keys() view: prints as dict_keys([...]) */
+#define TVF_VALUES 4
+#define TVF_ITEMS 8
 
 struct tlist;
 struct tdict;

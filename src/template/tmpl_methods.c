@@ -461,12 +461,16 @@ struct tv tmethod_call(struct rctx *r, struct tv self, const char *name, struct 
                 return *v;
             return nargs > 1 ? args[1] : tv_none();
         }
-        if (!strcmp(name, "items"))
-            return tfilter_apply(r, "items", self, NULL, 0, NULL, NULL, 0);
+        if (!strcmp(name, "items")) {
+            struct tv it = tfilter_apply(r, "items", self, NULL, 0, NULL, NULL, 0);
+            it.flags |= TVF_ITEMS;
+            return it;
+        }
         if (!strcmp(name, "keys") || !strcmp(name, "values")) {
             struct tv out = tv_list(r, self.u.d->n);
             for (size_t i = 0; i < self.u.d->n; i++)
                 tlist_push(r, out.u.l, name[0] == 'k' ? self.u.d->k[i] : self.u.d->v[i]);
+            out.flags = name[0] == 'k' ? TVF_KEYS : TVF_VALUES;
             return out;
         }
     }

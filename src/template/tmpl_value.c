@@ -249,7 +249,7 @@ int tv_cmp(struct rctx *r, struct tv a, struct tv b)
             return c;
         return (a.u.s.n > b.u.s.n) - (a.u.s.n < b.u.s.n);
     }
-    if (a.t == TV_LIST && b.t == TV_LIST) {
+    if (a.t == TV_LIST && b.t == TV_LIST && (a.flags & TVF_TUPLE) == (b.flags & TVF_TUPLE)) {
         for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++) {
             if (!tv_eq(a.u.l->v[i], b.u.l->v[i]))
                 return tv_cmp(r, a.u.l->v[i], b.u.l->v[i]);
@@ -510,6 +510,9 @@ void tv_repr_into(struct rctx *r, struct tbuf *b, struct tv v)
         break;
     case TV_LIST: {
         int tup = v.flags & TVF_TUPLE;
+        const char *view = (v.flags & TVF_KEYS) ? "dict_keys(" : (v.flags & TVF_VALUES) ? "dict_values(" : (v.flags & TVF_ITEMS) ? "dict_items(" : NULL;
+        if (view)
+            tbuf_puts(r, b, view);
         tbuf_putc(r, b, tup ? '(' : '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i)
@@ -519,6 +522,8 @@ void tv_repr_into(struct rctx *r, struct tbuf *b, struct tv v)
         if (tup && v.u.l->n == 1)
             tbuf_putc(r, b, ',');
         tbuf_putc(r, b, tup ? ')' : ']');
+        if (view)
+            tbuf_putc(r, b, ')');
         break;
     }
     case TV_DICT:

@@ -184,8 +184,48 @@ static void test_repo_conversations(void)
     json_decref(root);
 }
 
+/* tests/data/template/matrix.json: every value through every filter/test/method and the
+ * binary operators, as [source, ok, text] against one shared context. */
+static void test_matrix(void)
+{
+    json_error_t je;
+    json_t *root = json_load_file(repo_path("tests/data/template/matrix.json"), 0, &je);
+    CHECK_MSG(root != NULL, "cannot load matrix.json: %s", je.text);
+    if (!root)
+        return;
+    json_t *ctx = json_object_get(root, "context");
+    size_t i;
+    json_t *c;
+    int total = 0, passed = 0;
+    json_array_foreach(json_object_get(root, "cases"), i, c) {
+        const char *src = json_string_value(json_array_get(c, 0));
+        int ok = json_is_true(json_array_get(c, 1));
+        const char *want = json_string_value(json_array_get(c, 2));
+        struct tmpl *t = NULL;
+        struct cerr e = {0};
+        char *out = NULL;
+        size_t len = 0;
+        int rc = tmpl_parse(&t, src, strlen(src), &e);
+        if (!rc)
+            rc = tmpl_render(t, ctx, NULL, &out, &len, &e);
+        int pass = ok ? (rc == 0 && len == strlen(want) && memcmp(out, want, len) == 0) : rc != 0;
+        if (!pass)
+            fprintf(stderr, "  MATRIX %s: want %s '%s', got %s '%s'\n", src, ok ? "ok" : "error", want,
+                    rc ? "error" : "ok", rc ? e.msg : out);
+        total++;
+        passed += pass;
+        free(out);
+        tmpl_free(t);
+    }
+    fprintf(stderr, "operator/filter matrix: %d/%d passed\n", passed, total);
+    CHECK(total > 1000);
+    CHECK_EQ_INT(passed, total);
+    json_decref(root);
+}
+
 int main(void)
 {
+    RUN(test_matrix);
     RUN(test_fixture_renders);
     RUN(test_repo_conversations);
     return harness_done();
