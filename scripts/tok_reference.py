@@ -15,7 +15,14 @@ special strings, so only plain/decoded are given); transformers' GGUF loader
 With --sample DIR it also writes DIR/<name>.sample.json.gz: the same for a small fixed
 subset of chunks (the committed files the C test always checks).
 
+With --make-synth DIR it first trains small tokenizers (600-token BPE on the corpus) whose
+pipelines exercise the components the real tokenizers above do not use (NFKC, Lowercase,
+Strip, regex Replace, Metaspace, Digits, Punctuation, Whitespace, WhitespaceSplit, Strip
+and Metaspace decoders, TemplateProcessing with EOS, added tokens with lstrip / rstrip /
+single_word / normalized) and writes DIR/synth-*.tokenizer.json; they join SPECS as "repo:".
+
 usage: tok_reference.py --corpus C.jsonl --out DIR [--sample DIR] [--only name,name]
+                        [--make-synth tests/data/tokenizer]
 env: CINFER_FIXTURES (default ../shared/fixtures), CINFER_MODELS (default <repo>/models)
 """
 import argparse
@@ -49,7 +56,66 @@ N_EDGE = 18
 
 def resolve(p):
     kind, rel = p.split(":", 1)
-    return os.path.join(FIX if kind == "fixtures" else MODELS, rel)
+    return os.path.join({"fixtures": FIX, "models": MODELS, "repo": REPO}[kind], rel)
+
+
+def make_synth(chunks, outdir):
+    """Trains small BPE tokenizers with unusual pipelines; returns their SPECS entries."""
+    from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
+                            pre_tokenizers, processors, trainers)
+    os.makedirs(outdir, exist_ok=True)
+    specials = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+    train = chunks[::3]
+    out = []
+
+    def finish(tk, name, added):
+        tr = trainers.BpeTrainer(vocab_size=600, special_tokens=specials, show_progress=False,
+                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+                                 if name.endswith("bytelevel") else [])
+        tk.train_from_iterator(train, trainer=tr)
+        tk.add_tokens(added)
+        path = os.path.join(outdir, name + ".tokenizer.json")
+        tk.save(path)
+        out.append((name, "repo:" + os.path.relpath(path, REPO), "json"))
+
+    # 1. byte-level BPE behind NFKC + Lowercase + regex Replace + Strip, BOS/EOS template
+    tk = Tokenizer(models.BPE())
+    tk.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase(),
+                                          normalizers.Replace(Regex(r"[0-9]{4,}"), "#"),
+                                          normalizers.Strip(left=True, right=True)])
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)
+    tk.decoder = decoders.ByteLevel()
+    tk.post_processor = processors.TemplateProcessing(single="<s> $A </s>",
+                                                      special_tokens=[("<s>", 1), ("</s>", 2)])
+    finish(tk, "synth-nfkc-bytelevel", [AddedToken("<tool>", single_word=True),
+                                        AddedToken(" [[x]] ", lstrip=True, rstrip=True, normalized=False)])
+    # 2. SentencePiece-like: Metaspace (first, split) + byte fallback + Metaspace decoder
+    tk = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tk.normalizer = normalizers.NFC()
+    tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)
+    tk.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace(prepend_scheme="first")])
+    tk.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    finish(tk, "synth-metaspace", [AddedToken("hello world", normalized=True),
+                                   AddedToken("<sep>", lstrip=True)])
+    # 3. Digits + Punctuation + WhitespaceSplit, unk, Replace/Strip/Fuse decoders
+    tk = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=False))
+    tk.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.Replace("\t", " "),
+                                          normalizers.Prepend("_")])
+    tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                pre_tokenizers.Digits(individual_digits=True),
+                                                pre_tokenizers.Punctuation(behavior="isolated")])
+    tk.decoder = decoders.Sequence([decoders.Replace("_", " "), decoders.Fuse(),
+                                    decoders.Strip(" ", 1, 0)])
+    finish(tk, "synth-digits-punct", [])
+    # 4. Whitespace pre-tokenizer + Split(MergedWithNext/Contiguous) + no decoder
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"[,;]"), behavior="merged_with_next"),
+        pre_tokenizers.Split(" ", behavior="merged_with_previous"),
+        pre_tokenizers.Split(Regex(r"\p{N}"), behavior="contiguous"),
+        pre_tokenizers.Whitespace()])
+    finish(tk, "synth-split", [AddedToken("<x>", special=False)])
+    return out
 
 
 def cleanup(s):
@@ -106,12 +172,23 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--sample")
     ap.add_argument("--only")
+    ap.add_argument("--make-synth")
     a = ap.parse_args()
     chunks = [json.loads(l) for l in open(a.corpus, encoding="utf-8")]
+    specs = list(SPECS)
+    if a.make_synth:
+        specs += make_synth(chunks, a.make_synth)
+    else:
+        synth_dir = os.path.join(REPO, "tests", "data", "tokenizer")
+        if os.path.isdir(synth_dir):
+            for fn in sorted(os.listdir(synth_dir)):
+                if fn.endswith(".tokenizer.json"):
+                    specs.append((fn[:-len(".tokenizer.json")],
+                                  "repo:tests/data/tokenizer/" + fn, "json"))
     os.makedirs(a.out, exist_ok=True)
     only = set(a.only.split(",")) if a.only else None
     done = 0
-    for name, p, kind in SPECS:
+    for name, p, kind in specs:
         if only and name not in only:
             continue
         path = resolve(p)

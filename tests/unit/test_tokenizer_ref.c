@@ -56,6 +56,8 @@ static const char *resolve(const char *p)
     static char buf[1024];
     if (strncmp(p, "fixtures:", 9) == 0)
         return fixture_path(p + 9);
+    if (strncmp(p, "repo:", 5) == 0)
+        return repo_path(p + 5);
     if (strncmp(p, "models:", 7) == 0) {
         const char *m = getenv("CINFER_MODELS");
         if (m)
