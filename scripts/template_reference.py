@@ -16,7 +16,9 @@ Usage:
       regenerate tests/data/template/expected.json from the fixture templates, the
       templates embedded in the real GGUF models (extracted to tests/data/template/gguf/
       with the python `gguf` package when DIR has them), the conversations in
-      tests/data/template/conversations/ and the snippets in tests/data/template/snippets.json.
+      tests/data/template/conversations/ and the snippets in tests/data/template/snippets.json;
+      plus matrix.json (values x filters/tests/methods/operators) and whitespace.json (800
+      random templates mixing text, whitespace, raw and every whitespace-control marker).
 Needs: pip install jinja2 (>= 3.1), and gguf for the GGUF extraction.
 """
 import argparse
@@ -233,6 +235,57 @@ MATRIX_CONTEXT = {"m": [{"role": "user", "content": "hi"}, {"role": "assistant",
                   "d": {"z": 1, "a": [1, {"b": None}]}, "s": "Gr\u00fc\u00dfe\tworld\n"}
 
 
+def random_ws_template(rnd, depth=0):
+    """A random mix of text, whitespace and tags with every whitespace-control marker."""
+    ws = ["\n", "  ", "\t", " \n ", "\n\n", "", "x", "ab\n  cd", " \t\n", "\r\n", "  \n"]
+
+    def tag(kind):
+        return rnd.choice(["{%", "{%-", "{%+"]) + " " + kind + " " + rnd.choice(["%}", "-%}", "+%}"])
+
+    out = []
+    for _ in range(rnd.randint(1, 5)):
+        p = rnd.random()
+        out.append(rnd.choice(ws))
+        if p < 0.25 and depth < 3:
+            k = rnd.choice(["if true", "if false", "for i in [1,2]", "for i in []"])
+            out.append(tag(k))
+            out.append(random_ws_template(rnd, depth + 1))
+            if rnd.random() < 0.3:
+                out.append(tag("else"))
+                out.append(random_ws_template(rnd, depth + 1))
+            out.append(tag("endif" if k.startswith("if") else "endfor"))
+        elif p < 0.45:
+            out.append(rnd.choice(["{{", "{{-"]) + " " + rnd.choice(["'v'", "1", "x", "none", "'a\\nb'"]) +
+                       " " + rnd.choice(["}}", "-}}"]))
+        elif p < 0.55:
+            out.append(rnd.choice(["{#", "{#-"]) + " c " + rnd.choice(["#}", "-#}"]))
+        elif p < 0.65 and depth < 3:
+            out.append(tag("set y = 3"))
+        elif p < 0.7:
+            out.append(tag("raw") + rnd.choice(ws) + "{{ raw }}" + rnd.choice(ws) + tag("endraw"))
+        out.append(rnd.choice(ws))
+    return "".join(out)
+
+
+def write_cases(name, context, cases):
+    with open(os.path.join(DATA, name), "w", encoding="utf-8") as fh:
+        fh.write('{"context": %s,\n "cases": [\n' % json.dumps(context, ensure_ascii=False))
+        fh.write(",\n".join("  " + json.dumps(c, ensure_ascii=False) for c in cases))
+        fh.write("\n]}\n")
+    print("wrote %d cases to %s" % (len(cases), name))
+
+
+def build_whitespace():
+    import random  # noqa: PLC0415
+    rnd = random.Random(7)
+    cases = []
+    for _ in range(800):
+        src = random_ws_template(rnd)
+        ok, text, _ = render(src, {"x": "X"}, DATE)
+        cases.append([src, ok, text])
+    write_cases("whitespace.json", {"x": "X"}, cases)
+
+
 def build_matrix():
     import copy  # noqa: PLC0415
     sources = ["{{ (%s)%s }}" % (v, u) for v in MATRIX_VALUES for u in MATRIX_UNARY]
@@ -251,11 +304,7 @@ def build_matrix():
         if src.startswith("{{ (1e20)|int") or ("[" in src and ":" in src and "{" in src[3:8]):
             continue
         cases.append([src, ok, text])
-    with open(os.path.join(DATA, "matrix.json"), "w", encoding="utf-8") as fh:
-        fh.write('{"context": %s,\n "cases": [\n' % json.dumps(MATRIX_CONTEXT, ensure_ascii=False))
-        fh.write(",\n".join("  " + json.dumps(c, ensure_ascii=False) for c in cases))
-        fh.write("\n]}\n")
-    print("wrote %d matrix cases" % len(cases))
+    write_cases("matrix.json", MATRIX_CONTEXT, cases)
 
 
 def main():
@@ -278,6 +327,7 @@ def main():
         return 0
     build(a.models)
     build_matrix()
+    build_whitespace()
     return 0
 
 

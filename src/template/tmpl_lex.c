@@ -344,24 +344,32 @@ static size_t find_tag(const char *s, size_t n, size_t pos)
     return n;
 }
 
-/* "{% raw %}" at i (already known to be a block start)? Sets *after past the tag. */
-static int is_raw_tag(const char *s, size_t n, size_t i, const char *word, size_t *after)
+/* jinja2's raw markers at i (a "{%"): begin = {%[-+]? raw (-%}\s* | %}), no trim_blocks;
+ * end = {%[-+]? endraw (+%} | -%}\s* | %}\n?). Returns 1 and *after on a match. */
+static int raw_tag_at(const char *s, size_t n, size_t i, int end, size_t *after)
 {
     size_t j = i + 2;
     if (j < n && (s[j] == '-' || s[j] == '+'))
         j++;
     j = skip_ws(s, n, j);
+    const char *word = end ? "endraw" : "raw";
     size_t wl = strlen(word);
     if (j + wl > n || memcmp(s + j, word, wl) != 0)
         return 0;
     j = skip_ws(s, n, j + wl);
+    if (end && j + 3 <= n && s[j] == '+' && s[j + 1] == '%' && s[j + 2] == '}') {
+        *after = j + 3;
+        return 1;
+    }
     if (j + 3 <= n && s[j] == '-' && s[j + 1] == '%' && s[j + 2] == '}') {
         *after = skip_ws(s, n, j + 3);
         return 1;
     }
     if (j + 2 <= n && s[j] == '%' && s[j + 1] == '}') {
         *after = j + 2;
-        return 2;
+        if (end && *after < n && s[*after] == '\n')
+            (*after)++;
+        return 1;
     }
     return 0;
 }
@@ -430,29 +438,23 @@ static int lex_main(struct lexer *L)
                 L->pos++;
                 L->line++;
             }
-        } else if (kind == '%' && is_raw_tag(s, n, tag, "raw", &after)) {
-            /* verbatim until {% endraw %} */
+        } else if (kind == '%' && raw_tag_at(s, n, tag, 0, &after)) {
+            /* verbatim until the first {% endraw %} */
             size_t j = after, end_after = 0, end = n;
             for (size_t k = find_tag(s, n, j); k < n; k = find_tag(s, n, k + 1)) {
-                if (s[k + 1] == '%' && is_raw_tag(s, n, k, "endraw", &end_after)) {
+                if (s[k + 1] == '%' && raw_tag_at(s, n, k, 1, &end_after)) {
                     end = k;
                     break;
                 }
             }
             if (end == n)
-                return cerr_set(L->e, CERR_FORMAT, "line %d: missing endraw", L->line);
-            size_t dl2 = end - j;
-            if (s[end + 2] == '-')
-                dl2 = rstrip_len(s + j, dl2);
-            rc = emit_data(L, s + j, dl2);
+                return cerr_set(L->e, CERR_FORMAT, "line %d: missing end of raw directive", L->line);
+            int ls = j == 0 || s[j - 1] == '\n';
+            rc = emit_data(L, s + j, data_len_before_tag(s, j, end, ls));
             if (rc)
                 return rc;
             L->line += count_lines(s + tag, end_after - tag);
             L->pos = end_after;
-            if (L->pos < n && s[L->pos] == '\n' && s[L->pos - 1] == '}') {
-                L->pos++;
-                L->line++;
-            }
         } else {
             struct token tk = {.type = kind == '{' ? TK_VAR_BEGIN : TK_BLOCK_BEGIN, .line = L->line};
             rc = push(L, tk);

@@ -184,13 +184,14 @@ static void test_repo_conversations(void)
     json_decref(root);
 }
 
-/* tests/data/template/matrix.json: every value through every filter/test/method and the
- * binary operators, as [source, ok, text] against one shared context. */
-static void test_matrix(void)
+/* [source, ok, text] cases against one shared context: matrix.json (every value through
+ * every filter/test/method and the binary operators) and whitespace.json (random
+ * templates with every whitespace-control marker, raw blocks, comments). */
+static void run_case_file(const char *rel, int min_cases)
 {
     json_error_t je;
-    json_t *root = json_load_file(repo_path("tests/data/template/matrix.json"), 0, &je);
-    CHECK_MSG(root != NULL, "cannot load matrix.json: %s", je.text);
+    json_t *root = json_load_file(repo_path(rel), 0, &je);
+    CHECK_MSG(root != NULL, "cannot load %s: %s", rel, je.text);
     if (!root)
         return;
     json_t *ctx = json_object_get(root, "context");
@@ -210,22 +211,33 @@ static void test_matrix(void)
             rc = tmpl_render(t, ctx, NULL, &out, &len, &e);
         int pass = ok ? (rc == 0 && len == strlen(want) && memcmp(out, want, len) == 0) : rc != 0;
         if (!pass)
-            fprintf(stderr, "  MATRIX %s: want %s '%s', got %s '%s'\n", src, ok ? "ok" : "error", want,
+            fprintf(stderr, "  CASE %s: want %s '%s', got %s '%s'\n", src, ok ? "ok" : "error", want,
                     rc ? "error" : "ok", rc ? e.msg : out);
         total++;
         passed += pass;
         free(out);
         tmpl_free(t);
     }
-    fprintf(stderr, "operator/filter matrix: %d/%d passed\n", passed, total);
-    CHECK(total > 1000);
+    fprintf(stderr, "%s: %d/%d passed\n", rel, passed, total);
+    CHECK(total >= min_cases);
     CHECK_EQ_INT(passed, total);
     json_decref(root);
+}
+
+static void test_matrix(void)
+{
+    run_case_file("tests/data/template/matrix.json", 5000);
+}
+
+static void test_whitespace(void)
+{
+    run_case_file("tests/data/template/whitespace.json", 800);
 }
 
 int main(void)
 {
     RUN(test_matrix);
+    RUN(test_whitespace);
     RUN(test_fixture_renders);
     RUN(test_repo_conversations);
     return harness_done();
