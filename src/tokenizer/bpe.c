@@ -121,9 +121,14 @@ static long initial_symbols(const struct tok *t, struct tok_scratch *sc, const c
                 continue;
             }
         } else {
-            int cl = tok_utf8_len(u + i, n - i);
-            l = cl ? (size_t)cl : 1;
-            id = tok_map_get(&t->vocab, w + i, (uint32_t)l);
+            if (u[i] < 0x80) {
+                l = 1;
+                id = t->ascii_id[u[i]];
+            } else {
+                int cl = tok_utf8_len(u + i, n - i);
+                l = cl ? (size_t)cl : 1;
+                id = tok_map_get(&t->vocab, w + i, (uint32_t)l);
+            }
             if (id >= 0) {
                 s[k++].id = id;
                 prev_unk = 0;

@@ -236,25 +236,32 @@ static int rewrite(const struct tok_pre *op, const struct tok_buf *buf, struct t
     return 0;
 }
 
-/* TP_SPM: cut before each U+2581 that follows a non-U+2581 character. */
-static int spm_split(const char *buf, const struct tok_spans *in, struct tok_spans *out)
+/* TP_SPM: cut before each U+2581 that follows a character no piece joins to U+2581. */
+static int spm_split(const struct tok *t, const char *buf, const struct tok_spans *in,
+                     struct tok_spans *out)
 {
     out->n = 0;
     for (size_t i = 0; i < in->n; i++) {
         const struct tok_span *sp = &in->v[i];
-        const char *s = buf + sp->off;
+        const uint8_t *s = (const uint8_t *)buf + sp->off;
         size_t start = 0;
-        int prev_meta = 1;
+        uint32_t prev = 0x2581;
         for (size_t k = 0; k < sp->len;) {
-            int meta = k + 3 <= sp->len && (uint8_t)s[k] == 0xE2 && (uint8_t)s[k + 1] == 0x96 &&
-                       (uint8_t)s[k + 2] == 0x81;
-            if (meta && !prev_meta && k > start) {
-                if (tok_spans_push(out, sp->off + start, k - start, sp->orig + start))
-                    return -1;
-                start = k;
+            int l = tok_utf8_len(s + k, sp->len - k);
+            uint32_t cp = l ? tok_utf8_cp(s + k, l) : 0xFFFD;
+            if (cp == 0x2581 && prev != 0x2581 && k > start) {
+                int cut = 1;
+                for (int q = 0; q < t->n_spm_nocut; q++)
+                    if (t->spm_nocut[q] == prev)
+                        cut = 0;
+                if (cut) {
+                    if (tok_spans_push(out, sp->off + start, k - start, sp->orig + start))
+                        return -1;
+                    start = k;
+                }
             }
-            prev_meta = meta;
-            k += meta ? 3 : 1;
+            prev = cp;
+            k += l ? (size_t)l : 1;
         }
         if (sp->len > start && tok_spans_push(out, sp->off + start, sp->len - start,
                                               sp->orig + start))
@@ -306,7 +313,7 @@ int tok_pretokenize(const struct tok *t, struct tok_scratch *sc, struct tok_buf 
             break;
         }
         case TP_SPM:
-            if (spm_split(buf->p, cur, nxt))
+            if (spm_split(t, buf->p, cur, nxt))
                 return cerr_set(e, CERR_NOMEM, "out of memory");
             break;
         default:

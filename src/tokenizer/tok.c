@@ -224,6 +224,10 @@ int tok_finish(struct tok *t, struct cerr *e)
                 t->attr[t->byte_id[b]] |= TOKA_BYTE;
         }
     }
+    for (int c = 0; c < 128; c++) {
+        char ch = (char)c;
+        t->ascii_id[c] = tok_map_get(&t->vocab, &ch, 1);
+    }
     return tok_added_index(t, e);
 }
 
@@ -351,15 +355,33 @@ int tok_merges_from_scores(struct tok *t, const float *score, int hf_order, stru
 
 void tok_maybe_spm_split(struct tok *t)
 {
+    /* A cut before a U+2581 run is exact unless some piece holds "X" + U+2581 with X the
+     * character before the cut: such characters are collected and never cut after. */
+    t->n_spm_nocut = 0;
     for (int32_t id = 0; id < t->n_vocab; id++) {
         const uint8_t *p = (const uint8_t *)t->mtext[id];
         if (!p || !(t->attr[id] & TOKA_NORMAL) || (t->attr[id] & (TOKA_USER | TOKA_CONTROL)))
             continue;
         uint32_t pl = t->mtext_len[id];
-        for (uint32_t k = 1; k + 3 <= pl; k++)
-            if (p[k] == 0xE2 && p[k + 1] == 0x96 && p[k + 2] == 0x81 &&
-                !(k >= 3 && p[k - 3] == 0xE2 && p[k - 2] == 0x96 && p[k - 1] == 0x81))
-                return;
+        for (uint32_t k = 1; k + 3 <= pl; k++) {
+            if (!(p[k] == 0xE2 && p[k + 1] == 0x96 && p[k + 2] == 0x81))
+                continue;
+            uint32_t s = k - 1;
+            while (s > 0 && (p[s] & 0xC0) == 0x80)
+                s--;
+            int l = tok_utf8_len(p + s, k - s);
+            uint32_t cp = l ? tok_utf8_cp(p + s, l) : 0xFFFFFFFFu;
+            if (cp == 0x2581)
+                continue;
+            int seen = 0;
+            for (int i = 0; i < t->n_spm_nocut; i++)
+                seen |= t->spm_nocut[i] == cp;
+            if (seen)
+                continue;
+            if (cp == 0xFFFFFFFFu || t->n_spm_nocut == 32)
+                return; /* too irregular: no cutting at all */
+            t->spm_nocut[t->n_spm_nocut++] = cp;
+        }
     }
     struct tok_pre *op = tok_push_pre(t);
     if (op)

@@ -135,8 +135,11 @@ struct tok {
     struct tok_map pieces;    /* raw piece -> id, everything (tok_find) */
     struct tok_pairmap merges;
     int32_t byte_id[256];     /* byte-level: byte -> id; fallback: <0xXX> -> id; -1 none */
+    int32_t ascii_id[128];    /* non-byte-level: vocab id of the one-char piece, or -1 */
     int byte_level, byte_fallback, ignore_merges, fuse_unk, spm_dummy_first_only;
     int32_t unk_id;
+    uint32_t spm_nocut[32];   /* TP_SPM: chars some piece has right before U+2581 */
+    int n_spm_nocut;
 
     struct tok_added *added;
     int n_added;
