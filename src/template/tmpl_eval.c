@@ -155,6 +155,8 @@ static struct tv loop_attr(struct rctx *r, struct tv obj, const char *name)
         return i + 1 < len ? lp->items->v[i + 1] : undef_fmt(r, "there is no next item%s%s", "", "");
     if (!strcmp(name, "cycle"))
         return bound(r, obj, "cycle");
+    if (!strcmp(name, "changed"))
+        return bound(r, obj, "changed");
     return undef_fmt(r, "'LoopContext object' has no attribute '%s'%s", name, "");
 }
 
@@ -437,6 +439,17 @@ struct tv tcall_value(struct rctx *r, struct tv fn, struct tv *args, int nargs, 
     case TV_FUNC:
         if (fn.u.fn->self.t == TV_UNDEF)
             return tglobal_call(r, fn.u.fn->name, args, nargs, kwn, kwv, nkw);
+        if (fn.u.fn->self.t == TV_LOOP && !strcmp(fn.u.fn->name, "changed")) {
+            struct tloop *lp = fn.u.fn->self.u.lp;
+            struct tv cur = tv_list(r, (size_t)nargs);
+            cur.flags = TVF_TUPLE;
+            for (int i = 0; i < nargs; i++)
+                tlist_push(r, cur.u.l, args[i]);
+            int changed = !lp->has_last || !tv_eq(lp->last_seen, cur);
+            lp->has_last = 1;
+            lp->last_seen = cur;
+            return tv_bool(changed);
+        }
         if (fn.u.fn->self.t == TV_LOOP) {
             const struct tloop *lp = fn.u.fn->self.u.lp;
             if (nargs == 0)
@@ -940,6 +953,7 @@ static void exec_for(struct rctx *r, struct scope *s, const struct tnode *n)
      * recycled unless a macro defined in the body closed over it: a long loop then
      * allocates nothing per iteration. */
     struct tloop *lp = ralloc(r, sizeof *lp);
+    memset(lp, 0, sizeof *lp);
     lp->items = items;
     lp->depth = 1; /* loop.depth counts recursive-loop levels only; plain loops are 1 */
     struct tv lv = {.t = TV_LOOP};

@@ -168,6 +168,8 @@ struct tloop {
     const struct tlist *items;
     size_t i;
     int depth;
+    int has_last;        /* loop.changed(): a value was seen */
+    struct tv last_seen; /* loop.changed(): the arguments of the last call, as a tuple */
 };
 
 struct rctx {
