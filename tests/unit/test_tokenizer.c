@@ -6,6 +6,7 @@
  * fixtures' SOURCES.md); nothing here is hard-coded beyond a few spot checks.
  */
 #include <jansson.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "harness.h"
@@ -249,8 +250,194 @@ static void test_gguf_vocabs(void)
     }
 }
 
+/* Invalid UTF-8 is repaired exactly like Python's bytes.decode("utf-8", "replace") before
+ * tokenizing (that string is what a Python caller hands the reference): each maximal
+ * invalid subpart becomes one U+FFFD. The repaired strings below are Python's outputs. */
+static void test_invalid_utf8(void)
+{
+    static const struct {
+        const char *raw, *py;
+    } v[] = {
+        {"a\xe4\xb8" "b", "a\xef\xbf\xbd" "b"},
+        {"\xf0\x9f\x98", "\xef\xbf\xbd"},
+        {"\xed\xa0\x80x", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx"},
+        {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xe0\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xff\xfe", "\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xe4\xb8\xe4\xb8\xad", "\xef\xbf\xbd\xe4\xb8\xad"},
+    };
+    const char *paths[] = {"qwen3-tokenizer/tokenizer.json.gz", "llama2-tokenizer/tokenizer.model",
+                           "stories260K/stories260K.gguf"};
+    for (size_t k = 0; k < 3; k++) {
+        struct tok *t = load(fixture_path(paths[k]));
+        if (!t)
+            continue;
+        for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+            int32_t *a = NULL, *b = NULL;
+            int na = 0, nb = 0;
+            struct cerr e;
+            CHECK(tok_encode(t, v[i].raw, strlen(v[i].raw), 0, &a, &na, &e) == 0);
+            CHECK(tok_encode(t, v[i].py, strlen(v[i].py), 0, &b, &nb, &e) == 0);
+            CHECK_MSG(na == nb && a && b && memcmp(a, b, sizeof(int32_t) * (size_t)na) == 0,
+                      "%s case %zu", paths[k], i);
+            free(a);
+            free(b);
+        }
+        tok_free(t);
+    }
+}
+
+static void test_api_edges(void)
+{
+    struct tok *t = load(fixture_path("qwen3-tokenizer/tokenizer.json.gz"));
+    if (!t)
+        return;
+    struct cerr e = {0};
+    int32_t *ids = NULL;
+    int n = -1;
+    CHECK(tok_encode(t, "", 0, TOK_ADD_SPECIAL, &ids, &n, &e) == 0);
+    CHECK_EQ_INT(n, 0);
+    free(ids);
+    CHECK(tok_encode(t, "a\0b", 3, 0, &ids, &n, &e) == 0); /* NUL is an ordinary byte */
+    CHECK_EQ_INT(n, 3);
+    free(ids);
+    char *text = NULL;
+    size_t len = 0;
+    int32_t badid[] = {1, 999999};
+    CHECK_EQ_INT(tok_decode(t, badid, 2, 0, &text, &len, &e), CERR_INVALID);
+    CHECK(text == NULL);
+    int32_t neg[] = {-1};
+    CHECK_EQ_INT(tok_decode(t, neg, 1, 0, &text, &len, &e), CERR_INVALID);
+    /* skip special */
+    int32_t chat[] = {151644, 872, 198, 9707, 151645};
+    CHECK(tok_decode(t, chat, 5, TOK_SKIP_SPECIAL, &text, &len, &e) == 0);
+    CHECK_STR(text, "user\nHello");
+    free(text);
+    CHECK(tok_decode(t, chat, 5, 0, &text, &len, &e) == 0);
+    CHECK_STR(text, "<|im_start|>user\nHello<|im_end|>");
+    free(text);
+    CHECK(tok_piece(t, -1) == NULL);
+    CHECK(tok_piece(t, tok_vocab_size(t)) == NULL);
+    CHECK_STR(tok_piece(t, 9707), "Hello");
+    CHECK_EQ_INT(tok_find(t, "Hello"), 9707);
+    CHECK_EQ_INT(tok_find(t, "no-such-piece-xyz"), -1);
+    CHECK(tok_is_special(t, 151644));
+    CHECK(!tok_is_special(t, 9707));
+    /* streaming: byte-level piece of half a character is held back; tiny buffer is CERR_LIMIT
+     * and consumes nothing */
+    int32_t *emo = NULL;
+    int ne = 0;
+    CHECK(tok_encode(t, "\xf0\x9f\x98\x81!", 5, 0, &emo, &ne, &e) == 0);
+    struct tok_stream *s = tok_stream_new(t, 0);
+    char out[64];
+    size_t ol = 0, total = 0;
+    char acc[64];
+    for (int i = 0; i < ne; i++) {
+        int rc = tok_stream_push(s, emo[i], out, 1, &ol);
+        if (rc == CERR_LIMIT)
+            rc = tok_stream_push(s, emo[i], out, sizeof out, &ol);
+        CHECK(rc == 0);
+        CHECK(ol == 0 || ol >= 4 || out[0] == '!'); /* never a partial emoji */
+        memcpy(acc + total, out, ol);
+        total += ol;
+    }
+    CHECK(tok_stream_flush(s, out, sizeof out, &ol) == 0);
+    memcpy(acc + total, out, ol);
+    total += ol;
+    CHECK(total == 5 && memcmp(acc, "\xf0\x9f\x98\x81!", 5) == 0);
+    CHECK_EQ_INT(tok_stream_push(s, -5, out, sizeof out, &ol), CERR_INVALID);
+    tok_stream_free(s);
+    free(emo);
+    tok_free(t);
+    /* a bad file is an error, never a crash */
+    struct tok *x = NULL;
+    CHECK(tok_load(&x, fixture_path("nope/none.json"), &e) != 0);
+    const char *uni = "{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}";
+    CHECK_EQ_INT(tok_load_json_mem(&x, uni, strlen(uni), NULL, 0, &e), CERR_UNSUPPORTED);
+    CHECK(tok_load_spm_mem(&x, (const uint8_t *)"\x0a\xff\xff", 3, &e) != 0);
+    CHECK(x == NULL);
+}
+
+/* SentencePiece leading space in streaming: the first piece's space is stripped, later ones
+ * kept, exactly as the full decode. */
+static void test_stream_spm(void)
+{
+    struct tok *t = load(fixture_path("llama2-tokenizer/tokenizer.model"));
+    if (!t)
+        return;
+    int32_t ids[] = {1, 15043, 3186, 29871, 13, 29871, 30197, 232, 188, 163, 2};
+    struct tok_stream *s = tok_stream_new(t, TOK_SKIP_SPECIAL);
+    char out[64], acc[256];
+    size_t ol, total = 0;
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        CHECK(tok_stream_push(s, ids[i], out, sizeof out, &ol) == 0);
+        memcpy(acc + total, out, ol);
+        total += ol;
+    }
+    CHECK(tok_stream_flush(s, out, sizeof out, &ol) == 0);
+    memcpy(acc + total, out, ol);
+    total += ol;
+    acc[total] = 0;
+    char *full = NULL;
+    size_t fl = 0;
+    struct cerr e;
+    CHECK(tok_decode(t, ids, (int)(sizeof ids / sizeof ids[0]), TOK_SKIP_SPECIAL, &full, &fl, &e) == 0);
+    CHECK_STR(acc, full);
+    CHECK(full && strncmp(full, "Hello world", 11) == 0);
+    free(full);
+    tok_stream_free(s);
+    tok_free(t);
+}
+
+/* One tokenizer, four threads encoding at once: same ids as a single thread. */
+struct thr {
+    struct tok *t;
+    int ok;
+};
+static void *thr_main(void *arg)
+{
+    struct thr *a = arg;
+    const char *txt = "Concurrency test: 我想在apple工作 😶‍🌫️ <|im_start|>user\n 12345 done.";
+    int32_t *ref = NULL;
+    int nref = 0;
+    struct cerr e;
+    a->ok = tok_encode(a->t, txt, strlen(txt), TOK_PARSE_SPECIAL, &ref, &nref, &e) == 0;
+    for (int k = 0; k < 200 && a->ok; k++) {
+        int32_t *ids = NULL;
+        int n = 0;
+        a->ok = tok_encode(a->t, txt, strlen(txt), TOK_PARSE_SPECIAL, &ids, &n, &e) == 0 &&
+                n == nref && memcmp(ids, ref, sizeof(int32_t) * (size_t)n) == 0;
+        free(ids);
+    }
+    free(ref);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    struct tok *t = load(fixture_path("qwen3-tokenizer/tokenizer.json.gz"));
+    if (!t)
+        return;
+    pthread_t th[4];
+    struct thr a[4];
+    for (int i = 0; i < 4; i++) {
+        a[i].t = t;
+        pthread_create(&th[i], NULL, thr_main, &a[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(a[i].ok);
+    }
+    tok_free(t);
+}
+
 int main(void)
 {
+    RUN(test_invalid_utf8);
+    RUN(test_api_edges);
+    RUN(test_stream_spm);
+    RUN(test_threads);
     RUN(test_qwen3);
     RUN(test_llama3);
     RUN(test_spm_model);
