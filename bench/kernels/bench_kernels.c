@@ -2,7 +2,8 @@
  * threads), GEMM GFLOP/s at n = 512 for Q4_K / Q8_0 / F32, against a streaming-read
  * memory bandwidth measured in the same run. Build and run with bench/kernels/run.sh.
  *
- * Usage: bench_kernels [isa]   (isa = scalar|avx2|avx512, default: best available)
+ * Usage: bench_kernels [isa [threads_a threads_b]]  (isa = scalar|avx2|avx512|best;
+ * default best; thread counts default 1 and 2)
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
@@ -35,10 +37,13 @@ struct rd { const uint64_t *p; size_t n; uint64_t out; };
 static void *rd_main(void *arg)
 {
     struct rd *r = arg;
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    for (size_t i = 0; i + 4 <= r->n; i += 4)
-        a += r->p[i], b ^= r->p[i + 1], c += r->p[i + 2], d ^= r->p[i + 3];
-    r->out = a + b + c + d;
+    /* four streams at once, as a matvec over several rows has in flight; vectorized at -O3 */
+    size_t q = r->n / 4;
+    const uint64_t *p0 = r->p, *p1 = p0 + q, *p2 = p1 + q, *p3 = p2 + q;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i < q; i++)
+        s0 += p0[i], s1 += p1[i], s2 += p2[i], s3 += p3[i];
+    r->out = s0 + s1 + s2 + s3;
     return NULL;
 }
 
@@ -46,8 +51,8 @@ static double read_bw(const uint64_t *buf, size_t n, int threads)
 {
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
-        pthread_t t[8];
-        struct rd r[8];
+        pthread_t t[256];
+        struct rd r[256];
         double t0 = now();
         for (int i = 0; i < threads; i++) {
             r[i] = (struct rd){buf + n / threads * i, n / threads, 0};
@@ -79,38 +84,57 @@ static void *make_w(int dt, int64_t k, int64_t m, size_t *bytes)
     return w;
 }
 
-/* Seconds per matmul call (best of reps after a warm-up). */
-static double time_mm(struct be *b, const struct be_tensor *t, const float *x, float *y, int n,
-                      double budget)
+/* Seconds per matmul call: median-free simple mean over reps after a warm-up, cycling
+ * through nt copies of the weights so that they come from memory, not cache. */
+static double time_mm(struct be *b, const struct be_tensor *t, int nt, const float *x, float *y,
+                      int n, double budget)
 {
-    b->ops->matmul(b, y, x, n, t);
-    double best = 1e9, start = now();
+    b->ops->matmul(b, y, x, n, &t[0]);
+    double start = now();
     int reps = 0;
-    while (reps < 3 || (now() - start < budget && reps < 200)) {
-        double t0 = now();
-        b->ops->matmul(b, y, x, n, t);
-        double dt = now() - t0;
-        best = dt < best ? dt : best;
-        reps++;
-    }
-    return best;
+    while (reps < 3 || (now() - start < budget && reps < 400))
+        b->ops->matmul(b, y, x, n, &t[reps++ % nt]);
+    return (now() - start) / reps;
+}
+
+enum { MAX_COPIES = 32 };
+
+/* Copies of a random (k, m) weight of dtype dt totalling at least min_bytes. */
+static int make_copies(int dt, int64_t k, int64_t m, size_t min_bytes, struct be_tensor *t)
+{
+    size_t nb;
+    int nt = 0;
+    do {
+        void *w = make_w(dt, k, m, &nb);
+        t[nt++] = (struct be_tensor){.dtype = dt, .ne = {k, m, 1, 1}, .data = w, .nbytes = nb};
+    } while (nt < MAX_COPIES && (size_t)nt * nb < min_bytes);
+    return nt;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc > 1)
+    if (argc > 1 && strcmp(argv[1], "best") != 0)
         setenv("CINFER_CPU_ISA", argv[1], 1);
+    int tha = argc > 3 ? atoi(argv[2]) : 1, thb = argc > 3 ? atoi(argv[3]) : 2;
     size_t nrd = (size_t)1 << 26; /* 512 MiB */
     uint64_t *buf = malloc(nrd * 8);
     for (size_t i = 0; i < nrd; i++)
         buf[i] = i * 2654435761u;
-    double bw1 = read_bw(buf, nrd, 1), bw2 = read_bw(buf, nrd, 2);
+    double bw1 = read_bw(buf, nrd, tha), bw2 = read_bw(buf, nrd, thb);
     free(buf);
-    printf("streaming read: %.1f GB/s (1 thread), %.1f GB/s (2 threads)\n", bw1, bw2);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nall = ncpu > 0 && ncpu <= 256 ? (int)ncpu : 1;
+    buf = malloc(nrd * 8);
+    for (size_t i = 0; i < nrd; i++)
+        buf[i] = i;
+    double bwall = read_bw(buf, nrd, nall);
+    free(buf);
+    printf("streaming read: %.1f GB/s (%d thr), %.1f GB/s (%d thr), %.1f GB/s (all %d cores)\n",
+           bw1, tha, bw2, thb, bwall, nall);
 
     struct be *bes[2];
     for (int i = 0; i < 2; i++) {
-        struct be_config cfg = {.n_threads = i + 1};
+        struct be_config cfg = {.n_threads = i ? thb : tha};
         bes[i] = be_new("cpu", &cfg, NULL);
         if (!bes[i]) {
             fprintf(stderr, "cannot create the CPU backend\n");
@@ -125,17 +149,18 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < 512 * K; i++)
         x[i] = (float)(rnd() % 2001) / 1000.0f - 1.0f;
     printf("matvec %lldx%lld (n = 1): weight GB/s, and %% of streaming read\n", (long long)M, (long long)K);
-    printf("%-6s %10s %12s %12s\n", "dtype", "MiB", "1 thread", "2 threads");
+    printf("%-6s %10s %9d thr %9d thr\n", "dtype", "MiB", tha, thb);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         int dt = types[ti];
-        size_t nb;
-        void *w = make_w(dt, K, M, &nb);
-        struct be_tensor t = {.dtype = dt, .ne = {K, M, 1, 1}, .data = w, .nbytes = nb};
-        double g1 = nb / time_mm(bes[0], &t, x, y, 1, 0.3) / 1e9;
-        double g2 = nb / time_mm(bes[1], &t, x, y, 1, 0.3) / 1e9;
+        struct be_tensor t[MAX_COPIES];
+        int nt = make_copies(dt, K, M, (size_t)256 << 20, t);
+        size_t nb = t[0].nbytes;
+        double g1 = nb / time_mm(bes[0], t, nt, x, y, 1, 0.4) / 1e9;
+        double g2 = nb / time_mm(bes[1], t, nt, x, y, 1, 0.4) / 1e9;
         printf("%-6s %10.1f %6.1f (%3.0f%%) %6.1f (%3.0f%%)\n", dtype_name(dt), nb / 1048576.0, g1,
                100 * g1 / bw1, g2, 100 * g2 / bw2);
-        free(w);
+        for (int i = 0; i < nt; i++)
+            free(t[i].data);
     }
     printf("\nGEMM n = 512, %lldx%lld weights: GFLOP/s (2*n*M*K / time)\n", (long long)M, (long long)K);
     static const int gtypes[] = {DT_Q4_K, DT_Q8_0, DT_F32};
@@ -145,9 +170,9 @@ int main(int argc, char **argv)
         void *w = make_w(dt, K, M, &nb);
         struct be_tensor t = {.dtype = dt, .ne = {K, M, 1, 1}, .data = w, .nbytes = nb};
         double fl = 2.0 * 512 * M * K;
-        double g1 = fl / time_mm(bes[0], &t, x, y, 512, 0.5) / 1e9;
-        double g2 = fl / time_mm(bes[1], &t, x, y, 512, 0.5) / 1e9;
-        printf("%-6s %8.1f (1 thread) %8.1f (2 threads)\n", dtype_name(dt), g1, g2);
+        double g1 = fl / time_mm(bes[0], &t, 1, x, y, 512, 0.5) / 1e9;
+        double g2 = fl / time_mm(bes[1], &t, 1, x, y, 512, 0.5) / 1e9;
+        printf("%-6s %8.1f (%d thr) %8.1f (%d thr)\n", dtype_name(dt), g1, tha, g2, thb);
         free(w);
     }
     be_free(bes[0]);

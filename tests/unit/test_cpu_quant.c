@@ -1,4 +1,5 @@
-/* test_cpu_quant.c — GGML block decoding and the int8 activation formats of the CPU backend.
+/* test_cpu_quant.c — CPU backend internals: GGML block decoding, the int8 activation
+ * formats, and the worker pool's exactly-once chunk execution under stress.
  *
  * Known answers: hand-built blocks whose values follow from the format description, and
  * pseudo-random blocks whose decoded sums were produced by the `gguf` Python package
@@ -9,6 +10,9 @@
  */
 #include "harness.h"
 
+#include <stdatomic.h>
+
+#include "backend/cpu/pool.h"
 #include "backend/cpu/quant.h"
 #include "util/half.h"
 
@@ -224,8 +228,51 @@ static void test_dot_ref(void)
     }
 }
 
+struct pool_ctx {
+    atomic_int hits[64];
+    int round;
+};
+
+static void pool_chunk(void *arg, int64_t c)
+{
+    struct pool_ctx *p = arg;
+    atomic_fetch_add(&p->hits[c], 1);
+    if ((c + p->round) % 7 == 0) /* uneven chunk cost */
+        for (volatile int i = 0; i < 2000; i++)
+            ;
+}
+
+/* Many back-to-back tasks of varying size: every chunk runs exactly once per task. */
+static void test_pool_exactly_once(void)
+{
+    struct cerr e = {0};
+    for (int nt = 1; nt <= 5; nt += 2) {
+        struct cpu_pool *pool = cpu_pool_new(nt, &e);
+        CHECK(pool != NULL);
+        if (!pool)
+            return;
+        static struct pool_ctx ctx;
+        int bad = 0;
+        for (int r = 0; r < 3000; r++) {
+            int n = 1 + (r * 37) % 64;
+            for (int i = 0; i < 64; i++)
+                atomic_store(&ctx.hits[i], 0);
+            ctx.round = r;
+            cpu_pool_run(pool, pool_chunk, &ctx, n);
+            for (int i = 0; i < 64; i++)
+                bad += atomic_load(&ctx.hits[i]) != (i < n);
+            if (r % 500 == 0) /* let the workers fall asleep now and then */
+                for (volatile int i = 0; i < 3000000; i++)
+                    ;
+        }
+        CHECK_MSG(bad == 0, "%d threads: %d chunk counts wrong", nt, bad);
+        cpu_pool_free(pool);
+    }
+}
+
 int main(void)
 {
+    RUN(test_pool_exactly_once);
     RUN(test_gold_blocks);
     RUN(test_q4_0_by_hand);
     RUN(test_q5_1_by_hand);

@@ -42,8 +42,6 @@ struct at_task {
     const float *q;
     const struct be_attn *a;
     int hg; /* query heads handled together (a divisor of the group size) */
-    int64_t n_items;
-    atomic_int_fast64_t next;
 };
 
 /* Query heads h0 .. h0+nh of token t, all reading kv head g. */
@@ -115,18 +113,15 @@ static void attend(const struct at_task *tk, int t, int g, int h0, int nh)
     }
 }
 
-static void at_worker(void *arg, int ith, int nth)
+static void at_chunk(void *arg, int64_t it)
 {
-    (void)ith, (void)nth;
-    struct at_task *tk = arg;
+    const struct at_task *tk = arg;
     const struct be_attn *a = tk->a;
     int group = a->n_head / a->n_kv_head, nsub = group / tk->hg;
-    for (int64_t it; (it = cpu_next_chunk(&tk->next)) < tk->n_items;) {
-        int sub = (int)(it % nsub);
-        int64_t tg = it / nsub;
-        int g = (int)(tg % a->n_kv_head), t = (int)(tg / a->n_kv_head);
-        attend(tk, t, g, g * group + sub * tk->hg, tk->hg);
-    }
+    int sub = (int)(it % nsub);
+    int64_t tg = it / nsub;
+    int g = (int)(tg % a->n_kv_head), t = (int)(tg / a->n_kv_head);
+    attend(tk, t, g, g * group + sub * tk->hg, tk->hg);
 }
 
 void cpu_attention(struct be *b, float *out, const float *q, const struct be_attn *a)
@@ -144,8 +139,14 @@ void cpu_attention(struct be *b, float *out, const float *q, const struct be_att
     int hg = group;
     while (hg > 1 && (hg > 32 || hg * a->head_dim > AT_ACC || group % hg))
         hg--;
+    /* decode with few kv heads: split groups further so every thread gets work (each query
+     * head's arithmetic is the same either way) */
+    while (hg > 1 && (int64_t)a->n_tok * a->n_kv_head * (group / hg) < 2 * cb->n_threads) {
+        int h2 = hg - 1;
+        while (h2 > 1 && group % h2)
+            h2--;
+        hg = h2;
+    }
     struct at_task tk = {.cb = cb, .out = out, .q = q, .a = a, .hg = hg};
-    tk.n_items = (int64_t)a->n_tok * a->n_kv_head * (group / hg);
-    atomic_init(&tk.next, 0);
-    cpu_pool_run(cb->pool, at_worker, &tk, tk.n_items < cb->n_threads ? (int)tk.n_items : 0);
+    cpu_pool_run(cb->pool, at_chunk, &tk, (int64_t)a->n_tok * a->n_kv_head * (group / hg));
 }

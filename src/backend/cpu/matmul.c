@@ -12,7 +12,7 @@
 #include "backend/cpu/cpu_int.h"
 #include "util/log.h"
 
-enum { MM_CW = 16 /* w rows per work item */, MM_BX = 64 /* x rows per work item */ };
+enum { MM_BX = 64 /* x rows per work item */ };
 
 struct mm_task {
     const struct cpu_be *cb;
@@ -24,23 +24,18 @@ struct mm_task {
     size_t x_stride;
     int n;
     float *y;
-    int64_t n_cw, n_items;
-    atomic_int_fast64_t next;
+    int64_t cw, n_cw; /* w rows per work item, items along w */
 };
 
-static void mm_worker(void *arg, int ith, int nth)
+static void mm_chunk(void *arg, int64_t it)
 {
-    (void)ith, (void)nth;
-    struct mm_task *t = arg;
-    cpu_mm_fn fn = t->cb->k.mm[t->dt];
-    for (int64_t it; (it = cpu_next_chunk(&t->next)) < t->n_items;) {
-        int64_t j0 = (it % t->n_cw) * MM_CW, i0 = (it / t->n_cw) * MM_BX;
-        int nw = (int)(t->m - j0 < MM_CW ? t->m - j0 : MM_CW);
-        int nx = (int)(t->n - i0 < MM_BX ? t->n - i0 : MM_BX);
-        fn(t->dt, t->k, (const char *)t->w + (size_t)j0 * t->w_stride, t->w_stride, nw,
-           (const char *)t->x + (size_t)i0 * t->x_stride, t->x_stride, nx,
-           t->y + i0 * t->m + j0, t->m);
-    }
+    const struct mm_task *t = arg;
+    int64_t j0 = (it % t->n_cw) * t->cw, i0 = (it / t->n_cw) * MM_BX;
+    int nw = (int)(t->m - j0 < t->cw ? t->m - j0 : t->cw);
+    int nx = (int)(t->n - i0 < MM_BX ? t->n - i0 : MM_BX);
+    t->cb->k.mm[t->dt](t->dt, t->k, (const char *)t->w + (size_t)j0 * t->w_stride, t->w_stride,
+                       nw, (const char *)t->x + (size_t)i0 * t->x_stride, t->x_stride, nx,
+                       t->y + i0 * t->m + j0, t->m);
 }
 
 struct q_task {
@@ -52,12 +47,10 @@ struct q_task {
     int n;
 };
 
-static void quant_worker(void *arg, int ith, int nth)
+static void quant_chunk(void *arg, int64_t i)
 {
-    struct q_task *t = arg;
-    for (int i = ith; i < t->n; i += nth)
-        quant_act_row(t->kind, t->x + (int64_t)i * t->k, (char *)t->dst + (size_t)i * t->stride,
-                      t->k);
+    const struct q_task *t = arg;
+    quant_act_row(t->kind, t->x + i * t->k, (char *)t->dst + (size_t)i * t->stride, t->k);
 }
 
 void cpu_matmul(struct be *b, float *y, const float *x, int n, const struct be_tensor *w)
@@ -77,17 +70,21 @@ void cpu_matmul(struct be *b, float *y, const float *x, int n, const struct be_t
             return;
         }
         struct q_task q = {kind, x, k, cb->qbuf, xs, n};
-        cpu_pool_run(cb->pool, quant_worker, &q, n);
+        cpu_pool_run(cb->pool, quant_chunk, &q, n);
         xa = cb->qbuf;
     }
     struct mm_task t = {
         .cb = cb, .dt = w->dtype, .k = k, .m = m, .w = w->data,
         .w_stride = dtype_row_bytes(w->dtype, k), .x = xa, .x_stride = xs, .n = n, .y = y,
     };
-    t.n_cw = (m + MM_CW - 1) / MM_CW;
-    t.n_items = t.n_cw * ((n + MM_BX - 1) / MM_BX);
-    atomic_init(&t.next, 0);
-    cpu_pool_run(cb->pool, mm_worker, &t, t.n_items < cb->n_threads ? (int)t.n_items : 0);
+    /* items of >= ~64K multiply-adds (claiming one costs an atomic), yet >= 4 per thread;
+     * the split never changes a result */
+    int64_t cw = (65536 / k + 15) & ~(int64_t)15;
+    int64_t fair = (m / (4 * cb->n_threads)) & ~(int64_t)15;
+    cw = cw > fair ? fair : cw;
+    t.cw = cw < 16 ? 16 : cw > 256 ? 256 : cw;
+    t.n_cw = (m + t.cw - 1) / t.cw;
+    cpu_pool_run(cb->pool, mm_chunk, &t, t.n_cw * ((n + MM_BX - 1) / MM_BX));
 }
 
 void cpu_get_rows(struct be *b, float *out, const struct be_tensor *w, const int32_t *ids, int n)

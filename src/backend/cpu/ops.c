@@ -20,22 +20,14 @@ struct row_task {
     float eps;
 };
 
-static void rms_worker(void *arg, int ith, int nth)
+static void rms_chunk(void *arg, int64_t r)
 {
-    struct row_task *t = arg;
+    const struct row_task *t = arg;
     const struct cpu_kernels *k = &t->cb->k;
-    for (int r = ith; r < t->rows; r += nth) {
-        const float *x = t->x + (int64_t)r * t->dim;
-        float ss = k->sumsq(x, t->dim);
-        float s = 1.0f / sqrtf(ss / (float)t->dim + t->eps);
-        k->norm_mul(t->y + (int64_t)r * t->dim, x, s, t->w, t->dim);
-    }
-}
-
-static int threads_for(const struct cpu_be *cb, int64_t work, int64_t per_thread)
-{
-    int64_t n = work / per_thread;
-    return n < 1 ? 1 : n > cb->n_threads ? cb->n_threads : (int)n;
+    const float *x = t->x + r * t->dim;
+    float ss = k->sumsq(x, t->dim);
+    float s = 1.0f / sqrtf(ss / (float)t->dim + t->eps);
+    k->norm_mul(t->y + r * t->dim, x, s, t->w, t->dim);
 }
 
 void cpu_rmsnorm(struct be *b, float *y, const float *x, const float *w, int rows, int dim,
@@ -43,7 +35,7 @@ void cpu_rmsnorm(struct be *b, float *y, const float *x, const float *w, int row
 {
     struct cpu_be *cb = cpu_be(b);
     struct row_task t = {cb, y, x, w, rows, dim, eps};
-    cpu_pool_run(cb->pool, rms_worker, &t, threads_for(cb, (int64_t)rows * dim, 8192));
+    cpu_pool_run(cb->pool, rms_chunk, &t, rows);
 }
 
 struct rope_task {
@@ -54,11 +46,11 @@ struct rope_task {
     float mscale;
 };
 
-static void rope_worker(void *arg, int ith, int nth)
+static void rope_chunk(void *arg, int64_t tok)
 {
-    struct rope_task *t = arg;
+    const struct rope_task *t = arg;
     int half = t->rot_dim / 2;
-    for (int tok = ith; tok < t->n_tok; tok += nth) {
+    {
         float *xt = t->x + (int64_t)tok * t->n_head * t->head_dim;
         float fp = (float)t->pos[tok];
         for (int i = 0; i < half; i++) {
@@ -81,8 +73,7 @@ void cpu_rope(struct be *b, float *x, const int32_t *pos, int n_tok, int n_head,
 {
     struct cpu_be *cb = cpu_be(b);
     struct rope_task t = {x, pos, n_tok, n_head, head_dim, rot_dim, mode, inv_freq, mscale};
-    cpu_pool_run(cb->pool, rope_worker, &t,
-                 threads_for(cb, (int64_t)n_tok * n_head * rot_dim, 16384));
+    cpu_pool_run(cb->pool, rope_chunk, &t, n_tok);
 }
 
 /* ---- element-wise ---- */
@@ -108,11 +99,10 @@ static inline float gelu_tanh(float x)
     return 0.5f * x * (1.0f + tanhf(inner));
 }
 
-static void ew_worker(void *arg, int ith, int nth)
+static void ew_chunk(void *arg, int64_t c)
 {
-    struct ew_task *t = arg;
-    int64_t per = (t->n + nth - 1) / nth;
-    int64_t i0 = per * ith, i1 = i0 + per < t->n ? i0 + per : t->n;
+    const struct ew_task *t = arg;
+    int64_t i0 = c * EW_CHUNK, i1 = i0 + EW_CHUNK < t->n ? i0 + EW_CHUNK : t->n;
     float *y = t->y;
     const float *a = t->a, *x = t->x;
     switch (t->kind) {
@@ -143,7 +133,7 @@ static void ew_run(struct cpu_be *cb, struct ew_task *t)
 {
     if (t->n <= 0)
         return;
-    cpu_pool_run(cb->pool, ew_worker, t, threads_for(cb, t->n, EW_CHUNK));
+    cpu_pool_run(cb->pool, ew_chunk, t, (t->n + EW_CHUNK - 1) / EW_CHUNK);
 }
 
 void cpu_act_mul(struct be *b, float *y, const float *gate, const float *up, int64_t n, int act)

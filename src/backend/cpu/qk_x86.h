@@ -276,6 +276,7 @@ QK_INLINE void qk_tilek(int dt, int nx, int64_t nb, const uint8_t *w, const uint
         __m256i sumi[4];
         for (int i = 0; i < nx; i++)
             sumi[i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
         for (int v = 0; v < 8; v++) {
             __m256i u = qk_kvec(dt, p, v);
             __m256i sc = qk_kscale(&kb, v);
