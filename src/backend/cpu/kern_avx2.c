@@ -61,11 +61,13 @@ QK_INLINE void f_tile(int dt, int nx, int64_t k, const void *w, const float *x, 
                       float *y, int64_t ldy)
 {
     __m256 a0[4], a1[4];
+    #pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
         a0[i] = a1[i] = _mm256_setzero_ps();
     int64_t c = 0;
     for (; c + 16 <= k; c += 16) {
         __m256 w0 = fw_load8(dt, w, c), w1 = fw_load8(dt, w, c + 8);
+        #pragma GCC unroll 4
         for (int i = 0; i < nx; i++) {
             const float *xr = x + (size_t)i * xs;
             a0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr + c), a0[i]);
@@ -74,9 +76,11 @@ QK_INLINE void f_tile(int dt, int nx, int64_t k, const void *w, const float *x, 
     }
     for (; c + 8 <= k; c += 8) {
         __m256 w0 = fw_load8(dt, w, c);
+        #pragma GCC unroll 4
         for (int i = 0; i < nx; i++)
             a0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + (size_t)i * xs + c), a0[i]);
     }
+    #pragma GCC unroll 4
     for (int i = 0; i < nx; i++) {
         float s = qk_hsum(_mm256_add_ps(a0[i], a1[i]));
         for (int64_t cc = c; cc < k; cc++)

@@ -53,11 +53,13 @@ QK_INLINE void f_tile(int dt, int nx, int64_t k, const void *w, const float *x, 
                       float *y, int64_t ldy)
 {
     __m512 a0[4], a1[4];
+    #pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
         a0[i] = a1[i] = _mm512_setzero_ps();
     int64_t c = 0;
     for (; c + 32 <= k; c += 32) {
         __m512 w0 = fw_load16(dt, w, c), w1 = fw_load16(dt, w, c + 16);
+        #pragma GCC unroll 4
         for (int i = 0; i < nx; i++) {
             const float *xr = x + (size_t)i * xs;
             a0[i] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr + c), a0[i]);
@@ -67,9 +69,11 @@ QK_INLINE void f_tile(int dt, int nx, int64_t k, const void *w, const float *x, 
     for (; c < k; c += 16) {
         __mmask16 m = k - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - c)) - 1);
         __m512 w0 = fw_load16_mask(dt, w, c, m);
+        #pragma GCC unroll 4
         for (int i = 0; i < nx; i++)
             a0[i] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, x + (size_t)i * xs + c), a0[i]);
     }
+    #pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
         y[i * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i], a1[i]));
 }

@@ -107,6 +107,7 @@ QK_INLINE void qk_tile32(int dt, int nx, int64_t nb, const uint8_t *w, const uin
     const size_t bb = qk_bb(dt);
     __m256 acc0[4], acc1[4];
     float corr[4];
+    #pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
         acc0[i] = acc1[i] = _mm256_setzero_ps(), corr[i] = 0.0f;
     int64_t b = 0;
@@ -115,6 +116,7 @@ QK_INLINE void qk_tile32(int dt, int nx, int64_t nb, const uint8_t *w, const uin
         float d0, d1, c0, c1;
         qk_unpack32(dt, w + (size_t)b * bb, &u0, &d0, &c0);
         qk_unpack32(dt, w + (size_t)(b + 1) * bb, &u1, &d1, &c1);
+        #pragma GCC unroll 4
         for (int i = 0; i < nx; i++) {
             const struct blk_a8 *xb = (const struct blk_a8 *)(x + (size_t)i * xs) + b;
             __m256i p0 = qk_dot32(dt, u0, _mm256_loadu_si256((const __m256i *)xb[0].q));
@@ -122,8 +124,8 @@ QK_INLINE void qk_tile32(int dt, int nx, int64_t nb, const uint8_t *w, const uin
             acc0[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d0 * xb[0].d), acc0[i]);
             acc1[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d1 * xb[1].d), acc1[i]);
             if (dt != DT_Q8_0) {
-                corr[i] += (c0 * xb[0].d) * (float)xb[0].s;
-                corr[i] += (c1 * xb[1].d) * (float)xb[1].s;
+                corr[i] += c0 * xb[0].ds;
+                corr[i] += c1 * xb[1].ds;
             }
         }
     }
@@ -131,14 +133,16 @@ QK_INLINE void qk_tile32(int dt, int nx, int64_t nb, const uint8_t *w, const uin
         __m256i u0;
         float d0, c0;
         qk_unpack32(dt, w + (size_t)b * bb, &u0, &d0, &c0);
+        #pragma GCC unroll 4
         for (int i = 0; i < nx; i++) {
             const struct blk_a8 *xb = (const struct blk_a8 *)(x + (size_t)i * xs) + b;
             __m256i p0 = qk_dot32(dt, u0, _mm256_loadu_si256((const __m256i *)xb->q));
             acc0[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d0 * xb->d), acc0[i]);
             if (dt != DT_Q8_0)
-                corr[i] += (c0 * xb->d) * (float)xb->s;
+                corr[i] += c0 * xb->ds;
         }
     }
+    #pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
         y[i * ldy] = qk_hsum(_mm256_add_ps(acc0[i], acc1[i])) + corr[i];
 }
@@ -267,24 +271,39 @@ QK_INLINE void qk_tilek(int dt, int nx, int64_t nb, const uint8_t *w, const uint
 {
     const size_t bb = qk_bb(dt);
     __m256 acc[4];
+    #pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
         acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w + (size_t)b * bb;
         struct qk_kblk kb;
         qk_kblk_init(dt, p, &kb);
-        __m256i sumi[4];
-        for (int i = 0; i < nx; i++)
-            sumi[i] = _mm256_setzero_si256();
+        /* integer partial sums over alternating vectors break the vpdpwssd dependency
+         * chain; integer addition is exact, so this changes no result */
+        const int np = nx == 1 ? 4 : 2;
+        __m256i sp[4][4];
+#pragma GCC unroll 4
+        for (int a = 0; a < np; a++)
+#pragma GCC unroll 4
+            for (int i = 0; i < nx; i++)
+                sp[a][i] = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int v = 0; v < 8; v++) {
             __m256i u = qk_kvec(dt, p, v);
             __m256i sc = qk_kscale(&kb, v);
+#pragma GCC unroll 4
             for (int i = 0; i < nx; i++) {
                 const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
                 __m256i xq = _mm256_loadu_si256((const __m256i *)(xb->q + 32 * v));
-                sumi[i] = qk_dot16(sumi[i], u, xq, sc);
+                sp[v % np][i] = qk_dot16(sp[v % np][i], u, xq, sc);
             }
+        }
+        __m256i sumi[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < nx; i++) {
+            sumi[i] = _mm256_add_epi32(sp[0][i], sp[1][i]);
+            if (np == 4)
+                sumi[i] = _mm256_add_epi32(sumi[i], _mm256_add_epi32(sp[2][i], sp[3][i]));
         }
         for (int i = 0; i < nx; i++) {
             const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
@@ -298,6 +317,7 @@ QK_INLINE void qk_tilek(int dt, int nx, int64_t nb, const uint8_t *w, const uint
             }
         }
     }
+    #pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
         y[i * ldy] = qk_hsum(acc[i]);
 }

@@ -59,7 +59,10 @@ static float quant_i8(const float *x, int8_t *q, int n)
     float d = amax / 127.0f;
     float id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int i = 0; i < n; i++) {
-        float v = nearbyintf(x[i] * id);
+        /* round half to even (as nearbyintf in the default mode, exact for |v| < 2^22),
+         * without a libm call */
+        float t = x[i] * id; /* own statement: never contracted into an FMA */
+        float v = (t + 12582912.0f) - 12582912.0f;
         v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
         q[i] = (int8_t)v;
     }
@@ -75,7 +78,7 @@ void quant_act_row(int kind, const float *x, void *dst, int64_t k)
             int s = 0;
             for (int i = 0; i < 32; i++)
                 s += y[b].q[i];
-            y[b].s = s;
+            y[b].ds = y[b].d * (float)s;
         }
     } else if (kind == QA_A8K) {
         struct blk_a8k *y = dst;
@@ -323,7 +326,7 @@ static float dot_32(int dt, int64_t k, const void *w, const struct blk_a8 *x)
         int isum = 0;
         for (int i = 0; i < 32; i++)
             isum += v[i] * x[b].q[i];
-        sum += (d * x[b].d) * (float)isum + (m * x[b].d) * (float)x[b].s;
+        sum += (d * x[b].d) * (float)isum + m * x[b].ds;
     }
     return sum;
 }
