@@ -117,6 +117,140 @@ static void mm_bf16(int dt, int64_t k, const void *w, size_t ws, int nw, const v
     f_mm(DT_BF16, k, w, ws, nw, x, xs, nx, y, ldy);
 }
 
+/* ---- K-quants on 512-bit vectors: Q4_K, Q5_K, Q6_K ----
+ * One zmm holds 64 consecutive elements (4 groups of 16); vpermw spreads the 4 group scales
+ * over the int16 pair sums. Same integer sums as qk_tilek, so results equal the 256-bit
+ * tile's up to the float accumulation (one 16-lane accumulator per element). */
+
+/* Unsigned values of elements [64c, 64c+64) of K block p. */
+QK_INLINE __m512i zk_vec(int dt, const uint8_t *p, int c)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
+    if (dt == DT_Q6_K) { /* c = 2n + h: low (h = 0) or high (h = 1) nibbles of ql[64n..] */
+        const struct blk_q6_k *b = (const struct blk_q6_k *)p;
+        int n = c / 2, h = c % 2;
+        __m512i l = _mm512_loadu_si512((const void *)(b->ql + n * 64));
+        l = _mm512_and_si512(h ? _mm512_srli_epi16(l, 4) : l, m4);
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + n * 32));
+        __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
+        /* elements of quarter qq take bits 2qq..2qq+1: qq = 2h (low half), 2h+1 (high) */
+        __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * h)),
+                                        _mm256_set1_epi16((short)(4 * h + 2)), 1);
+        __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(hz, sh), m2);
+        return _mm512_or_si512(l, _mm512_slli_epi16(hi, 4));
+    }
+    const uint8_t *qs = dt == DT_Q4_K ? ((const struct blk_q4_k *)p)->qs
+                                      : ((const struct blk_q5_k *)p)->qs;
+    __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
+    const __m512i nib = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m512i u = _mm512_and_si512(_mm512_srlv_epi16(z, nib), m4);
+    if (dt == DT_Q5_K) { /* fifth bit: sub-block 2c (low half), 2c+1 (high half) of qh */
+        __m256i qh = _mm256_loadu_si256((const __m256i *)((const struct blk_q5_k *)p)->qh);
+        __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
+        __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)),
+                                        _mm256_set1_epi16((short)(2 * c + 1)), 1);
+        __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hz, sh), _mm512_set1_epi8(1));
+        u = _mm512_or_si512(u, _mm512_slli_epi16(hb, 4));
+    }
+    return u;
+}
+
+QK_INLINE void zk_tile(int dt, int nx, int64_t nb, const uint8_t *w, const uint8_t *x,
+                       size_t xs, float *y, int64_t ldy)
+{
+    const size_t bb = qk_bb(dt);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < nx; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + (size_t)b * bb;
+        struct qk_kblk kb;
+        qk_kblk_init(dt, p, &kb);
+        __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(kb.sc8));
+        const int np = nx == 1 ? 2 : 1;
+        __m512i sp[2][4];
+#pragma GCC unroll 2
+        for (int a = 0; a < np; a++)
+#pragma GCC unroll 4
+            for (int i = 0; i < nx; i++)
+                sp[a][i] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512i u = zk_vec(dt, p, c);
+            /* int16 lane j (pair sum of elements 2j, 2j+1 of this 64) -> group 4c + j/8 */
+            const __m512i idx = _mm512_add_epi16(
+                _mm512_set1_epi16((short)(4 * c)),
+                _mm512_set_epi64(0x0003000300030003ll, 0x0003000300030003ll,
+                                 0x0002000200020002ll, 0x0002000200020002ll,
+                                 0x0001000100010001ll, 0x0001000100010001ll, 0, 0));
+            __m512i sc = _mm512_permutexvar_epi16(idx, sc16);
+#pragma GCC unroll 4
+            for (int i = 0; i < nx; i++) {
+                const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
+                __m512i xq = _mm512_loadu_si512((const void *)(xb->q + 64 * c));
+                sp[c % np][i] = _mm512_dpwssd_epi32(sp[c % np][i], _mm512_maddubs_epi16(u, xq), sc);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < nx; i++) {
+            const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
+            __m512i sumi = np == 2 ? _mm512_add_epi32(sp[0][i], sp[1][i]) : sp[0][i];
+            __m256i om = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), kb.off);
+            __m512i omz = _mm512_zextsi256_si512(om);
+            if (dt == DT_Q6_K) { /* same coefficient: fold in exactly */
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(sumi, omz)),
+                                         _mm512_set1_ps(kb.d * xb->d), acc[i]);
+            } else {
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(kb.d * xb->d), acc[i]);
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(omz), _mm512_set1_ps(kb.dm * xb->d), acc[i]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nx; i++)
+        y[i * ldy] = _mm512_reduce_add_ps(acc[i]);
+}
+
+QK_INLINE void zk_mm(int dt, int64_t k, const void *w, size_t ws, int nw, const void *x,
+                     size_t xs, int nx, float *y, int64_t ldy)
+{
+    for (int j = 0; j < nw; j++) {
+        const uint8_t *wr = (const uint8_t *)w + (size_t)j * ws;
+        int i = 0;
+        for (; i + 4 <= nx; i += 4)
+            zk_tile(dt, 4, k / 256, wr, (const uint8_t *)x + (size_t)i * xs, xs, y + i * ldy + j, ldy);
+        const uint8_t *xr = (const uint8_t *)x + (size_t)i * xs;
+        float *yr = y + i * ldy + j;
+        switch (nx - i) {
+        case 3: zk_tile(dt, 3, k / 256, wr, xr, xs, yr, ldy); break;
+        case 2: zk_tile(dt, 2, k / 256, wr, xr, xs, yr, ldy); break;
+        case 1: zk_tile(dt, 1, k / 256, wr, xr, xs, yr, ldy); break;
+        default: break;
+        }
+    }
+}
+
+static void zk_mm_q4_k(int dt, int64_t k, const void *w, size_t ws, int nw, const void *x,
+                       size_t xs, int nx, float *y, int64_t ldy)
+{
+    (void)dt;
+    zk_mm(DT_Q4_K, k, w, ws, nw, x, xs, nx, y, ldy);
+}
+static void zk_mm_q5_k(int dt, int64_t k, const void *w, size_t ws, int nw, const void *x,
+                       size_t xs, int nx, float *y, int64_t ldy)
+{
+    (void)dt;
+    zk_mm(DT_Q5_K, k, w, ws, nw, x, xs, nx, y, ldy);
+}
+static void zk_mm_q6_k(int dt, int64_t k, const void *w, size_t ws, int nw, const void *x,
+                       size_t xs, int nx, float *y, int64_t ldy)
+{
+    (void)dt;
+    zk_mm(DT_Q6_K, k, w, ws, nw, x, xs, nx, y, ldy);
+}
+
 /* ---- attention and norm primitives ---- */
 
 QK_INLINE float dot16(int dt, const float *q, const void *k, int n)
@@ -174,6 +308,9 @@ void cpu_kernels_avx512(struct cpu_kernels *k)
     k->mm[DT_F16] = mm_f16;
     k->mm[DT_BF16] = mm_bf16;
     qk_install(k);
+    k->mm[DT_Q4_K] = zk_mm_q4_k;
+    k->mm[DT_Q5_K] = zk_mm_q5_k;
+    k->mm[DT_Q6_K] = zk_mm_q6_k;
     k->dot_kv[0] = dot_kv_f32;
     k->dot_kv[1] = dot_kv_f16;
     k->axpy_kv[0] = axpy_kv_f32;
