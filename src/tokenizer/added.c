@@ -14,11 +14,11 @@
 
 int tok_is_ws(uint32_t c);
 
-static const struct tok_added *g_sort_base;
-static int cmp_added(const void *a, const void *b)
+static int cmp_added(const void *a, const void *b, void *ctx)
 {
-    const struct tok_added *x = &g_sort_base[*(const int32_t *)a];
-    const struct tok_added *y = &g_sort_base[*(const int32_t *)b];
+    const struct tok_added *base = ctx;
+    const struct tok_added *x = &base[*(const int32_t *)a];
+    const struct tok_added *y = &base[*(const int32_t *)b];
     uint8_t fx = (uint8_t)x->s[0], fy = (uint8_t)y->s[0];
     if (fx != fy)
         return fx < fy ? -1 : 1;
@@ -37,9 +37,7 @@ int tok_added_index(struct tok *t, struct cerr *e)
     for (int i = 0; i < t->n_added; i++)
         if (t->added[i].len > 0)
             t->added_idx[k++] = i;
-    /* load runs single-threaded: the static sort base is fine here */
-    g_sort_base = t->added;
-    qsort(t->added_idx, (size_t)k, sizeof(int32_t), cmp_added);
+    qsort_r(t->added_idx, (size_t)k, sizeof(int32_t), cmp_added, t->added);
     int j = 0;
     for (int b = 0; b < 256; b++) {
         t->added_start[b] = j;
