@@ -126,12 +126,40 @@ int tok_stream_flush(struct tok_stream *s, char *out, size_t cap, size_t *out_le
     *out_len = 0;
     if (!s)
         return CERR_INVALID;
-    if (s->n == s->ctx)
+    if (s->n == s->ctx) {
+        s->n = s->ctx = 0; /* the next push starts a new text */
+        s->prev.n = 0;
         return 0;
+    }
     int rc = emit(s, out, cap, out_len, 1);
     if (rc == 0) {
         s->n = s->ctx = 0;
         s->prev.n = 0;
     }
     return rc;
+}
+
+int tok_stream_prime(struct tok_stream *s, const int32_t *ids, int n)
+{
+    if (!s || n < 0 || (n > 0 && !ids))
+        return CERR_INVALID;
+    int k = 0;
+    for (int i = n > 8 ? n - 8 : 0; i < n; i++) /* a few ids of context are enough */
+        if (ids[i] < 0 || ids[i] >= s->t->n_vocab || !s->t->piece[ids[i]])
+            return CERR_INVALID;
+    if (n > s->cap) {
+        int32_t *v = realloc(s->ids, sizeof *v * (size_t)(n + 16));
+        if (!v)
+            return CERR_NOMEM;
+        s->ids = v;
+        s->cap = n + 16;
+    }
+    for (int i = n > 8 ? n - 8 : 0; i < n; i++) {
+        if ((s->flags & TOK_SKIP_SPECIAL) && (s->t->attr[ids[i]] & TOKA_CONTROL))
+            continue;
+        s->ids[k++] = ids[i];
+    }
+    s->n = s->ctx = k;
+    struct cerr e;
+    return tok_decode_ids(s->t, s->ids, s->n, s->flags, &s->prev, &e);
 }

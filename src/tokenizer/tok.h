@@ -71,14 +71,20 @@ int tok_adds_eos(const struct tok *t);
  * one at a time; each call appends to out only text that is complete UTF-8 and final
  * (byte-fallback pieces are held until their character completes; the SentencePiece
  * leading space is handled as the full decode does). The concatenation of all pushes and
- * the final flush equals tok_decode() of all ids. */
+ * the final flush equals tok_decode() of all ids, except after a byte-fallback run that
+ * turns out invalid once part of it was printed (text already sent is not taken back). */
 struct tok_stream;
 struct tok_stream *tok_stream_new(const struct tok *t, int flags);
 void tok_stream_free(struct tok_stream *s);
 /* Returns 0, CERR_INVALID for a bad id, or CERR_LIMIT when cap is too small (nothing is
  * consumed then; retry with a bigger buffer). out is not NUL-terminated. */
 int tok_stream_push(struct tok_stream *s, int32_t id, char *out, size_t cap, size_t *out_len);
-/* Emits whatever is pending (incomplete bytes become U+FFFD as the full decode would). */
+/* Sets context ids (e.g. the prompt's last few tokens) that are never emitted, so the first
+ * pushed id decodes as it would after them (SentencePiece keeps its leading space then).
+ * Replaces any pending state. 0 or CERR_INVALID / CERR_NOMEM. */
+int tok_stream_prime(struct tok_stream *s, const int32_t *ids, int n);
+/* Emits whatever is pending (incomplete bytes become U+FFFD as the full decode would) and
+ * ends the text: the next push starts a new one. */
 int tok_stream_flush(struct tok_stream *s, char *out, size_t cap, size_t *out_len);
 
 #endif

@@ -386,6 +386,17 @@ static void test_stream_spm(void)
     CHECK_STR(acc, full);
     CHECK(full && strncmp(full, "Hello world", 11) == 0);
     free(full);
+    /* primed with the prompt, the first generated piece keeps its leading space */
+    int32_t prompt[] = {1, 15043};
+    CHECK(tok_stream_prime(s, prompt, 2) == 0);
+    CHECK(tok_stream_push(s, 3186, out, sizeof out, &ol) == 0);
+    CHECK(ol == 6 && memcmp(out, " world", 6) == 0);
+    CHECK(tok_stream_flush(s, out, sizeof out, &ol) == 0);
+    CHECK_EQ_INT(ol, 0);
+    CHECK(tok_stream_push(s, 3186, out, sizeof out, &ol) == 0); /* fresh after flush */
+    CHECK(ol == 5 && memcmp(out, "world", 5) == 0);
+    int32_t bad[] = {-3};
+    CHECK_EQ_INT(tok_stream_prime(s, bad, 1), CERR_INVALID);
     tok_stream_free(s);
     tok_free(t);
 }
