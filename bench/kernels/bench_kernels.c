@@ -72,8 +72,10 @@ static void *make_w(int dt, int64_t k, int64_t m, size_t *bytes)
 {
     size_t n = dtype_row_bytes(dt, k) * (size_t)m;
     uint8_t *w = aligned_alloc(64, (n + 63) & ~(size_t)63);
-    for (size_t i = 0; i < n; i++)
-        w[i] = (uint8_t)rnd();
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint64_t r = rnd();
+        memcpy(w + i, &r, 8);
+    }
     if (dt == DT_F32) /* finite floats */
         for (size_t i = 0; i < n / 4; i++)
             ((float *)w)[i] = (float)(rnd() % 2001) / 1000.0f - 1.0f;
@@ -97,17 +99,21 @@ static double time_mm(struct be *b, const struct be_tensor *t, int nt, const flo
     return (now() - start) / reps;
 }
 
-enum { MAX_COPIES = 32 };
+enum { MAX_COPIES = 256 };
 
-/* Copies of a random (k, m) weight of dtype dt totalling at least min_bytes. */
+/* Copies of a random (k, m) weight of dtype dt totalling at least min_bytes (the copies
+ * share contents but not addresses, so each call streams its weights from memory). */
 static int make_copies(int dt, int64_t k, int64_t m, size_t min_bytes, struct be_tensor *t)
 {
     size_t nb;
+    void *w0 = make_w(dt, k, m, &nb);
     int nt = 0;
-    do {
-        void *w = make_w(dt, k, m, &nb);
+    t[nt++] = (struct be_tensor){.dtype = dt, .ne = {k, m, 1, 1}, .data = w0, .nbytes = nb};
+    while (nt < MAX_COPIES && (size_t)nt * nb < min_bytes) {
+        void *w = aligned_alloc(64, (nb + 63) & ~(size_t)63);
+        memcpy(w, w0, nb);
         t[nt++] = (struct be_tensor){.dtype = dt, .ne = {k, m, 1, 1}, .data = w, .nbytes = nb};
-    } while (nt < MAX_COPIES && (size_t)nt * nb < min_bytes);
+    }
     return nt;
 }
 
@@ -141,7 +147,9 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    printf("kernels: %s\n\n", be_cpu_isa(bes[0]));
+    /* weights cycle through a working set well above the last-level cache */
+    size_t ws_bytes = (size_t)(getenv("BENCH_WS_MIB") ? atol(getenv("BENCH_WS_MIB")) : 1024) << 20;
+    printf("kernels: %s; matvec working set %zu MiB\n\n", be_cpu_isa(bes[0]), ws_bytes >> 20);
     static const int types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0,
                                 DT_Q5_1, DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K};
     const int64_t K = 4096, M = 4096;
@@ -153,7 +161,7 @@ int main(int argc, char **argv)
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         int dt = types[ti];
         struct be_tensor t[MAX_COPIES];
-        int nt = make_copies(dt, K, M, (size_t)256 << 20, t);
+        int nt = make_copies(dt, K, M, ws_bytes, t);
         size_t nb = t[0].nbytes;
         double g1 = nb / time_mm(bes[0], t, nt, x, y, 1, 0.4) / 1e9;
         double g2 = nb / time_mm(bes[1], t, nt, x, y, 1, 0.4) / 1e9;

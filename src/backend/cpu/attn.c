@@ -141,7 +141,7 @@ void cpu_attention(struct be *b, float *out, const float *q, const struct be_att
         hg--;
     /* decode with few kv heads: split groups further so every thread gets work (each query
      * head's arithmetic is the same either way) */
-    while (hg > 1 && (int64_t)a->n_tok * a->n_kv_head * (group / hg) < 2 * cb->n_threads) {
+    while (hg > 1 && (int64_t)a->n_tok * a->n_kv_head * (group / hg) < cb->n_threads) {
         int h2 = hg - 1;
         while (h2 > 1 && group % h2)
             h2--;
