@@ -255,7 +255,7 @@ static size_t slice_indices(int64_t len, struct tv *st, struct tv *sp, struct tv
     if (sep && sep->t != TV_NONE) {
         if (sep->t != TV_INT && sep->t != TV_BOOL)
             tfail(r, CERR_FORMAT, "slice indices must be integers or None");
-        stp = sep->u.i;
+        stp = sep->u.i == INT64_MIN ? -INT64_MAX : sep->u.i; /* -stp must not overflow */
         if (stp == 0)
             tfail(r, CERR_FORMAT, "slice step cannot be zero");
     }
@@ -598,7 +598,10 @@ static struct tv str_format(struct rctx *r, struct tv fmt, struct tv argv)
             tv_repr_into(r, &b, a);
         else if ((c == 'd' || c == 'i') && tv_is_num(a)) {
             char num[32];
-            snprintf(num, sizeof num, "%" PRId64, a.t == TV_FLOAT ? (int64_t)a.u.f : a.u.i);
+            double fv = a.t == TV_FLOAT ? a.u.f : 0.0;
+            if (a.t == TV_FLOAT && !(fabs(fv) < 9.2e18))
+                tfail(r, CERR_FORMAT, "%%d format: number out of range");
+            snprintf(num, sizeof num, "%" PRId64, a.t == TV_FLOAT ? (int64_t)fv : a.u.i);
             tbuf_puts(r, &b, num);
         } else
             tfail(r, CERR_FORMAT, "unsupported format character '%c'", c);

@@ -28,7 +28,7 @@ static int64_t arg_int(struct rctx *r, struct tv *v, int64_t def)
     if (v->t == TV_INT || v->t == TV_BOOL)
         return v->u.i;
     if (v->t == TV_FLOAT)
-        return (int64_t)v->u.f;
+        return fabs(v->u.f) < 9.2e18 ? (int64_t)v->u.f : (v->u.f > 0 ? INT64_MAX : (v->u.f < 0 ? INT64_MIN : 0));
     tfail(r, CERR_FORMAT, "expected an integer argument, got '%s'", tv_typename(*v));
 }
 

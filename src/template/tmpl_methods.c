@@ -420,11 +420,11 @@ static struct tv str_method(struct rctx *r, struct tv s, const char *name, struc
                         tfail(r, CERR_FORMAT, "Replacement index %d out of range", auto_i);
                     val = args[auto_i++];
                 } else if (f[0] >= '0' && f[0] <= '9') {
-                    int ix = 0;
-                    for (size_t k = 0; k < fl && f[k] >= '0' && f[k] <= '9'; k++)
+                    int64_t ix = 0; /* bounded: digits past nargs stop the parse */
+                    for (size_t k = 0; k < fl && f[k] >= '0' && f[k] <= '9' && ix <= nargs; k++)
                         ix = ix * 10 + (f[k] - '0');
                     if (ix >= nargs)
-                        tfail(r, CERR_FORMAT, "Replacement index %d out of range", ix);
+                        tfail(r, CERR_FORMAT, "Replacement index out of range for format()");
                     val = args[ix];
                 } else {
                     struct tv *kv = NULL;
@@ -546,8 +546,11 @@ struct tv tglobal_call(struct rctx *r, const char *name, struct tv *args, int na
             tfail(r, CERR_FORMAT, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).",
                   TMPL_MAX_RANGE);
         struct tv out = tv_list(r, cnt > 0 ? (size_t)cnt + 1 : 0);
-        for (int64_t x = a; st > 0 ? x < b : x > b; x += st)
+        for (int64_t x = a; st > 0 ? x < b : x > b;) {
             tlist_push(r, out.u.l, tv_int(x));
+            if (__builtin_add_overflow(x, st, &x))
+                break;
+        }
         return out;
     }
     if (!strcmp(name, "namespace") || !strcmp(name, "dict"))

@@ -90,6 +90,11 @@ static void test_errors(void)
     expect_error("{{ 2 ** 70 }}", NULL, CERR_LIMIT, "overflow");
     expect_error("{{ x.append(1) }}", "{\"x\": []}", CERR_FORMAT, "append");
     expect_error("{% set x.y = 1 %}", "{\"x\": {}}", CERR_FORMAT, "non-namespace");
+    /* fuzz finding: a huge positional index in str.format overflowed */
+    expect_error("{{ '{66666666666666666666666666666666}'.format(1) }}", NULL, CERR_FORMAT,
+                 "out of range");
+    expect_error("{{ '{1}'.format(1) }}", NULL, CERR_FORMAT, "out of range");
+    expect_render("{{ '{1}{0}'.format('a', 'b') }}", NULL, "ba");
     free(out);
     /* a non-object context is refused, not crashed on */
     struct tmpl *t;
