@@ -140,8 +140,9 @@ for name in "${names[@]}"; do
     # shellcheck disable=SC2086
     $PIP download --no-deps --only-binary=:all: --no-cache-dir -q -d "$wdir" "$p"
     pn="${p%%==*}"; pv="${p##*==}"
-    whl="$(ls "$wdir"/"${pn//-/_}"-"$pv"-*.whl 2>/dev/null | head -n1)"
-    if [[ -z "$whl" ]]; then
+    cands=("$wdir"/"${pn//-/_}"-"$pv"-*.whl)
+    whl="${cands[0]}"
+    if [[ ! -f "$whl" ]]; then
       echo "  could not find the wheel for $p in $wdir" >&2
       status=1
       continue 2
