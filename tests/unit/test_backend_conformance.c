@@ -204,8 +204,11 @@ static void test_matmul_known_answer(void)
  * exact, only the float accumulation of block terms differs). */
 static void test_matmul_vs_ref(void)
 {
-    for (int ti = 0; ti < N_WTYPES; ti++) {
-        int dt = g_wtypes[ti], k = 1024, rows = 37, n = 5;
+    for (int ti = 0; ti < N_WTYPES + 3; ti++) {
+        /* the last three rounds: float types with row lengths that exercise the tails */
+        static const int odd_k[3] = {77, 200, 1000};
+        int dt = ti < N_WTYPES ? g_wtypes[ti] : g_wtypes[ti - N_WTYPES];
+        int k = ti < N_WTYPES ? 1024 : odd_k[ti - N_WTYPES], rows = 37, n = 5;
         rng_seed(200 + (uint64_t)dt);
         size_t wb;
         void *w = make_weights(dt, rows, k, &wb);
@@ -239,8 +242,10 @@ static void test_matmul_vs_ref(void)
 static void test_matmul_batch_invariance(void)
 {
     enum { N = 64 };
-    for (int ti = 0; ti < N_WTYPES; ti++) {
-        int dt = g_wtypes[ti], k = 512, rows = 45;
+    for (int ti = 0; ti < N_WTYPES + 3; ti++) {
+        static const int odd_k[3] = {77, 200, 1000};
+        int dt = ti < N_WTYPES ? g_wtypes[ti] : g_wtypes[ti - N_WTYPES];
+        int k = ti < N_WTYPES ? 512 : odd_k[ti - N_WTYPES], rows = 45;
         rng_seed(300 + (uint64_t)dt);
         size_t wb;
         void *w = make_weights(dt, rows, k, &wb);
@@ -448,6 +453,8 @@ static const struct attn_case g_attn_cases[] = {
     {7, 8, 2, 128, 17, DT_F16, 16, 4, 3, 30.0f},
     {4, 6, 1, 80, 0, DT_F16, 4, 20, 2, 50.0f},
     {3, 16, 8, 256, 40, DT_F32, 16, 4, 1, 0.0f},
+    {5, 6, 2, 40, 0, DT_F16, 16, 3, 2, 0.0f}, /* head_dim with an 8-element tail */
+    {3, 4, 2, 20, 9, DT_F32, 2, 12, 1, 20.0f},
 };
 
 /* Scalar reference vs naive double softmax (1e-4 abs; outputs are O(1)); candidates vs
@@ -538,7 +545,7 @@ static void test_kv_store(void)
 
 static void test_rmsnorm(void)
 {
-    int rows = 5, dim = 2048 + 16;
+    int rows = 5, dim = 2048 + 16 + 3; /* tails of every vector width */
     rng_seed(700);
     float *x = malloc(sizeof(float) * (size_t)rows * dim), *w = malloc(sizeof(float) * (size_t)dim);
     float *ref = malloc(sizeof(float) * (size_t)rows * dim), *got = malloc(sizeof(float) * (size_t)rows * dim);

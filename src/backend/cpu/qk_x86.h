@@ -186,16 +186,16 @@ QK_INLINE void qk_kblk_init(int dt, const uint8_t *p, struct qk_kblk *k)
     case DT_Q4_K:
     case DT_Q5_K: {
         const struct blk_q4_k *b = (const struct blk_q4_k *)p; /* same header for Q5_K */
-        uint32_t u[4];
-        memcpy(u, b->scales, 12);
-        const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
-        u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
-        uint32_t mins_lo = u[1] & k1;
-        u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
-        u[2] = mins_lo;
-        u[0] &= k1;
-        /* u[0..1]: 8 sub-block scales, u[2..3]: 8 mins; groups are half sub-blocks */
-        __m128i v = _mm_loadu_si128((const __m128i *)u);
+        /* 8 six-bit scales and mins from 12 bytes, as 4 dwords: scales 0-3, 4-7, mins 0-3,
+         * 4-7 (the 16-byte load stays inside the block) */
+        __m128i s = _mm_loadu_si128((const __m128i *)b->scales);
+        const __m128i k1 = _mm_set1_epi32(0x3f3f3f3f), k2 = _mm_set1_epi32(0x0f0f0f0f),
+                      k3 = _mm_set1_epi32(0x03030303);
+        __m128i a = _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 1, 2, 0)); /* u0 u2 u1 u2 */
+        __m128i c = _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 1, 0, 0)); /* u0 u0 u1 u1 */
+        __m128i t = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)), k2);
+        __m128i h = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(c, 6), k3), 4);
+        __m128i v = _mm_blend_epi32(_mm_and_si128(a, k1), _mm_or_si128(t, h), 0xa);
         const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
         k->sc8 = _mm_shuffle_epi8(v, dup);
         __m256i mn = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_srli_si128(v, 8), dup));
