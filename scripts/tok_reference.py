@@ -18,7 +18,7 @@ subset of chunks (the committed files the C test always checks).
 With --make-synth DIR it first trains small tokenizers (600-token BPE on the corpus) whose
 pipelines exercise the components the real tokenizers above do not use (NFKC, Lowercase,
 Strip, regex Replace, Metaspace, Digits, Punctuation, Whitespace, WhitespaceSplit, Strip
-and Metaspace decoders, TemplateProcessing with EOS, added tokens with lstrip / rstrip /
+and Metaspace decoders, BERT's WordPiece pipeline, TemplateProcessing with EOS, added tokens with lstrip / rstrip /
 single_word / normalized) and writes DIR/synth-*.tokenizer.json; they join SPECS as "repo:".
 
 usage: tok_reference.py --corpus C.jsonl --out DIR [--sample DIR] [--only name,name]
@@ -115,6 +115,17 @@ def make_synth(chunks, outdir):
         pre_tokenizers.Split(Regex(r"\p{N}"), behavior="contiguous"),
         pre_tokenizers.Whitespace()])
     finish(tk, "synth-split", [AddedToken("<x>", special=False)])
+    # 5. BERT: BertNormalizer + BertPreTokenizer + WordPiece (+ decoder), [CLS] A [SEP]
+    tk = Tokenizer(models.WordPiece(unk_token="<unk>", max_input_chars_per_word=30))
+    tk.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tk.decoder = decoders.WordPiece()
+    tk.post_processor = processors.BertProcessing(("</s>", 2), ("<s>", 1))
+    tr = trainers.WordPieceTrainer(vocab_size=800, special_tokens=specials, show_progress=False)
+    tk.train_from_iterator(train, trainer=tr)
+    path = os.path.join(outdir, "synth-wordpiece.tokenizer.json")
+    tk.save(path)
+    out.append(("synth-wordpiece", "repo:" + os.path.relpath(path, REPO), "json"))
     return out
 
 

@@ -263,6 +263,59 @@ static void cleanup_spaces(struct tok_buf *b)
     }
 }
 
+static int dec_wordpiece(const struct tok_dec *op, const struct slist *in, struct slist *out)
+{
+    static const char *const pat[][2] = {
+        {" .", "."},     {" ?", "?"},     {" !", "!"},     {" ,", ","},     {" ' ", "'"},
+        {" n't", "n't"}, {" 'm", "'m"},   {" do not", " don't"}, {" 's", "'s"},
+        {" 've", "'ve"}, {" 're", "'re"},
+    };
+    struct tok_buf b = {0};
+    for (size_t i = 0; i < in->n; i++) {
+        const char *s = STR(in, i);
+        size_t n = in->len[i];
+        b.n = 0;
+        if (i != 0) {
+            if (n >= op->alen && memcmp(s, op->a, op->alen) == 0) {
+                s += op->alen;
+                n -= op->alen;
+            } else if (tok_buf_put(&b, " ", 1))
+                goto oom;
+        }
+        if (tok_buf_put(&b, s, n))
+            goto oom;
+        if (op->start)
+            for (size_t k = 0; k < sizeof pat / sizeof pat[0]; k++) {
+                size_t pl = strlen(pat[k][0]), rl = strlen(pat[k][1]);
+                struct tok_buf r = {0};
+                for (size_t q = 0; q < b.n;) {
+                    if (q + pl <= b.n && memcmp(b.p + q, pat[k][0], pl) == 0) {
+                        if (tok_buf_put(&r, pat[k][1], rl)) {
+                            free(r.p);
+                            goto oom;
+                        }
+                        q += pl;
+                    } else if (tok_buf_put(&r, b.p + q, 1)) {
+                        free(r.p);
+                        goto oom;
+                    } else
+                        q++;
+                }
+                free(b.p);
+                b = r;
+                if (!b.p && tok_buf_put(&b, "", 0))
+                    goto oom;
+            }
+        if (sl_push(out, b.p ? b.p : "", b.n))
+            goto oom;
+    }
+    free(b.p);
+    return 0;
+oom:
+    free(b.p);
+    return -1;
+}
+
 int tok_decode_ids(const struct tok *t, const int32_t *ids, int n, int flags,
                    struct tok_buf *out, struct cerr *e)
 {
@@ -290,6 +343,7 @@ int tok_decode_ids(const struct tok *t, const int32_t *ids, int n, int flags,
         case TD_FUSE: rc = dec_fuse(cur, nx); break;
         case TD_STRIP: rc = dec_strip(op, cur, nx); break;
         case TD_METASPACE: rc = dec_metaspace(op, cur, nx); break;
+        case TD_WORDPIECE: rc = dec_wordpiece(op, cur, nx); break;
         default: continue;
         }
         struct slist *sw = cur;

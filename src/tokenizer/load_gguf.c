@@ -129,7 +129,8 @@ int tok_load_gguf(struct tok **out, const struct gguf *g, struct cerr *e)
     gguf_get_str(g, "general.architecture", &arch, NULL);
     int spm = str_is(model, "llama") || str_is(model, "gemma4");
     int bpe = str_is(model, "gpt2");
-    if (!spm && !bpe)
+    int wpm = str_is(model, "bert");
+    if (!spm && !bpe && !wpm)
         return cerr_set(e, CERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not supported",
                         g->path, (int)model.len, model.ptr);
     const struct gguf_kv *toks = NULL, *scores = NULL, *types = NULL, *merges = NULL;
@@ -177,6 +178,28 @@ int tok_load_gguf(struct tok **out, const struct gguf *g, struct cerr *e)
         const char *p = s.ptr;
         size_t pl = (size_t)s.len;
         size_t rs = gemma ? gemma_respell(p, pl) : 0;
+        if (wpm) { /* phantom-space spelling back to WordPiece's: "\u2581x" -> "x", "x" -> "##x" */
+            if (pl + 3 > bufcap) {
+                bufcap = pl + 64;
+                char *nb = realloc(buf, bufcap);
+                if (!nb) {
+                    rc = cerr_set(e, CERR_NOMEM, "out of memory");
+                    break;
+                }
+                buf = nb;
+            }
+            if (pl >= 3 && memcmp(p, "\xE2\x96\x81", 3) == 0) {
+                memcpy(buf, p + 3, pl - 3);
+                pl -= 3;
+            } else if (pl >= 2 && p[0] == '[' && p[pl - 1] == ']') {
+                memcpy(buf, p, pl);
+            } else {
+                memcpy(buf, "##", 2);
+                memcpy(buf + 2, p, pl);
+                pl += 2;
+            }
+            p = buf;
+        }
         if (rs) {
             if (rs * 3 > bufcap) {
                 bufcap = rs * 3 + 64;
@@ -236,6 +259,35 @@ int tok_load_gguf(struct tok **out, const struct gguf *g, struct cerr *e)
             d->type = TD_BYTELEVEL;
             t->has_decoder = 1;
         }
+    } else if (!rc && wpm) {
+        /* uncased BERT (the GGUF does not say): BertNormalizer + BertPreTokenizer */
+        struct tok_norm *nz = tok_push_norm(t);
+        struct tok_pre *ws = tok_push_pre(t), *pu = ws ? tok_push_pre(t) : NULL;
+        if (pu)
+            ws = pu - 1; /* the second push may have moved the array */
+        struct tok_dec *d = tok_push_dec(t);
+        if (!nz || !ws || !pu || !d)
+            rc = cerr_set(e, CERR_NOMEM, "out of memory");
+        else {
+            nz->type = TN_BERT;
+            nz->left = nz->right = nz->first_only = 1;
+            nz->alen = 1;
+            ws->type = TP_WSSPLIT;
+            ws->behavior = TSB_REMOVED;
+            ws->re = tok_regex("\\s", 2, e);
+            pu->type = TP_PUNCT;
+            pu->behavior = TSB_ISOLATED;
+            { static const char PUNCT[] = "[\\p{P}!-/:-@\\[-`{-~]"; pu->re = tok_regex(PUNCT, sizeof PUNCT - 1, e); }
+            if (!ws->re || !pu->re)
+                rc = CERR_FORMAT;
+            d->type = TD_WORDPIECE;
+            d->a = "##";
+            d->alen = 2;
+            d->start = 1;
+            t->has_decoder = 1;
+            t->wordpiece = 1;
+            t->wp_max_chars = 100;
+        }
     } else if (!rc) {
         int dummy = get_flag(g, "tokenizer.ggml.add_space_prefix", gemma ? 0 : 1);
         int extra = get_flag(g, "tokenizer.ggml.remove_extra_whitespaces", 0);
@@ -284,13 +336,21 @@ int tok_load_gguf(struct tok **out, const struct gguf *g, struct cerr *e)
         t->pad = (int32_t)get_id(g, "tokenizer.ggml.padding_token_id", n);
         t->eot = (int32_t)get_id(g, "tokenizer.ggml.eot_token_id", n);
         int32_t unk = (int32_t)get_id(g, "tokenizer.ggml.unknown_token_id", n);
-        if (spm && gemma)
+        if ((spm && gemma) || wpm)
             t->unk_id = unk;
+        if (wpm) {
+            int32_t cls = (int32_t)get_id(g, "tokenizer.ggml.cls_token_id", n);
+            int32_t sep = (int32_t)get_id(g, "tokenizer.ggml.seperator_token_id", n);
+            if (cls >= 0)
+                t->post_pre[t->n_post_pre++] = cls;
+            if (sep >= 0)
+                t->post_suf[t->n_post_suf++] = sep;
+        }
         int32_t eom = (int32_t)get_id(g, "tokenizer.ggml.eom_token_id", n);
-        int add_bos = get_flag(g, "tokenizer.ggml.add_bos_token", spm && !str_is(model, "gemma4"));
+        int add_bos = !wpm && get_flag(g, "tokenizer.ggml.add_bos_token", spm && !str_is(model, "gemma4"));
         if (str_is(model, "gemma4"))
             add_bos = 0;
-        int add_eos = get_flag(g, "tokenizer.ggml.add_eos_token", 0);
+        int add_eos = !wpm && get_flag(g, "tokenizer.ggml.add_eos_token", 0);
         if (add_bos && t->bos >= 0)
             t->post_pre[t->n_post_pre++] = t->bos;
         if (add_eos && t->eos >= 0)

@@ -75,6 +75,15 @@ static int parse_norm(struct tok *t, json_t *n, struct cerr *e)
     struct tok_norm *op = tok_push_norm(t);
     if (!op)
         return cerr_set(e, CERR_NOMEM, "out of memory");
+    if (!strcmp(ty, "BertNormalizer")) {
+        op->type = TN_BERT;
+        op->left = jbool(n, "clean_text", 1);
+        op->right = jbool(n, "handle_chinese_chars", 1);
+        op->alen = (size_t)jbool(n, "lowercase", 1);
+        json_t *sa = json_object_get(n, "strip_accents");
+        op->first_only = json_is_boolean(sa) ? json_is_true(sa) : (int)op->alen;
+        return 0;
+    }
     if (!strcmp(ty, "NFC"))
         op->type = TN_NFC;
     else if (!strcmp(ty, "NFD"))
@@ -157,6 +166,20 @@ static int parse_pre(struct tok *t, json_t *n, struct cerr *e)
                 return rc;
         }
         return 0;
+    }
+    if (!strcmp(ty, "BertPreTokenizer")) {
+        json_t *seq = json_pack("[{s:s},{s:s,s:s}]", "type", "WhitespaceSplit", "type",
+                                "Punctuation", "behavior", "Isolated");
+        json_t *x;
+        size_t i;
+        int rc = seq ? 0 : cerr_set(e, CERR_NOMEM, "out of memory");
+        json_array_foreach(seq, i, x)
+        {
+            if (!rc)
+                rc = parse_pre(t, x, e);
+        }
+        json_decref(seq);
+        return rc;
     }
     struct tok_pre *op = tok_push_pre(t);
     if (!op)
@@ -265,6 +288,12 @@ static int parse_dec(struct tok *t, json_t *n, struct cerr *e)
             return cerr_set(e, CERR_UNSUPPORTED, "decoder Replace with a Regex pattern");
         }
         return rc;
+    } else if (!strcmp(ty, "WordPiece")) {
+        op->type = TD_WORDPIECE;
+        const char *px = jstr(n, "prefix");
+        op->a = tok_strdup(t, px ? px : "##", px ? strlen(px) : 2);
+        op->alen = px ? strlen(px) : 2;
+        op->start = jbool(n, "cleanup", 1);
     } else if (!strcmp(ty, "Metaspace")) {
         op->type = TD_METASPACE;
         if (set_repl(op->repl, &op->repl_len, jstr(n, "replacement")))
@@ -352,8 +381,17 @@ static int parse_model(struct tok *t, json_t *model, json_t *added, struct cerr 
 {
     const char *ty = jstr(model, "type");
     json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
+    if (ty && !strcmp(ty, "WordPiece") && json_is_object(vocab)) {
+        const char *px = jstr(model, "continuing_subword_prefix");
+        if (px && strcmp(px, "##"))
+            return cerr_set(e, CERR_UNSUPPORTED, "WordPiece prefix '%s' (only ##)", px);
+        json_t *mx = json_object_get(model, "max_input_chars_per_word");
+        t->wordpiece = 1;
+        t->wp_max_chars = json_is_integer(mx) ? (int)json_integer_value(mx) : 100;
+        return 0;
+    }
     if ((ty && strcmp(ty, "BPE")) || !json_is_object(vocab) || !json_is_array(merges))
-        return cerr_set(e, CERR_UNSUPPORTED, "model type %s is not supported (BPE only)",
+        return cerr_set(e, CERR_UNSUPPORTED, "model type %s is not supported (BPE, WordPiece)",
                         ty ? ty : "(none)");
     const char *csp = jstr(model, "continuing_subword_prefix"), *eow = jstr(model, "end_of_word_suffix");
     if ((csp && *csp) || (eow && *eow))
@@ -372,7 +410,7 @@ static int build(struct tok **out, json_t *root, json_t *cfg, struct cerr *e)
     if (!json_is_object(model))
         return cerr_set(e, CERR_FORMAT, "tokenizer.json has no \"model\"");
     if (!json_is_object(vocab))
-        return cerr_set(e, CERR_UNSUPPORTED, "model type %s is not supported (BPE only)",
+        return cerr_set(e, CERR_UNSUPPORTED, "model type %s is not supported (BPE, WordPiece)",
                         jstr(model, "type") ? jstr(model, "type") : "(none)");
     long long maxid = -1;
     const char *k;

@@ -207,6 +207,12 @@ int tok_normalize(const struct tok *t, const char *in, size_t n, size_t orig, st
             break;
         case TN_STRIP: rc = norm_strip(op, src, sn, dst); break;
         case TN_SPM_WS: rc = norm_spm_ws(src, sn, dst); break;
+        case TN_BERT: {
+            struct tok_buf scratch = {0};
+            rc = tok_norm_bert(op, src, sn, dst, &scratch);
+            free(scratch.p);
+            break;
+        }
         default: rc = tok_buf_put(dst, src, sn); break;
         }
         if (rc)

@@ -442,7 +442,10 @@ static int encode_text(struct enc_ctx *c, const char *s, size_t n, size_t orig)
     if (rc)
         return rc;
     for (size_t i = 0; i < c->words.n; i++) {
-        rc = tok_bpe_word(c->t, sc, sc->a.p + c->words.v[i].off, c->words.v[i].len, c->e);
+        const char *w = sc->a.p + c->words.v[i].off;
+        size_t wl = c->words.v[i].len;
+        rc = c->t->wordpiece ? tok_wordpiece_word(c->t, sc, w, wl, c->e)
+                             : tok_bpe_word(c->t, sc, w, wl, c->e);
         if (rc)
             return rc;
     }

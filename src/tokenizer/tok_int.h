@@ -82,6 +82,7 @@ static inline const struct tok_pair_slot *tok_pairmap_get(const struct tok_pairm
 enum tok_norm_type {
     TN_NFC, TN_NFD, TN_NFKC, TN_NFKD, TN_LOWER, TN_REPLACE, TN_PREPEND, TN_STRIP,
     TN_SPM_WS, /* SentencePiece remove_extra_whitespaces */
+    TN_BERT,   /* BertNormalizer: left=clean_text right=chinese first_only=strip alen=lower */
 };
 struct tok_norm {
     int type;
@@ -107,7 +108,10 @@ struct tok_pre {
     char repl[8]; size_t repl_len; /* Metaspace replacement, UTF-8 */
 };
 
-enum tok_dec_type { TD_BYTELEVEL, TD_METASPACE, TD_BYTEFALLBACK, TD_FUSE, TD_STRIP, TD_REPLACE };
+enum tok_dec_type {
+    TD_BYTELEVEL, TD_METASPACE, TD_BYTEFALLBACK, TD_FUSE, TD_STRIP, TD_REPLACE,
+    TD_WORDPIECE, /* a = prefix, start = cleanup */
+};
 struct tok_dec {
     int type;
     const char *a; size_t alen; /* Replace pattern / Strip content (one char) */
@@ -138,6 +142,7 @@ struct tok {
     int32_t ascii_id[128];    /* non-byte-level: vocab id of the one-char piece, or -1 */
     int byte_level, byte_fallback, ignore_merges, fuse_unk, spm_dummy_first_only;
     int32_t unk_id;
+    int wordpiece, wp_max_chars; /* WordPiece model instead of BPE */
     uint32_t spm_nocut[32];   /* TP_SPM: chars some piece has right before U+2581 */
     int n_spm_nocut;
 
@@ -250,6 +255,11 @@ typedef int (*tok_seg_cb)(void *ctx, int32_t id, size_t off, size_t len);
 int tok_added_split(const struct tok *t, const char *s, size_t n, int want_norm,
                     int parse_special, tok_seg_cb cb, void *ctx);
 int tok_added_index(struct tok *t, struct cerr *e);
+/* wordpiece.c */
+int tok_norm_bert(const struct tok_norm *op, const char *in, size_t n, struct tok_buf *out,
+                  struct tok_buf *tmp);
+int tok_wordpiece_word(const struct tok *t, struct tok_scratch *sc, const char *w, size_t n,
+                       struct cerr *e);
 /* decoder.c: full decode of a token list per the decoder chain. */
 int tok_decode_ids(const struct tok *t, const int32_t *ids, int n, int flags,
                    struct tok_buf *out, struct cerr *e);

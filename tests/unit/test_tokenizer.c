@@ -230,8 +230,8 @@ static void test_spm_model(void)
 
 static void test_gguf_vocabs(void)
 {
-    static const char *names[] = {"gpt-2", "llama-spm", "phi-3"};
-    for (size_t i = 0; i < 3; i++) {
+    static const char *names[] = {"gpt-2", "llama-spm", "phi-3", "bert-bge"};
+    for (size_t i = 0; i < 4; i++) {
         char p[200], inp[256], out[256];
         snprintf(p, sizeof p, "llamacpp-vocab/ggml-vocab-%s.gguf", names[i]);
         snprintf(inp, sizeof inp, "%s.inp", p);
