@@ -66,43 +66,39 @@ static void attend(const struct at_task *tk, int t, int g, int h0, int nh)
     int lo = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
     const int32_t *bt = a->block_tables + (int64_t)a->seq[t] * a->max_blocks;
     const char *kc = a->k_cache, *vc = a->v_cache;
+    const void *kr[AT_CH], *vr[AT_CH];
     for (int p0 = lo; p0 <= pos; p0 += AT_CH) {
         int np = pos + 1 - p0 < AT_CH ? pos + 1 - p0 : AT_CH;
+        int blk = p0 / a->block_size, in = p0 % a->block_size; /* walk, no division per row */
         for (int j = 0; j < np; j++) {
-            int p = p0 + j;
-            size_t row = (size_t)bt[p / a->block_size] * (size_t)a->block_size +
-                         (size_t)(p % a->block_size);
-            const char *kr = kc + (row * (size_t)kv_dim + (size_t)g * hd) * es;
-            for (int i = 0; i < nh; i++) {
-                float s = kk->dot_kv[f16](qh[i], kr, hd) * a->scale;
-                if (a->softcap > 0.0f)
-                    s = a->softcap * tanhf(s / a->softcap);
-                sc[i * AT_CH + j] = s;
-            }
+            size_t row = (size_t)bt[blk] * (size_t)a->block_size + (size_t)in;
+            size_t off = (row * (size_t)kv_dim + (size_t)g * hd) * es;
+            kr[j] = kc + off;
+            vr[j] = vc + off;
+            if (++in == a->block_size)
+                in = 0, blk++;
         }
         for (int i = 0; i < nh; i++) {
+            float *s = sc + i * AT_CH;
+            kk->dots_kv[f16](qh[i], kr, np, hd, s);
+            for (int j = 0; j < np; j++) {
+                s[j] *= a->scale;
+                if (a->softcap > 0.0f)
+                    s[j] = a->softcap * tanhf(s[j] / a->softcap);
+            }
             float m = mx[i];
             for (int j = 0; j < np; j++)
-                m = sc[i * AT_CH + j] > m ? sc[i * AT_CH + j] : m;
+                m = s[j] > m ? s[j] : m;
             if (m != mx[i]) {
                 float f = expf(mx[i] - m);
                 l[i] *= f;
                 kk->scale_inplace(acc + i * hd, f, hd);
                 mx[i] = m;
             }
-            for (int j = 0; j < np; j++) {
-                float e = expf(sc[i * AT_CH + j] - m);
-                sc[i * AT_CH + j] = e;
-                l[i] += e;
-            }
-        }
-        for (int j = 0; j < np; j++) {
-            int p = p0 + j;
-            size_t row = (size_t)bt[p / a->block_size] * (size_t)a->block_size +
-                         (size_t)(p % a->block_size);
-            const char *vr = vc + (row * (size_t)kv_dim + (size_t)g * hd) * es;
-            for (int i = 0; i < nh; i++)
-                kk->axpy_kv[f16](acc + i * hd, sc[i * AT_CH + j], vr, hd);
+            kk->exp_shift(s, m, np);
+            for (int j = 0; j < np; j++)
+                l[i] += s[j];
+            kk->axpys_kv[f16](acc + i * hd, s, vr, np, hd);
         }
     }
     for (int i = 0; i < nh; i++) {
@@ -118,9 +114,10 @@ static void at_chunk(void *arg, int64_t it)
     const struct at_task *tk = arg;
     const struct be_attn *a = tk->a;
     int group = a->n_head / a->n_kv_head, nsub = group / tk->hg;
+    /* kv head slowest: consecutive items (tokens of one step) share the same K/V rows in cache */
     int sub = (int)(it % nsub);
     int64_t tg = it / nsub;
-    int g = (int)(tg % a->n_kv_head), t = (int)(tg / a->n_kv_head);
+    int t = (int)(tg % a->n_tok), g = (int)(tg / a->n_tok);
     attend(tk, t, g, g * group + sub * tk->hg, tk->hg);
 }
 

@@ -27,10 +27,14 @@ typedef void (*cpu_mm_fn)(int dt, int64_t k, const void *w, size_t w_stride, int
 
 struct cpu_kernels {
     cpu_mm_fn mm[DT_COUNT];
-    /* q . k-row of n elements, the row in F32 or F16 (index 0 / 1). */
-    float (*dot_kv[2])(const float *q, const void *krow, int n);
-    /* acc[i] += p * v-row[i], the row in F32 or F16. */
-    void (*axpy_kv[2])(float *acc, float p, const void *vrow, int n);
+    /* out[j] = q . rows[j] (n elements each) for j < np, rows in F32 or F16 (index 0 / 1).
+     * The arithmetic of out[j] may depend on j % 4 but on nothing else. */
+    void (*dots_kv[2])(const float *q, const void *const *rows, int np, int n, float *out);
+    /* For j = 0 .. np-1 in order: acc[i] = acc[i] + p[j] * rows[j][i] (multiply, then add). */
+    void (*axpys_kv[2])(float *acc, const float *p, const void *const *rows, int np, int n);
+    /* s[j] = exp(s[j] - m) for j < n (s[j] <= m). SIMD levels use a polynomial exp
+     * (within 2 ulp of expf). */
+    void (*exp_shift)(float *s, float m, int n);
     /* x[i] *= s. */
     void (*scale_inplace)(float *x, float s, int n);
     /* sum of x[i]^2, accumulated in float. */

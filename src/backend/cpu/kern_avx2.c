@@ -130,63 +130,109 @@ static void mm_bf16(int dt, int64_t k, const void *w, size_t ws, int nw, const v
 
 /* ---- attention and norm primitives ---- */
 
-static float dot_kv_f32(const float *q, const void *krow, int n)
+/* Four dot products at once: one 8-lane accumulator each, a fixed hadd tree, then the
+ * scalar tail; missing rows of a short group are zero vectors, so slot r's arithmetic is
+ * the same in every group. */
+QK_INLINE void dots4(int dt, const float *q, const void *const *rows, int nr, int n, float *out)
 {
-    const float *k = krow;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 a[4];
+    const void *r[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        a[j] = _mm256_setzero_ps(), r[j] = rows[j < nr ? j : 0];
     int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), a1);
+    for (; i + 8 <= n; i += 8) {
+        __m256 qv = _mm256_loadu_ps(q + i);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            if (j < nr)
+                a[j] = _mm256_fmadd_ps(qv, fw_load8(dt, r[j], i), a[j]);
     }
-    for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
-    float s = qk_hsum(_mm256_add_ps(a0, a1));
-    for (; i < n; i++)
-        s += q[i] * k[i];
-    return s;
-}
-
-static float dot_kv_f16(const float *q, const void *krow, int n)
-{
-    const uint16_t *k = krow;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), fw_load8(DT_F16, k, i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), fw_load8(DT_F16, k, i + 8), a1);
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    float o[4];
+    _mm_storeu_ps(o, s);
+    for (int j = 0; j < nr; j++) {
+        for (int ii = i; ii < n; ii++)
+            o[j] += q[ii] * fw_get(dt, r[j], ii);
+        out[j] = o[j];
     }
-    for (; i + 8 <= n; i += 8)
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), fw_load8(DT_F16, k, i), a0);
-    float s = qk_hsum(_mm256_add_ps(a0, a1));
-    for (; i < n; i++)
-        s += q[i] * _cvtsh_ss(k[i]);
-    return s;
 }
 
-/* acc += p * v, multiply then add (unfused) so the result matches the scalar reference. */
-static void axpy_kv_f32(float *acc, float p, const void *vrow, int n)
+static void dots_kv_f32(const float *q, const void *const *rows, int np, int n, float *out)
 {
-    const float *v = vrow;
-    __m256 vp = _mm256_set1_ps(p);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i),
-                                                _mm256_mul_ps(vp, _mm256_loadu_ps(v + i))));
-    for (; i < n; i++)
-        acc[i] += p * v[i];
+    for (int j = 0; j < np; j += 4)
+        dots4(DT_F32, q, rows + j, np - j < 4 ? np - j : 4, n, out + j);
 }
 
-static void axpy_kv_f16(float *acc, float p, const void *vrow, int n)
+static void dots_kv_f16(const float *q, const void *const *rows, int np, int n, float *out)
 {
-    const uint16_t *v = vrow;
-    __m256 vp = _mm256_set1_ps(p);
+    for (int j = 0; j < np; j += 4)
+        dots4(DT_F16, q, rows + j, np - j < 4 ? np - j : 4, n, out + j);
+}
+
+/* acc += p[j] * row j for j in order, multiply then add (unfused): the same per-element
+ * arithmetic as the scalar reference, with the accumulator kept in a register. */
+QK_INLINE void axpys(int dt, float *acc, const float *p, const void *const *rows, int np, int n)
+{
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i),
-                                                _mm256_mul_ps(vp, fw_load8(DT_F16, v, i))));
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_loadu_ps(acc + i);
+        for (int j = 0; j < np; j++)
+            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(p[j]), fw_load8(dt, rows[j], i)));
+        _mm256_storeu_ps(acc + i, a);
+    }
     for (; i < n; i++)
-        acc[i] += p * _cvtsh_ss(v[i]);
+        for (int j = 0; j < np; j++)
+            acc[i] += p[j] * fw_get(dt, rows[j], i);
+}
+
+static void axpys_kv_f32(float *acc, const float *p, const void *const *rows, int np, int n)
+{
+    axpys(DT_F32, acc, p, rows, np, n);
+}
+
+static void axpys_kv_f16(float *acc, const float *p, const void *const *rows, int np, int n)
+{
+    axpys(DT_F16, acc, p, rows, np, n);
+}
+
+/* exp(x) for x <= 0: n = round(x log2 e), r = x - n ln 2 (two-part ln 2), a degree-6
+ * polynomial for e^r (Cephes coefficients), times 2^n; 0 below -87.3. */
+static inline __m256 exp_neg8(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.3f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+static void exp_shift(float *s, float m, int n)
+{
+    __m256 vm = _mm256_set1_ps(m);
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(s + j, exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm)));
+    if (j < n) {
+        float t[8] = {0};
+        for (int i = j; i < n; i++)
+            t[i - j] = s[i] - m;
+        _mm256_storeu_ps(t, exp_neg8(_mm256_loadu_ps(t)));
+        for (int i = j; i < n; i++)
+            s[i] = t[i - j];
+    }
 }
 
 static void scale_inplace(float *x, float s, int n)
@@ -235,10 +281,11 @@ void cpu_kernels_avx2(struct cpu_kernels *k)
     k->mm[DT_F16] = mm_f16;
     k->mm[DT_BF16] = mm_bf16;
     qk_install(k);
-    k->dot_kv[0] = dot_kv_f32;
-    k->dot_kv[1] = dot_kv_f16;
-    k->axpy_kv[0] = axpy_kv_f32;
-    k->axpy_kv[1] = axpy_kv_f16;
+    k->dots_kv[0] = dots_kv_f32;
+    k->dots_kv[1] = dots_kv_f16;
+    k->axpys_kv[0] = axpys_kv_f32;
+    k->axpys_kv[1] = axpys_kv_f16;
+    k->exp_shift = exp_shift;
     k->scale_inplace = scale_inplace;
     k->sumsq = sumsq;
     k->norm_mul = norm_mul;

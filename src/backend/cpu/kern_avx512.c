@@ -253,37 +253,72 @@ static void zk_mm_q6_k(int dt, int64_t k, const void *w, size_t ws, int nw, cons
 
 /* ---- attention and norm primitives ---- */
 
-QK_INLINE float dot16(int dt, const float *q, const void *k, int n)
+/* Four dot products at once: one 16-lane accumulator each (masked tail), halves added,
+ * then a fixed hadd tree; missing rows of a short group are zero vectors. */
+QK_INLINE void dots4(int dt, const float *q, const void *const *rows, int nr, int n, float *out)
 {
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), fw_load16(dt, k, i), a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), fw_load16(dt, k, i + 16), a1);
-    }
-    for (; i < n; i += 16) {
+    __m512 a[4];
+    const void *r[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        a[j] = _mm512_setzero_ps(), r[j] = rows[j < nr ? j : 0];
+    for (int i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), fw_load16_mask(dt, k, i, m), a0);
+        __m512 qv = _mm512_maskz_loadu_ps(m, q + i);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            if (j < nr)
+                a[j] = _mm512_fmadd_ps(qv, fw_load16_mask(dt, r[j], i, m), a[j]);
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    __m256 b[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        b[j] = _mm256_add_ps(_mm512_castps512_ps256(a[j]), _mm512_extractf32x8_ps(a[j], 1));
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(b[0], b[1]), _mm256_hadd_ps(b[2], b[3]));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    if (nr == 4) {
+        _mm_storeu_ps(out, s);
+    } else {
+        float o[4];
+        _mm_storeu_ps(o, s);
+        for (int j = 0; j < nr; j++)
+            out[j] = o[j];
+    }
 }
 
-static float dot_kv_f32(const float *q, const void *krow, int n) { return dot16(DT_F32, q, krow, n); }
-static float dot_kv_f16(const float *q, const void *krow, int n) { return dot16(DT_F16, q, krow, n); }
-
-/* acc += p * v, multiply then add (unfused) so the result matches the scalar reference. */
-QK_INLINE void axpy16(int dt, float *acc, float p, const void *v, int n)
+static void dots_kv_f32(const float *q, const void *const *rows, int np, int n, float *out)
 {
-    __m512 vp = _mm512_set1_ps(p);
+    for (int j = 0; j < np; j += 4)
+        dots4(DT_F32, q, rows + j, np - j < 4 ? np - j : 4, n, out + j);
+}
+
+static void dots_kv_f16(const float *q, const void *const *rows, int np, int n, float *out)
+{
+    for (int j = 0; j < np; j += 4)
+        dots4(DT_F16, q, rows + j, np - j < 4 ? np - j : 4, n, out + j);
+}
+
+/* acc += p[j] * row j for j in order, multiply then add (unfused), as the reference. */
+QK_INLINE void axpys(int dt, float *acc, const float *p, const void *const *rows, int np, int n)
+{
     for (int i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
         __m512 a = _mm512_maskz_loadu_ps(m, acc + i);
-        _mm512_mask_storeu_ps(acc + i, m, _mm512_add_ps(a, _mm512_mul_ps(vp, fw_load16_mask(dt, v, i, m))));
+        for (int j = 0; j < np; j++)
+            a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(p[j]), fw_load16_mask(dt, rows[j], i, m)));
+        _mm512_mask_storeu_ps(acc + i, m, a);
     }
 }
 
-static void axpy_kv_f32(float *acc, float p, const void *v, int n) { axpy16(DT_F32, acc, p, v, n); }
-static void axpy_kv_f16(float *acc, float p, const void *v, int n) { axpy16(DT_F16, acc, p, v, n); }
+static void axpys_kv_f32(float *acc, const float *p, const void *const *rows, int np, int n)
+{
+    axpys(DT_F32, acc, p, rows, np, n);
+}
+
+static void axpys_kv_f16(float *acc, const float *p, const void *const *rows, int np, int n)
+{
+    axpys(DT_F16, acc, p, rows, np, n);
+}
 
 static float sumsq(const float *x, int n)
 {
@@ -311,9 +346,9 @@ void cpu_kernels_avx512(struct cpu_kernels *k)
     k->mm[DT_Q4_K] = zk_mm_q4_k;
     k->mm[DT_Q5_K] = zk_mm_q5_k;
     k->mm[DT_Q6_K] = zk_mm_q6_k;
-    k->dot_kv[0] = dot_kv_f32;
-    k->dot_kv[1] = dot_kv_f16;
-    k->axpy_kv[0] = axpy_kv_f32;
-    k->axpy_kv[1] = axpy_kv_f16;
+    k->dots_kv[0] = dots_kv_f32;
+    k->dots_kv[1] = dots_kv_f16;
+    k->axpys_kv[0] = axpys_kv_f32;
+    k->axpys_kv[1] = axpys_kv_f16;
     k->sumsq = sumsq;
 }

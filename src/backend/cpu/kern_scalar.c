@@ -16,36 +16,50 @@ static void mm_ref(int dt, int64_t k, const void *w, size_t w_stride, int nw, co
                                            (const char *)x + (size_t)i * x_stride);
 }
 
-static float dot_kv_f32(const float *q, const void *krow, int n)
+static void dots_kv_f32(const float *q, const void *const *rows, int np, int n, float *out)
 {
-    const float *k = krow;
-    float s = 0.0f;
-    for (int i = 0; i < n; i++)
-        s += q[i] * k[i];
-    return s;
+    for (int j = 0; j < np; j++) {
+        const float *k = rows[j];
+        float s = 0.0f;
+        for (int i = 0; i < n; i++)
+            s += q[i] * k[i];
+        out[j] = s;
+    }
 }
 
-static float dot_kv_f16(const float *q, const void *krow, int n)
+static void dots_kv_f16(const float *q, const void *const *rows, int np, int n, float *out)
 {
-    const uint16_t *k = krow;
-    float s = 0.0f;
-    for (int i = 0; i < n; i++)
-        s += q[i] * half_f16_to_f32(k[i]);
-    return s;
+    for (int j = 0; j < np; j++) {
+        const uint16_t *k = rows[j];
+        float s = 0.0f;
+        for (int i = 0; i < n; i++)
+            s += q[i] * half_f16_to_f32(k[i]);
+        out[j] = s;
+    }
 }
 
-static void axpy_kv_f32(float *acc, float p, const void *vrow, int n)
+static void axpys_kv_f32(float *acc, const float *p, const void *const *rows, int np, int n)
 {
-    const float *v = vrow;
-    for (int i = 0; i < n; i++)
-        acc[i] += p * v[i];
+    for (int j = 0; j < np; j++) {
+        const float *v = rows[j];
+        for (int i = 0; i < n; i++)
+            acc[i] += p[j] * v[i];
+    }
 }
 
-static void axpy_kv_f16(float *acc, float p, const void *vrow, int n)
+static void axpys_kv_f16(float *acc, const float *p, const void *const *rows, int np, int n)
 {
-    const uint16_t *v = vrow;
-    for (int i = 0; i < n; i++)
-        acc[i] += p * half_f16_to_f32(v[i]);
+    for (int j = 0; j < np; j++) {
+        const uint16_t *v = rows[j];
+        for (int i = 0; i < n; i++)
+            acc[i] += p[j] * half_f16_to_f32(v[i]);
+    }
+}
+
+static void exp_shift(float *s, float m, int n)
+{
+    for (int j = 0; j < n; j++)
+        s[j] = expf(s[j] - m);
 }
 
 static void scale_inplace(float *x, float s, int n)
@@ -72,10 +86,11 @@ void cpu_kernels_scalar(struct cpu_kernels *k)
 {
     for (int dt = 0; dt < DT_COUNT; dt++)
         k->mm[dt] = dtype_is_weight_type(dt) ? mm_ref : NULL;
-    k->dot_kv[0] = dot_kv_f32;
-    k->dot_kv[1] = dot_kv_f16;
-    k->axpy_kv[0] = axpy_kv_f32;
-    k->axpy_kv[1] = axpy_kv_f16;
+    k->dots_kv[0] = dots_kv_f32;
+    k->dots_kv[1] = dots_kv_f16;
+    k->axpys_kv[0] = axpys_kv_f32;
+    k->axpys_kv[1] = axpys_kv_f16;
+    k->exp_shift = exp_shift;
     k->scale_inplace = scale_inplace;
     k->sumsq = sumsq;
     k->norm_mul = norm_mul;
