@@ -1,8 +1,9 @@
 /* fuzz_tokenizer.c — libFuzzer target for the tokenizer: encode, decode, stream-decode.
  *
  * The first input byte picks a tokenizer (Qwen3 and Llama 3 tokenizer.json, Llama 2
- * tokenizer.model, GPT-2 and stories260K GGUF vocabularies from $CINFER_FIXTURES, default
- * ../shared/fixtures) and flags; the rest is the text (any bytes, invalid UTF-8 included)
+ * tokenizer.model, GPT-2, stories260K and BERT GGUF vocabularies from $CINFER_FIXTURES,
+ * default ../shared/fixtures; the synthetic tokenizers of tests/data/tokenizer under
+ * $CINFER_SRC, default .) and flags; the rest is the text (any bytes, invalid UTF-8 included)
  * or, in decode mode, little-endian ids. Also feeds the bytes to the SentencePiece and
  * tokenizer.json parsers. Checks: no crash, decode output is valid UTF-8, the streaming
  * detokenizer emits valid UTF-8 pieces and the same text as tok_decode.
@@ -16,23 +17,34 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define N_TOK 5
+#define N_TOK 11
 static struct tok *g_tok[N_TOK];
 static int g_init;
 
 static void load_all(void)
 {
+    /* "r:" = under the repository ($CINFER_SRC, default .), else under the fixtures */
     static const char *rel[N_TOK] = {
         "qwen3-tokenizer/tokenizer.json.gz", "llama3-tokenizer/tokenizer.json.gz",
         "llama2-tokenizer/tokenizer.model", "llamacpp-vocab/ggml-vocab-gpt-2.gguf",
-        "stories260K/stories260K.gguf"};
-    const char *root = getenv("CINFER_FIXTURES");
+        "stories260K/stories260K.gguf", "llamacpp-vocab/ggml-vocab-bert-bge.gguf",
+        "r:tests/data/tokenizer/synth-nfkc-bytelevel.tokenizer.json",
+        "r:tests/data/tokenizer/synth-metaspace.tokenizer.json",
+        "r:tests/data/tokenizer/synth-digits-punct.tokenizer.json",
+        "r:tests/data/tokenizer/synth-split.tokenizer.json",
+        "r:tests/data/tokenizer/synth-wordpiece.tokenizer.json"};
+    const char *root = getenv("CINFER_FIXTURES"), *src = getenv("CINFER_SRC");
     if (!root)
         root = "../shared/fixtures";
+    if (!src)
+        src = ".";
     for (int i = 0; i < N_TOK; i++) {
         char p[1024];
         struct cerr e = {0};
-        snprintf(p, sizeof p, "%s/%s", root, rel[i]);
+        if (!strncmp(rel[i], "r:", 2))
+            snprintf(p, sizeof p, "%s/%s", src, rel[i] + 2);
+        else
+            snprintf(p, sizeof p, "%s/%s", root, rel[i]);
         if (tok_load(&g_tok[i], p, &e) != 0) {
             fprintf(stderr, "fuzz_tokenizer: cannot load %s: %s\n", p, e.msg);
             abort(); /* a harness setup error, not a finding */
