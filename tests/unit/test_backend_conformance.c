@@ -455,6 +455,9 @@ static const struct attn_case g_attn_cases[] = {
     {3, 16, 8, 256, 40, DT_F32, 16, 4, 1, 0.0f},
     {5, 6, 2, 40, 0, DT_F16, 16, 3, 2, 0.0f}, /* head_dim with an 8-element tail */
     {3, 4, 2, 20, 9, DT_F32, 2, 12, 1, 20.0f},
+    /* one sequence, no window / window beyond every position: multi-token runs */
+    {12, 8, 2, 64, 0, DT_F16, 16, 5, 1, 0.0f},
+    {10, 4, 2, 32, 500, DT_F32, 8, 6, 1, 10.0f},
 };
 
 /* Scalar reference vs naive double softmax (1e-4 abs; outputs are O(1)); candidates vs

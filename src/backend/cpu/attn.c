@@ -4,8 +4,9 @@
  * increasing order starting at the window's first position; per chunk the scores are
  * computed, the running max/sum and the output accumulator are rescaled once, then the
  * chunk's V rows are added. No (n_tok, ctx) score matrix exists. Work items are
- * (token, kv head) pairs so each K/V row is read once for all query heads of its group;
- * each query head's arithmetic is the same whatever else is in the batch.
+ * (up to AT_TQ tokens, kv head, subgroup of its query heads), so each K/V row is fetched
+ * once for all of them; each query head's arithmetic is the same whatever else is in the
+ * batch.
  */
 #include <math.h>
 #include <string.h>
@@ -14,7 +15,11 @@
 #include "util/half.h"
 #include "util/log.h"
 
-enum { AT_CH = 32, AT_ACC = 8192 /* floats of accumulator per work item, on the stack */ };
+enum {
+    AT_CH = 32,     /* positions per online-softmax step */
+    AT_ACC = 16384, /* floats of accumulator per work item, on the stack (64 KiB) */
+    AT_TQ = 8,      /* most batch tokens per work item */
+};
 
 void cpu_kv_store(struct be *b, void *k_cache, void *v_cache, int kv_dtype, const float *k,
                   const float *v, const int32_t *slots, int n_tok, int kv_dim)
@@ -41,11 +46,23 @@ struct at_task {
     float *out;
     const float *q;
     const struct be_attn *a;
-    int hg; /* query heads handled together (a divisor of the group size) */
+    int hg;      /* query heads handled together (a divisor of the group size) */
+    int tq;      /* batch tokens per work item */
+    int n_tiles; /* ceil(n_tok / tq) */
 };
 
-/* Query heads h0 .. h0+nh of token t, all reading kv head g. */
-static void attend(const struct at_task *tk, int t, int g, int h0, int nh)
+/* First attended position of token t. */
+static int attn_lo(const struct be_attn *a, int t)
+{
+    int pos = a->pos[t];
+    return a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+}
+
+/* Query heads h0 .. h0+nh of tokens t0 .. t0+nt (same sequence, same first position lo),
+ * all reading kv head g. The K/V row pointers of a chunk are resolved once and the rows
+ * stay in cache while every token of the run uses them; each token's arithmetic is exactly
+ * that of a run of one (same chunks, same per-chunk steps). */
+static void attend_run(const struct at_task *tk, int t0, int nt, int g, int h0, int nh)
 {
     const struct be_attn *a = tk->a;
     const struct cpu_kernels *kk = &tk->cb->k;
@@ -53,24 +70,24 @@ static void attend(const struct at_task *tk, int t, int g, int h0, int nh)
     int f16 = a->kv_dtype == DT_F16;
     size_t es = f16 ? 2 : 4;
     float acc[AT_ACC];
-    float sc[AT_CH * 32];
-    float mx[32], l[32];
-    const float *qh[32];
-    for (int i = 0; i < nh; i++) {
-        mx[i] = -INFINITY;
-        l[i] = 0.0f;
-        qh[i] = tk->q + ((int64_t)t * a->n_head + h0 + i) * hd;
-        memset(acc + i * hd, 0, (size_t)hd * sizeof(float));
+    float sc[AT_CH];
+    float mx[AT_TQ * 32], l[AT_TQ * 32];
+    int hi = 0;
+    for (int u = 0; u < nt * nh; u++) {
+        mx[u] = -INFINITY;
+        l[u] = 0.0f;
+        memset(acc + u * hd, 0, (size_t)hd * sizeof(float));
     }
-    int pos = a->pos[t];
-    int lo = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
-    const int32_t *bt = a->block_tables + (int64_t)a->seq[t] * a->max_blocks;
+    for (int u = 0; u < nt; u++)
+        hi = a->pos[t0 + u] > hi ? a->pos[t0 + u] : hi;
+    int lo = attn_lo(a, t0);
+    const int32_t *bt = a->block_tables + (int64_t)a->seq[t0] * a->max_blocks;
     const char *kc = a->k_cache, *vc = a->v_cache;
     const void *kr[AT_CH], *vr[AT_CH];
-    for (int p0 = lo; p0 <= pos; p0 += AT_CH) {
-        int np = pos + 1 - p0 < AT_CH ? pos + 1 - p0 : AT_CH;
+    for (int p0 = lo; p0 <= hi; p0 += AT_CH) {
+        int nrow = hi + 1 - p0 < AT_CH ? hi + 1 - p0 : AT_CH;
         int blk = p0 / a->block_size, in = p0 % a->block_size; /* walk, no division per row */
-        for (int j = 0; j < np; j++) {
+        for (int j = 0; j < nrow; j++) {
             size_t row = (size_t)bt[blk] * (size_t)a->block_size + (size_t)in;
             size_t off = (row * (size_t)kv_dim + (size_t)g * hd) * es;
             kr[j] = kc + off;
@@ -78,35 +95,44 @@ static void attend(const struct at_task *tk, int t, int g, int h0, int nh)
             if (++in == a->block_size)
                 in = 0, blk++;
         }
-        for (int i = 0; i < nh; i++) {
-            float *s = sc + i * AT_CH;
-            kk->dots_kv[f16](qh[i], kr, np, hd, s);
-            for (int j = 0; j < np; j++) {
-                s[j] *= a->scale;
-                if (a->softcap > 0.0f)
-                    s[j] = a->softcap * tanhf(s[j] / a->softcap);
+        for (int u = 0; u < nt; u++) {
+            int t = t0 + u, np = a->pos[t] + 1 - p0 < AT_CH ? a->pos[t] + 1 - p0 : AT_CH;
+            if (np <= 0)
+                continue;
+            for (int i = 0; i < nh; i++) {
+                const float *qv = tk->q + ((int64_t)t * a->n_head + h0 + i) * hd;
+                float *ac = acc + (u * nh + i) * hd;
+                float *ms = &mx[u * nh + i], *ls = &l[u * nh + i];
+                kk->dots_kv[f16](qv, kr, np, hd, sc);
+                for (int j = 0; j < np; j++) {
+                    sc[j] *= a->scale;
+                    if (a->softcap > 0.0f)
+                        sc[j] = a->softcap * tanhf(sc[j] / a->softcap);
+                }
+                float m = *ms;
+                for (int j = 0; j < np; j++)
+                    m = sc[j] > m ? sc[j] : m;
+                if (m != *ms) {
+                    float f = expf(*ms - m);
+                    *ls *= f;
+                    kk->scale_inplace(ac, f, hd);
+                    *ms = m;
+                }
+                kk->exp_shift(sc, m, np);
+                for (int j = 0; j < np; j++)
+                    *ls += sc[j];
+                kk->axpys_kv[f16](ac, sc, vr, np, hd);
             }
-            float m = mx[i];
-            for (int j = 0; j < np; j++)
-                m = s[j] > m ? s[j] : m;
-            if (m != mx[i]) {
-                float f = expf(mx[i] - m);
-                l[i] *= f;
-                kk->scale_inplace(acc + i * hd, f, hd);
-                mx[i] = m;
-            }
-            kk->exp_shift(s, m, np);
-            for (int j = 0; j < np; j++)
-                l[i] += s[j];
-            kk->axpys_kv[f16](acc + i * hd, s, vr, np, hd);
         }
     }
-    for (int i = 0; i < nh; i++) {
-        float *o = tk->out + ((int64_t)t * a->n_head + h0 + i) * hd;
-        float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-        for (int d = 0; d < hd; d++)
-            o[d] = acc[i * hd + d] * inv;
-    }
+    for (int u = 0; u < nt; u++)
+        for (int i = 0; i < nh; i++) {
+            float *o = tk->out + ((int64_t)(t0 + u) * a->n_head + h0 + i) * hd;
+            const float *ac = acc + (u * nh + i) * hd;
+            float inv = l[u * nh + i] > 0.0f ? 1.0f / l[u * nh + i] : 0.0f;
+            for (int d = 0; d < hd; d++)
+                o[d] = ac[d] * inv;
+        }
 }
 
 static void at_chunk(void *arg, int64_t it)
@@ -114,11 +140,19 @@ static void at_chunk(void *arg, int64_t it)
     const struct at_task *tk = arg;
     const struct be_attn *a = tk->a;
     int group = a->n_head / a->n_kv_head, nsub = group / tk->hg;
-    /* kv head slowest: consecutive items (tokens of one step) share the same K/V rows in cache */
+    /* kv head slowest: consecutive items (tokens of one step) share K/V rows in cache */
     int sub = (int)(it % nsub);
-    int64_t tg = it / nsub;
-    int t = (int)(tg % a->n_tok), g = (int)(tg / a->n_tok);
-    attend(tk, t, g, g * group + sub * tk->hg, tk->hg);
+    int64_t rest = it / nsub;
+    int tile = (int)(rest % tk->n_tiles), g = (int)(rest / tk->n_tiles);
+    int t0 = tile * tk->tq, t1 = t0 + tk->tq < a->n_tok ? t0 + tk->tq : a->n_tok;
+    /* runs of tokens of one sequence with the same first position share the K/V rows */
+    for (int t = t0; t < t1;) {
+        int e = t + 1, lo = attn_lo(a, t);
+        while (e < t1 && a->seq[e] == a->seq[t] && attn_lo(a, e) == lo)
+            e++;
+        attend_run(tk, t, e - t, g, g * group + sub * tk->hg, tk->hg);
+        t = e;
+    }
 }
 
 void cpu_attention(struct be *b, float *out, const float *q, const struct be_attn *a)
@@ -136,14 +170,21 @@ void cpu_attention(struct be *b, float *out, const float *q, const struct be_att
     int hg = group;
     while (hg > 1 && (hg > 32 || hg * a->head_dim > AT_ACC || group % hg))
         hg--;
-    /* decode with few kv heads: split groups further so every thread gets work (each query
-     * head's arithmetic is the same either way) */
-    while (hg > 1 && (int64_t)a->n_tok * a->n_kv_head * (group / hg) < cb->n_threads) {
+    int tq = AT_ACC / (hg * a->head_dim);
+    tq = tq > AT_TQ ? AT_TQ : tq < 1 ? 1 : tq;
+    /* few tokens: smaller tiles, then split GQA groups, until every thread gets work (each
+     * query head's arithmetic is the same either way) */
+#define AT_ITEMS(tq_, hg_) ((int64_t)((a->n_tok + (tq_)-1) / (tq_)) * a->n_kv_head * (group / (hg_)))
+    while (tq > 1 && AT_ITEMS(tq, hg) < cb->n_threads)
+        tq--;
+    while (hg > 1 && AT_ITEMS(tq, hg) < cb->n_threads) {
         int h2 = hg - 1;
         while (h2 > 1 && group % h2)
             h2--;
         hg = h2;
     }
-    struct at_task tk = {.cb = cb, .out = out, .q = q, .a = a, .hg = hg};
-    cpu_pool_run(cb->pool, at_chunk, &tk, (int64_t)a->n_tok * a->n_kv_head * (group / hg));
+    struct at_task tk = {.cb = cb, .out = out, .q = q, .a = a, .hg = hg, .tq = tq,
+                         .n_tiles = (a->n_tok + tq - 1) / tq};
+    cpu_pool_run(cb->pool, at_chunk, &tk, AT_ITEMS(tq, hg));
+#undef AT_ITEMS
 }
