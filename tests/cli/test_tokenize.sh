@@ -32,6 +32,14 @@ ids=$("$BIN" tokenize "$Q" --file "$tmp/t.txt")
 check roundtrip "$(cat "$tmp/t.txt")" "$("$BIN" detokenize "$Q" --ids "$ids")"
 printf 'stdin text' | "$BIN" tokenize "$Q" --file - > "$tmp/o" ; check stdin "$("$BIN" tokenize "$Q" --text 'stdin text')" "$(cat "$tmp/o")"
 
+# a Hugging Face model directory (plain tokenizer.json + tokenizer_config.json)
+mkdir -p "$tmp/hfdir"
+gzip -dc "$FIX/llama3-tokenizer/tokenizer.json.gz" > "$tmp/hfdir/tokenizer.json"
+cp "$FIX/llama3-tokenizer/tokenizer_config.json" "$tmp/hfdir/"
+check hfdir "[9906, 1917]" "$("$BIN" tokenize "$tmp/hfdir" --text "Hello world")"
+check hfdir_json "[128000, 9906, 1917]" "$("$BIN" tokenize "$tmp/hfdir/tokenizer.json" --text "<|begin_of_text|>Hello world" --special)"
+check hfdir_cleanup "Hello, world." "$("$BIN" detokenize "$tmp/hfdir" --ids "$("$BIN" tokenize "$tmp/hfdir" --text "Hello, world.")")"
+
 # invalid UTF-8 is repaired like Python's decode("utf-8", "replace"): \xff -> U+FFFD
 printf 'a\xffb' > "$tmp/bad.txt"
 check invalid_utf8 "$("$BIN" tokenize "$Q" --text $'a\xef\xbf\xbdb')" "$("$BIN" tokenize "$Q" --file "$tmp/bad.txt")"
