@@ -17,6 +17,7 @@ static const struct command g_cmds[] = {
     {"detokenize", cmd_detokenize, "print the text of a list of token ids"},
     {"render", cmd_render, "render a chat template for a conversation"},
     {"info", cmd_info, "show a model file's architecture, tensors and metadata"},
+    {"bench", cmd_bench, "measure load, first-token, prefill and decode speed (JSON)"},
 };
 
 static void usage(FILE *f)

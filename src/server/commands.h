@@ -9,5 +9,6 @@ int cmd_tokenize(int argc, char **argv);   /* cmd_tokenize.c */
 int cmd_detokenize(int argc, char **argv); /* cmd_tokenize.c */
 int cmd_render(int argc, char **argv);     /* cmd_render.c */
 int cmd_info(int argc, char **argv);       /* cmd_info.c */
+int cmd_bench(int argc, char **argv);      /* cmd_bench.c */
 
 #endif

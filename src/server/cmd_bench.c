@@ -1,0 +1,143 @@
+/* cmd_bench.c — `cinfer bench MODEL`: throughput of one model on this machine, as JSON.
+ *
+ * Measures, in one process: load time, time from the command's start to the first token
+ * of a short prompt (load + prefill + sample), decode tok/s (N tokens after that prompt, greedy, EOS ignored), prefill
+ * tok/s (a P-token prompt in a fresh context), and peak RSS. Prompt ids are deterministic
+ * pseudo-random ids from the middle of the vocabulary (as llama-bench does), so no
+ * tokenizer is needed. bench/cpu_vs_llamacpp runs this beside llama.cpp.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "engine/gen.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "server/commands.h"
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f, "usage: cinfer bench MODEL [-t N] [-p PROMPT_TOKENS] [-n GEN_TOKENS]\n\n"
+               "Prints one JSON object: load_s, ttft_s (start to the first token of an\n"
+               "8-token prompt, load included), decode_tok_s (GEN_TOKENS after it, default 128),\n"
+               "prefill_tok_s (a PROMPT_TOKENS prompt, default 512), peak_rss_bytes.\n");
+}
+
+static void fill_ids(int32_t *ids, int n, int vocab, uint32_t seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    int lo = vocab / 4, span = vocab / 4 > 0 ? vocab / 4 : 1;
+    for (int i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        ids[i] = lo + (int32_t)(x % (uint32_t)span);
+    }
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    const char *path = NULL;
+    int threads = 0, n_prompt = 512, n_gen = 128;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int *dst = !strcmp(a, "-t") || !strcmp(a, "--threads") ? &threads
+                   : !strcmp(a, "-p")                          ? &n_prompt
+                   : !strcmp(a, "-n")                          ? &n_gen
+                                                               : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            bench_usage(stdout);
+            return 0;
+        } else if (dst) {
+            char *end;
+            errno = 0;
+            long x = v ? strtol(v, &end, 10) : 0;
+            if (!v || errno || *end || x < 1 || x > 1 << 20) {
+                fprintf(stderr, "cinfer bench: %s expects an integer in [1, 1048576]\n", a);
+                return 1;
+            }
+            *dst = (int)x;
+            i++;
+        } else if (a[0] != '-' && !path) {
+            path = a;
+        } else {
+            fprintf(stderr, "cinfer bench: unexpected argument '%s'\n", a);
+            bench_usage(stderr);
+            return 1;
+        }
+    }
+    if (!path) {
+        bench_usage(stderr);
+        return 1;
+    }
+    struct cerr e = {0};
+    struct be_config bc = {.n_threads = threads};
+    struct be *be = be_new("cpu", &bc, &e);
+    struct model *m = NULL;
+    struct gen *g = NULL;
+    int status = 1;
+    int32_t *ids = NULL;
+    double t0 = mono_s();
+    if (!be || model_load(&m, path, be, &e)) {
+        fprintf(stderr, "cinfer bench: %s\n", e.msg);
+        goto done;
+    }
+    double load_s = mono_s() - t0;
+    int ctx = (n_prompt > 8 + n_gen ? n_prompt : 8 + n_gen) + 16;
+    int V = m->hp.n_vocab;
+    ids = malloc((size_t)(n_prompt > 8 ? n_prompt : 8) * sizeof *ids);
+    if (!ids || gen_new(&g, m, ctx, 512, DT_F32, &e)) {
+        fprintf(stderr, "cinfer bench: %s\n", ids ? e.msg : "out of memory");
+        goto done;
+    }
+    /* short prompt -> first token, then decode */
+    fill_ids(ids, 8, V, 1);
+    if (gen_feed(g, ids, 8, NULL, &e))
+        goto fail;
+    int32_t tok = sampler_argmax(g->logits, V);
+    double ttft = mono_s() - t0;
+    double t1 = mono_s();
+    for (int i = 0; i < n_gen; i++) {
+        if (gen_feed(g, &tok, 1, NULL, &e))
+            goto fail;
+        tok = sampler_argmax(g->logits, V);
+    }
+    double decode_s = mono_s() - t1;
+    /* prefill in a fresh context */
+    gen_reset(g);
+    fill_ids(ids, n_prompt, V, 2);
+    t1 = mono_s();
+    if (gen_feed(g, ids, n_prompt, NULL, &e))
+        goto fail;
+    double prefill_s = mono_s() - t1;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("{\"engine\": \"cinfer\", \"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, "
+           "\"load_s\": %.4f, \"ttft_s\": %.4f, \"decode_tokens\": %d, \"decode_tok_s\": %.3f, "
+           "\"prefill_tokens\": %d, \"prefill_tok_s\": %.3f, \"peak_rss_bytes\": %lld, "
+           "\"weight_bytes\": %zu}\n",
+           path, m->arch_name, threads, load_s, ttft, n_gen, n_gen / decode_s, n_prompt,
+           n_prompt / prefill_s, (long long)ru.ru_maxrss * 1024, model_weight_bytes(m));
+    status = 0;
+    goto done;
+fail:
+    fprintf(stderr, "cinfer bench: %s\n", e.msg);
+done:
+    free(ids);
+    gen_free(g);
+    model_free(m);
+    be_free(be);
+    return status;
+}
