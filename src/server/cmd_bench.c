@@ -29,10 +29,12 @@ static double mono_s(void)
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "usage: cinfer bench MODEL [-t N] [-p PROMPT_TOKENS] [-n GEN_TOKENS]\n\n"
+    fprintf(f, "usage: cinfer bench MODEL [-t N] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [--kv f16|f32]\n\n"
                "Prints one JSON object: load_s, ttft_s (start to the first token of an\n"
-               "8-token prompt, load included), decode_tok_s (GEN_TOKENS after it, default 128),\n"
-               "prefill_tok_s (a PROMPT_TOKENS prompt, default 512), peak_rss_bytes.\n");
+               "8-token prompt, load included), ttft_warm_s (the same without the load),\n"
+               "decode_tok_s (GEN_TOKENS after it, default 128),\n"
+               "prefill_tok_s (a PROMPT_TOKENS prompt, default 512), peak_rss_bytes.\n"
+               "The KV cache is F16 by default (as llama.cpp's).\n");
 }
 
 static void fill_ids(int32_t *ids, int n, int vocab, uint32_t seed)
@@ -50,9 +52,14 @@ static void fill_ids(int32_t *ids, int n, int vocab, uint32_t seed)
 int cmd_bench(int argc, char **argv)
 {
     const char *path = NULL;
-    int threads = 0, n_prompt = 512, n_gen = 128;
+    int threads = 0, n_prompt = 512, n_gen = 128, kv_dtype = DT_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--kv") && v && (!strcmp(v, "f16") || !strcmp(v, "f32"))) {
+            kv_dtype = !strcmp(v, "f16") ? DT_F16 : DT_F32;
+            i++;
+            continue;
+        }
         int *dst = !strcmp(a, "-t") || !strcmp(a, "--threads") ? &threads
                    : !strcmp(a, "-p")                          ? &n_prompt
                    : !strcmp(a, "-n")                          ? &n_gen
@@ -98,16 +105,17 @@ int cmd_bench(int argc, char **argv)
     int ctx = (n_prompt > 8 + n_gen ? n_prompt : 8 + n_gen) + 16;
     int V = m->hp.n_vocab;
     ids = malloc((size_t)(n_prompt > 8 ? n_prompt : 8) * sizeof *ids);
-    if (!ids || gen_new(&g, m, ctx, 512, DT_F32, &e)) {
+    if (!ids || gen_new(&g, m, ctx, 512, kv_dtype, &e)) {
         fprintf(stderr, "cinfer bench: %s\n", ids ? e.msg : "out of memory");
         goto done;
     }
     /* short prompt -> first token, then decode */
     fill_ids(ids, 8, V, 1);
+    double tw = mono_s();
     if (gen_feed(g, ids, 8, NULL, &e))
         goto fail;
     int32_t tok = sampler_argmax(g->logits, V);
-    double ttft = mono_s() - t0;
+    double ttft = mono_s() - t0, ttft_warm = mono_s() - tw;
     double t1 = mono_s();
     for (int i = 0; i < n_gen; i++) {
         if (gen_feed(g, &tok, 1, NULL, &e))
@@ -125,10 +133,10 @@ int cmd_bench(int argc, char **argv)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("{\"engine\": \"cinfer\", \"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, "
-           "\"load_s\": %.4f, \"ttft_s\": %.4f, \"decode_tokens\": %d, \"decode_tok_s\": %.3f, "
+           "\"kv\": \"%s\", \"load_s\": %.4f, \"ttft_s\": %.4f, \"ttft_warm_s\": %.4f, \"decode_tokens\": %d, \"decode_tok_s\": %.3f, "
            "\"prefill_tokens\": %d, \"prefill_tok_s\": %.3f, \"peak_rss_bytes\": %lld, "
            "\"weight_bytes\": %zu}\n",
-           path, m->arch_name, threads, load_s, ttft, n_gen, n_gen / decode_s, n_prompt,
+           path, m->arch_name, threads, kv_dtype == DT_F16 ? "f16" : "f32", load_s, ttft, ttft_warm, n_gen, n_gen / decode_s, n_prompt,
            n_prompt / prefill_s, (long long)ru.ru_maxrss * 1024, model_weight_bytes(m));
     status = 0;
     goto done;
