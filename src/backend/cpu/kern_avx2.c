@@ -8,9 +8,9 @@
 
 #include "backend/cpu/cpu_int.h"
 
-static inline __m256i qk_dot4(__m256i u, __m256i s)
+static inline __m256i qk_dot4(__m256i acc, __m256i u, __m256i s)
 {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 }
 
 static inline __m256i qk_dot16(__m256i acc, __m256i u, __m256i s, __m256i sc16)

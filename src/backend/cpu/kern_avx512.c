@@ -8,9 +8,9 @@
 
 #include "backend/cpu/cpu_int.h"
 
-static inline __m256i qk_dot4(__m256i u, __m256i s)
+static inline __m256i qk_dot4(__m256i acc, __m256i u, __m256i s)
 {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+    return _mm256_dpbusd_epi32(acc, u, s);
 }
 
 static inline __m256i qk_dot16(__m256i acc, __m256i u, __m256i s, __m256i sc16)

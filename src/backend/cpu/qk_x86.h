@@ -1,7 +1,8 @@
 /* qk_x86.h — quantized matmul tiles for x86, shared by kern_avx2.c and kern_avx512.c.
  *
  * Included (once) by a kernel file after it defines three int8 primitives for its ISA:
- *   __m256i qk_dot4(__m256i u, __m256i s)      int32 lanes, each = sum of 4 u8*s8 products
+ *   __m256i qk_dot4(__m256i acc, __m256i u, __m256i s)
+ *                                              acc + int32 lanes of sums of 4 u8*s8 products
  *   __m256i qk_dot16(__m256i acc, __m256i u, __m256i s, __m256i sc16)
  *                                              acc + madd(maddubs(u, s), sc16)
  *   __m256i qk_bits(uint32_t bits, int8_t v)   byte k = v if bit k of bits is set, else 0
@@ -62,14 +63,15 @@ QK_INLINE __m256i qk_nibbles(const uint8_t *qs)
 
 /* ---- 32-element blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 ---- */
 
-/* Unpacks block p: *u = unsigned values (signed for Q8_0), *d = scale, *c = coefficient of
- * the activation block sum (-8d, -16d, or the min). */
+/* Unpacks block p: *u = unsigned values (signed for Q8_0), *d = scale, *c = the min of
+ * Q4_1/Q5_1 (times the activation block's d*sum); 0 for the others, whose -8/-16 offsets
+ * are applied in integers (qk_dot32). */
 QK_INLINE void qk_unpack32(int dt, const uint8_t *p, __m256i *u, float *d, float *c)
 {
     uint32_t qh;
     switch (dt) {
     case DT_Q4_0:
-        *d = qk_h2f(p), *c = -8.0f * *d;
+        *d = qk_h2f(p), *c = 0.0f;
         *u = qk_nibbles(p + 2);
         break;
     case DT_Q4_1:
@@ -77,7 +79,7 @@ QK_INLINE void qk_unpack32(int dt, const uint8_t *p, __m256i *u, float *d, float
         *u = qk_nibbles(p + 4);
         break;
     case DT_Q5_0:
-        *d = qk_h2f(p), *c = -16.0f * *d;
+        *d = qk_h2f(p), *c = 0.0f;
         memcpy(&qh, p + 2, 4);
         *u = _mm256_or_si256(qk_nibbles(p + 6), qk_bits(qh, 0x10));
         break;
@@ -92,11 +94,18 @@ QK_INLINE void qk_unpack32(int dt, const uint8_t *p, __m256i *u, float *d, float
     }
 }
 
-QK_INLINE __m256i qk_dot32(int dt, __m256i u, __m256i xq)
+/* int32 lanes summing to the block's exact integer dot product (offsets included). */
+QK_INLINE __m256i qk_dot32(int dt, __m256i u, const struct blk_a8 *xb)
 {
+    __m256i xq = _mm256_loadu_si256((const __m256i *)xb->q);
     if (dt == DT_Q8_0) /* signed x signed: |w| times x carrying w's sign */
-        return qk_dot4(_mm256_sign_epi8(u, u), _mm256_sign_epi8(xq, u));
-    return qk_dot4(u, xq);
+        return qk_dot4(_mm256_setzero_si256(), _mm256_sign_epi8(u, u), _mm256_sign_epi8(xq, u));
+    /* (u - o) . x = u . x - o * sum(x): start each of the 8 lanes at -o/8 * sum(x) */
+    if (dt == DT_Q4_0)
+        return qk_dot4(_mm256_set1_epi32(xb->ns), u, xq);
+    if (dt == DT_Q5_0)
+        return qk_dot4(_mm256_set1_epi32(2 * xb->ns), u, xq);
+    return qk_dot4(_mm256_setzero_si256(), u, xq);
 }
 
 /* y[i * ldy] for i < nx: one weight row (nb blocks) against nx activation rows. Two
@@ -119,11 +128,11 @@ QK_INLINE void qk_tile32(int dt, int nx, int64_t nb, const uint8_t *w, const uin
         #pragma GCC unroll 4
         for (int i = 0; i < nx; i++) {
             const struct blk_a8 *xb = (const struct blk_a8 *)(x + (size_t)i * xs) + b;
-            __m256i p0 = qk_dot32(dt, u0, _mm256_loadu_si256((const __m256i *)xb[0].q));
-            __m256i p1 = qk_dot32(dt, u1, _mm256_loadu_si256((const __m256i *)xb[1].q));
+            __m256i p0 = qk_dot32(dt, u0, &xb[0]);
+            __m256i p1 = qk_dot32(dt, u1, &xb[1]);
             acc0[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d0 * xb[0].d), acc0[i]);
             acc1[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d1 * xb[1].d), acc1[i]);
-            if (dt != DT_Q8_0) {
+            if (dt == DT_Q4_1 || dt == DT_Q5_1) {
                 corr[i] += c0 * xb[0].ds;
                 corr[i] += c1 * xb[1].ds;
             }
@@ -136,9 +145,9 @@ QK_INLINE void qk_tile32(int dt, int nx, int64_t nb, const uint8_t *w, const uin
         #pragma GCC unroll 4
         for (int i = 0; i < nx; i++) {
             const struct blk_a8 *xb = (const struct blk_a8 *)(x + (size_t)i * xs) + b;
-            __m256i p0 = qk_dot32(dt, u0, _mm256_loadu_si256((const __m256i *)xb->q));
+            __m256i p0 = qk_dot32(dt, u0, xb);
             acc0[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d0 * xb->d), acc0[i]);
-            if (dt != DT_Q8_0)
+            if (dt == DT_Q4_1 || dt == DT_Q5_1)
                 corr[i] += c0 * xb->ds;
         }
     }
