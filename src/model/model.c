@@ -35,7 +35,7 @@ struct src_tensor {
 
 struct loader {
     struct model *m;
-    struct gguf *g;
+    struct gguf_model *g; /* one or more GGUF splits */
     struct st_model *st;
     const char *hf_prefix; /* "model." or "model.language_model." ... */
     char namebuf[256];
@@ -93,7 +93,7 @@ static int find_tensor(struct loader *L, const char *gname, struct src_tensor *t
 {
     memset(t, 0, sizeof *t);
     if (L->g) {
-        const struct gguf_tensor *gt = gguf_find_tensor(L->g, gname);
+        const struct gguf_tensor *gt = gguf_model_find_tensor(L->g, gname);
         if (!gt)
             return 1;
         t->dtype = gt->dtype;
@@ -296,12 +296,12 @@ static int open_source(struct loader *L, const char *path, struct cerr *e)
         }
         return 0;
     }
-    int rc = gguf_open(&L->g, path, e);
+    int rc = gguf_model_open(&L->g, path, e);
     if (rc)
         return rc;
     m->src = L->g;
     m->src_kind = 0;
-    return hparams_from_gguf(&m->hp, L->g, e);
+    return hparams_from_gguf(&m->hp, gguf_model_meta(L->g), e);
 }
 
 int model_load(struct model **out, const char *path, struct be *be, struct cerr *e)
@@ -399,7 +399,7 @@ void model_free(struct model *m)
     }
     free(m->layers);
     if (m->src_kind == 0)
-        gguf_close(m->src);
+        gguf_model_close(m->src);
     else
         st_close(m->src);
     free(m);

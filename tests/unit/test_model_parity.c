@@ -133,6 +133,13 @@ static void test_gguf(void)
         check_model(g_archs[i], "model.gguf");
 }
 
+static void test_gguf_split(void)
+{
+    /* the qwen2 model as a 3-file gguf-split set (scripts/make_split_fixture.py); any split
+     * names the set */
+    check_model("qwen2", "../../split/qwen2-00002-of-00003.gguf");
+}
+
 static void test_gemma3_layer_types(void)
 {
     /* the gemma3 fixture mixes sliding and global layers, with a window below the length */
@@ -160,6 +167,7 @@ int main(void)
     }
     RUN(test_safetensors);
     RUN(test_gguf);
+    RUN(test_gguf_split);
     RUN(test_gemma3_layer_types);
     be_free(g_be);
     return harness_done();
