@@ -583,7 +583,9 @@ static void test_rmsnorm(void)
             double e2 = 0;
             for (int i = 0; i < rows * dim; i++)
                 e2 = fmax(e2, fabs(got[i] - ref[i]) / (fabs(ref[i]) + 1e-3));
-            CHECK_MSG(e2 < 2e-6, "%s rmsnorm rel err %g vs reference", g_backends[bi], e2);
+            /* CPU levels share the natural-order float sum: exact; other backends 2e-6 */
+            CHECK_MSG(e2 <= (strncmp(g_backends[bi], "cpu", 3) == 0 ? 0.0 : 2e-6),
+                      "%s rmsnorm rel err %g vs reference", g_backends[bi], e2);
             /* one row alone gives the same bits as inside the batch */
             float *one = malloc(sizeof(float) * (size_t)dim);
             b->ops->rmsnorm(b, by, bx + 3 * dim, bw, 1, dim, 1e-5f);

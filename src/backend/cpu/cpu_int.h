@@ -37,7 +37,8 @@ struct cpu_kernels {
     void (*exp_shift)(float *s, float m, int n);
     /* x[i] *= s. */
     void (*scale_inplace)(float *x, float s, int n);
-    /* sum of x[i]^2, accumulated in float. */
+    /* sum of x[i]^2, accumulated in float in index order (every level uses the scalar
+     * loop, so rmsnorm is bit-identical across levels). */
     float (*sumsq)(const float *x, int n);
     /* y[i] = (x[i] * s) * w[i]. */
     void (*norm_mul)(float *y, const float *x, float s, const float *w, int n);

@@ -1,6 +1,6 @@
 /* kern_avx2.c — AVX2 + FMA kernels (built with -mavx2 -mfma -mf16c; installed only when the
  * CPU reports AVX2 and FMA): float-weight matmul tiles, the quantized tiles of qk_x86.h
- * with maddubs/madd int8 products, and the attention / rmsnorm vector primitives.
+ * with maddubs/madd int8 products, and the attention / element-wise vector primitives.
  * Entries not set here keep the scalar reference.
  */
 #include <immintrin.h>
@@ -245,25 +245,6 @@ static void scale_inplace(float *x, float s, int n)
         x[i] *= s;
 }
 
-static float sumsq(const float *x, int n)
-{
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
-        a0 = _mm256_fmadd_ps(v0, v0, a0);
-        a1 = _mm256_fmadd_ps(v1, v1, a1);
-    }
-    for (; i + 8 <= n; i += 8) {
-        __m256 v0 = _mm256_loadu_ps(x + i);
-        a0 = _mm256_fmadd_ps(v0, v0, a0);
-    }
-    float s = qk_hsum(_mm256_add_ps(a0, a1));
-    for (; i < n; i++)
-        s += x[i] * x[i];
-    return s;
-}
-
 static void norm_mul(float *y, const float *x, float s, const float *w, int n)
 {
     __m256 vs = _mm256_set1_ps(s);
@@ -287,6 +268,5 @@ void cpu_kernels_avx2(struct cpu_kernels *k)
     k->axpys_kv[1] = axpys_kv_f16;
     k->exp_shift = exp_shift;
     k->scale_inplace = scale_inplace;
-    k->sumsq = sumsq;
     k->norm_mul = norm_mul;
 }

@@ -1,7 +1,7 @@
 /* kern_avx512.c — AVX-512 kernels (F/BW/VL/DQ + VNNI; installed only when the CPU reports
  * all of them): 512-bit float-weight matmul tiles, the quantized tiles of qk_x86.h on
- * 256-bit VNNI (vpdpbusd / vpdpwssd) with mask-register bit expansion, and 512-bit
- * attention / rmsnorm primitives. Entries not set here keep the AVX2 ones.
+ * 256-bit VNNI (vpdpbusd / vpdpwssd) with mask-register bit expansion, 512-bit K-quant
+ * tiles, and 512-bit attention primitives. Entries not set here keep the AVX2 ones.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -320,23 +320,6 @@ static void axpys_kv_f16(float *acc, const float *p, const void *const *rows, in
     axpys(DT_F16, acc, p, rows, np, n);
 }
 
-static float sumsq(const float *x, int n)
-{
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
-        a0 = _mm512_fmadd_ps(v0, v0, a0);
-        a1 = _mm512_fmadd_ps(v1, v1, a1);
-    }
-    for (; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 v0 = _mm512_maskz_loadu_ps(m, x + i);
-        a0 = _mm512_fmadd_ps(v0, v0, a0);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-}
-
 void cpu_kernels_avx512(struct cpu_kernels *k)
 {
     k->mm[DT_F32] = mm_f32;
@@ -350,5 +333,4 @@ void cpu_kernels_avx512(struct cpu_kernels *k)
     k->dots_kv[1] = dots_kv_f16;
     k->axpys_kv[0] = axpys_kv_f32;
     k->axpys_kv[1] = axpys_kv_f16;
-    k->sumsq = sumsq;
 }
