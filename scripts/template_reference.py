@@ -18,7 +18,8 @@ Usage:
       with the python `gguf` package when DIR has them), the conversations in
       tests/data/template/conversations/ and the snippets in tests/data/template/snippets.json;
       plus matrix.json (values x filters/tests/methods/operators) and whitespace.json (800
-      random templates mixing text, whitespace, raw and every whitespace-control marker).
+      random templates mixing text, whitespace, raw and every whitespace-control marker) and
+      statements.json (600 random nestings of if/for/set/namespace/macro/break/continue).
 Needs: pip install jinja2 (>= 3.1), and gguf for the GGUF extraction.
 """
 import argparse
@@ -286,6 +287,80 @@ def build_whitespace():
     write_cases("whitespace.json", {"x": "X"}, cases)
 
 
+STMT_CONTEXT = {
+    "messages": [{"role": "system", "content": "S y s"}, {"role": "user", "content": " Hi \u00fc "},
+                 {"role": "assistant", "content": "<think>r</think>ok",
+                  "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1, "b": [1.5, None]}}}]},
+                 {"role": "tool", "content": "{\"x\": 1}"}, {"role": "user", "content": ["p1", "p2"]}],
+    "tools": [{"type": "function", "function": {"name": "f", "description": "d",
+                                                "parameters": {"type": "object"}}}],
+    "add_generation_prompt": True, "bos_token": "<s>", "n": 3, "flag": False}
+
+
+def random_stmt_template(rnd):
+    """Random nesting of if/elif/else, for (filters, else, break/continue), set, namespace
+    updates and macro calls over a chat-shaped context."""
+    exprs = ["m.role", "m.content", "m['content']|string", "loop.index", "loop.first", "loop.last",
+             "ns.c", "x", "messages|length", "m.tool_calls|default([])|length", "m.content is string",
+             "(m.content|string)[:3]", "m.get('tool_calls')", "tools[0].function.name", "m.role|upper",
+             "'q' ~ loop.index0", "n * 2", "ns.items|join(',')", "m.content|tojson", "m|dictsort",
+             "m.keys()|list", "(m.tool_calls or [{}])[0].function", "bos_token", "flag",
+             "x|default('dx')", "messages[-1].role",
+             "m.content.split('<')|first if m.content is string else 'ns'"]
+    conds = ["m.role == 'user'", "loop.first", "not loop.last", "m.content is string",
+             "'tool_calls' in m", "m.tool_calls is defined", "ns.c > 1", "x is defined", "flag",
+             "n is odd", "m.role in ['user', 'tool']", "m.content is string and '<think>' in m.content",
+             "add_generation_prompt", "loop.index is divisibleby 2"]
+    iters = ["messages", "messages[1:]", "messages|reverse", "messages|selectattr('role', 'equalto', 'user')",
+             "range(3)", "m.content if m is defined and m.content is string else []"]
+
+    def stmts(depth, in_loop):
+        out = []
+        for _ in range(rnd.randint(1, 4)):
+            p = rnd.random()
+            if p < 0.3:
+                out.append("{{ " + rnd.choice(exprs) + " }}")
+            elif p < 0.45 and depth < 3:
+                out.append("{%- if " + rnd.choice(conds) + " %}" + stmts(depth + 1, in_loop))
+                if rnd.random() < 0.3:
+                    out.append("{%- elif " + rnd.choice(conds) + " %}" + stmts(depth + 1, in_loop))
+                if rnd.random() < 0.4:
+                    out.append("{% else -%}" + stmts(depth + 1, in_loop))
+                out.append("{%- endif %}")
+            elif p < 0.6 and depth < 2:
+                it = rnd.choice(iters)
+                var = "i" if "range" in it else "m"
+                cond = (" if " + rnd.choice(conds)) if rnd.random() < 0.2 else ""
+                out.append("{% for " + var + " in " + it + cond + " %}" + stmts(depth + 1, True) +
+                           ("{% else %}E" if rnd.random() < 0.2 else "") + "{% endfor %}")
+            elif p < 0.7:
+                out.append("{%- set x = " + rnd.choice(exprs) + " %}")
+            elif p < 0.8:
+                out.append("{%- set ns.c = ns.c + 1 %}{% set ns.items = ns.items + [" +
+                           rnd.choice(exprs) + "|string] %}")
+            elif p < 0.85 and in_loop:
+                out.append(rnd.choice(["{% break %}", "{% continue %}"]))
+            elif p < 0.92:
+                out.append("{{ mac(" + rnd.choice(exprs) + ") }}")
+            else:
+                out.append(rnd.choice(["\n", "  ", "\n  ", "txt"]))
+        return "".join(out)
+
+    return ("{%- set m = messages[2] %}{%- set ns = namespace(c=0, items=[]) %}"
+            "{% macro mac(v, w='W') %}[{{ v }}|{{ w }}]{% endmacro %}\n" + stmts(0, False))
+
+
+def build_statements():
+    import random  # noqa: PLC0415
+    rnd = random.Random(11)
+    cases = []
+    for _ in range(600):
+        src = random_stmt_template(rnd)
+        ok, text, _ = render(src, STMT_CONTEXT, DATE)
+        cases.append([src, ok, text])
+    write_cases("statements.json", STMT_CONTEXT, cases)
+
+
 def build_matrix():
     import copy  # noqa: PLC0415
     sources = ["{{ (%s)%s }}" % (v, u) for v in MATRIX_VALUES for u in MATRIX_UNARY]
@@ -328,6 +403,7 @@ def main():
     build(a.models)
     build_matrix()
     build_whitespace()
+    build_statements()
     return 0
 
 

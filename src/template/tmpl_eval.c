@@ -962,6 +962,7 @@ static void exec_for(struct rctx *r, struct scope *s, const struct tnode *n)
     struct tv lv = {.t = TV_LOOP};
     lv.u.lp = lp;
     struct scope *is = NULL;
+    int completed = 0;
     for (size_t i = 0; i < items->n; i++) {
         step(r, n);
         if (!is || is->captured)
@@ -972,13 +973,16 @@ static void exec_for(struct rctx *r, struct scope *s, const struct tnode *n)
         assign_targets(r, is, n, items->v[i]);
         scope_set(r, is, "loop", lv);
         exec_body(r, is, n->c);
+        completed |= r->brk == 0;
         if (r->brk == 1) {
             r->brk = 0;
             break;
         }
         r->brk = 0;
     }
-    if (!items->n && n->d)
+    /* jinja2 clears its "run the else block" flag at the end of the loop body, so the
+     * else block also runs when every iteration left through break or continue */
+    if (!completed && n->d)
         exec_body(r, s, n->d);
 }
 

@@ -234,9 +234,15 @@ static void test_whitespace(void)
     run_case_file("tests/data/template/whitespace.json", 800);
 }
 
+static void test_statements(void)
+{
+    run_case_file("tests/data/template/statements.json", 600);
+}
+
 int main(void)
 {
     RUN(test_matrix);
+    RUN(test_statements);
     RUN(test_whitespace);
     RUN(test_fixture_renders);
     RUN(test_repo_conversations);
