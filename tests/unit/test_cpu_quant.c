@@ -171,7 +171,8 @@ static void test_act_quant(void)
             amax = abs(a[b].q[i]) > amax ? abs(a[b].q[i]) : amax;
         }
         CHECK(a[b].ds == a[b].d * (float)s);
-        CHECK_EQ_INT(a[b].ns, -s);
+        CHECK_EQ_INT(a[b].ns1, -s);
+        CHECK_EQ_INT(a[b].ns2, -2 * s);
         CHECK_EQ_INT(amax, 127);
     }
     struct blk_a8k k[2];

@@ -169,6 +169,7 @@ QK_INLINE void zk_tile(int dt, int nx, int64_t nb, const uint8_t *w, const uint8
         struct qk_kblk kb;
         qk_kblk_init(dt, p, &kb);
         __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(kb.sc8));
+        const __m512 dwv = _mm512_set1_ps(kb.d), dmv = _mm512_set1_ps(kb.dm);
         const int np = nx == 1 ? 2 : 1;
         __m512i sp[2][4];
 #pragma GCC unroll 2
@@ -199,12 +200,13 @@ QK_INLINE void zk_tile(int dt, int nx, int64_t nb, const uint8_t *w, const uint8
             __m512i sumi = np == 2 ? _mm512_add_epi32(sp[0][i], sp[1][i]) : sp[0][i];
             __m256i om = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), kb.off);
             __m512i omz = _mm512_zextsi256_si512(om);
+            __m512 dx = _mm512_set1_ps(xb->d);
             if (dt == DT_Q6_K) { /* same coefficient: fold in exactly */
                 acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(sumi, omz)),
-                                         _mm512_set1_ps(kb.d * xb->d), acc[i]);
+                                         _mm512_mul_ps(dwv, dx), acc[i]);
             } else {
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(kb.d * xb->d), acc[i]);
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(omz), _mm512_set1_ps(kb.dm * xb->d), acc[i]);
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dwv, dx), acc[i]);
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(omz), _mm512_mul_ps(dmv, dx), acc[i]);
             }
         }
     }

@@ -102,9 +102,9 @@ QK_INLINE __m256i qk_dot32(int dt, __m256i u, const struct blk_a8 *xb)
         return qk_dot4(_mm256_setzero_si256(), _mm256_sign_epi8(u, u), _mm256_sign_epi8(xq, u));
     /* (u - o) . x = u . x - o * sum(x): start each of the 8 lanes at -o/8 * sum(x) */
     if (dt == DT_Q4_0)
-        return qk_dot4(_mm256_set1_epi32(xb->ns), u, xq);
+        return qk_dot4(_mm256_set1_epi32(xb->ns1), u, xq);
     if (dt == DT_Q5_0)
-        return qk_dot4(_mm256_set1_epi32(2 * xb->ns), u, xq);
+        return qk_dot4(_mm256_set1_epi32(xb->ns2), u, xq);
     return qk_dot4(_mm256_setzero_si256(), u, xq);
 }
 
@@ -125,13 +125,17 @@ QK_INLINE void qk_tile32(int dt, int nx, int64_t nb, const uint8_t *w, const uin
         float d0, d1, c0, c1;
         qk_unpack32(dt, w + (size_t)b * bb, &u0, &d0, &c0);
         qk_unpack32(dt, w + (size_t)(b + 1) * bb, &u1, &d1, &c1);
+        /* d_w * d_x as a vector product with a broadcast load: same value, no shuffle */
+        const __m256 dw0 = _mm256_set1_ps(d0), dw1 = _mm256_set1_ps(d1);
         #pragma GCC unroll 4
         for (int i = 0; i < nx; i++) {
             const struct blk_a8 *xb = (const struct blk_a8 *)(x + (size_t)i * xs) + b;
             __m256i p0 = qk_dot32(dt, u0, &xb[0]);
             __m256i p1 = qk_dot32(dt, u1, &xb[1]);
-            acc0[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d0 * xb[0].d), acc0[i]);
-            acc1[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d1 * xb[1].d), acc1[i]);
+            acc0[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0),
+                                      _mm256_mul_ps(dw0, _mm256_broadcast_ss(&xb[0].d)), acc0[i]);
+            acc1[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1),
+                                      _mm256_mul_ps(dw1, _mm256_broadcast_ss(&xb[1].d)), acc1[i]);
             if (dt == DT_Q4_1 || dt == DT_Q5_1) {
                 corr[i] += c0 * xb[0].ds;
                 corr[i] += c1 * xb[1].ds;
@@ -146,7 +150,8 @@ QK_INLINE void qk_tile32(int dt, int nx, int64_t nb, const uint8_t *w, const uin
         for (int i = 0; i < nx; i++) {
             const struct blk_a8 *xb = (const struct blk_a8 *)(x + (size_t)i * xs) + b;
             __m256i p0 = qk_dot32(dt, u0, xb);
-            acc0[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d0 * xb->d), acc0[i]);
+            acc0[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0),
+                                      _mm256_mul_ps(_mm256_set1_ps(d0), _mm256_broadcast_ss(&xb->d)), acc0[i]);
             if (dt == DT_Q4_1 || dt == DT_Q5_1)
                 corr[i] += c0 * xb->ds;
         }

@@ -22,7 +22,7 @@ _Static_assert(sizeof(struct blk_q3_k) == 110, "q3_k");
 _Static_assert(sizeof(struct blk_q4_k) == 144, "q4_k");
 _Static_assert(sizeof(struct blk_q5_k) == 176, "q5_k");
 _Static_assert(sizeof(struct blk_q6_k) == 210, "q6_k");
-_Static_assert(sizeof(struct blk_a8) == 44, "a8");
+_Static_assert(sizeof(struct blk_a8) == 48, "a8");
 _Static_assert(sizeof(struct blk_a8k) == 292, "a8k");
 
 static inline float f16(uint16_t h) { return half_f16_to_f32(h); }
@@ -79,7 +79,8 @@ void quant_act_row(int kind, const float *x, void *dst, int64_t k)
             for (int i = 0; i < 32; i++)
                 s += y[b].q[i];
             y[b].ds = y[b].d * (float)s;
-            y[b].ns = -s;
+            y[b].ns1 = -s;
+            y[b].ns2 = -2 * s;
         }
     } else if (kind == QA_A8K) {
         struct blk_a8k *y = dst;

@@ -27,9 +27,10 @@ struct blk_q5_k { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t 
 struct blk_q6_k { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; };
 
 /* ---- activation blocks ---- */
-/* 32 floats as d * q[i]; ds = d * (sum of q) for the min terms, ns = -(sum of q) for the
- * integer offset terms (-8 / -16 per element). */
-struct blk_a8 { float d, ds; int32_t ns; int8_t q[32]; };
+/* 32 floats as d * q[i]; ds = d * (sum of q) for the min terms; ns1 = -(sum of q) and
+ * ns2 = -2 (sum of q) for the integer offset terms (-8 / -16 per element, spread over 8
+ * lanes). */
+struct blk_a8 { float d, ds; int32_t ns1, ns2; int8_t q[32]; };
 /* 256 floats as d * q[i]; bsums[g] = sum of q[16g .. 16g+16). */
 struct blk_a8k { float d; int16_t bsums[16]; int8_t q[256]; };
 
