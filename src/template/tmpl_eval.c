@@ -568,11 +568,31 @@ static struct tv repeat(struct rctx *r, struct tv seq, int64_t k)
     return out;
 }
 
+/* Pads/truncates a str() for %s/%r: precision cuts code points, width pads with spaces. */
+static void put_padded(struct rctx *r, struct tbuf *b, struct tv sv, int left, long width, long prec)
+{
+    size_t n = sv.u.s.n;
+    if (prec >= 0)
+        n = u8_offset(sv.u.s.p, sv.u.s.n, (size_t)prec);
+    long cps = (long)u8_len(sv.u.s.p, n);
+    if (!left)
+        for (long i = cps; i < width; i++)
+            tbuf_putc(r, b, ' ');
+    tbuf_put(r, b, sv.u.s.p, n);
+    if (left)
+        for (long i = cps; i < width; i++)
+            tbuf_putc(r, b, ' ');
+}
+
+/* Python's printf-style `str % args`: %(key)s mapping keys, flags -+ #0, width and
+ * precision (numbers or *), conversions s r a d i u f F e E g G x X o c %. */
 static struct tv str_format(struct rctx *r, struct tv fmt, struct tv argv)
 {
     struct tlist one = {&argv, 1, 1};
-    const struct tlist *args = (argv.t == TV_LIST && (argv.flags & TVF_TUPLE)) ? argv.u.l : &one;
+    int is_tuple = argv.t == TV_LIST && (argv.flags & TVF_TUPLE);
+    const struct tlist *args = is_tuple ? argv.u.l : &one;
     size_t ai = 0;
+    int used_mapping = 0;
     struct tbuf b = {0};
     tbuf_put(r, &b, "", 0);
     const char *p = fmt.u.s.p;
@@ -584,31 +604,152 @@ static struct tv str_format(struct rctx *r, struct tv fmt, struct tv argv)
         }
         if (++i >= n)
             tfail(r, CERR_FORMAT, "incomplete format");
+        struct tv a = {0};
+        int have = 0;
+        if (p[i] == '(') {
+            const char *close = memchr(p + i, ')', n - i);
+            if (!close)
+                tfail(r, CERR_FORMAT, "incomplete format key");
+            if (argv.t != TV_DICT)
+                tfail(r, CERR_FORMAT, "format requires a mapping");
+            struct tv *v = tdict_gets(argv.u.d, p + i + 1, (size_t)(close - (p + i + 1)));
+            if (!v)
+                tfail(r, CERR_FORMAT, "format key not found");
+            a = *v;
+            have = used_mapping = 1;
+            i = (size_t)(close - p) + 1;
+        }
+        char flags[8];
+        int nf = 0, left = 0;
+        while (i < n && strchr("-+ #0", p[i]) && nf < 6) {
+            left |= p[i] == '-';
+            flags[nf++] = p[i++];
+        }
+        flags[nf] = 0;
+        long width = -1, prec = -1;
+        for (int part = 0; part < 2; part++) {
+            long *dst = part ? &prec : &width;
+            if (part) {
+                if (i >= n || p[i] != '.')
+                    break;
+                i++;
+                prec = 0;
+            }
+            if (i < n && p[i] == '*') {
+                if (ai >= args->n || (args->v[ai].t != TV_INT && args->v[ai].t != TV_BOOL))
+                    tfail(r, CERR_FORMAT, "* wants int");
+                int64_t sv = args->v[ai++].u.i;
+                if (sv < -10000 || sv > 10000)
+                    tfail(r, CERR_LIMIT, "format width/precision too large");
+                if (!part && sv < 0) { /* a negative * width left-justifies */
+                    left = 1;
+                    sv = -sv;
+                    flags[nf++] = '-';
+                    flags[nf] = 0;
+                }
+                *dst = sv < 0 ? -1 : (long)sv;
+                i++;
+            } else {
+                while (i < n && p[i] >= '0' && p[i] <= '9') {
+                    *dst = (*dst < 0 ? 0 : *dst) * 10 + (p[i++] - '0');
+                    if (*dst > 10000)
+                        tfail(r, CERR_LIMIT, "format width/precision too large");
+                }
+            }
+        }
+        while (i < n && (p[i] == 'h' || p[i] == 'l' || p[i] == 'L'))
+            i++;
+        if (i >= n)
+            tfail(r, CERR_FORMAT, "incomplete format");
         char c = p[i];
         if (c == '%') {
             tbuf_putc(r, &b, '%');
             continue;
         }
-        if (ai >= args->n)
-            tfail(r, CERR_FORMAT, "not enough arguments for format string");
-        struct tv a = args->v[ai++];
-        if (c == 's')
-            tv_str_into(r, &b, a);
-        else if (c == 'r')
-            tv_repr_into(r, &b, a);
-        else if ((c == 'd' || c == 'i') && tv_is_num(a)) {
-            char num[32];
-            double fv = a.t == TV_FLOAT ? a.u.f : 0.0;
-            if (a.t == TV_FLOAT && !(fabs(fv) < 9.2e18))
-                tfail(r, CERR_FORMAT, "%%d format: number out of range");
-            snprintf(num, sizeof num, "%" PRId64, a.t == TV_FLOAT ? (int64_t)fv : a.u.i);
+        if (!have) {
+            if (ai >= args->n)
+                tfail(r, CERR_FORMAT, "not enough arguments for format string");
+            a = args->v[ai++];
+        }
+        char cf[32], num[512];
+        if (c == 's' || c == 'r' || c == 'a') {
+            struct tbuf sb = {0};
+            tbuf_put(r, &sb, "", 0);
+            if (c == 's')
+                tv_str_into(r, &sb, a);
+            else
+                tv_repr_into(r, &sb, a);
+            put_padded(r, &b, tv_str(sb.p, sb.n), left, width, prec);
+        } else if (strchr("diuxXo", c)) {
+            if (!tv_is_num(a) || (a.t == TV_FLOAT && strchr("xXo", c)))
+                tfail(r, CERR_FORMAT, "%%%c format: a real number is required, not %s", c, tv_typename(a));
+            if (a.t == TV_FLOAT && !(fabs(a.u.f) < 9.2e18))
+                tfail(r, CERR_FORMAT, "%%%c format: number out of range", c);
+            int64_t iv = a.t == TV_FLOAT ? (int64_t)a.u.f : a.u.i;
+            if (strchr("xXo", c)) {
+                /* Python: sign, then 0x/0X/0o with '#', then digits of |value| */
+                uint64_t mag = iv < 0 ? (uint64_t)(-(iv + 1)) + 1 : (uint64_t)iv;
+                char digits[64], pre[8];
+                snprintf(digits, sizeof digits, c == 'x' ? "%" PRIx64 : c == 'X' ? "%" PRIX64 : "%" PRIo64, mag);
+                size_t np = 0;
+                pre[np++] = iv < 0 ? '-' : strchr(flags, '+') ? '+' : strchr(flags, ' ') ? ' ' : 0;
+                if (!pre[0])
+                    np = 0;
+                if (strchr(flags, '#')) {
+                    pre[np++] = '0';
+                    pre[np++] = c == 'o' ? 'o' : c;
+                }
+                long nd = (long)strlen(digits), zeros = prec > nd ? prec - nd : 0;
+                long total = (long)np + zeros + nd;
+                int zero_pad = strchr(flags, '0') && !left && prec < 0;
+                if (!left && !zero_pad)
+                    for (long k = total; k < width; k++)
+                        tbuf_putc(r, &b, ' ');
+                tbuf_put(r, &b, pre, np);
+                if (zero_pad)
+                    for (long k = total; k < width; k++)
+                        tbuf_putc(r, &b, '0');
+                for (long k = 0; k < zeros; k++)
+                    tbuf_putc(r, &b, '0');
+                tbuf_puts(r, &b, digits);
+                if (left)
+                    for (long k = total; k < width; k++)
+                        tbuf_putc(r, &b, ' ');
+            } else {
+                for (char *q = flags; (q = strchr(q, '#')) != NULL;) /* UB in C, ignored by Python */
+                    memmove(q, q + 1, strlen(q));
+                if (prec < 0) {
+                    snprintf(cf, sizeof cf, "%%%s*%s", flags, PRId64);
+                    snprintf(num, sizeof num, cf, (int)(width < 0 ? 0 : width), iv);
+                } else {
+                    snprintf(cf, sizeof cf, "%%%s*.*%s", flags, PRId64);
+                    snprintf(num, sizeof num, cf, (int)(width < 0 ? 0 : width), (int)prec, iv);
+                }
+                tbuf_puts(r, &b, num);
+            }
+        } else if (strchr("fFeEgG", c)) {
+            if (!tv_is_num(a))
+                tfail(r, CERR_FORMAT, "must be real number, not %s", tv_typename(a));
+            snprintf(cf, sizeof cf, "%%%s*.*%c", flags, c);
+            snprintf(num, sizeof num, cf, (int)(width < 0 ? 0 : width), (int)(prec < 0 ? 6 : prec), tv_num(a));
             tbuf_puts(r, &b, num);
-        } else
+        } else if (c == 'c') {
+            char enc[8];
+            size_t k;
+            if ((a.t == TV_INT || a.t == TV_BOOL) && a.u.i >= 0 && a.u.i <= 0x10FFFF)
+                k = u8_encode(enc, (int32_t)a.u.i);
+            else if (a.t == TV_STR && u8_len(a.u.s.p, a.u.s.n) == 1 && a.u.s.n < sizeof enc)
+                memcpy(enc, a.u.s.p, k = a.u.s.n);
+            else
+                tfail(r, CERR_FORMAT, "%%c requires an int or a single character");
+            put_padded(r, &b, tv_str(enc, k), left, width, -1);
+        } else {
             tfail(r, CERR_FORMAT, "unsupported format character '%c'", c);
+        }
     }
     int mapping_like = argv.t == TV_DICT || argv.t == TV_UNDEF ||
                        (argv.t == TV_LIST && !(argv.flags & TVF_TUPLE));
-    if (ai < args->n && !(mapping_like && ai == 0))
+    if (ai < args->n && !(mapping_like && ai == 0) && !used_mapping)
         tfail(r, CERR_FORMAT, "not all arguments converted during string formatting");
     return tv_str(b.p, b.n);
 }

@@ -576,7 +576,8 @@ struct tv tfilter_apply(struct rctx *r, const char *name, struct tv in, struct t
         }
         struct tbuf o = {0};
         tbuf_put(r, &o, "", 0);
-        tv_tojson(r, &o, in, arg_bool(A(1, "ensure_ascii"), 0), indent, isep, ksep);
+        tv_tojson(r, &o, in, arg_bool(A(1, "ensure_ascii"), 0), indent, isep, ksep,
+                  arg_bool(A(3, "sort_keys"), 0));
         return tv_str(o.p, o.n);
     }
     if (!strcmp(name, "map"))
@@ -771,6 +772,12 @@ struct tv tfilter_apply(struct rctx *r, const char *name, struct tv in, struct t
     if (!strcmp(name, "striptags"))
         return s;
 #undef A
+    static const char *const jinja_only[] = {"attr", "filesizeformat", "groupby", "pprint", "random",
+                                             "slice", "truncate", "urlencode", "urlize", "wordwrap",
+                                             "xmlattr", NULL};
+    for (int i = 0; jinja_only[i]; i++)
+        if (!strcmp(jinja_only[i], name))
+            tfail(r, CERR_UNSUPPORTED, "filter '%s' is not supported by cinfer's template engine", name);
     tfail(r, CERR_FORMAT, "No filter named '%s'.", name);
 }
 

@@ -244,9 +244,10 @@ int py_isspace(int32_t cp);
 
 /* ---- tmpl_json.c ---- */
 struct tv tv_from_json(struct rctx *r, const json_t *j);
-/* json.dumps(v, ensure_ascii, indent (NULL = none), separators (NULL = default)). */
+/* json.dumps(v, ensure_ascii, indent (NULL = none), separators (NULL = default),
+ * sort_keys). */
 void tv_tojson(struct rctx *r, struct tbuf *b, struct tv v, int ensure_ascii,
-               const char *indent, const char *item_sep, const char *key_sep);
+               const char *indent, const char *item_sep, const char *key_sep, int sort_keys);
 
 /* ---- tmpl_eval.c ---- */
 struct tv teval(struct rctx *r, struct scope *s, const struct tnode *n);

@@ -1,7 +1,7 @@
 /* tmpl_json.c — JSON in (jansson -> template values) and `tojson` out.
  *
  * tojson reproduces transformers' filter, json.dumps(x, ensure_ascii=False, indent=indent,
- * separators=separators, sort_keys=False): separators ", " and ": " by default ("," when
+ * separators=separators, sort_keys=sort_keys): separators ", " and ": " by default ("," when
  * an indent is given), Python float repr, Infinity/NaN, non-string keys converted like
  * json.dumps does, and ensure_ascii's \uXXXX (surrogate pairs) when asked for.
  */
@@ -100,9 +100,31 @@ static void newline_indent(struct rctx *r, struct tbuf *b, const char *indent, i
         tbuf_puts(r, b, indent);
 }
 
-static void dump(struct rctx *r, struct tbuf *b, struct tv v, int ascii, const char *indent,
-                 const char *isep, const char *ksep, int level)
+struct jopts {
+    int ascii, sort;
+    const char *indent, *isep, *ksep;
+};
+
+/* Order of a dict's entries: insertion order, or sorted by key (sort_keys, which like
+ * Python fails on keys of mixed, unorderable types). Insertion sort: dicts are small. */
+static size_t *key_order(struct rctx *r, const struct tdict *d, int sort)
 {
+    size_t *ord = ralloc(r, (d->n + 1) * sizeof *ord);
+    for (size_t i = 0; i < d->n; i++) {
+        size_t j = i;
+        while (sort && j > 0 && tv_cmp(r, d->k[ord[j - 1]], d->k[i]) > 0) {
+            ord[j] = ord[j - 1];
+            j--;
+        }
+        ord[j] = i;
+    }
+    return ord;
+}
+
+static void dump(struct rctx *r, struct tbuf *b, struct tv v, const struct jopts *o, int level)
+{
+    int ascii = o->ascii;
+    const char *indent = o->indent, *isep = o->isep, *ksep = o->ksep;
     char num[64];
     if (++r->depth > TMPL_MAX_CALL_DEPTH)
         tfail(r, CERR_LIMIT, "value nested too deeply for tojson");
@@ -141,7 +163,7 @@ static void dump(struct rctx *r, struct tbuf *b, struct tv v, int ascii, const c
                 tbuf_puts(r, b, isep);
             if (indent)
                 newline_indent(r, b, indent, level + 1);
-            dump(r, b, v.u.l->v[i], ascii, indent, isep, ksep, level + 1);
+            dump(r, b, v.u.l->v[i], o, level + 1);
         }
         if (indent)
             newline_indent(r, b, indent, level);
@@ -153,9 +175,11 @@ static void dump(struct rctx *r, struct tbuf *b, struct tv v, int ascii, const c
             break;
         }
         tbuf_putc(r, b, '{');
-        for (size_t i = 0; i < v.u.d->n; i++) {
+        size_t *ord = key_order(r, v.u.d, o->sort);
+        for (size_t oi = 0; oi < v.u.d->n; oi++) {
+            size_t i = ord[oi];
             struct tv k = v.u.d->k[i];
-            if (i)
+            if (oi)
                 tbuf_puts(r, b, isep);
             if (indent)
                 newline_indent(r, b, indent, level + 1);
@@ -163,7 +187,8 @@ static void dump(struct rctx *r, struct tbuf *b, struct tv v, int ascii, const c
                 json_str(r, b, k.u.s.p, k.u.s.n, ascii);
             } else if (k.t == TV_INT || k.t == TV_FLOAT || k.t == TV_BOOL || k.t == TV_NONE) {
                 struct tbuf kb = {0};
-                dump(r, &kb, k, ascii, NULL, isep, ksep, 0);
+                struct jopts ko = {ascii, 0, NULL, isep, ksep};
+                dump(r, &kb, k, &ko, 0);
                 tbuf_putc(r, b, '"');
                 tbuf_put(r, b, kb.p, kb.n);
                 tbuf_putc(r, b, '"');
@@ -172,7 +197,7 @@ static void dump(struct rctx *r, struct tbuf *b, struct tv v, int ascii, const c
                       tv_typename(k));
             }
             tbuf_puts(r, b, ksep);
-            dump(r, b, v.u.d->v[i], ascii, indent, isep, ksep, level + 1);
+            dump(r, b, v.u.d->v[i], o, level + 1);
         }
         if (indent)
             newline_indent(r, b, indent, level);
@@ -185,11 +210,12 @@ static void dump(struct rctx *r, struct tbuf *b, struct tv v, int ascii, const c
 }
 
 void tv_tojson(struct rctx *r, struct tbuf *b, struct tv v, int ensure_ascii, const char *indent,
-               const char *item_sep, const char *key_sep)
+               const char *item_sep, const char *key_sep, int sort_keys)
 {
-    if (!item_sep)
-        item_sep = indent ? "," : ", ";
-    if (!key_sep)
-        key_sep = ": ";
-    dump(r, b, v, ensure_ascii, indent, item_sep, key_sep, 0);
+    struct jopts o = {ensure_ascii, sort_keys, indent, item_sep, key_sep};
+    if (!o.isep)
+        o.isep = indent ? "," : ", ";
+    if (!o.ksep)
+        o.ksep = ": ";
+    dump(r, b, v, &o, 0);
 }

@@ -579,7 +579,9 @@ void tv_str_into(struct rctx *r, struct tbuf *b, struct tv v)
         break;
     }
     case TV_MACRO:
-        tbuf_puts(r, b, "<Macro>");
+        tbuf_puts(r, b, "<Macro '");
+        tbuf_puts(r, b, v.u.m->def->kind == N_MACRO ? v.u.m->def->s : "caller");
+        tbuf_puts(r, b, "'>");
         break;
     case TV_LOOP:
         tbuf_puts(r, b, "<LoopContext>");
