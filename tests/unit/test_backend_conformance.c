@@ -504,44 +504,60 @@ static void test_attention(void)
     }
 }
 
+/* kv_store of n tokens of kv_dim values into shuffled slots of a cache of n_slots rows;
+ * F16 must equal the scalar round-to-nearest-even conversion bit for bit. */
+static void kv_store_case(int n, int kvd, int n_slots)
+{
+    int32_t *slots = malloc(sizeof(int32_t) * (size_t)n_slots);
+    for (int i = 0; i < n_slots; i++)
+        slots[i] = i;
+    for (int i = n_slots - 1; i > 0; i--) {
+        int j = (int)(rng_u64() % (uint64_t)(i + 1)), tmp = slots[i];
+        slots[i] = slots[j], slots[j] = tmp;
+    }
+    size_t nv = (size_t)n * kvd;
+    float *k = malloc(sizeof(float) * nv), *v = malloc(sizeof(float) * nv);
+    fill_f(k, (int64_t)nv, 3.0f), fill_f(v, (int64_t)nv, 3.0f);
+    for (int f16 = 0; f16 < 2; f16++) {
+        size_t es = f16 ? 2 : 4, bytes = es * (size_t)n_slots * kvd;
+        for (int bi = 0; bi < N_BACKENDS; bi++)
+            for (int th = 0; th < 2; th++) {
+                struct be *b = g.cand[bi][th];
+                if (!b)
+                    continue;
+                uint8_t *kc = calloc(1, bytes), *vc = calloc(1, bytes);
+                void *dk = dev_from(b, kc, bytes), *dv = dev_from(b, vc, bytes);
+                float *dkk = dev_from(b, k, sizeof(float) * nv);
+                float *dvv = dev_from(b, v, sizeof(float) * nv);
+                int32_t *ds = dev_from(b, slots, sizeof(int32_t) * (size_t)n);
+                b->ops->kv_store(b, dk, dv, f16 ? DT_F16 : DT_F32, dkk, dvv, ds, n, kvd);
+                host_from(b, kc, dk, bytes), host_from(b, vc, dv, bytes);
+                int bad = 0;
+                for (int t = 0; t < n; t++)
+                    for (int i = 0; i < kvd; i++) {
+                        size_t idx = (size_t)slots[t] * kvd + i;
+                        float ek = k[(size_t)t * kvd + i], ev = v[(size_t)t * kvd + i];
+                        if (f16)
+                            bad += ((uint16_t *)kc)[idx] != half_f32_to_f16(ek) ||
+                                   ((uint16_t *)vc)[idx] != half_f32_to_f16(ev);
+                        else
+                            bad += ((float *)kc)[idx] != ek || ((float *)vc)[idx] != ev;
+                    }
+                CHECK_MSG(bad == 0, "%s kv_store %s n=%d: %d wrong", g_backends[bi],
+                          f16 ? "F16" : "F32", n, bad);
+                b->ops->free(b, dk), b->ops->free(b, dv), b->ops->free(b, dkk);
+                b->ops->free(b, dvv), b->ops->free(b, ds);
+                free(kc), free(vc);
+            }
+    }
+    free(k), free(v), free(slots);
+}
+
 static void test_kv_store(void)
 {
-    int kvd = 48, n = 5, slots_n = 16;
-    int32_t slots[5] = {7, 0, 15, 3, 8};
     rng_seed(600);
-    float *k = malloc(sizeof(float) * (size_t)n * kvd), *v = malloc(sizeof(float) * (size_t)n * kvd);
-    fill_f(k, n * kvd, 3.0f), fill_f(v, n * kvd, 3.0f);
-    for (int f16 = 0; f16 < 2; f16++) {
-        size_t es = f16 ? 2 : 4, bytes = es * (size_t)slots_n * kvd;
-        for (int bi = 0; bi < N_BACKENDS; bi++) {
-            struct be *b = g.cand[bi][0];
-            if (!b)
-                continue;
-            uint8_t *kc = calloc(1, bytes), *vc = calloc(1, bytes);
-            void *dk = dev_from(b, kc, bytes), *dv = dev_from(b, vc, bytes);
-            float *dkk = dev_from(b, k, sizeof(float) * (size_t)n * kvd);
-            float *dvv = dev_from(b, v, sizeof(float) * (size_t)n * kvd);
-            int32_t *ds = dev_from(b, slots, sizeof slots);
-            b->ops->kv_store(b, dk, dv, f16 ? DT_F16 : DT_F32, dkk, dvv, ds, n, kvd);
-            host_from(b, kc, dk, bytes), host_from(b, vc, dv, bytes);
-            int bad = 0;
-            for (int t = 0; t < n; t++)
-                for (int i = 0; i < kvd; i++) {
-                    size_t idx = (size_t)slots[t] * kvd + i;
-                    float kk = f16 ? half_f16_to_f32(((uint16_t *)kc)[idx]) : ((float *)kc)[idx];
-                    float vv = f16 ? half_f16_to_f32(((uint16_t *)vc)[idx]) : ((float *)vc)[idx];
-                    float ek = k[t * kvd + i], ev = v[t * kvd + i];
-                    if (f16)
-                        ek = half_f16_to_f32(half_f32_to_f16(ek)), ev = half_f16_to_f32(half_f32_to_f16(ev));
-                    bad += kk != ek || vv != ev;
-                }
-            CHECK_MSG(bad == 0, "%s kv_store %s: %d wrong", g_backends[bi], f16 ? "F16" : "F32", bad);
-            b->ops->free(b, dk), b->ops->free(b, dv), b->ops->free(b, dkk), b->ops->free(b, dvv);
-            b->ops->free(b, ds);
-            free(kc), free(vc);
-        }
-    }
-    free(k), free(v);
+    kv_store_case(5, 48, 16);     /* a decode-sized step, run on the caller */
+    kv_store_case(300, 260, 512); /* a prefill-sized step, split over the pool */
 }
 
 /* ---- norms, rope, element-wise ---- */

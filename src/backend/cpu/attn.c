@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_int.h"
-#include "util/half.h"
 #include "util/log.h"
 
 enum {
@@ -21,24 +20,40 @@ enum {
     AT_TQ = 8,      /* most batch tokens per work item */
 };
 
+struct kv_task {
+    const struct cpu_kernels *k;
+    void *k_cache, *v_cache;
+    int kv_dtype, kv_dim;
+    const float *kk, *vv;
+    const int32_t *slots;
+};
+
+static void kv_chunk(void *arg, int64_t t)
+{
+    const struct kv_task *s = arg;
+    size_t off = (size_t)s->slots[t] * (size_t)s->kv_dim;
+    const float *kr = s->kk + t * s->kv_dim, *vr = s->vv + t * s->kv_dim;
+    if (s->kv_dtype == DT_F16) {
+        s->k->f32_to_f16((uint16_t *)s->k_cache + off, kr, s->kv_dim);
+        s->k->f32_to_f16((uint16_t *)s->v_cache + off, vr, s->kv_dim);
+    } else {
+        memcpy((float *)s->k_cache + off, kr, (size_t)s->kv_dim * sizeof(float));
+        memcpy((float *)s->v_cache + off, vr, (size_t)s->kv_dim * sizeof(float));
+    }
+}
+
 void cpu_kv_store(struct be *b, void *k_cache, void *v_cache, int kv_dtype, const float *k,
                   const float *v, const int32_t *slots, int n_tok, int kv_dim)
 {
-    (void)b;
-    for (int t = 0; t < n_tok; t++) {
-        size_t off = (size_t)slots[t] * (size_t)kv_dim;
-        const float *kr = k + (int64_t)t * kv_dim, *vr = v + (int64_t)t * kv_dim;
-        if (kv_dtype == DT_F16) {
-            uint16_t *kc = (uint16_t *)k_cache + off, *vc = (uint16_t *)v_cache + off;
-            for (int i = 0; i < kv_dim; i++) {
-                kc[i] = half_f32_to_f16(kr[i]);
-                vc[i] = half_f32_to_f16(vr[i]);
-            }
-        } else {
-            memcpy((float *)k_cache + off, kr, (size_t)kv_dim * sizeof(float));
-            memcpy((float *)v_cache + off, vr, (size_t)kv_dim * sizeof(float));
-        }
+    struct cpu_be *cb = cpu_be(b);
+    struct kv_task s = {&cb->k, k_cache, v_cache, kv_dtype, kv_dim, k, v, slots};
+    /* one token's rows are small: run them on the caller unless the step is long */
+    if ((int64_t)n_tok * kv_dim < 65536) {
+        for (int t = 0; t < n_tok; t++)
+            kv_chunk(&s, t);
+        return;
     }
+    cpu_pool_run(cb->pool, kv_chunk, &s, n_tok);
 }
 
 struct at_task {

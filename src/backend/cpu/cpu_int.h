@@ -35,6 +35,8 @@ struct cpu_kernels {
     /* s[j] = exp(s[j] - m) for j < n (s[j] <= m). SIMD levels use a polynomial exp
      * (within 2 ulp of expf). */
     void (*exp_shift)(float *s, float m, int n);
+    /* dst[i] = fp16(src[i]), round to nearest even (bit-identical at every level). */
+    void (*f32_to_f16)(uint16_t *dst, const float *src, int n);
     /* x[i] *= s. */
     void (*scale_inplace)(float *x, float s, int n);
     /* sum of x[i]^2, accumulated in float in index order (every level uses the scalar

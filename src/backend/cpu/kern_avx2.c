@@ -235,6 +235,17 @@ static void exp_shift(float *s, float m, int n)
     }
 }
 
+/* F16C conversion; NaN payloads aside, equal to the scalar round-to-nearest-even. */
+static void f32_to_f16(uint16_t *dst, const float *src, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 static void scale_inplace(float *x, float s, int n)
 {
     __m256 vs = _mm256_set1_ps(s);
@@ -267,6 +278,7 @@ void cpu_kernels_avx2(struct cpu_kernels *k)
     k->axpys_kv[0] = axpys_kv_f32;
     k->axpys_kv[1] = axpys_kv_f16;
     k->exp_shift = exp_shift;
+    k->f32_to_f16 = f32_to_f16;
     k->scale_inplace = scale_inplace;
     k->norm_mul = norm_mul;
 }

@@ -62,6 +62,12 @@ static void exp_shift(float *s, float m, int n)
         s[j] = expf(s[j] - m);
 }
 
+static void f32_to_f16(uint16_t *dst, const float *src, int n)
+{
+    for (int i = 0; i < n; i++)
+        dst[i] = half_f32_to_f16(src[i]);
+}
+
 static void scale_inplace(float *x, float s, int n)
 {
     for (int i = 0; i < n; i++)
@@ -91,6 +97,7 @@ void cpu_kernels_scalar(struct cpu_kernels *k)
     k->axpys_kv[0] = axpys_kv_f32;
     k->axpys_kv[1] = axpys_kv_f16;
     k->exp_shift = exp_shift;
+    k->f32_to_f16 = f32_to_f16;
     k->scale_inplace = scale_inplace;
     k->sumsq = sumsq;
     k->norm_mul = norm_mul;
