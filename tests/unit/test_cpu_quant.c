@@ -189,6 +189,9 @@ static void test_act_quant(void)
     float z[32] = {0};
     quant_act_row(QA_A8, z, a, 32);
     CHECK(a[0].d == 0.0f && a[0].ds == 0.0f && a[0].q[5] == 0);
+    z[3] = NAN, z[4] = INFINITY, z[5] = 1.0f; /* must not trap or hit UB (UBSan build) */
+    quant_act_row(QA_A8, z, a, 32);
+    CHECK(a[0].q[3] == 0);
 }
 
 /* The reference dot of a quantized row equals the double dot of the decoded row with the

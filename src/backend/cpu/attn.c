@@ -170,6 +170,12 @@ static void at_chunk(void *arg, int64_t it)
     }
 }
 
+/* Work items for tiles of tq tokens and query-head subgroups of hg heads. */
+static int64_t at_items(const struct be_attn *a, int tq, int hg)
+{
+    return (int64_t)((a->n_tok + tq - 1) / tq) * a->n_kv_head * (a->n_head / a->n_kv_head / hg);
+}
+
 void cpu_attention(struct be *b, float *out, const float *q, const struct be_attn *a)
 {
     struct cpu_be *cb = cpu_be(b);
@@ -189,10 +195,9 @@ void cpu_attention(struct be *b, float *out, const float *q, const struct be_att
     tq = tq > AT_TQ ? AT_TQ : tq < 1 ? 1 : tq;
     /* few tokens: smaller tiles, then split GQA groups, until every thread gets work (each
      * query head's arithmetic is the same either way) */
-#define AT_ITEMS(tq_, hg_) ((int64_t)((a->n_tok + (tq_)-1) / (tq_)) * a->n_kv_head * (group / (hg_)))
-    while (tq > 1 && AT_ITEMS(tq, hg) < cb->n_threads)
+    while (tq > 1 && at_items(a, tq, hg) < cb->n_threads)
         tq--;
-    while (hg > 1 && AT_ITEMS(tq, hg) < cb->n_threads) {
+    while (hg > 1 && at_items(a, tq, hg) < cb->n_threads) {
         int h2 = hg - 1;
         while (h2 > 1 && group % h2)
             h2--;
@@ -200,6 +205,5 @@ void cpu_attention(struct be *b, float *out, const float *q, const struct be_att
     }
     struct at_task tk = {.cb = cb, .out = out, .q = q, .a = a, .hg = hg, .tq = tq,
                          .n_tiles = (a->n_tok + tq - 1) / tq};
-    cpu_pool_run(cb->pool, at_chunk, &tk, AT_ITEMS(tq, hg));
-#undef AT_ITEMS
+    cpu_pool_run(cb->pool, at_chunk, &tk, at_items(a, tq, hg));
 }

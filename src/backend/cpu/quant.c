@@ -64,7 +64,7 @@ static float quant_i8(const float *x, int8_t *q, int n)
         float t = x[i] * id; /* own statement: never contracted into an FMA */
         float v = (t + 12582912.0f) - 12582912.0f;
         v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
-        q[i] = (int8_t)v;
+        q[i] = v == v ? (int8_t)v : 0; /* NaN/inf activations: garbage out, but no UB */
     }
     return d;
 }
