@@ -2,7 +2,7 @@
  *
  * Pipeline: tmpl_lex.c (source -> tokens, Jinja's whitespace rules) -> tmpl_parse.c
  * (tokens -> tree of struct tnode) -> tmpl_eval.c (tree walk, writes the output), with
- * tmpl_value.c (the value type: Python str()/repr()/==/< semantics), tmpl_json.c (JSON in,
+ * tmpl_ops.c (operators), tmpl_value.c (the value type: Python str()/repr()/==/< semantics), tmpl_json.c (JSON in,
  * tojson out), tmpl_filters.c (filters and tests) and tmpl_methods.c (str/dict methods,
  * globals). All render-time memory comes from one arena freed when the render ends; an
  * error anywhere in the evaluator longjmps back to tmpl_render (one boundary, like Lua's),
@@ -196,6 +196,9 @@ _Noreturn void tfail(struct rctx *r, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 _Noreturn void tfail_raw(struct rctx *r, const char *msg, size_t n);
 
+/* Fails the render with an Undefined's message ("'x' is undefined", ...). */
+_Noreturn void tundef_fail(struct rctx *r, struct tv u);
+
 /* Arena allocation that fails the render instead of returning NULL. */
 void *ralloc(struct rctx *r, size_t n);
 
@@ -259,6 +262,14 @@ struct tv tget_attr(struct rctx *r, struct tv obj, const char *name, size_t n);
 struct tv tget_item(struct rctx *r, struct tv obj, struct tv key);
 /* Iteration: converts an iterable to a list (dict -> keys, string -> chars). */
 struct tlist *titer(struct rctx *r, struct tv v);
+
+/* ---- tmpl_ops.c ---- */
+/* a OP b for + - * / // % ** (op is the operator text). */
+struct tv top_binary(struct rctx *r, const char *op, struct tv a, struct tv b);
+/* a OP b for == != < <= > >= in notin; 1 or 0. */
+int top_compare(struct rctx *r, const char *op, struct tv a, struct tv b);
+/* x - y, failing the render on int64 overflow. */
+int64_t top_isub(struct rctx *r, int64_t x, int64_t y);
 
 /* ---- tmpl_filters.c ---- */
 struct tv tfilter_apply(struct rctx *r, const char *name, struct tv in, struct tv *args,
