@@ -3,15 +3,17 @@
  * Runs when CINFER_TEST_LLAMACPP=1 and the models are in ./models (scripts/fetch_models.sh);
  * otherwise it reports that it did nothing. For each reference in tests/data/llamacpp/:
  *   - our tokenizer gives llama.cpp's ids for the text (prefix of length n_tokens);
- *   - teacher-forced over those ids (>= 512 positions), our argmax equals llama.cpp's at
- *     >= 99% of the positions where llama.cpp's top-1 margin is >= 0.35 logit, and at
- *     >= 93% of all positions.
- *     Why not 99% of all positions: llama.cpp does not agree with itself that well. Its
- *     token-by-token run (n_batch 1) matches its one-batch run at only 97.3% (Qwen2.5-Coder
- *     0.5B) and 94.9% (Gemma 3 270M) of positions, because int8 re-quantization of the
- *     activations turns last-bit differences into ~0.1-0.3 logit noise; its own flips
- *     reach margins of 0.32 (scripts/llamacpp_selfagree.py; tests/data/llamacpp/README.md).
- *     Above that noise both engines must decide alike.
+ *   - teacher-forced over those ids (>= 512 positions), at >= 99% of positions our argmax
+ *     is llama.cpp's top-1 or a near-tie of it: one of llama.cpp's top-5 whose logit (in
+ *     llama.cpp's scores) is within 0.25 of its top-1. Raw top-1 agreement is reported
+ *     and must be >= 93%.
+ *     Why not raw 99%: llama.cpp does not agree with itself that well. Its token-by-token
+ *     run (n_batch 1) matches its one-batch run at only 97.3% (Qwen2.5-Coder 0.5B) and
+ *     94.9% (Gemma 3 270M) of positions, and exact float32 math (transformers on the
+ *     dequantized weights, scripts/hf_ref.py) matches it at 94.7-97.8%: int8
+ *     re-quantization of activations turns last-bit differences into ~0.1-0.3 logit noise
+ *     (scripts/llamacpp_selfagree.py; tests/data/llamacpp/README.md). Its own flips reach
+ *     margins of 0.32, so positions with a margin >= 0.35 must agree at >= 99% as well.
  *   - our logits for llama.cpp's top-5 ids are printed as max |delta| (informative: the
  *     two engines quantize activations differently).
  * Models: MODELS_DIR (default ./models). CINFER_LLAMACPP_ONLY=name restricts to one file.
@@ -93,7 +95,7 @@ static void check_ref(const char *name)
         free(ids);
         goto out;
     }
-    int agree = 0, n_clear = 0, agree_clear = 0;
+    int agree = 0, n_clear = 0, agree_clear = 0, agree_tie = 0;
     double dmax = 0;
     json_t *gaps = json_object_get(ref, "top1_gap");
     FILE *dump = getenv("CINFER_LLAMACPP_DUMP") ? fopen(getenv("CINFER_LLAMACPP_DUMP"), "w") : NULL;
@@ -112,6 +114,16 @@ static void check_ref(const char *name)
         int same =
             sampler_argmax(row, V) == (int32_t)json_integer_value(json_array_get(top1, (size_t)i));
         agree += same;
+        json_t *t5r = json_array_get(top5, (size_t)i);
+        double top_logit = json_number_value(json_array_get(json_array_get(t5r, 0), 1));
+        int32_t mine_top = sampler_argmax(row, V);
+        int tie = same;
+        for (size_t k = 1; !tie && k < json_array_size(t5r); k++) {
+            json_t *pair = json_array_get(t5r, k);
+            tie = json_integer_value(json_array_get(pair, 0)) == mine_top &&
+                  json_number_value(json_array_get(pair, 1)) >= top_logit - 0.25;
+        }
+        agree_tie += tie;
         if (json_number_value(json_array_get(gaps, (size_t)i)) >= 0.35) {
             n_clear++;
             agree_clear += same;
@@ -128,10 +140,12 @@ static void check_ref(const char *name)
     if (dump)
         fclose(dump);
     double frac = (double)agree / n, frac_clear = n_clear ? (double)agree_clear / n_clear : 0;
-    printf("  %-36s top-1 agreement %d/%d = %.2f%% (margin >= 0.35: %d/%d = %.2f%%), "
-           "max |dlogit| on llama.cpp's top-5 %.3f, tokenizer %s\n",
-           name, agree, n, 100 * frac, agree_clear, n_clear, 100 * frac_clear, dmax,
-           tok_same ? "identical" : "DIFFERENT");
+    double frac_tie = (double)agree_tie / n;
+    printf("  %-36s top-1 or near-tie %.2f%%, raw top-1 %d/%d = %.2f%%, margin >= 0.35 %d/%d = "
+           "%.2f%%, max |dlogit| on llama.cpp's top-5 %.3f, tokenizer %s\n",
+           name, 100 * frac_tie, agree, n, 100 * frac, agree_clear, n_clear, 100 * frac_clear,
+           dmax, tok_same ? "identical" : "DIFFERENT");
+    CHECK_MSG(frac_tie >= 0.99, "%s: top-1 (or near-tie) agreement %.4f < 0.99", name, frac_tie);
     CHECK_MSG(frac_clear >= 0.99, "%s: top-1 agreement %.4f < 0.99 where llama.cpp's margin "
               "is >= 0.35", name, frac_clear);
     CHECK_MSG(frac >= 0.93, "%s: top-1 agreement %.4f < 0.93 over all positions", name, frac);
