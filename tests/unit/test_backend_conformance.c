@@ -473,6 +473,7 @@ static void test_attention(void)
         int qn = c->n_head * c->hd, total = c->n_tok * qn;
         double *want = malloc(sizeof(double) * (size_t)total);
         float *ref = malloc(sizeof(float) * (size_t)total), *got = malloc(sizeof(float) * (size_t)total);
+        float *got1 = malloc(sizeof(float) * (size_t)total); /* the 1-thread result */
         attn_naive(&s.a, s.q, want);
         run_attn(g.ref, &s, 0, c->n_tok, ref);
         double err = 0;
@@ -490,6 +491,11 @@ static void test_attention(void)
                     e2 = fmax(e2, fabs(got[i] - ref[i]));
                 CHECK_MSG(e2 <= 2e-5, "case %zu %s (%d thr): off by %g from reference", ci,
                           g_backends[bi], th ? 4 : 1, e2);
+                if (th == 0)
+                    memcpy(got1, got, sizeof(float) * (size_t)total);
+                else
+                    CHECK_MSG(memcmp(got1, got, sizeof(float) * (size_t)total) == 0,
+                              "case %zu %s: 4 threads differ from 1", ci, g_backends[bi]);
                 int bad = 0;
                 for (int t = 0; t < c->n_tok; t += 2) {
                     float *one = malloc(sizeof(float) * (size_t)qn);
@@ -499,7 +505,7 @@ static void test_attention(void)
                 }
                 CHECK_MSG(bad == 0, "case %zu %s: attention depends on the batch", ci, g_backends[bi]);
             }
-        free(want), free(ref), free(got);
+        free(want), free(ref), free(got), free(got1);
         attn_free(&s);
     }
 }
