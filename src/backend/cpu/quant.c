@@ -48,51 +48,75 @@ size_t quant_act_row_bytes(int kind, int64_t k)
     }
 }
 
-/* Symmetric int8 quantization of n floats: d = amax / 127, q = round-half-even(x / d). */
-static float quant_i8(const float *x, int8_t *q, int n)
+/* Round half to even (as nearbyintf in the default mode, exact for |v| < 2^22) without a
+ * libm call, clamped to [-127, 127]; NaN -> 0 (garbage in, garbage out, but no UB). The
+ * product is its own statement so it is never contracted into an FMA. */
+static inline int8_t round_i8(float x, float scale)
+{
+    float t = x * scale;
+    float v = (t + 12582912.0f) - 12582912.0f;
+    v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+    return v == v ? (int8_t)v : 0;
+}
+
+/* The activation formats follow what llama.cpp's x86 code does for the same weights, so
+ * outputs track it: 32-blocks (its Q8_0 / Q8_1) use id = 127 / amax, round half to even,
+ * and keep d = amax / 127 and d * sum rounded to fp16; 256-blocks (its Q8_K) take the
+ * signed value of largest magnitude, iscale = -127 / max, d = 1 / iscale in fp32. */
+static void quant_a8(const float *x, struct blk_a8 *y)
 {
     float amax = 0.0f;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < 32; i++) {
         float a = fabsf(x[i]);
         amax = a > amax ? a : amax;
     }
     float d = amax / 127.0f;
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int i = 0; i < n; i++) {
-        /* round half to even (as nearbyintf in the default mode, exact for |v| < 2^22),
-         * without a libm call */
-        float t = x[i] * id; /* own statement: never contracted into an FMA */
-        float v = (t + 12582912.0f) - 12582912.0f;
-        v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
-        q[i] = v == v ? (int8_t)v : 0; /* NaN/inf activations: garbage out, but no UB */
+    float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int s = 0;
+    for (int i = 0; i < 32; i++) {
+        y->q[i] = round_i8(x[i], id);
+        s += y->q[i];
     }
-    return d;
+    y->d = half_f16_to_f32(half_f32_to_f16(d));
+    y->ds = half_f16_to_f32(half_f32_to_f16(d * (float)s));
+    y->ns1 = -s;
+    y->ns2 = -2 * s;
+}
+
+static void quant_a8k(const float *x, struct blk_a8k *y)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < 256; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax)
+            amax = a, max = x[i];
+    }
+    if (amax == 0.0f) {
+        memset(y, 0, sizeof *y);
+        return;
+    }
+    float iscale = -127.0f / max;
+    for (int i = 0; i < 256; i++)
+        y->q[i] = round_i8(x[i], iscale);
+    for (int g = 0; g < 16; g++) {
+        int s = 0;
+        for (int i = 0; i < 16; i++)
+            s += y->q[g * 16 + i];
+        y->bsums[g] = (int16_t)s;
+    }
+    y->d = 1.0f / iscale;
 }
 
 void quant_act_row(int kind, const float *x, void *dst, int64_t k)
 {
     if (kind == QA_A8) {
         struct blk_a8 *y = dst;
-        for (int64_t b = 0; b < k / 32; b++) {
-            y[b].d = quant_i8(x + b * 32, y[b].q, 32);
-            int s = 0;
-            for (int i = 0; i < 32; i++)
-                s += y[b].q[i];
-            y[b].ds = y[b].d * (float)s;
-            y[b].ns1 = -s;
-            y[b].ns2 = -2 * s;
-        }
+        for (int64_t b = 0; b < k / 32; b++)
+            quant_a8(x + b * 32, &y[b]);
     } else if (kind == QA_A8K) {
         struct blk_a8k *y = dst;
-        for (int64_t b = 0; b < k / 256; b++) {
-            y[b].d = quant_i8(x + b * 256, y[b].q, 256);
-            for (int g = 0; g < 16; g++) {
-                int s = 0;
-                for (int i = 0; i < 16; i++)
-                    s += y[b].q[g * 16 + i];
-                y[b].bsums[g] = (int16_t)s;
-            }
-        }
+        for (int64_t b = 0; b < k / 256; b++)
+            quant_a8k(x + b * 256, &y[b]);
     } else {
         memcpy(dst, x, (size_t)k * sizeof(float));
     }

@@ -27,11 +27,11 @@ struct blk_q5_k { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t 
 struct blk_q6_k { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; };
 
 /* ---- activation blocks ---- */
-/* 32 floats as d * q[i]; ds = d * (sum of q) for the min terms; ns1 = -(sum of q) and
- * ns2 = -2 (sum of q) for the integer offset terms (-8 / -16 per element, spread over 8
- * lanes). */
+/* 32 floats as d * q[i] (d kept at fp16 precision, as llama.cpp does); ds = d * (sum of q)
+ * for the min terms; ns1 = -(sum of q) and ns2 = -2 (sum of q) for the integer offset terms
+ * (-8 / -16 per element, spread over 8 lanes). */
 struct blk_a8 { float d, ds; int32_t ns1, ns2; int8_t q[32]; };
-/* 256 floats as d * q[i]; bsums[g] = sum of q[16g .. 16g+16). */
+/* 256 floats as d * q[i] (d may be negative); bsums[g] = sum of q[16g .. 16g+16). */
 struct blk_a8k { float d; int16_t bsums[16]; int8_t q[256]; };
 
 /* How a weight type wants its activations. */
@@ -41,8 +41,9 @@ enum quant_act { QA_F32 = 0, QA_A8 = 1, QA_A8K = 2 };
 int quant_act_kind(int dt);
 /* Bytes of one activation row of k elements in format kind (k a multiple of the block). */
 size_t quant_act_row_bytes(int kind, int64_t k);
-/* Quantizes x (k floats) into kind's format at dst. Deterministic: every ISA level uses
- * this same function, so quantized dot products differ only in float accumulation. */
+/* Quantizes x (k floats) into kind's format at dst, rounding as llama.cpp's x86 code does.
+ * Deterministic: every ISA level uses this same function, so quantized dot products differ
+ * only in float accumulation. */
 void quant_act_row(int kind, const float *x, void *dst, int64_t k);
 
 /* Decodes one 32-element block: element i = v[i] * d + m (m = 0 for symmetric types). */
