@@ -35,6 +35,11 @@ struct cpu_kernels {
     /* s[j] = exp(s[j] - m) for j < n (s[j] <= m). SIMD levels use a polynomial exp
      * (within 2 ulp of expf). */
     void (*exp_shift)(float *s, float m, int n);
+    /* y[i] = act(gate[i]) * up[i], act = enum be_act. Scalar: PyTorch's formulas with libm;
+     * SIMD: x * sigmoid(z) with a polynomial exp (z = x for SiLU, z = 2 sqrt(2/pi)(x +
+     * 0.044715 x^3) for GELU-tanh, the same function); an element's arithmetic never depends
+     * on its index or on n. */
+    void (*act_mul)(float *y, const float *gate, const float *up, int64_t n, int act);
     /* dst[i] = fp16(src[i]), round to nearest even (bit-identical at every level). */
     void (*f32_to_f16)(uint16_t *dst, const float *src, int n);
     /* x[i] *= s. */

@@ -197,13 +197,13 @@ static void axpys_kv_f16(float *acc, const float *p, const void *const *rows, in
     axpys(DT_F16, acc, p, rows, np, n);
 }
 
-/* exp(x) for x <= 0: n = round(x log2 e), r = x - n ln 2 (two-part ln 2), a degree-6
- * polynomial for e^r (Cephes coefficients), times 2^n; 0 below -87.3. */
-static inline __m256 exp_neg8(__m256 x)
+/* exp(x): n = round(x log2 e), r = x - n ln 2 (two-part ln 2), a degree-6 polynomial for
+ * e^r (Cephes coefficients), times 2^n; x is clamped to 88.3 above and gives 0 below -87.3. */
+static inline __m256 exp8(__m256 x)
 {
     const __m256 lo = _mm256_set1_ps(-87.3f);
     __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3f));
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -224,12 +224,12 @@ static void exp_shift(float *s, float m, int n)
     __m256 vm = _mm256_set1_ps(m);
     int j = 0;
     for (; j + 8 <= n; j += 8)
-        _mm256_storeu_ps(s + j, exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm)));
+        _mm256_storeu_ps(s + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm)));
     if (j < n) {
         float t[8] = {0};
         for (int i = j; i < n; i++)
             t[i - j] = s[i] - m;
-        _mm256_storeu_ps(t, exp_neg8(_mm256_loadu_ps(t)));
+        _mm256_storeu_ps(t, exp8(_mm256_loadu_ps(t)));
         for (int i = j; i < n; i++)
             s[i] = t[i - j];
     }
@@ -244,6 +244,35 @@ static void f32_to_f16(uint16_t *dst, const float *src, int n)
                          _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++)
         dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* act(g) * u for 8 lanes: g * sigmoid(z) = g / (1 + exp(-z)), times u. */
+static inline __m256 act8(__m256 g, __m256 u, int act)
+{
+    __m256 z = g;
+    if (act == BE_ACT_GELU_TANH) { /* 0.5 g (1 + tanh(y)) = g sigmoid(2y) */
+        __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+        __m256 inner = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f),
+                                     _mm256_add_ps(g, _mm256_mul_ps(_mm256_set1_ps(0.044715f), g3)));
+        z = _mm256_add_ps(inner, inner);
+    }
+    __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), z));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+static void act_mul(float *y, const float *gate, const float *up, int64_t n, int act)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, act8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i), act));
+    if (i < n) { /* the tail through the same vector code */
+        float g[8] = {0}, u[8] = {0}, r[8];
+        for (int64_t j = i; j < n; j++)
+            g[j - i] = gate[j], u[j - i] = up[j];
+        _mm256_storeu_ps(r, act8(_mm256_loadu_ps(g), _mm256_loadu_ps(u), act));
+        for (int64_t j = i; j < n; j++)
+            y[j] = r[j - i];
+    }
 }
 
 static void scale_inplace(float *x, float s, int n)
@@ -279,6 +308,7 @@ void cpu_kernels_avx2(struct cpu_kernels *k)
     k->axpys_kv[1] = axpys_kv_f16;
     k->exp_shift = exp_shift;
     k->f32_to_f16 = f32_to_f16;
+    k->act_mul = act_mul;
     k->scale_inplace = scale_inplace;
     k->norm_mul = norm_mul;
 }

@@ -62,6 +62,27 @@ static void exp_shift(float *s, float m, int n)
         s[j] = expf(s[j] - m);
 }
 
+static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+
+static inline float gelu_tanh(float x)
+{
+    const float beta = 0.7978845608028654f; /* sqrt(2/pi) */
+    const float kappa = 0.044715f;
+    float cube = x * x * x;
+    float inner = beta * (x + kappa * cube);
+    return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+static void act_mul(float *y, const float *gate, const float *up, int64_t n, int act)
+{
+    if (act == BE_ACT_GELU_TANH)
+        for (int64_t i = 0; i < n; i++)
+            y[i] = gelu_tanh(gate[i]) * up[i];
+    else
+        for (int64_t i = 0; i < n; i++)
+            y[i] = silu(gate[i]) * up[i];
+}
+
 static void f32_to_f16(uint16_t *dst, const float *src, int n)
 {
     for (int i = 0; i < n; i++)
@@ -98,6 +119,7 @@ void cpu_kernels_scalar(struct cpu_kernels *k)
     k->axpys_kv[1] = axpys_kv_f16;
     k->exp_shift = exp_shift;
     k->f32_to_f16 = f32_to_f16;
+    k->act_mul = act_mul;
     k->scale_inplace = scale_inplace;
     k->sumsq = sumsq;
     k->norm_mul = norm_mul;

@@ -4,7 +4,8 @@
  * Formulas follow the PyTorch float32 reference the model layer is tested against:
  * rmsnorm y = w * (x * rsqrt(mean(x^2) + eps)); rope angle = (float)pos * inv_freq[i]
  * with cosf/sinf; gelu_tanh = 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))); silu =
- * x / (1 + exp(-x)). Per-row results never depend on how many rows are in the call.
+ * x / (1 + exp(-x)) in the scalar kernels (SIMD levels: x * sigmoid(z), the same function
+ * with a polynomial exp). Per-row results never depend on how many rows are in the call.
  */
 #include <math.h>
 
@@ -81,23 +82,13 @@ void cpu_rope(struct be *b, float *x, const int32_t *pos, int n_tok, int n_head,
 enum ew_kind { EW_SILU, EW_GELU, EW_ADD, EW_SCALE, EW_SOFTCAP };
 
 struct ew_task {
+    const struct cpu_kernels *k;
     int kind;
     float *y;
     const float *a, *x;
     float s;
     int64_t n;
 };
-
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
-
-static inline float gelu_tanh(float x)
-{
-    const float beta = 0.7978845608028654f; /* sqrt(2/pi) */
-    const float kappa = 0.044715f;
-    float cube = x * x * x;
-    float inner = beta * (x + kappa * cube);
-    return 0.5f * x * (1.0f + tanhf(inner));
-}
 
 static void ew_chunk(void *arg, int64_t c)
 {
@@ -107,12 +98,10 @@ static void ew_chunk(void *arg, int64_t c)
     const float *a = t->a, *x = t->x;
     switch (t->kind) {
     case EW_SILU:
-        for (int64_t i = i0; i < i1; i++)
-            y[i] = silu(a[i]) * x[i];
+        t->k->act_mul(y + i0, a + i0, x + i0, i1 - i0, BE_ACT_SILU);
         break;
     case EW_GELU:
-        for (int64_t i = i0; i < i1; i++)
-            y[i] = gelu_tanh(a[i]) * x[i];
+        t->k->act_mul(y + i0, a + i0, x + i0, i1 - i0, BE_ACT_GELU_TANH);
         break;
     case EW_ADD:
         for (int64_t i = i0; i < i1; i++)
@@ -138,25 +127,26 @@ static void ew_run(struct cpu_be *cb, struct ew_task *t)
 
 void cpu_act_mul(struct be *b, float *y, const float *gate, const float *up, int64_t n, int act)
 {
-    struct ew_task t = {act == BE_ACT_GELU_TANH ? EW_GELU : EW_SILU, y, gate, up, 0.0f, n};
+    struct ew_task t = {&cpu_be(b)->k, act == BE_ACT_GELU_TANH ? EW_GELU : EW_SILU, y, gate, up,
+                        0.0f, n};
     ew_run(cpu_be(b), &t);
 }
 
 void cpu_add(struct be *b, float *y, const float *a, const float *x, int64_t n)
 {
-    struct ew_task t = {EW_ADD, y, a, x, 0.0f, n};
+    struct ew_task t = {&cpu_be(b)->k, EW_ADD, y, a, x, 0.0f, n};
     ew_run(cpu_be(b), &t);
 }
 
 void cpu_scale(struct be *b, float *y, const float *x, float s, int64_t n)
 {
-    struct ew_task t = {EW_SCALE, y, NULL, x, s, n};
+    struct ew_task t = {&cpu_be(b)->k, EW_SCALE, y, NULL, x, s, n};
     ew_run(cpu_be(b), &t);
 }
 
 void cpu_softcap(struct be *b, float *y, const float *x, float s, int64_t n)
 {
-    struct ew_task t = {EW_SOFTCAP, y, NULL, x, s, n};
+    struct ew_task t = {&cpu_be(b)->k, EW_SOFTCAP, y, NULL, x, s, n};
     ew_run(cpu_be(b), &t);
 }
 
