@@ -12,6 +12,8 @@
 
 #include <stdatomic.h>
 
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_int.h"
 #include "backend/cpu/pool.h"
 #include "backend/cpu/quant.h"
 #include "util/half.h"
@@ -235,6 +237,44 @@ static void test_dot_ref(void)
     }
 }
 
+/* Every SIMD level's activation quantizer writes the same bytes as quant_act_row(),
+ * including zero blocks, exact .5 ties, huge/tiny values and NaN/inf. */
+static void test_act_quant_simd_identical(void)
+{
+    static const char *const levels[] = {"avx2", "avx512"};
+    enum { K = 256 * 8 };
+    static float x[K];
+    static uint8_t a[2][K / 32 * sizeof(struct blk_a8)], b[2][K / 256 * sizeof(struct blk_a8k)];
+    uint64_t st = 7;
+    for (int i = 0; i < K; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((int64_t)(st >> 33) % 20001 - 10000) / 1000.0f;
+    }
+    memset(x + 256, 0, 256 * sizeof(float)); /* an all-zero K block */
+    for (int i = 0; i < 32; i++)            /* ties: amax 127 gives id 1, x + .5 */
+        x[512 + i] = (float)(i - 16) + 0.5f;
+    x[512 + 5] = 127.0f;
+    x[768 + 3] = 1e30f, x[768 + 40] = -3e-30f;
+    x[1024 + 7] = NAN, x[1024 + 300] = INFINITY;
+    x[1600] = -9.75f; /* negative largest magnitude in its K block */
+    struct cpu_kernels ref, k;
+    cpu_kernels_scalar(&ref);
+    for (int li = 0; li < 2; li++) {
+        if (!be_cpu_isa_supported(levels[li]))
+            continue;
+        cpu_kernels_scalar(&k);
+        cpu_kernels_avx2(&k);
+        if (li == 1)
+            cpu_kernels_avx512(&k);
+        ref.quant_act(QA_A8, x, a[0], K);
+        k.quant_act(QA_A8, x, a[1], K);
+        ref.quant_act(QA_A8K, x, b[0], K);
+        k.quant_act(QA_A8K, x, b[1], K);
+        CHECK_MSG(memcmp(a[0], a[1], sizeof a[0]) == 0, "%s: a8 bytes differ", levels[li]);
+        CHECK_MSG(memcmp(b[0], b[1], sizeof b[0]) == 0, "%s: a8k bytes differ", levels[li]);
+    }
+}
+
 struct pool_ctx {
     atomic_int hits[64];
     int round;
@@ -280,6 +320,7 @@ static void test_pool_exactly_once(void)
 int main(void)
 {
     RUN(test_pool_exactly_once);
+    RUN(test_act_quant_simd_identical);
     RUN(test_gold_blocks);
     RUN(test_q4_0_by_hand);
     RUN(test_q5_1_by_hand);

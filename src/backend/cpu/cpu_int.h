@@ -35,6 +35,8 @@ struct cpu_kernels {
     /* s[j] = exp(s[j] - m) for j < n (s[j] <= m). SIMD levels use a polynomial exp
      * (within 2 ulp of expf). */
     void (*exp_shift)(float *s, float m, int n);
+    /* quant_act_row() (scalar) or a SIMD version with bit-identical output. */
+    void (*quant_act)(int kind, const float *x, void *dst, int64_t k);
     /* y[i] = act(gate[i]) * up[i], act = enum be_act. Scalar: PyTorch's formulas with libm;
      * SIMD: x * sigmoid(z) with a polynomial exp (z = x for SiLU, z = 2 sqrt(2/pi)(x +
      * 0.044715 x^3) for GELU-tanh, the same function); an element's arithmetic never depends

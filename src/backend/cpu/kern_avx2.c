@@ -4,7 +4,9 @@
  * Entries not set here keep the scalar reference.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_int.h"
 
@@ -126,6 +128,121 @@ static void mm_bf16(int dt, int64_t k, const void *w, size_t ws, int nw, const v
 {
     (void)dt;
     f_mm(DT_BF16, k, w, ws, nw, x, xs, nx, y, ldy);
+}
+
+/* ---- activation quantization, bit-identical to quant_act_row() ---- */
+
+/* |x| with NaN lanes as 0 (the scalar max ignores NaN). */
+static inline __m256 absnn(__m256 v)
+{
+    __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+    return _mm256_andnot_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), a);
+}
+
+/* round-half-even(x * s) clamped to [-127, 127] as int32 lanes, NaN -> 0. */
+static inline __m256i round8(__m256 x, __m256 s)
+{
+    __m256 t = _mm256_mul_ps(x, s);
+    __m256 v = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    v = _mm256_andnot_ps(_mm256_cmp_ps(t, t, _CMP_UNORD_Q), v);
+    return _mm256_cvtps_epi32(v);
+}
+
+/* 32 int32 lanes (4 vectors) -> 32 int8 in order. */
+static inline void pack32(int8_t *q, __m256i a, __m256i b, __m256i c, __m256i d)
+{
+    __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    __m256i p = _mm256_packs_epi16(ab, cd);
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, p);
+}
+
+static inline int hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline float hmax_ps(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+static inline float fp16_round(float f)
+{
+    return _cvtsh_ss(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+}
+
+static void quant_a8(const float *x, struct blk_a8 *y)
+{
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_loadu_ps(x + 8 * j);
+        m = _mm256_max_ps(m, absnn(v[j]));
+    }
+    float amax = hmax_ps(m);
+    float d = amax / 127.0f;
+    __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    __m256i q[4];
+    for (int j = 0; j < 4; j++)
+        q[j] = round8(v[j], id);
+    pack32(y->q, q[0], q[1], q[2], q[3]);
+    int s = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+    y->d = fp16_round(d);
+    y->ds = fp16_round(d * (float)s);
+    y->ns1 = -s;
+    y->ns2 = -2 * s;
+}
+
+static void quant_a8k(const float *x, struct blk_a8k *y)
+{
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < 32; j++)
+        m = _mm256_max_ps(m, absnn(_mm256_loadu_ps(x + 8 * j)));
+    float amax = hmax_ps(m);
+    if (amax == 0.0f) {
+        memset(y, 0, sizeof *y);
+        return;
+    }
+    float max = 0.0f;
+    for (int i = 0; i < 256; i++) /* the first element of largest magnitude, as the scalar */
+        if (fabsf(x[i]) == amax) {
+            max = x[i];
+            break;
+        }
+    float iscale = -127.0f / max;
+    __m256 sc = _mm256_set1_ps(iscale);
+    for (int g = 0; g < 8; g++) { /* 32 elements = groups 2g, 2g+1 */
+        __m256i q0 = round8(_mm256_loadu_ps(x + 32 * g), sc);
+        __m256i q1 = round8(_mm256_loadu_ps(x + 32 * g + 8), sc);
+        __m256i q2 = round8(_mm256_loadu_ps(x + 32 * g + 16), sc);
+        __m256i q3 = round8(_mm256_loadu_ps(x + 32 * g + 24), sc);
+        pack32(y->q + 32 * g, q0, q1, q2, q3);
+        y->bsums[2 * g] = (int16_t)hsum_i32(_mm256_add_epi32(q0, q1));
+        y->bsums[2 * g + 1] = (int16_t)hsum_i32(_mm256_add_epi32(q2, q3));
+    }
+    y->d = 1.0f / iscale;
+}
+
+static void quant_act(int kind, const float *x, void *dst, int64_t k)
+{
+    if (kind == QA_A8) {
+        struct blk_a8 *y = dst;
+        for (int64_t b = 0; b < k / 32; b++)
+            quant_a8(x + b * 32, &y[b]);
+    } else if (kind == QA_A8K) {
+        struct blk_a8k *y = dst;
+        for (int64_t b = 0; b < k / 256; b++)
+            quant_a8k(x + b * 256, &y[b]);
+    } else {
+        memcpy(dst, x, (size_t)k * sizeof(float));
+    }
 }
 
 /* ---- attention and norm primitives ---- */
@@ -309,6 +426,7 @@ void cpu_kernels_avx2(struct cpu_kernels *k)
     k->exp_shift = exp_shift;
     k->f32_to_f16 = f32_to_f16;
     k->act_mul = act_mul;
+    k->quant_act = quant_act;
     k->scale_inplace = scale_inplace;
     k->norm_mul = norm_mul;
 }

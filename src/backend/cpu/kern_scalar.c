@@ -120,6 +120,7 @@ void cpu_kernels_scalar(struct cpu_kernels *k)
     k->exp_shift = exp_shift;
     k->f32_to_f16 = f32_to_f16;
     k->act_mul = act_mul;
+    k->quant_act = quant_act_row;
     k->scale_inplace = scale_inplace;
     k->sumsq = sumsq;
     k->norm_mul = norm_mul;

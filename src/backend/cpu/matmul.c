@@ -39,6 +39,7 @@ static void mm_chunk(void *arg, int64_t it)
 }
 
 struct q_task {
+    const struct cpu_kernels *kk;
     int kind;
     const float *x;
     int64_t k;
@@ -50,7 +51,7 @@ struct q_task {
 static void quant_chunk(void *arg, int64_t i)
 {
     const struct q_task *t = arg;
-    quant_act_row(t->kind, t->x + i * t->k, (char *)t->dst + (size_t)i * t->stride, t->k);
+    t->kk->quant_act(t->kind, t->x + i * t->k, (char *)t->dst + (size_t)i * t->stride, t->k);
 }
 
 void cpu_matmul(struct be *b, float *y, const float *x, int n, const struct be_tensor *w)
@@ -69,7 +70,7 @@ void cpu_matmul(struct be *b, float *y, const float *x, int n, const struct be_t
                 y[i] = NAN;
             return;
         }
-        struct q_task q = {kind, x, k, cb->qbuf, xs, n};
+        struct q_task q = {&cb->k, kind, x, k, cb->qbuf, xs, n};
         cpu_pool_run(cb->pool, quant_chunk, &q, n);
         xa = cb->qbuf;
     }
