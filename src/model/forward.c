@@ -212,7 +212,7 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
     op->get_rows(b, ws->xo, &xs, ws->d_out, bt->n_out); /* (n_out, n_embd) */
     op->rmsnorm(b, ws->xo, ws->xo, m->output_norm, bt->n_out, hp->n_embd, hp->norm_eps);
     op->matmul(b, ws->logits, ws->xo, bt->n_out, &m->output); /* (n_out, n_vocab) */
-    if (hp->final_softcap > 0 && op->softcap)
+    if (hp->final_softcap > 0) /* model_load checked that the backend has it */
         op->softcap(b, ws->logits, ws->logits, hp->final_softcap,
                     (int64_t)bt->n_out * hp->n_vocab);
     if ((rc = op->sync(b, e)))

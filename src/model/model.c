@@ -330,6 +330,11 @@ int model_load(struct model **out, const char *path, struct be *be, struct cerr 
         goto fail;
     }
     snprintf(m->arch_name, sizeof m->arch_name, "%s", model_arch_name(hp->arch));
+    if (hp->final_softcap > 0 && !be->ops->softcap) {
+        rc = cerr_set(e, CERR_UNSUPPORTED, "%s: the model needs logit soft-capping, which the "
+                      "%s backend does not provide", path, be->ops->name);
+        goto fail;
+    }
     if ((rc = bind_matrix(&L, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, e)))
         goto fail;
     rc = bind_matrix(&L, &m->output, "output.weight", hp->n_embd, hp->n_vocab, 1, e);
