@@ -25,6 +25,20 @@ a=$("$bin" run "$m" -p "Once" -n 24 --temp 0.8 --top-p 0.9 --seed 7 2>/dev/null)
 b=$("$bin" run "$m" -p "Once" -n 24 --temp 0.8 --top-p 0.9 --seed 7 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "seeded sampling not reproducible: '$a' vs '$b'"
 
+# a Hugging Face directory without tokenizer files: --ids in, --output-ids out, and the
+# greedy ids equal transformers' (tests/data/parity/qwen2/golden.json)
+src=${CINFER_SRC:-.}
+g=$src/tests/data/parity/qwen2/golden.json
+ids=$(jq -r '.prompt_ids | map(tostring) | join(",")' "$g")
+want=$(jq -c '.greedy_ids' "$g" | sed 's/,/, /g')
+hf=$(mktemp -d)
+trap 'rm -rf "$hf"' EXIT
+cp "$src/tests/data/parity/qwen2/config.json" "$src/tests/data/parity/qwen2/model.safetensors" "$hf/"
+out=$("$bin" run "$hf" --ids "$ids" --output-ids -n 32 --temp 0 --ignore-eos 2>/dev/null)
+[ "$out" = "$want" ] && ok || bad "HF dir ids: '$out' want '$want'"
+e=$("$bin" run "$hf" -p "hi" 2>&1 >/dev/null)
+echo "$e" | grep -q "cannot load the tokenizer" && ok || bad "no tokenizer message: '$e'"
+
 check_err() { # expected-substring args...
     local want=$1; shift
     local e rc
