@@ -87,12 +87,39 @@ int32_t sampler_argmax(const float *logits, int n)
     return best;
 }
 
-static int cand_cmp(const void *a, const void *b)
+/* a ranks before b: larger logit, then smaller id (a total order, so draws are exact) */
+static int cand_before(const struct cand *a, const struct cand *b)
 {
-    const struct cand *x = a, *y = b;
-    if (x->logit != y->logit)
-        return x->logit > y->logit ? -1 : 1;
-    return x->id - y->id;
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static void sift_down(struct cand *h, int n, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, top = i;
+        if (l < n && cand_before(&h[l], &h[top]))
+            top = l;
+        if (r < n && cand_before(&h[r], &h[top]))
+            top = r;
+        if (top == i)
+            return;
+        struct cand t = h[i];
+        h[i] = h[top];
+        h[top] = t;
+        i = top;
+    }
+}
+
+/* Draws from probs[0..n) (unnormalised, sum tsum) with one uniform from the RNG. */
+static int draw(struct sampler *s, const float *w, int n, double tsum)
+{
+    double r = rng_uniform(s->rng) * tsum, c = 0;
+    for (int i = 0; i < n; i++) {
+        c += w[i];
+        if (r < c)
+            return i;
+    }
+    return n - 1;
 }
 
 int32_t sampler_sample(struct sampler *s, const float *logits)
@@ -101,44 +128,46 @@ int32_t sampler_sample(struct sampler *s, const float *logits)
     int n = s->n_vocab;
     if (!(p->temperature > 0))
         return sampler_argmax(logits, n);
+    float mx = logits[sampler_argmax(logits, n)];
+    int trunc = (p->top_p > 0 && p->top_p < 1) || p->min_p > 0 || p->top_k > 0;
+    if (!trunc) { /* the whole vocabulary: no ordering needed */
+        double tsum = 0;
+        for (int i = 0; i < n; i++)
+            tsum += (s->probs[i] = (float)exp((logits[i] - mx) / p->temperature));
+        return draw(s, s->probs, n, tsum);
+    }
+    /* Truncation keeps a prefix of the tokens ranked by logit: pop them from a heap until a
+     * filter stops (O(n + kept * log n) instead of sorting the vocabulary). */
+    double sum = 0;
     for (int i = 0; i < n; i++) {
         s->cands[i].logit = logits[i];
         s->cands[i].id = i;
+        sum += exp(logits[i] - mx);
     }
-    qsort(s->cands, (size_t)n, sizeof *s->cands, cand_cmp);
-    /* softmax at temperature 1 for the truncation filters */
-    double sum = 0, mx = s->cands[0].logit;
-    for (int i = 0; i < n; i++)
-        sum += (s->probs[i] = (float)exp(s->cands[i].logit - mx));
-    int keep = n;
-    if (p->top_p > 0 && p->top_p < 1) {
-        double c = 0;
-        for (int i = 0; i < n; i++) {
-            c += s->probs[i] / sum;
-            if (c >= p->top_p) {
-                keep = i + 1;
-                break;
-            }
-        }
+    for (int i = n / 2 - 1; i >= 0; i--)
+        sift_down(s->cands, n, i);
+    struct cand *h = s->cands;
+    int hn = n, keep = 0;
+    double cum = 0, thr = p->min_p > 0 ? p->min_p : 0; /* relative to the top probability 1 */
+    while (hn > 0) {
+        if (p->top_k > 0 && keep >= p->top_k)
+            break;
+        if (p->top_p > 0 && p->top_p < 1 && keep > 0 && cum >= p->top_p)
+            break;
+        double pr = exp(h[0].logit - mx); /* probability x sum */
+        if (keep > 0 && pr < thr)
+            break;
+        cum += pr / sum;
+        /* move the top to the kept prefix, which grows at the heap's end */
+        struct cand top = h[0];
+        h[0] = h[--hn];
+        sift_down(h, hn, 0);
+        h[n - 1 - keep] = top;
+        keep++;
     }
-    if (p->min_p > 0) {
-        double thr = p->min_p * s->probs[0];
-        int k = 1;
-        while (k < keep && s->probs[k] >= thr)
-            k++;
-        keep = k;
-    }
-    if (p->top_k > 0 && p->top_k < keep)
-        keep = p->top_k;
-    /* temperature, then draw */
+    /* kept tokens sit at h[n-1], h[n-2], ... in rank order */
     double tsum = 0;
     for (int i = 0; i < keep; i++)
-        tsum += (s->probs[i] = (float)exp((s->cands[i].logit - mx) / p->temperature));
-    double r = rng_uniform(s->rng) * tsum, c = 0;
-    for (int i = 0; i < keep; i++) {
-        c += s->probs[i];
-        if (r < c)
-            return s->cands[i].id;
-    }
-    return s->cands[keep - 1].id;
+        tsum += (s->probs[i] = (float)exp((h[n - 1 - i].logit - mx) / p->temperature));
+    return h[n - 1 - draw(s, s->probs, keep, tsum)].id;
 }
