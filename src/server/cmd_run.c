@@ -22,7 +22,7 @@
 #include "tokenizer/tok.h"
 
 struct run_opts {
-    const char *model, *prompt, *ids, *system;
+    const char *model, *prompt, *ids, *system, *chat_template;
     int chat;
     int n_predict, threads, ctx, output_ids, ignore_eos, kv_f16;
     struct sampler_params sp;
@@ -40,6 +40,7 @@ static void run_usage(FILE *f)
             "                        when the model asks for it)\n"
             "  --chat                wrap the prompt as a user turn in the model's chat template\n"
             "  --system TEXT         system message for --chat\n"
+            "  --chat-template FILE  a .jinja template for --chat instead of the model's own\n"
             "  --ids 1,2,3           prompt as token ids, fed verbatim (no BOS); needs no tokenizer\n"
             "  -n, --n-predict N     tokens to generate (default 128)\n"
             "  --temp T              temperature, 0 = greedy (default 0.7)\n"
@@ -98,6 +99,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
             o->prompt = v, rc = v ? 0 : -1;
         else if (!strcmp(a, "--chat"))
             o->chat = 1, used = 0;
+        else if (!strcmp(a, "--chat-template"))
+            o->chat_template = v, o->chat = 1, rc = v ? 0 : -1;
         else if (!strcmp(a, "--system"))
             o->system = v, rc = v ? 0 : -1;
         else if (!strcmp(a, "--ids"))
@@ -191,7 +194,9 @@ static int render_chat(const char *model_path, const struct tok *tk, const struc
 {
     char *src = NULL;
     struct tmpl *t = NULL;
-    int rc = tmpl_source_load(model_path, NULL, &src, e);
+    int rc = tmpl_source_load(o->chat_template ? o->chat_template : model_path, NULL, &src, e);
+    if (rc && !o->chat_template)
+        cerr_prefix(e, "--chat needs a chat template (give one with --chat-template FILE)");
     if (rc == 0)
         rc = tmpl_parse(&t, src, strlen(src), e);
     free(src);

@@ -54,6 +54,11 @@ check_err "bad magic\|not a GGUF\|magic" "$fx/stories260K/SOURCES.md" -p x
 check_err "outside the vocabulary" "$m" --ids 1,99999 --output-ids
 check_err "--ids expects comma-separated" "$m" --ids 1,,x --output-ids
 
+# --chat on a model without a template says how to give one; --chat-template supplies it
+check_err "give one with --chat-template" "$m" --chat -p hi
+out=$("$bin" run "$m" --chat-template "$fx/chat-templates/ollama-llama2-chat.jinja" -p "Tell me a story" -n 8 --temp 0 2>/dev/null)
+[ $? -eq 0 ] && [ -n "$out" ] && ok || bad "--chat-template run failed: '$out'"
+
 "$bin" run --help | grep -q "usage: cinfer run" && ok || bad "--help"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
