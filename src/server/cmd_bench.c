@@ -15,17 +15,12 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu.h"
 #include "engine/gen.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "server/commands.h"
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "util/clock.h"
 
 static void bench_usage(FILE *f)
 {
@@ -96,12 +91,12 @@ int cmd_bench(int argc, char **argv)
     struct gen *g = NULL;
     int status = 1;
     int32_t *ids = NULL;
-    double t0 = mono_s();
+    double t0 = clock_now_s();
     if (!be || model_load(&m, path, be, &e)) {
         fprintf(stderr, "cinfer bench: %s\n", e.msg);
         goto done;
     }
-    double load_s = mono_s() - t0;
+    double load_s = clock_now_s() - t0;
     int ctx = (n_prompt > 8 + n_gen ? n_prompt : 8 + n_gen) + 16;
     int V = m->hp.n_vocab;
     ids = malloc((size_t)(n_prompt > 8 ? n_prompt : 8) * sizeof *ids);
@@ -111,32 +106,32 @@ int cmd_bench(int argc, char **argv)
     }
     /* short prompt -> first token, then decode */
     fill_ids(ids, 8, V, 1);
-    double tw = mono_s();
+    double tw = clock_now_s();
     if (gen_feed(g, ids, 8, NULL, &e))
         goto fail;
     int32_t tok = sampler_argmax(g->logits, V);
-    double ttft = mono_s() - t0, ttft_warm = mono_s() - tw;
-    double t1 = mono_s();
+    double ttft = clock_now_s() - t0, ttft_warm = clock_now_s() - tw;
+    double t1 = clock_now_s();
     for (int i = 0; i < n_gen; i++) {
         if (gen_feed(g, &tok, 1, NULL, &e))
             goto fail;
         tok = sampler_argmax(g->logits, V);
     }
-    double decode_s = mono_s() - t1;
+    double decode_s = clock_now_s() - t1;
     /* prefill in a fresh context */
     gen_reset(g);
     fill_ids(ids, n_prompt, V, 2);
-    t1 = mono_s();
+    t1 = clock_now_s();
     if (gen_feed(g, ids, n_prompt, NULL, &e))
         goto fail;
-    double prefill_s = mono_s() - t1;
+    double prefill_s = clock_now_s() - t1;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("{\"engine\": \"cinfer\", \"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, "
            "\"kv\": \"%s\", \"load_s\": %.4f, \"ttft_s\": %.4f, \"ttft_warm_s\": %.4f, \"decode_tokens\": %d, \"decode_tok_s\": %.3f, "
            "\"prefill_tokens\": %d, \"prefill_tok_s\": %.3f, \"peak_rss_bytes\": %lld, "
            "\"weight_bytes\": %zu}\n",
-           path, m->arch_name, threads, kv_dtype == DT_F16 ? "f16" : "f32", load_s, ttft, ttft_warm, n_gen, n_gen / decode_s, n_prompt,
+           path, m->arch_name, be_cpu_threads(be), kv_dtype == DT_F16 ? "f16" : "f32", load_s, ttft, ttft_warm, n_gen, n_gen / decode_s, n_prompt,
            n_prompt / prefill_s, (long long)ru.ru_maxrss * 1024, model_weight_bytes(m));
     status = 0;
     goto done;

@@ -18,6 +18,7 @@
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "server/commands.h"
+#include "util/clock.h"
 #include "template/tmpl.h"
 #include "tokenizer/tok.h"
 
@@ -218,13 +219,6 @@ static int render_chat(const char *model_path, const struct tok *tk, const struc
     return rc;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int is_stop(const struct model *m, const struct tok *t, int32_t id)
 {
     if (t)
@@ -255,7 +249,7 @@ int cmd_run(int argc, char **argv)
     struct tok_stream *ts = NULL;
     int32_t *prompt = NULL, *out_ids = NULL;
     int n_prompt = 0;
-    double t0 = now_s();
+    double t0 = clock_now_s();
     if (model_load(&m, o.model, be, &e)) {
         fprintf(stderr, "cinfer run: %s\n", e.msg);
         goto done;
@@ -309,13 +303,13 @@ int cmd_run(int argc, char **argv)
         fprintf(stderr, "cinfer run: out of memory\n");
         goto done;
     }
-    double t_load = now_s() - t0, t1 = now_s();
+    double t_load = clock_now_s() - t0, t1 = clock_now_s();
     if (gen_feed(g, prompt, n_prompt, NULL, &e)) {
         fprintf(stderr, "cinfer run: %s\n", e.msg);
         goto done;
     }
-    double t_prefill = now_s() - t1, t_first = now_s() - t0;
-    t1 = now_s();
+    double t_prefill = clock_now_s() - t1, t_first = clock_now_s() - t0;
+    t1 = clock_now_s();
     int n_gen = 0;
     char buf[1024];
     size_t bl;
@@ -335,7 +329,7 @@ int cmd_run(int argc, char **argv)
             goto done;
         }
     }
-    double t_decode = now_s() - t1;
+    double t_decode = clock_now_s() - t1;
     if (ts && tok_stream_flush(ts, buf, sizeof buf, &bl) == 0 && bl)
         fwrite(buf, 1, bl, stdout);
     if (o.output_ids) {
