@@ -1,48 +1,278 @@
-/* sampler.c — see sampler.h. */
+/* sampler.c — see sampler.h.
+ *
+ * The processors are sparse: logit_bias walks its list, each penalty walks the count map of
+ * its window (distinct ids in the last W tokens, kept up to date by accept). Truncation pops a
+ * max-heap of the vocabulary only as far as the filters need (O(n + kept log n)); with no
+ * active filter the draw walks the ids in order. The draw and XTC each use one uniform derived
+ * from (seed, step, stream), so nothing but the step counter is carried between tokens.
+ */
 #include "engine/sampler.h"
 
 #include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* ---- count map: id -> occurrences, open addressing with linear probing ---- */
+
+struct cmap {
+    int32_t *key; /* (cap) -1 = empty */
+    int32_t *cnt; /* (cap) */
+    uint32_t cap; /* power of two */
+    uint32_t n;
+};
+
+static uint32_t cmap_hash(int32_t id)
+{
+    uint32_t x = (uint32_t)id * 0x9e3779b1u;
+    return x ^ (x >> 16);
+}
+
+static int cmap_alloc(struct cmap *m, uint32_t cap)
+{
+    m->key = malloc((size_t)cap * sizeof *m->key);
+    m->cnt = malloc((size_t)cap * sizeof *m->cnt);
+    if (!m->key || !m->cnt) {
+        free(m->key);
+        free(m->cnt);
+        m->key = m->cnt = NULL;
+        return CERR_NOMEM;
+    }
+    memset(m->key, 0xff, (size_t)cap * sizeof *m->key);
+    m->cap = cap;
+    m->n = 0;
+    return 0;
+}
+
+static void cmap_free(struct cmap *m)
+{
+    free(m->key);
+    free(m->cnt);
+    m->key = m->cnt = NULL;
+}
+
+/* Slot of id, or of the empty slot where it would go. */
+static uint32_t cmap_slot(const struct cmap *m, int32_t id)
+{
+    uint32_t mask = m->cap - 1, i = cmap_hash(id) & mask;
+    while (m->key[i] != -1 && m->key[i] != id)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static int cmap_grow(struct cmap *m)
+{
+    struct cmap g;
+    if (cmap_alloc(&g, m->cap * 2))
+        return CERR_NOMEM;
+    for (uint32_t i = 0; i < m->cap; i++)
+        if (m->key[i] != -1) {
+            uint32_t j = cmap_slot(&g, m->key[i]);
+            g.key[j] = m->key[i];
+            g.cnt[j] = m->cnt[i];
+            g.n++;
+        }
+    cmap_free(m);
+    *m = g;
+    return 0;
+}
+
+static int cmap_inc(struct cmap *m, int32_t id)
+{
+    uint32_t i = cmap_slot(m, id);
+    if (m->key[i] == id) {
+        m->cnt[i]++;
+        return 0;
+    }
+    if ((m->n + 1) * 2 > m->cap) {
+        if (cmap_grow(m))
+            return CERR_NOMEM;
+        i = cmap_slot(m, id);
+    }
+    m->key[i] = id;
+    m->cnt[i] = 1;
+    m->n++;
+    return 0;
+}
+
+/* Decrements id; at zero removes it with a backward shift (no tombstones). */
+static void cmap_dec(struct cmap *m, int32_t id)
+{
+    uint32_t mask = m->cap - 1, i = cmap_slot(m, id);
+    if (m->key[i] != id || --m->cnt[i] > 0)
+        return;
+    m->n--;
+    for (uint32_t j = i;;) {
+        j = (j + 1) & mask;
+        if (m->key[j] == -1)
+            break;
+        uint32_t k = cmap_hash(m->key[j]) & mask;
+        /* the entry at j may move to i only if its home k is not cyclically in (i, j] */
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+            continue;
+        m->key[i] = m->key[j];
+        m->cnt[i] = m->cnt[j];
+        i = j;
+    }
+    m->key[i] = -1;
+}
+
+/* ---- state ---- */
 
 struct cand {
     float logit;
-    int32_t id;
+    int32_t id; /* < 0 (-1 - id) once XTC removed it */
+};
+
+struct win {
+    int size; /* tokens; 0 = whole history */
+    struct cmap m;
 };
 
 struct sampler {
     struct sampler_params p;
     int n_vocab;
-    uint64_t rng[2];
-    struct cand *cands; /* (n_vocab) */
-    float *probs;       /* (n_vocab) */
+    uint64_t step;
+    struct sampler_bias *bias; /* (p.n_logit_bias) */
+    int32_t *exempt;           /* (n_exempt) sorted */
+    int n_exempt;
+    struct win win[3];
+    int n_win;
+    int rep_w, pres_w, freq_w; /* index into win, -1 = off */
+    int32_t *hist;             /* recent tokens, only when a finite window exists */
+    size_t hn, hcap, hkeep;    /* hkeep = the largest finite window */
+    struct cand *cands;        /* (n_vocab) */
+    float *probs;              /* (n_vocab) */
 };
 
 void sampler_params_default(struct sampler_params *p)
 {
+    memset(p, 0, sizeof *p);
     p->temperature = 0.7f;
     p->top_p = 1.0f;
-    p->top_k = 0;
-    p->min_p = 0.0f;
-    p->seed = 0;
+    p->repetition_penalty = 1.0f;
+    p->repetition_context_size = 20;
+    p->presence_context_size = 20;
+    p->frequency_context_size = 20;
+    p->top_logprobs = -1;
 }
 
-static uint64_t splitmix64(uint64_t *x)
+/* ---- validation ---- */
+
+/* Python's repr of a float as the reference prints it: the shortest text that reads back to
+ * the same float, with ".0" on integral values. */
+static void fmt_py(char *buf, size_t n, float v)
 {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    if (isnan(v)) {
+        snprintf(buf, n, "nan");
+        return;
+    }
+    if (isinf(v)) {
+        snprintf(buf, n, v > 0 ? "inf" : "-inf");
+        return;
+    }
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, n, "%.*g", prec, (double)v);
+        if (strtof(buf, NULL) == v)
+            break;
+    }
+    if (!strpbrk(buf, ".e"))
+        strncat(buf, ".0", n - strlen(buf) - 1);
 }
 
-/* xoroshiro128+ : uniform double in [0, 1) */
-static double rng_uniform(uint64_t s[2])
+static int in_range(float v, float lo, float hi)
 {
-    uint64_t s0 = s[0], s1 = s[1], r = s0 + s1;
-    s1 ^= s0;
-    s[0] = ((s0 << 24) | (s0 >> 40)) ^ s1 ^ (s1 << 16);
-    s[1] = (s1 << 37) | (s1 >> 27);
-    return (double)(r >> 11) * (1.0 / 9007199254740992.0);
+    return v >= lo && v <= hi; /* false for NaN */
+}
+
+int sampler_params_check(const struct sampler_params *p, int n_vocab, struct cerr *e)
+{
+    char v[48];
+    if (!in_range(p->temperature, 0.0f, 5.0f)) {
+        fmt_py(v, sizeof v, p->temperature);
+        return cerr_set(e, CERR_INVALID, "temperature must be a number in [0, 5], got %s", v);
+    }
+    if (!in_range(p->top_p, 0.0f, 1.0f)) {
+        fmt_py(v, sizeof v, p->top_p);
+        return cerr_set(e, CERR_INVALID, "top_p must be a number in [0, 1], got %s", v);
+    }
+    if (p->top_k < 0)
+        return cerr_set(e, CERR_INVALID, "top_k must be a non-negative integer, got %d",
+                        p->top_k);
+    if (!in_range(p->min_p, 0.0f, 1.0f)) {
+        fmt_py(v, sizeof v, p->min_p);
+        return cerr_set(e, CERR_INVALID,
+                        "`min_p` has to be a float in the [0, 1] interval, but is %s", v);
+    }
+    if (p->xtc_probability != 0.0f || p->xtc_threshold != 0.0f) {
+        if (!in_range(p->xtc_threshold, 0.0f, 0.5f)) {
+            fmt_py(v, sizeof v, p->xtc_threshold);
+            return cerr_set(e, CERR_INVALID,
+                            "`threshold` has to be a float in the [0, 0.5] interval, but is %s",
+                            v);
+        }
+        if (!in_range(p->xtc_probability, 0.0f, 1.0f)) {
+            fmt_py(v, sizeof v, p->xtc_probability);
+            return cerr_set(e, CERR_INVALID,
+                            "`probability` has to be a float in the [0, 1] interval, but is %s",
+                            v);
+        }
+    }
+    if (!(p->repetition_penalty >= 0.0f) || isinf(p->repetition_penalty)) {
+        fmt_py(v, sizeof v, p->repetition_penalty);
+        return cerr_set(e, CERR_INVALID, "penalty must be a non-negative float, got %s", v);
+    }
+    if (!in_range(p->presence_penalty, -2.0f, 2.0f)) {
+        fmt_py(v, sizeof v, p->presence_penalty);
+        return cerr_set(e, CERR_INVALID, "presence_penalty must be a number in [-2, 2], got %s",
+                        v);
+    }
+    if (!in_range(p->frequency_penalty, -2.0f, 2.0f)) {
+        fmt_py(v, sizeof v, p->frequency_penalty);
+        return cerr_set(e, CERR_INVALID,
+                        "frequency_penalty must be a number in [-2, 2], got %s", v);
+    }
+    const struct {
+        const char *name;
+        int v;
+    } ctx[3] = {{"repetition_context_size", p->repetition_context_size},
+                {"presence_context_size", p->presence_context_size},
+                {"frequency_context_size", p->frequency_context_size}};
+    for (int i = 0; i < 3; i++)
+        if (ctx[i].v < 0)
+            return cerr_set(e, CERR_INVALID, "%s must be a non-negative integer, got %d",
+                            ctx[i].name, ctx[i].v);
+    if (p->top_logprobs < -1)
+        return cerr_set(e, CERR_INVALID, "top_logprobs must be at least 0");
+    if (p->top_logprobs > SAMPLER_MAX_TOP_LOGPROBS)
+        return cerr_set(e, CERR_INVALID, "top_logprobs must be at most %d",
+                        SAMPLER_MAX_TOP_LOGPROBS);
+    if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && !p->logit_bias))
+        return cerr_set(e, CERR_INVALID, "logit_bias must be a dict of int to float");
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        const struct sampler_bias *b = &p->logit_bias[i];
+        if (b->id < 0 || b->id >= n_vocab)
+            return cerr_set(e, CERR_INVALID,
+                            "logit_bias token id %d is out of range (the vocabulary has %d ids)",
+                            (int)b->id, n_vocab);
+        if (isnan(b->bias) || (isinf(b->bias) && b->bias > 0))
+            return cerr_set(e, CERR_INVALID, "logit_bias must be a dict of int to float");
+    }
+    return 0;
+}
+
+/* ---- lifecycle ---- */
+
+/* Window index for a penalty of context size `size`, sharing equal windows. */
+static int win_for(struct sampler *s, int size)
+{
+    for (int i = 0; i < s->n_win; i++)
+        if (s->win[i].size == size)
+            return i;
+    s->win[s->n_win].size = size;
+    return s->n_win++;
 }
 
 int sampler_new(struct sampler **out, const struct sampler_params *p, int n_vocab,
@@ -51,20 +281,44 @@ int sampler_new(struct sampler **out, const struct sampler_params *p, int n_voca
     *out = NULL;
     if (n_vocab <= 0)
         return cerr_set(e, CERR_INVALID, "sampler: empty vocabulary");
+    int rc = sampler_params_check(p, n_vocab, e);
+    if (rc)
+        return rc;
     struct sampler *s = calloc(1, sizeof *s);
     if (!s)
         return cerr_set(e, CERR_NOMEM, "out of memory");
     s->p = *p;
     s->n_vocab = n_vocab;
+    s->rep_w = s->pres_w = s->freq_w = -1;
+    if (p->repetition_penalty != 0.0f && p->repetition_penalty != 1.0f)
+        s->rep_w = win_for(s, p->repetition_context_size);
+    if (p->presence_penalty != 0.0f)
+        s->pres_w = win_for(s, p->presence_context_size);
+    if (p->frequency_penalty != 0.0f)
+        s->freq_w = win_for(s, p->frequency_context_size);
+    int bad = 0;
+    for (int i = 0; i < s->n_win; i++) {
+        int w = s->win[i].size;
+        uint32_t cap = 16;
+        while (w > 0 && cap < (uint32_t)w * 2 && cap < (1u << 20))
+            cap *= 2;
+        bad |= cmap_alloc(&s->win[i].m, cap) != 0;
+        if (w > 0 && (size_t)w > s->hkeep)
+            s->hkeep = (size_t)w;
+    }
+    if (p->n_logit_bias > 0) {
+        s->bias = malloc((size_t)p->n_logit_bias * sizeof *s->bias);
+        bad |= !s->bias;
+        if (s->bias)
+            memcpy(s->bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof *s->bias);
+    }
+    s->p.logit_bias = s->bias;
     s->cands = malloc((size_t)n_vocab * sizeof *s->cands);
     s->probs = malloc((size_t)n_vocab * sizeof *s->probs);
-    if (!s->cands || !s->probs) {
+    if (bad || !s->cands || !s->probs) {
         sampler_free(s);
         return cerr_set(e, CERR_NOMEM, "out of memory");
     }
-    uint64_t x = p->seed;
-    s->rng[0] = splitmix64(&x);
-    s->rng[1] = splitmix64(&x);
     *out = s;
     return 0;
 }
@@ -73,18 +327,151 @@ void sampler_free(struct sampler *s)
 {
     if (!s)
         return;
+    for (int i = 0; i < s->n_win; i++)
+        cmap_free(&s->win[i].m);
+    free(s->bias);
+    free(s->exempt);
+    free(s->hist);
     free(s->cands);
     free(s->probs);
     free(s);
 }
 
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+int sampler_set_xtc_exempt(struct sampler *s, const int32_t *ids, int n)
+{
+    int32_t *v = n > 0 ? malloc((size_t)n * sizeof *v) : NULL;
+    if (n > 0 && !v)
+        return CERR_NOMEM;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < s->n_vocab)
+            v[k++] = ids[i];
+    if (k > 1)
+        qsort(v, (size_t)k, sizeof *v, cmp_i32);
+    free(s->exempt);
+    s->exempt = v;
+    s->n_exempt = k;
+    return 0;
+}
+
+static int is_exempt(const struct sampler *s, int32_t id)
+{
+    return s->n_exempt > 0 &&
+           bsearch(&id, s->exempt, (size_t)s->n_exempt, sizeof id, cmp_i32) != NULL;
+}
+
+/* ---- history ---- */
+
+int sampler_accept(struct sampler *s, int32_t id)
+{
+    if (s->n_win == 0)
+        return 0;
+    if (s->hkeep > 0) {
+        if (s->hn == s->hcap) {
+            if (s->hcap >= 2 * s->hkeep) { /* keep only the largest window's tail */
+                memmove(s->hist, s->hist + s->hn - s->hkeep, s->hkeep * sizeof *s->hist);
+                s->hn = s->hkeep;
+            } else {
+                size_t cap = s->hcap ? s->hcap * 2 : 64;
+                if (cap > 2 * s->hkeep)
+                    cap = 2 * s->hkeep;
+                int32_t *h = realloc(s->hist, cap * sizeof *h);
+                if (!h)
+                    return CERR_NOMEM;
+                s->hist = h;
+                s->hcap = cap;
+            }
+        }
+        s->hist[s->hn++] = id;
+    }
+    for (int i = 0; i < s->n_win; i++) {
+        struct win *w = &s->win[i];
+        if (cmap_inc(&w->m, id))
+            return CERR_NOMEM;
+        if (w->size > 0 && s->hn > (size_t)w->size)
+            cmap_dec(&w->m, s->hist[s->hn - 1 - (size_t)w->size]);
+    }
+    return 0;
+}
+
+int sampler_prime(struct sampler *s, const int32_t *ids, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (sampler_accept(s, ids[i]))
+            return CERR_NOMEM;
+    return 0;
+}
+
+/* ---- randomness ---- */
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+double sampler_uniform(uint64_t seed, uint64_t step, int stream)
+{
+    uint64_t k = mix64(seed + 0x9e3779b97f4a7c15ull);
+    k = mix64(k ^ (step * 0xd1b54a32d192ed03ull + 0x8cb92ba72f3d8dd7ull));
+    k = mix64(k + (uint64_t)(stream + 1) * 0x9e3779b97f4a7c15ull);
+    return (double)(k >> 11) * (1.0 / 9007199254740992.0);
+}
+
+uint64_t sampler_seed_auto(void)
+{
+    static atomic_uint_fast64_t weyl;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    uint64_t w = atomic_fetch_add(&weyl, 1) + 1;
+    return ms ^ (w * 0x9e3779b97f4a7c15ull);
+}
+
+/* ---- sampling ---- */
+
 int32_t sampler_argmax(const float *logits, int n)
 {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (logits[i] > logits[best])
+    int32_t best = -1;
+    for (int i = 0; i < n; i++)
+        if (logits[i] == logits[i] && (best < 0 || logits[i] > logits[best]))
             best = i;
-    return best;
+    return best < 0 ? 0 : best;
+}
+
+static void apply_processors(struct sampler *s, float *lg)
+{
+    const struct sampler_params *p = &s->p;
+    for (int i = 0; i < p->n_logit_bias; i++)
+        lg[s->bias[i].id] += s->bias[i].bias;
+    if (s->rep_w >= 0) {
+        const struct cmap *m = &s->win[s->rep_w].m;
+        float pen = p->repetition_penalty;
+        for (uint32_t i = 0; i < m->cap; i++)
+            if (m->key[i] >= 0 && m->key[i] < s->n_vocab) {
+                float *l = &lg[m->key[i]];
+                *l = *l < 0 ? *l * pen : *l / pen;
+            }
+    }
+    if (s->pres_w >= 0) {
+        const struct cmap *m = &s->win[s->pres_w].m;
+        for (uint32_t i = 0; i < m->cap; i++)
+            if (m->key[i] >= 0 && m->key[i] < s->n_vocab)
+                lg[m->key[i]] -= p->presence_penalty;
+    }
+    if (s->freq_w >= 0) {
+        const struct cmap *m = &s->win[s->freq_w].m;
+        for (uint32_t i = 0; i < m->cap; i++)
+            if (m->key[i] >= 0 && m->key[i] < s->n_vocab)
+                lg[m->key[i]] -= p->frequency_penalty * (float)m->cnt[i];
+    }
 }
 
 /* a ranks before b: larger logit, then smaller id (a total order, so draws are exact) */
@@ -110,64 +497,200 @@ static void sift_down(struct cand *h, int n, int i)
     }
 }
 
-/* Draws from probs[0..n) (unnormalised, sum tsum) with one uniform from the RNG. */
-static int draw(struct sampler *s, const float *w, int n, double tsum)
+/* Index drawn from weights w[0..n) (sum tsum) with the uniform u; never a zero weight
+ * unless all are zero. */
+static int draw(double u, const float *w, int n, double tsum)
 {
-    double r = rng_uniform(s->rng) * tsum, c = 0;
+    double r = u * tsum, c = 0;
+    int last = -1;
     for (int i = 0; i < n; i++) {
+        if (w[i] > 0)
+            last = i;
         c += w[i];
         if (r < c)
             return i;
     }
-    return n - 1;
+    return last >= 0 ? last : 0;
 }
 
-int32_t sampler_sample(struct sampler *s, const float *logits)
+/* Fills lp from the processed logits with log-sum-exp lse. */
+static void fill_logprobs(const struct sampler *s, const float *lg, double lse, int32_t id,
+                          struct sampler_logprob *lp)
+{
+    int k = s->p.top_logprobs, n = s->n_vocab, nt = 0;
+    lp->id = id;
+    lp->logprob = (float)((double)lg[id] - lse);
+    lp->n_top = 0;
+    if (k > SAMPLER_MAX_TOP_LOGPROBS)
+        k = SAMPLER_MAX_TOP_LOGPROBS;
+    if (k > n)
+        k = n;
+    float *tv = lp->top_lp;
+    int32_t *ti = lp->top_id;
+    for (int i = 0; i < n && k > 0; i++) {
+        float v = lg[i];
+        if (v != v || (nt == k && !(v > tv[nt - 1])))
+            continue;
+        int j = nt < k ? nt++ : k - 1; /* insertion into descending tv[0..nt) */
+        while (j > 0 && v > tv[j - 1]) {
+            tv[j] = tv[j - 1];
+            ti[j] = ti[j - 1];
+            j--;
+        }
+        tv[j] = v;
+        ti[j] = i;
+    }
+    for (int j = 0; j < nt; j++)
+        tv[j] = (float)((double)tv[j] - lse);
+    lp->n_top = nt;
+}
+
+struct pick {
+    struct cand *h; /* heap in h[0..hn), ranked prefix at h[n-1], h[n-2], ... */
+    int n, hn, keep;
+};
+
+#define RANKED(pk, i) ((pk)->h[(pk)->n - 1 - (i)])
+
+static void pop(struct pick *pk)
+{
+    struct cand top = pk->h[0];
+    pk->h[0] = pk->h[--pk->hn];
+    sift_down(pk->h, pk->hn, 0);
+    RANKED(pk, pk->keep) = top;
+    pk->keep++;
+}
+
+/* The T > 0 path with at least one filter active (xtc: XTC fires this step). */
+static int32_t sample_filtered(struct sampler *s, const float *lg, float mx, double sum,
+                               double u, int xtc)
 {
     const struct sampler_params *p = &s->p;
     int n = s->n_vocab;
-    if (!(p->temperature > 0))
-        return sampler_argmax(logits, n);
-    float mx = logits[sampler_argmax(logits, n)];
-    int trunc = (p->top_p > 0 && p->top_p < 1) || p->min_p > 0 || p->top_k > 0;
-    if (!trunc) { /* the whole vocabulary: no ordering needed */
-        double tsum = 0;
-        for (int i = 0; i < n; i++)
-            tsum += (s->probs[i] = (float)exp((logits[i] - mx) / p->temperature));
-        return draw(s, s->probs, n, tsum);
-    }
-    /* Truncation keeps a prefix of the tokens ranked by logit: pop them from a heap until a
-     * filter stops (O(n + kept * log n) instead of sorting the vocabulary). */
-    double sum = 0;
+    int top_p_on = p->top_p > 0 && p->top_p < 1, min_p_on = p->min_p > 0;
+    int top_k_on = p->top_k > 0 && p->top_k < n;
     for (int i = 0; i < n; i++) {
-        s->cands[i].logit = logits[i];
+        s->cands[i].logit = lg[i];
         s->cands[i].id = i;
-        sum += exp(logits[i] - mx);
     }
     for (int i = n / 2 - 1; i >= 0; i--)
         sift_down(s->cands, n, i);
-    struct cand *h = s->cands;
-    int hn = n, keep = 0;
-    double cum = 0, thr = p->min_p > 0 ? p->min_p : 0; /* relative to the top probability 1 */
-    while (hn > 0) {
-        if (p->top_k > 0 && keep >= p->top_k)
-            break;
-        if (p->top_p > 0 && p->top_p < 1 && keep > 0 && cum >= p->top_p)
-            break;
-        double pr = exp(h[0].logit - mx); /* probability x sum */
-        if (keep > 0 && pr < thr)
-            break;
-        cum += pr / sum;
-        /* move the top to the kept prefix, which grows at the heap's end */
-        struct cand top = h[0];
-        h[0] = h[--hn];
-        sift_down(h, hn, 0);
-        h[n - 1 - keep] = top;
-        keep++;
+    struct pick pk = {s->cands, n, n, 0};
+    /* top_p then min_p: both keep a prefix of the ranking (m = its length) */
+    int m = n;
+    double skept = sum;
+    if (top_p_on || min_p_on) {
+        double cum = 0, lmin = min_p_on ? log((double)p->min_p) : 0;
+        skept = 0;
+        while (pk.hn > 0) {
+            if (top_p_on && pk.keep > 0 && cum >= p->top_p)
+                break;
+            double d = (double)pk.h[0].logit - mx;
+            if (min_p_on && pk.keep > 0 && d < lmin)
+                break;
+            double e = exp(d);
+            cum += e / sum;
+            skept += e;
+            pop(&pk);
+        }
+        m = pk.keep;
     }
-    /* kept tokens sit at h[n-1], h[n-2], ... in rank order */
+    /* XTC: of the kept tokens above the threshold (renormalised over the kept set), remove
+     * all but the least likely; ties with it stay, exempt ids stay */
+    if (xtc) {
+        double lim = (double)p->xtc_threshold * skept; /* prob > thr <=> exp(l - mx) > lim */
+        while (pk.keep < m && (pk.keep == 0 || exp((double)RANKED(&pk, pk.keep - 1).logit - mx) > lim))
+            pop(&pk);
+        int a = 0;
+        while (a < pk.keep && exp((double)RANKED(&pk, a).logit - mx) > lim)
+            a++;
+        if (a >= 2) {
+            float lo = RANKED(&pk, a - 1).logit;
+            for (int i = 0; i < a - 1; i++) {
+                struct cand *c = &RANKED(&pk, i);
+                if (c->logit > lo && !is_exempt(s, c->id))
+                    c->id = -1 - c->id;
+            }
+        }
+    }
+    /* top_k over the survivors */
+    int nf; /* ranked positions [0, nf) hold the final set (removed ones skipped) */
+    if (top_k_on) {
+        int have = 0;
+        nf = 0;
+        while (have < p->top_k && nf < m) {
+            if (nf == pk.keep)
+                pop(&pk);
+            have += RANKED(&pk, nf).id >= 0;
+            nf++;
+        }
+    } else if (m < n) {
+        nf = m;
+    } else { /* only XTC truncated: draw over the ids in order, removed ones weigh 0 */
+        float fmx = -INFINITY;
+        for (int i = 0; i < pk.keep; i++)
+            if (RANKED(&pk, i).id >= 0) {
+                fmx = RANKED(&pk, i).logit;
+                break;
+            }
+        double tsum = 0;
+        for (int i = 0; i < n; i++)
+            tsum += (s->probs[i] = (float)exp(((double)lg[i] - fmx) / p->temperature));
+        for (int i = 0; i < pk.keep; i++)
+            if (RANKED(&pk, i).id < 0) {
+                int32_t id = -1 - RANKED(&pk, i).id;
+                tsum -= s->probs[id];
+                s->probs[id] = 0;
+            }
+        return draw(u, s->probs, n, tsum);
+    }
+    /* temperature and the draw over the ranked survivors (removed ones weigh 0) */
+    float fmx = -INFINITY;
+    for (int i = 0; i < nf; i++)
+        if (RANKED(&pk, i).id >= 0) {
+            fmx = RANKED(&pk, i).logit;
+            break;
+        }
+    if (!(fmx > -INFINITY))
+        return sampler_argmax(lg, n);
     double tsum = 0;
-    for (int i = 0; i < keep; i++)
-        tsum += (s->probs[i] = (float)exp((h[n - 1 - i].logit - mx) / p->temperature));
-    return h[n - 1 - draw(s, s->probs, keep, tsum)].id;
+    for (int i = 0; i < nf; i++) {
+        const struct cand *c = &RANKED(&pk, i);
+        s->probs[i] = c->id < 0 ? 0.0f : (float)exp(((double)c->logit - fmx) / p->temperature);
+        tsum += s->probs[i];
+    }
+    return RANKED(&pk, draw(u, s->probs, nf, tsum)).id;
+}
+
+int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob *lp)
+{
+    const struct sampler_params *p = &s->p;
+    int n = s->n_vocab;
+    uint64_t step = s->step++;
+    apply_processors(s, logits);
+    int want_lp = lp && p->top_logprobs >= 0;
+    int32_t best = sampler_argmax(logits, n), id;
+    float mx = logits[best];
+    double sum = 0;
+    int top_p_on = p->top_p > 0 && p->top_p < 1, min_p_on = p->min_p > 0;
+    int top_k_on = p->top_k > 0 && p->top_k < n;
+    int greedy = !(p->temperature > 0) || !isfinite(mx);
+    int xtc = !greedy && p->xtc_probability > 0 &&
+              sampler_uniform(p->seed, step, 1) <= (double)p->xtc_probability;
+    if (want_lp || (!greedy && (top_p_on || xtc)))
+        for (int i = 0; i < n; i++)
+            sum += exp((double)logits[i] - mx);
+    if (greedy) {
+        id = best;
+    } else if (top_p_on || min_p_on || top_k_on || xtc) {
+        id = sample_filtered(s, logits, mx, sum, sampler_uniform(p->seed, step, 0), xtc);
+    } else { /* the whole vocabulary: no ordering needed */
+        double tsum = 0;
+        for (int i = 0; i < n; i++)
+            tsum += (s->probs[i] = (float)exp(((double)logits[i] - mx) / p->temperature));
+        id = draw(sampler_uniform(p->seed, step, 0), s->probs, n, tsum);
+    }
+    if (want_lp)
+        fill_logprobs(s, logits, (double)mx + log(sum), id, lp);
+    return id;
 }

@@ -1,9 +1,11 @@
-/* sampler.h — turns a row of logits into a token id.
+/* sampler.h — turns a row of logits into a token id (and its logprobs).
  *
- * Per-request state: a seeded RNG and scratch sized for the vocabulary at creation (no
- * allocation per token). Order (DESIGN.md §5): top_p -> min_p -> top_k -> temperature ->
- * draw; temperature 0 is argmax (ties break to the lowest id). The full sampler with
- * penalties, logit_bias and XTC grows here with the server issue.
+ * Per-request state: the parameters, a copy of logit_bias, the XTC-exempt ids, the token
+ * history the penalties look at (one count map per penalty window) and scratch sized for the
+ * vocabulary at creation. Order per step (DESIGN.md §5, inventory §4.2): logit_bias ->
+ * repetition -> presence -> frequency -> log-softmax (logprobs captured here) -> when T > 0:
+ * top_p -> min_p -> XTC -> top_k -> x1/T -> draw; T = 0 is argmax (ties: lowest id).
+ * One sampler belongs to one request and is used by one thread at a time.
  */
 #ifndef CINFER_ENGINE_SAMPLER_H
 #define CINFER_ENGINE_SAMPLER_H
@@ -12,23 +14,90 @@
 
 #include "util/err.h"
 
-struct sampler_params {
-    float temperature; /* 0 = greedy */
-    float top_p;       /* 1 = off */
-    int top_k;         /* 0 = off */
-    float min_p;       /* 0 = off */
-    uint64_t seed;
+#define SAMPLER_MAX_TOP_LOGPROBS 11
+
+struct sampler_bias {
+    int32_t id;
+    float bias; /* added to the logit; -INFINITY bans the token */
 };
 
+struct sampler_params {
+    float temperature;                    /* 0 = greedy (argmax, lowest id on ties) */
+    float top_p;                          /* 1 = off (0 is also off, as the reference) */
+    int top_k;                            /* 0 = off; >= n_vocab is off too */
+    float min_p;                          /* 0 = off */
+    float xtc_probability, xtc_threshold; /* probability 0 = off */
+    float repetition_penalty;             /* 1 or 0 = off */
+    int repetition_context_size;          /* window in tokens; 0 = whole history */
+    float presence_penalty;               /* 0 = off */
+    int presence_context_size;
+    float frequency_penalty;              /* 0 = off */
+    int frequency_context_size;
+    const struct sampler_bias *logit_bias; /* n_logit_bias entries; copied by sampler_new */
+    int n_logit_bias;
+    uint64_t seed;
+    int top_logprobs; /* -1 = no logprobs, 0 = the sampled token only, 1..11 = k alternatives */
+};
+
+/* Fills p with the built-in defaults: temperature 0.7, every filter and penalty off, the
+ * three windows 20, no logit_bias, seed 0, top_logprobs -1. */
 void sampler_params_default(struct sampler_params *p);
 
+/* Checks every range; on a bad one returns CERR_INVALID with the message a user sees
+ * (the reference's text where it has one, e.g. "`min_p` has to be a float in the [0, 1]
+ * interval, but is 1.5"). Ranges: temperature [0, 5], top_p [0, 1], top_k >= 0,
+ * min_p [0, 1], xtc_threshold [0, 0.5], xtc_probability [0, 1], repetition_penalty >= 0,
+ * presence/frequency_penalty [-2, 2], context sizes >= 0, top_logprobs [-1, 11],
+ * logit_bias ids in [0, n_vocab) with non-NaN biases. Returns 0 when all are valid. */
+int sampler_params_check(const struct sampler_params *p, int n_vocab, struct cerr *e);
+
 struct sampler;
+
+/* Creates a sampler for a vocabulary of n_vocab ids (runs sampler_params_check first).
+ * Copies p and its logit_bias. Returns 0 and *out, or a negative CERR_* (*out = NULL). */
 int sampler_new(struct sampler **out, const struct sampler_params *p, int n_vocab,
                 struct cerr *e);
+/* Frees s and everything it owns; NULL is a no-op. */
 void sampler_free(struct sampler *s);
-/* Samples from logits (n_vocab floats; left unmodified). */
-int32_t sampler_sample(struct sampler *s, const float *logits);
-/* Index of the largest value (lowest index on ties). */
+
+/* Sets the ids XTC never removes (EOS ids and ids whose piece contains "\n"); copied,
+ * replaces an earlier set. Ids outside the vocabulary are ignored. Returns 0 or CERR_NOMEM. */
+int sampler_set_xtc_exempt(struct sampler *s, const int32_t *ids, int n);
+
+/* History for the penalties: the prompt (prime, once), then each generated token (accept).
+ * Only the last max(window) tokens matter; a window of 0 counts the whole history.
+ * Amortised O(1) per token; memory grows only with a whole-history window. Return 0 or
+ * CERR_NOMEM (the history is then unchanged from the failing id on). */
+int sampler_prime(struct sampler *s, const int32_t *ids, int n);
+int sampler_accept(struct sampler *s, int32_t id);
+
+struct sampler_logprob {
+    int32_t id;      /* the sampled token */
+    float logprob;   /* its log-probability */
+    int n_top;       /* = top_logprobs (0 when only the sampled token was asked for) */
+    int32_t top_id[SAMPLER_MAX_TOP_LOGPROBS]; /* top candidates, descending; ties: lower id */
+    float top_lp[SAMPLER_MAX_TOP_LOGPROBS];
+};
+
+/* Samples one token from logits (n_vocab floats). MODIFIES logits in place: on return they
+ * hold the processed logits (after logit_bias and the penalties; truncation, XTC and
+ * temperature do not touch them). When lp is non-NULL and top_logprobs >= 0, fills lp with
+ * the log-softmax of those processed logits (captured before truncation and temperature).
+ * The draw uses one uniform derived from (seed, step) and XTC another from its own
+ * sub-stream, where step counts the calls to sampler_sample on this sampler: the same seed
+ * and logits give the same ids whatever came before. Greedy consumes no randomness.
+ * Does NOT push the token into the history (call sampler_accept). No allocation. */
+int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob *lp);
+
+/* Index of the largest value (lowest index on ties; NaN never wins). */
 int32_t sampler_argmax(const float *logits, int n);
+
+/* The uniform in [0, 1) the sampler uses at (seed, step) on stream (0 = the draw, 1 = XTC):
+ * splitmix64 finalisers over seed, step and stream (see sampler.c); exported for tests. */
+double sampler_uniform(uint64_t seed, uint64_t step, int stream);
+
+/* A seed for a request that gave none: the wall clock XOR a per-process Weyl counter, so two
+ * requests in the same millisecond differ. Thread-safe. */
+uint64_t sampler_seed_auto(void);
 
 #endif

@@ -109,7 +109,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
             rc = parse_int(a, v, 0, 1 << 24, &o->n_predict);
         else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature"))
-            rc = parse_float(a, v, 0, 100, &o->sp.temperature);
+            rc = parse_float(a, v, 0, 5, &o->sp.temperature);
         else if (!strcmp(a, "--top-p"))
             rc = parse_float(a, v, 1e-9, 1, &o->sp.top_p);
         else if (!strcmp(a, "--top-k"))
@@ -314,7 +314,7 @@ int cmd_run(int argc, char **argv)
     char buf[1024];
     size_t bl;
     while (n_gen < o.n_predict) {
-        int32_t id = sampler_sample(smp, g->logits);
+        int32_t id = sampler_sample(smp, g->logits, NULL);
         out_ids[n_gen++] = id;
         if (!o.ignore_eos && is_stop(m, tk, id))
             break;

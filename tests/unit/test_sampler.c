@@ -20,28 +20,24 @@ static int oc_cmp(const void *a, const void *b)
     return x->id - y->id;
 }
 
-/* xoroshiro128+ seeded by splitmix64, as the sampler documents */
-static uint64_t sm64(uint64_t *x)
+static uint64_t lcg(uint64_t *x)
 {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+    return *x >> 33;
 }
 
-static double uni(uint64_t s[2])
+static struct sampler_params mk(float temp, float top_p, int top_k, float min_p, uint64_t seed)
 {
-    uint64_t s0 = s[0], s1 = s[1], r = s0 + s1;
-    s1 ^= s0;
-    s[0] = ((s0 << 24) | (s0 >> 40)) ^ s1 ^ (s1 << 16);
-    s[1] = (s1 << 37) | (s1 >> 27);
-    return (double)(r >> 11) * (1.0 / 9007199254740992.0);
+    struct sampler_params p;
+    sampler_params_default(&p);
+    p.temperature = temp, p.top_p = top_p, p.top_k = top_k, p.min_p = min_p, p.seed = seed;
+    return p;
 }
 
 /* The definition: rank by logit (ties: lower id), keep the top_p prefix, then the min_p
  * prefix, then top_k, then temperature and one uniform draw over the kept ranks (over ids
  * in order when nothing truncates). */
-static int32_t oracle(const float *lg, int n, const struct sampler_params *p, uint64_t rng[2],
+static int32_t oracle(const float *lg, int n, const struct sampler_params *p, double u,
                       struct oc *c, float *w)
 {
     float mx = lg[0];
@@ -77,7 +73,7 @@ static int32_t oracle(const float *lg, int n, const struct sampler_params *p, ui
     double t = 0;
     for (int i = 0; i < keep; i++)
         t += (w[i] = (float)exp((c[i].l - mx) / p->temperature));
-    double r = uni(rng) * t, acc = 0;
+    double r = u * t, acc = 0;
     for (int i = 0; i < keep; i++) {
         acc += w[i];
         if (r < acc)
@@ -92,9 +88,9 @@ static void test_matches_oracle(void)
     static float lg[V], w[V];
     static struct oc c[V];
     const struct sampler_params cases[] = {
-        {0.7f, 1.0f, 0, 0.0f, 1},  {1.0f, 0.9f, 0, 0.0f, 2},   {0.8f, 1.0f, 40, 0.0f, 3},
-        {1.2f, 1.0f, 0, 0.05f, 4}, {0.6f, 0.95f, 20, 0.1f, 5}, {2.0f, 0.5f, 0, 0.0f, 6},
-        {0.9f, 1.0f, 1, 0.0f, 7},
+        mk(0.7f, 1.0f, 0, 0.0f, 1),  mk(1.0f, 0.9f, 0, 0.0f, 2),   mk(0.8f, 1.0f, 40, 0.0f, 3),
+        mk(1.2f, 1.0f, 0, 0.05f, 4), mk(0.6f, 0.95f, 20, 0.1f, 5), mk(2.0f, 0.5f, 0, 0.0f, 6),
+        mk(0.9f, 1.0f, 1, 0.0f, 7),
     };
     uint64_t x = 42;
     int mismatches = 0;
@@ -102,13 +98,11 @@ static void test_matches_oracle(void)
         struct sampler *s = NULL;
         struct cerr e;
         CHECK_EQ_INT(sampler_new(&s, &cases[k], V, &e), 0);
-        uint64_t seed = cases[k].seed, rng[2];
-        rng[0] = sm64(&seed);
-        rng[1] = sm64(&seed);
         for (int draw = 0; draw < 300; draw++) {
             for (int i = 0; i < V; i++) /* peaked logits with some exact ties */
-                lg[i] = (float)((int)(sm64(&x) % 2000) - 1000) / 100.0f * (i % 7 == 0 ? 1.5f : 1.0f);
-            int32_t a = sampler_sample(s, lg), b = oracle(lg, V, &cases[k], rng, c, w);
+                lg[i] = (float)((int)(lcg(&x) % 2000) - 1000) / 100.0f * (i % 7 == 0 ? 1.5f : 1.0f);
+            double u = sampler_uniform(cases[k].seed, (uint64_t)draw, 0);
+            int32_t b = oracle(lg, V, &cases[k], u, c, w), a = sampler_sample(s, lg, NULL);
             mismatches += a != b;
         }
         sampler_free(s);
@@ -120,27 +114,27 @@ static void test_greedy_and_filters(void)
 {
     float lg[6] = {1.0f, 3.0f, 3.0f, -1.0f, 2.0f, 0.0f};
     CHECK_EQ_INT(sampler_argmax(lg, 6), 1);
-    struct sampler_params p = {0.0f, 1.0f, 0, 0.0f, 0};
+    struct sampler_params p = mk(0.0f, 1.0f, 0, 0.0f, 0);
     struct sampler *s = NULL;
     struct cerr e;
     CHECK_EQ_INT(sampler_new(&s, &p, 6, &e), 0);
-    CHECK_EQ_INT(sampler_sample(s, lg), 1);
+    CHECK_EQ_INT(sampler_sample(s, lg, NULL), 1);
     sampler_free(s);
     /* top_k 2 at any temperature only ever draws the two tied leaders */
-    p = (struct sampler_params){5.0f, 1.0f, 2, 0.0f, 9};
+    p = mk(5.0f, 1.0f, 2, 0.0f, 9);
     CHECK_EQ_INT(sampler_new(&s, &p, 6, &e), 0);
     int seen[6] = {0};
     for (int i = 0; i < 2000; i++)
-        seen[sampler_sample(s, lg)]++;
+        seen[sampler_sample(s, lg, NULL)]++;
     CHECK(seen[1] > 0 && seen[2] > 0);
     CHECK_EQ_INT(seen[0] + seen[3] + seen[4] + seen[5], 0);
     sampler_free(s);
     /* min_p 0.5: keeps tokens with p >= 0.5 p_max: ids 1, 2 (e^-1 = 0.37 drops id 4) */
-    p = (struct sampler_params){1.0f, 1.0f, 0, 0.5f, 3};
+    p = mk(1.0f, 1.0f, 0, 0.5f, 3);
     CHECK_EQ_INT(sampler_new(&s, &p, 6, &e), 0);
     memset(seen, 0, sizeof seen);
     for (int i = 0; i < 2000; i++)
-        seen[sampler_sample(s, lg)]++;
+        seen[sampler_sample(s, lg, NULL)]++;
     CHECK_EQ_INT(seen[0] + seen[3] + seen[4] + seen[5], 0);
     sampler_free(s);
     CHECK(sampler_new(&s, &p, 0, &e) < 0);
