@@ -1,0 +1,105 @@
+/* http_int.h — internals shared by the .c files of src/http only (server.c, req.c).
+ *
+ * Lifetimes: a struct http_conn lives from the first request dispatched on an evhttp
+ * connection until evhttp's close callback; a struct http_req lives from dispatch until its
+ * last reference drops (the layer's own reference goes at reply/stream_end, or when on_close
+ * has run). Whichever side goes first clears the other's pointer, so neither dangles.
+ * Everything here runs on the loop thread except the post queue (mutex).
+ */
+#ifndef CINFER_HTTP_HTTP_INT_H
+#define CINFER_HTTP_HTTP_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include <event2/event.h>
+#include <event2/http.h>
+
+#include "http/http.h"
+
+#define HTTP_OUT_CAP ((size_t)8 << 20)  /* unsent bytes per connection before we cut it */
+#define HTTP_WRITE_STALL_S 60           /* no write progress this long = client gone */
+#define HTTP_MAX_HEADERS ((ssize_t)64 << 10)
+
+struct http_route_ent {
+    char *method;       /* NULL = any */
+    char *path;
+    size_t path_len;
+    int flags;
+    http_handler h;
+    void *ud;
+};
+
+struct http_post_node {
+    void (*fn)(void *ud);
+    void *ud;
+    struct http_post_node *next;
+};
+
+struct http_conn {
+    struct http_server *s;
+    struct evhttp_connection *evcon;  /* NULL once evhttp closed it */
+    int fd;
+    int rejected;                     /* over max_conns: every request gets 429 */
+    struct http_req *cur;             /* the request being handled, or NULL */
+    struct event *watch;              /* EOF detection while a handler holds the request */
+    struct event *close_ev;           /* deferred close (backpressure cut) */
+};
+
+struct http_req {
+    struct http_server *s;
+    struct evhttp_request *evreq;  /* NULL once ended or the client is gone */
+    struct http_conn *conn;        /* NULL once ended or the client is gone */
+    const char *method;            /* static string */
+    char *path, *query, *body;
+    size_t body_len;
+    int refs;
+    unsigned gone : 1, ended : 1, streaming : 1, layer_ref : 1, close_fired : 1;
+    void (*on_close)(struct http_req *r, void *ud);
+    void *on_close_ud;
+    struct http_req *prev, *next;  /* server's list of live wrappers */
+};
+
+struct http_server {
+    struct event_base *base;
+    struct evhttp *http;
+    struct evhttp_bound_socket *bound;
+    int port;
+    size_t max_body;
+    int max_conns;
+    int header_timeout_s;
+    char *api_key;
+    http_error_fmt efmt;
+    void *efmt_ud;
+
+    struct http_route_ent *routes;
+    int n_routes, cap_routes;
+
+    struct http_conn **by_fd;   /* tracked connections indexed by socket fd */
+    int cap_fd;
+    int n_admitted;             /* tracked, not rejected */
+
+    struct http_req *live;      /* every wrapper not yet freed */
+    struct evbuffer *scratch;   /* reused for chunk writes */
+
+    /* post queue (any thread) */
+    pthread_mutex_t mu;
+    struct http_post_node *q_head, *q_tail, *q_free;
+    int stopping;
+    struct event *post_ev, *stop_ev;
+
+    /* stats: written on the loop thread, read anywhere */
+    long st_conns_open, st_requests, st_429, st_413;
+};
+
+/* req.c */
+struct http_req *http_req_new_(struct http_server *s, struct evhttp_request *evreq,
+                               struct http_conn *conn, struct cerr *e);
+void http_req_conn_closed_(struct http_req *r);
+void http_req_free_all_(struct http_server *s);
+/* server.c */
+void http_conn_end_request_(struct http_conn *c);
+void http_conn_close_soon_(struct http_conn *c);
+char *http_error_body_(struct http_server *s, const char *path, int status, const char *msg);
+
+#endif

@@ -1,0 +1,610 @@
+/* server.c — the HTTP server: listener, connection tracking, limits, routing, post queue.
+ *
+ * Built on libevent's evhttp. evhttp parses requests and enforces the body cap (its own 413)
+ * and the read timeout; this file adds what evhttp 2.1 lacks: a connection bound (429),
+ * api-key checks (401), routing with 404/405 through the caller's error formatter, close
+ * detection while a handler holds a request, and a thread-safe FIFO of posted callbacks.
+ * It is not a general web server: no TLS, no static files, no HTTP/2.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
+#include <event2/util.h>
+
+#include "http/http_int.h"
+#include "util/log.h"
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_threads_ok;
+
+static void global_init(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    g_threads_ok = evthread_use_pthreads() == 0;
+}
+
+static inline void stat_add(long *p, long d)
+{
+    __atomic_fetch_add(p, d, __ATOMIC_RELAXED);
+}
+
+static char *xstrdup(const char *s)
+{
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* ---------------------------------------------------------------- error bodies */
+
+/* JSON-escapes src into a malloc'd string (no quotes around it). */
+static char *json_escape(const char *src)
+{
+    size_t n = strlen(src);
+    char *out = malloc(n * 6 + 1);
+    if (!out)
+        return NULL;
+    char *o = out;
+    for (const unsigned char *p = (const unsigned char *)src; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            *o++ = '\\';
+            *o++ = (char)*p;
+        } else if (*p < 0x20) {
+            o += sprintf(o, "\\u%04x", *p);
+        } else {
+            *o++ = (char)*p;
+        }
+    }
+    *o = 0;
+    return out;
+}
+
+/* The body for an error reply: the caller's formatter, else a small OpenAI-like JSON.
+ * Returns malloc'd text or NULL when out of memory. */
+char *http_error_body_(struct http_server *s, const char *path, int status, const char *msg)
+{
+    if (s->efmt) {
+        char *b = s->efmt(path ? path : "", status, msg ? msg : "", s->efmt_ud);
+        if (b)
+            return b;
+    }
+    char *m = json_escape(msg ? msg : "");
+    if (!m)
+        return NULL;
+    size_t n = strlen(m) + 96;
+    char *b = malloc(n);
+    if (b)
+        snprintf(b, n, "{\"error\":{\"message\":\"%s\",\"type\":\"http_error\",\"code\":%d}}", m,
+                 status);
+    free(m);
+    return b;
+}
+
+/* ---------------------------------------------------------------- connections */
+
+static void conn_closecb(struct evhttp_connection *evcon, void *arg);
+
+static void set_timeouts(struct http_conn *c, int active)
+{
+    if (!c->evcon)
+        return;
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
+    struct timeval hdr = {c->s->header_timeout_s, 0};
+    struct timeval stall = {HTTP_WRITE_STALL_S, 0};
+    /* While a handler owns the request, reads are idle by design (long prefill, long SSE
+     * stream): only a stalled write counts. Between requests the header timeout applies. */
+    if (active)
+        bufferevent_set_timeouts(bev, NULL, &stall);
+    else
+        bufferevent_set_timeouts(bev, &hdr, &hdr);
+}
+
+/* The client side of a connection whose request is being handled: readable means either
+ * EOF/reset (client gone: close now, which runs on_close) or pipelined bytes (stop watching;
+ * evhttp notices a later close itself once it writes). */
+static void conn_watch_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conn *c = arg;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) {
+        event_del(c->watch);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    log_debug("http: client on fd %d went away while its request was open", (int)fd);
+    if (c->evcon)
+        evhttp_connection_free(c->evcon); /* conn_closecb frees c */
+}
+
+static void conn_close_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conn *c = arg;
+    if (c->evcon)
+        evhttp_connection_free(c->evcon);
+}
+
+/* Closes the connection from the next loop turn (never inside a caller's write). */
+void http_conn_close_soon_(struct http_conn *c)
+{
+    if (c && c->close_ev)
+        event_active(c->close_ev, 0, 0);
+}
+
+/* The request on c ended (reply or stream end): stop close detection, restore timeouts. */
+void http_conn_end_request_(struct http_conn *c)
+{
+    c->cur = NULL;
+    if (c->watch)
+        event_del(c->watch);
+    set_timeouts(c, 0);
+}
+
+/* Finds or creates the tracking record of evcon. Returns NULL when out of memory. */
+static struct http_conn *conn_track(struct http_server *s, struct evhttp_connection *evcon)
+{
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
+    int fd = bev ? (int)bufferevent_getfd(bev) : -1;
+    if (fd < 0)
+        return NULL;
+    if (fd < s->cap_fd && s->by_fd[fd] && s->by_fd[fd]->evcon == evcon)
+        return s->by_fd[fd];
+    if (fd >= s->cap_fd) {
+        int cap = s->cap_fd ? s->cap_fd : 64;
+        while (cap <= fd)
+            cap *= 2;
+        struct http_conn **nb = realloc(s->by_fd, (size_t)cap * sizeof *nb);
+        if (!nb)
+            return NULL;
+        memset(nb + s->cap_fd, 0, (size_t)(cap - s->cap_fd) * sizeof *nb);
+        s->by_fd = nb;
+        s->cap_fd = cap;
+    }
+    struct http_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->s = s;
+    c->evcon = evcon;
+    c->fd = fd;
+    c->watch = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_watch_cb, c);
+    c->close_ev = event_new(s->base, -1, 0, conn_close_cb, c);
+    if (!c->watch || !c->close_ev) {
+        if (c->watch)
+            event_free(c->watch);
+        if (c->close_ev)
+            event_free(c->close_ev);
+        free(c);
+        return NULL;
+    }
+    c->rejected = s->n_admitted >= s->max_conns;
+    if (!c->rejected)
+        s->n_admitted++;
+    stat_add(&s->st_conns_open, 1);
+    s->by_fd[fd] = c;
+    evhttp_connection_set_closecb(evcon, conn_closecb, c);
+    return c;
+}
+
+/* evhttp is about to free evcon: detach the open request (it becomes "gone"), untrack. */
+static void conn_closecb(struct evhttp_connection *evcon, void *arg)
+{
+    struct http_conn *c = arg;
+    struct http_server *s = c->s;
+    if (c->fd >= 0 && c->fd < s->cap_fd && s->by_fd[c->fd] == c)
+        s->by_fd[c->fd] = NULL;
+    if (!c->rejected)
+        s->n_admitted--;
+    stat_add(&s->st_conns_open, -1);
+    c->evcon = NULL;
+    event_free(c->watch);
+    event_free(c->close_ev);
+    c->watch = c->close_ev = NULL;
+    struct http_req *r = c->cur;
+    c->cur = NULL;
+    free(c);
+    if (r)
+        http_req_conn_closed_(r);
+}
+
+/* Counts 413s that evhttp sends by itself (the body cap): a response line added to the
+ * output buffer of any connection. */
+static void out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct http_server *s = arg;
+    if (info->n_added < 13)
+        return;
+    char head[13];
+    struct evbuffer_ptr p;
+    if (evbuffer_ptr_set(buf, &p, info->orig_size - info->n_deleted, EVBUFFER_PTR_SET) != 0)
+        return;
+    if (evbuffer_copyout_from(buf, &p, head, sizeof head) != (ev_ssize_t)sizeof head)
+        return;
+    if (memcmp(head, "HTTP/1.", 7) == 0 && memcmp(head + 8, " 413 ", 5) == 0)
+        stat_add(&s->st_413, 1);
+}
+
+static struct bufferevent *bev_cb(struct event_base *base, void *arg)
+{
+    struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (bev)
+        evbuffer_add_cb(bufferevent_get_output(bev), out_cb, arg);
+    return bev;
+}
+
+/* ---------------------------------------------------------------- routing */
+
+static int route_path_match(const struct http_route_ent *rt, const char *path)
+{
+    if (rt->flags & HTTP_ROUTE_PREFIX)
+        return strncmp(path, rt->path, rt->path_len) == 0;
+    return strcmp(path, rt->path) == 0;
+}
+
+/* Constant-time string equality (length leaks, content does not). */
+static int key_eq(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char d = la != lb;
+    for (size_t i = 0; i < la && i < lb; i++)
+        d |= (unsigned char)(a[i] ^ b[i]);
+    return d == 0;
+}
+
+static int auth_ok(struct http_server *s, struct http_req *r)
+{
+    if (!s->api_key)
+        return 1;
+    const char *x = http_req_header(r, "x-api-key");
+    if (x && key_eq(x, s->api_key))
+        return 1;
+    const char *a = http_req_header(r, "Authorization");
+    if (a && strncasecmp(a, "Bearer ", 7) == 0) {
+        a += 7;
+        while (*a == ' ')
+            a++;
+        if (key_eq(a, s->api_key))
+            return 1;
+    }
+    return 0;
+}
+
+static void dispatch(struct http_server *s, struct http_req *r)
+{
+    const char *path = r->path;
+    const struct http_route_ent *hit = NULL;
+    int path_seen = 0;
+    for (int i = 0; i < s->n_routes && !hit; i++) {
+        const struct http_route_ent *rt = &s->routes[i];
+        if (!route_path_match(rt, path))
+            continue;
+        path_seen = 1;
+        if (!rt->method || strcmp(rt->method, r->method) == 0)
+            hit = rt;
+    }
+    if (!(hit && (hit->flags & HTTP_ROUTE_PUBLIC)) && !auth_ok(s, r)) {
+        http_add_header(r, "WWW-Authenticate", "Bearer");
+        http_reply_error(r, 401, "invalid or missing API key");
+        return;
+    }
+    if (hit) {
+        hit->h(r, hit->ud);
+        return;
+    }
+    if (!path_seen) {
+        http_reply_error(r, 404, "not found");
+        return;
+    }
+    char allow[256] = "";
+    size_t n = 0;
+    for (int i = 0; i < s->n_routes; i++) {
+        const struct http_route_ent *rt = &s->routes[i];
+        if (!rt->method || !route_path_match(rt, path) || strstr(allow, rt->method))
+            continue;
+        int k = snprintf(allow + n, sizeof allow - n, "%s%s", n ? ", " : "", rt->method);
+        if (k < 0 || (size_t)k >= sizeof allow - n)
+            break;
+        n += (size_t)k;
+    }
+    if (n)
+        http_add_header(r, "Allow", allow);
+    http_reply_error(r, 405, "method not allowed");
+}
+
+/* evhttp's generic callback: every parsed request lands here. */
+static void gen_cb(struct evhttp_request *evreq, void *arg)
+{
+    struct http_server *s = arg;
+    struct evhttp_connection *evcon = evhttp_request_get_connection(evreq);
+    struct http_conn *c = evcon ? conn_track(s, evcon) : NULL;
+    if (!c) {
+        evhttp_send_error(evreq, 500, "out of memory");
+        return;
+    }
+    stat_add(&s->st_requests, 1);
+    struct cerr e;
+    struct http_req *r = http_req_new_(s, evreq, c, &e);
+    if (!r) {
+        if (e.code == CERR_NOMEM) {
+            evhttp_send_error(evreq, 500, "out of memory");
+        } else {
+            char *b = http_error_body_(s, "", 400, e.msg);
+            struct evbuffer *buf = evbuffer_new();
+            if (b && buf) {
+                evbuffer_add(buf, b, strlen(b));
+                evhttp_add_header(evhttp_request_get_output_headers(evreq), "Content-Type",
+                                  "application/json");
+                evhttp_send_reply(evreq, 400, NULL, buf);
+            } else {
+                evhttp_send_error(evreq, 400, NULL);
+            }
+            free(b);
+            if (buf)
+                evbuffer_free(buf);
+        }
+        return;
+    }
+    c->cur = r;
+    event_add(c->watch, NULL);
+    set_timeouts(c, 1);
+    if (c->rejected) {
+        stat_add(&s->st_429, 1);
+        http_add_header(r, "Retry-After", "1");
+        http_add_header(r, "Connection", "close");
+        http_reply_error(r, 429, "too many connections; retry later");
+        return;
+    }
+    dispatch(s, r);
+}
+
+/* ---------------------------------------------------------------- posts and stop */
+
+static void post_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_server *s = arg;
+    pthread_mutex_lock(&s->mu);
+    struct http_post_node *list = s->q_head;
+    s->q_head = s->q_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    struct http_post_node *last = NULL;
+    for (struct http_post_node *n = list; n; n = n->next) {
+        n->fn(n->ud);
+        last = n;
+    }
+    if (last) {
+        pthread_mutex_lock(&s->mu);
+        last->next = s->q_free;
+        s->q_free = list;
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+static void stop_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_server *s = arg;
+    event_base_loopbreak(s->base);
+}
+
+int http_post(struct http_server *s, void (*fn)(void *ud), void *ud)
+{
+    if (!s || !fn)
+        return -1;
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    struct http_post_node *n = s->q_free;
+    if (n)
+        s->q_free = n->next;
+    else
+        n = malloc(sizeof *n);
+    if (!n) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    n->fn = fn;
+    n->ud = ud;
+    n->next = NULL;
+    int was_empty = s->q_head == NULL;
+    if (s->q_tail)
+        s->q_tail->next = n;
+    else
+        s->q_head = n;
+    s->q_tail = n;
+    /* Activate while holding mu so that stop/free cannot run between the check and here. */
+    if (was_empty)
+        event_active(s->post_ev, 0, 0);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void http_server_stop(struct http_server *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    int first = !s->stopping;
+    s->stopping = 1;
+    if (first)
+        event_active(s->stop_ev, 0, 0);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int http_server_run(struct http_server *s)
+{
+    if (!s)
+        return -1;
+    pthread_mutex_lock(&s->mu);
+    int stopping = s->stopping;
+    pthread_mutex_unlock(&s->mu);
+    if (stopping)
+        return 0;
+    int rc = event_base_dispatch(s->base);
+    return rc < 0 ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+int http_server_new(struct http_server **out, const struct http_config *c, struct cerr *e)
+{
+    *out = NULL;
+    if (!c)
+        return cerr_set(e, CERR_INVALID, "http: no configuration given");
+    pthread_once(&g_once, global_init);
+    if (!g_threads_ok)
+        return cerr_set(e, CERR_UNSUPPORTED, "http: libevent has no pthreads support");
+    const char *host = c->host && *c->host ? c->host : "127.0.0.1";
+    if (c->port < 0 || c->port > 65535)
+        return cerr_set(e, CERR_INVALID, "http: port %d is out of range 0..65535", c->port);
+
+    struct http_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return cerr_set(e, CERR_NOMEM, "http: out of memory");
+    pthread_mutex_init(&s->mu, NULL);
+    s->max_body = c->max_body ? c->max_body : (size_t)16 << 20;
+    s->max_conns = c->max_conns > 0 ? c->max_conns : 256;
+    s->header_timeout_s = c->header_timeout_s > 0 ? c->header_timeout_s : 30;
+    if (c->api_key && *c->api_key && !(s->api_key = xstrdup(c->api_key)))
+        goto nomem;
+    s->base = event_base_new();
+    if (!s->base)
+        goto nomem;
+    s->http = evhttp_new(s->base);
+    s->scratch = evbuffer_new();
+    s->post_ev = event_new(s->base, -1, 0, post_cb, s);
+    s->stop_ev = event_new(s->base, -1, 0, stop_cb, s);
+    if (!s->http || !s->scratch || !s->post_ev || !s->stop_ev)
+        goto nomem;
+    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+    evhttp_set_max_body_size(s->http, (ev_ssize_t)s->max_body);
+    evhttp_set_max_headers_size(s->http, HTTP_MAX_HEADERS);
+    evhttp_set_timeout(s->http, s->header_timeout_s);
+    evhttp_set_flags(s->http, EVHTTP_SERVER_LINGERING_CLOSE);
+    evhttp_set_default_content_type(s->http, "application/json");
+    evhttp_set_gencb(s->http, gen_cb, s);
+    evhttp_set_bevcb(s->http, bev_cb, s);
+
+    s->bound = evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)c->port);
+    if (!s->bound) {
+        int err = EVUTIL_SOCKET_ERROR();
+        cerr_set(e, CERR_IO, "http: cannot listen on %s:%d: %s", host, c->port,
+                 err ? evutil_socket_error_to_string(err) : "bind failed");
+        http_server_free(s);
+        return CERR_IO;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    evutil_socket_t lfd = evhttp_bound_socket_get_fd(s->bound);
+    if (getsockname(lfd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET)
+            s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6)
+            s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    log_debug("http: listening on %s:%d", host, s->port);
+    *out = s;
+    return 0;
+nomem:
+    http_server_free(s);
+    return cerr_set(e, CERR_NOMEM, "http: out of memory");
+}
+
+int http_server_port(const struct http_server *s)
+{
+    return s ? s->port : -1;
+}
+
+void http_set_error_fmt(struct http_server *s, http_error_fmt f, void *ud)
+{
+    s->efmt = f;
+    s->efmt_ud = ud;
+}
+
+int http_route(struct http_server *s, const char *method, const char *path, int flags,
+               http_handler h, void *ud)
+{
+    if (!s || !path || !h || path[0] != '/')
+        return CERR_INVALID;
+    if (s->n_routes == s->cap_routes) {
+        int cap = s->cap_routes ? s->cap_routes * 2 : 16;
+        struct http_route_ent *nr = realloc(s->routes, (size_t)cap * sizeof *nr);
+        if (!nr)
+            return CERR_NOMEM;
+        s->routes = nr;
+        s->cap_routes = cap;
+    }
+    struct http_route_ent *rt = &s->routes[s->n_routes];
+    rt->method = method ? xstrdup(method) : NULL;
+    rt->path = xstrdup(path);
+    if ((method && !rt->method) || !rt->path) {
+        free(rt->method);
+        free(rt->path);
+        return CERR_NOMEM;
+    }
+    rt->path_len = strlen(path);
+    rt->flags = flags;
+    rt->h = h;
+    rt->ud = ud;
+    s->n_routes++;
+    return 0;
+}
+
+void http_get_stats(const struct http_server *s, struct http_stats *out)
+{
+    out->conns_open = __atomic_load_n(&s->st_conns_open, __ATOMIC_RELAXED);
+    out->requests_total = __atomic_load_n(&s->st_requests, __ATOMIC_RELAXED);
+    out->rejected_429 = __atomic_load_n(&s->st_429, __ATOMIC_RELAXED);
+    out->rejected_413 = __atomic_load_n(&s->st_413, __ATOMIC_RELAXED);
+}
+
+void http_server_free(struct http_server *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_mutex_unlock(&s->mu);
+    if (s->http)
+        evhttp_free(s->http); /* closes every connection: closecbs run, on_close fires */
+    http_req_free_all_(s);
+    if (s->post_ev)
+        event_free(s->post_ev);
+    if (s->stop_ev)
+        event_free(s->stop_ev);
+    if (s->scratch)
+        evbuffer_free(s->scratch);
+    if (s->base)
+        event_base_free(s->base);
+    struct http_post_node *lists[2] = {s->q_head, s->q_free};
+    for (int k = 0; k < 2; k++) {
+        for (struct http_post_node *n = lists[k], *nx; n; n = nx) {
+            nx = n->next;
+            free(n);
+        }
+    }
+    for (int i = 0; i < s->n_routes; i++) {
+        free(s->routes[i].method);
+        free(s->routes[i].path);
+    }
+    free(s->routes);
+    free(s->by_fd);
+    free(s->api_key);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
