@@ -4,6 +4,7 @@
 
 #include "server/commands.h"
 #include "util/log.h"
+#include "util/version.h"
 
 struct command {
     const char *name;
@@ -12,6 +13,7 @@ struct command {
 };
 
 static const struct command g_cmds[] = {
+    {"serve", cmd_serve, "serve a model over the OpenAI API (the default command)"},
     {"run", cmd_run, "generate from a prompt on the command line, print tok/s"},
     {"tokenize", cmd_tokenize, "print the token ids of a text as a JSON array"},
     {"detokenize", cmd_detokenize, "print the text of a list of token ids"},
@@ -22,7 +24,9 @@ static const struct command g_cmds[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "cinfer — an LLM inference server in C\n\nusage: cinfer <command> [args]\n\ncommands:\n");
+    fprintf(f, "cinfer " CINFER_VERSION " — an LLM inference server in C\n\n"
+               "usage: cinfer <command> [args]\n"
+               "       cinfer [serve options]   (serve the default model)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)
         fprintf(f, "  %-12s %s\n", g_cmds[i].name, g_cmds[i].help);
     fprintf(f, "\nRun 'cinfer <command> --help' for a command's options.\n");
@@ -31,10 +35,17 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     log_init_from_env();
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 1 : 0;
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        usage(stdout);
+        return 0;
     }
+    if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
+        printf("cinfer %s\n", CINFER_VERSION);
+        return 0;
+    }
+    /* bare `cinfer` (or only flags) serves the default model */
+    if (argc < 2 || argv[1][0] == '-')
+        return cmd_serve(argc, argv);
     for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)
         if (strcmp(argv[1], g_cmds[i].name) == 0)
             return g_cmds[i].fn(argc - 1, argv + 1);

@@ -10,5 +10,6 @@ int cmd_detokenize(int argc, char **argv); /* cmd_tokenize.c */
 int cmd_render(int argc, char **argv);     /* cmd_render.c */
 int cmd_info(int argc, char **argv);       /* cmd_info.c */
 int cmd_bench(int argc, char **argv);      /* cmd_bench.c */
+int cmd_serve(int argc, char **argv);      /* cmd_serve.c */
 
 #endif

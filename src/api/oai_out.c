@@ -1,0 +1,322 @@
+/* oai_out.c — see oai_out.h. */
+#include "api/oai_out.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "api/reasoning.h"
+
+struct oai_out {
+    int kind, stream, finished;
+    char id[64];
+    long created;
+    const struct api_model *m;
+    const char *lane;
+    struct rsn_splitter *rsn;
+    struct sbuf content, reasoning; /* non-streaming accumulation */
+    json_t *lp;                     /* non-streaming logprobs entries, or NULL */
+    int lp_top;                     /* top_logprobs k (0 = sampled token only) */
+    struct sbuf *cur;               /* streaming: where emit() writes */
+    int err;
+};
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!k || i + k > n)
+            return i;
+        for (size_t j = 1; j < k; j++)
+            if ((s[i + j] & 0xC0) != 0x80)
+                return i;
+        if ((k == 2 && c < 0xC2) || (k == 3 && c == 0xE0 && s[i + 1] < 0xA0) ||
+            (k == 3 && c == 0xED && s[i + 1] >= 0xA0) || (k == 4 && c == 0xF0 && s[i + 1] < 0x90) ||
+            (k == 4 && (c > 0xF4 || (c == 0xF4 && s[i + 1] >= 0x90))))
+            return i;
+        i += k;
+    }
+    return n;
+}
+
+json_t *api_json_text(const char *s, size_t n)
+{
+    size_t ok = utf8_valid_prefix((const unsigned char *)s, n);
+    if (ok == n)
+        return json_stringn(s, n);
+    struct sbuf b = {0};
+    size_t i = 0;
+    while (i < n) {
+        size_t k = utf8_valid_prefix((const unsigned char *)s + i, n - i);
+        sbuf_append(&b, s + i, k);
+        i += k;
+        if (i < n) {
+            sbuf_append(&b, "\xEF\xBF\xBD", 3);
+            i++;
+        }
+    }
+    json_t *j = json_stringn(b.p ? b.p : "", b.len);
+    sbuf_free(&b);
+    return j;
+}
+
+void api_new_id(char *buf, size_t cap, const char *prefix)
+{
+    static _Atomic uint64_t ctr;
+    uint8_t r[12];
+    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        uint64_t x = (uint64_t)time(NULL) ^ (atomic_fetch_add(&ctr, 1) * 0x9e3779b97f4a7c15ull);
+        for (size_t i = 0; i < sizeof r; i++, x = x * 6364136223846793005ull + 1442695040888963407ull)
+            r[i] = (uint8_t)(x >> 56);
+    }
+    int n = snprintf(buf, cap, "%s", prefix);
+    for (size_t i = 0; i < sizeof r && n + 2 < (int)cap; i++)
+        n += snprintf(buf + n, cap - (size_t)n, "%02x", r[i]);
+}
+
+static int frame(struct sbuf *out, json_t *obj)
+{
+    if (!obj)
+        return CERR_NOMEM;
+    char *s = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    if (!s)
+        return CERR_NOMEM;
+    int rc = sbuf_puts(out, "data: ") || sbuf_puts(out, s) || sbuf_puts(out, "\n\n");
+    free(s);
+    return rc ? CERR_NOMEM : 0;
+}
+
+static json_t *chunk_base(const struct oai_out *o)
+{
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", o->id, "object",
+                     o->kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion",
+                     "created", (json_int_t)o->created, "model", o->m->id);
+}
+
+/* A streaming chunk: chat {delta} or completion {text}. */
+static int emit_chunk(struct oai_out *o, json_t *delta_or_text, const char *finish, json_t *usage)
+{
+    json_t *c = chunk_base(o), *ch = json_object();
+    if (!c || !ch || !delta_or_text) {
+        json_decref(c);
+        json_decref(ch);
+        json_decref(delta_or_text);
+        json_decref(usage);
+        return CERR_NOMEM;
+    }
+    json_object_set_new(ch, "index", json_integer(0));
+    if (o->kind == OAI_CHAT)
+        json_object_set_new(ch, "delta", delta_or_text);
+    else {
+        json_object_set_new(ch, "text", delta_or_text);
+        json_object_set_new(ch, "logprobs", json_null());
+    }
+    json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
+    json_object_set_new(c, "choices", json_pack("[o]", ch));
+    if (usage)
+        json_object_set_new(c, "usage", usage);
+    return frame(o->cur, c);
+}
+
+static void emit_text(int kind, const char *t, size_t n, void *ud)
+{
+    struct oai_out *o = ud;
+    if (!o->stream) {
+        if (sbuf_append(kind == RSN_REASONING ? &o->reasoning : &o->content, t, n))
+            o->err = CERR_NOMEM;
+        return;
+    }
+    json_t *s = api_json_text(t, n);
+    json_t *d;
+    if (o->kind != OAI_CHAT)
+        d = s;
+    else if (kind == RSN_REASONING)
+        d = json_pack("{s:O, s:o}", "reasoning", s, "reasoning_content", s);
+    else
+        d = json_pack("{s:o}", "content", s);
+    if (emit_chunk(o, d, NULL, NULL))
+        o->err = CERR_NOMEM;
+}
+
+static void push_text(struct oai_out *o, const char *t, size_t n)
+{
+    if (!n)
+        return;
+    if (o->rsn) {
+        if (rsn_push(o->rsn, t, n, emit_text, o))
+            o->err = CERR_NOMEM;
+    } else
+        emit_text(RSN_CONTENT, t, n, o);
+}
+
+static json_t *piece(const struct oai_out *o, int32_t id)
+{
+    const char *p = o->m->tk ? tok_piece(o->m->tk, id) : NULL;
+    return p ? api_json_text(p, strlen(p)) : json_string("");
+}
+
+static void add_logprob(struct oai_out *o, const struct sampler_logprob *lp)
+{
+    json_t *e;
+    if (o->lp_top > 0) {
+        json_t *top = json_array();
+        for (int i = 0; i < lp->n_top; i++)
+            json_array_append_new(top, json_pack("{s:i, s:o, s:f}", "id", lp->top_id[i], "token",
+                                                 piece(o, lp->top_id[i]), "logprob",
+                                                 (double)lp->top_lp[i]));
+        e = json_pack("{s:i, s:o, s:f, s:o}", "id", lp->id, "token", piece(o, lp->id), "logprob",
+                      (double)lp->logprob, "top_logprobs", top);
+    } else
+        e = json_pack("{s:i, s:f}", "id", lp->id, "logprob", (double)lp->logprob);
+    if (!e || json_array_append_new(o->lp, e))
+        o->err = CERR_NOMEM;
+}
+
+static const char *finish_reason(int f)
+{
+    return f == ENGINE_FINISH_LENGTH ? "length" : "stop";
+}
+
+static json_t *usage(const struct oai_out *o, const struct engine_event *ev)
+{
+    return json_pack("{s:i, s:i, s:i, s:{s:i}, s:s}", "prompt_tokens", ev->n_prompt,
+                     "completion_tokens", ev->n_gen, "total_tokens", ev->n_prompt + ev->n_gen,
+                     "prompt_tokens_details", "cached_tokens", ev->n_cached, "lane", o->lane);
+}
+
+/* ---- public ------------------------------------------------------------------------- */
+
+int oai_out_new(struct oai_out **out, const struct api_model *m, const struct oai_req *r,
+                const struct api_prompt *p, const char *lane, struct cerr *e)
+{
+    *out = NULL;
+    struct oai_out *o = calloc(1, sizeof *o);
+    if (!o)
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    o->kind = r->kind;
+    o->stream = r->stream;
+    o->m = m;
+    o->lane = lane;
+    o->created = (long)time(NULL);
+    api_new_id(o->id, sizeof o->id, r->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-");
+    if (r->kind == OAI_CHAT && m->think_open &&
+        rsn_new(&o->rsn, m->think_open, m->think_close, p->start_in_reasoning, e)) {
+        free(o);
+        return e ? e->code : CERR_NOMEM;
+    }
+    if (!r->stream && r->sp.top_logprobs >= 0) {
+        o->lp = json_array();
+        o->lp_top = r->sp.top_logprobs;
+    }
+    *out = o;
+    return 0;
+}
+
+void oai_out_free(struct oai_out *o)
+{
+    if (!o)
+        return;
+    rsn_free(o->rsn);
+    sbuf_free(&o->content);
+    sbuf_free(&o->reasoning);
+    json_decref(o->lp);
+    free(o);
+}
+
+int oai_out_finished(const struct oai_out *o) { return o->finished; }
+
+int oai_out_begin(struct oai_out *o, struct sbuf *sse)
+{
+    if (o->kind != OAI_CHAT)
+        return 0;
+    o->cur = sse;
+    return emit_chunk(o, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
+}
+
+static int done_body(struct oai_out *o, const struct engine_event *ev, struct sbuf *out)
+{
+    json_t *lp = o->lp && json_array_size(o->lp) ? json_pack("{s:O}", "content", o->lp) : NULL;
+    json_t *ch;
+    if (o->kind == OAI_CHAT) {
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
+                                api_json_text(o->content.p ? o->content.p : "", o->content.len));
+        if (msg && o->reasoning.len) {
+            json_t *rs = api_json_text(o->reasoning.p, o->reasoning.len);
+            json_object_set(msg, "reasoning", rs);
+            json_object_set_new(msg, "reasoning_content", rs);
+        }
+        ch = json_pack("{s:i, s:o, s:s}", "index", 0, "message", msg, "finish_reason",
+                       finish_reason(ev->finish));
+    } else
+        ch = json_pack("{s:i, s:o, s:s}", "index", 0, "text",
+                       api_json_text(o->content.p ? o->content.p : "", o->content.len),
+                       "finish_reason", finish_reason(ev->finish));
+    if (ch && lp)
+        json_object_set_new(ch, "logprobs", lp);
+    else if (ch)
+        json_object_set_new(ch, "logprobs", json_null());
+    json_t *b = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", o->id, "object",
+                          o->kind == OAI_CHAT ? "chat.completion" : "text_completion", "created",
+                          (json_int_t)o->created, "model", o->m->id, "choices", ch, "usage",
+                          usage(o, ev));
+    if (!b)
+        return CERR_NOMEM;
+    char *s = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    int rc = s ? sbuf_puts(out, s) : CERR_NOMEM;
+    free(s);
+    return rc;
+}
+
+int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf *out)
+{
+    if (o->finished)
+        return 0;
+    o->cur = out;
+    o->err = 0;
+    if (ev->type == ENGINE_EV_ERROR) {
+        o->finished = 1;
+        return o->stream ? oai_error_frame(out, ev->error ? ev->error : "generation failed") : 0;
+    }
+    if (ev->type == ENGINE_EV_DELTA && o->lp && ev->lp)
+        add_logprob(o, ev->lp);
+    push_text(o, ev->text, ev->len);
+    if (ev->type != ENGINE_EV_DONE)
+        return o->err;
+    o->finished = 1;
+    if (o->rsn && rsn_flush(o->rsn, emit_text, o))
+        o->err = CERR_NOMEM;
+    if (o->err)
+        return o->err;
+    if (!o->stream)
+        return done_body(o, ev, out);
+    json_t *last = o->kind == OAI_CHAT ? json_object() : json_string("");
+    int rc = emit_chunk(o, last, finish_reason(ev->finish), usage(o, ev));
+    return rc ? rc : sbuf_puts(out, "data: [DONE]\n\n");
+}
+
+char *oai_error_body(const struct api_error *err)
+{
+    json_t *j = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", err->message, "type",
+                          err->type ? err->type : "invalid_request_error", "param",
+                          err->param ? json_string(err->param) : json_null(), "code",
+                          err->code ? json_string(err->code) : json_null());
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return s;
+}
+
+int oai_error_frame(struct sbuf *out, const char *message)
+{
+    json_t *j = json_pack("{s:{s:o, s:s}}", "error", "message",
+                          api_json_text(message, strlen(message)), "type", "server_error");
+    return frame(out, j);
+}

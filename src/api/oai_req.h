@@ -1,0 +1,57 @@
+/* oai_req.h — parse and validate an OpenAI chat-completions or completions request body.
+ *
+ * Turns the JSON body into a struct oai_req: the messages normalised for the chat template
+ * (developer → system, text parts flattened, tool-call arguments parsed to objects), the
+ * limits, stop strings and every sampler knob with the precedence request > the defaults
+ * the caller passes (server flags > generation_config > built-in). Every rejection is an
+ * api_error with the HTTP status and the exact message the reference server uses
+ * (server-inventory §3.6, §16.1). Pure: no engine, no HTTP. Any thread; one request each.
+ */
+#ifndef CINFER_API_OAI_REQ_H
+#define CINFER_API_OAI_REQ_H
+
+#include <jansson.h>
+
+#include "engine/sampler.h"
+
+struct api_error {
+    int status;          /* HTTP status: 400, 404, 413, 429, 500, 503 */
+    const char *type;    /* OpenAI error type, e.g. "invalid_request_error" */
+    const char *param;   /* the offending field or NULL */
+    const char *code;    /* machine code or NULL */
+    char message[512];
+};
+
+/* Fills err and returns -1, so callers can `return api_fail(err, 400, "x", "...")`. */
+int api_fail(struct api_error *err, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1 };
+
+struct oai_req {
+    int kind;
+    int stream;
+    json_t *body;          /* the parsed body (owned) */
+    json_t *messages;      /* chat: normalised copy for the template (owned) */
+    const char *prompt;    /* completions: points into body */
+    int max_tokens;        /* 0 = not given */
+    struct sampler_params sp; /* defaults overlaid with the request's fields */
+    struct sampler_bias *bias; /* sp.logit_bias points here (owned) */
+    int logprobs;          /* logprobs: true */
+    int top_logprobs;      /* -1 unset, else 0..11 */
+    char **stops;          /* owned; n_stops entries */
+    int n_stops;
+    json_t *tools;         /* borrowed from body, NULL when absent or tool_choice "none" */
+    json_t *template_kwargs; /* borrowed: chat_template_kwargs object or NULL */
+    int thinking;          /* enable_thinking from the request: -1 unset, 0, 1 */
+    int seed_given;
+};
+
+/* Parses body[0..len) of the given kind. defaults: the server's resolved sampler defaults
+ * (seed is replaced by a fresh one unless the request gives "seed"). n_vocab bounds
+ * logit_bias ids. On error returns -1 with err filled (r is then deinitialised). */
+int oai_parse(struct oai_req *r, int kind, const char *body, size_t len,
+              const struct sampler_params *defaults, int n_vocab, struct api_error *err);
+void oai_req_deinit(struct oai_req *r);
+
+#endif

@@ -1,0 +1,46 @@
+/* prompt.h — build the token ids of a request: chat template rendering + tokenization.
+ *
+ * Chat: the normalised messages (oai_req) go through the model's HF chat template with
+ * add_generation_prompt, tools, bos/eos token strings, the request's chat_template_kwargs
+ * and enable_thinking resolved by precedence (request kwargs > reasoning_effort > server
+ * --thinking > the template's own default). The text is tokenized with special tokens
+ * parsed and no BOS added (the template writes it); a doubled BOS is dropped.
+ * Completions: the raw prompt with the tokenizer's own BOS rule. Any thread.
+ */
+#ifndef CINFER_API_PROMPT_H
+#define CINFER_API_PROMPT_H
+
+#include <stdint.h>
+
+#include "api/oai_req.h"
+#include "template/tmpl.h"
+#include "tokenizer/tok.h"
+
+struct api_model {
+    const char *id;          /* the model id echoed in responses */
+    const struct tok *tk;
+    const struct tmpl *tmpl; /* NULL: the model has no chat template */
+    const char *bos_token, *eos_token; /* template variables; may be NULL */
+    const char *think_open, *think_close; /* NULL: no think tags */
+    int default_thinking;    /* server --thinking: -1 unset, 0, 1 */
+    int n_ctx;
+};
+
+struct api_prompt {
+    int32_t *ids;            /* malloc'd */
+    int n;
+    int start_in_reasoning;  /* the rendered prompt leaves a think block open */
+    int thinking;            /* resolved enable_thinking: -1 unset, 0, 1 */
+};
+
+/* Renders and tokenizes a chat request. On failure: 400 "prompt build failed: <why>". */
+int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct api_prompt *out,
+                    struct api_error *err);
+/* Tokenizes a raw completion prompt (BOS as the tokenizer adds it). */
+int api_completion_prompt(const struct api_model *m, const char *prompt, struct api_prompt *out,
+                          struct api_error *err);
+/* Renders a chat request to text only (for tests and count_tokens). *text malloc'd. */
+int api_chat_render(const struct api_model *m, const json_t *messages, const json_t *tools,
+                    const json_t *kwargs, int thinking, char **text, struct api_error *err);
+
+#endif

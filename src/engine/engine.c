@@ -1,0 +1,695 @@
+/* engine.c — see engine.h. The engine thread's loop: take submissions and cancellations,
+ * plan a step (decodes, then prefill chunks, then admissions), make sure every row has its
+ * KV blocks (preempting the youngest request when the pool is short), run one forward,
+ * sample, detokenize, stop-match and publish events.
+ *
+ * A request holds all its tokens (prompt, then generated) and n_past, the number already
+ * in the KV cache; a step feeds tokens[n_past ..]. Decode is the case of one token left.
+ * A preempted request simply drops its blocks and n_past = 0: recomputing prompt +
+ * generated tokens gives the same logits, so its output does not change.
+ */
+#include "engine/engine.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/stop.h"
+#include "kv/kv_pool.h"
+#include "util/log.h"
+
+struct ereq {
+    uint64_t id;
+    struct ereq *next;       /* incoming / waiting queue link */
+    int32_t *tokens;         /* (cap) prompt then generated */
+    int n_tokens, cap, n_prompt, n_past, n_gen, max_tokens;
+    int ignore_eos, cancelled, want_lp;
+    struct kv_seq seq;
+    struct sampler *smp;
+    struct tok_stream *ts;
+    struct stop_matcher *stop;
+    char *out;               /* text released by this token */
+    size_t out_len, out_cap;
+    engine_cb cb;
+    void *ud;
+};
+
+struct queue {
+    struct ereq *head, *tail;
+    int n;
+};
+
+struct row {
+    struct ereq *r;
+    int n;    /* tokens fed this step */
+    int out;  /* logits row, or -1 */
+};
+
+struct engine {
+    const struct model *m;
+    const struct tok *tk;
+    struct engine_config c;
+    struct kv_pool *kv;
+    struct model_ws *ws;
+    int max_blocks; /* per sequence */
+
+    pthread_t th;
+    int th_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* under mu */
+    int quit;
+    struct queue in;
+    uint64_t *cancels;
+    int n_cancel, cap_cancel;
+    uint64_t next_id;
+    struct engine_stats st;
+
+    /* engine thread only */
+    struct ereq **run; /* (max_seqs) running, oldest first */
+    int n_run;
+    struct queue wait;
+    struct row *rows;  /* (max_seqs) */
+    int32_t *tokens, *pos, *seqv, *slots; /* (max_step_tokens) */
+    int32_t *out_idx;  /* (max_seqs) */
+    int32_t *tables;   /* (max_seqs, max_blocks) */
+    float *logits;     /* (max_seqs, n_vocab) */
+    long preempted, steps;
+    int32_t *xtc_exempt; /* EOS ids and ids whose text holds a newline */
+    int n_xtc_exempt;
+};
+
+/* ---- queue helpers ---------------------------------------------------------------- */
+
+static void q_push(struct queue *q, struct ereq *r)
+{
+    r->next = NULL;
+    if (q->tail)
+        q->tail->next = r;
+    else
+        q->head = r;
+    q->tail = r;
+    q->n++;
+}
+
+static void q_push_front(struct queue *q, struct ereq *r)
+{
+    r->next = q->head;
+    q->head = r;
+    if (!q->tail)
+        q->tail = r;
+    q->n++;
+}
+
+static struct ereq *q_pop(struct queue *q)
+{
+    struct ereq *r = q->head;
+    if (r) {
+        q->head = r->next;
+        if (!q->head)
+            q->tail = NULL;
+        r->next = NULL;
+        q->n--;
+    }
+    return r;
+}
+
+/* ---- config ----------------------------------------------------------------------- */
+
+void engine_config_default(struct engine_config *c, const struct model *m)
+{
+    memset(c, 0, sizeof *c);
+    int train = m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : 4096;
+    c->n_ctx = train < 32768 ? train : 32768;
+    c->max_seqs = 8;
+    c->max_step_tokens = 2048;
+    c->block_size = 16;
+    int pool_tok = c->n_ctx > 65536 ? c->n_ctx : 65536;
+    c->n_blocks = (pool_tok + c->block_size - 1) / c->block_size;
+    c->kv_dtype = DT_F16;
+    c->max_queue = 64;
+}
+
+const struct engine_config *engine_config_of(const struct engine *g) { return &g->c; }
+
+/* ---- requests --------------------------------------------------------------------- */
+
+static void req_free(struct engine *g, struct ereq *r)
+{
+    if (!r)
+        return;
+    if (g->kv)
+        kv_seq_release(g->kv, &r->seq);
+    sampler_free(r->smp);
+    tok_stream_free(r->ts);
+    stop_free(r->stop);
+    free(r->tokens);
+    free(r->out);
+    free(r);
+}
+
+static int is_eog(const struct engine *g, int32_t id)
+{
+    if (g->tk && tok_is_eog(g->tk, id))
+        return 1;
+    for (int i = 0; i < g->m->hp.n_eos; i++)
+        if (g->m->hp.eos_ids[i] == id)
+            return 1;
+    for (int i = 0; i < g->c.n_extra_eos; i++)
+        if (g->c.extra_eos[i] == id)
+            return 1;
+    return 0;
+}
+
+int engine_submit(struct engine *g, const struct engine_req *q, uint64_t *id, struct cerr *e)
+{
+    int V = g->m->hp.n_vocab;
+    if (q->n_ids <= 0)
+        return cerr_set(e, CERR_INVALID, "the prompt has no tokens");
+    if (q->n_ids >= g->c.n_ctx)
+        return cerr_set(e, CERR_LIMIT,
+                        "the prompt has %d tokens but the context holds %d; shorten the prompt",
+                        q->n_ids, g->c.n_ctx);
+    for (int i = 0; i < q->n_ids; i++)
+        if (q->ids[i] < 0 || q->ids[i] >= V)
+            return cerr_set(e, CERR_INVALID, "token id %d is outside the vocabulary [0, %d)",
+                            (int)q->ids[i], V);
+    if (q->max_tokens <= 0)
+        return cerr_set(e, CERR_INVALID, "max_tokens must be at least 1");
+    if (sampler_params_check(&q->sp, V, e))
+        return e ? e->code : CERR_INVALID;
+    struct ereq *r = calloc(1, sizeof *r);
+    if (!r)
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    int room = g->c.n_ctx - q->n_ids;
+    r->max_tokens = q->max_tokens < room ? q->max_tokens : room;
+    r->cap = q->n_ids + r->max_tokens + 1;
+    r->tokens = malloc((size_t)r->cap * sizeof *r->tokens);
+    r->out_cap = 256;
+    r->out = malloc(r->out_cap);
+    int rc = (!r->tokens || !r->out) ? cerr_set(e, CERR_NOMEM, "out of memory") : 0;
+    if (!rc)
+        rc = sampler_new(&r->smp, &q->sp, V, e);
+    if (!rc && g->tk && !(r->ts = tok_stream_new(g->tk, TOK_SKIP_SPECIAL)))
+        rc = cerr_set(e, CERR_NOMEM, "out of memory");
+    if (!rc)
+        rc = stop_new(&r->stop, q->stops, q->n_stops, e);
+    if (!rc && g->n_xtc_exempt)
+        rc = sampler_set_xtc_exempt(r->smp, g->xtc_exempt, g->n_xtc_exempt)
+                 ? cerr_set(e, CERR_NOMEM, "out of memory")
+                 : 0;
+    if (rc) {
+        req_free(g, r);
+        return rc;
+    }
+    memcpy(r->tokens, q->ids, (size_t)q->n_ids * sizeof *r->tokens);
+    r->n_tokens = r->n_prompt = q->n_ids;
+    r->ignore_eos = q->ignore_eos;
+    r->want_lp = q->sp.top_logprobs >= 0;
+    r->cb = q->cb;
+    r->ud = q->ud;
+    kv_seq_init(&r->seq);
+    sampler_prime(r->smp, q->ids, q->n_ids);
+    if (r->ts)
+        tok_stream_prime(r->ts, q->ids, q->n_ids);
+
+    pthread_mutex_lock(&g->mu);
+    if (g->quit || g->in.n + g->st.waiting >= g->c.max_queue) {
+        int quitting = g->quit;
+        pthread_mutex_unlock(&g->mu);
+        req_free(g, r);
+        return quitting ? cerr_set(e, CERR_LIMIT, "the server is shutting down")
+                        : cerr_set(e, CERR_LIMIT, "too many queued requests (%d); retry later",
+                                   g->c.max_queue);
+    }
+    r->id = ++g->next_id;
+    *id = r->id;
+    q_push(&g->in, r);
+    g->st.submitted++;
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
+void engine_cancel(struct engine *g, uint64_t id)
+{
+    pthread_mutex_lock(&g->mu);
+    if (g->n_cancel == g->cap_cancel) {
+        int nc = g->cap_cancel ? 2 * g->cap_cancel : 16;
+        uint64_t *n = realloc(g->cancels, (size_t)nc * sizeof *n);
+        if (!n) {
+            pthread_mutex_unlock(&g->mu);
+            return; /* the request finishes normally */
+        }
+        g->cancels = n;
+        g->cap_cancel = nc;
+    }
+    g->cancels[g->n_cancel++] = id;
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void engine_get_stats(struct engine *g, struct engine_stats *out)
+{
+    pthread_mutex_lock(&g->mu);
+    *out = g->st;
+    out->waiting += g->in.n;
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* ---- events ----------------------------------------------------------------------- */
+
+static void ev_fill_counts(const struct ereq *r, struct engine_event *ev)
+{
+    ev->n_prompt = r->n_prompt;
+    ev->n_gen = r->n_gen;
+    ev->n_cached = 0;
+}
+
+/* Removes r from the running list (keeps order). */
+static void run_remove(struct engine *g, struct ereq *r)
+{
+    for (int i = 0; i < g->n_run; i++)
+        if (g->run[i] == r) {
+            memmove(g->run + i, g->run + i + 1, (size_t)(g->n_run - i - 1) * sizeof *g->run);
+            g->n_run--;
+            return;
+        }
+}
+
+/* Terminal DONE: releases held text, calls back, frees. r must not be in run/wait. */
+static void finish(struct engine *g, struct ereq *r, int reason, int stop_index)
+{
+    r->out_len = 0;
+    if (reason != ENGINE_FINISH_STOP && reason != ENGINE_FINISH_CANCELLED) {
+        char buf[4096];
+        size_t bl = 0;
+        if (r->ts && tok_stream_flush(r->ts, buf, sizeof buf, &bl) == 0 && bl) {
+            int w;
+            stop_push(r->stop, buf, bl, &r->out, &r->out_len, &r->out_cap, &w);
+        }
+        stop_flush(r->stop, &r->out, &r->out_len, &r->out_cap);
+    }
+    struct engine_event ev = {.type = ENGINE_EV_DONE, .finish = reason, .stop_index = stop_index,
+                              .text = r->out, .len = r->out_len};
+    ev_fill_counts(r, &ev);
+    r->cb(r->ud, &ev);
+    pthread_mutex_lock(&g->mu);
+    g->st.finished++;
+    g->st.cancelled += reason == ENGINE_FINISH_CANCELLED;
+    pthread_mutex_unlock(&g->mu);
+    req_free(g, r);
+}
+
+static void fail(struct engine *g, struct ereq *r, const char *msg)
+{
+    struct engine_event ev = {.type = ENGINE_EV_ERROR, .error = msg};
+    ev_fill_counts(r, &ev);
+    r->cb(r->ud, &ev);
+    pthread_mutex_lock(&g->mu);
+    g->st.failed++;
+    pthread_mutex_unlock(&g->mu);
+    req_free(g, r);
+}
+
+/* Handles a sampled token: append, detokenize, stop-match, publish; may finish r.
+ * Returns 1 when r finished (and was freed). */
+static int on_token(struct engine *g, struct ereq *r, int32_t id, const struct sampler_logprob *lp)
+{
+    r->tokens[r->n_tokens++] = id;
+    r->n_gen++;
+    sampler_accept(r->smp, id);
+    r->out_len = 0;
+    int eog = !r->ignore_eos && is_eog(g, id);
+    int fired = 0, which = -1;
+    if (!eog && r->ts) {
+        char buf[4096];
+        size_t bl = 0;
+        if (tok_stream_push(r->ts, id, buf, sizeof buf, &bl) == 0 && bl) {
+            fired = stop_push(r->stop, buf, bl, &r->out, &r->out_len, &r->out_cap, &which);
+            if (fired < 0) {
+                run_remove(g, r);
+                fail(g, r, "out of memory");
+                return 1;
+            }
+        }
+    }
+    struct engine_event ev = {.type = ENGINE_EV_DELTA, .token = id, .text = r->out,
+                              .len = r->out_len, .lp = r->want_lp ? lp : NULL};
+    ev_fill_counts(r, &ev);
+    r->cb(r->ud, &ev);
+    int reason = -1;
+    if (fired)
+        reason = ENGINE_FINISH_STOP;
+    else if (eog)
+        reason = ENGINE_FINISH_EOS;
+    else if (r->n_gen >= r->max_tokens || r->n_tokens >= g->c.n_ctx)
+        reason = ENGINE_FINISH_LENGTH;
+    if (reason < 0)
+        return 0;
+    run_remove(g, r);
+    finish(g, r, reason, which);
+    return 1;
+}
+
+/* ---- the step --------------------------------------------------------------------- */
+
+/* Moves submissions into the waiting queue and applies cancellations. Called with mu held;
+ * collects cancelled requests into *dead (finished by the caller without the lock). */
+static void take_inputs(struct engine *g, struct queue *dead)
+{
+    struct ereq *r;
+    while ((r = q_pop(&g->in)))
+        q_push(&g->wait, r);
+    for (int c = 0; c < g->n_cancel; c++) {
+        uint64_t id = g->cancels[c];
+        for (int i = 0; i < g->n_run; i++)
+            if (g->run[i]->id == id)
+                g->run[i]->cancelled = 1;
+        for (r = g->wait.head; r; r = r->next)
+            if (r->id == id)
+                r->cancelled = 1;
+    }
+    g->n_cancel = 0;
+    /* pull cancelled ones out */
+    for (int i = 0; i < g->n_run;) {
+        if (g->run[i]->cancelled) {
+            struct ereq *x = g->run[i];
+            run_remove(g, x);
+            q_push(dead, x);
+        } else
+            i++;
+    }
+    struct queue keep = {0};
+    while ((r = q_pop(&g->wait)))
+        q_push(r->cancelled ? dead : &keep, r);
+    g->wait = keep;
+}
+
+/* Plans rows for this step without reserving. admit: may take waiting requests. */
+static int plan(struct engine *g, int admit)
+{
+    int n = 0, budget = g->c.max_step_tokens;
+    for (int i = 0; i < g->n_run && budget > 0; i++) {
+        struct ereq *r = g->run[i];
+        if (r->n_tokens - r->n_past == 1) {
+            g->rows[n++] = (struct row){r, 1, -1};
+            budget--;
+        }
+    }
+    for (int i = 0; i < g->n_run && budget > 0; i++) {
+        struct ereq *r = g->run[i];
+        int left = r->n_tokens - r->n_past;
+        if (left > 1) {
+            int c = left < budget ? left : budget;
+            g->rows[n++] = (struct row){r, c, -1};
+            budget -= c;
+        }
+    }
+    while (admit && budget > 0 && g->n_run < g->c.max_seqs && g->wait.head) {
+        struct ereq *r = q_pop(&g->wait);
+        g->run[g->n_run++] = r;
+        int left = r->n_tokens - r->n_past;
+        int c = left < budget ? left : budget;
+        g->rows[n++] = (struct row){r, c, -1};
+        budget -= c;
+    }
+    return n;
+}
+
+/* Preempts the youngest running request: frees its blocks; it waits at the head. */
+static void preempt_youngest(struct engine *g)
+{
+    struct ereq *r = g->run[--g->n_run];
+    kv_seq_release(g->kv, &r->seq);
+    r->n_past = 0;
+    q_push_front(&g->wait, r);
+    g->preempted++;
+}
+
+/* Reserves KV for every planned row, preempting the youngest request until they fit.
+ * Returns the number of rows that can run. */
+static int plan_and_reserve(struct engine *g, struct queue *dead)
+{
+    int admit = 1;
+    for (;;) {
+        int n = plan(g, admit), ok = 1;
+        for (int i = 0; i < n && ok; i++) {
+            struct ereq *r = g->rows[i].r;
+            if (kv_seq_reserve(g->kv, &r->seq, r->n_past + g->rows[i].n, NULL))
+                ok = 0;
+        }
+        if (ok)
+            return n;
+        if (g->n_run <= 1) {
+            /* one request alone does not fit the pool: it can never run */
+            if (g->n_run == 1) {
+                struct ereq *r = g->run[0];
+                g->n_run = 0;
+                r->cancelled = 2;
+                q_push(dead, r);
+            }
+            return 0;
+        }
+        preempt_youngest(g);
+        admit = 0;
+    }
+}
+
+static int run_step(struct engine *g, int n_rows)
+{
+    int nt = 0, n_out = 0, mb = 1;
+    for (int s = 0; s < n_rows; s++) {
+        struct row *w = &g->rows[s];
+        struct ereq *r = w->r;
+        for (int j = 0; j < w->n; j++, nt++) {
+            int p = r->n_past + j;
+            g->tokens[nt] = r->tokens[p];
+            g->pos[nt] = p;
+            g->seqv[nt] = s;
+            g->slots[nt] = kv_seq_slot(g->kv, &r->seq, p);
+        }
+        if (r->n_past + w->n == r->n_tokens) {
+            w->out = n_out;
+            g->out_idx[n_out++] = nt - 1;
+        }
+        if (r->seq.n_blocks > mb)
+            mb = r->seq.n_blocks;
+    }
+    for (int s = 0; s < n_rows; s++) {
+        const struct kv_seq *q = &g->rows[s].r->seq;
+        memcpy(g->tables + (size_t)s * mb, q->blocks, (size_t)q->n_blocks * sizeof(int32_t));
+        for (int b = q->n_blocks; b < mb; b++)
+            g->tables[(size_t)s * mb + b] = 0;
+    }
+    struct model_kv_view view = kv_pool_view(g->kv);
+    struct model_batch b = {.n_tok = nt, .tokens = g->tokens, .pos = g->pos, .seq = g->seqv,
+                            .slots = g->slots, .n_seq = n_rows, .max_blocks = mb,
+                            .block_tables = g->tables, .n_out = n_out, .out_idx = g->out_idx};
+    struct cerr e = {0};
+    if (model_forward(g->m, g->ws, &view, &b, g->logits, &e)) {
+        log_error("engine: forward failed: %s", e.msg);
+        for (int s = 0; s < n_rows; s++) {
+            run_remove(g, g->rows[s].r);
+            fail(g, g->rows[s].r, e.msg);
+        }
+        return -1;
+    }
+    g->steps++;
+    int V = g->m->hp.n_vocab;
+    long n_prompt_fed = 0;
+    for (int s = 0; s < n_rows; s++) {
+        struct row *w = &g->rows[s];
+        struct ereq *r = w->r;
+        if (r->n_past < r->n_prompt)
+            n_prompt_fed += (r->n_past + w->n < r->n_prompt ? r->n_past + w->n : r->n_prompt) -
+                            r->n_past;
+        r->n_past += w->n;
+        if (w->out < 0)
+            continue;
+        struct sampler_logprob lp;
+        int32_t id = sampler_sample(r->smp, g->logits + (size_t)w->out * V,
+                                    r->want_lp ? &lp : NULL);
+        on_token(g, r, id, &lp);
+    }
+    pthread_mutex_lock(&g->mu);
+    g->st.prompt_tokens += n_prompt_fed;
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
+static void publish_stats(struct engine *g, long gen_delta)
+{
+    pthread_mutex_lock(&g->mu);
+    g->st.running = g->n_run;
+    g->st.waiting = g->wait.n;
+    g->st.preempted = g->preempted;
+    g->st.steps = g->steps;
+    g->st.gen_tokens += gen_delta;
+    g->st.blocks_total = g->kv->n_blocks;
+    g->st.blocks_free = g->kv->n_free;
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void *engine_main(void *arg)
+{
+    struct engine *g = arg;
+    for (;;) {
+        struct queue dead = {0};
+        pthread_mutex_lock(&g->mu);
+        while (!g->quit && !g->in.n && !g->n_cancel && !g->n_run && !g->wait.n)
+            pthread_cond_wait(&g->cv, &g->mu);
+        int quit = g->quit;
+        take_inputs(g, &dead);
+        pthread_mutex_unlock(&g->mu);
+        if (quit) {
+            while (g->n_run)
+                q_push(&dead, g->run[--g->n_run]);
+            struct ereq *r;
+            while ((r = q_pop(&g->wait)))
+                q_push(&dead, r);
+        }
+        struct ereq *r;
+        while ((r = q_pop(&dead))) {
+            if (r->cancelled == 2)
+                fail(g, r, "the request does not fit in the KV cache pool");
+            else
+                finish(g, r, ENGINE_FINISH_CANCELLED, -1);
+        }
+        if (quit)
+            break;
+        int n = plan_and_reserve(g, &dead);
+        while ((r = q_pop(&dead)))
+            fail(g, r, "the request does not fit in the KV cache pool");
+        long gen_before = 0;
+        for (int i = 0; i < n; i++)
+            gen_before += g->rows[i].r->n_tokens == g->rows[i].r->n_past + g->rows[i].n;
+        if (n > 0)
+            run_step(g, n);
+        publish_stats(g, n > 0 ? gen_before : 0);
+    }
+    publish_stats(g, 0);
+    return NULL;
+}
+
+/* ---- lifecycle -------------------------------------------------------------------- */
+
+/* XTC never removes end-of-generation tokens or tokens that write a newline. */
+static int build_xtc_exempt(struct engine *g)
+{
+    int V = g->m->hp.n_vocab, n = 0, cap = 64;
+    g->xtc_exempt = malloc((size_t)cap * sizeof(int32_t));
+    if (!g->xtc_exempt)
+        return -1;
+    for (int32_t id = 0; id < V; id++) {
+        int hit = is_eog(g, id);
+        if (!hit && g->tk && id < tok_vocab_size(g->tk)) {
+            char *text = NULL;
+            size_t len = 0;
+            if (tok_decode(g->tk, &id, 1, 0, &text, &len, NULL) == 0 && text)
+                hit = memchr(text, '\n', len) != NULL;
+            free(text);
+        }
+        if (!hit)
+            continue;
+        if (n == cap) {
+            int32_t *x = realloc(g->xtc_exempt, (size_t)(cap *= 2) * sizeof(int32_t));
+            if (!x)
+                return -1;
+            g->xtc_exempt = x;
+        }
+        g->xtc_exempt[n++] = id;
+    }
+    g->n_xtc_exempt = n;
+    return 0;
+}
+
+int engine_new(struct engine **out, const struct model *m, const struct tok *t,
+               const struct engine_config *c, struct cerr *e)
+{
+    *out = NULL;
+    if (c->n_ctx <= 1 || c->max_seqs <= 0 || c->max_step_tokens <= 0 || c->block_size <= 0 ||
+        c->n_blocks <= 0 || c->max_queue <= 0)
+        return cerr_set(e, CERR_INVALID, "engine: invalid configuration");
+    struct engine *g = calloc(1, sizeof *g);
+    if (!g)
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    g->m = m;
+    g->tk = t;
+    g->c = *c;
+    g->max_blocks = (c->n_ctx + c->block_size - 1) / c->block_size;
+    if ((long)g->max_blocks > c->n_blocks) {
+        free(g);
+        return cerr_set(e, CERR_INVALID,
+                        "engine: the KV pool (%d blocks of %d) cannot hold one context of %d",
+                        c->n_blocks, c->block_size, c->n_ctx);
+    }
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    int S = c->max_seqs, T = c->max_step_tokens, V = m->hp.n_vocab;
+    int rc = kv_pool_new(&g->kv, m->be, m->hp.n_layer, m->hp.n_kv_head * m->hp.head_dim,
+                         c->block_size, c->n_blocks, c->kv_dtype, e);
+    if (!rc)
+        rc = model_ws_new(&g->ws, m, T, S, S, g->max_blocks, e);
+    if (!rc) {
+        g->run = calloc((size_t)S, sizeof *g->run);
+        g->rows = calloc((size_t)S, sizeof *g->rows);
+        g->tokens = malloc((size_t)T * sizeof(int32_t));
+        g->pos = malloc((size_t)T * sizeof(int32_t));
+        g->seqv = malloc((size_t)T * sizeof(int32_t));
+        g->slots = malloc((size_t)T * sizeof(int32_t));
+        g->out_idx = malloc((size_t)S * sizeof(int32_t));
+        g->tables = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
+        g->logits = malloc((size_t)S * V * sizeof(float));
+        if (!g->run || !g->rows || !g->tokens || !g->pos || !g->seqv || !g->slots ||
+            !g->out_idx || !g->tables || !g->logits)
+            rc = cerr_set(e, CERR_NOMEM, "out of memory");
+    }
+    if (!rc && build_xtc_exempt(g))
+        rc = cerr_set(e, CERR_NOMEM, "out of memory");
+    if (!rc) {
+        g->st.blocks_total = g->st.blocks_free = c->n_blocks;
+        if (pthread_create(&g->th, NULL, engine_main, g))
+            rc = cerr_set(e, CERR_NOMEM, "engine: cannot start its thread");
+        else
+            g->th_started = 1;
+    }
+    if (rc) {
+        engine_free(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+void engine_free(struct engine *g)
+{
+    if (!g)
+        return;
+    if (g->th_started) {
+        pthread_mutex_lock(&g->mu);
+        g->quit = 1;
+        pthread_cond_signal(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        pthread_join(g->th, NULL);
+    }
+    struct ereq *r;
+    while ((r = q_pop(&g->in)))
+        finish(g, r, ENGINE_FINISH_CANCELLED, -1);
+    model_ws_free(g->ws);
+    kv_pool_free(g->kv);
+    free(g->run);
+    free(g->rows);
+    free(g->tokens);
+    free(g->pos);
+    free(g->seqv);
+    free(g->slots);
+    free(g->out_idx);
+    free(g->tables);
+    free(g->logits);
+    free(g->cancels);
+    free(g->xtc_exempt);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g);
+}

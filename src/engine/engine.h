@@ -1,0 +1,105 @@
+/* engine.h — the engine: one thread that owns the model's KV pool and runs every request.
+ *
+ * Callers on any thread submit requests (token ids + sampling + limits) and receive events
+ * through a callback that runs ON THE ENGINE THREAD: text deltas (detokenized, stop-matched),
+ * then exactly one terminal event (DONE or ERROR). The engine knows nothing of HTTP.
+ * Each step takes every running decode, then fills a token budget with prefill chunks of
+ * the other running requests, admitting waiting ones FIFO up to the sequence cap, and runs
+ * them as one flattened forward (DESIGN.md §3–§5). When the KV pool runs out, the youngest
+ * running request is preempted (its blocks freed) and recomputed later; its output is
+ * unchanged because CPU kernels are batch-invariant.
+ * Lifetimes: the engine borrows the model and tokenizer (they must outlive it).
+ */
+#ifndef CINFER_ENGINE_ENGINE_H
+#define CINFER_ENGINE_ENGINE_H
+
+#include <stdint.h>
+
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "tokenizer/tok.h"
+#include "util/err.h"
+
+struct engine_config {
+    int n_ctx;           /* max positions of one sequence (prompt + generated) */
+    int max_seqs;        /* concurrent sequences per step (--batch) */
+    int max_step_tokens; /* tokens per forward (--max-batch-tokens) */
+    int block_size;      /* KV positions per block */
+    int n_blocks;        /* KV pool size in blocks */
+    int kv_dtype;        /* DT_F16 or DT_F32 */
+    int max_queue;       /* waiting requests beyond this make submit fail with CERR_LIMIT */
+    int32_t extra_eos[8]; /* end-of-generation ids beyond the tokenizer's (generation_config) */
+    int n_extra_eos;
+};
+
+/* Fills defaults for a model: n_ctx = min(train context, 32768), 8 sequences, 2048 tokens
+ * per step, block 16, F16 KV, a pool of max(n_ctx, 65536) positions, queue 64. */
+void engine_config_default(struct engine_config *c, const struct model *m);
+
+enum engine_ev { ENGINE_EV_DELTA = 0, ENGINE_EV_DONE = 1, ENGINE_EV_ERROR = 2 };
+
+enum engine_finish {
+    ENGINE_FINISH_EOS = 0,       /* an end-of-generation token */
+    ENGINE_FINISH_LENGTH = 1,    /* max_tokens or the context was reached */
+    ENGINE_FINISH_STOP = 2,      /* a stop string fired (stop_index says which) */
+    ENGINE_FINISH_CANCELLED = 3, /* engine_cancel() or engine shutdown */
+};
+
+struct engine_event {
+    int type;                /* enum engine_ev */
+    /* DELTA: the newly generated token and the text it released (may be empty: held back
+     * partial UTF-8 or a possible stop prefix). DONE: any text released at the end. */
+    int32_t token;           /* DELTA only */
+    const char *text;
+    size_t len;
+    const struct sampler_logprob *lp; /* DELTA with logprobs requested, else NULL */
+    /* DONE */
+    int finish;              /* enum engine_finish */
+    int stop_index;
+    /* DONE and ERROR: counts so far */
+    int n_prompt, n_gen, n_cached;
+    const char *error;       /* ERROR: the reason */
+};
+
+/* Called on the engine thread; must not block for long and must not call back into the
+ * engine except engine_cancel. After the terminal event (DONE or ERROR) the engine never
+ * uses ud again. */
+typedef void (*engine_cb)(void *ud, const struct engine_event *ev);
+
+struct engine_req {
+    const int32_t *ids;  /* prompt; copied */
+    int n_ids;
+    struct sampler_params sp; /* logit_bias is copied */
+    int max_tokens;
+    const char *const *stops; /* copied */
+    int n_stops;
+    int ignore_eos;
+    engine_cb cb;
+    void *ud;
+};
+
+struct engine_stats {
+    int running, waiting;
+    long submitted, finished, cancelled, failed, preempted;
+    long prompt_tokens, gen_tokens, steps;
+    int blocks_total, blocks_free;
+};
+
+struct engine;
+
+/* Creates the engine (KV pool, workspace) and starts its thread. */
+int engine_new(struct engine **out, const struct model *m, const struct tok *t,
+               const struct engine_config *c, struct cerr *e);
+/* Cancels everything in flight (each gets DONE/CANCELLED), joins the thread, frees. */
+void engine_free(struct engine *g);
+/* Any thread. Queues a request; *id identifies it for engine_cancel. Fails (CERR_LIMIT)
+ * when the queue is full or the prompt leaves no room in the context, CERR_INVALID on bad
+ * ids. On failure the callback is never called. */
+int engine_submit(struct engine *g, const struct engine_req *r, uint64_t *id, struct cerr *e);
+/* Any thread. Cancels a request at the next step; unknown or finished ids are ignored. */
+void engine_cancel(struct engine *g, uint64_t id);
+/* Any thread. A consistent snapshot of the counters. */
+void engine_get_stats(struct engine *g, struct engine_stats *out);
+const struct engine_config *engine_config_of(const struct engine *g);
+
+#endif

@@ -1,0 +1,91 @@
+/* serve.h — internals of `cinfer serve` shared by its files (not a public interface).
+ *
+ * cmd_serve.c parses flags, loads the model, prints the ready card and runs the loop;
+ * serve_routes.c answers the HTTP routes and glues HTTP ↔ api ↔ engine (jobs);
+ * serve_metrics.c keeps the counters and histograms behind /stats and /metrics;
+ * serve_probe.c checks the port before anything loads. All state is touched on the HTTP
+ * loop thread unless a comment says otherwise.
+ */
+#ifndef CINFER_SERVER_SERVE_H
+#define CINFER_SERVER_SERVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/prompt.h"
+#include "engine/engine.h"
+#include "http/http.h"
+
+struct serve_opts {
+    const char *model, *host, *chat_template, *api_key;
+    int port, threads, no_open;
+    int max_tokens;          /* 0 = per-route default */
+    float temperature, top_p;
+    int top_k;
+    int temp_set, temperature_set, top_p_set, top_k_set;
+    int thinking;            /* -1 = the model's default */
+    int batch, max_batch_tokens, ctx, kv_f32, max_queue, max_conns;
+    long max_body;
+};
+
+/* Histogram with fixed upper bounds (Prometheus "le" buckets). */
+#define HIST_MAX 16
+struct hist {
+    int n;
+    double le[HIST_MAX];
+    long count[HIST_MAX + 1];
+    double sum;
+    long total;
+};
+
+struct serve_metrics {
+    long requests[4];        /* chat, completions, models/other, errors */
+    long status_4xx, status_5xx, rejected_429;
+    long cancelled, disconnects;
+    long prompt_tokens, gen_tokens, cached_tokens, cache_hits;
+    long streams_open, active_jobs;
+    struct hist ttft, tpot, e2e;
+};
+
+struct job;
+
+struct serve {
+    struct serve_opts o;
+    struct model *m;
+    struct tok *tk;
+    struct tmpl *tmpl;
+    struct engine *eng;
+    struct http_server *http;
+    struct api_model am;
+    char model_id[256];
+    char *bos, *eos, *tmpl_src;
+    struct sampler_params defaults;
+    const char *defaults_src[3]; /* where temperature/top_p/top_k came from */
+    int gen_cfg;                 /* a generation_config.json was read */
+    float gc_temperature, gc_top_p;
+    int gc_top_k, gc_has[3];
+    int max_tokens_chat, max_tokens_raw;
+    long started_unix;
+    double started_s;
+    int shutting_down;
+    struct job *jobs;            /* active jobs (doubly linked) */
+    struct serve_metrics met;
+};
+
+/* serve_routes.c */
+int serve_routes_install(struct serve *sv);
+/* Begins a clean shutdown on the loop thread: every in-flight request gets an error
+ * event / 503 and is cancelled; the loop stops once all jobs are gone. */
+void serve_shutdown(void *sv);
+
+/* serve_metrics.c */
+void metrics_init(struct serve_metrics *m);
+void hist_add(struct hist *h, double v);
+char *serve_stats_json(struct serve *sv);     /* malloc'd */
+char *serve_metrics_text(struct serve *sv);   /* malloc'd Prometheus text */
+
+/* serve_probe.c: 1 when host:port already answers GET /v1/models like an OpenAI-compatible
+ * server (what[] gets the model ids it lists), 0 when nothing or something else answers. */
+int serve_probe(const char *host, int port, char *what, size_t cap);
+
+#endif
