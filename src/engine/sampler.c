@@ -633,15 +633,15 @@ static int32_t sample_filtered(struct sampler *s, const float *lg, float mx, dou
                 fmx = RANKED(&pk, i).logit;
                 break;
             }
+        for (int i = 0; i < n; i++)
+            s->probs[i] = 1.0f;
+        for (int i = 0; i < pk.keep; i++)
+            if (RANKED(&pk, i).id < 0)
+                s->probs[-1 - RANKED(&pk, i).id] = 0.0f;
         double tsum = 0;
         for (int i = 0; i < n; i++)
-            tsum += (s->probs[i] = (float)exp(((double)lg[i] - fmx) / p->temperature));
-        for (int i = 0; i < pk.keep; i++)
-            if (RANKED(&pk, i).id < 0) {
-                int32_t id = -1 - RANKED(&pk, i).id;
-                tsum -= s->probs[id];
-                s->probs[id] = 0;
-            }
+            if (s->probs[i] != 0.0f)
+                tsum += (s->probs[i] = (float)exp(((double)lg[i] - fmx) / p->temperature));
         return draw(u, s->probs, n, tsum);
     }
     /* temperature and the draw over the ranked survivors (removed ones weigh 0) */
