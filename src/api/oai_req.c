@@ -5,6 +5,7 @@
 #include "api/oai_req.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +194,31 @@ static int parse_sampling(struct oai_req *r, json_t *o, int n_vocab, struct api_
     }
     /* k > 0 wins; logprobs:true alone captures the sampled token */
     p->top_logprobs = r->top_logprobs > 0 ? r->top_logprobs : r->logprobs ? 0 : -1;
+    /* ranges, named by the request field (the sampler's own check stays the backstop) */
+    static const struct {
+        const char *name;
+        size_t off;
+        double lo, hi;
+    } R[] = {
+        {"temperature", offsetof(struct sampler_params, temperature), 0, 5},
+        {"top_p", offsetof(struct sampler_params, top_p), 0, 1},
+        {"min_p", offsetof(struct sampler_params, min_p), 0, 1},
+        {"xtc_probability", offsetof(struct sampler_params, xtc_probability), 0, 1},
+        {"xtc_threshold", offsetof(struct sampler_params, xtc_threshold), 0, 0.5},
+        {"repetition_penalty", offsetof(struct sampler_params, repetition_penalty), 0, 1e9},
+        {"presence_penalty", offsetof(struct sampler_params, presence_penalty), -2, 2},
+        {"frequency_penalty", offsetof(struct sampler_params, frequency_penalty), -2, 2},
+    };
+    for (size_t i = 0; i < sizeof R / sizeof *R; i++) {
+        float x = *(const float *)((const char *)p + R[i].off);
+        if (!(x >= R[i].lo && x <= R[i].hi)) {
+            if (R[i].hi >= 1e9)
+                return api_fail(err, 400, R[i].name, "%s must be a non-negative number, got %g",
+                                R[i].name, (double)x);
+            return api_fail(err, 400, R[i].name, "%s must be a number in [%g, %g], got %g",
+                            R[i].name, R[i].lo, R[i].hi, (double)x);
+        }
+    }
     struct cerr e = {0};
     if (sampler_params_check(p, n_vocab, &e))
         return api_fail(err, 400, NULL, "%s", e.msg);

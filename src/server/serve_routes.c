@@ -8,6 +8,7 @@
  * (the close callback cancels the engine request; the terminal event then frees the job).
  */
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -291,10 +292,18 @@ static void h_completions(struct http_req *r, void *ud) { generate(ud, r, OAI_CO
 
 /* ---- discovery routes ------------------------------------------------------------------ */
 
+/* A float flag value as the user wrote it (0.3, not 0.30000001192092896). */
+static double round6(float f)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%.6g", (double)f);
+    return strtod(b, NULL);
+}
+
 static json_t *model_entry(struct serve *sv)
 {
-    json_t *gd = json_pack("{s:f, s:f, s:i}", "temperature", (double)sv->defaults.temperature,
-                           "top_p", (double)sv->defaults.top_p, "top_k", sv->defaults.top_k);
+    json_t *gd = json_pack("{s:f, s:f, s:i}", "temperature", round6(sv->defaults.temperature),
+                           "top_p", round6(sv->defaults.top_p), "top_k", sv->defaults.top_k);
     return json_pack("{s:s, s:s, s:I, s:s, s:i, s:b, s:b, s:b, s:b, s:b, s:o}", "id",
                      sv->model_id, "object", "model", "created", (json_int_t)sv->started_unix,
                      "owned_by", "cinfer", "context_window", engine_config_of(sv->eng)->n_ctx,

@@ -1,0 +1,130 @@
+"""conftest.py — start the real `cinfer` binary and talk HTTP to it.
+
+Env: CINFER_BIN (the binary; default build/cinfer), CINFER_FIXTURES (default
+../shared/fixtures next to the repo), CINFER_MODELS (default <repo>/models),
+CINFER_E2E_QUICK=1 (stories260K suites only; used for the sanitizer build).
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("CINFER_BIN", os.path.join(REPO, "build", "cinfer"))
+FIXTURES = os.environ.get("CINFER_FIXTURES", os.path.join(REPO, "..", "shared", "fixtures"))
+MODELS = os.environ.get("CINFER_MODELS", os.path.join(REPO, "models"))
+STORIES = os.path.join(FIXTURES, "stories260K", "stories260K.gguf")
+QWEN = os.path.join(MODELS, "qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf")
+QUICK = os.environ.get("CINFER_E2E_QUICK") == "1"
+# a tiny chat template for the template path on stories260K (it has none of its own)
+STORIES_TEMPLATE = os.path.join(os.path.dirname(__file__), "data", "stories_chat.jinja")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Server:
+    """One `cinfer serve` process on a free port."""
+
+    def __init__(self, model, *args, port=None, wait=True):
+        self.port = port or free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = open(f"/tmp/cinfer-e2e-{self.port}.log", "w+")
+        cmd = [BIN, "serve", model, "--port", str(self.port), "-t", "2", *args]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout=120):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"cinfer exited {self.proc.returncode}: {self.output()}")
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("cinfer did not become ready: " + self.output())
+
+    def output(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def get(self, path, headers=None):
+        return http("GET", self.base + path, headers=headers)
+
+    def post(self, path, body, headers=None, raw=False):
+        data = body if raw else json.dumps(body).encode()
+        return http("POST", self.base + path, data=data, headers=headers)
+
+    def stats(self):
+        return json.loads(self.get("/stats")[1])
+
+
+def http(method, url, data=None, headers=None, timeout=300):
+    """Returns (status, body bytes, headers dict) without raising on HTTP errors."""
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    if data is not None and "Content-Type" not in (headers or {}):
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), dict(e.headers)
+
+
+def sse_events(body):
+    """Splits an SSE body into the list of data payloads (strings)."""
+    out = []
+    for block in body.decode().split("\n\n"):
+        for line in block.split("\n"):
+            if line.startswith("data: "):
+                out.append(line[6:])
+    return out
+
+
+@pytest.fixture(scope="module")
+def stories():
+    # F32 KV so that logprobs can be checked against llama2.c's f32 logits at 2e-4
+    s = Server(STORIES, "--chat-template", STORIES_TEMPLATE, "--kv-f32")
+    yield s
+    rc = s.stop()
+    assert rc == 0, s.output()
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    if QUICK:
+        pytest.skip("CINFER_E2E_QUICK=1: real-model suite runs in the release build only")
+    if not os.path.exists(QWEN):
+        if os.environ.get("CINFER_E2E_ALLOW_NO_MODEL") == "1":
+            pytest.skip("default model not fetched (scripts/fetch_models.sh qwen2.5-coder-0.5b)")
+        pytest.fail(f"{QWEN} is missing: run scripts/fetch_models.sh qwen2.5-coder-0.5b "
+                    "(or set CINFER_E2E_ALLOW_NO_MODEL=1 to skip the real-model suite)")
+    s = Server(QWEN)
+    yield s
+    rc = s.stop()
+    assert rc == 0, s.output()
