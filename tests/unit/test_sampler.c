@@ -5,6 +5,7 @@
  * log-softmax of the processed logits, and bad parameters give the reference's messages. */
 #include "harness.h"
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "engine/sampler.h"
@@ -563,6 +564,107 @@ static void test_long_history(void)
     CHECK_EQ_INT(mism, 0);
 }
 
+/* Goldens from scripts/sampler_reference.py (numpy, the reference's definitions): ids,
+ * logprobs of the sampled token and the top-k alternatives over multi-step runs. */
+static double jnum(json_t *o, const char *k)
+{
+    return json_number_value(json_object_get(o, k));
+}
+
+static void test_numpy_goldens(void)
+{
+    json_error_t je;
+    json_t *root = json_load_file(repo_path("tests/data/sampler/golden.json"), 0, &je);
+    CHECK_MSG(root != NULL, "golden.json: %s", je.text);
+    if (!root)
+        return;
+    json_t *cases = json_object_get(root, "cases");
+    size_t ci, n_steps = 0;
+    json_t *c;
+    int bad_id = 0, bad_lp = 0;
+    json_array_foreach(cases, ci, c) {
+        json_t *jp = json_object_get(c, "params");
+        int V = (int)json_integer_value(json_object_get(c, "n_vocab"));
+        struct sampler_params p;
+        sampler_params_default(&p);
+        p.temperature = (float)jnum(jp, "temperature");
+        p.top_p = (float)jnum(jp, "top_p");
+        p.top_k = (int)jnum(jp, "top_k");
+        p.min_p = (float)jnum(jp, "min_p");
+        p.xtc_probability = (float)jnum(jp, "xtc_probability");
+        p.xtc_threshold = (float)jnum(jp, "xtc_threshold");
+        p.repetition_penalty = (float)jnum(jp, "repetition_penalty");
+        p.repetition_context_size = (int)jnum(jp, "repetition_context_size");
+        p.presence_penalty = (float)jnum(jp, "presence_penalty");
+        p.presence_context_size = (int)jnum(jp, "presence_context_size");
+        p.frequency_penalty = (float)jnum(jp, "frequency_penalty");
+        p.frequency_context_size = (int)jnum(jp, "frequency_context_size");
+        p.seed = (uint64_t)json_integer_value(json_object_get(jp, "seed"));
+        p.top_logprobs = (int)jnum(jp, "top_logprobs");
+        struct sampler_bias bias[8];
+        json_t *jb = json_object_get(jp, "logit_bias"), *x;
+        size_t i;
+        json_array_foreach(jb, i, x) {
+            if (i < 8) {
+                bias[i].id = (int32_t)json_integer_value(json_array_get(x, 0));
+                bias[i].bias = (float)json_number_value(json_array_get(x, 1));
+                p.n_logit_bias = (int)i + 1;
+            }
+        }
+        p.logit_bias = bias;
+        struct sampler *s = NULL;
+        struct cerr e;
+        if (sampler_new(&s, &p, V, &e)) {
+            CHECK_MSG(0, "case %zu: %s", ci, e.msg);
+            continue;
+        }
+        int32_t ids[64];
+        int ne = 0;
+        json_array_foreach(json_object_get(c, "exempt"), i, x) {
+            if (ne < 64)
+                ids[ne++] = (int32_t)json_integer_value(x);
+        }
+        sampler_set_xtc_exempt(s, ids, ne);
+        json_array_foreach(json_object_get(c, "history"), i, x) {
+            sampler_accept(s, (int32_t)json_integer_value(x));
+        }
+        json_t *st;
+        size_t si;
+        json_array_foreach(json_object_get(c, "steps"), si, st) {
+            float lg[64];
+            json_array_foreach(json_object_get(st, "logits"), i, x) {
+                if (i < 64)
+                    lg[i] = (float)json_integer_value(x) / 100.0f;
+            }
+            struct sampler_logprob lp;
+            int32_t id = sampler_sample(s, lg, &lp), want = (int32_t)jnum(st, "id");
+            n_steps++;
+            if (id != want) {
+                bad_id++;
+                fprintf(stderr, "case %zu step %zu: id %d, numpy %d\n", ci, si, id, want);
+            }
+            if (p.top_logprobs >= 0) {
+                json_t *tid = json_object_get(st, "top_id"), *tlp = json_object_get(st, "top_lp");
+                int ok = lp.id == id && fabs(lp.logprob - jnum(st, "logprob")) < 1e-5 &&
+                         lp.n_top == (int)json_array_size(tid);
+                for (int k = 0; ok && k < lp.n_top; k++)
+                    ok = lp.top_id[k] == (int32_t)json_integer_value(json_array_get(tid, (size_t)k)) &&
+                         fabs(lp.top_lp[k] - json_number_value(json_array_get(tlp, (size_t)k))) < 1e-5;
+                if (!ok) {
+                    bad_lp++;
+                    fprintf(stderr, "case %zu step %zu: logprobs differ\n", ci, si);
+                }
+            }
+            sampler_accept(s, want);
+        }
+        sampler_free(s);
+    }
+    CHECK(n_steps >= 100);
+    CHECK_EQ_INT(bad_id, 0);
+    CHECK_EQ_INT(bad_lp, 0);
+    json_decref(root);
+}
+
 static void check_msg(struct sampler_params p, const char *want)
 {
     struct cerr e = {0};
@@ -638,6 +740,7 @@ int main(void)
     RUN(test_xtc_exempt);
     RUN(test_logprobs);
     RUN(test_long_history);
+    RUN(test_numpy_goldens);
     RUN(test_validation);
     return harness_done();
 }
