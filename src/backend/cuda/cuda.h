@@ -1,0 +1,36 @@
+/* cuda.h — the CUDA backend (NVIDIA GPUs, built for sm_90 with a PTX fallback).
+ *
+ * Activations, KV cache and weights live in device memory; ops are queued on one stream
+ * and latch the first CUDA error, which sync() reports (and clears). Weights: F32, F16,
+ * BF16, Q8_0, Q4_K and Q6_K run natively (decode matvec kernels, cuBLAS GEMMs for larger
+ * steps); the other quantized types are expanded to F32 at load. This header includes no
+ * CUDA header: the rest of cinfer sees only struct be.
+ */
+#ifndef CINFER_BACKEND_CUDA_H
+#define CINFER_BACKEND_CUDA_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Creates the CUDA backend on GPU cfg->device (default 0). Returns NULL and fills e with a
+ * clear sentence when there is no usable GPU or driver (never aborts). */
+struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e);
+
+/* Device bytes in use on b's GPU (total - free, as the driver reports; includes the CUDA
+ * context and cuBLAS workspaces), and the largest value seen by any call so far. b must be
+ * a CUDA backend. */
+size_t be_cuda_mem_used(struct be *b, size_t *peak);
+
+/* "NVIDIA H200, driver 580.159, CUDA runtime 13.0" into buf (for reports). */
+void be_cuda_describe(struct be *b, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

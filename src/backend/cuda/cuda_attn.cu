@@ -1,0 +1,213 @@
+/* cuda_attn.cu — attention over the paged KV cache on the GPU (flash-decoding).
+ *
+ * A block serves one token, one KV head and hg of its query heads (one warp each), over one
+ * split of the token's positions. Positions stream through shared memory in chunks of
+ * AT_CH rows (K and V converted to float); per chunk a lane scores one position, the warp
+ * updates its online softmax once, and each lane accumulates head_dim/32 output dims.
+ * Steps of up to AT_SPLIT_MAX_TOK tokens split every context into absolute position
+ * ranges of AT_SPLIT positions (so a token's result never depends on the rest of the batch
+ * or on the context capacity); a second kernel merges the splits. Longer steps (prefill)
+ * run one split per token. head_dim is limited to 256.
+ */
+#include <math.h>
+
+#include "backend/cuda/cuda_int.cuh"
+
+enum {
+    AT_CH = 32,              /* positions per shared-memory chunk */
+    AT_MAX_HD = 256,         /* largest head_dim (8 dims per lane) */
+    AT_MAX_HG = 8,           /* query heads (warps) per block */
+    AT_SPLIT = 64,           /* positions per split in split mode */
+    AT_SPLIT_MAX_TOK = 64,   /* steps of at most this many tokens use split mode */
+};
+
+struct at_args {
+    int n_tok, n_head, n_kv_head, head_dim;
+    float scale, softcap;
+    int window;
+    const int32_t *pos, *seq, *block_tables;
+    int max_blocks, block_size;
+    const void *k_cache, *v_cache;
+};
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+template <int F16>
+__global__ void k_attn(float *out, float *part, const float *q, struct at_args a, int hg,
+                       int nsub, int split_len, int n_split)
+{
+    extern __shared__ float sm[];
+    const int hd = a.head_dim, t = blockIdx.x, kvd = a.n_kv_head * hd;
+    const int g = blockIdx.y / nsub, sub = blockIdx.y % nsub, group = a.n_head / a.n_kv_head;
+    const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int h0 = g * group + sub * hg, h = h0 + w;
+    float *qs = sm, *ks = sm + hg * hd, *vs = ks + AT_CH * (hd + 1);
+    const int pos = a.pos[t];
+    const int lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+    int s0 = blockIdx.z * split_len;
+    const int s1 = s0 + split_len < pos + 1 ? s0 + split_len : pos + 1;
+    s0 = s0 > lo ? s0 : lo;
+    for (int i = threadIdx.x; i < hg * hd; i += blockDim.x)
+        qs[i] = q[((size_t)t * a.n_head + h0) * hd + i];
+    float m = -INFINITY, l = 0.0f, acc[AT_MAX_HD / 32];
+#pragma unroll
+    for (int i = 0; i < AT_MAX_HD / 32; i++)
+        acc[i] = 0.0f;
+    const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
+    for (int c0 = s0; c0 < s1; c0 += AT_CH) {
+        const int nrow = s1 - c0 < AT_CH ? s1 - c0 : AT_CH;
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < nrow * hd; idx += blockDim.x) {
+            int j = idx / hd, d = idx - j * hd, p = c0 + j;
+            size_t off = ((size_t)bt[p / a.block_size] * a.block_size + p % a.block_size) * kvd +
+                         (size_t)g * hd + d;
+            float kv, vv;
+            if (F16) {
+                kv = __half2float(((const __half *)a.k_cache)[off]);
+                vv = __half2float(((const __half *)a.v_cache)[off]);
+            } else {
+                kv = ((const float *)a.k_cache)[off];
+                vv = ((const float *)a.v_cache)[off];
+            }
+            ks[j * (hd + 1) + d] = kv;
+            vs[j * hd + d] = vv;
+        }
+        __syncthreads();
+        float s = -INFINITY;
+        if (lane < nrow) {
+            const float *kr = ks + lane * (hd + 1), *qr = qs + w * hd;
+            float dot = 0.0f;
+            for (int i = 0; i < hd; i++)
+                dot = fmaf(qr[i], kr[i], dot);
+            s = dot * a.scale;
+            if (a.softcap > 0.0f)
+                s = a.softcap * tanhf(s / a.softcap);
+        }
+        const float mn = fmaxf(m, warp_max(s));
+        const float f = expf(m - mn);
+        const float p = lane < nrow ? expf(s - mn) : 0.0f;
+        l = l * f + warp_sum(p);
+#pragma unroll
+        for (int i = 0; i < AT_MAX_HD / 32; i++)
+            acc[i] *= f;
+        for (int j = 0; j < nrow; j++) {
+            const float pj = __shfl_sync(0xffffffffu, p, j);
+            const float *vr = vs + j * hd;
+#pragma unroll
+            for (int i = 0; i < AT_MAX_HD / 32; i++)
+                if (lane + 32 * i < hd)
+                    acc[i] = fmaf(pj, vr[lane + 32 * i], acc[i]);
+        }
+        m = mn;
+    }
+    if (n_split == 1) {
+        float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float *o = out + ((size_t)t * a.n_head + h) * hd;
+#pragma unroll
+        for (int i = 0; i < AT_MAX_HD / 32; i++)
+            if (lane + 32 * i < hd)
+                o[lane + 32 * i] = acc[i] * inv;
+        return;
+    }
+    float *pp = part + (((size_t)t * a.n_head + h) * n_split + blockIdx.z) * (hd + 2);
+    if (lane == 0)
+        pp[0] = m, pp[1] = l;
+#pragma unroll
+    for (int i = 0; i < AT_MAX_HD / 32; i++)
+        if (lane + 32 * i < hd)
+            pp[2 + lane + 32 * i] = acc[i];
+}
+
+/* out row (t, h) = merge of its n_split partial softmaxes, in split order. */
+__global__ void k_attn_merge(float *out, const float *part, int hd, int n_split)
+{
+    const float *pp = part + (size_t)blockIdx.x * n_split * (hd + 2);
+    float mx = -INFINITY;
+    for (int z = 0; z < n_split; z++)
+        if (pp[z * (hd + 2) + 1] > 0.0f)
+            mx = fmaxf(mx, pp[z * (hd + 2)]);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float L = 0.0f, o = 0.0f;
+        for (int z = 0; z < n_split; z++) {
+            const float *pz = pp + z * (hd + 2);
+            if (pz[1] > 0.0f) {
+                float f = expf(pz[0] - mx);
+                L += f * pz[1];
+                o += f * pz[2 + d];
+            }
+        }
+        out[(size_t)blockIdx.x * hd + d] = L > 0.0f ? o * (1.0f / L) : 0.0f;
+    }
+}
+
+static size_t at_smem(int hg, int hd) { return ((size_t)hg * hd + (size_t)AT_CH * (2 * hd + 1)) * 4; }
+
+cudaError_t cu_attn_init(struct cu_be *cb)
+{
+    size_t need = at_smem(AT_MAX_HG, AT_MAX_HD);
+    if (need > cb->smem_optin)
+        need = cb->smem_optin;
+    cudaError_t rc = cudaFuncSetAttribute(k_attn<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)need);
+    if (rc == cudaSuccess)
+        rc = cudaFuncSetAttribute(k_attn<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)need);
+    return rc;
+}
+
+void cu_attention(struct be *b, float *out, const float *q, const struct be_attn *a)
+{
+    struct cu_be *cb = cu_be(b);
+    if (a->n_tok <= 0)
+        return;
+    if (a->head_dim > AT_MAX_HD || a->head_dim <= 0 || a->n_kv_head <= 0 ||
+        a->n_head % a->n_kv_head) {
+        cu_latch(cb, "attention (head_dim above 256 or bad head counts)", cudaErrorInvalidValue);
+        return;
+    }
+    int group = a->n_head / a->n_kv_head, hg = AT_MAX_HG < group ? AT_MAX_HG : group;
+    while (group % hg)
+        hg--;
+    int nsub = group / hg;
+    int ctx = a->max_blocks * a->block_size;
+    int split_len = a->n_tok <= AT_SPLIT_MAX_TOK ? AT_SPLIT : ctx;
+    int n_split = (ctx + split_len - 1) / split_len;
+    float *part = NULL;
+    if (n_split > 1) {
+        part = (float *)cu_scratch(cb, CU_SCRATCH_ATT, (size_t)a->n_tok * a->n_head * n_split *
+                                                          (a->head_dim + 2) * sizeof(float));
+        if (!part)
+            return;
+    }
+    struct at_args x = {a->n_tok,   a->n_head,    a->n_kv_head, a->head_dim,
+                        a->scale,   a->softcap,   a->window,    a->pos,
+                        a->seq,     a->block_tables, a->max_blocks, a->block_size,
+                        a->k_cache, a->v_cache};
+    dim3 grid((unsigned)a->n_tok, (unsigned)(a->n_kv_head * nsub), (unsigned)n_split);
+    size_t smem = at_smem(hg, a->head_dim);
+    if (a->kv_dtype == DT_F16)
+        k_attn<1><<<grid, hg * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, split_len, n_split);
+    else
+        k_attn<0><<<grid, hg * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, split_len, n_split);
+    cu_after_launch(cb, "attention");
+    if (n_split > 1) {
+        int th = a->head_dim < 32 ? 32 : (a->head_dim + 31) / 32 * 32;
+        k_attn_merge<<<(unsigned)(a->n_tok * a->n_head), th, 0, cb->stream>>>(out, part,
+                                                                             a->head_dim, n_split);
+        cu_after_launch(cb, "attention merge");
+    }
+}

@@ -1,0 +1,366 @@
+/* cuda_be.cu — the CUDA backend object: vtable, device memory, weights, errors, sync.
+ *
+ * One stream per backend; every op is queued on it. upload() is a stream-ordered copy
+ * from host memory (the source may be reused at return), download() waits for it. A
+ * failed cudaMalloc returns NULL (the caller fails that request); a kernel or cuBLAS
+ * failure is latched and returned, then cleared, by the next sync(). Weights handed to
+ * weight_prepare() in host memory are copied to device memory owned by the backend.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_int.cuh"
+
+extern "C" {
+#include "backend/cpu/quant.h"
+#include "util/log.h"
+}
+
+void cu_latch(struct cu_be *cb, const char *what, cudaError_t rc)
+{
+    if (cb->err)
+        return;
+    cb->err = rc == cudaErrorMemoryAllocation ? CERR_NOMEM : CERR_IO;
+    snprintf(cb->err_msg, sizeof cb->err_msg, "cuda: %s failed: %s (%s)", what,
+             cudaGetErrorString(rc), cudaGetErrorName(rc));
+}
+
+void cu_latch_blas(struct cu_be *cb, const char *what, cublasStatus_t rc)
+{
+    if (cb->err)
+        return;
+    cb->err = rc == CUBLAS_STATUS_ALLOC_FAILED ? CERR_NOMEM : CERR_IO;
+    snprintf(cb->err_msg, sizeof cb->err_msg, "cuda: %s failed: cuBLAS status %d", what, (int)rc);
+}
+
+static void note_used(struct cu_be *cb)
+{
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && tot - fr > cb->peak_used)
+        cb->peak_used = tot - fr;
+}
+
+void *cu_scratch(struct cu_be *cb, int i, size_t n)
+{
+    if (n <= cb->scratch_cap[i])
+        return cb->scratch[i];
+    size_t cap = n + n / 4 + (1u << 20);
+    if (cb->scratch[i]) {
+        cudaFree(cb->scratch[i]); /* synchronizes: queued users of the old buffer are done */
+        cb->scratch[i] = NULL;
+        cb->scratch_cap[i] = 0;
+    }
+    cudaError_t rc = cudaMalloc(&cb->scratch[i], cap);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        cb->scratch[i] = NULL;
+        cu_latch(cb, "scratch allocation", rc);
+        return NULL;
+    }
+    cb->scratch_cap[i] = cap;
+    note_used(cb);
+    return cb->scratch[i];
+}
+
+/* ---- memory ---- */
+
+static void *cu_alloc(struct be *b, size_t bytes)
+{
+    struct cu_be *cb = cu_be(b);
+    void *p = NULL;
+    size_t n = (bytes + 255) & ~(size_t)255;
+    if (n < bytes)
+        return NULL;
+    if (cudaMalloc(&p, n ? n : 256) != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: the caller reports it */
+        return NULL;
+    }
+    note_used(cb);
+    return p;
+}
+
+static void cu_free(struct be *b, void *p)
+{
+    struct cu_be *cb = cu_be(b);
+    if (!p)
+        return;
+    for (int i = 0; i < cb->n_weights; i++)
+        if (cb->weights[i] == p) {
+            cb->weights[i] = cb->weights[--cb->n_weights];
+            break;
+        }
+    cudaFree(p);
+}
+
+static int cu_upload(struct be *b, void *dst, const void *src, size_t n, struct cerr *e)
+{
+    struct cu_be *cb = cu_be(b);
+    if (!n)
+        return 0;
+    cudaError_t rc = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cb->stream);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        return cerr_set(e, CERR_IO, "cuda: upload of %zu bytes failed: %s", n,
+                        cudaGetErrorString(rc));
+    }
+    return 0;
+}
+
+static int cu_download(struct be *b, void *dst, const void *src, size_t n, struct cerr *e)
+{
+    struct cu_be *cb = cu_be(b);
+    if (!n)
+        return 0;
+    cudaError_t rc = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, cb->stream);
+    if (rc == cudaSuccess)
+        rc = cudaStreamSynchronize(cb->stream);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        return cerr_set(e, CERR_IO, "cuda: download of %zu bytes failed: %s", n,
+                        cudaGetErrorString(rc));
+    }
+    return 0;
+}
+
+static int cu_sync(struct be *b, struct cerr *e)
+{
+    struct cu_be *cb = cu_be(b);
+    cudaError_t rc = cudaStreamSynchronize(cb->stream);
+    if (rc != cudaSuccess)
+        cu_latch(cb, "a queued kernel", rc);
+    if (!cb->err)
+        return 0;
+    int code = cb->err;
+    cerr_set(e, code, "%s", cb->err_msg);
+    cb->err = 0;
+    cudaGetLastError();
+    return code;
+}
+
+static int native_type(int dt)
+{
+    return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16 || dt == DT_Q8_0 || dt == DT_Q4_K ||
+           dt == DT_Q6_K;
+}
+
+static int track_weight(struct cu_be *cb, void *p)
+{
+    if (cb->n_weights == cb->cap_weights) {
+        int cap = cb->cap_weights ? 2 * cb->cap_weights : 64;
+        void **nw = (void **)realloc(cb->weights, (size_t)cap * sizeof *nw);
+        if (!nw)
+            return -1;
+        cb->weights = nw;
+        cb->cap_weights = cap;
+    }
+    cb->weights[cb->n_weights++] = p;
+    return 0;
+}
+
+/* Device copy of n host bytes, owned by the backend. */
+static void *weight_copy(struct cu_be *cb, const void *host, size_t n, const char *nm,
+                         struct cerr *e)
+{
+    void *d = cu_alloc(&cb->base, n);
+    if (!d) {
+        cerr_set(e, CERR_NOMEM, "cuda: out of device memory for weight %s (%zu bytes)", nm, n);
+        return NULL;
+    }
+    if (cudaMemcpy(d, host, n, cudaMemcpyHostToDevice) != cudaSuccess || track_weight(cb, d)) {
+        cudaGetLastError();
+        cudaFree(d);
+        cerr_set(e, CERR_IO, "cuda: cannot copy weight %s to the device", nm);
+        return NULL;
+    }
+    return d;
+}
+
+static int cu_weight_prepare(struct be *b, struct be_tensor *t, struct cerr *e)
+{
+    struct cu_be *cb = cu_be(b);
+    const char *nm = t->name ? t->name : "tensor";
+    if (!dtype_is_weight_type(t->dtype))
+        return cerr_set(e, CERR_UNSUPPORTED, "%s: dtype %s is not supported for weights", nm,
+                        dtype_name(t->dtype));
+    if (t->ne[0] <= 0 || t->ne[1] <= 0 || t->ne[0] > INT32_MAX || t->ne[1] > INT32_MAX)
+        return cerr_set(e, CERR_FORMAT, "%s: bad shape [%lld, %lld]", nm, (long long)t->ne[0],
+                        (long long)t->ne[1]);
+    size_t rb = dtype_row_bytes(t->dtype, t->ne[0]), need = rb * (size_t)t->ne[1];
+    if (rb == 0)
+        return cerr_set(e, CERR_FORMAT, "%s: row length %lld is not a multiple of the %s block",
+                        nm, (long long)t->ne[0], dtype_name(t->dtype));
+    if (!t->data || t->nbytes < need)
+        return cerr_set(e, CERR_FORMAT, "%s: %zu bytes of data, need %zu", nm, t->nbytes, need);
+    cudaPointerAttributes at;
+    int on_dev = cudaPointerGetAttributes(&at, t->data) == cudaSuccess &&
+                 (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged);
+    cudaGetLastError();
+    if (native_type(t->dtype)) {
+        if (on_dev)
+            return 0;
+        void *d = weight_copy(cb, t->data, need, nm, e);
+        if (!d)
+            return e ? e->code : CERR_NOMEM;
+        t->data = d;
+        return 0;
+    }
+    /* other quantized types: expanded to F32 rows once, on the host */
+    const void *src = t->data;
+    void *hcopy = NULL;
+    if (on_dev) {
+        hcopy = malloc(need);
+        if (!hcopy || cudaMemcpy(hcopy, t->data, need, cudaMemcpyDeviceToHost) != cudaSuccess) {
+            free(hcopy);
+            return cerr_set(e, CERR_IO, "%s: cannot read the weight back from the device", nm);
+        }
+        src = hcopy;
+    }
+    size_t fb = (size_t)t->ne[0] * t->ne[1] * sizeof(float);
+    float *f = (float *)malloc(fb);
+    if (!f) {
+        free(hcopy);
+        return cerr_set(e, CERR_NOMEM, "%s: out of memory expanding %s to F32", nm,
+                        dtype_name(t->dtype));
+    }
+    for (int64_t r = 0; r < t->ne[1]; r++)
+        quant_dequant_row(t->dtype, (const char *)src + rb * (size_t)r, f + r * t->ne[0],
+                          t->ne[0]);
+    free(hcopy);
+    void *d = weight_copy(cb, f, fb, nm, e);
+    free(f);
+    if (!d)
+        return e ? e->code : CERR_NOMEM;
+    log_debug("cuda: %s: %s weights expanded to F32 (no native kernel)", nm,
+              dtype_name(t->dtype));
+    t->dtype = DT_F32;
+    t->data = d;
+    t->nbytes = fb;
+    return 0;
+}
+
+static void cu_destroy(struct be *b)
+{
+    struct cu_be *cb = cu_be(b);
+    cudaStreamSynchronize(cb->stream);
+    for (int i = 0; i < cb->n_weights; i++)
+        cudaFree(cb->weights[i]);
+    free(cb->weights);
+    for (int i = 0; i < CU_N_SCRATCH; i++)
+        if (cb->scratch[i])
+            cudaFree(cb->scratch[i]);
+    cublasDestroy(cb->blas);
+    cudaStreamDestroy(cb->stream);
+    free(cb);
+}
+
+static const struct be_ops g_cuda_ops = {
+    .name = "cuda",
+    .destroy = cu_destroy,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .weight_prepare = cu_weight_prepare,
+    .sync = cu_sync,
+    .get_rows = cu_get_rows,
+    .matmul = cu_matmul,
+    .rmsnorm = cu_rmsnorm,
+    .rope = cu_rope,
+    .kv_store = cu_kv_store,
+    .attention = cu_attention,
+    .act_mul = cu_act_mul,
+    .add = cu_add,
+    .add_row = cu_add_row,
+    .scale = cu_scale,
+    .softcap = cu_softcap,
+};
+
+extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
+{
+    int dev = cfg ? cfg->device : 0, n = 0;
+    cudaError_t rc = cudaGetDeviceCount(&n);
+    if (rc != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        cerr_set(e, CERR_UNSUPPORTED, "cuda: no usable GPU (%s)",
+                 rc != cudaSuccess ? cudaGetErrorString(rc) : "no device found");
+        return NULL;
+    }
+    if (dev < 0 || dev >= n) {
+        cerr_set(e, CERR_INVALID, "cuda: --device %d is out of range (this machine has %d GPU%s)",
+                 dev, n, n == 1 ? "" : "s");
+        return NULL;
+    }
+    cudaDeviceProp prop;
+    if ((rc = cudaSetDevice(dev)) != cudaSuccess ||
+        (rc = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) {
+        cudaGetLastError();
+        cerr_set(e, CERR_IO, "cuda: cannot open GPU %d: %s", dev, cudaGetErrorString(rc));
+        return NULL;
+    }
+    if (prop.major < 8) {
+        cerr_set(e, CERR_UNSUPPORTED, "cuda: GPU %d (%s) has compute capability %d.%d; cinfer "
+                 "needs 8.0 or newer", dev, prop.name, prop.major, prop.minor);
+        return NULL;
+    }
+    struct cu_be *cb = (struct cu_be *)calloc(1, sizeof *cb);
+    if (!cb) {
+        cerr_set(e, CERR_NOMEM, "out of memory creating the CUDA backend");
+        return NULL;
+    }
+    cb->base.ops = &g_cuda_ops;
+    cb->device = dev;
+    cb->n_sm = prop.multiProcessorCount;
+    cb->smem_optin = prop.sharedMemPerBlockOptin;
+    if ((rc = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        cudaGetLastError();
+        cerr_set(e, CERR_IO, "cuda: cannot create a stream on GPU %d: %s", dev,
+                 cudaGetErrorString(rc));
+        free(cb);
+        return NULL;
+    }
+    cublasStatus_t bs = cublasCreate(&cb->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        cerr_set(e, CERR_IO, "cuda: cuBLAS initialisation failed (status %d)", (int)bs);
+        cudaStreamDestroy(cb->stream);
+        free(cb);
+        return NULL;
+    }
+    cublasSetStream(cb->blas, cb->stream);
+    cublasSetMathMode(cb->blas, CUBLAS_DEFAULT_MATH); /* F32 GEMMs stay F32 (no TF32) */
+    if ((rc = cu_attn_init(cb)) != cudaSuccess) {
+        cerr_set(e, CERR_IO, "cuda: kernel setup failed: %s", cudaGetErrorString(rc));
+        cublasDestroy(cb->blas);
+        cudaStreamDestroy(cb->stream);
+        free(cb);
+        return NULL;
+    }
+    note_used(cb);
+    log_debug("cuda backend: GPU %d %s, %d SMs, cc %d.%d", dev, prop.name, cb->n_sm, prop.major,
+              prop.minor);
+    return &cb->base;
+}
+
+extern "C" size_t be_cuda_mem_used(struct be *b, size_t *peak)
+{
+    struct cu_be *cb = cu_be(b);
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    note_used(cb);
+    if (peak)
+        *peak = cb->peak_used;
+    return tot - fr;
+}
+
+extern "C" void be_cuda_describe(struct be *b, char *buf, size_t n)
+{
+    struct cu_be *cb = cu_be(b);
+    cudaDeviceProp prop;
+    int drv = 0, rt = 0;
+    cudaGetDeviceProperties(&prop, cb->device);
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    snprintf(buf, n, "%s (cc %d.%d, %d SMs), driver API %d.%d, runtime %d.%d", prop.name,
+             prop.major, prop.minor, prop.multiProcessorCount, drv / 1000, drv % 1000 / 10,
+             rt / 1000, rt % 1000 / 10);
+}

@@ -1,0 +1,130 @@
+/* cuda_int.cuh — internals of the CUDA backend, shared by the .cu files of backend/cuda.
+ *
+ * struct cu_be is the backend object: one stream, one cuBLAS handle, grow-only scratch
+ * buffers (used by one op at a time, on the stream), the list of weight copies the backend
+ * owns, and the latched first error. Every launch goes through cu_after_launch(), which
+ * latches a launch error; sync() reports it.
+ */
+#ifndef CINFER_BACKEND_CUDA_INT_CUH
+#define CINFER_BACKEND_CUDA_INT_CUH
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend/backend.h"
+#include "backend/cuda/cuda.h"
+}
+
+enum { CU_SCRATCH_X = 0, CU_SCRATCH_W = 1, CU_SCRATCH_ATT = 2, CU_N_SCRATCH = 3 };
+
+struct cu_be {
+    struct be base;
+    int device;
+    int n_sm;
+    size_t smem_optin; /* largest dynamic shared memory a block may ask for */
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *scratch[CU_N_SCRATCH];
+    size_t scratch_cap[CU_N_SCRATCH];
+    void **weights; /* device copies made by weight_prepare (freed at destroy) */
+    int n_weights, cap_weights;
+    size_t peak_used;
+    int err;            /* first latched error: 0 or a CERR_* code */
+    char err_msg[400];
+};
+
+static inline struct cu_be *cu_be(struct be *b) { return (struct cu_be *)b; }
+
+/* Latches the first error (what = the op's name). */
+void cu_latch(struct cu_be *cb, const char *what, cudaError_t rc);
+void cu_latch_blas(struct cu_be *cb, const char *what, cublasStatus_t rc);
+/* Checks the last launch. */
+static inline void cu_after_launch(struct cu_be *cb, const char *what)
+{
+    cudaError_t rc = cudaGetLastError();
+    if (rc != cudaSuccess)
+        cu_latch(cb, what, rc);
+}
+/* Scratch buffer i of at least n bytes (grown, contents lost); NULL after latching an
+ * out-of-memory error. */
+void *cu_scratch(struct cu_be *cb, int i, size_t n);
+
+/* ---- element decoding shared by get_rows and matmul (cuda_ops.cu / cuda_mm.cu) ---- */
+
+__device__ __forceinline__ float cu_f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float cu_bf16(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ __forceinline__ uint16_t cu_ld16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+/* 32 consecutive weights of sub-block sb (elements 32 sb .. 32 sb + 31 of the 256-element
+ * block, or the whole 32-element block) as floats, with the CPU dequantization's exact
+ * operation order (no contraction: explicit _rn ops). */
+__device__ __forceinline__ void cu_deq32(int dt, const uint8_t *blk, int sb, float *o)
+{
+    if (dt == DT_Q8_0) {
+        float d = cu_f16(cu_ld16(blk));
+        const int8_t *q = (const int8_t *)(blk + 2);
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+            o[i] = __fmul_rn((float)q[i], d);
+    } else if (dt == DT_Q4_K) {
+        float d = cu_f16(cu_ld16(blk)), dmin = cu_f16(cu_ld16(blk + 2));
+        const uint8_t *sc = blk + 4, *qs = blk + 16;
+        int a, m;
+        if (sb < 4) {
+            a = sc[sb] & 63;
+            m = sc[sb + 4] & 63;
+        } else {
+            a = (sc[sb + 4] & 0xf) | ((sc[sb - 4] >> 6) << 4);
+            m = (sc[sb + 4] >> 4) | ((sc[sb] >> 6) << 4);
+        }
+        float ds = __fmul_rn(d, (float)a), mm = __fmul_rn(dmin, (float)m);
+        const uint8_t *q = qs + (sb / 2) * 32;
+        int hi = sb & 1;
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            int v = hi ? q[i] >> 4 : q[i] & 0xf;
+            o[i] = __fsub_rn(__fmul_rn(ds, (float)v), mm);
+        }
+    } else { /* DT_Q6_K */
+        const uint8_t *ql = blk, *qh = blk + 128;
+        const int8_t *scs = (const int8_t *)(blk + 192);
+        float d = cu_f16(cu_ld16(blk + 208));
+        int n = sb / 4, qq = sb % 4;
+        float s0 = __fmul_rn(d, (float)scs[sb * 2]), s1 = __fmul_rn(d, (float)scs[sb * 2 + 1]);
+#pragma unroll
+        for (int l = 0; l < 32; l++) {
+            int lb = ql[n * 64 + l + (qq & 1) * 32];
+            int lo = qq >= 2 ? lb >> 4 : lb & 0xf;
+            int hb = (qh[n * 32 + l] >> (2 * qq)) & 3;
+            int v = (lo | hb << 4) - 32;
+            o[l] = __fsub_rn(__fmul_rn(l < 16 ? s0 : s1, (float)v), __fmul_rn(0.0f, 0.0f));
+        }
+    }
+}
+
+/* Ops (cuda_ops.cu, cuda_mm.cu, cuda_attn.cu). */
+void cu_get_rows(struct be *b, float *out, const struct be_tensor *w, const int32_t *ids, int n);
+void cu_matmul(struct be *b, float *y, const float *x, int n, const struct be_tensor *w);
+void cu_rmsnorm(struct be *b, float *y, const float *x, const float *w, int rows, int dim,
+                float eps);
+void cu_rope(struct be *b, float *x, const int32_t *pos, int n_tok, int n_head, int head_dim,
+             int rot_dim, int mode, const float *inv_freq, float mscale);
+void cu_kv_store(struct be *b, void *k_cache, void *v_cache, int kv_dtype, const float *k,
+                 const float *v, const int32_t *slots, int n_tok, int kv_dim);
+void cu_attention(struct be *b, float *out, const float *q, const struct be_attn *a);
+void cu_act_mul(struct be *b, float *y, const float *gate, const float *up, int64_t n, int act);
+void cu_add(struct be *b, float *y, const float *a, const float *x, int64_t n);
+void cu_add_row(struct be *b, float *y, const float *bias, int rows, int dim);
+void cu_scale(struct be *b, float *y, const float *x, float s, int64_t n);
+void cu_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
+/* One-time kernel attributes (shared-memory opt-in); 0 or a CUDA error. */
+cudaError_t cu_attn_init(struct cu_be *cb);
+
+#endif

@@ -1,0 +1,237 @@
+/* cuda_mm.cu — matmul: y (n, M) = x (n, K) * w^T on the GPU.
+ *
+ * Steps of up to MV_MAX_N rows (decode) run the matvec kernel: one warp per weight row
+ * streams the row once (16-byte loads for F16/BF16/F32) and keeps n float accumulators; a
+ * row of y is computed with the same operation sequence for any n <= MV_MAX_N, so decode
+ * is batch invariant. Quantized rows are decoded 32 weights at a time with the CPU's exact
+ * dequantization and multiplied in float. Larger steps (prefill, big batches) use cuBLAS:
+ * SGEMM (no TF32) for F32 weights; for 16-bit weights x is rounded to the weight type and
+ * GemmEx accumulates in F32; quantized weights are expanded to BF16 in row chunks first.
+ */
+#include "backend/cuda/cuda_int.cuh"
+
+enum { MV_MAX_N = 8, MV_WARPS = 4, DQ_CHUNK_BYTES = 256 << 20 };
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* 8 weights at element 8c of a 16-bit or F32 row, vector loads. */
+template <int DT> __device__ __forceinline__ void load8(const uint8_t *row, int c, float *w)
+{
+    if (DT == DT_F32) {
+        float4 a = __ldg((const float4 *)row + 2 * c), b = __ldg((const float4 *)row + 2 * c + 1);
+        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z,
+        w[7] = b.w;
+    } else {
+        uint4 u = __ldg((const uint4 *)row + c);
+        uint32_t p[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            uint16_t lo = (uint16_t)(p[j] & 0xffff), hi = (uint16_t)(p[j] >> 16);
+            w[2 * j] = DT == DT_F16 ? cu_f16(lo) : cu_bf16(lo);
+            w[2 * j + 1] = DT == DT_F16 ? cu_f16(hi) : cu_bf16(hi);
+        }
+    }
+}
+
+template <int DT> __device__ __forceinline__ float load1(const uint8_t *row, int e)
+{
+    return DT == DT_F32   ? ((const float *)row)[e]
+           : DT == DT_F16 ? cu_f16(((const uint16_t *)row)[e])
+                          : cu_bf16(((const uint16_t *)row)[e]);
+}
+
+template <int DT, int N>
+__global__ void __launch_bounds__(MV_WARPS * 32)
+    k_mv(float *__restrict__ y, const float *__restrict__ x, const uint8_t *__restrict__ w,
+         size_t rb, int K, int M, int vec)
+{
+    int row = blockIdx.x * MV_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= M)
+        return;
+    const uint8_t *wr = w + (size_t)row * rb;
+    float acc[N];
+#pragma unroll
+    for (int r = 0; r < N; r++)
+        acc[r] = 0.0f;
+    if (DT == DT_F32 || DT == DT_F16 || DT == DT_BF16) {
+        if (vec) {
+#pragma unroll 2
+            for (int c = lane; c < K / 8; c += 32) {
+                float wv[8];
+                load8<DT>(wr, c, wv);
+#pragma unroll
+                for (int r = 0; r < N; r++) {
+                    const float4 *xp = (const float4 *)(x + (size_t)r * K) + 2 * c;
+                    float4 a = __ldg(xp), b = __ldg(xp + 1);
+                    float s = acc[r];
+                    s = fmaf(wv[0], a.x, s), s = fmaf(wv[1], a.y, s);
+                    s = fmaf(wv[2], a.z, s), s = fmaf(wv[3], a.w, s);
+                    s = fmaf(wv[4], b.x, s), s = fmaf(wv[5], b.y, s);
+                    s = fmaf(wv[6], b.z, s), s = fmaf(wv[7], b.w, s);
+                    acc[r] = s;
+                }
+            }
+        } else {
+            for (int e = lane; e < K; e += 32) {
+                float wv = load1<DT>(wr, e);
+#pragma unroll
+                for (int r = 0; r < N; r++)
+                    acc[r] = fmaf(wv, x[(size_t)r * K + e], acc[r]);
+            }
+        }
+    } else {
+        int be = DT == DT_Q8_0 ? 32 : 256;
+        size_t bb = DT == DT_Q8_0 ? 34 : DT == DT_Q4_K ? 144 : 210;
+        for (int s = lane; s < K / 32; s += 32) {
+            int e0 = s * 32;
+            float wv[32];
+            cu_deq32(DT, wr + (size_t)(e0 / be) * bb, (e0 % be) / 32, wv);
+#pragma unroll
+            for (int r = 0; r < N; r++) {
+                const float4 *xp = (const float4 *)(x + (size_t)r * K + e0);
+                float t = acc[r];
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    float4 a = __ldg(xp + j);
+                    t = fmaf(wv[4 * j], a.x, t), t = fmaf(wv[4 * j + 1], a.y, t);
+                    t = fmaf(wv[4 * j + 2], a.z, t), t = fmaf(wv[4 * j + 3], a.w, t);
+                }
+                acc[r] = t;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < N; r++) {
+        float s = warp_sum(acc[r]);
+        if (lane == 0)
+            y[(size_t)r * M + row] = s;
+    }
+}
+
+template <int DT>
+static void mv_launch(struct cu_be *cb, float *y, const float *x, int n, const uint8_t *w,
+                      size_t rb, int K, int M, int vec)
+{
+    dim3 grid((unsigned)((M + MV_WARPS - 1) / MV_WARPS)), blk(MV_WARPS * 32);
+    switch (n) {
+#define MV_CASE(N)                                                                             \
+    case N:                                                                                    \
+        k_mv<DT, N><<<grid, blk, 0, cb->stream>>>(y, x, w, rb, K, M, vec);                     \
+        break;
+        MV_CASE(1) MV_CASE(2) MV_CASE(3) MV_CASE(4) MV_CASE(5) MV_CASE(6) MV_CASE(7) MV_CASE(8)
+#undef MV_CASE
+    }
+}
+
+/* x (n, K) float -> 16-bit (bf16 or f16), round to nearest even. */
+__global__ void k_to16(void *dst, const float *x, int64_t n, int bf)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        if (bf)
+            ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(x[i]);
+        else
+            ((__half *)dst)[i] = __float2half_rn(x[i]);
+    }
+}
+
+/* Rows [r0, r0 + nr) of a quantized weight -> bf16 (nr, K). One thread per 32 weights. */
+__global__ void k_deq_bf16(__nv_bfloat16 *dst, const uint8_t *w, int dt, size_t rb, int K, int r0,
+                           int nr)
+{
+    int64_t per = K / 32, idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= per * nr)
+        return;
+    int r = (int)(idx / per), s = (int)(idx % per), e0 = s * 32;
+    int be = dt == DT_Q8_0 ? 32 : 256;
+    size_t bb = dt == DT_Q8_0 ? 34 : dt == DT_Q4_K ? 144 : 210;
+    float v[32];
+    cu_deq32(dt, w + (size_t)(r0 + r) * rb + (size_t)(e0 / be) * bb, (e0 % be) / 32, v);
+    __nv_bfloat16 *o = dst + (int64_t)r * K + e0;
+#pragma unroll
+    for (int j = 0; j < 32; j++)
+        o[j] = __float2bfloat16_rn(v[j]);
+}
+
+static void gemm(struct cu_be *cb, float *y, const float *x, int n, const struct be_tensor *w)
+{
+    int K = (int)w->ne[0], M = (int)w->ne[1];
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t st;
+    if (w->dtype == DT_F32) {
+        st = cublasSgemm(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, n, K, &one, (const float *)w->data,
+                         K, x, K, &zero, y, M);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            cu_latch_blas(cb, "SGEMM", st);
+        return;
+    }
+    int bf = w->dtype != DT_F16;
+    cudaDataType_t ty = bf ? CUDA_R_16BF : CUDA_R_16F;
+    int64_t nx = (int64_t)n * K;
+    void *xs = cu_scratch(cb, CU_SCRATCH_X, (size_t)nx * 2);
+    if (!xs)
+        return;
+    unsigned nb = (unsigned)((nx + 255) / 256);
+    k_to16<<<nb > 65535u * 16 ? 65535u * 16 : nb, 256, 0, cb->stream>>>(xs, x, nx, bf);
+    cu_after_launch(cb, "matmul activation conversion");
+    if (w->dtype == DT_F16 || w->dtype == DT_BF16) {
+        st = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, n, K, &one, w->data, ty, K, xs,
+                          ty, K, &zero, y, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            cu_latch_blas(cb, "GemmEx", st);
+        return;
+    }
+    size_t rb = dtype_row_bytes(w->dtype, K);
+    int chunk = (int)(DQ_CHUNK_BYTES / ((size_t)K * 2));
+    chunk = chunk < 64 ? 64 : chunk > M ? M : chunk;
+    __nv_bfloat16 *wb = (__nv_bfloat16 *)cu_scratch(cb, CU_SCRATCH_W, (size_t)chunk * K * 2);
+    if (!wb)
+        return;
+    for (int r0 = 0; r0 < M; r0 += chunk) {
+        int nr = M - r0 < chunk ? M - r0 : chunk;
+        int64_t th = (int64_t)nr * (K / 32);
+        k_deq_bf16<<<(unsigned)((th + 127) / 128), 128, 0, cb->stream>>>(
+            wb, (const uint8_t *)w->data, w->dtype, rb, K, r0, nr);
+        cu_after_launch(cb, "weight expansion");
+        st = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, n, K, &one, wb, CUDA_R_16BF, K,
+                          xs, CUDA_R_16BF, K, &zero, y + r0, CUDA_R_32F, M, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            cu_latch_blas(cb, "GemmEx", st);
+            return;
+        }
+    }
+}
+
+void cu_matmul(struct be *b, float *y, const float *x, int n, const struct be_tensor *w)
+{
+    struct cu_be *cb = cu_be(b);
+    int K = (int)w->ne[0], M = (int)w->ne[1];
+    if (n <= 0 || M <= 0)
+        return;
+    if (n > MV_MAX_N || ((uintptr_t)x & 15) != 0) { /* the matvec's x loads are 16-byte */
+        gemm(cb, y, x, n, w);
+        return;
+    }
+    size_t rb = dtype_row_bytes(w->dtype, K);
+    const uint8_t *wd = (const uint8_t *)w->data;
+    int vec = K % 8 == 0 && rb % 16 == 0 && ((uintptr_t)wd & 15) == 0;
+    switch (w->dtype) {
+    case DT_F32: mv_launch<DT_F32>(cb, y, x, n, wd, rb, K, M, vec); break;
+    case DT_F16: mv_launch<DT_F16>(cb, y, x, n, wd, rb, K, M, vec); break;
+    case DT_BF16: mv_launch<DT_BF16>(cb, y, x, n, wd, rb, K, M, vec); break;
+    case DT_Q8_0: mv_launch<DT_Q8_0>(cb, y, x, n, wd, rb, K, M, 0); break;
+    case DT_Q4_K: mv_launch<DT_Q4_K>(cb, y, x, n, wd, rb, K, M, 0); break;
+    case DT_Q6_K: mv_launch<DT_Q6_K>(cb, y, x, n, wd, rb, K, M, 0); break;
+    default:
+        cu_latch(cb, "matmul (weight type without a kernel)", cudaErrorInvalidValue);
+        return;
+    }
+    cu_after_launch(cb, "matmul");
+}
