@@ -1,0 +1,632 @@
+/* toolcall.c — the streaming tool-call parser (toolcall.h): a byte-at-a-time scanner that
+ * streams content, holds back a possible marker prefix, collects each markup block until
+ * it is complete (end tag, fence, or the end of its JSON value), then hands the block to a
+ * whole-block parser (toolcall_parse.c). Byte-at-a-time makes the result independent of how
+ * the text was cut into pieces. Also: family detection, call ids, the per-call records.
+ */
+#include "api/toolcall.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/toolcall_int.h"
+
+/* ---- markup kinds and per-family markers ---- */
+
+enum kind {
+    K_TAG,        /* <tool_call> … </tool_call>: JSON object(s) or XML functions */
+    K_FUNC,       /* <function=name> … </function> without the outer tag */
+    K_PYTAG,      /* <|python_tag|> JSON object */
+    K_BARE,       /* a JSON object as the first thing in the reply (or after a call) */
+    K_MISTRAL,    /* [TOOL_CALLS] … */
+    K_FENCE_PY,   /* ```tool_code … ``` */
+    K_FENCE_JSON, /* ```json … ``` */
+    K_GEMMA4,     /* <|tool_call> … <tool_call|> */
+};
+
+struct marker {
+    const char *start, *end; /* end NULL: the block ends where its JSON value ends */
+    enum kind kind;
+};
+
+static const struct marker M_TAG = {"<tool_call>", "</tool_call>", K_TAG};
+static const struct marker M_FUNC = {"<function=", "</function>", K_FUNC};
+static const struct marker M_PYTAG = {"<|python_tag|>", NULL, K_PYTAG};
+static const struct marker M_MISTRAL = {"[TOOL_CALLS]", NULL, K_MISTRAL};
+static const struct marker M_FENCE_PY = {"```tool_code", "```", K_FENCE_PY};
+static const struct marker M_FENCE_JSON = {"```json", "```", K_FENCE_JSON};
+static const struct marker M_GEMMA4 = {"<|tool_call>", "<tool_call|>", K_GEMMA4};
+static const struct marker M_BARE = {"{", NULL, K_BARE};
+
+#define MAX_MARKERS 6
+
+struct family_spec {
+    const struct marker *m[MAX_MARKERS];
+    int bare; /* a reply (or the text right after a call) that starts with '{' is markup */
+};
+
+static const struct family_spec SPECS[] = {
+    [TC_GENERIC] = {{&M_TAG, &M_FUNC, &M_PYTAG, &M_MISTRAL, &M_FENCE_JSON}, 1},
+    [TC_HERMES] = {{&M_TAG}, 0},
+    [TC_QWEN3_XML] = {{&M_TAG, &M_FUNC}, 0},
+    [TC_LLAMA3] = {{&M_PYTAG}, 1},
+    [TC_MISTRAL] = {{&M_MISTRAL}, 0},
+    [TC_GEMMA] = {{&M_FENCE_PY, &M_FENCE_JSON, &M_GEMMA4}, 1},
+    [TC_NONE] = {{NULL}, 0},
+};
+
+/* ---- parser state ---- */
+
+struct call_rec {
+    char id[32];
+    char *name, *args;
+    int raw;   /* index into raws */
+    int first; /* first call of its block */
+};
+
+struct tc_parser {
+    enum tc_family family;
+    const struct family_spec *spec;
+    struct tc_tools *tools;
+    uint64_t seed;
+
+    int markup;               /* 0: text; 1: inside a block */
+    const struct marker *cur; /* the block's marker */
+    struct tcb mk;            /* text mode: bytes that may be the start of a marker */
+    struct tcb ws;            /* text mode: trailing whitespace not yet emitted */
+    struct tcb pre_ws;        /* whitespace that preceded the current block */
+    struct tcb span;          /* the current block, marker included */
+    struct tcj json;          /* JSON-ended blocks: the value's validator */
+    int json_on;              /* the validator has started (Mistral: after [ARGS]) */
+    int at_start;             /* only whitespace since the reply began or since a call */
+    int after_call;           /* the last thing seen was a call */
+
+    struct tcb out; /* content resolved during this push, emitted in one event */
+    tc_event_fn cb;
+    void *ud;
+
+    struct call_rec *calls;
+    int ncalls, cap_calls;
+    char **raws;
+    int nraws, cap_raws;
+    int block_first; /* while reporting a block: the next call is its first */
+    int oom;
+};
+
+/* ---- family detection ---- */
+
+enum tc_family tc_family_detect(const char *tmpl, const char *arch)
+{
+    if (tmpl) {
+        if (strstr(tmpl, "<function=") || strstr(tmpl, "<parameter="))
+            return TC_QWEN3_XML;
+        if (strstr(tmpl, "<tool_call>"))
+            return TC_HERMES;
+        if (strstr(tmpl, "[TOOL_CALLS]"))
+            return TC_MISTRAL;
+        if (strstr(tmpl, "<|python_tag|>") ||
+            (strstr(tmpl, "ipython") && strstr(tmpl, "\"parameters\"")))
+            return TC_LLAMA3;
+        if (strstr(tmpl, "<|tool_call>") || strstr(tmpl, "tool_code"))
+            return TC_GEMMA;
+    }
+    if (arch) {
+        if (strncmp(arch, "gemma", 5) == 0)
+            return TC_GEMMA;
+        if (strncmp(arch, "mistral", 7) == 0)
+            return TC_MISTRAL;
+        if (strncmp(arch, "qwen3moe", 8) == 0 || strncmp(arch, "qwen2", 5) == 0 ||
+            strncmp(arch, "qwen3", 5) == 0)
+            return TC_HERMES;
+        if (strncmp(arch, "llama", 5) == 0)
+            return TC_LLAMA3;
+    }
+    return TC_GENERIC;
+}
+
+static const char *const FAMILY_NAMES[] = {
+    [TC_GENERIC] = "generic", [TC_HERMES] = "hermes", [TC_QWEN3_XML] = "qwen3_xml",
+    [TC_LLAMA3] = "llama3",   [TC_MISTRAL] = "mistral", [TC_GEMMA] = "gemma",
+    [TC_NONE] = "none",
+};
+
+const char *tc_family_name(enum tc_family f)
+{
+    if ((int)f < 0 || f > TC_NONE)
+        return "unknown";
+    return FAMILY_NAMES[f];
+}
+
+int tc_family_from_name(const char *name)
+{
+    if (!name)
+        return -1;
+    for (int f = 0; f <= TC_NONE; f++)
+        if (strcmp(name, FAMILY_NAMES[f]) == 0)
+            return f;
+    if (strcmp(name, "qwen") == 0)
+        return TC_HERMES;
+    if (strcmp(name, "qwen3_coder") == 0)
+        return TC_QWEN3_XML;
+    if (strcmp(name, "llama") == 0)
+        return TC_LLAMA3;
+    return -1;
+}
+
+/* ---- lifecycle ---- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t default_seed(void)
+{
+    static _Atomic uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    x ^= atomic_fetch_add(&counter, 1) * 0xd1b54a32d192ed03ull;
+    return splitmix64(&x);
+}
+
+int tc_new(struct tc_parser **out, enum tc_family family, const char *tools_json,
+           struct cerr *e)
+{
+    *out = NULL;
+    if ((int)family < 0 || family > TC_NONE)
+        return cerr_set(e, CERR_INVALID, "tool parser: unknown family %d", (int)family);
+    struct tc_parser *p = calloc(1, sizeof *p);
+    if (!p)
+        return cerr_set(e, CERR_NOMEM, "tool parser: out of memory");
+    int rc = tct_load(&p->tools, tools_json, e);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    p->family = family;
+    p->spec = &SPECS[family];
+    p->seed = default_seed();
+    p->at_start = 1;
+    *out = p;
+    return CERR_OK;
+}
+
+void tc_set_id_seed(struct tc_parser *p, uint64_t seed)
+{
+    p->seed = seed;
+}
+
+void tc_free(struct tc_parser *p)
+{
+    if (!p)
+        return;
+    tct_free(p->tools);
+    tcb_free(&p->mk);
+    tcb_free(&p->ws);
+    tcb_free(&p->pre_ws);
+    tcb_free(&p->span);
+    tcb_free(&p->out);
+    for (int i = 0; i < p->ncalls; i++) {
+        free(p->calls[i].name);
+        free(p->calls[i].args);
+    }
+    free(p->calls);
+    for (int i = 0; i < p->nraws; i++)
+        free(p->raws[i]);
+    free(p->raws);
+    free(p);
+}
+
+/* ---- accessors ---- */
+
+int tc_call_count(const struct tc_parser *p)
+{
+    return p->ncalls;
+}
+
+static const struct call_rec *rec(const struct tc_parser *p, int i)
+{
+    return i >= 0 && i < p->ncalls ? &p->calls[i] : NULL;
+}
+
+const char *tc_call_id(const struct tc_parser *p, int i)
+{
+    const struct call_rec *r = rec(p, i);
+    return r ? r->id : NULL;
+}
+
+const char *tc_call_name(const struct tc_parser *p, int i)
+{
+    const struct call_rec *r = rec(p, i);
+    return r ? r->name : NULL;
+}
+
+const char *tc_call_args(const struct tc_parser *p, int i)
+{
+    const struct call_rec *r = rec(p, i);
+    return r ? r->args : NULL;
+}
+
+const char *tc_call_raw(const struct tc_parser *p, int i, int *first_in_block)
+{
+    const struct call_rec *r = rec(p, i);
+    if (first_in_block)
+        *first_in_block = r ? r->first : 0;
+    return r ? p->raws[r->raw] : NULL;
+}
+
+/* ---- events ---- */
+
+static void flush_content(struct tc_parser *p)
+{
+    if (p->out.n == 0)
+        return;
+    struct tc_event ev = {.kind = TC_EV_CONTENT, .text = p->out.p, .n = p->out.n};
+    if (p->cb)
+        p->cb(&ev, p->ud);
+    p->out.n = 0;
+}
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+/* tcx_call_fn: records one parsed call of the current block and emits its events. */
+static int on_call(void *ctx, const char *name, const char *args, size_t an)
+{
+    struct tc_parser *p = ctx;
+    if (p->ncalls == p->cap_calls) {
+        int cap = p->cap_calls ? p->cap_calls * 2 : 4;
+        struct call_rec *nc = realloc(p->calls, (size_t)cap * sizeof *nc);
+        if (!nc)
+            return CERR_NOMEM;
+        p->calls = nc;
+        p->cap_calls = cap;
+    }
+    struct call_rec *r = &p->calls[p->ncalls];
+    memset(r, 0, sizeof *r);
+    r->name = dup_n(name, strlen(name));
+    r->args = dup_n(args, an);
+    if (!r->name || !r->args) {
+        free(r->name);
+        free(r->args);
+        return CERR_NOMEM;
+    }
+    uint64_t x = p->seed ^ ((uint64_t)p->ncalls * 0x632be59bd9b4e019ull);
+    uint64_t a = splitmix64(&x), b = splitmix64(&x);
+    snprintf(r->id, sizeof r->id, "call_%016llx%08llx", (unsigned long long)a,
+             (unsigned long long)(b & 0xffffffffull));
+    r->raw = p->nraws - 1;
+    r->first = p->block_first;
+    p->block_first = 0;
+    int idx = p->ncalls++;
+
+    flush_content(p);
+    struct tc_event ev = {.index = idx, .id = r->id, .name = r->name};
+    if (p->cb) {
+        ev.kind = TC_EV_CALL_BEGIN;
+        p->cb(&ev, p->ud);
+        ev.kind = TC_EV_CALL_ARGS_DELTA;
+        ev.text = r->args;
+        ev.n = an;
+        p->cb(&ev, p->ud);
+        ev.kind = TC_EV_CALL_END;
+        p->cb(&ev, p->ud);
+    }
+    return 0;
+}
+
+/* ---- the byte scanner ---- */
+
+static int is_ws(char c)
+{
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+/* One byte of plain content: whitespace waits (it is dropped next to a call). */
+static void content_byte(struct tc_parser *p, char c)
+{
+    if (is_ws(c)) {
+        tcb_putc(&p->ws, c);
+        return;
+    }
+    if (!p->after_call)
+        tcb_put(&p->out, p->ws.p, p->ws.n);
+    p->ws.n = 0;
+    tcb_putc(&p->out, c);
+    p->at_start = 0;
+    p->after_call = 0;
+}
+
+static void content_bytes(struct tc_parser *p, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        content_byte(p, s[i]);
+}
+
+static void begin_block(struct tc_parser *p, const struct marker *m)
+{
+    p->markup = 1;
+    p->cur = m;
+    p->pre_ws.n = 0;
+    tcb_put(&p->pre_ws, p->ws.p, p->ws.n);
+    p->ws.n = 0;
+    p->mk.n = 0;
+    p->span.n = 0;
+    tcb_puts(&p->span, m->start);
+    tcj_init(&p->json, 0);
+    p->json_on = 0;
+    if (m->kind == K_BARE) {
+        tcj_feed(&p->json, '{');
+        p->json_on = 1;
+    }
+}
+
+/* Parses the finished block span[0..n) (end marker excluded from the body when `closed`);
+ * returns the number of calls reported (0: not markup). */
+static int parse_block(struct tc_parser *p, int closed)
+{
+    const struct marker *m = p->cur;
+    const char *s = tcb_cstr(&p->span);
+    size_t sl = strlen(m->start), n = p->span.n;
+    size_t el = closed && m->end ? strlen(m->end) : 0;
+    if (n < sl + el)
+        return 0;
+    const char *body = s + sl;
+    size_t bn = n - sl - el;
+    char *raw = dup_n(s, n);
+    if (!raw)
+        return CERR_NOMEM;
+    if (p->nraws == p->cap_raws) {
+        int cap = p->cap_raws ? p->cap_raws * 2 : 4;
+        char **nr = realloc(p->raws, (size_t)cap * sizeof *nr);
+        if (!nr) {
+            free(raw);
+            return CERR_NOMEM;
+        }
+        p->raws = nr;
+        p->cap_raws = cap;
+    }
+    p->raws[p->nraws++] = raw;
+    p->block_first = 1;
+    int r = 0;
+    switch (m->kind) {
+    case K_TAG:
+        r = tcx_json_calls(p->tools, body, bn, on_call, p);
+        if (r == 0)
+            r = tcx_xml_calls(p->tools, body, bn, on_call, p);
+        break;
+    case K_FUNC:
+        r = closed ? tcx_xml_calls(p->tools, s, n, on_call, p) : 0;
+        break;
+    case K_PYTAG:
+    case K_FENCE_JSON:
+        r = tcx_json_calls(p->tools, body, bn, on_call, p);
+        break;
+    case K_BARE:
+        r = tcx_json_calls(p->tools, s, n, on_call, p);
+        break;
+    case K_MISTRAL:
+        r = tcx_mistral_calls(p->tools, body, bn, on_call, p);
+        break;
+    case K_FENCE_PY:
+        r = tcx_python_calls(p->tools, body, bn, on_call, p);
+        break;
+    case K_GEMMA4:
+        r = tcx_gemma4_calls(p->tools, body, bn, on_call, p);
+        break;
+    }
+    if (r <= 0) { /* no call came from it: forget the raw text */
+        free(p->raws[--p->nraws]);
+    }
+    return r;
+}
+
+/* The block ended (or the generation did): calls, or the original text as content. */
+static void end_block(struct tc_parser *p, int closed)
+{
+    int r = parse_block(p, closed);
+    if (r < 0)
+        p->oom = 1;
+    p->markup = 0;
+    if (r > 0) {
+        p->at_start = 1;
+        p->after_call = 1;
+        p->ws.n = 0;
+    } else {
+        content_bytes(p, p->pre_ws.p, p->pre_ws.n);
+        content_bytes(p, p->span.p, p->span.n);
+    }
+    p->span.n = 0;
+    p->pre_ws.n = 0;
+}
+
+static void text_byte(struct tc_parser *p, char c);
+
+/* The block cannot be markup: its bytes so far (minus the last) are content, and the last
+ * byte is scanned again as text. */
+static void break_block(struct tc_parser *p)
+{
+    char last = p->span.p[p->span.n - 1];
+    p->span.n--;
+    p->markup = 0;
+    content_bytes(p, p->pre_ws.p, p->pre_ws.n);
+    content_bytes(p, p->span.p, p->span.n);
+    p->span.n = 0;
+    p->pre_ws.n = 0;
+    text_byte(p, last);
+}
+
+static int ends_with(const struct tcb *b, const char *lit, size_t min_len)
+{
+    size_t l = strlen(lit);
+    return b->n >= l + min_len && memcmp(b->p + b->n - l, lit, l) == 0;
+}
+
+/* Mistral before its JSON: "[TOOL_CALLS]name[CALL_ID]id[ARGS]" or "[TOOL_CALLS][…]".
+ * Returns 0 when the head cannot be Mistral markup; starts the validator at the JSON. */
+static int mistral_head(struct tc_parser *p, char c)
+{
+    size_t sl = strlen(p->cur->start);
+    const char *h = p->span.p + sl;
+    size_t hn = p->span.n - sl - 1; /* head bytes before c */
+    size_t k = 0, e = hn;
+    while (k < hn && is_ws(h[k]))
+        k++;
+    while (e > k && is_ws(h[e - 1]))
+        e--;
+    int first = k == hn;
+    int after_args = e - k >= 6 && memcmp(h + e - 6, "[ARGS]", 6) == 0;
+    if ((first && (c == '[' || c == '{')) || (after_args && c == '{')) {
+        p->json_on = 1;
+        return tcj_feed(&p->json, (unsigned char)c) != TCJ_ERR;
+    }
+    if (is_ws(c))
+        return first || after_args;
+    if (after_args || c == '{' || c == '}' || hn >= 256)
+        return 0;
+    return 1;
+}
+
+static void markup_byte(struct tc_parser *p, char c)
+{
+    tcb_putc(&p->span, c);
+    const struct marker *m = p->cur;
+    if (m->end) {
+        if (ends_with(&p->span, m->end, strlen(m->start)))
+            end_block(p, 1);
+        return;
+    }
+    if (m->kind == K_MISTRAL && !p->json_on) {
+        if (!mistral_head(p, c))
+            break_block(p);
+        return;
+    }
+    int r = tcj_feed(&p->json, (unsigned char)c); /* K_PYTAG skips whitespace before it */
+    if (r == TCJ_DONE)
+        end_block(p, 1);
+    else if (r == TCJ_ERR)
+        break_block(p);
+}
+
+static int is_marker_prefix(const struct tc_parser *p, const char *s, size_t n, int *full,
+                            const struct marker **which)
+{
+    int any = 0;
+    *full = 0;
+    for (int i = 0; i < MAX_MARKERS && p->spec->m[i]; i++) {
+        const struct marker *m = p->spec->m[i];
+        size_t l = strlen(m->start);
+        if (n <= l && memcmp(m->start, s, n) == 0) {
+            any = 1;
+            if (n == l) {
+                *full = 1;
+                *which = m;
+            }
+        }
+    }
+    return any;
+}
+
+static void text_byte(struct tc_parser *p, char c)
+{
+    int full = 0;
+    const struct marker *m = NULL;
+    if (p->mk.n == 0) {
+        if (p->spec->bare && p->at_start && c == '{') {
+            begin_block(p, &M_BARE);
+            return;
+        }
+        if (p->after_call && p->spec->bare && c == ';') { /* Llama: {…}; {…} */
+            tcb_putc(&p->ws, c);
+            return;
+        }
+        if (!is_marker_prefix(p, &c, 1, &full, &m)) {
+            content_byte(p, c);
+            return;
+        }
+    }
+    tcb_putc(&p->mk, c);
+    if (is_marker_prefix(p, p->mk.p, p->mk.n, &full, &m)) {
+        if (full)
+            begin_block(p, m);
+        return;
+    }
+    /* not a marker: release bytes up to the longest suffix that may still start one */
+    size_t k = 1;
+    while (k < p->mk.n && !is_marker_prefix(p, p->mk.p + k, p->mk.n - k, &full, &m))
+        k++;
+    content_bytes(p, p->mk.p, k);
+    memmove(p->mk.p, p->mk.p + k, p->mk.n - k);
+    p->mk.n -= k;
+    if (p->mk.n && is_marker_prefix(p, p->mk.p, p->mk.n, &full, &m) && full)
+        begin_block(p, m);
+}
+
+int tc_push(struct tc_parser *p, const char *text, size_t n, tc_event_fn cb, void *ud)
+{
+    if (p->oom)
+        return CERR_NOMEM;
+    p->cb = cb;
+    p->ud = ud;
+    for (size_t i = 0; i < n; i++) {
+        if (p->markup)
+            markup_byte(p, text[i]);
+        else
+            text_byte(p, text[i]);
+    }
+    flush_content(p);
+    if (p->oom || p->out.oom || p->span.oom || p->mk.oom || p->ws.oom || p->pre_ws.oom) {
+        p->oom = 1;
+        return CERR_NOMEM;
+    }
+    return CERR_OK;
+}
+
+int tc_flush(struct tc_parser *p, tc_event_fn cb, void *ud)
+{
+    if (p->oom)
+        return CERR_NOMEM;
+    p->cb = cb;
+    p->ud = ud;
+    if (p->markup)
+        end_block(p, 0); /* a block may be complete without its end tag */
+    size_t held = p->mk.n;
+    p->mk.n = 0;
+    content_bytes(p, p->mk.p, held);
+    if (!p->after_call)
+        tcb_put(&p->out, p->ws.p, p->ws.n);
+    p->ws.n = 0;
+    flush_content(p);
+    return p->oom || p->out.oom ? CERR_NOMEM : CERR_OK;
+}
+
+int tc_parse_text(enum tc_family family, const char *tools_json, const char *text, size_t n,
+                  uint64_t id_seed, tc_event_fn cb, void *ud, struct cerr *e)
+{
+    struct tc_parser *p;
+    int rc = tc_new(&p, family, tools_json, e);
+    if (rc)
+        return rc;
+    tc_set_id_seed(p, id_seed);
+    rc = tc_push(p, text, n, cb, ud);
+    if (!rc)
+        rc = tc_flush(p, cb, ud);
+    tc_free(p);
+    if (rc)
+        cerr_set(e, rc, "tool parser: out of memory");
+    return rc;
+}
