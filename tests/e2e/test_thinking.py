@@ -1,0 +1,78 @@
+"""test_thinking.py — enable_thinking precedence and the reasoning/content split, on
+stories260K served through real think-tag chat templates (Qwen3, DeepSeek-R1 distill).
+"""
+import json
+import os
+
+import pytest
+
+from conftest import FIXTURES, STORIES, Server, sse_events
+
+T = os.path.join(FIXTURES, "chat-templates")
+MSGS = [{"role": "user", "content": "Once upon a time"}]
+
+
+def prompt_tokens(srv, **kw):
+    body = {"messages": MSGS, "max_tokens": 1, "temperature": 0}
+    body.update(kw)
+    st, raw, _ = srv.post("/v1/chat/completions", body)
+    assert st == 200, raw
+    return json.loads(raw)["usage"]["prompt_tokens"]
+
+
+@pytest.fixture(scope="module")
+def qwen3_tmpl():
+    s = Server(STORIES, "--chat-template", os.path.join(T, "Qwen-Qwen3-0.6B.jinja"))
+    yield s
+    assert s.stop() == 0
+
+
+def test_thinking_precedence(qwen3_tmpl):
+    s = qwen3_tmpl
+    on = prompt_tokens(s)  # template default: thinking on, no empty think block
+    off = prompt_tokens(s, chat_template_kwargs={"enable_thinking": False})
+    assert off > on  # "<think>\n\n</think>\n\n" was added
+    assert prompt_tokens(s, reasoning_effort="none") == off
+    assert prompt_tokens(s, reasoning_effort="high") == on
+    # request kwargs beat reasoning_effort
+    assert prompt_tokens(s, reasoning_effort="none",
+                         chat_template_kwargs={"enable_thinking": True}) == on
+    m = json.loads(s.get("/v1/models")[1])["data"][0]
+    assert m["reasoning"] is True
+
+
+def test_server_thinking_flag():
+    s = Server(STORIES, "--chat-template", os.path.join(T, "Qwen-Qwen3-0.6B.jinja"),
+               "--thinking", "false")
+    try:
+        off = prompt_tokens(s)
+        assert prompt_tokens(s, reasoning_effort="low") < off  # request beats the flag
+        assert prompt_tokens(s, chat_template_kwargs={"enable_thinking": False}) == off
+    finally:
+        assert s.stop() == 0
+
+
+def test_prompt_opened_think_block_is_reasoning():
+    """With thinking on, this R1-distill template ends the prompt with "<think>\\n":
+    everything the model writes (stories never closes the block) is reasoning, streaming and
+    not. With thinking off it closes the block in the prompt and the output is content."""
+    s = Server(STORIES, "--chat-template",
+               os.path.join(T, "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"))
+    try:
+        body = {"messages": MSGS, "max_tokens": 20, "temperature": 0}
+        st, raw, _ = s.post("/v1/chat/completions", body)
+        off = json.loads(raw)["choices"][0]["message"]
+        assert len(off["content"]) > 10 and "reasoning" not in off
+        body["reasoning_effort"] = "medium"
+        st, raw, _ = s.post("/v1/chat/completions", body)
+        msg = json.loads(raw)["choices"][0]["message"]
+        assert msg["content"] == "" and len(msg["reasoning"]) > 10
+        assert msg["reasoning_content"] == msg["reasoning"]
+        body["stream"] = True
+        st, raw, _ = s.post("/v1/chat/completions", body)
+        deltas = [json.loads(e)["choices"][0]["delta"] for e in sse_events(raw)[:-1]]
+        assert "".join(d.get("reasoning", "") for d in deltas) == msg["reasoning"]
+        assert all(d.get("reasoning_content") == d.get("reasoning") for d in deltas)
+        assert not "".join(d.get("content", "") for d in deltas)
+    finally:
+        assert s.stop() == 0
