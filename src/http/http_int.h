@@ -1,6 +1,6 @@
 /* http_int.h — internals shared by the .c files of src/http only (server.c, req.c).
  *
- * Lifetimes: a struct http_conn lives from the first request dispatched on an evhttp
+ * Lifetimes: a struct http_conn lives from the first bytes received on an evhttp
  * connection until evhttp's close callback; a struct http_req lives from dispatch until its
  * last reference drops (the layer's own reference goes at reply/stream_end, or when on_close
  * has run). Whichever side goes first clears the other's pointer, so neither dangles.
@@ -44,6 +44,8 @@ struct http_conn {
     struct http_req *cur;             /* the request being handled, or NULL */
     struct event *watch;              /* EOF detection while a handler holds the request */
     struct event *close_ev;           /* deferred close (backpressure cut) */
+    struct event *deadline;           /* header_timeout_s from a request's first byte */
+    int deadline_armed;
 };
 
 struct http_req {
@@ -87,6 +89,8 @@ struct http_server {
     struct http_post_node *q_head, *q_tail, *q_free;
     int stopping;
     struct event *post_ev, *stop_ev;
+
+    struct http_server *reg_next;  /* process registry (base -> server), see server.c */
 
     /* stats: written on the loop thread, read anywhere */
     long st_conns_open, st_requests, st_429, st_413;

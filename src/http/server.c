@@ -48,6 +48,43 @@ static char *xstrdup(const char *s)
     return d;
 }
 
+/* ---------------------------------------------------------------- registry */
+
+/* Servers by event base, for the one evhttp hook (a new connection's first bytes) whose
+ * callback argument cannot carry the server. A handful of entries at most. */
+static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct http_server *g_reg;
+
+static void registry_add(struct http_server *s)
+{
+    pthread_mutex_lock(&g_reg_mu);
+    s->reg_next = g_reg;
+    g_reg = s;
+    pthread_mutex_unlock(&g_reg_mu);
+}
+
+static void registry_del(struct http_server *s)
+{
+    pthread_mutex_lock(&g_reg_mu);
+    for (struct http_server **p = &g_reg; *p; p = &(*p)->reg_next) {
+        if (*p == s) {
+            *p = s->reg_next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_reg_mu);
+}
+
+static struct http_server *registry_find(struct event_base *base)
+{
+    pthread_mutex_lock(&g_reg_mu);
+    struct http_server *s = g_reg;
+    while (s && s->base != base)
+        s = s->reg_next;
+    pthread_mutex_unlock(&g_reg_mu);
+    return s;
+}
+
 /* ---------------------------------------------------------------- error bodies */
 
 /* JSON-escapes src into a malloc'd string (no quotes around it). */
@@ -138,6 +175,20 @@ static void conn_close_cb(evutil_socket_t fd, short what, void *arg)
         evhttp_connection_free(c->evcon);
 }
 
+/* A request did not arrive completely within header_timeout_s of its first byte. */
+static void conn_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_conn *c = arg;
+    c->deadline_armed = 0;
+    if (c->cur || !c->evcon)
+        return;
+    log_debug("http: fd %d did not send a complete request in %d s: dropped", c->fd,
+              c->s->header_timeout_s);
+    evhttp_connection_free(c->evcon);
+}
+
+static void in_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg);
+
 /* Closes the connection from the next loop turn (never inside a caller's write). */
 void http_conn_close_soon_(struct http_conn *c)
 {
@@ -182,11 +233,15 @@ static struct http_conn *conn_track(struct http_server *s, struct evhttp_connect
     c->fd = fd;
     c->watch = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_watch_cb, c);
     c->close_ev = event_new(s->base, -1, 0, conn_close_cb, c);
-    if (!c->watch || !c->close_ev) {
+    c->deadline = evtimer_new(s->base, conn_deadline_cb, c);
+    if (!c->watch || !c->close_ev || !c->deadline ||
+        evbuffer_add_cb(bufferevent_get_input(bev), in_cb, c) == NULL) {
         if (c->watch)
             event_free(c->watch);
         if (c->close_ev)
             event_free(c->close_ev);
+        if (c->deadline)
+            event_free(c->deadline);
         free(c);
         return NULL;
     }
@@ -209,10 +264,14 @@ static void conn_closecb(struct evhttp_connection *evcon, void *arg)
     if (!c->rejected)
         s->n_admitted--;
     stat_add(&s->st_conns_open, -1);
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
+    if (bev)
+        evbuffer_remove_cb(bufferevent_get_input(bev), in_cb, c);
     c->evcon = NULL;
     event_free(c->watch);
     event_free(c->close_ev);
-    c->watch = c->close_ev = NULL;
+    event_free(c->deadline);
+    c->watch = c->close_ev = c->deadline = NULL;
     struct http_req *r = c->cur;
     c->cur = NULL;
     free(c);
@@ -237,11 +296,44 @@ static void out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, vo
         stat_add(&s->st_413, 1);
 }
 
+/* Input on a tracked connection: the first byte of a request (none open, no deadline
+ * running) starts the deadline by which the whole request must have arrived. */
+static void in_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct http_conn *c = arg;
+    if (info->n_added == 0 || c->cur || c->deadline_armed || !c->deadline)
+        return;
+    struct timeval tv = {c->s->header_timeout_s, 0};
+    evtimer_add(c->deadline, &tv);
+    c->deadline_armed = 1;
+}
+
+/* The first bytes on a fresh connection: evhttp 2.1 tells nobody about new connections,
+ * so this is where they start being tracked (closecb, count, deadline). The connection is
+ * the bufferevent's callback argument, the server comes from the registry by event base. */
+static void in_first_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct bufferevent *bev = arg;
+    if (info->n_added == 0)
+        return;
+    struct http_server *s = registry_find(bufferevent_get_base(bev));
+    void *cbarg = NULL;
+    bufferevent_getcb(bev, NULL, NULL, NULL, &cbarg);
+    struct http_conn *c = s && cbarg ? conn_track(s, cbarg) : NULL;
+    if (!c)
+        return; /* tracked at dispatch instead */
+    /* removing the running entry is safe: evbuffer saved the next one before the call */
+    evbuffer_remove_cb(buf, in_first_cb, bev);
+    in_cb(buf, info, c);
+}
+
 static struct bufferevent *bev_cb(struct event_base *base, void *arg)
 {
     struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
-    if (bev)
+    if (bev) {
         evbuffer_add_cb(bufferevent_get_output(bev), out_cb, arg);
+        evbuffer_add_cb(bufferevent_get_input(bev), in_first_cb, bev);
+    }
     return bev;
 }
 
@@ -356,6 +448,10 @@ static void gen_cb(struct evhttp_request *evreq, void *arg)
                 evbuffer_free(buf);
         }
         return;
+    }
+    if (c->deadline_armed) {
+        evtimer_del(c->deadline);
+        c->deadline_armed = 0;
     }
     c->cur = r;
     event_add(c->watch, NULL);
@@ -517,6 +613,7 @@ int http_server_new(struct http_server **out, const struct http_config *c, struc
         else if (ss.ss_family == AF_INET6)
             s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     }
+    registry_add(s);
     log_debug("http: listening on %s:%d", host, s->port);
     *out = s;
     return 0;
@@ -577,6 +674,7 @@ void http_server_free(struct http_server *s)
 {
     if (!s)
         return;
+    registry_del(s);
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     pthread_mutex_unlock(&s->mu);

@@ -1047,6 +1047,43 @@ static void test_header_timeout(void)
     fd = cl_connect(t.port);
     CHECK(wait_eof(fd, 4000));
     close(fd);
+    /* a client that drips its headers (never idle for the timeout) is dropped by the
+     * deadline from its first byte, not kept forever */
+    fd = cl_connect(t.port);
+    struct timeval tv = {0, 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const char *drip = "GET /x HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    t0 = now_s();
+    int dropped = 0;
+    for (size_t i = 0; drip[i] && !dropped; i++) {
+        if (send(fd, drip + i, 1, MSG_NOSIGNAL) != 1)
+            dropped = 1;
+        sleep_ms(100);
+        char b[16];
+        ssize_t k = recv(fd, b, sizeof b, 0);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            dropped = 1;
+    }
+    dt = now_s() - t0;
+    CHECK_MSG(dropped && dt < 2.5, "drip-fed request: dropped=%d after %.2fs", dropped, dt);
+    close(fd);
+    /* the same deadline applies to the next request on a kept-alive connection, and a
+     * complete request within the deadline is served */
+    fd = cl_connect(t.port);
+    struct rd r;
+    rd_init(&r, fd);
+    cl_sends(fd, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n");
+    struct resp p;
+    CHECK_EQ_INT(read_resp(&r, &p), 0);
+    CHECK_EQ_INT(p.status, 200);
+    resp_free(&p);
+    cl_sends(fd, "GET /x HTTP/1.1\r\n");
+    t0 = now_s();
+    CHECK(wait_eof(fd, 4000));
+    dt = now_s() - t0;
+    CHECK_MSG(dt > 0.5 && dt < 3.5, "second request dropped after %.2fs", dt);
+    rd_free(&r);
+    close(fd);
     srv_stop(&t);
 }
 
