@@ -30,6 +30,8 @@ struct http_route_ent {
     void *ud;
 };
 
+struct fix413;
+
 struct http_post_node {
     void (*fn)(void *ud);
     void *ud;
@@ -90,6 +92,8 @@ struct http_server {
     int stopping;
     struct event *post_ev, *stop_ev;
 
+    struct fix413 *fix_head;    /* evhttp 413 replies to rewrite (server.c) */
+    struct event *fix_ev;
     struct http_server *reg_next;  /* process registry (base -> server), see server.c */
 
     /* stats: written on the loop thread, read anywhere */

@@ -279,21 +279,109 @@ static void conn_closecb(struct evhttp_connection *evcon, void *arg)
         http_req_conn_closed_(r);
 }
 
-/* Counts 413s that evhttp sends by itself (the body cap): a response line added to the
- * output buffer of any connection. */
+/* evhttp 2.1 answers an oversized request itself (413, HTML body, no hook). Its status line
+ * is recognisable by evhttp's reason phrase (ours says "Payload Too Large"). We note where
+ * it starts and, before the socket is written (same loop turn), replace that response with
+ * one whose body comes from the error formatter. */
+#define EVHTTP_413_LINE " 413 Request Entity Too Large\r\n"
+
+struct fix413 {
+    struct bufferevent *bev;  /* referenced until fixed */
+    size_t off;
+    struct fix413 *next;
+};
+
+/* Copies up to n bytes at offset off of buf into dst without evbuffer_copyout, which
+ * refuses buffers whose start is frozen (a socket bufferevent's output always is, outside
+ * its own writes). Returns the number of bytes copied. */
+static size_t peek_at(struct evbuffer *buf, size_t off, char *dst, size_t n)
+{
+    struct evbuffer_ptr p;
+    struct evbuffer_iovec v[8];
+    if (evbuffer_ptr_set(buf, &p, off, EVBUFFER_PTR_SET) != 0)
+        return 0;
+    int k = evbuffer_peek(buf, (ev_ssize_t)n, &p, v, 8);
+    size_t got = 0;
+    for (int i = 0; i < k && i < 8 && got < n; i++) {
+        size_t m = v[i].iov_len < n - got ? v[i].iov_len : n - got;
+        memcpy(dst + got, v[i].iov_base, m);
+        got += m;
+    }
+    return got;
+}
+
 static void out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
+    struct bufferevent *bev = arg;
+    const size_t ll = sizeof EVHTTP_413_LINE - 1;
+    if (info->n_added < 8 + ll || info->n_deleted)
+        return;
+    char head[64];
+    if (peek_at(buf, info->orig_size, head, 8 + ll) != 8 + ll)
+        return;
+    if (memcmp(head, "HTTP/1.", 7) != 0 || memcmp(head + 8, EVHTTP_413_LINE, ll) != 0)
+        return;
+    struct http_server *s = registry_find(bufferevent_get_base(bev));
+    if (!s)
+        return;
+    stat_add(&s->st_413, 1);
+    struct fix413 *f = malloc(sizeof *f);
+    if (!f)
+        return; /* the client gets evhttp's HTML 413 */
+    bufferevent_incref(bev);
+    f->bev = bev;
+    f->off = info->orig_size;
+    f->next = s->fix_head;
+    s->fix_head = f;
+    event_active(s->fix_ev, 0, 0);
+}
+
+static void fix413_one(struct http_server *s, struct fix413 *f)
+{
+    struct evbuffer *out = bufferevent_get_output(f->bev);
+    size_t len = evbuffer_get_length(out);
+    void *cbarg = NULL;
+    bufferevent_getcb(f->bev, NULL, NULL, NULL, &cbarg);
+    char head[8];
+    if (!cbarg || f->off + 8 > len || peek_at(out, f->off, head, 8) != 8)
+        return; /* freed by evhttp meanwhile, or already written */
+    char msg[128];
+    snprintf(msg, sizeof msg, "request too large (the body limit is %zu bytes)", s->max_body);
+    char *body = http_error_body_(s, "", 413, msg);
+    struct evbuffer *keep = evbuffer_new();
+    if (!body || !keep) {
+        free(body);
+        if (keep)
+            evbuffer_free(keep);
+        return;
+    }
+    /* draining needs the start unfrozen; a failed 0-byte drain tells it was frozen */
+    int frozen = evbuffer_drain(out, 0) != 0;
+    if (frozen)
+        evbuffer_unfreeze(out, 1);
+    evbuffer_remove_buffer(out, keep, f->off); /* earlier responses not yet sent */
+    evbuffer_drain(out, evbuffer_get_length(out));
+    evbuffer_add_buffer(out, keep);
+    evbuffer_add_printf(out,
+                        "%.8s 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+                        "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                        head, strlen(body), body);
+    if (frozen)
+        evbuffer_freeze(out, 1);
+    evbuffer_free(keep);
+    free(body);
+}
+
+static void fix413_cb(evutil_socket_t fd, short what, void *arg)
+{
     struct http_server *s = arg;
-    if (info->n_added < 13)
-        return;
-    char head[13];
-    struct evbuffer_ptr p;
-    if (evbuffer_ptr_set(buf, &p, info->orig_size - info->n_deleted, EVBUFFER_PTR_SET) != 0)
-        return;
-    if (evbuffer_copyout_from(buf, &p, head, sizeof head) != (ev_ssize_t)sizeof head)
-        return;
-    if (memcmp(head, "HTTP/1.", 7) == 0 && memcmp(head + 8, " 413 ", 5) == 0)
-        stat_add(&s->st_413, 1);
+    while (s->fix_head) {
+        struct fix413 *f = s->fix_head;
+        s->fix_head = f->next;
+        fix413_one(s, f);
+        bufferevent_decref(f->bev);
+        free(f);
+    }
 }
 
 /* Input on a tracked connection: the first byte of a request (none open, no deadline
@@ -331,7 +419,7 @@ static struct bufferevent *bev_cb(struct event_base *base, void *arg)
 {
     struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (bev) {
-        evbuffer_add_cb(bufferevent_get_output(bev), out_cb, arg);
+        evbuffer_add_cb(bufferevent_get_output(bev), out_cb, bev);
         evbuffer_add_cb(bufferevent_get_input(bev), in_first_cb, bev);
     }
     return bev;
@@ -583,7 +671,8 @@ int http_server_new(struct http_server **out, const struct http_config *c, struc
     s->scratch = evbuffer_new();
     s->post_ev = event_new(s->base, -1, 0, post_cb, s);
     s->stop_ev = event_new(s->base, -1, 0, stop_cb, s);
-    if (!s->http || !s->scratch || !s->post_ev || !s->stop_ev)
+    s->fix_ev = event_new(s->base, -1, 0, fix413_cb, s);
+    if (!s->http || !s->scratch || !s->post_ev || !s->stop_ev || !s->fix_ev)
         goto nomem;
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
@@ -681,6 +770,14 @@ void http_server_free(struct http_server *s)
     if (s->http)
         evhttp_free(s->http); /* closes every connection: closecbs run, on_close fires */
     http_req_free_all_(s);
+    while (s->fix_head) {
+        struct fix413 *f = s->fix_head;
+        s->fix_head = f->next;
+        bufferevent_decref(f->bev);
+        free(f);
+    }
+    if (s->fix_ev)
+        event_free(s->fix_ev);
     if (s->post_ev)
         event_free(s->post_ev);
     if (s->stop_ev)

@@ -385,6 +385,12 @@ static void h_echo_body(struct http_req *r, void *ud)
     http_reply(r, 200, "application/octet-stream", b, n);
 }
 
+static void h_own413(struct http_req *r, void *ud)
+{
+    atomic_fetch_add(&g_calls, 1);
+    http_reply_error(r, 413, "mine");
+}
+
 /* ---------------------------------------------------------------- tests */
 
 static void test_routing(void)
@@ -516,8 +522,10 @@ static void test_413(void)
         return;
     }
     http_route(t.s, "POST", "/echo", 0, h_echo_body, NULL);
+    http_route(t.s, "GET", "/own413", 0, h_own413, NULL);
     srv_start(&t);
     atomic_store(&g_calls, 0);
+    int fd2;
     char body[3000];
     memset(body, 'x', sizeof body);
     struct resp p;
@@ -542,6 +550,9 @@ static void test_413(void)
     cl_send(fd, body, 3000);
     CHECK_EQ_INT(read_resp(&r, &p), 0);
     CHECK_EQ_INT(p.status, 413);
+    CHECK_STR(p.body, "{\"err\":413,\"msg\":\"request too large (the body limit is 1024 bytes)\","
+                      "\"path\":\"\"}");
+    CHECK_STR(resp_header(&p, "content-type"), "application/json");
     resp_free(&p);
     rd_free(&r);
     close(fd);
@@ -558,14 +569,38 @@ static void test_413(void)
     cl_sends(fd, "0\r\n\r\n");
     CHECK_EQ_INT(read_resp(&r, &p), 0);
     CHECK_EQ_INT(p.status, 413);
+    CHECK_MSG(p.body && strstr(p.body, "\"err\":413"), "%s|%s", p.head, p.body);
     resp_free(&p);
     rd_free(&r);
     close(fd);
 
-    CHECK_EQ_INT(atomic_load(&g_calls), 1); /* only the in-limit request reached a handler */
+    /* after a kept-alive request, so the 413 is not the first response on the socket */
+    fd2 = cl_connect(t.port);
+    rd_init(&r, fd2);
+    cl_sends(fd2, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
+    CHECK_EQ_INT(read_resp(&r, &p), 0);
+    CHECK_STR(p.body, "abc");
+    resp_free(&p);
+    cl_sends(fd2, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n");
+    cl_send(fd2, body, 3000);
+    cl_send(fd2, body, 2000);
+    CHECK_EQ_INT(read_resp(&r, &p), 0);
+    CHECK_EQ_INT(p.status, 413);
+    CHECK_MSG(p.body && strstr(p.body, "\"err\":413"), "%s|%s", p.head, p.body);
+    resp_free(&p);
+    rd_free(&r);
+    close(fd2);
+
+    /* our own 413 (from a handler) is left alone */
+    CHECK_EQ_INT(do_req(t.port, "GET /own413 HTTP/1.1\r\nHost: x\r\n\r\n", &p), 0);
+    CHECK_EQ_INT(p.status, 413);
+    CHECK(p.body && strstr(p.body, "\"msg\":\"mine\""));
+    resp_free(&p);
+
+    CHECK_EQ_INT(atomic_load(&g_calls), 3); /* in-limit, "abc", own413 */
     struct http_stats st;
     http_get_stats(t.s, &st);
-    CHECK_EQ_INT(st.rejected_413, 2);
+    CHECK_EQ_INT(st.rejected_413, 3);
     srv_stop(&t);
 }
 
