@@ -437,13 +437,96 @@ uint64_t sampler_seed_auto(void)
 
 /* ---- sampling ---- */
 
+/* Candidates further than this many nats below the max are ranked only when a filter needs
+ * them (e^-20 = 2e-9 of the top token's probability each). */
+#define CAND_SPAN 20.0f
+
+/* Independent lanes for the full-vocabulary loops: the compiler can vectorise them without
+ * reordering any one sum, so results do not depend on the ISA. */
+#define LANES 16
+
+static inline uint32_t f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* e^x in float, about 2 ulp (Cephes' expf scheme: 2^n * e^r with a degree-6 polynomial);
+ * 0 for x < -87 (and -inf, NaN). The selects are bit masks, not branches, so that the loops
+ * over the vocabulary vectorise under strict IEEE flags (no -ffast-math anywhere). */
+static inline float fast_exp(float x)
+{
+    uint32_t ok = -(uint32_t)(x >= -87.0f), big = -(uint32_t)(x > 88.0f);
+    uint32_t xb = (f2u(x) & ok) | (f2u(-87.0f) & ~ok);
+    float xc = u2f((xb & ~big) | (f2u(88.0f) & big));
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    float y = p * u2f((uint32_t)((int32_t)n + 127) << 23);
+    return u2f(f2u(y) & ok);
+}
+
+/* Largest value ignoring NaN (-inf when there is none). */
+static float max_value(const float *x, int n)
+{
+    float m[LANES];
+    for (int j = 0; j < LANES; j++)
+        m[j] = -INFINITY;
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++)
+            m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+    for (; i < n; i++)
+        m[0] = x[i] > m[0] ? x[i] : m[0];
+    float r = m[0];
+    for (int j = 1; j < LANES; j++)
+        r = m[j] > r ? m[j] : r;
+    return r;
+}
+
 int32_t sampler_argmax(const float *logits, int n)
 {
-    int32_t best = -1;
+    float m = max_value(logits, n);
     for (int i = 0; i < n; i++)
-        if (logits[i] == logits[i] && (best < 0 || logits[i] > logits[best]))
-            best = i;
-    return best < 0 ? 0 : best;
+        if (logits[i] == m)
+            return i;
+    return 0;
+}
+
+/* w[i] = e^((x[i] - mx) * scale) for all i; returns their sum (fixed order, double). */
+static double exp_fill(const float *restrict x, int n, float mx, float scale,
+                       float *restrict w)
+{
+    double acc[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) {
+            w[i + j] = fast_exp((x[i + j] - mx) * scale);
+            acc[j] += w[i + j];
+        }
+    for (; i < n; i++) {
+        w[i] = fast_exp((x[i] - mx) * scale);
+        acc[0] += w[i];
+    }
+    double sum = 0;
+    for (int j = 0; j < LANES; j++)
+        sum += acc[j];
+    return sum;
 }
 
 static void apply_processors(struct sampler *s, float *lg)
@@ -545,69 +628,82 @@ static void fill_logprobs(const struct sampler *s, const float *lg, double lse, 
     lp->n_top = nt;
 }
 
+/* The candidates as a max-heap in h[0..hn); popped ones form the ranked prefix, stored from
+ * the array's end: rank i sits at h[n - 1 - i]. */
 struct pick {
-    struct cand *h; /* heap in h[0..hn), ranked prefix at h[n-1], h[n-2], ... */
+    struct cand *h;
     int n, hn, keep;
+    int all; /* the candidates are the whole vocabulary (else: those within CAND_SPAN) */
 };
 
 #define RANKED(pk, i) ((pk)->h[(pk)->n - 1 - (i)])
+#define NEED_MORE (-2)
 
-static void pop(struct pick *pk)
+/* Pops the next ranked candidate: 1, or 0 when the heap is empty. */
+static int pop(struct pick *pk)
 {
+    if (pk->hn == 0)
+        return 0;
     struct cand top = pk->h[0];
     pk->h[0] = pk->h[--pk->hn];
     sift_down(pk->h, pk->hn, 0);
     RANKED(pk, pk->keep) = top;
     pk->keep++;
+    return 1;
 }
 
-/* The T > 0 path with at least one filter active (xtc: XTC fires this step). */
-static int32_t sample_filtered(struct sampler *s, const float *lg, float mx, double sum,
-                               double u, int xtc)
+/* The filters over the ranked candidates, then the draw. Returns the id, or NEED_MORE when a
+ * filter reached past the candidate set (the caller then ranks the whole vocabulary). */
+static int32_t filter_draw(struct sampler *s, float *lg, struct pick *pk, float mx,
+                           double sum, double u, int xtc)
 {
     const struct sampler_params *p = &s->p;
     int n = s->n_vocab;
     int top_p_on = p->top_p > 0 && p->top_p < 1, min_p_on = p->min_p > 0;
-    int top_k_on = p->top_k > 0 && p->top_k < n;
-    for (int i = 0; i < n; i++) {
-        s->cands[i].logit = lg[i];
-        s->cands[i].id = i;
-    }
-    for (int i = n / 2 - 1; i >= 0; i--)
-        sift_down(s->cands, n, i);
-    struct pick pk = {s->cands, n, n, 0};
-    /* top_p then min_p: both keep a prefix of the ranking (m = its length) */
-    int m = n;
+    int top_k_on = p->top_k > 0 && p->top_k < n, prefix = top_p_on || min_p_on;
+    /* top_p then min_p: both keep a prefix of the ranking, m tokens long */
+    int m = 0;
     double skept = sum;
-    if (top_p_on || min_p_on) {
+    if (prefix) {
         double cum = 0, lmin = min_p_on ? log((double)p->min_p) : 0;
         skept = 0;
-        while (pk.hn > 0) {
-            if (top_p_on && pk.keep > 0 && cum >= p->top_p)
+        for (;;) {
+            if (top_p_on && pk->keep > 0 && cum >= p->top_p)
                 break;
-            double d = (double)pk.h[0].logit - mx;
-            if (min_p_on && pk.keep > 0 && d < lmin)
+            if (pk->hn == 0) {
+                if (!pk->all)
+                    return NEED_MORE;
                 break;
-            double e = exp(d);
+            }
+            double d = (double)pk->h[0].logit - mx;
+            if (min_p_on && pk->keep > 0 && d < lmin)
+                break;
+            double e = fast_exp((float)d);
             cum += e / sum;
             skept += e;
-            pop(&pk);
+            pop(pk);
         }
-        m = pk.keep;
+        m = pk->keep;
     }
     /* XTC: of the kept tokens above the threshold (renormalised over the kept set), remove
      * all but the least likely; ties with it stay, exempt ids stay */
     if (xtc) {
-        double lim = (double)p->xtc_threshold * skept; /* prob > thr <=> exp(l - mx) > lim */
-        while (pk.keep < m && (pk.keep == 0 || exp((double)RANKED(&pk, pk.keep - 1).logit - mx) > lim))
-            pop(&pk);
+        double lim = (double)p->xtc_threshold * skept; /* prob > thr <=> e^(l - mx) > lim */
+        /* pop until the last popped is at or below the threshold (with a prefix filter the
+         * kept prefix, which holds all of them, is popped already) */
+        while (!prefix && (pk->keep == 0 || fast_exp(RANKED(pk, pk->keep - 1).logit - mx) > lim))
+            if (!pop(pk)) {
+                if (!pk->all)
+                    return NEED_MORE;
+                break;
+            }
         int a = 0;
-        while (a < pk.keep && exp((double)RANKED(&pk, a).logit - mx) > lim)
+        while (a < pk->keep && fast_exp(RANKED(pk, a).logit - mx) > lim)
             a++;
         if (a >= 2) {
-            float lo = RANKED(&pk, a - 1).logit;
+            float lo = RANKED(pk, a - 1).logit;
             for (int i = 0; i < a - 1; i++) {
-                struct cand *c = &RANKED(&pk, i);
+                struct cand *c = &RANKED(pk, i);
                 if (c->logit > lo && !is_exempt(s, c->id))
                     c->id = -1 - c->id;
             }
@@ -617,49 +713,75 @@ static int32_t sample_filtered(struct sampler *s, const float *lg, float mx, dou
     int nf; /* ranked positions [0, nf) hold the final set (removed ones skipped) */
     if (top_k_on) {
         int have = 0;
-        nf = 0;
-        while (have < p->top_k && nf < m) {
-            if (nf == pk.keep)
-                pop(&pk);
-            have += RANKED(&pk, nf).id >= 0;
-            nf++;
+        for (nf = 0; have < p->top_k; nf++) {
+            if (prefix ? nf >= m : (nf == pk->keep && !pop(pk))) {
+                if (!prefix && !pk->all)
+                    return NEED_MORE;
+                break;
+            }
+            have += RANKED(pk, nf).id >= 0;
         }
-    } else if (m < n) {
+    } else if (prefix) {
         nf = m;
     } else { /* only XTC truncated: draw over the ids in order, removed ones weigh 0 */
         float fmx = -INFINITY;
-        for (int i = 0; i < pk.keep; i++)
-            if (RANKED(&pk, i).id >= 0) {
-                fmx = RANKED(&pk, i).logit;
+        for (int i = 0; i < pk->keep; i++)
+            if (RANKED(pk, i).id >= 0) {
+                fmx = RANKED(pk, i).logit;
                 break;
             }
-        for (int i = 0; i < n; i++)
-            s->probs[i] = 1.0f;
-        for (int i = 0; i < pk.keep; i++)
-            if (RANKED(&pk, i).id < 0)
-                s->probs[-1 - RANKED(&pk, i).id] = 0.0f;
-        double tsum = 0;
-        for (int i = 0; i < n; i++)
-            if (s->probs[i] != 0.0f)
-                tsum += (s->probs[i] = (float)exp(((double)lg[i] - fmx) / p->temperature));
+        /* removed ids weigh 0: mask them in lg for the pass, then restore them */
+        for (int i = 0; i < pk->keep; i++)
+            if (RANKED(pk, i).id < 0)
+                lg[-1 - RANKED(pk, i).id] = -INFINITY;
+        double tsum = exp_fill(lg, n, fmx, 1.0f / p->temperature, s->probs);
+        for (int i = 0; i < pk->keep; i++)
+            if (RANKED(pk, i).id < 0)
+                lg[-1 - RANKED(pk, i).id] = RANKED(pk, i).logit;
         return draw(u, s->probs, n, tsum);
     }
     /* temperature and the draw over the ranked survivors (removed ones weigh 0) */
     float fmx = -INFINITY;
     for (int i = 0; i < nf; i++)
-        if (RANKED(&pk, i).id >= 0) {
-            fmx = RANKED(&pk, i).logit;
+        if (RANKED(pk, i).id >= 0) {
+            fmx = RANKED(pk, i).logit;
             break;
         }
     if (!(fmx > -INFINITY))
         return sampler_argmax(lg, n);
     double tsum = 0;
+    float inv_t = 1.0f / p->temperature;
     for (int i = 0; i < nf; i++) {
-        const struct cand *c = &RANKED(&pk, i);
-        s->probs[i] = c->id < 0 ? 0.0f : (float)exp(((double)c->logit - fmx) / p->temperature);
+        const struct cand *c = &RANKED(pk, i);
+        s->probs[i] = c->id < 0 ? 0.0f : fast_exp((c->logit - fmx) * inv_t);
         tsum += s->probs[i];
     }
-    return RANKED(&pk, draw(u, s->probs, nf, tsum)).id;
+    return RANKED(pk, draw(u, s->probs, nf, tsum)).id;
+}
+
+/* The T > 0 path with at least one filter active: rank the candidates within CAND_SPAN of
+ * the max (a prefix of the full ranking), and the whole vocabulary only if a filter needs it. */
+static int32_t sample_filtered(struct sampler *s, float *lg, float mx, double sum,
+                               double u, int xtc)
+{
+    int n = s->n_vocab;
+    for (int pass = 0; pass < 2; pass++) {
+        float cut = pass == 0 ? mx - CAND_SPAN : -INFINITY;
+        int nc = 0;
+        for (int i = 0; i < n; i++)
+            if (lg[i] >= cut) {
+                s->cands[nc].logit = lg[i];
+                s->cands[nc].id = i;
+                nc++;
+            }
+        for (int i = nc / 2 - 1; i >= 0; i--)
+            sift_down(s->cands, nc, i);
+        struct pick pk = {s->cands, nc, nc, 0, pass == 1 || nc == n};
+        int32_t id = filter_draw(s, lg, &pk, mx, sum, u, xtc);
+        if (id != NEED_MORE)
+            return id;
+    }
+    return sampler_argmax(lg, n); /* not reached: the second pass has every candidate */
 }
 
 int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob *lp)
@@ -669,8 +791,7 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
     uint64_t step = s->step++;
     apply_processors(s, logits);
     int want_lp = lp && p->top_logprobs >= 0;
-    int32_t best = sampler_argmax(logits, n), id;
-    float mx = logits[best];
+    float mx = max_value(logits, n);
     double sum = 0;
     int top_p_on = p->top_p > 0 && p->top_p < 1, min_p_on = p->min_p > 0;
     int top_k_on = p->top_k > 0 && p->top_k < n;
@@ -678,16 +799,14 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
     int xtc = !greedy && p->xtc_probability > 0 &&
               sampler_uniform(p->seed, step, 1) <= (double)p->xtc_probability;
     if (want_lp || (!greedy && (top_p_on || xtc)))
-        for (int i = 0; i < n; i++)
-            sum += exp((double)logits[i] - mx);
+        sum = exp_fill(logits, n, mx, 1.0f, s->probs);
+    int32_t id;
     if (greedy) {
-        id = best;
+        id = sampler_argmax(logits, n);
     } else if (top_p_on || min_p_on || top_k_on || xtc) {
         id = sample_filtered(s, logits, mx, sum, sampler_uniform(p->seed, step, 0), xtc);
     } else { /* the whole vocabulary: no ordering needed */
-        double tsum = 0;
-        for (int i = 0; i < n; i++)
-            tsum += (s->probs[i] = (float)exp(((double)logits[i] - mx) / p->temperature));
+        double tsum = exp_fill(logits, n, mx, 1.0f / p->temperature, s->probs);
         id = draw(sampler_uniform(p->seed, step, 0), s->probs, n, tsum);
     }
     if (want_lp)

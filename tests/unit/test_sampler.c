@@ -176,10 +176,14 @@ static int32_t oracle_sample(struct oracle *o, float *lg, int n, const struct sa
 
 /* ---- tests ---- */
 
+static int g_peaked; /* a few leaders 20..45 nats above the rest: filters reach past them */
+
 static void random_logits(float *lg, int n, uint64_t *x)
 {
-    for (int i = 0; i < n; i++) /* peaked logits with some exact ties */
+    for (int i = 0; i < n; i++) /* logits with some exact ties */
         lg[i] = (float)((int)(lcg(x) % 2000) - 1000) / 100.0f * (i % 7 == 0 ? 1.5f : 1.0f);
+    for (int k = 0; g_peaked && k < 3; k++)
+        lg[lcg(x) % (uint64_t)n] = 35.0f + (float)(lcg(x) % 1000) / 100.0f;
 }
 
 /* Runs `steps` steps of sampler and oracle side by side on random logits and a random
@@ -232,8 +236,22 @@ static void test_matches_oracle(void)
         mk(0.9f, 1.0f, 1, 0.0f, 7),  mk(1.0f, 0.0f, 0, 0.0f, 8),   mk(0.0f, 0.9f, 5, 0.1f, 9),
     };
     int mismatches = 0;
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
-        mismatches += compare_run(&cases[k], 1000, 300, NULL, 0, 42 + k);
+    for (g_peaked = 0; g_peaked < 2; g_peaked++)
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+            mismatches += compare_run(&cases[k], 1000, 300, NULL, 0, 42 + k);
+    g_peaked = 0;
+    CHECK_EQ_INT(mismatches, 0);
+    /* filters that reach far down the ranking: top_p ~ 1, min_p ~ 0, top_k past the leaders,
+     * an XTC threshold of 0 */
+    struct sampler_params far[] = {mk(1.0f, 0.99999f, 0, 0.0f, 11), mk(1.0f, 1.0f, 0, 1e-12f, 12),
+                                   mk(0.7f, 1.0f, 50, 0.0f, 13), mk(1.0f, 1.0f, 0, 0.0f, 14)};
+    far[3].xtc_probability = 1.0f, far[3].xtc_threshold = 0.0f;
+    const int32_t ex[] = {5, 6, 7};
+    mismatches = 0;
+    for (g_peaked = 0; g_peaked < 2; g_peaked++)
+        for (size_t k = 0; k < sizeof far / sizeof far[0]; k++)
+            mismatches += compare_run(&far[k], 1000, 100, ex, 3, 77 + k);
+    g_peaked = 0;
     CHECK_EQ_INT(mismatches, 0);
 }
 
