@@ -199,8 +199,7 @@ int sampler_params_check(const struct sampler_params *p, int n_vocab, struct cer
         return cerr_set(e, CERR_INVALID, "top_p must be a number in [0, 1], got %s", v);
     }
     if (p->top_k < 0)
-        return cerr_set(e, CERR_INVALID, "top_k must be a non-negative integer, got %d",
-                        p->top_k);
+        return cerr_set(e, CERR_INVALID, "top_k must be a non-negative integer, got %d", p->top_k);
     if (!in_range(p->min_p, 0.0f, 1.0f)) {
         fmt_py(v, sizeof v, p->min_p);
         return cerr_set(e, CERR_INVALID,
@@ -210,14 +209,12 @@ int sampler_params_check(const struct sampler_params *p, int n_vocab, struct cer
         if (!in_range(p->xtc_threshold, 0.0f, 0.5f)) {
             fmt_py(v, sizeof v, p->xtc_threshold);
             return cerr_set(e, CERR_INVALID,
-                            "`threshold` has to be a float in the [0, 0.5] interval, but is %s",
-                            v);
+                            "`threshold` has to be a float in the [0, 0.5] interval, but is %s", v);
         }
         if (!in_range(p->xtc_probability, 0.0f, 1.0f)) {
             fmt_py(v, sizeof v, p->xtc_probability);
             return cerr_set(e, CERR_INVALID,
-                            "`probability` has to be a float in the [0, 1] interval, but is %s",
-                            v);
+                            "`probability` has to be a float in the [0, 1] interval, but is %s", v);
         }
     }
     if (!(p->repetition_penalty >= 0.0f) || isinf(p->repetition_penalty)) {
@@ -226,13 +223,12 @@ int sampler_params_check(const struct sampler_params *p, int n_vocab, struct cer
     }
     if (!in_range(p->presence_penalty, -2.0f, 2.0f)) {
         fmt_py(v, sizeof v, p->presence_penalty);
-        return cerr_set(e, CERR_INVALID, "presence_penalty must be a number in [-2, 2], got %s",
-                        v);
+        return cerr_set(e, CERR_INVALID, "presence_penalty must be a number in [-2, 2], got %s", v);
     }
     if (!in_range(p->frequency_penalty, -2.0f, 2.0f)) {
         fmt_py(v, sizeof v, p->frequency_penalty);
-        return cerr_set(e, CERR_INVALID,
-                        "frequency_penalty must be a number in [-2, 2], got %s", v);
+        return cerr_set(e, CERR_INVALID, "frequency_penalty must be a number in [-2, 2], got %s",
+                        v);
     }
     const struct {
         const char *name;
@@ -275,8 +271,7 @@ static int win_for(struct sampler *s, int size)
     return s->n_win++;
 }
 
-int sampler_new(struct sampler **out, const struct sampler_params *p, int n_vocab,
-                struct cerr *e)
+int sampler_new(struct sampler **out, const struct sampler_params *p, int n_vocab, struct cerr *e)
 {
     *out = NULL;
     if (n_vocab <= 0)
@@ -509,8 +504,7 @@ int32_t sampler_argmax(const float *logits, int n)
 }
 
 /* w[i] = e^((x[i] - mx) * scale) for all i; returns their sum (fixed order, double). */
-static double exp_fill(const float *restrict x, int n, float mx, float scale,
-                       float *restrict w)
+static double exp_fill(const float *restrict x, int n, float mx, float scale, float *restrict w)
 {
     double acc[LANES] = {0};
     int i = 0;
@@ -654,12 +648,12 @@ static int pop(struct pick *pk)
 
 /* The filters over the ranked candidates, then the draw. Returns the id, or NEED_MORE when a
  * filter reached past the candidate set (the caller then ranks the whole vocabulary). */
-static int32_t filter_draw(struct sampler *s, float *lg, struct pick *pk, float mx,
-                           double sum, double u, int xtc)
+static int32_t filter_draw(struct sampler *s, float *lg, struct pick *pk, float mx, double sum,
+                           double u, int xtc)
 {
     const struct sampler_params *p = &s->p;
     int n = s->n_vocab;
-    int top_p_on = p->top_p > 0 && p->top_p < 1, min_p_on = p->min_p > 0;
+    int top_p_on = p->top_p > 0 && p->top_p<1, min_p_on = p->min_p> 0;
     int top_k_on = p->top_k > 0 && p->top_k < n, prefix = top_p_on || min_p_on;
     /* top_p then min_p: both keep a prefix of the ranking, m tokens long */
     int m = 0;
@@ -761,8 +755,8 @@ static int32_t filter_draw(struct sampler *s, float *lg, struct pick *pk, float 
 
 /* The T > 0 path with at least one filter active: rank the candidates within CAND_SPAN of
  * the max (a prefix of the full ranking), and the whole vocabulary only if a filter needs it. */
-static int32_t sample_filtered(struct sampler *s, float *lg, float mx, double sum,
-                               double u, int xtc)
+static int32_t sample_filtered(struct sampler *s, float *lg, float mx, double sum, double u,
+                               int xtc)
 {
     int n = s->n_vocab;
     for (int pass = 0; pass < 2; pass++) {
@@ -793,7 +787,7 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
     int want_lp = lp && p->top_logprobs >= 0;
     float mx = max_value(logits, n);
     double sum = 0;
-    int top_p_on = p->top_p > 0 && p->top_p < 1, min_p_on = p->min_p > 0;
+    int top_p_on = p->top_p > 0 && p->top_p<1, min_p_on = p->min_p> 0;
     int top_k_on = p->top_k > 0 && p->top_k < n;
     int greedy = !(p->temperature > 0) || !isfinite(mx);
     int xtc = !greedy && p->xtc_probability > 0 &&

@@ -31,7 +31,7 @@ struct sampler_params {
     int repetition_context_size;          /* window in tokens; 0 = whole history */
     float presence_penalty;               /* 0 = off */
     int presence_context_size;
-    float frequency_penalty;              /* 0 = off */
+    float frequency_penalty; /* 0 = off */
     int frequency_context_size;
     const struct sampler_bias *logit_bias; /* n_logit_bias entries; copied by sampler_new */
     int n_logit_bias;
@@ -55,8 +55,7 @@ struct sampler;
 
 /* Creates a sampler for a vocabulary of n_vocab ids (runs sampler_params_check first).
  * Copies p and its logit_bias. Returns 0 and *out, or a negative CERR_* (*out = NULL). */
-int sampler_new(struct sampler **out, const struct sampler_params *p, int n_vocab,
-                struct cerr *e);
+int sampler_new(struct sampler **out, const struct sampler_params *p, int n_vocab, struct cerr *e);
 /* Frees s and everything it owns; NULL is a no-op. */
 void sampler_free(struct sampler *s);
 
@@ -72,9 +71,9 @@ int sampler_prime(struct sampler *s, const int32_t *ids, int n);
 int sampler_accept(struct sampler *s, int32_t id);
 
 struct sampler_logprob {
-    int32_t id;      /* the sampled token */
-    float logprob;   /* its log-probability */
-    int n_top;       /* = top_logprobs (0 when only the sampled token was asked for) */
+    int32_t id;    /* the sampled token */
+    float logprob; /* its log-probability */
+    int n_top;     /* = top_logprobs (0 when only the sampled token was asked for) */
     int32_t top_id[SAMPLER_MAX_TOP_LOGPROBS]; /* top candidates, descending; ties: lower id */
     float top_lp[SAMPLER_MAX_TOP_LOGPROBS];
 };

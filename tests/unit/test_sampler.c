@@ -110,7 +110,7 @@ static int32_t oracle_sample(struct oracle *o, float *lg, int n, const struct sa
     for (int i = 0; i < n; i++)
         o->c[i].l = lg[i], o->c[i].id = i, o->keep[i] = 1; /* keep[] is by rank */
     qsort(o->c, (size_t)n, sizeof o->c[0], oc_cmp);
-    int top_p_on = p->top_p > 0 && p->top_p < 1, min_p_on = p->min_p > 0;
+    int top_p_on = p->top_p > 0 && p->top_p<1, min_p_on = p->min_p> 0;
     int top_k_on = p->top_k > 0 && p->top_k < n;
     if (top_p_on) { /* keep a token when the mass ranked above it is below top_p */
         double above = 0;
@@ -600,7 +600,8 @@ static void test_numpy_goldens(void)
     size_t ci, n_steps = 0;
     json_t *c;
     int bad_id = 0, bad_lp = 0;
-    json_array_foreach(cases, ci, c) {
+    json_array_foreach(cases, ci, c)
+    {
         json_t *jp = json_object_get(c, "params");
         int V = (int)json_integer_value(json_object_get(c, "n_vocab"));
         struct sampler_params p;
@@ -622,7 +623,8 @@ static void test_numpy_goldens(void)
         struct sampler_bias bias[8];
         json_t *jb = json_object_get(jp, "logit_bias"), *x;
         size_t i;
-        json_array_foreach(jb, i, x) {
+        json_array_foreach(jb, i, x)
+        {
             if (i < 8) {
                 bias[i].id = (int32_t)json_integer_value(json_array_get(x, 0));
                 bias[i].bias = (float)json_number_value(json_array_get(x, 1));
@@ -638,19 +640,23 @@ static void test_numpy_goldens(void)
         }
         int32_t ids[64];
         int ne = 0;
-        json_array_foreach(json_object_get(c, "exempt"), i, x) {
+        json_array_foreach(json_object_get(c, "exempt"), i, x)
+        {
             if (ne < 64)
                 ids[ne++] = (int32_t)json_integer_value(x);
         }
         sampler_set_xtc_exempt(s, ids, ne);
-        json_array_foreach(json_object_get(c, "history"), i, x) {
+        json_array_foreach(json_object_get(c, "history"), i, x)
+        {
             sampler_accept(s, (int32_t)json_integer_value(x));
         }
         json_t *st;
         size_t si;
-        json_array_foreach(json_object_get(c, "steps"), si, st) {
+        json_array_foreach(json_object_get(c, "steps"), si, st)
+        {
             float lg[64];
-            json_array_foreach(json_object_get(st, "logits"), i, x) {
+            json_array_foreach(json_object_get(st, "logits"), i, x)
+            {
                 if (i < 64)
                     lg[i] = (float)json_integer_value(x) / 100.0f;
             }
@@ -666,8 +672,10 @@ static void test_numpy_goldens(void)
                 int ok = lp.id == id && fabs(lp.logprob - jnum(st, "logprob")) < 1e-5 &&
                          lp.n_top == (int)json_array_size(tid);
                 for (int k = 0; ok && k < lp.n_top; k++)
-                    ok = lp.top_id[k] == (int32_t)json_integer_value(json_array_get(tid, (size_t)k)) &&
-                         fabs(lp.top_lp[k] - json_number_value(json_array_get(tlp, (size_t)k))) < 1e-5;
+                    ok = lp.top_id[k] ==
+                             (int32_t)json_integer_value(json_array_get(tid, (size_t)k)) &&
+                         fabs(lp.top_lp[k] - json_number_value(json_array_get(tlp, (size_t)k))) <
+                             1e-5;
                 if (!ok) {
                     bad_lp++;
                     fprintf(stderr, "case %zu step %zu: logprobs differ\n", ci, si);

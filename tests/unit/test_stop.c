@@ -90,9 +90,10 @@ static int check_all_splits(const char *const *stops, int n, const char *t)
                 int ok = r.held_ok && r.fired == (want >= 0) && r.len == at &&
                          (at == 0 || memcmp(r.out, t, at) == 0) && (want < 0 || r.which == want);
                 if (!ok && failures++ < 3)
-                    fprintf(stderr, "text \"%s\" cuts %zu,%zu mode %d: fired %d which %d len %zu; "
-                                    "want %d at %zu\n", t, i, j, mode, r.fired, r.which, r.len,
-                            want, at);
+                    fprintf(stderr,
+                            "text \"%s\" cuts %zu,%zu mode %d: fired %d which %d len %zu; "
+                            "want %d at %zu\n",
+                            t, i, j, mode, r.fired, r.which, r.len, want, at);
                 free(r.out);
                 stop_free(m);
             }
@@ -205,8 +206,8 @@ static int utf8_valid(const char *s, size_t n)
 static void test_utf8(void)
 {
     const char *s[] = {"。\n", "é", "終わり", "🛑"};
-    const char *texts[] = {"こんにちは。\n次", "café au lait", "è then é", "おわり終わ終わり",
-                           "stop 🛑 here", "no match: è 終 🛒"};
+    const char *texts[] = {"こんにちは。\n次", "café au lait",   "è then é",
+                           "おわり終わ終わり", "stop 🛑 here", "no match: è 終 🛒"};
     for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++)
         CHECK_EQ_INT(check_all_splits(s, 4, texts[k]), 0);
     /* fed one character at a time, every emitted piece is whole characters */
