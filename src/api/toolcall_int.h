@@ -47,9 +47,13 @@ int tcj_complete(const struct tcj *j);
 /* 1 when s[0..n) is exactly one JSON value (surrounding whitespace allowed). */
 int tcj_valid(const char *s, size_t n, int scalar_top);
 /* Appends s[0..n) (one valid value) without insignificant whitespace; raw control bytes
- * inside strings (which the validator tolerates) are escaped, so the result is strict JSON. */
+ * inside strings (which the validator tolerates) are escaped; invalid UTF-8, NUL (raw or
+ * escaped) and lone surrogate escapes become U+FFFD, so the result is strict JSON that
+ * jansson accepts. */
 void tcj_minify(struct tcb *out, const char *s, size_t n);
-/* Appends s[0..n) as a JSON string literal (quotes included). */
+/* 1 when s[0..n) is non-empty, valid UTF-8 and free of control characters (a tool name). */
+int tcj_name_ok(const char *s, size_t n);
+/* Appends s[0..n) as a JSON string literal (quotes included); invalid UTF-8 becomes U+FFFD. */
 void tcj_escape(struct tcb *out, const char *s, size_t n);
 
 /* ---- tools (the request's declarations) ---- */

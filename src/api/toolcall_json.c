@@ -326,51 +326,156 @@ static void put_ctrl(struct tcb *out, unsigned char c)
     }
 }
 
-void tcj_minify(struct tcb *out, const char *s, size_t n)
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 when it is not one (overlong,
+ * surrogate, above U+10FFFF, truncated). */
+static size_t utf8_len(const unsigned char *s, size_t n)
 {
-    int in_str = 0, esc = 0;
-    size_t run = 0; /* start of the pending verbatim run */
-    for (size_t i = 0; i < n; i++) {
+    unsigned c = s[0];
+    size_t l = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (l == 0 || l > n || (l == 2 && c < 0xc2))
+        return 0;
+    for (size_t k = 1; k < l; k++)
+        if ((s[k] & 0xc0) != 0x80)
+            return 0;
+    if (l == 3 && ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] >= 0xa0)))
+        return 0;
+    if (l == 4 && ((c == 0xf0 && s[1] < 0x90) || c > 0xf4 || (c == 0xf4 && s[1] >= 0x90)))
+        return 0;
+    return l;
+}
+
+static int hex4(const char *s, size_t n, size_t i, unsigned *out)
+{
+    if (i + 4 > n)
+        return 0;
+    unsigned v = 0;
+    for (size_t k = 0; k < 4; k++) {
+        unsigned char c = (unsigned char)s[i + k];
+        if (!is_hex(c))
+            return 0;
+        v = v * 16 + (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    *out = v;
+    return 1;
+}
+
+/* Copies the string body s[i..] up to its closing quote (or n) as strict JSON: raw control
+ * bytes escaped, invalid UTF-8 and lone surrogate escapes replaced by U+FFFD. Returns the
+ * index of the closing quote (or n). */
+static size_t put_string_body(struct tcb *out, const char *s, size_t n, size_t i)
+{
+    size_t run = i;
+    while (i < n) {
         unsigned char c = (unsigned char)s[i];
-        if (in_str) {
-            if (esc) {
-                esc = 0;
-            } else if (c == '\\') {
-                esc = 1;
-            } else if (c == '"') {
-                in_str = 0;
-            } else if (c < 0x20) {
+        if (c == '"')
+            break;
+        if (c == '\\' && i + 1 < n && s[i + 1] == 'u') {
+            unsigned hi, lo;
+            if (!hex4(s, n, i + 2, &hi)) { /* not from a validated string: drop the escape */
                 tcb_put(out, s + run, i - run);
-                put_ctrl(out, c);
-                run = i + 1;
+                tcb_put(out, "\\ufffd", 6);
+                i += 2;
+                run = i;
+                continue;
             }
+            if (hi >= 0xd800 && hi < 0xdc00 && i + 12 <= n && s[i + 6] == '\\' &&
+                s[i + 7] == 'u' && hex4(s, n, i + 8, &lo) && lo >= 0xdc00 && lo < 0xe000) {
+                i += 12; /* a proper pair */
+                continue;
+            }
+            if ((hi >= 0xd800 && hi < 0xe000) || hi == 0) { /* jansson refuses NUL in keys */
+                tcb_put(out, s + run, i - run);
+                tcb_put(out, "\\ufffd", 6);
+                i += 6;
+                run = i;
+                continue;
+            }
+            i += 6;
             continue;
         }
-        if (c == '"') {
-            in_str = 1;
-        } else if (is_ws(c)) {
-            tcb_put(out, s + run, i - run);
-            run = i + 1;
+        if (c == '\\') {
+            i += i + 1 < n ? 2 : 1;
+            continue;
         }
+        if (c < 0x20) {
+            tcb_put(out, s + run, i - run);
+            if (c == 0)
+                tcb_put(out, "\xef\xbf\xbd", 3);
+            else
+                put_ctrl(out, c);
+            run = ++i;
+            continue;
+        }
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t l = utf8_len((const unsigned char *)s + i, n - i);
+        if (l) {
+            i += l;
+            continue;
+        }
+        tcb_put(out, s + run, i - run);
+        tcb_put(out, "\xef\xbf\xbd", 3);
+        run = ++i;
     }
-    tcb_put(out, s + run, n - run);
+    tcb_put(out, s + run, i - run);
+    return i;
+}
+
+void tcj_minify(struct tcb *out, const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"') {
+            tcb_putc(out, '"');
+            i = put_string_body(out, s, n, i + 1);
+            if (i < n)
+                tcb_putc(out, '"');
+            i++;
+            continue;
+        }
+        if (!is_ws(c))
+            tcb_putc(out, (char)c);
+        i++;
+    }
 }
 
 void tcj_escape(struct tcb *out, const char *s, size_t n)
 {
     tcb_putc(out, '"');
     size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\' || c < 0x20) {
+        size_t l = c < 0x80 ? 1 : utf8_len((const unsigned char *)s + i, n - i);
+        if (c == '"' || c == '\\' || c < 0x20 || l == 0) {
             tcb_put(out, s + run, i - run);
-            if (c < 0x20)
+            if (l == 0 || c == 0)
+                tcb_put(out, "\xef\xbf\xbd", 3);
+            else if (c < 0x20)
                 put_ctrl(out, c);
             else
                 tcb_putc(out, '\\'), tcb_putc(out, (char)c);
-            run = i + 1;
+            run = ++i;
+            continue;
         }
+        i += l;
     }
     tcb_put(out, s + run, n - run);
     tcb_putc(out, '"');
+}
+
+int tcj_name_ok(const char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t l = c < 0x80 ? 1 : utf8_len((const unsigned char *)s + i, n - i);
+        if (c < 0x20 || c == 0x7f || l == 0)
+            return 0;
+        i += l;
+    }
+    return 1;
 }

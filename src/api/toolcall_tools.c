@@ -83,7 +83,7 @@ static const struct tc_tool *find(const struct tc_tools *t, const char *name, si
 
 int tct_has(const struct tc_tools *t, const char *name, size_t n)
 {
-    if (n == 0)
+    if (!tcj_name_ok(name, n))
         return 0;
     return !t || t->n == 0 || find(t, name, n) != NULL;
 }
