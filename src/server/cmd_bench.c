@@ -24,7 +24,8 @@
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "usage: cinfer bench MODEL [-t N] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [--kv f16|f32]\n\n"
+    fprintf(f, "usage: cinfer bench MODEL [-t N] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [--kv f16|f32]\n"
+               "                    [--backend cpu|cuda] [--device N]\n\n"
                "Prints one JSON object: load_s, ttft_s (start to the first token of an\n"
                "8-token prompt, load included), ttft_warm_s (the same without the load),\n"
                "decode_tok_s (GEN_TOKENS after it, default 128),\n"
@@ -47,7 +48,8 @@ static void fill_ids(int32_t *ids, int n, int vocab, uint32_t seed)
 int cmd_bench(int argc, char **argv)
 {
     const char *path = NULL;
-    int threads = 0, n_prompt = 512, n_gen = 128, kv_dtype = DT_F16;
+    int threads = 0, n_prompt = 512, n_gen = 128, kv_dtype = DT_F16, device = 0;
+    const char *backend = "cpu";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--kv") && v && (!strcmp(v, "f16") || !strcmp(v, "f32"))) {
@@ -55,9 +57,15 @@ int cmd_bench(int argc, char **argv)
             i++;
             continue;
         }
+        if (!strcmp(a, "--backend") && v) {
+            backend = v;
+            i++;
+            continue;
+        }
         int *dst = !strcmp(a, "-t") || !strcmp(a, "--threads") ? &threads
                    : !strcmp(a, "-p")                          ? &n_prompt
                    : !strcmp(a, "-n")                          ? &n_gen
+                   : !strcmp(a, "--device")                    ? &device
                                                                : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             bench_usage(stdout);
@@ -66,8 +74,9 @@ int cmd_bench(int argc, char **argv)
             char *end;
             errno = 0;
             long x = v ? strtol(v, &end, 10) : 0;
-            if (!v || errno || *end || x < 1 || x > 1 << 20) {
-                fprintf(stderr, "cinfer bench: %s expects an integer in [1, 1048576]\n", a);
+            if (!v || errno || *end || x < (dst == &device ? 0 : 1) || x > 1 << 20) {
+                fprintf(stderr, "cinfer bench: %s expects an integer in [%d, 1048576]\n", a,
+                        dst == &device ? 0 : 1);
                 return 1;
             }
             *dst = (int)x;
@@ -85,13 +94,14 @@ int cmd_bench(int argc, char **argv)
         return 1;
     }
     struct cerr e = {0};
-    struct be_config bc = {.n_threads = threads};
-    struct be *be = be_new("cpu", &bc, &e);
+    struct be_config bc = {.n_threads = threads, .device = device};
+    struct be *be = be_new(backend, &bc, &e);
     struct model *m = NULL;
     struct gen *g = NULL;
     int status = 1;
     int32_t *ids = NULL;
     double t0 = clock_now_s();
+    int is_cpu = be && !strcmp(be->ops->name, "cpu");
     if (!be || model_load(&m, path, be, &e)) {
         fprintf(stderr, "cinfer bench: %s\n", e.msg);
         goto done;
@@ -127,11 +137,11 @@ int cmd_bench(int argc, char **argv)
     double prefill_s = clock_now_s() - t1;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("{\"engine\": \"cinfer\", \"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, "
+    printf("{\"engine\": \"cinfer\", \"backend\": \"%s\", \"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, "
            "\"kv\": \"%s\", \"load_s\": %.4f, \"ttft_s\": %.4f, \"ttft_warm_s\": %.4f, \"decode_tokens\": %d, \"decode_tok_s\": %.3f, "
            "\"prefill_tokens\": %d, \"prefill_tok_s\": %.3f, \"peak_rss_bytes\": %lld, "
            "\"weight_bytes\": %zu}\n",
-           path, m->arch_name, be_cpu_threads(be), kv_dtype == DT_F16 ? "f16" : "f32", load_s, ttft, ttft_warm, n_gen, n_gen / decode_s, n_prompt,
+           be->ops->name, path, m->arch_name, is_cpu ? be_cpu_threads(be) : 0, kv_dtype == DT_F16 ? "f16" : "f32", load_s, ttft, ttft_warm, n_gen, n_gen / decode_s, n_prompt,
            n_prompt / prefill_s, (long long)ru.ru_maxrss * 1024, model_weight_bytes(m));
     status = 0;
     goto done;

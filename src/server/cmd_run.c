@@ -23,8 +23,8 @@
 #include "tokenizer/tok.h"
 
 struct run_opts {
-    const char *model, *prompt, *ids, *system, *chat_template;
-    int chat;
+    const char *model, *prompt, *ids, *system, *chat_template, *backend;
+    int chat, device;
     int n_predict, threads, ctx, output_ids, ignore_eos, kv_f16;
     struct sampler_params sp;
     int seed_set;
@@ -50,6 +50,8 @@ static void run_usage(FILE *f)
             "  --min-p P             drop tokens below P x the top probability (default 0)\n"
             "  --seed S              RNG seed (default: from the clock)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
+            "  --backend cpu|cuda    where the model runs (default cpu)\n"
+            "  --device N            GPU index for --backend cuda (default 0)\n"
             "  -c, --ctx N           context length (default: min(model's, 4096))\n"
             "  --kv-f16              store the KV cache as F16 (default F32)\n"
             "  --ignore-eos          keep generating past end-of-generation tokens\n"
@@ -123,6 +125,10 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
             o->seed_set = 1;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
             rc = parse_int(a, v, 1, 1024, &o->threads);
+        else if (!strcmp(a, "--backend"))
+            o->backend = v, rc = v ? 0 : -1;
+        else if (!strcmp(a, "--device"))
+            rc = parse_int(a, v, 0, 1023, &o->device);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx"))
             rc = parse_int(a, v, 1, 1 << 24, &o->ctx);
         else if (!strcmp(a, "--kv-f16"))
@@ -235,8 +241,8 @@ int cmd_run(int argc, char **argv)
     if (parse_args(argc, argv, &o))
         return 1;
     struct cerr e = {0};
-    struct be_config bc = {.n_threads = o.threads};
-    struct be *be = be_new("cpu", &bc, &e);
+    struct be_config bc = {.n_threads = o.threads, .device = o.device};
+    struct be *be = be_new(o.backend ? o.backend : "cpu", &bc, &e);
     if (!be) {
         fprintf(stderr, "cinfer run: %s\n", e.msg);
         return 1;
