@@ -9,7 +9,8 @@ phase=${1:-all}
 OUT=${OUT:-/tmp/out}
 RES=/tmp/cinfer-res   # everything lands here; packed into $OUT/res.tgz at exit (1 file back)
 mkdir -p "$OUT" "$RES"
-trap 'tar czf "$RES/res.tgz" -C "$RES" .' EXIT
+trap 'tar czf "$OUT/res.tgz" -C "$RES" .' EXIT
+trap 'exit 143' TERM INT
 BIN=${BIN:-}
 if [ -z "$BIN" ]; then
     cmake -S . -B build-gpu -G Ninja -DCINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null &&
