@@ -205,17 +205,16 @@ int sampler_params_check(const struct sampler_params *p, int n_vocab, struct cer
         return cerr_set(e, CERR_INVALID,
                         "`min_p` has to be a float in the [0, 1] interval, but is %s", v);
     }
-    if (p->xtc_probability != 0.0f || p->xtc_threshold != 0.0f) {
-        if (!in_range(p->xtc_threshold, 0.0f, 0.5f)) {
-            fmt_py(v, sizeof v, p->xtc_threshold);
-            return cerr_set(e, CERR_INVALID,
-                            "`threshold` has to be a float in the [0, 0.5] interval, but is %s", v);
-        }
-        if (!in_range(p->xtc_probability, 0.0f, 1.0f)) {
-            fmt_py(v, sizeof v, p->xtc_probability);
-            return cerr_set(e, CERR_INVALID,
-                            "`probability` has to be a float in the [0, 1] interval, but is %s", v);
-        }
+    /* the reference checks XTC only when it is on, the threshold first */
+    if (p->xtc_probability != 0.0f && !in_range(p->xtc_threshold, 0.0f, 0.5f)) {
+        fmt_py(v, sizeof v, p->xtc_threshold);
+        return cerr_set(e, CERR_INVALID,
+                        "`threshold` has to be a float in the [0, 0.5] interval, but is %s", v);
+    }
+    if (!in_range(p->xtc_probability, 0.0f, 1.0f)) {
+        fmt_py(v, sizeof v, p->xtc_probability);
+        return cerr_set(e, CERR_INVALID,
+                        "`probability` has to be a float in the [0, 1] interval, but is %s", v);
     }
     if (!(p->repetition_penalty >= 0.0f) || isinf(p->repetition_penalty)) {
         fmt_py(v, sizeof v, p->repetition_penalty);
@@ -365,30 +364,32 @@ static int is_exempt(const struct sampler *s, int32_t id)
 
 int sampler_accept(struct sampler *s, int32_t id)
 {
-    if (s->n_win == 0)
+    if (s->n_win == 0 || id < 0 || id >= s->n_vocab)
         return 0;
-    if (s->hkeep > 0) {
-        if (s->hn == s->hcap) {
-            if (s->hcap >= 2 * s->hkeep) { /* keep only the largest window's tail */
-                memmove(s->hist, s->hist + s->hn - s->hkeep, s->hkeep * sizeof *s->hist);
-                s->hn = s->hkeep;
-            } else {
-                size_t cap = s->hcap ? s->hcap * 2 : 64;
-                if (cap > 2 * s->hkeep)
-                    cap = 2 * s->hkeep;
-                int32_t *h = realloc(s->hist, cap * sizeof *h);
-                if (!h)
-                    return CERR_NOMEM;
-                s->hist = h;
-                s->hcap = cap;
-            }
+    /* make room first, so a failure leaves every window as it was */
+    for (int i = 0; i < s->n_win; i++)
+        if ((s->win[i].m.n + 1) * 2 > s->win[i].m.cap && cmap_grow(&s->win[i].m))
+            return CERR_NOMEM;
+    if (s->hkeep > 0 && s->hn == s->hcap) {
+        if (s->hcap >= 2 * s->hkeep) { /* keep only the largest window's tail */
+            memmove(s->hist, s->hist + s->hn - s->hkeep, s->hkeep * sizeof *s->hist);
+            s->hn = s->hkeep;
+        } else {
+            size_t cap = s->hcap ? s->hcap * 2 : 64;
+            if (cap > 2 * s->hkeep)
+                cap = 2 * s->hkeep;
+            int32_t *h = realloc(s->hist, cap * sizeof *h);
+            if (!h)
+                return CERR_NOMEM;
+            s->hist = h;
+            s->hcap = cap;
         }
-        s->hist[s->hn++] = id;
     }
+    if (s->hkeep > 0)
+        s->hist[s->hn++] = id;
     for (int i = 0; i < s->n_win; i++) {
         struct win *w = &s->win[i];
-        if (cmap_inc(&w->m, id))
-            return CERR_NOMEM;
+        cmap_inc(&w->m, id); /* cannot fail: room was made above */
         if (w->size > 0 && s->hn > (size_t)w->size)
             cmap_dec(&w->m, s->hist[s->hn - 1 - (size_t)w->size]);
     }

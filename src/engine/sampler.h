@@ -46,7 +46,8 @@ void sampler_params_default(struct sampler_params *p);
 /* Checks every range; on a bad one returns CERR_INVALID with the message a user sees
  * (the reference's text where it has one, e.g. "`min_p` has to be a float in the [0, 1]
  * interval, but is 1.5"). Ranges: temperature [0, 5], top_p [0, 1], top_k >= 0,
- * min_p [0, 1], xtc_threshold [0, 0.5], xtc_probability [0, 1], repetition_penalty >= 0,
+ * min_p [0, 1], xtc_threshold [0, 0.5] (when xtc_probability is not 0), xtc_probability
+ * [0, 1], repetition_penalty >= 0,
  * presence/frequency_penalty [-2, 2], context sizes >= 0, top_logprobs [-1, 11],
  * logit_bias ids in [0, n_vocab) with non-NaN biases. Returns 0 when all are valid. */
 int sampler_params_check(const struct sampler_params *p, int n_vocab, struct cerr *e);
@@ -64,9 +65,10 @@ void sampler_free(struct sampler *s);
 int sampler_set_xtc_exempt(struct sampler *s, const int32_t *ids, int n);
 
 /* History for the penalties: the prompt (prime, once), then each generated token (accept).
- * Only the last max(window) tokens matter; a window of 0 counts the whole history.
- * Amortised O(1) per token; memory grows only with a whole-history window. Return 0 or
- * CERR_NOMEM (the history is then unchanged from the failing id on). */
+ * Only the last max(window) tokens matter; a window of 0 counts the whole history. Ids
+ * outside the vocabulary are ignored. Amortised O(1) per token; memory: up to twice the largest
+ * finite window in ids, plus a count map per window (a whole-history one grows with the
+ * distinct ids seen). Return 0 or CERR_NOMEM (the history then stops before the failing id). */
 int sampler_prime(struct sampler *s, const int32_t *ids, int n);
 int sampler_accept(struct sampler *s, int32_t id);
 

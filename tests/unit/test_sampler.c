@@ -342,6 +342,16 @@ static void test_greedy_and_filters(void)
     CHECK_EQ_INT(seen[0] + seen[3] + seen[4] + seen[5], 0);
     sampler_free(s);
     CHECK(sampler_new(&s, &p, 0, &e) < 0);
+    /* ids outside the vocabulary in the history are ignored */
+    p = mk(0.0f, 1.0f, 0, 0.0f, 3);
+    p.presence_penalty = 2.0f, p.presence_context_size = 0;
+    CHECK_EQ_INT(sampler_new(&s, &p, 6, &e), 0);
+    int32_t junk[4] = {-1, 6, 1000000, 2};
+    CHECK_EQ_INT(sampler_prime(s, junk, 4), 0);
+    float l2[6] = {1.0f, 3.0f, 3.0f, -1.0f, 2.0f, 0.0f};
+    CHECK_EQ_INT(sampler_sample(s, l2, NULL), 1);
+    CHECK(l2[2] == 1.0f && l2[1] == 3.0f);
+    sampler_free(s);
 }
 
 /* At T = 1 with nothing else the draws follow the softmax. */
@@ -751,6 +761,8 @@ static void test_validation(void)
     p.xtc_probability = 1.0f, p.xtc_threshold = 0.5f;
     p.presence_penalty = -2.0f, p.frequency_penalty = 2.0f, p.repetition_penalty = 0.0f;
     p.top_logprobs = 11;
+    CHECK_EQ_INT(sampler_params_check(&p, 100, &e), 0);
+    p.xtc_probability = 0.0f, p.xtc_threshold = 0.7f; /* XTC off: its threshold is not read */
     CHECK_EQ_INT(sampler_params_check(&p, 100, &e), 0);
 }
 
