@@ -53,6 +53,8 @@ static int32_t step(const struct stop_matcher *m, int32_t u, unsigned char c)
 int stop_new(struct stop_matcher **out, const char *const *stops, int n, struct cerr *e)
 {
     *out = NULL;
+    if (!stops || n < 0)
+        n = 0;
     size_t total = 1, maxlen = 1;
     for (int i = 0; i < n; i++) {
         size_t l = stops[i] ? strlen(stops[i]) : 0;
@@ -163,6 +165,8 @@ int stop_push(struct stop_matcher *m, const char *text, size_t n, char **out, si
         *which = m->which;
         return 1;
     }
+    if (n == 0)
+        return 0;
     size_t h = m->hn;
     if (reserve(out, len, cap, h + n + 1))
         return CERR_NOMEM;
