@@ -53,8 +53,8 @@ static void run_cuts(struct stop_matcher *m, const char *t, size_t tn, const siz
         if (!r->fired) {
             size_t hn;
             const char *h = stop_held(m, &hn);
-            if (r->len + hn != to || memcmp(r->out, t, r->len) != 0 ||
-                memcmp(h, t + r->len, hn) != 0)
+            if (r->len + hn != to || (r->len && memcmp(r->out, t, r->len) != 0) ||
+                (hn && memcmp(h, t + r->len, hn) != 0))
                 r->held_ok = 0;
         }
     }
