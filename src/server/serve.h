@@ -15,6 +15,7 @@
 #include "api/prompt.h"
 #include "engine/engine.h"
 #include "http/http.h"
+#include "util/sbuf.h"
 
 struct serve_opts {
     const char *model, *host, *chat_template, *api_key;
@@ -38,8 +39,10 @@ struct hist {
     long total;
 };
 
+enum { EP_CHAT = 0, EP_COMPLETIONS, EP_MESSAGES, EP_RESPONSES, EP_OTHER, EP_COUNT };
+
 struct serve_metrics {
-    long requests[4];        /* chat, completions, models/other, errors */
+    long requests[EP_COUNT]; /* by endpoint */
     long status_4xx, status_5xx, rejected_429;
     long cancelled, disconnects;
     long prompt_tokens, gen_tokens, cached_tokens, cache_hits;
@@ -71,6 +74,46 @@ struct serve {
     struct job *jobs;            /* active jobs (doubly linked) */
     struct serve_metrics met;
 };
+
+/* ---- generations (serve_jobs.c) ---------------------------------------------------------
+ * A protocol (OpenAI, Anthropic, Responses) turns engine events into bytes through an
+ * encoder; the job glue does the rest: submit, hand-off from the engine thread, SSE writes,
+ * disconnect -> cancel, shutdown, metrics. All on the loop thread. */
+struct api_error;
+struct proto_ops {
+    /* Streaming only: frames sent right after the SSE headers (may be NULL). */
+    int (*begin)(void *enc, struct sbuf *out);
+    /* One engine event -> bytes (SSE frames, or at DONE the whole non-streaming body). */
+    int (*event)(void *enc, const struct engine_event *ev, struct sbuf *out);
+    /* The error body of a non-streaming failure (malloc'd). */
+    char *(*error_body)(const struct api_error *err);
+    /* An SSE error frame (streaming failure or shutdown). */
+    int (*error_frame)(struct sbuf *out, const char *message);
+    void (*free)(void *enc);
+};
+
+struct serve_gen {
+    int stream;
+    const struct proto_ops *ops;
+    void *enc;                 /* owned by the job from serve_generate on */
+    struct engine_req q;       /* ids, sampling, max_tokens, stops; cb/ud are set by the job */
+    void (*cleanup)(void *ctx); /* frees what q points into, when the job ends (may be NULL) */
+    void *ctx;
+};
+
+/* Submits g for HTTP request r and answers it (stream or body) as events arrive. Takes
+ * ownership of g->enc and g->ctx in every case (on failure they are freed and r gets an
+ * error reply: 429 when the queue is full, 503 when shutting down). endpoint indexes
+ * met.requests. */
+void serve_generate(struct serve *sv, struct http_req *r, struct serve_gen *g, int endpoint);
+/* Replies with err (status, body from ops->error_body), counting it in the metrics. */
+void serve_reply_error(struct serve *sv, struct http_req *r, const struct api_error *err,
+                       char *(*error_body)(const struct api_error *err));
+
+/* Checks a prompt of n_prompt tokens against the context and resolves max_tokens (requested,
+ * 0 = not given -> dflt) into *max_tokens. On refusal fills err (400) and returns -1. */
+int serve_check_context(struct serve *sv, int n_prompt, int requested, int dflt,
+                        int *max_tokens, struct api_error *err);
 
 /* serve_routes.c */
 int serve_routes_install(struct serve *sv);

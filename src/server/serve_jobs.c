@@ -1,0 +1,291 @@
+/* serve_jobs.c — the job glue between HTTP and the engine, shared by every protocol.
+ *
+ * A job is one generation request: the engine request, the protocol encoder (struct
+ * proto_ops) and a reference to the HTTP request. The engine thread reports events through
+ * job_cb, which copies each event and posts it to the loop (http_post keeps FIFO order);
+ * job_deliver feeds the encoder and writes SSE frames or the final body. The job lives
+ * until the engine's terminal event has been delivered, even when the client left first
+ * (the close callback cancels the engine request; the terminal event then frees the job).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/oai_req.h"
+#include "server/serve.h"
+#include "util/clock.h"
+#include "util/log.h"
+#include "util/sbuf.h"
+
+struct job {
+    struct serve *sv;
+    struct job *prev, *next;
+    struct http_req *req; /* referenced */
+    struct serve_gen g;
+    uint64_t eng_id;
+    int ended, gone;
+    double t_start, t_last;
+    int n_gen;
+    struct sbuf buf;
+};
+
+struct evmsg {
+    struct job *j;
+    struct engine_event ev;
+    struct sampler_logprob lp;
+    char *text;  /* owned copy */
+    char *error; /* owned copy */
+};
+
+void serve_reply_error(struct serve *sv, struct http_req *r, const struct api_error *err,
+                       char *(*error_body)(const struct api_error *err))
+{
+    char *b = error_body ? error_body(err) : NULL;
+    if (err->status == 429) {
+        http_add_header(r, "Retry-After", "1");
+        sv->met.rejected_429++;
+    } else if (err->status >= 500)
+        sv->met.status_5xx++;
+    else
+        sv->met.status_4xx++;
+    if (!b) {
+        http_reply_error(r, err->status, err->message);
+        return;
+    }
+    http_reply(r, err->status, "application/json", b, strlen(b));
+    free(b);
+}
+
+static void gen_release(struct serve_gen *g)
+{
+    if (g->enc && g->ops && g->ops->free)
+        g->ops->free(g->enc);
+    if (g->cleanup)
+        g->cleanup(g->ctx);
+    g->enc = g->ctx = NULL;
+}
+
+static void job_unlink(struct job *j)
+{
+    struct serve *sv = j->sv;
+    if (j->prev)
+        j->prev->next = j->next;
+    else if (sv->jobs == j)
+        sv->jobs = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    j->prev = j->next = NULL;
+    sv->met.active_jobs--;
+}
+
+static void job_free(struct job *j)
+{
+    struct serve *sv = j->sv;
+    job_unlink(j);
+    if (j->req)
+        http_req_unref(j->req);
+    gen_release(&j->g);
+    sbuf_free(&j->buf);
+    free(j);
+    if (sv->shutting_down && !sv->jobs)
+        http_server_stop(sv->http);
+}
+
+static void job_on_close(struct http_req *r, void *ud)
+{
+    (void)r;
+    struct job *j = ud;
+    if (j->ended)
+        return;
+    j->gone = 1;
+    j->sv->met.disconnects++;
+    engine_cancel(j->sv->eng, j->eng_id);
+}
+
+static void job_fail(struct job *j, int status, const char *msg)
+{
+    struct api_error err;
+    api_fail(&err, status, NULL, "%s", msg);
+    serve_reply_error(j->sv, j->req, &err, j->g.ops->error_body);
+}
+
+/* Loop thread: one engine event. */
+static void job_deliver(void *ud)
+{
+    struct evmsg *msg = ud;
+    struct job *j = msg->j;
+    struct serve *sv = j->sv;
+    struct engine_event *ev = &msg->ev;
+    ev->text = msg->text ? msg->text : "";
+    ev->error = msg->error;
+    ev->lp = ev->type == ENGINE_EV_DELTA && msg->lp.id >= 0 ? &msg->lp : NULL;
+    double now = clock_now_s();
+    int terminal = ev->type != ENGINE_EV_DELTA;
+    if (ev->type == ENGINE_EV_DELTA) {
+        if (!j->n_gen++)
+            hist_add(&sv->met.ttft, now - j->t_start);
+        else
+            hist_add(&sv->met.tpot, now - j->t_last);
+        j->t_last = now;
+    }
+    if (!j->ended && !j->gone) {
+        sbuf_clear(&j->buf);
+        int rc = j->g.ops->event(j->g.enc, ev, &j->buf);
+        if (j->g.stream) {
+            if (rc && !terminal) {
+                j->g.ops->error_frame(&j->buf, "out of memory while encoding the response");
+                engine_cancel(sv->eng, j->eng_id);
+                terminal = 1; /* for this stream; the job itself ends at the engine's event */
+            }
+            if (j->buf.len && http_stream_write(j->req, j->buf.p, j->buf.len) < 0)
+                j->gone = 1;
+            if (terminal) {
+                http_stream_end(j->req);
+                j->ended = 1;
+            }
+            terminal = ev->type != ENGINE_EV_DELTA;
+        } else if (terminal) {
+            if (ev->type == ENGINE_EV_ERROR || rc) {
+                char m[600];
+                snprintf(m, sizeof m, "generation failed: %s",
+                         ev->error ? ev->error : "out of memory");
+                job_fail(j, 500, m);
+            } else if (ev->finish == ENGINE_FINISH_CANCELLED)
+                job_fail(j, 503, "the request was cancelled (server shutting down)");
+            else
+                http_reply(j->req, 200, "application/json", j->buf.p, j->buf.len);
+            j->ended = 1;
+        }
+    }
+    if (terminal) {
+        sv->met.prompt_tokens += ev->n_prompt;
+        sv->met.gen_tokens += ev->n_gen;
+        sv->met.cached_tokens += ev->n_cached;
+        sv->met.cache_hits += ev->n_cached > 0;
+        if (ev->type == ENGINE_EV_ERROR)
+            sv->met.status_5xx++;
+        if (ev->type == ENGINE_EV_DONE && ev->finish == ENGINE_FINISH_CANCELLED)
+            sv->met.cancelled++;
+        hist_add(&sv->met.e2e, now - j->t_start);
+        if (j->g.stream)
+            sv->met.streams_open--;
+        job_free(j);
+    }
+    free(msg->text);
+    free(msg->error);
+    free(msg);
+}
+
+/* Engine thread: copy the event and hand it to the loop. */
+static void job_cb(void *ud, const struct engine_event *ev)
+{
+    struct job *j = ud;
+    struct evmsg *msg = calloc(1, sizeof *msg);
+    if (!msg) {
+        log_error("out of memory: an event of a request was lost");
+        return;
+    }
+    msg->j = j;
+    msg->ev = *ev;
+    msg->lp.id = -1;
+    if (ev->lp)
+        msg->lp = *ev->lp;
+    if (ev->len && !(msg->text = strndup(ev->text, ev->len)))
+        msg->ev.len = 0;
+    if (ev->error)
+        msg->error = strdup(ev->error);
+    if (http_post(j->sv->http, job_deliver, msg)) {
+        /* the loop is gone (shutdown): nothing can be delivered any more */
+        free(msg->text);
+        free(msg->error);
+        free(msg);
+    }
+}
+
+void serve_generate(struct serve *sv, struct http_req *r, struct serve_gen *g, int endpoint)
+{
+    struct api_error err = {0};
+    if (endpoint >= 0 && endpoint < EP_COUNT)
+        sv->met.requests[endpoint]++;
+    if (sv->shutting_down) {
+        api_fail(&err, 503, NULL, "the server is shutting down");
+        serve_reply_error(sv, r, &err, g->ops->error_body);
+        gen_release(g);
+        return;
+    }
+    struct job *j = calloc(1, sizeof *j);
+    if (!j) {
+        api_fail(&err, 500, NULL, "out of memory");
+        serve_reply_error(sv, r, &err, g->ops->error_body);
+        gen_release(g);
+        return;
+    }
+    j->sv = sv;
+    j->g = *g;
+    j->t_start = clock_now_s();
+    j->g.q.cb = job_cb;
+    j->g.q.ud = j;
+    /* link before submit: events may arrive on the loop right after it */
+    j->req = r;
+    http_req_ref(r);
+    j->next = sv->jobs;
+    if (sv->jobs)
+        sv->jobs->prev = j;
+    sv->jobs = j;
+    sv->met.active_jobs++;
+    struct cerr e = {0};
+    if (engine_submit(sv->eng, &j->g.q, &j->eng_id, &e)) {
+        api_fail(&err, e.code == CERR_LIMIT ? 429 : 400, NULL, "%s", e.msg);
+        if (e.code == CERR_LIMIT && strstr(e.msg, "context"))
+            err.status = 400;
+        serve_reply_error(sv, r, &err, g->ops->error_body);
+        j->ended = 1;
+        job_free(j);
+        return;
+    }
+    http_req_on_close(r, job_on_close, j);
+    if (j->g.stream) {
+        sv->met.streams_open++;
+        http_stream_begin(r, 200, "text/event-stream");
+        sbuf_clear(&j->buf);
+        if (j->g.ops->begin && j->g.ops->begin(j->g.enc, &j->buf) == 0 && j->buf.len)
+            http_stream_write(r, j->buf.p, j->buf.len);
+    }
+}
+
+void serve_shutdown(void *ud)
+{
+    struct serve *sv = ud;
+    if (sv->shutting_down)
+        return;
+    sv->shutting_down = 1;
+    log_info("shutting down: cancelling %ld in-flight request(s)", sv->met.active_jobs);
+    for (struct job *j = sv->jobs; j; j = j->next) {
+        if (!j->ended && !j->gone && j->g.stream) {
+            sbuf_clear(&j->buf);
+            j->g.ops->error_frame(&j->buf, "the server is shutting down");
+            http_stream_write(j->req, j->buf.p, j->buf.len);
+            http_stream_end(j->req);
+            j->ended = 1;
+        }
+        engine_cancel(sv->eng, j->eng_id);
+    }
+    if (!sv->jobs)
+        http_server_stop(sv->http);
+}
+
+int serve_check_context(struct serve *sv, int n_prompt, int requested, int dflt,
+                        int *max_tokens, struct api_error *err)
+{
+    int n_ctx = engine_config_of(sv->eng)->n_ctx;
+    if (n_prompt >= n_ctx) {
+        api_fail(err, 400, "messages",
+                 "the prompt has %d tokens but the context holds %d — shorten the prompt",
+                 n_prompt, n_ctx);
+        err->code = "context_length_exceeded";
+        return -1;
+    }
+    int mt = requested > 0 ? requested : dflt;
+    *max_tokens = mt > n_ctx - n_prompt ? n_ctx - n_prompt : mt;
+    return 0;
+}
