@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,8 @@ struct ereq {
     struct ereq *next;       /* incoming / waiting queue link */
     int32_t *tokens;         /* (cap) prompt then generated */
     int n_tokens, cap, n_prompt, n_past, n_gen, max_tokens;
+    int n_cached, admitted;  /* prompt positions reused from the prefix cache */
+    size_t projected;        /* (prompt + max_tokens) KV bytes, for the KV budget */
     int ignore_eos, cancelled, want_lp;
     struct kv_seq seq;
     struct sampler *smp;
@@ -77,6 +80,11 @@ struct engine {
     long preempted, steps;
     int32_t *xtc_exempt; /* EOS ids and ids whose text holds a newline */
     int n_xtc_exempt;
+    uint8_t root[KV_KEY_BYTES]; /* prefix-cache namespace */
+    size_t kv_per_token, projected;
+    long invariant_failures;
+    char invariant_error[256];
+    const struct kv_seq **check_seqs; /* (max_seqs) */
 };
 
 /* ---- queue helpers ---------------------------------------------------------------- */
@@ -128,7 +136,10 @@ void engine_config_default(struct engine_config *c, const struct model *m)
     c->n_blocks = (pool_tok + c->block_size - 1) / c->block_size;
     c->kv_dtype = DT_F16;
     c->max_queue = 64;
+    c->prompt_cache_blocks = c->n_blocks;
 }
+
+size_t engine_kv_bytes_per_token(const struct engine *g) { return g->kv_per_token; }
 
 const struct engine_config *engine_config_of(const struct engine *g) { return &g->c; }
 
@@ -183,6 +194,16 @@ int engine_submit(struct engine *g, const struct engine_req *q, uint64_t *id, st
         return cerr_set(e, CERR_NOMEM, "out of memory");
     int room = g->c.n_ctx - q->n_ids;
     r->max_tokens = q->max_tokens < room ? q->max_tokens : room;
+    r->projected = (size_t)(q->n_ids + r->max_tokens) * g->kv_per_token;
+    if (g->c.kv_budget_bytes && r->projected > g->c.kv_budget_bytes) {
+        size_t need = r->projected;
+        free(r);
+        return cerr_set(e, CERR_INVALID,
+                        "request needs %zu bytes of KV (prompt %d + max_tokens %d) but the KV "
+                        "budget is %zu bytes — shorten the prompt or lower max_tokens",
+                        need, q->n_ids, q->max_tokens < room ? q->max_tokens : room,
+                        g->c.kv_budget_bytes);
+    }
     r->cap = q->n_ids + r->max_tokens + 1;
     r->tokens = malloc((size_t)r->cap * sizeof *r->tokens);
     r->out_cap = 256;
@@ -263,7 +284,7 @@ static void ev_fill_counts(const struct ereq *r, struct engine_event *ev)
 {
     ev->n_prompt = r->n_prompt;
     ev->n_gen = r->n_gen;
-    ev->n_cached = 0;
+    ev->n_cached = r->n_cached;
 }
 
 /* Removes r from the running list (keeps order). */
@@ -273,6 +294,7 @@ static void run_remove(struct engine *g, struct ereq *r)
         if (g->run[i] == r) {
             memmove(g->run + i, g->run + i + 1, (size_t)(g->n_run - i - 1) * sizeof *g->run);
             g->n_run--;
+            g->projected -= r->projected;
             return;
         }
 }
@@ -294,6 +316,8 @@ static void finish(struct engine *g, struct ereq *r, int reason, int stop_index)
                               .text = r->out, .len = r->out_len};
     ev_fill_counts(r, &ev);
     r->cb(r->ud, &ev);
+    /* everything computed stays cached for the next turn */
+    kv_cache_commit_tail(g->kv, &r->seq, g->root, r->tokens, r->n_past);
     pthread_mutex_lock(&g->mu);
     g->st.finished++;
     g->st.cancelled += reason == ENGINE_FINISH_CANCELLED;
@@ -407,8 +431,31 @@ static int plan(struct engine *g, int admit)
         }
     }
     while (admit && budget > 0 && g->n_run < g->c.max_seqs && g->wait.head) {
-        struct ereq *r = q_pop(&g->wait);
+        struct ereq *r = g->wait.head;
+        /* --kv-budget: the head waits (FIFO) until the running rows leave room */
+        if (g->c.kv_budget_bytes && g->n_run > 0 &&
+            g->projected + r->projected > g->c.kv_budget_bytes)
+            break;
+        /* admit only what the pool can take this step next to the running rows (each may
+         * open a block), so that a tight pool does not preempt-and-readmit in a loop */
+        int first = r->n_tokens - r->n_past < budget ? r->n_tokens - r->n_past : budget;
+        int need = (first + g->c.block_size - 1) / g->c.block_size + 1;
+        if (g->n_run > 0 && need > kv_pool_available(g->kv) - g->n_run)
+            break;
+        q_pop(&g->wait);
         g->run[g->n_run++] = r;
+        g->projected += r->projected;
+        if (r->seq.n_blocks == 0 && r->n_past == 0) {
+            /* the prefix cache: share the longest cached prefix instead of computing it */
+            struct cerr e = {0};
+            int hit = kv_cache_lookup(g->kv, &r->seq, g->root, r->tokens, r->n_tokens, &e);
+            if (hit > 0) {
+                r->n_past = hit;
+                if (!r->admitted)
+                    r->n_cached = hit < r->n_prompt ? hit : r->n_prompt;
+            }
+        }
+        r->admitted = 1;
         int left = r->n_tokens - r->n_past;
         int c = left < budget ? left : budget;
         g->rows[n++] = (struct row){r, c, -1};
@@ -421,6 +468,7 @@ static int plan(struct engine *g, int admit)
 static void preempt_youngest(struct engine *g)
 {
     struct ereq *r = g->run[--g->n_run];
+    g->projected -= r->projected;
     kv_seq_release(g->kv, &r->seq);
     r->n_past = 0;
     q_push_front(&g->wait, r);
@@ -446,6 +494,7 @@ static int plan_and_reserve(struct engine *g, struct queue *dead)
             if (g->n_run == 1) {
                 struct ereq *r = g->run[0];
                 g->n_run = 0;
+                g->projected -= r->projected;
                 r->cancelled = 2;
                 q_push(dead, r);
             }
@@ -505,6 +554,7 @@ static int run_step(struct engine *g, int n_rows)
             n_prompt_fed += (r->n_past + w->n < r->n_prompt ? r->n_past + w->n : r->n_prompt) -
                             r->n_past;
         r->n_past += w->n;
+        kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
         if (w->out < 0)
             continue;
         struct sampler_logprob lp;
@@ -527,8 +577,34 @@ static void publish_stats(struct engine *g, long gen_delta)
     g->st.steps = g->steps;
     g->st.gen_tokens += gen_delta;
     g->st.blocks_total = g->kv->n_blocks;
-    g->st.blocks_free = g->kv->n_free;
+    g->st.blocks_free = kv_pool_available(g->kv);
+    const struct kv_cache_stats *cs = &g->kv->cs;
+    g->st.cache_entries = cs->entries;
+    g->st.cache_lru_blocks = cs->lru;
+    g->st.cache_hits = cs->hits;
+    g->st.cache_misses = cs->misses;
+    g->st.cache_hit_tokens = cs->hit_tokens;
+    g->st.cache_evictions = cs->evictions;
+    g->st.cache_cow = cs->cow_copies;
+    g->st.kv_projected_bytes = g->projected;
+    g->st.invariant_failures = g->invariant_failures;
+    memcpy(g->st.last_invariant_error, g->invariant_error, sizeof g->st.last_invariant_error);
     pthread_mutex_unlock(&g->mu);
+}
+
+/* The block-pool invariant checker over every live sequence (running ones hold blocks;
+ * waiting ones hold none). */
+static void check_pool(struct engine *g)
+{
+    int n = 0;
+    for (int i = 0; i < g->n_run; i++)
+        g->check_seqs[n++] = &g->run[i]->seq;
+    struct cerr e = {0};
+    if (kv_pool_check(g->kv, g->check_seqs, n, &e)) {
+        g->invariant_failures++;
+        memcpy(g->invariant_error, e.msg, sizeof g->invariant_error - 1);
+        log_error("engine: KV pool invariant broken: %s", e.msg);
+    }
 }
 
 static void *engine_main(void *arg)
@@ -566,6 +642,8 @@ static void *engine_main(void *arg)
             gen_before += g->rows[i].r->n_tokens == g->rows[i].r->n_past + g->rows[i].n;
         if (n > 0)
             run_step(g, n);
+        if (g->c.check_invariants)
+            check_pool(g);
         publish_stats(g, n > 0 ? gen_before : 0);
     }
     publish_stats(g, 0);
@@ -573,6 +651,24 @@ static void *engine_main(void *arg)
 }
 
 /* ---- lifecycle -------------------------------------------------------------------- */
+
+/* The prefix-cache namespace: what a block's K/V depend on besides its tokens — the model
+ * (file name, architecture, shapes, vocabulary, RoPE), the KV dtype and block size, and the
+ * adapter set (none yet). */
+static void namespace_root(struct engine *g)
+{
+    const struct model_hparams *h = &g->m->hp;
+    const char *base = strrchr(g->m->path, '/');
+    char ns[1024];
+    int n = snprintf(ns, sizeof ns,
+                     "cinfer-kv-v1|model=%s|arch=%s|L=%d|E=%d|H=%d/%d|D=%d|F=%d|V=%d|theta=%.9g/%.9g"
+                     "|swa=%d|kv=%d|bs=%d|adapters=none",
+                     base ? base + 1 : g->m->path, g->m->arch_name, h->n_layer, h->n_embd,
+                     h->n_head, h->n_kv_head, h->head_dim, h->n_ff, h->n_vocab,
+                     (double)h->rope_theta, (double)h->rope_theta_local, h->sliding_window,
+                     g->c.kv_dtype, g->c.block_size);
+    kv_key_root(g->root, ns, (size_t)(n < (int)sizeof ns ? n : (int)sizeof ns - 1));
+}
 
 /* XTC never removes end-of-generation tokens or tokens that write a newline. */
 static int build_xtc_exempt(struct engine *g)
@@ -627,8 +723,11 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     int S = c->max_seqs, T = c->max_step_tokens, V = m->hp.n_vocab;
-    int rc = kv_pool_new(&g->kv, m->be, m->hp.n_layer, m->hp.n_kv_head * m->hp.head_dim,
-                         c->block_size, c->n_blocks, c->kv_dtype, e);
+    int kv_dim = m->hp.n_kv_head * m->hp.head_dim;
+    g->kv_per_token = kv_bytes_per_token(m->hp.n_layer, kv_dim, c->kv_dtype);
+    int rc = kv_pool_new(&g->kv, m->be, m->hp.n_layer, kv_dim, c->block_size, c->n_blocks,
+                         c->kv_dtype, c->prompt_cache_blocks, e);
+    namespace_root(g);
     if (!rc)
         rc = model_ws_new(&g->ws, m, T, S, S, g->max_blocks, e);
     if (!rc) {
@@ -641,8 +740,9 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->out_idx = malloc((size_t)S * sizeof(int32_t));
         g->tables = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
         g->logits = malloc((size_t)S * V * sizeof(float));
+        g->check_seqs = malloc((size_t)S * sizeof *g->check_seqs);
         if (!g->run || !g->rows || !g->tokens || !g->pos || !g->seqv || !g->slots ||
-            !g->out_idx || !g->tables || !g->logits)
+            !g->out_idx || !g->tables || !g->logits || !g->check_seqs)
             rc = cerr_set(e, CERR_NOMEM, "out of memory");
     }
     if (!rc && build_xtc_exempt(g))
@@ -689,6 +789,7 @@ void engine_free(struct engine *g)
     free(g->logits);
     free(g->cancels);
     free(g->xtc_exempt);
+    free(g->check_seqs);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
     free(g);

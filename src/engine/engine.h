@@ -30,10 +30,16 @@ struct engine_config {
     int max_queue;       /* waiting requests beyond this make submit fail with CERR_LIMIT */
     int32_t extra_eos[8]; /* end-of-generation ids beyond the tokenizer's (generation_config) */
     int n_extra_eos;
+    int prompt_cache_blocks; /* unreferenced cached blocks kept (LRU cap); -1 disables the
+                                prefix cache */
+    size_t kv_budget_bytes;  /* cap on the projected KV (prompt + max_tokens) of the running
+                                requests; joiners wait FIFO; 0 = off */
+    int check_invariants;    /* run kv_pool_check after every step (tests; CINFER_CHECK_KV=1) */
 };
 
 /* Fills defaults for a model: n_ctx = min(train context, 32768), 8 sequences, 2048 tokens
- * per step, block 16, F16 KV, a pool of max(n_ctx, 65536) positions, queue 64. */
+ * per step, block 16, F16 KV, a pool of max(n_ctx, 65536) positions, queue 64, a prefix
+ * cache that may keep the whole pool, no KV budget. */
 void engine_config_default(struct engine_config *c, const struct model *m);
 
 enum engine_ev { ENGINE_EV_DELTA = 0, ENGINE_EV_DONE = 1, ENGINE_EV_ERROR = 2 };
@@ -82,7 +88,13 @@ struct engine_stats {
     int running, waiting;
     long submitted, finished, cancelled, failed, preempted;
     long prompt_tokens, gen_tokens, steps;
-    int blocks_total, blocks_free;
+    int blocks_total, blocks_free; /* free = free list + evictable cached blocks */
+    /* prefix cache */
+    int cache_entries, cache_lru_blocks;
+    long cache_hits, cache_misses, cache_hit_tokens, cache_evictions, cache_cow;
+    size_t kv_projected_bytes; /* projected KV of the running requests (--kv-budget) */
+    long invariant_failures;   /* kv_pool_check failures (check_invariants) */
+    char last_invariant_error[256];
 };
 
 struct engine;
@@ -94,12 +106,15 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
 void engine_free(struct engine *g);
 /* Any thread. Queues a request; *id identifies it for engine_cancel. Fails (CERR_LIMIT)
  * when the queue is full or the prompt leaves no room in the context, CERR_INVALID on bad
- * ids. On failure the callback is never called. */
+ * ids or when the request alone exceeds the KV budget. On failure the callback is never
+ * called. */
 int engine_submit(struct engine *g, const struct engine_req *r, uint64_t *id, struct cerr *e);
 /* Any thread. Cancels a request at the next step; unknown or finished ids are ignored. */
 void engine_cancel(struct engine *g, uint64_t id);
 /* Any thread. A consistent snapshot of the counters. */
 void engine_get_stats(struct engine *g, struct engine_stats *out);
 const struct engine_config *engine_config_of(const struct engine *g);
+/* KV bytes one position takes (all layers, K and V). */
+size_t engine_kv_bytes_per_token(const struct engine *g);
 
 #endif

@@ -22,7 +22,7 @@ int gen_new(struct gen **out, const struct model *m, int n_ctx, int chunk, int k
     const int bs = 16;
     int max_blocks = (n_ctx + bs - 1) / bs;
     int rc = kv_pool_new(&g->kv, m->be, m->hp.n_layer, m->hp.n_kv_head * m->hp.head_dim, bs,
-                         max_blocks, kv_dtype, e);
+                         max_blocks, kv_dtype, -1, e);
     if (!rc)
         rc = model_ws_new(&g->ws, m, chunk, chunk, 1, max_blocks, e);
     g->logits = malloc((size_t)chunk * m->hp.n_vocab * sizeof(float));

@@ -1,8 +1,20 @@
-/* kv_pool.c — see kv_pool.h. */
+/* kv_pool.c — see kv_pool.h. Blocks live in one of three places: referenced by sequences
+ * (refcnt > 0), the LRU of unreferenced cached blocks, or the free list. The key table is
+ * open addressing with linear probing (backward-shift deletion) over block ids; the key
+ * itself lives in the block's meta.
+ */
 #include "kv/kv_pool.h"
 
+#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
+
+struct kv_bmeta {
+    uint8_t key[KV_KEY_BYTES];
+    int32_t n_tok;       /* positions the key covers (block_size or a partial count); 0 = not cached */
+    int32_t prev, next;  /* LRU links */
+    uint8_t in_lru;
+};
 
 size_t kv_bytes_per_token(int n_layer, int kv_dim, int kv_dtype)
 {
@@ -10,8 +22,13 @@ size_t kv_bytes_per_token(int n_layer, int kv_dim, int kv_dtype)
     return (size_t)2 * n_layer * kv_dim * el;
 }
 
+static size_t block_bytes(const struct kv_pool *p)
+{
+    return (size_t)p->block_size * p->kv_dim * (p->kv_dtype == DT_F16 ? 2 : 4);
+}
+
 int kv_pool_new(struct kv_pool **out, struct be *be, int n_layer, int kv_dim, int block_size,
-                int n_blocks, int kv_dtype, struct cerr *e)
+                int n_blocks, int kv_dtype, int max_cached_blocks, struct cerr *e)
 {
     *out = NULL;
     if (n_layer <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0 ||
@@ -26,15 +43,26 @@ int kv_pool_new(struct kv_pool **out, struct be *be, int n_layer, int kv_dim, in
     p->block_size = block_size;
     p->n_blocks = n_blocks;
     p->kv_dtype = kv_dtype;
+    p->cache_on = max_cached_blocks >= 0;
+    p->max_cached_blocks = max_cached_blocks;
+    p->lru_head = p->lru_tail = -1;
+    uint32_t tsize = 16;
+    while (tsize < 2u * (uint32_t)n_blocks)
+        tsize *= 2;
+    p->table_mask = tsize - 1;
     p->k = calloc((size_t)n_layer, sizeof *p->k);
     p->v = calloc((size_t)n_layer, sizeof *p->v);
     p->free_ids = malloc((size_t)n_blocks * sizeof *p->free_ids);
     p->refcnt = calloc((size_t)n_blocks, sizeof *p->refcnt);
-    if (!p->k || !p->v || !p->free_ids || !p->refcnt) {
+    p->meta = calloc((size_t)n_blocks, sizeof *p->meta);
+    p->table = malloc((size_t)tsize * sizeof *p->table);
+    p->scratch = malloc(block_bytes(p));
+    if (!p->k || !p->v || !p->free_ids || !p->refcnt || !p->meta || !p->table || !p->scratch) {
         kv_pool_free(p);
         return cerr_set(e, CERR_NOMEM, "out of memory");
     }
-    size_t bytes = (size_t)n_blocks * block_size * kv_dim * (kv_dtype == DT_F16 ? 2 : 4);
+    memset(p->table, 0xff, (size_t)tsize * sizeof *p->table);
+    size_t bytes = (size_t)n_blocks * block_bytes(p);
     for (int l = 0; l < n_layer; l++) {
         p->k[l] = be->ops->alloc(be, bytes);
         p->v[l] = be->ops->alloc(be, bytes);
@@ -65,6 +93,9 @@ void kv_pool_free(struct kv_pool *p)
     free(p->v);
     free(p->free_ids);
     free(p->refcnt);
+    free(p->meta);
+    free(p->table);
+    free(p->scratch);
     free(p);
 }
 
@@ -75,41 +106,356 @@ struct model_kv_view kv_pool_view(const struct kv_pool *p)
     return v;
 }
 
+int kv_pool_available(const struct kv_pool *p) { return p->n_free + p->cs.lru; }
+
 void kv_seq_init(struct kv_seq *s) { memset(s, 0, sizeof *s); }
+
+/* ---- key table ------------------------------------------------------------------------ */
+
+static uint32_t home(const struct kv_pool *p, const uint8_t *key)
+{
+    uint32_t h;
+    memcpy(&h, key, sizeof h);
+    return h & p->table_mask;
+}
+
+static int32_t table_find(const struct kv_pool *p, const uint8_t *key)
+{
+    for (uint32_t i = home(p, key);; i = (i + 1) & p->table_mask) {
+        int32_t id = p->table[i];
+        if (id < 0)
+            return -1;
+        if (!memcmp(p->meta[id].key, key, KV_KEY_BYTES))
+            return id;
+    }
+}
+
+static void table_put(struct kv_pool *p, int32_t id)
+{
+    uint32_t i = home(p, p->meta[id].key);
+    while (p->table[i] >= 0)
+        i = (i + 1) & p->table_mask;
+    p->table[i] = id;
+}
+
+static void table_del(struct kv_pool *p, int32_t id)
+{
+    uint32_t i = home(p, p->meta[id].key);
+    while (p->table[i] != id)
+        i = (i + 1) & p->table_mask;
+    p->table[i] = -1;
+    for (uint32_t j = (i + 1) & p->table_mask; p->table[j] >= 0; j = (j + 1) & p->table_mask) {
+        uint32_t h = home(p, p->meta[p->table[j]].key);
+        /* move j back to i unless its home lies cyclically in (i, j] */
+        int stays = i <= j ? (h > i && h <= j) : (h > i || h <= j);
+        if (!stays) {
+            p->table[i] = p->table[j];
+            p->table[j] = -1;
+            i = j;
+        }
+    }
+}
+
+/* ---- LRU -------------------------------------------------------------------------------- */
+
+static void lru_unlink(struct kv_pool *p, int32_t id)
+{
+    struct kv_bmeta *m = &p->meta[id];
+    if (m->prev >= 0)
+        p->meta[m->prev].next = m->next;
+    else
+        p->lru_head = m->next;
+    if (m->next >= 0)
+        p->meta[m->next].prev = m->prev;
+    else
+        p->lru_tail = m->prev;
+    m->in_lru = 0;
+    p->cs.lru--;
+}
+
+static void lru_push(struct kv_pool *p, int32_t id)
+{
+    struct kv_bmeta *m = &p->meta[id];
+    m->prev = p->lru_tail;
+    m->next = -1;
+    if (p->lru_tail >= 0)
+        p->meta[p->lru_tail].next = id;
+    else
+        p->lru_head = id;
+    p->lru_tail = id;
+    m->in_lru = 1;
+    p->cs.lru++;
+}
+
+/* Drops the oldest unreferenced cached block to the free list. */
+static void evict_one(struct kv_pool *p)
+{
+    int32_t id = p->lru_head;
+    lru_unlink(p, id);
+    table_del(p, id);
+    p->meta[id].n_tok = 0;
+    p->cs.entries--;
+    p->cs.evictions++;
+    p->free_ids[p->n_free++] = id;
+}
+
+static void block_unref(struct kv_pool *p, int32_t id)
+{
+    if (--p->refcnt[id] > 0)
+        return;
+    if (p->meta[id].n_tok > 0) {
+        lru_push(p, id);
+        while (p->cs.lru > p->max_cached_blocks)
+            evict_one(p);
+    } else
+        p->free_ids[p->n_free++] = id;
+}
+
+static void block_ref(struct kv_pool *p, int32_t id)
+{
+    if (p->refcnt[id]++ == 0 && p->meta[id].in_lru)
+        lru_unlink(p, id);
+}
+
+static int seq_push(struct kv_seq *s, int32_t id)
+{
+    if (s->n_blocks == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 16;
+        int32_t *nb = realloc(s->blocks, (size_t)cap * sizeof *nb);
+        if (!nb)
+            return CERR_NOMEM;
+        s->blocks = nb;
+        s->cap = cap;
+    }
+    s->blocks[s->n_blocks++] = id;
+    return 0;
+}
+
+/* ---- sequences -------------------------------------------------------------------------- */
 
 int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_pos, struct cerr *e)
 {
     int need = (n_pos + p->block_size - 1) / p->block_size;
     if (need <= s->n_blocks)
         return 0;
-    if (need - s->n_blocks > p->n_free)
+    if (need - s->n_blocks > kv_pool_available(p))
         return cerr_set(e, CERR_LIMIT, "the KV cache is full (%d positions need %d blocks, %d free)",
-                        n_pos, need - s->n_blocks, p->n_free);
-    if (need > s->cap) {
-        int cap = s->cap ? s->cap : 16;
-        while (cap < need)
-            cap *= 2;
-        int32_t *nb = realloc(s->blocks, (size_t)cap * sizeof *nb);
-        if (!nb)
-            return cerr_set(e, CERR_NOMEM, "out of memory");
-        s->blocks = nb;
-        s->cap = cap;
-    }
+                        n_pos, need - s->n_blocks, kv_pool_available(p));
     while (s->n_blocks < need) {
-        int32_t id = p->free_ids[--p->n_free];
+        if (p->n_free == 0)
+            evict_one(p);
+        int32_t id = p->free_ids[p->n_free - 1];
+        if (seq_push(s, id))
+            return cerr_set(e, CERR_NOMEM, "out of memory");
+        p->n_free--;
         p->refcnt[id] = 1;
-        s->blocks[s->n_blocks++] = id;
     }
     return 0;
 }
 
 void kv_seq_release(struct kv_pool *p, struct kv_seq *s)
 {
-    for (int i = 0; i < s->n_blocks; i++) {
-        int32_t id = s->blocks[i];
-        if (--p->refcnt[id] == 0)
-            p->free_ids[p->n_free++] = id;
-    }
+    for (int i = 0; i < s->n_blocks; i++)
+        block_unref(p, s->blocks[i]);
     free(s->blocks);
     kv_seq_init(s);
+}
+
+/* ---- prefix cache ------------------------------------------------------------------------ */
+
+void kv_key_root(uint8_t out[KV_KEY_BYTES], const void *ns, size_t n)
+{
+    unsigned int len = KV_KEY_BYTES;
+    EVP_Digest(ns, n, out, &len, EVP_sha256(), NULL);
+}
+
+/* key = SHA-256(parent || n || ids[0..n)). Returns 0, or -1 when the digest failed (then
+ * the caller must neither look up nor register anything). */
+static int key_block(uint8_t out[KV_KEY_BYTES], const uint8_t parent[KV_KEY_BYTES],
+                     const int32_t *ids, int n)
+{
+    int32_t nn = n;
+    unsigned int olen = KV_KEY_BYTES;
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) &&
+             EVP_DigestUpdate(c, parent, KV_KEY_BYTES) && EVP_DigestUpdate(c, &nn, sizeof nn) &&
+             EVP_DigestUpdate(c, ids, (size_t)n * sizeof *ids) && EVP_DigestFinal_ex(c, out, &olen);
+    EVP_MD_CTX_free(c);
+    return ok ? 0 : -1;
+}
+
+static void register_block(struct kv_pool *p, int32_t id, const uint8_t key[KV_KEY_BYTES],
+                           int n_tok)
+{
+    if (p->meta[id].n_tok > 0 || table_find(p, key) >= 0)
+        return; /* already cached (a shared block) or the same content is cached elsewhere */
+    memcpy(p->meta[id].key, key, KV_KEY_BYTES);
+    p->meta[id].n_tok = n_tok;
+    table_put(p, id);
+    p->cs.entries++;
+}
+
+static int copy_block(struct kv_pool *p, int32_t dst, int32_t src, struct cerr *e)
+{
+    size_t bb = block_bytes(p);
+    for (int l = 0; l < p->n_layer; l++) {
+        void *const *bufs[2] = {p->k, p->v};
+        for (int kv = 0; kv < 2; kv++) {
+            char *base = bufs[kv][l];
+            if (p->be->ops->download(p->be, p->scratch, base + (size_t)src * bb, bb, e) ||
+                p->be->ops->upload(p->be, base + (size_t)dst * bb, p->scratch, bb, e))
+                return e ? e->code : CERR_IO;
+        }
+    }
+    p->cs.cow_copies++;
+    return 0;
+}
+
+int kv_cache_lookup(struct kv_pool *p, struct kv_seq *s, const uint8_t root[KV_KEY_BYTES],
+                    const int32_t *ids, int n, struct cerr *e)
+{
+    memcpy(s->chain, root, KV_KEY_BYTES);
+    s->n_hashed = 0;
+    if (!p->cache_on || n <= 1) {
+        p->cs.misses += p->cache_on;
+        return 0;
+    }
+    int bs = p->block_size, pos = 0;
+    uint8_t key[KV_KEY_BYTES];
+    while (pos + bs <= n - 1) {
+        if (key_block(key, s->chain, ids + pos, bs))
+            break;
+        int32_t id = table_find(p, key);
+        if (id < 0 || p->meta[id].n_tok != bs)
+            break;
+        if (seq_push(s, id)) {
+            kv_seq_release(p, s);
+            return cerr_set(e, CERR_NOMEM, "out of memory");
+        }
+        block_ref(p, id);
+        memcpy(s->chain, key, KV_KEY_BYTES);
+        s->n_hashed++;
+        pos += bs;
+    }
+    int usable = n - 1 - pos;
+    for (int k = usable < bs - 1 ? usable : bs - 1; k >= 1; k--) {
+        if (key_block(key, s->chain, ids + pos, k))
+            break;
+        int32_t src = table_find(p, key);
+        if (src < 0 || p->meta[src].n_tok != k)
+            continue;
+        /* copy-on-write: the new sequence writes its next positions into this block */
+        block_ref(p, src); /* keep it from being evicted by the reserve below */
+        int rc = kv_seq_reserve(p, s, pos + k, e);
+        if (!rc)
+            rc = copy_block(p, s->blocks[s->n_blocks - 1], src, e);
+        block_unref(p, src);
+        if (rc) {
+            kv_seq_release(p, s);
+            return rc;
+        }
+        pos += k;
+        break;
+    }
+    if (pos > 0) {
+        p->cs.hits++;
+        p->cs.hit_tokens += pos;
+    } else
+        p->cs.misses++;
+    return pos;
+}
+
+void kv_cache_commit(struct kv_pool *p, struct kv_seq *s, const uint8_t root[KV_KEY_BYTES],
+                     const int32_t *ids, int n_computed)
+{
+    if (!p->cache_on)
+        return;
+    if (s->n_hashed == 0)
+        memcpy(s->chain, root, KV_KEY_BYTES);
+    int bs = p->block_size;
+    while (s->n_hashed < s->n_blocks && (s->n_hashed + 1) * bs <= n_computed) {
+        uint8_t key[KV_KEY_BYTES];
+        if (key_block(key, s->chain, ids + s->n_hashed * bs, bs))
+            return;
+        register_block(p, s->blocks[s->n_hashed], key, bs);
+        memcpy(s->chain, key, KV_KEY_BYTES);
+        s->n_hashed++;
+    }
+}
+
+void kv_cache_commit_tail(struct kv_pool *p, struct kv_seq *s, const uint8_t root[KV_KEY_BYTES],
+                          const int32_t *ids, int n_computed)
+{
+    if (!p->cache_on)
+        return;
+    kv_cache_commit(p, s, root, ids, n_computed);
+    int bs = p->block_size, pos = s->n_hashed * bs, k = n_computed - pos;
+    if (k <= 0 || k >= bs || s->n_hashed >= s->n_blocks)
+        return;
+    uint8_t key[KV_KEY_BYTES];
+    if (key_block(key, s->chain, ids + pos, k) == 0)
+        register_block(p, s->blocks[s->n_hashed], key, k);
+}
+
+/* ---- invariants ----------------------------------------------------------------------- */
+
+int kv_pool_check(const struct kv_pool *p, const struct kv_seq *const *seqs, int n_seqs,
+                  struct cerr *e)
+{
+    int N = p->n_blocks, rc = 0;
+    int32_t *cnt = calloc((size_t)N, sizeof *cnt);
+    uint8_t *seen = calloc((size_t)N, 1);
+    if (!cnt || !seen) {
+        free(cnt);
+        free(seen);
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    }
+    for (int s = 0; s < n_seqs && !rc; s++)
+        for (int i = 0; i < seqs[s]->n_blocks && !rc; i++) {
+            int32_t id = seqs[s]->blocks[i];
+            if (id < 0 || id >= N)
+                rc = cerr_set(e, CERR_FORMAT, "sequence %d holds block id %d outside the pool", s,
+                              (int)id);
+            else
+                cnt[id]++;
+        }
+    for (int id = 0; id < N && !rc; id++)
+        if (cnt[id] != p->refcnt[id])
+            rc = cerr_set(e, CERR_FORMAT, "block %d: refcount %d but %d references", id,
+                          (int)p->refcnt[id], (int)cnt[id]);
+    for (int i = 0; i < p->n_free && !rc; i++) {
+        int32_t id = p->free_ids[i];
+        if (seen[id]++ || p->refcnt[id] || p->meta[id].n_tok || p->meta[id].in_lru)
+            rc = cerr_set(e, CERR_FORMAT, "free block %d is also referenced, cached or listed",
+                          (int)id);
+    }
+    int n_lru = 0;
+    for (int32_t id = p->lru_head, prev = -1; id >= 0 && !rc; prev = id, id = p->meta[id].next) {
+        if (seen[id]++ || p->refcnt[id] || !p->meta[id].in_lru || !p->meta[id].n_tok ||
+            p->meta[id].prev != prev)
+            rc = cerr_set(e, CERR_FORMAT, "LRU block %d is inconsistent", (int)id);
+        n_lru++;
+    }
+    if (!rc && n_lru != p->cs.lru)
+        rc = cerr_set(e, CERR_FORMAT, "LRU holds %d blocks, counter says %d", n_lru, p->cs.lru);
+    int entries = 0;
+    for (int id = 0; id < N && !rc; id++) {
+        if (!p->refcnt[id] && !seen[id])
+            rc = cerr_set(e, CERR_FORMAT, "block %d is lost (unreferenced, not free, not cached)",
+                          id);
+        if (p->meta[id].n_tok) {
+            entries++;
+            if (table_find(p, p->meta[id].key) != id)
+                rc = cerr_set(e, CERR_FORMAT, "cached block %d is not found by its key", id);
+        }
+    }
+    for (uint32_t i = 0; i <= p->table_mask && !rc; i++)
+        if (p->table[i] >= 0 && !p->meta[p->table[i]].n_tok)
+            rc = cerr_set(e, CERR_FORMAT, "key table slot %u names uncached block %d", i,
+                          (int)p->table[i]);
+    if (!rc && entries != p->cs.entries)
+        rc = cerr_set(e, CERR_FORMAT, "%d cached blocks, counter says %d", entries, p->cs.entries);
+    free(cnt);
+    free(seen);
+    return rc;
 }

@@ -1,52 +1,114 @@
-/* kv_pool.h — the paged KV cache: a fixed pool of blocks per layer, allocated once.
+/* kv_pool.h — the paged KV cache: a fixed pool of blocks per layer, allocated once, and the
+ * prefix cache that shares blocks between sequences.
  *
  * Each block holds block_size positions of K and V for every layer, laid out per layer as
- * (n_blocks, block_size, n_kv_head, head_dim) in kv_dtype. Blocks are refcounted so that a
- * later prefix cache can share them. A sequence owns a block table (struct kv_seq) that
- * grows a block at a time. Engine-thread only; engine lifetime.
+ * (n_blocks, block_size, n_kv_head, head_dim) in kv_dtype. A sequence owns a block table
+ * (struct kv_seq) that grows a block at a time; blocks are refcounted.
+ *
+ * Prefix cache (DESIGN.md §5): every full block a sequence computes gets a key =
+ * SHA-256(parent key, its token ids), chained from a namespace root (model fingerprint, KV
+ * scheme, adapters). A later sequence whose prompt starts with the same tokens takes those
+ * blocks by reference instead of recomputing them: hits never consume the donor. A finished
+ * sequence's last partial block is cached too; a hit on it is copied (copy-on-write) since
+ * the new sequence will write its next positions into it. Blocks nobody references stay
+ * cached in an LRU (at most max_cached_blocks of them) and are evicted when the pool needs
+ * space. Engine-thread only; engine lifetime.
  */
 #ifndef CINFER_KV_POOL_H
 #define CINFER_KV_POOL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
 #include "model/model.h"
 
+#define KV_KEY_BYTES 32
+
+struct kv_bmeta; /* per-block cache bookkeeping (kv_pool.c) */
+
+struct kv_cache_stats {
+    long hits, misses, hit_tokens, evictions, cow_copies;
+    int entries;   /* cached blocks (referenced or not) */
+    int lru;       /* cached blocks nobody references */
+};
+
 struct kv_pool {
     struct be *be;
     int n_layer, kv_dim, block_size, n_blocks, kv_dtype;
     void **k, **v;       /* [n_layer] backend buffers */
-    int32_t *free_ids;   /* stack of free block ids */
+    int32_t *free_ids;   /* stack of free (uncached, unreferenced) block ids */
     int n_free;
     int32_t *refcnt;     /* (n_blocks) */
+    /* prefix cache */
+    int cache_on;
+    int max_cached_blocks;   /* cap on unreferenced cached blocks (the LRU) */
+    struct kv_bmeta *meta;   /* (n_blocks) */
+    int32_t *table;          /* open-addressing key -> block id, -1 = empty */
+    uint32_t table_mask;
+    int lru_head, lru_tail;  /* oldest .. newest, -1 = none */
+    void *scratch;           /* host copy buffer for copy-on-write (one layer's block) */
+    struct kv_cache_stats cs;
 };
 
-/* Allocates n_blocks blocks for a model with these dimensions. */
+/* Allocates n_blocks blocks for a model with these dimensions. max_cached_blocks < 0
+ * disables the prefix cache. */
 int kv_pool_new(struct kv_pool **out, struct be *be, int n_layer, int kv_dim, int block_size,
-                int n_blocks, int kv_dtype, struct cerr *e);
+                int n_blocks, int kv_dtype, int max_cached_blocks, struct cerr *e);
 void kv_pool_free(struct kv_pool *p);
 /* Bytes of KV one position takes across all layers. */
 size_t kv_bytes_per_token(int n_layer, int kv_dim, int kv_dtype);
 /* The view model_forward() reads. */
 struct model_kv_view kv_pool_view(const struct kv_pool *p);
+/* Blocks a sequence could get now: free ones plus evictable cached ones. */
+int kv_pool_available(const struct kv_pool *p);
 
-/* A sequence's block table. */
+/* A sequence's block table and its place in the hash chain. */
 struct kv_seq {
     int32_t *blocks;
     int n_blocks, cap;
+    int n_hashed;                 /* leading full blocks whose keys are known */
+    uint8_t chain[KV_KEY_BYTES];  /* key of block n_hashed - 1 (the root when 0) */
 };
 
 void kv_seq_init(struct kv_seq *s);
-/* Makes s hold blocks for positions [0, n_pos). Returns CERR_LIMIT when the pool is out
- * of blocks (s keeps what it had). */
+/* Makes s hold blocks for positions [0, n_pos), evicting unreferenced cached blocks when
+ * the free list is short. Returns CERR_LIMIT when the pool is out of blocks (s keeps what
+ * it had). */
 int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_pos, struct cerr *e);
-/* Releases every block of s back to the pool. */
+/* Releases every block of s (cached ones go to the LRU, others to the free list). */
 void kv_seq_release(struct kv_pool *p, struct kv_seq *s);
 /* Cache row of position pos (pos must be reserved). */
 static inline int32_t kv_seq_slot(const struct kv_pool *p, const struct kv_seq *s, int pos)
 {
     return s->blocks[pos / p->block_size] * p->block_size + pos % p->block_size;
 }
+
+/* ---- prefix cache ---- */
+
+/* The namespace root key: SHA-256 of the bytes that identify what a block's K/V depend on
+ * besides the tokens (model fingerprint, KV dtype and block size, adapter set). */
+void kv_key_root(uint8_t out[KV_KEY_BYTES], const void *ns, size_t n);
+
+/* Fills an empty s (no blocks) with the longest cached prefix of ids[0..n), leaving at least
+ * one id to compute: shared full blocks by reference, then a cached partial block copied
+ * (copy-on-write). Returns the number of positions now in s (0 on a miss), or a negative
+ * CERR_* (s is then empty again). */
+int kv_cache_lookup(struct kv_pool *p, struct kv_seq *s, const uint8_t root[KV_KEY_BYTES],
+                    const int32_t *ids, int n, struct cerr *e);
+/* Registers every full block of s within the first n_computed positions that is not yet
+ * cached (call after each step). ids are the sequence's tokens. */
+void kv_cache_commit(struct kv_pool *p, struct kv_seq *s, const uint8_t root[KV_KEY_BYTES],
+                     const int32_t *ids, int n_computed);
+/* At the end of a sequence: also registers its last, partial block (positions
+ * [full blocks * block_size, n_computed)) so the next turn can continue from it. */
+void kv_cache_commit_tail(struct kv_pool *p, struct kv_seq *s, const uint8_t root[KV_KEY_BYTES],
+                          const int32_t *ids, int n_computed);
+
+/* Checks the pool's invariants against the live sequences (every reference accounted for,
+ * every block in exactly one of: referenced / LRU / free list, the key table consistent).
+ * Returns 0, or CERR_FORMAT with the first violation in e. For tests and CINFER_CHECK_KV. */
+int kv_pool_check(const struct kv_pool *p, const struct kv_seq *const *seqs, int n_seqs,
+                  struct cerr *e);
 
 #endif

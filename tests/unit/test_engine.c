@@ -1,0 +1,414 @@
+/* test_engine.c — the engine (scheduler, paged KV, prefix cache, admission) on stories260K.
+ *
+ * Every engine here runs the block-pool invariant checker after each step, and every test
+ * ends by asserting it never failed. Contracts checked:
+ * - batch invariance: 16 concurrent greedy requests (mixed lengths, joining at different
+ *   steps) give bit-identical tokens to each one run alone;
+ * - cache transparency: a request whose prefix comes from the cache equals the cold run,
+ *   and reports cached tokens; a finished conversation's next turn reuses it, including
+ *   its partial last block (copy-on-write); two agents sharing a system prompt both hit;
+ * - LRU eviction under a small cache cap; preemption under a tiny pool completes every
+ *   request correctly; the KV budget queues joiners and refuses a request too big alone.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "harness.h"
+#include "model/model.h"
+#include "tokenizer/tok.h"
+
+static struct be *g_be;
+static struct model *g_m;
+static struct tok *g_tk;
+
+struct coll {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t ids[1024];
+    int n, done, finish, n_cached, n_prompt, err;
+    struct engine *eng; /* to sample stats while running */
+    int max_running;
+};
+
+static void coll_init(struct coll *c)
+{
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+}
+
+static void coll_cb(void *ud, const struct engine_event *ev)
+{
+    struct coll *c = ud;
+    pthread_mutex_lock(&c->mu);
+    if (ev->type == ENGINE_EV_DELTA && c->n < 1024)
+        c->ids[c->n++] = ev->token;
+    if (c->eng) {
+        struct engine_stats st;
+        engine_get_stats(c->eng, &st);
+        if (st.running > c->max_running)
+            c->max_running = st.running;
+    }
+    if (ev->type != ENGINE_EV_DELTA) {
+        c->done = 1;
+        c->err = ev->type == ENGINE_EV_ERROR;
+        c->finish = ev->finish;
+        c->n_cached = ev->n_cached;
+        c->n_prompt = ev->n_prompt;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void coll_wait(struct coll *c)
+{
+    pthread_mutex_lock(&c->mu);
+    while (!c->done)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static int coll_count(struct coll *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int n = c->n;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+static struct engine *mk_engine(int max_seqs, int n_blocks, int cache_blocks, size_t budget)
+{
+    struct engine_config c;
+    engine_config_default(&c, g_m);
+    c.n_ctx = n_blocks * 16 < 512 ? n_blocks * 16 : 512;
+    c.max_seqs = max_seqs;
+    c.max_step_tokens = 64; /* small: prompts are chunked, decodes interleave with prefill */
+    c.block_size = 16;
+    c.n_blocks = n_blocks;
+    c.kv_dtype = DT_F32;
+    c.prompt_cache_blocks = cache_blocks;
+    c.kv_budget_bytes = budget;
+    c.check_invariants = 1;
+    struct engine *e = NULL;
+    struct cerr err = {0};
+    if (engine_new(&e, g_m, g_tk, &c, &err))
+        fprintf(stderr, "engine_new: %s\n", err.msg);
+    return e;
+}
+
+static int encode(const char *text, int32_t **ids)
+{
+    int n = 0;
+    if (tok_encode(g_tk, text, strlen(text), TOK_ADD_SPECIAL, ids, &n, NULL))
+        return 0;
+    return n;
+}
+
+static int submit(struct engine *e, const int32_t *ids, int n, int max_tokens, struct coll *c)
+{
+    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = max_tokens, .cb = coll_cb,
+                           .ud = c, .ignore_eos = 1};
+    sampler_params_default(&q.sp);
+    q.sp.temperature = 0;
+    q.sp.top_logprobs = -1;
+    uint64_t id;
+    struct cerr err = {0};
+    int rc = engine_submit(e, &q, &id, &err);
+    if (rc)
+        fprintf(stderr, "submit: %s\n", err.msg);
+    return rc;
+}
+
+/* Waits until the engine has nothing in flight and its stats are published. */
+static void wait_idle(struct engine *e)
+{
+    for (int i = 0; i < 20000; i++) {
+        struct engine_stats st;
+        engine_get_stats(e, &st);
+        if (st.running == 0 && st.waiting == 0 && st.finished + st.failed == st.submitted)
+            return;
+        usleep(500);
+    }
+}
+
+static long invariant_failures(struct engine *e)
+{
+    wait_idle(e);
+    struct engine_stats st;
+    engine_get_stats(e, &st);
+    if (st.invariant_failures)
+        fprintf(stderr, "invariant: %s\n", st.last_invariant_error);
+    return st.invariant_failures;
+}
+
+/* One request alone on a fresh engine without cache: the reference. */
+static int run_alone(const int32_t *ids, int n, int max_tokens, int32_t *out)
+{
+    struct engine *e = mk_engine(1, 64, -1, 0);
+    struct coll c;
+    coll_init(&c);
+    if (!e || submit(e, ids, n, max_tokens, &c)) {
+        engine_free(e);
+        return -1;
+    }
+    coll_wait(&c);
+    memcpy(out, c.ids, (size_t)c.n * sizeof *out);
+    engine_free(e);
+    return c.n;
+}
+
+static const char *const PROMPTS[16] = {
+    "Once upon a time",
+    "Lily and Ben were friends. One day they went to the park to play",
+    "The cat",
+    "Tom had a big red ball. He liked to throw it high in the sky. One day the ball",
+    "Sue",
+    "The sun was shining and the birds were singing. Anna wanted to go outside",
+    "One day, a little dog named Spot",
+    "Mom said",
+    "There was a big tree in the garden. Every day a bird sat on it and sang a song. The",
+    "Max was sad because",
+    "A girl",
+    "The boy saw a fish in the water. He wanted to catch it, so he",
+    "Once there was a happy frog",
+    "It was a cold day",
+    "Timmy liked to draw pictures of cars, trucks and planes. His favorite color was",
+    "Sara",
+};
+
+static void test_batch_invariance(void)
+{
+    int32_t *ids[16];
+    int n[16], max_tok[16], n_ref[16];
+    static int32_t ref[16][1024];
+    for (int i = 0; i < 16; i++) {
+        n[i] = encode(PROMPTS[i], &ids[i]);
+        max_tok[i] = 20 + 7 * i;
+        n_ref[i] = run_alone(ids[i], n[i], max_tok[i], ref[i]);
+        CHECK(n_ref[i] == max_tok[i]);
+    }
+    struct engine *e = mk_engine(16, 512, -1, 0);
+    CHECK(e != NULL);
+    static struct coll c[16];
+    for (int i = 0; i < 16; i++) {
+        coll_init(&c[i]);
+        c[i].eng = e;
+    }
+    /* join at different steps: a first wave, then one more each time the previous one has
+     * produced a few tokens */
+    for (int i = 0; i < 4; i++)
+        CHECK(submit(e, ids[i], n[i], max_tok[i], &c[i]) == 0);
+    for (int i = 4; i < 16; i++) {
+        while (coll_count(&c[i - 1]) < (i % 5) && !c[i - 1].done)
+            usleep(200);
+        CHECK(submit(e, ids[i], n[i], max_tok[i], &c[i]) == 0);
+    }
+    int same = 0, maxrun = 0;
+    for (int i = 0; i < 16; i++) {
+        coll_wait(&c[i]);
+        same += c[i].n == n_ref[i] && !memcmp(c[i].ids, ref[i], (size_t)c[i].n * 4);
+        if (c[i].max_running > maxrun)
+            maxrun = c[i].max_running;
+    }
+    printf("batch invariance: %d/16 identical, up to %d running together\n", same, maxrun);
+    CHECK(same == 16);
+    CHECK(maxrun >= 6);
+    CHECK(invariant_failures(e) == 0);
+    engine_free(e);
+    for (int i = 0; i < 16; i++)
+        free(ids[i]);
+}
+
+static void test_prefix_cache(void)
+{
+    const char *sys = "Once upon a time there was a little girl named Lily. She loved to play "
+                      "outside in the park with her friends and her dog.";
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s One day Lily", sys);
+    snprintf(b, sizeof b, "%s The dog was", sys);
+    int32_t *ia, *ib, *is;
+    int na = encode(a, &ia), nb = encode(b, &ib), ns = encode(sys, &is);
+    static int32_t ref_a[1024], ref_b[1024];
+    int nra = run_alone(ia, na, 30, ref_a), nrb = run_alone(ib, nb, 30, ref_b);
+    struct engine *e = mk_engine(8, 256, 256, 0);
+    CHECK(e != NULL);
+    struct coll ca, cb, ca2;
+    coll_init(&ca);
+    coll_init(&cb);
+    coll_init(&ca2);
+    /* agent 1, cold */
+    CHECK(submit(e, ia, na, 30, &ca) == 0);
+    coll_wait(&ca);
+    CHECK(ca.n_cached == 0);
+    CHECK(ca.n == nra && !memcmp(ca.ids, ref_a, (size_t)nra * 4));
+    /* agent 2 shares the system prompt: full blocks of it come from the cache */
+    CHECK(submit(e, ib, nb, 30, &cb) == 0);
+    coll_wait(&cb);
+    printf("shared system prompt: %d prompt tokens in common, %d cached\n", ns - 0, cb.n_cached);
+    CHECK(cb.n_cached >= (ns / 16) * 16 - 16 && cb.n_cached > 0);
+    CHECK(cb.n == nrb && !memcmp(cb.ids, ref_b, (size_t)nrb * 4));
+    /* agent 1 again: every full block of its prompt (but the last token) is cached */
+    CHECK(submit(e, ia, na, 30, &ca2) == 0);
+    coll_wait(&ca2);
+    printf("same prompt again: %d of %d prompt tokens cached\n", ca2.n_cached, na);
+    CHECK_EQ_INT(ca2.n_cached, ((na - 1) / 16) * 16);
+    CHECK(ca2.n == nra && !memcmp(ca2.ids, ref_a, (size_t)nra * 4));
+    /* next turn: prompt + reply + more text reuses the finished conversation */
+    int32_t turn2[1024];
+    int nt = 0;
+    memcpy(turn2, ia, (size_t)na * 4);
+    nt = na;
+    memcpy(turn2 + nt, ref_a, (size_t)nra * 4);
+    nt += nra;
+    int32_t *more;
+    int nm = encode(" Then she went home.", &more);
+    memcpy(turn2 + nt, more + 1, (size_t)(nm - 1) * 4); /* without its BOS */
+    nt += nm - 1;
+    static int32_t ref_t2[1024];
+    int nr2 = run_alone(turn2, nt, 20, ref_t2);
+    struct coll ct;
+    coll_init(&ct);
+    CHECK(submit(e, turn2, nt, 20, &ct) == 0);
+    coll_wait(&ct);
+    printf("next turn: %d of %d prompt tokens cached (previous turn had %d computed)\n",
+           ct.n_cached, nt, na + nra - 1);
+    CHECK(ct.n_cached >= na + nra - 1); /* incl. the partial last block (copy-on-write) */
+    CHECK(ct.n == nr2 && !memcmp(ct.ids, ref_t2, (size_t)nr2 * 4));
+    struct engine_stats st;
+    wait_idle(e);
+    engine_get_stats(e, &st);
+    CHECK(st.cache_hits >= 3 && st.cache_cow >= 1);
+    CHECK(invariant_failures(e) == 0);
+    engine_free(e);
+    free(ia);
+    free(ib);
+    free(is);
+    free(more);
+}
+
+static void test_lru_eviction(void)
+{
+    struct engine *e = mk_engine(4, 128, 4, 0);
+    CHECK(e != NULL);
+    for (int i = 0; i < 8; i++) {
+        int32_t *ids;
+        int n = encode(PROMPTS[(i * 3) % 16], &ids);
+        struct coll c;
+        coll_init(&c);
+        CHECK(submit(e, ids, n, 40, &c) == 0);
+        coll_wait(&c);
+        free(ids);
+    }
+    struct engine_stats st;
+    wait_idle(e);
+    engine_get_stats(e, &st);
+    printf("LRU: %d cached blocks kept, %ld evicted\n", st.cache_lru_blocks, st.cache_evictions);
+    CHECK(st.cache_lru_blocks <= 4);
+    CHECK(st.cache_evictions > 0);
+    CHECK(st.blocks_free == st.blocks_total);
+    CHECK(invariant_failures(e) == 0);
+    engine_free(e);
+}
+
+static void test_preemption(void)
+{
+    /* 12 blocks of 16 = 192 positions for 4 requests that each need up to ~110 */
+    int32_t *ids[4];
+    int n[4];
+    static int32_t ref[4][1024];
+    int nref[4];
+    for (int i = 0; i < 4; i++) {
+        n[i] = encode(PROMPTS[i * 4 + 1], &ids[i]);
+        nref[i] = run_alone(ids[i], n[i], 90, ref[i]);
+    }
+    struct engine *e = mk_engine(4, 12, 12, 0);
+    CHECK(e != NULL);
+    struct coll c[4];
+    for (int i = 0; i < 4; i++) {
+        coll_init(&c[i]);
+        CHECK(submit(e, ids[i], n[i], 90, &c[i]) == 0);
+    }
+    int same = 0;
+    for (int i = 0; i < 4; i++) {
+        coll_wait(&c[i]);
+        same += !c[i].err && c[i].n == nref[i] && !memcmp(c[i].ids, ref[i], (size_t)nref[i] * 4);
+    }
+    struct engine_stats st;
+    wait_idle(e);
+    engine_get_stats(e, &st);
+    printf("preemption: %d/4 correct, %ld preemptions\n", same, st.preempted);
+    CHECK(same == 4);
+    CHECK(st.preempted > 0);
+    CHECK(invariant_failures(e) == 0);
+    engine_free(e);
+    for (int i = 0; i < 4; i++)
+        free(ids[i]);
+}
+
+static void test_kv_budget(void)
+{
+    int32_t *ids;
+    int n = encode(PROMPTS[0], &ids);
+    size_t per_tok = 0;
+    {
+        struct engine *probe = mk_engine(1, 64, -1, 0);
+        per_tok = engine_kv_bytes_per_token(probe);
+        engine_free(probe);
+    }
+    /* room for one request of n + 40 positions, not two */
+    size_t budget = (size_t)(n + 40) * per_tok * 3 / 2;
+    struct engine *e = mk_engine(4, 128, -1, budget);
+    CHECK(e != NULL);
+    struct coll c[3];
+    for (int i = 0; i < 3; i++) {
+        coll_init(&c[i]);
+        c[i].eng = e;
+        CHECK(submit(e, ids, n, 40, &c[i]) == 0);
+    }
+    int ok = 0, maxrun = 0;
+    for (int i = 0; i < 3; i++) {
+        coll_wait(&c[i]);
+        ok += !c[i].err && c[i].n == 40;
+        maxrun = c[i].max_running > maxrun ? c[i].max_running : maxrun;
+    }
+    CHECK(ok == 3);
+    CHECK(maxrun == 1);
+    /* a request larger than the budget alone is refused at submit */
+    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = 400, .cb = coll_cb, .ud = &c[0]};
+    sampler_params_default(&q.sp);
+    uint64_t id;
+    struct cerr err = {0};
+    CHECK(engine_submit(e, &q, &id, &err) == CERR_INVALID);
+    CHECK(strstr(err.msg, "KV budget") != NULL);
+    CHECK(invariant_failures(e) == 0);
+    engine_free(e);
+    free(ids);
+}
+
+int main(void)
+{
+    const char *fx = getenv("CINFER_FIXTURES");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/stories260K/stories260K.gguf", fx ? fx : "../shared/fixtures");
+    struct cerr e = {0};
+    struct be_config bc = {.n_threads = 2};
+    g_be = be_new("cpu", &bc, &e);
+    if (!g_be || model_load(&g_m, path, g_be, &e) || tok_load(&g_tk, path, &e)) {
+        fprintf(stderr, "setup: %s\n", e.msg);
+        return 1;
+    }
+    RUN(test_batch_invariance);
+    RUN(test_prefix_cache);
+    RUN(test_lru_eviction);
+    RUN(test_preemption);
+    RUN(test_kv_budget);
+    tok_free(g_tk);
+    model_free(g_m);
+    be_free(g_be);
+    return harness_done();
+}
