@@ -1,6 +1,7 @@
 /* fuzz_toolcall.c — libFuzzer target for the streaming tool-call parsers (api/toolcall.h).
  *
- * Input: byte 0 picks the family (and whether the request declared tools), byte 1 seeds
+ * Input: byte 0 picks the family, whether the request declared tools (0x80) and stream
+ * mode (0x40, tc_set_stream_args), byte 1 seeds
  * the chunking, the rest is the model output (any bytes). The text is fed whole and in a
  * pseudo-random chunking. Checks: no crash or leak; every stream follows BEGIN →
  * ARGS_DELTA* → END with deltas concatenating to the final arguments, which are a valid JSON
@@ -87,8 +88,8 @@ static void on_event(const struct tc_event *ev, void *ud)
     }
 }
 
-static void run(int fam, const char *tools, const char *t, size_t n, uint32_t seed,
-                struct flog *L)
+static void run(int fam, const char *tools, int stream, const char *t, size_t n,
+                uint32_t seed, struct flog *L)
 {
     memset(L, 0, sizeof *L);
     L->last = -1;
@@ -97,6 +98,7 @@ static void run(int fam, const char *tools, const char *t, size_t n, uint32_t se
     if (tc_new(&p, (enum tc_family)fam, tools, NULL) != 0)
         abort();
     tc_set_id_seed(p, 42);
+    tc_set_stream_args(p, stream);
     size_t i = 0;
     while (i < n) {
         size_t k = seed ? 1 + (seed % 7) : n - i;
@@ -118,14 +120,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2)
         return 0;
-    int fam = data[0] % (TC_NONE + 1);
+    int fam = (data[0] & 0x3f) % (TC_NONE + 1);
+    int stream = (data[0] & 0x40) != 0;
     const char *tools = (data[0] & 0x80) ? NULL : TOOLS;
     uint32_t seed = data[1] | 1u;
     const char *t = (const char *)data + 2;
     size_t n = size - 2;
     struct flog a, b;
-    run(fam, tools, t, n, 0, &a);
-    run(fam, tools, t, n, seed, &b);
+    run(fam, tools, stream, t, n, 0, &a);
+    run(fam, tools, stream, t, n, seed, &b);
     if (a.log.n != b.log.n || (a.log.n && memcmp(a.log.p, b.log.p, a.log.n) != 0))
         fail("chunked feeding differs from the whole text");
     tcb_free(&a.log);

@@ -14,86 +14,33 @@
 
 #include "api/toolcall_int.h"
 
-/* ---- markup kinds and per-family markers ---- */
+/* ---- per-family markers ---- */
 
-enum kind {
-    K_TAG,        /* <tool_call> … </tool_call>: JSON object(s) or XML functions */
-    K_FUNC,       /* <function=name> … </function> without the outer tag */
-    K_PYTAG,      /* <|python_tag|> JSON object */
-    K_BARE,       /* a JSON object as the first thing in the reply (or after a call) */
-    K_MISTRAL,    /* [TOOL_CALLS] … */
-    K_FENCE_PY,   /* ```tool_code … ``` */
-    K_FENCE_JSON, /* ```json … ``` */
-    K_GEMMA4,     /* <|tool_call> … <tool_call|> */
-};
+static const struct tc_marker M_TAG = {"<tool_call>", "</tool_call>", K_TAG};
+static const struct tc_marker M_FUNC = {"<function=", "</function>", K_FUNC};
+static const struct tc_marker M_PYTAG = {"<|python_tag|>", NULL, K_PYTAG};
+static const struct tc_marker M_MISTRAL = {"[TOOL_CALLS]", NULL, K_MISTRAL};
+static const struct tc_marker M_FENCE_PY = {"```tool_code", "```", K_FENCE_PY};
+static const struct tc_marker M_FENCE_JSON = {"```json", "```", K_FENCE_JSON};
+static const struct tc_marker M_GEMMA4 = {"<|tool_call>", "<tool_call|>", K_GEMMA4};
+static const struct tc_marker M_BARE = {"{", NULL, K_BARE};
 
-struct marker {
-    const char *start, *end; /* end NULL: the block ends where its JSON value ends */
-    enum kind kind;
-};
+static const struct tc_marker *const MK_GENERIC[] = {&M_TAG, &M_FUNC, &M_PYTAG, &M_MISTRAL,
+                                                     &M_FENCE_JSON, NULL};
+static const struct tc_marker *const MK_HERMES[] = {&M_TAG, NULL};
+static const struct tc_marker *const MK_QWEN3_XML[] = {&M_TAG, &M_FUNC, NULL};
+static const struct tc_marker *const MK_LLAMA3[] = {&M_PYTAG, NULL};
+static const struct tc_marker *const MK_MISTRAL[] = {&M_MISTRAL, NULL};
+static const struct tc_marker *const MK_GEMMA[] = {&M_FENCE_PY, &M_FENCE_JSON, &M_GEMMA4, NULL};
+static const struct tc_marker *const MK_NONE[] = {NULL};
 
-static const struct marker M_TAG = {"<tool_call>", "</tool_call>", K_TAG};
-static const struct marker M_FUNC = {"<function=", "</function>", K_FUNC};
-static const struct marker M_PYTAG = {"<|python_tag|>", NULL, K_PYTAG};
-static const struct marker M_MISTRAL = {"[TOOL_CALLS]", NULL, K_MISTRAL};
-static const struct marker M_FENCE_PY = {"```tool_code", "```", K_FENCE_PY};
-static const struct marker M_FENCE_JSON = {"```json", "```", K_FENCE_JSON};
-static const struct marker M_GEMMA4 = {"<|tool_call>", "<tool_call|>", K_GEMMA4};
-static const struct marker M_BARE = {"{", NULL, K_BARE};
-
-#define MAX_MARKERS 6
-
-struct family_spec {
-    const struct marker *m[MAX_MARKERS];
+static const struct {
+    const struct tc_marker *const *m;
     int bare; /* a reply (or the text right after a call) that starts with '{' is markup */
-};
-
-static const struct family_spec SPECS[] = {
-    [TC_GENERIC] = {{&M_TAG, &M_FUNC, &M_PYTAG, &M_MISTRAL, &M_FENCE_JSON}, 1},
-    [TC_HERMES] = {{&M_TAG}, 0},
-    [TC_QWEN3_XML] = {{&M_TAG, &M_FUNC}, 0},
-    [TC_LLAMA3] = {{&M_PYTAG}, 1},
-    [TC_MISTRAL] = {{&M_MISTRAL}, 0},
-    [TC_GEMMA] = {{&M_FENCE_PY, &M_FENCE_JSON, &M_GEMMA4}, 1},
-    [TC_NONE] = {{NULL}, 0},
-};
-
-/* ---- parser state ---- */
-
-struct call_rec {
-    char id[32];
-    char *name, *args;
-    int raw;   /* index into raws */
-    int first; /* first call of its block */
-};
-
-struct tc_parser {
-    enum tc_family family;
-    const struct family_spec *spec;
-    struct tc_tools *tools;
-    uint64_t seed;
-
-    int markup;               /* 0: text; 1: inside a block */
-    const struct marker *cur; /* the block's marker */
-    struct tcb mk;            /* text mode: bytes that may be the start of a marker */
-    struct tcb ws;            /* text mode: trailing whitespace not yet emitted */
-    struct tcb pre_ws;        /* whitespace that preceded the current block */
-    struct tcb span;          /* the current block, marker included */
-    struct tcj json;          /* JSON-ended blocks: the value's validator */
-    int json_on;              /* the validator has started (Mistral: after [ARGS]) */
-    int at_start;             /* only whitespace since the reply began or since a call */
-    int after_call;           /* the last thing seen was a call */
-
-    struct tcb out; /* content resolved during this push, emitted in one event */
-    tc_event_fn cb;
-    void *ud;
-
-    struct call_rec *calls;
-    int ncalls, cap_calls;
-    char **raws;
-    int nraws, cap_raws;
-    int block_first; /* while reporting a block: the next call is its first */
-    int oom;
+} SPECS[] = {
+    [TC_GENERIC] = {MK_GENERIC, 1}, [TC_HERMES] = {MK_HERMES, 0},
+    [TC_QWEN3_XML] = {MK_QWEN3_XML, 0}, [TC_LLAMA3] = {MK_LLAMA3, 1},
+    [TC_MISTRAL] = {MK_MISTRAL, 0}, [TC_GEMMA] = {MK_GEMMA, 1}, [TC_NONE] = {MK_NONE, 0},
 };
 
 /* ---- family detection ---- */
@@ -191,7 +138,9 @@ int tc_new(struct tc_parser **out, enum tc_family family, const char *tools_json
         return rc;
     }
     p->family = family;
-    p->spec = &SPECS[family];
+    p->markers = SPECS[family].m;
+    p->bare = SPECS[family].bare;
+    p->open = -1;
     p->seed = default_seed();
     p->at_start = 1;
     *out = p;
@@ -201,6 +150,11 @@ int tc_new(struct tc_parser **out, enum tc_family family, const char *tools_json
 void tc_set_id_seed(struct tc_parser *p, uint64_t seed)
 {
     p->seed = seed;
+}
+
+void tc_set_stream_args(struct tc_parser *p, int on)
+{
+    p->stream = on != 0;
 }
 
 void tc_free(struct tc_parser *p)
@@ -215,8 +169,9 @@ void tc_free(struct tc_parser *p)
     tcb_free(&p->out);
     for (int i = 0; i < p->ncalls; i++) {
         free(p->calls[i].name);
-        free(p->calls[i].args);
+        tcb_free(&p->calls[i].args);
     }
+    tcs_free(p);
     free(p->calls);
     for (int i = 0; i < p->nraws; i++)
         free(p->raws[i]);
@@ -228,7 +183,7 @@ void tc_free(struct tc_parser *p)
 
 int tc_call_count(const struct tc_parser *p)
 {
-    return p->ncalls;
+    return p->open >= 0 ? p->ncalls - 1 : p->ncalls;
 }
 
 static const struct call_rec *rec(const struct tc_parser *p, int i)
@@ -250,13 +205,15 @@ const char *tc_call_name(const struct tc_parser *p, int i)
 
 const char *tc_call_args(const struct tc_parser *p, int i)
 {
-    const struct call_rec *r = rec(p, i);
-    return r ? r->args : NULL;
+    struct call_rec *r = (struct call_rec *)rec(p, i);
+    return r && i != p->open ? tcb_cstr(&r->args) : NULL;
 }
 
 const char *tc_call_raw(const struct tc_parser *p, int i, int *first_in_block)
 {
     const struct call_rec *r = rec(p, i);
+    if (r && r->raw < 0)
+        r = NULL; /* its block has not ended yet */
     if (first_in_block)
         *first_in_block = r ? r->first : 0;
     return r ? p->raws[r->raw] : NULL;
@@ -284,10 +241,8 @@ static char *dup_n(const char *s, size_t n)
     return d;
 }
 
-/* tcx_call_fn: records one parsed call of the current block and emits its events. */
-static int on_call(void *ctx, const char *name, const char *args, size_t an)
+int tcp_call_begin(struct tc_parser *p, const char *name, size_t nn)
 {
-    struct tc_parser *p = ctx;
     if (p->ncalls == p->cap_calls) {
         int cap = p->cap_calls ? p->cap_calls * 2 : 4;
         struct call_rec *nc = realloc(p->calls, (size_t)cap * sizeof *nc);
@@ -298,34 +253,65 @@ static int on_call(void *ctx, const char *name, const char *args, size_t an)
     }
     struct call_rec *r = &p->calls[p->ncalls];
     memset(r, 0, sizeof *r);
-    r->name = dup_n(name, strlen(name));
-    r->args = dup_n(args, an);
-    if (!r->name || !r->args) {
-        free(r->name);
-        free(r->args);
+    r->name = dup_n(name, nn);
+    if (!r->name)
         return CERR_NOMEM;
-    }
     uint64_t x = p->seed ^ ((uint64_t)p->ncalls * 0x632be59bd9b4e019ull);
     uint64_t a = splitmix64(&x), b = splitmix64(&x);
     snprintf(r->id, sizeof r->id, "call_%016llx%08llx", (unsigned long long)a,
              (unsigned long long)(b & 0xffffffffull));
-    r->raw = p->nraws - 1;
+    r->raw = -1;
     r->first = p->block_first;
     p->block_first = 0;
-    int idx = p->ncalls++;
-
+    p->block_calls++;
+    p->open = p->ncalls++;
     flush_content(p);
-    struct tc_event ev = {.index = idx, .id = r->id, .name = r->name};
-    if (p->cb) {
-        ev.kind = TC_EV_CALL_BEGIN;
+    struct tc_event ev = {.kind = TC_EV_CALL_BEGIN, .index = p->open, .id = r->id,
+                          .name = r->name};
+    if (p->cb)
         p->cb(&ev, p->ud);
-        ev.kind = TC_EV_CALL_ARGS_DELTA;
-        ev.text = r->args;
-        ev.n = an;
+    return p->open;
+}
+
+void tcp_call_delta(struct tc_parser *p, const char *s, size_t n)
+{
+    if (p->open < 0 || n == 0)
+        return;
+    struct call_rec *r = &p->calls[p->open];
+    tcb_put(&r->args, s, n);
+    struct tc_event ev = {.kind = TC_EV_CALL_ARGS_DELTA, .index = p->open, .id = r->id,
+                          .name = r->name, .text = s, .n = n};
+    if (p->cb)
         p->cb(&ev, p->ud);
-        ev.kind = TC_EV_CALL_END;
+}
+
+void tcp_call_end(struct tc_parser *p)
+{
+    if (p->open < 0)
+        return;
+    struct call_rec *r = &p->calls[p->open];
+    if (r->args.oom)
+        p->oom = 1;
+    struct tc_event ev = {.kind = TC_EV_CALL_END, .index = p->open, .id = r->id,
+                          .name = r->name, .text = tcb_cstr(&r->args), .n = r->args.n};
+    p->open = -1;
+    if (p->cb)
         p->cb(&ev, p->ud);
+}
+
+/* tcx_call_fn: one call of a block parsed whole; calls already streamed are skipped. */
+static int on_call(void *ctx, const char *name, const char *args, size_t an)
+{
+    struct tc_parser *p = ctx;
+    if (p->skip > 0) {
+        p->skip--;
+        return 0;
     }
+    int rc = tcp_call_begin(p, name, strlen(name));
+    if (rc < 0)
+        return rc;
+    tcp_call_delta(p, args, an);
+    tcp_call_end(p);
     return 0;
 }
 
@@ -357,7 +343,7 @@ static void content_bytes(struct tc_parser *p, const char *s, size_t n)
         content_byte(p, s[i]);
 }
 
-static void begin_block(struct tc_parser *p, const struct marker *m)
+static void begin_block(struct tc_parser *p, const struct tc_marker *m)
 {
     p->markup = 1;
     p->cur = m;
@@ -369,25 +355,20 @@ static void begin_block(struct tc_parser *p, const struct marker *m)
     tcb_puts(&p->span, m->start);
     tcj_init(&p->json, 0);
     p->json_on = 0;
+    p->block_first = 1;
+    p->block_calls = 0;
     if (m->kind == K_BARE) {
         tcj_feed(&p->json, '{');
         p->json_on = 1;
     }
+    if (p->stream)
+        tcs_block_begin(p);
 }
 
-/* Parses the finished block span[0..n) (end marker excluded from the body when `closed`);
- * returns the number of calls reported (0: not markup). */
-static int parse_block(struct tc_parser *p, int closed)
+/* Keeps span[0..n) as the raw text of the calls of the current block; returns its index. */
+static int add_raw(struct tc_parser *p, size_t n)
 {
-    const struct marker *m = p->cur;
-    const char *s = tcb_cstr(&p->span);
-    size_t sl = strlen(m->start), n = p->span.n;
-    size_t el = closed && m->end ? strlen(m->end) : 0;
-    if (n < sl + el)
-        return 0;
-    const char *body = s + sl;
-    size_t bn = n - sl - el;
-    char *raw = dup_n(s, n);
+    char *raw = dup_n(tcb_cstr(&p->span), n);
     if (!raw)
         return CERR_NOMEM;
     if (p->nraws == p->cap_raws) {
@@ -401,7 +382,26 @@ static int parse_block(struct tc_parser *p, int closed)
         p->cap_raws = cap;
     }
     p->raws[p->nraws++] = raw;
-    p->block_first = 1;
+    for (int i = 0; i < p->ncalls; i++)
+        if (p->calls[i].raw < 0)
+            p->calls[i].raw = p->nraws - 1;
+    return p->nraws - 1;
+}
+
+/* Parses the finished block (end marker excluded from the body when `closed`) and reports
+ * its calls, skipping the `skip` already streamed; returns the number of calls in the
+ * block (0: not markup) or CERR_NOMEM. */
+static int parse_block(struct tc_parser *p, int closed)
+{
+    const struct tc_marker *m = p->cur;
+    const char *s = tcb_cstr(&p->span);
+    size_t sl = strlen(m->start), n = p->span.n;
+    size_t el = closed && m->end ? strlen(m->end) : 0;
+    if (n < sl + el)
+        return 0;
+    const char *body = s + sl;
+    size_t bn = n - sl - el;
+    p->skip = p->block_calls;
     int r = 0;
     switch (m->kind) {
     case K_TAG:
@@ -429,27 +429,40 @@ static int parse_block(struct tc_parser *p, int closed)
         r = tcx_gemma4_calls(p->tools, body, bn, on_call, p);
         break;
     }
-    if (r <= 0) { /* no call came from it: forget the raw text */
-        free(p->raws[--p->nraws]);
-    }
+    p->skip = 0;
     return r;
 }
 
-/* The block ended (or the generation did): calls, or the original text as content. */
+/* After a block that produced calls: whitespace around calls is dropped. */
+static void after_calls(struct tc_parser *p, size_t raw_n)
+{
+    if (add_raw(p, raw_n) < 0)
+        p->oom = 1;
+    p->at_start = 1;
+    p->after_call = 1;
+    p->ws.n = 0;
+    p->markup = 0;
+    p->span.n = 0;
+    p->pre_ws.n = 0;
+}
+
+/* The block ended (or the generation did): calls, or the original text as content. In
+ * stream mode a block that already began a call keeps it (closed with what arrived) and
+ * drops whatever of the block does not parse. */
 static void end_block(struct tc_parser *p, int closed)
 {
+    if (p->open >= 0)
+        tcs_abort(p); /* the block ended inside the streamed arguments */
     int r = parse_block(p, closed);
     if (r < 0)
         p->oom = 1;
-    p->markup = 0;
-    if (r > 0) {
-        p->at_start = 1;
-        p->after_call = 1;
-        p->ws.n = 0;
-    } else {
-        content_bytes(p, p->pre_ws.p, p->pre_ws.n);
-        content_bytes(p, p->span.p, p->span.n);
+    if (r > 0 || p->block_calls > 0) {
+        after_calls(p, p->span.n);
+        return;
     }
+    p->markup = 0;
+    content_bytes(p, p->pre_ws.p, p->pre_ws.n);
+    content_bytes(p, p->span.p, p->span.n);
     p->span.n = 0;
     p->pre_ws.n = 0;
 }
@@ -457,11 +470,18 @@ static void end_block(struct tc_parser *p, int closed)
 static void text_byte(struct tc_parser *p, char c);
 
 /* The block cannot be markup: its bytes so far (minus the last) are content, and the last
- * byte is scanned again as text. */
+ * byte is scanned again as text. In stream mode, once a call began, the block's bytes are
+ * that call's (closed with what arrived) and the breaking byte is dropped with them. */
 static void break_block(struct tc_parser *p)
 {
     char last = p->span.p[p->span.n - 1];
     p->span.n--;
+    if (p->block_calls > 0) {
+        if (p->open >= 0)
+            tcs_abort(p);
+        after_calls(p, p->span.n);
+        return;
+    }
     p->markup = 0;
     content_bytes(p, p->pre_ws.p, p->pre_ws.n);
     content_bytes(p, p->span.p, p->span.n);
@@ -492,6 +512,8 @@ static int mistral_head(struct tc_parser *p, char c)
     int after_args = e - k >= 6 && memcmp(h + e - 6, "[ARGS]", 6) == 0;
     if ((first && (c == '[' || c == '{')) || (after_args && c == '{')) {
         p->json_on = 1;
+        if (p->stream)
+            tcs_json_start(p, after_args);
         return tcj_feed(&p->json, (unsigned char)c) != TCJ_ERR;
     }
     if (is_ws(c))
@@ -504,17 +526,23 @@ static int mistral_head(struct tc_parser *p, char c)
 static void markup_byte(struct tc_parser *p, char c)
 {
     tcb_putc(&p->span, c);
-    const struct marker *m = p->cur;
+    const struct tc_marker *m = p->cur;
     if (m->end) {
         if (ends_with(&p->span, m->end, strlen(m->start)))
             end_block(p, 1);
+        else if (p->stream)
+            tcs_byte(p);
         return;
     }
     if (m->kind == K_MISTRAL && !p->json_on) {
         if (!mistral_head(p, c))
             break_block(p);
+        else if (p->stream && p->json_on)
+            tcs_byte(p);
         return;
     }
+    if (p->stream)
+        tcs_byte(p);
     int r = tcj_feed(&p->json, (unsigned char)c); /* K_PYTAG skips whitespace before it */
     if (r == TCJ_DONE)
         end_block(p, 1);
@@ -523,12 +551,12 @@ static void markup_byte(struct tc_parser *p, char c)
 }
 
 static int is_marker_prefix(const struct tc_parser *p, const char *s, size_t n, int *full,
-                            const struct marker **which)
+                            const struct tc_marker **which)
 {
     int any = 0;
     *full = 0;
-    for (int i = 0; i < MAX_MARKERS && p->spec->m[i]; i++) {
-        const struct marker *m = p->spec->m[i];
+    for (int i = 0; p->markers[i]; i++) {
+        const struct tc_marker *m = p->markers[i];
         size_t l = strlen(m->start);
         if (n <= l && memcmp(m->start, s, n) == 0) {
             any = 1;
@@ -544,13 +572,13 @@ static int is_marker_prefix(const struct tc_parser *p, const char *s, size_t n, 
 static void text_byte(struct tc_parser *p, char c)
 {
     int full = 0;
-    const struct marker *m = NULL;
+    const struct tc_marker *m = NULL;
     if (p->mk.n == 0) {
-        if (p->spec->bare && p->at_start && c == '{') {
+        if (p->bare && p->at_start && c == '{') {
             begin_block(p, &M_BARE);
             return;
         }
-        if (p->after_call && p->spec->bare && c == ';') { /* Llama: {…}; {…} */
+        if (p->after_call && p->bare && c == ';') { /* Llama: {…}; {…} */
             tcb_putc(&p->ws, c);
             return;
         }
@@ -588,6 +616,8 @@ int tc_push(struct tc_parser *p, const char *text, size_t n, tc_event_fn cb, voi
         else
             text_byte(p, text[i]);
     }
+    if (p->stream && p->markup)
+        tcs_emit(p);
     flush_content(p);
     if (p->oom || p->out.oom || p->span.oom || p->mk.oom || p->ws.oom || p->pre_ws.oom) {
         p->oom = 1;

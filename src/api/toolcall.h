@@ -72,6 +72,15 @@ int tc_new(struct tc_parser **out, enum tc_family family, const char *tools_json
  * seed: a process-wide counter mixed with the clock. Call before the first push. */
 void tc_set_id_seed(struct tc_parser *p, uint64_t seed);
 
+/* Stream mode (off by default): a call's arguments leave as several ARGS_DELTA events
+ * while they arrive (JSON families and Qwen3-Coder XML; Python-style and Gemma 4 calls
+ * still come whole). The call is committed at CALL_BEGIN, once its name is known and
+ * declared; if its markup then breaks, or the generation ends inside it, the call still
+ * ends, with the arguments that arrived closed into valid JSON, and the rest of that markup
+ * block is dropped instead of becoming content. Markup that parses gives the same events
+ * (deltas joined) in both modes. Call before the first push. */
+void tc_set_stream_args(struct tc_parser *p, int on);
+
 /* Feeds n bytes of decoded text; calls cb for every event now resolved, in order. Returns 0
  * or CERR_NOMEM (the parser is then unusable; free it). */
 int tc_push(struct tc_parser *p, const char *text, size_t n, tc_event_fn cb, void *ud);

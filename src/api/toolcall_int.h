@@ -28,6 +28,27 @@ void tcb_free(struct tcb *b);
 
 /* ---- JSON validator ---- */
 enum { TCJ_MORE = 0, TCJ_DONE = 1, TCJ_ERR = -1 };
+enum tcj_state {
+    S_VALUE,     /* expecting a value */
+    S_OBJ_FIRST, /* after '{': key or '}' */
+    S_OBJ_KEY,   /* after ',' in an object: key */
+    S_COLON,     /* after a key */
+    S_ARR_FIRST, /* after '[': value or ']' */
+    S_AFTER,     /* after a value inside a container: ',' or the closer */
+    S_STR,
+    S_ESC,
+    S_U,
+    S_N_MINUS, /* '-' seen, digit needed */
+    S_N_ZERO,  /* leading 0 */
+    S_N_INT,
+    S_N_DOT,
+    S_N_FRAC,
+    S_N_EXP,
+    S_N_EXPSIGN,
+    S_N_EXPD,
+    S_LIT,
+    S_DONE,
+};
 #define TCJ_MAX_DEPTH 128
 
 struct tcj {
@@ -55,6 +76,22 @@ void tcj_minify(struct tcb *out, const char *s, size_t n);
 int tcj_name_ok(const char *s, size_t n);
 /* Appends s[0..n) as a JSON string literal (quotes included); invalid UTF-8 becomes U+FFFD. */
 void tcj_escape(struct tcb *out, const char *s, size_t n);
+/* The same without the quotes (pieces cut at whole UTF-8 characters escape as the whole). */
+void tcj_escape_body(struct tcb *out, const char *s, size_t n);
+/* 1 when the bytes so far can be made a complete value by appending tcj_close(). */
+int tcj_closable(const struct tcj *j);
+/* Appends what completes a closable value: a quote inside a string, then the closers. */
+void tcj_close(const struct tcj *j, struct tcb *out);
+/* Number of bytes at the end of s[0..n) that start a UTF-8 sequence not yet complete. */
+size_t tcj_utf8_tail(const char *s, size_t n);
+
+/* Incremental tcj_minify: feeding a value in pieces gives the bytes of tcj_minify. */
+struct tcm {
+    int in_str;
+};
+/* Minifies s[0..n) from state m and returns the bytes consumed; unless `final`, it stops
+ * before an escape or UTF-8 sequence that is not complete within n (feed it again). */
+size_t tcm_feed(struct tcm *m, struct tcb *out, const char *s, size_t n, int final);
 
 /* ---- tools (the request's declarations) ---- */
 struct tc_tools; /* opaque: name -> parameter types */
@@ -78,6 +115,106 @@ int tcx_xml_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn
 int tcx_mistral_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn,
                       void *ctx);
 int tcx_python_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn, void *ctx);
+/* One XML parameter value (one leading and one trailing newline stripped) as JSON: a
+ * string-typed (TCT_STRING) value stays a string, others become JSON when valid. */
+void tcx_xml_value(struct tcb *out, int type, const char *v, size_t vn);
 int tcx_gemma4_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn, void *ctx);
+
+/* ---- the parser (toolcall.c) and its streaming trackers (toolcall_stream.c) ---- */
+
+enum tc_kind {
+    K_TAG,        /* <tool_call> … </tool_call>: JSON object(s) or XML functions */
+    K_FUNC,       /* <function=name> … </function> without the outer tag */
+    K_PYTAG,      /* <|python_tag|> JSON object */
+    K_BARE,       /* a JSON object as the first thing in the reply (or after a call) */
+    K_MISTRAL,    /* [TOOL_CALLS] … */
+    K_FENCE_PY,   /* ```tool_code … ``` */
+    K_FENCE_JSON, /* ```json … ``` */
+    K_GEMMA4,     /* <|tool_call> … <tool_call|> */
+};
+
+struct tc_marker {
+    const char *start, *end; /* end NULL: the block ends where its JSON value ends */
+    enum tc_kind kind;
+};
+
+struct call_rec {
+    char id[32];
+    char *name;
+    struct tcb args; /* the arguments JSON as emitted so far (final after END) */
+    int raw;         /* index into raws; -1 until its block ends */
+    int first;       /* first call of its block */
+};
+
+/* Follows JSON call objects while they arrive (stream mode). */
+struct tcs_json {
+    int dead, started, call_depth, args_top;
+    struct tcj j;  /* the block's JSON (a call, an array of calls, or, args_top, the args) */
+    struct tcj aj; /* the arguments value of the call being streamed */
+    int key_kind;  /* member key at call depth: 0 other, 1 "name", 2 "arguments"/"parameters" */
+    size_t key_start, name_start;
+    struct tcb name;
+    int name_ready, obj_committed, in_args;
+    size_t a_emit, a_safe; /* span offsets: consumed by the minifier / last closable */
+    struct tcm mz;
+    struct tcb tmp;
+};
+
+/* Follows Qwen3-Coder XML functions while they arrive (stream mode). */
+struct tcs_xml {
+    int dead, st, ptype, np, in_call;
+    struct tcb lit, name, pname, vb;
+    size_t v_emit; /* bytes of vb already emitted (string parameters) */
+};
+
+struct tc_parser {
+    enum tc_family family;
+    const struct tc_marker *const *markers; /* NULL-terminated */
+    int bare;                               /* '{' opening a reply is markup */
+    struct tc_tools *tools;
+    uint64_t seed;
+    int stream; /* tc_set_stream_args */
+
+    int markup;                  /* 0: text; 1: inside a block */
+    const struct tc_marker *cur; /* the block's marker */
+    struct tcb mk;               /* text mode: bytes that may be the start of a marker */
+    struct tcb ws;               /* text mode: trailing whitespace not yet emitted */
+    struct tcb pre_ws;           /* whitespace that preceded the current block */
+    struct tcb span;             /* the current block, marker included */
+    struct tcj json;             /* JSON-ended blocks: the value's validator */
+    int json_on;                 /* the validator has started (Mistral: after [ARGS]) */
+    int at_start;                /* only whitespace since the reply began or since a call */
+    int after_call;              /* the last thing seen was a call */
+
+    struct tcb out; /* content resolved during this push, emitted in one event */
+    tc_event_fn cb;
+    void *ud;
+
+    struct call_rec *calls;
+    int ncalls, cap_calls;
+    char **raws;
+    int nraws, cap_raws;
+    int block_first; /* the next call is the first of its block */
+    int block_calls; /* calls begun inside the current block (stream mode) */
+    int open;        /* index of the call between BEGIN and END, -1 if none */
+    int skip;        /* whole-block parse: calls already streamed, not to report again */
+    int oom;
+
+    struct tcs_json sj;
+    struct tcs_xml sx;
+};
+
+/* toolcall.c: call events, used by the trackers. begin returns the index or CERR_NOMEM. */
+int tcp_call_begin(struct tc_parser *p, const char *name, size_t nn);
+void tcp_call_delta(struct tc_parser *p, const char *s, size_t n);
+void tcp_call_end(struct tc_parser *p);
+
+/* toolcall_stream.c */
+void tcs_block_begin(struct tc_parser *p);   /* after the block's marker is in span */
+void tcs_byte(struct tc_parser *p);          /* the last span byte is new (block not ended) */
+void tcs_json_start(struct tc_parser *p, int args_top); /* Mistral: JSON begins at the last byte */
+void tcs_emit(struct tc_parser *p);          /* pushes out the argument bytes now safe */
+void tcs_abort(struct tc_parser *p);         /* closes the open call with what arrived */
+void tcs_free(struct tc_parser *p);
 
 #endif

@@ -65,27 +65,7 @@ void tcb_free(struct tcb *b)
 
 /* ---- validator ---- */
 
-enum {
-    S_VALUE,     /* expecting a value */
-    S_OBJ_FIRST, /* after '{': key or '}' */
-    S_OBJ_KEY,   /* after ',' in an object: key */
-    S_COLON,     /* after a key */
-    S_ARR_FIRST, /* after '[': value or ']' */
-    S_AFTER,     /* after a value inside a container: ',' or the closer */
-    S_STR,
-    S_ESC,
-    S_U,
-    S_N_MINUS, /* '-' seen, digit needed */
-    S_N_ZERO,  /* leading 0 */
-    S_N_INT,
-    S_N_DOT,
-    S_N_FRAC,
-    S_N_EXP,
-    S_N_EXPSIGN,
-    S_N_EXPD,
-    S_LIT,
-    S_DONE,
-};
+
 
 static int is_ws(unsigned char c)
 {
@@ -359,92 +339,139 @@ static int hex4(const char *s, size_t n, size_t i, unsigned *out)
     return 1;
 }
 
-/* Copies the string body s[i..] up to its closing quote (or n) as strict JSON: raw control
- * bytes escaped, invalid UTF-8 and lone surrogate escapes replaced by U+FFFD. Returns the
- * index of the closing quote (or n). */
-static size_t put_string_body(struct tcb *out, const char *s, size_t n, size_t i)
+/* One step of the minifier inside a string at s[i] (not the closing quote): appends the
+ * output for one token (a character, an escape, a UTF-8 sequence) and returns its length,
+ * or 0 when the token needs bytes beyond n and `final` is 0. */
+static size_t str_token(struct tcb *out, const char *s, size_t n, size_t i, int final)
 {
-    size_t run = i;
+    static const char FFFD[] = "\xef\xbf\xbd";
+    unsigned char c = (unsigned char)s[i];
+    if (c == '\\') {
+        if (i + 1 >= n)
+            return final ? (tcb_put(out, FFFD, 3), 1) : 0;
+        if (s[i + 1] != 'u') {
+            tcb_put(out, s + i, 2);
+            return 2;
+        }
+        unsigned hi, lo;
+        if (i + 6 > n && !final)
+            return 0;
+        if (!hex4(s, n, i + 2, &hi)) { /* not from a validated string */
+            tcb_put(out, "\\ufffd", 6);
+            return 2;
+        }
+        if (hi >= 0xd800 && hi < 0xdc00) {
+            if (i + 12 > n && !final)
+                return 0;
+            if (i + 12 <= n && s[i + 6] == '\\' && s[i + 7] == 'u' && hex4(s, n, i + 8, &lo) &&
+                lo >= 0xdc00 && lo < 0xe000) {
+                tcb_put(out, s + i, 12);
+                return 12;
+            }
+        }
+        if ((hi >= 0xd800 && hi < 0xe000) || hi == 0) /* jansson refuses these */
+            tcb_put(out, "\\ufffd", 6);
+        else
+            tcb_put(out, s + i, 6);
+        return 6;
+    }
+    if (c < 0x20) {
+        if (c == 0)
+            tcb_put(out, FFFD, 3);
+        else
+            put_ctrl(out, c);
+        return 1;
+    }
+    if (c < 0x80) {
+        tcb_putc(out, (char)c);
+        return 1;
+    }
+    size_t l = utf8_len((const unsigned char *)s + i, n - i);
+    if (l) {
+        tcb_put(out, s + i, l);
+        return l;
+    }
+    if (!final && tcj_utf8_tail(s + i, n - i) == n - i)
+        return 0; /* may still complete */
+    tcb_put(out, FFFD, 3);
+    return 1;
+}
+
+size_t tcm_feed(struct tcm *m, struct tcb *out, const char *s, size_t n, int final)
+{
+    size_t i = 0;
     while (i < n) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"')
-            break;
-        if (c == '\\' && i + 1 < n && s[i + 1] == 'u') {
-            unsigned hi, lo;
-            if (!hex4(s, n, i + 2, &hi)) { /* not from a validated string: drop the escape */
-                tcb_put(out, s + run, i - run);
-                tcb_put(out, "\\ufffd", 6);
-                i += 2;
-                run = i;
-                continue;
-            }
-            if (hi >= 0xd800 && hi < 0xdc00 && i + 12 <= n && s[i + 6] == '\\' &&
-                s[i + 7] == 'u' && hex4(s, n, i + 8, &lo) && lo >= 0xdc00 && lo < 0xe000) {
-                i += 12; /* a proper pair */
-                continue;
-            }
-            if ((hi >= 0xd800 && hi < 0xe000) || hi == 0) { /* jansson refuses NUL in keys */
-                tcb_put(out, s + run, i - run);
-                tcb_put(out, "\\ufffd", 6);
-                i += 6;
-                run = i;
-                continue;
-            }
-            i += 6;
-            continue;
-        }
-        if (c == '\\') {
-            i += i + 1 < n ? 2 : 1;
-            continue;
-        }
-        if (c < 0x20) {
-            tcb_put(out, s + run, i - run);
-            if (c == 0)
-                tcb_put(out, "\xef\xbf\xbd", 3);
-            else
-                put_ctrl(out, c);
-            run = ++i;
-            continue;
-        }
-        if (c < 0x80) {
+        if (!m->in_str) {
+            if (c == '"')
+                m->in_str = 1;
+            if (!is_ws(c))
+                tcb_putc(out, (char)c);
             i++;
             continue;
         }
-        size_t l = utf8_len((const unsigned char *)s + i, n - i);
-        if (l) {
-            i += l;
+        if (c == '"') {
+            m->in_str = 0;
+            tcb_putc(out, '"');
+            i++;
             continue;
         }
-        tcb_put(out, s + run, i - run);
-        tcb_put(out, "\xef\xbf\xbd", 3);
-        run = ++i;
+        size_t k = str_token(out, s, n, i, final);
+        if (k == 0)
+            break;
+        i += k;
     }
-    tcb_put(out, s + run, i - run);
     return i;
 }
 
 void tcj_minify(struct tcb *out, const char *s, size_t n)
 {
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"') {
-            tcb_putc(out, '"');
-            i = put_string_body(out, s, n, i + 1);
-            if (i < n)
-                tcb_putc(out, '"');
-            i++;
-            continue;
-        }
-        if (!is_ws(c))
-            tcb_putc(out, (char)c);
-        i++;
+    struct tcm m = {0};
+    tcm_feed(&m, out, s, n, 1);
+}
+
+size_t tcj_utf8_tail(const char *s, size_t n)
+{
+    /* look back at most 3 bytes for a lead byte whose sequence runs past n */
+    for (size_t k = 1; k <= 3 && k <= n; k++) {
+        unsigned char c = (unsigned char)s[n - k];
+        if ((c & 0xc0) == 0x80)
+            continue; /* continuation byte: keep looking for the lead */
+        size_t want = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+        return want > k ? k : 0;
+    }
+    return 0;
+}
+
+int tcj_closable(const struct tcj *j)
+{
+    switch (j->st) {
+    case S_OBJ_FIRST:
+    case S_ARR_FIRST:
+    case S_AFTER:
+    case S_N_ZERO:
+    case S_N_INT:
+    case S_N_FRAC:
+    case S_N_EXPD:
+    case S_DONE:
+        return 1;
+    case S_STR:
+        return !j->key;
+    default:
+        return 0;
     }
 }
 
-void tcj_escape(struct tcb *out, const char *s, size_t n)
+void tcj_close(const struct tcj *j, struct tcb *out)
 {
-    tcb_putc(out, '"');
+    if (j->st == S_STR)
+        tcb_putc(out, '"');
+    for (int d = j->depth - 1; d >= 0; d--)
+        tcb_putc(out, j->stack[d] == '{' ? '}' : ']');
+}
+
+void tcj_escape_body(struct tcb *out, const char *s, size_t n)
+{
     size_t run = 0;
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
@@ -463,6 +490,12 @@ void tcj_escape(struct tcb *out, const char *s, size_t n)
         i += l;
     }
     tcb_put(out, s + run, n - run);
+}
+
+void tcj_escape(struct tcb *out, const char *s, size_t n)
+{
+    tcb_putc(out, '"');
+    tcj_escape_body(out, s, n);
     tcb_putc(out, '"');
 }
 

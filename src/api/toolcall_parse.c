@@ -267,8 +267,7 @@ int tcx_json_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call_f
 
 /* ---- Qwen3-Coder XML ---- */
 
-/* One parameter value: string-typed stays a string; others become JSON when valid. */
-static void put_xml_value(struct tcb *out, int type, const char *v, size_t vn)
+void tcx_xml_value(struct tcb *out, int type, const char *v, size_t vn)
 {
     if (vn > 0 && v[0] == '\n')
         v++, vn--;
@@ -353,27 +352,27 @@ int tcx_xml_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn
                 break;
             }
             size_t v0 = (size_t)(pgt - s) + 1;
-            /* the value ends at </parameter>; tolerate a missing one before the next
-             * parameter or the end of the function */
-            const char *end = find(s, n, v0, "</parameter>");
+            /* the value ends at the first </parameter>; a missing one is tolerated before
+             * the next parameter or the end of the function (the streaming tracker applies
+             * the same rule, so it cannot look further ahead than this either) */
+            const char *m = find(s, n, v0, "</parameter>");
             const char *nextp = find(s, n, v0, "<parameter=");
             const char *endf = find(s, n, v0, "</function>");
-            size_t v1, after;
-            if (end && (!nextp || end < nextp)) {
-                v1 = (size_t)(end - s);
-                after = v1 + 12;
-            } else if (nextp || endf) {
-                const char *m = nextp && (!endf || nextp < endf) ? nextp : endf;
-                v1 = after = (size_t)(m - s);
-            } else {
+            int closed = m != NULL;
+            if (nextp && (!m || nextp < m))
+                m = nextp, closed = 0;
+            if (endf && (!m || endf < m))
+                m = endf, closed = 0;
+            if (!m) {
                 ok = 0;
                 break;
             }
+            size_t v1 = (size_t)(m - s), after = closed ? v1 + 12 : v1;
             if (np++)
                 tcb_putc(args, ',');
             tcj_escape(args, s + pa, pb - pa);
             tcb_putc(args, ':');
-            put_xml_value(args, tct_param_type(t, name, s + pa, pb - pa), s + v0, v1 - v0);
+            tcx_xml_value(args, tct_param_type(t, name, s + pa, pb - pa), s + v0, v1 - v0);
             i = after;
         }
         tcb_putc(args, '}');

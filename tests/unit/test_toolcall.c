@@ -39,6 +39,9 @@ struct log {
     struct tc_parser *p;
 };
 
+static int g_stream; /* feed() uses stream mode */
+static int g_deltas; /* ARGS_DELTA events seen by the last feed() */
+
 static void cat(char *dst, const char *s, size_t n)
 {
     size_t l = strlen(dst);
@@ -78,6 +81,7 @@ static void on_event(const struct tc_event *ev, void *ud)
         }
         break;
     case TC_EV_CALL_ARGS_DELTA:
+        g_deltas++;
         if (L->open != ev->index || !last || !last->call)
             L->bad++;
         else
@@ -119,10 +123,12 @@ static int feed(enum tc_family fam, const char *tools, int think, const char *te
 {
     memset(L, 0, sizeof *L);
     L->open = -1;
+    g_deltas = 0;
     struct pipe pp = {NULL, NULL, L};
     if (tc_new(&pp.tp, fam, tools, NULL) != 0)
         return -1;
     tc_set_id_seed(pp.tp, 12345);
+    tc_set_stream_args(pp.tp, g_stream);
     if (think && rsn_new(&pp.rs, "<think>", "</think>", 0, NULL) != 0)
         return -1;
     size_t prev = 0;
@@ -237,6 +243,58 @@ static char *read_all(const char *path, size_t *n)
 static struct log g_whole, g_other; /* large: keep off the stack */
 static int g_cases_run;
 
+/* Feeds one case in one mode (whole / every split / byte by byte / random chunkings). */
+static void run_mode(json_t *c, const char *text, size_t n, int fam, const char *tools)
+{
+    const char *name = json_string_value(json_object_get(c, "file"));
+    json_t *reasoning = json_object_get(c, "reasoning");
+    int think = reasoning != NULL;
+    json_t *expect = json_object_get(c, "expect");
+    if (g_stream && json_object_get(c, "stream_expect"))
+        expect = json_object_get(c, "stream_expect");
+    const char *mode = g_stream ? "stream" : "whole-block";
+
+    feed(fam, tools, think, text, n, NULL, 0, &g_whole);
+    int ok = matches(&g_whole, expect) && g_whole.bad == 0 &&
+             (!think || strcmp(g_whole.reasoning, json_string_value(reasoning)) == 0);
+    CHECK_MSG(ok, "%s (%s mode): whole-text events differ from the expectation", name, mode);
+    if (!ok)
+        dump("got", &g_whole);
+    int bad = 0;
+    for (size_t k = 0; k <= n; k++) {
+        feed(fam, tools, think, text, n, &k, 1, &g_other);
+        if ((!same(&g_whole, &g_other) || g_other.bad) && bad++ == 0) {
+            fprintf(stderr, "  %s (%s): split at %zu differs\n", name, mode, k);
+            dump("split", &g_other);
+        }
+    }
+    size_t *cuts = malloc((n + 1) * sizeof *cuts);
+    int nc = 0;
+    for (size_t k = 1; k < n; k++)
+        cuts[nc++] = k;
+    feed(fam, tools, think, text, n, cuts, nc, &g_other);
+    if ((!same(&g_whole, &g_other) || g_other.bad) && bad++ == 0) {
+        fprintf(stderr, "  %s (%s): byte by byte differs\n", name, mode);
+        dump("bytes", &g_other);
+    }
+    /* stream mode really streams: long arguments arrive in several deltas */
+    json_t *min = json_object_get(c, "min_stream_deltas");
+    if (g_stream && min)
+        CHECK_MSG(g_deltas >= json_integer_value(min), "%s: %d deltas byte by byte", name,
+                  g_deltas);
+    for (int r = 0; r < 100; r++) {
+        nc = 0;
+        for (size_t k = 1 + rnd() % 8; k < n; k += 1 + rnd() % 12)
+            cuts[nc++] = k;
+        feed(fam, tools, think, text, n, cuts, nc, &g_other);
+        if ((!same(&g_whole, &g_other) || g_other.bad) && bad++ == 0)
+            fprintf(stderr, "  %s (%s): random chunking %d differs\n", name, mode, r);
+    }
+    CHECK_MSG(bad == 0, "%s (%s): %d feedings differ from the whole-text result", name, mode,
+              bad);
+    free(cuts);
+}
+
 static void run_case(json_t *c, json_t *toolsets)
 {
     char path[1024];
@@ -249,44 +307,12 @@ static void run_case(json_t *c, json_t *toolsets)
         return;
     int fam = tc_family_from_name(json_string_value(json_object_get(c, "family")));
     CHECK(fam >= 0);
-    json_t *ts = json_object_get(toolsets, json_string_value(json_object_get(c, "tools")) ?
-                                               json_string_value(json_object_get(c, "tools")) : "");
+    const char *ts_name = json_string_value(json_object_get(c, "tools"));
+    json_t *ts = ts_name ? json_object_get(toolsets, ts_name) : NULL;
     char *tools = ts ? json_dumps(ts, JSON_COMPACT) : NULL;
-    json_t *reasoning = json_object_get(c, "reasoning");
-    int think = reasoning != NULL;
-    const char *name = json_string_value(json_object_get(c, "file"));
-
-    feed(fam, tools, think, text, n, NULL, 0, &g_whole);
-    int ok = matches(&g_whole, json_object_get(c, "expect")) && g_whole.bad == 0 &&
-             (!think || strcmp(g_whole.reasoning, json_string_value(reasoning)) == 0);
-    CHECK_MSG(ok, "%s: whole-text events differ from the expectation", name);
-    if (!ok)
-        dump("got", &g_whole);
-    int bad = 0;
-    for (size_t k = 0; k <= n; k++) {
-        feed(fam, tools, think, text, n, &k, 1, &g_other);
-        if ((!same(&g_whole, &g_other) || g_other.bad) && bad++ == 0) {
-            fprintf(stderr, "  %s: split at %zu differs\n", name, k);
-            dump("split", &g_other);
-        }
-    }
-    size_t *cuts = malloc((n + 1) * sizeof *cuts);
-    int nc = 0;
-    for (size_t k = 1; k < n; k++)
-        cuts[nc++] = k;
-    feed(fam, tools, think, text, n, cuts, nc, &g_other);
-    if ((!same(&g_whole, &g_other) || g_other.bad) && bad++ == 0)
-        fprintf(stderr, "  %s: byte by byte differs\n", name);
-    for (int r = 0; r < 100; r++) {
-        nc = 0;
-        for (size_t k = 1 + rnd() % 8; k < n; k += 1 + rnd() % 12)
-            cuts[nc++] = k;
-        feed(fam, tools, think, text, n, cuts, nc, &g_other);
-        if ((!same(&g_whole, &g_other) || g_other.bad) && bad++ == 0)
-            fprintf(stderr, "  %s: random chunking %d differs\n", name, r);
-    }
-    CHECK_MSG(bad == 0, "%s: %d feedings differ from the whole-text result", name, bad);
-    free(cuts);
+    for (g_stream = 0; g_stream <= 1; g_stream++)
+        run_mode(c, text, n, fam, tools);
+    g_stream = 0;
     free(tools);
     free(text);
     g_cases_run++;
