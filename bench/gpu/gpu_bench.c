@@ -95,7 +95,11 @@ static size_t peak_dev(struct be *be)
 #ifdef CINFER_HAVE_CUDA
     if (!strcmp(be->ops->name, "cuda")) {
         size_t peak = 0;
+        int64_t rep = 0, cap = 0;
         be_cuda_mem_used(be, &peak);
+        be_cuda_graph_counts(be, &rep, &cap);
+        fprintf(stderr, "gpu_bench: %lld graph replays, %lld captures\n", (long long)rep,
+                (long long)cap);
         return peak;
     }
 #endif

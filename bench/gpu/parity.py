@@ -5,9 +5,11 @@ For each model directory: a 12-token prompt, cinfer_gpu_bench's greedy 64 tokens
 logits (F32 KV cache), transformers' greedy 64 tokens in float32 on the same bf16 weights
 (the reference: same weights, no activation rounding) and in bf16 (as shipped), and the
 reference logits of every position on cinfer's sequence (teacher forcing).
-Stated tolerances: decode logits (cinfer's float matvec path) within 2e-3 x max|logit|;
-prompt logits (cuBLAS with bf16-rounded activations) within 3e-2 x max|logit|; greedy ids
-equal to the float32 reference wherever its top-2 gap exceeds the prompt tolerance.
+Two runs per model: CINFER_CUDA_PRECISE=1 (prefill GEMMs on hi+lo bf16 parts, about
+float precision): all logits within 2e-3 x max|logit| of the float32 reference; default
+(prefill GEMM inputs rounded to bf16, as transformers' bf16 does): within 3e-2 x
+max|logit|. Greedy ids must equal the float32 reference's, except that a divergence at a
+step whose reference top-2 gap is within twice the tolerance counts as a near-tie.
 
   parity.py BENCH_BIN MODEL_DIR... > parity.json
 """
@@ -39,42 +41,53 @@ def hf_greedy(model, prompt, n):
     return gen, gaps
 
 
+def run_cinfer(binp, d, prompt, precise):
+    env = dict(os.environ)
+    env["CINFER_CUDA_PRECISE"] = "1" if precise else "0"
+    r = subprocess.run([binp, d, "logits", "--ids", ",".join(map(str, prompt)), "-n", str(N_GEN),
+                        "--kv", "f32", "--backend", BACKEND], capture_output=True, text=True,
+                       check=True, env=env)
+    return json.loads(r.stdout)
+
+
 def one(binp, d):
     cfg = json.load(open(d + "/config.json"))
     V = cfg["vocab_size"]
     g = torch.Generator().manual_seed(7)
     prompt = torch.randint(3, V, (12,), generator=g).tolist()
-    r = subprocess.run([binp, d, "logits", "--ids", ",".join(map(str, prompt)), "-n", str(N_GEN),
-                        "--kv", "f32", "--backend", BACKEND], capture_output=True, text=True, check=True)
-    c = json.loads(r.stdout)
     cls = getattr(transformers, cfg["architectures"][0])
     m32 = cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").to(DEV).eval()
-    seq = prompt + c["ids"]
-    with torch.no_grad():
-        ref = m32(torch.tensor([seq], device=DEV)).logits[0].float().cpu()
-    pl = torch.tensor(c["prompt_logits"])
-    sl = torch.tensor(c["step_logits"])
-    # logits after position i predict token i+1: prompt rows 0..11, step rows = positions 12..
-    ref_p, ref_s = ref[:len(prompt)], ref[len(prompt):len(prompt) + N_GEN]
-    scale = float(ref.abs().max())
-    e_pre = float((pl - ref_p).abs().max())
-    e_dec = float((sl[:N_GEN - 1] - ref_s[:N_GEN - 1]).abs().max())
     ids32, gaps = hf_greedy(m32, prompt, N_GEN)
     mbf = cls.from_pretrained(d, dtype=torch.bfloat16, attn_implementation="eager").to(DEV).eval()
     idsbf, _ = hf_greedy(mbf, prompt, N_GEN)
-    first = next((i for i in range(N_GEN) if ids32[i] != c["ids"][i]), N_GEN)
-    agree_bf = next((i for i in range(N_GEN) if idsbf[i] != c["ids"][i]), N_GEN)
-    tie_free = all(gp > PRE_TOL * scale for gp in gaps[:first + 1]) if first < N_GEN else True
-    res = {
-        "model": d.rstrip("/").split("/")[-1], "arch": cfg["model_type"], "prompt": prompt,
-        "greedy_equal_fp32_ref": first == N_GEN, "first_diff_fp32": first,
-        "min_top2_gap_fp32": min(gaps), "agree_prefix_bf16_hf": agree_bf,
-        "max_abs_logit": scale, "prompt_logits_max_err": e_pre,
-        "decode_logits_max_err": e_dec,
-        "prompt_ok": e_pre <= PRE_TOL * scale, "decode_ok": e_dec <= DEC_TOL * scale,
-    }
-    res["pass"] = res["prompt_ok"] and res["decode_ok"] and (
-        res["greedy_equal_fp32_ref"] or not tie_free)
+    res = {"model": d.rstrip("/").split("/")[-1], "arch": cfg["model_type"], "prompt": prompt,
+           "min_top2_gap_fp32": min(gaps), "fp32_ref_ids": ids32}
+    ok = True
+    for mode, tol_p, tol_d in (("precise", DEC_TOL, DEC_TOL), ("default", PRE_TOL, PRE_TOL)):
+        c = run_cinfer(binp, d, prompt, mode == "precise")
+        seq = prompt + c["ids"]
+        with torch.no_grad():
+            ref = m32(torch.tensor([seq], device=DEV)).logits[0].float().cpu()
+        pl, sl = torch.tensor(c["prompt_logits"]), torch.tensor(c["step_logits"])
+        ref_p, ref_s = ref[:len(prompt)], ref[len(prompt):len(prompt) + N_GEN]
+        scale = float(ref.abs().max())
+        e_pre = float((pl - ref_p).abs().max())
+        e_dec = float((sl - ref_s).abs().max())
+        first = next((i for i in range(N_GEN) if ids32[i] != c["ids"][i]), N_GEN)
+        # a divergence is excused only at a near-tie of the reference (gap within tolerance)
+        excused = first < N_GEN and gaps[first] <= 2 * tol_d * scale
+        r = {"greedy_equal_fp32_ref": first == N_GEN, "first_diff_fp32": first,
+             "gap_at_first_diff": gaps[first] if first < N_GEN else None,
+             "agree_prefix_bf16_hf": next((i for i in range(N_GEN) if idsbf[i] != c["ids"][i]),
+                                          N_GEN),
+             "max_abs_logit": scale, "prompt_logits_max_err": e_pre,
+             "decode_logits_max_err": e_dec, "tol_abs": tol_p * scale,
+             "ids": c["ids"]}
+        r["pass"] = e_pre <= tol_p * scale and e_dec <= tol_d * scale and (
+            first == N_GEN or excused)
+        ok = ok and r["pass"]
+        res[mode] = r
+    res["pass"] = ok
     return res
 
 

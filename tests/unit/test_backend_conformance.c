@@ -820,6 +820,54 @@ static void test_elementwise(void)
     free(a), free(x), free(got);
 }
 
+/* A 12-op chain run three times on new inputs uploaded into the same buffers (a device
+ * backend records it, captures it the second time and replays it the third): every run
+ * must equal the scalar reference on that run's inputs. */
+static void test_op_chain(void)
+{
+    int rows = 3, dim = 1000, n = rows * dim;
+    size_t nb = sizeof(float) * (size_t)n;
+    float *x = malloc(nb), *w = malloc(sizeof(float) * (size_t)dim), *want = malloc(nb),
+          *got = malloc(nb);
+    for (int bi = 0; bi < N_BACKENDS; bi++) {
+        struct be *b = g.cand[bi][0];
+        if (!b || is_cpu(bi))
+            continue;
+        float *dx = dev_from(b, NULL, nb), *dy = dev_from(b, NULL, nb);
+        float *dw = dev_from(b, NULL, sizeof(float) * (size_t)dim);
+        for (int run = 0; run < 3; run++) {
+            rng_seed(1000 + (uint64_t)run);
+            fill_f(x, n, 2.0f), fill_f(w, dim, 1.0f);
+            b->ops->upload(b, dx, x, nb, NULL);
+            b->ops->upload(b, dw, w, sizeof(float) * (size_t)dim, NULL);
+            b->ops->scale(b, dy, dx, 0.5f, n);
+            for (int k = 0; k < 5; k++) {
+                b->ops->add(b, dy, dy, dx, n);
+                b->ops->rmsnorm(b, dy, dy, dw, rows, dim, 1e-5f);
+            }
+            b->ops->add_row(b, dy, dw, rows, dim);
+            host_from(b, got, dy, nb);
+            /* the same chain on the scalar reference */
+            struct be *r = g.ref;
+            float *rx = dev_from(r, x, nb), *ry = dev_from(r, NULL, nb), *rw = dev_from(r, w, sizeof(float) * (size_t)dim);
+            r->ops->scale(r, ry, rx, 0.5f, n);
+            for (int k = 0; k < 5; k++) {
+                r->ops->add(r, ry, ry, rx, n);
+                r->ops->rmsnorm(r, ry, ry, rw, rows, dim, 1e-5f);
+            }
+            r->ops->add_row(r, ry, rw, rows, dim);
+            host_from(r, want, ry, nb);
+            r->ops->free(r, rx), r->ops->free(r, ry), r->ops->free(r, rw);
+            double e = 0;
+            for (int i = 0; i < n; i++)
+                e = fmax(e, fabs(got[i] - want[i]) / (fabs(want[i]) + 1e-3));
+            CHECK_MSG(e < 1e-5, "%s op chain run %d: rel err %g", g_backends[bi], run, e);
+        }
+        b->ops->free(b, dx), b->ops->free(b, dy), b->ops->free(b, dw);
+    }
+    free(x), free(w), free(want), free(got);
+}
+
 int main(void)
 {
     g.ref = open_be("cpu:scalar", 1);
@@ -842,6 +890,7 @@ int main(void)
     RUN(test_rmsnorm);
     RUN(test_rope);
     RUN(test_elementwise);
+    RUN(test_op_chain);
     for (int bi = 0; bi < N_BACKENDS; bi++)
         for (int th = 0; th < 2; th++)
             be_free(g.cand[bi][th]);

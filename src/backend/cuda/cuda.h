@@ -10,6 +10,7 @@
 #define CINFER_BACKEND_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend/backend.h"
 
@@ -25,6 +26,9 @@ struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e);
  * context and cuBLAS workspaces), and the largest value seen by any call so far. b must be
  * a CUDA backend. */
 size_t be_cuda_mem_used(struct be *b, size_t *peak);
+
+/* Graph replays and captures so far (cuda_graph.cu); both 0 when graphs are off. */
+void be_cuda_graph_counts(struct be *b, int64_t *replays, int64_t *captures);
 
 /* "NVIDIA H200, driver 580.159, CUDA runtime 13.0" into buf (for reports). */
 void be_cuda_describe(struct be *b, char *buf, size_t n);

@@ -85,6 +85,7 @@ static void cu_free(struct be *b, void *p)
     struct cu_be *cb = cu_be(b);
     if (!p)
         return;
+    cu_flush(cb);
     for (int i = 0; i < cb->n_weights; i++)
         if (cb->weights[i] == p) {
             cb->weights[i] = cb->weights[--cb->n_weights];
@@ -98,6 +99,7 @@ static int cu_upload(struct be *b, void *dst, const void *src, size_t n, struct 
     struct cu_be *cb = cu_be(b);
     if (!n)
         return 0;
+    cu_flush(cb);
     cudaError_t rc = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cb->stream);
     if (rc != cudaSuccess) {
         cudaGetLastError();
@@ -112,6 +114,7 @@ static int cu_download(struct be *b, void *dst, const void *src, size_t n, struc
     struct cu_be *cb = cu_be(b);
     if (!n)
         return 0;
+    cu_flush(cb);
     cudaError_t rc = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, cb->stream);
     if (rc == cudaSuccess)
         rc = cudaStreamSynchronize(cb->stream);
@@ -126,6 +129,7 @@ static int cu_download(struct be *b, void *dst, const void *src, size_t n, struc
 static int cu_sync(struct be *b, struct cerr *e)
 {
     struct cu_be *cb = cu_be(b);
+    cu_flush(cb);
     cudaError_t rc = cudaStreamSynchronize(cb->stream);
     if (rc != cudaSuccess)
         cu_latch(cb, "a queued kernel", rc);
@@ -180,6 +184,7 @@ static int cu_weight_prepare(struct be *b, struct be_tensor *t, struct cerr *e)
 {
     struct cu_be *cb = cu_be(b);
     const char *nm = t->name ? t->name : "tensor";
+    cu_flush(cb);
     if (!dtype_is_weight_type(t->dtype))
         return cerr_set(e, CERR_UNSUPPORTED, "%s: dtype %s is not supported for weights", nm,
                         dtype_name(t->dtype));
@@ -242,7 +247,9 @@ static int cu_weight_prepare(struct be *b, struct be_tensor *t, struct cerr *e)
 static void cu_destroy(struct be *b)
 {
     struct cu_be *cb = cu_be(b);
+    cu_flush(cb);
     cudaStreamSynchronize(cb->stream);
+    cu_graphs_free(cb);
     for (int i = 0; i < cb->n_weights; i++)
         cudaFree(cb->weights[i]);
     free(cb->weights);
@@ -250,6 +257,8 @@ static void cu_destroy(struct be *b)
         if (cb->scratch[i])
             cudaFree(cb->scratch[i]);
     cublasDestroy(cb->blas);
+    if (cb->blas_ws)
+        cudaFree(cb->blas_ws);
     cudaStreamDestroy(cb->stream);
     free(cb);
 }
@@ -263,17 +272,17 @@ static const struct be_ops g_cuda_ops = {
     .download = cu_download,
     .weight_prepare = cu_weight_prepare,
     .sync = cu_sync,
-    .get_rows = cu_get_rows,
-    .matmul = cu_matmul,
-    .rmsnorm = cu_rmsnorm,
-    .rope = cu_rope,
-    .kv_store = cu_kv_store,
-    .attention = cu_attention,
-    .act_mul = cu_act_mul,
-    .add = cu_add,
-    .add_row = cu_add_row,
-    .scale = cu_scale,
-    .softcap = cu_softcap,
+    .get_rows = cq_get_rows,
+    .matmul = cq_matmul,
+    .rmsnorm = cq_rmsnorm,
+    .rope = cq_rope,
+    .kv_store = cq_kv_store,
+    .attention = cq_attention,
+    .act_mul = cq_act_mul,
+    .add = cq_add,
+    .add_row = cq_add_row,
+    .scale = cq_scale,
+    .softcap = cq_softcap,
 };
 
 extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
@@ -328,16 +337,35 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
     }
     cublasSetStream(cb->blas, cb->stream);
     cublasSetMathMode(cb->blas, CUBLAS_DEFAULT_MATH); /* F32 GEMMs stay F32 (no TF32) */
+    /* a fixed workspace: GEMMs inside a captured graph must not allocate */
+    size_t wsz = 64u << 20;
+    if (cudaMalloc(&cb->blas_ws, wsz) == cudaSuccess)
+        cublasSetWorkspace(cb->blas, cb->blas_ws, wsz);
+    else
+        cudaGetLastError(), cb->blas_ws = NULL;
+    const char *pe = getenv("CINFER_CUDA_PRECISE");
+    cb->precise = pe && !strcmp(pe, "1");
+    if (cu_graphs_init(cb)) {
+        cerr_set(e, CERR_NOMEM, "out of memory creating the CUDA backend");
+        cublasDestroy(cb->blas);
+        cudaStreamDestroy(cb->stream);
+        free(cb);
+        return NULL;
+    }
     if ((rc = cu_attn_init(cb)) != cudaSuccess) {
         cerr_set(e, CERR_IO, "cuda: kernel setup failed: %s", cudaGetErrorString(rc));
+        cu_graphs_free(cb);
+        if (cb->blas_ws)
+            cudaFree(cb->blas_ws);
         cublasDestroy(cb->blas);
         cudaStreamDestroy(cb->stream);
         free(cb);
         return NULL;
     }
     note_used(cb);
-    log_debug("cuda backend: GPU %d %s, %d SMs, cc %d.%d", dev, prop.name, cb->n_sm, prop.major,
-              prop.minor);
+    log_debug("cuda backend: GPU %d %s, %d SMs, cc %d.%d, graphs %s, GEMM inputs %s", dev,
+              prop.name, cb->n_sm, prop.major, prop.minor, cb->graphs ? "on" : "off",
+              cb->precise ? "split hi+lo" : "16-bit");
     return &cb->base;
 }
 
@@ -363,4 +391,9 @@ extern "C" void be_cuda_describe(struct be *b, char *buf, size_t n)
     snprintf(buf, n, "%s (cc %d.%d, %d SMs), driver API %d.%d, runtime %d.%d", prop.name,
              prop.major, prop.minor, prop.multiProcessorCount, drv / 1000, drv % 1000 / 10,
              rt / 1000, rt % 1000 / 10);
+}
+
+extern "C" void be_cuda_graph_counts(struct be *b, int64_t *replays, int64_t *captures)
+{
+    cu_graph_stats(cu_be(b), replays, captures);
 }

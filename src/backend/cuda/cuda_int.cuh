@@ -21,6 +21,8 @@ extern "C" {
 
 enum { CU_SCRATCH_X = 0, CU_SCRATCH_W = 1, CU_SCRATCH_ATT = 2, CU_N_SCRATCH = 3 };
 
+struct cu_graphs;
+
 struct cu_be {
     struct be base;
     int device;
@@ -33,6 +35,9 @@ struct cu_be {
     void **weights; /* device copies made by weight_prepare (freed at destroy) */
     int n_weights, cap_weights;
     size_t peak_used;
+    int precise;        /* CINFER_CUDA_PRECISE=1: 16-bit GEMM inputs split into hi + lo */
+    struct cu_graphs *graphs; /* NULL when graphs are off */
+    void *blas_ws;      /* cuBLAS workspace (fixed, so GEMMs can be captured) */
     int err;            /* first latched error: 0 or a CERR_* code */
     char err_msg[400];
 };
@@ -124,6 +129,27 @@ void cu_add(struct be *b, float *y, const float *a, const float *x, int64_t n);
 void cu_add_row(struct be *b, float *y, const float *bias, int rows, int dim);
 void cu_scale(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
+/* Deferred ops and graph replay (cuda_graph.cu): the vtable's ops record calls; cu_flush()
+ * runs or replays the pending list. */
+int cu_graphs_init(struct cu_be *cb);
+void cu_graphs_free(struct cu_be *cb);
+void cu_flush(struct cu_be *cb);
+void cu_graph_stats(struct cu_be *cb, int64_t *replays, int64_t *captures);
+void cq_get_rows(struct be *b, float *out, const struct be_tensor *w, const int32_t *ids, int n);
+void cq_matmul(struct be *b, float *y, const float *x, int n, const struct be_tensor *w);
+void cq_rmsnorm(struct be *b, float *y, const float *x, const float *w, int rows, int dim,
+                float eps);
+void cq_rope(struct be *b, float *x, const int32_t *pos, int n_tok, int n_head, int head_dim,
+             int rot_dim, int mode, const float *inv_freq, float mscale);
+void cq_kv_store(struct be *b, void *k_cache, void *v_cache, int kv_dtype, const float *k,
+                 const float *v, const int32_t *slots, int n_tok, int kv_dim);
+void cq_attention(struct be *b, float *out, const float *q, const struct be_attn *a);
+void cq_act_mul(struct be *b, float *y, const float *gate, const float *up, int64_t n, int act);
+void cq_add(struct be *b, float *y, const float *a, const float *x, int64_t n);
+void cq_add_row(struct be *b, float *y, const float *bias, int rows, int dim);
+void cq_scale(struct be *b, float *y, const float *x, float s, int64_t n);
+void cq_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
+
 /* One-time kernel attributes (shared-memory opt-in); 0 or a CUDA error. */
 cudaError_t cu_attn_init(struct cu_be *cb);
 

@@ -7,6 +7,8 @@
  * dequantization and multiplied in float. Larger steps (prefill, big batches) use cuBLAS:
  * SGEMM (no TF32) for F32 weights; for 16-bit weights x is rounded to the weight type and
  * GemmEx accumulates in F32; quantized weights are expanded to BF16 in row chunks first.
+ * With CINFER_CUDA_PRECISE=1, x is split into hi + lo 16-bit parts and two GEMMs are
+ * accumulated (about float precision for twice the GEMM work).
  */
 #include "backend/cuda/cuda_int.cuh"
 
@@ -46,6 +48,23 @@ template <int DT> __device__ __forceinline__ float load1(const uint8_t *row, int
                           : cu_bf16(((const uint16_t *)row)[e]);
 }
 
+/* acc[r] += w[0..8) . x[r][8c .. 8c+8), in element order. */
+template <int N>
+__device__ __forceinline__ void mv_acc8(float *acc, const float *wv, const float *x, int K, int c)
+{
+#pragma unroll
+    for (int r = 0; r < N; r++) {
+        const float4 *xp = (const float4 *)(x + (size_t)r * K) + 2 * c;
+        float4 a = __ldg(xp), b = __ldg(xp + 1);
+        float s = acc[r];
+        s = fmaf(wv[0], a.x, s), s = fmaf(wv[1], a.y, s);
+        s = fmaf(wv[2], a.z, s), s = fmaf(wv[3], a.w, s);
+        s = fmaf(wv[4], b.x, s), s = fmaf(wv[5], b.y, s);
+        s = fmaf(wv[6], b.z, s), s = fmaf(wv[7], b.w, s);
+        acc[r] = s;
+    }
+}
+
 template <int DT, int N>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     k_mv(float *__restrict__ y, const float *__restrict__ x, const uint8_t *__restrict__ w,
@@ -61,21 +80,22 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         acc[r] = 0.0f;
     if (DT == DT_F32 || DT == DT_F16 || DT == DT_BF16) {
         if (vec) {
-#pragma unroll 2
-            for (int c = lane; c < K / 8; c += 32) {
+            /* 4 chunks' weight loads in flight before the first use; the accumulation
+             * order (chunk by chunk, element by element) is the same for every n */
+            int c = lane;
+            for (; c + 96 < K / 8; c += 128) {
+                float wv[4][8];
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    load8<DT>(wr, c + 32 * u, wv[u]);
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    mv_acc8<N>(acc, wv[u], x, K, c + 32 * u);
+            }
+            for (; c < K / 8; c += 32) {
                 float wv[8];
                 load8<DT>(wr, c, wv);
-#pragma unroll
-                for (int r = 0; r < N; r++) {
-                    const float4 *xp = (const float4 *)(x + (size_t)r * K) + 2 * c;
-                    float4 a = __ldg(xp), b = __ldg(xp + 1);
-                    float s = acc[r];
-                    s = fmaf(wv[0], a.x, s), s = fmaf(wv[1], a.y, s);
-                    s = fmaf(wv[2], a.z, s), s = fmaf(wv[3], a.w, s);
-                    s = fmaf(wv[4], b.x, s), s = fmaf(wv[5], b.y, s);
-                    s = fmaf(wv[6], b.z, s), s = fmaf(wv[7], b.w, s);
-                    acc[r] = s;
-                }
+                mv_acc8<N>(acc, wv, x, K, c);
             }
         } else {
             for (int e = lane; e < K; e += 32) {
@@ -129,15 +149,24 @@ static void mv_launch(struct cu_be *cb, float *y, const float *x, int n, const u
     }
 }
 
-/* x (n, K) float -> 16-bit (bf16 or f16), round to nearest even. */
-__global__ void k_to16(void *dst, const float *x, int64_t n, int bf)
+/* x (n, K) float -> 16-bit (bf16 or f16), round to nearest even; with lo non-NULL also
+ * the rounding remainder lo = 16-bit(x - hi). */
+__global__ void k_to16(void *dst, void *lo, const float *x, int64_t n, int bf)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        if (bf)
-            ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(x[i]);
-        else
-            ((__half *)dst)[i] = __float2half_rn(x[i]);
+        float v = x[i];
+        if (bf) {
+            __nv_bfloat16 h = __float2bfloat16_rn(v);
+            ((__nv_bfloat16 *)dst)[i] = h;
+            if (lo)
+                ((__nv_bfloat16 *)lo)[i] = __float2bfloat16_rn(v - __bfloat162float(h));
+        } else {
+            __half h = __float2half_rn(v);
+            ((__half *)dst)[i] = h;
+            if (lo)
+                ((__half *)lo)[i] = __float2half_rn(v - __half2float(h));
+        }
     }
 }
 
@@ -174,17 +203,24 @@ static void gemm(struct cu_be *cb, float *y, const float *x, int n, const struct
     int bf = w->dtype != DT_F16;
     cudaDataType_t ty = bf ? CUDA_R_16BF : CUDA_R_16F;
     int64_t nx = (int64_t)n * K;
-    void *xs = cu_scratch(cb, CU_SCRATCH_X, (size_t)nx * 2);
+    int parts = cb->precise ? 2 : 1;
+    char *xs = (char *)cu_scratch(cb, CU_SCRATCH_X, (size_t)nx * 2 * parts);
     if (!xs)
         return;
     unsigned nb = (unsigned)((nx + 255) / 256);
-    k_to16<<<nb > 65535u * 16 ? 65535u * 16 : nb, 256, 0, cb->stream>>>(xs, x, nx, bf);
+    k_to16<<<nb > 65535u * 16 ? 65535u * 16 : nb, 256, 0, cb->stream>>>(
+        xs, parts == 2 ? xs + nx * 2 : NULL, x, nx, bf);
     cu_after_launch(cb, "matmul activation conversion");
     if (w->dtype == DT_F16 || w->dtype == DT_BF16) {
-        st = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, n, K, &one, w->data, ty, K, xs,
-                          ty, K, &zero, y, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        if (st != CUBLAS_STATUS_SUCCESS)
-            cu_latch_blas(cb, "GemmEx", st);
+        for (int p = 0; p < parts; p++) {
+            st = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, n, K, &one, w->data, ty, K,
+                              xs + p * nx * 2, ty, K, p ? &one : &zero, y, CUDA_R_32F, M,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            if (st != CUBLAS_STATUS_SUCCESS) {
+                cu_latch_blas(cb, "GemmEx", st);
+                return;
+            }
+        }
         return;
     }
     size_t rb = dtype_row_bytes(w->dtype, K);
@@ -199,12 +235,14 @@ static void gemm(struct cu_be *cb, float *y, const float *x, int n, const struct
         k_deq_bf16<<<(unsigned)((th + 127) / 128), 128, 0, cb->stream>>>(
             wb, (const uint8_t *)w->data, w->dtype, rb, K, r0, nr);
         cu_after_launch(cb, "weight expansion");
-        st = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, n, K, &one, wb, CUDA_R_16BF, K,
-                          xs, CUDA_R_16BF, K, &zero, y + r0, CUDA_R_32F, M, CUBLAS_COMPUTE_32F,
-                          CUBLAS_GEMM_DEFAULT);
-        if (st != CUBLAS_STATUS_SUCCESS) {
-            cu_latch_blas(cb, "GemmEx", st);
-            return;
+        for (int p = 0; p < parts; p++) {
+            st = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, n, K, &one, wb, CUDA_R_16BF,
+                              K, xs + p * nx * 2, CUDA_R_16BF, K, p ? &one : &zero, y + r0,
+                              CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            if (st != CUBLAS_STATUS_SUCCESS) {
+                cu_latch_blas(cb, "GemmEx", st);
+                return;
+            }
         }
     }
 }

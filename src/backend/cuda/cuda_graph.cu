@@ -1,0 +1,306 @@
+/* cuda_graph.cu — deferred ops and CUDA-graph replay of repeated steps.
+ *
+ * With graphs on (default; CINFER_CUDA_GRAPHS=0 turns them off), the vtable's ops do not
+ * launch at once: each call is recorded with its arguments (pointers and scalars, never
+ * the data behind them). The list is flushed when the caller needs the stream (sync,
+ * download, upload, free, weight_prepare, destroy). A flush hashes the list: the first
+ * time a list is seen it runs as plain launches; the second time it is captured into a
+ * CUDA graph (if it has at least CU_GRAPH_MIN calls); from then on the graph is replayed
+ * with one launch. A decode step of a given batch shape and context capacity is such a
+ * repeated list, so its ~10 launches per layer cost one graph launch. Kernels read their
+ * inputs (ids, positions, slots, block tables) from device memory at run time, so a
+ * replay computes the current step. A failed capture falls back to plain launches.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_int.cuh"
+
+enum { CU_GRAPH_MIN = 8, CU_GRAPH_CACHE = 64, CU_ARGS = 192 };
+
+struct cu_call {
+    void (*run)(struct be *b, const void *args);
+    size_t size;
+    uint64_t args[CU_ARGS / 8];
+};
+
+struct cu_graph_ent {
+    uint64_t key;
+    int n_calls;
+    int seen;    /* times run without a graph */
+    int failed;  /* capture failed: never try again */
+    cudaGraphExec_t exec;
+    uint64_t last_use;
+};
+
+struct cu_graphs {
+    struct cu_call *calls;
+    int n, cap;
+    struct cu_graph_ent ent[CU_GRAPH_CACHE];
+    uint64_t tick;
+    int64_t replays, captures;
+};
+
+int cu_graphs_init(struct cu_be *cb)
+{
+    const char *env = getenv("CINFER_CUDA_GRAPHS");
+    if (env && !strcmp(env, "0"))
+        return 0;
+    cb->graphs = (struct cu_graphs *)calloc(1, sizeof *cb->graphs);
+    return cb->graphs ? 0 : -1;
+}
+
+static void run_all(struct cu_be *cb)
+{
+    struct cu_graphs *g = cb->graphs;
+    for (int i = 0; i < g->n; i++)
+        g->calls[i].run(&cb->base, g->calls[i].args);
+}
+
+static uint64_t list_key(const struct cu_graphs *g)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < g->n; i++) {
+        const struct cu_call *c = &g->calls[i];
+        const unsigned char *p = (const unsigned char *)c->args;
+        uintptr_t fp = (uintptr_t)c->run;
+        for (size_t j = 0; j < sizeof fp; j++)
+            h = (h ^ ((fp >> (8 * j)) & 0xff)) * 1099511628211ull;
+        for (size_t j = 0; j < c->size; j++)
+            h = (h ^ p[j]) * 1099511628211ull;
+    }
+    return h;
+}
+
+static struct cu_graph_ent *find_or_add(struct cu_graphs *g, uint64_t key, int n)
+{
+    struct cu_graph_ent *lru = &g->ent[0];
+    for (int i = 0; i < CU_GRAPH_CACHE; i++) {
+        struct cu_graph_ent *e = &g->ent[i];
+        if (e->last_use && e->key == key && e->n_calls == n)
+            return e;
+        if (e->last_use < lru->last_use)
+            lru = e;
+    }
+    if (lru->exec)
+        cudaGraphExecDestroy(lru->exec);
+    memset(lru, 0, sizeof *lru);
+    lru->key = key;
+    lru->n_calls = n;
+    return lru;
+}
+
+/* Captures the pending list into e->exec; 0 on success (the graph is not launched). */
+static int capture(struct cu_be *cb, struct cu_graph_ent *e)
+{
+    int err0 = cb->err;
+    cudaGraph_t graph = NULL;
+    if (cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    run_all(cb);
+    cudaError_t rc = cudaStreamEndCapture(cb->stream, &graph);
+    if (rc == cudaSuccess && cb->err == err0)
+        rc = cudaGraphInstantiate(&e->exec, graph, 0);
+    else if (rc == cudaSuccess)
+        rc = cudaErrorStreamCaptureInvalidated;
+    if (graph)
+        cudaGraphDestroy(graph);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        e->exec = NULL;
+        if (!err0) /* errors raised by the capture itself are not the caller's */
+            cb->err = 0;
+        return -1;
+    }
+    return 0;
+}
+
+void cu_flush(struct cu_be *cb)
+{
+    struct cu_graphs *g = cb->graphs;
+    if (!g || g->n == 0)
+        return;
+    struct cu_graph_ent *e = find_or_add(g, list_key(g), g->n);
+    e->last_use = ++g->tick;
+    if (!e->exec && !e->failed && e->seen >= 1 && g->n >= CU_GRAPH_MIN) {
+        if (capture(cb, e) == 0)
+            g->captures++;
+        else
+            e->failed = 1;
+    }
+    if (e->exec) {
+        cudaError_t rc = cudaGraphLaunch(e->exec, cb->stream);
+        if (rc != cudaSuccess)
+            cu_latch(cb, "graph launch", rc);
+        g->replays++;
+    } else {
+        run_all(cb);
+        e->seen++;
+    }
+    g->n = 0;
+}
+
+void cu_graphs_free(struct cu_be *cb)
+{
+    struct cu_graphs *g = cb->graphs;
+    if (!g)
+        return;
+    for (int i = 0; i < CU_GRAPH_CACHE; i++)
+        if (g->ent[i].exec)
+            cudaGraphExecDestroy(g->ent[i].exec);
+    free(g->calls);
+    free(g);
+    cb->graphs = NULL;
+}
+
+/* Records one call (or runs it now when graphs are off or memory is short). */
+static void defer(struct be *b, void (*run)(struct be *, const void *), const void *args,
+                  size_t size)
+{
+    struct cu_be *cb = cu_be(b);
+    struct cu_graphs *g = cb->graphs;
+    if (!g || size > CU_ARGS) {
+        cu_flush(cb);
+        run(b, args);
+        return;
+    }
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 256;
+        struct cu_call *nc = (struct cu_call *)realloc(g->calls, (size_t)cap * sizeof *nc);
+        if (!nc) {
+            cu_flush(cb);
+            run(b, args);
+            return;
+        }
+        g->calls = nc;
+        g->cap = cap;
+    }
+    struct cu_call *c = &g->calls[g->n++];
+    c->run = run;
+    c->size = size;
+    memcpy(c->args, args, size);
+}
+
+/* ---- the recorded ops: one argument struct each (zeroed, so padding hashes alike) ---- */
+
+#define DEFER(name, T, ...)                                                                    \
+    do {                                                                                       \
+        T a_;                                                                                  \
+        memset(&a_, 0, sizeof a_);                                                             \
+        __VA_ARGS__;                                                                           \
+        defer(b, name, &a_, sizeof a_);                                                        \
+    } while (0)
+
+struct a_rows { float *out; struct be_tensor w; const int32_t *ids; int n; };
+static void r_rows(struct be *b, const void *p)
+{
+    const struct a_rows *a = (const struct a_rows *)p;
+    cu_get_rows(b, a->out, &a->w, a->ids, a->n);
+}
+void cq_get_rows(struct be *b, float *out, const struct be_tensor *w, const int32_t *ids, int n)
+{
+    DEFER(r_rows, struct a_rows, a_.out = out, a_.w = *w, a_.w.name = NULL, a_.ids = ids, a_.n = n);
+}
+
+struct a_mm { float *y; const float *x; int n; struct be_tensor w; };
+static void r_mm(struct be *b, const void *p)
+{
+    const struct a_mm *a = (const struct a_mm *)p;
+    cu_matmul(b, a->y, a->x, a->n, &a->w);
+}
+void cq_matmul(struct be *b, float *y, const float *x, int n, const struct be_tensor *w)
+{
+    DEFER(r_mm, struct a_mm, a_.y = y, a_.x = x, a_.n = n, a_.w = *w, a_.w.name = NULL);
+}
+
+struct a_rms { float *y; const float *x, *w; int rows, dim; float eps; };
+static void r_rms(struct be *b, const void *p)
+{
+    const struct a_rms *a = (const struct a_rms *)p;
+    cu_rmsnorm(b, a->y, a->x, a->w, a->rows, a->dim, a->eps);
+}
+void cq_rmsnorm(struct be *b, float *y, const float *x, const float *w, int rows, int dim, float eps)
+{
+    DEFER(r_rms, struct a_rms, a_.y = y, a_.x = x, a_.w = w, a_.rows = rows, a_.dim = dim,
+          a_.eps = eps);
+}
+
+struct a_rope { float *x; const int32_t *pos; int n_tok, n_head, head_dim, rot_dim, mode;
+                const float *inv; float msc; };
+static void r_rope(struct be *b, const void *p)
+{
+    const struct a_rope *a = (const struct a_rope *)p;
+    cu_rope(b, a->x, a->pos, a->n_tok, a->n_head, a->head_dim, a->rot_dim, a->mode, a->inv, a->msc);
+}
+void cq_rope(struct be *b, float *x, const int32_t *pos, int n_tok, int n_head, int head_dim,
+             int rot_dim, int mode, const float *inv_freq, float mscale)
+{
+    DEFER(r_rope, struct a_rope, a_.x = x, a_.pos = pos, a_.n_tok = n_tok, a_.n_head = n_head,
+          a_.head_dim = head_dim, a_.rot_dim = rot_dim, a_.mode = mode, a_.inv = inv_freq,
+          a_.msc = mscale);
+}
+
+struct a_kv { void *kc, *vc; int dt; const float *k, *v; const int32_t *slots; int n_tok, kv_dim; };
+static void r_kv(struct be *b, const void *p)
+{
+    const struct a_kv *a = (const struct a_kv *)p;
+    cu_kv_store(b, a->kc, a->vc, a->dt, a->k, a->v, a->slots, a->n_tok, a->kv_dim);
+}
+void cq_kv_store(struct be *b, void *k_cache, void *v_cache, int kv_dtype, const float *k,
+                 const float *v, const int32_t *slots, int n_tok, int kv_dim)
+{
+    DEFER(r_kv, struct a_kv, a_.kc = k_cache, a_.vc = v_cache, a_.dt = kv_dtype, a_.k = k,
+          a_.v = v, a_.slots = slots, a_.n_tok = n_tok, a_.kv_dim = kv_dim);
+}
+
+struct a_att { float *out; const float *q; struct be_attn at; };
+static void r_att(struct be *b, const void *p)
+{
+    const struct a_att *a = (const struct a_att *)p;
+    cu_attention(b, a->out, a->q, &a->at);
+}
+void cq_attention(struct be *b, float *out, const float *q, const struct be_attn *at)
+{
+    DEFER(r_att, struct a_att, a_.out = out, a_.q = q, a_.at = *at);
+}
+
+struct a_ew { int kind; float *y; const float *a, *x; float s; int64_t n; int act; };
+static void r_ew(struct be *b, const void *p)
+{
+    const struct a_ew *a = (const struct a_ew *)p;
+    switch (a->kind) {
+    case 0: cu_act_mul(b, a->y, a->a, a->x, a->n, a->act); break;
+    case 1: cu_add(b, a->y, a->a, a->x, a->n); break;
+    case 2: cu_scale(b, a->y, a->x, a->s, a->n); break;
+    case 3: cu_softcap(b, a->y, a->x, a->s, a->n); break;
+    default: cu_add_row(b, a->y, a->a, (int)a->n, a->act); break;
+    }
+}
+void cq_act_mul(struct be *b, float *y, const float *gate, const float *up, int64_t n, int act)
+{
+    DEFER(r_ew, struct a_ew, a_.kind = 0, a_.y = y, a_.a = gate, a_.x = up, a_.n = n, a_.act = act);
+}
+void cq_add(struct be *b, float *y, const float *a, const float *x, int64_t n)
+{
+    DEFER(r_ew, struct a_ew, a_.kind = 1, a_.y = y, a_.a = a, a_.x = x, a_.n = n);
+}
+void cq_scale(struct be *b, float *y, const float *x, float s, int64_t n)
+{
+    DEFER(r_ew, struct a_ew, a_.kind = 2, a_.y = y, a_.x = x, a_.s = s, a_.n = n);
+}
+void cq_softcap(struct be *b, float *y, const float *x, float s, int64_t n)
+{
+    DEFER(r_ew, struct a_ew, a_.kind = 3, a_.y = y, a_.x = x, a_.s = s, a_.n = n);
+}
+void cq_add_row(struct be *b, float *y, const float *bias, int rows, int dim)
+{
+    DEFER(r_ew, struct a_ew, a_.kind = 4, a_.y = y, a_.a = bias, a_.n = rows, a_.act = dim);
+}
+
+void cu_graph_stats(struct cu_be *cb, int64_t *replays, int64_t *captures)
+{
+    *replays = cb->graphs ? cb->graphs->replays : 0;
+    *captures = cb->graphs ? cb->graphs->captures : 0;
+}
