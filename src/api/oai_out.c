@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "api/reasoning.h"
+#include "api/replay.h"
 
 struct oai_out {
     int kind, stream, finished;
@@ -16,12 +17,14 @@ struct oai_out {
     long created;
     const struct api_model *m;
     const char *lane;
-    struct rsn_splitter *rsn;
+    struct api_turn turn;           /* chat: reasoning / content / tool-call split */
+    int turn_on;
     struct sbuf content, reasoning; /* non-streaming accumulation */
     json_t *lp;                     /* non-streaming logprobs entries, or NULL */
     int lp_top;                     /* top_logprobs k (0 = sampled token only) */
     struct sbuf *cur;               /* streaming: where emit() writes */
     int err;
+    int start_in_reasoning;
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -146,12 +149,38 @@ static void emit_text(int kind, const char *t, size_t n, void *ud)
         o->err = CERR_NOMEM;
 }
 
+/* Streaming tool-call deltas: the first names the call, the next ones carry arguments. */
+static void emit_call(struct oai_out *o, const struct tc_event *ev)
+{
+    if (!o->stream || ev->kind == TC_EV_CALL_END)
+        return;
+    json_t *c;
+    if (ev->kind == TC_EV_CALL_BEGIN)
+        c = json_pack("{s:i, s:s, s:s, s:{s:s, s:s}}", "index", ev->index, "id", ev->id, "type",
+                      "function", "function", "name", ev->name, "arguments", "");
+    else
+        c = json_pack("{s:i, s:{s:o}}", "index", ev->index, "function", "arguments",
+                      api_json_text(ev->text, ev->n));
+    if (emit_chunk(o, c ? json_pack("{s:[o]}", "tool_calls", c) : NULL, NULL, NULL))
+        o->err = CERR_NOMEM;
+}
+
+static void on_turn(int kind, const struct tc_event *tc, const char *t, size_t n, void *ud)
+{
+    struct oai_out *o = ud;
+    if (kind == TURN_REASONING || kind == TURN_CONTENT) {
+        if (n)
+            emit_text(kind == TURN_REASONING ? RSN_REASONING : RSN_CONTENT, t, n, o);
+    } else
+        emit_call(o, tc);
+}
+
 static void push_text(struct oai_out *o, const char *t, size_t n)
 {
     if (!n)
         return;
-    if (o->rsn) {
-        if (rsn_push(o->rsn, t, n, emit_text, o))
+    if (o->turn_on) {
+        if (api_turn_push(&o->turn, t, n))
             o->err = CERR_NOMEM;
     } else
         emit_text(RSN_CONTENT, t, n, o);
@@ -180,8 +209,10 @@ static void add_logprob(struct oai_out *o, const struct sampler_logprob *lp)
         o->err = CERR_NOMEM;
 }
 
-static const char *finish_reason(int f)
+static const char *finish_reason(const struct oai_out *o, int f)
 {
+    if (o->turn_on && api_turn_calls(&o->turn))
+        return "tool_calls";
     return f == ENGINE_FINISH_LENGTH ? "length" : "stop";
 }
 
@@ -207,10 +238,14 @@ int oai_out_new(struct oai_out **out, const struct api_model *m, const struct oa
     o->lane = lane;
     o->created = (long)time(NULL);
     api_new_id(o->id, sizeof o->id, r->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-");
-    if (r->kind == OAI_CHAT && m->think_open &&
-        rsn_new(&o->rsn, m->think_open, m->think_close, p->start_in_reasoning, e)) {
-        free(o);
-        return e ? e->code : CERR_NOMEM;
+    o->start_in_reasoning = p->start_in_reasoning;
+    if (r->kind == OAI_CHAT) {
+        int rc = api_turn_init(&o->turn, m, p->start_in_reasoning, TC_NONE, NULL, on_turn, o, e);
+        if (rc) {
+            free(o);
+            return rc;
+        }
+        o->turn_on = 1;
     }
     if (!r->stream && r->sp.top_logprobs >= 0) {
         o->lp = json_array();
@@ -224,7 +259,8 @@ void oai_out_free(struct oai_out *o)
 {
     if (!o)
         return;
-    rsn_free(o->rsn);
+    if (o->turn_on)
+        api_turn_deinit(&o->turn);
     sbuf_free(&o->content);
     sbuf_free(&o->reasoning);
     json_decref(o->lp);
@@ -232,6 +268,34 @@ void oai_out_free(struct oai_out *o)
 }
 
 int oai_out_finished(const struct oai_out *o) { return o->finished; }
+
+int oai_out_tools(struct oai_out *o, int family, const json_t *tools, struct cerr *e)
+{
+    if (o->kind != OAI_CHAT || !tools || !json_array_size(tools) || family == TC_NONE)
+        return 0;
+    struct api_turn t;
+    int rc = api_turn_init(&t, o->m, o->start_in_reasoning, family, tools, on_turn, o, e);
+    if (rc)
+        return rc;
+    api_turn_deinit(&o->turn);
+    o->turn = t;
+    return 0;
+}
+
+/* The message's tool_calls array (non-streaming), or NULL when there are none. */
+static json_t *tool_calls_json(const struct oai_out *o)
+{
+    int n = o->turn_on ? api_turn_calls(&o->turn) : 0;
+    if (!n)
+        return NULL;
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++)
+        json_array_append_new(
+            a, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", tc_call_id(o->turn.tc, i), "type",
+                         "function", "function", "name", tc_call_name(o->turn.tc, i),
+                         "arguments", tc_call_args(o->turn.tc, i)));
+    return a;
+}
 
 int oai_out_begin(struct oai_out *o, struct sbuf *sse)
 {
@@ -246,19 +310,27 @@ static int done_body(struct oai_out *o, const struct engine_event *ev, struct sb
     json_t *lp = o->lp && json_array_size(o->lp) ? json_pack("{s:O}", "content", o->lp) : NULL;
     json_t *ch;
     if (o->kind == OAI_CHAT) {
+        json_t *calls = tool_calls_json(o);
         json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
-                                api_json_text(o->content.p ? o->content.p : "", o->content.len));
+                                calls && !o->content.len
+                                    ? json_null()
+                                    : api_json_text(o->content.p ? o->content.p : "",
+                                                    o->content.len));
+        if (msg && calls)
+            json_object_set_new(msg, "tool_calls", calls);
+        else
+            json_decref(calls);
         if (msg && o->reasoning.len) {
             json_t *rs = api_json_text(o->reasoning.p, o->reasoning.len);
             json_object_set(msg, "reasoning", rs);
             json_object_set_new(msg, "reasoning_content", rs);
         }
         ch = json_pack("{s:i, s:o, s:s}", "index", 0, "message", msg, "finish_reason",
-                       finish_reason(ev->finish));
+                       finish_reason(o, ev->finish));
     } else
         ch = json_pack("{s:i, s:o, s:s}", "index", 0, "text",
                        api_json_text(o->content.p ? o->content.p : "", o->content.len),
-                       "finish_reason", finish_reason(ev->finish));
+                       "finish_reason", finish_reason(o, ev->finish));
     if (ch && lp)
         json_object_set_new(ch, "logprobs", lp);
     else if (ch)
@@ -292,14 +364,14 @@ int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf 
     if (ev->type != ENGINE_EV_DONE)
         return o->err;
     o->finished = 1;
-    if (o->rsn && rsn_flush(o->rsn, emit_text, o))
+    if (o->turn_on && api_turn_finish(&o->turn))
         o->err = CERR_NOMEM;
     if (o->err)
         return o->err;
     if (!o->stream)
         return done_body(o, ev, out);
     json_t *last = o->kind == OAI_CHAT ? json_object() : json_string("");
-    int rc = emit_chunk(o, last, finish_reason(ev->finish), usage(o, ev));
+    int rc = emit_chunk(o, last, finish_reason(o, ev->finish), usage(o, ev));
     return rc ? rc : sbuf_puts(out, "data: [DONE]\n\n");
 }
 
@@ -319,4 +391,127 @@ int oai_error_frame(struct sbuf *out, const char *message)
     json_t *j = json_pack("{s:{s:o, s:s}}", "error", "message",
                           api_json_text(message, strlen(message)), "type", "server_error");
     return frame(out, j);
+}
+
+/* ---- api_turn ------------------------------------------------------------------------ */
+
+static int all_space(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\n' && s[i] != '\t' && s[i] != '\r')
+            return 0;
+    return 1;
+}
+
+/* With tools on, whitespace-only content is held until real content follows; whitespace
+ * around calls (between, after) is dropped. */
+static void turn_tc(const struct tc_event *ev, void *ud)
+{
+    struct api_turn *t = ud;
+    static const int K[] = {[TC_EV_CONTENT] = TURN_CONTENT, [TC_EV_CALL_BEGIN] = TURN_CALL_BEGIN,
+                            [TC_EV_CALL_ARGS_DELTA] = TURN_CALL_DELTA,
+                            [TC_EV_CALL_END] = TURN_CALL_END};
+    if (ev->kind == TC_EV_CONTENT) {
+        if (all_space(ev->text, ev->n)) {
+            if (sbuf_append(&t->ws, ev->text, ev->n))
+                t->err = CERR_NOMEM;
+            return;
+        }
+        if (t->ws.len) {
+            t->cb(TURN_CONTENT, NULL, t->ws.p, t->ws.len, t->ud);
+            sbuf_clear(&t->ws);
+        }
+    } else if (ev->kind == TC_EV_CALL_BEGIN)
+        sbuf_clear(&t->ws);
+    t->cb(K[ev->kind], ev->kind == TC_EV_CONTENT ? NULL : ev, ev->text, ev->n, t->ud);
+}
+
+static void turn_rsn(int kind, const char *s, size_t n, void *ud)
+{
+    struct api_turn *t = ud;
+    if (kind == RSN_REASONING) {
+        t->n_reasoning_bytes += n;
+        t->cb(TURN_REASONING, NULL, s, n, t->ud);
+    } else if (t->tc) {
+        if (tc_push(t->tc, s, n, turn_tc, t))
+            t->err = CERR_NOMEM;
+    } else
+        t->cb(TURN_CONTENT, NULL, s, n, t->ud);
+}
+
+int api_turn_init(struct api_turn *t, const struct api_model *m, int start_in_reasoning,
+                  int family, const json_t *tools, turn_fn cb, void *ud, struct cerr *e)
+{
+    memset(t, 0, sizeof *t);
+    t->cb = cb;
+    t->ud = ud;
+    if (m->think_open && rsn_new(&t->rsn, m->think_open, m->think_close, start_in_reasoning, e))
+        return e && e->code ? e->code : CERR_NOMEM;
+    if (tools && json_array_size(tools) && family != TC_NONE) {
+        char *js = json_dumps(tools, JSON_COMPACT);
+        int rc = js ? tc_new(&t->tc, (enum tc_family)family, js, e)
+                    : cerr_set(e, CERR_NOMEM, "out of memory");
+        free(js);
+        if (rc) {
+            rsn_free(t->rsn);
+            t->rsn = NULL;
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int api_turn_push(struct api_turn *t, const char *s, size_t n)
+{
+    if (!n)
+        return t->err;
+    if (sbuf_append(&t->raw, s, n))
+        return t->err = CERR_NOMEM;
+    if (t->rsn) {
+        if (rsn_push(t->rsn, s, n, turn_rsn, t))
+            t->err = CERR_NOMEM;
+    } else
+        turn_rsn(RSN_CONTENT, s, n, t);
+    return t->err;
+}
+
+int api_turn_finish(struct api_turn *t)
+{
+    if (t->rsn && rsn_flush(t->rsn, turn_rsn, t))
+        t->err = CERR_NOMEM;
+    if (t->tc && tc_flush(t->tc, turn_tc, t))
+        t->err = CERR_NOMEM;
+    int n = api_turn_calls(t);
+    if (!n && t->ws.len)
+        t->cb(TURN_CONTENT, NULL, t->ws.p, t->ws.len, t->ud);
+    sbuf_clear(&t->ws);
+    if (n && !t->err) {
+        const char *ids[64];
+        if (n > 64)
+            n = 64;
+        for (int i = 0; i < n; i++)
+            ids[i] = tc_call_id(t->tc, i);
+        if (replay_put(ids, n, t->raw.p ? t->raw.p : "", t->raw.len))
+            t->err = CERR_NOMEM;
+    }
+    return t->err;
+}
+
+int api_turn_calls(const struct api_turn *t) { return t->tc ? tc_call_count(t->tc) : 0; }
+
+void api_turn_deinit(struct api_turn *t)
+{
+    rsn_free(t->rsn);
+    tc_free(t->tc);
+    sbuf_free(&t->raw);
+    sbuf_free(&t->ws);
+    memset(t, 0, sizeof *t);
+}
+
+const char *api_stop_string(const struct engine_event *ev, char *const *stops, int n_stops)
+{
+    if (ev->type != ENGINE_EV_DONE || ev->finish != ENGINE_FINISH_STOP || ev->stop_index < 0 ||
+        ev->stop_index >= n_stops || !stops)
+        return NULL;
+    return stops[ev->stop_index];
 }

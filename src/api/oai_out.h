@@ -13,6 +13,8 @@
 
 #include "api/oai_req.h"
 #include "api/prompt.h"
+#include "api/reasoning.h"
+#include "api/toolcall.h"
 #include "engine/engine.h"
 #include "util/sbuf.h"
 
@@ -31,6 +33,50 @@ int oai_out_begin(struct oai_out *o, struct sbuf *sse);
 int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf *out);
 /* 1 once DONE or ERROR was fed. */
 int oai_out_finished(const struct oai_out *o);
+/* Turns on tool-call parsing (call before the first event): `family` is an enum tc_family,
+ * `tools` the request's tools array (OpenAI chat shape). Calls become message.tool_calls
+ * (content null when there is no other text) and finish_reason "tool_calls"; streaming sends
+ * each call as tool_calls[i] deltas (id/name first, then arguments pieces). A NULL or empty
+ * tools array leaves parsing off. Returns 0, CERR_NOMEM or CERR_FORMAT. */
+int oai_out_tools(struct oai_out *o, int family, const json_t *tools, struct cerr *e);
+
+/* ---- api_turn: one assistant turn split into reasoning, content and tool calls ----------
+ * Shared by the OpenAI, Anthropic and Responses encoders. Decoded text goes through the
+ * think-tag splitter (when the model has tags), then content goes through the tool-call
+ * parser (when tools are on). The callback receives, in generation order: reasoning text,
+ * content text and the tool-call events. The whole sampled text is kept so that, at the end
+ * of a turn with calls, it is registered in the replay store (api/replay.h) under the call
+ * ids. One per request, one thread. */
+enum turn_kind { TURN_REASONING = 0, TURN_CONTENT, TURN_CALL_BEGIN, TURN_CALL_DELTA, TURN_CALL_END };
+/* tc is the tool-call event for the CALL kinds (NULL otherwise); t/n the text. */
+typedef void (*turn_fn)(int kind, const struct tc_event *tc, const char *t, size_t n, void *ud);
+
+struct api_turn {
+    struct rsn_splitter *rsn;
+    struct tc_parser *tc;
+    struct sbuf raw;   /* every byte fed, in order */
+    struct sbuf ws;    /* tools on: whitespace-only content not yet emitted */
+    size_t n_reasoning_bytes;
+    turn_fn cb;
+    void *ud;
+    int err;
+};
+
+/* Sets up t (zeroed first). think tags from m; start_in_reasoning from the prompt; tools
+ * (any of the three shapes toolcall.h accepts) or NULL for no tool parsing; family an enum
+ * tc_family. Returns 0 or a CERR code with e filled. */
+int api_turn_init(struct api_turn *t, const struct api_model *m, int start_in_reasoning,
+                  int family, const json_t *tools, turn_fn cb, void *ud, struct cerr *e);
+/* Feeds n decoded bytes. Returns 0 or CERR_NOMEM. */
+int api_turn_push(struct api_turn *t, const char *s, size_t n);
+/* End of the turn: releases held text, then registers the raw text under the call ids in
+ * the replay store when the turn produced calls. Returns 0 or CERR_NOMEM. */
+int api_turn_finish(struct api_turn *t);
+int api_turn_calls(const struct api_turn *t); /* calls parsed so far */
+void api_turn_deinit(struct api_turn *t);
+/* Anthropic's stop_reason / OpenAI's finish_reason helpers need the matched stop string:
+ * the stop string of a DONE event (NULL unless finish is STOP and the index is valid). */
+const char *api_stop_string(const struct engine_event *ev, char *const *stops, int n_stops);
 
 /* The OpenAI error body {"error":{"message","type","param","code"}} (malloc'd). */
 char *oai_error_body(const struct api_error *err);

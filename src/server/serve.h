@@ -12,8 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "api/prompt.h"
 #include "engine/engine.h"
+#include "engine/plan.h"
 #include "http/http.h"
 #include "util/sbuf.h"
 
@@ -27,6 +30,8 @@ struct serve_opts {
     int thinking;            /* -1 = the model's default */
     int batch, max_batch_tokens, ctx, kv_f32, max_queue, max_conns;
     long max_body;
+    int kv_block_size;
+    double memory_budget_gb, kv_budget_gb, prompt_cache_gib; /* < 0 = not given */
 };
 
 /* Histogram with fixed upper bounds (Prometheus "le" buckets). */
@@ -73,6 +78,9 @@ struct serve {
     int shutting_down;
     struct job *jobs;            /* active jobs (doubly linked) */
     struct serve_metrics met;
+    struct mem_plan plan;
+    int ctx_memory_bound;        /* the memory budget, not the model, caps the context */
+    int tc_family;               /* enum tc_family of the tool-call parser (serve_routes_install) */
 };
 
 /* ---- generations (serve_jobs.c) ---------------------------------------------------------
@@ -120,6 +128,25 @@ int serve_routes_install(struct serve *sv);
 /* Begins a clean shutdown on the loop thread: every in-flight request gets an error
  * event / 503 and is cancelled; the loop stops once all jobs are gone. */
 void serve_shutdown(void *sv);
+
+/* serve_anthropic.c, serve_responses.c: the Anthropic Messages and OpenAI Responses routes.
+ * Each registers its routes on sv->http; 0 or -1. */
+int serve_anthropic_install(struct serve *sv);
+int serve_responses_install(struct serve *sv);
+/* The Anthropic error body {"type":"error","error":{type,message}} for HTTP-layer errors on
+ * /v1/messages paths (malloc'd). */
+char *serve_anthropic_error(int status, const char *message);
+
+/* serve_store.c: the Responses store (per process; TTL 1 h or $CINFER_RESPONSE_TTL_MS; LRU
+ * capped at 32 MiB of JSON). An entry is the conversation so far (chat-shaped messages
+ * without the system message) and the instructions. Loop thread only. */
+/* Saves (replaces) id -> {messages, instructions}; takes no ownership (copies). */
+void store_put(const char *id, const json_t *messages, const char *instructions);
+/* A new reference to the stored {messages, instructions} object (refreshing its LRU
+ * position), or NULL when unknown or expired. */
+json_t *store_get(const char *id);
+/* {entries, bytes, max_bytes, ttl_ms} for /stats (new reference). */
+json_t *store_stats_json(void);
 
 /* serve_metrics.c */
 void metrics_init(struct serve_metrics *m);

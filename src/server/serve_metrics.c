@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "http/http.h"
-#include "kv/kv_pool.h"
 #include "server/serve.h"
 #include "util/clock.h"
 #include "util/sbuf.h"
@@ -40,14 +39,6 @@ void hist_add(struct hist *h, double v)
     h->total++;
 }
 
-static size_t kv_bytes(const struct serve *sv, int blocks)
-{
-    const struct engine_config *c = engine_config_of(sv->eng);
-    return kv_bytes_per_token(sv->m->hp.n_layer, sv->m->hp.n_kv_head * sv->m->hp.head_dim,
-                              c->kv_dtype) *
-           (size_t)c->block_size * (size_t)blocks;
-}
-
 char *serve_stats_json(struct serve *sv)
 {
     struct engine_stats es;
@@ -56,33 +47,48 @@ char *serve_stats_json(struct serve *sv)
     http_get_stats(sv->http, &hs);
     const struct engine_config *c = engine_config_of(sv->eng);
     const struct serve_metrics *m = &sv->met;
+    const struct mem_plan *pl = &sv->plan;
+    size_t bpb = engine_kv_bytes_per_token(sv->eng) * (size_t)c->block_size;
     json_t *j = json_pack(
-        "{s:{s:s, s:s, s:I, s:f}, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:i, s:n, s:I}, "
-        "s:{s:i, s:s, s:b, s:i, s:i, s:I, s:I, s:n, s:i, s:i, s:i}, "
+        "{s:{s:s, s:s, s:I, s:f}, s:{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, "
+        "s:{s:i, s:o, s:I, s:I, s:I, s:I}, "
+        "s:{s:i, s:s, s:b, s:i, s:i, s:I, s:I, s:o, s:i, s:i, s:i, s:i}, "
         "s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
         "server", "owner", "serve", "model", sv->model_id, "started_at",
         (json_int_t)sv->started_unix, "uptime_s", clock_now_s() - sv->started_s,
-        "prompt_cache", "entries", (json_int_t)0, "bytes", (json_int_t)0, "max_bytes",
-        (json_int_t)0, "hits", (json_int_t)0, "misses", (json_int_t)0,
-        "admission", "max_safe_context", c->n_ctx, "memory_budget_bytes", "usable_bytes",
-        (json_int_t)kv_bytes(sv, c->n_blocks),
-        "batch", "configured", c->max_seqs, "mode", c->max_seqs > 1 ? "batch" : "off", "batched",
-        c->max_seqs > 1, "active_rows", es.running, "pending_rows", es.waiting, "submitted_rows",
-        (json_int_t)es.submitted, "kv_bytes",
-        (json_int_t)kv_bytes(sv, es.blocks_total - es.blocks_free), "kv_budget_bytes",
-        "blocks_total", es.blocks_total, "blocks_free", es.blocks_free, "max_batch_tokens",
-        c->max_step_tokens,
-        "requests", "chat", (json_int_t)m->requests[0], "completions", (json_int_t)m->requests[1],
-        "finished", (json_int_t)es.finished, "cancelled", (json_int_t)es.cancelled,
-        "disconnects", (json_int_t)m->disconnects, "failed", (json_int_t)es.failed,
-        "rejected_429", (json_int_t)(m->rejected_429), "preempted", (json_int_t)es.preempted,
-        "streams_open", (json_int_t)m->streams_open);
+        "prompt_cache", "entries", es.cache_entries, "bytes",
+        (json_int_t)(bpb * (size_t)es.cache_entries), "max_bytes",
+        (json_int_t)(pl->cache_blocks > 0 ? bpb * (size_t)pl->cache_blocks : 0), "hits",
+        (json_int_t)es.cache_hits, "misses", (json_int_t)es.cache_misses, "hit_tokens",
+        (json_int_t)es.cache_hit_tokens, "evictions", (json_int_t)es.cache_evictions,
+        "cow_copies", (json_int_t)es.cache_cow,
+        "admission", "max_safe_context", c->n_ctx, "memory_budget_bytes",
+        pl->budget_given ? json_integer((json_int_t)pl->budget_bytes) : json_null(),
+        "budget_bytes", (json_int_t)pl->budget_bytes, "usable_bytes",
+        (json_int_t)pl->usable_bytes, "weights_bytes", (json_int_t)pl->weights_bytes,
+        "transient_bytes", (json_int_t)pl->transient_bytes,
+        "batch", "configured", c->max_seqs, "mode", c->max_seqs > 1 ? "batch" : "serial",
+        "batched", c->max_seqs > 1, "active_rows", es.running, "pending_rows", es.waiting,
+        "submitted_rows", (json_int_t)es.submitted, "kv_bytes",
+        (json_int_t)(bpb * (size_t)(es.blocks_total - es.blocks_free)), "kv_budget_bytes",
+        c->kv_budget_bytes ? json_integer((json_int_t)c->kv_budget_bytes) : json_null(),
+        "blocks_total", es.blocks_total, "blocks_free", es.blocks_free, "block_size",
+        c->block_size, "max_batch_tokens", c->max_step_tokens,
+        "requests", "chat", (json_int_t)m->requests[EP_CHAT], "completions",
+        (json_int_t)m->requests[EP_COMPLETIONS], "finished", (json_int_t)es.finished,
+        "cancelled", (json_int_t)es.cancelled, "disconnects", (json_int_t)m->disconnects,
+        "failed", (json_int_t)es.failed, "rejected_429", (json_int_t)(m->rejected_429),
+        "preempted", (json_int_t)es.preempted, "streams_open", (json_int_t)m->streams_open);
     if (!j)
         return NULL;
     json_t *tok = json_pack("{s:I, s:I, s:I}", "prompt", (json_int_t)es.prompt_tokens,
                             "generated", (json_int_t)es.gen_tokens, "cached",
                             (json_int_t)m->cached_tokens);
     json_object_set_new(j, "tokens", tok);
+    json_object_set_new(j, "response_store", store_stats_json());
+    json_t *rq = json_object_get(j, "requests");
+    json_object_set_new(rq, "messages", json_integer(m->requests[EP_MESSAGES]));
+    json_object_set_new(rq, "responses", json_integer(m->requests[EP_RESPONSES]));
     json_object_set_new(json_object_get(j, "server"), "connections",
                         json_integer(hs.conns_open));
     char *s = json_dumps(j, JSON_COMPACT);
@@ -138,9 +144,21 @@ char *serve_metrics_text(struct serve *sv)
     prom(&b, "cinfer_generation_tokens_total", "counter", "Tokens generated.",
          (double)es.gen_tokens);
     prom(&b, "cinfer_prompt_cache_hits_total", "counter", "Requests that reused cached KV.",
-         (double)m->cache_hits);
+         (double)es.cache_hits);
+    prom(&b, "cinfer_prompt_cache_misses_total", "counter", "Requests that found no cached KV.",
+         (double)es.cache_misses);
     prom(&b, "cinfer_prompt_cache_hit_tokens_total", "counter", "Prompt tokens reused from cache.",
-         (double)m->cached_tokens);
+         (double)es.cache_hit_tokens);
+    prom(&b, "cinfer_prompt_cache_evictions_total", "counter", "Cached KV blocks evicted.",
+         (double)es.cache_evictions);
+    prom(&b, "cinfer_prompt_cache_entries", "gauge", "Cached KV blocks.",
+         (double)es.cache_entries);
+    prom(&b, "cinfer_kv_projected_bytes", "gauge", "Projected KV of the running requests.",
+         (double)es.kv_projected_bytes);
+    prom(&b, "cinfer_max_safe_context", "gauge", "Longest context the memory plan admits.",
+         (double)engine_config_of(sv->eng)->n_ctx);
+    prom(&b, "cinfer_memory_budget_bytes", "gauge", "Memory budget of the plan.",
+         (double)sv->plan.budget_bytes);
     prom(&b, "cinfer_queue_depth", "gauge", "Requests waiting for a batch slot.",
          (double)es.waiting);
     prom(&b, "cinfer_running_requests", "gauge", "Requests in the running batch.",

@@ -9,6 +9,8 @@
 
 #include "api/oai_out.h"
 #include "api/oai_req.h"
+#include "api/replay.h"
+#include "api/toolcall.h"
 #include "server/serve.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -70,6 +72,8 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
     const char *body = http_req_body(r, &blen);
     if (oai_parse(&c->rq, kind, body, blen, &sv->defaults, sv->m->hp.n_vocab, &err))
         goto fail;
+    if (kind == OAI_CHAT)
+        replay_apply(c->rq.messages); /* prefix stability: exact text of past tool-call turns */
     int rc = kind == OAI_CHAT ? api_chat_prompt(&sv->am, &c->rq, &c->pr, &err)
                               : api_completion_prompt(&sv->am, c->rq.prompt, &c->pr, &err);
     if (rc)
@@ -83,6 +87,11 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
     struct oai_out *enc = NULL;
     if (oai_out_new(&enc, &sv->am, &c->rq, &c->pr, sv->o.batch > 1 ? "batched" : "serial", &e)) {
         api_fail(&err, 500, NULL, "%s", e.msg);
+        goto fail;
+    }
+    if (oai_out_tools(enc, sv->tc_family, c->rq.tools, &e)) {
+        oai_out_free(enc);
+        api_fail(&err, e.code == CERR_NOMEM ? 500 : 400, "tools", "%s", e.msg);
         goto fail;
     }
     struct serve_gen g = {.stream = c->rq.stream, .ops = &OAI_OPS, .enc = enc,
@@ -155,9 +164,10 @@ static void h_index(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
     reply_json(r, 200,
-               json_pack("{s:s, s:s, s:s, s:[s,s,s,s,s,s,s]}", "name", "cinfer", "version",
+               json_pack("{s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s]}", "name", "cinfer", "version",
                          CINFER_VERSION, "model", sv->model_id, "endpoints",
-                         "POST /v1/chat/completions", "POST /v1/completions", "GET /v1/models",
+                         "POST /v1/chat/completions", "POST /v1/completions", "POST /v1/messages",
+                         "POST /v1/messages/count_tokens", "POST /v1/responses", "GET /v1/models",
                          "GET /v1/models/{id}", "GET /health", "GET /stats", "GET /metrics"));
 }
 
@@ -194,7 +204,8 @@ static char *error_fmt(const char *path, int status, const char *message, void *
         sv->met.status_5xx++;
     else
         sv->met.status_4xx++;
-    (void)path;
+    if (path && !strncmp(path, "/v1/messages", 12) && (!path[12] || path[12] == '/' || path[12] == '?'))
+        return serve_anthropic_error(status, message);
     if (status == 404) {
         /* the reference's exact body */
         return strdup("{\"error\":{\"message\":\"not found\",\"type\":\"not_found_error\","
@@ -215,5 +226,13 @@ int serve_routes_install(struct serve *sv)
     rc |= http_route(h, "GET", "/v1", 0, h_index, sv);
     rc |= http_route(h, "GET", "/stats", 0, h_stats, sv);
     rc |= http_route(h, "GET", "/metrics", 0, h_metrics, sv);
+    /* tool calls: the family from the template (Hermes models, small ones above all, also
+     * answer with a bare or ```json-fenced call: the generic union covers those, and with
+     * declared tools an undeclared name stays content) */
+    sv->tc_family = tc_family_detect(sv->tmpl_src, sv->m ? sv->m->arch_name : NULL);
+    if (sv->tc_family == TC_HERMES)
+        sv->tc_family = TC_GENERIC;
+    rc |= serve_anthropic_install(sv);
+    rc |= serve_responses_install(sv);
     return rc ? -1 : 0;
 }
