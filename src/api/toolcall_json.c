@@ -277,8 +277,11 @@ int tcj_valid(const char *s, size_t n, int scalar_top)
     size_t i = 0;
     for (; i < n; i++) {
         int r = tcj_feed(&j, (unsigned char)s[i]);
-        if (r == TCJ_ERR)
-            return 0;
+        if (r == TCJ_ERR) {
+            if (!tcj_complete(&j))
+                return 0;
+            break; /* a top-level number ended; only whitespace may follow */
+        }
         if (r == TCJ_DONE) {
             i++;
             break;

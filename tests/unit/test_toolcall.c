@@ -15,6 +15,7 @@
 
 #include "api/reasoning.h"
 #include "api/toolcall.h"
+#include "api/toolcall_int.h"
 
 /* ---- event log ---- */
 
@@ -489,11 +490,102 @@ static void test_api_edges(void)
     tc_free(p);
 }
 
+/* ---- the JSON helpers under the parsers ---- */
+
+static void test_json_validator(void)
+{
+    static const char *const ok[] = {"{}", "[]", " {\"a\": [1, -2.5e-3, 0, 1E+9, true, false, null,"
+                                     " \"x\\u00e9\\n\\\"\"]} ", "[[[{}]]]", "{\"\":{}}"};
+    static const char *const bad[] = {"{\"a\":}", "{\"a\" 1}", "[1,]", "{\"a\":01}", "{\"a\":1}}",
+                                      "[\"\\x\"]", "[1.]", "[-]", "[tru]", "{a:1}", "[1 2]",
+                                      "", "  ", "{\"a\":1", "[\"\\u12g4\"]", "[.5]", "{,}"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+        CHECK_MSG(tcj_valid(ok[i], strlen(ok[i]), 0), "should be valid: %s", ok[i]);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK_MSG(!tcj_valid(bad[i], strlen(bad[i]), 0), "should be invalid: %s", bad[i]);
+    CHECK(!tcj_valid("1", 1, 0));
+    CHECK(tcj_valid(" 12 ", 4, 1) && tcj_valid("\"s\"", 3, 1) && tcj_valid("null", 4, 1));
+    CHECK(!tcj_valid("1 2", 3, 1) && !tcj_valid("01", 2, 1) && !tcj_valid("- 1", 3, 1));
+    /* nesting is bounded */
+    char deep[400];
+    memset(deep, '[', 300);
+    CHECK(!tcj_valid(deep, 300, 0));
+}
+
+static void minified(const char *in, size_t n, const char *want)
+{
+    struct tcb b = {0};
+    tcj_minify(&b, in, n);
+    CHECK_STR(tcb_cstr(&b), want);
+    CHECK_MSG(tcj_valid(b.p, b.n, 0), "minified output is not JSON: %s", b.p);
+    json_t *j = json_loadb(b.p, b.n, 0, NULL);
+    CHECK_MSG(j != NULL, "jansson refuses %s", b.p);
+    json_decref(j);
+    /* the incremental minifier gives the same bytes for every cut */
+    for (size_t k = 0; k <= n; k++) {
+        struct tcm m = {0};
+        struct tcb o = {0};
+        size_t used = tcm_feed(&m, &o, in, k, 0);
+        CHECK(used <= k);
+        tcm_feed(&m, &o, in + used, n - used, 1);
+        CHECK_MSG(o.n == b.n && memcmp(o.p, b.p, b.n) == 0, "cut %zu of %s", k, want);
+        tcb_free(&o);
+    }
+    tcb_free(&b);
+}
+
+static void test_json_minify_sanitize(void)
+{
+    const char *a = "{ \"a\" : [ 1 , 2 ] , \"b\" : \"x y\n\t\" }";
+    minified(a, strlen(a), "{\"a\":[1,2],\"b\":\"x y\\n\\t\"}");
+    const char *u = "{\"k\": \"caf\xc3\xa9 \xf0\x9f\x98\x80 \xff \xc3 end\"}";
+    minified(u, strlen(u), "{\"k\":\"caf\xc3\xa9 \xf0\x9f\x98\x80 \xef\xbf\xbd \xef\xbf\xbd end\"}");
+    const char *s = "{\"p\": \"\\ud83d\\ude00\", \"lone\": \"\\ud800x\\udc00\", \"nul\": \"a\\u0000\"}";
+    minified(s, strlen(s), "{\"p\":\"\\ud83d\\ude00\",\"lone\":\"\\ufffdx\\ufffd\",\"nul\":\"a\\ufffd\"}");
+    const char z[] = "{\"z\": \"a\0b\"}";
+    minified(z, sizeof z - 1, "{\"z\":\"a\xef\xbf\xbd" "b\"}");
+    struct tcb e = {0};
+    tcj_escape(&e, "q\"\\\n\x01\xfe", 6);
+    CHECK_STR(tcb_cstr(&e), "\"q\\\"\\\\\\n\\u0001\xef\xbf\xbd\"");
+    tcb_free(&e);
+    CHECK(tcj_name_ok("get_weather", 11) && tcj_name_ok("caf\xc3\xa9", 5));
+    CHECK(!tcj_name_ok("", 0) && !tcj_name_ok("a\nb", 3) && !tcj_name_ok("\xff", 1));
+    CHECK_EQ_INT(tcj_utf8_tail("ab\xe6\x97", 4), 2);
+    CHECK_EQ_INT(tcj_utf8_tail("ab\xe6\x97\xa5", 5), 0);
+    CHECK_EQ_INT(tcj_utf8_tail("\xf0", 1), 1);
+}
+
+static void test_json_closable(void)
+{
+    /* every prefix the validator calls closable becomes valid JSON with tcj_close() */
+    const char *doc = "{\"a\": [1, 22.5, {\"b\": \"x\\\"y\"}, [], true], \"c\": {\"d\": -0.5e3}}";
+    size_t n = strlen(doc);
+    int closable = 0;
+    for (size_t k = 1; k <= n; k++) {
+        struct tcj j;
+        tcj_init(&j, 0);
+        for (size_t i = 0; i < k; i++)
+            tcj_feed(&j, (unsigned char)doc[i]);
+        if (!tcj_closable(&j))
+            continue;
+        closable++;
+        struct tcb b = {0};
+        tcb_put(&b, doc, k);
+        tcj_close(&j, &b);
+        CHECK_MSG(tcj_valid(b.p, b.n, 0), "prefix %zu closed: %s", k, tcb_cstr(&b));
+        tcb_free(&b);
+    }
+    CHECK(closable > 20);
+}
+
 int main(void)
 {
     RUN(test_recorded_outputs);
     RUN(test_family_detect);
     RUN(test_ids_and_raw);
     RUN(test_api_edges);
+    RUN(test_json_validator);
+    RUN(test_json_minify_sanitize);
+    RUN(test_json_closable);
     return harness_done();
 }
