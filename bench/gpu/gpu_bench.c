@@ -278,7 +278,7 @@ int main(int argc, char **argv)
     c.max_blocks = (ctx_pos + BS - 1) / BS + 1;
     int n_blocks = c.max_blocks + MAX_B * ((PROMPT + AGG_STEPS + BS - 1) / BS + 1);
     const struct model_hparams *hp = &c.m->hp;
-    if (kv_pool_new(&c.kv, be, hp->n_layer, hp->n_kv_head * hp->head_dim, BS, n_blocks, kv_dtype,
+    if (kv_pool_new(&c.kv, be, hp->n_layer, hp->n_kv_head * hp->head_dim, BS, n_blocks, kv_dtype, -1,
                     &e) ||
         model_ws_new(&c.ws, c.m, c.max_tok, strcmp(mode, "logits") ? MAX_B : c.max_tok, MAX_B,
                      c.max_blocks, &e))
