@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
+#include "engine/plan.h"
 #include "format/hfconfig.h"
 #include "server/commands.h"
 #include "server/serve.h"
@@ -55,9 +56,21 @@ static void serve_usage(FILE *f)
             "  --thinking true|false  default enable_thinking for think-tag models\n"
             "  --chat-template FILE   a .jinja chat template instead of the model's own\n"
             "  -t, --threads N        CPU threads (default: all cores)\n"
-            "  -c, --ctx N            max context per request (default: min(model's, 32768))\n"
-            "  --batch N              requests decoded together (default 8; 1 = one at a time)\n"
-            "  --max-batch-tokens N   tokens per forward step (default 2048)\n"
+            "  -c, --ctx N            max context per request (default: the model's, capped by\n"
+            "                         the memory plan)\n"
+            "  --batch N              requests decoded together (default 8; 1 = one at a time;\n"
+            "                         alias --decode-concurrency)\n"
+            "  --max-batch-tokens N   tokens per forward step: decodes first, then prefill\n"
+            "                         chunks (default 2048)\n"
+            "  --memory-budget GB     memory for weights + KV + transients, decimal GB\n"
+            "                         (default 75%% of RAM); sets the max safe context\n"
+            "  --kv-budget GB         cap on the projected KV (prompt + max_tokens) of running\n"
+            "                         requests; joiners wait FIFO (default off)\n"
+            "  --prompt-cache GB      prefix cache of finished/shared KV, binary GiB (default 8;\n"
+            "                         0 disables)\n"
+            "  --kv-block-size N      KV positions per block (default 16; alias\n"
+            "                         --paged-kv-block-size; --paged-kv is accepted: paging is\n"
+            "                         always on)\n"
             "  --kv-f32               keep the KV cache in F32 (default F16)\n"
             "  --max-queue N          waiting requests before 429 (default 64)\n"
             "  --max-conns N          open connections before 429 (default 256)\n"
@@ -97,6 +110,19 @@ static int p_float(const char *flag, const char *v, double lo, double hi, const 
     return 0;
 }
 
+/* A size in GB (a number >= lo, at most 1e6). */
+static int p_gb(const char *flag, const char *v, double lo, double *out)
+{
+    char *end, range[64];
+    errno = 0;
+    double x = v ? strtod(v, &end) : 0;
+    snprintf(range, sizeof range, "a number of GB >= %g", lo);
+    if (!v || !*v || errno || *end || !(x >= lo && x <= 1e6))
+        return bad(flag, range, v);
+    *out = x;
+    return 0;
+}
+
 static int p_bool(const char *flag, const char *v, int *out)
 {
     if (v && (!strcmp(v, "true") || !strcmp(v, "on") || !strcmp(v, "1")))
@@ -119,6 +145,8 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
     o->max_queue = 64;
     o->max_conns = 256;
     o->max_body = 16L << 20;
+    o->kv_block_size = 16;
+    o->memory_budget_gb = o->kv_budget_gb = o->prompt_cache_gib = -1;
     float temp_alias = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -163,7 +191,17 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
         else if (!strcmp(a, "--max-body")) {
             rc = p_int(a, v, 1024, INT_MAX, "an integer in [1024, 2147483647]", &mb);
             o->max_body = mb;
-        } else if (!strcmp(a, "--kv-f32"))
+        } else if (!strcmp(a, "--memory-budget"))
+            rc = p_gb(a, v, 0.001, &o->memory_budget_gb);
+        else if (!strcmp(a, "--kv-budget"))
+            rc = p_gb(a, v, 0.000001, &o->kv_budget_gb);
+        else if (!strcmp(a, "--prompt-cache"))
+            rc = p_gb(a, v, 0, &o->prompt_cache_gib);
+        else if (!strcmp(a, "--kv-block-size") || !strcmp(a, "--paged-kv-block-size"))
+            rc = p_int(a, v, 1, 4096, "an integer in [1, 4096]", &o->kv_block_size);
+        else if (!strcmp(a, "--paged-kv"))
+            used = 0; /* accepted: paging is always on */
+        else if (!strcmp(a, "--kv-f32"))
             o->kv_f32 = 1, used = 0;
         else if (!strcmp(a, "--no-open"))
             o->no_open = 1, used = 0;
@@ -332,9 +370,18 @@ static void ready_card(struct serve *sv, double t_ready)
            sv->tmpl ? "yes" : "no (use /v1/completions or --chat-template)",
            sv->am.think_open ? "yes" : "no");
     printf("  CPU       %d threads (%s)\n", be_cpu_threads(sv->m->be), be_cpu_isa(sv->m->be));
+    const struct mem_plan *pl = &sv->plan;
     printf("  Perf      batch %d · %d tokens/step · KV %s, %d blocks of %d · queue %d\n",
            c->max_seqs, c->max_step_tokens, c->kv_dtype == DT_F16 ? "f16" : "f32", c->n_blocks,
            c->block_size, c->max_queue);
+    printf("  Memory    budget %.1f GB%s = weights %.2f GB + transient %.2f GB + KV (%.1f KB/token)"
+           " · max safe context %d%s · prompt cache %s\n",
+           pl->budget_bytes / 1e9, pl->budget_given ? "" : " (75% of RAM)",
+           pl->weights_bytes / 1e9, pl->transient_bytes / 1e9, pl->kv_per_token / 1024.0,
+           c->n_ctx, sv->ctx_memory_bound ? " (memory-bound)" : "",
+           pl->cache_blocks < 0 ? "off" : "on");
+    if (c->kv_budget_bytes)
+        printf("  KV budget %.2f GB for running requests\n", c->kv_budget_bytes / 1e9);
     printf("  Sampling  temperature %g (%s) · top_p %s · top_k %s · thinking %s · max_tokens "
            "%d chat / %d raw\n",
            (double)sv->defaults.temperature, sv->defaults_src[0], topp, topk,
@@ -421,16 +468,24 @@ int cmd_serve(int argc, char **argv)
         goto done;
     struct engine_config ec;
     engine_config_default(&ec, sv->m);
-    if (sv->o.ctx) {
-        ec.n_ctx = sv->o.ctx;
-        int need = (ec.n_ctx + ec.block_size - 1) / ec.block_size;
-        if (ec.n_blocks < need)
-            ec.n_blocks = need;
-    }
+    int want = sv->o.ctx ? sv->o.ctx : (sv->m->hp.n_ctx_train > 0 ? sv->m->hp.n_ctx_train : 4096);
+    ec.n_ctx = want;
     ec.max_seqs = sv->o.batch;
     ec.max_step_tokens = sv->o.max_batch_tokens;
+    ec.block_size = sv->o.kv_block_size;
     ec.kv_dtype = sv->o.kv_f32 ? DT_F32 : DT_F16;
     ec.max_queue = sv->o.max_queue;
+    const char *ck = getenv("CINFER_CHECK_KV");
+    ec.check_invariants = ck && *ck == '1';
+    double cache_gib = sv->o.prompt_cache_gib >= 0 ? sv->o.prompt_cache_gib : 8;
+    size_t budget = sv->o.memory_budget_gb > 0 ? (size_t)(sv->o.memory_budget_gb * 1e9) : 0;
+    if (mem_plan_make(&sv->plan, sv->m, &ec, budget, (size_t)(cache_gib * 1073741824.0), &e)) {
+        fprintf(stderr, "cinfer serve: %s\n", e.msg);
+        goto done;
+    }
+    sv->ctx_memory_bound = ec.n_ctx < want / ec.block_size * ec.block_size;
+    if (sv->o.kv_budget_gb > 0)
+        ec.kv_budget_bytes = (size_t)(sv->o.kv_budget_gb * 1e9);
     read_generation_config(sv, &ec);
     resolve_defaults(sv);
     sv->max_tokens_chat = sv->o.max_tokens ? sv->o.max_tokens : 65536;

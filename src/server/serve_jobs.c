@@ -278,11 +278,32 @@ int serve_check_context(struct serve *sv, int n_prompt, int requested, int dflt,
                         int *max_tokens, struct api_error *err)
 {
     int n_ctx = engine_config_of(sv->eng)->n_ctx;
-    if (n_prompt >= n_ctx) {
-        api_fail(err, 400, "messages",
-                 "the prompt has %d tokens but the context holds %d — shorten the prompt",
-                 n_prompt, n_ctx);
-        err->code = "context_length_exceeded";
+    /* the max safe context (memory plan): a prompt that leaves no room, or an explicit
+     * max_tokens that does not fit beside it, is refused; a default max_tokens is capped */
+    if (n_prompt >= n_ctx || (requested > 0 && n_prompt + requested > n_ctx)) {
+        int m = requested > 0 ? requested : 1;
+        api_fail(err, 400, NULL,
+                 "request needs %d tokens of context (prompt %d + max_tokens %d) but the "
+                 "memory budget caps safe context at %d — shorten the prompt or lower "
+                 "max_tokens",
+                 n_prompt + m, n_prompt, m, n_ctx);
+        err->type = "memory_admission";
+        err->code = "context_over_budget";
+        return -1;
+    }
+    size_t kvb = engine_config_of(sv->eng)->kv_budget_bytes;
+    int mt0 = requested > 0 ? requested : dflt;
+    if (mt0 > n_ctx - n_prompt)
+        mt0 = n_ctx - n_prompt;
+    if (kvb && (size_t)(n_prompt + mt0) * engine_kv_bytes_per_token(sv->eng) > kvb) {
+        api_fail(err, 400, NULL,
+                 "request needs %zu bytes of KV (prompt %d + max_tokens %d) but --kv-budget "
+                 "caps the KV of running requests at %zu bytes — shorten the prompt or lower "
+                 "max_tokens",
+                 (size_t)(n_prompt + mt0) * engine_kv_bytes_per_token(sv->eng), n_prompt, mt0,
+                 kvb);
+        err->type = "memory_admission";
+        err->code = "kv_over_budget";
         return -1;
     }
     int mt = requested > 0 ? requested : dflt;
