@@ -20,6 +20,7 @@
 #define HTTP_OUT_CAP ((size_t)8 << 20)  /* unsent bytes per connection before we cut it */
 #define HTTP_WRITE_STALL_S 60           /* no write progress this long = client gone */
 #define HTTP_MAX_HEADERS ((ssize_t)64 << 10)
+#define HTTP_STOP_FLUSH_S 2             /* stop waits this long at most for unsent replies */
 
 struct http_route_ent {
     char *method;       /* NULL = any */
@@ -90,7 +91,8 @@ struct http_server {
     pthread_mutex_t mu;
     struct http_post_node *q_head, *q_tail, *q_free;
     int stopping;
-    struct event *post_ev, *stop_ev;
+    struct event *post_ev, *stop_ev, *drain_ev;
+    int drain_ticks;
 
     struct fix413 *fix_head;    /* evhttp 413 replies to rewrite (server.c) */
     struct event *fix_ev;

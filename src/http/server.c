@@ -576,10 +576,42 @@ static void post_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* 1 while some connection still has response bytes to send. */
+static int output_pending(struct http_server *s)
+{
+    for (int fd = 0; fd < s->cap_fd; fd++) {
+        struct http_conn *c = s->by_fd[fd];
+        if (c && c->evcon) {
+            struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
+            if (bev && evbuffer_get_length(bufferevent_get_output(bev)))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* While stopping: ends the loop once every reply already written has left (so a stream's
+ * last event, written just before stop, reaches its client), or after HTTP_STOP_FLUSH_S. */
+static void drain_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct http_server *s = arg;
+    if (!output_pending(s) || --s->drain_ticks <= 0) {
+        event_del(s->drain_ev);
+        event_base_loopbreak(s->base);
+    }
+}
+
 static void stop_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct http_server *s = arg;
-    event_base_loopbreak(s->base);
+    if (s->bound) { /* no new connections */
+        evhttp_del_accept_socket(s->http, s->bound);
+        s->bound = NULL;
+    }
+    struct timeval tv = {0, 5000};
+    s->drain_ticks = HTTP_STOP_FLUSH_S * 200;
+    event_add(s->drain_ev, &tv);
+    drain_cb(-1, 0, s);
 }
 
 int http_post(struct http_server *s, void (*fn)(void *ud), void *ud)
@@ -672,7 +704,8 @@ int http_server_new(struct http_server **out, const struct http_config *c, struc
     s->post_ev = event_new(s->base, -1, 0, post_cb, s);
     s->stop_ev = event_new(s->base, -1, 0, stop_cb, s);
     s->fix_ev = event_new(s->base, -1, 0, fix413_cb, s);
-    if (!s->http || !s->scratch || !s->post_ev || !s->stop_ev || !s->fix_ev)
+    s->drain_ev = event_new(s->base, -1, EV_PERSIST, drain_cb, s);
+    if (!s->http || !s->scratch || !s->post_ev || !s->stop_ev || !s->fix_ev || !s->drain_ev)
         goto nomem;
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
@@ -778,6 +811,8 @@ void http_server_free(struct http_server *s)
     }
     if (s->fix_ev)
         event_free(s->fix_ev);
+    if (s->drain_ev)
+        event_free(s->drain_ev);
     if (s->post_ev)
         event_free(s->post_ev);
     if (s->stop_ev)

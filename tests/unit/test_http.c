@@ -1206,6 +1206,49 @@ static void test_posts_and_stop(void)
     http_server_free(t.s);
 }
 
+/* ---- stop lets written replies leave ---- */
+
+static struct http_server *g_stop_srv;
+
+static void h_big_then_stop(struct http_req *r, void *ud)
+{
+    size_t n = (size_t)32 << 20; /* more than the kernel's socket buffers hold */
+    char *b = malloc(n);
+    memset(b, 'q', n);
+    http_reply(r, 200, "application/octet-stream", b, n);
+    free(b);
+    http_server_stop(g_stop_srv);
+}
+
+static void test_stop_flushes(void)
+{
+    struct tsrv t;
+    struct http_config c = {.host = "127.0.0.1", .port = 0};
+    if (srv_new(&t, &c) != 0) {
+        CHECK(0);
+        return;
+    }
+    g_stop_srv = t.s;
+    http_route(t.s, "GET", "/big", 0, h_big_then_stop, NULL);
+    srv_start(&t);
+    int fd = cl_connect(t.port);
+    struct rd r;
+    rd_init(&r, fd);
+    cl_sends(fd, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n");
+    sleep_ms(100); /* the reply is written and stop() called while we are not reading */
+    struct resp p;
+    CHECK_EQ_INT(read_resp(&r, &p), 0);
+    CHECK_EQ_INT(p.status, 200);
+    CHECK_EQ_INT(p.body_len, (size_t)32 << 20);
+    resp_free(&p);
+    rd_free(&r);
+    close(fd);
+    pthread_join(t.th, NULL);
+    /* no new connections once stopping */
+    CHECK(cl_connect(t.port) < 0);
+    http_server_free(t.s);
+}
+
 static void test_busy_port(void)
 {
     struct tsrv a;
@@ -1239,6 +1282,7 @@ int main(void)
     RUN(test_backpressure);
     RUN(test_header_timeout);
     RUN(test_posts_and_stop);
+    RUN(test_stop_flushes);
     RUN(test_busy_port);
     return harness_done();
 }
