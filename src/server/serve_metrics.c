@@ -85,6 +85,11 @@ char *serve_stats_json(struct serve *sv)
                             "generated", (json_int_t)es.gen_tokens, "cached",
                             (json_int_t)m->cached_tokens);
     json_object_set_new(j, "tokens", tok);
+    /* the block-pool invariant checker (CINFER_CHECK_KV=1): failures and the last one */
+    json_object_set_new(json_object_get(j, "batch"), "invariant_checks",
+                        json_boolean(c->check_invariants));
+    json_object_set_new(json_object_get(j, "batch"), "invariant_failures",
+                        json_integer(es.invariant_failures));
     json_object_set_new(j, "response_store", store_stats_json());
     json_t *rq = json_object_get(j, "requests");
     json_object_set_new(rq, "messages", json_integer(m->requests[EP_MESSAGES]));
