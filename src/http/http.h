@@ -31,12 +31,24 @@ typedef void (*http_handler)(struct http_req *r, void *ud);
 
 /* Error body formatter: returns a malloc'd JSON (or other) body for `status` + `message` on
  * `path`, so each route family gets its own error shape. NULL return = built-in body
- * {"error":{"message":...,"code":status}}. Runs on the loop thread. */
+ * {"error":{"message":...,"type":"http_error","code":status}}. Runs on the loop thread.
+ * path is "" for the 413 of an oversized request (refused before its path is kept) and for
+ * a 400 on an undecodable path. The reply is always sent as application/json. */
 typedef char *(*http_error_fmt)(const char *path, int status, const char *message, void *ud);
 
 /* Creates the server: binds host:port and listens (a busy port is a CERR_IO error whose text
- * names host:port). Zero/negative config fields take defaults (max_body 16 MiB, max_conns
- * 256, header_timeout_s 30). Ignores SIGPIPE process-wide. Config strings are copied.
+ * names host:port). Zero/negative config fields take defaults (host 127.0.0.1, max_body
+ * 16 MiB, max_conns 256, header_timeout_s 30). Ignores SIGPIPE process-wide. Config strings
+ * are copied. Limits in detail:
+ *  - max_body: a larger body (Content-Length or chunked) or more than 64 KiB of headers
+ *    gets 413 (body from the error formatter, Connection: close); no handler runs.
+ *  - max_conns: a connection counts from its first received byte until it closes; one
+ *    arriving while max_conns others are open answers every request with 429,
+ *    Retry-After: 1 and Connection: close.
+ *  - header_timeout_s: a request must arrive whole (headers and body) within this time of
+ *    its first byte, and a connection silent this long between requests is closed. Once a
+ *    handler has the request no read timeout applies (long prefill, long streams); a reply
+ *    that makes no write progress for 60 s means the client is gone.
  * Returns 0 and *out, or a negative CERR_* with e filled. Call from the thread that will
  * later call http_server_run (or before starting it). */
 int http_server_new(struct http_server **out, const struct http_config *c, struct cerr *e);
@@ -67,8 +79,10 @@ int http_route(struct http_server *s, const char *method, const char *path, int 
  * the loop failed. */
 int http_server_run(struct http_server *s);
 
-/* Asks the loop to exit; run() returns soon. Thread-safe, async-signal-unsafe. Posts made
- * after stop are dropped (fn is not called). Idempotent. */
+/* Asks the loop to exit. Thread-safe (not async-signal-safe). The loop closes the listener,
+ * keeps running until the reply bytes already written have left (at most 2 s), then run()
+ * returns; requests still open stay open until http_server_free. Posts made after stop
+ * return -1 and fn is not called; posts made before still run. Idempotent. */
 void http_server_stop(struct http_server *s);
 
 /* Thread-safe: runs fn(ud) on the loop thread soon, in FIFO order across all posters.
@@ -82,7 +96,7 @@ int http_post(struct http_server *s, void (*fn)(void *ud), void *ud);
 const char *http_req_method(const struct http_req *r);   /* "GET", "POST", ... */
 const char *http_req_path(const struct http_req *r);     /* decoded path, no query */
 const char *http_req_query(const struct http_req *r);    /* raw query or "" */
-/* Request header value by case-insensitive name, or NULL. */
+/* Request header value by case-insensitive name, or NULL (also once r ended or is gone). */
 const char *http_req_header(const struct http_req *r, const char *name);
 /* The request body as a NUL-terminated copy owned by r (valid while r is); *len (if
  * non-NULL) gets its length without the NUL. Never NULL ("" for no body). */
@@ -125,8 +139,9 @@ int http_req_gone(const struct http_req *r);
    http_reply/http_stream_end (called later on the loop thread, e.g. from an http_post fn). */
 
 struct http_stats { long conns_open, requests_total, rejected_429, rejected_413; };
-/* Counters since start. Any thread (values may be slightly stale). rejected_413 counts
- * only bodies this layer rejected itself where it can see them (see docs/http.md). */
+/* Counters since start. Any thread (values may be slightly stale). conns_open counts the
+ * connections that sent at least one byte and are still open (429'd ones included);
+ * rejected_413 counts the layer's own size refusals, not a handler's 413 replies. */
 void http_get_stats(const struct http_server *s, struct http_stats *out);
 
 #endif

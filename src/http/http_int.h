@@ -94,7 +94,8 @@ struct http_server {
     struct event *post_ev, *stop_ev, *drain_ev;
     int drain_ticks;
 
-    struct fix413 *fix_head;    /* evhttp 413 replies to rewrite (server.c) */
+    struct fix413 *fix_head;    /* evhttp's own 400/413 replies to rewrite (server.c) */
+    int own_reply;              /* 1 while req.c/server.c write a status line themselves */
     struct event *fix_ev;
     struct http_server *reg_next;  /* process registry (base -> server), see server.c */
 

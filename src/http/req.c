@@ -255,7 +255,9 @@ void http_reply(struct http_req *r, int status, const char *content_type, const 
         struct evbuffer *buf = r->s->scratch;
         if (len)
             evbuffer_add(buf, body, len);
+        r->s->own_reply = 1;
         evhttp_send_reply(evreq, status, reason_phrase(status), buf);
+        r->s->own_reply = 0;
         evbuffer_drain(buf, evbuffer_get_length(buf));
     }
     drop_layer_ref(r);
@@ -289,7 +291,9 @@ void http_stream_begin(struct http_req *r, int status, const char *content_type)
         default_header(r->evreq, "Cache-Control", "no-cache");
         default_header(r->evreq, "X-Accel-Buffering", "no");
     }
+    r->s->own_reply = 1;
     evhttp_send_reply_start(r->evreq, status, reason_phrase(status));
+    r->s->own_reply = 0;
 }
 
 int http_stream_write(struct http_req *r, const char *data, size_t len)

@@ -279,15 +279,24 @@ static void conn_closecb(struct evhttp_connection *evcon, void *arg)
         http_req_conn_closed_(r);
 }
 
-/* evhttp 2.1 answers an oversized request itself (413, HTML body, no hook). Its status line
- * is recognisable by evhttp's reason phrase (ours says "Payload Too Large"). We note where
- * it starts and, before the socket is written (same loop turn), replace that response with
- * one whose body comes from the error formatter. */
-#define EVHTTP_413_LINE " 413 Request Entity Too Large\r\n"
+/* evhttp 2.1 answers an oversized (413) or malformed (400) request itself, with an HTML
+ * body and no hook. Such a status line is recognisable by evhttp's reason phrase while none
+ * of our own replies is being made (s->own_reply). We note where it starts and, before the
+ * socket is written (same loop turn), replace that response with one whose body comes from
+ * the error formatter. */
+static const struct {
+    int status;
+    const char *line;  /* as evhttp writes it after "HTTP/1.x" */
+    const char *phrase;
+} g_evhttp_errors[] = {
+    {413, " 413 Request Entity Too Large\r\n", "Payload Too Large"},
+    {400, " 400 Bad Request\r\n", "Bad Request"},
+};
 
 struct fix413 {
     struct bufferevent *bev;  /* referenced until fixed */
     size_t off;
+    int kind;                 /* index in g_evhttp_errors */
     struct fix413 *next;
 };
 
@@ -313,24 +322,32 @@ static size_t peek_at(struct evbuffer *buf, size_t off, char *dst, size_t n)
 static void out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
     struct bufferevent *bev = arg;
-    const size_t ll = sizeof EVHTTP_413_LINE - 1;
-    if (info->n_added < 8 + ll || info->n_deleted)
+    if (info->n_added < 24 || info->n_deleted)
         return;
     char head[64];
-    if (peek_at(buf, info->orig_size, head, 8 + ll) != 8 + ll)
+    size_t got = peek_at(buf, info->orig_size, head, 8 + 32);
+    if (got < 24 || memcmp(head, "HTTP/1.", 7) != 0)
         return;
-    if (memcmp(head, "HTTP/1.", 7) != 0 || memcmp(head + 8, EVHTTP_413_LINE, ll) != 0)
+    int kind = -1;
+    for (int i = 0; i < (int)(sizeof g_evhttp_errors / sizeof g_evhttp_errors[0]); i++) {
+        size_t ll = strlen(g_evhttp_errors[i].line);
+        if (got >= 8 + ll && memcmp(head + 8, g_evhttp_errors[i].line, ll) == 0)
+            kind = i;
+    }
+    if (kind < 0)
         return;
     struct http_server *s = registry_find(bufferevent_get_base(bev));
-    if (!s)
+    if (!s || s->own_reply)
         return;
-    stat_add(&s->st_413, 1);
+    if (g_evhttp_errors[kind].status == 413)
+        stat_add(&s->st_413, 1);
     struct fix413 *f = malloc(sizeof *f);
     if (!f)
-        return; /* the client gets evhttp's HTML 413 */
+        return; /* the client gets evhttp's HTML page */
     bufferevent_incref(bev);
     f->bev = bev;
     f->off = info->orig_size;
+    f->kind = kind;
     f->next = s->fix_head;
     s->fix_head = f;
     event_active(s->fix_ev, 0, 0);
@@ -345,9 +362,15 @@ static void fix413_one(struct http_server *s, struct fix413 *f)
     char head[8];
     if (!cbarg || f->off + 8 > len || peek_at(out, f->off, head, 8) != 8)
         return; /* freed by evhttp meanwhile, or already written */
-    char msg[128];
-    snprintf(msg, sizeof msg, "request too large (the body limit is %zu bytes)", s->max_body);
-    char *body = http_error_body_(s, "", 413, msg);
+    char msg[160];
+    int status = g_evhttp_errors[f->kind].status;
+    if (status == 413)
+        snprintf(msg, sizeof msg, "request too large (the body limit is %zu bytes)",
+                 s->max_body);
+    else
+        snprintf(msg, sizeof msg, "malformed HTTP request (request line, headers over %zd "
+                                  "bytes, or chunked encoding)", HTTP_MAX_HEADERS);
+    char *body = http_error_body_(s, "", status, msg);
     struct evbuffer *keep = evbuffer_new();
     if (!body || !keep) {
         free(body);
@@ -362,10 +385,12 @@ static void fix413_one(struct http_server *s, struct fix413 *f)
     evbuffer_remove_buffer(out, keep, f->off); /* earlier responses not yet sent */
     evbuffer_drain(out, evbuffer_get_length(out));
     evbuffer_add_buffer(out, keep);
+    s->own_reply = 1; /* our replacement must not be taken for evhttp's page */
     evbuffer_add_printf(out,
-                        "%.8s 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+                        "%.8s %d %s\r\nContent-Type: application/json\r\n"
                         "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                        head, strlen(body), body);
+                        head, status, g_evhttp_errors[f->kind].phrase, strlen(body), body);
+    s->own_reply = 0;
     if (frozen)
         evbuffer_freeze(out, 1);
     evbuffer_free(keep);
@@ -527,7 +552,9 @@ static void gen_cb(struct evhttp_request *evreq, void *arg)
                 evbuffer_add(buf, b, strlen(b));
                 evhttp_add_header(evhttp_request_get_output_headers(evreq), "Content-Type",
                                   "application/json");
+                s->own_reply = 1;
                 evhttp_send_reply(evreq, 400, NULL, buf);
+                s->own_reply = 0;
             } else {
                 evhttp_send_error(evreq, 400, NULL);
             }

@@ -385,6 +385,11 @@ static void h_echo_body(struct http_req *r, void *ud)
     http_reply(r, 200, "application/octet-stream", b, n);
 }
 
+static void h_own400(struct http_req *r, void *ud)
+{
+    http_reply_error(r, 400, "mine");
+}
+
 static void h_own413(struct http_req *r, void *ud)
 {
     atomic_fetch_add(&g_calls, 1);
@@ -406,6 +411,7 @@ static void test_routing(void)
     CHECK_EQ_INT(http_route(t.s, NULL, "/pre/", HTTP_ROUTE_PREFIX, h_echo_path, NULL), 0);
     CHECK_EQ_INT(http_route(t.s, "POST", "/echo", 0, h_echo_body, NULL), 0);
     CHECK_EQ_INT(http_route(t.s, "PUT", "/echo", 0, h_echo_body, NULL), 0);
+    CHECK_EQ_INT(http_route(t.s, "GET", "/bad", 0, h_own400, NULL), 0);
     CHECK(http_route(t.s, "GET", "relative", 0, h_text, "x") != 0);
     srv_start(&t);
     atomic_store(&g_calls, 0);
@@ -452,6 +458,17 @@ static void test_routing(void)
     CHECK_EQ_INT(p.status, 404);
     resp_free(&p);
 
+    /* a malformed request line gets evhttp's 400, with the formatter's body */
+    CHECK_EQ_INT(do_req(t.port, "GET /exact HTTP/1.1 junk\r\nHost: x\r\n\r\n", &p), 0);
+    CHECK_EQ_INT(p.status, 400);
+    CHECK_MSG(p.body && strstr(p.body, "\"err\":400,\"msg\":\"malformed"), "%s", p.body);
+    resp_free(&p);
+    /* a handler's own 400 is left alone */
+    CHECK_EQ_INT(do_req(t.port, "GET /bad HTTP/1.1\r\nHost: x\r\n\r\n", &p), 0);
+    CHECK_EQ_INT(p.status, 400);
+    CHECK_STR(p.body, "{\"err\":400,\"msg\":\"mine\",\"path\":\"/bad\"}");
+    resp_free(&p);
+
     /* an encoded NUL in the path is refused before any handler */
     int before = atomic_load(&g_calls);
     CHECK_EQ_INT(do_req(t.port, "GET /pre/a%00b HTTP/1.1\r\nHost: x\r\n\r\n", &p), 0);
@@ -461,7 +478,7 @@ static void test_routing(void)
 
     struct http_stats st;
     http_get_stats(t.s, &st);
-    CHECK_EQ_INT(st.requests_total, 8);
+    CHECK_EQ_INT(st.requests_total, 9);
     srv_stop(&t);
 }
 
@@ -590,6 +607,22 @@ static void test_413(void)
     resp_free(&p);
     rd_free(&r);
     close(fd2);
+
+    /* more than 64 KiB of headers */
+    {
+        size_t hn = 70000;
+        char *big = malloc(hn + 128);
+        int k = sprintf(big, "GET /own413 HTTP/1.1\r\nHost: x\r\nX-Big: ");
+        memset(big + k, 'h', hn);
+        strcpy(big + k + hn, "\r\n\r\n");
+        CHECK_EQ_INT(do_req(t.port, big, &p), 0);
+        CHECK_EQ_INT(p.status, 400); /* evhttp 2.1 calls oversized headers malformed */
+        CHECK_MSG(p.body && strstr(p.body, "\"err\":400,\"msg\":\"malformed HTTP request"),
+                  "%s", p.body);
+        CHECK_STR(resp_header(&p, "content-type"), "application/json");
+        resp_free(&p);
+        free(big);
+    }
 
     /* our own 413 (from a handler) is left alone */
     CHECK_EQ_INT(do_req(t.port, "GET /own413 HTTP/1.1\r\nHost: x\r\n\r\n", &p), 0);
