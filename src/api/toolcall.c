@@ -24,14 +24,21 @@ static const struct tc_marker M_FENCE_PY = {"```tool_code", "```", K_FENCE_PY};
 static const struct tc_marker M_FENCE_JSON = {"```json", "```", K_FENCE_JSON};
 static const struct tc_marker M_GEMMA4 = {"<|tool_call>", "<tool_call|>", K_GEMMA4};
 static const struct tc_marker M_BARE = {"{", NULL, K_BARE};
+static const struct tc_marker M_DEEPSEEK = {"<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>",
+                                            "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>",
+                                            K_DEEPSEEK};
+static const struct tc_marker M_DEEPSEEK1 = {"<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>",
+                                             "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>",
+                                             K_DEEPSEEK1};
 
-static const struct tc_marker *const MK_GENERIC[] = {&M_TAG, &M_FUNC, &M_PYTAG, &M_MISTRAL,
-                                                     &M_FENCE_JSON, NULL};
+static const struct tc_marker *const MK_GENERIC[] = {
+    &M_TAG, &M_FUNC, &M_PYTAG, &M_MISTRAL, &M_FENCE_JSON, &M_DEEPSEEK, &M_DEEPSEEK1, NULL};
 static const struct tc_marker *const MK_HERMES[] = {&M_TAG, NULL};
 static const struct tc_marker *const MK_QWEN3_XML[] = {&M_TAG, &M_FUNC, NULL};
 static const struct tc_marker *const MK_LLAMA3[] = {&M_PYTAG, NULL};
 static const struct tc_marker *const MK_MISTRAL[] = {&M_MISTRAL, NULL};
 static const struct tc_marker *const MK_GEMMA[] = {&M_FENCE_PY, &M_FENCE_JSON, &M_GEMMA4, NULL};
+static const struct tc_marker *const MK_DEEPSEEK[] = {&M_DEEPSEEK, &M_DEEPSEEK1, NULL};
 static const struct tc_marker *const MK_NONE[] = {NULL};
 
 static const struct {
@@ -40,7 +47,8 @@ static const struct {
 } SPECS[] = {
     [TC_GENERIC] = {MK_GENERIC, 1}, [TC_HERMES] = {MK_HERMES, 0},
     [TC_QWEN3_XML] = {MK_QWEN3_XML, 0}, [TC_LLAMA3] = {MK_LLAMA3, 1},
-    [TC_MISTRAL] = {MK_MISTRAL, 0}, [TC_GEMMA] = {MK_GEMMA, 1}, [TC_NONE] = {MK_NONE, 0},
+    [TC_MISTRAL] = {MK_MISTRAL, 0}, [TC_GEMMA] = {MK_GEMMA, 1},
+    [TC_DEEPSEEK] = {MK_DEEPSEEK, 0}, [TC_NONE] = {MK_NONE, 0},
 };
 
 /* ---- family detection ---- */
@@ -48,6 +56,8 @@ static const struct {
 enum tc_family tc_family_detect(const char *tmpl, const char *arch)
 {
     if (tmpl) {
+        if (strstr(tmpl, "tool\xe2\x96\x81" "call\xe2\x96\x81" "begin")) /* tool▁call▁begin */
+            return TC_DEEPSEEK;
         if (strstr(tmpl, "<function=") || strstr(tmpl, "<parameter="))
             return TC_QWEN3_XML;
         if (strstr(tmpl, "<tool_call>"))
@@ -77,7 +87,7 @@ enum tc_family tc_family_detect(const char *tmpl, const char *arch)
 static const char *const FAMILY_NAMES[] = {
     [TC_GENERIC] = "generic", [TC_HERMES] = "hermes", [TC_QWEN3_XML] = "qwen3_xml",
     [TC_LLAMA3] = "llama3",   [TC_MISTRAL] = "mistral", [TC_GEMMA] = "gemma",
-    [TC_NONE] = "none",
+    [TC_DEEPSEEK] = "deepseek", [TC_NONE] = "none",
 };
 
 const char *tc_family_name(enum tc_family f)
@@ -427,6 +437,12 @@ static int parse_block(struct tc_parser *p, int closed)
         break;
     case K_GEMMA4:
         r = tcx_gemma4_calls(p->tools, body, bn, on_call, p);
+        break;
+    case K_DEEPSEEK:
+        r = tcx_deepseek_calls(p->tools, body, bn, on_call, p);
+        break;
+    case K_DEEPSEEK1:
+        r = closed ? tcx_deepseek_calls(p->tools, s, n, on_call, p) : 0;
         break;
     }
     p->skip = 0;

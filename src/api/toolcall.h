@@ -22,7 +22,8 @@ enum tc_family {
     TC_LLAMA3,      /* Llama 3.x: {"name":…,"parameters":…} as the reply, or after <|python_tag|> */
     TC_MISTRAL,     /* [TOOL_CALLS][{…}] and [TOOL_CALLS]name[ARGS]{…} */
     TC_GEMMA,       /* ```tool_code name(k=v) ```, ```json {…} ```, <|tool_call>call:n{…}<tool_call|> */
-    TC_NONE,        /* no tool calls: everything is content */
+    TC_DEEPSEEK,    /* DeepSeek R1 / V3.1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>…<｜tool▁sep｜>… */
+    TC_NONE,        /* no tool calls: everything is content (keep last) */
 };
 
 enum tc_event_kind {
@@ -52,7 +53,7 @@ struct tc_parser;
  * be NULL. Returns TC_GENERIC when nothing matches. */
 enum tc_family tc_family_detect(const char *chat_template_source, const char *arch_name);
 
-/* "generic", "hermes", "qwen3_xml", "llama3", "mistral", "gemma", "none". */
+/* "generic", "hermes", "qwen3_xml", "llama3", "mistral", "gemma", "deepseek", "none". */
 const char *tc_family_name(enum tc_family f);
 
 /* Inverse of tc_family_name (also accepts "qwen", "qwen3_coder", "llama"); -1 if unknown. */

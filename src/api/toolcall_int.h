@@ -119,6 +119,9 @@ int tcx_python_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call
  * string-typed (TCT_STRING) value stays a string, others become JSON when valid. */
 void tcx_xml_value(struct tcb *out, int type, const char *v, size_t vn);
 int tcx_gemma4_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn, void *ctx);
+/* A sequence of DeepSeek <｜tool▁call▁begin｜>…<｜tool▁call▁end｜> calls (R1 and V3.1 bodies). */
+int tcx_deepseek_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn,
+                       void *ctx);
 
 /* ---- the parser (toolcall.c) and its streaming trackers (toolcall_stream.c) ---- */
 
@@ -131,6 +134,8 @@ enum tc_kind {
     K_FENCE_PY,   /* ```tool_code … ``` */
     K_FENCE_JSON, /* ```json … ``` */
     K_GEMMA4,     /* <|tool_call> … <tool_call|> */
+    K_DEEPSEEK,   /* <｜tool▁calls▁begin｜> … <｜tool▁calls▁end｜> */
+    K_DEEPSEEK1,  /* one <｜tool▁call▁begin｜> … <｜tool▁call▁end｜> without the outer pair */
 };
 
 struct tc_marker {

@@ -3,7 +3,8 @@
  * part fails to parse, or names an undeclared tool, no call is reported and the caller
  * shows the block as content. Formats: JSON call objects (Hermes, Llama 3, Mistral arrays,
  * fenced JSON), Qwen3-Coder XML, Mistral name[ARGS]{…}, Python-style calls (Gemma
- * tool_code) and Gemma 4's call:name{k:<|"|>v<|"|>} syntax.
+ * tool_code), Gemma 4's call:name{k:<|"|>v<|"|>} syntax and DeepSeek's
+ * <｜tool▁call▁begin｜>…<｜tool▁sep｜>…<｜tool▁call▁end｜> calls.
  */
 #include "api/toolcall_int.h"
 
@@ -712,6 +713,81 @@ int tcx_gemma4_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call
         if (b > a && c.i < n && s[c.i] == '{' && tct_has(t, s + a, b - a))
             args = found_add(&f, s + a, b - a);
         ok = args && py_container(&c, args) && skip_ws(s, n, c.i) == n;
+    }
+    return found_finish(&f, ok, fn, ctx);
+}
+
+/* ---- DeepSeek: R1 "<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{…}\n```<｜tool▁call▁end｜>"
+ * and V3.1 "<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}<｜tool▁call▁end｜>", several per block ---- */
+
+#define DS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define DS_SEP "<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>"
+#define DS_END "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
+
+static int ds_call(const struct tc_tools *t, const char *s, size_t a, size_t b, struct found *f)
+{
+    const char *sep = find(s, b, a, DS_SEP);
+    if (!sep)
+        return 0;
+    size_t x0 = skip_ws(s, b, a), x1 = (size_t)(sep - s);
+    size_t y0 = skip_ws(s, b, x1 + strlen(DS_SEP)), y1 = b;
+    while (x1 > x0 && is_ws(s[x1 - 1]))
+        x1--;
+    while (y1 > y0 && is_ws(s[y1 - 1]))
+        y1--;
+    size_t n0, n1, j0, j1;
+    if (y0 < y1 && s[y0] == '{') { /* V3.1: the name before the separator */
+        n0 = x0, n1 = x1, j0 = y0, j1 = y1;
+    } else { /* R1: type before the separator, then the name line and a fenced JSON */
+        const char *nl = memchr(s + y0, '\n', y1 - y0);
+        if (!nl)
+            return 0;
+        n0 = y0;
+        n1 = (size_t)(nl - s);
+        while (n1 > n0 && is_ws(s[n1 - 1]))
+            n1--;
+        j0 = skip_ws(s, y1, n1);
+        if (starts(s, y1, j0, "```json"))
+            j0 += 7;
+        else if (starts(s, y1, j0, "```"))
+            j0 += 3;
+        if (y1 >= j0 + 3 && memcmp(s + y1 - 3, "```", 3) == 0)
+            y1 -= 3;
+        j1 = y1;
+        j0 = skip_ws(s, j1, j0);
+        while (j1 > j0 && is_ws(s[j1 - 1]))
+            j1--;
+    }
+    if (n1 <= n0 || j1 <= j0 || memchr(s + n0, '\n', n1 - n0) || !tct_has(t, s + n0, n1 - n0))
+        return 0;
+    size_t e = json_value_end(s, j1, j0, 1);
+    if (e != j1)
+        return 0;
+    struct tcb *args = found_add(f, s + n0, n1 - n0);
+    return args && put_args_value(args, s, j0, j1);
+}
+
+int tcx_deepseek_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn,
+                       void *ctx)
+{
+    struct found f = {0};
+    int ok = 1;
+    size_t i = 0;
+    for (;;) {
+        i = skip_ws(s, n, i);
+        if (i >= n)
+            break;
+        if (!starts(s, n, i, DS_BEGIN)) {
+            ok = 0;
+            break;
+        }
+        size_t a = i + strlen(DS_BEGIN);
+        const char *e = find(s, n, a, DS_END);
+        if (!e || !ds_call(t, s, a, (size_t)(e - s), &f)) {
+            ok = 0;
+            break;
+        }
+        i = (size_t)(e - s) + strlen(DS_END);
     }
     return found_finish(&f, ok, fn, ctx);
 }

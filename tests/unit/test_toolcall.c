@@ -329,7 +329,7 @@ static void test_recorded_outputs(void)
     json_t *cases = json_object_get(root, "cases"), *c;
     size_t i;
     json_array_foreach(cases, i, c) run_case(c, json_object_get(root, "tools"));
-    CHECK(g_cases_run >= 50);
+    CHECK(g_cases_run >= 60);
     /* every family has recorded outputs */
     for (int f = TC_GENERIC; f < TC_NONE; f++) {
         int seen = 0;
@@ -368,6 +368,7 @@ static void test_family_detect(void)
     check_detect("google-gemma-4-31B-it.jinja", NULL, TC_GEMMA);
     check_detect("google-gemma-2-2b-it.jinja", "gemma2", TC_GEMMA);
     check_detect("microsoft-Phi-3.5-mini-instruct.jinja", "phi3", TC_GENERIC);
+    check_detect("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "qwen2", TC_DEEPSEEK);
     CHECK_EQ_INT(tc_family_detect("{% for tool in tools %}<tool_call>\n<function={{ name }}>\n"
                                   "<parameter=x>{% endfor %}", NULL), TC_QWEN3_XML);
     CHECK_EQ_INT(tc_family_detect(NULL, NULL), TC_GENERIC);
