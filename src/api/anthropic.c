@@ -449,12 +449,12 @@ static int done_body(struct anth_out *o, const struct engine_event *ev, struct s
                                                  api_json_text(o->thinking.p, o->thinking.len),
                                                  "signature", ""));
     int nc = api_turn_calls(&o->turn);
-    /* text: always when there is no call (an empty generation gives one empty text block) */
+    /* text: when there is some (an empty generation gives one empty text block) */
     int ws_only = 1;
     for (size_t i = 0; i < o->text.len; i++)
         ws_only &= o->text.p[i] == ' ' || o->text.p[i] == '\n' || o->text.p[i] == '\t' ||
                     o->text.p[i] == '\r';
-    if (!nc || !ws_only)
+    if (!ws_only || (!nc && !o->thinking.len))
         json_array_append_new(content, json_pack("{s:s, s:o}", "type", "text", "text",
                                                  api_json_text(o->text.p ? o->text.p : "",
                                                                o->text.len)));
