@@ -3,13 +3,15 @@
  * Every case is fed whole, split at every byte boundary, byte by byte and in random
  * chunkings; after merging adjacent segments of one kind, all feedings must give the same
  * segments, and those must equal the expected split. Also: disabled passthrough, a prompt
- * that opened the block, flush of partial tags, one block per turn, reasoning_prompt_open.
+ * that opened the block, flush of partial tags, one block per turn, reasoning_prompt_open
+ * (also on generation prompts rendered from the real templates in the shared fixtures).
  */
 #include "harness.h"
 
 #include <stdint.h>
 
 #include "api/reasoning.h"
+#include "template/tmpl.h"
 
 struct seg_log {
     int kind[16]; /* merged segments (adjacent same kind joined), in order */
@@ -226,6 +228,62 @@ static void test_prompt_open(void)
     CHECK_EQ_INT(reasoning_prompt_open("<think>", ""), 0);
 }
 
+/* Renders a real template's generation prompt for one user turn. */
+static char *render_prompt(const char *file, int thinking)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "chat-templates/%s", file);
+    FILE *f = fopen(fixture_path(rel), "rb");
+    CHECK_MSG(f != NULL, "missing fixture %s", rel);
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *src = malloc((size_t)n + 1);
+    size_t got = fread(src, 1, (size_t)n, f);
+    fclose(f);
+    src[got] = 0;
+    struct tmpl *t = NULL;
+    struct cerr e = {0};
+    char *out = NULL;
+    size_t len = 0;
+    json_t *ctx = json_pack("{s:[{s:s, s:s}], s:b, s:s, s:s, s:b}", "messages", "role", "user",
+                            "content", "Hi", "add_generation_prompt", 1, "bos_token", "<s>",
+                            "eos_token", "</s>", "enable_thinking", thinking);
+    if (tmpl_parse(&t, src, got, &e) == 0)
+        tmpl_render(t, ctx, NULL, &out, &len, &e);
+    CHECK_MSG(out != NULL, "%s: %s", file, e.msg);
+    json_decref(ctx);
+    tmpl_free(t);
+    free(src);
+    return out;
+}
+
+static void check_open(const char *file, int thinking, int want)
+{
+    char *p = render_prompt(file, thinking);
+    if (!p)
+        return;
+    CHECK_MSG(reasoning_prompt_open(p, "<think>") == want, "%s (thinking %d)", file, thinking);
+    free(p);
+}
+
+static void test_prompt_open_real_templates(void)
+{
+    /* R1 distills end the generation prompt with "<think>\n" (closed again when off) */
+    check_open("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", 1, 1);
+    check_open("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", 0, 0);
+    /* Qwen3 and SmolLM3 let the model open the block; off renders an empty closed one */
+    check_open("Qwen-Qwen3-0.6B.jinja", 1, 0);
+    check_open("Qwen-Qwen3-0.6B.jinja", 0, 0);
+    check_open("HuggingFaceTB-SmolLM3-3B.jinja", 1, 0);
+    check_open("HuggingFaceTB-SmolLM3-3B.jinja", 0, 0);
+    /* and the R1 output that follows such a prompt splits right */
+    const char *e[] = {"R:Okay, the user greets me.", "C:Hello! How can I help?", NULL};
+    check_case(T, 1, "Okay, the user greets me.\n</think>\n\nHello! How can I help?", e);
+}
+
 int main(void)
 {
     RUN(test_qwen3_shape);
@@ -238,5 +296,6 @@ int main(void)
     RUN(test_utf8);
     RUN(test_api);
     RUN(test_prompt_open);
+    RUN(test_prompt_open_real_templates);
     return harness_done();
 }
