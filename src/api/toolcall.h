@@ -30,7 +30,9 @@ enum tc_event_kind {
     TC_EV_CONTENT = 0,    /* text, n: plain content */
     TC_EV_CALL_BEGIN,     /* index, id, name */
     TC_EV_CALL_ARGS_DELTA, /* index, text, n: next piece of the arguments JSON */
-    TC_EV_CALL_END,       /* index, id, name, text, n: the final arguments JSON (an object) */
+    TC_EV_CALL_END,       /* index, id, name, text, n: the final arguments JSON (an object;
+                           * numbers as the model wrote them: parse with jansson's
+                           * JSON_DECODE_INT_AS_REAL to accept integers beyond 64 bits) */
 };
 
 /* One event. Every pointer is valid only during the callback; text is not NUL-terminated

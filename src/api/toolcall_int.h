@@ -70,7 +70,7 @@ int tcj_valid(const char *s, size_t n, int scalar_top);
 /* Appends s[0..n) (one valid value) without insignificant whitespace; raw control bytes
  * inside strings (which the validator tolerates) are escaped; invalid UTF-8, NUL (raw or
  * escaped) and lone surrogate escapes become U+FFFD, so the result is strict JSON that
- * jansson accepts. */
+ * jansson accepts (with JSON_DECODE_INT_AS_REAL: numbers are copied, big ones included). */
 void tcj_minify(struct tcb *out, const char *s, size_t n);
 /* 1 when s[0..n) is non-empty, valid UTF-8 and free of control characters (a tool name). */
 int tcj_name_ok(const char *s, size_t n);
