@@ -64,3 +64,32 @@ if [ "$phase" = bench ] || [ "$phase" = all ]; then
         done
     fi
 fi
+
+if [ "$phase" = profile ]; then
+    # per-kernel device time of batch-1 decode steps (graphs off so ncu sees plain launches)
+    python3 bench/gpu/models.py bench "$M" l1b > /dev/null
+    "$BIN/test_backend_conformance" > "$RES/conformance.log" 2>&1; echo "conformance rc=$?"
+    tail -3 "$RES/conformance.log"
+    for gr in 1 0; do
+        CINFER_CUDA_GRAPHS=$gr "$BIN/cinfer_gpu_bench" "$M/l1b" perf --prefill 512 --batches 8 | tee "$RES/l1b_graphs$gr.json"
+    done
+    CINFER_CUDA_GRAPHS=0 timeout 200 ncu --clock-control none --launch-skip 3000 --launch-count 240 \
+        --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
+        --csv "$BIN/cinfer_gpu_bench" "$M/l1b" perf --prefill 128 --batches 8 > "$RES/ncu_l1b.csv" 2> "$RES/ncu_err.txt"
+    echo "ncu rc=$?"
+    python3 - "$RES/ncu_l1b.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+hdr = rows[0]; rows = rows[1:]
+ki, mi, vi = hdr.index("Kernel Name"), hdr.index("Metric Name"), hdr.index("Metric Value")
+tot = collections.defaultdict(float); cnt = collections.Counter(); bw = collections.defaultdict(list)
+for r in rows:
+    k = r[ki][:60]
+    if r[mi] == "gpu__time_duration.sum":
+        tot[k] += float(r[vi].replace(",", "")); cnt[k] += 1
+    elif r[mi].startswith("dram__throughput"):
+        bw[k].append(float(r[vi].replace(",", "")))
+for k, t in sorted(tot.items(), key=lambda x: -x[1]):
+    print("%-60s n=%4d total=%9.1f us avg=%7.2f us dram%%=%5.1f" % (k, cnt[k], t / 1e3, t / 1e3 / cnt[k], sum(bw[k]) / max(1, len(bw[k]))))
+PY
+fi

@@ -528,7 +528,7 @@ static const struct attn_case g_attn_cases[] = {
     {12, 8, 2, 64, 0, DT_F16, 16, 5, 1, 0.0f},
     {10, 4, 2, 32, 500, DT_F32, 8, 6, 1, 10.0f},
     /* a prefill-sized step (the CUDA backend's unsplit path) */
-    {80, 8, 2, 64, 0, DT_F16, 16, 8, 1, 0.0f},
+    {80, 8, 2, 64, 0, DT_F16, 16, 16, 1, 0.0f},
 };
 
 /* Scalar reference vs naive double softmax (1e-4 abs; outputs are O(1)); candidates vs
@@ -820,52 +820,61 @@ static void test_elementwise(void)
     free(a), free(x), free(got);
 }
 
-/* A 12-op chain run three times on new inputs uploaded into the same buffers (a device
- * backend records it, captures it the second time and replays it the third): every run
- * must equal the scalar reference on that run's inputs. */
+/* A 12-op chain. Run as one list on fresh inputs uploaded into the same buffers, three
+ * times (a device backend records the list, captures it as a graph the second time and
+ * replays it the third), it must equal bit for bit the same chain run one op at a time
+ * (a sync after each op, so nothing is recorded), and the scalar reference within 1e-4. */
+static void op_chain(struct be *b, float *dy, const float *dx, const float *dw, int rows, int dim,
+                     int step_sync)
+{
+    int n = rows * dim;
+    b->ops->scale(b, dy, dx, 0.5f, n);
+    for (int k = 0; k < 5; k++) {
+        b->ops->add(b, dy, dy, dx, n);
+        if (step_sync)
+            b->ops->sync(b, NULL);
+        b->ops->rmsnorm(b, dy, dy, dw, rows, dim, 1e-5f);
+        if (step_sync)
+            b->ops->sync(b, NULL);
+    }
+    b->ops->add_row(b, dy, dw, rows, dim);
+}
+
 static void test_op_chain(void)
 {
     int rows = 3, dim = 1000, n = rows * dim;
-    size_t nb = sizeof(float) * (size_t)n;
-    float *x = malloc(nb), *w = malloc(sizeof(float) * (size_t)dim), *want = malloc(nb),
-          *got = malloc(nb);
+    size_t nb = sizeof(float) * (size_t)n, wb = sizeof(float) * (size_t)dim;
+    float *x = malloc(nb), *w = malloc(wb), *want = malloc(nb), *got = malloc(nb),
+          *one = malloc(nb);
     for (int bi = 0; bi < N_BACKENDS; bi++) {
         struct be *b = g.cand[bi][0];
         if (!b || is_cpu(bi))
             continue;
-        float *dx = dev_from(b, NULL, nb), *dy = dev_from(b, NULL, nb);
-        float *dw = dev_from(b, NULL, sizeof(float) * (size_t)dim);
+        float *dx = dev_from(b, NULL, nb), *dy = dev_from(b, NULL, nb), *dw = dev_from(b, NULL, wb);
         for (int run = 0; run < 3; run++) {
             rng_seed(1000 + (uint64_t)run);
             fill_f(x, n, 2.0f), fill_f(w, dim, 1.0f);
             b->ops->upload(b, dx, x, nb, NULL);
-            b->ops->upload(b, dw, w, sizeof(float) * (size_t)dim, NULL);
-            b->ops->scale(b, dy, dx, 0.5f, n);
-            for (int k = 0; k < 5; k++) {
-                b->ops->add(b, dy, dy, dx, n);
-                b->ops->rmsnorm(b, dy, dy, dw, rows, dim, 1e-5f);
-            }
-            b->ops->add_row(b, dy, dw, rows, dim);
+            b->ops->upload(b, dw, w, wb, NULL);
+            op_chain(b, dy, dx, dw, rows, dim, 0);
             host_from(b, got, dy, nb);
-            /* the same chain on the scalar reference */
+            op_chain(b, dy, dx, dw, rows, dim, 1);
+            host_from(b, one, dy, nb);
+            CHECK_MSG(memcmp(got, one, nb) == 0, "%s op chain run %d: list != op by op",
+                      g_backends[bi], run);
             struct be *r = g.ref;
-            float *rx = dev_from(r, x, nb), *ry = dev_from(r, NULL, nb), *rw = dev_from(r, w, sizeof(float) * (size_t)dim);
-            r->ops->scale(r, ry, rx, 0.5f, n);
-            for (int k = 0; k < 5; k++) {
-                r->ops->add(r, ry, ry, rx, n);
-                r->ops->rmsnorm(r, ry, ry, rw, rows, dim, 1e-5f);
-            }
-            r->ops->add_row(r, ry, rw, rows, dim);
+            float *rx = dev_from(r, x, nb), *ry = dev_from(r, NULL, nb), *rw = dev_from(r, w, wb);
+            op_chain(r, ry, rx, rw, rows, dim, 0);
             host_from(r, want, ry, nb);
             r->ops->free(r, rx), r->ops->free(r, ry), r->ops->free(r, rw);
             double e = 0;
             for (int i = 0; i < n; i++)
-                e = fmax(e, fabs(got[i] - want[i]) / (fabs(want[i]) + 1e-3));
-            CHECK_MSG(e < 1e-5, "%s op chain run %d: rel err %g", g_backends[bi], run, e);
+                e = fmax(e, fabs(got[i] - want[i]) / (fabs(want[i]) + 1e-2));
+            CHECK_MSG(e < 1e-4, "%s op chain run %d: rel err %g", g_backends[bi], run, e);
         }
         b->ops->free(b, dx), b->ops->free(b, dy), b->ops->free(b, dw);
     }
-    free(x), free(w), free(want), free(got);
+    free(x), free(w), free(want), free(got), free(one);
 }
 
 int main(void)

@@ -46,12 +46,85 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
+/* Loads positions c0 .. c0+nrow of kv head g into shared memory as float: K with rows
+ * hd+1 apart (conflict-free row-wise dots), V with rows hd apart. Row indices come first
+ * (one block-table read per row, in parallel); then each thread issues up to AT_LD
+ * independent 8-element loads before storing any (the loads do not wait on each other). */
+enum { AT_LD = 4 };
+template <int F16>
+__device__ __forceinline__ void at_load(float *ks, float *vs, int *rows, const at_args &a,
+                                        const int32_t *bt, int c0, int nrow, int g)
+{
+    const int hd = a.head_dim, kvd = a.n_kv_head * hd;
+    if (threadIdx.x < nrow) {
+        int p = c0 + threadIdx.x;
+        rows[threadIdx.x] = bt[p / a.block_size] * a.block_size + p % a.block_size;
+    }
+    __syncthreads();
+    if (hd % 8 == 0) {
+        const int vpr = hd / 8, nv = nrow * vpr;
+        for (int base = threadIdx.x; base < nv; base += AT_LD * blockDim.x) {
+            float kf[AT_LD][8], vf[AT_LD][8];
+#pragma unroll
+            for (int u = 0; u < AT_LD; u++) {
+                int idx = base + u * blockDim.x;
+                if (idx >= nv)
+                    break;
+                int j = idx / vpr, c = idx - j * vpr;
+                size_t off = (size_t)rows[j] * kvd + (size_t)g * hd + 8 * c;
+                if (F16) {
+                    uint4 kk = *(const uint4 *)((const __half *)a.k_cache + off);
+                    uint4 vv = *(const uint4 *)((const __half *)a.v_cache + off);
+                    const __half2 *kh = (const __half2 *)&kk, *vh = (const __half2 *)&vv;
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        float2 k2 = __half22float2(kh[i]), v2 = __half22float2(vh[i]);
+                        kf[u][2 * i] = k2.x, kf[u][2 * i + 1] = k2.y;
+                        vf[u][2 * i] = v2.x, vf[u][2 * i + 1] = v2.y;
+                    }
+                } else {
+                    const float4 *kp = (const float4 *)((const float *)a.k_cache + off);
+                    const float4 *vp = (const float4 *)((const float *)a.v_cache + off);
+                    float4 k0 = kp[0], k1 = kp[1], v0 = vp[0], v1 = vp[1];
+                    kf[u][0] = k0.x, kf[u][1] = k0.y, kf[u][2] = k0.z, kf[u][3] = k0.w;
+                    kf[u][4] = k1.x, kf[u][5] = k1.y, kf[u][6] = k1.z, kf[u][7] = k1.w;
+                    vf[u][0] = v0.x, vf[u][1] = v0.y, vf[u][2] = v0.z, vf[u][3] = v0.w;
+                    vf[u][4] = v1.x, vf[u][5] = v1.y, vf[u][6] = v1.z, vf[u][7] = v1.w;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < AT_LD; u++) {
+                int idx = base + u * blockDim.x;
+                if (idx >= nv)
+                    break;
+                int j = idx / vpr, c = idx - j * vpr;
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    ks[j * (hd + 1) + 8 * c + i] = kf[u][i];
+                    vs[j * hd + 8 * c + i] = vf[u][i];
+                }
+            }
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < nrow * hd; idx += blockDim.x) {
+            int j = idx / hd, d = idx - j * hd;
+            size_t off = (size_t)rows[j] * kvd + (size_t)g * hd + d;
+            ks[j * (hd + 1) + d] = F16 ? __half2float(((const __half *)a.k_cache)[off])
+                                       : ((const float *)a.k_cache)[off];
+            vs[j * hd + d] = F16 ? __half2float(((const __half *)a.v_cache)[off])
+                                 : ((const float *)a.v_cache)[off];
+        }
+    }
+    __syncthreads();
+}
+
 template <int F16>
 __global__ void k_attn(float *out, float *part, const float *q, struct at_args a, int hg,
                        int nsub, int split_len, int n_split)
 {
     extern __shared__ float sm[];
-    const int hd = a.head_dim, t = blockIdx.x, kvd = a.n_kv_head * hd;
+    __shared__ int rows[AT_CH];
+    const int hd = a.head_dim, t = blockIdx.x;
     const int g = blockIdx.y / nsub, sub = blockIdx.y % nsub, group = a.n_head / a.n_kv_head;
     const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int h0 = g * group + sub * hg, h = h0 + w;
@@ -70,23 +143,8 @@ __global__ void k_attn(float *out, float *part, const float *q, struct at_args a
     const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
     for (int c0 = s0; c0 < s1; c0 += AT_CH) {
         const int nrow = s1 - c0 < AT_CH ? s1 - c0 : AT_CH;
-        __syncthreads();
-        for (int idx = threadIdx.x; idx < nrow * hd; idx += blockDim.x) {
-            int j = idx / hd, d = idx - j * hd, p = c0 + j;
-            size_t off = ((size_t)bt[p / a.block_size] * a.block_size + p % a.block_size) * kvd +
-                         (size_t)g * hd + d;
-            float kv, vv;
-            if (F16) {
-                kv = __half2float(((const __half *)a.k_cache)[off]);
-                vv = __half2float(((const __half *)a.v_cache)[off]);
-            } else {
-                kv = ((const float *)a.k_cache)[off];
-                vv = ((const float *)a.v_cache)[off];
-            }
-            ks[j * (hd + 1) + d] = kv;
-            vs[j * hd + d] = vv;
-        }
-        __syncthreads();
+        __syncthreads(); /* the previous chunk is consumed */
+        at_load<F16>(ks, vs, rows, a, bt, c0, nrow, g);
         float s = -INFINITY;
         if (lane < nrow) {
             const float *kr = ks + lane * (hd + 1), *qr = qs + w * hd;

@@ -16,7 +16,12 @@
 
 #include "backend/cuda/cuda_int.cuh"
 
-enum { CU_GRAPH_MIN = 8, CU_GRAPH_CACHE = 64, CU_ARGS = 192 };
+enum {
+    CU_GRAPH_MIN = 8,     /* shorter lists are not worth a graph */
+    CU_GRAPH_MAX_N = 128, /* lists with a matmul over more rows are never captured */
+    CU_GRAPH_CACHE = 64,
+    CU_ARGS = 192,
+};
 
 struct cu_call {
     void (*run)(struct be *b, const void *args);
@@ -39,6 +44,7 @@ struct cu_graphs {
     struct cu_graph_ent ent[CU_GRAPH_CACHE];
     uint64_t tick;
     int64_t replays, captures;
+    int nocapture; /* the pending list has a prefill-sized GEMM: shapes rarely repeat */
 };
 
 int cu_graphs_init(struct cu_be *cb)
@@ -124,7 +130,7 @@ void cu_flush(struct cu_be *cb)
         return;
     struct cu_graph_ent *e = find_or_add(g, list_key(g), g->n);
     e->last_use = ++g->tick;
-    if (!e->exec && !e->failed && e->seen >= 1 && g->n >= CU_GRAPH_MIN) {
+    if (!e->exec && !e->failed && !g->nocapture && e->seen >= 1 && g->n >= CU_GRAPH_MIN) {
         if (capture(cb, e) == 0)
             g->captures++;
         else
@@ -140,6 +146,7 @@ void cu_flush(struct cu_be *cb)
         e->seen++;
     }
     g->n = 0;
+    g->nocapture = 0;
 }
 
 void cu_graphs_free(struct cu_be *cb)
@@ -212,6 +219,8 @@ static void r_mm(struct be *b, const void *p)
 }
 void cq_matmul(struct be *b, float *y, const float *x, int n, const struct be_tensor *w)
 {
+    if (n > CU_GRAPH_MAX_N && cu_be(b)->graphs)
+        cu_be(b)->graphs->nocapture = 1;
     DEFER(r_mm, struct a_mm, a_.y = y, a_.x = x, a_.n = n, a_.w = *w, a_.w.name = NULL);
 }
 

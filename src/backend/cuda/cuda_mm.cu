@@ -80,16 +80,17 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         acc[r] = 0.0f;
     if (DT == DT_F32 || DT == DT_F16 || DT == DT_BF16) {
         if (vec) {
-            /* 4 chunks' weight loads in flight before the first use; the accumulation
-             * order (chunk by chunk, element by element) is the same for every n */
+            /* 8 chunks' weight loads (128 bytes a lane) in flight before the first use; the
+             * accumulation order (chunk by chunk, element by element) is the same for
+             * every n */
             int c = lane;
-            for (; c + 96 < K / 8; c += 128) {
-                float wv[4][8];
+            for (; c + 224 < K / 8; c += 256) {
+                float wv[8][8];
 #pragma unroll
-                for (int u = 0; u < 4; u++)
+                for (int u = 0; u < 8; u++)
                     load8<DT>(wr, c + 32 * u, wv[u]);
 #pragma unroll
-                for (int u = 0; u < 4; u++)
+                for (int u = 0; u < 8; u++)
                     mv_acc8<N>(acc, wv[u], x, K, c + 32 * u);
             }
             for (; c < K / 8; c += 32) {
