@@ -215,10 +215,13 @@ int anth_to_chat(const char *body, size_t len, int for_count, json_t **out,
             json_t *name = json_object_get(t, "name"), *sch = json_object_get(t, "input_schema");
             if (rc || !json_is_string(name) || !json_is_object(sch))
                 continue;
-            json_t *fn = json_pack("{s:O, s:O}", "name", name, "parameters", sch);
+            /* key order as an OpenAI client sends it: the template dumps the tools */
+            json_t *fn = json_pack("{s:O}", "name", name);
             json_t *d = json_object_get(t, "description");
             if (fn && json_is_string(d))
                 json_object_set(fn, "description", d);
+            if (fn)
+                json_object_set(fn, "parameters", sch);
             json_array_append_new(ft, json_pack("{s:s, s:o}", "type", "function", "function", fn));
         }
         if (json_array_size(ft))

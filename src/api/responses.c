@@ -236,11 +236,14 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud,
             if (!ty || strcmp(ty, "function") || !json_is_string(name))
                 continue;
             json_t *par = json_object_get(t, "parameters");
-            json_t *fn = json_pack("{s:O, s:O}", "name", name, "parameters",
-                                   json_is_object(par) ? par : json_object());
+            /* key order as an OpenAI chat client sends it: the template dumps the tools */
+            json_t *fn = json_pack("{s:O}", "name", name);
             json_t *d = json_object_get(t, "description");
             if (fn && json_is_string(d))
                 json_object_set(fn, "description", d);
+            if (fn)
+                json_object_set_new(fn, "parameters",
+                                    json_is_object(par) ? json_incref(par) : json_object());
             json_array_append_new(ft, json_pack("{s:s, s:o}", "type", "function", "function", fn));
             json_array_append(et, t);
         }
