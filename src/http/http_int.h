@@ -90,8 +90,9 @@ struct http_server {
     /* post queue (any thread) */
     pthread_mutex_t mu;
     struct http_post_node *q_head, *q_tail, *q_free;
-    int stopping;
-    struct event *post_ev, *stop_ev, *drain_ev;
+    int stopping, stop_seen;
+    int wake_fd;                /* eventfd: posts and stop wake the loop through it */
+    struct event *post_ev, *drain_ev;
     int drain_ticks;
 
     struct fix413 *fix_head;    /* evhttp's own 400/413 replies to rewrite (server.c) */

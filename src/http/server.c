@@ -8,11 +8,16 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -245,6 +250,10 @@ static struct http_conn *conn_track(struct http_server *s, struct evhttp_connect
         free(c);
         return NULL;
     }
+    /* replies and stream events leave as written: Nagle would hold a small SSE event back
+     * until the client's delayed ACK (tens of ms per token) */
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->rejected = s->n_admitted >= s->max_conns;
     if (!c->rejected)
         s->n_admitted++;
@@ -583,12 +592,31 @@ static void gen_cb(struct evhttp_request *evreq, void *arg)
 
 /* ---------------------------------------------------------------- posts and stop */
 
+static void stop_now(struct http_server *s);
+
+/* Wakes the loop from any thread: posts and stop go through one eventfd, so that they
+ * take their turn with socket events in each epoll round (event_active from a busy
+ * producer would keep the loop in its active queue and starve the sockets). */
+static void wake(struct http_server *s)
+{
+    uint64_t one = 1;
+    if (write(s->wake_fd, &one, sizeof one) < 0) {
+        /* EAGAIN only when the counter is near 2^64: the loop is awake anyway */
+    }
+}
+
+/* The loop side of the eventfd: runs every post queued so far, in order; then a stop. */
 static void post_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct http_server *s = arg;
+    uint64_t v;
+    if (read(s->wake_fd, &v, sizeof v) < 0) {
+        /* EAGAIN: nothing new since the last round */
+    }
     pthread_mutex_lock(&s->mu);
     struct http_post_node *list = s->q_head;
     s->q_head = s->q_tail = NULL;
+    int stop = s->stopping && !s->stop_seen;
     pthread_mutex_unlock(&s->mu);
     struct http_post_node *last = NULL;
     for (struct http_post_node *n = list; n; n = n->next) {
@@ -600,6 +628,10 @@ static void post_cb(evutil_socket_t fd, short what, void *arg)
         last->next = s->q_free;
         s->q_free = list;
         pthread_mutex_unlock(&s->mu);
+    }
+    if (stop) {
+        s->stop_seen = 1;
+        stop_now(s);
     }
 }
 
@@ -628,9 +660,8 @@ static void drain_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static void stop_cb(evutil_socket_t fd, short what, void *arg)
+static void stop_now(struct http_server *s)
 {
-    struct http_server *s = arg;
     if (s->bound) { /* no new connections */
         evhttp_del_accept_socket(s->http, s->bound);
         s->bound = NULL;
@@ -668,9 +699,9 @@ int http_post(struct http_server *s, void (*fn)(void *ud), void *ud)
     else
         s->q_head = n;
     s->q_tail = n;
-    /* Activate while holding mu so that stop/free cannot run between the check and here. */
+    /* Wake while holding mu so that stop/free cannot run between the check and here. */
     if (was_empty)
-        event_active(s->post_ev, 0, 0);
+        wake(s);
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
@@ -683,7 +714,7 @@ void http_server_stop(struct http_server *s)
     int first = !s->stopping;
     s->stopping = 1;
     if (first)
-        event_active(s->stop_ev, 0, 0);
+        wake(s);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -717,6 +748,7 @@ int http_server_new(struct http_server **out, const struct http_config *c, struc
     struct http_server *s = calloc(1, sizeof *s);
     if (!s)
         return cerr_set(e, CERR_NOMEM, "http: out of memory");
+    s->wake_fd = -1;
     pthread_mutex_init(&s->mu, NULL);
     s->max_body = c->max_body ? c->max_body : (size_t)16 << 20;
     s->max_conns = c->max_conns > 0 ? c->max_conns : 256;
@@ -728,11 +760,14 @@ int http_server_new(struct http_server **out, const struct http_config *c, struc
         goto nomem;
     s->http = evhttp_new(s->base);
     s->scratch = evbuffer_new();
-    s->post_ev = event_new(s->base, -1, 0, post_cb, s);
-    s->stop_ev = event_new(s->base, -1, 0, stop_cb, s);
+    s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->wake_fd < 0)
+        goto nomem;
+    s->post_ev = event_new(s->base, s->wake_fd, EV_READ | EV_PERSIST, post_cb, s);
     s->fix_ev = event_new(s->base, -1, 0, fix413_cb, s);
     s->drain_ev = event_new(s->base, -1, EV_PERSIST, drain_cb, s);
-    if (!s->http || !s->scratch || !s->post_ev || !s->stop_ev || !s->fix_ev || !s->drain_ev)
+    if (!s->http || !s->scratch || !s->post_ev || !s->fix_ev || !s->drain_ev ||
+        event_add(s->post_ev, NULL) != 0)
         goto nomem;
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
@@ -842,12 +877,12 @@ void http_server_free(struct http_server *s)
         event_free(s->drain_ev);
     if (s->post_ev)
         event_free(s->post_ev);
-    if (s->stop_ev)
-        event_free(s->stop_ev);
     if (s->scratch)
         evbuffer_free(s->scratch);
     if (s->base)
         event_base_free(s->base);
+    if (s->wake_fd >= 0)
+        close(s->wake_fd);
     struct http_post_node *lists[2] = {s->q_head, s->q_free};
     for (int k = 0; k < 2; k++) {
         for (struct http_post_node *n = lists[k], *nx; n; n = nx) {
