@@ -515,10 +515,11 @@ static double round6(float f)
 static json_t *response(struct resp_out *o, const struct engine_event *ev)
 {
     const char *status = !ev ? "in_progress" : o->status_incomplete ? "incomplete" : "completed";
-    json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:n, s:s, s:O, s:b, s:b, s:f, s:f, s:s, s:{}, "
+    /* (no "error": null member: a 200 body never carries one) */
+    json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:s, s:O, s:b, s:b, s:f, s:f, s:s, s:{}, "
                           "s:{s:{s:s}}}",
                           "id", o->id, "object", "response", "created_at", (json_int_t)o->created,
-                          "status", status, "error", "model", o->m->id, "output",
+                          "status", status, "model", o->m->id, "output",
                           ev ? o->output : json_array(), "parallel_tool_calls", 1, "store", 1,
                           "temperature", round6(o->temperature), "top_p", round6(o->top_p),
                           "truncation", "disabled", "metadata", "text", "format", "type", "text");
