@@ -6,6 +6,7 @@
  * request ends (reply / stream_end) or on_close has run. Once the client is gone every call
  * here is a safe no-op and http_stream_write returns -1.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -253,8 +254,14 @@ void http_reply(struct http_req *r, int status, const char *content_type, const 
     if (evreq) {
         default_header(evreq, "Content-Type", content_type ? content_type : "application/json");
         struct evbuffer *buf = r->s->scratch;
-        if (len)
+        if (evhttp_request_get_command(evreq) == EVHTTP_REQ_HEAD) {
+            /* evhttp 2.1 would send the body after a HEAD reply: give only its length */
+            char cl[32];
+            snprintf(cl, sizeof cl, "%zu", len);
+            default_header(evreq, "Content-Length", cl);
+        } else if (len) {
             evbuffer_add(buf, body, len);
+        }
         r->s->own_reply = 1;
         evhttp_send_reply(evreq, status, reason_phrase(status), buf);
         r->s->own_reply = 0;

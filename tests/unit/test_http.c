@@ -915,6 +915,52 @@ static void test_sse(void)
     srv_stop(&t);
 }
 
+/* ---- HTTP/1.0 and HEAD ---- */
+
+static void h_sync_stream(struct http_req *r, void *ud)
+{
+    http_stream_begin(r, 200, NULL);
+    http_stream_write(r, "data: a\n\n", 9);
+    http_stream_write(r, "data: b\n\n", 9);
+    http_stream_end(r);
+}
+
+static void test_http10_head(void)
+{
+    struct tsrv t;
+    struct http_config c = {.host = "127.0.0.1", .port = 0};
+    if (srv_new(&t, &c) != 0) {
+        CHECK(0);
+        return;
+    }
+    http_route(t.s, "GET", "/s", 0, h_sync_stream, NULL);
+    http_route(t.s, NULL, "/t", 0, h_text, "hello");
+    srv_start(&t);
+    struct resp p;
+    /* HTTP/1.0: no chunking, the body ends with the connection */
+    CHECK_EQ_INT(do_req(t.port, "GET /s HTTP/1.0\r\n\r\n", &p), 0);
+    CHECK_EQ_INT(p.status, 200);
+    CHECK(resp_header(&p, "transfer-encoding") == NULL);
+    CHECK_EQ_INT(p.closed, 1);
+    CHECK_STR(p.body, "data: a\n\ndata: b\n\n");
+    resp_free(&p);
+    /* HEAD: headers only */
+    int fd = cl_connect(t.port);
+    struct rd r;
+    rd_init(&r, fd);
+    cl_sends(fd, "HEAD /t HTTP/1.1\r\nHost: x\r\n\r\nGET /t HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK_EQ_INT(read_head(&r, &p), 0);
+    CHECK_EQ_INT(p.status, 200);
+    CHECK_STR(resp_header(&p, "content-length"), "5");
+    CHECK_EQ_INT(read_resp(&r, &p), 0); /* the pipelined GET follows at once */
+    CHECK_EQ_INT(p.status, 200);
+    CHECK_STR(p.body, "hello");
+    resp_free(&p);
+    rd_free(&r);
+    close(fd);
+    srv_stop(&t);
+}
+
 /* ---- disconnects ---- */
 
 struct dc_state {
@@ -1311,6 +1357,7 @@ int main(void)
     RUN(test_401);
     RUN(test_429);
     RUN(test_sse);
+    RUN(test_http10_head);
     RUN(test_disconnect);
     RUN(test_backpressure);
     RUN(test_header_timeout);
