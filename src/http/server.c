@@ -300,6 +300,7 @@ static const struct {
 } g_evhttp_errors[] = {
     {413, " 413 Request Entity Too Large\r\n", "Payload Too Large"},
     {400, " 400 Bad Request\r\n", "Bad Request"},
+    {501, " 501 Not Implemented\r\n", "Not Implemented"},
 };
 
 struct fix413 {
@@ -376,6 +377,8 @@ static void fix413_one(struct http_server *s, struct fix413 *f)
     if (status == 413)
         snprintf(msg, sizeof msg, "request too large (the body limit is %zu bytes)",
                  s->max_body);
+    else if (status == 501)
+        snprintf(msg, sizeof msg, "HTTP method not supported");
     else
         snprintf(msg, sizeof msg, "malformed HTTP request (request line, headers over %zd "
                                   "bytes, or chunked encoding)", HTTP_MAX_HEADERS);
@@ -506,7 +509,9 @@ static void dispatch(struct http_server *s, struct http_req *r)
         if (!route_path_match(rt, path))
             continue;
         path_seen = 1;
-        if (!rt->method || strcmp(rt->method, r->method) == 0)
+        /* HEAD is served by a GET route (the reply then carries only the headers) */
+        if (!rt->method || strcmp(rt->method, r->method) == 0 ||
+            (strcmp(r->method, "HEAD") == 0 && strcmp(rt->method, "GET") == 0))
             hit = rt;
     }
     if (!(hit && (hit->flags & HTTP_ROUTE_PUBLIC)) && !auth_ok(s, r)) {

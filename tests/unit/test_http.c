@@ -423,6 +423,29 @@ static void test_routing(void)
     CHECK_STR(resp_header(&p, "content-type"), "text/plain");
     resp_free(&p);
 
+    /* HEAD on a GET route: headers only (the connection then closes on HTTP/1.0) */
+    {
+        int fd = cl_connect(t.port);
+        struct rd r;
+        rd_init(&r, fd);
+        cl_sends(fd, "HEAD /exact HTTP/1.0\r\n\r\n");
+        CHECK_EQ_INT(read_head(&r, &p), 0);
+        CHECK_EQ_INT(p.status, 200);
+        CHECK_STR(resp_header(&p, "content-length"), "6");
+        while (rd_more(&r) > 0) {
+        }
+        CHECK_EQ_INT(r.eof, 1);
+        CHECK_EQ_INT(r.len, 0); /* no body bytes */
+        rd_free(&r);
+        close(fd);
+    }
+
+    /* a method evhttp does not accept (TRACE): 501 with the formatter's body */
+    CHECK_EQ_INT(do_req(t.port, "TRACE /exact HTTP/1.1\r\nHost: x\r\n\r\n", &p), 0);
+    CHECK_EQ_INT(p.status, 501);
+    CHECK_MSG(p.body && strstr(p.body, "\"err\":501"), "%s", p.body);
+    resp_free(&p);
+
     CHECK_EQ_INT(do_req(t.port, "GET /exact/more HTTP/1.1\r\nHost: x\r\n\r\n", &p), 0);
     CHECK_EQ_INT(p.status, 404);
     CHECK_STR(p.body, "{\"err\":404,\"msg\":\"not found\",\"path\":\"/exact/more\"}");
@@ -478,7 +501,7 @@ static void test_routing(void)
 
     struct http_stats st;
     http_get_stats(t.s, &st);
-    CHECK_EQ_INT(st.requests_total, 9);
+    CHECK_EQ_INT(st.requests_total, 10);
     srv_stop(&t);
 }
 
