@@ -35,7 +35,7 @@ static const struct tc_marker *const MK_GENERIC[] = {
     &M_TAG, &M_FUNC, &M_PYTAG, &M_MISTRAL, &M_FENCE_JSON, &M_DEEPSEEK, &M_DEEPSEEK1, NULL};
 static const struct tc_marker *const MK_HERMES[] = {&M_TAG, NULL};
 static const struct tc_marker *const MK_QWEN3_XML[] = {&M_TAG, &M_FUNC, NULL};
-static const struct tc_marker *const MK_LLAMA3[] = {&M_PYTAG, NULL};
+static const struct tc_marker *const MK_LLAMA3[] = {&M_PYTAG, &M_FUNC, NULL};
 static const struct tc_marker *const MK_MISTRAL[] = {&M_MISTRAL, NULL};
 static const struct tc_marker *const MK_GEMMA[] = {&M_FENCE_PY, &M_FENCE_JSON, &M_GEMMA4, NULL};
 static const struct tc_marker *const MK_DEEPSEEK[] = {&M_DEEPSEEK, &M_DEEPSEEK1, NULL};

@@ -168,6 +168,7 @@ struct tcs_json {
 /* Follows Qwen3-Coder XML functions while they arrive (stream mode). */
 struct tcs_xml {
     int dead, st, ptype, np, in_call;
+    int opened; /* the arguments' "{" was emitted (deferred: Llama's body may be JSON) */
     struct tcb lit, name, pname, vb;
     size_t v_emit; /* bytes of vb already emitted (string parameters) */
 };

@@ -325,6 +325,23 @@ int tcx_xml_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn
         }
         const char *name = f.v[f.n - 1].name;
         i = (size_t)(gt - s) + 1;
+        size_t k = skip_ws(s, n, i);
+        if (k < n && s[k] == '{') { /* Llama 3.1 custom tools: <function=name>{…}</function> */
+            size_t e = json_value_end(s, n, k, 0);
+            if (e == NPOS) {
+                ok = 0;
+                break;
+            }
+            tcj_minify(args, s + k, e - k);
+            i = skip_ws(s, n, e);
+            if (!starts(s, n, i, "</function>")) {
+                ok = 0;
+                break;
+            }
+            i += 11;
+            any = 1;
+            continue;
+        }
         tcb_putc(args, '{');
         int np = 0;
         for (;;) {

@@ -207,15 +207,39 @@ static void js_byte(struct tc_parser *p, size_t pos)
         js->started = 0;
 }
 
+/* The arguments of a call the XML tracker began are a JSON object starting at pos. */
+static void js_attach(struct tc_parser *p, size_t pos)
+{
+    struct tcs_json *js = &p->sj;
+    js->dead = 0;
+    js->started = 1;
+    js->args_top = 1;
+    js->call_depth = -1;
+    js->obj_committed = 1;
+    tcj_init(&js->j, 0);
+    js->in_args = 1;
+    tcj_init(&js->aj, 0);
+    js->a_emit = js->a_safe = pos;
+    js->mz.in_str = 0;
+    js_byte(p, pos);
+}
+
 /* ---- XML tracker ---- */
 
-enum { XS_START, XS_FNAME, XS_PARAMS, XS_PNAME, XS_VALUE };
+enum { XS_START, XS_FNAME, XS_PARAMS, XS_PNAME, XS_VALUE, XS_JSONARGS, XS_ENDF };
 
 static const char *const VALUE_ENDS[] = {"</parameter>", "<parameter=", "</function>"};
 
 static void xs_delta(struct tc_parser *p, const char *s)
 {
     tcp_call_delta(p, s, strlen(s));
+}
+
+static void xs_open(struct tc_parser *p)
+{
+    if (!p->sx.opened)
+        xs_delta(p, "{");
+    p->sx.opened = 1;
 }
 
 /* String parameter: emits the value bytes that can no longer be part of a terminator, of
@@ -252,6 +276,7 @@ static void xs_emit_value(struct tc_parser *p)
 static void xs_abort(struct tc_parser *p)
 {
     struct tcs_xml *xs = &p->sx;
+    xs_open(p);
     if (xs->st == XS_VALUE && xs->ptype == TCT_STRING) {
         xs_emit_value(p);
         xs_delta(p, "\"");
@@ -324,10 +349,31 @@ static void xs_byte(struct tc_parser *p, char c)
     if (xs->dead)
         return;
     switch (xs->st) {
+    case XS_JSONARGS: /* the JSON tracker streams a JSON body (Llama's <function=n>{…}) */
+        if (!p->sj.in_args) {
+            xs->in_call = 0; /* it ended the call (this byte closed the object, or broke it) */
+            xs->st = XS_ENDF;
+        }
+        return;
+    case XS_ENDF: {
+        if (xs->lit.n == 0 && is_ws(c))
+            return;
+        tcb_putc(&xs->lit, c);
+        if (xs->lit.n > 11 || memcmp(xs->lit.p, "</function>", xs->lit.n) != 0)
+            xs->dead = 1;
+        else if (xs->lit.n == 11)
+            xs->lit.n = 0, xs->st = XS_START;
+        return;
+    }
     case XS_START:
     case XS_PARAMS: {
         if (xs->lit.n == 0 && is_ws(c))
             return;
+        if (xs->st == XS_PARAMS && xs->lit.n == 0 && c == '{' && xs->np == 0 && !xs->opened) {
+            js_attach(p, p->span.n - 1);
+            xs->st = XS_JSONARGS;
+            return;
+        }
         tcb_putc(&xs->lit, c);
         static const char *const A[] = {"<function=", NULL};
         static const char *const B[] = {"<parameter=", "</function>", NULL};
@@ -345,9 +391,11 @@ static void xs_byte(struct tc_parser *p, char c)
                 xs->st = XS_FNAME;
                 xs->name.n = 0;
             } else if (cand[i][1] == 'p') { /* <parameter= */
+                xs_open(p);
                 xs->st = XS_PNAME;
                 xs->pname.n = 0;
             } else { /* </function> */
+                xs_open(p);
                 xs_delta(p, "}");
                 tcp_call_end(p);
                 xs->in_call = 0;
@@ -379,8 +427,8 @@ static void xs_byte(struct tc_parser *p, char c)
             tcb_cstr(&xs->name);
             xs->in_call = 1;
             xs->np = 0;
+            xs->opened = 0;
             xs->st = XS_PARAMS;
-            xs_delta(p, "{");
         } else if (xs->name.n >= NAME_MAX_LEN) {
             xs_kill(p);
         } else {
@@ -438,7 +486,7 @@ void tcs_block_begin(struct tc_parser *p)
     js->name_start = NPOS;
     js->key_kind = 0;
     xs->st = XS_START;
-    xs->in_call = 0;
+    xs->in_call = xs->opened = 0;
     xs->lit.n = xs->name.n = xs->pname.n = xs->vb.n = 0;
     switch (p->cur->kind) {
     case K_TAG:
