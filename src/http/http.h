@@ -18,7 +18,8 @@ struct http_server;
 struct http_req;
 
 struct http_config {
-    const char *host; int port;        /* port 0 = ephemeral (tests) */
+    const char *host; int port;        /* port 0 = ephemeral (tests); host "unix:PATH" listens
+                                          on a unix socket at PATH instead (port ignored) */
     size_t max_body;                   /* bytes; larger bodies get 413 before any handler */
     int max_conns;                     /* open connections beyond this get 429 + Retry-After: 1 */
     int header_timeout_s;              /* a client that does not finish sending its request in
@@ -53,7 +54,7 @@ typedef char *(*http_error_fmt)(const char *path, int status, const char *messag
  * later call http_server_run (or before starting it). */
 int http_server_new(struct http_server **out, const struct http_config *c, struct cerr *e);
 
-/* The port actually bound (useful with port 0). Any thread. */
+/* The port actually bound (useful with port 0); 0 on a unix socket. Any thread. */
 int http_server_port(const struct http_server *s);
 
 /* Frees the server: closes every connection (on_close callbacks of open requests fire),
@@ -68,7 +69,8 @@ enum { HTTP_ROUTE_PREFIX = 1, HTTP_ROUTE_PUBLIC = 2 /* no api-key check */ };
 
 /* Registers a route. method NULL = any method; path is an exact match unless
  * HTTP_ROUTE_PREFIX (then any path starting with it). Routes are tried in registration
- * order; the first whose path and method match wins. Unmatched path -> 404 via the error
+ * order; the first whose path and method match wins (a "GET" route also serves HEAD, with
+ * headers only). Unmatched path -> 404 via the error
  * formatter with message "not found"; a path that matches only with another method -> 405
  * (with an Allow header). Strings are copied. Returns 0, or CERR_NOMEM / CERR_INVALID.
  * Before run (loop thread only once running). */

@@ -74,6 +74,7 @@ struct http_server {
     int max_conns;
     int header_timeout_s;
     char *api_key;
+    char *unix_path;            /* listening socket file to remove at free, or NULL */
     http_error_fmt efmt;
     void *efmt_ud;
 

@@ -16,7 +16,9 @@
 #include <netinet/tcp.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -738,6 +740,44 @@ int http_server_run(struct http_server *s)
 
 /* ---------------------------------------------------------------- lifecycle */
 
+/* A listening unix socket at path. A leftover socket file nobody answers on is replaced;
+ * a live one or a non-socket file is an error. Returns the fd, or -1 with e filled. */
+static int listen_unix(const char *path, struct cerr *e)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (!*path || strlen(path) >= sizeof a.sun_path) {
+        cerr_set(e, CERR_INVALID, "http: unix socket path '%s' is empty or too long", path);
+        return -1;
+    }
+    strcpy(a.sun_path, path);
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            cerr_set(e, CERR_IO, "http: cannot listen on unix:%s: the file exists and is not "
+                     "a socket", path);
+            return -1;
+        }
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int live = probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof a) == 0;
+        if (probe >= 0)
+            close(probe);
+        if (live) {
+            cerr_set(e, CERR_IO, "http: cannot listen on unix:%s: a server already answers "
+                     "there", path);
+            return -1;
+        }
+        unlink(path);
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 128) != 0) {
+        cerr_set(e, CERR_IO, "http: cannot listen on unix:%s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 int http_server_new(struct http_server **out, const struct http_config *c, struct cerr *e)
 {
     *out = NULL;
@@ -785,6 +825,26 @@ int http_server_new(struct http_server **out, const struct http_config *c, struc
     evhttp_set_gencb(s->http, gen_cb, s);
     evhttp_set_bevcb(s->http, bev_cb, s);
 
+    if (strncmp(host, "unix:", 5) == 0) {
+        int fd = listen_unix(host + 5, e);
+        if (fd < 0) {
+            http_server_free(s);
+            return CERR_IO;
+        }
+        s->bound = evhttp_accept_socket_with_handle(s->http, fd);
+        if (!s->bound) {
+            close(fd);
+            unlink(host + 5);
+            http_server_free(s);
+            return cerr_set(e, CERR_IO, "http: cannot listen on %s", host);
+        }
+        if (!(s->unix_path = xstrdup(host + 5)))
+            goto nomem;
+        registry_add(s);
+        log_debug("http: listening on %s", host);
+        *out = s;
+        return 0;
+    }
     s->bound = evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)c->port);
     if (!s->bound) {
         int err = EVUTIL_SOCKET_ERROR();
@@ -902,6 +962,10 @@ void http_server_free(struct http_server *s)
     free(s->routes);
     free(s->by_fd);
     free(s->api_key);
+    if (s->unix_path) {
+        unlink(s->unix_path);
+        free(s->unix_path);
+    }
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

@@ -20,6 +20,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1372,6 +1373,61 @@ static void test_busy_port(void)
     http_server_free(a.s);
 }
 
+static void test_unix_socket(void)
+{
+    char path[108];
+    snprintf(path, sizeof path, "/tmp/cinfer_test_http_%d.sock", (int)getpid());
+    char host[128];
+    snprintf(host, sizeof host, "unix:%s", path);
+    struct tsrv t;
+    struct http_config c = {.host = host};
+    if (srv_new(&t, &c) != 0) {
+        CHECK(0);
+        return;
+    }
+    CHECK_EQ_INT(t.port, 0);
+    http_route(t.s, "GET", "/x", 0, h_text, "via unix");
+    srv_start(&t);
+    /* a second server on the same live path is refused */
+    struct http_server *b = NULL;
+    struct cerr e = {0};
+    CHECK(http_server_new(&b, &c, &e) < 0);
+    CHECK_MSG(strstr(e.msg, path) != NULL, "message: %s", e.msg);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    strcpy(a.sun_path, path);
+    CHECK_EQ_INT(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct rd r;
+    rd_init(&r, fd);
+    cl_sends(fd, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n");
+    struct resp p;
+    CHECK_EQ_INT(read_resp(&r, &p), 0);
+    CHECK_EQ_INT(p.status, 200);
+    CHECK_STR(p.body, "via unix");
+    resp_free(&p);
+    rd_free(&r);
+    close(fd);
+    srv_stop(&t);
+    CHECK(access(path, F_OK) != 0); /* the socket file is removed */
+    /* a stale socket file (nobody listening) is replaced */
+    int stale = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK_EQ_INT(bind(stale, (struct sockaddr *)&a, sizeof a), 0);
+    close(stale);
+    if (srv_new(&t, &c) == 0)
+        http_server_free(t.s);
+    else
+        CHECK(0);
+    /* a regular file is not touched */
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
+    CHECK(http_server_new(&b, &c, &e) < 0);
+    CHECK(access(path, F_OK) == 0);
+    unlink(path);
+}
+
 int main(void)
 {
     RUN(test_routing);
@@ -1387,5 +1443,6 @@ int main(void)
     RUN(test_posts_and_stop);
     RUN(test_stop_flushes);
     RUN(test_busy_port);
+    RUN(test_unix_socket);
     return harness_done();
 }
