@@ -21,7 +21,6 @@ export LD_LIBRARY_PATH="$PWD/$BIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export PYTHONUNBUFFERED=1
 FIX=${FIX:-$BIN/fixtures}
 M=${MODELS:-/tmp/cinfer-models}
-ts() { date +%s.%N; }
 {
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
     nvcc --version | tail -1
@@ -50,14 +49,25 @@ fi
 
 if [ "$phase" = bench ] || [ "$phase" = all ]; then
     echo "== bench"
-    t0=$(ts)
     python3 bench/gpu/models.py bench "$M" ${BENCH_MODELS:-l1b l8b}
-    echo "models made in $(echo "$(ts) - $t0" | bc) s"
     python3 bench/gpu/peers.py bw | tee "$RES/bw.json"
     for m in ${BENCH_MODELS:-l1b l8b}; do
         "$BIN/cinfer_gpu_bench" "$M/$m" perf | tee "$RES/cinfer_$m.json"
         [ -n "${PEERS:-1}" ] && python3 bench/gpu/peers.py eager "$M/$m" --agg | tee "$RES/eager_$m.json"
     done
+    if [ -n "${PROFILE:-}" ]; then
+        # one batch-1 decode step of l8b, per kernel (graphs off so ncu sees each launch),
+        # then two attention launches of the 4096-token prefill
+        CINFER_CUDA_GRAPHS=0 timeout 150 ncu --clock-control none --launch-skip 2400 --launch-count 470 \
+            --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+            --csv "$BIN/cinfer_gpu_bench" "$M/l8b" perf --batches 8 > "$RES/ncu_l8b_decode.csv" 2> "$RES/ncu_err.txt"
+        python3 bench/gpu/ncu_sum.py "$RES/ncu_l8b_decode.csv" | tee "$RES/ncu_l8b_decode.txt"
+        CINFER_CUDA_GRAPHS=0 timeout 150 ncu --clock-control none --kernel-name regex:k_attn \
+            --launch-skip 8224 --launch-count 2 \
+            --metrics gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+            --csv "$BIN/cinfer_gpu_bench" "$M/l8b" perf --batches 8 > "$RES/ncu_l8b_prefill.csv" 2>> "$RES/ncu_err.txt"
+        python3 bench/gpu/ncu_sum.py "$RES/ncu_l8b_prefill.csv" | tee "$RES/ncu_l8b_prefill.txt"
+    fi
     if [ -n "${COMPILED:-}" ]; then
         for m in ${BENCH_MODELS:-l1b l8b}; do
             timeout ${COMPILE_TIMEOUT:-150} python3 bench/gpu/peers.py compiled "$M/$m" | tee "$RES/compiled_$m.json"
@@ -77,19 +87,5 @@ if [ "$phase" = profile ]; then
         --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
         --csv "$BIN/cinfer_gpu_bench" "$M/l1b" perf --prefill 128 --batches 8 > "$RES/ncu_l1b.csv" 2> "$RES/ncu_err.txt"
     echo "ncu rc=$?"
-    python3 - "$RES/ncu_l1b.csv" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-hdr = rows[0]; rows = rows[1:]
-ki, mi, vi = hdr.index("Kernel Name"), hdr.index("Metric Name"), hdr.index("Metric Value")
-tot = collections.defaultdict(float); cnt = collections.Counter(); bw = collections.defaultdict(list)
-for r in rows:
-    k = r[ki][:60]
-    if r[mi] == "gpu__time_duration.sum":
-        tot[k] += float(r[vi].replace(",", "")); cnt[k] += 1
-    elif r[mi].startswith("dram__throughput"):
-        bw[k].append(float(r[vi].replace(",", "")))
-for k, t in sorted(tot.items(), key=lambda x: -x[1]):
-    print("%-60s n=%4d total=%9.1f us avg=%7.2f us dram%%=%5.1f" % (k, cnt[k], t / 1e3, t / 1e3 / cnt[k], sum(bw[k]) / max(1, len(bw[k]))))
-PY
+    python3 bench/gpu/ncu_sum.py "$RES/ncu_l1b.csv"
 fi

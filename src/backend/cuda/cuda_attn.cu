@@ -7,8 +7,12 @@
  * Steps of up to AT_SPLIT_MAX_TOK tokens split every context into absolute position
  * ranges of AT_SPLIT positions (so a token's result never depends on the rest of the batch
  * or on the context capacity); a second kernel merges the splits. Longer steps (prefill)
- * run one split per token. head_dim is limited to 256.
+ * run one split per token, and a block serves a tile of up to AT_TQ consecutive tokens
+ * (one warp per token and head): each run of tokens of one sequence in the tile loads a
+ * K/V chunk once for all of them, each warp masking the positions its token does not see.
+ * head_dim is limited to 256.
  */
+#include <limits.h>
 #include <math.h>
 
 #include "backend/cuda/cuda_int.cuh"
@@ -19,6 +23,8 @@ enum {
     AT_MAX_HG = 8,           /* query heads (warps) per block */
     AT_SPLIT = 64,           /* positions per split in split mode */
     AT_SPLIT_MAX_TOK = 64,   /* steps of at most this many tokens use split mode */
+    AT_TQ = 8,               /* most tokens per block in longer steps */
+    AT_MAX_WARPS = 16,       /* warps (tokens x heads) per block (<= 128 registers a thread) */
 };
 
 struct at_args {
@@ -119,59 +125,93 @@ __device__ __forceinline__ void at_load(float *ks, float *vs, int *rows, const a
 }
 
 template <int F16>
-__global__ void k_attn(float *out, float *part, const float *q, struct at_args a, int hg,
-                       int nsub, int split_len, int n_split)
+__global__ void __launch_bounds__(AT_MAX_WARPS * 32, 1)
+    k_attn(float *out, float *part, const float *q, struct at_args a, int hg, int nsub,
+           int split_len, int n_split, int tq)
 {
     extern __shared__ float sm[];
     __shared__ int rows[AT_CH];
-    const int hd = a.head_dim, t = blockIdx.x;
+    const int hd = a.head_dim;
     const int g = blockIdx.y / nsub, sub = blockIdx.y % nsub, group = a.n_head / a.n_kv_head;
     const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
-    const int h0 = g * group + sub * hg, h = h0 + w;
-    float *qs = sm, *ks = sm + hg * hd, *vs = ks + AT_CH * (hd + 1);
-    const int pos = a.pos[t];
-    const int lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
-    int s0 = blockIdx.z * split_len;
-    const int s1 = s0 + split_len < pos + 1 ? s0 + split_len : pos + 1;
-    s0 = s0 > lo ? s0 : lo;
-    for (int i = threadIdx.x; i < hg * hd; i += blockDim.x)
-        qs[i] = q[((size_t)t * a.n_head + h0) * hd + i];
+    const int u = w / hg, wh = w % hg; /* this warp: token t0 + u, query head h0 + wh */
+    const int t0 = blockIdx.x * tq, nt = a.n_tok - t0 < tq ? a.n_tok - t0 : tq;
+    const int t = t0 + u, h0 = g * group + sub * hg, h = h0 + wh;
+    const bool tok_ok = u < nt;
+    float *qs = sm, *ks = sm + tq * hg * hd, *vs = ks + AT_CH * (hd + 1);
+    for (int i = threadIdx.x; i < nt * hg * hd; i += blockDim.x) {
+        int uu = i / (hg * hd), r = i - uu * hg * hd;
+        qs[i] = q[((size_t)(t0 + uu) * a.n_head + h0) * hd + r];
+    }
+    /* this warp's positions in this split: [my0, my1) */
+    const int z0 = blockIdx.z * split_len;
+    int my0 = 0, my1 = 0;
+    if (tok_ok) {
+        int pos = a.pos[t], lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+        my0 = z0 > lo ? z0 : lo;
+        my1 = z0 + split_len < pos + 1 ? z0 + split_len : pos + 1;
+    }
     float m = -INFINITY, l = 0.0f, acc[AT_MAX_HD / 32];
 #pragma unroll
     for (int i = 0; i < AT_MAX_HD / 32; i++)
         acc[i] = 0.0f;
-    const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
-    for (int c0 = s0; c0 < s1; c0 += AT_CH) {
-        const int nrow = s1 - c0 < AT_CH ? s1 - c0 : AT_CH;
-        __syncthreads(); /* the previous chunk is consumed */
-        at_load<F16>(ks, vs, rows, a, bt, c0, nrow, g);
-        float s = -INFINITY;
-        if (lane < nrow) {
-            const float *kr = ks + lane * (hd + 1), *qr = qs + w * hd;
-            float dot = 0.0f;
-            for (int i = 0; i < hd; i++)
-                dot = fmaf(qr[i], kr[i], dot);
-            s = dot * a.scale;
-            if (a.softcap > 0.0f)
-                s = a.softcap * tanhf(s / a.softcap);
+    /* runs of tokens of one sequence share each K/V chunk */
+    for (int r0 = 0; r0 < nt;) {
+        const int sq = a.seq[t0 + r0];
+        int r1 = r0 + 1;
+        while (r1 < nt && a.seq[t0 + r1] == sq)
+            r1++;
+        int b0 = INT_MAX, b1 = 0; /* union of the run's ranges (block-uniform) */
+        for (int k = r0; k < r1; k++) {
+            int p = a.pos[t0 + k], lo = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+            int s0 = z0 > lo ? z0 : lo, s1 = z0 + split_len < p + 1 ? z0 + split_len : p + 1;
+            if (s0 < s1)
+                b0 = s0 < b0 ? s0 : b0, b1 = s1 > b1 ? s1 : b1;
         }
-        const float mn = fmaxf(m, warp_max(s));
-        const float f = expf(m - mn);
-        const float p = lane < nrow ? expf(s - mn) : 0.0f;
-        l = l * f + warp_sum(p);
-#pragma unroll
-        for (int i = 0; i < AT_MAX_HD / 32; i++)
-            acc[i] *= f;
-        for (int j = 0; j < nrow; j++) {
-            const float pj = __shfl_sync(0xffffffffu, p, j);
-            const float *vr = vs + j * hd;
+        const bool active = tok_ok && u >= r0 && u < r1; /* warp-uniform */
+        const int32_t *bt = a.block_tables + (size_t)sq * a.max_blocks;
+        for (int c0 = b0; c0 < b1; c0 += AT_CH) {
+            const int nrow = b1 - c0 < AT_CH ? b1 - c0 : AT_CH;
+            __syncthreads(); /* the previous chunk is consumed */
+            at_load<F16>(ks, vs, rows, a, bt, c0, nrow, g);
+            if (!active)
+                continue;
+            const int p = c0 + lane;
+            const bool valid = lane < nrow && p >= my0 && p < my1;
+            float s = -INFINITY;
+            if (valid) {
+                const float *kr = ks + lane * (hd + 1), *qr = qs + (u * hg + wh) * hd;
+                float dot = 0.0f;
+                for (int i = 0; i < hd; i++)
+                    dot = fmaf(qr[i], kr[i], dot);
+                s = dot * a.scale;
+                if (a.softcap > 0.0f)
+                    s = a.softcap * tanhf(s / a.softcap);
+            }
+            const float cm = warp_max(s);
+            if (cm == -INFINITY) /* no position of this chunk for this token */
+                continue;
+            const float mn = fmaxf(m, cm);
+            const float f = expf(m - mn);
+            const float pw = valid ? expf(s - mn) : 0.0f;
+            l = l * f + warp_sum(pw);
 #pragma unroll
             for (int i = 0; i < AT_MAX_HD / 32; i++)
-                if (lane + 32 * i < hd)
-                    acc[i] = fmaf(pj, vr[lane + 32 * i], acc[i]);
+                acc[i] *= f;
+            for (int j = 0; j < nrow; j++) {
+                const float pj = __shfl_sync(0xffffffffu, pw, j);
+                const float *vr = vs + j * hd;
+#pragma unroll
+                for (int i = 0; i < AT_MAX_HD / 32; i++)
+                    if (lane + 32 * i < hd)
+                        acc[i] = fmaf(pj, vr[lane + 32 * i], acc[i]);
+            }
+            m = mn;
         }
-        m = mn;
+        r0 = r1;
     }
+    if (!tok_ok)
+        return;
     if (n_split == 1) {
         float inv = l > 0.0f ? 1.0f / l : 0.0f;
         float *o = out + ((size_t)t * a.n_head + h) * hd;
@@ -216,7 +256,7 @@ static size_t at_smem(int hg, int hd) { return ((size_t)hg * hd + (size_t)AT_CH 
 
 cudaError_t cu_attn_init(struct cu_be *cb)
 {
-    size_t need = at_smem(AT_MAX_HG, AT_MAX_HD);
+    size_t need = at_smem(AT_MAX_WARPS, AT_MAX_HD);
     if (need > cb->smem_optin)
         need = cb->smem_optin;
     cudaError_t rc = cudaFuncSetAttribute(k_attn<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -255,12 +295,17 @@ void cu_attention(struct be *b, float *out, const float *q, const struct be_attn
                         a->scale,   a->softcap,   a->window,    a->pos,
                         a->seq,     a->block_tables, a->max_blocks, a->block_size,
                         a->k_cache, a->v_cache};
-    dim3 grid((unsigned)a->n_tok, (unsigned)(a->n_kv_head * nsub), (unsigned)n_split);
-    size_t smem = at_smem(hg, a->head_dim);
+    /* long steps: tiles of tq tokens share each K/V chunk (one warp per token and head) */
+    int tq = n_split == 1 && a->n_tok > AT_SPLIT_MAX_TOK ? (AT_TQ < AT_MAX_WARPS / hg ? AT_TQ : AT_MAX_WARPS / hg) : 1;
+    dim3 grid((unsigned)((a->n_tok + tq - 1) / tq), (unsigned)(a->n_kv_head * nsub),
+              (unsigned)n_split);
+    size_t smem = at_smem(tq * hg, a->head_dim);
     if (a->kv_dtype == DT_F16)
-        k_attn<1><<<grid, hg * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, split_len, n_split);
+        k_attn<1><<<grid, tq * hg * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, split_len,
+                                                          n_split, tq);
     else
-        k_attn<0><<<grid, hg * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, split_len, n_split);
+        k_attn<0><<<grid, tq * hg * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, split_len,
+                                                          n_split, tq);
     cu_after_launch(cb, "attention");
     if (n_split > 1) {
         int th = a->head_dim < 32 ? 32 : (a->head_dim + 31) / 32 * 32;
