@@ -539,12 +539,42 @@ static int mistral_head(struct tc_parser *p, char c)
     return 1;
 }
 
+/* <tool_call> with a JSON body: follows the JSON so that "</tool_call>" inside one of its
+ * strings (a file that documents tool calls) does not end the block. Returns 1 while the
+ * body is inside a JSON string that has no raw newline so far: a string the model forgot
+ * to close usually runs into a new line before the end tag, and then the tag counts. */
+static int tag_json_in_string(struct tc_parser *p, unsigned char c)
+{
+    if (p->json_on == 0) { /* between values */
+        if (is_ws((char)c) || c == ';' || c == ',')
+            return 0;
+        tcj_init(&p->json, 0);
+        p->json_on = 1;
+    }
+    if (p->json_on < 0)
+        return 0;
+    int was_str = p->json.st == S_STR || p->json.st == S_ESC || p->json.st == S_U;
+    int r = tcj_feed(&p->json, c);
+    if (r == TCJ_ERR)
+        p->json_on = -1; /* not JSON (XML, or broken): the first end tag ends the block */
+    else if (r == TCJ_DONE)
+        p->json_on = 0;
+    int in_str = p->json_on == 1 &&
+                 (p->json.st == S_STR || p->json.st == S_ESC || p->json.st == S_U);
+    if (in_str && !was_str)
+        p->json_str_nl = 0;
+    else if (in_str && c == '\n')
+        p->json_str_nl = 1;
+    return in_str && !p->json_str_nl;
+}
+
 static void markup_byte(struct tc_parser *p, char c)
 {
     tcb_putc(&p->span, c);
     const struct tc_marker *m = p->cur;
     if (m->end) {
-        if (ends_with(&p->span, m->end, strlen(m->start)))
+        int in_str = m->kind == K_TAG && tag_json_in_string(p, (unsigned char)c);
+        if (!in_str && ends_with(&p->span, m->end, strlen(m->start)))
             end_block(p, 1);
         else if (p->stream)
             tcs_byte(p);

@@ -188,7 +188,9 @@ struct tc_parser {
     struct tcb pre_ws;           /* whitespace that preceded the current block */
     struct tcb span;             /* the current block, marker included */
     struct tcj json;             /* JSON-ended blocks: the value's validator */
-    int json_on;                 /* the validator has started (Mistral: after [ARGS]) */
+    int json_on;                 /* the validator has started (Mistral: after [ARGS]);
+                                  * <tool_call>: 0 between values, 1 in one, -1 not JSON */
+    int json_str_nl;             /* <tool_call>: the current JSON string has a raw newline */
     int at_start;                /* only whitespace since the reply began or since a call */
     int after_call;              /* the last thing seen was a call */
 
