@@ -1,4 +1,4 @@
-/* http_int.h — internals shared by the .c files of src/http only (server.c, req.c).
+/* http_int.h — internals shared by the .c files of src/http only.
  *
  * Lifetimes: a struct http_conn lives from the first bytes received on an evhttp
  * connection until evhttp's close callback; a struct http_req lives from dispatch until its
@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stddef.h>
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
 
@@ -105,6 +106,20 @@ struct http_server {
     long st_conns_open, st_requests, st_429, st_413;
 };
 
+static inline void stat_add(long *p, long d)
+{
+    __atomic_fetch_add(p, d, __ATOMIC_RELAXED);
+}
+
+/* errpage.c */
+void http_registry_add_(struct http_server *s);
+void http_registry_del_(struct http_server *s);
+struct http_server *http_registry_find_(struct event_base *base);
+void http_errpage_out_cb_(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg);
+void http_errpage_fix_cb_(evutil_socket_t fd, short what, void *arg);
+void http_errpage_drop_all_(struct http_server *s);
+char *http_error_body_(struct http_server *s, const char *path, int status, const char *msg);
+
 /* req.c */
 struct http_req *http_req_new_(struct http_server *s, struct evhttp_request *evreq,
                                struct http_conn *conn, struct cerr *e);
@@ -113,6 +128,5 @@ void http_req_free_all_(struct http_server *s);
 /* server.c */
 void http_conn_end_request_(struct http_conn *c);
 void http_conn_close_soon_(struct http_conn *c);
-char *http_error_body_(struct http_server *s, const char *path, int status, const char *msg);
 
 #endif

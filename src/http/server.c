@@ -39,11 +39,6 @@ static void global_init(void)
     g_threads_ok = evthread_use_pthreads() == 0;
 }
 
-static inline void stat_add(long *p, long d)
-{
-    __atomic_fetch_add(p, d, __ATOMIC_RELAXED);
-}
-
 static char *xstrdup(const char *s)
 {
     if (!s)
@@ -53,88 +48,6 @@ static char *xstrdup(const char *s)
     if (d)
         memcpy(d, s, n);
     return d;
-}
-
-/* ---------------------------------------------------------------- registry */
-
-/* Servers by event base, for the one evhttp hook (a new connection's first bytes) whose
- * callback argument cannot carry the server. A handful of entries at most. */
-static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct http_server *g_reg;
-
-static void registry_add(struct http_server *s)
-{
-    pthread_mutex_lock(&g_reg_mu);
-    s->reg_next = g_reg;
-    g_reg = s;
-    pthread_mutex_unlock(&g_reg_mu);
-}
-
-static void registry_del(struct http_server *s)
-{
-    pthread_mutex_lock(&g_reg_mu);
-    for (struct http_server **p = &g_reg; *p; p = &(*p)->reg_next) {
-        if (*p == s) {
-            *p = s->reg_next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&g_reg_mu);
-}
-
-static struct http_server *registry_find(struct event_base *base)
-{
-    pthread_mutex_lock(&g_reg_mu);
-    struct http_server *s = g_reg;
-    while (s && s->base != base)
-        s = s->reg_next;
-    pthread_mutex_unlock(&g_reg_mu);
-    return s;
-}
-
-/* ---------------------------------------------------------------- error bodies */
-
-/* JSON-escapes src into a malloc'd string (no quotes around it). */
-static char *json_escape(const char *src)
-{
-    size_t n = strlen(src);
-    char *out = malloc(n * 6 + 1);
-    if (!out)
-        return NULL;
-    char *o = out;
-    for (const unsigned char *p = (const unsigned char *)src; *p; p++) {
-        if (*p == '"' || *p == '\\') {
-            *o++ = '\\';
-            *o++ = (char)*p;
-        } else if (*p < 0x20) {
-            o += sprintf(o, "\\u%04x", *p);
-        } else {
-            *o++ = (char)*p;
-        }
-    }
-    *o = 0;
-    return out;
-}
-
-/* The body for an error reply: the caller's formatter, else a small OpenAI-like JSON.
- * Returns malloc'd text or NULL when out of memory. */
-char *http_error_body_(struct http_server *s, const char *path, int status, const char *msg)
-{
-    if (s->efmt) {
-        char *b = s->efmt(path ? path : "", status, msg ? msg : "", s->efmt_ud);
-        if (b)
-            return b;
-    }
-    char *m = json_escape(msg ? msg : "");
-    if (!m)
-        return NULL;
-    size_t n = strlen(m) + 96;
-    char *b = malloc(n);
-    if (b)
-        snprintf(b, n, "{\"error\":{\"message\":\"%s\",\"type\":\"http_error\",\"code\":%d}}", m,
-                 status);
-    free(m);
-    return b;
 }
 
 /* ---------------------------------------------------------------- connections */
@@ -290,139 +203,6 @@ static void conn_closecb(struct evhttp_connection *evcon, void *arg)
         http_req_conn_closed_(r);
 }
 
-/* evhttp 2.1 answers an oversized (413) or malformed (400) request itself, with an HTML
- * body and no hook. Such a status line is recognisable by evhttp's reason phrase while none
- * of our own replies is being made (s->own_reply). We note where it starts and, before the
- * socket is written (same loop turn), replace that response with one whose body comes from
- * the error formatter. */
-static const struct {
-    int status;
-    const char *line;  /* as evhttp writes it after "HTTP/1.x" */
-    const char *phrase;
-} g_evhttp_errors[] = {
-    {413, " 413 Request Entity Too Large\r\n", "Payload Too Large"},
-    {400, " 400 Bad Request\r\n", "Bad Request"},
-    {501, " 501 Not Implemented\r\n", "Not Implemented"},
-};
-
-struct fix413 {
-    struct bufferevent *bev;  /* referenced until fixed */
-    size_t off;
-    int kind;                 /* index in g_evhttp_errors */
-    struct fix413 *next;
-};
-
-/* Copies up to n bytes at offset off of buf into dst without evbuffer_copyout, which
- * refuses buffers whose start is frozen (a socket bufferevent's output always is, outside
- * its own writes). Returns the number of bytes copied. */
-static size_t peek_at(struct evbuffer *buf, size_t off, char *dst, size_t n)
-{
-    struct evbuffer_ptr p;
-    struct evbuffer_iovec v[8];
-    if (evbuffer_ptr_set(buf, &p, off, EVBUFFER_PTR_SET) != 0)
-        return 0;
-    int k = evbuffer_peek(buf, (ev_ssize_t)n, &p, v, 8);
-    size_t got = 0;
-    for (int i = 0; i < k && i < 8 && got < n; i++) {
-        size_t m = v[i].iov_len < n - got ? v[i].iov_len : n - got;
-        memcpy(dst + got, v[i].iov_base, m);
-        got += m;
-    }
-    return got;
-}
-
-static void out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
-{
-    struct bufferevent *bev = arg;
-    if (info->n_added < 24 || info->n_deleted)
-        return;
-    char head[64];
-    size_t got = peek_at(buf, info->orig_size, head, 8 + 32);
-    if (got < 24 || memcmp(head, "HTTP/1.", 7) != 0)
-        return;
-    int kind = -1;
-    for (int i = 0; i < (int)(sizeof g_evhttp_errors / sizeof g_evhttp_errors[0]); i++) {
-        size_t ll = strlen(g_evhttp_errors[i].line);
-        if (got >= 8 + ll && memcmp(head + 8, g_evhttp_errors[i].line, ll) == 0)
-            kind = i;
-    }
-    if (kind < 0)
-        return;
-    struct http_server *s = registry_find(bufferevent_get_base(bev));
-    if (!s || s->own_reply)
-        return;
-    if (g_evhttp_errors[kind].status == 413)
-        stat_add(&s->st_413, 1);
-    struct fix413 *f = malloc(sizeof *f);
-    if (!f)
-        return; /* the client gets evhttp's HTML page */
-    bufferevent_incref(bev);
-    f->bev = bev;
-    f->off = info->orig_size;
-    f->kind = kind;
-    f->next = s->fix_head;
-    s->fix_head = f;
-    event_active(s->fix_ev, 0, 0);
-}
-
-static void fix413_one(struct http_server *s, struct fix413 *f)
-{
-    struct evbuffer *out = bufferevent_get_output(f->bev);
-    size_t len = evbuffer_get_length(out);
-    void *cbarg = NULL;
-    bufferevent_getcb(f->bev, NULL, NULL, NULL, &cbarg);
-    char head[8];
-    if (!cbarg || f->off + 8 > len || peek_at(out, f->off, head, 8) != 8)
-        return; /* freed by evhttp meanwhile, or already written */
-    char msg[160];
-    int status = g_evhttp_errors[f->kind].status;
-    if (status == 413)
-        snprintf(msg, sizeof msg, "request too large (the body limit is %zu bytes)",
-                 s->max_body);
-    else if (status == 501)
-        snprintf(msg, sizeof msg, "HTTP method not supported");
-    else
-        snprintf(msg, sizeof msg, "malformed HTTP request (request line, headers over %zd "
-                                  "bytes, or chunked encoding)", HTTP_MAX_HEADERS);
-    char *body = http_error_body_(s, "", status, msg);
-    struct evbuffer *keep = evbuffer_new();
-    if (!body || !keep) {
-        free(body);
-        if (keep)
-            evbuffer_free(keep);
-        return;
-    }
-    /* draining needs the start unfrozen; a failed 0-byte drain tells it was frozen */
-    int frozen = evbuffer_drain(out, 0) != 0;
-    if (frozen)
-        evbuffer_unfreeze(out, 1);
-    evbuffer_remove_buffer(out, keep, f->off); /* earlier responses not yet sent */
-    evbuffer_drain(out, evbuffer_get_length(out));
-    evbuffer_add_buffer(out, keep);
-    s->own_reply = 1; /* our replacement must not be taken for evhttp's page */
-    evbuffer_add_printf(out,
-                        "%.8s %d %s\r\nContent-Type: application/json\r\n"
-                        "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                        head, status, g_evhttp_errors[f->kind].phrase, strlen(body), body);
-    s->own_reply = 0;
-    if (frozen)
-        evbuffer_freeze(out, 1);
-    evbuffer_free(keep);
-    free(body);
-}
-
-static void fix413_cb(evutil_socket_t fd, short what, void *arg)
-{
-    struct http_server *s = arg;
-    while (s->fix_head) {
-        struct fix413 *f = s->fix_head;
-        s->fix_head = f->next;
-        fix413_one(s, f);
-        bufferevent_decref(f->bev);
-        free(f);
-    }
-}
-
 /* Input on a tracked connection: the first byte of a request (none open, no deadline
  * running) starts the deadline by which the whole request must have arrived. */
 static void in_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
@@ -443,7 +223,7 @@ static void in_first_cb(struct evbuffer *buf, const struct evbuffer_cb_info *inf
     struct bufferevent *bev = arg;
     if (info->n_added == 0)
         return;
-    struct http_server *s = registry_find(bufferevent_get_base(bev));
+    struct http_server *s = http_registry_find_(bufferevent_get_base(bev));
     void *cbarg = NULL;
     bufferevent_getcb(bev, NULL, NULL, NULL, &cbarg);
     struct http_conn *c = s && cbarg ? conn_track(s, cbarg) : NULL;
@@ -458,7 +238,7 @@ static struct bufferevent *bev_cb(struct event_base *base, void *arg)
 {
     struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (bev) {
-        evbuffer_add_cb(bufferevent_get_output(bev), out_cb, bev);
+        evbuffer_add_cb(bufferevent_get_output(bev), http_errpage_out_cb_, bev);
         evbuffer_add_cb(bufferevent_get_input(bev), in_first_cb, bev);
     }
     return bev;
@@ -809,7 +589,7 @@ int http_server_new(struct http_server **out, const struct http_config *c, struc
     if (s->wake_fd < 0)
         goto nomem;
     s->post_ev = event_new(s->base, s->wake_fd, EV_READ | EV_PERSIST, post_cb, s);
-    s->fix_ev = event_new(s->base, -1, 0, fix413_cb, s);
+    s->fix_ev = event_new(s->base, -1, 0, http_errpage_fix_cb_, s);
     s->drain_ev = event_new(s->base, -1, EV_PERSIST, drain_cb, s);
     if (!s->http || !s->scratch || !s->post_ev || !s->fix_ev || !s->drain_ev ||
         event_add(s->post_ev, NULL) != 0)
@@ -840,7 +620,7 @@ int http_server_new(struct http_server **out, const struct http_config *c, struc
         }
         if (!(s->unix_path = xstrdup(host + 5)))
             goto nomem;
-        registry_add(s);
+        http_registry_add_(s);
         log_debug("http: listening on %s", host);
         *out = s;
         return 0;
@@ -862,7 +642,7 @@ int http_server_new(struct http_server **out, const struct http_config *c, struc
         else if (ss.ss_family == AF_INET6)
             s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     }
-    registry_add(s);
+    http_registry_add_(s);
     log_debug("http: listening on %s:%d", host, s->port);
     *out = s;
     return 0;
@@ -923,19 +703,14 @@ void http_server_free(struct http_server *s)
 {
     if (!s)
         return;
-    registry_del(s);
+    http_registry_del_(s);
     pthread_mutex_lock(&s->mu);
     s->stopping = 1;
     pthread_mutex_unlock(&s->mu);
     if (s->http)
         evhttp_free(s->http); /* closes every connection: closecbs run, on_close fires */
     http_req_free_all_(s);
-    while (s->fix_head) {
-        struct fix413 *f = s->fix_head;
-        s->fix_head = f->next;
-        bufferevent_decref(f->bev);
-        free(f);
-    }
+    http_errpage_drop_all_(s);
     if (s->fix_ev)
         event_free(s->fix_ev);
     if (s->drain_ev)
