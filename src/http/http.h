@@ -58,8 +58,9 @@ int http_server_new(struct http_server **out, const struct http_config *c, struc
 int http_server_port(const struct http_server *s);
 
 /* Frees the server: closes every connection (on_close callbacks of open requests fire),
- * drops unrun posts, closes the listener. Call after http_server_run returned (or if it
- * never ran); not concurrently with any other call. NULL is a no-op. */
+ * drops unrun posts, closes the listener, and frees every struct http_req (references
+ * still held become invalid). Call after http_server_run returned (or if it never ran);
+ * not concurrently with any other call. NULL is a no-op. */
 void http_server_free(struct http_server *s);
 
 /* Installs the error-body formatter (replaces the built-in one). Before run. */
@@ -70,10 +71,9 @@ enum { HTTP_ROUTE_PREFIX = 1, HTTP_ROUTE_PUBLIC = 2 /* no api-key check */ };
 /* Registers a route. method NULL = any method; path is an exact match unless
  * HTTP_ROUTE_PREFIX (then any path starting with it). Routes are tried in registration
  * order; the first whose path and method match wins (a "GET" route also serves HEAD, with
- * headers only). Unmatched path -> 404 via the error
- * formatter with message "not found"; a path that matches only with another method -> 405
- * (with an Allow header). Strings are copied. Returns 0, or CERR_NOMEM / CERR_INVALID.
- * Before run (loop thread only once running). */
+ * headers only). Unmatched path -> 404 via the error formatter with message "not found"; a
+ * path that matches only with another method -> 405 (with an Allow header). Strings are
+ * copied. Returns 0, or CERR_NOMEM / CERR_INVALID. Before run (loop thread once running). */
 int http_route(struct http_server *s, const char *method, const char *path, int flags,
                http_handler h, void *ud);
 
@@ -125,7 +125,8 @@ void http_stream_end(struct http_req *r);
 
 /* cb runs once if the client disconnects before the request ended; after it runs (or after
  * reply/stream_end), r is invalid, unless the caller holds a reference (http_req_ref).
- * Use it to cancel work. Setting it again replaces the previous cb. */
+ * Use it to cancel work. Setting it again replaces the previous cb. Without a cb, a request
+ * whose client is gone stays valid until the caller ends it (writes return -1). */
 void http_req_on_close(struct http_req *r, void (*cb)(struct http_req *r, void *ud), void *ud);
 
 /* Optional references, for code that may still touch r after on_close ran (e.g. posts from
