@@ -415,7 +415,7 @@ static int parse_block(struct tc_parser *p, int closed)
     int r = 0;
     switch (m->kind) {
     case K_TAG:
-        r = tcx_json_calls(p->tools, body, bn, on_call, p);
+        r = tcx_json_calls_repair(p->tools, body, bn, on_call, p);
         if (r == 0)
             r = tcx_xml_calls(p->tools, body, bn, on_call, p);
         break;
@@ -423,8 +423,10 @@ static int parse_block(struct tc_parser *p, int closed)
         r = closed ? tcx_xml_calls(p->tools, s, n, on_call, p) : 0;
         break;
     case K_PYTAG:
-    case K_FENCE_JSON:
         r = tcx_json_calls(p->tools, body, bn, on_call, p);
+        break;
+    case K_FENCE_JSON:
+        r = tcx_json_calls_repair(p->tools, body, bn, on_call, p);
         break;
     case K_BARE:
         r = tcx_json_calls(p->tools, s, n, on_call, p);

@@ -111,6 +111,10 @@ typedef int (*tcx_call_fn)(void *ctx, const char *name, const char *args, size_t
  * whole body is valid (so a failure reports nothing). Return the number of calls (>= 1),
  * or 0 when the body is not valid markup. */
 int tcx_json_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn, void *ctx);
+/* tcx_json_calls, then, when that finds no valid call, the same after converting
+ * Python-style objects to JSON: single quotes, bare keys, True/False/None, trailing commas. */
+int tcx_json_calls_repair(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn,
+                          void *ctx);
 int tcx_xml_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn, void *ctx);
 int tcx_mistral_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn,
                       void *ctx);

@@ -808,3 +808,34 @@ int tcx_deepseek_calls(const struct tc_tools *t, const char *s, size_t n, tcx_ca
     }
     return found_finish(&f, ok, fn, ctx);
 }
+
+/* ---- repair: Python-style call objects ({'name': 'f', 'arguments': {'a': True},}) ---- */
+
+int tcx_json_calls_repair(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn,
+                          void *ctx)
+{
+    int r = tcx_json_calls(t, s, n, fn, ctx);
+    if (r != 0)
+        return r;
+    struct pyc c = {s, n, 0, 0};
+    struct tcb js = {0};
+    int ok = 1, any = 0;
+    for (;;) {
+        while (c.i < n && (is_ws(s[c.i]) || s[c.i] == ';' || s[c.i] == ','))
+            c.i++;
+        if (c.i >= n)
+            break;
+        if ((s[c.i] != '{' && s[c.i] != '[') || !py_value(&c, &js)) {
+            ok = 0;
+            break;
+        }
+        tcb_putc(&js, '\n');
+        any = 1;
+    }
+    if (js.oom)
+        r = CERR_NOMEM;
+    else if (ok && any)
+        r = tcx_json_calls(t, js.p, js.n, fn, ctx);
+    tcb_free(&js);
+    return r;
+}
