@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""summarize.py — bench/results/gpu.json from the files device_run.sh leaves (res.tgz).
+
+  summarize.py RESULT_DIR COMMIT [--previous RESULT_DIR2 COMMIT2] > bench/results/gpu.json
+ceiling_tok_s = measured copy bandwidth / weight bytes read per token; ceiling_frac =
+decode_b1_tok_s / ceiling_tok_s.
+"""
+import json
+import os
+import sys
+
+
+def load(d, name):
+    p = os.path.join(d, name)
+    if not os.path.exists(p) or os.path.getsize(p) == 0:
+        return None
+    return json.loads(open(p).read().strip().splitlines()[-1])
+
+
+def one_run(d, commit):
+    bw = load(d, "bw.json")
+    machine = open(os.path.join(d, "machine.txt")).read().strip().splitlines()
+    gpu = machine[1].split(", ")
+    out = {"commit": commit, "gpu": gpu[0], "driver": gpu[1], "memory_mib": gpu[2],
+           "cuda": machine[-1].strip().replace("Build cuda_", "toolkit ").replace(
+               "/compiler.", " (compiler ") + ")", "copy_tb_s": round(bw["copy_tb_s"], 3),
+           "models": {}}
+    for m in ("l1b", "l8b"):
+        c = load(d, "cinfer_%s.json" % m)
+        if not c:
+            continue
+        ceil = bw["copy_tb_s"] * 1e12 / c["weight_bytes"]
+        r = {"decode_b1_tok_s": c["decode_b1_tok_s"], "ceiling_tok_s": round(ceil, 1),
+             "ceiling_frac": round(c["decode_b1_tok_s"] / ceil, 3),
+             "prefill_4k_tok_s": c["prefill_tok_s"],
+             "agg_decode_tok_s": c["agg"], "peak_device_bytes": c["peak_device_bytes"],
+             "weight_bytes": c["weight_bytes"], "load_s": c["load_s"],
+             "peers": {}}
+        e = load(d, "eager_%s.json" % m)
+        if e:
+            r["peers"]["transformers_eager_sdpa_bf16"] = {
+                "decode_b1_tok_s": round(e["decode_b1_tok_s"], 2),
+                "prefill_4k_tok_s": round(e["prefill_4k_tok_s"], 1),
+                "agg_decode_tok_s": {k: round(v, 1) for k, v in e["agg_decode_tok_s"].items()},
+                "peak_device_bytes": e["peak_device_bytes"]}
+        cp = load(d, "compiled_%s.json" % m)
+        r["peers"]["transformers_static_cache_torch_compile"] = cp or {
+            "status": "not measured: the compile did not finish within 110 s in the run of "
+                      "commit fb091c3; the issue's figures on this H200: 139 (8B) / 344 (1B) "
+                      "tok/s decode"}
+        out["models"][m] = r
+    return out
+
+
+def main():
+    a = sys.argv[1:]
+    res = one_run(a[0], a[1])
+    res["method"] = ("bench/gpu/device_run.sh all: cinfer_gpu_bench MODEL perf (batch-1 decode "
+                     "of 256 tokens after a 128-token prompt; prefill of a 4096-token prompt in "
+                     "a fresh context, best of 2; aggregate decode = B sequences x 64 steps "
+                     "after 128-token prompts; F16 KV cache; random bf16 weights made on the "
+                     "device by bench/gpu/models.py); peers by bench/gpu/peers.py on the same "
+                     "files; copy_tb_s = 2 GiB device-to-device copy, read+write, median of 10")
+    if "--previous" in a:
+        i = a.index("--previous")
+        res["previous_run"] = one_run(a[i + 1], a[i + 2])
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
