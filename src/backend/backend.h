@@ -116,6 +116,8 @@ struct be {
 struct be_config {
     int n_threads; /* CPU worker threads; <= 0 = number of online cores */
     int device;    /* GPU index for device backends */
+    int graphs;    /* device backends: replay repeated steps as graphs; 1 on, -1 off,
+                    * 0 = the backend's default (CUDA: on unless CINFER_CUDA_GRAPHS=0) */
 };
 
 /* Creates a backend by name ("cpu"; later "cuda"). Returns NULL and fills e on failure. */

@@ -25,7 +25,7 @@
 static void bench_usage(FILE *f)
 {
     fprintf(f, "usage: cinfer bench MODEL [-t N] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [--kv f16|f32]\n"
-               "                    [--backend cpu|cuda] [--device N]\n\n"
+               "                    [--backend cpu|cuda] [--device N] [--compiled-decode on|off]\n\n"
                "Prints one JSON object: load_s, ttft_s (start to the first token of an\n"
                "8-token prompt, load included), ttft_warm_s (the same without the load),\n"
                "decode_tok_s (GEN_TOKENS after it, default 128),\n"
@@ -50,6 +50,7 @@ int cmd_bench(int argc, char **argv)
     const char *path = NULL;
     int threads = 0, n_prompt = 512, n_gen = 128, kv_dtype = DT_F16, device = 0;
     const char *backend = "cpu";
+    int graphs = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--kv") && v && (!strcmp(v, "f16") || !strcmp(v, "f32"))) {
@@ -59,6 +60,11 @@ int cmd_bench(int argc, char **argv)
         }
         if (!strcmp(a, "--backend") && v) {
             backend = v;
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--compiled-decode") && v && (!strcmp(v, "on") || !strcmp(v, "off"))) {
+            graphs = !strcmp(v, "on") ? 1 : -1;
             i++;
             continue;
         }
@@ -94,7 +100,7 @@ int cmd_bench(int argc, char **argv)
         return 1;
     }
     struct cerr e = {0};
-    struct be_config bc = {.n_threads = threads, .device = device};
+    struct be_config bc = {.n_threads = threads, .device = device, .graphs = graphs};
     struct be *be = be_new(backend, &bc, &e);
     struct model *m = NULL;
     struct gen *g = NULL;

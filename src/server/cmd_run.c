@@ -24,7 +24,7 @@
 
 struct run_opts {
     const char *model, *prompt, *ids, *system, *chat_template, *backend;
-    int chat, device;
+    int chat, device, graphs;
     int n_predict, threads, ctx, output_ids, ignore_eos, kv_f16;
     struct sampler_params sp;
     int seed_set;
@@ -52,6 +52,7 @@ static void run_usage(FILE *f)
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "  --backend cpu|cuda    where the model runs (default cpu)\n"
             "  --device N            GPU index for --backend cuda (default 0)\n"
+            "  --compiled-decode on|off  replay decode steps as CUDA graphs (default on)\n"
             "  -c, --ctx N           context length (default: min(model's, 4096))\n"
             "  --kv-f16              store the KV cache as F16 (default F32)\n"
             "  --ignore-eos          keep generating past end-of-generation tokens\n"
@@ -129,6 +130,12 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
             o->backend = v, rc = v ? 0 : -1;
         else if (!strcmp(a, "--device"))
             rc = parse_int(a, v, 0, 1023, &o->device);
+        else if (!strcmp(a, "--compiled-decode")) {
+            rc = v && (!strcmp(v, "on") || !strcmp(v, "off")) ? 0 : -1;
+            o->graphs = v && !strcmp(v, "on") ? 1 : -1;
+            if (rc && v)
+                fprintf(stderr, "cinfer run: --compiled-decode expects on or off\n");
+        }
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx"))
             rc = parse_int(a, v, 1, 1 << 24, &o->ctx);
         else if (!strcmp(a, "--kv-f16"))
@@ -241,7 +248,7 @@ int cmd_run(int argc, char **argv)
     if (parse_args(argc, argv, &o))
         return 1;
     struct cerr e = {0};
-    struct be_config bc = {.n_threads = o.threads, .device = o.device};
+    struct be_config bc = {.n_threads = o.threads, .device = o.device, .graphs = o.graphs};
     struct be *be = be_new(o.backend ? o.backend : "cpu", &bc, &e);
     if (!be) {
         fprintf(stderr, "cinfer run: %s\n", e.msg);

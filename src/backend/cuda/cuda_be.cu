@@ -345,7 +345,7 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
         cudaGetLastError(), cb->blas_ws = NULL;
     const char *pe = getenv("CINFER_CUDA_PRECISE");
     cb->precise = pe && !strcmp(pe, "1");
-    if (cu_graphs_init(cb)) {
+    if (cu_graphs_init(cb, cfg ? cfg->graphs : 0)) {
         cerr_set(e, CERR_NOMEM, "out of memory creating the CUDA backend");
         cublasDestroy(cb->blas);
         cudaStreamDestroy(cb->stream);

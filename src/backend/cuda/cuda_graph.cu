@@ -47,10 +47,10 @@ struct cu_graphs {
     int nocapture; /* the pending list has a prefill-sized GEMM: shapes rarely repeat */
 };
 
-int cu_graphs_init(struct cu_be *cb)
+int cu_graphs_init(struct cu_be *cb, int want)
 {
     const char *env = getenv("CINFER_CUDA_GRAPHS");
-    if (env && !strcmp(env, "0"))
+    if (want < 0 || (want == 0 && env && !strcmp(env, "0")))
         return 0;
     cb->graphs = (struct cu_graphs *)calloc(1, sizeof *cb->graphs);
     return cb->graphs ? 0 : -1;

@@ -131,7 +131,8 @@ void cu_scale(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
 /* Deferred ops and graph replay (cuda_graph.cu): the vtable's ops record calls; cu_flush()
  * runs or replays the pending list. */
-int cu_graphs_init(struct cu_be *cb);
+/* want: be_config.graphs (1 on, -1 off, 0 default: on unless CINFER_CUDA_GRAPHS=0). */
+int cu_graphs_init(struct cu_be *cb, int want);
 void cu_graphs_free(struct cu_be *cb);
 void cu_flush(struct cu_be *cb);
 void cu_graph_stats(struct cu_be *cb, int64_t *replays, int64_t *captures);
