@@ -19,7 +19,8 @@ enum tc_family {
     TC_GENERIC = 0, /* union of the formats below that are safe to look for anywhere */
     TC_HERMES,      /* Qwen2.5 / Qwen3 / Hermes: <tool_call>{"name":…,"arguments":…}</tool_call> */
     TC_QWEN3_XML,   /* Qwen3-Coder / Qwen3.5: <tool_call><function=n><parameter=p>v</parameter>… */
-    TC_LLAMA3,      /* Llama 3.x: {"name":…,"parameters":…} as the reply, or after <|python_tag|> */
+    TC_LLAMA3,      /* Llama 3.x: {"name":…,"parameters":…} as the reply or after <|python_tag|>;
+                     * custom tools as <function=name>{…}</function> */
     TC_MISTRAL,     /* [TOOL_CALLS][{…}] and [TOOL_CALLS]name[ARGS]{…} */
     TC_GEMMA,       /* ```tool_code name(k=v) ```, ```json {…} ```, <|tool_call>call:n{…}<tool_call|> */
     TC_DEEPSEEK,    /* DeepSeek R1 / V3.1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>…<｜tool▁sep｜>… */
