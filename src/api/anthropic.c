@@ -114,7 +114,7 @@ static int map_message(json_t *m, size_t mi, json_t *chat, struct api_error *err
                               "messages[%zu].content[%zu]: tool_use needs id and name", mi, j);
                 break;
             }
-            char *args = json_dumps(in ? in : json_object(), JSON_COMPACT | JSON_ENCODE_ANY);
+            char *args = in ? json_dumps(in, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
             json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type",
                                                    "function", "function", "name", name,
                                                    "arguments", args ? args : "{}"));

@@ -86,7 +86,7 @@ static int map_item(json_t *it, size_t i, json_t *convo, struct sbuf *sys, struc
         json_t *a = json_object_get(it, "arguments");
         if (!id || !name)
             return api_fail(err, 400, "input", "%s: function_call needs call_id and name", what);
-        char *as = json_is_string(a) ? NULL : json_dumps(a ? a : json_object(), JSON_ENCODE_ANY | JSON_COMPACT);
+        char *as = json_is_string(a) || !a ? NULL : json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT);
         json_t *call = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
                                  "function", "name", name, "arguments",
                                  json_is_string(a) ? json_string_value(a) : as ? as : "{}");
