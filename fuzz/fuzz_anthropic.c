@@ -30,8 +30,8 @@ static const char g_tmpl[] =
     "{%- if add_generation_prompt %}<|assistant|>{% if enable_thinking %}<think>\n{% endif %}"
     "{% endif %}";
 
-static void encode(const struct api_model *m, const struct oai_req *r, int stream,
-                   const char *gen, size_t n)
+static void encode(const struct api_model *m, const struct oai_req *r, int stream, const char *gen,
+                   size_t n)
 {
     struct api_prompt p = {.n = 7};
     struct oai_req rr = *r;
@@ -53,7 +53,10 @@ static void encode(const struct api_model *m, const struct oai_req *r, int strea
     }
     struct engine_event done = {.type = ENGINE_EV_DONE,
                                 .finish = n % 3 == 0 ? ENGINE_FINISH_STOP : (int)(n % 3),
-                                .stop_index = 0, .text = "", .n_prompt = 7, .n_gen = (int)n};
+                                .stop_index = 0,
+                                .text = "",
+                                .n_prompt = 7,
+                                .n_gen = (int)n};
     anth_out_event(o, &done, &out);
     sbuf_free(&out);
     anth_out_free(o);
@@ -77,8 +80,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     struct sampler_params d;
     sampler_params_default(&d);
-    struct api_model m = {.id = "fuzz", .tmpl = t, .think_open = "<think>",
-                          .think_close = "</think>", .default_thinking = -1, .n_ctx = 4096};
+    struct api_model m = {.id = "fuzz",
+                          .tmpl = t,
+                          .think_open = "<think>",
+                          .think_close = "</think>",
+                          .default_thinking = -1,
+                          .n_ctx = 4096};
     for (int count = 0; count <= 1; count++) {
         struct api_error err;
         json_t *chat = NULL;

@@ -41,8 +41,8 @@ static json_t *lookup(const char *id, void *ud)
                       0, NULL);
 }
 
-static void encode(const struct api_model *m, const struct oai_req *r, json_t *echo,
-                   int stream, const char *gen, size_t n)
+static void encode(const struct api_model *m, const struct oai_req *r, json_t *echo, int stream,
+                   const char *gen, size_t n)
 {
     struct api_prompt p = {.n = 5, .start_in_reasoning = (int)(n & 1)};
     struct oai_req rr = *r;
@@ -62,8 +62,8 @@ static void encode(const struct api_model *m, const struct oai_req *r, json_t *e
         resp_out_event(o, &ev, &out);
         i += k;
     }
-    struct engine_event done = {.type = ENGINE_EV_DONE, .finish = (int)(n % 3), .text = "",
-                                .n_prompt = 5, .n_gen = (int)n};
+    struct engine_event done = {
+        .type = ENGINE_EV_DONE, .finish = (int)(n % 3), .text = "", .n_prompt = 5, .n_gen = (int)n};
     resp_out_event(o, &done, &out);
     json_decref(resp_out_message(o));
     sbuf_free(&out);
@@ -86,8 +86,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     struct sampler_params d;
     sampler_params_default(&d);
-    struct api_model m = {.id = "fuzz", .tmpl = t, .think_open = "<think>",
-                          .think_close = "</think>", .default_thinking = -1, .n_ctx = 4096};
+    struct api_model m = {.id = "fuzz",
+                          .tmpl = t,
+                          .think_open = "<think>",
+                          .think_close = "</think>",
+                          .default_thinking = -1,
+                          .n_ctx = 4096};
     struct resp_req q;
     struct api_error err;
     if (resp_to_chat(body, blen, lookup, NULL, &q, &err))

@@ -7,15 +7,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- request mapping -------------------------------------------------------------------- */
 
 /* Fields copied to the chat body as they are (sampling and the mlx-lm extras; no logit_bias). */
 static const char *const PASS[] = {
-    "temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty",
-    "repetition_context_size", "presence_penalty", "presence_context_size", "frequency_penalty",
-    "frequency_context_size", "xtc_probability", "xtc_threshold", "chat_template_kwargs",
-    "reasoning_effort", "logprobs", "top_logprobs",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "repetition_penalty",
+    "repetition_context_size",
+    "presence_penalty",
+    "presence_context_size",
+    "frequency_penalty",
+    "frequency_context_size",
+    "xtc_probability",
+    "xtc_threshold",
+    "chat_template_kwargs",
+    "reasoning_effort",
+    "logprobs",
+    "top_logprobs",
 };
 
 /* Text of a block list (text blocks only; other kinds are refused by the caller's rules).
@@ -28,12 +40,12 @@ static int text_blocks(json_t *blocks, const char *what, struct sbuf *b, struct 
     {
         const char *t = json_string_value(json_object_get(x, "type"));
         if (!json_is_object(x) || !t)
-            return api_fail(err, 400, NULL, "%s[%zu]: a content block must be an object with a type",
-                            what, i);
+            return api_fail(err, 400, NULL,
+                            "%s[%zu]: a content block must be an object with a type", what, i);
         if (!strcmp(t, "image") || !strcmp(t, "document"))
             return api_fail(err, 400, NULL,
-                            "%s[%zu]: %s blocks are not supported (this model has no vision)",
-                            what, i, t);
+                            "%s[%zu]: %s blocks are not supported (this model has no vision)", what,
+                            i, t);
         if (strcmp(t, "text"))
             return api_fail(err, 400, NULL, "%s[%zu]: unsupported block type \"%s\"", what, i, t);
         json_t *tx = json_object_get(x, "text");
@@ -59,8 +71,8 @@ static int map_message(json_t *m, size_t mi, json_t *chat, struct api_error *err
         return api_fail(err, 400, "messages", "messages[%zu] must be an object", mi);
     const char *role = json_string_value(json_object_get(m, "role"));
     if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
-        return api_fail(err, 400, "messages", "messages[%zu].role must be \"user\" or \"assistant\"",
-                        mi);
+        return api_fail(err, 400, "messages",
+                        "messages[%zu].role must be \"user\" or \"assistant\"", mi);
     int asst = !strcmp(role, "assistant");
     json_t *c = json_object_get(m, "content");
     if (json_is_string(c)) {
@@ -87,8 +99,8 @@ static int map_message(json_t *m, size_t mi, json_t *chat, struct api_error *err
         if (!strcmp(t, "text")) {
             json_t *tx = json_object_get(x, "text");
             if (!json_is_string(tx)) {
-                rc = api_fail(err, 400, "messages", "messages[%zu].content[%zu].text must be a string",
-                              mi, j);
+                rc = api_fail(err, 400, "messages",
+                              "messages[%zu].content[%zu].text must be a string", mi, j);
                 break;
             }
             if ((text.len && sbuf_puts(&text, "\n")) ||
@@ -160,8 +172,8 @@ static int map_message(json_t *m, size_t mi, json_t *chat, struct api_error *err
                 json_object_set(am, "tool_calls", calls);
             json_array_append_new(chat, am);
         } else if (n_text || !json_array_size(tools))
-            json_array_append_new(chat, json_pack("{s:s, s:o}", "role", "user", "content",
-                                                  sbuf_json(&text)));
+            json_array_append_new(
+                chat, json_pack("{s:s, s:o}", "role", "user", "content", sbuf_json(&text)));
     }
     sbuf_free(&text);
     json_decref(calls);
@@ -169,8 +181,7 @@ static int map_message(json_t *m, size_t mi, json_t *chat, struct api_error *err
     return rc;
 }
 
-int anth_to_chat(const char *body, size_t len, int for_count, json_t **out,
-                 struct api_error *err)
+int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, struct api_error *err)
 {
     *out = NULL;
     json_t *b = json_loadb(body, len, 0, NULL);
@@ -188,8 +199,8 @@ int anth_to_chat(const char *body, size_t len, int for_count, json_t **out,
         struct sbuf t = {0};
         rc = text_blocks(sys, "system", &t, err);
         if (!rc && t.len)
-            json_array_append_new(chat, json_pack("{s:s, s:o}", "role", "system", "content",
-                                                  sbuf_json(&t)));
+            json_array_append_new(
+                chat, json_pack("{s:s, s:o}", "role", "system", "content", sbuf_json(&t)));
         sbuf_free(&t);
     } else if (sys && !json_is_null(sys))
         rc = api_fail(err, 400, "system", "system must be a string or an array of text blocks");
@@ -287,7 +298,7 @@ struct anth_out {
     char *const *stops;
     int n_stops;
     int n_prompt;
-    int cur, index; /* streaming: the open block kind and its index; blocks so far */
+    int cur, index;             /* streaming: the open block kind and its index; blocks so far */
     struct sbuf text, thinking; /* non-streaming */
     struct sbuf *out;
     int err;
@@ -318,10 +329,10 @@ static void close_block(struct anth_out *o)
         return;
     if (o->cur == BLK_THINK)
         put(o, "content_block_delta",
-            json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta", "index",
-                      o->index, "delta", "type", "signature_delta", "signature", ""));
-    put(o, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index",
-                                           o->index));
+            json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta", "index", o->index,
+                      "delta", "type", "signature_delta", "signature", ""));
+    put(o, "content_block_stop",
+        json_pack("{s:s, s:i}", "type", "content_block_stop", "index", o->index));
     o->cur = BLK_NONE;
     o->index++;
 }
@@ -330,8 +341,9 @@ static void open_block(struct anth_out *o, int kind, json_t *block)
 {
     close_block(o);
     o->cur = kind;
-    put(o, "content_block_start", json_pack("{s:s, s:i, s:o}", "type", "content_block_start",
-                                            "index", o->index, "content_block", block));
+    put(o, "content_block_start",
+        json_pack("{s:s, s:i, s:o}", "type", "content_block_start", "index", o->index,
+                  "content_block", block));
 }
 
 static void on_turn(int kind, const struct tc_event *tc, const char *t, size_t n, void *ud)
@@ -348,9 +360,9 @@ static void on_turn(int kind, const struct tc_event *tc, const char *t, size_t n
         if (!n)
             return;
         if (o->cur != BLK_THINK)
-            open_block(o, BLK_THINK,
-                       json_pack("{s:s, s:s, s:s}", "type", "thinking", "thinking", "", "signature",
-                                 ""));
+            open_block(
+                o, BLK_THINK,
+                json_pack("{s:s, s:s, s:s}", "type", "thinking", "thinking", "", "signature", ""));
         put(o, "content_block_delta",
             json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index", o->index,
                       "delta", "type", "thinking_delta", "thinking", api_json_text(t, n)));
@@ -456,11 +468,11 @@ static int done_body(struct anth_out *o, const struct engine_event *ev, struct s
     int ws_only = 1;
     for (size_t i = 0; i < o->text.len; i++)
         ws_only &= o->text.p[i] == ' ' || o->text.p[i] == '\n' || o->text.p[i] == '\t' ||
-                    o->text.p[i] == '\r';
+                   o->text.p[i] == '\r';
     if (!ws_only || (!nc && !o->thinking.len))
-        json_array_append_new(content, json_pack("{s:s, s:o}", "type", "text", "text",
-                                                 api_json_text(o->text.p ? o->text.p : "",
-                                                               o->text.len)));
+        json_array_append_new(content,
+                              json_pack("{s:s, s:o}", "type", "text", "text",
+                                        api_json_text(o->text.p ? o->text.p : "", o->text.len)));
     for (int i = 0; i < nc; i++) {
         const char *a = tc_call_args(o->turn.tc, i);
         json_t *in = json_loads(a, 0, NULL);
@@ -476,8 +488,8 @@ static int done_body(struct anth_out *o, const struct engine_event *ev, struct s
     json_t *b = json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:o, s:o}", "id", o->id, "type",
                           "message", "role", "assistant", "content", content, "model", o->m->id,
                           "stop_reason", stop_reason(o, ev), "stop_sequence",
-                          ss && !api_turn_calls(&o->turn) ? json_string(ss) : json_null(),
-                          "usage", usage(ev));
+                          ss && !api_turn_calls(&o->turn) ? json_string(ss) : json_null(), "usage",
+                          usage(ev));
     if (!b)
         return CERR_NOMEM;
     char *s = json_dumps(b, JSON_COMPACT);

@@ -111,7 +111,10 @@ int replay_put(const char *const *ids, int n_ids, const char *raw, size_t n)
 }
 
 /* The id of a tool call in the normalised OpenAI shape. */
-static const char *call_id(json_t *c) { return json_string_value(json_object_get(c, "id")); }
+static const char *call_id(json_t *c)
+{
+    return json_string_value(json_object_get(c, "id"));
+}
 
 int replay_apply(json_t *messages)
 {

@@ -11,10 +11,22 @@
 /* ---- request mapping -------------------------------------------------------------------- */
 
 static const char *const PASS[] = {
-    "temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty",
-    "repetition_context_size", "presence_penalty", "presence_context_size", "frequency_penalty",
-    "frequency_context_size", "xtc_probability", "xtc_threshold", "chat_template_kwargs",
-    "logit_bias", "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "repetition_penalty",
+    "repetition_context_size",
+    "presence_penalty",
+    "presence_context_size",
+    "frequency_penalty",
+    "frequency_context_size",
+    "xtc_probability",
+    "xtc_threshold",
+    "chat_template_kwargs",
+    "logit_bias",
+    "stream",
 };
 
 /* The text of a content value: a string or an array of text parts. */
@@ -35,13 +47,14 @@ static int item_text(json_t *c, const char *what, struct sbuf *b, struct api_err
         if (!t)
             return api_fail(err, 400, "input", "%s.content[%zu] needs a type", what, i);
         if (!strcmp(t, "input_image") || !strcmp(t, "input_file") || !strcmp(t, "input_audio"))
-            return api_fail(err, 400, "input", "%s.content[%zu]: %s is not supported (this model "
-                                                "has no vision or audio)",
+            return api_fail(err, 400, "input",
+                            "%s.content[%zu]: %s is not supported (this model "
+                            "has no vision or audio)",
                             what, i, t);
         if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text") &&
             strcmp(t, "refusal"))
-            return api_fail(err, 400, "input", "%s.content[%zu]: unknown part type \"%s\"", what,
-                            i, t);
+            return api_fail(err, 400, "input", "%s.content[%zu]: unknown part type \"%s\"", what, i,
+                            t);
         json_t *tx = json_object_get(p, strcmp(t, "refusal") ? "text" : "refusal");
         if (!json_is_string(tx))
             return api_fail(err, 400, "input", "%s.content[%zu].text must be a string", what, i);
@@ -51,7 +64,10 @@ static int item_text(json_t *c, const char *what, struct sbuf *b, struct api_err
     return 0;
 }
 
-static json_t *sjson(const struct sbuf *b) { return json_stringn_nocheck(b->p ? b->p : "", b->len); }
+static json_t *sjson(const struct sbuf *b)
+{
+    return json_stringn_nocheck(b->p ? b->p : "", b->len);
+}
 
 /* Appends one input item to convo (system text goes to sys). */
 static int map_item(json_t *it, size_t i, json_t *convo, struct sbuf *sys, struct api_error *err)
@@ -71,7 +87,8 @@ static int map_item(json_t *it, size_t i, json_t *convo, struct sbuf *sys, struc
             return -1;
         }
         if (role && (!strcmp(role, "system") || !strcmp(role, "developer"))) {
-            int bad = (sys->len && sbuf_puts(sys, "\n\n")) || sbuf_append(sys, t.p ? t.p : "", t.len);
+            int bad =
+                (sys->len && sbuf_puts(sys, "\n\n")) || sbuf_append(sys, t.p ? t.p : "", t.len);
             sbuf_free(&t);
             return bad ? api_fail(err, 500, NULL, "out of memory") : 0;
         }
@@ -89,7 +106,9 @@ static int map_item(json_t *it, size_t i, json_t *convo, struct sbuf *sys, struc
         char *as = json_is_string(a) || !a ? NULL : json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT);
         json_t *call = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
                                  "function", "name", name, "arguments",
-                                 json_is_string(a) ? json_string_value(a) : as ? as : "{}");
+                                 json_is_string(a) ? json_string_value(a)
+                                 : as              ? as
+                                                   : "{}");
         free(as);
         /* consecutive calls (and a call right after assistant text) form one turn */
         json_t *last = json_array_get(convo, json_array_size(convo) - 1);
@@ -141,8 +160,8 @@ void resp_req_deinit(struct resp_req *q)
     memset(q, 0, sizeof *q);
 }
 
-int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud,
-                 struct resp_req *q, struct api_error *err)
+int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, struct resp_req *q,
+                 struct api_error *err)
 {
     memset(q, 0, sizeof *q);
     json_t *b = json_loadb(body, len, 0, NULL);
@@ -204,8 +223,8 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud,
         rc = api_fail(err, 500, NULL, "out of memory");
     json_t *msgs = json_array();
     if (!rc && q->instructions)
-        json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content",
-                                              q->instructions));
+        json_array_append_new(
+            msgs, json_pack("{s:s, s:s}", "role", "system", "content", q->instructions));
     if (!rc) {
         json_array_extend(msgs, q->convo);
         json_object_set_new(q->chat, "messages", msgs);
@@ -264,8 +283,7 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud,
     json_object_set_new(q->echo, "previous_response_id",
                         q->prev_id ? json_string(q->prev_id) : json_null());
     json_object_set_new(q->echo, "max_output_tokens", mo ? json_incref(mo) : json_null());
-    json_object_set_new(q->echo, "reasoning",
-                        json_pack("{s:s?, s:n}", "effort", eff, "summary"));
+    json_object_set_new(q->echo, "reasoning", json_pack("{s:s?, s:n}", "effort", eff, "summary"));
     json_decref(stored);
     sbuf_free(&sys);
     json_decref(b);
@@ -290,13 +308,13 @@ struct resp_out {
     float temperature, top_p;
     struct sbuf *out;
     int seq;
-    int cur, n_items;   /* the open item kind, items so far (output_index of the next) */
+    int cur, n_items; /* the open item kind, items so far (output_index of the next) */
     char item_id[64];
-    struct sbuf cur_text;  /* the open item's text / arguments */
+    struct sbuf cur_text; /* the open item's text / arguments */
     char call_id[64];
     char *call_name;
     struct sbuf text, reasoning; /* the whole turn */
-    json_t *output;     /* finished items */
+    json_t *output;              /* finished items */
     int status_incomplete;
     int err;
 };
@@ -316,7 +334,10 @@ static void put(struct resp_out *o, const char *type, json_t *obj)
     free(s);
 }
 
-static json_t *text_of(const struct sbuf *b) { return api_json_text(b->p ? b->p : "", b->len); }
+static json_t *text_of(const struct sbuf *b)
+{
+    return api_json_text(b->p ? b->p : "", b->len);
+}
 
 static json_t *msg_item(struct resp_out *o, const char *status)
 {
@@ -332,8 +353,8 @@ static json_t *reason_item(struct resp_out *o, int done)
 {
     json_t *sum = json_array();
     if (done)
-        json_array_append_new(sum, json_pack("{s:s, s:o}", "type", "summary_text", "text",
-                                             text_of(&o->cur_text)));
+        json_array_append_new(
+            sum, json_pack("{s:s, s:o}", "type", "summary_text", "text", text_of(&o->cur_text)));
     return json_pack("{s:s, s:s, s:o}", "id", o->item_id, "type", "reasoning", "summary", sum);
 }
 
@@ -370,8 +391,8 @@ static void close_item(struct resp_out *o)
     } else {
         if (o->stream)
             put(o, "response.function_call_arguments.done",
-                json_pack("{s:s, s:i, s:o}", "item_id", o->item_id, "output_index", oi,
-                          "arguments", text_of(&o->cur_text)));
+                json_pack("{s:s, s:i, s:o}", "item_id", o->item_id, "output_index", oi, "arguments",
+                          text_of(&o->cur_text)));
         final = call_item(o, "completed");
     }
     if (o->stream && final)
@@ -400,9 +421,9 @@ static void open_item(struct resp_out *o, int kind, const char *prefix)
     put(o, "response.output_item.added", json_pack("{s:i, s:o}", "output_index", oi, "item", it));
     if (kind == IT_MSG)
         put(o, "response.content_part.added",
-            json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[]}}", "item_id", o->item_id,
-                      "output_index", oi, "content_index", 0, "part", "type", "output_text",
-                      "text", "", "annotations"));
+            json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[]}}", "item_id", o->item_id, "output_index",
+                      oi, "content_index", 0, "part", "type", "output_text", "text", "",
+                      "annotations"));
 }
 
 static void on_turn(int kind, const struct tc_event *tc, const char *t, size_t n, void *ud)
@@ -502,7 +523,10 @@ void resp_out_free(struct resp_out *o)
     free(o);
 }
 
-const char *resp_out_id(const struct resp_out *o) { return o->id; }
+const char *resp_out_id(const struct resp_out *o)
+{
+    return o->id;
+}
 
 static double round6(float f)
 {
@@ -536,18 +560,18 @@ static json_t *response(struct resp_out *o, const struct engine_event *ev)
         /* reasoning_tokens: a word-count estimate of the reasoning text */
         int words = 0, in = 0;
         for (size_t i = 0; i < o->reasoning.len; i++) {
-            int sp = o->reasoning.p[i] == ' ' || o->reasoning.p[i] == '\n' ||
-                     o->reasoning.p[i] == '\t';
+            int sp =
+                o->reasoning.p[i] == ' ' || o->reasoning.p[i] == '\n' || o->reasoning.p[i] == '\t';
             words += !sp && !in;
             in = !sp;
         }
-        json_object_set_new(
-            r, "usage",
-            json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens", ev->n_prompt,
-                      "input_tokens_details", "cached_tokens", ev->n_cached, "output_tokens",
-                      ev->n_gen, "output_tokens_details", "reasoning_tokens",
-                      words < ev->n_gen ? words : ev->n_gen, "total_tokens",
-                      ev->n_prompt + ev->n_gen));
+        json_object_set_new(r, "usage",
+                            json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens",
+                                      ev->n_prompt, "input_tokens_details", "cached_tokens",
+                                      ev->n_cached, "output_tokens", ev->n_gen,
+                                      "output_tokens_details", "reasoning_tokens",
+                                      words < ev->n_gen ? words : ev->n_gen, "total_tokens",
+                                      ev->n_prompt + ev->n_gen));
     } else
         json_object_set_new(r, "usage", json_null());
     return r;
@@ -609,10 +633,10 @@ json_t *resp_out_message(const struct resp_out *o)
     if (m && n) {
         json_t *a = json_array();
         for (int i = 0; i < n; i++)
-            json_array_append_new(
-                a, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", tc_call_id(o->turn.tc, i), "type",
-                             "function", "function", "name", tc_call_name(o->turn.tc, i),
-                             "arguments", tc_call_args(o->turn.tc, i)));
+            json_array_append_new(a, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id",
+                                               tc_call_id(o->turn.tc, i), "type", "function",
+                                               "function", "name", tc_call_name(o->turn.tc, i),
+                                               "arguments", tc_call_args(o->turn.tc, i)));
         json_object_set_new(m, "tool_calls", a);
     }
     return m;

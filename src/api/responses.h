@@ -24,17 +24,17 @@
 typedef json_t *(*resp_lookup_fn)(const char *id, void *ud);
 
 struct resp_req {
-    json_t *chat;        /* the OpenAI chat body (owned) */
-    json_t *convo;       /* the conversation without the system message (owned) */
-    char *instructions;  /* effective instructions, malloc'd or NULL */
-    char *prev_id;       /* previous_response_id, malloc'd or NULL */
-    json_t *echo;        /* fields echoed in the response object (owned) */
+    json_t *chat;       /* the OpenAI chat body (owned) */
+    json_t *convo;      /* the conversation without the system message (owned) */
+    char *instructions; /* effective instructions, malloc'd or NULL */
+    char *prev_id;      /* previous_response_id, malloc'd or NULL */
+    json_t *echo;       /* fields echoed in the response object (owned) */
 };
 
 /* Maps body[0..len). Unknown/expired previous_response_id -> 404 "previous_response_id
  * '<id>' not found or expired". Other problems -> 400. On failure q is left empty. */
-int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud,
-                 struct resp_req *q, struct api_error *err);
+int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, struct resp_req *q,
+                 struct api_error *err);
 void resp_req_deinit(struct resp_req *q);
 
 struct resp_out;

@@ -29,16 +29,24 @@ static void ctx_free(void *p)
     free(c);
 }
 
-static int a_begin(void *enc, struct sbuf *out) { return anth_out_begin(enc, out); }
+static int a_begin(void *enc, struct sbuf *out)
+{
+    return anth_out_begin(enc, out);
+}
 static int a_event(void *enc, const struct engine_event *ev, struct sbuf *out)
 {
     return anth_out_event(enc, ev, out);
 }
-static void a_free(void *enc) { anth_out_free(enc); }
+static void a_free(void *enc)
+{
+    anth_out_free(enc);
+}
 
-static const struct proto_ops ANTH_OPS = {.begin = a_begin, .event = a_event,
+static const struct proto_ops ANTH_OPS = {.begin = a_begin,
+                                          .event = a_event,
                                           .error_body = anth_error_body,
-                                          .error_frame = anth_error_frame, .free = a_free};
+                                          .error_frame = anth_error_frame,
+                                          .free = a_free};
 
 char *serve_anthropic_error(int status, const char *message)
 {
@@ -80,8 +88,7 @@ static void h_messages(struct http_req *r, void *ud)
     if (prepare(sv, r, 0, c, &err))
         goto fail;
     int max_tokens;
-    if (serve_check_context(sv, c->pr.n, c->rq.max_tokens, sv->max_tokens_chat, &max_tokens,
-                            &err))
+    if (serve_check_context(sv, c->pr.n, c->rq.max_tokens, sv->max_tokens_chat, &max_tokens, &err))
         goto fail;
     struct cerr e = {0};
     struct anth_out *enc = NULL;
@@ -89,12 +96,17 @@ static void h_messages(struct http_req *r, void *ud)
         api_fail(&err, e.code == CERR_NOMEM ? 500 : 400, "tools", "%s", e.msg);
         goto fail;
     }
-    struct serve_gen g = {.stream = c->rq.stream, .ops = &ANTH_OPS, .enc = enc,
-                          .q = {.ids = c->pr.ids, .n_ids = c->pr.n, .sp = c->rq.sp,
+    struct serve_gen g = {.stream = c->rq.stream,
+                          .ops = &ANTH_OPS,
+                          .enc = enc,
+                          .q = {.ids = c->pr.ids,
+                                .n_ids = c->pr.n,
+                                .sp = c->rq.sp,
                                 .max_tokens = max_tokens,
                                 .stops = (const char *const *)c->rq.stops,
                                 .n_stops = c->rq.n_stops},
-                          .cleanup = ctx_free, .ctx = c};
+                          .cleanup = ctx_free,
+                          .ctx = c};
     serve_generate(sv, r, &g, EP_MESSAGES);
     return;
 fail:

@@ -130,8 +130,11 @@ char *serve_metrics_text(struct serve *sv)
     sbuf_printf(&b, "# HELP cinfer_requests_total Generation requests received, by endpoint.\n"
                     "# TYPE cinfer_requests_total counter\n"
                     "cinfer_requests_total{endpoint=\"chat\"} %ld\n"
-                    "cinfer_requests_total{endpoint=\"completions\"} %ld\n",
-                m->requests[0], m->requests[1]);
+                    "cinfer_requests_total{endpoint=\"completions\"} %ld\n"
+                    "cinfer_requests_total{endpoint=\"messages\"} %ld\n"
+                    "cinfer_requests_total{endpoint=\"responses\"} %ld\n",
+                m->requests[0], m->requests[1], m->requests[EP_MESSAGES],
+                m->requests[EP_RESPONSES]);
     prom(&b, "cinfer_requests_finished_total", "counter", "Requests the engine finished.",
          (double)es.finished);
     prom(&b, "cinfer_requests_cancelled_total", "counter",

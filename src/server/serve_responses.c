@@ -41,7 +41,10 @@ struct resp_enc {
     struct resp_ctx *c;
 };
 
-static int r_begin(void *enc, struct sbuf *out) { return resp_out_begin(((struct resp_enc *)enc)->o, out); }
+static int r_begin(void *enc, struct sbuf *out)
+{
+    return resp_out_begin(((struct resp_enc *)enc)->o, out);
+}
 
 static int r_event(void *enc, const struct engine_event *ev, struct sbuf *out)
 {
@@ -66,9 +69,11 @@ static void r_free(void *enc)
     free(h);
 }
 
-static const struct proto_ops RESP_OPS = {.begin = r_begin, .event = r_event,
+static const struct proto_ops RESP_OPS = {.begin = r_begin,
+                                          .event = r_event,
                                           .error_body = oai_error_body,
-                                          .error_frame = resp_error_frame, .free = r_free};
+                                          .error_frame = resp_error_frame,
+                                          .free = r_free};
 
 static json_t *lookup(const char *id, void *ud)
 {
@@ -102,8 +107,7 @@ static void h_responses(struct http_req *r, void *ud)
     if (api_chat_prompt(&sv->am, &c->rq, &c->pr, &err))
         goto fail;
     int max_tokens;
-    if (serve_check_context(sv, c->pr.n, c->rq.max_tokens, sv->max_tokens_chat, &max_tokens,
-                            &err))
+    if (serve_check_context(sv, c->pr.n, c->rq.max_tokens, sv->max_tokens_chat, &max_tokens, &err))
         goto fail;
     struct cerr e = {0};
     struct resp_enc *h = calloc(1, sizeof *h);
@@ -117,12 +121,17 @@ static void h_responses(struct http_req *r, void *ud)
         goto fail;
     }
     h->c = c;
-    struct serve_gen g = {.stream = c->rq.stream, .ops = &RESP_OPS, .enc = h,
-                          .q = {.ids = c->pr.ids, .n_ids = c->pr.n, .sp = c->rq.sp,
+    struct serve_gen g = {.stream = c->rq.stream,
+                          .ops = &RESP_OPS,
+                          .enc = h,
+                          .q = {.ids = c->pr.ids,
+                                .n_ids = c->pr.n,
+                                .sp = c->rq.sp,
                                 .max_tokens = max_tokens,
                                 .stops = (const char *const *)c->rq.stops,
                                 .n_stops = c->rq.n_stops},
-                          .cleanup = ctx_free, .ctx = c};
+                          .cleanup = ctx_free,
+                          .ctx = c};
     serve_generate(sv, r, &g, EP_RESPONSES);
     return;
 fail:

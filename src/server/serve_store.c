@@ -17,7 +17,7 @@
 
 struct sentry {
     char *id;
-    json_t *v;      /* {messages, instructions} */
+    json_t *v; /* {messages, instructions} */
     size_t bytes;
     double expires; /* clock_now_s() deadline */
     unsigned long used;
@@ -65,8 +65,8 @@ static int find(const char *id)
 
 void store_put(const char *id, const json_t *messages, const char *instructions)
 {
-    json_t *v = json_pack("{s:O, s:s?}", "messages", (json_t *)messages, "instructions",
-                          instructions);
+    json_t *v =
+        json_pack("{s:O, s:s?}", "messages", (json_t *)messages, "instructions", instructions);
     char *s = v ? json_dumps(v, JSON_COMPACT) : NULL;
     size_t b = s ? strlen(s) + strlen(id) : 0;
     free(s);
