@@ -275,6 +275,8 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, 
     const char *eff = json_string_value(json_object_get(json_object_get(b, "reasoning"), "effort"));
     if (!rc && eff)
         json_object_set_new(q->chat, "reasoning_effort", json_string(eff));
+    q->no_store = json_is_false(json_object_get(b, "store"));
+    json_object_set_new(q->echo, "store", json_boolean(!q->no_store));
     /* echoed in the response object */
     json_object_set_new(q->echo, "tools", et);
     json_object_set_new(q->echo, "tool_choice", tc ? json_incref(tc) : json_string("auto"));

@@ -29,6 +29,7 @@ struct resp_req {
     char *instructions; /* effective instructions, malloc'd or NULL */
     char *prev_id;      /* previous_response_id, malloc'd or NULL */
     json_t *echo;       /* fields echoed in the response object (owned) */
+    int no_store;       /* "store": false — not saved for previous_response_id */
 };
 
 /* Maps body[0..len). Unknown/expired previous_response_id -> 404 "previous_response_id

@@ -51,7 +51,7 @@ static int r_event(void *enc, const struct engine_event *ev, struct sbuf *out)
     struct resp_enc *h = enc;
     int rc = resp_out_event(h->o, ev, out);
     if (!rc && ev->type == ENGINE_EV_DONE && ev->finish != ENGINE_FINISH_CANCELLED &&
-        !h->c->saved) {
+        !h->c->saved && !h->c->q.no_store) {
         json_t *m = resp_out_message(h->o);
         if (m) {
             json_array_append_new(h->c->q.convo, m);

@@ -102,6 +102,11 @@ def test_previous_response_id_chain(qwen):
     after = qwen.stats()["response_store"]
     assert after["entries"] >= before["entries"] + 4 and after["bytes"] > before["bytes"]
     assert after["max_bytes"] == 33554432 and after["ttl_ms"] == 3600000
+    # store: false is not kept
+    r5 = c.responses.create(model="x", input="Hi", store=False, max_output_tokens=2)
+    assert r5.store is False and qwen.stats()["response_store"]["entries"] == after["entries"]
+    with pytest.raises(openai.NotFoundError):
+        c.responses.create(model="x", input="x", previous_response_id=r5.id)
     with pytest.raises(openai.NotFoundError) as e:
         c.responses.create(model="x", input="x", previous_response_id="resp_unknown")
     assert e.value.body["message"] == "previous_response_id 'resp_unknown' not found or expired"
