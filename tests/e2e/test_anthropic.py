@@ -191,3 +191,47 @@ def test_index_lists_routes(stories):
     eps = json.loads(stories.get("/v1")[1])["endpoints"]
     assert "POST /v1/messages" in eps and "POST /v1/messages/count_tokens" in eps
     assert "POST /v1/responses" in eps
+
+
+def test_stream_error_event_on_shutdown():
+    """A stream cut by the server (SIGTERM mid-generation) ends with the protocol's error
+    event: `event: error` {type: "error", error: {type, message}} for Anthropic, an `error`
+    event for Responses; the server still exits cleanly."""
+    import http.client
+    import signal
+    import threading
+    from conftest import QUICK, QWEN
+    if QUICK or not os.path.exists(QWEN):
+        pytest.skip("needs the real model")
+    s = Server(QWEN)
+    bodies = {}
+    started = threading.Barrier(3)
+
+    def stream(path, body):
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
+        c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        first = r.read1(65536)
+        started.wait()
+        bodies[path] = first + r.read()
+
+    story = "Write a very long story about a robot."
+    ts = [threading.Thread(target=stream, args=a) for a in [
+        ("/v1/messages", {"max_tokens": 400, "stream": True, "temperature": 0,
+                          "messages": [{"role": "user", "content": story}]}),
+        ("/v1/responses", {"max_output_tokens": 400, "stream": True, "temperature": 0,
+                           "input": story})]]
+    for t in ts:
+        t.start()
+    started.wait()
+    assert s.stop(signal.SIGTERM) == 0
+    for t in ts:
+        t.join()
+    evs = grammar.named_events(bodies["/v1/messages"])
+    assert evs[0][0] == "message_start" and evs[-1][0] == "error"
+    assert evs[-1][1] == {"type": "error", "error": {"type": "api_error",
+                                                     "message": "the server is shutting down"}}
+    evs = grammar.named_events(bodies["/v1/responses"])
+    assert evs[0][0] == "response.created" and evs[-1][0] == "error"
+    assert evs[-1][1]["message"] == "the server is shutting down"
+    assert evs[-1][1]["type"] == "error"
