@@ -877,6 +877,24 @@ static void test_op_chain(void)
     free(x), free(w), free(want), free(got), free(one);
 }
 
+/* A device backend that cannot open (no GPU, no driver, no CUDA in this build) fails with
+ * an error code and a sentence naming the cause; it never crashes. */
+static void test_unavailable_backends(void)
+{
+    for (int bi = 0; bi < N_BACKENDS; bi++) {
+        if (is_cpu(bi) || g.cand[bi][0])
+            continue;
+        struct be_config cfg = {0};
+        struct cerr e = {0};
+        struct be *b = be_new(g_backends[bi], &cfg, &e);
+        CHECK(b == NULL);
+        be_free(b);
+        CHECK_MSG(e.code != 0 && (strncmp(e.msg, "cuda: ", 6) == 0 ||
+                                  strstr(e.msg, "no CUDA backend") != NULL),
+                  "%s: unclear error '%s'", g_backends[bi], e.msg);
+    }
+}
+
 int main(void)
 {
     g.ref = open_be("cpu:scalar", 1);
@@ -900,6 +918,7 @@ int main(void)
     RUN(test_rope);
     RUN(test_elementwise);
     RUN(test_op_chain);
+    RUN(test_unavailable_backends);
     for (int bi = 0; bi < N_BACKENDS; bi++)
         for (int th = 0; th < 2; th++)
             be_free(g.cand[bi][th]);
