@@ -451,8 +451,10 @@ static const char *stop_reason(const struct anth_out *o, const struct engine_eve
 
 static json_t *usage(const struct engine_event *ev)
 {
-    return json_pack("{s:i, s:i, s:i, s:i}", "input_tokens", ev->n_prompt, "output_tokens",
-                     ev->n_gen, "cache_read_input_tokens", ev->n_cached,
+    /* Anthropic's accounting: input_tokens are the prompt tokens NOT read from the cache
+     * (the whole prompt = input_tokens + cache_read_input_tokens + cache_creation) */
+    return json_pack("{s:i, s:i, s:i, s:i}", "input_tokens", ev->n_prompt - ev->n_cached,
+                     "output_tokens", ev->n_gen, "cache_read_input_tokens", ev->n_cached,
                      "cache_creation_input_tokens", 0);
 }
 

@@ -465,7 +465,7 @@ int api_turn_push(struct api_turn *t, const char *s, size_t n)
 {
     if (!n)
         return t->err;
-    if (sbuf_append(&t->raw, s, n))
+    if (t->tc && sbuf_append(&t->raw, s, n)) /* kept only when calls can happen */
         return t->err = CERR_NOMEM;
     if (t->rsn) {
         if (rsn_push(t->rsn, s, n, turn_rsn, t))

@@ -54,7 +54,7 @@ typedef void (*turn_fn)(int kind, const struct tc_event *tc, const char *t, size
 struct api_turn {
     struct rsn_splitter *rsn;
     struct tc_parser *tc;
-    struct sbuf raw;   /* every byte fed, in order */
+    struct sbuf raw;   /* tools on: every byte fed, in order */
     struct sbuf ws;    /* tools on: whitespace-only content not yet emitted */
     size_t n_reasoning_bytes;
     turn_fn cb;

@@ -39,7 +39,9 @@ def test_message_equals_chat_and_stream(qwen):
     ref = chat_text(qwen, MSG, max_tokens=32)
     assert r.content[0].text == ref["choices"][0]["message"]["content"]
     assert r.stop_reason == "max_tokens" and r.stop_sequence is None
-    assert r.usage.input_tokens == ref["usage"]["prompt_tokens"]
+    # Anthropic accounting: the prompt = input_tokens (uncached) + cache_read_input_tokens
+    assert r.usage.input_tokens + r.usage.cache_read_input_tokens == ref["usage"]["prompt_tokens"]
+    assert r.usage.cache_creation_input_tokens == 0
     assert r.usage.output_tokens == 32
     # the SDK's stream helper assembles the same message
     with c.messages.stream(model="x", max_tokens=32, extra_body=T0, messages=MSG) as s:
@@ -54,7 +56,9 @@ def test_message_equals_chat_and_stream(qwen):
     g = grammar.anthropic_stream(raw)
     assert [b["type"] for b in g["content"]] == ["text"]
     assert g["content"][0]["text"] == text and g["stop_reason"] == "max_tokens"
-    assert g["input_tokens_at_start"] == r.usage.input_tokens
+    assert g["input_tokens_at_start"] == ref["usage"]["prompt_tokens"]
+    assert g["usage"]["input_tokens"] + g["usage"]["cache_read_input_tokens"] == \
+        ref["usage"]["prompt_tokens"]
     assert g["usage"]["output_tokens"] == 32
 
 
@@ -87,7 +91,7 @@ def test_count_tokens(qwen):
     c = client(qwen)
     n = c.messages.count_tokens(model="x", messages=MSG, system="Be brief.")
     r = c.messages.create(model="x", max_tokens=1, messages=MSG, system="Be brief.")
-    assert n.input_tokens == r.usage.input_tokens > 10
+    assert n.input_tokens == r.usage.input_tokens + r.usage.cache_read_input_tokens > 10
 
 
 def test_thinking_blocks():

@@ -238,7 +238,8 @@ def test_prefix_stability_messages(qwen):
 
     control = turn2("toolu_01")["usage"]["cache_read_input_tokens"]
     r2 = turn2(use["id"])
-    check_prefix(r1["usage"]["input_tokens"], r1["usage"]["output_tokens"],
+    u = r1["usage"]
+    check_prefix(u["input_tokens"] + u["cache_read_input_tokens"], u["output_tokens"],
                  r2["usage"]["cache_read_input_tokens"], control)
 
 
