@@ -197,37 +197,54 @@ def test_index_lists_routes(stories):
     assert "POST /v1/responses" in eps
 
 
-def test_stream_error_event_on_shutdown():
-    """A stream cut by the server (SIGTERM mid-generation) ends with the protocol's error
-    event: `event: error` {type: "error", error: {type, message}} for Anthropic, an `error`
-    event for Responses; the server still exits cleanly."""
+def test_429_and_stream_error_event_on_shutdown():
+    """With one running and one waiting request (--batch 1 --max-queue 1), another request
+    is refused with 429 in each protocol's shape (Anthropic rate_limit_error). Streams cut by
+    the server (SIGTERM mid-generation) end with the protocol's error event: `event: error`
+    {type: "error", error: {type, message}} for Anthropic, an `error` event for Responses;
+    the server still exits cleanly."""
     import http.client
     import signal
     import threading
+    import time
     from conftest import QUICK, QWEN
     if QUICK or not os.path.exists(QWEN):
         pytest.skip("needs the real model")
-    s = Server(QWEN)
-    bodies = {}
-    started = threading.Barrier(3)
+    s = Server(QWEN, "--batch", "1", "--max-queue", "1")
+    bodies, ready = {}, {}
+    story = "Write a very long story about a robot."
+    reqs = [("/v1/messages", {"max_tokens": 400, "stream": True, "temperature": 0,
+                              "messages": [{"role": "user", "content": story}]}),
+            ("/v1/responses", {"max_output_tokens": 400, "stream": True, "temperature": 0,
+                               "input": story})]
 
     def stream(path, body):
-        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
-        c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-        r = c.getresponse()
+        for _ in range(50):  # the engine may not have taken the previous one yet
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
+            c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            r = c.getresponse()
+            if r.status != 429:
+                break
+            r.read()
+            time.sleep(0.1)
+        assert r.status == 200
         first = r.read1(65536)
-        started.wait()
+        ready[path].set()
         bodies[path] = first + r.read()
 
-    story = "Write a very long story about a robot."
-    ts = [threading.Thread(target=stream, args=a) for a in [
-        ("/v1/messages", {"max_tokens": 400, "stream": True, "temperature": 0,
-                          "messages": [{"role": "user", "content": story}]}),
-        ("/v1/responses", {"max_output_tokens": 400, "stream": True, "temperature": 0,
-                           "input": story})]]
-    for t in ts:
-        t.start()
-    started.wait()
+    ts = []
+    for path, body in reqs:
+        ready[path] = threading.Event()
+        ts.append(threading.Thread(target=stream, args=(path, body)))
+        ts[-1].start()
+        assert ready[path].wait(60)
+        time.sleep(0.3)
+    st, raw, h = s.post("/v1/messages", {"max_tokens": 4, "messages": [{"role": "user",
+                                                                         "content": "Hi"}]})
+    assert st == 429 and h.get("Retry-After") == "1"
+    assert err(raw)[0] == "rate_limit_error"
+    st, raw, _ = s.post("/v1/responses", {"input": "Hi"})
+    assert st == 429 and json.loads(raw)["error"]["type"] == "rate_limit_error"
     assert s.stop(signal.SIGTERM) == 0
     for t in ts:
         t.join()
