@@ -180,6 +180,11 @@ def test_error_shapes(guarded):
     # the HTTP layer's own errors on /v1/messages paths
     st, raw, _ = s.post("/v1/messages/nope", ok, headers=key)
     assert st == 404 and err(raw)[0] == "not_found_error"
+    st, raw, _ = s.get("/v1/messages", headers=key)
+    assert st == 405 and err(raw)[0] == "invalid_request_error"
+    # Claude Code posts to /v1/messages?beta=true
+    st, raw, _ = s.post("/v1/messages?beta=true", ok, headers=key)
+    assert st == 200 and json.loads(raw)["type"] == "message"
     # (an oversized body is refused by evhttp before the path is known: that 413 keeps the
     # OpenAI shape; see the report)
     st, raw, _ = s.post("/v1/messages/count_tokens", {"messages": 3}, headers=key)
