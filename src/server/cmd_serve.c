@@ -56,6 +56,9 @@ static void serve_usage(FILE *f)
             "  --thinking true|false  default enable_thinking for think-tag models\n"
             "  --chat-template FILE   a .jinja chat template instead of the model's own\n"
             "  -t, --threads N        CPU threads (default: all cores)\n"
+            "  --backend cpu|cuda     where the model runs (default cpu)\n"
+            "  --device N             GPU index for --backend cuda (default 0)\n"
+            "  --compiled-decode on|off  replay decode steps as CUDA graphs (default on)\n"
             "  -c, --ctx N            max context per request (default: the model's, capped by\n"
             "                         the memory plan)\n"
             "  --batch N              requests decoded together (default 8; 1 = one at a time;\n"
@@ -191,6 +194,15 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
         else if (!strcmp(a, "--max-body")) {
             rc = p_int(a, v, 1024, INT_MAX, "an integer in [1024, 2147483647]", &mb);
             o->max_body = mb;
+        } else if (!strcmp(a, "--backend")) {
+            o->backend = v;
+            rc = v && (!strcmp(v, "cpu") || !strcmp(v, "cuda")) ? 0 : bad(a, "cpu|cuda", v);
+        } else if (!strcmp(a, "--device"))
+            rc = p_int(a, v, 0, 1023, "an integer in [0, 1023]", &o->device);
+        else if (!strcmp(a, "--compiled-decode")) {
+            int on = 0;
+            rc = p_bool(a, v, &on);
+            o->graphs = on ? 1 : -1;
         } else if (!strcmp(a, "--memory-budget"))
             rc = p_gb(a, v, 0.001, &o->memory_budget_gb);
         else if (!strcmp(a, "--kv-budget"))
@@ -369,7 +381,10 @@ static void ready_card(struct serve *sv, double t_ready)
            sv->m->arch_name, (double)model_weight_bytes(sv->m) / 1e9, c->n_ctx,
            sv->tmpl ? "yes" : "no (use /v1/completions or --chat-template)",
            sv->am.think_open ? "yes" : "no");
-    printf("  CPU       %d threads (%s)\n", be_cpu_threads(sv->m->be), be_cpu_isa(sv->m->be));
+    if (!strcmp(sv->m->be->ops->name, "cpu"))
+        printf("  CPU       %d threads (%s)\n", be_cpu_threads(sv->m->be), be_cpu_isa(sv->m->be));
+    else
+        printf("  Backend   %s, device %d\n", sv->m->be->ops->name, o->device);
     const struct mem_plan *pl = &sv->plan;
     printf("  Perf      batch %d · %d tokens/step · KV %s, %d blocks of %d · queue %d\n",
            c->max_seqs, c->max_step_tokens, c->kv_dtype == DT_F16 ? "f16" : "f32", c->n_blocks,
@@ -453,10 +468,12 @@ int cmd_serve(int argc, char **argv)
     sv->started_unix = (long)time(NULL);
     metrics_init(&sv->met);
     sampler_params_default(&sv->defaults);
-    struct be_config bc = {.n_threads = sv->o.threads};
+    struct be_config bc = {.n_threads = sv->o.threads, .device = sv->o.device,
+                           .graphs = sv->o.graphs};
     model_id_from_path(sv->o.model, sv->model_id, sizeof sv->model_id);
     fprintf(stderr, "cinfer serve: loading %s ...\n", sv->o.model);
-    if (!(be = be_new("cpu", &bc, &e)) || model_load(&sv->m, sv->o.model, be, &e)) {
+    const char *bname = sv->o.backend ? sv->o.backend : "cpu";
+    if (!(be = be_new(bname, &bc, &e)) || model_load(&sv->m, sv->o.model, be, &e)) {
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         goto done;
     }

@@ -31,6 +31,8 @@ struct serve_opts {
     int batch, max_batch_tokens, ctx, kv_f32, max_queue, max_conns;
     long max_body;
     int kv_block_size;
+    const char *backend;     /* "cpu" (default) or "cuda" */
+    int device, graphs;
     double memory_budget_gb, kv_budget_gb, prompt_cache_gib; /* < 0 = not given */
 };
 
