@@ -3,8 +3,8 @@
 llama.cpp's server (llama-cpp-python[server]) on the same GGUF, concurrency 1, in one run.
 
 For each engine the same raw prompt (/v1/completions, streaming, temperature 0, the EOS ids
-banned with logit_bias so every run decodes exactly N tokens) is sent R times after one
-warm-up; TTFT = request sent -> first token chunk; decode tok/s = (N - 1) / (last chunk -
+banned with logit_bias so every run decodes exactly N tokens; a unique first line per request
+so that no prompt cache shortens the prefill) is sent R times after one warm-up; TTFT = request sent -> first token chunk; decode tok/s = (N - 1) / (last chunk -
 first chunk). `cinfer run` reports its own prefill and decode times (stderr), KV in F16 as
 the server. Prints a table and writes bench/results/serve_overhead.json. Not a test: run it
 on a quiet machine. Needs build/cinfer, the model (scripts/fetch_models.sh) and, for the
@@ -50,8 +50,18 @@ def wait_up(base, proc, timeout=180):
     raise RuntimeError("server not ready")
 
 
+_K = [0]
+
+
+def unique_prompt():
+    """A prompt no server has seen: caches (cinfer's prefix cache, llama.cpp's prompt reuse)
+    cannot shorten the prefill, so TTFT compares like with like."""
+    _K[0] += 1
+    return f"// run {_K[0]}\n" + PROMPT
+
+
 def stream_once(base, n, ban):
-    body = json.dumps({"prompt": PROMPT, "max_tokens": n, "temperature": 0, "stream": True,
+    body = json.dumps({"prompt": unique_prompt(), "max_tokens": n, "temperature": 0, "stream": True,
                        "logit_bias": {str(i): -100 for i in ban}, "model": "m"}).encode()
     req = urllib.request.Request(base + "/v1/completions", data=body,
                                  headers={"Content-Type": "application/json"})
@@ -89,7 +99,7 @@ def bench_server(cmd, base, n, reps, ban, env=None):
 def bench_run(binp, model, threads, n, reps):
     out = []
     for _ in range(reps + 1):
-        p = subprocess.run([binp, "run", model, "-p", PROMPT, "-n", str(n), "--temp", "0",
+        p = subprocess.run([binp, "run", model, "-p", unique_prompt(), "-n", str(n), "--temp", "0",
                             "--kv-f16", "--ignore-eos", "-t", str(threads)],
                            capture_output=True, text=True, check=True)
         pre = re.search(r"prefill: (\d+) tokens in ([\d.]+) s", p.stderr)
