@@ -315,13 +315,20 @@ static void finish(struct engine *g, struct ereq *r, int reason, int stop_index)
     struct engine_event ev = {.type = ENGINE_EV_DONE, .finish = reason, .stop_index = stop_index,
                               .text = r->out, .len = r->out_len};
     ev_fill_counts(r, &ev);
-    r->cb(r->ud, &ev);
-    /* everything computed stays cached for the next turn */
+    /* everything computed stays cached for the next turn; the blocks are released and the
+     * counters updated before the caller hears of the end, so that a client reading /stats
+     * right after its response sees them */
     kv_cache_commit_tail(g->kv, &r->seq, g->root, r->tokens, r->n_past);
+    kv_seq_release(g->kv, &r->seq);
     pthread_mutex_lock(&g->mu);
     g->st.finished++;
     g->st.cancelled += reason == ENGINE_FINISH_CANCELLED;
+    g->st.running = g->n_run;
+    g->st.blocks_free = kv_pool_available(g->kv);
+    g->st.cache_entries = g->kv->cs.entries;
+    g->st.cache_lru_blocks = g->kv->cs.lru;
     pthread_mutex_unlock(&g->mu);
+    r->cb(r->ud, &ev);
     req_free(g, r);
 }
 
@@ -329,10 +336,13 @@ static void fail(struct engine *g, struct ereq *r, const char *msg)
 {
     struct engine_event ev = {.type = ENGINE_EV_ERROR, .error = msg};
     ev_fill_counts(r, &ev);
-    r->cb(r->ud, &ev);
+    kv_seq_release(g->kv, &r->seq);
     pthread_mutex_lock(&g->mu);
     g->st.failed++;
+    g->st.running = g->n_run;
+    g->st.blocks_free = kv_pool_available(g->kv);
     pthread_mutex_unlock(&g->mu);
+    r->cb(r->ud, &ev);
     req_free(g, r);
 }
 
@@ -408,6 +418,7 @@ static void take_inputs(struct engine *g, struct queue *dead)
     while ((r = q_pop(&g->wait)))
         q_push(r->cancelled ? dead : &keep, r);
     g->wait = keep;
+    g->st.waiting = g->wait.n; /* exact, for the queue bound in engine_submit */
 }
 
 /* Plans rows for this step without reserving. admit: may take waiting requests. */
@@ -456,6 +467,10 @@ static int plan(struct engine *g, int admit)
             }
         }
         r->admitted = 1;
+        pthread_mutex_lock(&g->mu);
+        g->st.waiting = g->wait.n;
+        g->st.running = g->n_run;
+        pthread_mutex_unlock(&g->mu);
         int left = r->n_tokens - r->n_past;
         int c = left < budget ? left : budget;
         g->rows[n++] = (struct row){r, c, -1};
@@ -472,6 +487,9 @@ static void preempt_youngest(struct engine *g)
     kv_seq_release(g->kv, &r->seq);
     r->n_past = 0;
     q_push_front(&g->wait, r);
+    pthread_mutex_lock(&g->mu);
+    g->st.waiting = g->wait.n;
+    pthread_mutex_unlock(&g->mu);
     g->preempted++;
 }
 

@@ -127,7 +127,8 @@ def test_admission_error_shape_and_preemption_under_tiny_pool():
         assert got == solo
         s = srv.stats()
         assert s["requests"]["preempted"] > 0, s
-        assert s["batch"]["blocks_free"] == s["batch"]["blocks_total"]
+        # every block is back (free or evictable) once the responses are out
+        assert s["batch"]["blocks_free"] == s["batch"]["blocks_total"], s["batch"]
         assert invariants_ok(srv)
     finally:
         assert srv.stop() == 0
