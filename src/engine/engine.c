@@ -28,6 +28,7 @@ struct ereq {
     size_t projected;        /* (prompt + max_tokens) KV bytes, for the KV budget */
     int ignore_eos, cancelled, want_lp;
     struct kv_seq seq;
+    struct kv_seq seq_swa;   /* sliding-window layers' blocks (when they have their own pool) */
     struct sampler *smp;
     struct tok_stream *ts;
     struct stop_matcher *stop;
@@ -53,6 +54,10 @@ struct engine {
     const struct tok *tk;
     struct engine_config c;
     struct kv_pool *kv;
+    struct kv_pool *kv_swa;  /* sliding-window layers' pool, or NULL (one pool for all) */
+    int window;              /* their window */
+    struct model_kv_view view; /* per-layer buffers from the right pool */
+    void **view_k, **view_v;
     struct model_ws *ws;
     int max_blocks; /* per sequence */
 
@@ -76,6 +81,7 @@ struct engine {
     int32_t *tokens, *pos, *seqv, *slots; /* (max_step_tokens) */
     int32_t *out_idx;  /* (max_seqs) */
     int32_t *tables;   /* (max_seqs, max_blocks) */
+    int32_t *slots_swa, *tables_swa; /* the sliding pool's, when split */
     float *logits;     /* (max_seqs, n_vocab) */
     long preempted, steps;
     int32_t *xtc_exempt; /* EOS ids and ids whose text holds a newline */
@@ -84,7 +90,7 @@ struct engine {
     size_t kv_per_token, projected;
     long invariant_failures;
     char invariant_error[256];
-    const struct kv_seq **check_seqs; /* (max_seqs) */
+    const struct kv_seq **check_seqs, **check_seqs_swa; /* (max_seqs) */
 };
 
 /* ---- queue helpers ---------------------------------------------------------------- */
@@ -151,6 +157,8 @@ static void req_free(struct engine *g, struct ereq *r)
         return;
     if (g->kv)
         kv_seq_release(g->kv, &r->seq);
+    if (g->kv_swa)
+        kv_seq_release(g->kv_swa, &r->seq_swa);
     sampler_free(r->smp);
     tok_stream_free(r->ts);
     stop_free(r->stop);
@@ -230,6 +238,7 @@ int engine_submit(struct engine *g, const struct engine_req *q, uint64_t *id, st
     r->cb = q->cb;
     r->ud = q->ud;
     kv_seq_init(&r->seq);
+    kv_seq_init(&r->seq_swa);
     sampler_prime(r->smp, q->ids, q->n_ids);
     if (r->ts)
         tok_stream_prime(r->ts, q->ids, q->n_ids);
@@ -320,11 +329,17 @@ static void finish(struct engine *g, struct ereq *r, int reason, int stop_index)
      * right after its response sees them */
     kv_cache_commit_tail(g->kv, &r->seq, g->root, r->tokens, r->n_past);
     kv_seq_release(g->kv, &r->seq);
+    if (g->kv_swa) {
+        kv_cache_commit_tail(g->kv_swa, &r->seq_swa, g->root, r->tokens, r->n_past);
+        kv_seq_release(g->kv_swa, &r->seq_swa);
+    }
     pthread_mutex_lock(&g->mu);
     g->st.finished++;
     g->st.cancelled += reason == ENGINE_FINISH_CANCELLED;
     g->st.running = g->n_run;
     g->st.blocks_free = kv_pool_available(g->kv);
+    if (g->kv_swa)
+        g->st.swa_blocks_free = kv_pool_available(g->kv_swa);
     g->st.cache_entries = g->kv->cs.entries;
     g->st.cache_lru_blocks = g->kv->cs.lru;
     pthread_mutex_unlock(&g->mu);
@@ -337,6 +352,8 @@ static void fail(struct engine *g, struct ereq *r, const char *msg)
     struct engine_event ev = {.type = ENGINE_EV_ERROR, .error = msg};
     ev_fill_counts(r, &ev);
     kv_seq_release(g->kv, &r->seq);
+    if (g->kv_swa)
+        kv_seq_release(g->kv_swa, &r->seq_swa);
     pthread_mutex_lock(&g->mu);
     g->st.failed++;
     g->st.running = g->n_run;
@@ -451,7 +468,8 @@ static int plan(struct engine *g, int admit)
          * open a block), so that a tight pool does not preempt-and-readmit in a loop */
         int first = r->n_tokens - r->n_past < budget ? r->n_tokens - r->n_past : budget;
         int need = (first + g->c.block_size - 1) / g->c.block_size + 1;
-        if (g->n_run > 0 && need > kv_pool_available(g->kv) - g->n_run)
+        if (g->n_run > 0 && (need > kv_pool_available(g->kv) - g->n_run ||
+                             (g->kv_swa && need > kv_pool_available(g->kv_swa) - g->n_run)))
             break;
         q_pop(&g->wait);
         g->run[g->n_run++] = r;
@@ -459,7 +477,11 @@ static int plan(struct engine *g, int admit)
         if (r->seq.n_blocks == 0 && r->n_past == 0) {
             /* the prefix cache: share the longest cached prefix instead of computing it */
             struct cerr e = {0};
-            int hit = kv_cache_lookup(g->kv, &r->seq, g->root, r->tokens, r->n_tokens, &e);
+            int hit = g->kv_swa ? kv_cache_lookup_swa(g->kv, &r->seq, g->kv_swa, &r->seq_swa,
+                                                      g->root, r->tokens, r->n_tokens,
+                                                      g->window, &e)
+                                : kv_cache_lookup(g->kv, &r->seq, g->root, r->tokens,
+                                                  r->n_tokens, &e);
             if (hit > 0) {
                 r->n_past = hit;
                 if (!r->admitted)
@@ -485,6 +507,8 @@ static void preempt_youngest(struct engine *g)
     struct ereq *r = g->run[--g->n_run];
     g->projected -= r->projected;
     kv_seq_release(g->kv, &r->seq);
+    if (g->kv_swa)
+        kv_seq_release(g->kv_swa, &r->seq_swa);
     r->n_past = 0;
     q_push_front(&g->wait, r);
     pthread_mutex_lock(&g->mu);
@@ -502,7 +526,9 @@ static int plan_and_reserve(struct engine *g, struct queue *dead)
         int n = plan(g, admit), ok = 1;
         for (int i = 0; i < n && ok; i++) {
             struct ereq *r = g->rows[i].r;
-            if (kv_seq_reserve(g->kv, &r->seq, r->n_past + g->rows[i].n, NULL))
+            if (kv_seq_reserve(g->kv, &r->seq, r->n_past + g->rows[i].n, NULL) ||
+                (g->kv_swa &&
+                 kv_seq_reserve(g->kv_swa, &r->seq_swa, r->n_past + g->rows[i].n, NULL)))
                 ok = 0;
         }
         if (ok)
@@ -535,6 +561,8 @@ static int run_step(struct engine *g, int n_rows)
             g->pos[nt] = p;
             g->seqv[nt] = s;
             g->slots[nt] = kv_seq_slot(g->kv, &r->seq, p);
+            if (g->kv_swa)
+                g->slots_swa[nt] = kv_seq_slot(g->kv_swa, &r->seq_swa, p);
         }
         if (r->n_past + w->n == r->n_tokens) {
             w->out = n_out;
@@ -548,11 +576,20 @@ static int run_step(struct engine *g, int n_rows)
         memcpy(g->tables + (size_t)s * mb, q->blocks, (size_t)q->n_blocks * sizeof(int32_t));
         for (int b = q->n_blocks; b < mb; b++)
             g->tables[(size_t)s * mb + b] = 0;
+        if (g->kv_swa) {
+            /* released blocks (before the window) read as block 0: never attended to */
+            const struct kv_seq *w = &g->rows[s].r->seq_swa;
+            for (int b = 0; b < mb; b++)
+                g->tables_swa[(size_t)s * mb + b] =
+                    b < w->n_blocks && w->blocks[b] >= 0 ? w->blocks[b] : 0;
+        }
     }
-    struct model_kv_view view = kv_pool_view(g->kv);
+    struct model_kv_view view = g->view;
     struct model_batch b = {.n_tok = nt, .tokens = g->tokens, .pos = g->pos, .seq = g->seqv,
                             .slots = g->slots, .n_seq = n_rows, .max_blocks = mb,
-                            .block_tables = g->tables, .n_out = n_out, .out_idx = g->out_idx};
+                            .block_tables = g->tables, .n_out = n_out, .out_idx = g->out_idx,
+                            .slots_swa = g->kv_swa ? g->slots_swa : NULL,
+                            .block_tables_swa = g->kv_swa ? g->tables_swa : NULL};
     struct cerr e = {0};
     if (model_forward(g->m, g->ws, &view, &b, g->logits, &e)) {
         log_error("engine: forward failed: %s", e.msg);
@@ -573,6 +610,11 @@ static int run_step(struct engine *g, int n_rows)
                             r->n_past;
         r->n_past += w->n;
         kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
+        if (g->kv_swa) {
+            /* register, then let go of what the window no longer reaches */
+            kv_cache_commit(g->kv_swa, &r->seq_swa, g->root, r->tokens, r->n_past);
+            kv_seq_drop_before(g->kv_swa, &r->seq_swa, r->n_past - g->window + 1);
+        }
         if (w->out < 0)
             continue;
         struct sampler_logprob lp;
@@ -596,6 +638,17 @@ static void publish_stats(struct engine *g, long gen_delta)
     g->st.gen_tokens += gen_delta;
     g->st.blocks_total = g->kv->n_blocks;
     g->st.blocks_free = kv_pool_available(g->kv);
+    if (g->kv_swa) {
+        g->st.swa_blocks_total = g->kv_swa->n_blocks;
+        g->st.swa_blocks_free = kv_pool_available(g->kv_swa);
+        int held = 0;
+        for (int i = 0; i < g->n_run; i++)
+            held = kv_seq_live_blocks(&g->run[i]->seq_swa) > held
+                       ? kv_seq_live_blocks(&g->run[i]->seq_swa)
+                       : held;
+        if (held > g->st.swa_max_held)
+            g->st.swa_max_held = held;
+    }
     const struct kv_cache_stats *cs = &g->kv->cs;
     g->st.cache_entries = cs->entries;
     g->st.cache_lru_blocks = cs->lru;
@@ -618,7 +671,10 @@ static void check_pool(struct engine *g)
     for (int i = 0; i < g->n_run; i++)
         g->check_seqs[n++] = &g->run[i]->seq;
     struct cerr e = {0};
-    if (kv_pool_check(g->kv, g->check_seqs, n, &e)) {
+    for (int i = 0; i < g->n_run; i++)
+        g->check_seqs_swa[i] = &g->run[i]->seq_swa;
+    if (kv_pool_check(g->kv, g->check_seqs, n, &e) ||
+        (g->kv_swa && kv_pool_check(g->kv_swa, g->check_seqs_swa, n, &e))) {
         g->invariant_failures++;
         memcpy(g->invariant_error, e.msg, sizeof g->invariant_error - 1);
         log_error("engine: KV pool invariant broken: %s", e.msg);
@@ -743,8 +799,35 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
     int S = c->max_seqs, T = c->max_step_tokens, V = m->hp.n_vocab;
     int kv_dim = m->hp.n_kv_head * m->hp.head_dim;
     g->kv_per_token = kv_bytes_per_token(m->hp.n_layer, kv_dim, c->kv_dtype);
-    int rc = kv_pool_new(&g->kv, m->be, m->hp.n_layer, kv_dim, c->block_size, c->n_blocks,
-                         c->kv_dtype, c->prompt_cache_blocks, e);
+    int n_swa = 0;
+    for (int l = 0; m->hp.sliding_window > 0 && l < m->hp.n_layer; l++)
+        n_swa += m->hp.layer_swa[l] != 0;
+    int split = n_swa > 0 && n_swa < m->hp.n_layer && !c->no_swa_pool;
+    int rc = kv_pool_new(&g->kv, m->be, m->hp.n_layer - (split ? n_swa : 0), kv_dim,
+                         c->block_size, c->n_blocks, c->kv_dtype, c->prompt_cache_blocks, e);
+    if (!rc && split) {
+        /* sliding layers: running sequences hold about window + one step of positions; the
+         * rest of the pool keeps the windows of cached prefixes */
+        g->window = m->hp.sliding_window;
+        int per_seq = (g->window + c->max_step_tokens) / c->block_size + 3;
+        long nb = (long)c->max_seqs * per_seq +
+                  (c->prompt_cache_blocks > 0 ? c->prompt_cache_blocks : 0);
+        if (nb > c->n_blocks)
+            nb = c->n_blocks;
+        rc = kv_pool_new(&g->kv_swa, m->be, n_swa, kv_dim, c->block_size, (int)nb, c->kv_dtype,
+                         c->prompt_cache_blocks, e);
+    }
+    g->view_k = calloc((size_t)m->hp.n_layer, sizeof(void *));
+    g->view_v = calloc((size_t)m->hp.n_layer, sizeof(void *));
+    if (!rc && (!g->view_k || !g->view_v))
+        rc = cerr_set(e, CERR_NOMEM, "out of memory");
+    for (int l = 0, ig = 0, is = 0; !rc && l < m->hp.n_layer; l++) {
+        int sw = split && m->hp.layer_swa[l];
+        g->view_k[l] = sw ? g->kv_swa->k[is] : g->kv->k[ig];
+        g->view_v[l] = sw ? g->kv_swa->v[is++] : g->kv->v[ig++];
+    }
+    g->view = (struct model_kv_view){.k = g->view_k, .v = g->view_v, .kv_dtype = c->kv_dtype,
+                                     .block_size = c->block_size};
     namespace_root(g);
     if (!rc)
         rc = model_ws_new(&g->ws, m, T, S, S, g->max_blocks, e);
@@ -757,10 +840,14 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->slots = malloc((size_t)T * sizeof(int32_t));
         g->out_idx = malloc((size_t)S * sizeof(int32_t));
         g->tables = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
+        g->slots_swa = malloc((size_t)T * sizeof(int32_t));
+        g->tables_swa = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
+        g->check_seqs_swa = malloc((size_t)S * sizeof *g->check_seqs_swa);
         g->logits = malloc((size_t)S * V * sizeof(float));
         g->check_seqs = malloc((size_t)S * sizeof *g->check_seqs);
         if (!g->run || !g->rows || !g->tokens || !g->pos || !g->seqv || !g->slots ||
-            !g->out_idx || !g->tables || !g->logits || !g->check_seqs)
+            !g->out_idx || !g->tables || !g->logits || !g->check_seqs || !g->slots_swa ||
+            !g->tables_swa || !g->check_seqs_swa)
             rc = cerr_set(e, CERR_NOMEM, "out of memory");
     }
     if (!rc && build_xtc_exempt(g))
@@ -796,6 +883,12 @@ void engine_free(struct engine *g)
         finish(g, r, ENGINE_FINISH_CANCELLED, -1);
     model_ws_free(g->ws);
     kv_pool_free(g->kv);
+    kv_pool_free(g->kv_swa);
+    free(g->view_k);
+    free(g->view_v);
+    free(g->slots_swa);
+    free(g->tables_swa);
+    free(g->check_seqs_swa);
     free(g->run);
     free(g->rows);
     free(g->tokens);

@@ -35,6 +35,7 @@ struct engine_config {
     size_t kv_budget_bytes;  /* cap on the projected KV (prompt + max_tokens) of the running
                                 requests; joiners wait FIFO; 0 = off */
     int check_invariants;    /* run kv_pool_check after every step (tests; CINFER_CHECK_KV=1) */
+    int no_swa_pool;         /* keep sliding-window layers in the one pool (tests, A/B) */
 };
 
 /* Fills defaults for a model: n_ctx = min(train context, 32768), 8 sequences, 2048 tokens
@@ -94,6 +95,8 @@ struct engine_stats {
     long cache_hits, cache_misses, cache_hit_tokens, cache_evictions, cache_cow;
     size_t kv_projected_bytes; /* projected KV of the running requests (--kv-budget) */
     long invariant_failures;   /* kv_pool_check failures (check_invariants) */
+    /* sliding-window layers' own pool (0 when the model has none or shares the pool) */
+    int swa_blocks_total, swa_blocks_free, swa_max_held;
     char last_invariant_error[256];
 };
 

@@ -256,9 +256,27 @@ int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_pos, struct cerr *
 void kv_seq_release(struct kv_pool *p, struct kv_seq *s)
 {
     for (int i = 0; i < s->n_blocks; i++)
-        block_unref(p, s->blocks[i]);
+        if (s->blocks[i] >= 0)
+            block_unref(p, s->blocks[i]);
     free(s->blocks);
     kv_seq_init(s);
+}
+
+void kv_seq_drop_before(struct kv_pool *p, struct kv_seq *s, int pos)
+{
+    for (int i = 0; i < s->n_blocks && (i + 1) * p->block_size <= pos; i++)
+        if (s->blocks[i] >= 0) {
+            block_unref(p, s->blocks[i]);
+            s->blocks[i] = -1;
+        }
+}
+
+int kv_seq_live_blocks(const struct kv_seq *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->n_blocks; i++)
+        n += s->blocks[i] >= 0;
+    return n;
 }
 
 /* ---- prefix cache ------------------------------------------------------------------------ */
@@ -377,7 +395,8 @@ void kv_cache_commit(struct kv_pool *p, struct kv_seq *s, const uint8_t root[KV_
         uint8_t key[KV_KEY_BYTES];
         if (key_block(key, s->chain, ids + s->n_hashed * bs, bs))
             return;
-        register_block(p, s->blocks[s->n_hashed], key, bs);
+        if (s->blocks[s->n_hashed] >= 0)
+            register_block(p, s->blocks[s->n_hashed], key, bs);
         memcpy(s->chain, key, KV_KEY_BYTES);
         s->n_hashed++;
     }
@@ -393,7 +412,7 @@ void kv_cache_commit_tail(struct kv_pool *p, struct kv_seq *s, const uint8_t roo
     if (k <= 0 || k >= bs || s->n_hashed >= s->n_blocks)
         return;
     uint8_t key[KV_KEY_BYTES];
-    if (key_block(key, s->chain, ids + pos, k) == 0)
+    if (s->blocks[s->n_hashed] >= 0 && key_block(key, s->chain, ids + pos, k) == 0)
         register_block(p, s->blocks[s->n_hashed], key, k);
 }
 
@@ -413,6 +432,8 @@ int kv_pool_check(const struct kv_pool *p, const struct kv_seq *const *seqs, int
     for (int s = 0; s < n_seqs && !rc; s++)
         for (int i = 0; i < seqs[s]->n_blocks && !rc; i++) {
             int32_t id = seqs[s]->blocks[i];
+            if (id == -1)
+                continue; /* released (sliding window) */
             if (id < 0 || id >= N)
                 rc = cerr_set(e, CERR_FORMAT, "sequence %d holds block id %d outside the pool", s,
                               (int)id);
@@ -458,4 +479,75 @@ int kv_pool_check(const struct kv_pool *p, const struct kv_seq *const *seqs, int
     free(cnt);
     free(seen);
     return rc;
+}
+
+/* ---- sliding-window layers ------------------------------------------------------------ */
+
+int kv_cache_lookup_swa(struct kv_pool *pg, struct kv_seq *sg, struct kv_pool *ps,
+                        struct kv_seq *ss, const uint8_t root[KV_KEY_BYTES], const int32_t *ids,
+                        int n, int window, struct cerr *e)
+{
+    memcpy(sg->chain, root, KV_KEY_BYTES);
+    memcpy(ss->chain, root, KV_KEY_BYTES);
+    sg->n_hashed = ss->n_hashed = 0;
+    if (!pg->cache_on || !ps->cache_on || n <= 1) {
+        pg->cs.misses += pg->cache_on;
+        return 0;
+    }
+    int bs = pg->block_size, max_full = (n - 1) / bs;
+    uint8_t(*keys)[KV_KEY_BYTES] = malloc((size_t)(max_full + 1) * KV_KEY_BYTES);
+    if (!keys)
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    /* the global layers' chain: how far do full blocks go? */
+    int m = 0;
+    const uint8_t *parent = root;
+    while (m < max_full) {
+        if (key_block(keys[m], parent, ids + m * bs, bs))
+            break;
+        int32_t id = table_find(pg, keys[m]);
+        if (id < 0 || pg->meta[id].n_tok != bs)
+            break;
+        parent = keys[m];
+        m++;
+    }
+    /* the sliding layers need their window of blocks before the hit point: take the longest
+     * prefix whose window is intact (never a hit without it) */
+    for (; m > 0; m--) {
+        int first = m * bs - window;
+        int b0 = first > 0 ? first / bs : 0, ok = 1;
+        for (int b = b0; b < m && ok; b++) {
+            int32_t id = table_find(ps, keys[b]);
+            ok = id >= 0 && ps->meta[id].n_tok == bs;
+        }
+        if (ok)
+            break;
+    }
+    int rc = 0;
+    if (m > 0) {
+        int first = m * bs - window, b0 = first > 0 ? first / bs : 0;
+        for (int b = 0; b < m && !rc; b++) {
+            int32_t g = table_find(pg, keys[b]);
+            int32_t w = b >= b0 ? table_find(ps, keys[b]) : -1;
+            rc = seq_push(sg, g) || seq_push(ss, w) ? CERR_NOMEM : 0;
+            if (!rc) {
+                block_ref(pg, g);
+                if (w >= 0)
+                    block_ref(ps, w);
+            }
+        }
+        if (rc) {
+            kv_seq_release(pg, sg);
+            kv_seq_release(ps, ss);
+            free(keys);
+            return cerr_set(e, CERR_NOMEM, "out of memory");
+        }
+        memcpy(sg->chain, keys[m - 1], KV_KEY_BYTES);
+        memcpy(ss->chain, keys[m - 1], KV_KEY_BYTES);
+        sg->n_hashed = ss->n_hashed = m;
+        pg->cs.hits++;
+        pg->cs.hit_tokens += (long)m * bs;
+    } else
+        pg->cs.misses++;
+    free(keys);
+    return m * bs;
 }

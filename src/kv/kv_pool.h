@@ -84,6 +84,12 @@ static inline int32_t kv_seq_slot(const struct kv_pool *p, const struct kv_seq *
     return s->blocks[pos / p->block_size] * p->block_size + pos % p->block_size;
 }
 
+/* Sliding-window layers: releases the blocks of s that lie entirely before position pos
+ * (their entries become -1; the table keeps its indexing). */
+void kv_seq_drop_before(struct kv_pool *p, struct kv_seq *s, int pos);
+/* Blocks s still holds. */
+int kv_seq_live_blocks(const struct kv_seq *s);
+
 /* ---- prefix cache ---- */
 
 /* The namespace root key: SHA-256 of the bytes that identify what a block's K/V depend on
@@ -104,6 +110,15 @@ void kv_cache_commit(struct kv_pool *p, struct kv_seq *s, const uint8_t root[KV_
  * [full blocks * block_size, n_computed)) so the next turn can continue from it. */
 void kv_cache_commit_tail(struct kv_pool *p, struct kv_seq *s, const uint8_t root[KV_KEY_BYTES],
                           const int32_t *ids, int n_computed);
+
+/* The lookup for a model with sliding-window layers kept in their own pool ps (sequence
+ * ss) beside the global layers' pool pg (sequence sg): the longest cached prefix of full
+ * blocks whose global blocks are all cached AND whose sliding blocks cover the window
+ * before the hit point (blocks before it are -1 in ss). Both sequences must be empty.
+ * Returns the positions now in both, or a negative CERR_*. */
+int kv_cache_lookup_swa(struct kv_pool *pg, struct kv_seq *sg, struct kv_pool *ps,
+                        struct kv_seq *ss, const uint8_t root[KV_KEY_BYTES], const int32_t *ids,
+                        int n, int window, struct cerr *e);
 
 /* Checks the pool's invariants against the live sequences (every reference accounted for,
  * every block in exactly one of: referenced / LRU / free list, the key table consistent).

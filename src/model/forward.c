@@ -25,6 +25,8 @@ struct model_ws {
     float *logits; /* (max_out, n_vocab) */
     int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_out; /* (max_tok) */
     int32_t *d_tables;                                   /* (max_seq, max_blocks) */
+    int32_t *d_slots_swa, *d_tables_swa; /* sliding-window layers' own (see model_batch) */
+    int swa_split;                       /* this step uses them */
     struct be *be;
 };
 
@@ -33,7 +35,8 @@ static void ws_release(struct model_ws *ws)
     struct be *b = ws->be;
     void *bufs[] = {ws->x,        ws->xb,      ws->tmp,   ws->q,      ws->k,       ws->v,
                     ws->att,      ws->gate,    ws->up,    ws->xo,     ws->logits,  ws->d_tokens,
-                    ws->d_pos,    ws->d_seq,   ws->d_slots, ws->d_out, ws->d_tables};
+                    ws->d_pos,    ws->d_seq,   ws->d_slots, ws->d_out, ws->d_tables,
+                    ws->d_slots_swa, ws->d_tables_swa};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             b->ops->free(b, bufs[i]);
@@ -68,7 +71,9 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
              (ws->d_tokens = b->ops->alloc(b, T * 4)) && (ws->d_pos = b->ops->alloc(b, T * 4)) &&
              (ws->d_seq = b->ops->alloc(b, T * 4)) && (ws->d_slots = b->ops->alloc(b, T * 4)) &&
              (ws->d_out = b->ops->alloc(b, T * 4)) &&
-             (ws->d_tables = b->ops->alloc(b, (size_t)max_seq * max_blocks * 4));
+             (ws->d_tables = b->ops->alloc(b, (size_t)max_seq * max_blocks * 4)) &&
+             (ws->d_slots_swa = b->ops->alloc(b, T * 4)) &&
+             (ws->d_tables_swa = b->ops->alloc(b, (size_t)max_seq * max_blocks * 4));
     if (!ok) {
         ws_release(ws);
         free(ws);
@@ -98,6 +103,12 @@ static int upload_batch(struct model_ws *ws, const struct model_batch *bt, struc
         (rc = b->ops->upload(b, ws->d_out, bt->out_idx, (size_t)bt->n_out * 4, e)) ||
         (rc = b->ops->upload(b, ws->d_tables, bt->block_tables,
                              (size_t)bt->n_seq * bt->max_blocks * 4, e)))
+        return rc;
+    ws->swa_split = bt->slots_swa && bt->block_tables_swa;
+    if (ws->swa_split &&
+        ((rc = b->ops->upload(b, ws->d_slots_swa, bt->slots_swa, n, e)) ||
+         (rc = b->ops->upload(b, ws->d_tables_swa, bt->block_tables_swa,
+                              (size_t)bt->n_seq * bt->max_blocks * 4, e))))
         return rc;
     return 0;
 }
@@ -131,7 +142,9 @@ static void attention_block(const struct model *m, struct model_ws *ws,
              inv_freq, 1.0f);
     op->rope(b, ws->k, ws->d_pos, n, hp->n_kv_head, hp->head_dim, hp->rot_dim, hp->rope_mode,
              inv_freq, 1.0f);
-    op->kv_store(b, kv->k[il], kv->v[il], kv->kv_dtype, ws->k, ws->v, ws->d_slots, n, kvd);
+    int split = swa && ws->swa_split;
+    op->kv_store(b, kv->k[il], kv->v[il], kv->kv_dtype, ws->k, ws->v,
+                 split ? ws->d_slots_swa : ws->d_slots, n, kvd);
     struct be_attn a = {
         .n_tok = n,
         .n_head = hp->n_head,
@@ -142,7 +155,7 @@ static void attention_block(const struct model *m, struct model_ws *ws,
         .window = swa ? hp->sliding_window : 0,
         .pos = ws->d_pos,
         .seq = ws->d_seq,
-        .block_tables = ws->d_tables,
+        .block_tables = split ? ws->d_tables_swa : ws->d_tables,
         .max_blocks = bt->max_blocks,
         .block_size = kv->block_size,
         .kv_dtype = kv->kv_dtype,

@@ -101,6 +101,11 @@ struct model_batch {
     const int32_t *block_tables; /* (n_seq, max_blocks) */
     int n_out;
     const int32_t *out_idx; /* (n_out) */
+    /* Sliding-window layers may keep their K/V in a separate block space (the caller frees
+     * their blocks older than the window): their own slots and tables, same shapes. NULL =
+     * they use slots/block_tables like every other layer. */
+    const int32_t *slots_swa;        /* (n_tok) */
+    const int32_t *block_tables_swa; /* (n_seq, max_blocks) */
 };
 
 /* Per-engine workspace: activation buffers for steps of up to max_tok tokens, max_out

@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "kv/kv_pool.h"
 #include "harness.h"
 #include "model/model.h"
 #include "tokenizer/tok.h"
@@ -390,6 +391,144 @@ static void test_kv_budget(void)
     free(ids);
 }
 
+/* Gemma 3 (random weights, window 8, 5 sliding + 1 global layers): the sliding layers get
+ * their own pool and drop blocks the window no longer reaches; outputs equal the one-pool
+ * run bit for bit, alone, batched and from the prefix cache. */
+static struct engine *mk_gemma(const struct model *m, int split, int cache_blocks)
+{
+    struct engine_config c;
+    engine_config_default(&c, m);
+    c.n_ctx = 256;
+    c.max_seqs = 8;
+    c.max_step_tokens = 32;
+    c.block_size = 16;
+    c.n_blocks = 256;
+    c.kv_dtype = DT_F32;
+    c.prompt_cache_blocks = cache_blocks;
+    c.check_invariants = 1;
+    c.no_swa_pool = !split;
+    struct engine *e = NULL;
+    struct cerr err = {0};
+    if (engine_new(&e, m, NULL, &c, &err))
+        fprintf(stderr, "engine_new: %s\n", err.msg);
+    return e;
+}
+
+static void test_sliding_window_pool(void)
+{
+    const char *src = getenv("CINFER_SRC");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/data/parity/gemma3", src ? src : ".");
+    struct model *m = NULL;
+    struct cerr err = {0};
+    if (model_load(&m, path, g_be, &err)) {
+        fprintf(stderr, "gemma3: %s\n", err.msg);
+        CHECK(0);
+        return;
+    }
+    CHECK(m->hp.sliding_window == 8);
+    enum { NP = 4, NGEN = 100 };
+    static int32_t prompt[NP][48], ref[NP][1024];
+    int nref[NP];
+    for (int i = 0; i < NP; i++)
+        for (int j = 0; j < 48; j++) /* a shared 32-token prefix, then each its own */
+            prompt[i][j] = j < 32 ? (j * 7 + 3) % 270 + 1 : (j * 13 + i * 31) % 270 + 1;
+    for (int i = 0; i < NP; i++) { /* the reference: one pool, no cache, alone */
+        struct engine *e = mk_gemma(m, 0, -1);
+        struct coll c;
+        coll_init(&c);
+        CHECK(e && submit(e, prompt[i], 40 + 2 * i, NGEN, &c) == 0);
+        coll_wait(&c);
+        memcpy(ref[i], c.ids, (size_t)c.n * 4);
+        nref[i] = c.n;
+        engine_free(e);
+    }
+    struct engine *e = mk_gemma(m, 1, 256);
+    CHECK(e != NULL);
+    struct coll c[NP];
+    for (int i = 0; i < NP; i++) {
+        coll_init(&c[i]);
+        CHECK(submit(e, prompt[i], 40 + 2 * i, NGEN, &c[i]) == 0);
+    }
+    int same = 0;
+    for (int i = 0; i < NP; i++) {
+        coll_wait(&c[i]);
+        same += c[i].n == nref[i] && !memcmp(c[i].ids, ref[i], (size_t)nref[i] * 4);
+    }
+    /* again, one at a time: the shared prefix (and more) now comes from the cache */
+    int same2 = 0, cached = 0;
+    for (int i = 0; i < NP; i++) {
+        struct coll d;
+        coll_init(&d);
+        CHECK(submit(e, prompt[i], 40 + 2 * i, NGEN, &d) == 0);
+        coll_wait(&d);
+        same2 += d.n == nref[i] && !memcmp(d.ids, ref[i], (size_t)nref[i] * 4);
+        cached += d.n_cached > 0;
+    }
+    wait_idle(e);
+    struct engine_stats st;
+    engine_get_stats(e, &st);
+    int full = (40 + 2 * NP + NGEN + 15) / 16;
+    printf("sliding window: %d/%d batched and %d/%d cached runs identical (%d cached), sliding "
+           "layers held at most %d blocks per sequence (the global layers %d), pool %d\n",
+           same, NP, same2, NP, cached, st.swa_max_held, full, st.swa_blocks_total);
+    CHECK(same == NP && same2 == NP && cached == NP);
+    CHECK(st.swa_blocks_total > 0 && st.swa_max_held <= 5 && st.swa_max_held < full);
+    CHECK(st.swa_blocks_free == st.swa_blocks_total);
+    CHECK(invariant_failures(e) == 0);
+    engine_free(e);
+    model_free(m);
+}
+
+/* The sliding pool lost the window's blocks (evicted) while the global blocks are still
+ * cached: the lookup must not hit without them. */
+static void test_swa_lookup_needs_window(void)
+{
+    struct kv_pool *pg = NULL, *ps = NULL;
+    CHECK(kv_pool_new(&pg, g_be, 1, 8, 16, 16, DT_F32, 16, NULL) == 0);
+    CHECK(kv_pool_new(&ps, g_be, 1, 8, 16, 8, DT_F32, 8, NULL) == 0);
+    uint8_t root[KV_KEY_BYTES];
+    kv_key_root(root, "test", 4);
+    int32_t ids[80];
+    for (int i = 0; i < 80; i++)
+        ids[i] = i * 3 + 1;
+    struct kv_seq a, b;
+    kv_seq_init(&a);
+    kv_seq_init(&b);
+    CHECK(kv_seq_reserve(pg, &a, 64, NULL) == 0 && kv_seq_reserve(ps, &b, 64, NULL) == 0);
+    kv_cache_commit(pg, &a, root, ids, 64);
+    kv_cache_commit(ps, &b, root, ids, 64);
+    kv_seq_drop_before(ps, &b, 64 - 8 + 1); /* blocks 0..2 go to the sliding LRU */
+    kv_seq_release(pg, &a);
+    kv_seq_release(ps, &b);
+    /* both intact: a 64-token hit (the whole full blocks below 80 - 1) */
+    struct kv_seq g1, s1;
+    kv_seq_init(&g1);
+    kv_seq_init(&s1);
+    CHECK_EQ_INT(kv_cache_lookup_swa(pg, &g1, ps, &s1, root, ids, 80, 8, NULL), 64);
+    CHECK(s1.blocks[0] == -1 && s1.blocks[3] >= 0); /* only the window's block is taken */
+    kv_seq_release(pg, &g1);
+    kv_seq_release(ps, &s1);
+    /* fill the sliding pool: every cached sliding block is evicted */
+    struct kv_seq hog;
+    kv_seq_init(&hog);
+    CHECK(kv_seq_reserve(ps, &hog, 8 * 16, NULL) == 0);
+    kv_seq_release(ps, &hog);
+    struct kv_seq g2, s2;
+    kv_seq_init(&g2);
+    kv_seq_init(&s2);
+    int hit = kv_cache_lookup_swa(pg, &g2, ps, &s2, root, ids, 80, 8, NULL);
+    printf("sliding lookup: 64 with the window's blocks, %d after they were evicted\n", hit);
+    CHECK_EQ_INT(hit, 0);
+    CHECK(g2.n_blocks == 0 && s2.n_blocks == 0);
+    const struct kv_seq *none[1] = {NULL};
+    CHECK(kv_pool_check(pg, none, 0, NULL) == 0 && kv_pool_check(ps, none, 0, NULL) == 0);
+    kv_seq_release(pg, &g2);
+    kv_seq_release(ps, &s2);
+    kv_pool_free(pg);
+    kv_pool_free(ps);
+}
+
 int main(void)
 {
     const char *fx = getenv("CINFER_FIXTURES");
@@ -407,6 +546,8 @@ int main(void)
     RUN(test_lru_eviction);
     RUN(test_preemption);
     RUN(test_kv_budget);
+    RUN(test_sliding_window_pool);
+    RUN(test_swa_lookup_needs_window);
     tok_free(g_tk);
     model_free(g_m);
     be_free(g_be);
