@@ -90,6 +90,12 @@ char *serve_stats_json(struct serve *sv)
                         json_boolean(c->check_invariants));
     json_object_set_new(json_object_get(j, "batch"), "invariant_failures",
                         json_integer(es.invariant_failures));
+    if (es.swa_blocks_total) { /* sliding-window layers' own pool */
+        json_object_set_new(json_object_get(j, "batch"), "swa_blocks_total",
+                            json_integer(es.swa_blocks_total));
+        json_object_set_new(json_object_get(j, "batch"), "swa_blocks_free",
+                            json_integer(es.swa_blocks_free));
+    }
     json_object_set_new(j, "response_store", store_stats_json());
     json_t *rq = json_object_get(j, "requests");
     json_object_set_new(rq, "messages", json_integer(m->requests[EP_MESSAGES]));
