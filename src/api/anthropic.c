@@ -243,6 +243,12 @@ int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, stru
     const char *tct = json_string_value(json_object_get(tc, "type"));
     if (!rc && tct && !strcmp(tct, "none"))
         json_object_set_new(o, "tool_choice", json_string("none"));
+    else if (!rc && tct && !strcmp(tct, "any"))
+        json_object_set_new(o, "tool_choice", json_string("required"));
+    else if (!rc && tct && !strcmp(tct, "tool") && json_is_string(json_object_get(tc, "name")))
+        json_object_set_new(o, "tool_choice",
+                            json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name",
+                                      json_object_get(tc, "name")));
     for (size_t k = 0; !rc && k < sizeof PASS / sizeof *PASS; k++) {
         json_t *v = json_object_get(b, PASS[k]);
         if (v)
@@ -409,6 +415,10 @@ int anth_out_new(struct anth_out **out, const struct api_model *m, const struct 
     api_new_id(o->id, sizeof o->id, "msg_");
     int rc = api_turn_init(&o->turn, m, p->start_in_reasoning, r->tools ? family : TC_NONE,
                            r->tools, on_turn, o, e);
+    if (!rc && p->forced && r->tools && api_turn_push(&o->turn, p->forced, strlen(p->forced))) {
+        api_turn_deinit(&o->turn);
+        rc = cerr_set(e, CERR_NOMEM, "out of memory");
+    }
     if (rc) {
         free(o);
         return rc;

@@ -25,6 +25,7 @@ struct oai_out {
     struct sbuf *cur;               /* streaming: where emit() writes */
     int err;
     int start_in_reasoning;
+    const char *forced; /* forced tool-call prefix (the api_prompt's; outlives this) */
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -239,6 +240,7 @@ int oai_out_new(struct oai_out **out, const struct api_model *m, const struct oa
     o->created = (long)time(NULL);
     api_new_id(o->id, sizeof o->id, r->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-");
     o->start_in_reasoning = p->start_in_reasoning;
+    o->forced = p->forced;
     if (r->kind == OAI_CHAT) {
         int rc = api_turn_init(&o->turn, m, p->start_in_reasoning, TC_NONE, NULL, on_turn, o, e);
         if (rc) {
@@ -277,6 +279,11 @@ int oai_out_tools(struct oai_out *o, int family, const json_t *tools, struct cer
     int rc = api_turn_init(&t, o->m, o->start_in_reasoning, family, tools, on_turn, o, e);
     if (rc)
         return rc;
+    /* tool_choice forced a call: the parser sees the markup the prompt already opened */
+    if (o->forced && api_turn_push(&t, o->forced, strlen(o->forced))) {
+        api_turn_deinit(&t);
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    }
     api_turn_deinit(&o->turn);
     o->turn = t;
     return 0;

@@ -414,6 +414,33 @@ static int parse_tools(struct oai_req *r, json_t *o, struct api_error *err)
         return 0;
     if (json_array_size(t))
         r->tools = t;
+    if (json_is_string(tc) && !strcmp(json_string_value(tc), "required"))
+        r->tool_choice = 1;
+    else if (json_is_object(tc)) {
+        /* {"type":"function","function":{"name":N}} (chat) or {"type":"function","name":N} */
+        json_t *fn = json_object_get(tc, "function");
+        const char *name = json_string_value(json_object_get(fn ? fn : tc, "name"));
+        if (!name)
+            return api_fail(err, 400, "tool_choice",
+                            "tool_choice must be \"none\", \"auto\", \"required\" or "
+                            "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        int found = 0;
+        size_t i;
+        json_t *x;
+        json_array_foreach(t, i, x)
+        {
+            json_t *f = json_object_get(x, "function");
+            const char *n = json_string_value(json_object_get(f ? f : x, "name"));
+            found |= n && !strcmp(n, name);
+        }
+        if (!found)
+            return api_fail(err, 400, "tool_choice",
+                            "tool_choice names the function \"%s\", which is not in tools", name);
+        r->tool_choice = 2;
+        r->tool_name = name;
+    }
+    if (!r->tools)
+        r->tool_choice = 0;
     return 0;
 }
 

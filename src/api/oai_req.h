@@ -42,6 +42,8 @@ struct oai_req {
     char **stops;          /* owned; n_stops entries */
     int n_stops;
     json_t *tools;         /* borrowed from body, NULL when absent or tool_choice "none" */
+    int tool_choice;       /* 0 auto, 1 "required" (some call), 2 a named function */
+    const char *tool_name; /* tool_choice 2: the function (points into body) */
     json_t *template_kwargs; /* borrowed: chat_template_kwargs object or NULL */
     int thinking;          /* enable_thinking from the request: -1 unset, 0, 1 */
     int seed_given;

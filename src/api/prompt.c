@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "api/reasoning.h"
+#include "api/toolcall.h"
+#include "util/sbuf.h"
 
 int api_chat_render(const struct api_model *m, const json_t *messages, const json_t *tools,
                     const json_t *kwargs, int thinking, char **text, struct api_error *err)
@@ -63,11 +65,77 @@ int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct a
     char *text;
     if (api_chat_render(m, r->messages, r->tools, r->template_kwargs, out->thinking, &text, err))
         return -1;
+    if (r->tool_choice && r->tools) {
+        /* tool_choice required / a named function: the generation starts inside the call's
+         * markup, so the model can only write a call */
+        const char *name = r->tool_choice == 2 ? r->tool_name : NULL;
+        if (!name && json_array_size(r->tools) == 1) { /* "required" with one tool: that one */
+            json_t *t0 = json_array_get(r->tools, 0), *f = json_object_get(t0, "function");
+            name = json_string_value(json_object_get(f ? f : t0, "name"));
+        }
+        out->forced = api_forced_call_prefix(m->tc_template_family, name);
+        if (!out->forced) {
+            free(text);
+            return api_fail(err, 400, "tool_choice",
+                            "tool_choice \"required\" or a named function is not supported for "
+                            "this model's tool-call format; use \"auto\"");
+        }
+        size_t a = strlen(text), b = strlen(out->forced);
+        char *t2 = realloc(text, a + b + 1);
+        if (!t2) {
+            free(text);
+            return api_fail(err, 500, NULL, "out of memory");
+        }
+        memcpy(t2 + a, out->forced, b + 1);
+        text = t2;
+    }
     int rc = encode(m, text, TOK_PARSE_SPECIAL, out, err);
-    if (!rc && m->think_open)
+    if (!rc && m->think_open && !out->forced)
         out->start_in_reasoning = reasoning_prompt_open(text, m->think_open);
     free(text);
+    if (rc) {
+        free(out->forced);
+        out->forced = NULL;
+    }
     return rc;
+}
+
+char *api_forced_call_prefix(int family, const char *name)
+{
+    struct sbuf b = {0};
+    json_t *js = name ? json_string(name) : NULL;
+    char *q = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL; /* the name as a JSON string */
+    json_decref(js);
+    if (name && !q)
+        return NULL;
+    int ok = 1;
+    switch (family) {
+    case TC_HERMES:
+    case TC_GENERIC:
+        ok = name ? !sbuf_printf(&b, "<tool_call>\n{\"name\": %s, \"arguments\": {", q)
+                  : !sbuf_puts(&b, "<tool_call>\n{\"name\": \"");
+        break;
+    case TC_QWEN3_XML:
+        ok = name ? !sbuf_printf(&b, "<tool_call>\n<function=%s>\n", name)
+                  : !sbuf_puts(&b, "<tool_call>\n<function=");
+        break;
+    case TC_LLAMA3:
+        ok = name ? !sbuf_printf(&b, "{\"name\": %s, \"parameters\": {", q)
+                  : !sbuf_puts(&b, "{\"name\": \"");
+        break;
+    case TC_MISTRAL:
+        ok = name ? !sbuf_printf(&b, "[TOOL_CALLS][{\"name\": %s, \"arguments\": {", q)
+                  : !sbuf_puts(&b, "[TOOL_CALLS][{\"name\": \"");
+        break;
+    default:
+        ok = 0;
+    }
+    free(q);
+    if (!ok) {
+        sbuf_free(&b);
+        return NULL;
+    }
+    return b.p;
 }
 
 int api_completion_prompt(const struct api_model *m, const char *prompt, struct api_prompt *out,

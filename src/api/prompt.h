@@ -23,6 +23,7 @@ struct api_model {
     const char *bos_token, *eos_token; /* template variables; may be NULL */
     const char *think_open, *think_close; /* NULL: no think tags */
     int default_thinking;    /* server --thinking: -1 unset, 0, 1 */
+    int tc_template_family;  /* enum tc_family the chat template teaches (forced calls) */
     int n_ctx;
 };
 
@@ -31,7 +32,14 @@ struct api_prompt {
     int n;
     int start_in_reasoning;  /* the rendered prompt leaves a think block open */
     int thinking;            /* resolved enable_thinking: -1 unset, 0, 1 */
+    char *forced;            /* tool_choice required/named: the call's opening markup appended
+                                to the prompt, which the output parser must see first
+                                (malloc'd, or NULL) */
 };
+
+/* The opening markup that forces a tool call in the given template family (named: that
+ * function, else the model picks one), or NULL when the family has none. malloc'd. */
+char *api_forced_call_prefix(int family, const char *name);
 
 /* Renders and tokenizes a chat request. On failure: 400 "prompt build failed: <why>". */
 int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct api_prompt *out,

@@ -272,6 +272,10 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, 
     json_t *tc = json_object_get(b, "tool_choice");
     if (json_is_string(tc) && !strcmp(json_string_value(tc), "none"))
         json_object_set_new(q->chat, "tool_choice", json_string("none"));
+    else if (json_is_string(tc) && !strcmp(json_string_value(tc), "required"))
+        json_object_set_new(q->chat, "tool_choice", json_string("required"));
+    else if (json_is_object(tc) && json_is_string(json_object_get(tc, "name")))
+        json_object_set(q->chat, "tool_choice", tc); /* {"type": "function", "name": N} */
     const char *eff = json_string_value(json_object_get(json_object_get(b, "reasoning"), "effort"));
     if (!rc && eff)
         json_object_set_new(q->chat, "reasoning_effort", json_string(eff));
@@ -501,6 +505,10 @@ int resp_out_new(struct resp_out **out, const struct api_model *m, const struct 
     api_new_id(o->id, sizeof o->id, "resp_");
     int rc = api_turn_init(&o->turn, m, p->start_in_reasoning, r->tools ? family : TC_NONE,
                            r->tools, on_turn, o, e);
+    if (!rc && p->forced && r->tools && api_turn_push(&o->turn, p->forced, strlen(p->forced))) {
+        api_turn_deinit(&o->turn);
+        rc = cerr_set(e, CERR_NOMEM, "out of memory");
+    }
     if (rc) {
         json_decref(o->output);
         json_decref(o->echo);

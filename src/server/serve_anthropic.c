@@ -26,6 +26,7 @@ static void ctx_free(void *p)
         return;
     oai_req_deinit(&c->rq);
     free(c->pr.ids);
+    free(c->pr.forced);
     free(c);
 }
 

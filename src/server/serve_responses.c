@@ -32,6 +32,7 @@ static void ctx_free(void *p)
     resp_req_deinit(&c->q);
     oai_req_deinit(&c->rq);
     free(c->pr.ids);
+    free(c->pr.forced);
     free(c);
 }
 

@@ -44,6 +44,7 @@ static void oai_ctx_free(void *p)
         return;
     oai_req_deinit(&c->rq);
     free(c->pr.ids);
+    free(c->pr.forced);
     free(c);
 }
 
@@ -230,6 +231,7 @@ int serve_routes_install(struct serve *sv)
      * answer with a bare or ```json-fenced call: the generic union covers those, and with
      * declared tools an undeclared name stays content) */
     sv->tc_family = tc_family_detect(sv->tmpl_src, sv->m ? sv->m->arch_name : NULL);
+    sv->am.tc_template_family = sv->tc_family; /* what tool_choice forcing writes */
     if (sv->tc_family == TC_HERMES)
         sv->tc_family = TC_GENERIC;
     rc |= serve_anthropic_install(sv);
