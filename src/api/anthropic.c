@@ -215,6 +215,12 @@ int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, stru
             if ((rc = map_message(m, i, chat, err)))
                 break;
         }
+    /* a final assistant message is a prefill: the reply continues it */
+    json_t *lastm = json_array_get(chat, json_array_size(chat) - 1);
+    if (!rc && lastm && json_is_string(json_object_get(lastm, "role")) &&
+        !strcmp(json_string_value(json_object_get(lastm, "role")), "assistant") &&
+        json_is_string(json_object_get(lastm, "content")) && !json_object_get(lastm, "tool_calls"))
+        json_object_set_new(o, "continue_final_message", json_true());
     /* tools: client tools only (server tools have no input_schema) */
     json_t *tl = json_object_get(b, "tools");
     if (!rc && tl && !json_is_null(tl)) {

@@ -490,6 +490,17 @@ int oai_parse(struct oai_req *r, int kind, const char *body, size_t len,
         rc = parse_thinking(r, o, err);
     if (!rc && kind == OAI_CHAT)
         rc = parse_tools(r, o, err);
+    if (!rc && kind == OAI_CHAT && get_bool(o, "continue_final_message", &b, &given, err))
+        rc = -1;
+    if (!rc && kind == OAI_CHAT && given && b) {
+        json_t *last = json_array_get(r->messages, json_array_size(r->messages) - 1);
+        const char *role = json_string_value(json_object_get(last, "role"));
+        if (!role || strcmp(role, "assistant") || !json_is_string(json_object_get(last, "content")))
+            rc = api_fail(err, 400, "continue_final_message",
+                          "continue_final_message needs a final assistant message with text");
+        else
+            r->continue_final = 1;
+    }
     if (!rc && kind == OAI_COMPLETION) {
         json_t *p = json_object_get(o, "prompt");
         if (!json_is_string(p) || json_string_length(p) == 0)

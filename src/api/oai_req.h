@@ -46,6 +46,8 @@ struct oai_req {
     const char *tool_name; /* tool_choice 2: the function (points into body) */
     json_t *template_kwargs; /* borrowed: chat_template_kwargs object or NULL */
     int thinking;          /* enable_thinking from the request: -1 unset, 0, 1 */
+    int continue_final;    /* continue_final_message: the last (assistant) message is the
+                              start of the reply (Anthropic prefill) */
     int seed_given;
 };
 

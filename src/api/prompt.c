@@ -63,8 +63,35 @@ int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct a
     memset(out, 0, sizeof *out);
     out->thinking = r->thinking >= 0 ? r->thinking : m->default_thinking;
     char *text;
-    if (api_chat_render(m, r->messages, r->tools, r->template_kwargs, out->thinking, &text, err))
+    const json_t *msgs = r->messages;
+    json_t *head = NULL;
+    const char *prefill = NULL;
+    if (r->continue_final) {
+        /* render the conversation before the final assistant message with the generation
+         * prompt, then write that message's text: the reply continues it */
+        size_t n = json_array_size(r->messages);
+        head = json_array();
+        for (size_t i = 0; head && i + 1 < n; i++)
+            json_array_append(head, json_array_get(r->messages, i));
+        if (!head)
+            return api_fail(err, 500, NULL, "out of memory");
+        msgs = head;
+        prefill = json_string_value(json_object_get(json_array_get(r->messages, n - 1), "content"));
+    }
+    int rr = api_chat_render(m, msgs, r->tools, r->template_kwargs, out->thinking, &text, err);
+    json_decref(head);
+    if (rr)
         return -1;
+    if (prefill && *prefill) {
+        size_t a = strlen(text), b = strlen(prefill);
+        char *t2 = realloc(text, a + b + 1);
+        if (!t2) {
+            free(text);
+            return api_fail(err, 500, NULL, "out of memory");
+        }
+        memcpy(t2 + a, prefill, b + 1);
+        text = t2;
+    }
     if (r->tool_choice && r->tools) {
         /* tool_choice required / a named function: the generation starts inside the call's
          * markup, so the model can only write a call */
