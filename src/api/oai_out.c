@@ -26,6 +26,7 @@ struct oai_out {
     int err;
     int start_in_reasoning;
     const char *forced; /* forced tool-call prefix (the api_prompt's; outlives this) */
+    int forced_pending; /* not yet fed to the parser (fed at the first event, after begin) */
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -279,11 +280,11 @@ int oai_out_tools(struct oai_out *o, int family, const json_t *tools, struct cer
     int rc = api_turn_init(&t, o->m, o->start_in_reasoning, family, tools, on_turn, o, e);
     if (rc)
         return rc;
-    /* tool_choice forced a call: the parser sees the markup the prompt already opened */
-    if (o->forced && api_turn_push(&t, o->forced, strlen(o->forced))) {
-        api_turn_deinit(&t);
-        return cerr_set(e, CERR_NOMEM, "out of memory");
-    }
+    if (o->stream)
+        api_turn_stream_args(&t);
+    /* tool_choice forced a call: the parser must see the markup the prompt already opened;
+     * fed at the first event, once the stream's first frames are out */
+    o->forced_pending = o->forced != NULL;
     api_turn_deinit(&o->turn);
     o->turn = t;
     return 0;
@@ -367,6 +368,10 @@ int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf 
     }
     if (ev->type == ENGINE_EV_DELTA && o->lp && ev->lp)
         add_logprob(o, ev->lp);
+    if (o->forced_pending) {
+        o->forced_pending = 0;
+        push_text(o, o->forced, strlen(o->forced));
+    }
     push_text(o, ev->text, ev->len);
     if (ev->type != ENGINE_EV_DONE)
         return o->err;
@@ -505,6 +510,12 @@ int api_turn_finish(struct api_turn *t)
 }
 
 int api_turn_calls(const struct api_turn *t) { return t->tc ? tc_call_count(t->tc) : 0; }
+
+void api_turn_stream_args(struct api_turn *t)
+{
+    if (t->tc)
+        tc_set_stream_args(t->tc, 1);
+}
 
 void api_turn_deinit(struct api_turn *t)
 {

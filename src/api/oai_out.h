@@ -69,6 +69,10 @@ int api_turn_init(struct api_turn *t, const struct api_model *m, int start_in_re
                   int family, const json_t *tools, turn_fn cb, void *ud, struct cerr *e);
 /* Feeds n decoded bytes. Returns 0 or CERR_NOMEM. */
 int api_turn_push(struct api_turn *t, const char *s, size_t n);
+/* Streaming responses: tool-call arguments are released in increments as they are
+ * generated (toolcall.h stream mode) instead of whole when the call ends. Call right after
+ * api_turn_init, before any push. */
+void api_turn_stream_args(struct api_turn *t);
 /* End of the turn: releases held text, then registers the raw text under the call ids in
  * the replay store when the turn produced calls. Returns 0 or CERR_NOMEM. */
 int api_turn_finish(struct api_turn *t);

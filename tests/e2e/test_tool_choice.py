@@ -59,6 +59,9 @@ def test_chat_required_and_named(qwen):
     got = "".join(tc.function.arguments or "" for ch in s
                   for tc in (ch.choices[0].delta.tool_calls or []) if tc.function)
     assert names == ["add"] and json.loads(got) == args
+    pieces = [tc.function.arguments for ch in s for tc in (ch.choices[0].delta.tool_calls or [])
+              if tc.function and tc.function.arguments]
+    assert len(pieces) > 2  # the arguments stream in increments as they are generated
     assert s[-1].choices[0].finish_reason == "tool_calls"
 
 
