@@ -195,7 +195,10 @@ static void fix413_one(struct http_server *s, struct fix413 *f)
     else
         snprintf(msg, sizeof msg, "malformed HTTP request (request line, headers over %zd "
                                   "bytes, or chunked encoding)", HTTP_MAX_HEADERS);
-    char *body = http_error_body_(s, "", status, msg);
+    /* the route's error shape: the path of the request line this connection last sent */
+    int fd = (int)bufferevent_getfd(f->bev);
+    const char *path = fd >= 0 && fd < s->cap_fd && s->by_fd[fd] ? s->by_fd[fd]->last_path : "";
+    char *body = http_error_body_(s, path, status, msg);
     struct evbuffer *keep = evbuffer_new();
     if (!body || !keep) {
         free(body);

@@ -50,6 +50,9 @@ struct http_conn {
     struct event *close_ev;           /* deferred close (backpressure cut) */
     struct event *deadline;           /* header_timeout_s from a request's first byte */
     int deadline_armed;
+    char last_path[128];              /* path of the latest request line seen on the wire, so
+                                         that evhttp's own error pages (413) get the route's
+                                         error shape */
 };
 
 struct http_req {

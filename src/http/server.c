@@ -205,9 +205,35 @@ static void conn_closecb(struct evhttp_connection *evcon, void *arg)
 
 /* Input on a tracked connection: the first byte of a request (none open, no deadline
  * running) starts the deadline by which the whole request must have arrived. */
+/* When the unread input starts with a request line, notes its path (up to '?' or ' '). */
+static void note_path(struct http_conn *c, struct evbuffer *buf)
+{
+    char head[160];
+    ev_ssize_t n = evbuffer_copyout(buf, head, sizeof head - 1);
+    if (n <= 0)
+        return;
+    head[n] = 0;
+    const char *sp = memchr(head, ' ', (size_t)n < 10 ? (size_t)n : 10);
+    if (!sp || sp == head)
+        return;
+    for (const char *m = head; m < sp; m++)
+        if (*m < 'A' || *m > 'Z')
+            return; /* not a method: the middle of a body */
+    const char *p = sp + 1;
+    size_t k = 0;
+    while (p[k] && p[k] != ' ' && p[k] != '?' && k + 1 < sizeof c->last_path)
+        k++;
+    if (k > 0 && p[0] == '/') {
+        memcpy(c->last_path, p, k);
+        c->last_path[k] = 0;
+    }
+}
+
 static void in_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
     struct http_conn *c = arg;
+    if (info->n_added > 0 && !c->cur)
+        note_path(c, buf);
     if (info->n_added == 0 || c->cur || c->deadline_armed || !c->deadline)
         return;
     struct timeval tv = {c->s->header_timeout_s, 0};

@@ -86,7 +86,12 @@ def test_body_limit_413():
         big = {"prompt": "x" * 5000, "max_tokens": 1}
         st, body, _ = srv.post("/v1/completions", big)
         assert st == 413, body
-        assert "error" in json.loads(body)
+        assert "too large" in json.loads(body)["error"]["message"]
+        # the route's error shape: Anthropic on /v1/messages
+        st, body, _ = srv.post("/v1/messages", {"model": "m", "max_tokens": 1,
+                                                "messages": [{"role": "user", "content": "x" * 5000}]})
+        j = json.loads(body)
+        assert st == 413 and j["type"] == "error" and j["error"]["type"] == "request_too_large"
         st, _, _ = srv.post("/v1/completions", {"prompt": "Once", "max_tokens": 1})
         assert st == 200
     finally:

@@ -592,7 +592,7 @@ static void test_413(void)
     CHECK_EQ_INT(read_resp(&r, &p), 0);
     CHECK_EQ_INT(p.status, 413);
     CHECK_STR(p.body, "{\"err\":413,\"msg\":\"request too large (the body limit is 1024 bytes)\","
-                      "\"path\":\"\"}");
+                      "\"path\":\"/echo\"}"); /* the request line's path */
     CHECK_STR(resp_header(&p, "content-type"), "application/json");
     resp_free(&p);
     rd_free(&r);
