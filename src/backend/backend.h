@@ -107,6 +107,10 @@ struct be_ops {
     void (*scale)(struct be *b, float *y, const float *x, float s, int64_t n);
     /* OPTIONAL. y (n) = s * tanh(x / s). */
     void (*softcap)(struct be *b, float *y, const float *x, float s, int64_t n);
+
+    /* OPTIONAL (device backends). Free and total bytes of the device's memory, for the
+     * memory plan; NULL = the backend uses host memory. Returns 0 or a CERR_*. */
+    int (*mem_info)(struct be *b, size_t *free_bytes, size_t *total_bytes, struct cerr *e);
 };
 
 struct be {

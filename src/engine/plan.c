@@ -28,8 +28,13 @@ int mem_plan_make(struct mem_plan *p, const struct model *m, struct engine_confi
     memset(p, 0, sizeof *p);
     const struct model_hparams *h = &m->hp;
     p->budget_given = budget > 0;
+    size_t dfree = 0, dtot = 0;
+    if (m->be->ops->mem_info && m->be->ops->mem_info(m->be, &dfree, &dtot, NULL) == 0 && dtot) {
+        p->on_device = 1;
+        p->device_total = dtot;
+    }
     if (!budget)
-        budget = plan_ram_bytes() / 4 * 3;
+        budget = p->on_device ? dtot / 4 * 3 : plan_ram_bytes() / 4 * 3;
     p->budget_bytes = budget;
     p->weights_bytes = model_weight_bytes(m);
     size_t T = (size_t)c->max_step_tokens, S = (size_t)c->max_seqs;

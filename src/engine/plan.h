@@ -18,6 +18,8 @@
 struct mem_plan {
     size_t budget_bytes, weights_bytes, transient_bytes, usable_bytes, kv_per_token;
     int budget_given;      /* --memory-budget was set (else the default fraction) */
+    int on_device;         /* the budget is device memory (else host RAM) */
+    size_t device_total;   /* the device's memory, when on_device */
     int max_safe_context;
     int n_blocks;          /* KV pool */
     int cache_blocks;      /* prompt-cache cap in blocks; -1 = disabled */
@@ -28,8 +30,10 @@ struct mem_plan {
 size_t plan_ram_bytes(void);
 
 /* c: the engine configuration with n_ctx = the wanted context, max_seqs, max_step_tokens,
- * block_size and kv_dtype set. budget 0 = 75% of RAM. cache_bytes: the prompt cache cap
- * (0 disables). Fills p and, on success, c->n_ctx, c->n_blocks and c->prompt_cache_blocks. */
+ * block_size and kv_dtype set. budget 0 = 75% of the memory the model lives in: the
+ * device's when its backend reports it (be_ops.mem_info), else RAM. cache_bytes: the prompt
+ * cache cap (0 disables). Fills p and, on success, c->n_ctx, c->n_blocks and
+ * c->prompt_cache_blocks. */
 int mem_plan_make(struct mem_plan *p, const struct model *m, struct engine_config *c,
                   size_t budget, size_t cache_bytes, struct cerr *e);
 

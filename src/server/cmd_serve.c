@@ -391,7 +391,8 @@ static void ready_card(struct serve *sv, double t_ready)
            c->block_size, c->max_queue);
     printf("  Memory    budget %.1f GB%s = weights %.2f GB + transient %.2f GB + KV (%.1f KB/token)"
            " · max safe context %d%s · prompt cache %s\n",
-           pl->budget_bytes / 1e9, pl->budget_given ? "" : " (75% of RAM)",
+           pl->budget_bytes / 1e9,
+           pl->budget_given ? "" : pl->on_device ? " (75% of device memory)" : " (75% of RAM)",
            pl->weights_bytes / 1e9, pl->transient_bytes / 1e9, pl->kv_per_token / 1024.0,
            c->n_ctx, sv->ctx_memory_bound ? " (memory-bound)" : "",
            pl->cache_blocks < 0 ? "off" : "on");

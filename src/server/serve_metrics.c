@@ -90,6 +90,11 @@ char *serve_stats_json(struct serve *sv)
                         json_boolean(c->check_invariants));
     json_object_set_new(json_object_get(j, "batch"), "invariant_failures",
                         json_integer(es.invariant_failures));
+    json_object_set_new(json_object_get(j, "admission"), "memory",
+                        json_string(sv->plan.on_device ? "device" : "host"));
+    if (sv->plan.on_device)
+        json_object_set_new(json_object_get(j, "admission"), "device_total_bytes",
+                            json_integer((json_int_t)sv->plan.device_total));
     if (es.swa_blocks_total) { /* sliding-window layers' own pool */
         json_object_set_new(json_object_get(j, "batch"), "swa_blocks_total",
                             json_integer(es.swa_blocks_total));

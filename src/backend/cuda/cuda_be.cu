@@ -263,6 +263,15 @@ static void cu_destroy(struct be *b)
     free(cb);
 }
 
+static int cu_mem_info(struct be *b, size_t *fr, size_t *tot, struct cerr *e)
+{
+    (void)b;
+    cudaError_t rc = cudaMemGetInfo(fr, tot);
+    if (rc != cudaSuccess)
+        return cerr_set(e, CERR_IO, "cuda: cudaMemGetInfo failed: %s", cudaGetErrorString(rc));
+    return 0;
+}
+
 static const struct be_ops g_cuda_ops = {
     .name = "cuda",
     .destroy = cu_destroy,
@@ -283,6 +292,7 @@ static const struct be_ops g_cuda_ops = {
     .add_row = cq_add_row,
     .scale = cq_scale,
     .softcap = cq_softcap,
+    .mem_info = cu_mem_info,
 };
 
 extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
