@@ -111,6 +111,10 @@ struct be_ops {
     /* OPTIONAL (device backends). Free and total bytes of the device's memory, for the
      * memory plan; NULL = the backend uses host memory. Returns 0 or a CERR_*. */
     int (*mem_info)(struct be *b, size_t *free_bytes, size_t *total_bytes, struct cerr *e);
+    /* OPTIONAL. Makes the calling thread able to run the ops (a device backend selects its
+     * device for that thread). Called once by any thread other than the creator that will
+     * run ops, e.g. the engine thread. Returns 0 or a CERR_*. */
+    int (*bind_thread)(struct be *b, struct cerr *e);
 };
 
 struct be {

@@ -684,6 +684,10 @@ static void check_pool(struct engine *g)
 static void *engine_main(void *arg)
 {
     struct engine *g = arg;
+    struct be *b = g->m->be;
+    struct cerr be_e = {0};
+    if (b->ops->bind_thread && b->ops->bind_thread(b, &be_e))
+        log_error("engine: %s (ops may run on the wrong device)", be_e.msg);
     for (;;) {
         struct queue dead = {0};
         pthread_mutex_lock(&g->mu);

@@ -272,6 +272,17 @@ static int cu_mem_info(struct be *b, size_t *fr, size_t *tot, struct cerr *e)
     return 0;
 }
 
+/* cudaSetDevice is per thread: the engine thread selects the backend's device. */
+static int cu_bind_thread(struct be *b, struct cerr *e)
+{
+    struct cu_be *cb = (struct cu_be *)b;
+    cudaError_t rc = cudaSetDevice(cb->device);
+    if (rc != cudaSuccess)
+        return cerr_set(e, CERR_IO, "cuda: cudaSetDevice(%d) failed: %s", cb->device,
+                        cudaGetErrorString(rc));
+    return 0;
+}
+
 static const struct be_ops g_cuda_ops = {
     .name = "cuda",
     .destroy = cu_destroy,
@@ -293,6 +304,7 @@ static const struct be_ops g_cuda_ops = {
     .scale = cq_scale,
     .softcap = cq_softcap,
     .mem_info = cu_mem_info,
+    .bind_thread = cu_bind_thread,
 };
 
 extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
