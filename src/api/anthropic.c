@@ -304,7 +304,6 @@ enum { BLK_NONE = 0, BLK_THINK, BLK_TEXT, BLK_TOOL };
 
 struct anth_out {
     int stream, finished;
-    const char *forced; /* forced tool-call markup to feed at the first event, or NULL */
     char id[64];
     const struct api_model *m;
     struct api_turn turn;
@@ -425,7 +424,7 @@ int anth_out_new(struct anth_out **out, const struct api_model *m, const struct 
     if (!rc && r->stream)
         api_turn_stream_args(&o->turn);
     if (!rc && p->forced && r->tools)
-        o->forced = p->forced; /* the api_prompt outlives the encoder */
+        api_turn_prime(&o->turn, p->forced); /* the api_prompt outlives the encoder */
     if (rc) {
         free(o);
         return rc;
@@ -527,12 +526,6 @@ int anth_out_event(struct anth_out *o, const struct engine_event *ev, struct sbu
     if (ev->type == ENGINE_EV_ERROR) {
         o->finished = 1;
         return o->stream ? anth_error_frame(out, ev->error ? ev->error : "generation failed") : 0;
-    }
-    if (o->forced) { /* the call markup the prompt opened, once the first frames are out */
-        const char *f = o->forced;
-        o->forced = NULL;
-        if (api_turn_push(&o->turn, f, strlen(f)))
-            o->err = CERR_NOMEM;
     }
     if (ev->len && api_turn_push(&o->turn, ev->text, ev->len))
         o->err = CERR_NOMEM;

@@ -26,7 +26,6 @@ struct oai_out {
     int err;
     int start_in_reasoning;
     const char *forced; /* forced tool-call prefix (the api_prompt's; outlives this) */
-    int forced_pending; /* not yet fed to the parser (fed at the first event, after begin) */
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -282,9 +281,8 @@ int oai_out_tools(struct oai_out *o, int family, const json_t *tools, struct cer
         return rc;
     if (o->stream)
         api_turn_stream_args(&t);
-    /* tool_choice forced a call: the parser must see the markup the prompt already opened;
-     * fed at the first event, once the stream's first frames are out */
-    o->forced_pending = o->forced != NULL;
+    if (o->forced) /* tool_choice forced a call: the markup the prompt already opened */
+        api_turn_prime(&t, o->forced);
     api_turn_deinit(&o->turn);
     o->turn = t;
     return 0;
@@ -368,10 +366,6 @@ int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf 
     }
     if (ev->type == ENGINE_EV_DELTA && o->lp && ev->lp)
         add_logprob(o, ev->lp);
-    if (o->forced_pending) {
-        o->forced_pending = 0;
-        push_text(o, o->forced, strlen(o->forced));
-    }
     push_text(o, ev->text, ev->len);
     if (ev->type != ENGINE_EV_DONE)
         return o->err;
@@ -473,8 +467,21 @@ int api_turn_init(struct api_turn *t, const struct api_model *m, int start_in_re
     return 0;
 }
 
+void api_turn_prime(struct api_turn *t, const char *s) { t->primed = s; }
+
+/* Feeds what api_turn_prime left, once. */
+static void turn_feed_primed(struct api_turn *t)
+{
+    const char *p = t->primed;
+    t->primed = NULL;
+    if (p && *p)
+        api_turn_push(t, p, strlen(p));
+}
+
 int api_turn_push(struct api_turn *t, const char *s, size_t n)
 {
+    if (t->primed)
+        turn_feed_primed(t);
     if (!n)
         return t->err;
     if (t->tc && sbuf_append(&t->raw, s, n)) /* kept only when calls can happen */
@@ -489,6 +496,8 @@ int api_turn_push(struct api_turn *t, const char *s, size_t n)
 
 int api_turn_finish(struct api_turn *t)
 {
+    if (t->primed)
+        turn_feed_primed(t);
     if (t->rsn && rsn_flush(t->rsn, turn_rsn, t))
         t->err = CERR_NOMEM;
     if (t->tc && tc_flush(t->tc, turn_tc, t))

@@ -57,6 +57,7 @@ struct api_turn {
     struct sbuf raw;   /* tools on: every byte fed, in order */
     struct sbuf ws;    /* tools on: whitespace-only content not yet emitted */
     size_t n_reasoning_bytes;
+    const char *primed; /* text to feed before the next push (api_turn_prime), or NULL */
     turn_fn cb;
     void *ud;
     int err;
@@ -73,6 +74,10 @@ int api_turn_push(struct api_turn *t, const char *s, size_t n);
  * generated (toolcall.h stream mode) instead of whole when the call ends. Call right after
  * api_turn_init, before any push. */
 void api_turn_stream_args(struct api_turn *t);
+/* Text the prompt already wrote for the model (a forced tool call's opening markup): fed to
+ * the parsers just before the next push (or at finish), i.e. once a stream's opening frames
+ * are out. s must outlive t. */
+void api_turn_prime(struct api_turn *t, const char *s);
 /* End of the turn: releases held text, then registers the raw text under the call ids in
  * the replay store when the turn produced calls. Returns 0 or CERR_NOMEM. */
 int api_turn_finish(struct api_turn *t);

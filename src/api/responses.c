@@ -306,7 +306,6 @@ enum { IT_NONE = 0, IT_REASON, IT_MSG, IT_CALL };
 
 struct resp_out {
     int stream, finished;
-    const char *forced; /* forced tool-call markup to feed at the first event, or NULL */
     char id[64];
     long created;
     const struct api_model *m;
@@ -509,7 +508,7 @@ int resp_out_new(struct resp_out **out, const struct api_model *m, const struct 
     if (!rc && r->stream)
         api_turn_stream_args(&o->turn);
     if (!rc && p->forced && r->tools)
-        o->forced = p->forced; /* the api_prompt outlives the encoder */
+        api_turn_prime(&o->turn, p->forced); /* the api_prompt outlives the encoder */
     if (rc) {
         json_decref(o->output);
         json_decref(o->echo);
@@ -607,12 +606,6 @@ int resp_out_event(struct resp_out *o, const struct engine_event *ev, struct sbu
     if (ev->type == ENGINE_EV_ERROR) {
         o->finished = 1;
         return o->stream ? resp_error_frame(out, ev->error ? ev->error : "generation failed") : 0;
-    }
-    if (o->forced) { /* the call markup the prompt opened, once the first frames are out */
-        const char *f = o->forced;
-        o->forced = NULL;
-        if (api_turn_push(&o->turn, f, strlen(f)))
-            o->err = CERR_NOMEM;
     }
     if (ev->len && api_turn_push(&o->turn, ev->text, ev->len))
         o->err = CERR_NOMEM;
