@@ -264,6 +264,10 @@ cudaError_t cu_attn_init(struct cu_be *cb)
     if (rc == cudaSuccess)
         rc = cudaFuncSetAttribute(k_attn<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)need);
+    if (rc == cudaSuccess)
+        rc = cu_attn_decode_init(cb);
+    if (rc == cudaSuccess)
+        rc = cu_attn_tc_init(cb);
     return rc;
 }
 
@@ -277,6 +281,8 @@ void cu_attention(struct be *b, float *out, const float *q, const struct be_attn
         cu_latch(cb, "attention (head_dim above 256 or bad head counts)", cudaErrorInvalidValue);
         return;
     }
+    if (cu_attn_decode(cb, out, q, a) || cu_attn_prefill_tc(cb, out, q, a))
+        return;
     int group = a->n_head / a->n_kv_head, hg = AT_MAX_HG < group ? AT_MAX_HG : group;
     while (group % hg)
         hg--;

@@ -153,5 +153,13 @@ void cq_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
 
 /* One-time kernel attributes (shared-memory opt-in); 0 or a CUDA error. */
 cudaError_t cu_attn_init(struct cu_be *cb);
+/* Specialised attention paths tried first by cu_attention (arguments already validated:
+ * head_dim <= 256, n_head % n_kv_head == 0). Each returns 1 when it ran the whole op, 0
+ * when the case is not its own (then the general kernel runs). */
+int cu_attn_decode(struct cu_be *cb, float *out, const float *q, const struct be_attn *a);
+int cu_attn_prefill_tc(struct cu_be *cb, float *out, const float *q, const struct be_attn *a);
+/* One-time setup of those paths (shared-memory opt-in); 0 or a CUDA error. */
+cudaError_t cu_attn_decode_init(struct cu_be *cb);
+cudaError_t cu_attn_tc_init(struct cu_be *cb);
 
 #endif
