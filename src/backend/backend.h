@@ -57,6 +57,23 @@ struct be_attn {
     const void *k_cache, *v_cache;
 };
 
+/* A fused projection (the OPTIONAL op matmul_fused): up to three weights that read the same
+ * input x (n, K), each W_i (M_i, K) of one dtype and one K.
+ *   BE_MM_PLAIN: y[i] (n, M_i) = x W_i^T for every i (e.g. q, k, v in one pass);
+ *   BE_MM_GLU:   n_w = 2 (gate, up; M_0 = M_1): y[0] (n, M_0) = act(x W_0^T) * (x W_1^T);
+ *   BE_MM_ADD:   n_w = 1: y[0] (n, M_0) += x W_0^T (a residual add).
+ * Each y[i] is contiguous (n, M_i) and does not overlap x. The result must equal (up to the
+ * backend's stated matmul tolerance) the unfused ops matmul / act_mul / add. */
+enum be_mm_mode { BE_MM_PLAIN = 0, BE_MM_GLU = 1, BE_MM_ADD = 2 };
+struct be_mm {
+    int mode, act; /* act: enum be_act (GLU only) */
+    int n;         /* rows of x */
+    const float *x;
+    int n_w;
+    const struct be_tensor *w[3];
+    float *y[3];
+};
+
 struct be;
 
 struct be_ops {
@@ -111,6 +128,13 @@ struct be_ops {
     /* OPTIONAL (device backends). Free and total bytes of the device's memory, for the
      * memory plan; NULL = the backend uses host memory. Returns 0 or a CERR_*. */
     int (*mem_info)(struct be *b, size_t *free_bytes, size_t *total_bytes, struct cerr *e);
+    /* OPTIONAL. The fused projection described at struct be_mm. A backend may decline no
+     * case: it runs the unfused sequence itself when it has no fused kernel for it. */
+    void (*matmul_fused)(struct be *b, const struct be_mm *m);
+    /* OPTIONAL. out (rows) int32 in backend memory = index of the largest value of each row
+     * of x (rows, n): lowest index on ties, NaN never wins, a row without a value above -inf
+     * gives its first -inf, a row of NaN gives 0 (as sampler_argmax). */
+    void (*argmax)(struct be *b, int32_t *out, const float *x, int rows, int n);
     /* OPTIONAL. Makes the calling thread able to run the ops (a device backend selects its
      * device for that thread). Called once by any thread other than the creator that will
      * run ops, e.g. the engine thread. Returns 0 or a CERR_*. */

@@ -23,23 +23,28 @@ struct model_ws {
     float *up;     /* (max_tok, n_ff) */
     float *xo;     /* (max_out, n_embd) rows that produce logits */
     float *logits; /* (max_out, n_vocab) */
-    int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_out; /* (max_tok) */
-    int32_t *d_tables;                                   /* (max_seq, max_blocks) */
-    int32_t *d_slots_swa, *d_tables_swa; /* sliding-window layers' own (see model_batch) */
-    int swa_split;                       /* this step uses them */
+    /* The step's ids, packed into one buffer so a step costs one upload: tokens, pos,
+     * seq, slots (n_tok each), out (n_out), tables (n_seq * max_blocks), then the
+     * sliding-window layers' own slots and tables (see model_batch) when the step has them.
+     * The d_* pointers point into d_ids at this step's offsets. */
+    int32_t *d_ids, *h_ids;
+    size_t ids_cap; /* int32 elements */
+    int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_out, *d_tables;
+    int32_t *d_slots_swa, *d_tables_swa;
+    int swa_split; /* this step uses them */
+    int32_t *d_argmax; /* (max_out) */
     struct be *be;
 };
 
 static void ws_release(struct model_ws *ws)
 {
     struct be *b = ws->be;
-    void *bufs[] = {ws->x,        ws->xb,      ws->tmp,   ws->q,      ws->k,       ws->v,
-                    ws->att,      ws->gate,    ws->up,    ws->xo,     ws->logits,  ws->d_tokens,
-                    ws->d_pos,    ws->d_seq,   ws->d_slots, ws->d_out, ws->d_tables,
-                    ws->d_slots_swa, ws->d_tables_swa};
+    void *bufs[] = {ws->x,  ws->xb,   ws->tmp,  ws->q,      ws->k,     ws->v,     ws->att,
+                    ws->gate, ws->up, ws->xo,   ws->logits, ws->d_ids, ws->d_argmax};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             b->ops->free(b, bufs[i]);
+    free(ws->h_ids);
 }
 
 int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int max_out,
@@ -61,6 +66,8 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
     size_t T = (size_t)max_tok, E = (size_t)hp->n_embd;
     size_t QD = (size_t)hp->n_head * hp->head_dim, KVD = (size_t)hp->n_kv_head * hp->head_dim;
     size_t F = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
+    size_t ids_cap = 6 * T + (size_t)max_out + 2 * (size_t)max_seq * max_blocks;
+    ws->ids_cap = ids_cap;
     int ok = (ws->x = b->ops->alloc(b, T * E * 4)) && (ws->xb = b->ops->alloc(b, T * E * 4)) &&
              (ws->tmp = b->ops->alloc(b, T * E * 4)) && (ws->q = b->ops->alloc(b, T * QD * 4)) &&
              (ws->k = b->ops->alloc(b, T * KVD * 4)) && (ws->v = b->ops->alloc(b, T * KVD * 4)) &&
@@ -68,12 +75,9 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
              (ws->gate = b->ops->alloc(b, T * F * 4)) && (ws->up = b->ops->alloc(b, T * F * 4)) &&
              (ws->xo = b->ops->alloc(b, (size_t)max_out * E * 4)) &&
              (ws->logits = b->ops->alloc(b, (size_t)max_out * V * 4)) &&
-             (ws->d_tokens = b->ops->alloc(b, T * 4)) && (ws->d_pos = b->ops->alloc(b, T * 4)) &&
-             (ws->d_seq = b->ops->alloc(b, T * 4)) && (ws->d_slots = b->ops->alloc(b, T * 4)) &&
-             (ws->d_out = b->ops->alloc(b, T * 4)) &&
-             (ws->d_tables = b->ops->alloc(b, (size_t)max_seq * max_blocks * 4)) &&
-             (ws->d_slots_swa = b->ops->alloc(b, T * 4)) &&
-             (ws->d_tables_swa = b->ops->alloc(b, (size_t)max_seq * max_blocks * 4));
+             (ws->d_ids = b->ops->alloc(b, ids_cap * 4)) &&
+             (ws->h_ids = malloc(ids_cap * 4)) &&
+             (ws->d_argmax = b->ops->alloc(b, (size_t)max_out * 4));
     if (!ok) {
         ws_release(ws);
         free(ws);
@@ -94,23 +98,61 @@ void model_ws_free(struct model_ws *ws)
 static int upload_batch(struct model_ws *ws, const struct model_batch *bt, struct cerr *e)
 {
     struct be *b = ws->be;
-    size_t n = (size_t)bt->n_tok * 4;
-    int rc;
-    if ((rc = b->ops->upload(b, ws->d_tokens, bt->tokens, n, e)) ||
-        (rc = b->ops->upload(b, ws->d_pos, bt->pos, n, e)) ||
-        (rc = b->ops->upload(b, ws->d_seq, bt->seq, n, e)) ||
-        (rc = b->ops->upload(b, ws->d_slots, bt->slots, n, e)) ||
-        (rc = b->ops->upload(b, ws->d_out, bt->out_idx, (size_t)bt->n_out * 4, e)) ||
-        (rc = b->ops->upload(b, ws->d_tables, bt->block_tables,
-                             (size_t)bt->n_seq * bt->max_blocks * 4, e)))
-        return rc;
+    size_t n = (size_t)bt->n_tok, nt = (size_t)bt->n_seq * bt->max_blocks, o = 0;
+    int32_t *h = ws->h_ids, *d = ws->d_ids;
     ws->swa_split = bt->slots_swa && bt->block_tables_swa;
-    if (ws->swa_split &&
-        ((rc = b->ops->upload(b, ws->d_slots_swa, bt->slots_swa, n, e)) ||
-         (rc = b->ops->upload(b, ws->d_tables_swa, bt->block_tables_swa,
-                              (size_t)bt->n_seq * bt->max_blocks * 4, e))))
-        return rc;
-    return 0;
+#define PACK(dst, src, cnt)                                                                    \
+    do {                                                                                       \
+        memcpy(h + o, (src), (cnt) * 4);                                                       \
+        ws->dst = d + o;                                                                       \
+        o += (cnt);                                                                            \
+    } while (0)
+    PACK(d_tokens, bt->tokens, n);
+    PACK(d_pos, bt->pos, n);
+    PACK(d_seq, bt->seq, n);
+    PACK(d_slots, bt->slots, n);
+    PACK(d_out, bt->out_idx, (size_t)bt->n_out);
+    PACK(d_tables, bt->block_tables, nt);
+    if (ws->swa_split) {
+        PACK(d_slots_swa, bt->slots_swa, n);
+        PACK(d_tables_swa, bt->block_tables_swa, nt);
+    }
+#undef PACK
+    return b->ops->upload(b, d, h, o * 4, e);
+}
+
+/* y_i = xb W_i^T for the weights sharing xb (fused when the backend can). */
+static void project(const struct model *m, int n, const float *x, int n_w,
+                    const struct be_tensor *const *w, float *const *y)
+{
+    const struct be_ops *op = m->be->ops;
+    if (op->matmul_fused) {
+        struct be_mm f = {.mode = BE_MM_PLAIN, .n = n, .x = x, .n_w = n_w};
+        for (int i = 0; i < n_w; i++)
+            f.w[i] = w[i], f.y[i] = y[i];
+        op->matmul_fused(m->be, &f);
+        return;
+    }
+    for (int i = 0; i < n_w; i++)
+        op->matmul(m->be, y[i], x, n, w[i]);
+}
+
+/* x += post_norm(a W^T): the residual add, fused into the projection when possible. */
+static void out_proj(const struct model *m, struct model_ws *ws, int n, const float *a,
+                     const struct be_tensor *w, const float *post_norm)
+{
+    const struct model_hparams *hp = &m->hp;
+    const struct be_ops *op = m->be->ops;
+    struct be *b = m->be;
+    if (op->matmul_fused && !post_norm) {
+        struct be_mm f = {.mode = BE_MM_ADD, .n = n, .x = a, .n_w = 1, .w = {w}, .y = {ws->x}};
+        op->matmul_fused(b, &f);
+        return;
+    }
+    op->matmul(b, ws->tmp, a, n, w); /* (n, n_embd) */
+    if (post_norm)
+        op->rmsnorm(b, ws->tmp, ws->tmp, post_norm, n, hp->n_embd, hp->norm_eps);
+    op->add(b, ws->x, ws->x, ws->tmp, (int64_t)n * hp->n_embd);
 }
 
 static void attention_block(const struct model *m, struct model_ws *ws,
@@ -124,9 +166,9 @@ static void attention_block(const struct model *m, struct model_ws *ws,
     int qd = hp->n_head * hp->head_dim, kvd = hp->n_kv_head * hp->head_dim;
 
     op->rmsnorm(b, ws->xb, ws->x, ly->attn_norm, n, hp->n_embd, hp->norm_eps);
-    op->matmul(b, ws->q, ws->xb, n, &ly->wq); /* (n, qd) */
-    op->matmul(b, ws->k, ws->xb, n, &ly->wk); /* (n, kvd) */
-    op->matmul(b, ws->v, ws->xb, n, &ly->wv); /* (n, kvd) */
+    const struct be_tensor *wqkv[3] = {&ly->wq, &ly->wk, &ly->wv};
+    float *const yqkv[3] = {ws->q, ws->k, ws->v}; /* (n, qd), (n, kvd), (n, kvd) */
+    project(m, n, ws->xb, 3, wqkv, yqkv);
     if (ly->bq) {
         op->add_row(b, ws->q, ly->bq, n, qd);
         op->add_row(b, ws->k, ly->bk, n, kvd);
@@ -163,10 +205,7 @@ static void attention_block(const struct model *m, struct model_ws *ws,
         .v_cache = kv->v[il],
     };
     op->attention(b, ws->att, ws->q, &a);           /* (n, qd) */
-    op->matmul(b, ws->tmp, ws->att, n, &ly->wo);    /* (n, n_embd) */
-    if (ly->post_attn_norm)
-        op->rmsnorm(b, ws->tmp, ws->tmp, ly->post_attn_norm, n, hp->n_embd, hp->norm_eps);
-    op->add(b, ws->x, ws->x, ws->tmp, (int64_t)n * hp->n_embd);
+    out_proj(m, ws, n, ws->att, &ly->wo, ly->post_attn_norm);
 }
 
 static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
@@ -176,13 +215,16 @@ static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
     const struct be_ops *op = m->be->ops;
     struct be *b = m->be;
     op->rmsnorm(b, ws->xb, ws->x, ly->ffn_norm, n, hp->n_embd, hp->norm_eps);
-    op->matmul(b, ws->gate, ws->xb, n, &ly->w_gate); /* (n, n_ff) */
-    op->matmul(b, ws->up, ws->xb, n, &ly->w_up);     /* (n, n_ff) */
-    op->act_mul(b, ws->gate, ws->gate, ws->up, (int64_t)n * hp->n_ff, hp->act);
-    op->matmul(b, ws->tmp, ws->gate, n, &ly->w_down); /* (n, n_embd) */
-    if (ly->post_ffn_norm)
-        op->rmsnorm(b, ws->tmp, ws->tmp, ly->post_ffn_norm, n, hp->n_embd, hp->norm_eps);
-    op->add(b, ws->x, ws->x, ws->tmp, (int64_t)n * hp->n_embd);
+    if (op->matmul_fused) { /* gate = act(xb Wg^T) * (xb Wu^T) */
+        struct be_mm f = {.mode = BE_MM_GLU, .act = hp->act, .n = n, .x = ws->xb, .n_w = 2,
+                          .w = {&ly->w_gate, &ly->w_up}, .y = {ws->gate}};
+        op->matmul_fused(b, &f);
+    } else {
+        op->matmul(b, ws->gate, ws->xb, n, &ly->w_gate); /* (n, n_ff) */
+        op->matmul(b, ws->up, ws->xb, n, &ly->w_up);     /* (n, n_ff) */
+        op->act_mul(b, ws->gate, ws->gate, ws->up, (int64_t)n * hp->n_ff, hp->act);
+    }
+    out_proj(m, ws, n, ws->gate, &ly->w_down, ly->post_ffn_norm);
 }
 
 int model_forward(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
@@ -228,7 +270,15 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
     if (hp->final_softcap > 0) /* model_load checked that the backend has it */
         op->softcap(b, ws->logits, ws->logits, hp->final_softcap,
                     (int64_t)bt->n_out * hp->n_vocab);
+    if (bt->argmax && op->argmax) {
+        op->argmax(b, ws->d_argmax, ws->logits, bt->n_out, hp->n_vocab);
+        if ((rc = op->sync(b, e)))
+            return rc;
+        return op->download(b, bt->argmax, ws->d_argmax, (size_t)bt->n_out * 4, e);
+    }
     if ((rc = op->sync(b, e)))
         return rc;
     return op->download(b, logits, ws->logits, (size_t)bt->n_out * hp->n_vocab * 4, e);
 }
+
+int model_can_argmax(const struct model *m) { return m->be->ops->argmax != NULL; }

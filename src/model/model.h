@@ -106,6 +106,9 @@ struct model_batch {
      * they use slots/block_tables like every other layer. */
     const int32_t *slots_swa;        /* (n_tok) */
     const int32_t *block_tables_swa; /* (n_seq, max_blocks) */
+    /* Non-NULL (host, n_out) and model_can_argmax(): the step writes each output row's
+     * argmax id here (computed by the backend) and downloads no logits (logits may be NULL). */
+    int32_t *argmax;
 };
 
 /* Per-engine workspace: activation buffers for steps of up to max_tok tokens, max_out
@@ -119,6 +122,9 @@ void model_ws_free(struct model_ws *ws);
  * Returns 0, or an error when the batch exceeds the workspace or the backend failed. */
 int model_forward(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
                   const struct model_batch *b, float *logits, struct cerr *e);
+
+/* 1 when the backend computes argmax ids itself (model_batch.argmax is honoured). */
+int model_can_argmax(const struct model *m);
 
 const char *model_arch_name(int arch);
 

@@ -157,6 +157,10 @@ static int count_off(const char *who, int dt, const float *y, const double *exac
     return bad;
 }
 
+/* A device backend's matmul tolerance relative to |w|.|x|: 16-bit weights multiply 16-bit
+ * activations (x rounded to the weight's type: 2^-9 relative for BF16), float math else. */
+static double dev_tol(int dt) { return dt == DT_F16 || dt == DT_BF16 ? 5e-3 : 1e-5; }
+
 struct bctx {
     struct be *ref; /* cpu:scalar, 1 thread */
     struct be *cand[N_BACKENDS][2]; /* threads 1 and 4 */
@@ -256,8 +260,8 @@ static void test_matmul_vs_ref(void)
                 if (!b)
                     continue;
                 run_matmul(b, dt, w, wb, rows, k, x, n, yc);
-                if (!is_cpu(bi)) { /* float math on exact weights: against double */
-                    int off = count_off(g_backends[bi], dt, yc, exact, mag, n * rows, 1e-5);
+                if (!is_cpu(bi)) { /* against double (16-bit weights: 16-bit activations) */
+                    int off = count_off(g_backends[bi], dt, yc, exact, mag, n * rows, dev_tol(dt));
                     CHECK_MSG(off == 0, "%s %s: %d elements off", g_backends[bi],
                               dtype_name(dt), off);
                     continue;
@@ -275,8 +279,8 @@ static void test_matmul_vs_ref(void)
 }
 
 /* A device backend: rows 5..11 as one 7-row step equal (bit for bit) the same rows as
- * 1-row steps; every small step is within 1e-5 of |w|.|x| of double precision; the 64-row
- * step (cuBLAS) within 5e-3 (F32 weights 1e-5), the bound of 16-bit activations. */
+ * 1-row steps; every step is within dev_tol of |w|.|x| of double precision (the 64-row step
+ * runs on cuBLAS, the small ones on the skinny tensor-core kernel for 16-bit weights). */
 static void matmul_device_batches(int bi, int dt, const void *w, size_t wb, int rows, int k,
                                   const float *x, int n, float *yfull, float *y)
 {
@@ -290,7 +294,7 @@ static void matmul_device_batches(int bi, int dt, const void *w, size_t wb, int 
     CHECK_MSG(off == 0, "%s %s %d-row step: %d elements off", g_backends[bi], dtype_name(dt), n,
               off);
     run_matmul(b, dt, w, wb, rows, k, x + 5 * k, 7, y); /* rows 5..11 */
-    off = count_off(g_backends[bi], dt, y, exact + 5 * rows, mag + 5 * rows, 7 * rows, 1e-5);
+    off = count_off(g_backends[bi], dt, y, exact + 5 * rows, mag + 5 * rows, 7 * rows, dev_tol(dt));
     CHECK_MSG(off == 0, "%s %s 7-row step: %d elements off", g_backends[bi], dtype_name(dt), off);
     float *one = malloc(sizeof(float) * (size_t)rows);
     int bad = 0;
@@ -347,6 +351,168 @@ static void test_matmul_batch_invariance(void)
 }
 
 /* ---- get_rows ---- */
+
+/* ---- matmul_fused and argmax (optional ops of device backends) ---- */
+
+/* One fused case on backend b: weights of dtype dt, n_w weights of rows m[i] and k columns,
+ * n rows of x; the result against double (dev_tol), and for n <= 16 each row equals the
+ * same row computed alone, bit for bit. Returns the number of failures. */
+static int fused_case(struct be *b, const char *who, int dt, int mode, int n_w, const int *m,
+                      int k, int n)
+{
+    size_t wb[3];
+    void *w[3];
+    struct be_tensor t[3];
+    double *mag[3], *ex[3];
+    float *x = malloc(sizeof(float) * (size_t)n * k);
+    fill_f(x, (int64_t)n * k, 1.0f);
+    for (int i = 0; i < n_w; i++) {
+        w[i] = make_weights(dt, m[i], k, &wb[i]);
+        t[i] = (struct be_tensor){.dtype = dt, .ne = {k, m[i], 1, 1}, .nbytes = wb[i]};
+        t[i].data = dev_from(b, w[i], wb[i]);
+        mag[i] = malloc(sizeof(double) * (size_t)n * m[i]);
+        ex[i] = malloc(sizeof(double) * (size_t)n * m[i]);
+        abs_dot2(dt, w[i], m[i], k, x, n, mag[i], ex[i]);
+    }
+    int n_out = mode == BE_MM_PLAIN ? n_w : 1, bad = 0;
+    float *y0 = malloc(sizeof(float) * (size_t)n * m[0]); /* residual for ADD */
+    fill_f(y0, (int64_t)n * m[0], 1.0f);
+    float *dx = dev_from(b, x, sizeof(float) * (size_t)n * k);
+    float *dy[3], *hy[3];
+    for (int i = 0; i < n_out; i++) {
+        dy[i] = dev_from(b, i == 0 && mode == BE_MM_ADD ? y0 : NULL, sizeof(float) * (size_t)n * m[i]);
+        hy[i] = malloc(sizeof(float) * (size_t)n * m[i]);
+    }
+    struct be_mm f = {.mode = mode, .act = BE_ACT_SILU, .n = n, .x = dx, .n_w = n_w};
+    for (int i = 0; i < n_w; i++)
+        f.w[i] = &t[i];
+    for (int i = 0; i < n_out; i++)
+        f.y[i] = dy[i];
+    b->ops->matmul_fused(b, &f);
+    for (int i = 0; i < n_out; i++)
+        host_from(b, hy[i], dy[i], sizeof(float) * (size_t)n * m[i]);
+    /* expected values */
+    for (int i = 0; i < n_out; i++) {
+        int64_t ne = (int64_t)n * m[i];
+        double *want = malloc(sizeof(double) * (size_t)ne), *tol = malloc(sizeof(double) * (size_t)ne);
+        for (int64_t j = 0; j < ne; j++) {
+            if (mode == BE_MM_GLU) { /* silu(g) * u: error of g and u scaled by the slopes */
+                double gv = ex[0][j], u = ex[1][j], sg = 1.0 / (1.0 + exp(-gv));
+                want[j] = gv * sg * u;
+                tol[j] = dev_tol(dt) * (mag[0][j] * 1.1 * fabs(u) + mag[1][j] * fabs(gv * sg)) + 1e-5;
+            } else {
+                want[j] = ex[i][j] + (mode == BE_MM_ADD ? y0[j] : 0.0);
+                tol[j] = dev_tol(dt) * mag[i][j] + 1e-5;
+            }
+            if (!(fabs(hy[i][j] - want[j]) <= tol[j]) && bad++ < 3)
+                fprintf(stderr, "  %s %s mode %d n=%d out %d [%lld]: %.7g vs %.7g\n", who,
+                        dtype_name(dt), mode, n, i, (long long)j, hy[i][j], want[j]);
+        }
+        free(want), free(tol);
+    }
+    /* batch invariance: each row alone */
+    if (n <= 16 && n > 1) {
+        float *one = malloc(sizeof(float) * (size_t)m[0]);
+        for (int r = 0; r < n; r += 3) {
+            struct be_mm f1 = f;
+            f1.n = 1;
+            f1.x = dx + (int64_t)r * k;
+            float *d1[3];
+            for (int i = 0; i < n_out; i++) {
+                d1[i] = dev_from(b, i == 0 && mode == BE_MM_ADD ? y0 + (int64_t)r * m[0] : NULL,
+                                 sizeof(float) * (size_t)m[i]);
+                f1.y[i] = d1[i];
+            }
+            b->ops->matmul_fused(b, &f1);
+            for (int i = 0; i < n_out; i++) {
+                float *h1 = malloc(sizeof(float) * (size_t)m[i]);
+                host_from(b, h1, d1[i], sizeof(float) * (size_t)m[i]);
+                if (memcmp(h1, hy[i] + (int64_t)r * m[i], sizeof(float) * (size_t)m[i]) && bad++ < 3)
+                    fprintf(stderr, "  %s %s mode %d: row %d of %d differs alone\n", who,
+                            dtype_name(dt), mode, r, n);
+                free(h1);
+                b->ops->free(b, d1[i]);
+            }
+        }
+        free(one);
+    }
+    for (int i = 0; i < n_out; i++)
+        b->ops->free(b, dy[i]), free(hy[i]);
+    for (int i = 0; i < n_w; i++)
+        b->ops->free(b, t[i].data), free(w[i]), free(mag[i]), free(ex[i]);
+    b->ops->free(b, dx);
+    free(x), free(y0);
+    return bad;
+}
+
+static void test_matmul_fused(void)
+{
+    static const int dts[] = {DT_BF16, DT_F16, DT_F32, DT_Q8_0};
+    static const int ns[] = {1, 3, 8, 13, 16, 40};
+    int ran = 0;
+    for (int bi = 0; bi < N_BACKENDS; bi++) {
+        struct be *b = g.cand[bi][0];
+        if (!b || !b->ops->matmul_fused)
+            continue;
+        ran = 1;
+        for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                int dt = dts[di], n = ns[ni];
+                rng_seed(700 + di * 10 + ni);
+                const int mq[3] = {64, 32, 48}, mg[2] = {96, 96}, mo[1] = {80};
+                int k = ni % 2 ? 1024 : 288; /* 288: a K with a chunk tail for the 4 warps */
+                int bad = fused_case(b, g_backends[bi], dt, BE_MM_PLAIN, 3, mq, k, n) +
+                          fused_case(b, g_backends[bi], dt, BE_MM_GLU, 2, mg, k, n) +
+                          fused_case(b, g_backends[bi], dt, BE_MM_ADD, 1, mo, k, n);
+                CHECK_MSG(bad == 0, "%s matmul_fused %s n=%d: %d off", g_backends[bi],
+                          dtype_name(dt), n, bad);
+            }
+    }
+    if (!ran)
+        fprintf(stderr, "SKIP matmul_fused: no backend here has it\n");
+}
+
+/* argmax against the host rule (lowest index on ties, NaN never wins, -inf rows). */
+static int32_t host_argmax(const float *x, int n)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (x[i] == x[i] && (best < 0 || x[i] > x[best]))
+            best = i;
+    return best < 0 ? 0 : best;
+}
+
+static void test_argmax(void)
+{
+    enum { ROWS = 6, N = 5000 };
+    float *x = malloc(sizeof(float) * ROWS * N);
+    rng_seed(800);
+    fill_f(x, (int64_t)ROWS * N, 10.0f);
+    x[0 * N + 4000] = 50.0f, x[0 * N + 17] = 50.0f;  /* tie: lowest index wins */
+    x[1 * N + 3] = NAN, x[1 * N + 4999] = 20.0f;     /* NaN never wins */
+    for (int i = 0; i < N; i++)
+        x[2 * N + i] = -INFINITY, x[3 * N + i] = NAN; /* all -inf: 0; all NaN: 0 */
+    x[4 * N + N - 1] = 99.0f;
+    x[5 * N + 0] = INFINITY;
+    int32_t want[ROWS], got[ROWS];
+    for (int r = 0; r < ROWS; r++)
+        want[r] = host_argmax(x + (int64_t)r * N, N);
+    CHECK(want[0] == 17 && want[2] == 0 && want[3] == 0 && want[4] == N - 1 && want[5] == 0);
+    for (int bi = 0; bi < N_BACKENDS; bi++) {
+        struct be *b = g.cand[bi][0];
+        if (!b || !b->ops->argmax)
+            continue;
+        float *dx = dev_from(b, x, sizeof(float) * ROWS * N);
+        int32_t *dout = dev_from(b, NULL, sizeof(int32_t) * ROWS);
+        b->ops->argmax(b, dout, dx, ROWS, N);
+        host_from(b, got, dout, sizeof got);
+        for (int r = 0; r < ROWS; r++)
+            CHECK_MSG(got[r] == want[r], "%s argmax row %d: %d, want %d", g_backends[bi], r,
+                      got[r], want[r]);
+        b->ops->free(b, dx), b->ops->free(b, dout);
+    }
+    free(x);
+}
 
 static void test_get_rows(void)
 {
@@ -911,6 +1077,8 @@ int main(void)
     RUN(test_matmul_known_answer);
     RUN(test_matmul_vs_ref);
     RUN(test_matmul_batch_invariance);
+    RUN(test_matmul_fused);
+    RUN(test_argmax);
     RUN(test_get_rows);
     RUN(test_attention);
     RUN(test_kv_store);

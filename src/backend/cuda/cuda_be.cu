@@ -304,6 +304,8 @@ static const struct be_ops g_cuda_ops = {
     .scale = cq_scale,
     .softcap = cq_softcap,
     .mem_info = cu_mem_info,
+    .matmul_fused = cq_matmul_fused,
+    .argmax = cq_argmax,
     .bind_thread = cu_bind_thread,
 };
 
@@ -367,6 +369,10 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
         cudaGetLastError(), cb->blas_ws = NULL;
     const char *pe = getenv("CINFER_CUDA_PRECISE");
     cb->precise = pe && !strcmp(pe, "1");
+    const char *sk = getenv("CINFER_CUDA_SKINNY_MAX");
+    cb->sg_max_n = sk && *sk ? atoi(sk) : SG_MAX_N;
+    if (cb->sg_max_n < 0 || cb->sg_max_n > SG_MAX_N)
+        cb->sg_max_n = SG_MAX_N;
     if (cu_graphs_init(cb, cfg ? cfg->graphs : 0)) {
         cerr_set(e, CERR_NOMEM, "out of memory creating the CUDA backend");
         cublasDestroy(cb->blas);

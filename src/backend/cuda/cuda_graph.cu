@@ -20,7 +20,7 @@ enum {
     CU_GRAPH_MIN = 8,     /* shorter lists are not worth a graph */
     CU_GRAPH_MAX_N = 128, /* lists with a matmul over more rows are never captured */
     CU_GRAPH_CACHE = 64,
-    CU_ARGS = 192,
+    CU_ARGS = 320,
 };
 
 struct cu_call {
@@ -306,6 +306,43 @@ void cq_softcap(struct be *b, float *y, const float *x, float s, int64_t n)
 void cq_add_row(struct be *b, float *y, const float *bias, int rows, int dim)
 {
     DEFER(r_ew, struct a_ew, a_.kind = 4, a_.y = y, a_.a = bias, a_.n = rows, a_.act = dim);
+}
+
+struct a_mmf { struct be_mm m; struct be_tensor w[3]; };
+static void r_mmf(struct be *b, const void *p)
+{
+    const struct a_mmf *a = (const struct a_mmf *)p;
+    struct be_mm m = a->m;
+    for (int i = 0; i < m.n_w && i < 3; i++)
+        m.w[i] = &a->w[i];
+    cu_matmul_fused(b, &m);
+}
+void cq_matmul_fused(struct be *b, const struct be_mm *m)
+{
+    if (m->n > CU_GRAPH_MAX_N && cu_be(b)->graphs)
+        cu_be(b)->graphs->nocapture = 1;
+    struct a_mmf a_; /* the tensors by value: the caller's may not outlive the call */
+    memset(&a_, 0, sizeof a_);
+    a_.m = *m;
+    for (int i = 0; i < 3; i++) {
+        a_.m.w[i] = NULL;
+        if (i < m->n_w) {
+            a_.w[i] = *m->w[i];
+            a_.w[i].name = NULL;
+        }
+    }
+    defer(b, r_mmf, &a_, sizeof a_);
+}
+
+struct a_am { int32_t *out; const float *x; int rows, n; };
+static void r_am(struct be *b, const void *p)
+{
+    const struct a_am *a = (const struct a_am *)p;
+    cu_argmax(b, a->out, a->x, a->rows, a->n);
+}
+void cq_argmax(struct be *b, int32_t *out, const float *x, int rows, int n)
+{
+    DEFER(r_am, struct a_am, a_.out = out, a_.x = x, a_.rows = rows, a_.n = n);
 }
 
 void cu_graph_stats(struct cu_be *cb, int64_t *replays, int64_t *captures)

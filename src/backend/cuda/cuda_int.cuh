@@ -19,7 +19,11 @@ extern "C" {
 #include "backend/cuda/cuda.h"
 }
 
-enum { CU_SCRATCH_X = 0, CU_SCRATCH_W = 1, CU_SCRATCH_ATT = 2, CU_N_SCRATCH = 3 };
+enum { CU_SCRATCH_X = 0, CU_SCRATCH_W = 1, CU_SCRATCH_ATT = 2, CU_SCRATCH_F = 3, CU_N_SCRATCH = 4 };
+
+/* Most rows of x the skinny tensor-core matmul (cuda_mmf.cu) takes; larger steps use cuBLAS.
+ * CINFER_CUDA_SKINNY_MAX (0..SG_MAX_N) lowers it (0 = off), for measurements. */
+enum { SG_MAX_N = 16 };
 
 struct cu_graphs;
 
@@ -36,6 +40,7 @@ struct cu_be {
     int n_weights, cap_weights;
     size_t peak_used;
     int precise;        /* CINFER_CUDA_PRECISE=1: 16-bit GEMM inputs split into hi + lo */
+    int sg_max_n;       /* skinny matmul for steps of 1..sg_max_n rows (<= SG_MAX_N) */
     struct cu_graphs *graphs; /* NULL when graphs are off */
     void *blas_ws;      /* cuBLAS workspace (fixed, so GEMMs can be captured) */
     int err;            /* first latched error: 0 or a CERR_* code */
@@ -129,6 +134,11 @@ void cu_add(struct be *b, float *y, const float *a, const float *x, int64_t n);
 void cu_add_row(struct be *b, float *y, const float *bias, int rows, int dim);
 void cu_scale(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
+void cu_matmul_fused(struct be *b, const struct be_mm *m);
+void cu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n);
+/* y = x W^T on the skinny tensor-core kernel; 0 (nothing launched) when it does not take
+ * the case (weight type, shapes, alignment, n > sg_max_n). */
+int cu_matmul_skinny(struct cu_be *cb, float *y, const float *x, int n, const struct be_tensor *w);
 /* Deferred ops and graph replay (cuda_graph.cu): the vtable's ops record calls; cu_flush()
  * runs or replays the pending list. */
 /* want: be_config.graphs (1 on, -1 off, 0 default: on unless CINFER_CUDA_GRAPHS=0). */
@@ -150,6 +160,8 @@ void cq_add(struct be *b, float *y, const float *a, const float *x, int64_t n);
 void cq_add_row(struct be *b, float *y, const float *bias, int rows, int dim);
 void cq_scale(struct be *b, float *y, const float *x, float s, int64_t n);
 void cq_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
+void cq_matmul_fused(struct be *b, const struct be_mm *m);
+void cq_argmax(struct be *b, int32_t *out, const float *x, int rows, int n);
 
 /* One-time kernel attributes (shared-memory opt-in); 0 or a CUDA error. */
 cudaError_t cu_attn_init(struct cu_be *cb);

@@ -254,6 +254,8 @@ void cu_matmul(struct be *b, float *y, const float *x, int n, const struct be_te
     int K = (int)w->ne[0], M = (int)w->ne[1];
     if (n <= 0 || M <= 0)
         return;
+    if (cu_matmul_skinny(cb, y, x, n, w))
+        return;
     if (n > MV_MAX_N || ((uintptr_t)x & 15) != 0) { /* the matvec's x loads are 16-byte */
         gemm(cb, y, x, n, w);
         return;

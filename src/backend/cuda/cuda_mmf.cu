@@ -1,0 +1,410 @@
+/* cuda_mmf.cu — skinny tensor-core matmuls for 16-bit weights (decode steps), fused
+ * projections (be_mm: q/k/v in one pass, gate/up with the activation, the residual add) and
+ * the device argmax.
+ *
+ * For steps of up to SG_MAX_N rows with BF16/F16 weights, y = x W^T runs on mma.sync
+ * m16n8k16 (f32 accumulate): W is operand A (16 weight rows per tile, read straight from
+ * global memory with 16-byte loads), x is operand B (rows of x rounded to the weight's
+ * 16-bit type as they are loaded). Within each 32-element chunk of K a lane loads 8
+ * consecutive elements of W and of x; the k order inside the mma is a fixed permutation of
+ * the chunk, the same for A and B, so the dot product is unchanged. A block of SG_WARPS
+ * warps owns one 16-row tile of W and one tile of up to SG_NT rows of x; warp w takes the
+ * chunks w, w + SG_WARPS, ... and the partial sums are added in warp order. A y element's
+ * arithmetic therefore depends only on K (never on n or on the other rows): steps of 1..
+ * SG_MAX_N rows are batch invariant bit for bit. Weight tiles are walked with the x tiles
+ * fastest, so the blocks that read the same weights run together (L2 hits).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_int.cuh"
+
+enum {
+    SG_WARPS = 4,  /* warps per block, splitting K */
+    SG_NT = 16,    /* x rows per block (two n8 mma tiles) */
+    SG_U = 4,      /* chunks of 32 in flight per warp */
+};
+
+__device__ __forceinline__ uint32_t pack2(float a, float b, int bf)
+{
+    if (bf) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        return *(uint32_t *)&h;
+    }
+    __half2 h = __floats2half2_rn(a, b);
+    return *(uint32_t *)&h;
+}
+
+__device__ __forceinline__ float unpack_lo(uint32_t v, int bf)
+{
+    uint16_t h = (uint16_t)(v & 0xffff);
+    return bf ? cu_bf16(h) : cu_f16(h);
+}
+__device__ __forceinline__ float unpack_hi(uint32_t v, int bf)
+{
+    uint16_t h = (uint16_t)(v >> 16);
+    return bf ? cu_bf16(h) : cu_f16(h);
+}
+
+template <int BF>
+__device__ __forceinline__ void mma16816(float *c, uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1)
+{
+    if (BF)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+struct sg_args {
+    const uint8_t *w[3]; /* weights (16-bit rows of K) */
+    float *y[3];
+    int tiles[4];        /* prefix sums of 16-row tiles per weight (tiles[n_w] = total) */
+    int m[3];            /* rows of each weight */
+    int n_w;
+    const float *x;
+    int n, K, ny;        /* ny = x tiles */
+};
+
+__device__ __forceinline__ float sg_act(float g, int act)
+{
+    if (act == BE_ACT_SILU)
+        return g / (1.0f + expf(-g));
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
+}
+
+/* MODE: BE_MM_PLAIN / BE_MM_GLU / BE_MM_ADD. NS: n8 tiles per block (1 or 2). P: precise
+ * (x split into hi + lo 16-bit parts, two mmas). */
+template <int BF, int MODE, int NS, int P>
+__global__ void __launch_bounds__(SG_WARPS * 32)
+    k_sg(struct sg_args a, int act)
+{
+    __shared__ float red[SG_WARPS - 1][(MODE == BE_MM_GLU ? 2 : 1) * NS * 4][32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int tile = blockIdx.x / a.ny, xt = blockIdx.x % a.ny;
+    /* which weight (no dynamic indexing of the parameter arrays: it would go to the stack) */
+    const int wi = tile >= a.tiles[1] ? (tile >= a.tiles[2] ? 2 : 1) : 0;
+    const int t0 = wi == 0 ? 0 : wi == 1 ? a.tiles[1] : a.tiles[2];
+    const int row0 = (tile - t0) * 16, M = wi == 0 ? a.m[0] : wi == 1 ? a.m[1] : a.m[2];
+    const int K = a.K, col0 = xt * NS * 8;
+    const uint8_t *W = wi == 0 ? a.w[0] : wi == 1 ? a.w[1] : a.w[2];
+    const uint8_t *W2 = MODE == BE_MM_GLU ? a.w[1] : W;
+    const size_t rb = (size_t)K * 2;
+    const uint4 *wr0 = (const uint4 *)(W + (size_t)(row0 + g) * rb) + tq;
+    const uint4 *wr1 = (const uint4 *)(W + (size_t)(row0 + g + 8) * rb) + tq;
+    const uint4 *ur0 = (const uint4 *)(W2 + (size_t)(row0 + g) * rb) + tq;
+    const uint4 *ur1 = (const uint4 *)(W2 + (size_t)(row0 + g + 8) * rb) + tq;
+    const float4 *xr[NS];
+    bool xok[NS];
+#pragma unroll
+    for (int s = 0; s < NS; s++) {
+        int col = col0 + s * 8 + g;
+        xok[s] = col < a.n; /* rows past n load row n-1 and use zeros */
+        xr[s] = (const float4 *)(a.x + (size_t)(xok[s] ? col : a.n - 1) * K) + 2 * tq;
+    }
+    float acc[NS][4], acc2[NS][4];
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            acc[s][i] = 0.0f, acc2[s][i] = 0.0f;
+
+    const int nc = K / 32;
+    int c = warp;
+    /* one chunk: A = rows g, g+8 at 8tq..8tq+7 (uint4 each); B = x rows at the same k */
+#define SG_CHUNK(AW0, AW1, AU0, AU1, XB)                                                       \
+    do {                                                                                       \
+        _Pragma("unroll") for (int s = 0; s < NS; s++)                                         \
+        {                                                                                      \
+            uint32_t bh[4], bl[4];                                                             \
+            float xv[8] = {XB[s][0].x, XB[s][0].y, XB[s][0].z, XB[s][0].w,                     \
+                           XB[s][1].x, XB[s][1].y, XB[s][1].z, XB[s][1].w};                    \
+            _Pragma("unroll") for (int j = 0; j < 4; j++)                                      \
+            {                                                                                  \
+                bh[j] = xok[s] ? pack2(xv[2 * j], xv[2 * j + 1], BF) : 0u;                     \
+                if (P)                                                                         \
+                    bl[j] = pack2(xv[2 * j] - unpack_lo(bh[j], BF),                            \
+                                  xv[2 * j + 1] - unpack_hi(bh[j], BF), BF);                   \
+            }                                                                                  \
+            mma16816<BF>(acc[s], AW0.x, AW1.x, AW0.y, AW1.y, bh[0], bh[1]);                    \
+            mma16816<BF>(acc[s], AW0.z, AW1.z, AW0.w, AW1.w, bh[2], bh[3]);                    \
+            if (P) {                                                                           \
+                mma16816<BF>(acc[s], AW0.x, AW1.x, AW0.y, AW1.y, bl[0], bl[1]);                \
+                mma16816<BF>(acc[s], AW0.z, AW1.z, AW0.w, AW1.w, bl[2], bl[3]);                \
+            }                                                                                  \
+            if (MODE == BE_MM_GLU) {                                                           \
+                mma16816<BF>(acc2[s], AU0.x, AU1.x, AU0.y, AU1.y, bh[0], bh[1]);               \
+                mma16816<BF>(acc2[s], AU0.z, AU1.z, AU0.w, AU1.w, bh[2], bh[3]);               \
+                if (P) {                                                                       \
+                    mma16816<BF>(acc2[s], AU0.x, AU1.x, AU0.y, AU1.y, bl[0], bl[1]);           \
+                    mma16816<BF>(acc2[s], AU0.z, AU1.z, AU0.w, AU1.w, bl[2], bl[3]);           \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+
+    for (; c + (SG_U - 1) * SG_WARPS < nc; c += SG_U * SG_WARPS) {
+        uint4 aw0[SG_U], aw1[SG_U], au0[SG_U], au1[SG_U];
+        float4 xb[SG_U][NS][2];
+#pragma unroll
+        for (int u = 0; u < SG_U; u++) {
+            int cc = (c + u * SG_WARPS) * 4; /* uint4 index of the chunk in a row */
+            aw0[u] = __ldg(wr0 + cc);
+            aw1[u] = __ldg(wr1 + cc);
+            if (MODE == BE_MM_GLU) {
+                au0[u] = __ldg(ur0 + cc);
+                au1[u] = __ldg(ur1 + cc);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < SG_U; u++)
+#pragma unroll
+            for (int s = 0; s < NS; s++) {
+                int cx = (c + u * SG_WARPS) * 8; /* float4 index */
+                xb[u][s][0] = __ldg(xr[s] + cx);
+                xb[u][s][1] = __ldg(xr[s] + cx + 1);
+            }
+#pragma unroll
+        for (int u = 0; u < SG_U; u++)
+            SG_CHUNK(aw0[u], aw1[u], au0[u], au1[u], xb[u]);
+    }
+    for (; c < nc; c += SG_WARPS) {
+        int cc = c * 4, cx = c * 8;
+        uint4 aw0 = __ldg(wr0 + cc), aw1 = __ldg(wr1 + cc), au0 = aw0, au1 = aw1;
+        if (MODE == BE_MM_GLU)
+            au0 = __ldg(ur0 + cc), au1 = __ldg(ur1 + cc);
+        float4 xb[NS][2];
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            xb[s][0] = __ldg(xr[s] + cx);
+            xb[s][1] = __ldg(xr[s] + cx + 1);
+        }
+        SG_CHUNK(aw0, aw1, au0, au1, xb);
+    }
+#undef SG_CHUNK
+    /* partial sums of warps 1.. to shared memory; warp 0 adds them in warp order */
+    if (warp > 0) {
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                red[warp - 1][s * 4 + i][lane] = acc[s][i];
+                if (MODE == BE_MM_GLU)
+                    red[warp - 1][NS * 4 + s * 4 + i][lane] = acc2[s][i];
+            }
+    }
+    __syncthreads();
+    if (warp > 0)
+        return;
+#pragma unroll
+    for (int w = 0; w < SG_WARPS - 1; w++)
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                acc[s][i] += red[w][s * 4 + i][lane];
+                if (MODE == BE_MM_GLU)
+                    acc2[s][i] += red[w][NS * 4 + s * 4 + i][lane];
+            }
+    float *Y = wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2];
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int col = col0 + s * 8 + 2 * tq + (i & 1), row = row0 + g + (i >> 1) * 8;
+            if (col >= a.n)
+                continue;
+            float v = acc[s][i];
+            float *yp = Y + (size_t)col * M + row;
+            if (MODE == BE_MM_GLU)
+                *yp = sg_act(v, act) * acc2[s][i];
+            else if (MODE == BE_MM_ADD)
+                *yp = *yp + v;
+            else
+                *yp = v;
+        }
+}
+
+/* 1 when the skinny kernel takes this projection. */
+static int sg_ok(const struct cu_be *cb, const struct be_mm *m)
+{
+    if (m->n <= 0 || m->n > cb->sg_max_n || m->n_w < 1 || m->n_w > 3 || ((uintptr_t)m->x & 15))
+        return 0;
+    int dt = m->w[0]->dtype;
+    if (dt != DT_BF16 && dt != DT_F16)
+        return 0;
+    int64_t K = m->w[0]->ne[0];
+    if (K % 32 || K > (1 << 20))
+        return 0;
+    for (int i = 0; i < m->n_w; i++)
+        if (m->w[i]->dtype != dt || m->w[i]->ne[0] != K || m->w[i]->ne[1] % 16 ||
+            ((uintptr_t)m->w[i]->data & 15))
+            return 0;
+    if (m->mode == BE_MM_GLU && (m->n_w != 2 || m->w[1]->ne[1] != m->w[0]->ne[1]))
+        return 0;
+    if (m->mode == BE_MM_ADD && m->n_w != 1)
+        return 0;
+    return 1;
+}
+
+template <int BF, int MODE, int P>
+static void sg_launch(struct cu_be *cb, const struct sg_args &a, int ns, int act)
+{
+    unsigned grid = (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
+    if (ns == 1)
+        k_sg<BF, MODE, 1, P><<<grid, SG_WARPS * 32, 0, cb->stream>>>(a, act);
+    else
+        k_sg<BF, MODE, 2, P><<<grid, SG_WARPS * 32, 0, cb->stream>>>(a, act);
+}
+
+template <int BF, int P> static void sg_mode(struct cu_be *cb, const struct sg_args &a, int ns,
+                                              int mode, int act)
+{
+    if (mode == BE_MM_GLU)
+        sg_launch<BF, BE_MM_GLU, P>(cb, a, ns, act);
+    else if (mode == BE_MM_ADD)
+        sg_launch<BF, BE_MM_ADD, P>(cb, a, ns, act);
+    else
+        sg_launch<BF, BE_MM_PLAIN, P>(cb, a, ns, act);
+}
+
+static void sg_run(struct cu_be *cb, const struct be_mm *m)
+{
+    struct sg_args a;
+    memset(&a, 0, sizeof a);
+    a.n_w = m->mode == BE_MM_GLU ? 2 : m->n_w;
+    a.tiles[0] = 0;
+    for (int i = 0; i < a.n_w; i++) {
+        a.w[i] = (const uint8_t *)m->w[i]->data;
+        a.y[i] = m->y[i];
+        a.m[i] = (int)m->w[i]->ne[1];
+        a.tiles[i + 1] = a.tiles[i] + a.m[i] / 16;
+    }
+    if (m->mode == BE_MM_GLU) { /* one output, both weights read per tile */
+        a.n_w = 1;
+        a.tiles[1] = a.m[0] / 16;
+        a.w[1] = (const uint8_t *)m->w[1]->data;
+    }
+    a.x = m->x;
+    a.n = m->n;
+    a.K = (int)m->w[0]->ne[0];
+    int ns = m->n <= 8 ? 1 : 2;
+    a.ny = (m->n + ns * 8 - 1) / (ns * 8);
+    int bf = m->w[0]->dtype == DT_BF16;
+    if (bf && cb->precise)
+        sg_mode<1, 1>(cb, a, ns, m->mode, m->act);
+    else if (bf)
+        sg_mode<1, 0>(cb, a, ns, m->mode, m->act);
+    else if (cb->precise)
+        sg_mode<0, 1>(cb, a, ns, m->mode, m->act);
+    else
+        sg_mode<0, 0>(cb, a, ns, m->mode, m->act);
+    cu_after_launch(cb, "skinny matmul");
+}
+
+int cu_matmul_skinny(struct cu_be *cb, float *y, const float *x, int n, const struct be_tensor *w)
+{
+    struct be_mm m;
+    memset(&m, 0, sizeof m);
+    m.mode = BE_MM_PLAIN;
+    m.n = n;
+    m.x = x;
+    m.n_w = 1;
+    m.w[0] = w;
+    m.y[0] = y;
+    if (!sg_ok(cb, &m))
+        return 0;
+    sg_run(cb, &m);
+    return 1;
+}
+
+void cu_matmul_fused(struct be *b, const struct be_mm *m)
+{
+    struct cu_be *cb = cu_be(b);
+    if (m->n <= 0)
+        return;
+    if (sg_ok(cb, m)) {
+        sg_run(cb, m);
+        return;
+    }
+    /* the unfused sequence */
+    if (m->mode == BE_MM_PLAIN) {
+        for (int i = 0; i < m->n_w; i++)
+            cu_matmul(b, m->y[i], m->x, m->n, m->w[i]);
+        return;
+    }
+    int64_t M = m->w[0]->ne[1], nel = (int64_t)m->n * M;
+    float *t = (float *)cu_scratch(cb, CU_SCRATCH_F, (size_t)nel * sizeof(float));
+    if (!t)
+        return;
+    if (m->mode == BE_MM_GLU) {
+        cu_matmul(b, m->y[0], m->x, m->n, m->w[0]);
+        cu_matmul(b, t, m->x, m->n, m->w[1]);
+        cu_act_mul(b, m->y[0], m->y[0], t, nel, m->act);
+    } else {
+        cu_matmul(b, t, m->x, m->n, m->w[0]);
+        cu_add(b, m->y[0], m->y[0], t, nel);
+    }
+}
+
+/* ---- argmax: one block per row ---- */
+
+enum { AM_THREADS = 1024 };
+
+/* (v, i) beats (bv, bi): larger value, or equal value and lower index; NaN never wins. */
+__device__ __forceinline__ bool am_better(float v, int i, float bv, int bi)
+{
+    return v > bv || (v == bv && i < bi);
+}
+
+__global__ void __launch_bounds__(AM_THREADS) k_argmax(int32_t *out, const float *x, int n)
+{
+    __shared__ float sv[AM_THREADS / 32];
+    __shared__ int si[AM_THREADS / 32];
+    const float *r = x + (size_t)blockIdx.x * n;
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < n; i += AM_THREADS) {
+        float v = r[i];
+        if (am_better(v, i, bv, bi))
+            bv = v, bi = i;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (am_better(ov, oi, bv, bi))
+            bv = ov, bi = oi;
+    }
+    if ((threadIdx.x & 31) == 0)
+        sv[threadIdx.x >> 5] = bv, si[threadIdx.x >> 5] = bi;
+    __syncthreads();
+    if (threadIdx.x >= 32)
+        return;
+    bv = sv[threadIdx.x], bi = si[threadIdx.x];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (am_better(ov, oi, bv, bi))
+            bv = ov, bi = oi;
+    }
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+}
+
+void cu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n)
+{
+    struct cu_be *cb = cu_be(b);
+    if (rows <= 0 || n <= 0)
+        return;
+    k_argmax<<<(unsigned)rows, AM_THREADS, 0, cb->stream>>>(out, x, n);
+    cu_after_launch(cb, "argmax");
+}
