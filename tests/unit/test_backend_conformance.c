@@ -720,6 +720,23 @@ static const struct attn_case g_attn_cases[] = {
     {260, 16, 2, 256, 100, DT_F16, 16, 20, 1, 50.0f, 1}, /* Gemma-like: window + softcap */
     {130, 16, 16, 128, 0, DT_F32, 16, 9, 1, 0.0f, 1},  /* group 1, f32 cache */
     {70, 8, 2, 128, 0, DT_F16, 4, 40, 2, 0.0f, 1},     /* block size 4 */
+    /* steps of at most 64 tokens (CUDA: the decode path, cuda_attn_dec.cu; splits of
+     * whole 64-position rounds, at most 32 a token unless CINFER_ATTN_DEC_SPLITS says) */
+    {1, 32, 8, 128, 0, DT_F16, 16, 24, 1, 0.0f, 0},     /* Llama-3.1-8B decode, ctx 381 */
+    {8, 32, 8, 128, 0, DT_F16, 16, 25, 8, 0.0f, 0},     /* 8 sequences decoding */
+    {64, 32, 8, 64, 0, DT_F16, 16, 26, 32, 0.0f, 0},    /* Llama-3.2-1B, 64 tokens, 32 seqs */
+    {16, 32, 8, 128, 0, DT_F16, 16, 64, 2, 0.0f, 0},    /* ctx 1021: 16 splits */
+    {2, 8, 2, 128, 0, DT_F16, 16, 140, 1, 0.0f, 0},     /* ctx 2237: 2 rounds a split */
+    {3, 8, 8, 64, 1000, DT_F16, 16, 160, 1, 0.0f, 0},   /* group 1, long window */
+    {5, 16, 2, 128, 0, DT_F32, 16, 40, 2, 0.0f, 0},     /* group 8 (2 blocks a kv head), f32 */
+    {6, 8, 8, 64, 100, DT_F32, 16, 30, 3, 0.0f, 0},     /* group 1, window, f32 */
+    {6, 8, 2, 128, 50, DT_F32, 16, 12, 2, 0.0f, 0},     /* window across a round edge */
+    {4, 16, 8, 256, 300, DT_F16, 16, 40, 2, 50.0f, 0},  /* Gemma-like: hd 256, window, softcap */
+    {3, 8, 4, 256, 0, DT_F16, 16, 10, 1, 30.0f, 0},     /* hd 256, group 2, softcap */
+    {40, 32, 8, 128, 0, DT_F16, 16, 30, 1, 0.0f, 1},    /* a 40-token chunk */
+    {33, 24, 4, 128, 37, DT_F16, 8, 20, 3, 0.0f, 2},    /* group 6, window, chunk + decodes */
+    {2, 4, 1, 64, 0, DT_F16, 16, 2, 1, 0.0f, 0},        /* context under one round */
+    {5, 8, 2, 64, 0, DT_F16, 24, 12, 1, 0.0f, 0},       /* block size not a power of two */
 };
 #pragma GCC diagnostic pop
 

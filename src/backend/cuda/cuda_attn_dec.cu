@@ -1,17 +1,427 @@
-/* cuda_attn_dec.cu — decode-step attention over the paged KV cache (short steps).
+/* cuda_attn_dec.cu — decode-step attention over the paged KV cache (steps of <= 64 tokens).
  *
- * Placeholder: declines every case, so the general kernel of cuda_attn.cu runs.
+ * A block serves one token, one KV head and HG (<= 4) of its query heads over one split of
+ * the token's positions, so K/V are read once for those heads. Positions go in rounds of
+ * AD_ROUND (64-aligned, absolute): a team of head_dim/8 lanes owns one position at a time,
+ * each lane 8 dims (one 16-byte load of f16), and a lane keeps its RPT positions of K and V
+ * in registers; a score is 8 FMAs per lane plus a butterfly reduce-scatter over the team.
+ * Warp h keeps head h's online softmax; each team accumulates its own positions' V and the
+ * teams are summed in a fixed order at the end. A token's split length depends only on its
+ * own attended range (at most AD_TARGET splits of whole rounds), never on the batch or the
+ * context capacity, so its result is the same alone or in any step. Splits are merged by a
+ * second kernel, launched with programmatic dependent launch so it starts while the first
+ * drains. Process-wide knobs (read when a backend is created, for measurements):
+ * CINFER_ATTN_DEC=0 (off: the general kernel runs), CINFER_ATTN_DEC_SPLITS=N (split target,
+ * 1..64), CINFER_ATTN_DEC_PDL=0 (plain launch of the merge).
  */
+#include <math.h>
+#include <stdlib.h>
+
 #include "backend/cuda/cuda_int.cuh"
+
+enum {
+    AD_ROUND = 64,   /* positions per round (one score per position in shared memory) */
+    AD_MAX_TOK = 64, /* longer steps go to the general kernel */
+    AD_TARGET = 32,  /* default: most splits of one token's positions */
+    AD_MAX_TARGET = 64,
+};
+
+static struct {
+    int on, target, pdl;
+} g_ad = {1, AD_TARGET, 1};
+
+struct ad_args {
+    const float *q;
+    float *out;
+    float *part; /* (n_tok, n_head, maxs, hd) unnormalised split outputs */
+    float2 *ml;  /* (n_tok, n_head, maxs) split max and sum */
+    const int32_t *pos, *seq, *bt;
+    const void *kc, *vc;
+    int n_head, n_kv_head, nsub, max_blocks, block_size, bs_shift, window, maxs, target;
+    float scale, softcap;
+};
+
+/* Threads per block: enough teams that a round of 64 positions is RPT <= 8 rows a lane. */
+__host__ __device__ constexpr int ad_nt(int hd, int f16) { return hd == 64 ? 128 : hd == 128 ? (f16 ? 128 : 256) : 256; }
+
+/* Splits of token position pos: its attended range is [*lo, pos], covering rounds
+ * [*r0, pos / AD_ROUND]; split z takes *per rounds from *r0 + z * *per. Returns the number
+ * of splits, 0 for a position outside the context (the output is zero). */
+__device__ __forceinline__ int ad_splits(int pos, int window, int target, int cap, int *lo,
+                                         int *r0, int *per)
+{
+    if (pos < 0 || pos >= cap)
+        return 0;
+    const int l0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    const int k0 = l0 / AD_ROUND, nr = pos / AD_ROUND - k0 + 1;
+    const int c = (nr + target - 1) / target;
+    *lo = l0, *r0 = k0, *per = c;
+    return (nr + c - 1) / c;
+}
+
+__device__ __forceinline__ float ad_warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float ad_warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sums v[0..N) over the lanes of a team (xor offsets O, O/2 .. 1): while more than one
+ * value is left each step halves them (the lane with bit O set keeps the upper half), then
+ * the rest is an all-reduce. Afterwards v[i] holds the team's sum of element *base + i. */
+template <int N, int O>
+__device__ __forceinline__ void ad_team_sum(float *v, int lane, int *base)
+{
+    if constexpr (O >= 1) {
+        if constexpr (N > 1) {
+            constexpr int H = N / 2;
+            const bool up = (lane & O) != 0;
+#pragma unroll
+            for (int i = 0; i < H; i++) {
+                const float send = up ? v[i] : v[i + H], keep = up ? v[i + H] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+            }
+            if (up)
+                *base += H;
+            ad_team_sum<H, O / 2>(v, lane, base);
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], O);
+            ad_team_sum<1, O / 2>(v, lane, base);
+        }
+    }
+}
+
+/* 8 cache elements (raw 16-byte words) as floats. */
+template <int F16>
+__device__ __forceinline__ void ad_cvt(const uint4 *raw, float *f)
+{
+    if constexpr (F16) {
+        const __half2 *h = (const __half2 *)raw;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 x = __half22float2(h[i]);
+            f[2 * i] = x.x, f[2 * i + 1] = x.y;
+        }
+    } else {
+        const float *x = (const float *)raw;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            f[i] = x[i];
+    }
+}
+
+template <int HD, int F16, int HG>
+__global__ void __launch_bounds__(ad_nt(HD, F16)) k_attn_dec(struct ad_args a)
+{
+    constexpr int NT = ad_nt(HD, F16), TS = HD / 8, TEAMS = NT / TS, RPT = AD_ROUND / TEAMS;
+    constexpr int N = RPT * HG, NF = N >= TS ? N / TS : 1, W = F16 ? 1 : 2, ES = F16 ? 2 : 4;
+    static_assert(TEAMS * RPT == AD_ROUND && NT / 32 >= HG && TS <= 32, "layout");
+    __shared__ float sc[2][HG][AD_ROUND]; /* scores, then probabilities (by round parity) */
+    __shared__ float fsh[2][HG];          /* rescale factor of the round */
+    __shared__ float msh[HG], lsh[HG];
+    __shared__ __align__(16) float red[TEAMS][HG][HD];
+
+    asm volatile("griddepcontrol.launch_dependents;");
+    const int z = blockIdx.x, t = blockIdx.z;
+    const int g = blockIdx.y / a.nsub, sub = blockIdx.y % a.nsub;
+    const int h0 = g * (a.n_head / a.n_kv_head) + sub * HG;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, team = tid / TS;
+    const int d0 = (tid % TS) * 8;
+    const int pos = a.pos[t], sq = a.seq[t]; /* loads issued together with q's */
+    float qv[HG][8];
+#pragma unroll
+    for (int h = 0; h < HG; h++) {
+        const float4 *qp = (const float4 *)(a.q + ((size_t)t * a.n_head + h0 + h) * HD + d0);
+        const float4 x0 = qp[0], x1 = qp[1];
+        qv[h][0] = x0.x, qv[h][1] = x0.y, qv[h][2] = x0.z, qv[h][3] = x0.w;
+        qv[h][4] = x1.x, qv[h][5] = x1.y, qv[h][6] = x1.z, qv[h][7] = x1.w;
+    }
+    int lo = 0, rb = 0, per = 1;
+    const int n = ad_splits(pos, a.window, a.target, a.max_blocks * a.block_size, &lo, &rb, &per);
+    float *orow = a.out + ((size_t)t * a.n_head + h0) * HD; /* head h0 + h at orow + h * HD */
+    if (n == 0) {
+        if (z == 0)
+            for (int i = tid; i < HG * HD; i += NT)
+                orow[i] = 0.0f;
+        return;
+    }
+    if (z >= n)
+        return;
+    const int last = pos / AD_ROUND + 1, r0 = rb + z * per;
+    const int r1 = rb + (z + 1) * per < last ? rb + (z + 1) * per : last;
+    const int32_t *bt = a.bt + (size_t)sq * a.max_blocks;
+    const size_t kvd = (size_t)a.n_kv_head * HD, hoff = (size_t)g * HD + d0;
+    const int bs = a.block_size, bsh = a.bs_shift;
+    float acc[HG][8];
+#pragma unroll
+    for (int h = 0; h < HG; h++)
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            acc[h][k] = 0.0f;
+    float m = -INFINITY, l = 0.0f; /* warp h < HG: head h's running max and sum */
+    int buf = 0;
+    for (int rd = r0; rd < r1; rd++, buf ^= 1) {
+        /* this lane's rows: positions rd * 64 + r * TEAMS + team */
+        long long row[RPT];
+#pragma unroll
+        for (int r = 0; r < RPT; r++) { /* a safe position for every lane: loads without branches */
+            const int p = rd * AD_ROUND + r * TEAMS + team;
+            const bool ok = p >= lo && p <= pos;
+            const int pc = ok ? p : pos;
+            const int bi = bsh >= 0 ? pc >> bsh : pc / bs, in = bsh >= 0 ? pc & (bs - 1) : pc % bs;
+            row[r] = ok ? (long long)bt[bi] * bs + in : -1;
+        }
+        uint4 kr[RPT][W], vr[RPT][W];
+#pragma unroll
+        for (int r = 0; r < RPT; r++) {
+            if (row[r] >= 0) {
+                const size_t off = ((size_t)row[r] * kvd + hoff) * ES;
+                const uint4 *kp = (const uint4 *)((const char *)a.kc + off);
+                const uint4 *vp = (const uint4 *)((const char *)a.vc + off);
+#pragma unroll
+                for (int w = 0; w < W; w++)
+                    kr[r][w] = __ldg(kp + w), vr[r][w] = __ldg(vp + w);
+            } else {
+#pragma unroll
+                for (int w = 0; w < W; w++)
+                    kr[r][w] = make_uint4(0, 0, 0, 0), vr[r][w] = make_uint4(0, 0, 0, 0);
+            }
+        }
+        /* partial dots of this lane's 8 dims, then summed over the team */
+        float s[N];
+#pragma unroll
+        for (int r = 0; r < RPT; r++) {
+            float kf[8];
+            ad_cvt<F16>(kr[r], kf);
+#pragma unroll
+            for (int h = 0; h < HG; h++) {
+                float d = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    d = fmaf(qv[h][k], kf[k], d);
+                s[r * HG + h] = d;
+            }
+        }
+        int base = 0;
+        ad_team_sum<N, TS / 2>(s, lane, &base);
+#pragma unroll
+        for (int i = 0; i < NF; i++) {
+            const int f = base + i, h = f % HG, j = (f / HG) * TEAMS + team;
+            const int p = rd * AD_ROUND + j;
+            float x = s[i] * a.scale;
+            if (a.softcap > 0.0f)
+                x = a.softcap * tanhf(x / a.softcap);
+            sc[buf][h][j] = p >= lo && p <= pos ? x : -INFINITY;
+        }
+        __syncthreads();
+        if (warp < HG) {
+            const float s0 = sc[buf][warp][lane], s1 = sc[buf][warp][lane + 32];
+            const float mn = fmaxf(m, ad_warp_max(fmaxf(s0, s1)));
+            float f = 1.0f, p0 = 0.0f, p1 = 0.0f;
+            if (mn != -INFINITY)
+                f = expf(m - mn), p0 = expf(s0 - mn), p1 = expf(s1 - mn);
+            l = l * f + ad_warp_sum(p0 + p1);
+            m = mn;
+            sc[buf][warp][lane] = p0, sc[buf][warp][lane + 32] = p1;
+            if (lane == 0)
+                fsh[buf][warp] = f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int h = 0; h < HG; h++) {
+            const float f = fsh[buf][h];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                acc[h][k] *= f;
+        }
+#pragma unroll
+        for (int r = 0; r < RPT; r++) {
+            float vf[8];
+            ad_cvt<F16>(vr[r], vf);
+#pragma unroll
+            for (int h = 0; h < HG; h++) {
+                const float pr = sc[buf][h][r * TEAMS + team];
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    acc[h][k] = fmaf(pr, vf[k], acc[h][k]);
+            }
+        }
+    }
+    if (warp < HG && lane == 0)
+        msh[warp] = m, lsh[warp] = l;
+#pragma unroll
+    for (int h = 0; h < HG; h++) {
+        float4 *rp = (float4 *)&red[team][h][d0];
+        rp[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+        rp[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
+    }
+    __syncthreads();
+    for (int i = tid; i < HG * HD; i += NT) {
+        const int h = i / HD, d = i % HD;
+        float o = 0.0f;
+#pragma unroll
+        for (int tm = 0; tm < TEAMS; tm++)
+            o += red[tm][h][d];
+        if (n == 1) {
+            const float L = lsh[h];
+            orow[i] = L > 0.0f ? o * (1.0f / L) : 0.0f;
+        } else {
+            const size_t pr = ((size_t)t * a.n_head + h0 + h) * a.maxs + z;
+            a.part[pr * HD + d] = o;
+            if (d == 0)
+                a.ml[pr] = make_float2(msh[h], lsh[h]);
+        }
+    }
+}
+
+/* out row (t, h) = merge of the token's splits in split order (tokens of one split were
+ * written by k_attn_dec itself). */
+template <int HD>
+__global__ void __launch_bounds__(HD) k_attn_dec_merge(struct ad_args a)
+{
+    const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
+    int lo = 0, rb = 0, per = 1;
+    /* pos was written before k_attn_dec started: readable before the wait */
+    const int n = ad_splits(a.pos[t], a.window, a.target, a.max_blocks * a.block_size, &lo, &rb,
+                            &per);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (n <= 1)
+        return;
+    const size_t row = ((size_t)t * a.n_head + h) * a.maxs;
+    float mx = -INFINITY;
+#pragma unroll 8
+    for (int z = 0; z < n; z++) {
+        const float2 x = a.ml[row + z];
+        if (x.y > 0.0f)
+            mx = fmaxf(mx, x.x);
+    }
+    float L = 0.0f, o = 0.0f;
+#pragma unroll 8
+    for (int z = 0; z < n; z++) {
+        const float2 x = a.ml[row + z];
+        const float oz = a.part[(row + z) * HD + d];
+        if (x.y > 0.0f) {
+            const float f = expf(x.x - mx);
+            L += f * x.y;
+            o += f * oz;
+        }
+    }
+    a.out[((size_t)t * a.n_head + h) * HD + d] = L > 0.0f ? o * (1.0f / L) : 0.0f;
+}
 
 cudaError_t cu_attn_decode_init(struct cu_be *cb)
 {
     (void)cb;
+    const char *on = getenv("CINFER_ATTN_DEC"), *sp = getenv("CINFER_ATTN_DEC_SPLITS");
+    const char *pdl = getenv("CINFER_ATTN_DEC_PDL");
+    g_ad.on = !(on && on[0] == '0');
+    g_ad.pdl = !(pdl && pdl[0] == '0');
+    g_ad.target = AD_TARGET;
+    if (sp) {
+        long v = strtol(sp, NULL, 10);
+        if (v >= 1 && v <= AD_MAX_TARGET)
+            g_ad.target = (int)v;
+    }
     return cudaSuccess;
 }
 
+template <int HD, int F16>
+static void ad_launch(struct cu_be *cb, const struct ad_args &x, int hg, dim3 grid)
+{
+    constexpr int NT = ad_nt(HD, F16);
+    if (hg == 4)
+        k_attn_dec<HD, F16, 4><<<grid, NT, 0, cb->stream>>>(x);
+    else if (hg == 2)
+        k_attn_dec<HD, F16, 2><<<grid, NT, 0, cb->stream>>>(x);
+    else
+        k_attn_dec<HD, F16, 1><<<grid, NT, 0, cb->stream>>>(x);
+}
+
+template <int HD>
+static void ad_merge(struct cu_be *cb, const struct ad_args &x, int n_tok)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = dim3((unsigned)x.n_head, (unsigned)n_tok);
+    cfg.blockDim = dim3(HD);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = cb->stream;
+    cfg.attrs = at;
+    cfg.numAttrs = g_ad.pdl ? 1 : 0;
+    cudaError_t rc = cudaLaunchKernelEx(&cfg, k_attn_dec_merge<HD>, x);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        cu_latch(cb, "attention merge (decode)", rc);
+    }
+}
+
+static int ad_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 int cu_attn_decode(struct cu_be *cb, float *out, const float *q, const struct be_attn *a)
 {
-    (void)cb, (void)out, (void)q, (void)a;
-    return 0;
+    const int hd = a->head_dim, f16 = a->kv_dtype == DT_F16;
+    if (!g_ad.on || a->n_tok > AD_MAX_TOK || (!f16 && a->kv_dtype != DT_F32))
+        return 0;
+    if (!(hd == 64 || hd == 128 || (hd == 256 && f16)))
+        return 0;
+    if (a->block_size <= 0 || a->max_blocks <= 0 || !ad_aligned(q) || !ad_aligned(out) ||
+        !ad_aligned(a->k_cache) || !ad_aligned(a->v_cache))
+        return 0;
+    const long long cap = (long long)a->max_blocks * a->block_size;
+    if (cap > (1ll << 30))
+        return 0;
+    const int group = a->n_head / a->n_kv_head;
+    const int hg = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1, nsub = group / hg;
+    if ((long long)a->n_kv_head * nsub > 65535)
+        return 0;
+    const int rounds = (int)((cap + AD_ROUND - 1) / AD_ROUND);
+    const int maxs = g_ad.target < rounds ? g_ad.target : rounds;
+    struct ad_args x;
+    x.q = q, x.out = out, x.part = NULL, x.ml = NULL;
+    x.pos = a->pos, x.seq = a->seq, x.bt = a->block_tables;
+    x.kc = a->k_cache, x.vc = a->v_cache;
+    x.n_head = a->n_head, x.n_kv_head = a->n_kv_head, x.nsub = nsub;
+    x.max_blocks = a->max_blocks, x.block_size = a->block_size, x.window = a->window;
+    x.bs_shift = -1; /* block_size a power of two: shifts instead of divisions */
+    for (int sh = 0; sh < 30; sh++)
+        if (a->block_size == 1 << sh)
+            x.bs_shift = sh;
+    x.maxs = maxs, x.target = g_ad.target;
+    x.scale = a->scale, x.softcap = a->softcap;
+    if (maxs > 1) {
+        const size_t rows = (size_t)a->n_tok * a->n_head * maxs;
+        char *p = (char *)cu_scratch(cb, CU_SCRATCH_ATT, rows * ((size_t)hd + 2) * sizeof(float));
+        if (!p)
+            return 1; /* out of memory: latched */
+        x.part = (float *)p;
+        x.ml = (float2 *)(p + rows * (size_t)hd * sizeof(float));
+    }
+    dim3 grid((unsigned)maxs, (unsigned)(a->n_kv_head * nsub), (unsigned)a->n_tok);
+    if (hd == 64)
+        f16 ? ad_launch<64, 1>(cb, x, hg, grid) : ad_launch<64, 0>(cb, x, hg, grid);
+    else if (hd == 128)
+        f16 ? ad_launch<128, 1>(cb, x, hg, grid) : ad_launch<128, 0>(cb, x, hg, grid);
+    else
+        ad_launch<256, 1>(cb, x, hg, grid);
+    cu_after_launch(cb, "attention (decode)");
+    if (maxs > 1) {
+        if (hd == 64)
+            ad_merge<64>(cb, x, a->n_tok);
+        else if (hd == 128)
+            ad_merge<128>(cb, x, a->n_tok);
+        else
+            ad_merge<256>(cb, x, a->n_tok);
+    }
+    return 1;
 }
