@@ -83,6 +83,8 @@ struct engine {
     int32_t *tables;   /* (max_seqs, max_blocks) */
     int32_t *slots_swa, *tables_swa; /* the sliding pool's, when split */
     float *logits;     /* (max_seqs, n_vocab) */
+    int32_t *am;       /* (max_seqs) argmax ids from the backend (steps of plain greedy rows) */
+    int can_argmax;    /* the backend computes argmax (CINFER_HOST_ARGMAX=1: never use it) */
     long preempted, steps;
     int32_t *xtc_exempt; /* EOS ids and ids whose text holds a newline */
     int n_xtc_exempt;
@@ -590,6 +592,14 @@ static int run_step(struct engine *g, int n_rows)
                             .block_tables = g->tables, .n_out = n_out, .out_idx = g->out_idx,
                             .slots_swa = g->kv_swa ? g->slots_swa : NULL,
                             .block_tables_swa = g->kv_swa ? g->tables_swa : NULL};
+    /* every output row a plain greedy pick: the backend's argmax, no logits copied back */
+    int use_am = n_out > 0 && g->can_argmax;
+    for (int s = 0; s < n_rows && use_am; s++) {
+        const struct row *w = &g->rows[s];
+        if (w->out >= 0 && (w->r->want_lp || !sampler_is_plain_greedy(w->r->smp)))
+            use_am = 0;
+    }
+    b.argmax = use_am ? g->am : NULL;
     struct cerr e = {0};
     if (model_forward(g->m, g->ws, &view, &b, g->logits, &e)) {
         log_error("engine: forward failed: %s", e.msg);
@@ -618,8 +628,13 @@ static int run_step(struct engine *g, int n_rows)
         if (w->out < 0)
             continue;
         struct sampler_logprob lp;
-        int32_t id = sampler_sample(r->smp, g->logits + (size_t)w->out * V,
-                                    r->want_lp ? &lp : NULL);
+        int32_t id;
+        if (use_am) {
+            id = g->am[w->out];
+            sampler_skip(r->smp);
+        } else {
+            id = sampler_sample(r->smp, g->logits + (size_t)w->out * V, r->want_lp ? &lp : NULL);
+        }
         on_token(g, r, id, &lp);
     }
     pthread_mutex_lock(&g->mu);
@@ -843,6 +858,8 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->seqv = malloc((size_t)T * sizeof(int32_t));
         g->slots = malloc((size_t)T * sizeof(int32_t));
         g->out_idx = malloc((size_t)S * sizeof(int32_t));
+        g->am = malloc((size_t)S * sizeof(int32_t));
+        g->can_argmax = model_can_argmax(g->m) && !getenv("CINFER_HOST_ARGMAX");
         g->tables = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
         g->slots_swa = malloc((size_t)T * sizeof(int32_t));
         g->tables_swa = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
@@ -850,7 +867,7 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->logits = malloc((size_t)S * V * sizeof(float));
         g->check_seqs = malloc((size_t)S * sizeof *g->check_seqs);
         if (!g->run || !g->rows || !g->tokens || !g->pos || !g->seqv || !g->slots ||
-            !g->out_idx || !g->tables || !g->logits || !g->check_seqs || !g->slots_swa ||
+            !g->out_idx || !g->am || !g->tables || !g->logits || !g->check_seqs || !g->slots_swa ||
             !g->tables_swa || !g->check_seqs_swa)
             rc = cerr_set(e, CERR_NOMEM, "out of memory");
     }
@@ -902,6 +919,7 @@ void engine_free(struct engine *g)
     free(g->out_idx);
     free(g->tables);
     free(g->logits);
+    free(g->am);
     free(g->cancels);
     free(g->xtc_exempt);
     free(g->check_seqs);

@@ -495,6 +495,15 @@ static float max_value(const float *x, int n)
     return r;
 }
 
+int sampler_is_plain_greedy(const struct sampler *s)
+{
+    const struct sampler_params *p = &s->p;
+    return !(p->temperature > 0) && p->n_logit_bias == 0 && s->rep_w < 0 && s->pres_w < 0 &&
+           s->freq_w < 0;
+}
+
+void sampler_skip(struct sampler *s) { s->step++; }
+
 int32_t sampler_argmax(const float *logits, int n)
 {
     float m = max_value(logits, n);

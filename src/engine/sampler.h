@@ -90,6 +90,13 @@ struct sampler_logprob {
  * Does NOT push the token into the history (call sampler_accept). No allocation. */
 int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob *lp);
 
+/* 1 when sampler_sample on s is the plain argmax of the raw logits (temperature 0, no
+ * logit_bias, no penalties), so the argmax may come from elsewhere (the backend); the
+ * caller then calls sampler_skip instead of sampler_sample (logprobs need the logits). */
+int sampler_is_plain_greedy(const struct sampler *s);
+/* Accounts one step without sampling (keeps the step counter as sampler_sample would). */
+void sampler_skip(struct sampler *s);
+
 /* Index of the largest value (lowest index on ties; NaN never wins). */
 int32_t sampler_argmax(const float *logits, int n);
 

@@ -135,6 +135,20 @@ static int cpu_sync(struct be *b, struct cerr *e)
     return 0;
 }
 
+/* The argmax rule of backend.h: lowest index on ties, NaN never wins. */
+static void cpu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n)
+{
+    (void)b;
+    for (int r = 0; r < rows; r++) {
+        const float *v = x + (size_t)r * n;
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (v[i] == v[i] && (best < 0 || v[i] > v[best]))
+                best = i;
+        out[r] = best < 0 ? 0 : best;
+    }
+}
+
 static void cpu_destroy(struct be *b)
 {
     struct cpu_be *cb = cpu_be(b);
@@ -163,6 +177,7 @@ static const struct be_ops g_cpu_ops = {
     .add_row = cpu_add_row,
     .scale = cpu_scale,
     .softcap = cpu_softcap,
+    .argmax = cpu_argmax,
 };
 
 struct be *be_cpu_new(const struct be_config *cfg, struct cerr *e)
