@@ -11,6 +11,7 @@
  * usage: cinfer_gpu_bench MODEL perf [--backend cuda] [--kv f16|f32] [--prefill 4096]
  *                                     [--batches 8,32,64]
  *        cinfer_gpu_bench MODEL logits --ids 1,2,3 [-n 64] [--backend cuda]
+ *        cinfer_gpu_bench - mm      (projection micro-benchmark, no model)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,8 @@ struct ctx {
     int max_tok, max_blocks;
     int32_t *tok, *pos, *seq, *slots, *out, *tables;
     float *logits;
+    int32_t am[MAX_B]; /* argmax ids of the last step's output rows (when use_am) */
+    int use_am;        /* perf mode: the backend's argmax, as the engine does for greedy rows */
 };
 
 static void fill_ids(int32_t *ids, int n, int vocab, uint32_t seed)
@@ -80,7 +83,8 @@ static int step(struct ctx *c, const int *sel, int nsel, const int32_t *ids, int
     struct model_kv_view view = kv_pool_view(c->kv);
     struct model_batch b = {.n_tok = n, .tokens = c->tok, .pos = c->pos, .seq = c->seq,
                             .slots = c->slots, .n_seq = nsel, .max_blocks = mb,
-                            .block_tables = c->tables, .n_out = n_out, .out_idx = c->out};
+                            .block_tables = c->tables, .n_out = n_out, .out_idx = c->out,
+                            .argmax = c->use_am && !all_out ? c->am : NULL};
     return model_forward(c->m, c->ws, &view, &b, c->logits, e);
 }
 
@@ -107,6 +111,13 @@ static size_t peak_dev(struct be *be)
     return 0;
 }
 
+/* Greedy id of output row i of the last step. */
+static int32_t pick(const struct ctx *c, int i)
+{
+    return c->use_am ? c->am[i] : sampler_argmax(c->logits + (size_t)i * c->m->hp.n_vocab,
+                                                 c->m->hp.n_vocab);
+}
+
 static int perf(struct ctx *c, struct be *be, int n_prefill, const int *batches, int n_batches,
                 double load_s, struct cerr *e)
 {
@@ -118,12 +129,12 @@ static int perf(struct ctx *c, struct be *be, int n_prefill, const int *batches,
     fill_ids(ids, PROMPT, V, 1);
     if ((rc = step(c, &s0, 1, ids, PROMPT, 0, e)))
         goto out;
-    int32_t t = sampler_argmax(c->logits, V);
+    int32_t t = pick(c, 0);
     double t0 = clock_now_s();
     for (int i = 0; i < DECODE; i++) {
         if ((rc = step(c, &s0, 1, &t, 1, 0, e)))
             goto out;
-        t = sampler_argmax(c->logits, V);
+        t = pick(c, 0);
     }
     double dec = DECODE / (clock_now_s() - t0);
     reset(c, 0);
@@ -151,13 +162,13 @@ static int perf(struct ctx *c, struct be *be, int n_prefill, const int *batches,
                 goto out;
         }
         for (int i = 0; i < B; i++)
-            ids[i] = sampler_argmax(c->logits, V); /* any ids will do from here */
+            ids[i] = pick(c, 0); /* any ids will do from here */
         t0 = clock_now_s();
         for (int k = 0; k < AGG_STEPS; k++) {
             if ((rc = step(c, sel, B, ids, 1, 0, e)))
                 goto out;
             for (int i = 0; i < B; i++)
-                ids[i] = sampler_argmax(c->logits + (size_t)i * V, V);
+                ids[i] = pick(c, i);
         }
         double agg = (double)B * AGG_STEPS / (clock_now_s() - t0);
         printf("%s\"%d\": %.1f", bi ? ", " : "", B, agg);
@@ -221,6 +232,120 @@ static int logits_mode(struct ctx *c, const char *idstr, int n_gen, struct cerr 
     return 0;
 }
 
+/* ---- mm mode: projections of the l1b/l8b shapes on random BF16 weights, per step size ----
+ * For each shape and n: device time per call (graphs off, 20 calls after a warm-up) and the
+ * weight bytes per second, on the default path (skinny kernel for small n) and on cuBLAS
+ * (CINFER_CUDA_SKINNY_MAX=0); fused ops go through matmul_fused. */
+struct mm_shape {
+    const char *name;
+    int mode, n_w, m[3], k;
+};
+
+static double mm_time(struct be *b, const struct mm_shape *sh, struct be_tensor *w, float *x,
+                      float **y, int n)
+{
+    struct be_mm f = {.mode = sh->mode, .act = BE_ACT_SILU, .n = n, .x = x, .n_w = sh->n_w};
+    for (int i = 0; i < sh->n_w; i++)
+        f.w[i] = &w[i], f.y[i] = y[i];
+    struct cerr e = {0};
+    for (int r = 0; r < 3; r++)
+        b->ops->matmul_fused(b, &f);
+    b->ops->sync(b, &e);
+    enum { REPS = 20 };
+    double t0 = clock_now_s();
+    for (int r = 0; r < REPS; r++)
+        b->ops->matmul_fused(b, &f);
+    if (b->ops->sync(b, &e)) {
+        fprintf(stderr, "gpu_bench mm: %s\n", e.msg);
+        return -1;
+    }
+    return (clock_now_s() - t0) / REPS;
+}
+
+static int mm_bench(const char *which, const char *backend)
+{
+    static const struct mm_shape shapes[] = {
+        {"l8b.qkv", BE_MM_PLAIN, 3, {4096, 1024, 1024}, 4096},
+        {"l8b.o+res", BE_MM_ADD, 1, {4096}, 4096},
+        {"l8b.gate_up", BE_MM_GLU, 2, {14336, 14336}, 4096},
+        {"l8b.down+res", BE_MM_ADD, 1, {4096}, 14336},
+        {"l8b.lm_head", BE_MM_PLAIN, 1, {128256}, 4096},
+        {"l1b.qkv", BE_MM_PLAIN, 3, {2048, 512, 512}, 2048},
+        {"l1b.o+res", BE_MM_ADD, 1, {2048}, 2048},
+        {"l1b.gate_up", BE_MM_GLU, 2, {8192, 8192}, 2048},
+        {"l1b.down+res", BE_MM_ADD, 1, {2048}, 8192},
+        {"l1b.lm_head", BE_MM_PLAIN, 1, {128256}, 2048},
+    };
+    static const int ns[] = {1, 2, 4, 8, 16, 32, 64};
+    (void)which;
+    struct be *bs[2];
+    struct be_config bc = {.graphs = -1};
+    struct cerr e = {0};
+    bs[0] = be_new(backend, &bc, &e);
+    setenv("CINFER_CUDA_SKINNY_MAX", "0", 1);
+    bs[1] = bs[0] ? be_new(backend, &bc, &e) : NULL;
+    unsetenv("CINFER_CUDA_SKINNY_MAX");
+    if (!bs[0] || !bs[1] || !bs[0]->ops->matmul_fused) {
+        fprintf(stderr, "gpu_bench mm: %s\n", e.msg[0] ? e.msg : "no matmul_fused");
+        be_free(bs[0]), be_free(bs[1]);
+        return 1;
+    }
+    /* one random host block, uploaded over every weight */
+    enum { HB = 16 << 20 };
+    uint16_t *hb = malloc(HB * 2);
+    float *hx = malloc(sizeof(float) * 64 * 14336);
+    uint32_t r = 12345;
+    for (int i = 0; i < HB; i++) {
+        r = r * 1664525u + 1013904223u;
+        float v = ((float)(r >> 8) / 16777216.0f - 0.5f) * 0.1f;
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        hb[i] = (uint16_t)(u >> 16);
+    }
+    for (int i = 0; i < 64 * 14336; i++) {
+        r = r * 1664525u + 1013904223u;
+        hx[i] = (float)(r >> 8) / 16777216.0f - 0.5f;
+    }
+    printf("{\"mm\": [\n");
+    int first = 1;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const struct mm_shape *sh = &shapes[si];
+        for (int v = 0; v < 2; v++) {
+            struct be *b = bs[v];
+            struct be_tensor w[3];
+            float *y[3], *x = b->ops->alloc(b, sizeof(float) * 64 * (size_t)sh->k);
+            double bytes = 0;
+            b->ops->upload(b, x, hx, sizeof(float) * 64 * (size_t)sh->k, &e);
+            for (int i = 0; i < sh->n_w; i++) {
+                size_t nb = (size_t)sh->m[i] * sh->k * 2;
+                w[i] = (struct be_tensor){.dtype = DT_BF16, .ne = {sh->k, sh->m[i], 1, 1},
+                                          .nbytes = nb};
+                w[i].data = b->ops->alloc(b, nb);
+                for (size_t o = 0; o < nb; o += (size_t)HB * 2)
+                    b->ops->upload(b, (char *)w[i].data + o, hb,
+                                   nb - o < (size_t)HB * 2 ? nb - o : (size_t)HB * 2, &e);
+                y[i] = b->ops->alloc(b, sizeof(float) * 64 * (size_t)sh->m[i]);
+                bytes += (double)nb;
+            }
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                double t = mm_time(b, sh, w, x, y, ns[ni]);
+                printf("%s {\"shape\": \"%s\", \"path\": \"%s\", \"n\": %d, \"us\": %.2f, "
+                       "\"weight_gb_s\": %.1f}",
+                       first ? "" : ",\n", sh->name, v ? "cublas" : "default", ns[ni], t * 1e6,
+                       t > 0 ? bytes / t / 1e9 : 0.0);
+                first = 0;
+            }
+            for (int i = 0; i < sh->n_w; i++)
+                b->ops->free(b, w[i].data), b->ops->free(b, y[i]);
+            b->ops->free(b, x);
+        }
+    }
+    printf("\n]}\n");
+    free(hb), free(hx);
+    be_free(bs[0]), be_free(bs[1]);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -261,6 +386,8 @@ int main(int argc, char **argv)
     }
     if (n_prefill < PROMPT)
         n_prefill = PROMPT;
+    if (!strcmp(mode, "mm"))
+        return mm_bench(path, backend);
     struct cerr e = {0};
     struct be_config bc = {0};
     struct ctx c;
@@ -294,6 +421,7 @@ int main(int argc, char **argv)
         cerr_set(&e, CERR_NOMEM, "out of memory");
         goto fail;
     }
+    c.use_am = model_can_argmax(c.m) && !getenv("CINFER_HOST_ARGMAX");
     if (!strcmp(mode, "perf"))
         rc = perf(&c, be, n_prefill, batches, n_batches, load_s, &e);
     else if (!strcmp(mode, "logits") && idstr)

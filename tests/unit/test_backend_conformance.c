@@ -866,10 +866,10 @@ static void test_kv_store(void)
 
 /* ---- norms, rope, element-wise ---- */
 
-static void test_rmsnorm(void)
+static void rmsnorm_case(int dim)
 {
-    int rows = 5, dim = 2048 + 16 + 3; /* tails of every vector width */
-    rng_seed(700);
+    int rows = 5;
+    rng_seed(700 + (uint64_t)dim);
     float *x = malloc(sizeof(float) * (size_t)rows * dim), *w = malloc(sizeof(float) * (size_t)dim);
     float *ref = malloc(sizeof(float) * (size_t)rows * dim), *got = malloc(sizeof(float) * (size_t)rows * dim);
     fill_f(x, rows * dim, 4.0f), fill_f(w, dim, 1.0f);
@@ -931,6 +931,14 @@ static void test_rmsnorm(void)
             b->ops->free(b, bx), b->ops->free(b, bw), b->ops->free(b, by);
         }
     free(x), free(w), free(ref), free(got);
+}
+
+static void test_rmsnorm(void)
+{
+    rmsnorm_case(2048 + 16 + 3); /* tails of every vector width */
+    rmsnorm_case(4096);          /* the device's float4 paths: 1, 2, 4 vectors a thread */
+    rmsnorm_case(2048);
+    rmsnorm_case(14336);
 }
 
 /* Rope is checked bit for bit against the PyTorch float32 formula written out here. */

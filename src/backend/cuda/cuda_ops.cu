@@ -97,12 +97,73 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, int dim, flo
         yr[i] = __fmul_rn(__fmul_rn(xr[i], s), w[i]);
 }
 
+/* Rows of dim % 4 == 0 (aligned): each thread keeps V float4 of the row in registers (one
+ * read of x), the block sums the squares (thread, warp, block: a fixed tree per row). */
+template <int V>
+__global__ void k_rmsnorm4(float *y, const float *x, const float *w, int dim, float eps)
+{
+    __shared__ float part[32];
+    const int n4 = dim / 4;
+    const float4 *xr = (const float4 *)(x + (int64_t)blockIdx.x * dim);
+    float4 *yr = (float4 *)(y + (int64_t)blockIdx.x * dim);
+    float4 v[V];
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        v[j] = i < n4 ? xr[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        ss = __fadd_rn(ss, __fadd_rn(__fadd_rn(__fmul_rn(v[j].x, v[j].x), __fmul_rn(v[j].y, v[j].y)),
+                                     __fadd_rn(__fmul_rn(v[j].z, v[j].z), __fmul_rn(v[j].w, v[j].w))));
+    }
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x / 32] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
+        t = warp_sum(t);
+        if (threadIdx.x == 0)
+            part[0] = t;
+    }
+    __syncthreads();
+    const float s = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    const float4 *wr = (const float4 *)w;
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < n4) {
+            float4 g = wr[i], o;
+            o.x = __fmul_rn(__fmul_rn(v[j].x, s), g.x);
+            o.y = __fmul_rn(__fmul_rn(v[j].y, s), g.y);
+            o.z = __fmul_rn(__fmul_rn(v[j].z, s), g.z);
+            o.w = __fmul_rn(__fmul_rn(v[j].w, s), g.w);
+            yr[i] = o;
+        }
+    }
+}
+
 void cu_rmsnorm(struct be *b, float *y, const float *x, const float *w, int rows, int dim,
                 float eps)
 {
     struct cu_be *cb = cu_be(b);
     if (rows <= 0)
         return;
+    if (dim % 4 == 0 && dim <= 1024 * 4 * 8 && dim >= 128 &&
+        (((uintptr_t)x | (uintptr_t)y | (uintptr_t)w) & 15) == 0) {
+        int n4 = dim / 4, vv = n4 <= 1024 ? 1 : n4 <= 2048 ? 2 : n4 <= 4096 ? 4 : 8;
+        int th = (n4 + vv - 1) / vv;
+        th = (th + 31) / 32 * 32;
+        if (vv == 1)
+            k_rmsnorm4<1><<<(unsigned)rows, th, 0, cb->stream>>>(y, x, w, dim, eps);
+        else if (vv == 2)
+            k_rmsnorm4<2><<<(unsigned)rows, th, 0, cb->stream>>>(y, x, w, dim, eps);
+        else if (vv == 4)
+            k_rmsnorm4<4><<<(unsigned)rows, th, 0, cb->stream>>>(y, x, w, dim, eps);
+        else
+            k_rmsnorm4<8><<<(unsigned)rows, th, 0, cb->stream>>>(y, x, w, dim, eps);
+        cu_after_launch(cb, "rmsnorm");
+        return;
+    }
     int th = dim >= 2048 ? 512 : dim >= 512 ? 256 : dim > 64 ? 128 : 32;
     k_rmsnorm<<<(unsigned)rows, th, 0, cb->stream>>>(y, x, w, dim, eps);
     cu_after_launch(cb, "rmsnorm");
