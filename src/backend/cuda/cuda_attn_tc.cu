@@ -7,10 +7,11 @@
  * shared memory (cp.async, double-buffered; an fp32 cache is converted on the way), scores
  * and P.V run on mma.sync m16n8k16 (fp16 in, fp32 accumulate) with an online softmax in
  * fp32 registers. Each distinct sequence of the tile is its own pass over the union of its
- * rows' visible positions; rows of other sequences and positions a row does not see are
- * masked, whole tiles no row of a warp sees are skipped. Steps of at most 64 tokens and
- * head_dim outside {64, 80, 96, 128, 256} are declined (the general kernel runs).
- * CINFER_ATTN_TC=0 turns the path off; 2 and 3 pick alternative tilings (benchmarking).
+ * rows' visible positions, in KV tiles at multiples of BN (so a row's arithmetic does not
+ * depend on the other rows of the step); rows of other sequences and positions a row does
+ * not see are masked, tiles no row of a warp sees are skipped by that warp. Steps of at
+ * most 64 tokens and head_dim outside {64, 80, 96, 128, 256} are declined (the general
+ * kernel runs). CINFER_ATTN_TC=0 turns the path off; 2, 3 pick other tilings (benchmarks).
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -403,7 +404,8 @@ struct tc_kern {
     tc_fn fn;
 };
 
-/* cfg 1 is the default tiling; 2 and 3 exist for head_dim 128 with an fp16 cache. */
+/* cfg 1 is the default tiling; 2 (8 warps) and 3 (two 16-row slices a warp) exist for some
+ * head_dims with an fp16 cache (benchmarking; others fall back to 1). */
 static const struct tc_kern g_tc_kerns[] = {
     {1, 64, 1, 4, 1, 64, k_attn_tc<64, 64, 4, 1, 1>},
     {1, 64, 0, 4, 1, 64, k_attn_tc<64, 64, 4, 1, 0>},
@@ -415,8 +417,11 @@ static const struct tc_kern g_tc_kerns[] = {
     {1, 128, 0, 4, 1, 64, k_attn_tc<128, 64, 4, 1, 0>},
     {1, 256, 1, 4, 1, 32, k_attn_tc<256, 32, 4, 1, 1>},
     {1, 256, 0, 4, 1, 32, k_attn_tc<256, 32, 4, 1, 0>},
+    {2, 64, 1, 8, 1, 64, k_attn_tc<64, 64, 8, 1, 1>},
+    {3, 64, 1, 4, 2, 64, k_attn_tc<64, 64, 4, 2, 1>},
     {2, 128, 1, 8, 1, 64, k_attn_tc<128, 64, 8, 1, 1>},
     {3, 128, 1, 4, 2, 32, k_attn_tc<128, 32, 4, 2, 1>},
+    {2, 256, 1, 8, 1, 32, k_attn_tc<256, 32, 8, 1, 1>},
 };
 enum { TC_N_KERNS = sizeof g_tc_kerns / sizeof g_tc_kerns[0] };
 
