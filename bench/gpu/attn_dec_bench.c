@@ -9,7 +9,11 @@
  * prints the largest difference of each variant's output from the general kernel's, and
  * the cost of a list of tiny ops (the graph's per-node floor).
  *
- * usage: attn_dec_bench [reps]
+ * "prof" mode is for ncu: graphs off, two layers and one pass per config, only the general
+ * kernel, the default decode path and the decode path without clusters (kernel order:
+ * variant, config, layer).
+ *
+ * usage: attn_dec_bench [reps]      attn_dec_bench prof
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -32,15 +36,16 @@ static const struct cfg g_cfgs[] = {
 enum { N_CFG = sizeof g_cfgs / sizeof g_cfgs[0] };
 
 struct variant {
-    const char *name, *on, *splits, *pdl;
+    const char *name, *on, *splits, *pdl, *cluster;
 };
 static const struct variant g_vars[] = {
-    {"general", "0", NULL, NULL},
-    {"dec", "1", NULL, NULL},
-    {"dec-s16", "1", "16", NULL},
-    {"dec-s8", "1", "8", NULL},
-    {"dec-s64", "1", "64", NULL},
-    {"dec-nopdl", "1", NULL, "0"},
+    {"general", "0", NULL, NULL, NULL},
+    {"dec", "1", NULL, NULL, NULL},
+    {"dec-nocl", "1", NULL, NULL, "0"},
+    {"nocl-nopdl", "1", NULL, "0", "0"},
+    {"dec-s16", "1", "16", NULL, NULL},
+    {"dec-s8", "1", "8", NULL, NULL},
+    {"dec-s64", "1", "64", NULL, NULL},
 };
 enum { N_VAR = sizeof g_vars / sizeof g_vars[0] };
 
@@ -72,15 +77,15 @@ static int fill(struct be *b, char *d, size_t n, const uint16_t *host, struct ce
 
 /* us per attention call of config c on backend b; the last layer's output into res. */
 static double run_cfg(struct be *b, const struct cfg *c, const uint16_t *host, int reps,
-                      float *res, int *nl_out)
+                      int warm, int nl_max, float *res, int *nl_out)
 {
     struct cerr e = {0};
     g_rng = 88172645463325252ull ^ ((uint64_t)c->hd << 40 | (uint64_t)c->ctx << 8 | (uint64_t)c->batch);
     const int mb = (c->ctx + BS - 1) / BS, nblk = mb * c->batch;
     const size_t layer = (size_t)nblk * BS * N_KV * c->hd * 2; /* bytes of K (or V) */
     int nl = (int)((POOL_MIN + 2 * layer - 1) / (2 * layer));
-    if (nl > 400)
-        nl = 400;
+    if (nl > nl_max)
+        nl = nl_max;
     *nl_out = nl;
     char *kc = b->ops->alloc(b, layer * nl), *vc = b->ops->alloc(b, layer * nl);
     const size_t qn = (size_t)c->batch * N_HEAD * c->hd;
@@ -120,8 +125,8 @@ static double run_cfg(struct be *b, const struct cfg *c, const uint16_t *host, i
         .block_tables = bt, .max_blocks = mb, .block_size = BS, .kv_dtype = DT_F16,
     };
     double t0 = 0;
-    for (int it = 0; it < reps + 3; it++) {
-        if (it == 3)
+    for (int it = 0; it < reps + warm; it++) {
+        if (it == warm)
             t0 = clock_now_s();
         for (int l = 0; l < nl; l++) {
             a.k_cache = kc + (size_t)l * layer, a.v_cache = vc + (size_t)l * layer;
@@ -161,44 +166,48 @@ static double node_floor(struct be *b, int reps)
 
 int main(int argc, char **argv)
 {
-    int reps = argc > 1 ? atoi(argv[1]) : 10;
+    const int prof = argc > 1 && strcmp(argv[1], "prof") == 0;
+    int reps = argc > 1 && !prof ? atoi(argv[1]) : 10;
     if (reps < 1)
         reps = 10;
+    const int n_var = prof ? 3 : N_VAR;
     uint16_t *host = malloc((size_t)HOST_CHUNK + 64);
     for (size_t i = 0; i < (size_t)HOST_CHUNK / 2 + 32; i++)
         host[i] = half_f32_to_f16(rnd());
     static float res[N_VAR][N_CFG][64 * N_HEAD * 128];
     double us[N_VAR][N_CFG];
     int nl[N_CFG];
-    for (int v = 0; v < N_VAR; v++) {
+    for (int v = 0; v < n_var; v++) {
         setenv_or_unset("CINFER_ATTN_DEC", g_vars[v].on);
         setenv_or_unset("CINFER_ATTN_DEC_SPLITS", g_vars[v].splits);
         setenv_or_unset("CINFER_ATTN_DEC_PDL", g_vars[v].pdl);
-        struct be_config bc = {.n_threads = 1, .graphs = 1};
+        setenv_or_unset("CINFER_ATTN_DEC_CLUSTER", g_vars[v].cluster);
+        struct be_config bc = {.n_threads = 1, .graphs = prof ? -1 : 1};
         struct cerr e = {0};
         struct be *b = be_new("cuda", &bc, &e);
         if (!b) {
             fprintf(stderr, "no cuda backend: %s\n", e.msg);
             return 1;
         }
-        if (v == 0)
+        if (v == 0 && !prof)
             printf("graph node floor (tiny scale op): %.2f us\n", node_floor(b, reps));
         for (int ci = 0; ci < N_CFG; ci++)
-            us[v][ci] = run_cfg(b, &g_cfgs[ci], host, reps, res[v][ci], &nl[ci]);
+            us[v][ci] = prof ? run_cfg(b, &g_cfgs[ci], host, 1, 0, 2, res[v][ci], &nl[ci])
+                             : run_cfg(b, &g_cfgs[ci], host, reps, 3, 400, res[v][ci], &nl[ci]);
         be_free(b);
     }
     printf("%-5s %5s %5s %4s", "hd", "ctx", "batch", "NL");
-    for (int v = 0; v < N_VAR; v++)
+    for (int v = 0; v < n_var; v++)
         printf(" %10s", g_vars[v].name);
     printf("   (us per call; max |diff| vs general)\n");
     for (int ci = 0; ci < N_CFG; ci++) {
         const struct cfg *c = &g_cfgs[ci];
         printf("%-5d %5d %5d %4d", c->hd, c->ctx, c->batch, nl[ci]);
-        for (int v = 0; v < N_VAR; v++)
+        for (int v = 0; v < n_var; v++)
             printf(" %10.2f", us[v][ci]);
         size_t qn = (size_t)c->batch * N_HEAD * c->hd;
         printf("  ");
-        for (int v = 1; v < N_VAR; v++) {
+        for (int v = 1; v < n_var; v++) {
             double d = 0;
             for (size_t i = 0; i < qn; i++) {
                 double x = res[v][ci][i] - res[0][ci][i];

@@ -8,14 +8,18 @@
  * Warp h keeps head h's online softmax; each team accumulates its own positions' V and the
  * teams are summed in a fixed order at the end. A token's split length depends only on its
  * own attended range (at most AD_TARGET splits of whole rounds), never on the batch or the
- * context capacity, so its result is the same alone or in any step. Splits are merged by a
- * second kernel, launched with programmatic dependent launch so it starts while the first
- * drains. Process-wide knobs (read when a backend is created, for measurements):
- * CINFER_ATTN_DEC=0 (off: the general kernel runs), CINFER_ATTN_DEC_SPLITS=N (split target,
- * 1..64), CINFER_ATTN_DEC_PDL=0 (plain launch of the merge).
+ * context capacity, so its result is the same alone or in any step. Splits are merged in
+ * split order with one formula (ad_merge_out): inside a thread-block cluster through
+ * distributed shared memory when a token's splits fit in one (<= 8), otherwise by a second
+ * kernel launched with programmatic dependent launch. Process-wide knobs, read when a
+ * backend is created (for measurements): CINFER_ATTN_DEC=0 (off: the general kernel runs),
+ * CINFER_ATTN_DEC_SPLITS=N (split target 1..64), CINFER_ATTN_DEC_CLUSTER=0 (always the
+ * merge kernel), CINFER_ATTN_DEC_PDL=0 (plain launch of the merge kernel).
  */
 #include <math.h>
 #include <stdlib.h>
+
+#include <cooperative_groups.h>
 
 #include "backend/cuda/cuda_int.cuh"
 
@@ -24,11 +28,12 @@ enum {
     AD_MAX_TOK = 64, /* longer steps go to the general kernel */
     AD_TARGET = 32,  /* default: most splits of one token's positions */
     AD_MAX_TARGET = 64,
+    AD_MAX_CLUSTER = 8, /* portable cluster size: the most splits merged in a cluster */
 };
 
 static struct {
-    int on, target, pdl;
-} g_ad = {1, AD_TARGET, 1};
+    int on, target, pdl, cluster;
+} g_ad = {1, AD_TARGET, 1, 1};
 
 struct ad_args {
     const float *q;
@@ -119,8 +124,39 @@ __device__ __forceinline__ void ad_cvt(const uint4 *raw, float *f)
     }
 }
 
-template <int HD, int F16, int HG>
-__global__ void __launch_bounds__(ad_nt(HD, F16)) k_attn_dec(struct ad_args a)
+/* Output of one (token, head, dim) from its n split results (max m, sum l, unnormalised
+ * o of split z from get(z, &m, &l, &o)), merged in split order. Both merges (the kernel
+ * below and the cluster one) use this, so the result does not depend on which ran. */
+template <typename G>
+__device__ __forceinline__ float ad_merge_out(int n, G get)
+{
+    float mx = -INFINITY;
+#pragma unroll 4
+    for (int z = 0; z < n; z++) {
+        float mz, lz, oz;
+        get(z, &mz, &lz, &oz);
+        if (lz > 0.0f)
+            mx = fmaxf(mx, mz);
+    }
+    float L = 0.0f, o = 0.0f;
+#pragma unroll 4
+    for (int z = 0; z < n; z++) {
+        float mz, lz, oz;
+        get(z, &mz, &lz, &oz);
+        if (lz > 0.0f) {
+            const float f = expf(mz - mx);
+            L = fmaf(f, lz, L);
+            o = fmaf(f, oz, o);
+        }
+    }
+    return L > 0.0f ? o * (1.0f / L) : 0.0f;
+}
+
+/* CL = 1: launched as clusters of maxs blocks along x (the splits of one token, KV head and
+ * head group), merged through distributed shared memory by the cluster's block 0; every
+ * block of the cluster, idle or not, reaches the two cluster barriers. */
+template <int HD, int F16, int HG, int CL>
+__global__ void __launch_bounds__(ad_nt(HD, F16), ad_nt(HD, F16) == 128 ? 3 : 1) k_attn_dec(struct ad_args a)
 {
     constexpr int NT = ad_nt(HD, F16), TS = HD / 8, TEAMS = NT / TS, RPT = AD_ROUND / TEAMS;
     constexpr int N = RPT * HG, NF = N >= TS ? N / TS : 1, W = F16 ? 1 : 2, ES = F16 ? 2 : 4;
@@ -129,6 +165,7 @@ __global__ void __launch_bounds__(ad_nt(HD, F16)) k_attn_dec(struct ad_args a)
     __shared__ float fsh[2][HG];          /* rescale factor of the round */
     __shared__ float msh[HG], lsh[HG];
     __shared__ __align__(16) float red[TEAMS][HG][HD];
+    __shared__ float pso[CL ? HG : 1][CL ? HD : 1]; /* CL: this split's unnormalised output */
 
     asm volatile("griddepcontrol.launch_dependents;");
     const int z = blockIdx.x, t = blockIdx.z;
@@ -148,16 +185,15 @@ __global__ void __launch_bounds__(ad_nt(HD, F16)) k_attn_dec(struct ad_args a)
     int lo = 0, rb = 0, per = 1;
     const int n = ad_splits(pos, a.window, a.target, a.max_blocks * a.block_size, &lo, &rb, &per);
     float *orow = a.out + ((size_t)t * a.n_head + h0) * HD; /* head h0 + h at orow + h * HD */
-    if (n == 0) {
-        if (z == 0)
-            for (int i = tid; i < HG * HD; i += NT)
-                orow[i] = 0.0f;
-        return;
-    }
-    if (z >= n)
+    if (n == 0 && z == 0)
+        for (int i = tid; i < HG * HD; i += NT)
+            orow[i] = 0.0f;
+    if (!CL && z >= n)
         return;
     const int last = pos / AD_ROUND + 1, r0 = rb + z * per;
-    const int r1 = rb + (z + 1) * per < last ? rb + (z + 1) * per : last;
+    int r1 = rb + (z + 1) * per < last ? rb + (z + 1) * per : last;
+    if (z >= n) /* CL: an idle block of the cluster */
+        r1 = r0;
     const int32_t *bt = a.bt + (size_t)sq * a.max_blocks;
     const size_t kvd = (size_t)a.n_kv_head * HD, hoff = (size_t)g * HD + d0;
     const int bs = a.block_size, bsh = a.bs_shift;
@@ -273,13 +309,30 @@ __global__ void __launch_bounds__(ad_nt(HD, F16)) k_attn_dec(struct ad_args a)
             o += red[tm][h][d];
         if (n == 1) {
             const float L = lsh[h];
-            orow[i] = L > 0.0f ? o * (1.0f / L) : 0.0f;
-        } else {
+            if (z == 0) /* CL: not an idle block */
+                orow[i] = L > 0.0f ? o * (1.0f / L) : 0.0f;
+        } else if (CL) {
+            pso[CL ? h : 0][CL ? d : 0] = o;
+        } else if (z < n) {
             const size_t pr = ((size_t)t * a.n_head + h0 + h) * a.maxs + z;
             a.part[pr * HD + d] = o;
             if (d == 0)
                 a.ml[pr] = make_float2(msh[h], lsh[h]);
         }
+    }
+    if constexpr (CL) {
+        cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
+        cl.sync(); /* every split's pso, msh, lsh are written */
+        if (z == 0 && n > 1)
+            for (int i = tid; i < HG * HD; i += NT) {
+                const int h = i / HD, d = i % HD;
+                orow[i] = ad_merge_out(n, [&](int zz, float *mz, float *lz, float *oz) {
+                    *mz = cl.map_shared_rank(msh, zz)[h];
+                    *lz = cl.map_shared_rank(lsh, zz)[h];
+                    *oz = cl.map_shared_rank(&pso[0][0], zz)[h * HD + d];
+                });
+            }
+        cl.sync(); /* block 0 is done reading the others' shared memory */
     }
 }
 
@@ -297,34 +350,21 @@ __global__ void __launch_bounds__(HD) k_attn_dec_merge(struct ad_args a)
     if (n <= 1)
         return;
     const size_t row = ((size_t)t * a.n_head + h) * a.maxs;
-    float mx = -INFINITY;
-#pragma unroll 8
-    for (int z = 0; z < n; z++) {
-        const float2 x = a.ml[row + z];
-        if (x.y > 0.0f)
-            mx = fmaxf(mx, x.x);
-    }
-    float L = 0.0f, o = 0.0f;
-#pragma unroll 8
-    for (int z = 0; z < n; z++) {
-        const float2 x = a.ml[row + z];
-        const float oz = a.part[(row + z) * HD + d];
-        if (x.y > 0.0f) {
-            const float f = expf(x.x - mx);
-            L += f * x.y;
-            o += f * oz;
-        }
-    }
-    a.out[((size_t)t * a.n_head + h) * HD + d] = L > 0.0f ? o * (1.0f / L) : 0.0f;
+    a.out[((size_t)t * a.n_head + h) * HD + d] =
+        ad_merge_out(n, [&](int z, float *mz, float *lz, float *oz) {
+            const float2 x = a.ml[row + z];
+            *mz = x.x, *lz = x.y, *oz = a.part[(row + z) * HD + d];
+        });
 }
 
 cudaError_t cu_attn_decode_init(struct cu_be *cb)
 {
     (void)cb;
     const char *on = getenv("CINFER_ATTN_DEC"), *sp = getenv("CINFER_ATTN_DEC_SPLITS");
-    const char *pdl = getenv("CINFER_ATTN_DEC_PDL");
+    const char *pdl = getenv("CINFER_ATTN_DEC_PDL"), *cl = getenv("CINFER_ATTN_DEC_CLUSTER");
     g_ad.on = !(on && on[0] == '0');
     g_ad.pdl = !(pdl && pdl[0] == '0');
+    g_ad.cluster = !(cl && cl[0] == '0');
     g_ad.target = AD_TARGET;
     if (sp) {
         long v = strtol(sp, NULL, 10);
@@ -334,16 +374,35 @@ cudaError_t cu_attn_decode_init(struct cu_be *cb)
     return cudaSuccess;
 }
 
-template <int HD, int F16>
-static void ad_launch(struct cu_be *cb, const struct ad_args &x, int hg, dim3 grid)
+template <int HD, int F16, int HG, int CL>
+static void ad_launch1(struct cu_be *cb, const struct ad_args &x, dim3 grid)
 {
-    constexpr int NT = ad_nt(HD, F16);
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = grid.x, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(ad_nt(HD, F16));
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = cb->stream;
+    cfg.attrs = at;
+    cfg.numAttrs = CL ? 1 : 0;
+    cudaError_t rc = cudaLaunchKernelEx(&cfg, k_attn_dec<HD, F16, HG, CL>, x);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        cu_latch(cb, "attention (decode)", rc);
+    }
+}
+
+template <int HD, int F16>
+static void ad_launch(struct cu_be *cb, const struct ad_args &x, int hg, int cl, dim3 grid)
+{
     if (hg == 4)
-        k_attn_dec<HD, F16, 4><<<grid, NT, 0, cb->stream>>>(x);
+        cl ? ad_launch1<HD, F16, 4, 1>(cb, x, grid) : ad_launch1<HD, F16, 4, 0>(cb, x, grid);
     else if (hg == 2)
-        k_attn_dec<HD, F16, 2><<<grid, NT, 0, cb->stream>>>(x);
+        cl ? ad_launch1<HD, F16, 2, 1>(cb, x, grid) : ad_launch1<HD, F16, 2, 0>(cb, x, grid);
     else
-        k_attn_dec<HD, F16, 1><<<grid, NT, 0, cb->stream>>>(x);
+        cl ? ad_launch1<HD, F16, 1, 1>(cb, x, grid) : ad_launch1<HD, F16, 1, 0>(cb, x, grid);
 }
 
 template <int HD>
@@ -399,7 +458,9 @@ int cu_attn_decode(struct cu_be *cb, float *out, const float *q, const struct be
             x.bs_shift = sh;
     x.maxs = maxs, x.target = g_ad.target;
     x.scale = a->scale, x.softcap = a->softcap;
-    if (maxs > 1) {
+    /* the splits of a token merge inside a cluster when they fit in one (same arithmetic) */
+    const int cl = g_ad.cluster && maxs > 1 && maxs <= AD_MAX_CLUSTER;
+    if (maxs > 1 && !cl) {
         const size_t rows = (size_t)a->n_tok * a->n_head * maxs;
         char *p = (char *)cu_scratch(cb, CU_SCRATCH_ATT, rows * ((size_t)hd + 2) * sizeof(float));
         if (!p)
@@ -409,13 +470,12 @@ int cu_attn_decode(struct cu_be *cb, float *out, const float *q, const struct be
     }
     dim3 grid((unsigned)maxs, (unsigned)(a->n_kv_head * nsub), (unsigned)a->n_tok);
     if (hd == 64)
-        f16 ? ad_launch<64, 1>(cb, x, hg, grid) : ad_launch<64, 0>(cb, x, hg, grid);
+        f16 ? ad_launch<64, 1>(cb, x, hg, cl, grid) : ad_launch<64, 0>(cb, x, hg, cl, grid);
     else if (hd == 128)
-        f16 ? ad_launch<128, 1>(cb, x, hg, grid) : ad_launch<128, 0>(cb, x, hg, grid);
+        f16 ? ad_launch<128, 1>(cb, x, hg, cl, grid) : ad_launch<128, 0>(cb, x, hg, cl, grid);
     else
-        ad_launch<256, 1>(cb, x, hg, grid);
-    cu_after_launch(cb, "attention (decode)");
-    if (maxs > 1) {
+        ad_launch<256, 1>(cb, x, hg, cl, grid);
+    if (maxs > 1 && !cl) {
         if (hd == 64)
             ad_merge<64>(cb, x, a->n_tok);
         else if (hd == 128)
