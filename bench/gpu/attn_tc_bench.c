@@ -6,9 +6,14 @@
  * kernel's output. Data: uniform random q in [-2, 2], K/V in [-1, 1] (fp16 cache), shuffled
  * blocks of 16.
  *
- * build (repo root): gcc -O2 -std=c17 -Isrc bench/gpu/attn_tc_bench.c
- *   build-attntc/libcinfer_core.a <the libraries cinfer_gpu_bench links> -o attn_tc_bench
- * usage: attn_tc_bench [reps]
+ * build (repo root; L=/usr/lib/x86_64-linux-gnu, C=/usr/local/cuda/lib, the libraries of
+ * cinfer_gpu_bench's link line):
+ *   gcc -O2 -std=c17 -D_GNU_SOURCE -Isrc bench/gpu/attn_tc_bench.c build-attntc/libcinfer_core.a
+ *     $L/libjansson.so $L/libpcre2-8.so $L/libutf8proc.so $L/libevent_pthreads.so
+ *     $L/libevent.so $L/libz.so $L/libcrypto.so -lm $C/libcudart_static.a -ldl
+ *     $C/libcublas.so $C/libculibos.a $C/libcublasLt.so -lstdc++ -lrt -lpthread -o attn_tc_bench
+ * usage: attn_tc_bench [reps]   (H200, reps 10: l8b 4096 prefill 0.653 ms/call, 210.6 TFLOP/s
+ * on tensor cores vs 27.5 ms, 5.0 TFLOP/s for the general kernel)
  */
 #include <math.h>
 #include <stdint.h>
