@@ -10,7 +10,7 @@
  * the cost of a list of tiny ops (the graph's per-node floor).
  *
  * "prof" mode is for ncu: graphs off, two layers and one pass per config, only the general
- * kernel, the default decode path and the decode path without clusters (kernel order:
+ * kernel, the default decode path and the decode path with cluster merges (kernel order:
  * variant, config, layer).
  *
  * usage: attn_dec_bench [reps]      attn_dec_bench prof
@@ -41,8 +41,8 @@ struct variant {
 static const struct variant g_vars[] = {
     {"general", "0", NULL, NULL, NULL},
     {"dec", "1", NULL, NULL, NULL},
-    {"dec-nocl", "1", NULL, NULL, "0"},
-    {"nocl-nopdl", "1", NULL, "0", "0"},
+    {"dec-cl", "1", NULL, NULL, "1"},
+    {"dec-nopdl", "1", NULL, "0", NULL},
     {"dec-s16", "1", "16", NULL, NULL},
     {"dec-s8", "1", "8", NULL, NULL},
     {"dec-s64", "1", "64", NULL, NULL},

@@ -9,12 +9,12 @@
  * teams are summed in a fixed order at the end. A token's split length depends only on its
  * own attended range (at most AD_TARGET splits of whole rounds), never on the batch or the
  * context capacity, so its result is the same alone or in any step. Splits are merged in
- * split order with one formula (ad_merge_out): inside a thread-block cluster through
- * distributed shared memory when a token's splits fit in one (<= 8), otherwise by a second
- * kernel launched with programmatic dependent launch. Process-wide knobs, read when a
- * backend is created (for measurements): CINFER_ATTN_DEC=0 (off: the general kernel runs),
- * CINFER_ATTN_DEC_SPLITS=N (split target 1..64), CINFER_ATTN_DEC_CLUSTER=0 (always the
- * merge kernel), CINFER_ATTN_DEC_PDL=0 (plain launch of the merge kernel).
+ * split order with one formula (ad_merge_out) by a second kernel launched with programmatic
+ * dependent launch, or (opt-in, CINFER_ATTN_DEC_CLUSTER=1: measured slower so far) inside a
+ * thread-block cluster through distributed shared memory when a token's splits fit in one
+ * (<= 8). Process-wide knobs, read when a backend is created (for measurements):
+ * CINFER_ATTN_DEC=0 (off: the general kernel runs), CINFER_ATTN_DEC_SPLITS=N (split target
+ * 1..64), CINFER_ATTN_DEC_CLUSTER=1, CINFER_ATTN_DEC_PDL=0 (plain launch of the merge).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -33,7 +33,7 @@ enum {
 
 static struct {
     int on, target, pdl, cluster;
-} g_ad = {1, AD_TARGET, 1, 1};
+} g_ad = {1, AD_TARGET, 1, 0};
 
 struct ad_args {
     const float *q;
@@ -364,7 +364,7 @@ cudaError_t cu_attn_decode_init(struct cu_be *cb)
     const char *pdl = getenv("CINFER_ATTN_DEC_PDL"), *cl = getenv("CINFER_ATTN_DEC_CLUSTER");
     g_ad.on = !(on && on[0] == '0');
     g_ad.pdl = !(pdl && pdl[0] == '0');
-    g_ad.cluster = !(cl && cl[0] == '0');
+    g_ad.cluster = cl && cl[0] == '1';
     g_ad.target = AD_TARGET;
     if (sp) {
         long v = strtol(sp, NULL, 10);
