@@ -124,29 +124,33 @@ __device__ __forceinline__ void ad_cvt(const uint4 *raw, float *f)
     }
 }
 
-/* Output of one (token, head, dim) from its n split results (max m, sum l, unnormalised
- * o of split z from get(z, &m, &l, &o)), merged in split order. Both merges (the kernel
- * below and the cluster one) use this, so the result does not depend on which ran. */
+/* Output of one (token, head, dim) from its n split results (max m[z], sum l[z], and
+ * unnormalised output get_o(z) of split z), merged in split order. The o loads go out
+ * AD_MCH at a time before they are used (a merge is a few dependent trips to L2, not n).
+ * Both merges (the kernel and the cluster one) use this, so the result does not depend on
+ * which ran. */
+enum { AD_MCH = 16 };
 template <typename G>
-__device__ __forceinline__ float ad_merge_out(int n, G get)
+__device__ __forceinline__ float ad_merge_out(int n, const float *m, const float *l, G get_o)
 {
     float mx = -INFINITY;
-#pragma unroll 4
-    for (int z = 0; z < n; z++) {
-        float mz, lz, oz;
-        get(z, &mz, &lz, &oz);
-        if (lz > 0.0f)
-            mx = fmaxf(mx, mz);
-    }
+    for (int z = 0; z < n; z++)
+        if (l[z] > 0.0f)
+            mx = fmaxf(mx, m[z]);
     float L = 0.0f, o = 0.0f;
-#pragma unroll 4
-    for (int z = 0; z < n; z++) {
-        float mz, lz, oz;
-        get(z, &mz, &lz, &oz);
-        if (lz > 0.0f) {
-            const float f = expf(mz - mx);
-            L = fmaf(f, lz, L);
-            o = fmaf(f, oz, o);
+    for (int z0 = 0; z0 < n; z0 += AD_MCH) {
+        float ov[AD_MCH];
+#pragma unroll
+        for (int k = 0; k < AD_MCH; k++)
+            ov[k] = z0 + k < n ? get_o(z0 + k) : 0.0f;
+#pragma unroll
+        for (int k = 0; k < AD_MCH; k++) {
+            const int z = z0 + k;
+            if (z < n && l[z] > 0.0f) {
+                const float f = expf(m[z] - mx);
+                L = fmaf(f, l[z], L);
+                o = fmaf(f, ov[k], o);
+            }
         }
     }
     return L > 0.0f ? o * (1.0f / L) : 0.0f;
@@ -321,26 +325,33 @@ __global__ void __launch_bounds__(ad_nt(HD, F16), ad_nt(HD, F16) == 128 ? 3 : 1)
         }
     }
     if constexpr (CL) {
+        __shared__ float cms[HG][AD_MAX_CLUSTER], cls[HG][AD_MAX_CLUSTER];
         cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
         cl.sync(); /* every split's pso, msh, lsh are written */
-        if (z == 0 && n > 1)
-            for (int i = tid; i < HG * HD; i += NT) {
-                const int h = i / HD, d = i % HD;
-                orow[i] = ad_merge_out(n, [&](int zz, float *mz, float *lz, float *oz) {
-                    *mz = cl.map_shared_rank(msh, zz)[h];
-                    *lz = cl.map_shared_rank(lsh, zz)[h];
-                    *oz = cl.map_shared_rank(&pso[0][0], zz)[h * HD + d];
-                });
+        if (n > 1 && z < n) { /* split z merges slice z of the HG * HD outputs */
+            if (tid < n * HG) {
+                const int zz = tid / HG, hh = tid % HG;
+                cms[hh][zz] = cl.map_shared_rank(msh, zz)[hh];
+                cls[hh][zz] = cl.map_shared_rank(lsh, zz)[hh];
             }
-        cl.sync(); /* block 0 is done reading the others' shared memory */
+            __syncthreads();
+            const int tot = HG * HD, per_b = (tot + n - 1) / n;
+            const int i1 = (z + 1) * per_b < tot ? (z + 1) * per_b : tot;
+            for (int i = z * per_b + tid; i < i1; i += NT)
+                orow[i] = ad_merge_out(n, cms[i / HD], cls[i / HD], [&](int zz) {
+                    return cl.map_shared_rank(&pso[0][0], zz)[i];
+                });
+        }
+        cl.sync(); /* the others are done reading this block's shared memory */
     }
 }
 
 /* out row (t, h) = merge of the token's splits in split order (tokens of one split were
  * written by k_attn_dec itself). */
 template <int HD>
-__global__ void __launch_bounds__(HD) k_attn_dec_merge(struct ad_args a)
+__global__ void __launch_bounds__(HD, 1) k_attn_dec_merge(struct ad_args a)
 {
+    __shared__ float sm[AD_MAX_TARGET], sl[AD_MAX_TARGET];
     const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     int lo = 0, rb = 0, per = 1;
     /* pos was written before k_attn_dec started: readable before the wait */
@@ -350,11 +361,13 @@ __global__ void __launch_bounds__(HD) k_attn_dec_merge(struct ad_args a)
     if (n <= 1)
         return;
     const size_t row = ((size_t)t * a.n_head + h) * a.maxs;
+    if (d < n) { /* n <= AD_MAX_TARGET <= HD */
+        const float2 x = a.ml[row + d];
+        sm[d] = x.x, sl[d] = x.y;
+    }
+    __syncthreads();
     a.out[((size_t)t * a.n_head + h) * HD + d] =
-        ad_merge_out(n, [&](int z, float *mz, float *lz, float *oz) {
-            const float2 x = a.ml[row + z];
-            *mz = x.x, *lz = x.y, *oz = a.part[(row + z) * HD + d];
-        });
+        ad_merge_out(n, sm, sl, [&](int z) { return a.part[(row + z) * HD + d]; });
 }
 
 cudaError_t cu_attn_decode_init(struct cu_be *cb)
