@@ -74,6 +74,20 @@ struct be_mm {
     float *y[3];
 };
 
+/* rope on q and k, then kv_store of the rotated k and of v (the OPTIONAL op rope_kv_store):
+ * the same results as rope(q), rope(k), kv_store(k, v) with these arguments (k is rotated in
+ * place too). */
+struct be_rope_kv {
+    float *q, *k;     /* (n_tok, n_head, head_dim), (n_tok, n_kv_head, head_dim) */
+    const float *v;   /* (n_tok, n_kv_head * head_dim) */
+    const int32_t *pos, *slots;
+    int n_tok, n_head, n_kv_head, head_dim, rot_dim, mode;
+    const float *inv_freq;
+    float mscale;
+    void *k_cache, *v_cache;
+    int kv_dtype;
+};
+
 struct be;
 
 struct be_ops {
@@ -131,6 +145,8 @@ struct be_ops {
     /* OPTIONAL. The fused projection described at struct be_mm. A backend may decline no
      * case: it runs the unfused sequence itself when it has no fused kernel for it. */
     void (*matmul_fused)(struct be *b, const struct be_mm *m);
+    /* OPTIONAL. The fused rope and K/V store described at struct be_rope_kv. */
+    void (*rope_kv_store)(struct be *b, const struct be_rope_kv *r);
     /* OPTIONAL. out (rows) int32 in backend memory = index of the largest value of each row
      * of x (rows, n): lowest index on ties, NaN never wins, a row without a value above -inf
      * gives its first -inf, a row of NaN gives 0 (as sampler_argmax). */

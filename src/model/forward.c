@@ -180,13 +180,23 @@ static void attention_block(const struct model *m, struct model_ws *ws,
     }
     int swa = hp->layer_swa[il];
     const float *inv_freq = swa ? m->inv_freq_local : m->inv_freq_global;
-    op->rope(b, ws->q, ws->d_pos, n, hp->n_head, hp->head_dim, hp->rot_dim, hp->rope_mode,
-             inv_freq, 1.0f);
-    op->rope(b, ws->k, ws->d_pos, n, hp->n_kv_head, hp->head_dim, hp->rot_dim, hp->rope_mode,
-             inv_freq, 1.0f);
     int split = swa && ws->swa_split;
-    op->kv_store(b, kv->k[il], kv->v[il], kv->kv_dtype, ws->k, ws->v,
-                 split ? ws->d_slots_swa : ws->d_slots, n, kvd);
+    const int32_t *slots = split ? ws->d_slots_swa : ws->d_slots;
+    if (op->rope_kv_store) {
+        struct be_rope_kv r = {.q = ws->q, .k = ws->k, .v = ws->v, .pos = ws->d_pos,
+                               .slots = slots, .n_tok = n, .n_head = hp->n_head,
+                               .n_kv_head = hp->n_kv_head, .head_dim = hp->head_dim,
+                               .rot_dim = hp->rot_dim, .mode = hp->rope_mode,
+                               .inv_freq = inv_freq, .mscale = 1.0f, .k_cache = kv->k[il],
+                               .v_cache = kv->v[il], .kv_dtype = kv->kv_dtype};
+        op->rope_kv_store(b, &r);
+    } else {
+        op->rope(b, ws->q, ws->d_pos, n, hp->n_head, hp->head_dim, hp->rot_dim, hp->rope_mode,
+                 inv_freq, 1.0f);
+        op->rope(b, ws->k, ws->d_pos, n, hp->n_kv_head, hp->head_dim, hp->rot_dim,
+                 hp->rope_mode, inv_freq, 1.0f);
+        op->kv_store(b, kv->k[il], kv->v[il], kv->kv_dtype, ws->k, ws->v, slots, n, kvd);
+    }
     struct be_attn a = {
         .n_tok = n,
         .n_head = hp->n_head,

@@ -1001,6 +1001,73 @@ static void test_rope(void)
         }
 }
 
+/* rope_kv_store (optional) equals rope(q), rope(k), kv_store(k, v) on the same backend, bit
+ * for bit: q, k and both caches. */
+static void rope_kv_case(struct be *b, const char *who, int n_tok, int n_head, int n_kv, int hd,
+                         int rot, int mode, int kv_dtype)
+{
+    int kvd = n_kv * hd, n_slots = 3 * n_tok, es = kv_dtype == DT_F16 ? 2 : 4;
+    size_t qn = (size_t)n_tok * n_head * hd, kn = (size_t)n_tok * kvd, cb = (size_t)n_slots * kvd * es;
+    float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *inv = malloc((size_t)rot / 2 * 4);
+    int32_t *pos = malloc((size_t)n_tok * 4), *slots = malloc((size_t)n_tok * 4);
+    fill_f(q, (int64_t)qn, 2.0f), fill_f(k, (int64_t)kn, 2.0f), fill_f(v, (int64_t)kn, 2.0f);
+    for (int i = 0; i < rot / 2; i++)
+        inv[i] = powf(10000.0f, -2.0f * i / rot);
+    for (int t = 0; t < n_tok; t++)
+        pos[t] = 7 + 13 * t, slots[t] = (5 * t + 2) % n_slots;
+    float *out[2][2];
+    uint8_t *caches[2][2];
+    for (int f = 0; f < 2; f++) {
+        float *dq = dev_from(b, q, qn * 4), *dk = dev_from(b, k, kn * 4), *dv = dev_from(b, v, kn * 4);
+        float *di = dev_from(b, inv, (size_t)rot / 2 * 4);
+        int32_t *dp = dev_from(b, pos, (size_t)n_tok * 4), *ds = dev_from(b, slots, (size_t)n_tok * 4);
+        uint8_t *zero = calloc(1, cb);
+        void *kc = dev_from(b, zero, cb), *vc = dev_from(b, zero, cb);
+        if (f) {
+            struct be_rope_kv r = {.q = dq, .k = dk, .v = dv, .pos = dp, .slots = ds, .n_tok = n_tok,
+                                   .n_head = n_head, .n_kv_head = n_kv, .head_dim = hd,
+                                   .rot_dim = rot, .mode = mode, .inv_freq = di, .mscale = 1.0f,
+                                   .k_cache = kc, .v_cache = vc, .kv_dtype = kv_dtype};
+            b->ops->rope_kv_store(b, &r);
+        } else {
+            b->ops->rope(b, dq, dp, n_tok, n_head, hd, rot, mode, di, 1.0f);
+            b->ops->rope(b, dk, dp, n_tok, n_kv, hd, rot, mode, di, 1.0f);
+            b->ops->kv_store(b, kc, vc, kv_dtype, dk, dv, ds, n_tok, kvd);
+        }
+        out[f][0] = malloc(qn * 4), out[f][1] = malloc(kn * 4);
+        caches[f][0] = malloc(cb), caches[f][1] = malloc(cb);
+        host_from(b, out[f][0], dq, qn * 4), host_from(b, out[f][1], dk, kn * 4);
+        host_from(b, caches[f][0], kc, cb), host_from(b, caches[f][1], vc, cb);
+        b->ops->free(b, dq), b->ops->free(b, dk), b->ops->free(b, dv), b->ops->free(b, di);
+        b->ops->free(b, dp), b->ops->free(b, ds), b->ops->free(b, kc), b->ops->free(b, vc);
+        free(zero);
+    }
+    CHECK_MSG(!memcmp(out[0][0], out[1][0], qn * 4) && !memcmp(out[0][1], out[1][1], kn * 4) &&
+                  !memcmp(caches[0][0], caches[1][0], cb) && !memcmp(caches[0][1], caches[1][1], cb),
+              "%s rope_kv_store (hd %d rot %d mode %d kv %s) differs from rope + kv_store", who,
+              hd, rot, mode, dtype_name(kv_dtype));
+    for (int f = 0; f < 2; f++)
+        free(out[f][0]), free(out[f][1]), free(caches[f][0]), free(caches[f][1]);
+    free(q), free(k), free(v), free(inv), free(pos), free(slots);
+}
+
+static void test_rope_kv_store(void)
+{
+    int ran = 0;
+    for (int bi = 0; bi < N_BACKENDS; bi++) {
+        struct be *b = g.cand[bi][0];
+        if (!b || !b->ops->rope_kv_store)
+            continue;
+        ran = 1;
+        rng_seed(900);
+        rope_kv_case(b, g_backends[bi], 5, 8, 2, 64, 64, BE_ROPE_NORM, DT_F16);
+        rope_kv_case(b, g_backends[bi], 3, 4, 4, 128, 32, BE_ROPE_NEOX, DT_F32);
+        rope_kv_case(b, g_backends[bi], 70, 32, 8, 128, 128, BE_ROPE_NEOX, DT_F16);
+    }
+    if (!ran)
+        fprintf(stderr, "SKIP rope_kv_store: no backend here has it\n");
+}
+
 static void test_elementwise(void)
 {
     int64_t n = 100003;
@@ -1163,6 +1230,7 @@ int main(void)
     RUN(test_kv_store);
     RUN(test_rmsnorm);
     RUN(test_rope);
+    RUN(test_rope_kv_store);
     RUN(test_elementwise);
     RUN(test_op_chain);
     RUN(test_unavailable_backends);

@@ -9,15 +9,18 @@
  * teams are summed in a fixed order at the end. A token's split length depends only on its
  * own attended range (at most AD_TARGET splits of whole rounds), never on the batch or the
  * context capacity, so its result is the same alone or in any step. Splits are merged in
- * split order with one formula (ad_merge_out) by a second kernel launched with programmatic
- * dependent launch, or (opt-in, CINFER_ATTN_DEC_CLUSTER=1: measured slower so far) inside a
- * thread-block cluster through distributed shared memory when a token's splits fit in one
- * (<= 8). Process-wide knobs, read when a backend is created (for measurements):
- * CINFER_ATTN_DEC=0 (off: the general kernel runs), CINFER_ATTN_DEC_SPLITS=N (split target
- * 1..64), CINFER_ATTN_DEC_CLUSTER=1, CINFER_ATTN_DEC_PDL=0 (plain launch of the merge).
+ * split order with one formula (ad_merge_out), by default in a second kernel launched with
+ * programmatic dependent launch. Opt-in alternatives (same results, CINFER_ATTN_DEC_MERGE):
+ * "cluster" merges inside a thread-block cluster through distributed shared memory when a
+ * token's splits fit in one (<= 8; measured slower so far); "fused" lets the last split
+ * block to finish merge (arrival counters in scratch CU_SCRATCH_DEC). Process-wide knobs,
+ * read when a backend is created (for measurements): CINFER_ATTN_DEC=0 (off: the general
+ * kernel runs), CINFER_ATTN_DEC_SPLITS=N (split target 1..64), CINFER_ATTN_DEC_MERGE,
+ * CINFER_ATTN_DEC_PDL=0 (plain launch of the merge kernel).
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cooperative_groups.h>
 
@@ -29,17 +32,21 @@ enum {
     AD_TARGET = 32,  /* default: most splits of one token's positions */
     AD_MAX_TARGET = 64,
     AD_MAX_CLUSTER = 8, /* portable cluster size: the most splits merged in a cluster */
+    AD_CNT_Y = 256,     /* fused merge: counters per token (KV heads x head groups) */
 };
+/* how the splits of a token are merged */
+enum { AD_KERNEL = 0, AD_CLUSTER = 1, AD_FUSED = 2 };
 
 static struct {
-    int on, target, pdl, cluster;
-} g_ad = {1, AD_TARGET, 1, 0};
+    int on, target, pdl, mode;
+} g_ad = {1, AD_TARGET, 1, AD_KERNEL};
 
 struct ad_args {
     const float *q;
     float *out;
     float *part; /* (n_tok, n_head, maxs, hd) unnormalised split outputs */
     float2 *ml;  /* (n_tok, n_head, maxs) split max and sum */
+    unsigned *cnt; /* AD_FUSED: (AD_MAX_TOK, AD_CNT_Y) arrivals, zero between calls */
     const int32_t *pos, *seq, *bt;
     const void *kc, *vc;
     int n_head, n_kv_head, nsub, max_blocks, block_size, bs_shift, window, maxs, target;
@@ -156,12 +163,15 @@ __device__ __forceinline__ float ad_merge_out(int n, const float *m, const float
     return L > 0.0f ? o * (1.0f / L) : 0.0f;
 }
 
-/* CL = 1: launched as clusters of maxs blocks along x (the splits of one token, KV head and
- * head group), merged through distributed shared memory by the cluster's block 0; every
- * block of the cluster, idle or not, reaches the two cluster barriers. */
-template <int HD, int F16, int HG, int CL>
+/* MODE AD_KERNEL: splits write partial results for k_attn_dec_merge. AD_CLUSTER: launched
+ * as clusters of maxs blocks along x (the splits of one token, KV head and head group),
+ * merged through distributed shared memory, each split block a slice of the outputs; every
+ * block of the cluster, idle or not, reaches the two cluster barriers. AD_FUSED: the last
+ * split block to finish (an arrival counter, reset by that block) merges the partials. */
+template <int HD, int F16, int HG, int MODE>
 __global__ void __launch_bounds__(ad_nt(HD, F16), ad_nt(HD, F16) == 128 ? 3 : 1) k_attn_dec(struct ad_args a)
 {
+    constexpr int CL = MODE == AD_CLUSTER;
     constexpr int NT = ad_nt(HD, F16), TS = HD / 8, TEAMS = NT / TS, RPT = AD_ROUND / TEAMS;
     constexpr int N = RPT * HG, NF = N >= TS ? N / TS : 1, W = F16 ? 1 : 2, ES = F16 ? 2 : 4;
     static_assert(TEAMS * RPT == AD_ROUND && NT / 32 >= HG && TS <= 32, "layout");
@@ -344,6 +354,34 @@ __global__ void __launch_bounds__(ad_nt(HD, F16), ad_nt(HD, F16) == 128 ? 3 : 1)
         }
         cl.sync(); /* the others are done reading this block's shared memory */
     }
+    if constexpr (MODE == AD_FUSED) {
+        __shared__ int s_last;
+        __shared__ float fm[HG][AD_MAX_TARGET], fl[HG][AD_MAX_TARGET];
+        if (n <= 1)
+            return;
+        __threadfence(); /* this split's partials are visible before it counts */
+        __syncthreads();
+        unsigned *cnt = a.cnt + (size_t)t * AD_CNT_Y + blockIdx.y;
+        if (tid == 0)
+            s_last = atomicAdd(cnt, 1u) == (unsigned)(n - 1);
+        __syncthreads();
+        if (!s_last)
+            return;
+        __threadfence();
+        if (tid == 0)
+            *cnt = 0; /* for the next call */
+        for (int k = tid; k < n * HG; k += NT) {
+            const int zz = k / HG, hh = k % HG;
+            const float2 x = __ldcg(&a.ml[((size_t)t * a.n_head + h0 + hh) * a.maxs + zz]);
+            fm[hh][zz] = x.x, fl[hh][zz] = x.y;
+        }
+        __syncthreads();
+        for (int i = tid; i < HG * HD; i += NT) {
+            const int h = i / HD, d = i % HD;
+            const float *pp = a.part + ((size_t)t * a.n_head + h0 + h) * a.maxs * HD + d;
+            orow[i] = ad_merge_out(n, fm[h], fl[h], [&](int zz) { return __ldcg(pp + (size_t)zz * HD); });
+        }
+    }
 }
 
 /* out row (t, h) = merge of the token's splits in split order (tokens of one split were
@@ -374,10 +412,14 @@ cudaError_t cu_attn_decode_init(struct cu_be *cb)
 {
     (void)cb;
     const char *on = getenv("CINFER_ATTN_DEC"), *sp = getenv("CINFER_ATTN_DEC_SPLITS");
-    const char *pdl = getenv("CINFER_ATTN_DEC_PDL"), *cl = getenv("CINFER_ATTN_DEC_CLUSTER");
+    const char *pdl = getenv("CINFER_ATTN_DEC_PDL"), *mo = getenv("CINFER_ATTN_DEC_MERGE");
     g_ad.on = !(on && on[0] == '0');
     g_ad.pdl = !(pdl && pdl[0] == '0');
-    g_ad.cluster = cl && cl[0] == '1';
+    g_ad.mode = AD_KERNEL;
+    if (mo && !strcmp(mo, "cluster"))
+        g_ad.mode = AD_CLUSTER;
+    else if (mo && !strcmp(mo, "fused"))
+        g_ad.mode = AD_FUSED;
     g_ad.target = AD_TARGET;
     if (sp) {
         long v = strtol(sp, NULL, 10);
@@ -387,7 +429,7 @@ cudaError_t cu_attn_decode_init(struct cu_be *cb)
     return cudaSuccess;
 }
 
-template <int HD, int F16, int HG, int CL>
+template <int HD, int F16, int HG, int MODE>
 static void ad_launch1(struct cu_be *cb, const struct ad_args &x, dim3 grid)
 {
     cudaLaunchConfig_t cfg = {};
@@ -399,23 +441,34 @@ static void ad_launch1(struct cu_be *cb, const struct ad_args &x, dim3 grid)
     cfg.dynamicSmemBytes = 0;
     cfg.stream = cb->stream;
     cfg.attrs = at;
-    cfg.numAttrs = CL ? 1 : 0;
-    cudaError_t rc = cudaLaunchKernelEx(&cfg, k_attn_dec<HD, F16, HG, CL>, x);
+    cfg.numAttrs = MODE == AD_CLUSTER ? 1 : 0;
+    cudaError_t rc = cudaLaunchKernelEx(&cfg, k_attn_dec<HD, F16, HG, MODE>, x);
     if (rc != cudaSuccess) {
         cudaGetLastError();
         cu_latch(cb, "attention (decode)", rc);
     }
 }
 
+template <int HD, int F16, int HG>
+static void ad_launch_m(struct cu_be *cb, const struct ad_args &x, int mode, dim3 grid)
+{
+    if (mode == AD_CLUSTER)
+        ad_launch1<HD, F16, HG, AD_CLUSTER>(cb, x, grid);
+    else if (mode == AD_FUSED)
+        ad_launch1<HD, F16, HG, AD_FUSED>(cb, x, grid);
+    else
+        ad_launch1<HD, F16, HG, AD_KERNEL>(cb, x, grid);
+}
+
 template <int HD, int F16>
-static void ad_launch(struct cu_be *cb, const struct ad_args &x, int hg, int cl, dim3 grid)
+static void ad_launch(struct cu_be *cb, const struct ad_args &x, int hg, int mode, dim3 grid)
 {
     if (hg == 4)
-        cl ? ad_launch1<HD, F16, 4, 1>(cb, x, grid) : ad_launch1<HD, F16, 4, 0>(cb, x, grid);
+        ad_launch_m<HD, F16, 4>(cb, x, mode, grid);
     else if (hg == 2)
-        cl ? ad_launch1<HD, F16, 2, 1>(cb, x, grid) : ad_launch1<HD, F16, 2, 0>(cb, x, grid);
+        ad_launch_m<HD, F16, 2>(cb, x, mode, grid);
     else
-        cl ? ad_launch1<HD, F16, 1, 1>(cb, x, grid) : ad_launch1<HD, F16, 1, 0>(cb, x, grid);
+        ad_launch_m<HD, F16, 1>(cb, x, mode, grid);
 }
 
 template <int HD>
@@ -460,7 +513,7 @@ int cu_attn_decode(struct cu_be *cb, float *out, const float *q, const struct be
     const int rounds = (int)((cap + AD_ROUND - 1) / AD_ROUND);
     const int maxs = g_ad.target < rounds ? g_ad.target : rounds;
     struct ad_args x;
-    x.q = q, x.out = out, x.part = NULL, x.ml = NULL;
+    x.q = q, x.out = out, x.part = NULL, x.ml = NULL, x.cnt = NULL;
     x.pos = a->pos, x.seq = a->seq, x.bt = a->block_tables;
     x.kc = a->k_cache, x.vc = a->v_cache;
     x.n_head = a->n_head, x.n_kv_head = a->n_kv_head, x.nsub = nsub;
@@ -471,11 +524,42 @@ int cu_attn_decode(struct cu_be *cb, float *out, const float *q, const struct be
             x.bs_shift = sh;
     x.maxs = maxs, x.target = g_ad.target;
     x.scale = a->scale, x.softcap = a->softcap;
-    /* the splits of a token merge inside a cluster when they fit in one (same arithmetic) */
-    const int cl = g_ad.cluster && maxs > 1 && maxs <= AD_MAX_CLUSTER;
-    if (maxs > 1 && !cl) {
-        const size_t rows = (size_t)a->n_tok * a->n_head * maxs;
-        char *p = (char *)cu_scratch(cb, CU_SCRATCH_ATT, rows * ((size_t)hd + 2) * sizeof(float));
+    /* every mode merges with the same arithmetic: the choice never changes a result */
+    int mode = maxs > 1 ? g_ad.mode : AD_KERNEL;
+    if ((mode == AD_CLUSTER && maxs > AD_MAX_CLUSTER) ||
+        (mode == AD_FUSED && a->n_kv_head * nsub > AD_CNT_Y))
+        mode = AD_KERNEL;
+    const size_t rows = (size_t)a->n_tok * a->n_head * maxs;
+    const size_t need = rows * ((size_t)hd + 2) * sizeof(float);
+    if (mode == AD_FUSED) {
+        /* counters first (always zero between calls: the last block resets its own), then
+         * the partials; a new buffer has its counters zeroed, never inside a capture */
+        const size_t cbytes = (size_t)AD_MAX_TOK * AD_CNT_Y * sizeof(unsigned);
+        const size_t cap0 = cb->scratch_cap[CU_SCRATCH_DEC];
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(cb->stream, &cs) != cudaSuccess)
+            cudaGetLastError(), cs = cudaStreamCaptureStatusActive;
+        if (cap0 < cbytes + need && cs != cudaStreamCaptureStatusNone) {
+            mode = AD_KERNEL;
+        } else {
+            char *p = (char *)cu_scratch(cb, CU_SCRATCH_DEC, cbytes + need);
+            if (!p)
+                return 1; /* out of memory: latched */
+            if (cb->scratch_cap[CU_SCRATCH_DEC] != cap0) {
+                cudaError_t rc = cudaMemsetAsync(p, 0, cbytes, cb->stream);
+                if (rc != cudaSuccess) {
+                    cudaGetLastError();
+                    cu_latch(cb, "attention (decode) counters", rc);
+                    return 1;
+                }
+            }
+            x.cnt = (unsigned *)p;
+            x.part = (float *)(p + cbytes);
+            x.ml = (float2 *)(p + cbytes + rows * (size_t)hd * sizeof(float));
+        }
+    }
+    if (maxs > 1 && mode == AD_KERNEL) {
+        char *p = (char *)cu_scratch(cb, CU_SCRATCH_ATT, need);
         if (!p)
             return 1; /* out of memory: latched */
         x.part = (float *)p;
@@ -483,12 +567,12 @@ int cu_attn_decode(struct cu_be *cb, float *out, const float *q, const struct be
     }
     dim3 grid((unsigned)maxs, (unsigned)(a->n_kv_head * nsub), (unsigned)a->n_tok);
     if (hd == 64)
-        f16 ? ad_launch<64, 1>(cb, x, hg, cl, grid) : ad_launch<64, 0>(cb, x, hg, cl, grid);
+        f16 ? ad_launch<64, 1>(cb, x, hg, mode, grid) : ad_launch<64, 0>(cb, x, hg, mode, grid);
     else if (hd == 128)
-        f16 ? ad_launch<128, 1>(cb, x, hg, cl, grid) : ad_launch<128, 0>(cb, x, hg, cl, grid);
+        f16 ? ad_launch<128, 1>(cb, x, hg, mode, grid) : ad_launch<128, 0>(cb, x, hg, mode, grid);
     else
-        ad_launch<256, 1>(cb, x, hg, cl, grid);
-    if (maxs > 1 && !cl) {
+        ad_launch<256, 1>(cb, x, hg, mode, grid);
+    if (maxs > 1 && mode == AD_KERNEL) {
         if (hd == 64)
             ad_merge<64>(cb, x, a->n_tok);
         else if (hd == 128)

@@ -305,6 +305,7 @@ static const struct be_ops g_cuda_ops = {
     .softcap = cq_softcap,
     .mem_info = cu_mem_info,
     .matmul_fused = cq_matmul_fused,
+    .rope_kv_store = cq_rope_kv_store,
     .argmax = cq_argmax,
     .bind_thread = cu_bind_thread,
 };

@@ -334,6 +334,16 @@ void cq_matmul_fused(struct be *b, const struct be_mm *m)
     defer(b, r_mmf, &a_, sizeof a_);
 }
 
+struct a_rkv { struct be_rope_kv r; };
+static void r_rkv(struct be *b, const void *p)
+{
+    cu_rope_kv_store(b, &((const struct a_rkv *)p)->r);
+}
+void cq_rope_kv_store(struct be *b, const struct be_rope_kv *r)
+{
+    DEFER(r_rkv, struct a_rkv, a_.r = *r);
+}
+
 struct a_am { int32_t *out; const float *x; int rows, n; };
 static void r_am(struct be *b, const void *p)
 {

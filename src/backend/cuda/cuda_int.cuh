@@ -19,7 +19,9 @@ extern "C" {
 #include "backend/cuda/cuda.h"
 }
 
-enum { CU_SCRATCH_X = 0, CU_SCRATCH_W = 1, CU_SCRATCH_ATT = 2, CU_SCRATCH_F = 3, CU_N_SCRATCH = 4 };
+enum { CU_SCRATCH_X = 0, CU_SCRATCH_W = 1, CU_SCRATCH_ATT = 2, CU_SCRATCH_F = 3,
+       CU_SCRATCH_DEC = 4, /* cuda_attn_dec.cu (fused merge: counters kept zero + partials) */
+       CU_N_SCRATCH = 5 };
 
 /* Most rows of x the skinny tensor-core matmul (cuda_mmf.cu) takes; larger steps use cuBLAS.
  * CINFER_CUDA_SKINNY_MAX (0..SG_MAX_N) lowers it (0 = off), for measurements. */
@@ -135,6 +137,7 @@ void cu_add_row(struct be *b, float *y, const float *bias, int rows, int dim);
 void cu_scale(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_matmul_fused(struct be *b, const struct be_mm *m);
+void cu_rope_kv_store(struct be *b, const struct be_rope_kv *r);
 void cu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n);
 /* y = x W^T on the skinny tensor-core kernel; 0 (nothing launched) when it does not take
  * the case (weight type, shapes, alignment, n > sg_max_n). */
@@ -161,6 +164,7 @@ void cq_add_row(struct be *b, float *y, const float *bias, int rows, int dim);
 void cq_scale(struct be *b, float *y, const float *x, float s, int64_t n);
 void cq_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
 void cq_matmul_fused(struct be *b, const struct be_mm *m);
+void cq_rope_kv_store(struct be *b, const struct be_rope_kv *r);
 void cq_argmax(struct be *b, int32_t *out, const float *x, int rows, int n);
 
 /* One-time kernel attributes (shared-memory opt-in); 0 or a CUDA error. */

@@ -7,9 +7,9 @@
  * global memory with 16-byte loads), x is operand B (rows of x rounded to the weight's
  * 16-bit type as they are loaded). Within each 32-element chunk of K a lane loads 8
  * consecutive elements of W and of x; the k order inside the mma is a fixed permutation of
- * the chunk, the same for A and B, so the dot product is unchanged. A block of SG_WARPS
- * warps owns one 16-row tile of W and one tile of up to SG_NT rows of x; warp w takes the
- * chunks w, w + SG_WARPS, ... and the partial sums are added in warp order. A y element's
+ * the chunk, the same for A and B, so the dot product is unchanged. A block of W warps
+ * (4..16, from K alone: sg_warps) owns one 16-row tile of W and one tile of up to SG_NT rows
+ * of x; warp w takes the chunks w, w + W, ... and the partial sums are added in warp order. A y element's
  * arithmetic therefore depends only on K (never on n or on the other rows): steps of 1..
  * SG_MAX_N rows are batch invariant bit for bit. Weight tiles are walked with the x tiles
  * fastest, so the blocks that read the same weights run together (L2 hits).
@@ -20,10 +20,17 @@
 #include "backend/cuda/cuda_int.cuh"
 
 enum {
-    SG_WARPS = 4,  /* warps per block, splitting K */
     SG_NT = 16,    /* x rows per block (two n8 mma tiles) */
     SG_U = 4,      /* chunks of 32 in flight per warp */
 };
+
+/* Warps per block (they split K): as many as keep >= 4 chunks each, up to 16, so that small
+ * weights still have enough loads in flight. Depends on K only (batch invariance). */
+static int sg_warps(int K)
+{
+    int nc = K / 32;
+    return nc >= 64 ? 16 : nc >= 32 ? 8 : 4;
+}
 
 __device__ __forceinline__ uint32_t pack2(float a, float b, int bf)
 {
@@ -72,17 +79,19 @@ struct sg_args {
     int n, K, ny;        /* ny = x tiles */
 };
 
-__device__ __forceinline__ float sg_act(float g, int act)
+/* act(g) * u with the operation order of the unfused act_mul (cuda_ops.cu k_ew). */
+__device__ __forceinline__ float sg_glu(float g, float u, int act)
 {
     if (act == BE_ACT_SILU)
-        return g / (1.0f + expf(-g));
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g)));
+        return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+    float in = __fmul_rn(0.7978845608028654f,
+                         __fadd_rn(g, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, g), g), g)));
+    return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(in))), u);
 }
 
 /* MODE: BE_MM_PLAIN / BE_MM_GLU / BE_MM_ADD. NS: n8 tiles per block (1 or 2). P: precise
  * (x split into hi + lo 16-bit parts, two mmas). */
-template <int BF, int MODE, int NS, int P>
+template <int BF, int MODE, int NS, int P, int SG_WARPS>
 __global__ void __launch_bounds__(SG_WARPS * 32)
     k_sg(struct sg_args a, int act)
 {
@@ -224,9 +233,9 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
             float v = acc[s][i];
             float *yp = Y + (size_t)col * M + row;
             if (MODE == BE_MM_GLU)
-                *yp = sg_act(v, act) * acc2[s][i];
+                *yp = sg_glu(v, acc2[s][i], act);
             else if (MODE == BE_MM_ADD)
-                *yp = *yp + v;
+                *yp = __fadd_rn(*yp, v);
             else
                 *yp = v;
         }
@@ -254,14 +263,26 @@ static int sg_ok(const struct cu_be *cb, const struct be_mm *m)
     return 1;
 }
 
-template <int BF, int MODE, int P>
-static void sg_launch(struct cu_be *cb, const struct sg_args &a, int ns, int act)
+template <int BF, int MODE, int P, int W>
+static void sg_launch_w(struct cu_be *cb, const struct sg_args &a, int ns, int act)
 {
     unsigned grid = (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
     if (ns == 1)
-        k_sg<BF, MODE, 1, P><<<grid, SG_WARPS * 32, 0, cb->stream>>>(a, act);
+        k_sg<BF, MODE, 1, P, W><<<grid, W * 32, 0, cb->stream>>>(a, act);
     else
-        k_sg<BF, MODE, 2, P><<<grid, SG_WARPS * 32, 0, cb->stream>>>(a, act);
+        k_sg<BF, MODE, 2, P, W><<<grid, W * 32, 0, cb->stream>>>(a, act);
+}
+
+template <int BF, int MODE, int P>
+static void sg_launch(struct cu_be *cb, const struct sg_args &a, int ns, int act)
+{
+    int w = sg_warps(a.K);
+    if (w == 16)
+        sg_launch_w<BF, MODE, P, 16>(cb, a, ns, act);
+    else if (w == 8)
+        sg_launch_w<BF, MODE, P, 8>(cb, a, ns, act);
+    else
+        sg_launch_w<BF, MODE, P, 4>(cb, a, ns, act);
 }
 
 template <int BF, int P> static void sg_mode(struct cu_be *cb, const struct sg_args &a, int ns,

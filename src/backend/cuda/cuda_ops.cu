@@ -233,6 +233,57 @@ void cu_kv_store(struct be *b, void *k_cache, void *v_cache, int kv_dtype, const
     cu_after_launch(cb, "kv_store");
 }
 
+/* ---- rope + kv_store in one launch: a block per token ---- */
+
+__device__ __forceinline__ void rope_pair(float *v, int i, int half, int neox, float pos,
+                                          const float *inv_freq, float mscale)
+{
+    float ang = __fmul_rn(pos, inv_freq[i]);
+    float c = __fmul_rn(cosf(ang), mscale), s = __fmul_rn(sinf(ang), mscale);
+    int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+    float x0 = v[i0], x1 = v[i1];
+    v[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    v[i1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}
+
+__global__ void k_rope_kv(struct be_rope_kv r)
+{
+    const int t = blockIdx.x, half = r.rot_dim / 2, neox = r.mode == BE_ROPE_NEOX;
+    const float pos = (float)r.pos[t];
+    const int kvd = r.n_kv_head * r.head_dim;
+    for (int j = threadIdx.x; j < r.n_head * half; j += blockDim.x) {
+        int h = j / half, i = j - h * half;
+        rope_pair(r.q + ((size_t)t * r.n_head + h) * r.head_dim, i, half, neox, pos, r.inv_freq,
+                  r.mscale);
+    }
+    float *kt = r.k + (size_t)t * kvd;
+    for (int j = threadIdx.x; j < r.n_kv_head * half; j += blockDim.x) {
+        int h = j / half, i = j - h * half;
+        rope_pair(kt + (size_t)h * r.head_dim, i, half, neox, pos, r.inv_freq, r.mscale);
+    }
+    __syncthreads(); /* k rotated: store this token's row */
+    const float *vt = r.v + (size_t)t * kvd;
+    size_t off = (size_t)r.slots[t] * kvd;
+    for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
+        if (r.kv_dtype == DT_F16) {
+            ((__half *)r.k_cache)[off + i] = __float2half_rn(kt[i]);
+            ((__half *)r.v_cache)[off + i] = __float2half_rn(vt[i]);
+        } else {
+            ((float *)r.k_cache)[off + i] = kt[i];
+            ((float *)r.v_cache)[off + i] = vt[i];
+        }
+    }
+}
+
+void cu_rope_kv_store(struct be *b, const struct be_rope_kv *r)
+{
+    struct cu_be *cb = cu_be(b);
+    if (r->n_tok <= 0)
+        return;
+    k_rope_kv<<<(unsigned)r->n_tok, 256, 0, cb->stream>>>(*r);
+    cu_after_launch(cb, "rope + kv_store");
+}
+
 /* ---- element-wise ---- */
 
 enum { EW_SILU = 0, EW_GELU = 1, EW_ADD, EW_SCALE, EW_SOFTCAP };
