@@ -10,8 +10,8 @@
  * the cost of a list of tiny ops (the graph's per-node floor).
  *
  * "prof" mode is for ncu: graphs off, two layers and one pass per config, only the general
- * kernel, the default decode path and the decode path with cluster merges (kernel order:
- * variant, config, layer).
+ * kernel, the default decode path and the fused-merge one (kernel order: variant, config,
+ * layer).
  *
  * usage: attn_dec_bench [reps]      attn_dec_bench prof
  */
@@ -36,16 +36,16 @@ static const struct cfg g_cfgs[] = {
 enum { N_CFG = sizeof g_cfgs / sizeof g_cfgs[0] };
 
 struct variant {
-    const char *name, *on, *splits, *pdl, *cluster;
+    const char *name, *on, *splits, *pdl, *merge;
 };
 static const struct variant g_vars[] = {
     {"general", "0", NULL, NULL, NULL},
     {"dec", "1", NULL, NULL, NULL},
-    {"dec-cl", "1", NULL, NULL, "1"},
+    {"dec-fused", "1", NULL, NULL, "fused"},
+    {"dec-cl", "1", NULL, NULL, "cluster"},
     {"dec-nopdl", "1", NULL, "0", NULL},
     {"dec-s16", "1", "16", NULL, NULL},
-    {"dec-s8", "1", "8", NULL, NULL},
-    {"dec-s64", "1", "64", NULL, NULL},
+    {"fused-s64", "1", "64", NULL, "fused"},
 };
 enum { N_VAR = sizeof g_vars / sizeof g_vars[0] };
 
@@ -181,7 +181,7 @@ int main(int argc, char **argv)
         setenv_or_unset("CINFER_ATTN_DEC", g_vars[v].on);
         setenv_or_unset("CINFER_ATTN_DEC_SPLITS", g_vars[v].splits);
         setenv_or_unset("CINFER_ATTN_DEC_PDL", g_vars[v].pdl);
-        setenv_or_unset("CINFER_ATTN_DEC_CLUSTER", g_vars[v].cluster);
+        setenv_or_unset("CINFER_ATTN_DEC_MERGE", g_vars[v].merge);
         struct be_config bc = {.n_threads = 1, .graphs = prof ? -1 : 1};
         struct cerr e = {0};
         struct be *b = be_new("cuda", &bc, &e);
