@@ -54,7 +54,10 @@ struct ad_args {
 };
 
 /* Threads per block: enough teams that a round of 64 positions is RPT <= 8 rows a lane. */
-__host__ __device__ constexpr int ad_nt(int hd, int f16) { return hd == 64 ? 128 : hd == 128 ? (f16 ? 128 : 256) : 256; }
+__host__ __device__ constexpr int ad_nt(int hd, int f16)
+{
+    return hd == 64 ? 128 : hd == 128 ? (f16 ? 128 : 256) : 256;
+}
 
 /* Splits of token position pos: its attended range is [*lo, pos], covering rounds
  * [*r0, pos / AD_ROUND]; split z takes *per rounds from *r0 + z * *per. Returns the number
@@ -169,7 +172,8 @@ __device__ __forceinline__ float ad_merge_out(int n, const float *m, const float
  * block of the cluster, idle or not, reaches the two cluster barriers. AD_FUSED: the last
  * split block to finish (an arrival counter, reset by that block) merges the partials. */
 template <int HD, int F16, int HG, int MODE>
-__global__ void __launch_bounds__(ad_nt(HD, F16), ad_nt(HD, F16) == 128 ? 3 : 1) k_attn_dec(struct ad_args a)
+__global__ void __launch_bounds__(ad_nt(HD, F16), ad_nt(HD, F16) == 128 ? 3 : 1)
+    k_attn_dec(struct ad_args a)
 {
     constexpr int CL = MODE == AD_CLUSTER;
     constexpr int NT = ad_nt(HD, F16), TS = HD / 8, TEAMS = NT / TS, RPT = AD_ROUND / TEAMS;
@@ -379,7 +383,8 @@ __global__ void __launch_bounds__(ad_nt(HD, F16), ad_nt(HD, F16) == 128 ? 3 : 1)
         for (int i = tid; i < HG * HD; i += NT) {
             const int h = i / HD, d = i % HD;
             const float *pp = a.part + ((size_t)t * a.n_head + h0 + h) * a.maxs * HD + d;
-            orow[i] = ad_merge_out(n, fm[h], fl[h], [&](int zz) { return __ldcg(pp + (size_t)zz * HD); });
+            orow[i] = ad_merge_out(n, fm[h], fl[h],
+                                   [&](int zz) { return __ldcg(pp + (size_t)zz * HD); });
         }
     }
 }
