@@ -43,6 +43,7 @@ struct cu_be {
     size_t peak_used;
     int precise;        /* CINFER_CUDA_PRECISE=1: 16-bit GEMM inputs split into hi + lo */
     int sg_max_n;       /* skinny matmul for steps of 1..sg_max_n rows (<= SG_MAX_N) */
+    int pdl;            /* launch the decode kernels with programmatic dependent launch */
     struct cu_graphs *graphs; /* NULL when graphs are off */
     void *blas_ws;      /* cuBLAS workspace (fixed, so GEMMs can be captured) */
     int err;            /* first latched error: 0 or a CERR_* code */
@@ -50,6 +51,31 @@ struct cu_be {
 };
 
 static inline struct cu_be *cu_be(struct be *b) { return (struct cu_be *)b; }
+
+/* Programmatic dependent launch (sm_90): a kernel launched with cu_launch may start while
+ * the previous kernel of the stream finishes; it must call cu_pdl_wait() before it reads
+ * or writes anything the previous kernels touch (first thing, in practice). A kernel may
+ * call cu_pdl_trigger() once its main work is issued to let the next one launch early.
+ * cb->pdl = 0 (CINFER_CUDA_PDL=0) launches plainly; the wait is then a no-op. */
+__device__ __forceinline__ void cu_pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void cu_pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;"); }
+
+template <typename... KArgs, typename... Args>
+static inline void cu_launch(struct cu_be *cb, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                             size_t smem, Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = cb->stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = cb->pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, kernel, args...);
+}
 
 /* Latches the first error (what = the op's name). */
 void cu_latch(struct cu_be *cb, const char *what, cudaError_t rc);
@@ -142,6 +168,10 @@ void cu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n);
 /* y = x W^T on the skinny tensor-core kernel; 0 (nothing launched) when it does not take
  * the case (weight type, shapes, alignment, n > sg_max_n). */
 int cu_matmul_skinny(struct cu_be *cb, float *y, const float *x, int n, const struct be_tensor *w);
+/* y[i] = x W_i^T + beta[i] y[i] on cuBLAS for 16-bit weights of one dtype and K, converting x
+ * once; 0 (nothing done) for other weight types, else 1 (errors latched). */
+int cu_gemm16_shared_x(struct cu_be *cb, const float *x, int n, int n_w,
+                       const struct be_tensor *const *w, float *const *y, const float *beta);
 /* Deferred ops and graph replay (cuda_graph.cu): the vtable's ops record calls; cu_flush()
  * runs or replays the pending list. */
 /* want: be_config.graphs (1 on, -1 off, 0 default: on unless CINFER_CUDA_GRAPHS=0). */

@@ -189,6 +189,51 @@ __global__ void k_deq_bf16(__nv_bfloat16 *dst, const uint8_t *w, int dt, size_t 
         o[j] = __float2bfloat16_rn(v[j]);
 }
 
+/* x (n, K) as 16-bit (parts = 2 with the precise split) in scratch X; NULL after latching. */
+static char *x_to16(struct cu_be *cb, const float *x, int64_t nx, int bf, int parts)
+{
+    char *xs = (char *)cu_scratch(cb, CU_SCRATCH_X, (size_t)nx * 2 * parts);
+    if (!xs)
+        return NULL;
+    unsigned nb = (unsigned)((nx + 255) / 256);
+    k_to16<<<nb > 65535u * 16 ? 65535u * 16 : nb, 256, 0, cb->stream>>>(
+        xs, parts == 2 ? xs + nx * 2 : NULL, x, nx, bf);
+    cu_after_launch(cb, "matmul activation conversion");
+    return xs;
+}
+
+int cu_gemm16_shared_x(struct cu_be *cb, const float *x, int n, int n_w,
+                       const struct be_tensor *const *w, float *const *y, const float *beta)
+{
+    int dt = w[0]->dtype, K = (int)w[0]->ne[0];
+    if (dt != DT_F16 && dt != DT_BF16)
+        return 0;
+    for (int i = 0; i < n_w; i++)
+        if (w[i]->dtype != dt || w[i]->ne[0] != K)
+            return 0;
+    int bf = dt == DT_BF16, parts = cb->precise ? 2 : 1;
+    int64_t nx = (int64_t)n * K;
+    char *xs = x_to16(cb, x, nx, bf, parts);
+    if (!xs)
+        return 1;
+    cudaDataType_t ty = bf ? CUDA_R_16BF : CUDA_R_16F;
+    const float one = 1.0f;
+    for (int i = 0; i < n_w; i++) {
+        int M = (int)w[i]->ne[1];
+        for (int p = 0; p < parts; p++) {
+            cublasStatus_t st = cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, n, K, &one,
+                                             w[i]->data, ty, K, xs + p * nx * 2, ty, K,
+                                             p ? &one : &beta[i], y[i], CUDA_R_32F, M,
+                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            if (st != CUBLAS_STATUS_SUCCESS) {
+                cu_latch_blas(cb, "GemmEx", st);
+                return 1;
+            }
+        }
+    }
+    return 1;
+}
+
 static void gemm(struct cu_be *cb, float *y, const float *x, int n, const struct be_tensor *w)
 {
     int K = (int)w->ne[0], M = (int)w->ne[1];

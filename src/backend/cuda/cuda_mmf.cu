@@ -96,6 +96,7 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
     k_sg(struct sg_args a, int act)
 {
     __shared__ float red[SG_WARPS - 1][(MODE == BE_MM_GLU ? 2 : 1) * NS * 4][32];
+    cu_pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const int tile = blockIdx.x / a.ny, xt = blockIdx.x % a.ny;
     /* which weight (no dynamic indexing of the parameter arrays: it would go to the stack) */
@@ -198,6 +199,7 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
         SG_CHUNK(aw0, aw1, au0, au1, xb);
     }
 #undef SG_CHUNK
+    cu_pdl_trigger();
     /* partial sums of warps 1.. to shared memory; warp 0 adds them in warp order */
     if (warp > 0) {
 #pragma unroll
@@ -268,9 +270,9 @@ static void sg_launch_w(struct cu_be *cb, const struct sg_args &a, int ns, int a
 {
     unsigned grid = (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
     if (ns == 1)
-        k_sg<BF, MODE, 1, P, W><<<grid, W * 32, 0, cb->stream>>>(a, act);
+        cu_launch(cb, k_sg<BF, MODE, 1, P, W>, dim3(grid), dim3(W * 32), 0, a, act);
     else
-        k_sg<BF, MODE, 2, P, W><<<grid, W * 32, 0, cb->stream>>>(a, act);
+        cu_launch(cb, k_sg<BF, MODE, 2, P, W>, dim3(grid), dim3(W * 32), 0, a, act);
 }
 
 template <int BF, int MODE, int P>
@@ -355,6 +357,12 @@ void cu_matmul_fused(struct be *b, const struct be_mm *m)
         sg_run(cb, m);
         return;
     }
+    /* 16-bit weights on cuBLAS: x converted once; the residual add as beta = 1 */
+    if (m->mode == BE_MM_PLAIN || m->mode == BE_MM_ADD) {
+        const float beta[3] = {m->mode == BE_MM_ADD ? 1.0f : 0.0f, 0.0f, 0.0f};
+        if (cu_gemm16_shared_x(cb, m->x, m->n, m->n_w, m->w, m->y, beta))
+            return;
+    }
     /* the unfused sequence */
     if (m->mode == BE_MM_PLAIN) {
         for (int i = 0; i < m->n_w; i++)
@@ -366,8 +374,12 @@ void cu_matmul_fused(struct be *b, const struct be_mm *m)
     if (!t)
         return;
     if (m->mode == BE_MM_GLU) {
-        cu_matmul(b, m->y[0], m->x, m->n, m->w[0]);
-        cu_matmul(b, t, m->x, m->n, m->w[1]);
+        const float beta[2] = {0.0f, 0.0f};
+        float *const ys[2] = {m->y[0], t};
+        if (!cu_gemm16_shared_x(cb, m->x, m->n, 2, m->w, ys, beta)) {
+            cu_matmul(b, m->y[0], m->x, m->n, m->w[0]);
+            cu_matmul(b, t, m->x, m->n, m->w[1]);
+        }
         cu_act_mul(b, m->y[0], m->y[0], t, nel, m->act);
     } else {
         cu_matmul(b, t, m->x, m->n, m->w[0]);
@@ -389,6 +401,7 @@ __global__ void __launch_bounds__(AM_THREADS) k_argmax(int32_t *out, const float
 {
     __shared__ float sv[AM_THREADS / 32];
     __shared__ int si[AM_THREADS / 32];
+    cu_pdl_wait();
     const float *r = x + (size_t)blockIdx.x * n;
     float bv = -INFINITY;
     int bi = 0x7fffffff;
@@ -426,6 +439,6 @@ void cu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n)
     struct cu_be *cb = cu_be(b);
     if (rows <= 0 || n <= 0)
         return;
-    k_argmax<<<(unsigned)rows, AM_THREADS, 0, cb->stream>>>(out, x, n);
+    cu_launch(cb, k_argmax, dim3((unsigned)rows), dim3(AM_THREADS), 0, out, x, n);
     cu_after_launch(cb, "argmax");
 }

@@ -103,6 +103,8 @@ template <int V>
 __global__ void k_rmsnorm4(float *y, const float *x, const float *w, int dim, float eps)
 {
     __shared__ float part[32];
+    cu_pdl_wait();
+    cu_pdl_trigger();
     const int n4 = dim / 4;
     const float4 *xr = (const float4 *)(x + (int64_t)blockIdx.x * dim);
     float4 *yr = (float4 *)(y + (int64_t)blockIdx.x * dim);
@@ -154,13 +156,13 @@ void cu_rmsnorm(struct be *b, float *y, const float *x, const float *w, int rows
         int th = (n4 + vv - 1) / vv;
         th = (th + 31) / 32 * 32;
         if (vv == 1)
-            k_rmsnorm4<1><<<(unsigned)rows, th, 0, cb->stream>>>(y, x, w, dim, eps);
+            cu_launch(cb, k_rmsnorm4<1>, dim3((unsigned)rows), dim3(th), 0, y, x, w, dim, eps);
         else if (vv == 2)
-            k_rmsnorm4<2><<<(unsigned)rows, th, 0, cb->stream>>>(y, x, w, dim, eps);
+            cu_launch(cb, k_rmsnorm4<2>, dim3((unsigned)rows), dim3(th), 0, y, x, w, dim, eps);
         else if (vv == 4)
-            k_rmsnorm4<4><<<(unsigned)rows, th, 0, cb->stream>>>(y, x, w, dim, eps);
+            cu_launch(cb, k_rmsnorm4<4>, dim3((unsigned)rows), dim3(th), 0, y, x, w, dim, eps);
         else
-            k_rmsnorm4<8><<<(unsigned)rows, th, 0, cb->stream>>>(y, x, w, dim, eps);
+            cu_launch(cb, k_rmsnorm4<8>, dim3((unsigned)rows), dim3(th), 0, y, x, w, dim, eps);
         cu_after_launch(cb, "rmsnorm");
         return;
     }
@@ -248,6 +250,8 @@ __device__ __forceinline__ void rope_pair(float *v, int i, int half, int neox, f
 
 __global__ void k_rope_kv(struct be_rope_kv r)
 {
+    cu_pdl_wait();
+    cu_pdl_trigger();
     const int t = blockIdx.x, half = r.rot_dim / 2, neox = r.mode == BE_ROPE_NEOX;
     const float pos = (float)r.pos[t];
     const int kvd = r.n_kv_head * r.head_dim;
@@ -280,7 +284,7 @@ void cu_rope_kv_store(struct be *b, const struct be_rope_kv *r)
     struct cu_be *cb = cu_be(b);
     if (r->n_tok <= 0)
         return;
-    k_rope_kv<<<(unsigned)r->n_tok, 256, 0, cb->stream>>>(*r);
+    cu_launch(cb, k_rope_kv, dim3((unsigned)r->n_tok), dim3(256), 0, *r);
     cu_after_launch(cb, "rope + kv_store");
 }
 
