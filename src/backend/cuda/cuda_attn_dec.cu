@@ -16,7 +16,9 @@
  * block to finish merge (arrival counters in scratch CU_SCRATCH_DEC). Process-wide knobs,
  * read when a backend is created (for measurements): CINFER_ATTN_DEC=0 (off: the general
  * kernel runs), CINFER_ATTN_DEC_SPLITS=N (split target 1..64), CINFER_ATTN_DEC_MERGE,
- * CINFER_ATTN_DEC_PDL=0 (plain launch of the merge kernel).
+ * CINFER_ATTN_DEC_PDL=0 (plain launches; CINFER_CUDA_PDL=0 does the same for every kernel).
+ * Both kernels are launched with programmatic dependent launch and wait for the previous
+ * kernel first thing (the merge reads only pos, written before the step, before its wait).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -185,7 +187,8 @@ __global__ void __launch_bounds__(ad_nt(HD, F16), ad_nt(HD, F16) == 128 ? 3 : 1)
     __shared__ __align__(16) float red[TEAMS][HG][HD];
     __shared__ float pso[CL ? HG : 1][CL ? HD : 1]; /* CL: this split's unnormalised output */
 
-    asm volatile("griddepcontrol.launch_dependents;");
+    cu_pdl_wait();    /* launched with PDL: the previous kernel (q, K/V) is complete */
+    cu_pdl_trigger(); /* the merge kernel (or the next op) may launch */
     const int z = blockIdx.x, t = blockIdx.z;
     const int g = blockIdx.y / a.nsub, sub = blockIdx.y % a.nsub;
     const int h0 = g * (a.n_head / a.n_kv_head) + sub * HG;
@@ -400,7 +403,8 @@ __global__ void __launch_bounds__(HD, 1) k_attn_dec_merge(struct ad_args a)
     /* pos was written before k_attn_dec started: readable before the wait */
     const int n = ad_splits(a.pos[t], a.window, a.target, a.max_blocks * a.block_size, &lo, &rb,
                             &per);
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    cu_pdl_wait();
+    cu_pdl_trigger();
     if (n <= 1)
         return;
     const size_t row = ((size_t)t * a.n_head + h) * a.maxs;
@@ -439,14 +443,19 @@ static void ad_launch1(struct cu_be *cb, const struct ad_args &x, dim3 grid)
 {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = grid.x, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    if (MODE == AD_CLUSTER) {
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = grid.x, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    } else { /* may start while the previous kernel drains (it waits first thing) */
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+    }
     cfg.gridDim = grid;
     cfg.blockDim = dim3(ad_nt(HD, F16));
     cfg.dynamicSmemBytes = 0;
     cfg.stream = cb->stream;
     cfg.attrs = at;
-    cfg.numAttrs = MODE == AD_CLUSTER ? 1 : 0;
+    cfg.numAttrs = MODE == AD_CLUSTER || (cb->pdl && g_ad.pdl) ? 1 : 0;
     cudaError_t rc = cudaLaunchKernelEx(&cfg, k_attn_dec<HD, F16, HG, MODE>, x);
     if (rc != cudaSuccess) {
         cudaGetLastError();
@@ -488,7 +497,7 @@ static void ad_merge(struct cu_be *cb, const struct ad_args &x, int n_tok)
     cfg.dynamicSmemBytes = 0;
     cfg.stream = cb->stream;
     cfg.attrs = at;
-    cfg.numAttrs = g_ad.pdl ? 1 : 0;
+    cfg.numAttrs = cb->pdl && g_ad.pdl ? 1 : 0;
     cudaError_t rc = cudaLaunchKernelEx(&cfg, k_attn_dec_merge<HD>, x);
     if (rc != cudaSuccess) {
         cudaGetLastError();
