@@ -15,13 +15,21 @@ for be in cpu cuda; do
     "$BIN/cinfer" run "$F" --ids 1,403,407,261,378 -n 250 --temp 0 --ignore-eos --output-ids --backend $be > "$OUT/st_$be.txt" 2>/dev/null
 done
 cmp -s "$OUT/st_cpu.txt" "$OUT/st_cuda.txt" && echo "stories ids: cuda == cpu" || echo "stories ids DIFFER"
-"$BIN/cinfer_gpu_bench" - mm > "$OUT/mm.json" 2> "$OUT/mm_err.txt"; echo "mm rc=$?"
+if [ -n "${MM:-1}" ]; then "$BIN/cinfer_gpu_bench" - mm > "$OUT/mm.json" 2> "$OUT/mm_err.txt"; echo "mm rc=$?"; fi
+if [ -n "${PARITY:-}" ]; then
+    python3 bench/gpu/models.py parity "$M/parity" > /dev/null
+    timeout 200 python3 bench/gpu/parity.py "$BIN/cinfer_gpu_bench" "$M"/parity/* > "$OUT/parity.json" 2> "$OUT/parity_err.txt"
+    echo "parity rc=$?"; tail -6 "$OUT/parity_err.txt"
+fi
 python3 bench/gpu/models.py bench "$M" ${MODELS:-l1b l8b} > /dev/null
 for m in ${MODELS:-l1b l8b}; do
     "$BIN/cinfer_gpu_bench" "$M/$m" perf 2> "$OUT/perf_${m}_err.txt" | tee "$OUT/perf_$m.json"
 done
+for v in ${AB:-}; do  # A/B runs of l1b with an environment switch, e.g. AB="CINFER_CUDA_PDL=0"
+    env $v "$BIN/cinfer_gpu_bench" "$M/l1b" perf --batches 8 2>/dev/null | sed "s/^/$v: /"
+done
 if [ -n "${PROFILE:-1}" ]; then
-    for m in l1b l8b; do
+    for m in ${PROFILE_MODELS:-l1b l8b}; do
         CINFER_CUDA_GRAPHS=0 timeout ${NCU_T:-100} ncu --clock-control none --launch-skip ${SKIP:-4000} --launch-count ${CNT:-400} \
             --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
             --csv "$BIN/cinfer_gpu_bench" "$M/$m" perf --prefill 128 --batches 8 > "$OUT/ncu_$m.csv" 2> /dev/null

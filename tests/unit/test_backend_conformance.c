@@ -1042,10 +1042,18 @@ static void rope_kv_case(struct be *b, const char *who, int n_tok, int n_head, i
         b->ops->free(b, dp), b->ops->free(b, ds), b->ops->free(b, kc), b->ops->free(b, vc);
         free(zero);
     }
-    CHECK_MSG(!memcmp(out[0][0], out[1][0], qn * 4) && !memcmp(out[0][1], out[1][1], kn * 4) &&
-                  !memcmp(caches[0][0], caches[1][0], cb) && !memcmp(caches[0][1], caches[1][1], cb),
-              "%s rope_kv_store (hd %d rot %d mode %d kv %s) differs from rope + kv_store", who,
-              hd, rot, mode, dtype_name(kv_dtype));
+    const char *what[4] = {"q", "k", "K cache", "V cache"};
+    size_t sz[4] = {qn * 4, kn * 4, cb, cb};
+    const uint8_t *pa[4] = {(uint8_t *)out[0][0], (uint8_t *)out[0][1], caches[0][0], caches[0][1]};
+    const uint8_t *pb[4] = {(uint8_t *)out[1][0], (uint8_t *)out[1][1], caches[1][0], caches[1][1]};
+    for (int i = 0; i < 4; i++) {
+        size_t d = 0;
+        while (d < sz[i] && pa[i][d] == pb[i][d])
+            d++;
+        CHECK_MSG(d == sz[i], "%s rope_kv_store (hd %d rot %d mode %d kv %s): %s differs from "
+                  "rope + kv_store at byte %zu of %zu", who, hd, rot, mode, dtype_name(kv_dtype),
+                  what[i], d, sz[i]);
+    }
     for (int f = 0; f < 2; f++)
         free(out[f][0]), free(out[f][1]), free(caches[f][0]), free(caches[f][1]);
     free(q), free(k), free(v), free(inv), free(pos), free(slots);

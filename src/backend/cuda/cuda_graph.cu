@@ -10,6 +10,9 @@
  * repeated list, so its ~10 launches per layer cost one graph launch. Kernels read their
  * inputs (ids, positions, slots, block tables) from device memory at run time, so a
  * replay computes the current step. A failed capture falls back to plain launches.
+ * The list is also flushed every CU_GRAPH_SEG calls (CINFER_CUDA_GRAPH_SEG; 0 = never), so
+ * a step runs as a few graph segments and the GPU starts on the first while the rest of
+ * the step is still being recorded; the segments of a repeated step repeat too.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,7 @@
 
 enum {
     CU_GRAPH_MIN = 8,     /* shorter lists are not worth a graph */
+    CU_GRAPH_SEG = 32,    /* segment length: the GPU starts while later calls are recorded */
     CU_GRAPH_MAX_N = 128, /* lists with a matmul over more rows are never captured */
     CU_GRAPH_CACHE = 64,
     CU_ARGS = 320,
@@ -45,6 +49,7 @@ struct cu_graphs {
     uint64_t tick;
     int64_t replays, captures;
     int nocapture; /* the pending list has a prefill-sized GEMM: shapes rarely repeat */
+    int seg;       /* flush every seg calls (0: only when the stream is needed) */
 };
 
 int cu_graphs_init(struct cu_be *cb, int want)
@@ -53,7 +58,13 @@ int cu_graphs_init(struct cu_be *cb, int want)
     if (want < 0 || (want == 0 && env && !strcmp(env, "0")))
         return 0;
     cb->graphs = (struct cu_graphs *)calloc(1, sizeof *cb->graphs);
-    return cb->graphs ? 0 : -1;
+    if (!cb->graphs)
+        return -1;
+    const char *sg = getenv("CINFER_CUDA_GRAPH_SEG");
+    cb->graphs->seg = sg && *sg ? atoi(sg) : CU_GRAPH_SEG;
+    if (cb->graphs->seg < 0)
+        cb->graphs->seg = 0;
+    return 0;
 }
 
 static void run_all(struct cu_be *cb)
@@ -63,17 +74,19 @@ static void run_all(struct cu_be *cb)
         g->calls[i].run(&cb->base, g->calls[i].args);
 }
 
+/* Hash of the pending list: each call's function and argument words (the bytes past an
+ * argument struct's size are zeroed when it is recorded). */
 static uint64_t list_key(const struct cu_graphs *g)
 {
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < g->n; i++) {
         const struct cu_call *c = &g->calls[i];
-        const unsigned char *p = (const unsigned char *)c->args;
-        uintptr_t fp = (uintptr_t)c->run;
-        for (size_t j = 0; j < sizeof fp; j++)
-            h = (h ^ ((fp >> (8 * j)) & 0xff)) * 1099511628211ull;
-        for (size_t j = 0; j < c->size; j++)
-            h = (h ^ p[j]) * 1099511628211ull;
+        h = (h ^ (uint64_t)(uintptr_t)c->run) * 0x100000001b3ull;
+        h ^= h >> 29;
+        for (size_t j = 0; j < (c->size + 7) / 8; j++) {
+            h = (h ^ c->args[j]) * 0x100000001b3ull;
+            h ^= h >> 29;
+        }
     }
     return h;
 }
@@ -187,7 +200,10 @@ static void defer(struct be *b, void (*run)(struct be *, const void *), const vo
     struct cu_call *c = &g->calls[g->n++];
     c->run = run;
     c->size = size;
+    c->args[(size + 7) / 8 - 1] = 0; /* the last word's tail hashes as zeros */
     memcpy(c->args, args, size);
+    if (g->seg && g->n >= g->seg)
+        cu_flush(cb);
 }
 
 /* ---- the recorded ops: one argument struct each (zeroed, so padding hashes alike) ---- */

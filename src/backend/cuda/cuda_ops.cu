@@ -248,33 +248,37 @@ __device__ __forceinline__ void rope_pair(float *v, int i, int half, int neox, f
     v[i1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
 }
 
+/* grid (n_tok, n_head + n_kv_head): block (t, h < n_head) rotates q head h of token t; block
+ * (t, n_head + g) rotates k head g and stores that head's K and V rows in the cache. */
 __global__ void k_rope_kv(struct be_rope_kv r)
 {
     cu_pdl_wait();
-    cu_pdl_trigger();
-    const int t = blockIdx.x, half = r.rot_dim / 2, neox = r.mode == BE_ROPE_NEOX;
+    const int t = blockIdx.x, hh = blockIdx.y, half = r.rot_dim / 2;
+    const int neox = r.mode == BE_ROPE_NEOX, hd = r.head_dim;
     const float pos = (float)r.pos[t];
-    const int kvd = r.n_kv_head * r.head_dim;
-    for (int j = threadIdx.x; j < r.n_head * half; j += blockDim.x) {
-        int h = j / half, i = j - h * half;
-        rope_pair(r.q + ((size_t)t * r.n_head + h) * r.head_dim, i, half, neox, pos, r.inv_freq,
-                  r.mscale);
+    if (hh < r.n_head) {
+        float *qh = r.q + ((size_t)t * r.n_head + hh) * hd;
+        for (int i = threadIdx.x; i < half; i += blockDim.x)
+            rope_pair(qh, i, half, neox, pos, r.inv_freq, r.mscale);
+        cu_pdl_trigger();
+        return;
     }
-    float *kt = r.k + (size_t)t * kvd;
-    for (int j = threadIdx.x; j < r.n_kv_head * half; j += blockDim.x) {
-        int h = j / half, i = j - h * half;
-        rope_pair(kt + (size_t)h * r.head_dim, i, half, neox, pos, r.inv_freq, r.mscale);
-    }
-    __syncthreads(); /* k rotated: store this token's row */
-    const float *vt = r.v + (size_t)t * kvd;
-    size_t off = (size_t)r.slots[t] * kvd;
-    for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
+    const int g = hh - r.n_head, kvd = r.n_kv_head * hd;
+    float *kh = r.k + (size_t)t * kvd + (size_t)g * hd;
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        rope_pair(kh, i, half, neox, pos, r.inv_freq, r.mscale);
+    __syncthreads(); /* this head's k rotated: store its K and V rows */
+    cu_pdl_trigger();
+    const float *vh = r.v + (size_t)t * kvd + (size_t)g * hd;
+    size_t off = (size_t)r.slots[t] * kvd + (size_t)g * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float kv = __ldcg(kh + d), vv = vh[d];
         if (r.kv_dtype == DT_F16) {
-            ((__half *)r.k_cache)[off + i] = __float2half_rn(kt[i]);
-            ((__half *)r.v_cache)[off + i] = __float2half_rn(vt[i]);
+            ((__half *)r.k_cache)[off + d] = __float2half_rn(kv);
+            ((__half *)r.v_cache)[off + d] = __float2half_rn(vv);
         } else {
-            ((float *)r.k_cache)[off + i] = kt[i];
-            ((float *)r.v_cache)[off + i] = vt[i];
+            ((float *)r.k_cache)[off + d] = kv;
+            ((float *)r.v_cache)[off + d] = vv;
         }
     }
 }
@@ -284,7 +288,9 @@ void cu_rope_kv_store(struct be *b, const struct be_rope_kv *r)
     struct cu_be *cb = cu_be(b);
     if (r->n_tok <= 0)
         return;
-    cu_launch(cb, k_rope_kv, dim3((unsigned)r->n_tok), dim3(256), 0, *r);
+    int th = r->head_dim < 32 ? 32 : r->head_dim > 256 ? 256 : (r->head_dim + 31) / 32 * 32;
+    cu_launch(cb, k_rope_kv, dim3((unsigned)r->n_tok, (unsigned)(r->n_head + r->n_kv_head)),
+              dim3(th), 0, *r);
     cu_after_launch(cb, "rope + kv_store");
 }
 
