@@ -421,7 +421,8 @@ int main(int argc, char **argv)
         cerr_set(&e, CERR_NOMEM, "out of memory");
         goto fail;
     }
-    c.use_am = model_can_argmax(c.m) && !getenv("CINFER_HOST_ARGMAX");
+    /* perf: argmax on the device as the engine does; logits mode needs every logit */
+    c.use_am = !strcmp(mode, "perf") && model_can_argmax(c.m) && !getenv("CINFER_HOST_ARGMAX");
     if (!strcmp(mode, "perf"))
         rc = perf(&c, be, n_prefill, batches, n_batches, load_s, &e);
     else if (!strcmp(mode, "logits") && idstr)

@@ -1051,8 +1051,10 @@ static void rope_kv_case(struct be *b, const char *who, int n_tok, int n_head, i
         while (d < sz[i] && pa[i][d] == pb[i][d])
             d++;
         CHECK_MSG(d == sz[i], "%s rope_kv_store (hd %d rot %d mode %d kv %s): %s differs from "
-                  "rope + kv_store at byte %zu of %zu", who, hd, rot, mode, dtype_name(kv_dtype),
-                  what[i], d, sz[i]);
+                  "rope + kv_store at byte %zu of %zu (unfused %02x%02x, fused %02x%02x)", who, hd,
+                  rot, mode, dtype_name(kv_dtype), what[i], d, sz[i], d < sz[i] ? pa[i][d | 1] : 0,
+                  d < sz[i] ? pa[i][d & ~(size_t)1] : 0, d < sz[i] ? pb[i][d | 1] : 0,
+                  d < sz[i] ? pb[i][d & ~(size_t)1] : 0);
     }
     for (int f = 0; f < 2; f++)
         free(out[f][0]), free(out[f][1]), free(caches[f][0]), free(caches[f][1]);

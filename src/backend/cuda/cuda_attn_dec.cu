@@ -455,8 +455,9 @@ static void ad_launch1(struct cu_be *cb, const struct ad_args &x, dim3 grid)
     cfg.dynamicSmemBytes = 0;
     cfg.stream = cb->stream;
     cfg.attrs = at;
-    cfg.numAttrs = MODE == AD_CLUSTER || (cb->pdl && g_ad.pdl) ? 1 : 0;
+    cfg.numAttrs = MODE == AD_CLUSTER || (cu_pdl_ok(cb) && g_ad.pdl) ? 1 : 0;
     cudaError_t rc = cudaLaunchKernelEx(&cfg, k_attn_dec<HD, F16, HG, MODE>, x);
+    cb->last_kernel = 1;
     if (rc != cudaSuccess) {
         cudaGetLastError();
         cu_latch(cb, "attention (decode)", rc);
@@ -497,8 +498,9 @@ static void ad_merge(struct cu_be *cb, const struct ad_args &x, int n_tok)
     cfg.dynamicSmemBytes = 0;
     cfg.stream = cb->stream;
     cfg.attrs = at;
-    cfg.numAttrs = cb->pdl && g_ad.pdl ? 1 : 0;
+    cfg.numAttrs = cu_pdl_ok(cb) && g_ad.pdl ? 1 : 0;
     cudaError_t rc = cudaLaunchKernelEx(&cfg, k_attn_dec_merge<HD>, x);
+    cb->last_kernel = 1;
     if (rc != cudaSuccess) {
         cudaGetLastError();
         cu_latch(cb, "attention merge (decode)", rc);
@@ -560,6 +562,7 @@ int cu_attn_decode(struct cu_be *cb, float *out, const float *q, const struct be
             if (!p)
                 return 1; /* out of memory: latched */
             if (cb->scratch_cap[CU_SCRATCH_DEC] != cap0) {
+                cb->last_kernel = 0;
                 cudaError_t rc = cudaMemsetAsync(p, 0, cbytes, cb->stream);
                 if (rc != cudaSuccess) {
                     cudaGetLastError();

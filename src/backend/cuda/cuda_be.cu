@@ -100,6 +100,7 @@ static int cu_upload(struct be *b, void *dst, const void *src, size_t n, struct 
     if (!n)
         return 0;
     cu_flush(cb);
+    cb->last_kernel = 0;
     cudaError_t rc = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cb->stream);
     if (rc != cudaSuccess) {
         cudaGetLastError();
@@ -115,6 +116,7 @@ static int cu_download(struct be *b, void *dst, const void *src, size_t n, struc
     if (!n)
         return 0;
     cu_flush(cb);
+    cb->last_kernel = 0;
     cudaError_t rc = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, cb->stream);
     if (rc == cudaSuccess)
         rc = cudaStreamSynchronize(cb->stream);
@@ -171,6 +173,7 @@ static void *weight_copy(struct cu_be *cb, const void *host, size_t n, const cha
         cerr_set(e, CERR_NOMEM, "cuda: out of device memory for weight %s (%zu bytes)", nm, n);
         return NULL;
     }
+    cb->last_kernel = 0;
     if (cudaMemcpy(d, host, n, cudaMemcpyHostToDevice) != cudaSuccess || track_weight(cb, d)) {
         cudaGetLastError();
         cudaFree(d);

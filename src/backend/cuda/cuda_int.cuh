@@ -44,6 +44,8 @@ struct cu_be {
     int precise;        /* CINFER_CUDA_PRECISE=1: 16-bit GEMM inputs split into hi + lo */
     int sg_max_n;       /* skinny matmul for steps of 1..sg_max_n rows (<= SG_MAX_N) */
     int pdl;            /* launch the decode kernels with programmatic dependent launch */
+    int last_kernel;    /* the last op queued on the stream was a kernel (PDL may follow it;
+                         * after a copy or memset the next launch is a plain one) */
     struct cu_graphs *graphs; /* NULL when graphs are off */
     void *blas_ws;      /* cuBLAS workspace (fixed, so GEMMs can be captured) */
     int err;            /* first latched error: 0 or a CERR_* code */
@@ -60,6 +62,9 @@ static inline struct cu_be *cu_be(struct be *b) { return (struct cu_be *)b; }
 __device__ __forceinline__ void cu_pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void cu_pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;"); }
 
+/* PDL is used for the next launch: on, and the stream's last op was a kernel. */
+static inline int cu_pdl_ok(const struct cu_be *cb) { return cb->pdl && cb->last_kernel; }
+
 template <typename... KArgs, typename... Args>
 static inline void cu_launch(struct cu_be *cb, void (*kernel)(KArgs...), dim3 grid, dim3 block,
                              size_t smem, Args... args)
@@ -73,7 +78,7 @@ static inline void cu_launch(struct cu_be *cb, void (*kernel)(KArgs...), dim3 gr
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = cb->pdl ? 1 : 0;
+    cfg.numAttrs = cu_pdl_ok(cb) ? 1 : 0;
     cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
@@ -83,6 +88,7 @@ void cu_latch_blas(struct cu_be *cb, const char *what, cublasStatus_t rc);
 /* Checks the last launch. */
 static inline void cu_after_launch(struct cu_be *cb, const char *what)
 {
+    cb->last_kernel = 1;
     cudaError_t rc = cudaGetLastError();
     if (rc != cudaSuccess)
         cu_latch(cb, what, rc);
