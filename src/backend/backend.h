@@ -69,6 +69,9 @@ struct be_mm {
     int mode, act; /* act: enum be_act (GLU only) */
     int n;         /* rows of x */
     const float *x;
+    const float *norm; /* non-NULL: x is first replaced by rmsnorm(x) * norm row by row (K
+                        * floats, epsilon eps), as the op rmsnorm would (up to rounding) */
+    float eps;
     int n_w;
     const struct be_tensor *w[3];
     float *y[3];

@@ -121,20 +121,23 @@ static int upload_batch(struct model_ws *ws, const struct model_batch *bt, struc
     return b->ops->upload(b, d, h, o * 4, e);
 }
 
-/* y_i = xb W_i^T for the weights sharing xb (fused when the backend can). */
-static void project(const struct model *m, int n, const float *x, int n_w,
-                    const struct be_tensor *const *w, float *const *y)
+/* y_i = rmsnorm(x) W_i^T for the weights sharing the normed x (norm and projections fused
+ * when the backend can; else xb holds the normed rows). */
+static void project(const struct model *m, struct model_ws *ws, int n, const float *norm,
+                    int n_w, const struct be_tensor *const *w, float *const *y)
 {
     const struct be_ops *op = m->be->ops;
     if (op->matmul_fused) {
-        struct be_mm f = {.mode = BE_MM_PLAIN, .n = n, .x = x, .n_w = n_w};
+        struct be_mm f = {.mode = BE_MM_PLAIN, .n = n, .x = ws->x, .norm = norm,
+                          .eps = m->hp.norm_eps, .n_w = n_w};
         for (int i = 0; i < n_w; i++)
             f.w[i] = w[i], f.y[i] = y[i];
         op->matmul_fused(m->be, &f);
         return;
     }
+    op->rmsnorm(m->be, ws->xb, ws->x, norm, n, m->hp.n_embd, m->hp.norm_eps);
     for (int i = 0; i < n_w; i++)
-        op->matmul(m->be, y[i], x, n, w[i]);
+        op->matmul(m->be, y[i], ws->xb, n, w[i]);
 }
 
 /* x += post_norm(a W^T): the residual add, fused into the projection when possible. */
@@ -165,10 +168,9 @@ static void attention_block(const struct model *m, struct model_ws *ws,
     int n = bt->n_tok;
     int qd = hp->n_head * hp->head_dim, kvd = hp->n_kv_head * hp->head_dim;
 
-    op->rmsnorm(b, ws->xb, ws->x, ly->attn_norm, n, hp->n_embd, hp->norm_eps);
     const struct be_tensor *wqkv[3] = {&ly->wq, &ly->wk, &ly->wv};
     float *const yqkv[3] = {ws->q, ws->k, ws->v}; /* (n, qd), (n, kvd), (n, kvd) */
-    project(m, n, ws->xb, 3, wqkv, yqkv);
+    project(m, ws, n, ly->attn_norm, 3, wqkv, yqkv);
     if (ly->bq) {
         op->add_row(b, ws->q, ly->bq, n, qd);
         op->add_row(b, ws->k, ly->bk, n, kvd);
@@ -224,12 +226,13 @@ static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
     const struct model_layer *ly = &m->layers[il];
     const struct be_ops *op = m->be->ops;
     struct be *b = m->be;
-    op->rmsnorm(b, ws->xb, ws->x, ly->ffn_norm, n, hp->n_embd, hp->norm_eps);
-    if (op->matmul_fused) { /* gate = act(xb Wg^T) * (xb Wu^T) */
-        struct be_mm f = {.mode = BE_MM_GLU, .act = hp->act, .n = n, .x = ws->xb, .n_w = 2,
+    if (op->matmul_fused) { /* gate = act(xn Wg^T) * (xn Wu^T), xn = rmsnorm(x) */
+        struct be_mm f = {.mode = BE_MM_GLU, .act = hp->act, .n = n, .x = ws->x,
+                          .norm = ly->ffn_norm, .eps = hp->norm_eps, .n_w = 2,
                           .w = {&ly->w_gate, &ly->w_up}, .y = {ws->gate}};
         op->matmul_fused(b, &f);
     } else {
+        op->rmsnorm(b, ws->xb, ws->x, ly->ffn_norm, n, hp->n_embd, hp->norm_eps);
         op->matmul(b, ws->gate, ws->xb, n, &ly->w_gate); /* (n, n_ff) */
         op->matmul(b, ws->up, ws->xb, n, &ly->w_up);     /* (n, n_ff) */
         op->act_mul(b, ws->gate, ws->gate, ws->up, (int64_t)n * hp->n_ff, hp->act);

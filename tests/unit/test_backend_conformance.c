@@ -371,22 +371,35 @@ static int fused_invariant(int dt, int n)
  * n rows of x; the result against double (dev_tol), and for n <= 16 each row equals the
  * same row computed alone, bit for bit. Returns the number of failures. */
 static int fused_case(struct be *b, const char *who, int dt, int mode, int n_w, const int *m,
-                      int k, int n)
+                      int k, int n, int with_norm)
 {
     size_t wb[3];
     void *w[3];
     struct be_tensor t[3];
     double *mag[3], *ex[3];
-    float *x = malloc(sizeof(float) * (size_t)n * k);
-    fill_f(x, (int64_t)n * k, 1.0f);
+    float *x = malloc(sizeof(float) * (size_t)n * k), *xn = malloc(sizeof(float) * (size_t)n * k);
+    float *gn = malloc(sizeof(float) * (size_t)k);
+    fill_f(x, (int64_t)n * k, 3.0f);
+    fill_f(gn, k, 1.0f);
+    memcpy(xn, x, sizeof(float) * (size_t)n * k);
+    if (with_norm) /* the expected input: rmsnorm(x) * g in double, rounded to float */
+        for (int r = 0; r < n; r++) {
+            double sq = 0;
+            for (int c = 0; c < k; c++)
+                sq += (double)x[(int64_t)r * k + c] * x[(int64_t)r * k + c];
+            double rs = 1.0 / sqrt(sq / k + 1e-5);
+            for (int c = 0; c < k; c++)
+                xn[(int64_t)r * k + c] = (float)(x[(int64_t)r * k + c] * rs * gn[c]);
+        }
     for (int i = 0; i < n_w; i++) {
         w[i] = make_weights(dt, m[i], k, &wb[i]);
         t[i] = (struct be_tensor){.dtype = dt, .ne = {k, m[i], 1, 1}, .nbytes = wb[i]};
         t[i].data = dev_from(b, w[i], wb[i]);
         mag[i] = malloc(sizeof(double) * (size_t)n * m[i]);
         ex[i] = malloc(sizeof(double) * (size_t)n * m[i]);
-        abs_dot2(dt, w[i], m[i], k, x, n, mag[i], ex[i]);
+        abs_dot2(dt, w[i], m[i], k, xn, n, mag[i], ex[i]);
     }
+    float *dg = dev_from(b, gn, sizeof(float) * (size_t)k);
     int n_out = mode == BE_MM_PLAIN ? n_w : 1, bad = 0;
     float *y0 = malloc(sizeof(float) * (size_t)n * m[0]); /* residual for ADD */
     fill_f(y0, (int64_t)n * m[0], 1.0f);
@@ -396,7 +409,8 @@ static int fused_case(struct be *b, const char *who, int dt, int mode, int n_w, 
         dy[i] = dev_from(b, i == 0 && mode == BE_MM_ADD ? y0 : NULL, sizeof(float) * (size_t)n * m[i]);
         hy[i] = malloc(sizeof(float) * (size_t)n * m[i]);
     }
-    struct be_mm f = {.mode = mode, .act = BE_ACT_SILU, .n = n, .x = dx, .n_w = n_w};
+    struct be_mm f = {.mode = mode, .act = BE_ACT_SILU, .n = n, .x = dx, .n_w = n_w,
+                      .norm = with_norm ? dg : NULL, .eps = 1e-5f};
     for (int i = 0; i < n_w; i++)
         f.w[i] = &t[i];
     for (int i = 0; i < n_out; i++)
@@ -453,8 +467,8 @@ static int fused_case(struct be *b, const char *who, int dt, int mode, int n_w, 
         b->ops->free(b, dy[i]), free(hy[i]);
     for (int i = 0; i < n_w; i++)
         b->ops->free(b, t[i].data), free(w[i]), free(mag[i]), free(ex[i]);
-    b->ops->free(b, dx);
-    free(x), free(y0);
+    b->ops->free(b, dx), b->ops->free(b, dg);
+    free(x), free(xn), free(gn), free(y0);
     return bad;
 }
 
@@ -474,9 +488,11 @@ static void test_matmul_fused(void)
                 rng_seed(700 + di * 10 + ni);
                 const int mq[3] = {64, 32, 48}, mg[2] = {96, 96}, mo[1] = {80};
                 int k = ni % 2 ? 1024 : 288; /* 288: a K with a chunk tail for the 4 warps */
-                int bad = fused_case(b, g_backends[bi], dt, BE_MM_PLAIN, 3, mq, k, n) +
-                          fused_case(b, g_backends[bi], dt, BE_MM_GLU, 2, mg, k, n) +
-                          fused_case(b, g_backends[bi], dt, BE_MM_ADD, 1, mo, k, n);
+                int bad = fused_case(b, g_backends[bi], dt, BE_MM_PLAIN, 3, mq, k, n, 0) +
+                          fused_case(b, g_backends[bi], dt, BE_MM_GLU, 2, mg, k, n, 0) +
+                          fused_case(b, g_backends[bi], dt, BE_MM_ADD, 1, mo, k, n, 0) +
+                          fused_case(b, g_backends[bi], dt, BE_MM_PLAIN, 3, mq, k, n, 1) +
+                          fused_case(b, g_backends[bi], dt, BE_MM_GLU, 2, mg, k, n, 1);
                 CHECK_MSG(bad == 0, "%s matmul_fused %s n=%d: %d off", g_backends[bi],
                           dtype_name(dt), n, bad);
             }

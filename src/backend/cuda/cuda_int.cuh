@@ -21,7 +21,8 @@ extern "C" {
 
 enum { CU_SCRATCH_X = 0, CU_SCRATCH_W = 1, CU_SCRATCH_ATT = 2, CU_SCRATCH_F = 3,
        CU_SCRATCH_DEC = 4, /* cuda_attn_dec.cu (fused merge: counters kept zero + partials) */
-       CU_N_SCRATCH = 5 };
+       CU_SCRATCH_N = 5,   /* matmul_fused: the normed x when the norm is not fused */
+       CU_N_SCRATCH = 6 };
 
 /* Most rows of x the skinny tensor-core matmul (cuda_mmf.cu) takes; larger steps use cuBLAS.
  * CINFER_CUDA_SKINNY_MAX (0..SG_MAX_N) lowers it (0 = off), for measurements. */

@@ -24,12 +24,12 @@ enum {
     SG_U = 4,      /* chunks of 32 in flight per warp */
 };
 
-/* Warps per block (they split K): as many as keep >= 4 chunks each, up to 16, so that small
- * weights still have enough loads in flight. Depends on K only (batch invariance). */
-static int sg_warps(int K)
+/* Warps per block (they split K): 16 when that leaves each >= 4 chunks, else 8 (GLU: 8, so
+ * that two blocks fit an SM beside each other's reduction). Depends on K and the mode only
+ * (batch invariance). */
+static int sg_warps(int K, int mode)
 {
-    int nc = K / 32;
-    return nc >= 64 ? 16 : nc >= 32 ? 8 : 4;
+    return mode == BE_MM_GLU || K / 32 < 64 ? 8 : 16;
 }
 
 __device__ __forceinline__ uint32_t pack2(float a, float b, int bf)
@@ -76,6 +76,8 @@ struct sg_args {
     int m[3];            /* rows of each weight */
     int n_w;
     const float *x;
+    const float *g;      /* NM: the RMSNorm weight (K floats) applied to x first */
+    float eps;
     int n, K, ny;        /* ny = x tiles */
 };
 
@@ -90,12 +92,14 @@ __device__ __forceinline__ float sg_glu(float g, float u, int act)
 }
 
 /* MODE: BE_MM_PLAIN / BE_MM_GLU / BE_MM_ADD. NS: n8 tiles per block (1 or 2). P: precise
- * (x split into hi + lo 16-bit parts, two mmas). */
-template <int BF, int MODE, int NS, int P, int SG_WARPS>
+ * (x split into hi + lo 16-bit parts, two mmas). NM: RMSNorm of x fused: the mma multiplies
+ * x * g, the sum of squares of each x row is gathered from the same loads (every block sees
+ * all of K), and the row's 1/rms scales the dot products in the epilogue. */
+template <int BF, int MODE, int NS, int P, int SG_WARPS, int NM>
 __global__ void __launch_bounds__(SG_WARPS * 32)
     k_sg(struct sg_args a, int act)
 {
-    __shared__ float red[SG_WARPS - 1][(MODE == BE_MM_GLU ? 2 : 1) * NS * 4][32];
+    __shared__ float red[SG_WARPS - 1][(MODE == BE_MM_GLU ? 2 : 1) * NS * 4 + (NM ? NS : 0)][32];
     cu_pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const int tile = blockIdx.x / a.ny, xt = blockIdx.x % a.ny;
@@ -119,23 +123,35 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
         xok[s] = col < a.n; /* rows past n load row n-1 and use zeros */
         xr[s] = (const float4 *)(a.x + (size_t)(xok[s] ? col : a.n - 1) * K) + 2 * tq;
     }
-    float acc[NS][4], acc2[NS][4];
+    const float4 *gp = (const float4 *)a.g + 2 * tq;
+    float acc[NS][4], acc2[NS][4], ss[NS];
 #pragma unroll
-    for (int s = 0; s < NS; s++)
+    for (int s = 0; s < NS; s++) {
+        ss[s] = 0.0f;
 #pragma unroll
         for (int i = 0; i < 4; i++)
             acc[s][i] = 0.0f, acc2[s][i] = 0.0f;
+    }
 
     const int nc = K / 32;
     int c = warp;
     /* one chunk: A = rows g, g+8 at 8tq..8tq+7 (uint4 each); B = x rows at the same k */
-#define SG_CHUNK(AW0, AW1, AU0, AU1, XB)                                                       \
+#define SG_CHUNK(AW0, AW1, AU0, AU1, XB, GB)                                                   \
     do {                                                                                       \
         _Pragma("unroll") for (int s = 0; s < NS; s++)                                         \
         {                                                                                      \
             uint32_t bh[4], bl[4];                                                             \
             float xv[8] = {XB[s][0].x, XB[s][0].y, XB[s][0].z, XB[s][0].w,                     \
                            XB[s][1].x, XB[s][1].y, XB[s][1].z, XB[s][1].w};                    \
+            if (NM) {                                                                          \
+                const float gv[8] = {GB[0].x, GB[0].y, GB[0].z, GB[0].w,                       \
+                                     GB[1].x, GB[1].y, GB[1].z, GB[1].w};                      \
+                _Pragma("unroll") for (int e = 0; e < 8; e++)                                  \
+                {                                                                              \
+                    ss[s] = fmaf(xv[e], xv[e], ss[s]);                                         \
+                    xv[e] = __fmul_rn(xv[e], gv[e]);                                           \
+                }                                                                              \
+            }                                                                                  \
             _Pragma("unroll") for (int j = 0; j < 4; j++)                                      \
             {                                                                                  \
                 bh[j] = xok[s] ? pack2(xv[2 * j], xv[2 * j + 1], BF) : 0u;                     \
@@ -162,7 +178,7 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
 
     for (; c + (SG_U - 1) * SG_WARPS < nc; c += SG_U * SG_WARPS) {
         uint4 aw0[SG_U], aw1[SG_U], au0[SG_U], au1[SG_U];
-        float4 xb[SG_U][NS][2];
+        float4 xb[SG_U][NS][2], gb[SG_U][2];
 #pragma unroll
         for (int u = 0; u < SG_U; u++) {
             int cc = (c + u * SG_WARPS) * 4; /* uint4 index of the chunk in a row */
@@ -180,36 +196,54 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
                 int cx = (c + u * SG_WARPS) * 8; /* float4 index */
                 xb[u][s][0] = __ldg(xr[s] + cx);
                 xb[u][s][1] = __ldg(xr[s] + cx + 1);
+                if (NM && s == 0) {
+                    gb[u][0] = __ldg(gp + cx);
+                    gb[u][1] = __ldg(gp + cx + 1);
+                }
             }
 #pragma unroll
         for (int u = 0; u < SG_U; u++)
-            SG_CHUNK(aw0[u], aw1[u], au0[u], au1[u], xb[u]);
+            SG_CHUNK(aw0[u], aw1[u], au0[u], au1[u], xb[u], gb[u]);
     }
     for (; c < nc; c += SG_WARPS) {
         int cc = c * 4, cx = c * 8;
         uint4 aw0 = __ldg(wr0 + cc), aw1 = __ldg(wr1 + cc), au0 = aw0, au1 = aw1;
         if (MODE == BE_MM_GLU)
             au0 = __ldg(ur0 + cc), au1 = __ldg(ur1 + cc);
-        float4 xb[NS][2];
+        float4 xb[NS][2], gb[2];
 #pragma unroll
         for (int s = 0; s < NS; s++) {
             xb[s][0] = __ldg(xr[s] + cx);
             xb[s][1] = __ldg(xr[s] + cx + 1);
         }
-        SG_CHUNK(aw0, aw1, au0, au1, xb);
+        if (NM) {
+            gb[0] = __ldg(gp + cx);
+            gb[1] = __ldg(gp + cx + 1);
+        }
+        SG_CHUNK(aw0, aw1, au0, au1, xb, gb);
     }
 #undef SG_CHUNK
     cu_pdl_trigger();
+    constexpr int RS = (MODE == BE_MM_GLU ? 2 : 1) * NS * 4; /* red slots of the norm sums */
+    if (NM) /* each x row's sum over this warp's chunks: the 4 lanes of a group, fixed tree */
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            ss[s] += __shfl_xor_sync(0xffffffffu, ss[s], 1);
+            ss[s] += __shfl_xor_sync(0xffffffffu, ss[s], 2);
+        }
     /* partial sums of warps 1.. to shared memory; warp 0 adds them in warp order */
     if (warp > 0) {
 #pragma unroll
-        for (int s = 0; s < NS; s++)
+        for (int s = 0; s < NS; s++) {
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 red[warp - 1][s * 4 + i][lane] = acc[s][i];
                 if (MODE == BE_MM_GLU)
                     red[warp - 1][NS * 4 + s * 4 + i][lane] = acc2[s][i];
             }
+            if (NM)
+                red[warp - 1][RS + s][lane] = ss[s];
+        }
     }
     __syncthreads();
     if (warp > 0)
@@ -217,13 +251,25 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
 #pragma unroll
     for (int w = 0; w < SG_WARPS - 1; w++)
 #pragma unroll
-        for (int s = 0; s < NS; s++)
+        for (int s = 0; s < NS; s++) {
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 acc[s][i] += red[w][s * 4 + i][lane];
                 if (MODE == BE_MM_GLU)
                     acc2[s][i] += red[w][NS * 4 + s * 4 + i][lane];
             }
+            if (NM)
+                ss[s] += red[w][RS + s][lane];
+        }
+    /* NM: 1/rms of the x rows this lane's results belong to (held by lanes 4 * (2tq + j)) */
+    float rs[NS][2];
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            float t = NM ? __shfl_sync(0xffffffffu, ss[s], (2 * tq + j) * 4) : 0.0f;
+            rs[s][j] = NM ? 1.0f / sqrtf(t / (float)K + a.eps) : 1.0f;
+        }
     float *Y = wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2];
 #pragma unroll
     for (int s = 0; s < NS; s++)
@@ -232,10 +278,10 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
             int col = col0 + s * 8 + 2 * tq + (i & 1), row = row0 + g + (i >> 1) * 8;
             if (col >= a.n)
                 continue;
-            float v = acc[s][i];
+            float v = NM ? __fmul_rn(acc[s][i], rs[s][i & 1]) : acc[s][i];
             float *yp = Y + (size_t)col * M + row;
             if (MODE == BE_MM_GLU)
-                *yp = sg_glu(v, acc2[s][i], act);
+                *yp = sg_glu(v, NM ? __fmul_rn(acc2[s][i], rs[s][i & 1]) : acc2[s][i], act);
             else if (MODE == BE_MM_ADD)
                 *yp = __fadd_rn(*yp, v);
             else
@@ -262,40 +308,44 @@ static int sg_ok(const struct cu_be *cb, const struct be_mm *m)
         return 0;
     if (m->mode == BE_MM_ADD && m->n_w != 1)
         return 0;
+    if (m->norm && (m->mode == BE_MM_ADD || ((uintptr_t)m->norm & 15)))
+        return 0;
     return 1;
 }
 
-template <int BF, int MODE, int P, int W>
+template <int BF, int MODE, int P, int W, int NM>
 static void sg_launch_w(struct cu_be *cb, const struct sg_args &a, int ns, int act)
 {
     unsigned grid = (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
     if (ns == 1)
-        cu_launch(cb, k_sg<BF, MODE, 1, P, W>, dim3(grid), dim3(W * 32), 0, a, act);
+        cu_launch(cb, k_sg<BF, MODE, 1, P, W, NM>, dim3(grid), dim3(W * 32), 0, a, act);
     else
-        cu_launch(cb, k_sg<BF, MODE, 2, P, W>, dim3(grid), dim3(W * 32), 0, a, act);
+        cu_launch(cb, k_sg<BF, MODE, 2, P, W, NM>, dim3(grid), dim3(W * 32), 0, a, act);
 }
 
-template <int BF, int MODE, int P>
+template <int BF, int MODE, int P, int NM>
 static void sg_launch(struct cu_be *cb, const struct sg_args &a, int ns, int act)
 {
-    int w = sg_warps(a.K);
-    if (w == 16)
-        sg_launch_w<BF, MODE, P, 16>(cb, a, ns, act);
-    else if (w == 8)
-        sg_launch_w<BF, MODE, P, 8>(cb, a, ns, act);
+    if (MODE == BE_MM_GLU || sg_warps(a.K, MODE) == 8)
+        sg_launch_w<BF, MODE, P, 8, NM>(cb, a, ns, act);
     else
-        sg_launch_w<BF, MODE, P, 4>(cb, a, ns, act);
+        sg_launch_w<BF, MODE, P, 16, NM>(cb, a, ns, act);
 }
 
 template <int BF, int P> static void sg_mode(struct cu_be *cb, const struct sg_args &a, int ns,
                                               int mode, int act)
 {
-    if (mode == BE_MM_GLU)
-        sg_launch<BF, BE_MM_GLU, P>(cb, a, ns, act);
+    int nm = a.g != NULL;
+    if (mode == BE_MM_GLU && nm)
+        sg_launch<BF, BE_MM_GLU, P, 1>(cb, a, ns, act);
+    else if (mode == BE_MM_GLU)
+        sg_launch<BF, BE_MM_GLU, P, 0>(cb, a, ns, act);
     else if (mode == BE_MM_ADD)
-        sg_launch<BF, BE_MM_ADD, P>(cb, a, ns, act);
+        sg_launch<BF, BE_MM_ADD, P, 0>(cb, a, ns, act);
+    else if (nm)
+        sg_launch<BF, BE_MM_PLAIN, P, 1>(cb, a, ns, act);
     else
-        sg_launch<BF, BE_MM_PLAIN, P>(cb, a, ns, act);
+        sg_launch<BF, BE_MM_PLAIN, P, 0>(cb, a, ns, act);
 }
 
 static void sg_run(struct cu_be *cb, const struct be_mm *m)
@@ -316,6 +366,8 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m)
         a.w[1] = (const uint8_t *)m->w[1]->data;
     }
     a.x = m->x;
+    a.g = m->norm;
+    a.eps = m->eps;
     a.n = m->n;
     a.K = (int)m->w[0]->ne[0];
     int ns = m->n <= 8 ? 1 : 2;
@@ -356,6 +408,18 @@ void cu_matmul_fused(struct be *b, const struct be_mm *m)
     if (sg_ok(cb, m)) {
         sg_run(cb, m);
         return;
+    }
+    struct be_mm mm;
+    if (m->norm) { /* the norm on its own, then the projection of the normed rows */
+        int K = (int)m->w[0]->ne[0];
+        float *xn = (float *)cu_scratch(cb, CU_SCRATCH_N, (size_t)m->n * K * sizeof(float));
+        if (!xn)
+            return;
+        cu_rmsnorm(b, xn, m->x, m->norm, m->n, K, m->eps);
+        mm = *m;
+        mm.x = xn;
+        mm.norm = NULL;
+        m = &mm;
     }
     /* 16-bit weights on cuBLAS: x converted once; the residual add as beta = 1 */
     if (m->mode == BE_MM_PLAIN || m->mode == BE_MM_ADD) {
