@@ -497,6 +497,22 @@ static void test_matmul_fused(void)
                           dtype_name(dt), n, bad);
             }
     }
+    /* few weight tiles and a long K: the device splits K over blocks (the last one adds) */
+    for (int bi = 0; bi < N_BACKENDS && ran; bi++) {
+        struct be *b = g.cand[bi][0];
+        if (!b || !b->ops->matmul_fused)
+            continue;
+        static const int ns2[] = {1, 5, 16};
+        for (size_t ni = 0; ni < 3; ni++) {
+            rng_seed(760 + ni);
+            const int mq[3] = {32, 16, 16}, mg[2] = {32, 32}, mo[1] = {48};
+            int n = ns2[ni], k = 8192;
+            int bad = fused_case(b, g_backends[bi], DT_BF16, BE_MM_PLAIN, 3, mq, k, n, 1) +
+                      fused_case(b, g_backends[bi], DT_BF16, BE_MM_GLU, 2, mg, k, n, 1) +
+                      fused_case(b, g_backends[bi], DT_BF16, BE_MM_ADD, 1, mo, k, n, 0);
+            CHECK_MSG(bad == 0, "%s matmul_fused K split, n=%d: %d off", g_backends[bi], n, bad);
+        }
+    }
     if (!ran)
         fprintf(stderr, "SKIP matmul_fused: no backend here has it\n");
 }
@@ -1030,7 +1046,7 @@ static void rope_kv_case(struct be *b, const char *who, int n_tok, int n_head, i
     for (int i = 0; i < rot / 2; i++)
         inv[i] = powf(10000.0f, -2.0f * i / rot);
     for (int t = 0; t < n_tok; t++)
-        pos[t] = 7 + 13 * t, slots[t] = (5 * t + 2) % n_slots;
+        pos[t] = 7 + 13 * t, slots[t] = (11 * t + 2) % n_slots; /* distinct: 11 is prime to n_slots */
     float *out[2][2];
     uint8_t *caches[2][2];
     for (int f = 0; f < 2; f++) {

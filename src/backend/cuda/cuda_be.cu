@@ -59,6 +59,7 @@ void *cu_scratch(struct cu_be *cb, int i, size_t n)
         return NULL;
     }
     cb->scratch_cap[i] = cap;
+    cb->scratch_epoch++;
     note_used(cb);
     return cb->scratch[i];
 }

@@ -50,6 +50,7 @@ struct cu_graphs {
     int64_t replays, captures;
     int nocapture; /* the pending list has a prefill-sized GEMM: shapes rarely repeat */
     int seg;       /* flush every seg calls (0: only when the stream is needed) */
+    unsigned epoch; /* cb->scratch_epoch the cached graphs were captured under */
 };
 
 int cu_graphs_init(struct cu_be *cb, int want)
@@ -141,6 +142,14 @@ void cu_flush(struct cu_be *cb)
     struct cu_graphs *g = cb->graphs;
     if (!g || g->n == 0)
         return;
+    if (g->epoch != cb->scratch_epoch) { /* a scratch buffer moved: graphs hold old pointers */
+        cudaStreamSynchronize(cb->stream);
+        for (int i = 0; i < CU_GRAPH_CACHE; i++)
+            if (g->ent[i].exec)
+                cudaGraphExecDestroy(g->ent[i].exec);
+        memset(g->ent, 0, sizeof g->ent);
+        g->epoch = cb->scratch_epoch;
+    }
     struct cu_graph_ent *e = find_or_add(g, list_key(g), g->n);
     e->last_use = ++g->tick;
     if (!e->exec && !e->failed && !g->nocapture && e->seen >= 1 && g->n >= CU_GRAPH_MIN) {

@@ -20,16 +20,26 @@
 #include "backend/cuda/cuda_int.cuh"
 
 enum {
+    SG_PW = 2 * 2 * 4 + 2, /* partial floats a lane keeps (GLU, two n8 tiles, norm sums) */
     SG_NT = 16,    /* x rows per block (two n8 mma tiles) */
     SG_U = 4,      /* chunks of 32 in flight per warp */
 };
 
-/* Warps per block (they split K): 16 when that leaves each >= 4 chunks, else 8 (GLU: 8, so
- * that two blocks fit an SM beside each other's reduction). Depends on K and the mode only
- * (batch invariance). */
-static int sg_warps(int K, int mode)
+/* Warps per block (they split K): 16 when that leaves each >= 4 chunks, else 8. Depends on
+ * K only (batch invariance). */
+static int sg_warps(int K)
 {
-    return mode == BE_MM_GLU || K / 32 < 64 ? 8 : 16;
+    return K / 32 < 64 ? 8 : 16;
+}
+
+/* Blocks splitting K per weight tile: doubled while the weights have fewer than 2 blocks per
+ * SM and each warp keeps >= 4 chunks. Depends on the tile count and K only. */
+static int sg_splits(int tiles, int K, int n_sm)
+{
+    int w = sg_warps(K), s = 1;
+    while (s < 8 && tiles * s < 2 * n_sm && K / 32 / (w * s * 2) >= 4)
+        s *= 2;
+    return s;
 }
 
 __device__ __forceinline__ uint32_t pack2(float a, float b, int bf)
@@ -79,6 +89,9 @@ struct sg_args {
     const float *g;      /* NM: the RMSNorm weight (K floats) applied to x first */
     float eps;
     int n, K, ny;        /* ny = x tiles */
+    int S;               /* blocks splitting K per (tile, x tile); > 1: the last one reduces */
+    float *part;         /* S > 1: partial sums, (tiles * ny * S, PW floats) */
+    int *cnt;            /* S > 1: arrival counters (tiles * ny), zero between launches */
 };
 
 /* act(g) * u with the operation order of the unfused act_mul (cuda_ops.cu k_ew). */
@@ -102,7 +115,8 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
     __shared__ float red[SG_WARPS - 1][(MODE == BE_MM_GLU ? 2 : 1) * NS * 4 + (NM ? NS : 0)][32];
     cu_pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int tile = blockIdx.x / a.ny, xt = blockIdx.x % a.ny;
+    const int split = blockIdx.x % a.S, rest = blockIdx.x / a.S;
+    const int tile = rest / a.ny, xt = rest % a.ny;
     /* which weight (no dynamic indexing of the parameter arrays: it would go to the stack) */
     const int wi = tile >= a.tiles[1] ? (tile >= a.tiles[2] ? 2 : 1) : 0;
     const int t0 = wi == 0 ? 0 : wi == 1 ? a.tiles[1] : a.tiles[2];
@@ -133,8 +147,8 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
             acc[s][i] = 0.0f, acc2[s][i] = 0.0f;
     }
 
-    const int nc = K / 32;
-    int c = warp;
+    const int nc = K / 32, step = SG_WARPS * a.S; /* chunks split*W + warp + j * step */
+    int c = split * SG_WARPS + warp;
     /* one chunk: A = rows g, g+8 at 8tq..8tq+7 (uint4 each); B = x rows at the same k */
 #define SG_CHUNK(AW0, AW1, AU0, AU1, XB, GB)                                                   \
     do {                                                                                       \
@@ -176,12 +190,12 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
         }                                                                                      \
     } while (0)
 
-    for (; c + (SG_U - 1) * SG_WARPS < nc; c += SG_U * SG_WARPS) {
+    for (; c + (SG_U - 1) * step < nc; c += SG_U * step) {
         uint4 aw0[SG_U], aw1[SG_U], au0[SG_U], au1[SG_U];
         float4 xb[SG_U][NS][2], gb[SG_U][2];
 #pragma unroll
         for (int u = 0; u < SG_U; u++) {
-            int cc = (c + u * SG_WARPS) * 4; /* uint4 index of the chunk in a row */
+            int cc = (c + u * step) * 4; /* uint4 index of the chunk in a row */
             aw0[u] = __ldg(wr0 + cc);
             aw1[u] = __ldg(wr1 + cc);
             if (MODE == BE_MM_GLU) {
@@ -193,7 +207,7 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
         for (int u = 0; u < SG_U; u++)
 #pragma unroll
             for (int s = 0; s < NS; s++) {
-                int cx = (c + u * SG_WARPS) * 8; /* float4 index */
+                int cx = (c + u * step) * 8; /* float4 index */
                 xb[u][s][0] = __ldg(xr[s] + cx);
                 xb[u][s][1] = __ldg(xr[s] + cx + 1);
                 if (NM && s == 0) {
@@ -205,7 +219,7 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
         for (int u = 0; u < SG_U; u++)
             SG_CHUNK(aw0[u], aw1[u], au0[u], au1[u], xb[u], gb[u]);
     }
-    for (; c < nc; c += SG_WARPS) {
+    for (; c < nc; c += step) {
         int cc = c * 4, cx = c * 8;
         uint4 aw0 = __ldg(wr0 + cc), aw1 = __ldg(wr1 + cc), au0 = aw0, au1 = aw1;
         if (MODE == BE_MM_GLU)
@@ -261,6 +275,52 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
             if (NM)
                 ss[s] += red[w][RS + s][lane];
         }
+    if (a.S > 1) { /* K split over S blocks: the last to arrive adds the S partials in order */
+        constexpr int PW = RS + (NM ? NS : 0);
+        float *mine = a.part + ((size_t)rest * a.S + split) * PW * 32;
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                mine[(s * 4 + i) * 32 + lane] = acc[s][i];
+                if (MODE == BE_MM_GLU)
+                    mine[(NS * 4 + s * 4 + i) * 32 + lane] = acc2[s][i];
+            }
+            if (NM)
+                mine[(RS + s) * 32 + lane] = ss[s];
+        }
+        __threadfence();
+        int old = 0;
+        if (lane == 0)
+            old = atomicAdd(&a.cnt[rest], 1);
+        old = __shfl_sync(0xffffffffu, old, 0);
+        if (old != a.S - 1)
+            return;
+        __threadfence();
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[s][i] = 0.0f, acc2[s][i] = 0.0f;
+            ss[s] = 0.0f;
+        }
+        for (int z = 0; z < a.S; z++) {
+            const float *pz = a.part + ((size_t)rest * a.S + z) * PW * 32;
+#pragma unroll
+            for (int s = 0; s < NS; s++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    acc[s][i] += __ldcg(pz + (s * 4 + i) * 32 + lane);
+                    if (MODE == BE_MM_GLU)
+                        acc2[s][i] += __ldcg(pz + (NS * 4 + s * 4 + i) * 32 + lane);
+                }
+                if (NM)
+                    ss[s] += __ldcg(pz + (RS + s) * 32 + lane);
+            }
+        }
+        if (lane == 0)
+            a.cnt[rest] = 0; /* ready for the next launch */
+    }
     /* NM: 1/rms of the x rows this lane's results belong to (held by lanes 4 * (2tq + j)) */
     float rs[NS][2];
 #pragma unroll
@@ -326,7 +386,7 @@ static void sg_launch_w(struct cu_be *cb, const struct sg_args &a, int ns, int a
 template <int BF, int MODE, int P, int NM>
 static void sg_launch(struct cu_be *cb, const struct sg_args &a, int ns, int act)
 {
-    if (MODE == BE_MM_GLU || sg_warps(a.K, MODE) == 8)
+    if (sg_warps(a.K) == 8)
         sg_launch_w<BF, MODE, P, 8, NM>(cb, a, ns, act);
     else
         sg_launch_w<BF, MODE, P, 16, NM>(cb, a, ns, act);
@@ -346,6 +406,24 @@ template <int BF, int P> static void sg_mode(struct cu_be *cb, const struct sg_a
         sg_launch<BF, BE_MM_PLAIN, P, 1>(cb, a, ns, act);
     else
         sg_launch<BF, BE_MM_PLAIN, P, 0>(cb, a, ns, act);
+}
+
+/* Arrival counters for n block groups, zero (zeroed when the buffer is new). */
+static int *sg_counters(struct cu_be *cb, size_t n)
+{
+    size_t need = n * sizeof(int);
+    if (cb->scratch_cap[CU_SCRATCH_SGC] >= need)
+        return (int *)cb->scratch[CU_SCRATCH_SGC];
+    int *p = (int *)cu_scratch(cb, CU_SCRATCH_SGC, need);
+    if (!p)
+        return NULL;
+    cb->last_kernel = 0;
+    cudaError_t rc = cudaMemsetAsync(p, 0, cb->scratch_cap[CU_SCRATCH_SGC], cb->stream);
+    if (rc != cudaSuccess) {
+        cu_latch(cb, "skinny matmul counters", rc);
+        return NULL;
+    }
+    return p;
 }
 
 static void sg_run(struct cu_be *cb, const struct be_mm *m)
@@ -372,6 +450,14 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m)
     a.K = (int)m->w[0]->ne[0];
     int ns = m->n <= 8 ? 1 : 2;
     a.ny = (m->n + ns * 8 - 1) / (ns * 8);
+    a.S = sg_splits(a.tiles[a.n_w], a.K, cb->n_sm);
+    if (a.S > 1) {
+        size_t nb = (size_t)a.tiles[a.n_w] * a.ny;
+        a.part = (float *)cu_scratch(cb, CU_SCRATCH_SGP, nb * a.S * SG_PW * 32 * sizeof(float));
+        a.cnt = sg_counters(cb, nb);
+        if (!a.part || !a.cnt)
+            return;
+    }
     int bf = m->w[0]->dtype == DT_BF16;
     if (bf && cb->precise)
         sg_mode<1, 1>(cb, a, ns, m->mode, m->act);
