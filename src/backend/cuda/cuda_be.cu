@@ -376,6 +376,8 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
     cb->precise = pe && !strcmp(pe, "1");
     const char *pd = getenv("CINFER_CUDA_PDL");
     cb->pdl = !(pd && !strcmp(pd, "0"));
+    const char *ss = getenv("CINFER_CUDA_SKINNY_SPLIT");
+    cb->sg_split = !(ss && !strcmp(ss, "0"));
     const char *sk = getenv("CINFER_CUDA_SKINNY_MAX");
     cb->sg_max_n = sk && *sk ? atoi(sk) : SG_MAX_N;
     if (cb->sg_max_n < 0 || cb->sg_max_n > SG_MAX_N)

@@ -47,6 +47,7 @@ struct cu_be {
     int precise;        /* CINFER_CUDA_PRECISE=1: 16-bit GEMM inputs split into hi + lo */
     int sg_max_n;       /* skinny matmul for steps of 1..sg_max_n rows (<= SG_MAX_N) */
     int pdl;            /* launch the decode kernels with programmatic dependent launch */
+    int sg_split;       /* skinny matmul may split K over blocks (CINFER_CUDA_SKINNY_SPLIT=0: no) */
     unsigned scratch_epoch; /* bumped when a scratch buffer moves: cached graphs are stale */
     int last_kernel;    /* the last op queued on the stream was a kernel (PDL may follow it;
                          * after a copy or memset the next launch is a plain one) */

@@ -378,7 +378,7 @@ static int sg_ok(const struct cu_be *cb, const struct be_mm *m)
 template <int BF, int MODE, int P, int W, int NM>
 static void sg_launch_w(struct cu_be *cb, const struct sg_args &a, int ns, int act)
 {
-    unsigned grid = (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
+    unsigned grid = (unsigned)a.tiles[a.n_w] * (unsigned)a.ny * (unsigned)a.S;
     if (ns == 1)
         cu_launch(cb, k_sg<BF, MODE, 1, P, W, NM>, dim3(grid), dim3(W * 32), 0, a, act);
     else
@@ -452,7 +452,7 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m)
     a.K = (int)m->w[0]->ne[0];
     int ns = m->n <= 8 ? 1 : 2;
     a.ny = (m->n + ns * 8 - 1) / (ns * 8);
-    a.S = sg_splits(a.tiles[a.n_w], a.K, cb->n_sm);
+    a.S = cb->sg_split ? sg_splits(a.tiles[a.n_w], a.K, cb->n_sm) : 1;
     if (a.S > 1) {
         size_t nb = (size_t)a.tiles[a.n_w] * a.ny;
         a.part = (float *)cu_scratch(cb, CU_SCRATCH_SGP, nb * a.S * SG_PW * 32 * sizeof(float));
