@@ -171,7 +171,8 @@ struct be_config {
                     * 0 = the backend's default (CUDA: on unless CINFER_CUDA_GRAPHS=0) */
 };
 
-/* Creates a backend by name ("cpu"; later "cuda"). Returns NULL and fills e on failure. */
+/* Creates a backend by name: "cpu", "cuda" (builds with the CUDA backend), or "auto" (cuda
+ * when the build has it and a GPU answers, else cpu). Returns NULL and fills e on failure. */
 struct be *be_new(const char *name, const struct be_config *cfg, struct cerr *e);
 static inline void be_free(struct be *b)
 {

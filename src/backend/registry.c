@@ -1,4 +1,5 @@
-/* registry.c — maps a backend name to its constructor ("cuda" only in builds that have it). */
+/* registry.c — maps a backend name to its constructor ("cuda" only in builds that have it;
+ * "auto" = cuda when this build has it and a GPU answers, else cpu). */
 #include <string.h>
 
 #include "backend/backend.h"
@@ -14,6 +15,15 @@ struct be *be_new(const char *name, const struct be_config *cfg, struct cerr *e)
         cfg = &def;
     if (!name || strcmp(name, "cpu") == 0)
         return be_cpu_new(cfg, e);
+    if (strcmp(name, "auto") == 0) {
+#ifdef CINFER_HAVE_CUDA
+        struct cerr ce = {0};
+        struct be *b = be_cuda_new(cfg, &ce); /* no GPU or driver: the CPU, silently */
+        if (b)
+            return b;
+#endif
+        return be_cpu_new(cfg, e);
+    }
     if (strcmp(name, "cuda") == 0) {
 #ifdef CINFER_HAVE_CUDA
         return be_cuda_new(cfg, e);
@@ -24,9 +34,9 @@ struct be *be_new(const char *name, const struct be_config *cfg, struct cerr *e)
 #endif
     }
 #ifdef CINFER_HAVE_CUDA
-    cerr_set(e, CERR_INVALID, "unknown backend '%s' (this build has: cpu, cuda)", name);
+    cerr_set(e, CERR_INVALID, "unknown backend '%s' (this build has: auto, cpu, cuda)", name);
 #else
-    cerr_set(e, CERR_INVALID, "unknown backend '%s' (this build has: cpu)", name);
+    cerr_set(e, CERR_INVALID, "unknown backend '%s' (this build has: auto, cpu)", name);
 #endif
     return NULL;
 }

@@ -56,7 +56,8 @@ static void serve_usage(FILE *f)
             "  --thinking true|false  default enable_thinking for think-tag models\n"
             "  --chat-template FILE   a .jinja chat template instead of the model's own\n"
             "  -t, --threads N        CPU threads (default: all cores)\n"
-            "  --backend cpu|cuda     where the model runs (default cpu)\n"
+            "  --backend auto|cpu|cuda  where the model runs (default auto: cuda when a GPU\n"
+            "                         answers, else cpu)\n"
             "  --device N             GPU index for --backend cuda (default 0)\n"
             "  --compiled-decode on|off  replay decode steps as CUDA graphs (default on)\n"
             "  -c, --ctx N            max context per request (default: the model's, capped by\n"
@@ -473,7 +474,7 @@ int cmd_serve(int argc, char **argv)
                            .graphs = sv->o.graphs};
     model_id_from_path(sv->o.model, sv->model_id, sizeof sv->model_id);
     fprintf(stderr, "cinfer serve: loading %s ...\n", sv->o.model);
-    const char *bname = sv->o.backend ? sv->o.backend : "cpu";
+    const char *bname = sv->o.backend ? sv->o.backend : "auto";
     if (!(be = be_new(bname, &bc, &e)) || model_load(&sv->m, sv->o.model, be, &e)) {
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         goto done;

@@ -396,10 +396,8 @@ static void sg_launch(struct cu_be *cb, const struct sg_args &a, int ns, int act
 template <int BF, int P> static void sg_mode(struct cu_be *cb, const struct sg_args &a, int ns,
                                               int mode, int act)
 {
-    int nm = a.g != NULL;
-    if (mode == BE_MM_GLU && nm)
-        sg_launch<BF, BE_MM_GLU, P, 1>(cb, a, ns, act);
-    else if (mode == BE_MM_GLU)
+    int nm = a.g != NULL; /* sg_ok: only PLAIN has the norm fused */
+    if (mode == BE_MM_GLU)
         sg_launch<BF, BE_MM_GLU, P, 0>(cb, a, ns, act);
     else if (mode == BE_MM_ADD)
         sg_launch<BF, BE_MM_ADD, P, 0>(cb, a, ns, act);
