@@ -1,7 +1,8 @@
 /* engine.c — see engine.h. The engine thread's loop: take submissions and cancellations,
- * plan a step (decodes, then prefill chunks, then admissions), make sure every row has its
- * KV blocks (preempting the youngest request when the pool is short), run one forward,
- * sample, detokenize, stop-match and publish events.
+ * plan a step and reserve its KV blocks (sched.c: decodes, then prefill chunks, then
+ * admissions; preempting the youngest request when the pool is short), run one forward,
+ * sample (or take the backend's argmax for plain greedy rows), detokenize, stop-match and
+ * publish events.
  *
  * A request holds all its tokens (prompt, then generated) and n_past, the number already
  * in the KV cache; a step feeds tokens[n_past ..]. Decode is the case of one token left.
@@ -15,120 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine_int.h"
 #include "engine/stop.h"
 #include "kv/kv_pool.h"
 #include "util/log.h"
-
-struct ereq {
-    uint64_t id;
-    struct ereq *next;       /* incoming / waiting queue link */
-    int32_t *tokens;         /* (cap) prompt then generated */
-    int n_tokens, cap, n_prompt, n_past, n_gen, max_tokens;
-    int n_cached, admitted;  /* prompt positions reused from the prefix cache */
-    size_t projected;        /* (prompt + max_tokens) KV bytes, for the KV budget */
-    int ignore_eos, cancelled, want_lp;
-    struct kv_seq seq;
-    struct kv_seq seq_swa;   /* sliding-window layers' blocks (when they have their own pool) */
-    struct sampler *smp;
-    struct tok_stream *ts;
-    struct stop_matcher *stop;
-    char *out;               /* text released by this token */
-    size_t out_len, out_cap;
-    engine_cb cb;
-    void *ud;
-};
-
-struct queue {
-    struct ereq *head, *tail;
-    int n;
-};
-
-struct row {
-    struct ereq *r;
-    int n;    /* tokens fed this step */
-    int out;  /* logits row, or -1 */
-};
-
-struct engine {
-    const struct model *m;
-    const struct tok *tk;
-    struct engine_config c;
-    struct kv_pool *kv;
-    struct kv_pool *kv_swa;  /* sliding-window layers' pool, or NULL (one pool for all) */
-    int window;              /* their window */
-    struct model_kv_view view; /* per-layer buffers from the right pool */
-    void **view_k, **view_v;
-    struct model_ws *ws;
-    int max_blocks; /* per sequence */
-
-    pthread_t th;
-    int th_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    /* under mu */
-    int quit;
-    struct queue in;
-    uint64_t *cancels;
-    int n_cancel, cap_cancel;
-    uint64_t next_id;
-    struct engine_stats st;
-
-    /* engine thread only */
-    struct ereq **run; /* (max_seqs) running, oldest first */
-    int n_run;
-    struct queue wait;
-    struct row *rows;  /* (max_seqs) */
-    int32_t *tokens, *pos, *seqv, *slots; /* (max_step_tokens) */
-    int32_t *out_idx;  /* (max_seqs) */
-    int32_t *tables;   /* (max_seqs, max_blocks) */
-    int32_t *slots_swa, *tables_swa; /* the sliding pool's, when split */
-    float *logits;     /* (max_seqs, n_vocab) */
-    int32_t *am;       /* (max_seqs) argmax ids from the backend (steps of plain greedy rows) */
-    int can_argmax;    /* the backend computes argmax (CINFER_HOST_ARGMAX=1: never use it) */
-    long preempted, steps;
-    int32_t *xtc_exempt; /* EOS ids and ids whose text holds a newline */
-    int n_xtc_exempt;
-    uint8_t root[KV_KEY_BYTES]; /* prefix-cache namespace */
-    size_t kv_per_token, projected;
-    long invariant_failures;
-    char invariant_error[256];
-    const struct kv_seq **check_seqs, **check_seqs_swa; /* (max_seqs) */
-};
-
-/* ---- queue helpers ---------------------------------------------------------------- */
-
-static void q_push(struct queue *q, struct ereq *r)
-{
-    r->next = NULL;
-    if (q->tail)
-        q->tail->next = r;
-    else
-        q->head = r;
-    q->tail = r;
-    q->n++;
-}
-
-static void q_push_front(struct queue *q, struct ereq *r)
-{
-    r->next = q->head;
-    q->head = r;
-    if (!q->tail)
-        q->tail = r;
-    q->n++;
-}
-
-static struct ereq *q_pop(struct queue *q)
-{
-    struct ereq *r = q->head;
-    if (r) {
-        q->head = r->next;
-        if (!q->head)
-            q->tail = NULL;
-        r->next = NULL;
-        q->n--;
-    }
-    return r;
-}
 
 /* ---- config ----------------------------------------------------------------------- */
 
@@ -256,7 +147,7 @@ int engine_submit(struct engine *g, const struct engine_req *q, uint64_t *id, st
     }
     r->id = ++g->next_id;
     *id = r->id;
-    q_push(&g->in, r);
+    eng_q_push(&g->in, r);
     g->st.submitted++;
     pthread_cond_signal(&g->cv);
     pthread_mutex_unlock(&g->mu);
@@ -296,18 +187,6 @@ static void ev_fill_counts(const struct ereq *r, struct engine_event *ev)
     ev->n_prompt = r->n_prompt;
     ev->n_gen = r->n_gen;
     ev->n_cached = r->n_cached;
-}
-
-/* Removes r from the running list (keeps order). */
-static void run_remove(struct engine *g, struct ereq *r)
-{
-    for (int i = 0; i < g->n_run; i++)
-        if (g->run[i] == r) {
-            memmove(g->run + i, g->run + i + 1, (size_t)(g->n_run - i - 1) * sizeof *g->run);
-            g->n_run--;
-            g->projected -= r->projected;
-            return;
-        }
 }
 
 /* Terminal DONE: releases held text, calls back, frees. r must not be in run/wait. */
@@ -381,7 +260,7 @@ static int on_token(struct engine *g, struct ereq *r, int32_t id, const struct s
         if (tok_stream_push(r->ts, id, buf, sizeof buf, &bl) == 0 && bl) {
             fired = stop_push(r->stop, buf, bl, &r->out, &r->out_len, &r->out_cap, &which);
             if (fired < 0) {
-                run_remove(g, r);
+                eng_run_remove(g, r);
                 fail(g, r, "out of memory");
                 return 1;
             }
@@ -400,156 +279,12 @@ static int on_token(struct engine *g, struct ereq *r, int32_t id, const struct s
         reason = ENGINE_FINISH_LENGTH;
     if (reason < 0)
         return 0;
-    run_remove(g, r);
+    eng_run_remove(g, r);
     finish(g, r, reason, which);
     return 1;
 }
 
 /* ---- the step --------------------------------------------------------------------- */
-
-/* Moves submissions into the waiting queue and applies cancellations. Called with mu held;
- * collects cancelled requests into *dead (finished by the caller without the lock). */
-static void take_inputs(struct engine *g, struct queue *dead)
-{
-    struct ereq *r;
-    while ((r = q_pop(&g->in)))
-        q_push(&g->wait, r);
-    for (int c = 0; c < g->n_cancel; c++) {
-        uint64_t id = g->cancels[c];
-        for (int i = 0; i < g->n_run; i++)
-            if (g->run[i]->id == id)
-                g->run[i]->cancelled = 1;
-        for (r = g->wait.head; r; r = r->next)
-            if (r->id == id)
-                r->cancelled = 1;
-    }
-    g->n_cancel = 0;
-    /* pull cancelled ones out */
-    for (int i = 0; i < g->n_run;) {
-        if (g->run[i]->cancelled) {
-            struct ereq *x = g->run[i];
-            run_remove(g, x);
-            q_push(dead, x);
-        } else
-            i++;
-    }
-    struct queue keep = {0};
-    while ((r = q_pop(&g->wait)))
-        q_push(r->cancelled ? dead : &keep, r);
-    g->wait = keep;
-    g->st.waiting = g->wait.n; /* exact, for the queue bound in engine_submit */
-}
-
-/* Plans rows for this step without reserving. admit: may take waiting requests. */
-static int plan(struct engine *g, int admit)
-{
-    int n = 0, budget = g->c.max_step_tokens;
-    for (int i = 0; i < g->n_run && budget > 0; i++) {
-        struct ereq *r = g->run[i];
-        if (r->n_tokens - r->n_past == 1) {
-            g->rows[n++] = (struct row){r, 1, -1};
-            budget--;
-        }
-    }
-    for (int i = 0; i < g->n_run && budget > 0; i++) {
-        struct ereq *r = g->run[i];
-        int left = r->n_tokens - r->n_past;
-        if (left > 1) {
-            int c = left < budget ? left : budget;
-            g->rows[n++] = (struct row){r, c, -1};
-            budget -= c;
-        }
-    }
-    while (admit && budget > 0 && g->n_run < g->c.max_seqs && g->wait.head) {
-        struct ereq *r = g->wait.head;
-        /* --kv-budget: the head waits (FIFO) until the running rows leave room */
-        if (g->c.kv_budget_bytes && g->n_run > 0 &&
-            g->projected + r->projected > g->c.kv_budget_bytes)
-            break;
-        /* admit only what the pool can take this step next to the running rows (each may
-         * open a block), so that a tight pool does not preempt-and-readmit in a loop */
-        int first = r->n_tokens - r->n_past < budget ? r->n_tokens - r->n_past : budget;
-        int need = (first + g->c.block_size - 1) / g->c.block_size + 1;
-        if (g->n_run > 0 && (need > kv_pool_available(g->kv) - g->n_run ||
-                             (g->kv_swa && need > kv_pool_available(g->kv_swa) - g->n_run)))
-            break;
-        q_pop(&g->wait);
-        g->run[g->n_run++] = r;
-        g->projected += r->projected;
-        if (r->seq.n_blocks == 0 && r->n_past == 0) {
-            /* the prefix cache: share the longest cached prefix instead of computing it */
-            struct cerr e = {0};
-            int hit = g->kv_swa ? kv_cache_lookup_swa(g->kv, &r->seq, g->kv_swa, &r->seq_swa,
-                                                      g->root, r->tokens, r->n_tokens,
-                                                      g->window, &e)
-                                : kv_cache_lookup(g->kv, &r->seq, g->root, r->tokens,
-                                                  r->n_tokens, &e);
-            if (hit > 0) {
-                r->n_past = hit;
-                if (!r->admitted)
-                    r->n_cached = hit < r->n_prompt ? hit : r->n_prompt;
-            }
-        }
-        r->admitted = 1;
-        pthread_mutex_lock(&g->mu);
-        g->st.waiting = g->wait.n;
-        g->st.running = g->n_run;
-        pthread_mutex_unlock(&g->mu);
-        int left = r->n_tokens - r->n_past;
-        int c = left < budget ? left : budget;
-        g->rows[n++] = (struct row){r, c, -1};
-        budget -= c;
-    }
-    return n;
-}
-
-/* Preempts the youngest running request: frees its blocks; it waits at the head. */
-static void preempt_youngest(struct engine *g)
-{
-    struct ereq *r = g->run[--g->n_run];
-    g->projected -= r->projected;
-    kv_seq_release(g->kv, &r->seq);
-    if (g->kv_swa)
-        kv_seq_release(g->kv_swa, &r->seq_swa);
-    r->n_past = 0;
-    q_push_front(&g->wait, r);
-    pthread_mutex_lock(&g->mu);
-    g->st.waiting = g->wait.n;
-    pthread_mutex_unlock(&g->mu);
-    g->preempted++;
-}
-
-/* Reserves KV for every planned row, preempting the youngest request until they fit.
- * Returns the number of rows that can run. */
-static int plan_and_reserve(struct engine *g, struct queue *dead)
-{
-    int admit = 1;
-    for (;;) {
-        int n = plan(g, admit), ok = 1;
-        for (int i = 0; i < n && ok; i++) {
-            struct ereq *r = g->rows[i].r;
-            if (kv_seq_reserve(g->kv, &r->seq, r->n_past + g->rows[i].n, NULL) ||
-                (g->kv_swa &&
-                 kv_seq_reserve(g->kv_swa, &r->seq_swa, r->n_past + g->rows[i].n, NULL)))
-                ok = 0;
-        }
-        if (ok)
-            return n;
-        if (g->n_run <= 1) {
-            /* one request alone does not fit the pool: it can never run */
-            if (g->n_run == 1) {
-                struct ereq *r = g->run[0];
-                g->n_run = 0;
-                g->projected -= r->projected;
-                r->cancelled = 2;
-                q_push(dead, r);
-            }
-            return 0;
-        }
-        preempt_youngest(g);
-        admit = 0;
-    }
-}
 
 static int run_step(struct engine *g, int n_rows)
 {
@@ -604,7 +339,7 @@ static int run_step(struct engine *g, int n_rows)
     if (model_forward(g->m, g->ws, &view, &b, g->logits, &e)) {
         log_error("engine: forward failed: %s", e.msg);
         for (int s = 0; s < n_rows; s++) {
-            run_remove(g, g->rows[s].r);
+            eng_run_remove(g, g->rows[s].r);
             fail(g, g->rows[s].r, e.msg);
         }
         return -1;
@@ -709,17 +444,17 @@ static void *engine_main(void *arg)
         while (!g->quit && !g->in.n && !g->n_cancel && !g->n_run && !g->wait.n)
             pthread_cond_wait(&g->cv, &g->mu);
         int quit = g->quit;
-        take_inputs(g, &dead);
+        eng_take_inputs(g, &dead);
         pthread_mutex_unlock(&g->mu);
         if (quit) {
             while (g->n_run)
-                q_push(&dead, g->run[--g->n_run]);
+                eng_q_push(&dead, g->run[--g->n_run]);
             struct ereq *r;
-            while ((r = q_pop(&g->wait)))
-                q_push(&dead, r);
+            while ((r = eng_q_pop(&g->wait)))
+                eng_q_push(&dead, r);
         }
         struct ereq *r;
-        while ((r = q_pop(&dead))) {
+        while ((r = eng_q_pop(&dead))) {
             if (r->cancelled == 2)
                 fail(g, r, "the request does not fit in the KV cache pool");
             else
@@ -727,8 +462,8 @@ static void *engine_main(void *arg)
         }
         if (quit)
             break;
-        int n = plan_and_reserve(g, &dead);
-        while ((r = q_pop(&dead)))
+        int n = eng_plan_and_reserve(g, &dead);
+        while ((r = eng_q_pop(&dead)))
             fail(g, r, "the request does not fit in the KV cache pool");
         long gen_before = 0;
         for (int i = 0; i < n; i++)
@@ -900,7 +635,7 @@ void engine_free(struct engine *g)
         pthread_join(g->th, NULL);
     }
     struct ereq *r;
-    while ((r = q_pop(&g->in)))
+    while ((r = eng_q_pop(&g->in)))
         finish(g, r, ENGINE_FINISH_CANCELLED, -1);
     model_ws_free(g->ws);
     kv_pool_free(g->kv);

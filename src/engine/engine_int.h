@@ -1,0 +1,116 @@
+/* engine_int.h — the engine's internals, shared by engine.c (API, step, thread) and
+ * sched.c (queues, the running list, planning, KV reservation and preemption). Not for use
+ * outside src/engine. Everything here except the submit queue (in, cancels, st) belongs to
+ * the engine thread.
+ */
+#ifndef CINFER_ENGINE_ENGINE_INT_H
+#define CINFER_ENGINE_ENGINE_INT_H
+
+#include <pthread.h>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "kv/kv_pool.h"
+#include "model/model.h"
+#include "tokenizer/tok.h"
+
+struct stop_matcher;
+struct tok_stream;
+
+struct ereq {
+    uint64_t id;
+    struct ereq *next;       /* incoming / waiting queue link */
+    int32_t *tokens;         /* (cap) prompt then generated */
+    int n_tokens, cap, n_prompt, n_past, n_gen, max_tokens;
+    int n_cached, admitted;  /* prompt positions reused from the prefix cache */
+    size_t projected;        /* (prompt + max_tokens) KV bytes, for the KV budget */
+    int ignore_eos, cancelled, want_lp;
+    struct kv_seq seq;
+    struct kv_seq seq_swa;   /* sliding-window layers' blocks (when they have their own pool) */
+    struct sampler *smp;
+    struct tok_stream *ts;
+    struct stop_matcher *stop;
+    char *out;               /* text released by this token */
+    size_t out_len, out_cap;
+    engine_cb cb;
+    void *ud;
+};
+
+struct queue {
+    struct ereq *head, *tail;
+    int n;
+};
+
+struct row {
+    struct ereq *r;
+    int n;    /* tokens fed this step */
+    int out;  /* logits row, or -1 */
+};
+
+struct engine {
+    const struct model *m;
+    const struct tok *tk;
+    struct engine_config c;
+    struct kv_pool *kv;
+    struct kv_pool *kv_swa;  /* sliding-window layers' pool, or NULL (one pool for all) */
+    int window;              /* their window */
+    struct model_kv_view view; /* per-layer buffers from the right pool */
+    void **view_k, **view_v;
+    struct model_ws *ws;
+    int max_blocks; /* per sequence */
+
+    pthread_t th;
+    int th_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* under mu */
+    int quit;
+    struct queue in;
+    uint64_t *cancels;
+    int n_cancel, cap_cancel;
+    uint64_t next_id;
+    struct engine_stats st;
+
+    /* engine thread only */
+    struct ereq **run; /* (max_seqs) running, oldest first */
+    int n_run;
+    struct queue wait;
+    struct row *rows;  /* (max_seqs) */
+    int32_t *tokens, *pos, *seqv, *slots; /* (max_step_tokens) */
+    int32_t *out_idx;  /* (max_seqs) */
+    int32_t *tables;   /* (max_seqs, max_blocks) */
+    int32_t *slots_swa, *tables_swa; /* the sliding pool's, when split */
+    float *logits;     /* (max_seqs, n_vocab) */
+    int32_t *am;       /* (max_seqs) argmax ids from the backend (steps of plain greedy rows) */
+    int can_argmax;    /* the backend computes argmax (CINFER_HOST_ARGMAX=1: never use it) */
+    long preempted, steps;
+    int32_t *xtc_exempt; /* EOS ids and ids whose text holds a newline */
+    int n_xtc_exempt;
+    uint8_t root[KV_KEY_BYTES]; /* prefix-cache namespace */
+    size_t kv_per_token, projected;
+    long invariant_failures;
+    char invariant_error[256];
+    const struct kv_seq **check_seqs, **check_seqs_swa; /* (max_seqs) */
+};
+
+/* ---- sched.c ---- */
+
+/* FIFO of requests linked through ereq.next. */
+void eng_q_push(struct queue *q, struct ereq *r);
+void eng_q_push_front(struct queue *q, struct ereq *r);
+struct ereq *eng_q_pop(struct queue *q); /* NULL when empty */
+
+/* Removes r from the running list (keeps order) and its projected KV bytes. */
+void eng_run_remove(struct engine *g, struct ereq *r);
+
+/* Moves submissions into the waiting queue and applies cancellations. Called with g->mu
+ * held; cancelled requests go to *dead (the caller finishes them without the lock). */
+void eng_take_inputs(struct engine *g, struct queue *dead);
+
+/* Plans this step's rows into g->rows (running decodes, then prefill chunks, then
+ * admissions with prefix-cache lookups) and reserves their KV blocks, preempting the
+ * youngest request until they fit. A request that cannot fit the pool alone goes to *dead
+ * with cancelled = 2. Returns the number of rows to run. */
+int eng_plan_and_reserve(struct engine *g, struct queue *dead);
+
+#endif
