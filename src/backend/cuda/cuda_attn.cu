@@ -36,22 +36,6 @@ struct at_args {
     const void *k_cache, *v_cache;
 };
 
-__device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ float warp_max(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
 /* Loads positions c0 .. c0+nrow of kv head g into shared memory as float: K with rows
  * hd+1 apart (conflict-free row-wise dots), V with rows hd apart. Row indices come first
  * (one block-table read per row, in parallel); then each thread issues up to AT_LD
@@ -188,13 +172,13 @@ __global__ void __launch_bounds__(AT_MAX_WARPS * 32, 1)
                 if (a.softcap > 0.0f)
                     s = a.softcap * tanhf(s / a.softcap);
             }
-            const float cm = warp_max(s);
+            const float cm = cu_warp_max(s);
             if (cm == -INFINITY) /* no position of this chunk for this token */
                 continue;
             const float mn = fmaxf(m, cm);
             const float f = expf(m - mn);
             const float pw = valid ? expf(s - mn) : 0.0f;
-            l = l * f + warp_sum(pw);
+            l = l * f + cu_warp_sum(pw);
 #pragma unroll
             for (int i = 0; i < AT_MAX_HD / 32; i++)
                 acc[i] *= f;

@@ -76,22 +76,6 @@ __device__ __forceinline__ int ad_splits(int pos, int window, int target, int ca
     return (nr + c - 1) / c;
 }
 
-__device__ __forceinline__ float ad_warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ float ad_warp_max(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
 /* Sums v[0..N) over the lanes of a team (xor offsets O, O/2 .. 1): while more than one
  * value is left each step halves them (the lane with bit O set keeps the upper half), then
  * the rest is an all-reduce. Afterwards v[i] holds the team's sum of element *base + i. */
@@ -282,11 +266,11 @@ __global__ void __launch_bounds__(ad_nt(HD, F16), ad_nt(HD, F16) == 128 ? 3 : 1)
         __syncthreads();
         if (warp < HG) {
             const float s0 = sc[buf][warp][lane], s1 = sc[buf][warp][lane + 32];
-            const float mn = fmaxf(m, ad_warp_max(fmaxf(s0, s1)));
+            const float mn = fmaxf(m, cu_warp_max(fmaxf(s0, s1)));
             float f = 1.0f, p0 = 0.0f, p1 = 0.0f;
             if (mn != -INFINITY)
                 f = expf(m - mn), p0 = expf(s0 - mn), p1 = expf(s1 - mn);
-            l = l * f + ad_warp_sum(p0 + p1);
+            l = l * f + cu_warp_sum(p0 + p1);
             m = mn;
             sc[buf][warp][lane] = p0, sc[buf][warp][lane + 32] = p1;
             if (lane == 0)

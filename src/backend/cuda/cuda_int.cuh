@@ -102,6 +102,24 @@ static inline void cu_after_launch(struct cu_be *cb, const char *what)
  * out-of-memory error. */
 void *cu_scratch(struct cu_be *cb, int i, size_t n);
 
+/* ---- warp reductions (xor butterfly: every lane gets the result, a fixed order) ---- */
+
+__device__ __forceinline__ float cu_warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float cu_warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
 /* ---- element decoding shared by get_rows and matmul (cuda_ops.cu / cuda_mm.cu) ---- */
 
 __device__ __forceinline__ float cu_f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }

@@ -14,14 +14,6 @@
 
 enum { MV_MAX_N = 8, MV_WARPS = 4, DQ_CHUNK_BYTES = 256 << 20 };
 
-__device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* 8 weights at element 8c of a 16-bit or F32 row, vector loads. */
 template <int DT> __device__ __forceinline__ void load8(const uint8_t *row, int c, float *w)
 {
@@ -129,7 +121,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
 #pragma unroll
     for (int r = 0; r < N; r++) {
-        float s = warp_sum(acc[r]);
+        float s = cu_warp_sum(acc[r]);
         if (lane == 0)
             y[(size_t)r * M + row] = s;
     }

@@ -65,12 +65,22 @@ void cu_get_rows(struct be *b, float *out, const struct be_tensor *w, const int3
 
 /* ---- rmsnorm: one block per row ---- */
 
-__device__ __forceinline__ float warp_sum(float v)
+/* The block's sum of v (warps, then warp 0 over the warp sums: a fixed tree); every thread
+ * gets it. part: 32 floats of shared memory. */
+__device__ __forceinline__ float block_sum(float v, float *part)
 {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
+    v = cu_warp_sum(v);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
+        t = cu_warp_sum(t);
+        if (threadIdx.x == 0)
+            part[0] = t;
+    }
+    __syncthreads();
+    return part[0];
 }
 
 __global__ void k_rmsnorm(float *y, const float *x, const float *w, int dim, float eps)
@@ -81,18 +91,7 @@ __global__ void k_rmsnorm(float *y, const float *x, const float *w, int dim, flo
     float ss = 0.0f;
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
         ss = __fadd_rn(ss, __fmul_rn(xr[i], xr[i]));
-    ss = warp_sum(ss);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x / 32] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
-        v = warp_sum(v);
-        if (threadIdx.x == 0)
-            part[0] = v;
-    }
-    __syncthreads();
-    float s = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    float s = 1.0f / sqrtf(block_sum(ss, part) / (float)dim + eps);
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
         yr[i] = __fmul_rn(__fmul_rn(xr[i], s), w[i]);
 }
@@ -117,18 +116,7 @@ __global__ void k_rmsnorm4(float *y, const float *x, const float *w, int dim, fl
         ss = __fadd_rn(ss, __fadd_rn(__fadd_rn(__fmul_rn(v[j].x, v[j].x), __fmul_rn(v[j].y, v[j].y)),
                                      __fadd_rn(__fmul_rn(v[j].z, v[j].z), __fmul_rn(v[j].w, v[j].w))));
     }
-    ss = warp_sum(ss);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x / 32] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float t = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
-        t = warp_sum(t);
-        if (threadIdx.x == 0)
-            part[0] = t;
-    }
-    __syncthreads();
-    const float s = 1.0f / sqrtf(part[0] / (float)dim + eps);
+    const float s = 1.0f / sqrtf(block_sum(ss, part) / (float)dim + eps);
     const float4 *wr = (const float4 *)w;
 #pragma unroll
     for (int j = 0; j < V; j++) {

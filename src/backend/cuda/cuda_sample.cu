@@ -14,6 +14,18 @@ __device__ __forceinline__ bool am_better(float v, int i, float bv, int bi)
     return v > bv || (v == bv && i < bi);
 }
 
+/* The warp's best (value, index) in every lane (xor butterfly). */
+__device__ __forceinline__ void am_warp(float &bv, int &bi)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (am_better(ov, oi, bv, bi))
+            bv = ov, bi = oi;
+    }
+}
+
 __global__ void __launch_bounds__(AM_THREADS) k_argmax(int32_t *out, const float *x, int n)
 {
     __shared__ float sv[AM_THREADS / 32];
@@ -27,26 +39,14 @@ __global__ void __launch_bounds__(AM_THREADS) k_argmax(int32_t *out, const float
         if (am_better(v, i, bv, bi))
             bv = v, bi = i;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (am_better(ov, oi, bv, bi))
-            bv = ov, bi = oi;
-    }
+    am_warp(bv, bi);
     if ((threadIdx.x & 31) == 0)
         sv[threadIdx.x >> 5] = bv, si[threadIdx.x >> 5] = bi;
     __syncthreads();
     if (threadIdx.x >= 32)
         return;
     bv = sv[threadIdx.x], bi = si[threadIdx.x];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (am_better(ov, oi, bv, bi))
-            bv = ov, bi = oi;
-    }
+    am_warp(bv, bi);
     if (threadIdx.x == 0)
         out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
 }
