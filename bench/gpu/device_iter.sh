@@ -25,8 +25,10 @@ python3 bench/gpu/models.py bench "$M" ${MODELS:-l1b l8b} > /dev/null
 for m in ${MODELS:-l1b l8b}; do
     "$BIN/cinfer_gpu_bench" "$M/$m" perf 2> "$OUT/perf_${m}_err.txt" | tee "$OUT/perf_$m.json"
 done
-for v in ${AB:-}; do  # A/B runs of l1b with an environment switch, e.g. AB="CINFER_CUDA_PDL=0"
-    env $v "$BIN/cinfer_gpu_bench" "$M/l1b" perf --batches 8 2>/dev/null | sed "s/^/$v: /"
+for v in ${AB:-}; do  # A/B runs with an environment switch, e.g. AB="CINFER_CUDA_PDL=0"
+    for m in ${AB_MODELS:-l1b}; do
+        env $v "$BIN/cinfer_gpu_bench" "$M/$m" perf --batches 8 2>/dev/null | sed "s/^/$m $v: /"
+    done
 done
 if [ -n "${PROFILE:-1}" ]; then
     for m in ${PROFILE_MODELS:-l1b l8b}; do

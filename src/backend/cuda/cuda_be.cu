@@ -376,6 +376,8 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
     cb->precise = pe && !strcmp(pe, "1");
     const char *pd = getenv("CINFER_CUDA_PDL");
     cb->pdl = !(pd && !strcmp(pd, "0"));
+    const char *fn = getenv("CINFER_CUDA_FUSE_NORM");
+    cb->sg_norm = !(fn && !strcmp(fn, "0"));
     const char *ss = getenv("CINFER_CUDA_SKINNY_SPLIT");
     cb->sg_split = !(ss && !strcmp(ss, "0"));
     const char *sk = getenv("CINFER_CUDA_SKINNY_MAX");

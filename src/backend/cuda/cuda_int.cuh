@@ -48,6 +48,7 @@ struct cu_be {
     int sg_max_n;       /* skinny matmul for steps of 1..sg_max_n rows (<= SG_MAX_N) */
     int pdl;            /* launch the decode kernels with programmatic dependent launch */
     int sg_split;       /* skinny matmul may split K over blocks (CINFER_CUDA_SKINNY_SPLIT=0: no) */
+    int sg_norm;        /* skinny q/k/v may fuse the RMSNorm (CINFER_CUDA_FUSE_NORM=0: no) */
     unsigned scratch_epoch; /* bumped when a scratch buffer moves: cached graphs are stale */
     int last_kernel;    /* the last op queued on the stream was a kernel (PDL may follow it;
                          * after a copy or memset the next launch is a plain one) */

@@ -369,7 +369,7 @@ static int sg_ok(const struct cu_be *cb, const struct be_mm *m)
         return 0;
     /* the norm is fused into q/k/v only: in the gate/up kernel its extra loads and math
      * cost more than a separate rmsnorm (H200: 8B gate/up 80-90 us fused vs 67 + 3.4) */
-    if (m->norm && (m->mode != BE_MM_PLAIN || ((uintptr_t)m->norm & 15)))
+    if (m->norm && (!cb->sg_norm || m->mode != BE_MM_PLAIN || ((uintptr_t)m->norm & 15)))
         return 0;
     return 1;
 }
