@@ -15,7 +15,7 @@ for be in cpu cuda; do
     "$BIN/cinfer" run "$F" --ids 1,403,407,261,378 -n 250 --temp 0 --ignore-eos --output-ids --backend $be > "$OUT/st_$be.txt" 2>/dev/null
 done
 cmp -s "$OUT/st_cpu.txt" "$OUT/st_cuda.txt" && echo "stories ids: cuda == cpu" || echo "stories ids DIFFER"
-if [ -n "${MM:-1}" ]; then "$BIN/cinfer_gpu_bench" - mm > "$OUT/mm.json" 2> "$OUT/mm_err.txt"; echo "mm rc=$?"; fi
+if [ -n "${MM-1}" ]; then "$BIN/cinfer_gpu_bench" - mm > "$OUT/mm.json" 2> "$OUT/mm_err.txt"; echo "mm rc=$?"; fi
 if [ -n "${PARITY:-}" ]; then
     python3 bench/gpu/models.py parity "$M/parity" > /dev/null
     timeout 200 python3 bench/gpu/parity.py "$BIN/cinfer_gpu_bench" "$M"/parity/* > "$OUT/parity.json" 2> "$OUT/parity_err.txt"
@@ -30,7 +30,7 @@ for v in ${AB:-}; do  # A/B runs with an environment switch, e.g. AB="CINFER_CUD
         env $v "$BIN/cinfer_gpu_bench" "$M/$m" perf --batches 8 2>/dev/null | sed "s/^/$m $v: /"
     done
 done
-if [ -n "${PROFILE:-1}" ]; then
+if [ -n "${PROFILE-1}" ]; then
     for m in ${PROFILE_MODELS:-l1b l8b}; do
         CINFER_CUDA_GRAPHS=0 timeout ${NCU_T:-100} ncu --clock-control none --launch-skip ${SKIP:-4000} --launch-count ${CNT:-400} \
             --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
