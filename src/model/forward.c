@@ -27,8 +27,7 @@ struct model_ws {
      * seq, slots (n_tok each), out (n_out), tables (n_seq * max_blocks), then the
      * sliding-window layers' own slots and tables (see model_batch) when the step has them.
      * The d_* pointers point into d_ids at this step's offsets. */
-    int32_t *d_ids, *h_ids;
-    size_t ids_cap; /* int32 elements */
+    int32_t *d_ids, *h_ids; /* 6 max_tok + max_out + 2 max_seq max_blocks elements */
     int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_out, *d_tables;
     int32_t *d_slots_swa, *d_tables_swa;
     int swa_split; /* this step uses them */
@@ -67,7 +66,6 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
     size_t QD = (size_t)hp->n_head * hp->head_dim, KVD = (size_t)hp->n_kv_head * hp->head_dim;
     size_t F = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
     size_t ids_cap = 6 * T + (size_t)max_out + 2 * (size_t)max_seq * max_blocks;
-    ws->ids_cap = ids_cap;
     int ok = (ws->x = b->ops->alloc(b, T * E * 4)) && (ws->xb = b->ops->alloc(b, T * E * 4)) &&
              (ws->tmp = b->ops->alloc(b, T * E * 4)) && (ws->q = b->ops->alloc(b, T * QD * 4)) &&
              (ws->k = b->ops->alloc(b, T * KVD * 4)) && (ws->v = b->ops->alloc(b, T * KVD * 4)) &&
