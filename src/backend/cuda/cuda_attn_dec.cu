@@ -171,8 +171,8 @@ __global__ void __launch_bounds__(ad_nt(HD, F16), ad_nt(HD, F16) == 128 ? 3 : 1)
     __shared__ __align__(16) float red[TEAMS][HG][HD];
     __shared__ float pso[CL ? HG : 1][CL ? HD : 1]; /* CL: this split's unnormalised output */
 
+    cu_pdl_trigger(); /* the merge kernel (or the next op) may launch; it waits for us */
     cu_pdl_wait();    /* launched with PDL: the previous kernel (q, K/V) is complete */
-    cu_pdl_trigger(); /* the merge kernel (or the next op) may launch */
     const int z = blockIdx.x, t = blockIdx.z;
     const int g = blockIdx.y / a.nsub, sub = blockIdx.y % a.nsub;
     const int h0 = g * (a.n_head / a.n_kv_head) + sub * HG;
@@ -387,8 +387,8 @@ __global__ void __launch_bounds__(HD, 1) k_attn_dec_merge(struct ad_args a)
     /* pos was written before k_attn_dec started: readable before the wait */
     const int n = ad_splits(a.pos[t], a.window, a.target, a.max_blocks * a.block_size, &lo, &rb,
                             &per);
-    cu_pdl_wait();
     cu_pdl_trigger();
+    cu_pdl_wait();
     if (n <= 1)
         return;
     const size_t row = ((size_t)t * a.n_head + h) * a.maxs;

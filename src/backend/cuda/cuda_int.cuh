@@ -47,7 +47,11 @@ struct cu_be {
     int precise;        /* CINFER_CUDA_PRECISE=1: 16-bit GEMM inputs split into hi + lo */
     int sg_max_n;       /* skinny matmul for steps of 1..sg_max_n rows (<= SG_MAX_N) */
     int pdl;            /* launch the decode kernels with programmatic dependent launch */
-    int sg_split;       /* skinny matmul may split K over blocks (CINFER_CUDA_SKINNY_SPLIT=0: no) */
+    int sg_split;       /* skinny matmul splits K over blocks until tiles x splits reaches
+                         * sg_split blocks per SM (CINFER_CUDA_SKINNY_SPLIT=N, 0: never) */
+    int sg_precise;     /* skinny matmul x as hi + lo 16-bit parts (CINFER_CUDA_SKINNY_PRECISE) */
+    int sg_early;       /* skinny matmul weight loads before the PDL wait: 0 none, 1 the first
+                         * group, 2 that and an L2 prefetch of the rest (CINFER_CUDA_SG_EARLY) */
     int sg_norm;        /* skinny q/k/v may fuse the RMSNorm (CINFER_CUDA_FUSE_NORM=0: no) */
     unsigned scratch_epoch; /* bumped when a scratch buffer moves: cached graphs are stale */
     int last_kernel;    /* the last op queued on the stream was a kernel (PDL may follow it;
@@ -195,6 +199,7 @@ void cu_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_matmul_fused(struct be *b, const struct be_mm *m);
 void cu_rope_kv_store(struct be *b, const struct be_rope_kv *r);
 void cu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n);
+void cu_topcand(struct be *b, void *out, const float *x, int rows, int n, float span, int cap);
 /* y = x W^T on the skinny tensor-core kernel; 0 (nothing launched) when it does not take
  * the case (weight type, shapes, alignment, n > sg_max_n). */
 int cu_matmul_skinny(struct cu_be *cb, float *y, const float *x, int n, const struct be_tensor *w);

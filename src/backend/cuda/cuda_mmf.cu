@@ -31,12 +31,12 @@ static int sg_warps(int K)
     return K / 32 < 64 ? 8 : 16;
 }
 
-/* Blocks splitting K per weight tile: doubled while the weights have fewer than 2 blocks per
- * SM and each warp keeps >= 4 chunks. Depends on the tile count and K only. */
-static int sg_splits(int tiles, int K, int n_sm)
+/* Blocks splitting K per weight tile: doubled while the weights have fewer than per_sm blocks
+ * per SM and each warp keeps >= 4 chunks. Depends on the tile count and K only. */
+static int sg_splits(int tiles, int K, int n_sm, int per_sm)
 {
     int w = sg_warps(K), s = 1;
-    while (s < 8 && tiles * s < 2 * n_sm && K / 32 / (w * s * 2) >= 4)
+    while (s < 8 && tiles * s < per_sm * n_sm && K / 32 / (w * s * 2) >= 4)
         s *= 2;
     return s;
 }
@@ -91,6 +91,7 @@ struct sg_args {
     int S;               /* blocks splitting K per (tile, x tile); > 1: the last one reduces */
     float *part;         /* S > 1: partial sums, (tiles * ny * S, PW floats) */
     int *cnt;            /* S > 1: arrival counters (tiles * ny), zero between launches */
+    int early;           /* weights read before the PDL wait: 1 the first group, 2 + L2 prefetch */
 };
 
 /* act(g) * u with the operation order of the unfused act_mul (cuda_ops.cu k_ew). */
@@ -112,7 +113,6 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
     k_sg(struct sg_args a, int act)
 {
     __shared__ float red[SG_WARPS - 1][(MODE == BE_MM_GLU ? 2 : 1) * NS * 4 + (NM ? NS : 0)][32];
-    cu_pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const int split = blockIdx.x % a.S, rest = blockIdx.x / a.S;
     const int tile = rest / a.ny, xt = rest % a.ny;
@@ -189,34 +189,63 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
         }                                                                                      \
     } while (0)
 
-    for (; c + (SG_U - 1) * step < nc; c += SG_U * step) {
-        uint4 aw0[SG_U], aw1[SG_U], au0[SG_U], au1[SG_U];
-        float4 xb[SG_U][NS][2], gb[SG_U][2];
-#pragma unroll
-        for (int u = 0; u < SG_U; u++) {
-            int cc = (c + u * step) * 4; /* uint4 index of the chunk in a row */
-            aw0[u] = __ldg(wr0 + cc);
-            aw1[u] = __ldg(wr1 + cc);
+    uint4 aw0[SG_U], aw1[SG_U], au0[SG_U], au1[SG_U];
+#define SG_LOADW(C0)                                                                           \
+    do {                                                                                       \
+        _Pragma("unroll") for (int u = 0; u < SG_U; u++)                                       \
+        {                                                                                      \
+            int cc = ((C0) + u * step) * 4; /* uint4 index of the chunk in a row */            \
+            aw0[u] = __ldg(wr0 + cc);                                                          \
+            aw1[u] = __ldg(wr1 + cc);                                                          \
+            if (MODE == BE_MM_GLU) {                                                           \
+                au0[u] = __ldg(ur0 + cc);                                                      \
+                au1[u] = __ldg(ur1 + cc);                                                      \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+    /* Weights never depend on the previous kernel: with PDL this block may start while that
+     * one finishes, so the first group of weights is loaded (and the rest of this warp's
+     * chunks prefetched into L2) before the wait; x, y and the scratch only after it. */
+    /* x (and the norm weight) of a group of SG_U chunks from C0, then its mmas */
+#define SG_GROUP(C0)                                                                           \
+    do {                                                                                       \
+        float4 xb[SG_U][NS][2], gb[SG_U][2];                                                   \
+        _Pragma("unroll") for (int u = 0; u < SG_U; u++)                                       \
+            _Pragma("unroll") for (int s = 0; s < NS; s++)                                     \
+        {                                                                                      \
+            int cx = ((C0) + u * step) * 8; /* float4 index */                                 \
+            xb[u][s][0] = __ldg(xr[s] + cx);                                                   \
+            xb[u][s][1] = __ldg(xr[s] + cx + 1);                                               \
+            if (NM && s == 0) {                                                                \
+                gb[u][0] = __ldg(gp + cx);                                                     \
+                gb[u][1] = __ldg(gp + cx + 1);                                                 \
+            }                                                                                  \
+        }                                                                                      \
+        _Pragma("unroll") for (int u = 0; u < SG_U; u++)                                       \
+            SG_CHUNK(aw0[u], aw1[u], au0[u], au1[u], xb[u], gb[u]);                            \
+    } while (0)
+    if (a.early > 1)
+        for (int p = c + SG_U * step; p < nc; p += step) {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(wr0 + p * 4));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(wr1 + p * 4));
             if (MODE == BE_MM_GLU) {
-                au0[u] = __ldg(ur0 + cc);
-                au1[u] = __ldg(ur1 + cc);
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(ur0 + p * 4));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(ur1 + p * 4));
             }
         }
-#pragma unroll
-        for (int u = 0; u < SG_U; u++)
-#pragma unroll
-            for (int s = 0; s < NS; s++) {
-                int cx = (c + u * step) * 8; /* float4 index */
-                xb[u][s][0] = __ldg(xr[s] + cx);
-                xb[u][s][1] = __ldg(xr[s] + cx + 1);
-                if (NM && s == 0) {
-                    gb[u][0] = __ldg(gp + cx);
-                    gb[u][1] = __ldg(gp + cx + 1);
-                }
-            }
-#pragma unroll
-        for (int u = 0; u < SG_U; u++)
-            SG_CHUNK(aw0[u], aw1[u], au0[u], au1[u], xb[u], gb[u]);
+    if (a.early && c + (SG_U - 1) * step < nc) { /* the first group peeled */
+        SG_LOADW(c);
+        cu_pdl_wait();
+        cu_pdl_trigger();
+        SG_GROUP(c);
+        c += SG_U * step;
+    } else {
+        cu_pdl_wait();
+        cu_pdl_trigger();
+    }
+    for (; c + (SG_U - 1) * step < nc; c += SG_U * step) {
+        SG_LOADW(c);
+        SG_GROUP(c);
     }
     for (; c < nc; c += step) {
         int cc = c * 4, cx = c * 8;
@@ -235,8 +264,9 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
         }
         SG_CHUNK(aw0, aw1, au0, au1, xb, gb);
     }
+#undef SG_GROUP
 #undef SG_CHUNK
-    cu_pdl_trigger();
+#undef SG_LOADW
     constexpr int RS = (MODE == BE_MM_GLU ? 2 : 1) * NS * 4; /* red slots of the norm sums */
     if (NM) /* each x row's sum over this warp's chunks: the 4 lanes of a group, fixed tree */
 #pragma unroll
@@ -449,7 +479,7 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m)
     a.K = (int)m->w[0]->ne[0];
     int ns = m->n <= 8 ? 1 : 2;
     a.ny = (m->n + ns * 8 - 1) / (ns * 8);
-    a.S = cb->sg_split ? sg_splits(a.tiles[a.n_w], a.K, cb->n_sm) : 1;
+    a.S = cb->sg_split ? sg_splits(a.tiles[a.n_w], a.K, cb->n_sm, cb->sg_split) : 1;
     if (a.S > 1) {
         size_t nb = (size_t)a.tiles[a.n_w] * a.ny;
         a.part = (float *)cu_scratch(cb, CU_SCRATCH_SGP, nb * a.S * SG_PW * 32 * sizeof(float));
@@ -457,12 +487,13 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m)
         if (!a.part || !a.cnt)
             return;
     }
-    int bf = m->w[0]->dtype == DT_BF16;
-    if (bf && cb->precise)
+    a.early = cb->pdl ? cb->sg_early : 0;
+    int bf = m->w[0]->dtype == DT_BF16, precise = cb->precise || cb->sg_precise;
+    if (bf && precise)
         sg_mode<1, 1>(cb, a, ns, m->mode, m->act);
     else if (bf)
         sg_mode<1, 0>(cb, a, ns, m->mode, m->act);
-    else if (cb->precise)
+    else if (precise)
         sg_mode<0, 1>(cb, a, ns, m->mode, m->act);
     else
         sg_mode<0, 0>(cb, a, ns, m->mode, m->act);

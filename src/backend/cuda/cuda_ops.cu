@@ -102,8 +102,8 @@ template <int V>
 __global__ void k_rmsnorm4(float *y, const float *x, const float *w, int dim, float eps)
 {
     __shared__ float part[32];
+    cu_pdl_trigger(); /* the next kernel may launch and read its weights; it waits for us */
     cu_pdl_wait();
-    cu_pdl_trigger();
     const int n4 = dim / 4;
     const float4 *xr = (const float4 *)(x + (int64_t)blockIdx.x * dim);
     float4 *yr = (float4 *)(y + (int64_t)blockIdx.x * dim);
@@ -240,6 +240,7 @@ __device__ __forceinline__ void rope_pair(float *v, int i, int half, int neox, f
  * (t, n_head + g) rotates k head g and stores that head's K and V rows in the cache. */
 __global__ void k_rope_kv(struct be_rope_kv r)
 {
+    cu_pdl_trigger();
     cu_pdl_wait();
     const int t = blockIdx.x, hh = blockIdx.y, half = r.rot_dim / 2;
     const int neox = r.mode == BE_ROPE_NEOX, hd = r.head_dim;
@@ -248,7 +249,6 @@ __global__ void k_rope_kv(struct be_rope_kv r)
         float *qh = r.q + ((size_t)t * r.n_head + hh) * hd;
         for (int i = threadIdx.x; i < half; i += blockDim.x)
             rope_pair(qh, i, half, neox, pos, r.inv_freq, r.mscale);
-        cu_pdl_trigger();
         return;
     }
     const int g = hh - r.n_head, kvd = r.n_kv_head * hd;
@@ -256,7 +256,6 @@ __global__ void k_rope_kv(struct be_rope_kv r)
     for (int i = threadIdx.x; i < half; i += blockDim.x)
         rope_pair(kh, i, half, neox, pos, r.inv_freq, r.mscale);
     __syncthreads(); /* this head's k rotated: store its K and V rows */
-    cu_pdl_trigger();
     const float *vh = r.v + (size_t)t * kvd + (size_t)g * hd;
     size_t off = (size_t)r.slots[t] * kvd + (size_t)g * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
