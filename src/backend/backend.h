@@ -91,6 +91,24 @@ struct be_rope_kv {
     int kv_dtype;
 };
 
+/* The output of the OPTIONAL op topcand, per row: a header, then cap entries (the first nc
+ * valid). Rows are be_topcand_stride(cap) bytes apart; the entries follow the header. */
+struct be_topcand_hdr {
+    float mx;       /* the row's largest value (NaN ignored; -inf when there is none) */
+    float sum;      /* sum over the row of e^(x_i - mx); 0 when mx is not finite */
+    int32_t argmax; /* the argmax rule of the op argmax */
+    int32_t nc;     /* entries that follow; -1 = more than cap (overflow: none written) */
+};
+struct be_topcand_ent {
+    float logit; /* x_i, as stored */
+    int32_t id;  /* i */
+};
+#define BE_TOPCAND_CAP_MAX 4096
+static inline size_t be_topcand_stride(int cap)
+{
+    return sizeof(struct be_topcand_hdr) + (size_t)cap * sizeof(struct be_topcand_ent);
+}
+
 struct be;
 
 struct be_ops {
@@ -154,6 +172,18 @@ struct be_ops {
      * of x (rows, n): lowest index on ties, NaN never wins, a row without a value above -inf
      * gives its first -inf, a row of NaN gives 0 (as sampler_argmax). */
     void (*argmax)(struct be *b, int32_t *out, const float *x, int rows, int n);
+    /* OPTIONAL. Sampling candidates of each row of x (rows, n), so a sampled step copies
+     * back rows * be_topcand_stride(cap) bytes instead of the logits. out (backend memory)
+     * row r at r * be_topcand_stride(cap): a struct be_topcand_hdr {mx, sum, argmax, nc},
+     * then the candidates = every i with x_i >= mx - span (the bound computed in float),
+     * in descending x_i, ties by lower i (-0 and +0 are equal), when there are at most cap
+     * of them (nc = their count), else nc = -1 and no entries. A row whose mx is not finite
+     * (no value above -inf, or +inf) gives sum = 0 and nc = -1. sum is reduced in a fixed
+     * order that depends only on n (never on rows or on other rows: batch invariant); its
+     * rounding may differ between backends (CUDA: within 1e-5 relative of the CPU's).
+     * mx, argmax and the entries are exact. 1 <= cap <= BE_TOPCAND_CAP_MAX, span >= 0. */
+    void (*topcand)(struct be *b, void *out, const float *x, int rows, int n, float span,
+                    int cap);
     /* OPTIONAL. Makes the calling thread able to run the ops (a device backend selects its
      * device for that thread). Called once by any thread other than the creator that will
      * run ops, e.g. the engine thread. Returns 0 or a CERR_*. */

@@ -1,8 +1,9 @@
 /* engine.c — see engine.h. The engine thread's loop: take submissions and cancellations,
  * plan a step and reserve its KV blocks (sched.c: decodes, then prefill chunks, then
  * admissions; preempting the youngest request when the pool is short), run one forward,
- * sample (or take the backend's argmax for plain greedy rows), detokenize, stop-match and
- * publish events.
+ * sample, detokenize, stop-match and publish events. Sampling reads as little as it can back
+ * from the backend: the argmax ids when every row is a plain greedy pick, the candidates
+ * (op topcand) when a row can sample from them, one row's logits for a row that cannot.
  *
  * A request holds all its tokens (prompt, then generated) and n_past, the number already
  * in the KV cache; a step feeds tokens[n_past ..]. Decode is the case of one token left.
@@ -286,6 +287,41 @@ static int on_token(struct engine *g, struct ereq *r, int32_t id, const struct s
 
 /* ---- the step --------------------------------------------------------------------- */
 
+/* Samples output row `out` of a step that downloaded candidates: the header's argmax for a
+ * plain greedy row, the candidates when they suffice, else the row's logits fetched from the
+ * backend. The choice depends only on the request and on its own row, never on the batch.
+ * Returns the id, or -1 when fetching the row failed (r then failed and was freed). */
+static int32_t sample_from_cands(struct engine *g, struct ereq *r, int out,
+                                 struct sampler_logprob *lp)
+{
+    const struct be_topcand_hdr *h =
+        (const struct be_topcand_hdr *)((const char *)g->cands +
+                                        (size_t)out * be_topcand_stride(g->cand_cap));
+    if (!r->want_lp && sampler_is_plain_greedy(r->smp)) {
+        sampler_skip(r->smp);
+        return h->argmax;
+    }
+    if (sampler_wants_cands(r->smp)) {
+        struct sampler_cands c = {.mx = h->mx, .sum = h->sum, .argmax = h->argmax, .nc = h->nc,
+                                  .c = (const struct be_topcand_ent *)(h + 1)};
+        int32_t id = sampler_sample_cands(r->smp, &c, r->want_lp ? lp : NULL);
+        if (id != SAMPLER_NEED_FULL) {
+            g->cand_rows++;
+            return id;
+        }
+    }
+    g->full_rows++;
+    float *row = g->logits + (size_t)out * g->m->hp.n_vocab;
+    struct cerr e = {0};
+    if (model_logits_row(g->m, g->ws, out, row, &e)) {
+        log_error("engine: fetching a logit row failed: %s", e.msg);
+        eng_run_remove(g, r);
+        fail(g, r, e.msg);
+        return -1;
+    }
+    return sampler_sample(r->smp, row, r->want_lp ? lp : NULL);
+}
+
 static int run_step(struct engine *g, int n_rows)
 {
     int nt = 0, n_out = 0, mb = 1;
@@ -327,14 +363,23 @@ static int run_step(struct engine *g, int n_rows)
                             .block_tables = g->tables, .n_out = n_out, .out_idx = g->out_idx,
                             .slots_swa = g->kv_swa ? g->slots_swa : NULL,
                             .block_tables_swa = g->kv_swa ? g->tables_swa : NULL};
-    /* every output row a plain greedy pick: the backend's argmax, no logits copied back */
-    int use_am = n_out > 0 && g->can_argmax;
-    for (int s = 0; s < n_rows && use_am; s++) {
+    /* every output row a plain greedy pick: the backend's argmax, no logits copied back;
+     * else, when a row can sample from candidates: the candidates of every row (plain greedy
+     * rows take the header's argmax, rows that need the logits fetch their own row) */
+    int use_am = n_out > 0 && g->can_argmax, use_tc = 0;
+    for (int s = 0; s < n_rows; s++) {
         const struct row *w = &g->rows[s];
-        if (w->out >= 0 && (w->r->want_lp || !sampler_is_plain_greedy(w->r->smp)))
-            use_am = 0;
+        if (w->out < 0 || (!w->r->want_lp && sampler_is_plain_greedy(w->r->smp)))
+            continue;
+        use_am = 0;
+        use_tc |= g->cand_cap > 0 && sampler_wants_cands(w->r->smp);
     }
     b.argmax = use_am ? g->am : NULL;
+    if (use_tc) {
+        b.cands = g->cands;
+        b.cand_cap = g->cand_cap;
+        b.cand_span = SAMPLER_CAND_SPAN;
+    }
     struct cerr e = {0};
     if (model_forward(g->m, g->ws, &view, &b, g->logits, &e)) {
         log_error("engine: forward failed: %s", e.msg);
@@ -367,6 +412,10 @@ static int run_step(struct engine *g, int n_rows)
         if (use_am) {
             id = g->am[w->out];
             sampler_skip(r->smp);
+        } else if (use_tc) {
+            id = sample_from_cands(g, r, w->out, &lp);
+            if (id < 0)
+                continue; /* the request failed */
         } else {
             id = sampler_sample(r->smp, g->logits + (size_t)w->out * V, r->want_lp ? &lp : NULL);
         }
@@ -409,6 +458,8 @@ static void publish_stats(struct engine *g, long gen_delta)
     g->st.cache_cow = cs->cow_copies;
     g->st.kv_projected_bytes = g->projected;
     g->st.invariant_failures = g->invariant_failures;
+    g->st.cand_rows = g->cand_rows;
+    g->st.cand_full_rows = g->full_rows;
     memcpy(g->st.last_invariant_error, g->invariant_error, sizeof g->st.last_invariant_error);
     pthread_mutex_unlock(&g->mu);
 }
@@ -528,6 +579,37 @@ static int build_xtc_exempt(struct engine *g)
     return 0;
 }
 
+/* A switch from the environment: set, not empty and not "0". */
+static int env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* Candidate sampling when the backend has the op (CINFER_HOST_ARGMAX=1 or
+ * CINFER_HOST_SAMPLE=1: never); CINFER_SAMPLE_CAP sets the most candidates per row (1 ..
+ * BE_TOPCAND_CAP_MAX, the default: a larger row overflows to a one-row download). */
+static int cands_init(struct engine *g, struct cerr *e)
+{
+    if (!model_can_topcand(g->m) || env_on("CINFER_HOST_ARGMAX") || env_on("CINFER_HOST_SAMPLE"))
+        return 0;
+    const char *cv = getenv("CINFER_SAMPLE_CAP");
+    int cap = cv && *cv ? atoi(cv) : BE_TOPCAND_CAP_MAX;
+    if (cap < 1 || cap > BE_TOPCAND_CAP_MAX) {
+        log_warn("engine: CINFER_SAMPLE_CAP=%s is outside [1, %d]; using %d", cv,
+                 BE_TOPCAND_CAP_MAX, BE_TOPCAND_CAP_MAX);
+        cap = BE_TOPCAND_CAP_MAX;
+    }
+    int rc = model_ws_reserve_cands(g->ws, cap, e);
+    if (rc)
+        return rc;
+    g->cands = malloc((size_t)g->c.max_seqs * be_topcand_stride(cap));
+    if (!g->cands)
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    g->cand_cap = cap;
+    return 0;
+}
+
 int engine_new(struct engine **out, const struct model *m, const struct tok *t,
                const struct engine_config *c, struct cerr *e)
 {
@@ -594,7 +676,7 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->slots = malloc((size_t)T * sizeof(int32_t));
         g->out_idx = malloc((size_t)S * sizeof(int32_t));
         g->am = malloc((size_t)S * sizeof(int32_t));
-        g->can_argmax = model_can_argmax(g->m) && !getenv("CINFER_HOST_ARGMAX");
+        g->can_argmax = model_can_argmax(g->m) && !env_on("CINFER_HOST_ARGMAX");
         g->tables = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
         g->slots_swa = malloc((size_t)T * sizeof(int32_t));
         g->tables_swa = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
@@ -606,6 +688,8 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
             !g->tables_swa || !g->check_seqs_swa)
             rc = cerr_set(e, CERR_NOMEM, "out of memory");
     }
+    if (!rc)
+        rc = cands_init(g, e);
     if (!rc && build_xtc_exempt(g))
         rc = cerr_set(e, CERR_NOMEM, "out of memory");
     if (!rc) {
@@ -637,6 +721,9 @@ void engine_free(struct engine *g)
     struct ereq *r;
     while ((r = eng_q_pop(&g->in)))
         finish(g, r, ENGINE_FINISH_CANCELLED, -1);
+    if (g->cand_rows || g->full_rows)
+        log_info("engine: %ld sampled rows from candidates, %ld fetched their logits",
+                 g->cand_rows, g->full_rows);
     model_ws_free(g->ws);
     kv_pool_free(g->kv);
     kv_pool_free(g->kv_swa);
@@ -655,6 +742,7 @@ void engine_free(struct engine *g)
     free(g->tables);
     free(g->logits);
     free(g->am);
+    free(g->cands);
     free(g->cancels);
     free(g->xtc_exempt);
     free(g->check_seqs);

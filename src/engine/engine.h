@@ -97,6 +97,9 @@ struct engine_stats {
     long invariant_failures;   /* kv_pool_check failures (check_invariants) */
     /* sliding-window layers' own pool (0 when the model has none or shares the pool) */
     int swa_blocks_total, swa_blocks_free, swa_max_held;
+    /* sampled rows (not plain greedy) of steps that read candidates from the backend: taken
+     * from the candidates / that fetched their row's logits (op topcand, see engine.c) */
+    long cand_rows, cand_full_rows;
     char last_invariant_error[256];
 };
 

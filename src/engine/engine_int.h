@@ -83,6 +83,10 @@ struct engine {
     float *logits;     /* (max_seqs, n_vocab) */
     int32_t *am;       /* (max_seqs) argmax ids from the backend (steps of plain greedy rows) */
     int can_argmax;    /* the backend computes argmax (CINFER_HOST_ARGMAX=1: never use it) */
+    void *cands;       /* (max_seqs, be_topcand_stride(cand_cap)) bytes: sampling candidates
+                        * from the backend (steps with a row that can sample from them) */
+    int cand_cap;      /* 0 = never (no topcand op, CINFER_HOST_ARGMAX=1 or CINFER_HOST_SAMPLE=1) */
+    long cand_rows, full_rows; /* rows sampled from candidates / that fetched their logits */
     long preempted, steps;
     int32_t *xtc_exempt; /* EOS ids and ids whose text holds a newline */
     int n_xtc_exempt;

@@ -435,7 +435,7 @@ uint64_t sampler_seed_auto(void)
 
 /* Candidates further than this many nats below the max are ranked only when a filter needs
  * them (e^-20 = 2e-9 of the top token's probability each). */
-#define CAND_SPAN 20.0f
+#define CAND_SPAN SAMPLER_CAND_SPAN
 
 /* Independent lanes for the full-vocabulary loops: the compiler can vectorise them without
  * reordering any one sum, so results do not depend on the ISA. */
@@ -657,7 +657,8 @@ static int pop(struct pick *pk)
 }
 
 /* The filters over the ranked candidates, then the draw. Returns the id, or NEED_MORE when a
- * filter reached past the candidate set (the caller then ranks the whole vocabulary). */
+ * filter reached past the candidate set (the caller then ranks the whole vocabulary).
+ * lg = NULL: only the candidates are known; NEED_MORE also when the draw needs every logit. */
 static int32_t filter_draw(struct sampler *s, float *lg, struct pick *pk, float mx, double sum,
                            double u, int xtc)
 {
@@ -735,6 +736,8 @@ static int32_t filter_draw(struct sampler *s, float *lg, struct pick *pk, float 
                 break;
             }
         /* removed ids weigh 0: mask them in lg for the pass, then restore them */
+        if (!lg) /* candidates only: this draw needs every logit */
+            return NEED_MORE;
         for (int i = 0; i < pk->keep; i++)
             if (RANKED(pk, i).id < 0)
                 lg[-1 - RANKED(pk, i).id] = -INFINITY;
@@ -752,7 +755,7 @@ static int32_t filter_draw(struct sampler *s, float *lg, struct pick *pk, float 
             break;
         }
     if (!(fmx > -INFINITY))
-        return sampler_argmax(lg, n);
+        return lg ? sampler_argmax(lg, n) : NEED_MORE;
     double tsum = 0;
     float inv_t = 1.0f / p->temperature;
     for (int i = 0; i < nf; i++) {
@@ -816,4 +819,98 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
     if (want_lp)
         fill_logprobs(s, logits, (double)mx + log(sum), id, lp);
     return id;
+}
+
+/* ---- sampling from candidates ---- */
+
+int sampler_wants_cands(const struct sampler *s)
+{
+    const struct sampler_params *p = &s->p;
+    if (p->n_logit_bias || s->rep_w >= 0 || s->pres_w >= 0 || s->freq_w >= 0)
+        return 0;
+    int top_p_on = p->top_p > 0 && p->top_p < 1, min_p_on = p->min_p > 0;
+    int top_k_on = p->top_k > 0 && p->top_k < s->n_vocab;
+    return !(p->temperature > 0) || top_p_on || min_p_on || top_k_on;
+}
+
+int32_t sampler_sample_cands(struct sampler *s, const struct sampler_cands *c,
+                             struct sampler_logprob *lp)
+{
+    const struct sampler_params *p = &s->p;
+    int n = s->n_vocab;
+    if (!sampler_wants_cands(s))
+        return SAMPLER_NEED_FULL;
+    uint64_t step = s->step;
+    int want_lp = lp && p->top_logprobs >= 0;
+    float mx = c->mx;
+    int greedy = !(p->temperature > 0) || !isfinite(mx);
+    int k = p->top_logprobs < n ? p->top_logprobs : n;
+    if (want_lp && (!isfinite(mx) || c->nc < 0 || (c->nc < k && c->nc < n)))
+        return SAMPLER_NEED_FULL;
+    int32_t id;
+    if (greedy) {
+        id = c->argmax;
+    } else {
+        if (c->nc < 0)
+            return SAMPLER_NEED_FULL;
+        int xtc = p->xtc_probability > 0 &&
+                  sampler_uniform(p->seed, step, 1) <= (double)p->xtc_probability;
+        for (int i = 0; i < c->nc; i++) { /* ranked order is a valid heap of this order */
+            s->cands[i].logit = c->c[i].logit;
+            s->cands[i].id = c->c[i].id;
+        }
+        struct pick pk = {s->cands, c->nc, c->nc, 0, c->nc == n};
+        id = filter_draw(s, NULL, &pk, mx, c->sum, sampler_uniform(p->seed, step, 0), xtc);
+        if (id == NEED_MORE)
+            return SAMPLER_NEED_FULL;
+    }
+    if (want_lp) {
+        int j = 0;
+        while (j < c->nc && c->c[j].id != id)
+            j++;
+        if (j == c->nc) /* not reached: the id is the argmax or a drawn candidate */
+            return SAMPLER_NEED_FULL;
+        double lse = (double)mx + log(c->sum);
+        lp->id = id;
+        lp->logprob = (float)((double)c->c[j].logit - lse);
+        lp->n_top = k > SAMPLER_MAX_TOP_LOGPROBS ? SAMPLER_MAX_TOP_LOGPROBS : k;
+        for (int i = 0; i < lp->n_top; i++) {
+            lp->top_id[i] = c->c[i].id;
+            lp->top_lp[i] = (float)((double)c->c[i].logit - lse);
+        }
+    }
+    s->step++;
+    return id;
+}
+
+void sampler_cands_build(struct sampler *s, const float *logits, int cap,
+                         struct be_topcand_ent *buf, struct sampler_cands *out)
+{
+    int n = s->n_vocab;
+    float mx = max_value(logits, n);
+    out->mx = mx;
+    out->sum = exp_fill(logits, n, mx, 1.0f, s->probs);
+    out->argmax = sampler_argmax(logits, n);
+    out->nc = -1;
+    out->c = buf;
+    if (!isfinite(mx))
+        return;
+    int nc = 0;
+    for (int i = 0; i < n; i++)
+        if (logits[i] >= mx - CAND_SPAN) {
+            s->cands[nc].logit = logits[i];
+            s->cands[nc].id = i;
+            nc++;
+        }
+    if (nc > cap)
+        return;
+    for (int i = nc / 2 - 1; i >= 0; i--)
+        sift_down(s->cands, nc, i);
+    for (int i = 0, hn = nc; i < nc; i++) { /* pop in rank order */
+        buf[i].logit = s->cands[0].logit;
+        buf[i].id = s->cands[0].id;
+        s->cands[0] = s->cands[--hn];
+        sift_down(s->cands, hn, 0);
+    }
+    out->nc = nc;
 }

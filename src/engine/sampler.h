@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "util/err.h"
 
 #define SAMPLER_MAX_TOP_LOGPROBS 11
@@ -96,6 +97,47 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
 int sampler_is_plain_greedy(const struct sampler *s);
 /* Accounts one step without sampling (keeps the step counter as sampler_sample would). */
 void sampler_skip(struct sampler *s);
+
+/* ---- sampling from candidates (the backend op topcand) instead of the whole row ----
+ * A row's candidates are the ids within SAMPLER_CAND_SPAN nats of its max, ranked; the
+ * filters top_p / min_p / top_k (and XTC with one of them) only ever look at those unless
+ * they run out, so the host need not see the other ~128k logits. */
+
+/* The span the candidates must cover (the sampler ranks this far before the rest). */
+#define SAMPLER_CAND_SPAN 20.0f
+/* sampler_sample_cands could not decide from the candidates: call sampler_sample. */
+#define SAMPLER_NEED_FULL (-1)
+
+struct sampler_cands {
+    float mx;        /* the row's largest logit (NaN ignored) */
+    double sum;      /* sum over the row of e^(logit - mx) */
+    int32_t argmax;  /* the sampler_argmax of the row */
+    int nc;          /* candidates in c: every id with logit >= mx - SAMPLER_CAND_SPAN; -1 =
+                      * too many (none given) */
+    const struct be_topcand_ent *c; /* (nc) descending logit, ties by lower id */
+};
+
+/* 1 when sampler_sample_cands may answer for s, from its parameters alone: no logit_bias,
+ * no penalty, and T = 0, or T > 0 with top_p, min_p or top_k on (XTC alone, or no filter,
+ * draws over the whole vocabulary). */
+int sampler_wants_cands(const struct sampler *s);
+
+/* Samples one token as sampler_sample would on the row that c describes, when the
+ * candidates suffice: the same id (and logprobs, from lse = mx + log(sum) and the first
+ * top_logprobs candidates) as sampler_sample on the full row gives whenever that computes
+ * the same mx and sum (the engine passes the backend's, whose sum may differ in the last
+ * bits). Returns the id and advances the step, or SAMPLER_NEED_FULL without changing s
+ * when sampler_wants_cands(s) is 0, the candidates overflowed (unless T = 0 without
+ * logprobs), a filter reached past them, T > 0 with no filter, fewer than top_logprobs
+ * candidates, or logprobs of a row whose max is not finite. No allocation. */
+int32_t sampler_sample_cands(struct sampler *s, const struct sampler_cands *c,
+                             struct sampler_logprob *lp);
+
+/* Builds in *out the candidate set of a full row exactly as sampler_sample sees it (its mx,
+ * its sum, candidates in buf (cap entries), nc = -1 beyond cap): a host stand-in for the
+ * backend op, for tests. logits are not modified; uses s's scratch. */
+void sampler_cands_build(struct sampler *s, const float *logits, int cap,
+                         struct be_topcand_ent *buf, struct sampler_cands *out);
 
 /* Index of the largest value (lowest index on ties; NaN never wins). */
 int32_t sampler_argmax(const float *logits, int n);

@@ -32,6 +32,9 @@ struct model_ws {
     int32_t *d_slots_swa, *d_tables_swa;
     int swa_split; /* this step uses them */
     int32_t *d_argmax; /* (max_out) */
+    void *d_cands;     /* (max_out, be_topcand_stride(cand_cap)) bytes, or NULL */
+    int cand_cap;
+    int last_out;      /* logit rows of the last forward (model_logits_row); 0 = none */
     struct be *be;
 };
 
@@ -39,7 +42,8 @@ static void ws_release(struct model_ws *ws)
 {
     struct be *b = ws->be;
     void *bufs[] = {ws->x,  ws->xb,   ws->tmp,  ws->q,      ws->k,     ws->v,     ws->att,
-                    ws->gate, ws->up, ws->xo,   ws->logits, ws->d_ids, ws->d_argmax};
+                    ws->gate, ws->up, ws->xo,   ws->logits, ws->d_ids, ws->d_argmax,
+                    ws->d_cands};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             b->ops->free(b, bufs[i]);
@@ -82,6 +86,24 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
         return cerr_set(e, CERR_NOMEM, "out of memory for a %d-token step workspace", max_tok);
     }
     *out = ws;
+    return 0;
+}
+
+int model_ws_reserve_cands(struct model_ws *ws, int cap, struct cerr *e)
+{
+    if (cap < 1 || cap > BE_TOPCAND_CAP_MAX)
+        return cerr_set(e, CERR_INVALID, "candidate cap %d is outside [1, %d]", cap,
+                        BE_TOPCAND_CAP_MAX);
+    if (cap <= ws->cand_cap)
+        return 0;
+    struct be *b = ws->be;
+    void *p = b->ops->alloc(b, (size_t)ws->max_out * be_topcand_stride(cap));
+    if (!p)
+        return cerr_set(e, CERR_NOMEM, "out of memory for %d sampling candidates per row", cap);
+    if (ws->d_cands)
+        b->ops->free(b, ws->d_cands);
+    ws->d_cands = p;
+    ws->cand_cap = cap;
     return 0;
 }
 
@@ -256,6 +278,11 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
     for (int i = 0; i < bt->n_out; i++)
         if (bt->out_idx[i] < 0 || bt->out_idx[i] >= bt->n_tok)
             return cerr_set(e, CERR_INVALID, "output row %d is outside the batch", bt->out_idx[i]);
+    if (bt->cands && (!m->be->ops->topcand || bt->cand_cap < 1 || bt->cand_cap > ws->cand_cap))
+        return cerr_set(e, CERR_INVALID,
+                        "step asks for %d candidates per row; the workspace holds %d",
+                        bt->cand_cap, ws->cand_cap);
+    ws->last_out = 0;
     int rc = upload_batch(ws, bt, e);
     if (rc)
         return rc;
@@ -281,15 +308,37 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
     if (hp->final_softcap > 0) /* model_load checked that the backend has it */
         op->softcap(b, ws->logits, ws->logits, hp->final_softcap,
                     (int64_t)bt->n_out * hp->n_vocab);
-    if (bt->argmax && op->argmax) {
-        op->argmax(b, ws->d_argmax, ws->logits, bt->n_out, hp->n_vocab);
-        if ((rc = op->sync(b, e)))
+    if (bt->cands) { /* (n_out, stride) bytes: headers and ranked candidates */
+        op->topcand(b, ws->d_cands, ws->logits, bt->n_out, hp->n_vocab, bt->cand_span,
+                    bt->cand_cap);
+        if ((rc = op->sync(b, e)) ||
+            (rc = op->download(b, bt->cands, ws->d_cands,
+                               (size_t)bt->n_out * be_topcand_stride(bt->cand_cap), e)))
             return rc;
-        return op->download(b, bt->argmax, ws->d_argmax, (size_t)bt->n_out * 4, e);
+    } else if (bt->argmax && op->argmax) {
+        op->argmax(b, ws->d_argmax, ws->logits, bt->n_out, hp->n_vocab);
+        if ((rc = op->sync(b, e)) ||
+            (rc = op->download(b, bt->argmax, ws->d_argmax, (size_t)bt->n_out * 4, e)))
+            return rc;
+    } else {
+        if ((rc = op->sync(b, e)) ||
+            (rc = op->download(b, logits, ws->logits, (size_t)bt->n_out * hp->n_vocab * 4, e)))
+            return rc;
     }
-    if ((rc = op->sync(b, e)))
-        return rc;
-    return op->download(b, logits, ws->logits, (size_t)bt->n_out * hp->n_vocab * 4, e);
+    ws->last_out = bt->n_out;
+    return 0;
+}
+
+int model_logits_row(const struct model *m, struct model_ws *ws, int row, float *dst,
+                     struct cerr *e)
+{
+    if (row < 0 || row >= ws->last_out)
+        return cerr_set(e, CERR_INVALID, "logit row %d is not in the last step (%d rows)", row,
+                        ws->last_out);
+    size_t V = (size_t)m->hp.n_vocab;
+    return m->be->ops->download(m->be, dst, ws->logits + (size_t)row * V, V * 4, e);
 }
 
 int model_can_argmax(const struct model *m) { return m->be->ops->argmax != NULL; }
+
+int model_can_topcand(const struct model *m) { return m->be->ops->topcand != NULL; }

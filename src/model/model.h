@@ -109,6 +109,14 @@ struct model_batch {
     /* Non-NULL (host, n_out) and model_can_argmax(): the step writes each output row's
      * argmax id here (computed by the backend) and downloads no logits (logits may be NULL). */
     int32_t *argmax;
+    /* Non-NULL (host, n_out * be_topcand_stride(cand_cap) bytes) and model_can_topcand():
+     * the step writes each output row's sampling candidates here (the backend op topcand
+     * with cand_span and cand_cap <= the workspace's, see model_ws_reserve_cands) and
+     * downloads no logits; takes precedence over argmax. The step's device logits stay
+     * readable with model_logits_row until the next forward. */
+    void *cands;
+    int cand_cap;
+    float cand_span;
 };
 
 /* Per-engine workspace: activation buffers for steps of up to max_tok tokens, max_out
@@ -117,6 +125,10 @@ struct model_ws;
 int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int max_out,
                  int max_seq, int max_blocks, struct cerr *e);
 void model_ws_free(struct model_ws *ws);
+/* Sizes the workspace's device buffer for model_batch.cands of up to cap candidates per row
+ * (1 <= cap <= BE_TOPCAND_CAP_MAX); call once after model_ws_new (a later larger cap
+ * reallocates). Returns 0, CERR_INVALID or CERR_NOMEM. */
+int model_ws_reserve_cands(struct model_ws *ws, int cap, struct cerr *e);
 
 /* Runs the forward for one step and writes logits (n_out, n_vocab) to host memory.
  * Returns 0, or an error when the batch exceeds the workspace or the backend failed. */
@@ -125,6 +137,14 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
 
 /* 1 when the backend computes argmax ids itself (model_batch.argmax is honoured). */
 int model_can_argmax(const struct model *m);
+/* 1 when the backend computes sampling candidates (model_batch.cands is honoured). */
+int model_can_topcand(const struct model *m);
+/* Copies output row `row` (0 <= row < n_out) of the last successful model_forward's logits
+ * (n_vocab floats) to host dst: the device logits stay intact until the next forward, so a
+ * step that downloaded only argmax ids or candidates can still fetch a row it needs whole.
+ * Engine thread only. Returns 0, CERR_INVALID (no such row) or the backend's error. */
+int model_logits_row(const struct model *m, struct model_ws *ws, int row, float *dst,
+                     struct cerr *e);
 
 const char *model_arch_name(int arch);
 

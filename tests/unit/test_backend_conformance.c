@@ -559,6 +559,150 @@ static void test_argmax(void)
     free(x);
 }
 
+/* ---- topcand: the sampling candidates of a row (backend.h) ---- */
+
+static int tc_cmp(const void *pa, const void *pb)
+{
+    const struct be_topcand_ent *a = pa, *b = pb;
+    if (a->logit != b->logit)
+        return a->logit > b->logit ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* The straightforward reference of one row: returns the header, fills ent (n entries). */
+static struct be_topcand_hdr tc_ref(const float *x, int n, float span, int cap,
+                                    struct be_topcand_ent *ent, double *sum_exact)
+{
+    struct be_topcand_hdr h = {.argmax = host_argmax(x, n), .nc = -1};
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (x[i] > mx)
+            mx = x[i];
+    h.mx = mx;
+    *sum_exact = 0;
+    if (!isfinite(mx))
+        return h;
+    int nc = 0;
+    for (int i = 0; i < n; i++) {
+        if (x[i] == x[i])
+            *sum_exact += exp((double)x[i] - (double)mx);
+        if (x[i] >= mx - span)
+            ent[nc].logit = x[i], ent[nc].id = i, nc++;
+    }
+    h.sum = (float)*sum_exact;
+    if (nc > cap)
+        return h;
+    qsort(ent, (size_t)nc, sizeof *ent, tc_cmp);
+    h.nc = nc;
+    return h;
+}
+
+/* Row kinds of the topcand test: n values far below 0, a max of 0 at a random place, then
+ * `hot` values within the span (with ties, -0/+0, a NaN), or the special rows. */
+static void tc_row(float *x, int n, int kind, int hot, float span)
+{
+    for (int i = 0; i < n; i++)
+        x[i] = -2.0f * span - 10.0f + rng_f() * 5.0f;
+    int at = (int)(rng_u64() % (uint64_t)n);
+    switch (kind) {
+    case 0: /* hot values, quantized so that many tie; one at exactly mx - span, one just below */
+        for (int j = 0; j < hot; j++)
+            x[rng_u64() % (uint64_t)n] = -(float)(rng_u64() % 40) * (span / 40.0f);
+        x[at] = 0.0f;
+        x[(at + 1) % n] = -span;
+        x[(at + 2) % n] = nextafterf(-span, -INFINITY);
+        x[(at + 3) % n] = -0.0f; /* equal to the max: ranked by id with it */
+        x[(at + 4) % n] = NAN;
+        break;
+    case 1: /* exactly `hot` candidates, distinct */
+        for (int j = 0; j < hot; j++)
+            x[(at + j) % n] = -(float)j * (span / (float)(hot + 1));
+        break;
+    case 2: for (int i = 0; i < n; i++) x[i] = -INFINITY; break;
+    case 3: for (int i = 0; i < n; i++) x[i] = NAN; break;
+    case 4: x[at] = INFINITY; break;
+    default: /* -inf and NaN mixed with finite values, the max tied twice */
+        for (int i = 0; i < n; i += 7)
+            x[i] = i % 2 ? -INFINITY : NAN;
+        x[at] = 3.0f, x[(at + n / 2) % n] = 3.0f;
+        break;
+    }
+}
+
+static void test_topcand(void)
+{
+    const float span = 20.0f;
+    struct tcase { int n, rows, cap; } cases[] = {{5000, 9, 64}, {128256, 3, 4096}, {37, 4, 5}};
+    int ran = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int n = cases[ci].n, rows = cases[ci].rows, cap = cases[ci].cap;
+        size_t stride = be_topcand_stride(cap);
+        float *x = malloc(sizeof(float) * (size_t)rows * n);
+        struct be_topcand_ent *ref = malloc(sizeof *ref * (size_t)n);
+        char *want = calloc((size_t)rows, stride), *got = calloc((size_t)rows, stride);
+        char *alone = calloc(1, stride);
+        rng_seed(900 + ci);
+        /* kinds: mixed hot, exactly cap, cap + 1, -inf, NaN, +inf, mixed, mixed, few hot */
+        int kind[9] = {0, 1, 1, 2, 3, 4, 5, 0, 0}, hot[9] = {40, cap, cap + 1, 0, 0, 0, 0, 3, 0};
+        if (n == 128256)
+            kind[0] = 1, hot[0] = cap, kind[1] = 0, hot[1] = 3000, kind[2] = 1, hot[2] = cap + 1;
+        for (int r = 0; r < rows; r++)
+            tc_row(x + (size_t)r * n, n, kind[r], hot[r] < n ? hot[r] : n, span);
+        /* the CPU reference op against the straightforward loops */
+        int nc_seen[4] = {0}; /* overflow, exactly cap, some, other */
+        for (int r = 0; r < rows; r++) {
+            double sx;
+            struct be_topcand_hdr h = tc_ref(x + (size_t)r * n, n, span, cap, ref, &sx);
+            struct be_topcand_hdr *w = (struct be_topcand_hdr *)(want + (size_t)r * stride);
+            g.ref->ops->topcand(g.ref, w, x + (size_t)r * n, 1, n, span, cap);
+            CHECK_MSG(memcmp(&w->mx, &h.mx, 4) == 0 && w->argmax == h.argmax && w->nc == h.nc,
+                      "n %d row %d: mx %g argmax %d nc %d, want %g %d %d", n, r, w->mx,
+                      w->argmax, w->nc, h.mx, h.argmax, h.nc);
+            CHECK_MSG(fabs(w->sum - sx) <= 1e-6 * sx, "n %d row %d: sum %.9g, want %.9g", n, r,
+                      w->sum, sx);
+            if (w->nc == h.nc && h.nc > 0)
+                CHECK_MSG(memcmp(w + 1, ref, (size_t)h.nc * sizeof *ref) == 0,
+                          "n %d row %d: candidates differ", n, r);
+            nc_seen[h.nc < 0 ? 0 : h.nc == cap ? 1 : h.nc > 0 ? 2 : 3]++;
+        }
+        CHECK(nc_seen[0] >= 1 && nc_seen[1] >= 1);
+        if (n == 5000)
+            CHECK(nc_seen[2] >= 2); /* the hot rows: ties, the span's edge, -0 */
+        for (int bi = 0; bi < N_BACKENDS; bi++) {
+            struct be *b = g.cand[bi][0];
+            if (!b || !b->ops->topcand)
+                continue;
+            ran++;
+            float *dx = dev_from(b, x, sizeof(float) * (size_t)rows * n);
+            void *dout = dev_from(b, NULL, (size_t)rows * stride);
+            b->ops->topcand(b, dout, dx, rows, n, span, cap);
+            host_from(b, got, dout, (size_t)rows * stride);
+            for (int r = 0; r < rows; r++) {
+                const struct be_topcand_hdr *w = (void *)(want + (size_t)r * stride);
+                const struct be_topcand_hdr *h = (void *)(got + (size_t)r * stride);
+                CHECK_MSG(memcmp(&h->mx, &w->mx, 4) == 0 && h->argmax == w->argmax &&
+                              h->nc == w->nc,
+                          "%s n %d row %d: mx %g argmax %d nc %d, want %g %d %d", g_backends[bi],
+                          n, r, h->mx, h->argmax, h->nc, w->mx, w->argmax, w->nc);
+                CHECK_MSG(fabsf(h->sum - w->sum) <= 1e-5f * w->sum, "%s n %d row %d: sum %.9g, "
+                          "want %.9g", g_backends[bi], n, r, h->sum, w->sum);
+                if (h->nc == w->nc && w->nc > 0)
+                    CHECK_MSG(memcmp(h + 1, w + 1, (size_t)w->nc * sizeof *ref) == 0,
+                              "%s n %d row %d: candidates differ", g_backends[bi], n, r);
+                /* batch invariance: the row alone gives the same bytes */
+                b->ops->topcand(b, dout, dx + (size_t)r * n, 1, n, span, cap);
+                host_from(b, alone, dout, stride);
+                size_t used = sizeof *h + (size_t)(h->nc > 0 ? h->nc : 0) * sizeof *ref;
+                CHECK_MSG(memcmp(alone, h, used) == 0, "%s n %d row %d: alone differs from "
+                          "batched", g_backends[bi], n, r);
+            }
+            b->ops->free(b, dx), b->ops->free(b, dout);
+        }
+        free(x), free(ref), free(want), free(got), free(alone);
+    }
+    CHECK(ran > 0);
+}
+
 static void test_get_rows(void)
 {
     for (int ti = 0; ti < N_WTYPES; ti++) {
@@ -1267,6 +1411,7 @@ int main(void)
     RUN(test_matmul_batch_invariance);
     RUN(test_matmul_fused);
     RUN(test_argmax);
+    RUN(test_topcand);
     RUN(test_get_rows);
     RUN(test_attention);
     RUN(test_kv_store);

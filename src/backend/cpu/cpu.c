@@ -6,6 +6,7 @@
  */
 #include "backend/cpu/cpu.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -149,6 +150,84 @@ static void cpu_argmax(struct be *b, int32_t *out, const float *x, int rows, int
     }
 }
 
+/* a ranks before b: larger logit, then lower id (-0 == +0; no NaN among candidates) */
+static int tc_before(const struct be_topcand_ent *a, const struct be_topcand_ent *b)
+{
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static void tc_sift(struct be_topcand_ent *h, int n, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && tc_before(&h[m], &h[l]))
+            m = l;
+        if (r < n && tc_before(&h[m], &h[r]))
+            m = r;
+        if (m == i)
+            return;
+        struct be_topcand_ent t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+/* Heapsort into rank order (a heap whose root ranks last, popped to the end): in place, no
+ * allocation. The order is total, so the result does not depend on the input order. */
+static void tc_sort(struct be_topcand_ent *c, int n)
+{
+    for (int i = n / 2 - 1; i >= 0; i--)
+        tc_sift(c, n, i);
+    for (int end = n - 1; end > 0; end--) {
+        struct be_topcand_ent t = c[0];
+        c[0] = c[end];
+        c[end] = t;
+        tc_sift(c, end, 0);
+    }
+}
+
+/* The reference topcand (backend.h): sum in double in index order, rounded to float. */
+static void cpu_topcand(struct be *b, void *out, const float *x, int rows, int n, float span,
+                        int cap)
+{
+    (void)b;
+    size_t stride = be_topcand_stride(cap);
+    for (int r = 0; r < rows; r++) {
+        const float *v = x + (size_t)r * n;
+        struct be_topcand_hdr *h = (struct be_topcand_hdr *)((char *)out + (size_t)r * stride);
+        struct be_topcand_ent *c = (struct be_topcand_ent *)(h + 1);
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (v[i] == v[i] && (best < 0 || v[i] > v[best]))
+                best = i;
+        float mx = best < 0 ? -INFINITY : v[best];
+        h->mx = mx;
+        h->argmax = best < 0 ? 0 : best;
+        h->sum = 0;
+        h->nc = -1;
+        if (!isfinite(mx))
+            continue;
+        float cut = mx - span;
+        double sum = 0;
+        int nc = 0;
+        for (int i = 0; i < n; i++) {
+            if (v[i] == v[i]) /* NaN adds nothing and is never a candidate */
+                sum += (double)expf(v[i] - mx);
+            nc += v[i] >= cut;
+        }
+        h->sum = (float)sum;
+        if (nc > cap)
+            continue;
+        nc = 0;
+        for (int i = 0; i < n; i++)
+            if (v[i] >= cut)
+                c[nc].logit = v[i], c[nc++].id = i;
+        tc_sort(c, nc);
+        h->nc = nc;
+    }
+}
+
 static void cpu_destroy(struct be *b)
 {
     struct cpu_be *cb = cpu_be(b);
@@ -178,6 +257,7 @@ static const struct be_ops g_cpu_ops = {
     .scale = cpu_scale,
     .softcap = cpu_softcap,
     .argmax = cpu_argmax,
+    .topcand = cpu_topcand,
 };
 
 struct be *be_cpu_new(const struct be_config *cfg, struct cerr *e)

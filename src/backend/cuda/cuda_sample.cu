@@ -1,5 +1,7 @@
 /* cuda_sample.cu — sampling helpers on the device: argmax of logit rows (the optional op
- * argmax), so a greedy step copies back one id per row instead of the whole vocabulary.
+ * argmax), so a greedy step copies back one id per row instead of the whole vocabulary, and
+ * the sampling candidates of a row (the optional op topcand: max, sum of e^(x - max), argmax
+ * and the ids within a span of the max, ranked), so a sampled step copies back a few KB.
  * One block per row; ties go to the lowest index and NaN never wins, as sampler_argmax.
  */
 #include <math.h>
@@ -58,4 +60,138 @@ void cu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n)
         return;
     cu_launch(cb, k_argmax, dim3((unsigned)rows), dim3(AM_THREADS), 0, out, x, n);
     cu_after_launch(cb, "argmax");
+}
+
+/* ---- topcand (backend.h): three passes over the row, one block per row ----
+ * 1. max and argmax (the argmax rule above);
+ * 2. sum of e^(x - mx): each thread adds its elements i = tid, tid + TC_THREADS, ... in
+ *    order, then a warp butterfly and one over the warps: a fixed order that depends only
+ *    on n; the same pass counts the candidates (x >= mx - span) and, while they fit, puts
+ *    (rank key, id) into shared memory (a slot per candidate, warp-aggregated);
+ * 3. when there are at most cap: a bitonic sort of the keys (a total order: descending
+ *    value, then ascending id), and the ranked (logit, id) pairs are written out. */
+
+enum { TC_THREADS = 1024 };
+
+/* Ascending-order key of a float's value (-0 maps to +0's key), inverted: ascending keys
+ * give descending values. */
+__device__ __forceinline__ uint32_t tc_desc_key(float v)
+{
+    uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+    uint32_t asc = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ~asc;
+}
+
+__global__ void __launch_bounds__(TC_THREADS)
+    k_topcand(char *out, const float *x, int n, float span, int cap, size_t stride)
+{
+    extern __shared__ unsigned long long tc_keys[]; /* (pow2 >= cap) */
+    __shared__ float sv[TC_THREADS / 32];
+    __shared__ int si[TC_THREADS / 32];
+    __shared__ float s_mx;
+    __shared__ int s_am, s_cnt;
+    cu_pdl_wait();
+    const float *r = x + (size_t)blockIdx.x * n;
+    struct be_topcand_hdr *h = (struct be_topcand_hdr *)(out + (size_t)blockIdx.x * stride);
+    struct be_topcand_ent *c = (struct be_topcand_ent *)(h + 1);
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = tid; i < n; i += TC_THREADS) {
+        float v = r[i];
+        if (am_better(v, i, bv, bi))
+            bv = v, bi = i;
+    }
+    am_warp(bv, bi);
+    if (lane == 0)
+        sv[warp] = bv, si[warp] = bi;
+    if (tid == 0)
+        s_cnt = 0;
+    __syncthreads();
+    if (warp == 0) {
+        bv = sv[lane], bi = si[lane];
+        am_warp(bv, bi);
+        if (lane == 0)
+            s_mx = bv, s_am = bi == 0x7fffffff ? 0 : bi;
+    }
+    __syncthreads();
+    float mx = s_mx;
+    if (!isfinite(mx)) {
+        if (tid == 0)
+            h->mx = mx, h->sum = 0.0f, h->argmax = s_am, h->nc = -1;
+        return;
+    }
+    float cut = __fsub_rn(mx, span);
+
+    float sum = 0.0f;
+    for (int i0 = 0; i0 < n; i0 += TC_THREADS) { /* warp-uniform trip count */
+        int i = i0 + tid;
+        float v = i < n ? r[i] : __int_as_float(0x7fc00000); /* NaN: neither term nor candidate */
+        if (v == v)
+            sum = __fadd_rn(sum, expf(__fsub_rn(v, mx)));
+        bool cand = v >= cut;
+        unsigned m = __ballot_sync(0xffffffffu, cand);
+        if (!m)
+            continue;
+        int base = 0;
+        if (lane == 0)
+            base = atomicAdd(&s_cnt, __popc(m));
+        base = __shfl_sync(0xffffffffu, base, 0);
+        int slot = base + __popc(m & ((1u << lane) - 1u));
+        if (cand && slot < cap)
+            tc_keys[slot] = ((unsigned long long)tc_desc_key(v) << 32) | (uint32_t)i;
+    }
+    sum = cu_warp_sum(sum);
+    __syncthreads(); /* s_cnt final; sv free again */
+    if (lane == 0)
+        sv[warp] = sum;
+    __syncthreads();
+    int nc = s_cnt;
+    if (warp == 0) {
+        float t = cu_warp_sum(sv[lane]);
+        if (lane == 0)
+            h->mx = mx, h->sum = t, h->argmax = s_am, h->nc = nc <= cap ? nc : -1;
+    }
+    if (nc > cap)
+        return;
+
+    int p2 = 1;
+    while (p2 < nc)
+        p2 <<= 1;
+    for (int i = nc + tid; i < p2; i += TC_THREADS)
+        tc_keys[i] = ~0ull;
+    __syncthreads();
+    for (int k = 2; k <= p2; k <<= 1)
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int t = tid; t < p2 / 2; t += TC_THREADS) {
+                int a = (t / j) * 2 * j + (t % j), bq = a + j;
+                unsigned long long ka = tc_keys[a], kb = tc_keys[bq];
+                if ((ka > kb) == ((a & k) == 0))
+                    tc_keys[a] = kb, tc_keys[bq] = ka;
+            }
+            __syncthreads();
+        }
+    for (int j = tid; j < nc; j += TC_THREADS) {
+        int id = (int)(uint32_t)tc_keys[j];
+        c[j].logit = r[id];
+        c[j].id = id;
+    }
+}
+
+void cu_topcand(struct be *b, void *out, const float *x, int rows, int n, float span, int cap)
+{
+    struct cu_be *cb = cu_be(b);
+    if (rows <= 0 || n <= 0 || cap < 1 || cap > BE_TOPCAND_CAP_MAX)
+        return;
+    /* not a recorded op (cuda_graph.cu): run what is pending, then launch plainly */
+    cu_flush(cb);
+    cb->last_kernel = 0;
+    int p2 = 1;
+    while (p2 < cap)
+        p2 <<= 1;
+    cu_launch(cb, k_topcand, dim3((unsigned)rows), dim3(TC_THREADS),
+              (size_t)p2 * sizeof(unsigned long long), (char *)out, x, n, span, cap,
+              be_topcand_stride(cap));
+    cu_after_launch(cb, "topcand");
 }
