@@ -5,11 +5,15 @@ For each model directory: a 12-token prompt, cinfer_gpu_bench's greedy 64 tokens
 logits (F32 KV cache), transformers' greedy 64 tokens in float32 on the same bf16 weights
 (the reference: same weights, no activation rounding) and in bf16 (as shipped), and the
 reference logits of every position on cinfer's sequence (teacher forcing).
-Two runs per model: CINFER_CUDA_PRECISE=1 (prefill GEMMs on hi+lo bf16 parts, about
-float precision): all logits within 2e-3 x max|logit| of the float32 reference; default
-(prefill GEMM inputs rounded to bf16, as transformers' bf16 does): within 3e-2 x
-max|logit|. Greedy ids must equal the float32 reference's, except that a divergence at a
-step whose reference top-2 gap is within twice the tolerance counts as a near-tie.
+Two runs per model. CINFER_CUDA_PRECISE=1 (matmul inputs split into hi + lo bf16 parts,
+about float precision): all logits within 2e-3 x max|logit| of the float32 reference, and
+the 64 greedy ids equal the float32 reference's, except that a divergence at a step whose
+reference top-2 gap is within twice the tolerance counts as a near-tie. Default (matmul
+inputs rounded to bf16, as transformers' bf16 does): the bf16 tolerance is transformers'
+own bf16 error, i.e. cinfer's logits must be no further from the float32 reference than
+transformers in bf16 is on the same sequence (max abs error over the same positions); the
+greedy ids are reported (bf16 rounding moves near-ties, for transformers too) but not
+required.
 
   parity.py BENCH_BIN MODEL_DIR... > parity.json
 """
@@ -25,7 +29,7 @@ import os
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 BACKEND = os.environ.get("CINFER_BACKEND", "cuda")
 N_GEN = 64
-DEC_TOL, PRE_TOL = 2e-3, 3e-2
+DEC_TOL = 2e-3
 
 
 def hf_greedy(model, prompt, n):
@@ -63,11 +67,14 @@ def one(binp, d):
     res = {"model": d.rstrip("/").split("/")[-1], "arch": cfg["model_type"], "prompt": prompt,
            "min_top2_gap_fp32": min(gaps), "fp32_ref_ids": ids32}
     ok = True
-    for mode, tol_p, tol_d in (("precise", DEC_TOL, DEC_TOL), ("default", PRE_TOL, PRE_TOL)):
+    for mode, tol_p, tol_d in (("precise", DEC_TOL, DEC_TOL), ("default", None, None)):
         c = run_cinfer(binp, d, prompt, mode == "precise")
         seq = prompt + c["ids"]
         with torch.no_grad():
             ref = m32(torch.tensor([seq], device=DEV)).logits[0].float().cpu()
+        with torch.no_grad():  # transformers bf16 on the same sequence: its own error
+            refbf = mbf(torch.tensor([seq], device=DEV)).logits[0].float().cpu()
+        e_bf = float((refbf[:len(prompt) + N_GEN] - ref[:len(prompt) + N_GEN]).abs().max())
         pl, sl = torch.tensor(c["prompt_logits"]), torch.tensor(c["step_logits"])
         ref_p, ref_s = ref[:len(prompt)], ref[len(prompt):len(prompt) + N_GEN]
         scale = float(ref.abs().max())
@@ -75,16 +82,21 @@ def one(binp, d):
         e_dec = float((sl - ref_s).abs().max())
         first = next((i for i in range(N_GEN) if ids32[i] != c["ids"][i]), N_GEN)
         # a divergence is excused only at a near-tie of the reference (gap within tolerance)
-        excused = first < N_GEN and gaps[first] <= 2 * tol_d * scale
+        excused = first < N_GEN and tol_d is not None and gaps[first] <= 2 * tol_d * scale
         r = {"greedy_equal_fp32_ref": first == N_GEN, "first_diff_fp32": first,
              "gap_at_first_diff": gaps[first] if first < N_GEN else None,
              "agree_prefix_bf16_hf": next((i for i in range(N_GEN) if idsbf[i] != c["ids"][i]),
                                           N_GEN),
              "max_abs_logit": scale, "prompt_logits_max_err": e_pre,
-             "decode_logits_max_err": e_dec, "tol_abs": tol_p * scale,
+             "decode_logits_max_err": e_dec, "tol_abs": tol_p * scale if tol_p else None,
+             "hf_bf16_logits_max_err": e_bf,
              "ids": c["ids"]}
-        r["pass"] = e_pre <= tol_p * scale and e_dec <= tol_d * scale and (
-            first == N_GEN or excused)
+        if mode == "precise":
+            r["pass"] = e_pre <= tol_p * scale and e_dec <= tol_d * scale and (
+                first == N_GEN or excused)
+        else:
+            r["tol_abs"] = e_bf
+            r["pass"] = e_pre <= e_bf and e_dec <= e_bf
         ok = ok and r["pass"]
         res[mode] = r
     res["pass"] = ok
@@ -93,7 +105,7 @@ def one(binp, d):
 
 def main():
     binp, dirs = sys.argv[1], sys.argv[2:]
-    out = {"tolerances": {"decode_rel": DEC_TOL, "prompt_rel": PRE_TOL},
+    out = {"tolerances": {"precise_rel": DEC_TOL, "default": "transformers bf16 error"},
            "transformers": transformers.__version__, "torch": torch.__version__, "models": []}
     for d in dirs:
         try:

@@ -384,11 +384,7 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
     if (cb->sg_split < 0 || cb->sg_split > 16)
         cb->sg_split = 2;
     const char *sp = getenv("CINFER_CUDA_SKINNY_PRECISE");
-    cb->sg_precise = !(sp && !strcmp(sp, "0"));
-    const char *se = getenv("CINFER_CUDA_SG_EARLY");
-    cb->sg_early = se && *se ? atoi(se) : 2;
-    if (cb->sg_early < 0 || cb->sg_early > 2)
-        cb->sg_early = 2;
+    cb->sg_precise = sp && !strcmp(sp, "1");
     const char *sk = getenv("CINFER_CUDA_SKINNY_MAX");
     cb->sg_max_n = sk && *sk ? atoi(sk) : SG_MAX_N;
     if (cb->sg_max_n < 0 || cb->sg_max_n > SG_MAX_N)

@@ -49,9 +49,8 @@ struct cu_be {
     int pdl;            /* launch the decode kernels with programmatic dependent launch */
     int sg_split;       /* skinny matmul splits K over blocks until tiles x splits reaches
                          * sg_split blocks per SM (CINFER_CUDA_SKINNY_SPLIT=N, 0: never) */
-    int sg_precise;     /* skinny matmul x as hi + lo 16-bit parts (CINFER_CUDA_SKINNY_PRECISE) */
-    int sg_early;       /* skinny matmul weight loads before the PDL wait: 0 none, 1 the first
-                         * group, 2 that and an L2 prefetch of the rest (CINFER_CUDA_SG_EARLY) */
+    int sg_precise;     /* skinny matmul x as hi + lo 16-bit parts (CINFER_CUDA_SKINNY_PRECISE=1;
+                         * CINFER_CUDA_PRECISE=1 implies it) */
     int sg_norm;        /* skinny q/k/v may fuse the RMSNorm (CINFER_CUDA_FUSE_NORM=0: no) */
     unsigned scratch_epoch; /* bumped when a scratch buffer moves: cached graphs are stale */
     int last_kernel;    /* the last op queued on the stream was a kernel (PDL may follow it;

@@ -1,0 +1,345 @@
+/* gemv_bench.cu — design experiments for the decode projection (y = x W^T, BF16 W, 1-8 rows
+ * of x): variants of the skinny mma kernel (warps per block, chunks in flight, one or two
+ * accumulator chains, hi+lo x) and a plain FMA warp-per-row kernel, against cuBLAS, on the
+ * l1b/l8b shapes. Not a test and not linked into cinfer: a standalone program.
+ *
+ * Each variant runs as a CUDA graph of R launches over NB distinct weight copies (>= 256 MB
+ * together, so W comes from HBM, not L2); it prints microseconds per call and weight GB/s.
+ *
+ * Build and run (on the GPU machine):
+ *   nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/gemv_bench bench/gpu/gemv_bench.cu -lcublas
+ *   /tmp/gemv_bench [n]
+ */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <math.h>
+#include <vector>
+
+#define CK(x)                                                                                  \
+    do {                                                                                       \
+        cudaError_t e_ = (x);                                                                  \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));         \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+__device__ __forceinline__ uint32_t pk(float a, float b)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *(uint32_t *)&h;
+}
+__device__ __forceinline__ float lo16(uint32_t v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float hi16(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
+
+__device__ __forceinline__ void mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                    uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* The skinny mma kernel (PLAIN, n <= 8): block = NW warps on one 16-row tile, warp w takes
+ * chunks w, w + NW, ...; U chunks in flight; ACC = 2 keeps two accumulator chains (the two
+ * mma halves of a chunk), P = x as hi + lo. */
+template <int NW, int U, int ACC, int P>
+__global__ void __launch_bounds__(NW * 32) k_mma(float *y, const uint16_t *W, const float *x,
+                                                 int n, int M, int K)
+{
+    __shared__ float red[NW][4 * ACC][32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int row0 = blockIdx.x * 16;
+    const uint4 *w0 = (const uint4 *)(W + (size_t)(row0 + g) * K) + tq;
+    const uint4 *w1 = (const uint4 *)(W + (size_t)(row0 + g + 8) * K) + tq;
+    const bool ok = g < n;
+    const float4 *xr = (const float4 *)(x + (size_t)(ok ? g : n - 1) * K) + 2 * tq;
+    float acc[ACC][4] = {};
+    const int nc = K / 32;
+    int c = warp;
+    for (; c + (U - 1) * NW < nc; c += U * NW) {
+        uint4 a0[U], a1[U];
+        float4 xb[U][2];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            a0[u] = __ldg(w0 + (c + u * NW) * 4);
+            a1[u] = __ldg(w1 + (c + u * NW) * 4);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            xb[u][0] = __ldg(xr + (c + u * NW) * 8);
+            xb[u][1] = __ldg(xr + (c + u * NW) * 8 + 1);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float xv[8] = {xb[u][0].x, xb[u][0].y, xb[u][0].z, xb[u][0].w,
+                           xb[u][1].x, xb[u][1].y, xb[u][1].z, xb[u][1].w};
+            uint32_t bh[4], bl[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                bh[j] = ok ? pk(xv[2 * j], xv[2 * j + 1]) : 0u;
+                if (P)
+                    bl[j] = pk(xv[2 * j] - lo16(bh[j]), xv[2 * j + 1] - hi16(bh[j]));
+            }
+            mma(acc[0], a0[u].x, a1[u].x, a0[u].y, a1[u].y, bh[0], bh[1]);
+            mma(acc[ACC - 1], a0[u].z, a1[u].z, a0[u].w, a1[u].w, bh[2], bh[3]);
+            if (P) {
+                mma(acc[0], a0[u].x, a1[u].x, a0[u].y, a1[u].y, bl[0], bl[1]);
+                mma(acc[ACC - 1], a0[u].z, a1[u].z, a0[u].w, a1[u].w, bl[2], bl[3]);
+            }
+        }
+    }
+    for (; c < nc; c += NW) {
+        uint4 a0 = __ldg(w0 + c * 4), a1 = __ldg(w1 + c * 4);
+        float4 xa = __ldg(xr + c * 8), xc = __ldg(xr + c * 8 + 1);
+        float xv[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
+        uint32_t bh[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            bh[j] = ok ? pk(xv[2 * j], xv[2 * j + 1]) : 0u;
+        mma(acc[0], a0.x, a1.x, a0.y, a1.y, bh[0], bh[1]);
+        mma(acc[ACC - 1], a0.z, a1.z, a0.w, a1.w, bh[2], bh[3]);
+    }
+#pragma unroll
+    for (int a = 0; a < ACC; a++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            red[warp][a * 4 + i][lane] = acc[a][i];
+    __syncthreads();
+    if (warp)
+        return;
+    float r[4] = {};
+    for (int w = 0; w < NW; w++)
+#pragma unroll
+        for (int a = 0; a < ACC; a++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                r[i] += red[w][a * 4 + i][lane];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int col = 2 * tq + (i & 1), row = row0 + g + (i >> 1) * 8;
+        if (col < n)
+            y[(size_t)col * M + row] = r[i];
+    }
+}
+
+/* FMA kernel: each warp owns R rows over all of K; lane l reads 16 bytes at l*16 of each
+ * 512-byte segment (coalesced), U segments in flight; n x rows (<= NX) from L1. */
+template <int R, int U, int NX>
+__global__ void __launch_bounds__(256) k_fma(float *y, const uint16_t *W, const float *x, int n,
+                                             int M, int K)
+{
+    const int warp = (blockIdx.x * 8) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    const int r0 = warp * R;
+    if (r0 >= M)
+        return;
+    float acc[R][NX] = {};
+    const int ns = K / 256; /* 256 elements per segment */
+    int s = 0;
+    for (; s + U <= ns; s += U) {
+        uint4 wv[U][R];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                wv[u][r] = __ldg((const uint4 *)(W + (size_t)(r0 + r) * K + (s + u) * 256) + lane);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+#pragma unroll
+            for (int j = 0; j < NX; j++) {
+                if (j >= n)
+                    break;
+                const float4 *xp = (const float4 *)(x + (size_t)j * K + (s + u) * 256) + 2 * lane;
+                float4 xa = __ldg(xp), xb = __ldg(xp + 1);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    uint4 v = wv[u][r];
+                    float t = acc[r][j];
+                    t = fmaf(lo16(v.x), xa.x, t);
+                    t = fmaf(hi16(v.x), xa.y, t);
+                    t = fmaf(lo16(v.y), xa.z, t);
+                    t = fmaf(hi16(v.y), xa.w, t);
+                    t = fmaf(lo16(v.z), xb.x, t);
+                    t = fmaf(hi16(v.z), xb.y, t);
+                    t = fmaf(lo16(v.w), xb.z, t);
+                    t = fmaf(hi16(v.w), xb.w, t);
+                    acc[r][j] = t;
+                }
+            }
+        }
+    }
+    /* (K % (256 U) tails are left out here: every shape below is a multiple) */
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int j = 0; j < NX; j++) {
+            float t = acc[r][j];
+#pragma unroll
+            for (int o = 16; o; o >>= 1)
+                t += __shfl_xor_sync(0xffffffffu, t, o);
+            if (lane == 0 && j < n)
+                y[(size_t)j * M + r0 + r] = t;
+        }
+}
+
+__global__ void k_tobf(__nv_bfloat16 *o, const float *x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        o[i] = __float2bfloat16_rn(x[i]);
+}
+
+struct shape {
+    const char *name;
+    int M, K;
+};
+
+typedef void (*launch_fn)(cudaStream_t, float *, const uint16_t *, const float *, int, int, int);
+
+template <int NW, int U, int ACC, int P>
+static void l_mma(cudaStream_t st, float *y, const uint16_t *W, const float *x, int n, int M, int K)
+{
+    k_mma<NW, U, ACC, P><<<M / 16, NW * 32, 0, st>>>(y, W, x, n, M, K);
+}
+template <int R, int U, int NX>
+static void l_fma(cudaStream_t st, float *y, const uint16_t *W, const float *x, int n, int M, int K)
+{
+    int warps = M / R;
+    k_fma<R, U, NX><<<(warps + 7) / 8, 256, 0, st>>>(y, W, x, n, M, K);
+}
+
+static cublasHandle_t g_blas;
+static __nv_bfloat16 *g_xb;
+static void l_cublas(cudaStream_t st, float *y, const uint16_t *W, const float *x, int n, int M,
+                     int K)
+{
+    (void)x;
+    const float one = 1.0f, zero = 0.0f;
+    cublasSetStream(g_blas, st);
+    cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, M, n, K, &one, W, CUDA_R_16BF, K, g_xb,
+                 CUDA_R_16BF, K, &zero, y, CUDA_R_32F, M, CUBLAS_COMPUTE_32F,
+                 CUBLAS_GEMM_DEFAULT);
+}
+
+struct variant {
+    const char *name;
+    launch_fn f;
+    int max_n;
+};
+
+int main(int argc, char **argv)
+{
+    int n = argc > 1 ? atoi(argv[1]) : 1;
+    static const shape shapes[] = {
+        {"l8b.o", 4096, 4096},      {"l8b.qkv", 6144, 4096},   {"l8b.gate_up", 28672, 4096},
+        {"l8b.down", 4096, 14336},  {"l8b.lm_head", 128256, 4096}, {"l1b.o", 2048, 2048},
+        {"l1b.qkv", 3072, 2048},    {"l1b.gate_up", 16384, 2048}, {"l1b.down", 2048, 8192},
+        {"l1b.lm_head", 128256, 2048},
+    };
+    static const variant vars[] = {
+        {"mma w16 u4 acc1", l_mma<16, 4, 1, 0>, 8},   {"mma w16 u4 acc2", l_mma<16, 4, 2, 0>, 8},
+        {"mma w16 u4 acc2 P", l_mma<16, 4, 2, 1>, 8}, {"mma w16 u4 acc1 P", l_mma<16, 4, 1, 1>, 8},
+        {"mma w16 u8 acc2", l_mma<16, 8, 2, 0>, 8},   {"mma w8 u4 acc2", l_mma<8, 4, 2, 0>, 8},
+        {"mma w8 u8 acc2", l_mma<8, 8, 2, 0>, 8},     {"mma w4 u8 acc2", l_mma<4, 8, 2, 0>, 8},
+        {"fma r1 u4", l_fma<1, 4, 1>, 1},             {"fma r2 u4", l_fma<2, 4, 1>, 1},
+        {"fma r1 u8", l_fma<1, 8, 1>, 1},             {"fma r2 u2 nx2", l_fma<2, 2, 2>, 2},
+        {"fma r2 u4 nx4", l_fma<2, 4, 4>, 4},         {"cublas", l_cublas, 64},
+    };
+    cublasCreate(&g_blas);
+    size_t maxw = 0;
+    for (const shape &s : shapes)
+        maxw = (size_t)s.M * s.K * 2 > maxw ? (size_t)s.M * s.K * 2 : maxw;
+    /* weight copies: enough that one graph pass reads >= 256 MB */
+    const size_t pool = 1200ull << 20;
+    uint16_t *wpool;
+    CK(cudaMalloc(&wpool, pool));
+    {
+        std::vector<uint16_t> h(1 << 24);
+        uint32_t r = 1;
+        for (auto &v : h) {
+            r = r * 1664525u + 1013904223u;
+            float f = ((float)(r >> 8) / 16777216.0f - 0.5f) * 0.1f;
+            uint32_t u = *(uint32_t *)&f;
+            v = (uint16_t)(u >> 16);
+        }
+        for (size_t o = 0; o < pool; o += h.size() * 2)
+            CK(cudaMemcpy((char *)wpool + o, h.data(),
+                          pool - o < h.size() * 2 ? pool - o : h.size() * 2,
+                          cudaMemcpyHostToDevice));
+    }
+    float *x, *y;
+    CK(cudaMalloc(&x, 64 * 14336 * 4));
+    CK(cudaMalloc(&y, 64 * 128256 * 4));
+    CK(cudaMalloc(&g_xb, 64 * 14336 * 2));
+    {
+        std::vector<float> hx(64 * 14336);
+        for (size_t i = 0; i < hx.size(); i++)
+            hx[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+        CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+        k_tobf<<<(64 * 14336 + 255) / 256, 256>>>(g_xb, x, 64 * 14336);
+    }
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    printf("n=%d  (us per call / weight GB/s)\n%-20s", n, "variant");
+    for (const shape &s : shapes)
+        printf(" %16s", s.name);
+    printf("\n");
+    const int n_sh = (int)(sizeof shapes / sizeof shapes[0]);
+    std::vector<std::vector<float>> ref(n_sh);
+    for (const variant &v : vars) {
+        if (n > v.max_n)
+            continue;
+        printf("%-20s", v.name);
+        double worst = 0;
+        for (int si = 0; si < n_sh; si++) {
+            const shape &s = shapes[si];
+            size_t wb = (size_t)s.M * s.K * 2;
+            int nb = (int)(pool / wb);
+            int reps = (int)((512ull << 20) / wb);
+            if (reps < 8)
+                reps = 8;
+            cudaGraph_t g;
+            cudaGraphExec_t ge;
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+            for (int r = 0; r < reps; r++)
+                v.f(st, y, wpool + (size_t)(r % nb) * (wb / 2), x, n, s.M, s.K);
+            CK(cudaStreamEndCapture(st, &g));
+            CK(cudaGraphInstantiate(&ge, g, 0));
+            CK(cudaGraphLaunch(ge, st));
+            CK(cudaStreamSynchronize(st));
+            CK(cudaEventRecord(e0, st));
+            for (int it = 0; it < 3; it++)
+                CK(cudaGraphLaunch(ge, st));
+            CK(cudaEventRecord(e1, st));
+            CK(cudaStreamSynchronize(st));
+            float ms;
+            cudaEventElapsedTime(&ms, e0, e1);
+            double us = ms * 1000.0 / (3 * reps);
+            printf(" %7.2f %7.0f ", us, wb / us / 1e3);
+            cudaGraphExecDestroy(ge);
+            cudaGraphDestroy(g);
+            /* the last call used copy (reps-1) % nb: check against the first variant */
+            std::vector<float> hy((size_t)n * s.M);
+            CK(cudaMemcpy(hy.data(), y, hy.size() * 4, cudaMemcpyDeviceToHost));
+            if (ref[si].empty())
+                ref[si] = hy;
+            double mx = 0, d = 0;
+            for (size_t i = 0; i < hy.size(); i++) {
+                mx = fabs(ref[si][i]) > mx ? fabs(ref[si][i]) : mx;
+                d = fabs(hy[i] - ref[si][i]) > d ? fabs(hy[i] - ref[si][i]) : d;
+            }
+            worst = d / mx > worst ? d / mx : worst;
+        }
+        printf(" maxrel %.1e\n", worst);
+        fflush(stdout);
+    }
+    return 0;
+}
