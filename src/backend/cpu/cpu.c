@@ -187,11 +187,38 @@ static void tc_sort(struct be_topcand_ent *c, int n)
     }
 }
 
-/* The reference topcand (backend.h): sum in double in index order, rounded to float. */
+/* sum over x (n) of e^(x_i - mx), NaN adding nothing: e^ by the ISA's exp_shift on a copy
+ * in cb->qbuf (NaN -> -inf), summed in double over 16 lanes in index order, a fixed order
+ * that depends only on n. Falls back to expf one by one when the scratch cannot grow. */
+#define TC_LANES 16
+static double tc_sum(struct cpu_be *cb, const float *x, int n, float mx)
+{
+    double acc[TC_LANES] = {0}, sum = 0;
+    if (cpu_qbuf_reserve(cb, (size_t)n * sizeof(float)) != 0) {
+        for (int i = 0; i < n; i++)
+            if (x[i] == x[i])
+                sum += (double)expf(x[i] - mx);
+        return sum;
+    }
+    float *w = cb->qbuf;
+    for (int i = 0; i < n; i++)
+        w[i] = x[i] == x[i] ? x[i] : -INFINITY;
+    cb->k.exp_shift(w, mx, n);
+    int i = 0;
+    for (; i + TC_LANES <= n; i += TC_LANES)
+        for (int j = 0; j < TC_LANES; j++)
+            acc[j] += (double)w[i + j];
+    for (; i < n; i++)
+        acc[0] += (double)w[i];
+    for (int j = 0; j < TC_LANES; j++)
+        sum += acc[j];
+    return sum;
+}
+
+/* The reference topcand (backend.h); the sum's e^ comes from the ISA level's kernel. */
 static void cpu_topcand(struct be *b, void *out, const float *x, int rows, int n, float span,
                         int cap)
 {
-    (void)b;
     size_t stride = be_topcand_stride(cap);
     for (int r = 0; r < rows; r++) {
         const float *v = x + (size_t)r * n;
@@ -209,14 +236,10 @@ static void cpu_topcand(struct be *b, void *out, const float *x, int rows, int n
         if (!isfinite(mx))
             continue;
         float cut = mx - span;
-        double sum = 0;
         int nc = 0;
-        for (int i = 0; i < n; i++) {
-            if (v[i] == v[i]) /* NaN adds nothing and is never a candidate */
-                sum += (double)expf(v[i] - mx);
-            nc += v[i] >= cut;
-        }
-        h->sum = (float)sum;
+        for (int i = 0; i < n; i++)
+            nc += v[i] >= cut; /* NaN: never a candidate */
+        h->sum = (float)tc_sum(cpu_be(b), v, n, mx);
         if (nc > cap)
             continue;
         nc = 0;
