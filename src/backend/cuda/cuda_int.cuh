@@ -199,6 +199,8 @@ void cu_matmul_fused(struct be *b, const struct be_mm *m);
 void cu_rope_kv_store(struct be *b, const struct be_rope_kv *r);
 void cu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n);
 void cu_topcand(struct be *b, void *out, const float *x, int rows, int n, float span, int cap);
+void cu_topcand_launch(struct be *b, void *out, const float *x, int rows, int n, float span,
+                       int cap); /* the launch alone (what a recorded call runs) */
 /* y = x W^T on the skinny tensor-core kernel; 0 (nothing launched) when it does not take
  * the case (weight type, shapes, alignment, n > sg_max_n). */
 int cu_matmul_skinny(struct cu_be *cb, float *y, const float *x, int n, const struct be_tensor *w);

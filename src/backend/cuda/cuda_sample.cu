@@ -179,14 +179,12 @@ __global__ void __launch_bounds__(TC_THREADS)
     }
 }
 
-void cu_topcand(struct be *b, void *out, const float *x, int rows, int n, float span, int cap)
+void cu_topcand_launch(struct be *b, void *out, const float *x, int rows, int n, float span,
+                       int cap)
 {
     struct cu_be *cb = cu_be(b);
     if (rows <= 0 || n <= 0 || cap < 1 || cap > BE_TOPCAND_CAP_MAX)
         return;
-    /* not a recorded op (cuda_graph.cu): run what is pending, then launch plainly */
-    cu_flush(cb);
-    cb->last_kernel = 0;
     int p2 = 1;
     while (p2 < cap)
         p2 <<= 1;
@@ -194,4 +192,15 @@ void cu_topcand(struct be *b, void *out, const float *x, int rows, int n, float 
               (size_t)p2 * sizeof(unsigned long long), (char *)out, x, n, span, cap,
               be_topcand_stride(cap));
     cu_after_launch(cb, "topcand");
+}
+
+/* The vtable's topcand. Not a recorded op (cuda_graph.cu): it runs what is pending, then
+ * launches plainly (no PDL after a graph). A recorded version would defer
+ * cu_topcand_launch like cq_argmax defers cu_argmax. */
+void cu_topcand(struct be *b, void *out, const float *x, int rows, int n, float span, int cap)
+{
+    struct cu_be *cb = cu_be(b);
+    cu_flush(cb);
+    cb->last_kernel = 0;
+    cu_topcand_launch(b, out, x, rows, n, span, cap);
 }
