@@ -108,6 +108,13 @@ static inline size_t be_topcand_stride(int cap)
 {
     return sizeof(struct be_topcand_hdr) + (size_t)cap * sizeof(struct be_topcand_ent);
 }
+/* The bounds the candidates may stop at: cut(k) = mx - span * k / BE_TOPCAND_BINS, computed
+ * in float in this order (k = 0 .. BE_TOPCAND_BINS; cut(BE_TOPCAND_BINS) = mx - span). */
+#define BE_TOPCAND_BINS 128
+static inline float be_topcand_cut(float mx, float span, int k)
+{
+    return mx - span * (float)k / (float)BE_TOPCAND_BINS;
+}
 
 struct be;
 
@@ -175,13 +182,15 @@ struct be_ops {
     /* OPTIONAL. Sampling candidates of each row of x (rows, n), so a sampled step copies
      * back rows * be_topcand_stride(cap) bytes instead of the logits. out (backend memory)
      * row r at r * be_topcand_stride(cap): a struct be_topcand_hdr {mx, sum, argmax, nc},
-     * then the candidates = every i with x_i >= mx - span (the bound computed in float),
-     * in descending x_i, ties by lower i (-0 and +0 are equal), when there are at most cap
-     * of them (nc = their count), else nc = -1 and no entries. A row whose mx is not finite
-     * (no value above -inf, or +inf) gives sum = 0 and nc = -1. sum is reduced in a fixed
-     * order that depends only on n (never on rows or on other rows: batch invariant); its
-     * rounding may differ between backends (CUDA: within 1e-5 relative of the CPU's).
-     * mx, argmax and the entries are exact. 1 <= cap <= BE_TOPCAND_CAP_MAX, span >= 0. */
+     * then the candidates, a complete prefix of the row's ranking (descending x_i, ties by
+     * lower i; -0 and +0 are equal): every i with x_i >= cut(K) (be_topcand_cut), K the
+     * largest k <= BE_TOPCAND_BINS with at most cap such values; so the whole span below
+     * mx when it holds at most cap values, else a narrower one. nc = their count; nc = -1
+     * (no entries) when more than cap values equal mx, or when mx is not finite (no value
+     * above -inf, or +inf; sum is then 0). sum is reduced in a fixed order that depends
+     * only on n (never on rows or on other rows: batch invariant); its rounding may differ
+     * between backends (CUDA: within 1e-5 relative of the CPU's). mx, argmax and the
+     * entries are exact. 1 <= cap <= BE_TOPCAND_CAP_MAX, span finite and >= 0. */
     void (*topcand)(struct be *b, void *out, const float *x, int rows, int n, float span,
                     int cap);
     /* OPTIONAL. Makes the calling thread able to run the ops (a device backend selects its

@@ -902,15 +902,17 @@ void sampler_cands_build(struct sampler *s, const float *logits, int cap,
             s->cands[nc].id = i;
             nc++;
         }
-    if (nc > cap)
-        return;
     for (int i = nc / 2 - 1; i >= 0; i--)
         sift_down(s->cands, nc, i);
-    for (int i = 0, hn = nc; i < nc; i++) { /* pop in rank order */
-        buf[i].logit = s->cands[0].logit;
-        buf[i].id = s->cands[0].id;
+    int k = 0;
+    for (int hn = nc; k < nc && k < cap; k++) { /* pop in rank order */
+        buf[k].logit = s->cands[0].logit;
+        buf[k].id = s->cands[0].id;
         s->cands[0] = s->cands[--hn];
         sift_down(s->cands, hn, 0);
     }
-    out->nc = nc;
+    if (k < nc) /* cut at cap: drop the ids tied with the first one left out */
+        while (k > 0 && buf[k - 1].logit == s->cands[0].logit)
+            k--;
+    out->nc = k > 0 ? k : -1;
 }

@@ -99,9 +99,10 @@ int sampler_is_plain_greedy(const struct sampler *s);
 void sampler_skip(struct sampler *s);
 
 /* ---- sampling from candidates (the backend op topcand) instead of the whole row ----
- * A row's candidates are the ids within SAMPLER_CAND_SPAN nats of its max, ranked; the
- * filters top_p / min_p / top_k (and XTC with one of them) only ever look at those unless
- * they run out, so the host need not see the other ~128k logits. */
+ * A row's candidates are a complete prefix of its ranking: every id whose logit is at or
+ * above some bound no lower than max - SAMPLER_CAND_SPAN. The filters top_p / min_p /
+ * top_k (and XTC with one of them) walk the ranking from the top and stop early, so unless
+ * they run out of candidates the host need not see the other ~128k logits. */
 
 /* The span the candidates must cover (the sampler ranks this far before the rest). */
 #define SAMPLER_CAND_SPAN 20.0f
@@ -112,8 +113,8 @@ struct sampler_cands {
     float mx;        /* the row's largest logit (NaN ignored) */
     double sum;      /* sum over the row of e^(logit - mx) */
     int32_t argmax;  /* the sampler_argmax of the row */
-    int nc;          /* candidates in c: every id with logit >= mx - SAMPLER_CAND_SPAN; -1 =
-                      * too many (none given) */
+    int nc;          /* candidates in c: every id with logit >= some bound >= mx -
+                      * SAMPLER_CAND_SPAN (a complete prefix of the ranking); -1 = none */
     const struct be_topcand_ent *c; /* (nc) descending logit, ties by lower id */
 };
 
@@ -127,15 +128,17 @@ int sampler_wants_cands(const struct sampler *s);
  * top_logprobs candidates) as sampler_sample on the full row gives whenever that computes
  * the same mx and sum (the engine passes the backend's, whose sum may differ in the last
  * bits). Returns the id and advances the step, or SAMPLER_NEED_FULL without changing s
- * when sampler_wants_cands(s) is 0, the candidates overflowed (unless T = 0 without
+ * when sampler_wants_cands(s) is 0, there are no candidates (unless T = 0 without
  * logprobs), a filter reached past them, T > 0 with no filter, fewer than top_logprobs
  * candidates, or logprobs of a row whose max is not finite. No allocation. */
 int32_t sampler_sample_cands(struct sampler *s, const struct sampler_cands *c,
                              struct sampler_logprob *lp);
 
-/* Builds in *out the candidate set of a full row exactly as sampler_sample sees it (its mx,
- * its sum, candidates in buf (cap entries), nc = -1 beyond cap): a host stand-in for the
- * backend op, for tests. logits are not modified; uses s's scratch. */
+/* Builds in *out the candidate set of a full row with the mx and sum sampler_sample
+ * computes: the ids within SAMPLER_CAND_SPAN of the max, ranked into buf, cut to the first
+ * cap and then before the ids tied with the first one left out (nc = -1 when nothing is
+ * left). A host stand-in for the backend op, for tests. logits are not modified; uses s's
+ * scratch. */
 void sampler_cands_build(struct sampler *s, const float *logits, int cap,
                          struct be_topcand_ent *buf, struct sampler_cands *out);
 

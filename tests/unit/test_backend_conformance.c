@@ -582,14 +582,21 @@ static struct be_topcand_hdr tc_ref(const float *x, int n, float span, int cap,
     *sum_exact = 0;
     if (!isfinite(mx))
         return h;
-    int nc = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         if (x[i] == x[i])
             *sum_exact += exp((double)x[i] - (double)mx);
-        if (x[i] >= mx - span)
-            ent[nc].logit = x[i], ent[nc].id = i, nc++;
-    }
     h.sum = (float)*sum_exact;
+    /* the widest bound cut(k) that keeps at most cap values */
+    int nc = 0;
+    for (int k = BE_TOPCAND_BINS; k >= 0; k--) {
+        float cut = be_topcand_cut(mx, span, k);
+        nc = 0;
+        for (int i = 0; i < n; i++)
+            if (x[i] >= cut && nc < cap + 1)
+                ent[nc].logit = x[i], ent[nc].id = i, nc++;
+        if (nc <= cap)
+            break;
+    }
     if (nc > cap)
         return h;
     qsort(ent, (size_t)nc, sizeof *ent, tc_cmp);
@@ -621,7 +628,11 @@ static void tc_row(float *x, int n, int kind, int hot, float span)
     case 2: for (int i = 0; i < n; i++) x[i] = -INFINITY; break;
     case 3: for (int i = 0; i < n; i++) x[i] = NAN; break;
     case 4: x[at] = INFINITY; break;
-    default: /* -inf and NaN mixed with finite values, the max tied twice */
+    case 6: /* `hot` values tied at the max: more than cap overflows */
+        for (int j = 0; j < hot; j++)
+            x[(at + 7 * j) % n] = 1.5f;
+        break;
+    default: /* 5: -inf and NaN mixed with finite values, the max tied twice */
         for (int i = 0; i < n; i += 7)
             x[i] = i % 2 ? -INFINITY : NAN;
         x[at] = 3.0f, x[(at + n / 2) % n] = 3.0f;
@@ -632,7 +643,7 @@ static void tc_row(float *x, int n, int kind, int hot, float span)
 static void test_topcand(void)
 {
     const float span = 20.0f;
-    struct tcase { int n, rows, cap; } cases[] = {{5000, 9, 64}, {128256, 3, 4096}, {37, 4, 5}};
+    struct tcase { int n, rows, cap; } cases[] = {{5000, 9, 64}, {128256, 4, 4096}, {37, 4, 5}};
     int ran = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int n = cases[ci].n, rows = cases[ci].rows, cap = cases[ci].cap;
@@ -642,14 +653,18 @@ static void test_topcand(void)
         char *want = calloc((size_t)rows, stride), *got = calloc((size_t)rows, stride);
         char *alone = calloc(1, stride);
         rng_seed(900 + ci);
-        /* kinds: mixed hot, exactly cap, cap + 1, -inf, NaN, +inf, mixed, mixed, few hot */
-        int kind[9] = {0, 1, 1, 2, 3, 4, 5, 0, 0}, hot[9] = {40, cap, cap + 1, 0, 0, 0, 0, 3, 0};
+        /* kinds: mixed hot, exactly cap, 3 cap (a narrower bound), -inf, NaN, +inf, mixed,
+         * cap + 1 tied at the max (overflow), few hot */
+        int kind[9] = {0, 1, 1, 2, 3, 4, 5, 6, 0}, hot[9] = {40, cap, 3 * cap, 0, 0, 0, 0, cap + 1, 3};
         if (n == 128256)
-            kind[0] = 1, hot[0] = cap, kind[1] = 0, hot[1] = 3000, kind[2] = 1, hot[2] = cap + 1;
+            kind[0] = 1, hot[0] = cap, kind[1] = 0, hot[1] = 3000, kind[2] = 1, hot[2] = 3 * cap;
+        if (n != 5000)
+            kind[3] = 6, hot[3] = cap + 1;
         for (int r = 0; r < rows; r++)
             tc_row(x + (size_t)r * n, n, kind[r], hot[r] < n ? hot[r] : n, span);
         /* the CPU reference op against the straightforward loops */
         int nc_seen[4] = {0}; /* overflow, exactly cap, some, other */
+        int narrowed = 0;     /* rows with more than cap values in the span */
         for (int r = 0; r < rows; r++) {
             double sx;
             struct be_topcand_hdr h = tc_ref(x + (size_t)r * n, n, span, cap, ref, &sx);
@@ -664,8 +679,14 @@ static void test_topcand(void)
                 CHECK_MSG(memcmp(w + 1, ref, (size_t)h.nc * sizeof *ref) == 0,
                           "n %d row %d: candidates differ", n, r);
             nc_seen[h.nc < 0 ? 0 : h.nc == cap ? 1 : h.nc > 0 ? 2 : 3]++;
+            int in_span = 0;
+            for (int i = 0; i < n; i++)
+                in_span += x[(size_t)r * n + i] >= be_topcand_cut(h.mx, span, BE_TOPCAND_BINS);
+            narrowed += isfinite(h.mx) && h.nc > 0 && in_span > cap;
         }
         CHECK(nc_seen[0] >= 1 && nc_seen[1] >= 1);
+        if (n != 37)
+            CHECK(narrowed >= 1);
         if (n == 5000)
             CHECK(nc_seen[2] >= 2); /* the hot rows: ties, the span's edge, -0 */
         for (int bi = 0; bi < N_BACKENDS; bi++) {

@@ -187,6 +187,19 @@ static void tc_sort(struct be_topcand_ent *c, int n)
     }
 }
 
+/* The smallest k with x >= cut[k], for mx >= x >= cut[BE_TOPCAND_BINS]: a guess from the
+ * distance (inv = BE_TOPCAND_BINS / span), then exact comparisons with the bounds. */
+static int tc_bin(float x, float mx, float inv, const float *cut)
+{
+    int k = (int)((mx - x) * inv);
+    k = k < 0 ? 0 : k > BE_TOPCAND_BINS ? BE_TOPCAND_BINS : k;
+    while (k > 0 && x >= cut[k - 1])
+        k--;
+    while (k < BE_TOPCAND_BINS && x < cut[k])
+        k++;
+    return k;
+}
+
 /* sum over x (n) of e^(x_i - mx), NaN adding nothing: e^ by the ISA's exp_shift on a copy
  * in cb->qbuf (NaN -> -inf), summed in double over 16 lanes in index order, a fixed order
  * that depends only on n. Falls back to expf one by one when the scratch cannot grow. */
@@ -235,13 +248,20 @@ static void cpu_topcand(struct be *b, void *out, const float *x, int rows, int n
         h->nc = -1;
         if (!isfinite(mx))
             continue;
-        float cut = mx - span;
-        int nc = 0;
-        for (int i = 0; i < n; i++)
-            nc += v[i] >= cut; /* NaN: never a candidate */
         h->sum = (float)tc_sum(cpu_be(b), v, n, mx);
-        if (nc > cap)
+        /* hist[k]: values whose smallest bound at or below them is cut(k) */
+        int hist[BE_TOPCAND_BINS + 1] = {0}, k_end = -1, nc = 0;
+        float cuts[BE_TOPCAND_BINS + 1], inv = span > 0 ? (float)BE_TOPCAND_BINS / span : 0;
+        for (int k = 0; k <= BE_TOPCAND_BINS; k++)
+            cuts[k] = be_topcand_cut(mx, span, k);
+        for (int i = 0; i < n; i++)
+            if (v[i] >= cuts[BE_TOPCAND_BINS]) /* NaN: never a candidate */
+                hist[tc_bin(v[i], mx, inv, cuts)]++;
+        for (int k = 0; k <= BE_TOPCAND_BINS && nc + hist[k] <= cap; k++)
+            nc += hist[k], k_end = k;
+        if (k_end < 0)
             continue;
+        float cut = cuts[k_end];
         nc = 0;
         for (int i = 0; i < n; i++)
             if (v[i] >= cut)

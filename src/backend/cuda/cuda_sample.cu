@@ -66,10 +66,12 @@ void cu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n)
  * 1. max and argmax (the argmax rule above);
  * 2. sum of e^(x - mx): each thread adds its elements i = tid, tid + TC_THREADS, ... in
  *    order, then a warp butterfly and one over the warps: a fixed order that depends only
- *    on n; the same pass counts the candidates (x >= mx - span) and, while they fit, puts
- *    (rank key, id) into shared memory (a slot per candidate, warp-aggregated);
- * 3. when there are at most cap: a bitonic sort of the keys (a total order: descending
- *    value, then ascending id), and the ranked (logit, id) pairs are written out. */
+ *    on n; the same pass counts the values within the span by bound (hist[k]: the values
+ *    whose smallest bound at or below them is cut(k); lanes of a warp with the same k add
+ *    once), and one thread picks the last bound K that keeps at most cap;
+ * 3. the values >= cut(K) go to shared memory as (rank key, id) (a slot each, warp-
+ *    aggregated), a bitonic sort ranks them (a total order: descending value, then
+ *    ascending id), and the ranked (logit, id) pairs are written out. */
 
 enum { TC_THREADS = 1024 };
 
@@ -82,14 +84,44 @@ __device__ __forceinline__ uint32_t tc_desc_key(float v)
     return ~asc;
 }
 
+/* be_topcand_cut with explicit roundings (no contraction): the host's bounds, bit for bit. */
+__device__ __forceinline__ float tc_cut(float mx, float span, int k)
+{
+    return __fsub_rn(mx, __fdiv_rn(__fmul_rn(span, (float)k), (float)BE_TOPCAND_BINS));
+}
+
+/* The smallest k with x >= cut(k), for mx >= x >= cut(BE_TOPCAND_BINS). */
+__device__ __forceinline__ int tc_bin(float x, float mx, float span)
+{
+    int k = span > 0.0f ? (int)(__fsub_rn(mx, x) / span * (float)BE_TOPCAND_BINS) : 0;
+    k = min(max(k, 0), (int)BE_TOPCAND_BINS);
+    while (k > 0 && x >= tc_cut(mx, span, k - 1))
+        k--;
+    while (k < BE_TOPCAND_BINS && x < tc_cut(mx, span, k))
+        k++;
+    return k;
+}
+
+/* Warp-aggregated slot: lanes with `take` get consecutive slots from *cnt. */
+__device__ __forceinline__ int tc_slot(int *cnt, bool take, int lane)
+{
+    unsigned m = __ballot_sync(0xffffffffu, take);
+    int base = 0;
+    if (lane == 0 && m)
+        base = atomicAdd(cnt, __popc(m));
+    base = __shfl_sync(0xffffffffu, base, 0);
+    return base + __popc(m & ((1u << lane) - 1u));
+}
+
 __global__ void __launch_bounds__(TC_THREADS)
     k_topcand(char *out, const float *x, int n, float span, int cap, size_t stride)
 {
     extern __shared__ unsigned long long tc_keys[]; /* (pow2 >= cap) */
     __shared__ float sv[TC_THREADS / 32];
     __shared__ int si[TC_THREADS / 32];
+    __shared__ int hist[BE_TOPCAND_BINS + 1];
     __shared__ float s_mx;
-    __shared__ int s_am, s_cnt;
+    __shared__ int s_am, s_cnt, s_k, s_nc;
     cu_pdl_wait();
     const float *r = x + (size_t)blockIdx.x * n;
     struct be_topcand_hdr *h = (struct be_topcand_hdr *)(out + (size_t)blockIdx.x * stride);
@@ -106,6 +138,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     am_warp(bv, bi);
     if (lane == 0)
         sv[warp] = bv, si[warp] = bi;
+    for (int k = tid; k <= BE_TOPCAND_BINS; k += TC_THREADS)
+        hist[k] = 0;
     if (tid == 0)
         s_cnt = 0;
     __syncthreads();
@@ -122,7 +156,7 @@ __global__ void __launch_bounds__(TC_THREADS)
             h->mx = mx, h->sum = 0.0f, h->argmax = s_am, h->nc = -1;
         return;
     }
-    float cut = __fsub_rn(mx, span);
+    float lo = tc_cut(mx, span, BE_TOPCAND_BINS);
 
     float sum = 0.0f;
     for (int i0 = 0; i0 < n; i0 += TC_THREADS) { /* warp-uniform trip count */
@@ -130,32 +164,47 @@ __global__ void __launch_bounds__(TC_THREADS)
         float v = i < n ? r[i] : __int_as_float(0x7fc00000); /* NaN: neither term nor candidate */
         if (v == v)
             sum = __fadd_rn(sum, expf(__fsub_rn(v, mx)));
-        bool cand = v >= cut;
-        unsigned m = __ballot_sync(0xffffffffu, cand);
-        if (!m)
+        bool in = v >= lo;
+        if (!__any_sync(0xffffffffu, in))
             continue;
-        int base = 0;
-        if (lane == 0)
-            base = atomicAdd(&s_cnt, __popc(m));
-        base = __shfl_sync(0xffffffffu, base, 0);
-        int slot = base + __popc(m & ((1u << lane) - 1u));
-        if (cand && slot < cap)
-            tc_keys[slot] = ((unsigned long long)tc_desc_key(v) << 32) | (uint32_t)i;
+        int k = in ? tc_bin(v, mx, span) : -1 - lane; /* outsiders: a key of their own */
+        unsigned same = __match_any_sync(0xffffffffu, k);
+        if (in && lane == __ffs(same) - 1)
+            atomicAdd(&hist[k], __popc(same));
     }
     sum = cu_warp_sum(sum);
-    __syncthreads(); /* s_cnt final; sv free again */
+    __syncthreads(); /* hist final; sv free again */
     if (lane == 0)
         sv[warp] = sum;
+    if (tid == 0) {
+        int k_end = -1, nc = 0;
+        for (int k = 0; k <= BE_TOPCAND_BINS && nc + hist[k] <= cap; k++)
+            nc += hist[k], k_end = k;
+        s_k = k_end, s_nc = nc;
+    }
     __syncthreads();
-    int nc = s_cnt;
+    int k_end = s_k;
     if (warp == 0) {
         float t = cu_warp_sum(sv[lane]);
         if (lane == 0)
-            h->mx = mx, h->sum = t, h->argmax = s_am, h->nc = nc <= cap ? nc : -1;
+            h->mx = mx, h->sum = t, h->argmax = s_am, h->nc = k_end < 0 ? -1 : s_nc;
     }
-    if (nc > cap)
+    if (k_end < 0)
         return;
 
+    float cut = tc_cut(mx, span, k_end);
+    for (int i0 = 0; i0 < n; i0 += TC_THREADS) {
+        int i = i0 + tid;
+        float v = i < n ? r[i] : __int_as_float(0x7fc00000);
+        bool cand = v >= cut;
+        if (!__any_sync(0xffffffffu, cand))
+            continue;
+        int slot = tc_slot(&s_cnt, cand, lane);
+        if (cand)
+            tc_keys[slot] = ((unsigned long long)tc_desc_key(v) << 32) | (uint32_t)i;
+    }
+    __syncthreads();
+    int nc = s_cnt; /* = s_nc <= cap */
     int p2 = 1;
     while (p2 < nc)
         p2 <<= 1;
