@@ -377,12 +377,6 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
     cb->precise = pe && !strcmp(pe, "1");
     const char *pd = getenv("CINFER_CUDA_PDL");
     cb->pdl = !(pd && !strcmp(pd, "0"));
-    const char *fn = getenv("CINFER_CUDA_FUSE_NORM");
-    cb->sg_norm = !(fn && !strcmp(fn, "0"));
-    const char *ss = getenv("CINFER_CUDA_SKINNY_SPLIT");
-    cb->sg_split = ss && *ss ? atoi(ss) : 2;
-    if (cb->sg_split < 0 || cb->sg_split > 16)
-        cb->sg_split = 2;
     const char *sp = getenv("CINFER_CUDA_SKINNY_PRECISE");
     cb->sg_precise = sp && !strcmp(sp, "1");
     const char *sk = getenv("CINFER_CUDA_SKINNY_MAX");

@@ -21,10 +21,8 @@ extern "C" {
 
 enum { CU_SCRATCH_X = 0, CU_SCRATCH_W = 1, CU_SCRATCH_ATT = 2, CU_SCRATCH_F = 3,
        CU_SCRATCH_DEC = 4, /* cuda_attn_dec.cu (fused merge: counters kept zero + partials) */
-       CU_SCRATCH_N = 5,   /* matmul_fused: the normed x when the norm is not fused */
-       CU_SCRATCH_SGP = 6, /* skinny matmul: partial sums of K-split blocks */
-       CU_SCRATCH_SGC = 7, /* skinny matmul: arrival counters (kept zero between launches) */
-       CU_N_SCRATCH = 8 };
+       CU_SCRATCH_N = 5,   /* matmul_fused: the normed x */
+       CU_N_SCRATCH = 6 };
 
 /* Most rows of x the skinny tensor-core matmul (cuda_mmf.cu) takes; larger steps use cuBLAS.
  * CINFER_CUDA_SKINNY_MAX (0..SG_MAX_N) lowers it (0 = off), for measurements. */
@@ -47,11 +45,8 @@ struct cu_be {
     int precise;        /* CINFER_CUDA_PRECISE=1: 16-bit GEMM inputs split into hi + lo */
     int sg_max_n;       /* skinny matmul for steps of 1..sg_max_n rows (<= SG_MAX_N) */
     int pdl;            /* launch the decode kernels with programmatic dependent launch */
-    int sg_split;       /* skinny matmul splits K over blocks until tiles x splits reaches
-                         * sg_split blocks per SM (CINFER_CUDA_SKINNY_SPLIT=N, 0: never) */
     int sg_precise;     /* skinny matmul x as hi + lo 16-bit parts (CINFER_CUDA_SKINNY_PRECISE=1;
                          * CINFER_CUDA_PRECISE=1 implies it) */
-    int sg_norm;        /* skinny q/k/v may fuse the RMSNorm (CINFER_CUDA_FUSE_NORM=0: no) */
     unsigned scratch_epoch; /* bumped when a scratch buffer moves: cached graphs are stale */
     int last_kernel;    /* the last op queued on the stream was a kernel (PDL may follow it;
                          * after a copy or memset the next launch is a plain one) */

@@ -7,11 +7,15 @@
  * 16-bit type as they are loaded). Within each 32-element chunk of K a lane loads 8
  * consecutive elements of W and of x; the k order inside the mma is a fixed permutation of
  * the chunk, the same for A and B, so the dot product is unchanged. A block of W warps
- * (4..16, from K alone: sg_warps) owns one 16-row tile of W and one tile of up to SG_NT rows
- * of x; warp w takes the chunks w, w + W, ... and the partial sums are added in warp order. A y element's
- * arithmetic therefore depends only on K (never on n or on the other rows): steps of 1..
- * SG_MAX_N rows are batch invariant bit for bit. Weight tiles are walked with the x tiles
- * fastest, so the blocks that read the same weights run together (L2 hits).
+ * (8 or 16, from K alone: sg_warps) owns one 16-row tile of W and one tile of up to SG_NT rows
+ * of x; warp w takes the chunks w, w + W, ... and the partial sums are added in warp order. A
+ * y element's arithmetic therefore depends only on K (never on n or on the other rows): steps
+ * of 1..SG_MAX_N rows are batch invariant bit for bit. Weight tiles are walked with the x
+ * tiles fastest, so the blocks that read the same weights run together (L2 hits).
+ *
+ * Measured on the H200 and dropped: fusing the RMSNorm into q/k/v, splitting K over blocks
+ * (last block reduces), loading the first weights before the PDL wait (+ L2 prefetch): each
+ * was slower on l8b decode and no faster on l1b.
  */
 #include <math.h>
 #include <string.h>
@@ -19,26 +23,15 @@
 #include "backend/cuda/cuda_int.cuh"
 
 enum {
-    SG_PW = 2 * 2 * 4 + 2, /* partial floats a lane keeps (GLU, two n8 tiles, norm sums) */
-    SG_NT = 16,    /* x rows per block (two n8 mma tiles) */
-    SG_U = 4,      /* chunks of 32 in flight per warp */
+    SG_NT = 16, /* x rows per block (two n8 mma tiles) */
+    SG_U = 4,   /* chunks of 32 in flight per warp (GLU: 2, it reads two weights) */
 };
 
-/* Warps per block (they split K): 16 when that leaves each >= 4 chunks, else 8. Depends on
+/* Warps per block (they split K): 16 when that leaves each >= 2 chunks, else 8. Depends on
  * K only (batch invariance). */
 static int sg_warps(int K)
 {
     return K / 32 < 64 ? 8 : 16;
-}
-
-/* Blocks splitting K per weight tile: doubled while the weights have fewer than per_sm blocks
- * per SM and each warp keeps >= 4 chunks. Depends on the tile count and K only. */
-static int sg_splits(int tiles, int K, int n_sm, int per_sm)
-{
-    int w = sg_warps(K), s = 1;
-    while (s < 8 && tiles * s < per_sm * n_sm && K / 32 / (w * s * 2) >= 4)
-        s *= 2;
-    return s;
 }
 
 __device__ __forceinline__ uint32_t pack2(float a, float b, int bf)
@@ -85,12 +78,7 @@ struct sg_args {
     int m[3];            /* rows of each weight */
     int n_w;
     const float *x;
-    const float *g;      /* NM: the RMSNorm weight (K floats) applied to x first */
-    float eps;
     int n, K, ny;        /* ny = x tiles */
-    int S;               /* blocks splitting K per (tile, x tile); > 1: the last one reduces */
-    float *part;         /* S > 1: partial sums, (tiles * ny * S, PW floats) */
-    int *cnt;            /* S > 1: arrival counters (tiles * ny), zero between launches */
 };
 
 /* act(g) * u with the operation order of the unfused act_mul (cuda_ops.cu k_ew). */
@@ -104,17 +92,17 @@ __device__ __forceinline__ float sg_glu(float g, float u, int act)
 }
 
 /* MODE: BE_MM_PLAIN / BE_MM_GLU / BE_MM_ADD. NS: n8 tiles per block (1 or 2). P: precise
- * (x split into hi + lo 16-bit parts, two mmas). NM: RMSNorm of x fused: the mma multiplies
- * x * g, the sum of squares of each x row is gathered from the same loads (every block sees
- * all of K), and the row's 1/rms scales the dot products in the epilogue. */
-template <int BF, int MODE, int NS, int P, int SG_WARPS, int NM>
+ * (x split into hi + lo 16-bit parts, two mmas). */
+template <int BF, int MODE, int NS, int P, int SG_WARPS>
 __global__ void __launch_bounds__(SG_WARPS * 32)
     k_sg(struct sg_args a, int act)
 {
-    __shared__ float red[SG_WARPS - 1][(MODE == BE_MM_GLU ? 2 : 1) * NS * 4 + (NM ? NS : 0)][32];
+    constexpr int NA = MODE == BE_MM_GLU ? 2 : 1; /* accumulators (gate, up) */
+    /* chunks in flight: GLU reads two weights, so half as many (two blocks fit an SM) */
+    constexpr int U = MODE == BE_MM_GLU ? SG_U / 2 : SG_U;
+    __shared__ float red[SG_WARPS - 1][NA * NS * 4][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int split = blockIdx.x % a.S, rest = blockIdx.x / a.S;
-    const int tile = rest / a.ny, xt = rest % a.ny;
+    const int tile = blockIdx.x / a.ny, xt = blockIdx.x % a.ny;
     /* which weight (no dynamic indexing of the parameter arrays: it would go to the stack) */
     const int wi = tile >= a.tiles[1] ? (tile >= a.tiles[2] ? 2 : 1) : 0;
     const int t0 = wi == 0 ? 0 : wi == 1 ? a.tiles[1] : a.tiles[2];
@@ -135,35 +123,27 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
         xok[s] = col < a.n; /* rows past n load row n-1 and use zeros */
         xr[s] = (const float4 *)(a.x + (size_t)(xok[s] ? col : a.n - 1) * K) + 2 * tq;
     }
-    const float4 *gp = (const float4 *)a.g + 2 * tq;
-    float acc[NS][4], acc2[NS][4], ss[NS];
+    float acc[NA][NS][4];
 #pragma unroll
-    for (int s = 0; s < NS; s++) {
-        ss[s] = 0.0f;
+    for (int q = 0; q < NA; q++)
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            acc[s][i] = 0.0f, acc2[s][i] = 0.0f;
-    }
+        for (int s = 0; s < NS; s++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                acc[q][s][i] = 0.0f;
 
-    const int nc = K / 32, step = SG_WARPS * a.S; /* chunks split*W + warp + j * step */
-    int c = split * SG_WARPS + warp;
+    cu_pdl_wait();
+    cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
+    const int nc = K / 32;
+    int c = warp;
     /* one chunk: A = rows g, g+8 at 8tq..8tq+7 (uint4 each); B = x rows at the same k */
-#define SG_CHUNK(AW0, AW1, AU0, AU1, XB, GB)                                                   \
+#define SG_CHUNK(AW0, AW1, AU0, AU1, XB)                                                       \
     do {                                                                                       \
         _Pragma("unroll") for (int s = 0; s < NS; s++)                                         \
         {                                                                                      \
             uint32_t bh[4], bl[4];                                                             \
-            float xv[8] = {XB[s][0].x, XB[s][0].y, XB[s][0].z, XB[s][0].w,                     \
-                           XB[s][1].x, XB[s][1].y, XB[s][1].z, XB[s][1].w};                    \
-            if (NM) {                                                                          \
-                const float gv[8] = {GB[0].x, GB[0].y, GB[0].z, GB[0].w,                       \
-                                     GB[1].x, GB[1].y, GB[1].z, GB[1].w};                      \
-                _Pragma("unroll") for (int e = 0; e < 8; e++)                                  \
-                {                                                                              \
-                    ss[s] = fmaf(xv[e], xv[e], ss[s]);                                         \
-                    xv[e] = __fmul_rn(xv[e], gv[e]);                                           \
-                }                                                                              \
-            }                                                                                  \
+            const float xv[8] = {XB[s][0].x, XB[s][0].y, XB[s][0].z, XB[s][0].w,               \
+                                 XB[s][1].x, XB[s][1].y, XB[s][1].z, XB[s][1].w};              \
             _Pragma("unroll") for (int j = 0; j < 4; j++)                                      \
             {                                                                                  \
                 bh[j] = xok[s] ? pack2(xv[2 * j], xv[2 * j + 1], BF) : 0u;                     \
@@ -171,33 +151,29 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
                     bl[j] = pack2(xv[2 * j] - unpack_lo(bh[j], BF),                            \
                                   xv[2 * j + 1] - unpack_hi(bh[j], BF), BF);                   \
             }                                                                                  \
-            mma16816<BF>(acc[s], AW0.x, AW1.x, AW0.y, AW1.y, bh[0], bh[1]);                    \
-            mma16816<BF>(acc[s], AW0.z, AW1.z, AW0.w, AW1.w, bh[2], bh[3]);                    \
+            mma16816<BF>(acc[0][s], AW0.x, AW1.x, AW0.y, AW1.y, bh[0], bh[1]);                 \
+            mma16816<BF>(acc[0][s], AW0.z, AW1.z, AW0.w, AW1.w, bh[2], bh[3]);                 \
             if (P) {                                                                           \
-                mma16816<BF>(acc[s], AW0.x, AW1.x, AW0.y, AW1.y, bl[0], bl[1]);                \
-                mma16816<BF>(acc[s], AW0.z, AW1.z, AW0.w, AW1.w, bl[2], bl[3]);                \
+                mma16816<BF>(acc[0][s], AW0.x, AW1.x, AW0.y, AW1.y, bl[0], bl[1]);             \
+                mma16816<BF>(acc[0][s], AW0.z, AW1.z, AW0.w, AW1.w, bl[2], bl[3]);             \
             }                                                                                  \
             if (MODE == BE_MM_GLU) {                                                           \
-                mma16816<BF>(acc2[s], AU0.x, AU1.x, AU0.y, AU1.y, bh[0], bh[1]);               \
-                mma16816<BF>(acc2[s], AU0.z, AU1.z, AU0.w, AU1.w, bh[2], bh[3]);               \
+                mma16816<BF>(acc[NA - 1][s], AU0.x, AU1.x, AU0.y, AU1.y, bh[0], bh[1]);        \
+                mma16816<BF>(acc[NA - 1][s], AU0.z, AU1.z, AU0.w, AU1.w, bh[2], bh[3]);        \
                 if (P) {                                                                       \
-                    mma16816<BF>(acc2[s], AU0.x, AU1.x, AU0.y, AU1.y, bl[0], bl[1]);           \
-                    mma16816<BF>(acc2[s], AU0.z, AU1.z, AU0.w, AU1.w, bl[2], bl[3]);           \
+                    mma16816<BF>(acc[NA - 1][s], AU0.x, AU1.x, AU0.y, AU1.y, bl[0], bl[1]);    \
+                    mma16816<BF>(acc[NA - 1][s], AU0.z, AU1.z, AU0.w, AU1.w, bl[2], bl[3]);    \
                 }                                                                              \
             }                                                                                  \
         }                                                                                      \
     } while (0)
 
-    /* (loading the first weights before the wait, and an L2 prefetch of the rest, measured
-     * no faster on the H200: l8b decode 193 and 168 tok/s against 195) */
-    cu_pdl_wait();
-    cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
-    for (; c + (SG_U - 1) * step < nc; c += SG_U * step) {
-        uint4 aw0[SG_U], aw1[SG_U], au0[SG_U], au1[SG_U];
-        float4 xb[SG_U][NS][2], gb[SG_U][2];
+    for (; c + (U - 1) * SG_WARPS < nc; c += U * SG_WARPS) {
+        uint4 aw0[U], aw1[U], au0[U], au1[U];
+        float4 xb[U][NS][2];
 #pragma unroll
-        for (int u = 0; u < SG_U; u++) {
-            int cc = (c + u * step) * 4; /* uint4 index of the chunk in a row */
+        for (int u = 0; u < U; u++) {
+            int cc = (c + u * SG_WARPS) * 4; /* uint4 index of the chunk in a row */
             aw0[u] = __ldg(wr0 + cc);
             aw1[u] = __ldg(wr1 + cc);
             if (MODE == BE_MM_GLU) {
@@ -206,59 +182,40 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
             }
         }
 #pragma unroll
-        for (int u = 0; u < SG_U; u++)
+        for (int u = 0; u < U; u++)
 #pragma unroll
             for (int s = 0; s < NS; s++) {
-                int cx = (c + u * step) * 8; /* float4 index */
+                int cx = (c + u * SG_WARPS) * 8; /* float4 index */
                 xb[u][s][0] = __ldg(xr[s] + cx);
                 xb[u][s][1] = __ldg(xr[s] + cx + 1);
-                if (NM && s == 0) {
-                    gb[u][0] = __ldg(gp + cx);
-                    gb[u][1] = __ldg(gp + cx + 1);
-                }
             }
 #pragma unroll
-        for (int u = 0; u < SG_U; u++)
-            SG_CHUNK(aw0[u], aw1[u], au0[u], au1[u], xb[u], gb[u]);
+        for (int u = 0; u < U; u++)
+            SG_CHUNK(aw0[u], aw1[u], au0[u], au1[u], xb[u]);
     }
-    for (; c < nc; c += step) {
+    for (; c < nc; c += SG_WARPS) {
         int cc = c * 4, cx = c * 8;
         uint4 aw0 = __ldg(wr0 + cc), aw1 = __ldg(wr1 + cc), au0 = aw0, au1 = aw1;
         if (MODE == BE_MM_GLU)
             au0 = __ldg(ur0 + cc), au1 = __ldg(ur1 + cc);
-        float4 xb[NS][2], gb[2];
+        float4 xb[NS][2];
 #pragma unroll
         for (int s = 0; s < NS; s++) {
             xb[s][0] = __ldg(xr[s] + cx);
             xb[s][1] = __ldg(xr[s] + cx + 1);
         }
-        if (NM) {
-            gb[0] = __ldg(gp + cx);
-            gb[1] = __ldg(gp + cx + 1);
-        }
-        SG_CHUNK(aw0, aw1, au0, au1, xb, gb);
+        SG_CHUNK(aw0, aw1, au0, au1, xb);
     }
 #undef SG_CHUNK
-    constexpr int RS = (MODE == BE_MM_GLU ? 2 : 1) * NS * 4; /* red slots of the norm sums */
-    if (NM) /* each x row's sum over this warp's chunks: the 4 lanes of a group, fixed tree */
-#pragma unroll
-        for (int s = 0; s < NS; s++) {
-            ss[s] += __shfl_xor_sync(0xffffffffu, ss[s], 1);
-            ss[s] += __shfl_xor_sync(0xffffffffu, ss[s], 2);
-        }
     /* partial sums of warps 1.. to shared memory; warp 0 adds them in warp order */
     if (warp > 0) {
 #pragma unroll
-        for (int s = 0; s < NS; s++) {
+        for (int q = 0; q < NA; q++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                red[warp - 1][s * 4 + i][lane] = acc[s][i];
-                if (MODE == BE_MM_GLU)
-                    red[warp - 1][NS * 4 + s * 4 + i][lane] = acc2[s][i];
-            }
-            if (NM)
-                red[warp - 1][RS + s][lane] = ss[s];
-        }
+            for (int s = 0; s < NS; s++)
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    red[warp - 1][(q * NS + s) * 4 + i][lane] = acc[q][s][i];
     }
     __syncthreads();
     if (warp > 0)
@@ -266,71 +223,12 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
 #pragma unroll
     for (int w = 0; w < SG_WARPS - 1; w++)
 #pragma unroll
-        for (int s = 0; s < NS; s++) {
+        for (int q = 0; q < NA; q++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                acc[s][i] += red[w][s * 4 + i][lane];
-                if (MODE == BE_MM_GLU)
-                    acc2[s][i] += red[w][NS * 4 + s * 4 + i][lane];
-            }
-            if (NM)
-                ss[s] += red[w][RS + s][lane];
-        }
-    if (a.S > 1) { /* K split over S blocks: the last to arrive adds the S partials in order */
-        constexpr int PW = RS + (NM ? NS : 0);
-        float *mine = a.part + ((size_t)rest * a.S + split) * PW * 32;
+            for (int s = 0; s < NS; s++)
 #pragma unroll
-        for (int s = 0; s < NS; s++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                mine[(s * 4 + i) * 32 + lane] = acc[s][i];
-                if (MODE == BE_MM_GLU)
-                    mine[(NS * 4 + s * 4 + i) * 32 + lane] = acc2[s][i];
-            }
-            if (NM)
-                mine[(RS + s) * 32 + lane] = ss[s];
-        }
-        __threadfence();
-        int old = 0;
-        if (lane == 0)
-            old = atomicAdd(&a.cnt[rest], 1);
-        old = __shfl_sync(0xffffffffu, old, 0);
-        if (old != a.S - 1)
-            return;
-        __threadfence();
-#pragma unroll
-        for (int s = 0; s < NS; s++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                acc[s][i] = 0.0f, acc2[s][i] = 0.0f;
-            ss[s] = 0.0f;
-        }
-        for (int z = 0; z < a.S; z++) {
-            const float *pz = a.part + ((size_t)rest * a.S + z) * PW * 32;
-#pragma unroll
-            for (int s = 0; s < NS; s++) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    acc[s][i] += __ldcg(pz + (s * 4 + i) * 32 + lane);
-                    if (MODE == BE_MM_GLU)
-                        acc2[s][i] += __ldcg(pz + (NS * 4 + s * 4 + i) * 32 + lane);
-                }
-                if (NM)
-                    ss[s] += __ldcg(pz + (RS + s) * 32 + lane);
-            }
-        }
-        if (lane == 0)
-            a.cnt[rest] = 0; /* ready for the next launch */
-    }
-    /* NM: 1/rms of the x rows this lane's results belong to (held by lanes 4 * (2tq + j)) */
-    float rs[NS][2];
-#pragma unroll
-    for (int s = 0; s < NS; s++)
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            float t = NM ? __shfl_sync(0xffffffffu, ss[s], (2 * tq + j) * 4) : 0.0f;
-            rs[s][j] = NM ? 1.0f / sqrtf(t / (float)K + a.eps) : 1.0f;
-        }
+                for (int i = 0; i < 4; i++)
+                    acc[q][s][i] += red[w][(q * NS + s) * 4 + i][lane];
     float *Y = wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2];
 #pragma unroll
     for (int s = 0; s < NS; s++)
@@ -339,14 +237,13 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
             int col = col0 + s * 8 + 2 * tq + (i & 1), row = row0 + g + (i >> 1) * 8;
             if (col >= a.n)
                 continue;
-            float v = NM ? __fmul_rn(acc[s][i], rs[s][i & 1]) : acc[s][i];
             float *yp = Y + (size_t)col * M + row;
             if (MODE == BE_MM_GLU)
-                *yp = sg_glu(v, NM ? __fmul_rn(acc2[s][i], rs[s][i & 1]) : acc2[s][i], act);
+                *yp = sg_glu(acc[0][s][i], acc[NA - 1][s][i], act);
             else if (MODE == BE_MM_ADD)
-                *yp = __fadd_rn(*yp, v);
+                *yp = __fadd_rn(*yp, acc[0][s][i]);
             else
-                *yp = v;
+                *yp = acc[0][s][i];
         }
 }
 
@@ -369,62 +266,37 @@ static int sg_ok(const struct cu_be *cb, const struct be_mm *m)
         return 0;
     if (m->mode == BE_MM_ADD && m->n_w != 1)
         return 0;
-    /* the norm is fused into q/k/v only: in the gate/up kernel its extra loads and math
-     * cost more than a separate rmsnorm (H200: 8B gate/up 80-90 us fused vs 67 + 3.4) */
-    if (m->norm && (!cb->sg_norm || m->mode != BE_MM_PLAIN || ((uintptr_t)m->norm & 15)))
-        return 0;
-    return 1;
+    return !m->norm; /* a norm runs first, on its own (cu_matmul_fused) */
 }
 
-template <int BF, int MODE, int P, int W, int NM>
+template <int BF, int MODE, int P, int W>
 static void sg_launch_w(struct cu_be *cb, const struct sg_args &a, int ns, int act)
 {
-    unsigned grid = (unsigned)a.tiles[a.n_w] * (unsigned)a.ny * (unsigned)a.S;
+    unsigned grid = (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
     if (ns == 1)
-        cu_launch(cb, k_sg<BF, MODE, 1, P, W, NM>, dim3(grid), dim3(W * 32), 0, a, act);
+        cu_launch(cb, k_sg<BF, MODE, 1, P, W>, dim3(grid), dim3(W * 32), 0, a, act);
     else
-        cu_launch(cb, k_sg<BF, MODE, 2, P, W, NM>, dim3(grid), dim3(W * 32), 0, a, act);
+        cu_launch(cb, k_sg<BF, MODE, 2, P, W>, dim3(grid), dim3(W * 32), 0, a, act);
 }
 
-template <int BF, int MODE, int P, int NM>
+template <int BF, int MODE, int P>
 static void sg_launch(struct cu_be *cb, const struct sg_args &a, int ns, int act)
 {
     if (sg_warps(a.K) == 8)
-        sg_launch_w<BF, MODE, P, 8, NM>(cb, a, ns, act);
+        sg_launch_w<BF, MODE, P, 8>(cb, a, ns, act);
     else
-        sg_launch_w<BF, MODE, P, 16, NM>(cb, a, ns, act);
+        sg_launch_w<BF, MODE, P, 16>(cb, a, ns, act);
 }
 
 template <int BF, int P> static void sg_mode(struct cu_be *cb, const struct sg_args &a, int ns,
                                               int mode, int act)
 {
-    int nm = a.g != NULL; /* sg_ok: only PLAIN has the norm fused */
     if (mode == BE_MM_GLU)
-        sg_launch<BF, BE_MM_GLU, P, 0>(cb, a, ns, act);
+        sg_launch<BF, BE_MM_GLU, P>(cb, a, ns, act);
     else if (mode == BE_MM_ADD)
-        sg_launch<BF, BE_MM_ADD, P, 0>(cb, a, ns, act);
-    else if (nm)
-        sg_launch<BF, BE_MM_PLAIN, P, 1>(cb, a, ns, act);
+        sg_launch<BF, BE_MM_ADD, P>(cb, a, ns, act);
     else
-        sg_launch<BF, BE_MM_PLAIN, P, 0>(cb, a, ns, act);
-}
-
-/* Arrival counters for n block groups, zero (zeroed when the buffer is new). */
-static int *sg_counters(struct cu_be *cb, size_t n)
-{
-    size_t need = n * sizeof(int);
-    if (cb->scratch_cap[CU_SCRATCH_SGC] >= need)
-        return (int *)cb->scratch[CU_SCRATCH_SGC];
-    int *p = (int *)cu_scratch(cb, CU_SCRATCH_SGC, need);
-    if (!p)
-        return NULL;
-    cb->last_kernel = 0;
-    cudaError_t rc = cudaMemsetAsync(p, 0, cb->scratch_cap[CU_SCRATCH_SGC], cb->stream);
-    if (rc != cudaSuccess) {
-        cu_latch(cb, "skinny matmul counters", rc);
-        return NULL;
-    }
-    return p;
+        sg_launch<BF, BE_MM_PLAIN, P>(cb, a, ns, act);
 }
 
 static void sg_run(struct cu_be *cb, const struct be_mm *m)
@@ -445,20 +317,10 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m)
         a.w[1] = (const uint8_t *)m->w[1]->data;
     }
     a.x = m->x;
-    a.g = m->norm;
-    a.eps = m->eps;
     a.n = m->n;
     a.K = (int)m->w[0]->ne[0];
     int ns = m->n <= 8 ? 1 : 2;
     a.ny = (m->n + ns * 8 - 1) / (ns * 8);
-    a.S = cb->sg_split ? sg_splits(a.tiles[a.n_w], a.K, cb->n_sm, cb->sg_split) : 1;
-    if (a.S > 1) {
-        size_t nb = (size_t)a.tiles[a.n_w] * a.ny;
-        a.part = (float *)cu_scratch(cb, CU_SCRATCH_SGP, nb * a.S * SG_PW * 32 * sizeof(float));
-        a.cnt = sg_counters(cb, nb);
-        if (!a.part || !a.cnt)
-            return;
-    }
     int bf = m->w[0]->dtype == DT_BF16, precise = cb->precise || cb->sg_precise;
     if (bf && precise)
         sg_mode<1, 1>(cb, a, ns, m->mode, m->act);
