@@ -27,7 +27,7 @@ enum {
     SG_U = 4,   /* chunks of 32 in flight per warp (GLU: 2, it reads two weights) */
 };
 
-/* Warps per block (they split K): 16 when that leaves each >= 2 chunks, else 8. Depends on
+/* Warps per block (they split K): 16 when that leaves each >= 4 chunks, else 8. Depends on
  * K only (batch invariance). */
 static int sg_warps(int K)
 {
