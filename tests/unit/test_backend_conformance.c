@@ -655,7 +655,8 @@ static void test_topcand(void)
         rng_seed(900 + ci);
         /* kinds: mixed hot, exactly cap, 3 cap (a narrower bound), -inf, NaN, +inf, mixed,
          * cap + 1 tied at the max (overflow), few hot */
-        int kind[9] = {0, 1, 1, 2, 3, 4, 5, 6, 0}, hot[9] = {40, cap, 3 * cap, 0, 0, 0, 0, cap + 1, 3};
+        int kind[9] = {0, 1, 1, 2, 3, 4, 5, 6, 0};
+        int hot[9] = {40, cap, 3 * cap, 0, 0, 0, 0, cap + 1, 3};
         if (n == 128256)
             kind[0] = 1, hot[0] = cap, kind[1] = 0, hot[1] = 3000, kind[2] = 1, hot[2] = 3 * cap;
         if (n != 5000)

@@ -263,7 +263,7 @@ static void cpu_topcand(struct be *b, void *out, const float *x, int rows, int n
             continue;
         float cut = cuts[k_end];
         nc = 0;
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n && nc < cap; i++) /* (the count above says they fit) */
             if (v[i] >= cut)
                 c[nc].logit = v[i], c[nc++].id = i;
         tc_sort(c, nc);

@@ -90,14 +90,15 @@ __device__ __forceinline__ float tc_cut(float mx, float span, int k)
     return __fsub_rn(mx, __fdiv_rn(__fmul_rn(span, (float)k), (float)BE_TOPCAND_BINS));
 }
 
-/* The smallest k with x >= cut(k), for mx >= x >= cut(BE_TOPCAND_BINS). */
-__device__ __forceinline__ int tc_bin(float x, float mx, float span)
+/* The smallest k with x >= cut[k], for mx >= x >= cut[BE_TOPCAND_BINS]: a guess from the
+ * distance (inv = BE_TOPCAND_BINS / span), then exact comparisons with the bounds. */
+__device__ __forceinline__ int tc_bin(float x, float mx, float inv, const float *cut)
 {
-    int k = span > 0.0f ? (int)(__fsub_rn(mx, x) / span * (float)BE_TOPCAND_BINS) : 0;
+    int k = (int)(__fsub_rn(mx, x) * inv);
     k = min(max(k, 0), (int)BE_TOPCAND_BINS);
-    while (k > 0 && x >= tc_cut(mx, span, k - 1))
+    while (k > 0 && x >= cut[k - 1])
         k--;
-    while (k < BE_TOPCAND_BINS && x < tc_cut(mx, span, k))
+    while (k < BE_TOPCAND_BINS && x < cut[k])
         k++;
     return k;
 }
@@ -120,6 +121,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     __shared__ float sv[TC_THREADS / 32];
     __shared__ int si[TC_THREADS / 32];
     __shared__ int hist[BE_TOPCAND_BINS + 1];
+    __shared__ float s_cut[BE_TOPCAND_BINS + 1];
     __shared__ float s_mx;
     __shared__ int s_am, s_cnt, s_k, s_nc;
     cu_pdl_wait();
@@ -156,7 +158,10 @@ __global__ void __launch_bounds__(TC_THREADS)
             h->mx = mx, h->sum = 0.0f, h->argmax = s_am, h->nc = -1;
         return;
     }
-    float lo = tc_cut(mx, span, BE_TOPCAND_BINS);
+    for (int k = tid; k <= BE_TOPCAND_BINS; k += TC_THREADS)
+        s_cut[k] = tc_cut(mx, span, k);
+    __syncthreads();
+    float lo = s_cut[BE_TOPCAND_BINS], inv = span > 0.0f ? (float)BE_TOPCAND_BINS / span : 0.0f;
 
     float sum = 0.0f;
     for (int i0 = 0; i0 < n; i0 += TC_THREADS) { /* warp-uniform trip count */
@@ -167,7 +172,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         bool in = v >= lo;
         if (!__any_sync(0xffffffffu, in))
             continue;
-        int k = in ? tc_bin(v, mx, span) : -1 - lane; /* outsiders: a key of their own */
+        int k = in ? tc_bin(v, mx, inv, s_cut) : -1 - lane; /* outsiders: a key of their own */
         unsigned same = __match_any_sync(0xffffffffu, k);
         if (in && lane == __ffs(same) - 1)
             atomicAdd(&hist[k], __popc(same));
@@ -192,7 +197,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     if (k_end < 0)
         return;
 
-    float cut = tc_cut(mx, span, k_end);
+    float cut = s_cut[k_end];
     for (int i0 = 0; i0 < n; i0 += TC_THREADS) {
         int i = i0 + tid;
         float v = i < n ? r[i] : __int_as_float(0x7fc00000);
@@ -200,11 +205,16 @@ __global__ void __launch_bounds__(TC_THREADS)
         if (!__any_sync(0xffffffffu, cand))
             continue;
         int slot = tc_slot(&s_cnt, cand, lane);
-        if (cand)
+        if (cand && slot < cap)
             tc_keys[slot] = ((unsigned long long)tc_desc_key(v) << 32) | (uint32_t)i;
     }
     __syncthreads();
-    int nc = s_cnt; /* = s_nc <= cap */
+    int nc = s_cnt; /* = s_nc <= cap (the bounds are compared the same way twice) */
+    if (nc > cap) { /* not reached; never write past the keys */
+        if (tid == 0)
+            h->nc = -1;
+        return;
+    }
     int p2 = 1;
     while (p2 < nc)
         p2 <<= 1;
