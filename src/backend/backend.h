@@ -63,8 +63,11 @@ struct be_attn {
  *   BE_MM_GLU:   n_w = 2 (gate, up; M_0 = M_1): y[0] (n, M_0) = act(x W_0^T) * (x W_1^T);
  *   BE_MM_ADD:   n_w = 1: y[0] (n, M_0) += x W_0^T (a residual add).
  * Each y[i] is contiguous (n, M_i) and does not overlap x. The result must equal (up to the
- * backend's stated matmul tolerance) the unfused ops matmul / act_mul / add. */
+ * backend's stated matmul tolerance) the unfused ops matmul / act_mul / add.
+ * rope (PLAIN with n_w = 3: q, k, v): then also rope_kv_store(*rope) on y[0], y[1], y[2]
+ * (rope's q, k, v pointers are ignored), with exactly the results of the unfused pair. */
 enum be_mm_mode { BE_MM_PLAIN = 0, BE_MM_GLU = 1, BE_MM_ADD = 2 };
+struct be_rope_kv;
 struct be_mm {
     int mode, act; /* act: enum be_act (GLU only) */
     int n;         /* rows of x */
@@ -75,6 +78,7 @@ struct be_mm {
     int n_w;
     const struct be_tensor *w[3];
     float *y[3];
+    const struct be_rope_kv *rope; /* NULL, or see above */
 };
 
 /* rope on q and k, then kv_store of the rotated k and of v (the OPTIONAL op rope_kv_store):

@@ -142,14 +142,16 @@ static int upload_batch(struct model_ws *ws, const struct model_batch *bt, struc
 }
 
 /* y_i = rmsnorm(x) W_i^T for the weights sharing the normed x (norm and projections fused
- * when the backend can; else xb holds the normed rows). */
+ * when the backend can; else xb holds the normed rows). rope (only with matmul_fused): the
+ * rope + K/V store of q, k, v fused in too. */
 static void project(const struct model *m, struct model_ws *ws, int n, const float *norm,
-                    int n_w, const struct be_tensor *const *w, float *const *y)
+                    int n_w, const struct be_tensor *const *w, float *const *y,
+                    const struct be_rope_kv *rope)
 {
     const struct be_ops *op = m->be->ops;
     if (op->matmul_fused) {
         struct be_mm f = {.mode = BE_MM_PLAIN, .n = n, .x = ws->x, .norm = norm,
-                          .eps = m->hp.norm_eps, .n_w = n_w};
+                          .eps = m->hp.norm_eps, .n_w = n_w, .rope = rope};
         for (int i = 0; i < n_w; i++)
             f.w[i] = w[i], f.y[i] = y[i];
         op->matmul_fused(m->be, &f);
@@ -190,7 +192,20 @@ static void attention_block(const struct model *m, struct model_ws *ws,
 
     const struct be_tensor *wqkv[3] = {&ly->wq, &ly->wk, &ly->wv};
     float *const yqkv[3] = {ws->q, ws->k, ws->v}; /* (n, qd), (n, kvd), (n, kvd) */
-    project(m, ws, n, ly->attn_norm, 3, wqkv, yqkv);
+    int swa = hp->layer_swa[il];
+    const float *inv_freq = swa ? m->inv_freq_local : m->inv_freq_global;
+    int split = swa && ws->swa_split;
+    const int32_t *slots = split ? ws->d_slots_swa : ws->d_slots;
+    struct be_rope_kv r = {.q = ws->q, .k = ws->k, .v = ws->v, .pos = ws->d_pos,
+                           .slots = slots, .n_tok = n, .n_head = hp->n_head,
+                           .n_kv_head = hp->n_kv_head, .head_dim = hp->head_dim,
+                           .rot_dim = hp->rot_dim, .mode = hp->rope_mode,
+                           .inv_freq = inv_freq, .mscale = 1.0f, .k_cache = kv->k[il],
+                           .v_cache = kv->v[il], .kv_dtype = kv->kv_dtype};
+    /* rope and the K/V store ride on the q/k/v projection unless biases or per-head norms
+     * come between them */
+    int fuse_rope = op->matmul_fused && !ly->bq && !ly->q_norm;
+    project(m, ws, n, ly->attn_norm, 3, wqkv, yqkv, fuse_rope ? &r : NULL);
     if (ly->bq) {
         op->add_row(b, ws->q, ly->bq, n, qd);
         op->add_row(b, ws->k, ly->bk, n, kvd);
@@ -200,17 +215,9 @@ static void attention_block(const struct model *m, struct model_ws *ws,
         op->rmsnorm(b, ws->q, ws->q, ly->q_norm, n * hp->n_head, hp->head_dim, hp->norm_eps);
         op->rmsnorm(b, ws->k, ws->k, ly->k_norm, n * hp->n_kv_head, hp->head_dim, hp->norm_eps);
     }
-    int swa = hp->layer_swa[il];
-    const float *inv_freq = swa ? m->inv_freq_local : m->inv_freq_global;
-    int split = swa && ws->swa_split;
-    const int32_t *slots = split ? ws->d_slots_swa : ws->d_slots;
-    if (op->rope_kv_store) {
-        struct be_rope_kv r = {.q = ws->q, .k = ws->k, .v = ws->v, .pos = ws->d_pos,
-                               .slots = slots, .n_tok = n, .n_head = hp->n_head,
-                               .n_kv_head = hp->n_kv_head, .head_dim = hp->head_dim,
-                               .rot_dim = hp->rot_dim, .mode = hp->rope_mode,
-                               .inv_freq = inv_freq, .mscale = 1.0f, .k_cache = kv->k[il],
-                               .v_cache = kv->v[il], .kv_dtype = kv->kv_dtype};
+    if (fuse_rope) {
+        /* done by the projection */
+    } else if (op->rope_kv_store) {
         op->rope_kv_store(b, &r);
     } else {
         op->rope(b, ws->q, ws->d_pos, n, hp->n_head, hp->head_dim, hp->rot_dim, hp->rope_mode,

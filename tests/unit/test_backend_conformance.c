@@ -1276,6 +1276,102 @@ static void test_rope_kv_store(void)
         fprintf(stderr, "SKIP rope_kv_store: no backend here has it\n");
 }
 
+/* matmul_fused with rope (q/k/v projection + rope + K/V store in one op) against the same
+ * projection without it followed by rope_kv_store: q, k, v and both caches bit-identical.
+ * n > 16 rows takes the CUDA backend's unfused fallback. */
+static void matmul_rope_case(struct be *b, const char *who, int n, int n_head, int n_kv, int hd,
+                             int rot, int mode, int kv_dtype, int dt, int k, int with_norm)
+{
+    int kvd = n_kv * hd, n_slots = 3 * n + 1, es = kv_dtype == DT_F16 ? 2 : 4;
+    const int m[3] = {n_head * hd, kvd, kvd};
+    size_t cb = (size_t)n_slots * kvd * es, xb = sizeof(float) * (size_t)n * k;
+    float *x = malloc(xb), *gn = malloc(sizeof(float) * (size_t)k), *inv = malloc((size_t)rot / 2 * 4);
+    int32_t *pos = malloc((size_t)n * 4), *slots = malloc((size_t)n * 4);
+    fill_f(x, (int64_t)n * k, 3.0f), fill_f(gn, k, 1.0f);
+    for (int i = 0; i < rot / 2; i++)
+        inv[i] = powf(10000.0f, -2.0f * i / rot);
+    for (int t = 0; t < n; t++)
+        pos[t] = 5 + 29 * t, slots[t] = (7 * t + 3) % n_slots;
+    size_t wb[3];
+    void *w[3];
+    struct be_tensor t[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = make_weights(dt, m[i], k, &wb[i]);
+        t[i] = (struct be_tensor){.dtype = dt, .ne = {k, m[i], 1, 1}, .nbytes = wb[i]};
+        t[i].data = dev_from(b, w[i], wb[i]);
+    }
+    uint8_t *res[2][5];
+    size_t sz[5] = {sizeof(float) * (size_t)n * m[0], sizeof(float) * (size_t)n * m[1],
+                    sizeof(float) * (size_t)n * m[2], cb, cb};
+    for (int f = 0; f < 2; f++) {
+        float *dx = dev_from(b, x, xb), *dg = dev_from(b, gn, sizeof(float) * (size_t)k);
+        float *di = dev_from(b, inv, (size_t)rot / 2 * 4);
+        int32_t *dp = dev_from(b, pos, (size_t)n * 4), *ds = dev_from(b, slots, (size_t)n * 4);
+        uint8_t *zero = calloc(1, cb);
+        void *kc = dev_from(b, zero, cb), *vc = dev_from(b, zero, cb);
+        float *dy[3];
+        for (int i = 0; i < 3; i++)
+            dy[i] = dev_from(b, NULL, sz[i]);
+        struct be_rope_kv r = {.q = dy[0], .k = dy[1], .v = dy[2], .pos = dp, .slots = ds,
+                               .n_tok = n, .n_head = n_head, .n_kv_head = n_kv, .head_dim = hd,
+                               .rot_dim = rot, .mode = mode, .inv_freq = di, .mscale = 1.0f,
+                               .k_cache = kc, .v_cache = vc, .kv_dtype = kv_dtype};
+        struct be_mm mm = {.mode = BE_MM_PLAIN, .n = n, .x = dx, .n_w = 3,
+                           .norm = with_norm ? dg : NULL, .eps = 1e-5f, .rope = f ? &r : NULL};
+        for (int i = 0; i < 3; i++)
+            mm.w[i] = &t[i], mm.y[i] = dy[i];
+        b->ops->matmul_fused(b, &mm);
+        if (!f)
+            b->ops->rope_kv_store(b, &r);
+        void *src[5] = {dy[0], dy[1], dy[2], kc, vc};
+        for (int i = 0; i < 5; i++) {
+            res[f][i] = malloc(sz[i]);
+            host_from(b, res[f][i], src[i], sz[i]);
+        }
+        for (int i = 0; i < 3; i++)
+            b->ops->free(b, dy[i]);
+        b->ops->free(b, dx), b->ops->free(b, dg), b->ops->free(b, di), b->ops->free(b, dp);
+        b->ops->free(b, ds), b->ops->free(b, kc), b->ops->free(b, vc);
+        free(zero);
+    }
+    static const char *const what[5] = {"q", "k", "v", "K cache", "V cache"};
+    for (int i = 0; i < 5; i++) {
+        size_t d = 0;
+        while (d < sz[i] && res[0][i][d] == res[1][i][d])
+            d++;
+        CHECK_MSG(d == sz[i], "%s matmul_fused + rope (n %d hd %d rot %d mode %d %s %s norm %d): "
+                  "%s differs from the unfused pair at byte %zu of %zu", who, n, hd, rot, mode,
+                  dtype_name(dt), dtype_name(kv_dtype), with_norm, what[i], d, sz[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        b->ops->free(b, t[i].data), free(w[i]);
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < 5; i++)
+            free(res[f][i]);
+    free(x), free(gn), free(inv), free(pos), free(slots);
+}
+
+static void test_matmul_rope(void)
+{
+    int ran = 0;
+    for (int bi = 0; bi < N_BACKENDS; bi++) {
+        struct be *b = g.cand[bi][0];
+        if (!b || !b->ops->matmul_fused || !b->ops->rope_kv_store)
+            continue;
+        ran = 1;
+        rng_seed(950);
+        const char *who = g_backends[bi];
+        matmul_rope_case(b, who, 1, 4, 2, 64, 64, BE_ROPE_NEOX, DT_F16, DT_BF16, 256, 1);
+        matmul_rope_case(b, who, 5, 4, 2, 128, 64, BE_ROPE_NORM, DT_F32, DT_BF16, 288, 0);
+        matmul_rope_case(b, who, 16, 8, 2, 32, 32, BE_ROPE_NEOX, DT_F16, DT_F16, 512, 1);
+        matmul_rope_case(b, who, 3, 2, 1, 256, 256, BE_ROPE_NEOX, DT_F16, DT_BF16, 2048, 1);
+        matmul_rope_case(b, who, 20, 4, 4, 64, 64, BE_ROPE_NORM, DT_F16, DT_BF16, 256, 1);
+        matmul_rope_case(b, who, 2, 4, 2, 48, 16, BE_ROPE_NEOX, DT_F16, DT_F32, 64, 0);
+    }
+    if (!ran)
+        fprintf(stderr, "SKIP matmul_fused + rope: no backend here has both\n");
+}
+
 static void test_elementwise(void)
 {
     int64_t n = 100003;
@@ -1440,6 +1536,7 @@ int main(void)
     RUN(test_rmsnorm);
     RUN(test_rope);
     RUN(test_rope_kv_store);
+    RUN(test_matmul_rope);
     RUN(test_elementwise);
     RUN(test_op_chain);
     RUN(test_unavailable_backends);

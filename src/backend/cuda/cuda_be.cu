@@ -377,6 +377,8 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
     cb->precise = pe && !strcmp(pe, "1");
     const char *pd = getenv("CINFER_CUDA_PDL");
     cb->pdl = !(pd && !strcmp(pd, "0"));
+    const char *fr = getenv("CINFER_CUDA_FUSE_ROPE");
+    cb->fuse_rope = !(fr && !strcmp(fr, "0"));
     const char *sp = getenv("CINFER_CUDA_SKINNY_PRECISE");
     cb->sg_precise = sp && !strcmp(sp, "1");
     const char *sk = getenv("CINFER_CUDA_SKINNY_MAX");

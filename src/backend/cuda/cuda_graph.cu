@@ -333,13 +333,15 @@ void cq_add_row(struct be *b, float *y, const float *bias, int rows, int dim)
     DEFER(r_ew, struct a_ew, a_.kind = 4, a_.y = y, a_.a = bias, a_.n = rows, a_.act = dim);
 }
 
-struct a_mmf { struct be_mm m; struct be_tensor w[3]; };
+struct a_mmf { struct be_mm m; struct be_tensor w[3]; struct be_rope_kv r; };
 static void r_mmf(struct be *b, const void *p)
 {
     const struct a_mmf *a = (const struct a_mmf *)p;
     struct be_mm m = a->m;
     for (int i = 0; i < m.n_w && i < 3; i++)
         m.w[i] = &a->w[i];
+    if (a->m.rope)
+        m.rope = &a->r;
     cu_matmul_fused(b, &m);
 }
 void cq_matmul_fused(struct be *b, const struct be_mm *m)
@@ -355,6 +357,10 @@ void cq_matmul_fused(struct be *b, const struct be_mm *m)
             a_.w[i] = *m->w[i];
             a_.w[i].name = NULL;
         }
+    }
+    if (m->rope) { /* by value too; the pointer only marks that there is one */
+        a_.r = *m->rope;
+        a_.m.rope = (const struct be_rope_kv *)1;
     }
     defer(b, r_mmf, &a_, sizeof a_);
 }

@@ -47,6 +47,7 @@ struct cu_be {
     int pdl;            /* launch the decode kernels with programmatic dependent launch */
     int sg_precise;     /* skinny matmul x as hi + lo 16-bit parts (CINFER_CUDA_SKINNY_PRECISE=1;
                          * CINFER_CUDA_PRECISE=1 implies it) */
+    int fuse_rope;      /* q/k/v projection does the rope + K/V store (CINFER_CUDA_FUSE_ROPE=0: no) */
     unsigned scratch_epoch; /* bumped when a scratch buffer moves: cached graphs are stale */
     int last_kernel;    /* the last op queued on the stream was a kernel (PDL may follow it;
                          * after a copy or memset the next launch is a plain one) */

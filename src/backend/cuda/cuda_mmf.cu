@@ -23,6 +23,7 @@
 #include "backend/cuda/cuda_int.cuh"
 
 enum {
+    SG_ROPE = 3, /* kernel MODE beyond enum be_mm_mode: PLAIN q/k/v with rope + K/V store */
     SG_NT = 16, /* x rows per block (two n8 mma tiles) */
     SG_U = 4,   /* chunks of 32 in flight per warp (GLU: 2, it reads two weights) */
 };
@@ -79,6 +80,12 @@ struct sg_args {
     int n_w;
     const float *x;
     int n, K, ny;        /* ny = x tiles */
+    /* SG_ROPE: rope of q (w 0) and k (w 1), K and V (w 1, 2) stored at slots (be_rope_kv) */
+    const int32_t *pos, *slots;
+    const float *inv_freq;
+    float mscale;
+    int hd, rot, neox, kvd, kv_dtype;
+    void *k_cache, *v_cache;
 };
 
 /* act(g) * u with the operation order of the unfused act_mul (cuda_ops.cu k_ew). */
@@ -91,8 +98,10 @@ __device__ __forceinline__ float sg_glu(float g, float u, int act)
     return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(in))), u);
 }
 
-/* MODE: BE_MM_PLAIN / BE_MM_GLU / BE_MM_ADD. NS: n8 tiles per block (1 or 2). P: precise
- * (x split into hi + lo 16-bit parts, two mmas). */
+/* MODE: BE_MM_PLAIN / BE_MM_GLU / BE_MM_ADD / SG_ROPE. NS: n8 tiles per block (1 or 2). P:
+ * precise (x split into hi + lo 16-bit parts, two mmas). SG_ROPE: a q or k tile inside the
+ * rotated part of a head holds 8 rope pairs (mma rows g and g + 8 are the pair's two rows),
+ * so each lane rotates its own accumulators, with rope_pair's arithmetic (cuda_ops.cu). */
 template <int BF, int MODE, int NS, int P, int SG_WARPS>
 __global__ void __launch_bounds__(SG_WARPS * 32)
     k_sg(struct sg_args a, int act)
@@ -111,8 +120,17 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
     const uint8_t *W = wi == 0 ? a.w[0] : wi == 1 ? a.w[1] : a.w[2];
     const uint8_t *W2 = MODE == BE_MM_GLU ? a.w[1] : W;
     const size_t rb = (size_t)K * 2;
-    const uint4 *wr0 = (const uint4 *)(W + (size_t)(row0 + g) * rb) + tq;
-    const uint4 *wr1 = (const uint4 *)(W + (size_t)(row0 + g + 8) * rb) + tq;
+    int ra = row0 + g, rz = row0 + g + 8, pj = -1; /* weight rows of mma rows g, g + 8 */
+    if (MODE == SG_ROPE && wi < 2) {
+        const int base = row0 - row0 % a.hd, k16 = (row0 % a.hd) / 16;
+        if (k16 * 16 < a.rot) { /* pair pj: rows (pj, pj + rot/2) or (2 pj, 2 pj + 1) */
+            pj = 8 * k16 + g;
+            ra = base + (a.neox ? pj : 2 * pj);
+            rz = a.neox ? ra + a.rot / 2 : ra + 1;
+        }
+    }
+    const uint4 *wr0 = (const uint4 *)(W + (size_t)ra * rb) + tq;
+    const uint4 *wr1 = (const uint4 *)(W + (size_t)rz * rb) + tq;
     const uint4 *ur0 = (const uint4 *)(W2 + (size_t)(row0 + g) * rb) + tq;
     const uint4 *ur1 = (const uint4 *)(W2 + (size_t)(row0 + g + 8) * rb) + tq;
     const float4 *xr[NS];
@@ -230,21 +248,53 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
                 for (int i = 0; i < 4; i++)
                     acc[q][s][i] += red[w][(q * NS + s) * 4 + i][lane];
     float *Y = wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2];
+    if constexpr (MODE == SG_ROPE) {
 #pragma unroll
-    for (int s = 0; s < NS; s++)
+        for (int s = 0; s < NS; s++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int col = col0 + s * 8 + 2 * tq + (i & 1), row = row0 + g + (i >> 1) * 8;
-            if (col >= a.n)
-                continue;
-            float *yp = Y + (size_t)col * M + row;
-            if (MODE == BE_MM_GLU)
-                *yp = sg_glu(acc[0][s][i], acc[NA - 1][s][i], act);
-            else if (MODE == BE_MM_ADD)
-                *yp = __fadd_rn(*yp, acc[0][s][i]);
-            else
-                *yp = acc[0][s][i];
-        }
+            for (int c2 = 0; c2 < 2; c2++) {
+                const int col = col0 + s * 8 + 2 * tq + c2;
+                if (col >= a.n)
+                    continue;
+                float v0 = acc[0][s][c2], v1 = acc[0][s][2 + c2];
+                if (pj >= 0) {
+                    float ang = __fmul_rn((float)a.pos[col], a.inv_freq[pj]);
+                    float cs = __fmul_rn(cosf(ang), a.mscale), sn = __fmul_rn(sinf(ang), a.mscale);
+                    float r0 = __fsub_rn(__fmul_rn(v0, cs), __fmul_rn(v1, sn));
+                    v1 = __fadd_rn(__fmul_rn(v1, cs), __fmul_rn(v0, sn));
+                    v0 = r0;
+                }
+                Y[(size_t)col * M + ra] = v0;
+                Y[(size_t)col * M + rz] = v1;
+                if (wi > 0) { /* K or V row of this token into the cache */
+                    void *cache = wi == 1 ? a.k_cache : a.v_cache;
+                    const size_t off = (size_t)a.slots[col] * a.kvd;
+                    if (a.kv_dtype == DT_F16) {
+                        ((__half *)cache)[off + ra] = __float2half_rn(v0);
+                        ((__half *)cache)[off + rz] = __float2half_rn(v1);
+                    } else {
+                        ((float *)cache)[off + ra] = v0;
+                        ((float *)cache)[off + rz] = v1;
+                    }
+                }
+            }
+    } else {
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int col = col0 + s * 8 + 2 * tq + (i & 1), row = row0 + g + (i >> 1) * 8;
+                if (col >= a.n)
+                    continue;
+                float *yp = Y + (size_t)col * M + row;
+                if (MODE == BE_MM_GLU)
+                    *yp = sg_glu(acc[0][s][i], acc[NA - 1][s][i], act);
+                else if (MODE == BE_MM_ADD)
+                    *yp = __fadd_rn(*yp, acc[0][s][i]);
+                else
+                    *yp = acc[0][s][i];
+            }
+    }
 }
 
 /* 1 when the skinny kernel takes this projection. */
@@ -266,6 +316,16 @@ static int sg_ok(const struct cu_be *cb, const struct be_mm *m)
         return 0;
     if (m->mode == BE_MM_ADD && m->n_w != 1)
         return 0;
+    if (m->rope) { /* q/k/v tiles must not straddle heads or the rotated part */
+        const struct be_rope_kv *r = m->rope;
+        if (!cb->fuse_rope || m->mode != BE_MM_PLAIN || m->n_w != 3 || r->n_tok != m->n || r->head_dim % 16 ||
+            r->rot_dim % 16 || r->rot_dim > r->head_dim || r->rot_dim <= 0 ||
+            m->w[0]->ne[1] != (int64_t)r->n_head * r->head_dim ||
+            m->w[1]->ne[1] != (int64_t)r->n_kv_head * r->head_dim ||
+            m->w[2]->ne[1] != m->w[1]->ne[1] ||
+            (r->kv_dtype != DT_F16 && r->kv_dtype != DT_F32))
+            return 0;
+    }
     return !m->norm; /* a norm runs first, on its own (cu_matmul_fused) */
 }
 
@@ -291,7 +351,9 @@ static void sg_launch(struct cu_be *cb, const struct sg_args &a, int ns, int act
 template <int BF, int P> static void sg_mode(struct cu_be *cb, const struct sg_args &a, int ns,
                                               int mode, int act)
 {
-    if (mode == BE_MM_GLU)
+    if (mode == SG_ROPE)
+        sg_launch<BF, SG_ROPE, P>(cb, a, ns, act);
+    else if (mode == BE_MM_GLU)
         sg_launch<BF, BE_MM_GLU, P>(cb, a, ns, act);
     else if (mode == BE_MM_ADD)
         sg_launch<BF, BE_MM_ADD, P>(cb, a, ns, act);
@@ -321,15 +383,24 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m)
     a.K = (int)m->w[0]->ne[0];
     int ns = m->n <= 8 ? 1 : 2;
     a.ny = (m->n + ns * 8 - 1) / (ns * 8);
+    int mode = m->mode;
+    if (m->rope) {
+        const struct be_rope_kv *r = m->rope;
+        mode = SG_ROPE;
+        a.pos = r->pos, a.slots = r->slots, a.inv_freq = r->inv_freq, a.mscale = r->mscale;
+        a.hd = r->head_dim, a.rot = r->rot_dim, a.neox = r->mode == BE_ROPE_NEOX;
+        a.kvd = r->n_kv_head * r->head_dim, a.kv_dtype = r->kv_dtype;
+        a.k_cache = r->k_cache, a.v_cache = r->v_cache;
+    }
     int bf = m->w[0]->dtype == DT_BF16, precise = cb->precise || cb->sg_precise;
     if (bf && precise)
-        sg_mode<1, 1>(cb, a, ns, m->mode, m->act);
+        sg_mode<1, 1>(cb, a, ns, mode, m->act);
     else if (bf)
-        sg_mode<1, 0>(cb, a, ns, m->mode, m->act);
+        sg_mode<1, 0>(cb, a, ns, mode, m->act);
     else if (precise)
-        sg_mode<0, 1>(cb, a, ns, m->mode, m->act);
+        sg_mode<0, 1>(cb, a, ns, mode, m->act);
     else
-        sg_mode<0, 0>(cb, a, ns, m->mode, m->act);
+        sg_mode<0, 0>(cb, a, ns, mode, m->act);
     cu_after_launch(cb, "skinny matmul");
 }
 
@@ -373,6 +444,15 @@ void cu_matmul_fused(struct be *b, const struct be_mm *m)
             sg_run(cb, m);
             return;
         }
+    }
+    if (m->rope) { /* not fusable here: the projections, then the rope and K/V store */
+        struct be_mm mr = *m;
+        mr.rope = NULL;
+        cu_matmul_fused(b, &mr);
+        struct be_rope_kv r = *m->rope;
+        r.q = m->y[0], r.k = m->y[1], r.v = m->y[2];
+        cu_rope_kv_store(b, &r);
+        return;
     }
     /* 16-bit weights on cuBLAS: x converted once; the residual add as beta = 1 */
     if (m->mode == BE_MM_PLAIN || m->mode == BE_MM_ADD) {
