@@ -1282,7 +1282,7 @@ static void test_rope_kv_store(void)
 static void matmul_rope_case(struct be *b, const char *who, int n, int n_head, int n_kv, int hd,
                              int rot, int mode, int kv_dtype, int dt, int k, int with_norm)
 {
-    int kvd = n_kv * hd, n_slots = 3 * n + 1, es = kv_dtype == DT_F16 ? 2 : 4;
+    int kvd = n_kv * hd, n_slots = 97, es = kv_dtype == DT_F16 ? 2 : 4; /* prime, > n */
     const int m[3] = {n_head * hd, kvd, kvd};
     size_t cb = (size_t)n_slots * kvd * es, xb = sizeof(float) * (size_t)n * k;
     float *x = malloc(xb), *gn = malloc(sizeof(float) * (size_t)k), *inv = malloc((size_t)rot / 2 * 4);
@@ -1291,7 +1291,7 @@ static void matmul_rope_case(struct be *b, const char *who, int n, int n_head, i
     for (int i = 0; i < rot / 2; i++)
         inv[i] = powf(10000.0f, -2.0f * i / rot);
     for (int t = 0; t < n; t++)
-        pos[t] = 5 + 29 * t, slots[t] = (7 * t + 3) % n_slots;
+        pos[t] = 5 + 29 * t, slots[t] = (7 * t + 3) % n_slots; /* distinct: n <= 32 < 97 */
     size_t wb[3];
     void *w[3];
     struct be_tensor t[3];
