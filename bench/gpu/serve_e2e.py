@@ -108,6 +108,27 @@ def main():
         same = all(got[k] == alone[k] for k in alone)
         rep["checks"]["8 concurrent streams == alone"] = same
         ok &= same
+        # seeded sampling (top_p / top_k: the device candidates path) concurrent == alone
+        def sbody(i, p):
+            b = {"prompt": p, "max_tokens": 40, "temperature": 0.9, "top_p": 0.9,
+                 "top_k": 40 if i % 2 else 0, "seed": 100 + i}
+            if i % 3 == 0:
+                b["logprobs"], b["top_logprobs"] = True, 2
+            return b
+        s_alone = {(i, p): post(cuda, "/v1/completions", sbody(i, p)) for i, p in enumerate(prompts * 2)}
+        s_got = {}
+
+        def sone(i, p):
+            s_got[(i, p)] = post(cuda, "/v1/completions", sbody(i, p))
+
+        ts = [threading.Thread(target=sone, args=(i, p)) for i, p in enumerate(prompts * 2)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        key = lambda r: (r["choices"][0]["text"], json.dumps(r["choices"][0].get("logprobs")))
+        same = all(key(s_got[k]) == key(s_alone[k]) for k in s_alone)
+        rep["checks"]["8 concurrent seeded top_p/top_k streams == alone"] = same
+        rep["sampled_example"] = s_alone[(0, prompts[0])]["choices"][0]["text"][:200]
+        ok &= same
         long = "Once upon a time there was a little girl named Lily. She loved to play outside in the park. "
         post(cuda, "/v1/completions", {"prompt": long, "max_tokens": 8, "temperature": 0})
         r = post(cuda, "/v1/completions", {"prompt": long + "One day", "max_tokens": 8, "temperature": 0})
