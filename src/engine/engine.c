@@ -588,7 +588,8 @@ static int env_on(const char *name)
 
 /* Candidate sampling when the backend has the op (CINFER_HOST_ARGMAX=1 or
  * CINFER_HOST_SAMPLE=1: never); CINFER_SAMPLE_CAP sets the most candidates per row (1 ..
- * BE_TOPCAND_CAP_MAX, the default: a larger row overflows to a one-row download). */
+ * BE_TOPCAND_CAP_MAX, the default): a row with more ids in the span gets a narrower prefix,
+ * and a filter that runs past it fetches the row. A step downloads rows x (16 + 8 cap) bytes. */
 static int cands_init(struct engine *g, struct cerr *e)
 {
     if (!model_can_topcand(g->m) || env_on("CINFER_HOST_ARGMAX") || env_on("CINFER_HOST_SAMPLE"))
