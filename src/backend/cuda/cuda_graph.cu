@@ -217,6 +217,37 @@ static void defer(struct be *b, void (*run)(struct be *, const void *), const vo
 
 /* ---- the recorded ops: one argument struct each (zeroed, so padding hashes alike) ---- */
 
+/* Argument structs copied member by member into zeroed storage (the recorded struct is
+ * memset first): a struct assignment may carry the caller's padding bytes, which would
+ * change the list's hash from step to step (a repeated step would never be captured). */
+static void canon_t(struct be_tensor *t, const struct be_tensor *w)
+{
+    t->dtype = w->dtype;
+    memcpy(t->ne, w->ne, sizeof t->ne);
+    t->data = w->data;
+    t->nbytes = w->nbytes; /* name stays NULL: messages only */
+}
+
+static void canon_attn(struct be_attn *d, const struct be_attn *a)
+{
+    struct be_attn &t = *d;
+    t.n_tok = a->n_tok, t.n_head = a->n_head, t.n_kv_head = a->n_kv_head;
+    t.head_dim = a->head_dim, t.scale = a->scale, t.softcap = a->softcap, t.window = a->window;
+    t.pos = a->pos, t.seq = a->seq, t.block_tables = a->block_tables;
+    t.max_blocks = a->max_blocks, t.block_size = a->block_size, t.kv_dtype = a->kv_dtype;
+    t.k_cache = a->k_cache, t.v_cache = a->v_cache;
+}
+
+static void canon_rkv(struct be_rope_kv *d, const struct be_rope_kv *r)
+{
+    struct be_rope_kv &t = *d;
+    t.q = r->q, t.k = r->k, t.v = r->v, t.pos = r->pos, t.slots = r->slots;
+    t.n_tok = r->n_tok, t.n_head = r->n_head, t.n_kv_head = r->n_kv_head;
+    t.head_dim = r->head_dim, t.rot_dim = r->rot_dim, t.mode = r->mode;
+    t.inv_freq = r->inv_freq, t.mscale = r->mscale;
+    t.k_cache = r->k_cache, t.v_cache = r->v_cache, t.kv_dtype = r->kv_dtype;
+}
+
 #define DEFER(name, T, ...)                                                                    \
     do {                                                                                       \
         T a_;                                                                                  \
@@ -233,7 +264,7 @@ static void r_rows(struct be *b, const void *p)
 }
 void cq_get_rows(struct be *b, float *out, const struct be_tensor *w, const int32_t *ids, int n)
 {
-    DEFER(r_rows, struct a_rows, a_.out = out, a_.w = *w, a_.w.name = NULL, a_.ids = ids, a_.n = n);
+    DEFER(r_rows, struct a_rows, a_.out = out, canon_t(&a_.w, w), a_.ids = ids, a_.n = n);
 }
 
 struct a_mm { float *y; const float *x; int n; struct be_tensor w; };
@@ -246,7 +277,7 @@ void cq_matmul(struct be *b, float *y, const float *x, int n, const struct be_te
 {
     if (n > CU_GRAPH_MAX_N && cu_be(b)->graphs)
         cu_be(b)->graphs->nocapture = 1;
-    DEFER(r_mm, struct a_mm, a_.y = y, a_.x = x, a_.n = n, a_.w = *w, a_.w.name = NULL);
+    DEFER(r_mm, struct a_mm, a_.y = y, a_.x = x, a_.n = n, canon_t(&a_.w, w));
 }
 
 struct a_rms { float *y; const float *x, *w; int rows, dim; float eps; };
@@ -297,7 +328,7 @@ static void r_att(struct be *b, const void *p)
 }
 void cq_attention(struct be *b, float *out, const float *q, const struct be_attn *at)
 {
-    DEFER(r_att, struct a_att, a_.out = out, a_.q = q, a_.at = *at);
+    DEFER(r_att, struct a_att, a_.out = out, a_.q = q, canon_attn(&a_.at, at));
 }
 
 struct a_ew { int kind; float *y; const float *a, *x; float s; int64_t n; int act; };
@@ -350,16 +381,15 @@ void cq_matmul_fused(struct be *b, const struct be_mm *m)
         cu_be(b)->graphs->nocapture = 1;
     struct a_mmf a_; /* the tensors by value: the caller's may not outlive the call */
     memset(&a_, 0, sizeof a_);
-    a_.m = *m;
+    a_.m.mode = m->mode, a_.m.act = m->act, a_.m.n = m->n, a_.m.x = m->x;
+    a_.m.norm = m->norm, a_.m.eps = m->eps, a_.m.n_w = m->n_w;
     for (int i = 0; i < 3; i++) {
-        a_.m.w[i] = NULL;
-        if (i < m->n_w) {
-            a_.w[i] = *m->w[i];
-            a_.w[i].name = NULL;
-        }
+        a_.m.y[i] = m->y[i];
+        if (i < m->n_w)
+            canon_t(&a_.w[i], m->w[i]);
     }
     if (m->rope) { /* by value too; the pointer only marks that there is one */
-        a_.r = *m->rope;
+        canon_rkv(&a_.r, m->rope);
         a_.m.rope = (const struct be_rope_kv *)1;
     }
     defer(b, r_mmf, &a_, sizeof a_);
@@ -372,7 +402,7 @@ static void r_rkv(struct be *b, const void *p)
 }
 void cq_rope_kv_store(struct be *b, const struct be_rope_kv *r)
 {
-    DEFER(r_rkv, struct a_rkv, a_.r = *r);
+    DEFER(r_rkv, struct a_rkv, canon_rkv(&a_.r, r));
 }
 
 struct a_am { int32_t *out; const float *x; int rows, n; };
