@@ -311,7 +311,7 @@ static const struct be_ops g_cuda_ops = {
     .matmul_fused = cq_matmul_fused,
     .rope_kv_store = cq_rope_kv_store,
     .argmax = cq_argmax,
-    .topcand = cu_topcand,
+    .topcand = cq_topcand,
     .bind_thread = cu_bind_thread,
 };
 

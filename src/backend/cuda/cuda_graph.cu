@@ -416,6 +416,18 @@ void cq_argmax(struct be *b, int32_t *out, const float *x, int rows, int n)
     DEFER(r_am, struct a_am, a_.out = out, a_.x = x, a_.rows = rows, a_.n = n);
 }
 
+struct a_tc { void *out; const float *x; int rows, n; float span; int cap; };
+static void r_tc(struct be *b, const void *p)
+{
+    const struct a_tc *a = (const struct a_tc *)p;
+    cu_topcand_launch(b, a->out, a->x, a->rows, a->n, a->span, a->cap);
+}
+void cq_topcand(struct be *b, void *out, const float *x, int rows, int n, float span, int cap)
+{
+    DEFER(r_tc, struct a_tc, a_.out = out, a_.x = x, a_.rows = rows, a_.n = n, a_.span = span,
+          a_.cap = cap);
+}
+
 void cu_graph_stats(struct cu_be *cb, int64_t *replays, int64_t *captures)
 {
     *replays = cb->graphs ? cb->graphs->replays : 0;

@@ -194,7 +194,6 @@ void cu_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_matmul_fused(struct be *b, const struct be_mm *m);
 void cu_rope_kv_store(struct be *b, const struct be_rope_kv *r);
 void cu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n);
-void cu_topcand(struct be *b, void *out, const float *x, int rows, int n, float span, int cap);
 void cu_topcand_launch(struct be *b, void *out, const float *x, int rows, int n, float span,
                        int cap); /* the launch alone (what a recorded call runs) */
 /* y = x W^T on the skinny tensor-core kernel; 0 (nothing launched) when it does not take
@@ -228,6 +227,7 @@ void cq_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
 void cq_matmul_fused(struct be *b, const struct be_mm *m);
 void cq_rope_kv_store(struct be *b, const struct be_rope_kv *r);
 void cq_argmax(struct be *b, int32_t *out, const float *x, int rows, int n);
+void cq_topcand(struct be *b, void *out, const float *x, int rows, int n, float span, int cap);
 
 /* One-time kernel attributes (shared-memory opt-in); 0 or a CUDA error. */
 cudaError_t cu_attn_init(struct cu_be *cb);

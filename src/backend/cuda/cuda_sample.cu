@@ -253,13 +253,3 @@ void cu_topcand_launch(struct be *b, void *out, const float *x, int rows, int n,
     cu_after_launch(cb, "topcand");
 }
 
-/* The vtable's topcand. Not a recorded op (cuda_graph.cu): it runs what is pending, then
- * launches plainly (no PDL after a graph). A recorded version would defer
- * cu_topcand_launch like cq_argmax defers cu_argmax. */
-void cu_topcand(struct be *b, void *out, const float *x, int rows, int n, float span, int cap)
-{
-    struct cu_be *cb = cu_be(b);
-    cu_flush(cb);
-    cb->last_kernel = 0;
-    cu_topcand_launch(b, out, x, rows, n, span, cap);
-}
