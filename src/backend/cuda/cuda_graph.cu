@@ -24,7 +24,7 @@ enum {
     CU_GRAPH_SEG = 32,    /* segment length: the GPU starts while later calls are recorded */
     CU_GRAPH_MAX_N = 128, /* lists with a matmul over more rows are never captured */
     CU_GRAPH_CACHE = 64,
-    CU_ARGS = 320,
+    CU_ARGS = 512, /* bytes of one recorded call's arguments (matmul_fused + rope: ~400) */
 };
 
 struct cu_call {
@@ -190,7 +190,7 @@ static void defer(struct be *b, void (*run)(struct be *, const void *), const vo
 {
     struct cu_be *cb = cu_be(b);
     struct cu_graphs *g = cb->graphs;
-    if (!g || size > CU_ARGS) {
+    if (!g || size > CU_ARGS) { /* (a larger argument struct would end every segment here) */
         cu_flush(cb);
         run(b, args);
         return;
@@ -365,6 +365,7 @@ void cq_add_row(struct be *b, float *y, const float *bias, int rows, int dim)
 }
 
 struct a_mmf { struct be_mm m; struct be_tensor w[3]; struct be_rope_kv r; };
+static_assert(sizeof(struct a_mmf) <= CU_ARGS, "a recorded matmul_fused must fit a call");
 static void r_mmf(struct be *b, const void *p)
 {
     const struct a_mmf *a = (const struct a_mmf *)p;
