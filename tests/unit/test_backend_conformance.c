@@ -497,7 +497,7 @@ static void test_matmul_fused(void)
                           dtype_name(dt), n, bad);
             }
     }
-    /* few weight tiles and a long K: the device splits K over blocks (the last one adds) */
+    /* few weight tiles and a long K (many chunks per warp, a long accumulation) */
     for (int bi = 0; bi < N_BACKENDS && ran; bi++) {
         struct be *b = g.cand[bi][0];
         if (!b || !b->ops->matmul_fused)
@@ -510,7 +510,7 @@ static void test_matmul_fused(void)
             int bad = fused_case(b, g_backends[bi], DT_BF16, BE_MM_PLAIN, 3, mq, k, n, 1) +
                       fused_case(b, g_backends[bi], DT_BF16, BE_MM_GLU, 2, mg, k, n, 1) +
                       fused_case(b, g_backends[bi], DT_BF16, BE_MM_ADD, 1, mo, k, n, 0);
-            CHECK_MSG(bad == 0, "%s matmul_fused K split, n=%d: %d off", g_backends[bi], n, bad);
+            CHECK_MSG(bad == 0, "%s matmul_fused long K, n=%d: %d off", g_backends[bi], n, bad);
         }
     }
     if (!ran)
