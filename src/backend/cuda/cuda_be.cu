@@ -269,8 +269,10 @@ static void cu_destroy(struct be *b)
 
 static int cu_mem_info(struct be *b, size_t *fr, size_t *tot, struct cerr *e)
 {
-    (void)b;
-    cudaError_t rc = cudaMemGetInfo(fr, tot);
+    /* the calling thread may not have selected this backend's device (--device N) */
+    cudaError_t rc = cudaSetDevice(((struct cu_be *)b)->device);
+    if (rc == cudaSuccess)
+        rc = cudaMemGetInfo(fr, tot);
     if (rc != cudaSuccess)
         return cerr_set(e, CERR_IO, "cuda: cudaMemGetInfo failed: %s", cudaGetErrorString(rc));
     return 0;
