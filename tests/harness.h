@@ -63,8 +63,18 @@ static int h_passed, h_failed, h_cur_failed;
         }                                                                                    \
     } while (0)
 
+/* CINFER_TEST_ONLY=substring runs only the tests whose name contains it (for a sanitizer
+ * or a repeat loop on one test). */
+static inline int h_selected(const char *name)
+{
+    const char *only = getenv("CINFER_TEST_ONLY");
+    return !only || !*only || strstr(name, only) != NULL;
+}
+
 #define RUN(fn)                                                                              \
     do {                                                                                     \
+        if (!h_selected(#fn))                                                                \
+            break;                                                                           \
         h_cur_failed = 0;                                                                    \
         fn();                                                                                \
         if (h_cur_failed) {                                                                  \

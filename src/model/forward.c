@@ -35,6 +35,7 @@ struct model_ws {
     void *d_cands;     /* (max_out, be_topcand_stride(cand_cap)) bytes, or NULL */
     int cand_cap;
     int last_out;      /* logit rows of the last forward (model_logits_row); 0 = none */
+    int x_chain;       /* x is the output of a matmul_fused ADD with chain = 1 (be_mm) */
     struct be *be;
 };
 
@@ -149,9 +150,11 @@ static void project(const struct model *m, struct model_ws *ws, int n, const flo
                     const struct be_rope_kv *rope)
 {
     const struct be_ops *op = m->be->ops;
+    int chain = ws->x_chain;
+    ws->x_chain = 0;
     if (op->matmul_fused) {
         struct be_mm f = {.mode = BE_MM_PLAIN, .n = n, .x = ws->x, .norm = norm,
-                          .eps = m->hp.norm_eps, .n_w = n_w, .rope = rope};
+                          .eps = m->hp.norm_eps, .n_w = n_w, .rope = rope, .chain = chain};
         for (int i = 0; i < n_w; i++)
             f.w[i] = w[i], f.y[i] = y[i];
         op->matmul_fused(m->be, &f);
@@ -162,16 +165,20 @@ static void project(const struct model *m, struct model_ws *ws, int n, const flo
         op->matmul(m->be, y[i], ws->xb, n, w[i]);
 }
 
-/* x += post_norm(a W^T): the residual add, fused into the projection when possible. */
+/* x += post_norm(a W^T): the residual add, fused into the projection when possible. chain:
+ * the next op is a matmul_fused that norms x (be_mm.chain). */
 static void out_proj(const struct model *m, struct model_ws *ws, int n, const float *a,
-                     const struct be_tensor *w, const float *post_norm)
+                     const struct be_tensor *w, const float *post_norm, int chain)
 {
     const struct model_hparams *hp = &m->hp;
     const struct be_ops *op = m->be->ops;
     struct be *b = m->be;
+    ws->x_chain = 0;
     if (op->matmul_fused && !post_norm) {
-        struct be_mm f = {.mode = BE_MM_ADD, .n = n, .x = a, .n_w = 1, .w = {w}, .y = {ws->x}};
+        struct be_mm f = {.mode = BE_MM_ADD, .n = n, .x = a, .n_w = 1, .w = {w}, .y = {ws->x},
+                          .chain = chain};
         op->matmul_fused(b, &f);
+        ws->x_chain = chain;
         return;
     }
     op->matmul(b, ws->tmp, a, n, w); /* (n, n_embd) */
@@ -244,7 +251,7 @@ static void attention_block(const struct model *m, struct model_ws *ws,
         .v_cache = kv->v[il],
     };
     op->attention(b, ws->att, ws->q, &a);           /* (n, qd) */
-    out_proj(m, ws, n, ws->att, &ly->wo, ly->post_attn_norm);
+    out_proj(m, ws, n, ws->att, &ly->wo, ly->post_attn_norm, 1); /* mlp_block norms x next */
 }
 
 static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
@@ -253,10 +260,12 @@ static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
     const struct model_layer *ly = &m->layers[il];
     const struct be_ops *op = m->be->ops;
     struct be *b = m->be;
+    int chain = ws->x_chain;
+    ws->x_chain = 0;
     if (op->matmul_fused) { /* gate = act(xn Wg^T) * (xn Wu^T), xn = rmsnorm(x) */
         struct be_mm f = {.mode = BE_MM_GLU, .act = hp->act, .n = n, .x = ws->x,
                           .norm = ly->ffn_norm, .eps = hp->norm_eps, .n_w = 2,
-                          .w = {&ly->w_gate, &ly->w_up}, .y = {ws->gate}};
+                          .w = {&ly->w_gate, &ly->w_up}, .y = {ws->gate}, .chain = chain};
         op->matmul_fused(b, &f);
     } else {
         op->rmsnorm(b, ws->xb, ws->x, ly->ffn_norm, n, hp->n_embd, hp->norm_eps);
@@ -264,7 +273,8 @@ static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
         op->matmul(b, ws->up, ws->xb, n, &ly->w_up);     /* (n, n_ff) */
         op->act_mul(b, ws->gate, ws->gate, ws->up, (int64_t)n * hp->n_ff, hp->act);
     }
-    out_proj(m, ws, n, ws->gate, &ly->w_down, ly->post_ffn_norm);
+    /* the next layer's attention block norms x first */
+    out_proj(m, ws, n, ws->gate, &ly->w_down, ly->post_ffn_norm, il + 1 < m->hp.n_layer);
 }
 
 int model_forward(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
@@ -297,6 +307,7 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
     struct be *b = m->be;
     int n = bt->n_tok;
 
+    ws->x_chain = 0;
     op->get_rows(b, ws->x, &m->tok_embd, ws->d_tokens, n); /* (n, n_embd) */
     if (hp->embd_scale != 1.0f)
         op->scale(b, ws->x, ws->x, hp->embd_scale, (int64_t)n * hp->n_embd);

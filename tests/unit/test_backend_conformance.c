@@ -517,6 +517,173 @@ static void test_matmul_fused(void)
         fprintf(stderr, "SKIP matmul_fused: no backend here has it\n");
 }
 
+/* One run of a chained pair (be_mm.chain) over rows of a residual: ADD (x = a, W_o (k, k0))
+ * into the residual, then a projection (PLAIN q/k/v or GLU) that norms it. xsrc: the
+ * consumer's x (the residual, or a copy of it: the chain must then be ignored). Downloads the
+ * residual and the outputs. */
+struct chain_setup {
+    int mode, n_w, n_out, k0, k;
+    const int *m;
+    struct be_tensor wo, w[3];
+    float *da, *dg;
+};
+static void chain_run(struct be *b, const struct chain_setup *c, const float *res, int r0, int n,
+                      int chain, int copy_x, float *hres, float **hy)
+{
+    float *dres = dev_from(b, res + (int64_t)r0 * c->k, sizeof(float) * (size_t)n * c->k);
+    float *dcopy = copy_x ? dev_from(b, NULL, sizeof(float) * (size_t)n * c->k) : NULL;
+    float *dy[3];
+    for (int i = 0; i < c->n_out; i++)
+        dy[i] = dev_from(b, NULL, sizeof(float) * (size_t)n * c->m[i]);
+    struct be_mm add = {.mode = BE_MM_ADD, .n = n, .x = c->da + (int64_t)r0 * c->k0, .n_w = 1,
+                        .w = {&c->wo}, .y = {dres}, .chain = chain};
+    b->ops->matmul_fused(b, &add);
+    if (copy_x) /* the same values in another buffer (scale by 1 is exact) */
+        b->ops->scale(b, dcopy, dres, 1.0f, (int64_t)n * c->k);
+    struct be_mm f = {.mode = c->mode, .act = BE_ACT_SILU, .n = n, .x = copy_x ? dcopy : dres,
+                      .norm = c->dg, .eps = 1e-5f, .n_w = c->n_w, .chain = chain};
+    if (copy_x) { /* the chain claimed across another op: the backend must not trust it */
+        struct be_mm a2 = add;
+        float *dtmp = dev_from(b, res + (int64_t)r0 * c->k, sizeof(float) * (size_t)n * c->k);
+        a2.y[0] = dtmp;
+        b->ops->matmul_fused(b, &a2); /* a chained ADD right before, into another buffer */
+        b->ops->free(b, dtmp);
+    }
+    for (int i = 0; i < c->n_w; i++)
+        f.w[i] = &c->w[i];
+    for (int i = 0; i < c->n_out; i++)
+        f.y[i] = dy[i];
+    b->ops->matmul_fused(b, &f);
+    host_from(b, hres, dres, sizeof(float) * (size_t)n * c->k);
+    for (int i = 0; i < c->n_out; i++) {
+        host_from(b, hy[i], dy[i], sizeof(float) * (size_t)n * c->m[i]);
+        b->ops->free(b, dy[i]);
+    }
+    b->ops->free(b, dres);
+    if (dcopy)
+        b->ops->free(b, dcopy);
+}
+
+/* The chained pair on BF16 weights: the outputs against double from the residual read back
+ * (rmsnorm in double), the residual identical with and without the chain, each third row
+ * alone bit for bit, and a chain claimed for a copy of x (ignored) against no chain at all
+ * bit for bit. Returns the number of failures. */
+static int chain_case(struct be *b, const char *who, int mode, int n, int k0, int k)
+{
+    static const int mq[3] = {64, 32, 48}, mg[2] = {96, 96};
+    struct chain_setup c = {.mode = mode, .n_w = mode == BE_MM_GLU ? 2 : 3,
+                            .n_out = mode == BE_MM_GLU ? 1 : 3, .k0 = k0, .k = k,
+                            .m = mode == BE_MM_GLU ? mg : mq};
+    const int dt = DT_BF16;
+    size_t wob, wb[3];
+    void *wo = make_weights(dt, k, k0, &wob), *w[3];
+    c.wo = (struct be_tensor){.dtype = dt, .ne = {k0, k, 1, 1}, .nbytes = wob};
+    c.wo.data = dev_from(b, wo, wob);
+    for (int i = 0; i < c.n_w; i++) {
+        w[i] = make_weights(dt, c.m[i], k, &wb[i]);
+        c.w[i] = (struct be_tensor){.dtype = dt, .ne = {k, c.m[i], 1, 1}, .nbytes = wb[i]};
+        c.w[i].data = dev_from(b, w[i], wb[i]);
+    }
+    float *a = malloc(sizeof(float) * (size_t)n * k0), *res = malloc(sizeof(float) * (size_t)n * k);
+    float *gn = malloc(sizeof(float) * (size_t)k);
+    fill_f(a, (int64_t)n * k0, 1.0f);
+    fill_f(res, (int64_t)n * k, 3.0f);
+    fill_f(gn, k, 1.0f);
+    c.da = dev_from(b, a, sizeof(float) * (size_t)n * k0);
+    c.dg = dev_from(b, gn, sizeof(float) * (size_t)k);
+    float *hres[3], *hy[3][3]; /* runs: chained, unchained, chain claimed for a copy */
+    for (int v = 0; v < 3; v++) {
+        hres[v] = malloc(sizeof(float) * (size_t)n * k);
+        for (int i = 0; i < c.n_out; i++)
+            hy[v][i] = malloc(sizeof(float) * (size_t)n * c.m[i]);
+        chain_run(b, &c, res, 0, n, v != 1, v == 2, hres[v], hy[v]);
+    }
+    int bad = 0;
+    if (memcmp(hres[0], hres[1], sizeof(float) * (size_t)n * k) && bad++ < 3)
+        fprintf(stderr, "  %s chain mode %d n=%d: the residual differs with the chain\n", who,
+                mode, n);
+    for (int i = 0; i < c.n_out; i++)
+        if (memcmp(hy[2][i], hy[1][i], sizeof(float) * (size_t)n * c.m[i]) && bad++ < 3)
+            fprintf(stderr, "  %s chain mode %d n=%d: a chain claimed for a copy of x was used\n",
+                    who, mode, n);
+    /* expected: rmsnorm(residual) * g in double, rounded to float, through the weights */
+    float *xn = malloc(sizeof(float) * (size_t)n * k);
+    for (int r = 0; r < n; r++) {
+        double sq = 0;
+        for (int j = 0; j < k; j++)
+            sq += (double)hres[0][(int64_t)r * k + j] * hres[0][(int64_t)r * k + j];
+        double rs = 1.0 / sqrt(sq / k + 1e-5);
+        for (int j = 0; j < k; j++)
+            xn[(int64_t)r * k + j] = (float)(hres[0][(int64_t)r * k + j] * rs * gn[j]);
+    }
+    double *mag[3], *ex[3];
+    for (int i = 0; i < c.n_w; i++) {
+        mag[i] = malloc(sizeof(double) * (size_t)n * c.m[i]);
+        ex[i] = malloc(sizeof(double) * (size_t)n * c.m[i]);
+        abs_dot2(dt, w[i], c.m[i], k, xn, n, mag[i], ex[i]);
+    }
+    for (int i = 0; i < c.n_out; i++)
+        for (int64_t j = 0; j < (int64_t)n * c.m[i]; j++) {
+            double want, tol;
+            if (mode == BE_MM_GLU) {
+                double gv = ex[0][j], u = ex[1][j], sg = 1.0 / (1.0 + exp(-gv));
+                want = gv * sg * u;
+                tol = fused_tol(dt, n) * (mag[0][j] * 1.1 * fabs(u) + mag[1][j] * fabs(gv * sg)) + 1e-5;
+            } else {
+                want = ex[i][j];
+                tol = fused_tol(dt, n) * mag[i][j] + 1e-5;
+            }
+            if (!(fabs(hy[0][i][j] - want) <= tol) && bad++ < 3)
+                fprintf(stderr, "  %s chain mode %d n=%d out %d [%lld]: %.7g vs %.7g\n", who,
+                        mode, n, i, (long long)j, hy[0][i][j], want);
+        }
+    /* each third row alone through the same chained pair */
+    float *r1 = malloc(sizeof(float) * (size_t)k), *y1[3];
+    for (int i = 0; i < c.n_out; i++)
+        y1[i] = malloc(sizeof(float) * (size_t)c.m[i]);
+    for (int r = 0; r < n && n > 1 && fused_invariant(dt, n); r += 3) {
+        chain_run(b, &c, res, r, 1, 1, 0, r1, y1);
+        for (int i = 0; i < c.n_out; i++)
+            if (memcmp(y1[i], hy[0][i] + (int64_t)r * c.m[i], sizeof(float) * (size_t)c.m[i]) &&
+                bad++ < 3)
+                fprintf(stderr, "  %s chain mode %d: row %d of %d differs alone\n", who, mode, r, n);
+    }
+    for (int i = 0; i < c.n_out; i++)
+        free(y1[i]);
+    free(r1);
+    for (int i = 0; i < c.n_w; i++)
+        b->ops->free(b, c.w[i].data), free(w[i]), free(mag[i]), free(ex[i]);
+    for (int v = 0; v < 3; v++) {
+        free(hres[v]);
+        for (int i = 0; i < c.n_out; i++)
+            free(hy[v][i]);
+    }
+    b->ops->free(b, c.wo.data), b->ops->free(b, c.da), b->ops->free(b, c.dg);
+    free(wo), free(a), free(res), free(gn), free(xn);
+    return bad;
+}
+
+static void test_matmul_chain(void)
+{
+    static const int ns[] = {1, 2, 7, 16, 40};
+    int ran = 0;
+    for (int bi = 0; bi < N_BACKENDS; bi++) {
+        struct be *b = g.cand[bi][0];
+        if (!b || !b->ops->matmul_fused)
+            continue;
+        ran = 1;
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            rng_seed(800 + ni);
+            int k = ni % 2 ? 2048 : 512, k0 = ni % 2 ? 1024 : 768;
+            int bad = chain_case(b, g_backends[bi], BE_MM_PLAIN, ns[ni], k0, k) +
+                      chain_case(b, g_backends[bi], BE_MM_GLU, ns[ni], k0, k);
+            CHECK_MSG(bad == 0, "%s matmul_fused chain n=%d: %d off", g_backends[bi], ns[ni], bad);
+        }
+    }
+    if (!ran)
+        fprintf(stderr, "SKIP matmul_fused chain: no backend here has it\n");
+}
+
 /* argmax against the host rule (lowest index on ties, NaN never wins, -inf rows). */
 static int32_t host_argmax(const float *x, int n)
 {
@@ -1528,6 +1695,7 @@ int main(void)
     RUN(test_matmul_vs_ref);
     RUN(test_matmul_batch_invariance);
     RUN(test_matmul_fused);
+    RUN(test_matmul_chain);
     RUN(test_argmax);
     RUN(test_topcand);
     RUN(test_get_rows);

@@ -243,6 +243,12 @@ __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1)
         for (int it = 0; it < ntile; it++) {
             const int st = it & 1, c0 = cb0 + it * BN;
             if (it + 1 < ntile) {
+                /* every thread is done reading rows for the previous issue (before the loop,
+                 * no barrier came since; later, the one at the end of the last iteration). F32
+                 * caches stage with plain loads, so a slow thread could still be reading rows
+                 * (racecheck: WAR on rows, wrong rows for the first tile now and then) */
+                if (it == 0)
+                    __syncthreads();
                 if (tid < BN)
                     rows[tid] = rn;
                 __syncthreads();

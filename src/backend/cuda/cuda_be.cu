@@ -263,6 +263,8 @@ static void cu_destroy(struct be *b)
     cublasDestroy(cb->blas);
     if (cb->blas_ws)
         cudaFree(cb->blas_ws);
+    if (cb->ss_buf)
+        cudaFree(cb->ss_buf);
     cudaStreamDestroy(cb->stream);
     free(cb);
 }
@@ -381,6 +383,11 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
     cb->pdl = !(pd && !strcmp(pd, "0"));
     const char *fr = getenv("CINFER_CUDA_FUSE_ROPE");
     cb->fuse_rope = !(fr && !strcmp(fr, "0"));
+    const char *fn = getenv("CINFER_CUDA_FUSE_NORM");
+    cb->fuse_norm = !(fn && !strcmp(fn, "0"));
+    if (cudaMalloc((void **)&cb->ss_buf, (size_t)SG_MAX_N * CU_SS_TILES * sizeof(float)) !=
+        cudaSuccess)
+        cudaGetLastError(), cb->ss_buf = NULL; /* the norms then run on their own */
     const char *sp = getenv("CINFER_CUDA_SKINNY_PRECISE");
     cb->sg_precise = sp && !strcmp(sp, "1");
     const char *sk = getenv("CINFER_CUDA_SKINNY_MAX");
@@ -389,6 +396,10 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
         cb->sg_max_n = SG_MAX_N;
     if (cu_graphs_init(cb, cfg ? cfg->graphs : 0)) {
         cerr_set(e, CERR_NOMEM, "out of memory creating the CUDA backend");
+        if (cb->blas_ws)
+            cudaFree(cb->blas_ws);
+        if (cb->ss_buf)
+            cudaFree(cb->ss_buf);
         cublasDestroy(cb->blas);
         cudaStreamDestroy(cb->stream);
         free(cb);
@@ -399,6 +410,8 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
         cu_graphs_free(cb);
         if (cb->blas_ws)
             cudaFree(cb->blas_ws);
+        if (cb->ss_buf)
+            cudaFree(cb->ss_buf);
         cublasDestroy(cb->blas);
         cudaStreamDestroy(cb->stream);
         free(cb);

@@ -250,6 +250,7 @@ static void canon_rkv(struct be_rope_kv *d, const struct be_rope_kv *r)
 
 #define DEFER(name, T, ...)                                                                    \
     do {                                                                                       \
+        cu_be(b)->ss_ok = 0; /* any other op ends a matmul_fused chain */                      \
         T a_;                                                                                  \
         memset(&a_, 0, sizeof a_);                                                             \
         __VA_ARGS__;                                                                           \
@@ -384,6 +385,18 @@ void cq_matmul_fused(struct be *b, const struct be_mm *m)
     memset(&a_, 0, sizeof a_);
     a_.m.mode = m->mode, a_.m.act = m->act, a_.m.n = m->n, a_.m.x = m->x;
     a_.m.norm = m->norm, a_.m.eps = m->eps, a_.m.n_w = m->n_w;
+    /* chain (be_mm): decided here, in call order, so a replayed segment never leaves it
+     * stale; kept only when the ADD gathers and this call can read what it gathered */
+    struct cu_be *cb = cu_be(b);
+    if (m->mode == BE_MM_ADD) {
+        a_.m.chain = m->chain && cu_mm_chain_ok(cb, m);
+        cb->ss_ok = a_.m.chain, cb->ss_y = m->y[0], cb->ss_n = m->n;
+        cb->ss_m = (int)m->w[0]->ne[1];
+    } else {
+        a_.m.chain = m->chain && cb->ss_ok && m->x == cb->ss_y && m->n == cb->ss_n &&
+                     m->w[0]->ne[0] == cb->ss_m && cu_mm_chain_ok(cb, m);
+        cb->ss_ok = 0;
+    }
     for (int i = 0; i < 3; i++) {
         a_.m.y[i] = m->y[i];
         if (i < m->n_w)

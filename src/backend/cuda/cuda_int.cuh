@@ -26,7 +26,7 @@ enum { CU_SCRATCH_X = 0, CU_SCRATCH_W = 1, CU_SCRATCH_ATT = 2, CU_SCRATCH_F = 3,
 
 /* Most rows of x the skinny tensor-core matmul (cuda_mmf.cu) takes; larger steps use cuBLAS.
  * CINFER_CUDA_SKINNY_MAX (0..SG_MAX_N) lowers it (0 = off), for measurements. */
-enum { SG_MAX_N = 16 };
+enum { SG_MAX_N = 16, CU_SS_TILES = 2048 /* widest chained ADD output: 16 * this */ };
 
 struct cu_graphs;
 
@@ -48,6 +48,13 @@ struct cu_be {
     int sg_precise;     /* skinny matmul x as hi + lo 16-bit parts (CINFER_CUDA_SKINNY_PRECISE=1;
                          * CINFER_CUDA_PRECISE=1 implies it) */
     int fuse_rope;      /* q/k/v projection does the rope + K/V store (CINFER_CUDA_FUSE_ROPE=0: no) */
+    int fuse_norm;      /* chained ADD -> norm: the norm rides on the skinny matmuls
+                         * (CINFER_CUDA_FUSE_NORM=0: no) */
+    float *ss_buf;      /* (SG_MAX_N, CU_SS_TILES): sums of squares of 16-row tiles of the
+                         * last chained ADD's output (cuda_mmf.cu); NULL: no fusion */
+    const float *ss_y;  /* recording (cuda_graph.cu): the last call was a chained ADD that
+                         * gathers (ss_ok), its output, rows and width */
+    int ss_n, ss_m, ss_ok;
     unsigned scratch_epoch; /* bumped when a scratch buffer moves: cached graphs are stale */
     int last_kernel;    /* the last op queued on the stream was a kernel (PDL may follow it;
                          * after a copy or memset the next launch is a plain one) */
@@ -192,6 +199,10 @@ void cu_add_row(struct be *b, float *y, const float *bias, int rows, int dim);
 void cu_scale(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_matmul_fused(struct be *b, const struct be_mm *m);
+/* 1 when cu_matmul_fused runs this call chained (be_mm.chain): an ADD that gathers the sums
+ * of squares of its output's tiles, or a norm that reads them. A host-side function of the
+ * arguments and the backend's settings only. */
+int cu_mm_chain_ok(const struct cu_be *cb, const struct be_mm *m);
 void cu_rope_kv_store(struct be *b, const struct be_rope_kv *r);
 void cu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n);
 void cu_topcand_launch(struct be *b, void *out, const float *x, int rows, int n, float span,

@@ -13,9 +13,18 @@
  * of 1..SG_MAX_N rows are batch invariant bit for bit. Weight tiles are walked with the x
  * tiles fastest, so the blocks that read the same weights run together (L2 hits).
  *
- * Measured on the H200 and dropped: fusing the RMSNorm into q/k/v, splitting K over blocks
- * (last block reduces), loading the first weights before the PDL wait (+ L2 prefetch): each
- * was slower on l8b decode and no faster on l1b.
+ * Chained norm (be_mm.chain): a residual ADD writes the sum of squares of each 16-row tile
+ * of its output rows (its epilogue holds them); the q/k/v projection that norms that output
+ * next reduces them in a fixed order to 1/rms per row and norms x as it loads it, so the
+ * separate rmsnorm kernel goes. cq_matmul_fused (cuda_graph.cu) decides the chain in call
+ * order (cu_mm_chain_ok). Measured on the H200 (decode, one call each, A/B with
+ * CINFER_CUDA_FUSE_NORM=0): l1b 0 to +3%, l8b neutral; chaining gate/up too was slower on
+ * l8b (its kernel lost more than the rmsnorm cost), as were staging the normed x in shared
+ * memory and a per-warp reduction with an L2 prefetch of the first weights.
+ *
+ * Measured on the H200 and dropped: splitting K over blocks (last block reduces), loading
+ * the first weights before the PDL wait (+ L2 prefetch): each was slower on l8b decode and
+ * no faster on l1b.
  */
 #include <math.h>
 #include <string.h>
@@ -86,6 +95,12 @@ struct sg_args {
     float mscale;
     int hd, rot, neox, kvd, kv_dtype;
     void *k_cache, *v_cache;
+    /* chained norm (be_mm.chain): an ADD writes the sum of squares of each 16-row tile of
+     * its output rows to ss_out[col * (M / 16) + tile]; a kernel with NI reads them
+     * (ss_in, K / 16 per x row) and loads x as rmsnorm(x) * gamma */
+    float *ss_out;
+    const float *ss_in, *gamma;
+    float eps;
 };
 
 /* act(g) * u with the operation order of the unfused act_mul (cuda_ops.cu k_ew). */
@@ -98,11 +113,40 @@ __device__ __forceinline__ float sg_glu(float g, float u, int act)
     return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(in))), u);
 }
 
+/* NI: rn[s] = 1 / sqrt(ss / K + eps) of x row col0 + s * 8 + g, ss = the producer's K / 16
+ * tile sums of that row (lane i adds tiles i, i + 32, ... in order, then the warp butterfly:
+ * a fixed order that depends only on K); warp w reduces rows w, w + W, ... of the block's
+ * x tile, shared through shared memory (rows past n repeat row n - 1, unused). */
+template <int NS, int W>
+__device__ __forceinline__ void sg_norm_r(const sg_args &a, int col0, int warp, int lane, int g,
+                                          float *rn)
+{
+    __shared__ float rsh[NS * 8];
+    const int T = a.K / 16;
+    for (int cl = warp; cl < NS * 8; cl += W) {
+        const int col = col0 + cl < a.n ? col0 + cl : a.n - 1;
+        const float *p = a.ss_in + (size_t)col * T;
+        float ss = 0.0f;
+        for (int i = lane; i < T; i += 32)
+            ss = __fadd_rn(ss, p[i]);
+        ss = cu_warp_sum(ss);
+        if (lane == 0)
+            rsh[cl] = 1.0f / sqrtf(ss / (float)a.K + a.eps);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+        rn[s] = rsh[s * 8 + g];
+}
+
 /* MODE: BE_MM_PLAIN / BE_MM_GLU / BE_MM_ADD / SG_ROPE. NS: n8 tiles per block (1 or 2). P:
  * precise (x split into hi + lo 16-bit parts, two mmas). SG_ROPE: a q or k tile inside the
  * rotated part of a head holds 8 rope pairs (mma rows g and g + 8 are the pair's two rows),
- * so each lane rotates its own accumulators, with rope_pair's arithmetic (cuda_ops.cu). */
-template <int BF, int MODE, int NS, int P, int SG_WARPS>
+ * so each lane rotates its own accumulators, with rope_pair's arithmetic (cuda_ops.cu). NI:
+ * x is normed as it is loaded: (x * r) * gamma, r = 1 / sqrt(ss / K + eps) with rmsnorm's
+ * arithmetic, ss = the producer's tile sums added in a fixed order (lane i: tiles i, i + 32,
+ * ..., then the warp butterfly) that depends only on K. */
+template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI>
 __global__ void __launch_bounds__(SG_WARPS * 32)
     k_sg(struct sg_args a, int act)
 {
@@ -154,14 +198,27 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
     cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
     const int nc = K / 32;
     int c = warp;
+    float rn[NS]; /* NI: 1/rms of this lane's x rows */
+    const float4 *gr = NULL;
+    if constexpr (NI) {
+        static_assert(P == 0 && MODE != BE_MM_GLU, "normed x: q/k/v projections only");
+        sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, g, rn);
+        gr = (const float4 *)a.gamma + 2 * tq;
+    }
     /* one chunk: A = rows g, g+8 at 8tq..8tq+7 (uint4 each); B = x rows at the same k */
-#define SG_CHUNK(AW0, AW1, AU0, AU1, XB)                                                       \
+#define SG_CHUNK(AW0, AW1, AU0, AU1, XB, GM)                                                   \
     do {                                                                                       \
         _Pragma("unroll") for (int s = 0; s < NS; s++)                                         \
         {                                                                                      \
             uint32_t bh[4], bl[4];                                                             \
-            const float xv[8] = {XB[s][0].x, XB[s][0].y, XB[s][0].z, XB[s][0].w,               \
-                                 XB[s][1].x, XB[s][1].y, XB[s][1].z, XB[s][1].w};              \
+            float xv[8] = {XB[s][0].x, XB[s][0].y, XB[s][0].z, XB[s][0].w,                     \
+                           XB[s][1].x, XB[s][1].y, XB[s][1].z, XB[s][1].w};                    \
+            if (NI) { /* rmsnorm's (x * r) * gamma */                                         \
+                const float gv[8] = {GM[0].x, GM[0].y, GM[0].z, GM[0].w,                       \
+                                     GM[1].x, GM[1].y, GM[1].z, GM[1].w};                      \
+                _Pragma("unroll") for (int j = 0; j < 8; j++)                                  \
+                    xv[j] = __fmul_rn(__fmul_rn(xv[j], rn[s]), gv[j]);                         \
+            }                                                                                  \
             _Pragma("unroll") for (int j = 0; j < 4; j++)                                      \
             {                                                                                  \
                 bh[j] = xok[s] ? pack2(xv[2 * j], xv[2 * j + 1], BF) : 0u;                     \
@@ -188,7 +245,7 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
 
     for (; c + (U - 1) * SG_WARPS < nc; c += U * SG_WARPS) {
         uint4 aw0[U], aw1[U], au0[U], au1[U];
-        float4 xb[U][NS][2];
+        float4 xb[U][NS][2], gm[U][2];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int cc = (c + u * SG_WARPS) * 4; /* uint4 index of the chunk in a row */
@@ -207,22 +264,31 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
                 xb[u][s][0] = __ldg(xr[s] + cx);
                 xb[u][s][1] = __ldg(xr[s] + cx + 1);
             }
+        if (NI)
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int cx = (c + u * SG_WARPS) * 8;
+                gm[u][0] = __ldg(gr + cx);
+                gm[u][1] = __ldg(gr + cx + 1);
+            }
 #pragma unroll
         for (int u = 0; u < U; u++)
-            SG_CHUNK(aw0[u], aw1[u], au0[u], au1[u], xb[u]);
+            SG_CHUNK(aw0[u], aw1[u], au0[u], au1[u], xb[u], gm[u]);
     }
     for (; c < nc; c += SG_WARPS) {
         int cc = c * 4, cx = c * 8;
         uint4 aw0 = __ldg(wr0 + cc), aw1 = __ldg(wr1 + cc), au0 = aw0, au1 = aw1;
         if (MODE == BE_MM_GLU)
             au0 = __ldg(ur0 + cc), au1 = __ldg(ur1 + cc);
-        float4 xb[NS][2];
+        float4 xb[NS][2], gm[2];
 #pragma unroll
         for (int s = 0; s < NS; s++) {
             xb[s][0] = __ldg(xr[s] + cx);
             xb[s][1] = __ldg(xr[s] + cx + 1);
         }
-        SG_CHUNK(aw0, aw1, au0, au1, xb);
+        if (NI)
+            gm[0] = __ldg(gr + cx), gm[1] = __ldg(gr + cx + 1);
+        SG_CHUNK(aw0, aw1, au0, au1, xb, gm);
     }
 #undef SG_CHUNK
     /* partial sums of warps 1.. to shared memory; warp 0 adds them in warp order */
@@ -279,21 +345,38 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
                 }
             }
     } else {
+        float yv[NS][4]; /* the values stored (ADD: for the tile sums of squares) */
 #pragma unroll
         for (int s = 0; s < NS; s++)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int col = col0 + s * 8 + 2 * tq + (i & 1), row = row0 + g + (i >> 1) * 8;
+                yv[s][i] = 0.0f;
                 if (col >= a.n)
                     continue;
                 float *yp = Y + (size_t)col * M + row;
                 if (MODE == BE_MM_GLU)
                     *yp = sg_glu(acc[0][s][i], acc[NA - 1][s][i], act);
                 else if (MODE == BE_MM_ADD)
-                    *yp = __fadd_rn(*yp, acc[0][s][i]);
+                    *yp = yv[s][i] = __fadd_rn(*yp, acc[0][s][i]);
                 else
                     *yp = acc[0][s][i];
             }
+        if (MODE == BE_MM_ADD && a.ss_out) { /* rows g and g + 8, then over g (lanes ^4..16) */
+#pragma unroll
+            for (int s = 0; s < NS; s++)
+#pragma unroll
+                for (int c2 = 0; c2 < 2; c2++) {
+                    const int col = col0 + s * 8 + 2 * tq + c2;
+                    float p = __fadd_rn(__fmul_rn(yv[s][c2], yv[s][c2]),
+                                        __fmul_rn(yv[s][2 + c2], yv[s][2 + c2]));
+#pragma unroll
+                    for (int o = 4; o < 32; o <<= 1)
+                        p = __fadd_rn(p, __shfl_xor_sync(0xffffffffu, p, o));
+                    if (g == 0 && col < a.n)
+                        a.ss_out[(size_t)col * (M / 16) + row0 / 16] = p;
+                }
+        }
     }
 }
 
@@ -326,17 +409,29 @@ static int sg_ok(const struct cu_be *cb, const struct be_mm *m)
             (r->kv_dtype != DT_F16 && r->kv_dtype != DT_F32))
             return 0;
     }
-    return !m->norm; /* a norm runs first, on its own (cu_matmul_fused) */
+    return 1; /* a norm: the caller decides (cu_matmul_fused) */
 }
 
-template <int BF, int MODE, int P, int W>
-static void sg_launch_w(struct cu_be *cb, const struct sg_args &a, int ns, int act)
+template <int BF, int MODE, int P, int W, int NI>
+static void sg_launch_ni(struct cu_be *cb, const struct sg_args &a, int ns, int act)
 {
     unsigned grid = (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
     if (ns == 1)
-        cu_launch(cb, k_sg<BF, MODE, 1, P, W>, dim3(grid), dim3(W * 32), 0, a, act);
+        cu_launch(cb, k_sg<BF, MODE, 1, P, W, NI>, dim3(grid), dim3(W * 32), 0, a, act);
     else
-        cu_launch(cb, k_sg<BF, MODE, 2, P, W>, dim3(grid), dim3(W * 32), 0, a, act);
+        cu_launch(cb, k_sg<BF, MODE, 2, P, W, NI>, dim3(grid), dim3(W * 32), 0, a, act);
+}
+
+/* NI kernels exist for the q/k/v projections, outside the precise mode (cu_mm_chain_ok) */
+template <int BF, int MODE, int P, int W>
+static void sg_launch_w(struct cu_be *cb, const struct sg_args &a, int ns, int act)
+{
+    if constexpr ((MODE == BE_MM_PLAIN || MODE == SG_ROPE) && P == 0)
+        if (a.gamma) {
+            sg_launch_ni<BF, MODE, P, W, 1>(cb, a, ns, act);
+            return;
+        }
+    sg_launch_ni<BF, MODE, P, W, 0>(cb, a, ns, act);
 }
 
 template <int BF, int MODE, int P>
@@ -361,10 +456,14 @@ template <int BF, int P> static void sg_mode(struct cu_be *cb, const struct sg_a
         sg_launch<BF, BE_MM_PLAIN, P>(cb, a, ns, act);
 }
 
-static void sg_run(struct cu_be *cb, const struct be_mm *m)
+/* ss_out: the ADD gathers its tile sums of squares there; gamma: x is normed with the sums
+ * in ss_in (both only outside the precise mode). */
+static void sg_run(struct cu_be *cb, const struct be_mm *m, float *ss_out, const float *ss_in,
+                   const float *gamma)
 {
     struct sg_args a;
     memset(&a, 0, sizeof a);
+    a.ss_out = ss_out, a.ss_in = ss_in, a.gamma = gamma, a.eps = m->eps;
     a.n_w = m->mode == BE_MM_GLU ? 2 : m->n_w;
     a.tiles[0] = 0;
     for (int i = 0; i < a.n_w; i++) {
@@ -416,8 +515,19 @@ int cu_matmul_skinny(struct cu_be *cb, float *y, const float *x, int n, const st
     m.y[0] = y;
     if (!sg_ok(cb, &m))
         return 0;
-    sg_run(cb, &m);
+    sg_run(cb, &m, NULL, NULL, NULL);
     return 1;
+}
+
+int cu_mm_chain_ok(const struct cu_be *cb, const struct be_mm *m)
+{
+    if (!cb->fuse_norm || !cb->ss_buf || cb->precise || cb->sg_precise || !sg_ok(cb, m))
+        return 0;
+    if (m->mode == BE_MM_ADD)
+        return !m->norm && m->w[0]->ne[1] / 16 <= CU_SS_TILES;
+    /* a norm chained into gate/up was slower on the H200 (l8b decode: its kernel lost more
+     * than the separate rmsnorm cost), so only q/k/v take it */
+    return m->norm && m->mode == BE_MM_PLAIN && ((uintptr_t)m->norm & 15) == 0;
 }
 
 void cu_matmul_fused(struct be *b, const struct be_mm *m)
@@ -425,8 +535,16 @@ void cu_matmul_fused(struct be *b, const struct be_mm *m)
     struct cu_be *cb = cu_be(b);
     if (m->n <= 0)
         return;
-    if (sg_ok(cb, m)) {
-        sg_run(cb, m);
+    /* chain: cq_matmul_fused kept it only for a pair that both run here (cu_mm_chain_ok) */
+    if (m->chain && cu_mm_chain_ok(cb, m)) {
+        if (m->mode == BE_MM_ADD)
+            sg_run(cb, m, cb->ss_buf, NULL, NULL);
+        else /* the norm rides on the projection */
+            sg_run(cb, m, NULL, cb->ss_buf, m->norm);
+        return;
+    }
+    if (sg_ok(cb, m) && !m->norm) {
+        sg_run(cb, m, NULL, NULL, NULL);
         return;
     }
     struct be_mm mm;
@@ -441,7 +559,7 @@ void cu_matmul_fused(struct be *b, const struct be_mm *m)
         mm.norm = NULL;
         m = &mm;
         if (sg_ok(cb, m)) {
-            sg_run(cb, m);
+            sg_run(cb, m, NULL, NULL, NULL);
             return;
         }
     }
