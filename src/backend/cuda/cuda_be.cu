@@ -383,6 +383,8 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
     cb->pdl = !(pd && !strcmp(pd, "0"));
     const char *fr = getenv("CINFER_CUDA_FUSE_ROPE");
     cb->fuse_rope = !(fr && !strcmp(fr, "0"));
+    const char *sw = getenv("CINFER_CUDA_SG_WARPS_QKV");
+    cb->sg_warps_qkv = sw && (!strcmp(sw, "8") || !strcmp(sw, "16")) ? atoi(sw) : 0;
     const char *fn = getenv("CINFER_CUDA_FUSE_NORM");
     cb->fuse_norm = !(fn && !strcmp(fn, "0"));
     if (cudaMalloc((void **)&cb->ss_buf, (size_t)SG_MAX_N * CU_SS_TILES * sizeof(float)) !=
