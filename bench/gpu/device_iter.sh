@@ -25,9 +25,11 @@ python3 bench/gpu/models.py bench "$M" ${MODELS:-l1b l8b} > /dev/null
 for m in ${MODELS:-l1b l8b}; do
     "$BIN/cinfer_gpu_bench" "$M/$m" perf 2> "$OUT/perf_${m}_err.txt" | tee "$OUT/perf_$m.json"
 done
-for v in ${AB:-}; do  # A/B runs with an environment switch, e.g. AB="CINFER_CUDA_PDL=0"
+# A/B runs with environment switches, e.g. AB="CINFER_NONE=1 CINFER_CUDA_PDL=0 A=1:B=2"
+# (':' joins several switches into one run)
+for v in ${AB:-}; do
     for m in ${AB_MODELS:-l1b}; do
-        env $v "$BIN/cinfer_gpu_bench" "$M/$m" perf --batches 8 2>/dev/null | sed "s/^/$m $v: /"
+        env ${v//:/ } "$BIN/cinfer_gpu_bench" "$M/$m" perf --batches 8 2>/dev/null | sed "s/^/$m $v: /"
     done
 done
 if [ -n "${PROFILE-1}" ]; then

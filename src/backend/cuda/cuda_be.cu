@@ -385,6 +385,8 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
     cb->fuse_rope = !(fr && !strcmp(fr, "0"));
     const char *sw = getenv("CINFER_CUDA_SG_WARPS_QKV");
     cb->sg_warps_qkv = sw && (!strcmp(sw, "8") || !strcmp(sw, "16")) ? atoi(sw) : 0;
+    const char *sg = getenv("CINFER_CUDA_SG_WARPS_GLU");
+    cb->sg_warps_glu = sg && (!strcmp(sg, "8") || !strcmp(sg, "16")) ? atoi(sg) : 0;
     const char *fn = getenv("CINFER_CUDA_FUSE_NORM");
     cb->fuse_norm = !(fn && !strcmp(fn, "0"));
     if (cudaMalloc((void **)&cb->ss_buf, (size_t)SG_MAX_N * CU_SS_TILES * sizeof(float)) !=

@@ -49,6 +49,7 @@ struct cu_be {
                          * CINFER_CUDA_PRECISE=1 implies it) */
     int fuse_rope;      /* q/k/v projection does the rope + K/V store (CINFER_CUDA_FUSE_ROPE=0: no) */
     int sg_warps_qkv;   /* 0, or 8 / 16 warps for the skinny q/k/v (CINFER_CUDA_SG_WARPS_QKV) */
+    int sg_warps_glu;   /* the same for gate/up (CINFER_CUDA_SG_WARPS_GLU) */
     int fuse_norm;      /* chained ADD -> norm: the norm rides on the skinny matmuls
                          * (CINFER_CUDA_FUSE_NORM=0: no) */
     float *ss_buf;      /* (SG_MAX_N, CU_SS_TILES): sums of squares of 16-row tiles of the

@@ -437,11 +437,13 @@ static void sg_launch_w(struct cu_be *cb, const struct sg_args &a, int ns, int a
 template <int BF, int MODE, int P>
 static void sg_launch(struct cu_be *cb, const struct sg_args &a, int ns, int act)
 {
-    /* CINFER_CUDA_SG_WARPS_QKV=8|16 (measurements): the q/k/v projection's warps, for a
-     * wave-count A/B (l8b q/k/v: 384 tiles = 1.45 waves of two 16-warp blocks per SM) */
-    const int w = (MODE == BE_MM_PLAIN || MODE == SG_ROPE) && cb->sg_warps_qkv
-                      ? cb->sg_warps_qkv
-                      : sg_warps(a.K);
+    /* CINFER_CUDA_SG_WARPS_QKV / _GLU = 8|16 (measurements): the warps of the q/k/v and
+     * gate/up projections, for wave-count A/Bs (l8b q/k/v: 384 tiles = 1.45 waves of two
+     * 16-warp blocks per SM; gate/up: 896 tiles = 3.4 waves) */
+    const int wf = MODE == BE_MM_PLAIN || MODE == SG_ROPE ? cb->sg_warps_qkv
+                   : MODE == BE_MM_GLU                    ? cb->sg_warps_glu
+                                                          : 0;
+    const int w = wf ? wf : sg_warps(a.K);
     if (w == 8)
         sg_launch_w<BF, MODE, P, 8>(cb, a, ns, act);
     else
