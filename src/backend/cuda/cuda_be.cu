@@ -388,7 +388,7 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
     const char *sg = getenv("CINFER_CUDA_SG_WARPS_GLU");
     cb->sg_warps_glu = sg && (!strcmp(sg, "8") || !strcmp(sg, "16")) ? atoi(sg) : 0;
     const char *fn = getenv("CINFER_CUDA_FUSE_NORM");
-    cb->fuse_norm = !(fn && !strcmp(fn, "0"));
+    cb->fuse_norm = fn && (!strcmp(fn, "0") || !strcmp(fn, "2")) ? atoi(fn) : 1;
     if (cudaMalloc((void **)&cb->ss_buf, (size_t)SG_MAX_N * CU_SS_TILES * sizeof(float)) !=
         cudaSuccess)
         cudaGetLastError(), cb->ss_buf = NULL; /* the norms then run on their own */

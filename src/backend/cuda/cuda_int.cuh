@@ -50,8 +50,8 @@ struct cu_be {
     int fuse_rope;      /* q/k/v projection does the rope + K/V store (CINFER_CUDA_FUSE_ROPE=0: no) */
     int sg_warps_qkv;   /* 0, or 8 / 16 warps for the skinny q/k/v (CINFER_CUDA_SG_WARPS_QKV) */
     int sg_warps_glu;   /* the same for gate/up (CINFER_CUDA_SG_WARPS_GLU) */
-    int fuse_norm;      /* chained ADD -> norm: the norm rides on the skinny matmuls
-                         * (CINFER_CUDA_FUSE_NORM=0: no) */
+    int fuse_norm;      /* chained ADD -> norm: the norm rides on the skinny q/k/v (1, the
+                         * default), on gate/up too (2), off (0) (CINFER_CUDA_FUSE_NORM) */
     float *ss_buf;      /* (SG_MAX_N, CU_SS_TILES): sums of squares of 16-row tiles of the
                          * last chained ADD's output (cuda_mmf.cu); NULL: no fusion */
     const float *ss_y;  /* recording (cuda_graph.cu): the last call was a chained ADD that

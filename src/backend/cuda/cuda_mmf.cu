@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
     float rn[NS]; /* NI: 1/rms of this lane's x rows */
     const float4 *gr = NULL;
     if constexpr (NI) {
-        static_assert(P == 0 && MODE != BE_MM_GLU, "normed x: q/k/v projections only");
+        static_assert(P == 0, "no normed x in the precise mode");
         sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, g, rn);
         gr = (const float4 *)a.gamma + 2 * tq;
     }
@@ -422,11 +422,11 @@ static void sg_launch_ni(struct cu_be *cb, const struct sg_args &a, int ns, int 
         cu_launch(cb, k_sg<BF, MODE, 2, P, W, NI>, dim3(grid), dim3(W * 32), 0, a, act);
 }
 
-/* NI kernels exist for the q/k/v projections, outside the precise mode (cu_mm_chain_ok) */
+/* NI kernels exist for the projections that norm x, outside the precise mode (cu_mm_chain_ok) */
 template <int BF, int MODE, int P, int W>
 static void sg_launch_w(struct cu_be *cb, const struct sg_args &a, int ns, int act)
 {
-    if constexpr ((MODE == BE_MM_PLAIN || MODE == SG_ROPE) && P == 0)
+    if constexpr (MODE != BE_MM_ADD && P == 0)
         if (a.gamma) {
             sg_launch_ni<BF, MODE, P, W, 1>(cb, a, ns, act);
             return;
@@ -532,9 +532,10 @@ int cu_mm_chain_ok(const struct cu_be *cb, const struct be_mm *m)
         return 0;
     if (m->mode == BE_MM_ADD)
         return !m->norm && m->w[0]->ne[1] / 16 <= CU_SS_TILES;
-    /* a norm chained into gate/up was slower on the H200 (l8b decode: its kernel lost more
-     * than the separate rmsnorm cost), so only q/k/v take it */
-    return m->norm && m->mode == BE_MM_PLAIN && ((uintptr_t)m->norm & 15) == 0;
+    /* gate/up only with CINFER_CUDA_FUSE_NORM=2: chained, it was slower on l8b decode (its
+     * kernel lost more than the separate rmsnorm cost) and faster on l1b */
+    return m->norm && (m->mode == BE_MM_PLAIN || (m->mode == BE_MM_GLU && cb->fuse_norm == 2)) &&
+           ((uintptr_t)m->norm & 15) == 0;
 }
 
 void cu_matmul_fused(struct be *b, const struct be_mm *m)
