@@ -367,6 +367,22 @@ static int fused_invariant(int dt, int n)
     return n <= ((dt == DT_F16 || dt == DT_BF16) ? 16 : 8);
 }
 
+/* The expected output j of weight i of a fused projection (exact products ex, magnitudes mag
+ * of n rows) and its tolerance: GLU silu(g) * u with the errors of g and u scaled by the
+ * slopes; else the product plus add (the residual). */
+static void fused_expect(int mode, int dt, int n, double *const *ex, double *const *mag, int i,
+                         int64_t j, double add, double *want, double *tol)
+{
+    if (mode == BE_MM_GLU) {
+        double gv = ex[0][j], u = ex[1][j], sg = 1.0 / (1.0 + exp(-gv));
+        *want = gv * sg * u;
+        *tol = fused_tol(dt, n) * (mag[0][j] * 1.1 * fabs(u) + mag[1][j] * fabs(gv * sg)) + 1e-5;
+    } else {
+        *want = ex[i][j] + add;
+        *tol = fused_tol(dt, n) * mag[i][j] + 1e-5;
+    }
+}
+
 /* One fused case on backend b: weights of dtype dt, n_w weights of rows m[i] and k columns,
  * n rows of x; the result against double (dev_tol), and for n <= 16 each row equals the
  * same row computed alone, bit for bit. Returns the number of failures. */
@@ -423,14 +439,8 @@ static int fused_case(struct be *b, const char *who, int dt, int mode, int n_w, 
         int64_t ne = (int64_t)n * m[i];
         double *want = malloc(sizeof(double) * (size_t)ne), *tol = malloc(sizeof(double) * (size_t)ne);
         for (int64_t j = 0; j < ne; j++) {
-            if (mode == BE_MM_GLU) { /* silu(g) * u: error of g and u scaled by the slopes */
-                double gv = ex[0][j], u = ex[1][j], sg = 1.0 / (1.0 + exp(-gv));
-                want[j] = gv * sg * u;
-                tol[j] = fused_tol(dt, n) * (mag[0][j] * 1.1 * fabs(u) + mag[1][j] * fabs(gv * sg)) + 1e-5;
-            } else {
-                want[j] = ex[i][j] + (mode == BE_MM_ADD ? y0[j] : 0.0);
-                tol[j] = fused_tol(dt, n) * mag[i][j] + 1e-5;
-            }
+            fused_expect(mode, dt, n, ex, mag, i, j, mode == BE_MM_ADD ? y0[j] : 0.0, &want[j],
+                         &tol[j]);
             if (!(fabs(hy[i][j] - want[j]) <= tol[j]) && bad++ < 3)
                 fprintf(stderr, "  %s %s mode %d n=%d out %d [%lld]: %.7g vs %.7g\n", who,
                         dtype_name(dt), mode, n, i, (long long)j, hy[i][j], want[j]);
@@ -625,14 +635,7 @@ static int chain_case(struct be *b, const char *who, int mode, int n, int k0, in
     for (int i = 0; i < c.n_out; i++)
         for (int64_t j = 0; j < (int64_t)n * c.m[i]; j++) {
             double want, tol;
-            if (mode == BE_MM_GLU) {
-                double gv = ex[0][j], u = ex[1][j], sg = 1.0 / (1.0 + exp(-gv));
-                want = gv * sg * u;
-                tol = fused_tol(dt, n) * (mag[0][j] * 1.1 * fabs(u) + mag[1][j] * fabs(gv * sg)) + 1e-5;
-            } else {
-                want = ex[i][j];
-                tol = fused_tol(dt, n) * mag[i][j] + 1e-5;
-            }
+            fused_expect(mode, dt, n, ex, mag, i, j, 0.0, &want, &tol);
             if (!(fabs(hy[0][i][j] - want) <= tol) && bad++ < 3)
                 fprintf(stderr, "  %s chain mode %d n=%d out %d [%lld]: %.7g vs %.7g\n", who,
                         mode, n, i, (long long)j, hy[0][i][j], want);
