@@ -11,6 +11,13 @@
  *               round-robin), a grid barrier between projections; with PRE, each block loads
  *               its first tile's first weights of the next projection before the barrier
  *               (weights never depend on the previous output), x only after it.
+ * and (added 2026-11-30, after the first run found the persistent kernel slower):
+ *   kernels (graph, PDL): the kernel per projection launched as cinfer launches its own
+ *               (programmatic dependent launch: it waits for the previous kernel first);
+ *   flag barrier: the persistent chain with a plain counter barrier instead of grid.sync;
+ *   + smem pre: before each barrier every thread cp.async-copies its share of the next
+ *               projection's first weights into shared memory (no registers held across
+ *               the barrier, unlike PRE).
  * Both compute every output with the same per-tile arithmetic, so the final vectors must be
  * equal bit for bit (checked). Prints microseconds per layer and weight GB/s.
  *
@@ -70,7 +77,9 @@ __device__ __forceinline__ void mma(float *c, uint4 a0, uint4 a1, int half, uint
 }
 
 /* One 16-row tile of y = W x (one x row), by the block's NW warps. pre: the first group of
- * weights, already loaded by the caller (npre = 1) or not (0). red: NW x 4 x 32 floats. */
+ * weights, already loaded by the caller into registers (npre = 1), into this thread's slots
+ * of shared memory with cp.async (npre = 2: pa0 is then the slots, 2 U uint4: a0, a1 of each
+ * u), or not (0). red: NW x 4 x 32 floats. */
 __device__ __forceinline__ void tile(const proj &p, int t, float *red, uint4 (*pa0), uint4 (*pa1),
                                      int npre)
 {
@@ -84,10 +93,14 @@ __device__ __forceinline__ void tile(const proj &p, int t, float *red, uint4 (*p
     for (; c + (U - 1) * NW < nc; c += U * NW) {
         uint4 a0[U], a1[U];
         float4 xb[U][2];
+        if (npre == 2) /* this thread's own cp.async copies: no block barrier needed */
+            asm volatile("cp.async.wait_all;" ::: "memory");
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (npre) {
+            if (npre == 1) {
                 a0[u] = pa0[u], a1[u] = pa1[u];
+            } else if (npre == 2) {
+                a0[u] = pa0[2 * u], a1[u] = pa0[2 * u + 1];
             } else {
                 a0[u] = __ldg(w0 + (c + u * NW) * 4);
                 a1[u] = __ldg(w1 + (c + u * NW) * 4);
@@ -135,6 +148,75 @@ __global__ void __launch_bounds__(NW * 32) k_one(proj p)
     __shared__ float red[NW * 4 * 32];
     uint4 d0[U], d1[U];
     tile(p, blockIdx.x, red, d0, d1, 0);
+}
+
+/* k_one with programmatic dependent launch (as cinfer's kernels): waits for the previous
+ * kernel before reading x, lets the next one launch once every block has started. */
+__global__ void __launch_bounds__(NW * 32) k_one_pdl(proj p)
+{
+    __shared__ float red[NW * 4 * 32];
+    uint4 d0[U], d1[U];
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;");
+    tile(p, blockIdx.x, red, d0, d1, 0);
+}
+
+/* A grid barrier on a counter that only grows (zeroed before the launch): block arrivals
+ * after a release fence, one thread spins on an acquire load. */
+__device__ __forceinline__ void gbar(unsigned *bar, unsigned target)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(bar, 1u);
+        unsigned v;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(bar) : "memory");
+        } while (v < target);
+    }
+    __syncthreads();
+}
+
+/* The chain with gbar between projections; SMEM: before each barrier, every thread copies
+ * its share of its block's first tile of the next projection (U chunks of the two rows it
+ * reads) into shared memory with cp.async (no registers held across the barrier). */
+template <int SMEM>
+__global__ void __launch_bounds__(NW * 32, 2) k_chain2(const chain *ch, unsigned *bar)
+{
+    __shared__ float red[NW * 4 * 32];
+    extern __shared__ __align__(16) uint4 pre[]; /* SMEM: NW * 32 threads x 2 U */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    uint4 *mine = pre + (size_t)threadIdx.x * 2 * U;
+    uint4 d0[U], d1[U];
+    int have = 0;
+    for (int i = 0; i < ch->n; i++) {
+        const proj &p = ch->p[i];
+        const int tiles = p.M / 16;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            tile(p, t, red, have ? mine : d0, d1, have);
+            have = 0;
+        }
+        if (i + 1 < ch->n) {
+            const proj &q = ch->p[i + 1];
+            if (SMEM && (int)blockIdx.x < q.M / 16) {
+                const int K = q.K, row0 = blockIdx.x * 16;
+                const uint4 *w0 = (const uint4 *)(q.w + (size_t)(row0 + g) * K) + tq;
+                const uint4 *w1 = (const uint4 *)(q.w + (size_t)(row0 + g + 8) * K) + tq;
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const unsigned s0 = (unsigned)__cvta_generic_to_shared(mine + 2 * u);
+                    const unsigned s1 = (unsigned)__cvta_generic_to_shared(mine + 2 * u + 1);
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s0),
+                                 "l"(w0 + (warp + u * NW) * 4));
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s1),
+                                 "l"(w1 + (warp + u * NW) * 4));
+                }
+                asm volatile("cp.async.commit_group;");
+                have = 2;
+            }
+            gbar(bar, (unsigned)(i + 1) * gridDim.x);
+        }
+    }
 }
 
 template <int PRE>
@@ -232,29 +314,59 @@ int main(int argc, char **argv)
     int grid = n_sm * (per_sm < 2 ? per_sm : 2);
     printf("%s: %d layers, %.1f MB weights per layer, %d SMs, persistent grid %d\n", which, L,
            per_layer * 2 / 1e6, n_sm, grid);
-    std::vector<float> out[3];
+    static const char *names[] = {"kernels (graph)", "persistent", "persistent + prefetch",
+                                  "kernels (graph, PDL)", "persistent, flag barrier",
+                                  "flag barrier + smem pre"};
+    const int NV = 6;
+    std::vector<float> out[NV];
     const float *last = hc.p[hc.n - 1].y;
     int lastM = hc.p[hc.n - 1].M;
-    for (int v = 0; v < 3; v++) {
+    unsigned *bar;
+    CK(cudaMalloc(&bar, 4));
+    const size_t pre_bytes = (size_t)NW * 32 * 2 * U * 16;
+    CK(cudaFuncSetAttribute(k_chain2<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)pre_bytes));
+    int per_sm2 = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm2, k_chain2<1>, NW * 32, pre_bytes);
+    const int grid2 = n_sm * (per_sm2 < 2 ? per_sm2 : 2); /* all blocks resident (spin barrier) */
+    printf("flag-barrier grids: %d (smem prefetch %zu bytes a block, %d a SM)\n", grid2,
+           pre_bytes, per_sm2);
+    for (int v = 0; v < NV; v++) {
         float best = 1e30f;
         cudaGraphExec_t ge = NULL;
-        if (v == 0) {
+        if (v == 0 || v == 3) {
             cudaGraph_t gr;
             CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-            for (int i = 0; i < hc.n; i++)
-                k_one<<<hc.p[i].M / 16, NW * 32, 0, st>>>(hc.p[i]);
+            for (int i = 0; i < hc.n; i++) {
+                if (v == 0) {
+                    k_one<<<hc.p[i].M / 16, NW * 32, 0, st>>>(hc.p[i]);
+                    continue;
+                }
+                cudaLaunchConfig_t cfg = {};
+                cudaLaunchAttribute at[1];
+                at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                at[0].val.programmaticStreamSerializationAllowed = 1;
+                cfg.gridDim = dim3(hc.p[i].M / 16), cfg.blockDim = dim3(NW * 32);
+                cfg.stream = st, cfg.attrs = at, cfg.numAttrs = i > 0 ? 1 : 0;
+                CK(cudaLaunchKernelEx(&cfg, k_one_pdl, hc.p[i]));
+            }
             CK(cudaStreamEndCapture(st, &gr));
             CK(cudaGraphInstantiate(&ge, gr, 0));
         }
         for (int rep = 0; rep < 6; rep++) {
             CK(cudaMemcpyAsync(act, hx.data(), D * 4, cudaMemcpyHostToDevice, st));
+            CK(cudaMemsetAsync(bar, 0, 4, st));
             CK(cudaEventRecord(e0, st));
-            if (v == 0) {
+            if (v == 0 || v == 3) {
                 CK(cudaGraphLaunch(ge, st));
-            } else {
+            } else if (v == 1 || v == 2) {
                 void *args[] = {&dc};
                 CK(cudaLaunchCooperativeKernel(v == 1 ? (void *)k_chain<0> : (void *)k_chain<1>,
                                                grid, NW * 32, args, 0, st));
+            } else {
+                void *args[] = {&dc, &bar};
+                CK(cudaLaunchCooperativeKernel(v == 4 ? (void *)k_chain2<0> : (void *)k_chain2<1>,
+                                               grid2, NW * 32, args, v == 4 ? 0 : pre_bytes, st));
             }
             CK(cudaEventRecord(e1, st));
             CK(cudaStreamSynchronize(st));
@@ -266,8 +378,7 @@ int main(int argc, char **argv)
         out[v].resize(lastM);
         CK(cudaMemcpy(out[v].data(), last, lastM * 4, cudaMemcpyDeviceToHost));
         double us = best * 1000.0 / L;
-        printf("%-22s %8.2f us/layer  %7.0f GB/s  %s\n",
-               v == 0 ? "kernels (graph)" : v == 1 ? "persistent" : "persistent + prefetch", us,
+        printf("%-26s %8.2f us/layer  %7.0f GB/s  %s\n", names[v], us,
                per_layer * 2 / us / 1e3,
                v == 0 ? "" : memcmp(out[v].data(), out[0].data(), lastM * 4) ? "DIFFERS" : "same bits");
     }
