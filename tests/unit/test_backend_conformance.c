@@ -69,19 +69,26 @@ static struct be *open_be(const char *spec, int threads)
     return be_new(spec, &cfg, &e);
 }
 
-/* Backend buffer holding a copy of host data (n bytes). */
+/* Backend buffer holding a copy of host data (n bytes); a failure fails the test. */
 static void *dev_from(struct be *b, const void *host, size_t n)
 {
+    struct cerr e = {0};
     void *p = b->ops->alloc(b, n);
-    if (p && host)
-        b->ops->upload(b, p, host, n, NULL);
+    CHECK_MSG(p != NULL, "backend alloc of %zu bytes failed", n);
+    if (p && host && b->ops->upload(b, p, host, n, &e))
+        CHECK_MSG(0, "backend upload failed: %s", e.msg);
     return p;
 }
 
+/* Downloads n bytes; a failed download or a latched error of an earlier op (say, a launch
+ * the device refused) fails the test with the backend's message, not as wrong values. */
 static void host_from(struct be *b, void *host, const void *dev, size_t n)
 {
-    b->ops->download(b, host, dev, n, NULL);
-    b->ops->sync(b, NULL);
+    struct cerr e = {0};
+    int rc = b->ops->download(b, host, dev, n, &e);
+    if (!rc)
+        rc = b->ops->sync(b, &e);
+    CHECK_MSG(rc == 0, "backend download or sync failed: %s", e.msg);
 }
 
 /* Random weights of dtype dt, (rows, k): random payload bytes with sane fp16 scales. */
