@@ -4,7 +4,8 @@
   peers.py bw                      -> {"copy_tb_s": ...}  (device-to-device copy, read+write)
   peers.py eager DIR [--agg]       -> batch-1 decode (256 tokens after 128), prefill 4096,
                                       and with --agg aggregate decode at 8/32/64 (32 steps)
-  peers.py compiled DIR            -> static cache + torch.compile decode (generate)
+  peers.py compiled DIR            -> static cache + torch.compile decode (a compiled
+                                      one-token step, gpt-fast style)
 Each prints one JSON object. Timings use cuda synchronisation around the timed region.
 """
 import json
@@ -75,27 +76,75 @@ def eager(d, agg):
     return r
 
 
-def compiled(d):
+def make_static_cache(m, max_len):
+    """A StaticCache for batch 1 across transformers versions (v5: lazily sized)."""
+    from transformers import StaticCache
+    dev = next(m.parameters()).device
+    tries = (dict(config=m.config, max_cache_len=max_len),
+             dict(config=m.config, max_batch_size=1, max_cache_len=max_len, device=dev,
+                  dtype=torch.bfloat16))
+    err = None
+    for kw in tries:
+        try:
+            return StaticCache(**kw)
+        except TypeError as e:
+            err = e
+    raise err
+
+
+def compiled(d, mode="reduce-overhead"):
+    """Batch-1 decode as gpt-fast does it: the 128-token prompt eager into a static cache,
+    then a compiled one-token step (one shape: one graph), 256 greedy steps timed."""
     m = load(d)
+    dev = next(m.parameters()).device
     V = m.config.vocab_size
-    ids = torch.randint(V // 4, V // 2, (1, 128), device="cuda")
-    m.forward = torch.compile(m.forward, mode="reduce-overhead", fullgraph=True)
-    kw = dict(max_new_tokens=256, min_new_tokens=256, do_sample=False,
-              cache_implementation="static")
-    t0 = now()
+    P, N = 128, 256
+    ids = torch.randint(V // 4, V // 2, (1, P), device=dev)
+    cache = make_static_cache(m, P + N + 8)
+
+    def step(tok, pos):
+        return m(input_ids=tok, past_key_values=cache, cache_position=pos,
+                 use_cache=True).logits[:, -1]
+
+    cstep = torch.compile(step, mode=mode, fullgraph=True)
+    got = []
     with torch.no_grad():
-        m.generate(ids, **kw)  # compiles
+        t0 = now()
+        logits = m(input_ids=ids, past_key_values=cache, cache_position=torch.arange(P, device=dev),
+                   use_cache=True).logits[:, -1]
+        tok = logits.argmax(-1, keepdim=True)
+        got.append(int(tok))
+        pos = torch.tensor([P], device=dev)
+        for _ in range(3):  # compiles (and records the CUDA graph) on these steps
+            tok = cstep(tok, pos).argmax(-1, keepdim=True)
+            got.append(int(tok))
+            pos += 1
         warm = now() - t0
-        m.generate(ids, max_new_tokens=1, min_new_tokens=1, do_sample=False,
-                   cache_implementation="static")
+        # the timed run continues the same sequence: positions P + 3 .. P + 3 + N - 1 < P + N + 8
+        toks = []
         t1 = now()
-        p1 = now() - t1
-        t1 = now()
-        m.generate(ids, **kw)
+        for _ in range(N - 8):
+            tok = cstep(tok, pos).argmax(-1, keepdim=True)
+            toks.append(tok)
+            pos += 1
         full = now() - t1
-    return {"impl": "transformers static cache + torch.compile(reduce-overhead), bf16",
-            "decode_b1_tok_s": 256 / full, "compile_and_first_run_s": warm,
-            "note": "generate() time for 256 new tokens incl. the 128-token prefill"}
+        got += [int(t) for t in toks[:12]]
+        # the same sequence eagerly on a fresh cache: the compiled step must follow it (a step
+        # that did not update the cache would be fast and wrong)
+        c2 = make_static_cache(m, P + N + 8)
+        lg = m(input_ids=ids, past_key_values=c2, cache_position=torch.arange(P, device=dev),
+               use_cache=True).logits[:, -1]
+        ref = [int(lg.argmax(-1))]
+        for i in range(len(got) - 1):
+            t = torch.tensor([[got[i]]], device=dev)
+            lg = m(input_ids=t, past_key_values=c2, cache_position=torch.tensor([P + i], device=dev),
+                   use_cache=True).logits[:, -1]
+            ref.append(int(lg.argmax(-1)))
+    agree = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b), len(got))
+    return {"impl": "transformers static cache + torch.compile(%s) decode step, bf16" % mode,
+            "decode_b1_tok_s": (N - 8) / full, "compile_and_first_run_s": warm,
+            "greedy_ids_agree_with_eager": "%d of %d" % (agree, len(got)),
+            "note": "one-token steps after a 128-token prompt (eager prefill), gpt-fast style"}
 
 
 def main():
@@ -105,7 +154,10 @@ def main():
     elif what == "eager":
         r = eager(sys.argv[2], "--agg" in sys.argv)
     else:
-        r = compiled(sys.argv[2])
+        try:
+            r = compiled(sys.argv[2], *(sys.argv[3:4]))
+        except Exception as e:  # record why, so the bench says it
+            r = {"status": "failed: %s: %s" % (type(e).__name__, str(e)[:300])}
     print(json.dumps(r), flush=True)
 
 
