@@ -45,8 +45,8 @@ def one_run(d, commit):
                 "peak_device_bytes": e["peak_device_bytes"]}
         cp = load(d, "compiled_%s.json" % m)
         r["peers"]["transformers_static_cache_torch_compile"] = cp or {
-            "status": "not measured: the compile did not finish within 110 s in the run of "
-                      "commit fb091c3; the issue's figures on this H200: 139 (8B) / 344 (1B) "
+            "status": "not measured in this run (COMPILED unset, or no result within "
+                      "COMPILE_TIMEOUT); the issue's figures on this H200: 139 (8B) / 344 (1B) "
                       "tok/s decode"}
         out["models"][m] = r
     return out
