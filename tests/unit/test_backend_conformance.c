@@ -19,6 +19,9 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/quant.h"
+#ifdef CINFER_HAVE_CUDA
+#include "backend/cuda/cuda.h"
+#endif
 #include "util/half.h"
 
 static const char *const g_backends[] = {"cpu:scalar", "cpu:avx2", "cpu:avx512", "cuda"};
@@ -543,7 +546,25 @@ struct chain_setup {
     const int *m;
     struct be_tensor wo, w[3];
     float *da, *dg;
+    const float *other; /* another residual (n, k): a decoy chained ADD's */
 };
+
+/* Consumers the backend ran chained so far (CUDA counts them; -1 elsewhere, and when a knob
+ * that changes what is chained is set). */
+static int64_t chained_count(struct be *b, const char *who)
+{
+#ifdef CINFER_HAVE_CUDA
+    static const char *const knobs[] = {"CINFER_CUDA_FUSE_NORM", "CINFER_CUDA_PRECISE",
+                                        "CINFER_CUDA_SKINNY_PRECISE", "CINFER_CUDA_SKINNY_MAX"};
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++)
+        if (getenv(knobs[i]) && *getenv(knobs[i]))
+            return -1;
+    if (!strcmp(who, "cuda"))
+        return be_cuda_chained(b);
+#endif
+    (void)b, (void)who;
+    return -1;
+}
 static void chain_run(struct be *b, const struct chain_setup *c, const float *res, int r0, int n,
                       int chain, int copy_x, float *hres, float **hy)
 {
@@ -559,9 +580,10 @@ static void chain_run(struct be *b, const struct chain_setup *c, const float *re
         b->ops->scale(b, dcopy, dres, 1.0f, (int64_t)n * c->k);
     struct be_mm f = {.mode = c->mode, .act = BE_ACT_SILU, .n = n, .x = copy_x ? dcopy : dres,
                       .norm = c->dg, .eps = 1e-5f, .n_w = c->n_w, .chain = chain};
-    if (copy_x) { /* the chain claimed across another op: the backend must not trust it */
+    if (copy_x) { /* the chain claimed across another op: the backend must not trust it; the
+                   * decoy ADD right before gathers other sums, so trusting it shows */
         struct be_mm a2 = add;
-        float *dtmp = dev_from(b, res + (int64_t)r0 * c->k, sizeof(float) * (size_t)n * c->k);
+        float *dtmp = dev_from(b, c->other + (int64_t)r0 * c->k, sizeof(float) * (size_t)n * c->k);
         a2.y[0] = dtmp;
         b->ops->matmul_fused(b, &a2); /* a chained ADD right before, into another buffer */
         b->ops->free(b, dtmp);
@@ -602,20 +624,30 @@ static int chain_case(struct be *b, const char *who, int mode, int n, int k0, in
         c.w[i].data = dev_from(b, w[i], wb[i]);
     }
     float *a = malloc(sizeof(float) * (size_t)n * k0), *res = malloc(sizeof(float) * (size_t)n * k);
-    float *gn = malloc(sizeof(float) * (size_t)k);
+    float *gn = malloc(sizeof(float) * (size_t)k), *other = malloc(sizeof(float) * (size_t)n * k);
     fill_f(a, (int64_t)n * k0, 1.0f);
     fill_f(res, (int64_t)n * k, 3.0f);
+    fill_f(other, (int64_t)n * k, 30.0f);
+    c.other = other;
     fill_f(gn, k, 1.0f);
     c.da = dev_from(b, a, sizeof(float) * (size_t)n * k0);
     c.dg = dev_from(b, gn, sizeof(float) * (size_t)k);
     float *hres[3], *hy[3][3]; /* runs: chained, unchained, chain claimed for a copy */
+    int bad = 0;
+    /* CUDA chains q/k/v (the default CINFER_CUDA_FUSE_NORM=1) on the skinny path (<= 16 rows):
+     * exactly the first run, never the other two */
+    const int64_t want_chain = mode == BE_MM_PLAIN && n <= 16 ? 1 : 0;
     for (int v = 0; v < 3; v++) {
         hres[v] = malloc(sizeof(float) * (size_t)n * k);
         for (int i = 0; i < c.n_out; i++)
             hy[v][i] = malloc(sizeof(float) * (size_t)n * c.m[i]);
+        const int64_t c0 = chained_count(b, who);
         chain_run(b, &c, res, 0, n, v != 1, v == 2, hres[v], hy[v]);
+        const int64_t ran = chained_count(b, who) - c0;
+        if (c0 >= 0 && ran != (v == 0 ? want_chain : 0) && bad++ < 3)
+            fprintf(stderr, "  %s chain mode %d n=%d run %d: %lld calls chained, expected %lld\n",
+                    who, mode, n, v, (long long)ran, (long long)(v == 0 ? want_chain : 0));
     }
-    int bad = 0;
     if (memcmp(hres[0], hres[1], sizeof(float) * (size_t)n * k) && bad++ < 3)
         fprintf(stderr, "  %s chain mode %d n=%d: the residual differs with the chain\n", who,
                 mode, n);
@@ -669,7 +701,7 @@ static int chain_case(struct be *b, const char *who, int mode, int n, int k0, in
             free(hy[v][i]);
     }
     b->ops->free(b, c.wo.data), b->ops->free(b, c.da), b->ops->free(b, c.dg);
-    free(wo), free(a), free(res), free(gn), free(xn);
+    free(wo), free(a), free(res), free(gn), free(xn), free(other);
     return bad;
 }
 

@@ -30,6 +30,10 @@ size_t be_cuda_mem_used(struct be *b, size_t *peak);
 /* Graph replays and captures so far (cuda_graph.cu); both 0 when graphs are off. */
 void be_cuda_graph_counts(struct be *b, int64_t *replays, int64_t *captures);
 
+/* matmul_fused calls that norm x with the sums of the ADD before them (be_mm.chain), so far
+ * (counted as recorded, with graphs on or off). */
+int64_t be_cuda_chained(struct be *b);
+
 /* "NVIDIA H200, driver 580.159, CUDA runtime 13.0" into buf (for reports). */
 void be_cuda_describe(struct be *b, char *buf, size_t n);
 

@@ -452,6 +452,8 @@ extern "C" void be_cuda_describe(struct be *b, char *buf, size_t n)
              rt / 1000, rt % 1000 / 10);
 }
 
+extern "C" int64_t be_cuda_chained(struct be *b) { return cu_be(b)->n_chained; }
+
 extern "C" void be_cuda_graph_counts(struct be *b, int64_t *replays, int64_t *captures)
 {
     cu_graph_stats(cu_be(b), replays, captures);

@@ -395,6 +395,7 @@ void cq_matmul_fused(struct be *b, const struct be_mm *m)
     } else {
         a_.m.chain = m->chain && cb->ss_ok && m->x == cb->ss_y && m->n == cb->ss_n &&
                      m->w[0]->ne[0] == cb->ss_m && cu_mm_chain_ok(cb, m);
+        cb->n_chained += a_.m.chain;
         cb->ss_ok = 0;
     }
     for (int i = 0; i < 3; i++) {

@@ -57,6 +57,7 @@ struct cu_be {
     const float *ss_y;  /* recording (cuda_graph.cu): the last call was a chained ADD that
                          * gathers (ss_ok), its output, rows and width */
     int ss_n, ss_m, ss_ok;
+    int64_t n_chained;  /* consumers recorded chained (be_cuda_chained) */
     unsigned scratch_epoch; /* bumped when a scratch buffer moves: cached graphs are stale */
     int last_kernel;    /* the last op queued on the stream was a kernel (PDL may follow it;
                          * after a copy or memset the next launch is a plain one) */
