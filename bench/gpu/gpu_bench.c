@@ -137,6 +137,30 @@ static int perf(struct ctx *c, struct be *be, int n_prefill, const int *batches,
         t = pick(c, 0);
     }
     double dec = DECODE / (clock_now_s() - t0);
+    /* the device time of one decode step alone: one more step, then its graph segments
+     * replayed back to back (no host work between steps); -1 where that is not available */
+    double gpu_step_us = -1;
+#ifdef CINFER_HAVE_CUDA
+    if (!strcmp(be->ops->name, "cuda")) {
+        /* a step that starts a KV block has a new shape (run plainly the first time): the
+         * second of two steps is a replay */
+        int64_t r0 = 0, r1 = 0, cap = 0;
+        for (int i = 0; i < 2; i++) {
+            be_cuda_graph_counts(be, &r0, &cap);
+            if ((rc = step(c, &s0, 1, &t, 1, 0, e)))
+                goto out;
+            t = pick(c, 0);
+            be_cuda_graph_counts(be, &r1, &cap);
+        }
+        double us = 0;
+        int pr = r1 > r0 ? be_cuda_replay_last(be, (int)(r1 - r0), 64, &us) : -9;
+        if (pr == 0)
+            gpu_step_us = us;
+        else
+            fprintf(stderr, "gpu_bench: no replay of a decode step (%lld graphs, rc %d)\n",
+                    (long long)(r1 - r0), pr);
+    }
+#endif
     reset(c, 0);
     /* prefill of a long prompt, best of 2 */
     double pre = 0;
@@ -149,10 +173,11 @@ static int perf(struct ctx *c, struct be *be, int n_prefill, const int *batches,
         pre = v > pre ? v : pre;
         reset(c, 0);
     }
-    printf("{\"decode_b1_tok_s\": %.2f, \"decode_tokens\": %d, \"prompt_tokens\": %d, "
+    printf("{\"decode_b1_tok_s\": %.2f, \"decode_step_us\": %.1f, \"decode_gpu_step_us\": %.1f, "
+           "\"decode_tokens\": %d, \"prompt_tokens\": %d, "
            "\"prefill_tokens\": %d, \"prefill_tok_s\": %.1f, \"load_s\": %.2f, "
            "\"weight_bytes\": %zu, \"agg\": {",
-           dec, DECODE, PROMPT, n_prefill, pre, load_s, model_weight_bytes(c->m));
+           dec, 1e6 / dec, gpu_step_us, DECODE, PROMPT, n_prefill, pre, load_s, model_weight_bytes(c->m));
     for (int bi = 0; bi < n_batches; bi++) {
         int B = batches[bi], sel[MAX_B];
         for (int i = 0; i < B; i++) {

@@ -533,6 +533,25 @@ static void test_matmul_fused(void)
             CHECK_MSG(bad == 0, "%s matmul_fused long K, n=%d: %d off", g_backends[bi], n, bad);
         }
     }
+    /* many weight tiles: 272 of 16 rows, more than the CUDA skinny kernel's SG_WAVE_TILES
+     * (264), so it takes 8-warp blocks there, for every mode and a single plain weight */
+    for (int bi = 0; bi < N_BACKENDS && ran; bi++) {
+        struct be *b = g.cand[bi][0];
+        if (!b || !b->ops->matmul_fused)
+            continue;
+        static const int ns3[] = {1, 13};
+        for (size_t ni = 0; ni < 2; ni++) {
+            rng_seed(780 + ni);
+            const int mq[3] = {2048, 1152, 1152}, mg[2] = {4352, 4352}, mo[1] = {4352};
+            int n = ns3[ni], k = 2048;
+            int bad = fused_case(b, g_backends[bi], DT_BF16, BE_MM_PLAIN, 3, mq, k, n, 1) +
+                      fused_case(b, g_backends[bi], DT_BF16, BE_MM_PLAIN, 1, mo, k, n, 0) +
+                      fused_case(b, g_backends[bi], DT_BF16, BE_MM_GLU, 2, mg, k, n, 1) +
+                      fused_case(b, g_backends[bi], DT_BF16, BE_MM_ADD, 1, mo, k, n, 0);
+            CHECK_MSG(bad == 0, "%s matmul_fused many tiles, n=%d: %d off", g_backends[bi], n,
+                      bad);
+        }
+    }
     if (!ran)
         fprintf(stderr, "SKIP matmul_fused: no backend here has it\n");
 }

@@ -30,6 +30,14 @@ size_t be_cuda_mem_used(struct be *b, size_t *peak);
 /* Graph replays and captures so far (cuda_graph.cu); both 0 when graphs are off. */
 void be_cuda_graph_counts(struct be *b, int64_t *replays, int64_t *captures);
 
+/* Measurement: replays the last k graph launches (e.g. the segments of the last decode step,
+ * k = the replay count that step added) reps times back to back, with no host work between
+ * them, and sets *us to the device time of one round. They recompute what they computed
+ * (same inputs in device memory), so call it only where that is harmless (a benchmark).
+ * 0, or -1 (graphs off or k more than were logged), -2 (one of them is no longer cached),
+ * -3 (a CUDA call failed). */
+int be_cuda_replay_last(struct be *b, int k, int reps, double *us);
+
 /* matmul_fused calls that norm x with the sums of the ADD before them (be_mm.chain), so far
  * (counted as recorded, with graphs on or off). */
 int64_t be_cuda_chained(struct be *b);

@@ -567,13 +567,18 @@ int cu_attn_decode(struct cu_be *cb, float *out, const float *q, const struct be
         x.ml = (float2 *)(p + rows * (size_t)hd * sizeof(float));
     }
     dim3 grid((unsigned)maxs, (unsigned)(a->n_kv_head * nsub), (unsigned)a->n_tok);
-    if (hd == 64)
-        f16 ? ad_launch<64, 1>(cb, x, hg, mode, grid) : ad_launch<64, 0>(cb, x, hg, mode, grid);
-    else if (hd == 128)
-        f16 ? ad_launch<128, 1>(cb, x, hg, mode, grid) : ad_launch<128, 0>(cb, x, hg, mode, grid);
-    else
-        ad_launch<256, 1>(cb, x, hg, mode, grid);
-    if (maxs > 1 && mode == AD_KERNEL) {
+    /* CINFER_CUDA_REPEAT attn / merge (measurement): launched twice */
+    for (int r = 0; r < 1 + ((cb->repeat & CU_REP_ATTN) != 0); r++) {
+        if (hd == 64)
+            f16 ? ad_launch<64, 1>(cb, x, hg, mode, grid) : ad_launch<64, 0>(cb, x, hg, mode, grid);
+        else if (hd == 128)
+            f16 ? ad_launch<128, 1>(cb, x, hg, mode, grid)
+                : ad_launch<128, 0>(cb, x, hg, mode, grid);
+        else
+            ad_launch<256, 1>(cb, x, hg, mode, grid);
+    }
+    for (int r = 0; maxs > 1 && mode == AD_KERNEL && r < 1 + ((cb->repeat & CU_REP_MERGE) != 0);
+         r++) {
         if (hd == 64)
             ad_merge<64>(cb, x, a->n_tok);
         else if (hd == 128)

@@ -387,6 +387,15 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
     cb->sg_warps_qkv = sw && (!strcmp(sw, "8") || !strcmp(sw, "16")) ? atoi(sw) : 0;
     const char *sg = getenv("CINFER_CUDA_SG_WARPS_GLU");
     cb->sg_warps_glu = sg && (!strcmp(sg, "8") || !strcmp(sg, "16")) ? atoi(sg) : 0;
+    const char *wv = getenv("CINFER_CUDA_SG_WAVE");
+    cb->sg_wave = wv && *wv >= '0' && *wv <= '3' && !wv[1] ? *wv - '0' : 1;
+    const char *rp = getenv("CINFER_CUDA_REPEAT");
+    static const char *const rep_names[] = {"qkv", "out", "glu", "down", "cls", "norm", "attn",
+                                            "merge"};
+    cb->repeat = 0;
+    for (int i = 0; rp && i < 8; i++)
+        if (strstr(rp, rep_names[i]))
+            cb->repeat |= 1 << i;
     const char *fn = getenv("CINFER_CUDA_FUSE_NORM");
     cb->fuse_norm = fn && (!strcmp(fn, "0") || !strcmp(fn, "2")) ? atoi(fn) : 1;
     if (cudaMalloc((void **)&cb->ss_buf, (size_t)SG_MAX_N * CU_SS_TILES * sizeof(float)) !=
@@ -453,6 +462,11 @@ extern "C" void be_cuda_describe(struct be *b, char *buf, size_t n)
 }
 
 extern "C" int64_t be_cuda_chained(struct be *b) { return cu_be(b)->n_chained; }
+
+extern "C" int be_cuda_replay_last(struct be *b, int k, int reps, double *us)
+{
+    return cu_graph_replay_last(cu_be(b), k, reps, us);
+}
 
 extern "C" void be_cuda_graph_counts(struct be *b, int64_t *replays, int64_t *captures)
 {

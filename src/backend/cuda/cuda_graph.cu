@@ -25,6 +25,7 @@ enum {
     CU_GRAPH_MAX_N = 128, /* lists with a matmul over more rows are never captured */
     CU_GRAPH_CACHE = 64,
     CU_ARGS = 512, /* bytes of one recorded call's arguments (matmul_fused + rope: ~400) */
+    CU_LOG = 64,   /* graph launches remembered for be_cuda_replay_last */
 };
 
 struct cu_call {
@@ -50,7 +51,12 @@ struct cu_graphs {
     int64_t replays, captures;
     int nocapture; /* the pending list has a prefill-sized GEMM: shapes rarely repeat */
     int seg;       /* flush every seg calls (0: only when the stream is needed) */
+    int seg_first; /* the first segment after the stream was needed: this many calls, so the
+                    * GPU starts a step sooner (CINFER_CUDA_GRAPH_SEG_FIRST; default seg) */
+    int seg_n;     /* segments flushed since the stream was last needed */
     unsigned epoch; /* cb->scratch_epoch the cached graphs were captured under */
+    uint64_t log[CU_LOG]; /* keys of the last graph launches (ring; log_n launches in all) */
+    int64_t log_n;
 };
 
 int cu_graphs_init(struct cu_be *cb, int want)
@@ -65,6 +71,8 @@ int cu_graphs_init(struct cu_be *cb, int want)
     cb->graphs->seg = sg && *sg ? atoi(sg) : CU_GRAPH_SEG;
     if (cb->graphs->seg < 0)
         cb->graphs->seg = 0;
+    const char *sf = getenv("CINFER_CUDA_GRAPH_SEG_FIRST");
+    cb->graphs->seg_first = sf && atoi(sf) > 0 ? atoi(sf) : cb->graphs->seg;
     return 0;
 }
 
@@ -137,7 +145,16 @@ static int capture(struct cu_be *cb, struct cu_graph_ent *e)
     return 0;
 }
 
+static void flush_list(struct cu_be *cb);
+
 void cu_flush(struct cu_be *cb)
+{
+    flush_list(cb);
+    if (cb->graphs)
+        cb->graphs->seg_n = 0;
+}
+
+static void flush_list(struct cu_be *cb)
 {
     struct cu_graphs *g = cb->graphs;
     if (!g || g->n == 0)
@@ -163,6 +180,7 @@ void cu_flush(struct cu_be *cb)
         if (rc != cudaSuccess)
             cu_latch(cb, "graph launch", rc);
         g->replays++;
+        g->log[g->log_n++ % CU_LOG] = e->key;
     } else {
         run_all(cb);
         e->seen++;
@@ -211,8 +229,10 @@ static void defer(struct be *b, void (*run)(struct be *, const void *), const vo
     c->size = size;
     c->args[(size + 7) / 8 - 1] = 0; /* the last word's tail hashes as zeros */
     memcpy(c->args, args, size);
-    if (g->seg && g->n >= g->seg)
-        cu_flush(cb);
+    if (g->seg && g->n >= (g->seg_n ? g->seg : g->seg_first)) {
+        flush_list(cb);
+        g->seg_n++;
+    }
 }
 
 /* ---- the recorded ops: one argument struct each (zeroed, so padding hashes alike) ---- */
@@ -441,6 +461,52 @@ void cq_topcand(struct be *b, void *out, const float *x, int rows, int n, float 
 {
     DEFER(r_tc, struct a_tc, a_.out = out, a_.x = x, a_.rows = rows, a_.n = n, a_.span = span,
           a_.cap = cap);
+}
+
+int cu_graph_replay_last(struct cu_be *cb, int k, int reps, double *us)
+{
+    struct cu_graphs *g = cb->graphs;
+    if (!g || k < 1 || k > CU_LOG || k > g->log_n || reps < 1)
+        return -1;
+    cu_flush(cb);
+    cudaGraphExec_t ex[CU_LOG];
+    for (int i = 0; i < k; i++) { /* by key: an evicted graph is not replayed */
+        const uint64_t key = g->log[(g->log_n - k + i) % CU_LOG];
+        ex[i] = NULL;
+        for (int j = 0; j < CU_GRAPH_CACHE; j++)
+            if (g->ent[j].last_use && g->ent[j].key == key && g->ent[j].exec)
+                ex[i] = g->ent[j].exec;
+        if (!ex[i])
+            return -2;
+    }
+    cudaEvent_t e0, e1;
+    if (cudaEventCreate(&e0) != cudaSuccess) {
+        cudaGetLastError();
+        return -3;
+    }
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaGetLastError();
+        cudaEventDestroy(e0);
+        return -3;
+    }
+    int rc = -3;
+    float ms = 0.0f;
+    if (cudaEventRecord(e0, cb->stream) == cudaSuccess) {
+        int ok = 1;
+        for (int r = 0; r < reps && ok; r++)
+            for (int i = 0; i < k && ok; i++)
+                ok = cudaGraphLaunch(ex[i], cb->stream) == cudaSuccess;
+        if (ok && cudaEventRecord(e1, cb->stream) == cudaSuccess &&
+            cudaEventSynchronize(e1) == cudaSuccess &&
+            cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess) {
+            *us = 1000.0 * ms / reps;
+            rc = 0;
+        }
+    }
+    cudaGetLastError();
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return rc;
 }
 
 void cu_graph_stats(struct cu_be *cb, int64_t *replays, int64_t *captures)

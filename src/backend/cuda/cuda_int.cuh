@@ -30,6 +30,14 @@ enum { SG_MAX_N = 16, CU_SS_TILES = 2048 /* widest chained ADD output: 16 * this
 
 struct cu_graphs;
 
+/* CINFER_CUDA_REPEAT=qkv,out,glu,down,cls,norm,attn,merge (measurement only: the results are
+ * wrong): each named kernel class is launched twice where it runs, so a step's time grows by
+ * what one more of them costs in place (between its real neighbours, in the graph). */
+enum {
+    CU_REP_QKV = 1, CU_REP_OUT = 2, CU_REP_GLU = 4, CU_REP_DOWN = 8, CU_REP_CLS = 16,
+    CU_REP_NORM = 32, CU_REP_ATTN = 64, CU_REP_MERGE = 128,
+};
+
 struct cu_be {
     struct be base;
     int device;
@@ -50,6 +58,7 @@ struct cu_be {
     int fuse_rope;      /* q/k/v projection does the rope + K/V store (CINFER_CUDA_FUSE_ROPE=0: no) */
     int sg_warps_qkv;   /* 0, or 8 / 16 warps for the skinny q/k/v (CINFER_CUDA_SG_WARPS_QKV) */
     int sg_warps_glu;   /* the same for gate/up (CINFER_CUDA_SG_WARPS_GLU) */
+    int sg_wave;        /* which projections take 8 warps when tiles are many (sg_warps) */
     int fuse_norm;      /* chained ADD -> norm: the norm rides on the skinny q/k/v (1, the
                          * default), on gate/up too (2), off (0) (CINFER_CUDA_FUSE_NORM) */
     float *ss_buf;      /* (SG_MAX_N, CU_SS_TILES): sums of squares of 16-row tiles of the
@@ -58,6 +67,7 @@ struct cu_be {
                          * gathers (ss_ok), its output, rows and width */
     int ss_n, ss_m, ss_ok;
     int64_t n_chained;  /* consumers recorded chained (be_cuda_chained) */
+    int repeat;         /* measurement only (CINFER_CUDA_REPEAT): CU_REP_* kernels run twice */
     unsigned scratch_epoch; /* bumped when a scratch buffer moves: cached graphs are stale */
     int last_kernel;    /* the last op queued on the stream was a kernel (PDL may follow it;
                          * after a copy or memset the next launch is a plain one) */
@@ -224,6 +234,9 @@ int cu_graphs_init(struct cu_be *cb, int want);
 void cu_graphs_free(struct cu_be *cb);
 void cu_flush(struct cu_be *cb);
 void cu_graph_stats(struct cu_be *cb, int64_t *replays, int64_t *captures);
+/* Replays the last k graph launches in order, reps times, back to back; *us = device time
+ * of one round (be_cuda_replay_last's return codes). */
+int cu_graph_replay_last(struct cu_be *cb, int k, int reps, double *us);
 void cq_get_rows(struct be *b, float *out, const struct be_tensor *w, const int32_t *ids, int n);
 void cq_matmul(struct be *b, float *y, const float *x, int n, const struct be_tensor *w);
 void cq_rmsnorm(struct be *b, float *y, const float *x, const float *w, int rows, int dim,

@@ -7,7 +7,7 @@
  * 16-bit type as they are loaded). Within each 32-element chunk of K a lane loads 8
  * consecutive elements of W and of x; the k order inside the mma is a fixed permutation of
  * the chunk, the same for A and B, so the dot product is unchanged. A block of W warps
- * (8 or 16, from K alone: sg_warps) owns one 16-row tile of W and one tile of up to SG_NT rows
+ * (8 or 16, from K and M: sg_warps) owns one 16-row tile of W and one tile of up to SG_NT rows
  * of x; warp w takes the chunks w, w + W, ... and the partial sums are added in warp order. A
  * y element's arithmetic therefore depends only on K (never on n or on the other rows): steps
  * of 1..SG_MAX_N rows are batch invariant bit for bit. Weight tiles are walked with the x
@@ -37,11 +37,20 @@ enum {
     SG_U = 4,   /* chunks of 32 in flight per warp (GLU: 2, it reads two weights) */
 };
 
-/* Warps per block (they split K): 16 when that leaves each >= 4 chunks, else 8. Depends on
- * K only (batch invariance). */
-static int sg_warps(int K)
+/* Warps per block (they split K): 8 when 16 would leave a warp fewer than 4 chunks, or when
+ * the projection has more 16-row tiles than SG_WAVE_TILES (two 16-warp blocks on each of
+ * an H100/H200's 132 SMs): 8-warp blocks (three or four an SM) then fill the waves better
+ * (H200, device time of a decode step alone: l1b 1040 -> 1013 µs, l8b 4296 -> 4230 µs, most
+ * of it gate/up; the classifier gains ~8 µs on l1b). Depends on K and M only, never
+ * on the rows of x (batch invariance). wave: CINFER_CUDA_SG_WAVE (measurements): 0 K only,
+ * 1 every projection (default), 2 gate/up only, 3 gate/up and q/k/v. */
+enum { SG_WAVE_TILES = 264 };
+static int sg_warps(int K, int tiles, int kind, int wave)
 {
-    return K / 32 < 64 ? 8 : 16;
+    if (K / 32 < 64)
+        return 8;
+    const int on = wave == 1 || (wave >= 2 && kind == BE_MM_GLU) || (wave == 3 && kind == SG_ROPE);
+    return on && tiles > SG_WAVE_TILES ? 8 : 16;
 }
 
 __device__ __forceinline__ uint32_t pack2(float a, float b, int bf)
@@ -443,7 +452,8 @@ static void sg_launch(struct cu_be *cb, const struct sg_args &a, int ns, int act
     const int wf = MODE == BE_MM_PLAIN || MODE == SG_ROPE ? cb->sg_warps_qkv
                    : MODE == BE_MM_GLU                    ? cb->sg_warps_glu
                                                           : 0;
-    const int w = wf ? wf : sg_warps(a.K);
+    const int kind = MODE == SG_ROPE || (MODE == BE_MM_PLAIN && a.n_w > 1) ? SG_ROPE : MODE;
+    const int w = wf ? wf : sg_warps(a.K, a.tiles[a.n_w], kind, cb->sg_wave);
     if (w == 8)
         sg_launch_w<BF, MODE, P, 8>(cb, a, ns, act);
     else
@@ -499,15 +509,21 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m, float *ss_out, const
         a.k_cache = r->k_cache, a.v_cache = r->v_cache;
     }
     int bf = m->w[0]->dtype == DT_BF16, precise = cb->precise || cb->sg_precise;
-    if (bf && precise)
-        sg_mode<1, 1>(cb, a, ns, mode, m->act);
-    else if (bf)
-        sg_mode<1, 0>(cb, a, ns, mode, m->act);
-    else if (precise)
-        sg_mode<0, 1>(cb, a, ns, mode, m->act);
-    else
-        sg_mode<0, 0>(cb, a, ns, mode, m->act);
-    cu_after_launch(cb, "skinny matmul");
+    const int rep = m->mode == BE_MM_GLU                ? CU_REP_GLU
+                    : m->mode == BE_MM_ADD              ? (a.K > a.m[0] ? CU_REP_DOWN : CU_REP_OUT)
+                    : m->n_w == 1 && m->mode == BE_MM_PLAIN ? CU_REP_CLS
+                                                          : CU_REP_QKV;
+    for (int r = 0; r < 1 + ((cb->repeat & rep) != 0); r++) {
+        if (bf && precise)
+            sg_mode<1, 1>(cb, a, ns, mode, m->act);
+        else if (bf)
+            sg_mode<1, 0>(cb, a, ns, mode, m->act);
+        else if (precise)
+            sg_mode<0, 1>(cb, a, ns, mode, m->act);
+        else
+            sg_mode<0, 0>(cb, a, ns, mode, m->act);
+        cu_after_launch(cb, "skinny matmul");
+    }
 }
 
 int cu_matmul_skinny(struct cu_be *cb, float *y, const float *x, int n, const struct be_tensor *w)

@@ -140,6 +140,11 @@ void cu_rmsnorm(struct be *b, float *y, const float *x, const float *w, int rows
         return;
     if (dim % 4 == 0 && dim <= 1024 * 4 * 8 && dim >= 128 &&
         (((uintptr_t)x | (uintptr_t)y | (uintptr_t)w) & 15) == 0) {
+        if ((cb->repeat & CU_REP_NORM) && x != y) { /* measurement: once more (same result) */
+            cb->repeat &= ~CU_REP_NORM;
+            cu_rmsnorm(b, y, x, w, rows, dim, eps);
+            cb->repeat |= CU_REP_NORM;
+        }
         int n4 = dim / 4, vv = n4 <= 1024 ? 1 : n4 <= 2048 ? 2 : n4 <= 4096 ? 4 : 8;
         int th = (n4 + vv - 1) / vv;
         th = (th + 31) / 32 * 32;
