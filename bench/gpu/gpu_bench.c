@@ -54,9 +54,10 @@ static void fill_ids(int32_t *ids, int n, int vocab, uint32_t seed)
 }
 
 /* One step: sequence s of sel[i] gets n_each tokens ids[i*n_each..]; logits for the last
- * token of each (all tokens when all_out). */
-static int step(struct ctx *c, const int *sel, int nsel, const int32_t *ids, int n_each,
-                int all_out, struct cerr *e)
+ * token of each (all tokens when all_out). queued: model_forward_queue instead (argmax rows;
+ * ids NULL = the previous queued step's output rows). */
+static int step_q(struct ctx *c, const int *sel, int nsel, const int32_t *ids, int n_each,
+                  int all_out, int queued, struct cerr *e)
 {
     int n = 0, mb = 0, rc;
     for (int i = 0; i < nsel; i++) {
@@ -69,7 +70,7 @@ static int step(struct ctx *c, const int *sel, int nsel, const int32_t *ids, int
     for (int i = 0; i < nsel; i++) {
         int s = sel[i];
         for (int j = 0; j < n_each; j++, n++) {
-            c->tok[n] = ids[i * n_each + j];
+            c->tok[n] = ids ? ids[i * n_each + j] : 0;
             c->pos[n] = c->n_past[s] + j;
             c->seq[n] = i;
             c->slots[n] = kv_seq_slot(c->kv, &c->seqs[s], c->n_past[s] + j);
@@ -81,11 +82,19 @@ static int step(struct ctx *c, const int *sel, int nsel, const int32_t *ids, int
         c->n_past[s] += n_each;
     }
     struct model_kv_view view = kv_pool_view(c->kv);
-    struct model_batch b = {.n_tok = n, .tokens = c->tok, .pos = c->pos, .seq = c->seq,
-                            .slots = c->slots, .n_seq = nsel, .max_blocks = mb,
+    struct model_batch b = {.n_tok = n, .tokens = ids ? c->tok : NULL, .pos = c->pos,
+                            .seq = c->seq, .slots = c->slots, .n_seq = nsel, .max_blocks = mb,
                             .block_tables = c->tables, .n_out = n_out, .out_idx = c->out,
                             .argmax = c->use_am && !all_out ? c->am : NULL};
+    if (queued)
+        return model_forward_queue(c->m, c->ws, &view, &b, e);
     return model_forward(c->m, c->ws, &view, &b, c->logits, e);
+}
+
+static int step(struct ctx *c, const int *sel, int nsel, const int32_t *ids, int n_each,
+                int all_out, struct cerr *e)
+{
+    return step_q(c, sel, nsel, ids, n_each, all_out, 0, e);
 }
 
 static void reset(struct ctx *c, int s)
@@ -129,12 +138,12 @@ static int perf(struct ctx *c, struct be *be, int n_prefill, const int *batches,
     fill_ids(ids, PROMPT, V, 1);
     if ((rc = step(c, &s0, 1, ids, PROMPT, 0, e)))
         goto out;
-    int32_t t = pick(c, 0);
+    int32_t t = pick(c, 0), t_first = t, got_sync[DECODE], got_q[DECODE];
     double t0 = clock_now_s();
     for (int i = 0; i < DECODE; i++) {
         if ((rc = step(c, &s0, 1, &t, 1, 0, e)))
             goto out;
-        t = pick(c, 0);
+        t = got_sync[i] = pick(c, 0);
     }
     double dec = DECODE / (clock_now_s() - t0);
     /* the device time of one decode step alone: one more step, then its graph segments
@@ -162,6 +171,26 @@ static int perf(struct ctx *c, struct be *be, int n_prefill, const int *batches,
     }
 #endif
     reset(c, 0);
+    /* the same decode overlapped (model_forward_queue): step i + 1 is queued, its token the
+     * device argmax of step i, before step i's id is read back; the ids must not change */
+    double dec_q = -1;
+    int same_q = -1;
+    if (c->use_am) {
+        if ((rc = step(c, &s0, 1, ids, PROMPT, 0, e)))
+            goto out;
+        t0 = clock_now_s();
+        if ((rc = step_q(c, &s0, 1, &t_first, 1, 0, 1, e)))
+            goto out;
+        for (int i = 1; i <= DECODE; i++) {
+            if (i < DECODE && (rc = step_q(c, &s0, 1, NULL, 1, 0, 1, e)))
+                goto out;
+            if ((rc = model_forward_wait(c->m, c->ws, &got_q[i - 1], e)))
+                goto out;
+        }
+        dec_q = DECODE / (clock_now_s() - t0);
+        same_q = !memcmp(got_q, got_sync, sizeof got_q);
+        reset(c, 0);
+    }
     /* prefill of a long prompt, best of 2 */
     double pre = 0;
     fill_ids(ids, n_prefill, V, 2);
@@ -174,10 +203,11 @@ static int perf(struct ctx *c, struct be *be, int n_prefill, const int *batches,
         reset(c, 0);
     }
     printf("{\"decode_b1_tok_s\": %.2f, \"decode_step_us\": %.1f, \"decode_gpu_step_us\": %.1f, "
+           "\"decode_b1_queued_tok_s\": %.2f, \"decode_queued_same_ids\": %d, "
            "\"decode_tokens\": %d, \"prompt_tokens\": %d, "
            "\"prefill_tokens\": %d, \"prefill_tok_s\": %.1f, \"load_s\": %.2f, "
            "\"weight_bytes\": %zu, \"agg\": {",
-           dec, 1e6 / dec, gpu_step_us, DECODE, PROMPT, n_prefill, pre, load_s, model_weight_bytes(c->m));
+           dec, 1e6 / dec, gpu_step_us, dec_q, same_q, DECODE, PROMPT, n_prefill, pre, load_s, model_weight_bytes(c->m));
     for (int bi = 0; bi < n_batches; bi++) {
         int B = batches[bi], sel[MAX_B];
         for (int i = 0; i < B; i++) {

@@ -128,6 +128,8 @@ static inline float be_topcand_cut(float mx, float span, int k)
 
 struct be;
 
+#define BE_FETCH_MAX 65536 /* bytes of one fetch_start */
+
 struct be_ops {
     const char *name;
     void (*destroy)(struct be *b);
@@ -203,6 +205,14 @@ struct be_ops {
      * entries are exact. 1 <= cap <= BE_TOPCAND_CAP_MAX, span finite and >= 0. */
     void (*topcand)(struct be *b, void *out, const float *x, int rows, int n, float span,
                     int cap);
+    /* OPTIONAL (overlapped steps, model_forward_queue). fetch_start queues a copy of n <=
+     * BE_FETCH_MAX bytes of backend memory at src into staging slot `slot` (0 or 1) behind
+     * the work queued so far, and returns without waiting. fetch_wait waits for that copy
+     * only (work queued after it may still run), copies the n bytes to dst and returns the
+     * first latched error, if any (as sync). A slot holds one copy: start, wait, start...
+     * A backend without them is synchronous (the CPU's): the caller downloads instead. */
+    int (*fetch_start)(struct be *b, int slot, const void *src, size_t n, struct cerr *e);
+    int (*fetch_wait)(struct be *b, int slot, void *dst, size_t n, struct cerr *e);
     /* OPTIONAL. Makes the calling thread able to run the ops (a device backend selects its
      * device for that thread). Called once by any thread other than the creator that will
      * run ops, e.g. the engine thread. Returns 0 or a CERR_*. */

@@ -31,7 +31,11 @@ struct model_ws {
     int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_out, *d_tables;
     int32_t *d_slots_swa, *d_tables_swa;
     int swa_split; /* this step uses them */
-    int32_t *d_argmax; /* (max_out) */
+    int32_t *d_argmax; /* (2, max_out): model_forward uses slot 0; queued steps alternate */
+    /* queued steps (model_forward_queue): in flight, oldest first (slot, output rows); the
+     * last queued step's slot and rows (its ids are the next continuation's tokens) */
+    int q_slot[2], q_nout[2], q_n, q_next, prev_slot, prev_nout, prev_ok;
+    int32_t *q_host; /* (2, max_out) ids of a backend without fetch ops */
     void *d_cands;     /* (max_out, be_topcand_stride(cand_cap)) bytes, or NULL */
     int cand_cap;
     int last_out;      /* logit rows of the last forward (model_logits_row); 0 = none */
@@ -49,6 +53,7 @@ static void ws_release(struct model_ws *ws)
         if (bufs[i])
             b->ops->free(b, bufs[i]);
     free(ws->h_ids);
+    free(ws->q_host);
 }
 
 int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int max_out,
@@ -80,7 +85,8 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
              (ws->logits = b->ops->alloc(b, (size_t)max_out * V * 4)) &&
              (ws->d_ids = b->ops->alloc(b, ids_cap * 4)) &&
              (ws->h_ids = malloc(ids_cap * 4)) &&
-             (ws->d_argmax = b->ops->alloc(b, (size_t)max_out * 4));
+             (ws->d_argmax = b->ops->alloc(b, 2 * (size_t)max_out * 4)) &&
+             (ws->q_host = malloc(2 * (size_t)max_out * 4));
     if (!ok) {
         ws_release(ws);
         free(ws);
@@ -128,7 +134,8 @@ static int upload_batch(struct model_ws *ws, const struct model_batch *bt, struc
         ws->dst = d + o;                                                                       \
         o += (cnt);                                                                            \
     } while (0)
-    PACK(d_tokens, bt->tokens, n);
+    if (bt->tokens) /* NULL: a queued continuation, its tokens are already on the device */
+        PACK(d_tokens, bt->tokens, n);
     PACK(d_pos, bt->pos, n);
     PACK(d_seq, bt->seq, n);
     PACK(d_slots, bt->slots, n);
@@ -277,8 +284,10 @@ static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
     out_proj(m, ws, n, ws->gate, &ly->w_down, ly->post_ffn_norm, il + 1 < m->hp.n_layer);
 }
 
-int model_forward(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
-                  const struct model_batch *bt, float *logits, struct cerr *e)
+/* The checks every step passes; tokens may be NULL (a queued continuation, checked by
+ * model_forward_queue). */
+static int check_batch(const struct model *m, const struct model_ws *ws,
+                       const struct model_batch *bt, struct cerr *e)
 {
     const struct model_hparams *hp = &m->hp;
     if (bt->n_tok <= 0 || bt->n_tok > ws->max_tok || bt->n_out < 0 || bt->n_out > ws->max_out ||
@@ -288,7 +297,7 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
                         "step batch (%d tokens, %d outputs, %d sequences) exceeds the workspace "
                         "(%d, %d, %d)",
                         bt->n_tok, bt->n_out, bt->n_seq, ws->max_tok, ws->max_out, ws->max_seq);
-    for (int i = 0; i < bt->n_tok; i++)
+    for (int i = 0; bt->tokens && i < bt->n_tok; i++)
         if (bt->tokens[i] < 0 || bt->tokens[i] >= hp->n_vocab)
             return cerr_set(e, CERR_INVALID, "token id %d is outside the vocabulary (0..%d)",
                             bt->tokens[i], hp->n_vocab - 1);
@@ -299,16 +308,20 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
         return cerr_set(e, CERR_INVALID,
                         "step asks for %d candidates per row; the workspace holds %d",
                         bt->cand_cap, ws->cand_cap);
-    ws->last_out = 0;
-    int rc = upload_batch(ws, bt, e);
-    if (rc)
-        return rc;
+    return 0;
+}
+
+/* Queues the layers and, when the step has output rows, their final norm and logits
+ * (ws->logits), reading the step's token ids from d_tokens. */
+static void run_step(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
+                     const struct model_batch *bt, const int32_t *d_tokens)
+{
+    const struct model_hparams *hp = &m->hp;
     const struct be_ops *op = m->be->ops;
     struct be *b = m->be;
     int n = bt->n_tok;
-
     ws->x_chain = 0;
-    op->get_rows(b, ws->x, &m->tok_embd, ws->d_tokens, n); /* (n, n_embd) */
+    op->get_rows(b, ws->x, &m->tok_embd, d_tokens, n); /* (n, n_embd) */
     if (hp->embd_scale != 1.0f)
         op->scale(b, ws->x, ws->x, hp->embd_scale, (int64_t)n * hp->n_embd);
     for (int il = 0; il < hp->n_layer; il++) {
@@ -316,7 +329,7 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
         mlp_block(m, ws, n, il);
     }
     if (bt->n_out == 0)
-        return op->sync(b, e);
+        return;
     /* gather the rows that want logits: view the residual stream as an F32 table */
     struct be_tensor xs = {.dtype = DT_F32, .ne = {hp->n_embd, n, 1, 1}, .data = ws->x};
     xs.nbytes = (size_t)n * hp->n_embd * 4;
@@ -326,6 +339,25 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
     if (hp->final_softcap > 0) /* model_load checked that the backend has it */
         op->softcap(b, ws->logits, ws->logits, hp->final_softcap,
                     (int64_t)bt->n_out * hp->n_vocab);
+}
+
+int model_forward(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
+                  const struct model_batch *bt, float *logits, struct cerr *e)
+{
+    const struct model_hparams *hp = &m->hp;
+    int rc = bt->tokens ? check_batch(m, ws, bt, e)
+                        : cerr_set(e, CERR_INVALID, "a step without token ids");
+    if (rc)
+        return rc;
+    ws->last_out = 0;
+    ws->prev_ok = 0; /* it writes argmax slot 0: no continuation of a queued step after it */
+    if ((rc = upload_batch(ws, bt, e)))
+        return rc;
+    const struct be_ops *op = m->be->ops;
+    struct be *b = m->be;
+    run_step(m, ws, kv, bt, ws->d_tokens);
+    if (bt->n_out == 0)
+        return op->sync(b, e);
     if (bt->cands) { /* (n_out, stride) bytes: headers and ranked candidates */
         op->topcand(b, ws->d_cands, ws->logits, bt->n_out, hp->n_vocab, bt->cand_span,
                     bt->cand_cap);
@@ -346,6 +378,67 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
     ws->last_out = bt->n_out;
     return 0;
 }
+
+int model_forward_queue(const struct model *m, struct model_ws *ws,
+                        const struct model_kv_view *kv, const struct model_batch *bt,
+                        struct cerr *e)
+{
+    const struct be_ops *op = m->be->ops;
+    struct be *b = m->be;
+    int rc = check_batch(m, ws, bt, e);
+    if (rc)
+        return rc;
+    if (!op->argmax || bt->cands || bt->n_out < 1)
+        return cerr_set(e, CERR_INVALID, "a queued step needs greedy output rows (argmax)");
+    if (ws->q_n == 2)
+        return cerr_set(e, CERR_INVALID, "two steps are already queued: wait for one first");
+    if (!bt->tokens && (!ws->prev_ok || bt->n_tok != ws->prev_nout))
+        return cerr_set(e, CERR_INVALID,
+                        "a continuation needs the previous queued step's %d output rows as its "
+                        "tokens (%d given)",
+                        ws->prev_ok ? ws->prev_nout : 0, bt->n_tok);
+    ws->last_out = 0;
+    if ((rc = upload_batch(ws, bt, e)))
+        return rc;
+    const int slot = ws->q_next;
+    int32_t *am = ws->d_argmax + (size_t)slot * ws->max_out;
+    run_step(m, ws, kv, bt,
+             bt->tokens ? ws->d_tokens : ws->d_argmax + (size_t)ws->prev_slot * ws->max_out);
+    op->argmax(b, am, ws->logits, bt->n_out, m->hp.n_vocab);
+    size_t nb = (size_t)bt->n_out * 4;
+    if (op->fetch_start && op->fetch_wait)
+        rc = op->fetch_start(b, slot, am, nb, e);
+    else if (!(rc = op->sync(b, e))) /* a synchronous backend: the ids now */
+        rc = op->download(b, ws->q_host + (size_t)slot * ws->max_out, am, nb, e);
+    if (rc) {
+        ws->prev_ok = 0;
+        return rc;
+    }
+    ws->q_slot[ws->q_n] = slot, ws->q_nout[ws->q_n] = bt->n_out, ws->q_n++;
+    ws->q_next = slot ^ 1;
+    ws->prev_slot = slot, ws->prev_nout = bt->n_out, ws->prev_ok = 1;
+    return 0;
+}
+
+int model_forward_wait(const struct model *m, struct model_ws *ws, int32_t *argmax,
+                       struct cerr *e)
+{
+    const struct be_ops *op = m->be->ops;
+    if (ws->q_n == 0)
+        return cerr_set(e, CERR_INVALID, "no queued step to wait for");
+    const int slot = ws->q_slot[0], nout = ws->q_nout[0];
+    ws->q_slot[0] = ws->q_slot[1], ws->q_nout[0] = ws->q_nout[1], ws->q_n--;
+    if (op->fetch_start && op->fetch_wait) {
+        int rc = op->fetch_wait(m->be, slot, argmax, (size_t)nout * 4, e);
+        if (rc)
+            ws->prev_ok = 0;
+        return rc;
+    }
+    memcpy(argmax, ws->q_host + (size_t)slot * ws->max_out, (size_t)nout * 4);
+    return 0;
+}
+
+int model_queued(const struct model_ws *ws) { return ws->q_n; }
 
 int model_logits_row(const struct model *m, struct model_ws *ws, int row, float *dst,
                      struct cerr *e)

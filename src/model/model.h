@@ -135,6 +135,24 @@ int model_ws_reserve_cands(struct model_ws *ws, int cap, struct cerr *e);
 int model_forward(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
                   const struct model_batch *b, float *logits, struct cerr *e);
 
+/* Overlapped greedy steps. model_forward_queue queues a step whose output rows are all
+ * greedy picks (the backend's argmax; b->argmax is not used, b->cands must be NULL) and
+ * returns without waiting for it; model_forward_wait waits for the oldest queued step and
+ * writes its n_out ids to argmax. At most two steps are queued at once, so the host builds
+ * and queues step t + 1 while the device runs step t. b->tokens may be NULL: token i of the
+ * step is then output row i of the previous queued step (n_tok must equal its n_out), read
+ * on the device, so a decode continues before its last token reached the host. The results
+ * are those of model_forward with the same tokens. A model_forward in between ends such
+ * continuations (the next queued step needs tokens); queued steps still wait in order.
+ * model_can_argmax() must hold. Engine thread only. Returns 0 or a CERR_*; a failed call
+ * queues nothing. model_queued: steps queued and not yet waited for. */
+int model_forward_queue(const struct model *m, struct model_ws *ws,
+                        const struct model_kv_view *kv, const struct model_batch *b,
+                        struct cerr *e);
+int model_forward_wait(const struct model *m, struct model_ws *ws, int32_t *argmax,
+                       struct cerr *e);
+int model_queued(const struct model_ws *ws);
+
 /* 1 when the backend computes argmax ids itself (model_batch.argmax is honoured). */
 int model_can_argmax(const struct model *m);
 /* 1 when the backend computes sampling candidates (model_batch.cands is honoured). */

@@ -1721,6 +1721,50 @@ static void test_op_chain(void)
     free(x), free(w), free(want), free(got), free(one);
 }
 
+/* fetch_start / fetch_wait (optional): a fetch sees the work queued before it, returns
+ * without waiting, and its wait ignores work queued after it; the two slots are
+ * independent; a bad slot or size is refused. */
+static void test_fetch(void)
+{
+    enum { N = 4096 };
+    float *x = malloc(N * sizeof(float)), *got = malloc(N * sizeof(float));
+    fill_f(x, N, 1.0f);
+    int ran = 0;
+    for (int bi = 0; bi < N_BACKENDS; bi++) {
+        struct be *b = g.cand[bi][0];
+        if (!b || !b->ops->fetch_start || !b->ops->fetch_wait)
+            continue;
+        ran = 1;
+        struct cerr e = {0};
+        float *dx = dev_from(b, x, N * sizeof(float)), *dy = dev_from(b, NULL, N * sizeof(float));
+        for (int rep = 0; rep < 3; rep++) {
+            b->ops->scale(b, dy, dx, 2.0f, N);
+            CHECK_EQ_INT(b->ops->fetch_start(b, 0, dy, N * sizeof(float), &e), 0);
+            b->ops->scale(b, dy, dx, 3.0f, N); /* after the fetch: not in it */
+            CHECK_EQ_INT(b->ops->fetch_start(b, 1, dy + 100, 64 * sizeof(float), &e), 0);
+            b->ops->scale(b, dy, dx, 5.0f, N);
+            CHECK_EQ_INT(b->ops->fetch_wait(b, 0, got, N * sizeof(float), &e), 0);
+            int bad = 0;
+            for (int i = 0; i < N; i++)
+                bad += got[i] != 2.0f * x[i];
+            CHECK_MSG(bad == 0, "%s fetch slot 0: %d values differ", g_backends[bi], bad);
+            CHECK_EQ_INT(b->ops->fetch_wait(b, 1, got, 64 * sizeof(float), &e), 0);
+            for (int i = 0, bad1 = 0; i < 64; i++)
+                if (got[i] != 3.0f * x[100 + i] && bad1++ == 0)
+                    CHECK_MSG(0, "%s fetch slot 1: [%d] %g", g_backends[bi], i, got[i]);
+        }
+        CHECK_EQ_INT(b->ops->fetch_start(b, 2, dy, 16, &e), CERR_INVALID);
+        CHECK_EQ_INT(b->ops->fetch_start(b, 0, dy, BE_FETCH_MAX + 4, &e), CERR_INVALID);
+        CHECK_EQ_INT(b->ops->fetch_wait(b, -1, got, 16, &e), CERR_INVALID);
+        host_from(b, got, dy, N * sizeof(float)); /* the stream still works */
+        CHECK(got[7] == 5.0f * x[7]);
+        b->ops->free(b, dx), b->ops->free(b, dy);
+    }
+    if (!ran)
+        fprintf(stderr, "SKIP fetch: no backend here has it\n");
+    free(x), free(got);
+}
+
 /* A device backend that cannot open (no GPU, no driver, no CUDA in this build) fails with
  * an error code and a sentence naming the cause; it never crashes. */
 static void test_unavailable_backends(void)
@@ -1768,6 +1812,7 @@ int main(void)
     RUN(test_matmul_rope);
     RUN(test_elementwise);
     RUN(test_op_chain);
+    RUN(test_fetch);
     RUN(test_unavailable_backends);
     for (int bi = 0; bi < N_BACKENDS; bi++)
         for (int th = 0; th < 2; th++)

@@ -148,6 +148,73 @@ static void test_bad_input(void)
     CHECK(strstr(e.msg, "/nonexistent/model.gguf") != NULL);
 }
 
+/* Queues one decode step of g's sequence (tok NULL: the previous queued step's output). */
+static int queue_one(struct gen *g, const int32_t *tok, struct cerr *e)
+{
+    int rc = kv_seq_reserve(g->kv, &g->seq, g->n_past + 1, e);
+    if (rc)
+        return rc;
+    g->pos[0] = g->n_past;
+    g->slots[0] = kv_seq_slot(g->kv, &g->seq, g->n_past);
+    struct model_kv_view view = kv_pool_view(g->kv);
+    struct model_batch b = {.n_tok = 1, .tokens = tok, .pos = g->pos, .seq = g->seqv,
+                            .slots = g->slots, .n_seq = 1, .max_blocks = g->seq.n_blocks,
+                            .block_tables = g->seq.blocks, .n_out = 1, .out_idx = g->idx};
+    if (!(rc = model_forward_queue(g->m, g->ws, &view, &b, e)))
+        g->n_past++;
+    return rc;
+}
+
+/* Overlapped greedy steps (model_forward_queue / _wait, two in flight, each continuation
+ * taking the previous step's argmax as its token) give the reference greedy ids; misuse is
+ * refused with CERR_INVALID and leaves the queue usable. */
+static void test_queued_steps(void)
+{
+    json_t *c = json_array_get(g_cases, 1);
+    int np, ng;
+    int32_t *prompt = json_ids(json_object_get(c, "prompt_ids_with_bos"), &np);
+    int32_t *want = json_ids(json_object_get(c, "greedy_generated_ids"), &ng);
+    struct gen *g = NULL;
+    struct cerr e = {0};
+    int32_t id = -1, got[64];
+    CHECK_EQ_INT(gen_new(&g, g_m, 512, 64, DT_F32, &e), 0);
+    if (!g)
+        goto out;
+    CHECK_EQ_INT(model_forward_wait(g_m, g->ws, got, &e), CERR_INVALID); /* nothing queued */
+    CHECK_EQ_INT(queue_one(g, NULL, &e), CERR_INVALID); /* no previous queued step */
+    CHECK_EQ_INT(gen_feed(g, prompt, np, NULL, &e), 0);
+    int n = ng < 64 ? ng : 64, k = 0;
+    id = sampler_argmax(g->logits, g_m->hp.n_vocab);
+    CHECK_EQ_INT(id, want[0]);
+    CHECK_EQ_INT(queue_one(g, &id, &e), 0);   /* ids 1.. are computed on the backend */
+    for (int i = 2; i < n; i++) {
+        CHECK_EQ_INT(queue_one(g, NULL, &e), 0);
+        if (i == 2) { /* two in flight: a third is refused and changes nothing */
+            int past = g->n_past;
+            CHECK_EQ_INT(queue_one(g, NULL, &e), CERR_INVALID);
+            CHECK(strstr(e.msg, "already queued") != NULL);
+            g->n_past = past;
+        }
+        CHECK_EQ_INT(model_queued(g->ws), 2);
+        CHECK_EQ_INT(model_forward_wait(g_m, g->ws, &got[k++], &e), 0);
+    }
+    while (model_queued(g->ws))
+        CHECK_EQ_INT(model_forward_wait(g_m, g->ws, &got[k++], &e), 0);
+    CHECK_EQ_INT(k, n - 1);
+    for (int i = 0; i < k; i++)
+        CHECK_MSG(got[i] == want[i + 1], "queued step %d: id %d, want %d", i, got[i], want[i + 1]);
+    /* a plain step ends continuations; tokens given again work */
+    id = got[k - 1];
+    CHECK_EQ_INT(gen_feed(g, &id, 1, NULL, &e), 0);
+    CHECK_EQ_INT(queue_one(g, NULL, &e), CERR_INVALID);
+    CHECK_EQ_INT(queue_one(g, &id, &e), 0);
+    CHECK_EQ_INT(model_forward_wait(g_m, g->ws, got, &e), 0);
+    gen_free(g);
+out:
+    free(prompt);
+    free(want);
+}
+
 int main(void)
 {
     struct cerr e = {0};
@@ -173,6 +240,7 @@ int main(void)
     RUN(test_greedy_chunked);
     RUN(test_chunking_bit_identical);
     RUN(test_bad_input);
+    RUN(test_queued_steps);
     json_decref(root);
     model_free(g_m);
     be_free(g_be);

@@ -129,6 +129,60 @@ static int cu_download(struct be *b, void *dst, const void *src, size_t n, struc
     return 0;
 }
 
+static int cu_fetch_start(struct be *b, int slot, const void *src, size_t n, struct cerr *e)
+{
+    struct cu_be *cb = cu_be(b);
+    if (slot < 0 || slot > 1 || n > BE_FETCH_MAX)
+        return cerr_set(e, CERR_INVALID, "cuda: fetch of %zu bytes into slot %d", n, slot);
+    if (!cb->fetch_buf[slot]) { /* pinned, so the copy is asynchronous */
+        cudaError_t rc = cudaMallocHost(&cb->fetch_buf[slot], BE_FETCH_MAX);
+        if (rc == cudaSuccess &&
+            (rc = cudaEventCreateWithFlags(&cb->fetch_ev[slot], cudaEventDisableTiming)) !=
+                cudaSuccess) {
+            cudaFreeHost(cb->fetch_buf[slot]);
+            cb->fetch_buf[slot] = NULL;
+        }
+        if (rc != cudaSuccess) {
+            cudaGetLastError();
+            cb->fetch_buf[slot] = NULL;
+            return cerr_set(e, CERR_NOMEM, "cuda: cannot allocate pinned host memory: %s",
+                            cudaGetErrorString(rc));
+        }
+    }
+    cu_flush(cb);
+    cb->last_kernel = 0;
+    cudaError_t rc = n ? cudaMemcpyAsync(cb->fetch_buf[slot], src, n, cudaMemcpyDeviceToHost,
+                                         cb->stream)
+                       : cudaSuccess;
+    if (rc == cudaSuccess)
+        rc = cudaEventRecord(cb->fetch_ev[slot], cb->stream);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        return cerr_set(e, CERR_IO, "cuda: fetch of %zu bytes failed: %s", n,
+                        cudaGetErrorString(rc));
+    }
+    return 0;
+}
+
+static int cu_fetch_wait(struct be *b, int slot, void *dst, size_t n, struct cerr *e)
+{
+    struct cu_be *cb = cu_be(b);
+    if (slot < 0 || slot > 1 || n > BE_FETCH_MAX || !cb->fetch_buf[slot])
+        return cerr_set(e, CERR_INVALID, "cuda: no fetch of %zu bytes in slot %d", n, slot);
+    cudaError_t rc = cudaEventSynchronize(cb->fetch_ev[slot]);
+    if (rc != cudaSuccess)
+        cu_latch(cb, "a queued kernel", rc);
+    if (cb->err) {
+        int code = cb->err;
+        cerr_set(e, code, "%s", cb->err_msg);
+        cb->err = 0;
+        cudaGetLastError();
+        return code;
+    }
+    memcpy(dst, cb->fetch_buf[slot], n);
+    return 0;
+}
+
 static int cu_sync(struct be *b, struct cerr *e)
 {
     struct cu_be *cb = cu_be(b);
@@ -265,6 +319,11 @@ static void cu_destroy(struct be *b)
         cudaFree(cb->blas_ws);
     if (cb->ss_buf)
         cudaFree(cb->ss_buf);
+    for (int i = 0; i < 2; i++)
+        if (cb->fetch_buf[i]) {
+            cudaFreeHost(cb->fetch_buf[i]);
+            cudaEventDestroy(cb->fetch_ev[i]);
+        }
     cudaStreamDestroy(cb->stream);
     free(cb);
 }
@@ -316,6 +375,8 @@ static const struct be_ops g_cuda_ops = {
     .rope_kv_store = cq_rope_kv_store,
     .argmax = cq_argmax,
     .topcand = cq_topcand,
+    .fetch_start = cu_fetch_start,
+    .fetch_wait = cu_fetch_wait,
     .bind_thread = cu_bind_thread,
 };
 

@@ -67,6 +67,8 @@ struct cu_be {
                          * gathers (ss_ok), its output, rows and width */
     int ss_n, ss_m, ss_ok;
     int64_t n_chained;  /* consumers recorded chained (be_cuda_chained) */
+    void *fetch_buf[2];       /* pinned staging of fetch_start (allocated on first use) */
+    cudaEvent_t fetch_ev[2];  /* recorded after each slot's copy */
     int repeat;         /* measurement only (CINFER_CUDA_REPEAT): CU_REP_* kernels run twice */
     unsigned scratch_epoch; /* bumped when a scratch buffer moves: cached graphs are stale */
     int last_kernel;    /* the last op queued on the stream was a kernel (PDL may follow it;
