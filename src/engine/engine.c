@@ -427,6 +427,145 @@ static int run_step(struct engine *g, int n_rows)
     return 0;
 }
 
+static void publish_stats(struct engine *g, long gen_delta);
+static void check_pool(struct engine *g);
+
+/* ---- decode bursts ---------------------------------------------------------------- */
+
+/* A step of only plain greedy decode rows (one token each, every row an output, no
+ * logprobs) can run as a burst when nothing else is waiting to be planned: the engine queues
+ * the next step of the same rows (model_forward_queue, its tokens the device argmax of this
+ * one) before it reads this step's ids, so the device never waits for the host between
+ * steps. A burst ends when a row finishes, when a row is about to reach its length limit,
+ * when the pool cannot hold one more position for every row, or when a submission or a
+ * cancellation arrives; each ends the burst before the next step is queued, except a row
+ * that finishes on an id only the host sees (EOS, a stop string): the one step already
+ * queued then also ran for it, and its id is dropped (its K/V at a position past the end is
+ * never read: a later sequence writes that position before attending to it). The ids are
+ * those of run_step: the same forward, the same argmax. */
+static int burst_ok(const struct engine *g, int n_rows)
+{
+    if (!g->overlap || !g->can_argmax || g->kv_swa || g->wait.n)
+        return 0;
+    for (int s = 0; s < n_rows; s++) {
+        const struct row *w = &g->rows[s];
+        const struct ereq *r = w->r;
+        if (w->n != 1 || r->n_past + 1 != r->n_tokens || r->want_lp ||
+            !sampler_is_plain_greedy(r->smp))
+            return 0;
+    }
+    return 1;
+}
+
+/* The batch of a decode step of g->rows (row s: output s): ahead = 0 feeds each row's
+ * next token from the host; ahead = 1 is the continuation of a queued step still in flight
+ * (positions one further, tokens from the device). */
+static void burst_batch(struct engine *g, int n_rows, int ahead, struct model_batch *b)
+{
+    int mb = 1;
+    for (int s = 0; s < n_rows; s++) {
+        struct ereq *r = g->rows[s].r;
+        int p = r->n_past + ahead;
+        g->tokens[s] = ahead ? 0 : r->tokens[p];
+        g->pos[s] = p;
+        g->seqv[s] = s;
+        g->slots[s] = kv_seq_slot(g->kv, &r->seq, p);
+        g->out_idx[s] = s;
+        g->rows[s].out = s;
+        if (r->seq.n_blocks > mb)
+            mb = r->seq.n_blocks;
+    }
+    for (int s = 0; s < n_rows; s++) {
+        const struct kv_seq *q = &g->rows[s].r->seq;
+        memcpy(g->tables + (size_t)s * mb, q->blocks, (size_t)q->n_blocks * sizeof(int32_t));
+        for (int k = q->n_blocks; k < mb; k++)
+            g->tables[(size_t)s * mb + k] = 0;
+    }
+    *b = (struct model_batch){.n_tok = n_rows, .tokens = ahead ? NULL : g->tokens,
+                              .pos = g->pos, .seq = g->seqv, .slots = g->slots,
+                              .n_seq = n_rows, .max_blocks = mb, .block_tables = g->tables,
+                              .n_out = n_rows, .out_idx = g->out_idx};
+}
+
+/* 1 when one more step may be queued behind the one in flight: every row continues past
+ * the in-flight step's id (unless that id is EOS or a stop), holds one more position, and
+ * no submission or cancellation waits. */
+static int burst_more(struct engine *g, int n_rows)
+{
+    for (int s = 0; s < n_rows; s++) {
+        struct ereq *r = g->rows[s].r;
+        if (r->n_gen + 1 >= r->max_tokens || r->n_tokens + 1 >= g->c.n_ctx ||
+            kv_seq_reserve(g->kv, &r->seq, r->n_past + 2, NULL))
+            return 0;
+    }
+    pthread_mutex_lock(&g->mu);
+    int quiet = !g->quit && !g->in.n && !g->n_cancel;
+    pthread_mutex_unlock(&g->mu);
+    return quiet;
+}
+
+static int run_burst(struct engine *g, int n_rows)
+{
+    struct model_batch b;
+    struct cerr e = {0};
+    int alive = n_rows, queued = 1;
+    unsigned char *gone = calloc((size_t)n_rows, 1); /* row finished: its ids are dropped */
+    burst_batch(g, n_rows, 0, &b);
+    if (!gone || model_forward_queue(g->m, g->ws, &g->view, &b, &e)) {
+        if (!gone)
+            cerr_set(&e, CERR_NOMEM, "out of memory");
+        goto failed;
+    }
+    g->bursts++;
+    while (queued) {
+        /* the next step first, while the device runs the one in flight */
+        int next = alive == n_rows && burst_more(g, n_rows);
+        if (next) {
+            burst_batch(g, n_rows, 1, &b);
+            if (model_forward_queue(g->m, g->ws, &g->view, &b, &e)) {
+                log_error("engine: queueing a decode step failed: %s", e.msg);
+                next = 0;
+            }
+        }
+        if (model_forward_wait(g->m, g->ws, g->am, &e))
+            goto failed;
+        queued = model_queued(g->ws);
+        g->steps++;
+        g->burst_steps++;
+        long gen = 0;
+        for (int s = 0; s < n_rows; s++) {
+            struct ereq *r = g->rows[s].r;
+            if (gone[s])
+                continue;
+            r->n_past++;
+            kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
+            sampler_skip(r->smp);
+            gen++;
+            if (on_token(g, r, g->am[s], NULL))
+                gone[s] = 1, alive--;
+        }
+        if (g->c.check_invariants)
+            check_pool(g);
+        publish_stats(g, gen);
+    }
+    free(gone);
+    return 0;
+failed:
+    log_error("engine: forward failed: %s", e.msg);
+    while (model_queued(g->ws)) { /* nothing of what is still queued is used */
+        struct cerr e2 = {0};
+        if (model_forward_wait(g->m, g->ws, g->am, &e2))
+            break;
+    }
+    for (int s = 0; s < n_rows; s++)
+        if (!gone || !gone[s]) {
+            eng_run_remove(g, g->rows[s].r);
+            fail(g, g->rows[s].r, e.msg);
+        }
+    free(gone);
+    return -1;
+}
+
 static void publish_stats(struct engine *g, long gen_delta)
 {
     pthread_mutex_lock(&g->mu);
@@ -460,6 +599,8 @@ static void publish_stats(struct engine *g, long gen_delta)
     g->st.invariant_failures = g->invariant_failures;
     g->st.cand_rows = g->cand_rows;
     g->st.cand_full_rows = g->full_rows;
+    g->st.bursts = g->bursts;
+    g->st.burst_steps = g->burst_steps;
     memcpy(g->st.last_invariant_error, g->invariant_error, sizeof g->st.last_invariant_error);
     pthread_mutex_unlock(&g->mu);
 }
@@ -519,6 +660,10 @@ static void *engine_main(void *arg)
         long gen_before = 0;
         for (int i = 0; i < n; i++)
             gen_before += g->rows[i].r->n_tokens == g->rows[i].r->n_past + g->rows[i].n;
+        if (n > 0 && burst_ok(g, n)) {
+            run_burst(g, n); /* it checks the pool and publishes after each step */
+            continue;
+        }
         if (n > 0)
             run_step(g, n);
         if (g->c.check_invariants)
@@ -678,6 +823,8 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->out_idx = malloc((size_t)S * sizeof(int32_t));
         g->am = malloc((size_t)S * sizeof(int32_t));
         g->can_argmax = model_can_argmax(g->m) && !env_on("CINFER_HOST_ARGMAX");
+        const char *ov = getenv("CINFER_ENGINE_OVERLAP");
+        g->overlap = !(ov && !strcmp(ov, "0"));
         g->tables = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
         g->slots_swa = malloc((size_t)T * sizeof(int32_t));
         g->tables_swa = malloc((size_t)S * g->max_blocks * sizeof(int32_t));

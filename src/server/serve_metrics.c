@@ -86,6 +86,11 @@ char *serve_stats_json(struct serve *sv)
                             (json_int_t)m->cached_tokens);
     json_object_set_new(j, "tokens", tok);
     /* the block-pool invariant checker (CINFER_CHECK_KV=1): failures and the last one */
+    /* steps run, and those of decode bursts (queued before the previous step's ids were
+     * read back: the device did not wait for the host) */
+    json_object_set_new(json_object_get(j, "batch"), "steps", json_integer(es.steps));
+    json_object_set_new(json_object_get(j, "batch"), "overlapped_steps",
+                        json_integer(es.burst_steps));
     json_object_set_new(json_object_get(j, "batch"), "invariant_checks",
                         json_boolean(c->check_invariants));
     json_object_set_new(json_object_get(j, "batch"), "invariant_failures",

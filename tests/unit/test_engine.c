@@ -225,6 +225,69 @@ static void test_batch_invariance(void)
         free(ids[i]);
 }
 
+/* Greedy ids of prompt i (max_tokens mt; stop: the stop string "." too) on a fresh engine;
+ * *bursts = its overlapped steps, *finish its finish reason. */
+static int run_one(int i, int mt, int stop, int32_t *out, long *bursts, int *finish)
+{
+    int32_t *ids;
+    int n = encode(PROMPTS[i], &ids);
+    struct engine *e = mk_engine(1, 64, -1, 0);
+    struct coll c;
+    coll_init(&c);
+    static const char *const dot[1] = {"."};
+    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = mt, .cb = coll_cb, .ud = &c,
+                           .ignore_eos = 1, .stops = stop ? dot : NULL, .n_stops = stop};
+    sampler_params_default(&q.sp);
+    q.sp.temperature = 0;
+    q.sp.top_logprobs = -1;
+    uint64_t id;
+    struct cerr err = {0};
+    int got = -1;
+    if (e && !engine_submit(e, &q, &id, &err)) {
+        coll_wait(&c);
+        memcpy(out, c.ids, (size_t)c.n * sizeof *out);
+        got = c.n;
+        *finish = c.finish;
+        CHECK(invariant_failures(e) == 0);
+        struct engine_stats st;
+        engine_get_stats(e, &st);
+        *bursts = st.burst_steps;
+    }
+    engine_free(e);
+    free(ids);
+    return got;
+}
+
+/* Decode bursts (the next step queued before this one's ids are read, engine.c run_burst)
+ * give the ids of plain steps (CINFER_ENGINE_OVERLAP=0): to max_tokens, and to a stop
+ * string (an end only the host sees: the step queued past it is dropped). */
+static void test_overlap_same_ids(void)
+{
+    static int32_t on[1024], off[1024];
+    long b_on = 0, b_off = 0, total_on = 0;
+    int same = 0, cases = 0, stopped = 0, fin = -1;
+    for (int i = 0; i < 16; i += 3)
+        for (int stop = 0; stop < 2; stop++) {
+            int mt = stop ? 300 : 17 + i;
+            setenv("CINFER_ENGINE_OVERLAP", "0", 1);
+            int n_off = run_one(i, mt, stop, off, &b_off, &fin);
+            unsetenv("CINFER_ENGINE_OVERLAP");
+            int n_on = run_one(i, mt, stop, on, &b_on, &fin);
+            stopped += fin == ENGINE_FINISH_STOP;
+            CHECK_EQ_INT(b_off, 0);
+            total_on += b_on;
+            cases++;
+            same += n_on == n_off && n_on > 0 && !memcmp(on, off, (size_t)n_on * 4);
+            if (!stop)
+                CHECK_EQ_INT(n_on, mt);
+        }
+    printf("overlap: %d/%d cases identical (%d ended at a stop string), %ld overlapped steps\n",
+           same, cases, stopped, total_on);
+    CHECK_EQ_INT(same, cases);
+    CHECK(stopped >= 3);
+    CHECK(total_on > 100);
+}
+
 static void test_prefix_cache(void)
 {
     const char *sys = "Once upon a time there was a little girl named Lily. She loved to play "
@@ -542,6 +605,7 @@ int main(void)
         return 1;
     }
     RUN(test_batch_invariance);
+    RUN(test_overlap_same_ids);
     RUN(test_prefix_cache);
     RUN(test_lru_eviction);
     RUN(test_preemption);
