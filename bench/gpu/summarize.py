@@ -36,6 +36,10 @@ def one_run(d, commit):
              "agg_decode_tok_s": c["agg"], "peak_device_bytes": c["peak_device_bytes"],
              "weight_bytes": c["weight_bytes"], "load_s": c["load_s"],
              "peers": {}}
+        if "decode_b1_sync_tok_s" in c:  # queued (decode bursts) vs one step at a time
+            r["decode_b1_sync_tok_s"] = c["decode_b1_sync_tok_s"]
+            r["decode_queued_same_ids"] = bool(c["decode_queued_same_ids"] == 1)
+            r["decode_gpu_step_us"] = c["decode_gpu_step_us"]
         e = load(d, "eager_%s.json" % m)
         if e:
             r["peers"]["transformers_eager_sdpa_bf16"] = {
@@ -56,9 +60,12 @@ def main():
     a = sys.argv[1:]
     res = one_run(a[0], a[1])
     res["method"] = ("bench/gpu/device_run.sh all: cinfer_gpu_bench MODEL perf (batch-1 decode "
-                     "of 256 tokens after a 128-token prompt; prefill of a 4096-token prompt in "
-                     "a fresh context, best of 2; aggregate decode = B sequences x 64 steps "
-                     "after 128-token prompts; F16 KV cache; random bf16 weights made on the "
+                     "of 256 tokens after a 128-token prompt, steps queued as the engine's "
+                     "decode bursts queue them (model_forward_queue; decode_b1_sync_tok_s: one "
+                     "step at a time, same ids checked; decode_gpu_step_us: one step's graphs "
+                     "replayed back to back, without its last plainly launched segment); "
+                     "prefill of a 4096-token prompt in a fresh context, best of 2; aggregate "
+                     "decode = B sequences x 64 queued steps after 128-token prompts; F16 KV cache; random bf16 weights made on the "
                      "device by bench/gpu/models.py); peers by bench/gpu/peers.py on the same "
                      "files; copy_tb_s = 2 GiB device-to-device copy, read+write, median of 10")
     if "--previous" in a:

@@ -448,6 +448,7 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
     cb->sg_warps_qkv = sw && (!strcmp(sw, "8") || !strcmp(sw, "16")) ? atoi(sw) : 0;
     const char *sg = getenv("CINFER_CUDA_SG_WARPS_GLU");
     cb->sg_warps_glu = sg && (!strcmp(sg, "8") || !strcmp(sg, "16")) ? atoi(sg) : 0;
+    cu_mmf_init();
     const char *wv = getenv("CINFER_CUDA_SG_WAVE");
     cb->sg_wave = wv && *wv >= '0' && *wv <= '3' && !wv[1] ? *wv - '0' : 1;
     const char *rp = getenv("CINFER_CUDA_REPEAT");

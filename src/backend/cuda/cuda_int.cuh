@@ -217,6 +217,8 @@ void cu_matmul_fused(struct be *b, const struct be_mm *m);
 /* 1 when cu_matmul_fused runs this call chained (be_mm.chain): an ADD that gathers the sums
  * of squares of its output's tiles, or a norm that reads them. A host-side function of the
  * arguments and the backend's settings only. */
+/* Reads the skinny kernel's process-wide measurement knobs (once, at backend creation). */
+void cu_mmf_init(void);
 int cu_mm_chain_ok(const struct cu_be *cb, const struct be_mm *m);
 void cu_rope_kv_store(struct be *b, const struct be_rope_kv *r);
 void cu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n);

@@ -27,6 +27,7 @@
  * no faster on l1b.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_int.cuh"
@@ -45,12 +46,19 @@ enum {
  * on the rows of x (batch invariance). wave: CINFER_CUDA_SG_WAVE (measurements): 0 K only,
  * 1 every projection (default), 2 gate/up only, 3 gate/up and q/k/v. */
 enum { SG_WAVE_TILES = 264 };
+static int g_wave_tiles = SG_WAVE_TILES; /* CINFER_CUDA_SG_WAVE_TILES (measurements) */
 static int sg_warps(int K, int tiles, int kind, int wave)
 {
     if (K / 32 < 64)
         return 8;
     const int on = wave == 1 || (wave >= 2 && kind == BE_MM_GLU) || (wave == 3 && kind == SG_ROPE);
-    return on && tiles > SG_WAVE_TILES ? 8 : 16;
+    return on && tiles > g_wave_tiles ? 8 : 16;
+}
+
+void cu_mmf_init(void)
+{
+    const char *wt = getenv("CINFER_CUDA_SG_WAVE_TILES");
+    g_wave_tiles = wt && atoi(wt) > 0 ? atoi(wt) : SG_WAVE_TILES;
 }
 
 __device__ __forceinline__ uint32_t pack2(float a, float b, int bf)
@@ -549,8 +557,19 @@ int cu_mm_chain_ok(const struct cu_be *cb, const struct be_mm *m)
     if (m->mode == BE_MM_ADD)
         return !m->norm && m->w[0]->ne[1] / 16 <= CU_SS_TILES;
     /* gate/up only with CINFER_CUDA_FUSE_NORM=2: chained, it was slower on l8b decode (its
-     * kernel lost more than the separate rmsnorm cost) and faster on l1b */
-    return m->norm && (m->mode == BE_MM_PLAIN || (m->mode == BE_MM_GLU && cb->fuse_norm == 2)) &&
+     * kernel lost more than the separate rmsnorm cost) and faster on l1b. q/k/v not when
+     * its many tiles give it 8-warp blocks (sg_warps; l8b): the normed loads then cost
+     * more than the separate rmsnorm (H200, device step: l8b 4208 µs unchained against
+     * 4254-4260 chained; l1b, 16 warps, 1042 chained against 1076) */
+    int tiles = 0;
+    for (int i = 0; i < m->n_w && i < 3; i++)
+        tiles += (int)(m->w[i]->ne[1] / 16);
+    const int K = (int)m->w[0]->ne[0];
+    const int wide = m->mode == BE_MM_PLAIN && cb->fuse_norm != 2 && !cb->sg_warps_qkv &&
+                     sg_warps(K, tiles, SG_ROPE, cb->sg_wave) == 8 &&
+                     sg_warps(K, 0, SG_ROPE, cb->sg_wave) == 16; /* 8 for its many tiles */
+    return m->norm && !wide &&
+           (m->mode == BE_MM_PLAIN || (m->mode == BE_MM_GLU && cb->fuse_norm == 2)) &&
            ((uintptr_t)m->norm & 15) == 0;
 }
 
