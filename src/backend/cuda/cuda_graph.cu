@@ -413,10 +413,19 @@ void cq_matmul_fused(struct be *b, const struct be_mm *m)
         cb->ss_ok = a_.m.chain, cb->ss_y = m->y[0], cb->ss_n = m->n;
         cb->ss_m = (int)m->w[0]->ne[1];
     } else {
-        a_.m.chain = m->chain && cb->ss_ok && m->x == cb->ss_y && m->n == cb->ss_n &&
-                     m->w[0]->ne[0] == cb->ss_m && cu_mm_chain_ok(cb, m);
+        const int claimed = m->chain && cb->ss_ok && m->x == cb->ss_y && m->n == cb->ss_n &&
+                            m->w[0]->ne[0] == cb->ss_m;
+        a_.m.chain = claimed && cu_mm_chain_ok(cb, m);
         cb->n_chained += a_.m.chain;
         cb->ss_ok = 0;
+        struct cu_graphs *g = cb->graphs;
+        if (claimed && !a_.m.chain && g && g->n > 0 && g->calls[g->n - 1].run == r_mmf) {
+            /* this projection declines the chain: the ADD just recorded (still pending)
+             * need not gather its sums of squares */
+            struct a_mmf *prev = (struct a_mmf *)g->calls[g->n - 1].args;
+            if (prev->m.mode == BE_MM_ADD && prev->m.y[0] == m->x)
+                prev->m.chain = 0;
+        }
     }
     for (int i = 0; i < 3; i++) {
         a_.m.y[i] = m->y[i];
