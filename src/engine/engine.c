@@ -433,7 +433,7 @@ static void check_pool(struct engine *g);
 /* ---- decode bursts ---------------------------------------------------------------- */
 
 /* A step of only plain greedy decode rows (one token each, every row an output, no
- * logprobs) can run as a burst when nothing else is waiting to be planned: the engine queues
+ * logprobs) can run as a burst: the engine queues
  * the next step of the same rows (model_forward_queue, its tokens the device argmax of this
  * one) before it reads this step's ids, so the device never waits for the host between
  * steps. A burst ends when a row finishes, when a row is about to reach its length limit,
@@ -445,7 +445,9 @@ static void check_pool(struct engine *g);
  * those of run_step: the same forward, the same argmax. */
 static int burst_ok(const struct engine *g, int n_rows)
 {
-    if (!g->overlap || !g->can_argmax || g->kv_swa || g->wait.n)
+    /* requests may be waiting: the plan admitted none of them, and only an end (which
+     * ends the burst) or new input (which ends it too) can make room */
+    if (!g->overlap || !g->can_argmax || g->kv_swa)
         return 0;
     for (int s = 0; s < n_rows; s++) {
         const struct row *w = &g->rows[s];
