@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """peers.py — PyTorch/transformers on the same random bf16 models, and the bandwidth.
 
-  peers.py bw                      -> {"copy_tb_s": ...}  (device-to-device copy, read+write)
+  peers.py bw                      -> {"copy_tb_s": ..., "read_tb_s": ...}  (device-to-device
+                                      copy, read+write; a float32 sum, read only)
   peers.py eager DIR [--agg]       -> batch-1 decode (256 tokens after 128), prefill 4096,
                                       and with --agg aggregate decode at 8/32/64 (32 steps)
   peers.py compiled DIR            -> static cache + torch.compile decode (a compiled
@@ -33,7 +34,20 @@ def bw():
         b.copy_(a)
         ts.append(now() - t0)
     ts.sort()
-    return {"copy_tb_s": 2 * n / ts[len(ts) // 2] / 1e12, "copy_bytes": n}
+    out = {"copy_tb_s": 2 * n / ts[len(ts) // 2] / 1e12, "copy_bytes": n}
+    # read only (what decode does with its weights): a float32 sum over the same 2 GiB
+    x = a.view(torch.float32)
+    x.zero_()
+    for _ in range(3):
+        x.sum()
+    ts = []
+    for _ in range(10):
+        t0 = now()
+        x.sum()
+        ts.append(now() - t0)
+    ts.sort()
+    out["read_tb_s"] = n / ts[len(ts) // 2] / 1e12
+    return out
 
 
 def load(d):

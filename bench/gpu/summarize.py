@@ -3,7 +3,8 @@
 
   summarize.py RESULT_DIR COMMIT [--previous RESULT_DIR2 COMMIT2] > bench/results/gpu.json
 ceiling_tok_s = measured copy bandwidth / weight bytes read per token; ceiling_frac =
-decode_b1_tok_s / ceiling_tok_s.
+decode_b1_tok_s / ceiling_tok_s; ceiling_read_* the same at the read-only bandwidth (when
+bw.json has read_tb_s).
 """
 import json
 import os
@@ -25,6 +26,8 @@ def one_run(d, commit):
            "cuda": machine[-1].strip().replace("Build cuda_", "toolkit ").replace(
                "/compiler.", " (compiler ") + ")", "copy_tb_s": round(bw["copy_tb_s"], 3),
            "models": {}}
+    if "read_tb_s" in bw:
+        out["read_tb_s"] = round(bw["read_tb_s"], 3)
     for m in ("l1b", "l8b"):
         c = load(d, "cinfer_%s.json" % m)
         if not c:
@@ -36,6 +39,10 @@ def one_run(d, commit):
              "agg_decode_tok_s": c["agg"], "peak_device_bytes": c["peak_device_bytes"],
              "weight_bytes": c["weight_bytes"], "load_s": c["load_s"],
              "peers": {}}
+        if "read_tb_s" in bw:  # the ceiling at the read-only bandwidth (decode reads weights)
+            rc = bw["read_tb_s"] * 1e12 / c["weight_bytes"]
+            r["ceiling_read_tok_s"] = round(rc, 1)
+            r["ceiling_read_frac"] = round(c["decode_b1_tok_s"] / rc, 3)
         if "decode_b1_sync_tok_s" in c:  # queued (decode bursts) vs one step at a time
             r["decode_b1_sync_tok_s"] = c["decode_b1_sync_tok_s"]
             r["decode_queued_same_ids"] = bool(c["decode_queued_same_ids"] == 1)
@@ -67,7 +74,8 @@ def main():
                      "prefill of a 4096-token prompt in a fresh context, best of 2; aggregate "
                      "decode = B sequences x 64 queued steps after 128-token prompts; F16 KV cache; random bf16 weights made on the "
                      "device by bench/gpu/models.py); peers by bench/gpu/peers.py on the same "
-                     "files; copy_tb_s = 2 GiB device-to-device copy, read+write, median of 10")
+                     "files; copy_tb_s = 2 GiB device-to-device copy, read+write, median of 10; read_tb_s = a "
+                     "float32 sum over the same 2 GiB, median of 10")
     if "--previous" in a:
         i = a.index("--previous")
         res["previous_run"] = one_run(a[i + 1], a[i + 2])
