@@ -357,10 +357,16 @@ static int run_step(struct engine *g, int n_rows)
                     b < w->n_blocks && w->blocks[b] >= 0 ? w->blocks[b] : 0;
         }
     }
+    /* the decode rows (one token each, planned first) run apart from the prompt chunks, so
+     * a decode row's bits are those of a decode step (model_batch.n_lead) */
+    int lead = 0;
+    while (lead < n_rows && g->rows[lead].n == 1)
+        lead++;
     struct model_kv_view view = g->view;
     struct model_batch b = {.n_tok = nt, .tokens = g->tokens, .pos = g->pos, .seq = g->seqv,
                             .slots = g->slots, .n_seq = n_rows, .max_blocks = mb,
                             .block_tables = g->tables, .n_out = n_out, .out_idx = g->out_idx,
+                            .n_lead = lead,
                             .slots_swa = g->kv_swa ? g->slots_swa : NULL,
                             .block_tables_swa = g->kv_swa ? g->tables_swa : NULL};
     /* every output row a plain greedy pick: the backend's argmax, no logits copied back;

@@ -304,6 +304,23 @@ static int check_batch(const struct model *m, const struct model_ws *ws,
     for (int i = 0; i < bt->n_out; i++)
         if (bt->out_idx[i] < 0 || bt->out_idx[i] >= bt->n_tok)
             return cerr_set(e, CERR_INVALID, "output row %d is outside the batch", bt->out_idx[i]);
+    if (bt->n_lead < 0 || bt->n_lead > bt->n_tok)
+        return cerr_set(e, CERR_INVALID, "n_lead %d is outside the batch", bt->n_lead);
+    for (int i = 0; i < bt->n_tok; i++)
+        if (bt->seq[i] < 0 || bt->seq[i] >= bt->n_seq)
+            return cerr_set(e, CERR_INVALID, "token %d names sequence %d of %d", i, bt->seq[i],
+                            bt->n_seq);
+    if (bt->n_lead > 0 && bt->n_lead < bt->n_tok) { /* no sequence on both sides */
+        int lo = bt->n_seq, hi = -1;
+        for (int i = 0; i < bt->n_lead; i++)
+            lo = bt->seq[i] < lo ? bt->seq[i] : lo, hi = bt->seq[i] > hi ? bt->seq[i] : hi;
+        for (int i = bt->n_lead; i < bt->n_tok; i++)
+            for (int j = 0; bt->seq[i] >= lo && bt->seq[i] <= hi && j < bt->n_lead; j++)
+                if (bt->seq[j] == bt->seq[i])
+                    return cerr_set(e, CERR_INVALID,
+                                    "sequence %d has tokens on both sides of n_lead %d",
+                                    bt->seq[i], bt->n_lead);
+    }
     if (bt->cands && (!m->be->ops->topcand || bt->cand_cap < 1 || bt->cand_cap > ws->cand_cap))
         return cerr_set(e, CERR_INVALID,
                         "step asks for %d candidates per row; the workspace holds %d",
@@ -311,34 +328,80 @@ static int check_batch(const struct model *m, const struct model_ws *ws,
     return 0;
 }
 
-/* Queues the layers and, when the step has output rows, their final norm and logits
- * (ws->logits), reading the step's token ids from d_tokens. */
-static void run_step(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
-                     const struct model_batch *bt, const int32_t *d_tokens)
+/* The embedding and every layer for the step's tokens [r0, r0 + nr): ws and bt seen from
+ * row r0 (a group of whole sequences: nothing of another group is read). */
+static void run_layers(const struct model *m, struct model_ws *ws,
+                       const struct model_kv_view *kv, const struct model_batch *bt,
+                       const int32_t *d_tokens, int r0, int nr)
 {
     const struct model_hparams *hp = &m->hp;
     const struct be_ops *op = m->be->ops;
     struct be *b = m->be;
-    int n = bt->n_tok;
-    ws->x_chain = 0;
-    op->get_rows(b, ws->x, &m->tok_embd, d_tokens, n); /* (n, n_embd) */
-    if (hp->embd_scale != 1.0f)
-        op->scale(b, ws->x, ws->x, hp->embd_scale, (int64_t)n * hp->n_embd);
-    for (int il = 0; il < hp->n_layer; il++) {
-        attention_block(m, ws, kv, bt, il);
-        mlp_block(m, ws, n, il);
+    struct model_ws g = *ws;
+    struct model_batch gb = *bt;
+    if (r0) {
+        size_t E = (size_t)hp->n_embd * r0, QD = (size_t)hp->n_head * hp->head_dim * r0;
+        size_t KVD = (size_t)hp->n_kv_head * hp->head_dim * r0, F = (size_t)hp->n_ff * r0;
+        g.x += E, g.xb += E, g.tmp += E, g.q += QD, g.att += QD, g.k += KVD, g.v += KVD;
+        g.gate += F, g.up += F;
+        g.d_pos += r0, g.d_seq += r0, g.d_slots += r0;
+        if (g.swa_split)
+            g.d_slots_swa += r0;
     }
-    if (bt->n_out == 0)
-        return;
+    gb.n_tok = nr;
+    g.x_chain = 0;
+    op->get_rows(b, g.x, &m->tok_embd, d_tokens + r0, nr); /* (nr, n_embd) */
+    if (hp->embd_scale != 1.0f)
+        op->scale(b, g.x, g.x, hp->embd_scale, (int64_t)nr * hp->n_embd);
+    for (int il = 0; il < hp->n_layer; il++) {
+        attention_block(m, &g, kv, &gb, il);
+        mlp_block(m, &g, nr, il);
+    }
+}
+
+/* Final norm and logits of output rows [o0, o0 + no) (ws->d_out entries, ws->xo and
+ * ws->logits rows from o0). */
+static void run_logits(const struct model *m, struct model_ws *ws, int n, int o0, int no)
+{
+    const struct model_hparams *hp = &m->hp;
+    const struct be_ops *op = m->be->ops;
+    struct be *b = m->be;
     /* gather the rows that want logits: view the residual stream as an F32 table */
     struct be_tensor xs = {.dtype = DT_F32, .ne = {hp->n_embd, n, 1, 1}, .data = ws->x};
     xs.nbytes = (size_t)n * hp->n_embd * 4;
-    op->get_rows(b, ws->xo, &xs, ws->d_out, bt->n_out); /* (n_out, n_embd) */
-    op->rmsnorm(b, ws->xo, ws->xo, m->output_norm, bt->n_out, hp->n_embd, hp->norm_eps);
-    op->matmul(b, ws->logits, ws->xo, bt->n_out, &m->output); /* (n_out, n_vocab) */
+    float *xo = ws->xo + (size_t)o0 * hp->n_embd, *lg = ws->logits + (size_t)o0 * hp->n_vocab;
+    op->get_rows(b, xo, &xs, ws->d_out + o0, no); /* (no, n_embd) */
+    op->rmsnorm(b, xo, xo, m->output_norm, no, hp->n_embd, hp->norm_eps);
+    op->matmul(b, lg, xo, no, &m->output); /* (no, n_vocab) */
     if (hp->final_softcap > 0) /* model_load checked that the backend has it */
-        op->softcap(b, ws->logits, ws->logits, hp->final_softcap,
-                    (int64_t)bt->n_out * hp->n_vocab);
+        op->softcap(b, lg, lg, hp->final_softcap, (int64_t)no * hp->n_vocab);
+}
+
+/* Queues the layers and, when the step has output rows, their final norm and logits
+ * (ws->logits), reading the step's token ids from d_tokens. A step whose first n_lead
+ * tokens are rows of their own (model_batch.n_lead) runs them and the rest as two groups,
+ * each as if it were a step alone. */
+static void run_step(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
+                     const struct model_batch *bt, const int32_t *d_tokens)
+{
+    int n = bt->n_tok, lead = bt->n_lead > 0 && bt->n_lead < n ? bt->n_lead : 0;
+    if (lead) {
+        run_layers(m, ws, kv, bt, d_tokens, 0, lead);
+        run_layers(m, ws, kv, bt, d_tokens, lead, n - lead);
+    } else {
+        run_layers(m, ws, kv, bt, d_tokens, 0, n);
+    }
+    if (bt->n_out == 0)
+        return;
+    int ol = 0; /* the lead group's outputs come first (out_idx ascends) */
+    while (lead && ol < bt->n_out && bt->out_idx[ol] < lead)
+        ol++;
+    if (ol > 0 && ol < bt->n_out) {
+        run_logits(m, ws, n, 0, ol);
+        run_logits(m, ws, n, ol, bt->n_out - ol);
+    } else {
+        run_logits(m, ws, n, 0, bt->n_out);
+    }
 }
 
 int model_forward(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,

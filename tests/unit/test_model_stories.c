@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "engine/gen.h"
 #include "engine/sampler.h"
+#include "kv/kv_pool.h"
 #include "model/model.h"
 
 static struct be *g_be;
@@ -186,7 +187,7 @@ static void test_queued_steps(void)
     int n = ng < 64 ? ng : 64, k = 0;
     id = sampler_argmax(g->logits, g_m->hp.n_vocab);
     CHECK_EQ_INT(id, want[0]);
-    CHECK_EQ_INT(queue_one(g, &id, &e), 0);   /* ids 1.. are computed on the backend */
+    CHECK_EQ_INT(queue_one(g, &id, &e), 0); /* ids 1.. are computed on the backend */
     for (int i = 2; i < n; i++) {
         CHECK_EQ_INT(queue_one(g, NULL, &e), 0);
         if (i == 2) { /* two in flight: a third is refused and changes nothing */
@@ -215,6 +216,112 @@ out:
     free(want);
 }
 
+/* Two sequences in one pool and a step runner for the n_lead test. */
+struct two {
+    struct kv_pool *kv;
+    struct kv_seq sq[2];
+    int past[2];
+    struct model_ws *ws;
+};
+
+/* One step: sequence s[i] gets cnt[i] tokens of ids[i]; one output row each (its last
+ * token); n_lead as given. logits: (n_sel, V). */
+static int two_step(struct two *t, int n_sel, const int *s, const int32_t *const *ids,
+                    const int *cnt, int n_lead, float *logits, struct cerr *e)
+{
+    int32_t tok[64], pos[64], seq[64], slots[64], out[2], tables[2 * 16] = {0};
+    int n = 0, mb = 1;
+    for (int i = 0; i < n_sel; i++) {
+        int rc = kv_seq_reserve(t->kv, &t->sq[s[i]], t->past[s[i]] + cnt[i], e);
+        if (rc)
+            return rc;
+        mb = t->sq[s[i]].n_blocks > mb ? t->sq[s[i]].n_blocks : mb;
+    }
+    for (int i = 0; i < n_sel; i++) {
+        for (int j = 0; j < cnt[i]; j++, n++) {
+            tok[n] = ids[i][j];
+            pos[n] = t->past[s[i]] + j;
+            seq[n] = i;
+            slots[n] = kv_seq_slot(t->kv, &t->sq[s[i]], pos[n]);
+        }
+        out[i] = n - 1;
+        memcpy(tables + i * mb, t->sq[s[i]].blocks, (size_t)t->sq[s[i]].n_blocks * 4);
+    }
+    struct model_kv_view view = kv_pool_view(t->kv);
+    struct model_batch b = {.n_tok = n, .tokens = tok, .pos = pos, .seq = seq, .slots = slots,
+                            .n_seq = n_sel, .max_blocks = mb, .block_tables = tables,
+                            .n_out = n_sel, .out_idx = out, .n_lead = n_lead};
+    int rc = model_forward(g_m, t->ws, &view, &b, logits, e);
+    if (!rc)
+        for (int i = 0; i < n_sel; i++)
+            t->past[s[i]] += cnt[i];
+    return rc;
+}
+
+static int two_new(struct two *t, struct cerr *e)
+{
+    memset(t, 0, sizeof *t);
+    kv_seq_init(&t->sq[0]);
+    kv_seq_init(&t->sq[1]);
+    int rc = kv_pool_new(&t->kv, g_be, g_m->hp.n_layer, g_m->hp.n_kv_head * g_m->hp.head_dim,
+                         16, 16, DT_F32, -1, e);
+    return rc ? rc : model_ws_new(&t->ws, g_m, 64, 2, 2, 16, e);
+}
+
+static void two_free(struct two *t)
+{
+    for (int i = 0; i < 2; i++)
+        if (t->kv)
+            kv_seq_release(t->kv, &t->sq[i]);
+    kv_pool_free(t->kv);
+    model_ws_free(t->ws);
+}
+
+/* model_batch.n_lead: a decode row of sequence A beside a prompt chunk of sequence B, run
+ * as two groups, gives each row the logits of its own step (bit for bit here, where every
+ * op is batch invariant: so the groups' row offsets are right); n_lead 0 gives the same;
+ * a bad n_lead or a sequence on both sides is refused. */
+static void test_lead_groups(void)
+{
+    const int V = g_m->hp.n_vocab;
+    static const int32_t pa[5] = {1, 403, 407, 261, 378};
+    static const int32_t pb[7] = {1, 365, 191, 263, 167, 367, 307};
+    int32_t da = 420;
+    static float ref[2][512], got[2][512];
+    struct cerr e = {0};
+    struct two t;
+    const int s0 = 0, s1 = 1, c5 = 5, c7 = 7, c1 = 1;
+    const int32_t *ia = pa, *ib = pb, *id = &da;
+    /* reference: A's prompt, A's decode alone; B's prompt alone */
+    CHECK_EQ_INT(two_new(&t, &e), 0);
+    CHECK_EQ_INT(two_step(&t, 1, &s0, &ia, &c5, 0, ref[0], &e), 0);
+    CHECK_EQ_INT(two_step(&t, 1, &s0, &id, &c1, 0, ref[0], &e), 0);
+    CHECK_EQ_INT(two_step(&t, 1, &s1, &ib, &c7, 0, ref[1], &e), 0);
+    two_free(&t);
+    for (int lead = 0; lead < 2; lead++) {
+        CHECK_EQ_INT(two_new(&t, &e), 0);
+        CHECK_EQ_INT(two_step(&t, 1, &s0, &ia, &c5, 0, got[0], &e), 0);
+        const int sel[2] = {0, 1}, cnt[2] = {1, 7};
+        const int32_t *ids[2] = {&da, pb};
+        CHECK_EQ_INT(two_step(&t, 2, sel, ids, cnt, lead, &got[0][0], &e), 0);
+        CHECK_MSG(!memcmp(got[0], ref[0], (size_t)V * 4), "n_lead %d: the decode row differs",
+                  lead);
+        CHECK_MSG(!memcmp(got[1], ref[1], (size_t)V * 4), "n_lead %d: the prompt row differs",
+                  lead);
+        /* misuse: refused, nothing runs */
+        const int cnt2[2] = {1, 1};
+        CHECK_EQ_INT(two_step(&t, 2, sel, ids, cnt2, 3, &got[0][0], &e), CERR_INVALID);
+        CHECK_EQ_INT(two_step(&t, 2, sel, ids, cnt2, -1, &got[0][0], &e), CERR_INVALID);
+        two_free(&t);
+    }
+    /* one sequence, 3 tokens, n_lead 2: the sequence is on both sides */
+    CHECK_EQ_INT(two_new(&t, &e), 0);
+    const int c3 = 3;
+    CHECK_EQ_INT(two_step(&t, 1, &s0, &ia, &c3, 2, &got[0][0], &e), CERR_INVALID);
+    CHECK(strstr(e.msg, "both sides") != NULL);
+    two_free(&t);
+}
+
 int main(void)
 {
     struct cerr e = {0};
@@ -241,6 +348,7 @@ int main(void)
     RUN(test_chunking_bit_identical);
     RUN(test_bad_input);
     RUN(test_queued_steps);
+    RUN(test_lead_groups);
     json_decref(root);
     model_free(g_m);
     be_free(g_be);
