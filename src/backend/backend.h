@@ -132,6 +132,11 @@ struct be;
 
 struct be_ops {
     const char *name;
+    /* 0: every op gives a row the same bits whatever the step's row count. Else the most
+     * rows of a step whose rows get the bits of a one-row step (CUDA: 16, the skinny
+     * kernel; larger steps take cuBLAS): the model then runs a step's decode rows apart
+     * from larger prompt chunks (model_batch.n_lead). */
+    int exact_rows;
     void (*destroy)(struct be *b);
 
     /* ---- memory ---- */

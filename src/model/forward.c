@@ -31,6 +31,8 @@ struct model_ws {
     int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_out, *d_tables;
     int32_t *d_slots_swa, *d_tables_swa;
     int swa_split; /* this step uses them */
+    int lead_split; /* run n_lead groups apart: -1 when the backend needs it (exact_rows),
+                     * 1 always, 0 never (CINFER_LEAD_SPLIT, read at model_ws_new) */
     int32_t *d_argmax; /* (2, max_out): model_forward uses slot 0; queued steps alternate */
     /* queued steps (model_forward_queue): in flight, oldest first (slot, output rows); the
      * last queued step's slot and rows (its ids are the next continuation's tokens) */
@@ -72,6 +74,8 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
     ws->max_out = max_out;
     ws->max_seq = max_seq;
     ws->max_blocks = max_blocks;
+    const char *ls = getenv("CINFER_LEAD_SPLIT");
+    ws->lead_split = ls && (!strcmp(ls, "0") || !strcmp(ls, "1")) ? atoi(ls) : -1;
     size_t T = (size_t)max_tok, E = (size_t)hp->n_embd;
     size_t QD = (size_t)hp->n_head * hp->head_dim, KVD = (size_t)hp->n_kv_head * hp->head_dim;
     size_t F = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
@@ -380,11 +384,17 @@ static void run_logits(const struct model *m, struct model_ws *ws, int n, int o0
 /* Queues the layers and, when the step has output rows, their final norm and logits
  * (ws->logits), reading the step's token ids from d_tokens. A step whose first n_lead
  * tokens are rows of their own (model_batch.n_lead) runs them and the rest as two groups,
- * each as if it were a step alone. */
+ * each as if it were a step alone, where the backend's kernels depend on the row count
+ * (be_ops.exact_rows); it costs one more pass over the weights. */
 static void run_step(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
                      const struct model_batch *bt, const int32_t *d_tokens)
 {
-    int n = bt->n_tok, lead = bt->n_lead > 0 && bt->n_lead < n ? bt->n_lead : 0;
+    /* worth a second pass over the weights only where it changes bits: the step is larger
+     * than the backend's exact rows and the lead group is not */
+    const int x = m->be->ops->exact_rows, n = bt->n_tok;
+    const int want = ws->lead_split >= 0 ? ws->lead_split
+                                         : x > 0 && n > x && bt->n_lead <= x;
+    int lead = want && bt->n_lead > 0 && bt->n_lead < n ? bt->n_lead : 0;
     if (lead) {
         run_layers(m, ws, kv, bt, d_tokens, 0, lead);
         run_layers(m, ws, kv, bt, d_tokens, lead, n - lead);
@@ -396,7 +406,7 @@ static void run_step(const struct model *m, struct model_ws *ws, const struct mo
     int ol = 0; /* the lead group's outputs come first (out_idx ascends) */
     while (lead && ol < bt->n_out && bt->out_idx[ol] < lead)
         ol++;
-    if (ol > 0 && ol < bt->n_out) {
+    if (ol > 0 && ol < bt->n_out && (ws->lead_split == 1 || (x > 0 && bt->n_out > x))) {
         run_logits(m, ws, n, 0, ol);
         run_logits(m, ws, n, ol, bt->n_out - ol);
     } else {

@@ -102,9 +102,10 @@ struct model_batch {
     int n_out;
     const int32_t *out_idx; /* (n_out) */
     /* 0, or the first n_lead tokens run as a step of their own and the rest as another, so
-     * their results do not depend on what else the step holds (a device backend picks its
-     * kernels by row count): the engine puts its decode rows there. No sequence may have
-     * tokens on both sides. */
+     * their results do not depend on what else the step holds, on a backend that picks its
+     * kernels by row count (be_ops.exact_rows; one more pass over the weights; not done
+     * where it changes nothing; CINFER_LEAD_SPLIT=1 always, =0 never): the engine puts
+     * its decode rows there. No sequence may have tokens on both sides. */
     int n_lead;
     /* Sliding-window layers may keep their K/V in a separate block space (the caller frees
      * their blocks older than the window): their own slots and tables, same shapes. NULL =

@@ -265,7 +265,10 @@ static int two_new(struct two *t, struct cerr *e)
     kv_seq_init(&t->sq[1]);
     int rc = kv_pool_new(&t->kv, g_be, g_m->hp.n_layer, g_m->hp.n_kv_head * g_m->hp.head_dim,
                          16, 16, DT_F32, -1, e);
-    return rc ? rc : model_ws_new(&t->ws, g_m, 64, 2, 2, 16, e);
+    setenv("CINFER_LEAD_SPLIT", "1", 1); /* the CPU would not split: make it, to check it */
+    rc = rc ? rc : model_ws_new(&t->ws, g_m, 64, 2, 2, 16, e);
+    unsetenv("CINFER_LEAD_SPLIT");
+    return rc;
 }
 
 static void two_free(struct two *t)

@@ -352,6 +352,7 @@ static int cu_bind_thread(struct be *b, struct cerr *e)
 
 static const struct be_ops g_cuda_ops = {
     .name = "cuda",
+    .exact_rows = SG_MAX_N,
     .destroy = cu_destroy,
     .alloc = cu_alloc,
     .free = cu_free,
