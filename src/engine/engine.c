@@ -540,11 +540,12 @@ static int run_burst(struct engine *g, int n_rows)
         queued = model_queued(g->ws);
         g->steps++;
         g->burst_steps++;
-        long gen = 0;
+        long gen = 0, fed = 0;
         for (int s = 0; s < n_rows; s++) {
             struct ereq *r = g->rows[s].r;
             if (gone[s])
                 continue;
+            fed += r->n_past < r->n_prompt; /* a prompt's last token (the rest was cached) */
             r->n_past++;
             kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
             sampler_skip(r->smp);
@@ -554,6 +555,9 @@ static int run_burst(struct engine *g, int n_rows)
         }
         if (g->c.check_invariants)
             check_pool(g);
+        pthread_mutex_lock(&g->mu);
+        g->st.prompt_tokens += fed;
+        pthread_mutex_unlock(&g->mu);
         publish_stats(g, gen);
     }
     free(gone);
