@@ -132,11 +132,12 @@ struct be;
 
 struct be_ops {
     const char *name;
-    /* 0: every op gives a row the same bits whatever the step's row count. Else the most
-     * rows of a step whose rows get the bits of a one-row step (CUDA: 16, the skinny
-     * kernel; larger steps take cuBLAS): the model then runs a step's decode rows apart
-     * from larger prompt chunks (model_batch.n_lead). */
-    int exact_rows;
+    /* OPTIONAL. NULL: every op gives a row the same bits whatever the step's row count.
+     * Else the most rows of a step whose rows get the bits of a one-row step, for weights
+     * of this dtype (CUDA: 16 for BF16/F16, the skinny kernel; 8 for the others; larger
+     * steps take cuBLAS): the model then runs a step's decode rows apart from larger prompt
+     * chunks (model_batch.n_lead). */
+    int (*exact_rows)(struct be *b, int dtype);
     void (*destroy)(struct be *b);
 
     /* ---- memory ---- */

@@ -33,6 +33,7 @@ struct model_ws {
     int swa_split; /* this step uses them */
     int lead_split; /* run n_lead groups apart: -1 when the backend needs it (exact_rows),
                      * 1 always, 0 never (CINFER_LEAD_SPLIT, read at model_ws_new) */
+    int exact_rows; /* the fewest be_ops.exact_rows over the model's matrices (0: any) */
     int32_t *d_argmax; /* (2, max_out): model_forward uses slot 0; queued steps alternate */
     /* queued steps (model_forward_queue): in flight, oldest first (slot, output rows); the
      * last queued step's slot and rows (its ids are the next continuation's tokens) */
@@ -76,6 +77,18 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
     ws->max_blocks = max_blocks;
     const char *ls = getenv("CINFER_LEAD_SPLIT");
     ws->lead_split = ls && (!strcmp(ls, "0") || !strcmp(ls, "1")) ? atoi(ls) : -1;
+    if (b->ops->exact_rows) { /* the fewest over every matrix type the model holds */
+        ws->exact_rows = b->ops->exact_rows(b, m->output.dtype);
+        for (int il = 0; il < m->hp.n_layer; il++) {
+            const struct model_layer *ly = &m->layers[il];
+            const struct be_tensor *t[] = {&ly->wq, &ly->wk,     &ly->wv,   &ly->wo,
+                                           &ly->w_gate, &ly->w_up, &ly->w_down};
+            for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+                int x = b->ops->exact_rows(b, t[i]->dtype);
+                ws->exact_rows = x < ws->exact_rows ? x : ws->exact_rows;
+            }
+        }
+    }
     size_t T = (size_t)max_tok, E = (size_t)hp->n_embd;
     size_t QD = (size_t)hp->n_head * hp->head_dim, KVD = (size_t)hp->n_kv_head * hp->head_dim;
     size_t F = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
@@ -385,13 +398,14 @@ static void run_logits(const struct model *m, struct model_ws *ws, int n, int o0
  * (ws->logits), reading the step's token ids from d_tokens. A step whose first n_lead
  * tokens are rows of their own (model_batch.n_lead) runs them and the rest as two groups,
  * each as if it were a step alone, where the backend's kernels depend on the row count
- * (be_ops.exact_rows); it costs one more pass over the weights. */
+ * (be_ops.exact_rows, the fewest over the model's matrices); it costs one more pass
+ * over the weights. */
 static void run_step(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
                      const struct model_batch *bt, const int32_t *d_tokens)
 {
     /* worth a second pass over the weights only where it changes bits: the step is larger
      * than the backend's exact rows and the lead group is not */
-    const int x = m->be->ops->exact_rows, n = bt->n_tok;
+    const int x = ws->exact_rows, n = bt->n_tok;
     const int want = ws->lead_split >= 0 ? ws->lead_split
                                          : x > 0 && n > x && bt->n_lead <= x;
     int lead = want && bt->n_lead > 0 && bt->n_lead < n ? bt->n_lead : 0;

@@ -129,6 +129,16 @@ static int cu_download(struct be *b, void *dst, const void *src, size_t n, struc
     return 0;
 }
 
+/* be_ops.exact_rows: the skinny kernel serves 16-bit weights up to sg_max_n rows, the
+ * matvec kernels the other types up to 8 (cuda_mm.cu); beyond, cuBLAS. */
+static int cu_exact_rows(struct be *b, int dtype)
+{
+    const struct cu_be *cb = cu_be(b);
+    if (dtype == DT_BF16 || dtype == DT_F16)
+        return cb->sg_max_n > 0 ? cb->sg_max_n : 1;
+    return 8;
+}
+
 static int cu_fetch_start(struct be *b, int slot, const void *src, size_t n, struct cerr *e)
 {
     struct cu_be *cb = cu_be(b);
@@ -352,7 +362,7 @@ static int cu_bind_thread(struct be *b, struct cerr *e)
 
 static const struct be_ops g_cuda_ops = {
     .name = "cuda",
-    .exact_rows = SG_MAX_N,
+    .exact_rows = cu_exact_rows,
     .destroy = cu_destroy,
     .alloc = cu_alloc,
     .free = cu_free,
