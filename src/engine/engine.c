@@ -835,8 +835,13 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->out_idx = malloc((size_t)S * sizeof(int32_t));
         g->am = malloc((size_t)S * sizeof(int32_t));
         g->can_argmax = model_can_argmax(g->m) && !env_on("CINFER_HOST_ARGMAX");
+        /* bursts where a queued step runs while the host goes on (a GPU); on a backend
+         * that computes it at once (the CPU) a burst would only hold each token back by a
+         * step: CINFER_ENGINE_OVERLAP=1 forces them (tests), =0 turns them off */
         const char *ov = getenv("CINFER_ENGINE_OVERLAP");
-        g->overlap = !(ov && !strcmp(ov, "0"));
+        g->overlap = ov && !strcmp(ov, "1")   ? 1
+                     : ov && !strcmp(ov, "0") ? 0
+                                              : model_queue_async(g->m);
         g->tables = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
         g->slots_swa = malloc((size_t)T * sizeof(int32_t));
         g->tables_swa = malloc((size_t)S * g->max_blocks * sizeof(int32_t));

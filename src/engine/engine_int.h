@@ -84,7 +84,8 @@ struct engine {
     int32_t *am;       /* (max_seqs) argmax ids from the backend (steps of plain greedy rows) */
     int can_argmax;    /* the backend computes argmax (CINFER_HOST_ARGMAX=1: never use it) */
     int overlap;       /* decode bursts: queue the next greedy step before reading this one's
-                        * ids (engine.c run_burst; CINFER_ENGINE_OVERLAP=0: never) */
+                        * ids (engine.c run_burst): on an asynchronous backend, or forced
+                        * (CINFER_ENGINE_OVERLAP=1; =0: never) */
     long bursts, burst_steps; /* bursts run and steps they ran (stats) */
     void *cands;       /* (max_seqs, be_topcand_stride(cand_cap)) bytes: sampling candidates
                         * from the backend (steps with a row that can sample from them) */

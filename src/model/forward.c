@@ -527,6 +527,11 @@ int model_forward_wait(const struct model *m, struct model_ws *ws, int32_t *argm
 
 int model_queued(const struct model_ws *ws) { return ws->q_n; }
 
+int model_queue_async(const struct model *m)
+{
+    return m->be->ops->fetch_start && m->be->ops->fetch_wait;
+}
+
 int model_logits_row(const struct model *m, struct model_ws *ws, int row, float *dst,
                      struct cerr *e)
 {

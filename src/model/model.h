@@ -158,6 +158,9 @@ int model_forward_queue(const struct model *m, struct model_ws *ws,
 int model_forward_wait(const struct model *m, struct model_ws *ws, int32_t *argmax,
                        struct cerr *e);
 int model_queued(const struct model_ws *ws);
+/* 1 when a queued step runs while the host goes on (the backend has fetch_start); else
+ * model_forward_queue computes the step before it returns. */
+int model_queue_async(const struct model *m);
 
 /* 1 when the backend computes argmax ids itself (model_batch.argmax is honoured). */
 int model_can_argmax(const struct model *m);

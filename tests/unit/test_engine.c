@@ -271,8 +271,9 @@ static void test_overlap_same_ids(void)
             int mt = stop ? 300 : 17 + i;
             setenv("CINFER_ENGINE_OVERLAP", "0", 1);
             int n_off = run_one(i, mt, stop, off, &b_off, &fin);
-            unsetenv("CINFER_ENGINE_OVERLAP");
+            setenv("CINFER_ENGINE_OVERLAP", "1", 1); /* the CPU backend would not burst */
             int n_on = run_one(i, mt, stop, on, &b_on, &fin);
+            unsetenv("CINFER_ENGINE_OVERLAP");
             stopped += fin == ENGINE_FINISH_STOP;
             CHECK_EQ_INT(b_off, 0);
             total_on += b_on;
@@ -592,6 +593,19 @@ static void test_swa_lookup_needs_window(void)
     kv_pool_free(ps);
 }
 
+/* The scheduling tests again with decode bursts forced (the CPU backend computes a queued
+ * step at once, so the engine would not burst here by itself): batching, the prefix cache
+ * (a burst's dropped step past a finished sequence's end), preemption and the budget. */
+static void test_with_bursts(void)
+{
+    setenv("CINFER_ENGINE_OVERLAP", "1", 1);
+    test_batch_invariance();
+    test_prefix_cache();
+    test_preemption();
+    test_kv_budget();
+    unsetenv("CINFER_ENGINE_OVERLAP");
+}
+
 int main(void)
 {
     const char *fx = getenv("CINFER_FIXTURES");
@@ -606,6 +620,7 @@ int main(void)
     }
     RUN(test_batch_invariance);
     RUN(test_overlap_same_ids);
+    RUN(test_with_bursts);
     RUN(test_prefix_cache);
     RUN(test_lru_eviction);
     RUN(test_preemption);
