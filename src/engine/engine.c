@@ -322,6 +322,24 @@ static int32_t sample_from_cands(struct engine *g, struct ereq *r, int out,
     return sampler_sample(r->smp, row, r->want_lp ? lp : NULL);
 }
 
+/* The step's block tables, mb wide, from g->rows (and the sliding pool's, when split). */
+static void fill_tables(struct engine *g, int n_rows, int mb)
+{
+    for (int s = 0; s < n_rows; s++) {
+        const struct kv_seq *q = &g->rows[s].r->seq;
+        memcpy(g->tables + (size_t)s * mb, q->blocks, (size_t)q->n_blocks * sizeof(int32_t));
+        for (int b = q->n_blocks; b < mb; b++)
+            g->tables[(size_t)s * mb + b] = 0;
+        if (g->kv_swa) {
+            /* released blocks (before the window) read as block 0: never attended to */
+            const struct kv_seq *w = &g->rows[s].r->seq_swa;
+            for (int b = 0; b < mb; b++)
+                g->tables_swa[(size_t)s * mb + b] =
+                    b < w->n_blocks && w->blocks[b] >= 0 ? w->blocks[b] : 0;
+        }
+    }
+}
+
 static int run_step(struct engine *g, int n_rows)
 {
     int nt = 0, n_out = 0, mb = 1;
@@ -344,19 +362,7 @@ static int run_step(struct engine *g, int n_rows)
         if (r->seq.n_blocks > mb)
             mb = r->seq.n_blocks;
     }
-    for (int s = 0; s < n_rows; s++) {
-        const struct kv_seq *q = &g->rows[s].r->seq;
-        memcpy(g->tables + (size_t)s * mb, q->blocks, (size_t)q->n_blocks * sizeof(int32_t));
-        for (int b = q->n_blocks; b < mb; b++)
-            g->tables[(size_t)s * mb + b] = 0;
-        if (g->kv_swa) {
-            /* released blocks (before the window) read as block 0: never attended to */
-            const struct kv_seq *w = &g->rows[s].r->seq_swa;
-            for (int b = 0; b < mb; b++)
-                g->tables_swa[(size_t)s * mb + b] =
-                    b < w->n_blocks && w->blocks[b] >= 0 ? w->blocks[b] : 0;
-        }
-    }
+    fill_tables(g, n_rows, mb);
     /* the decode rows (one token each, planned first) run apart from the prompt chunks, so
      * a decode row's bits are those of a decode step (model_batch.n_lead) */
     int lead = 0;
@@ -483,12 +489,7 @@ static void burst_batch(struct engine *g, int n_rows, int ahead, struct model_ba
         if (r->seq.n_blocks > mb)
             mb = r->seq.n_blocks;
     }
-    for (int s = 0; s < n_rows; s++) {
-        const struct kv_seq *q = &g->rows[s].r->seq;
-        memcpy(g->tables + (size_t)s * mb, q->blocks, (size_t)q->n_blocks * sizeof(int32_t));
-        for (int k = q->n_blocks; k < mb; k++)
-            g->tables[(size_t)s * mb + k] = 0;
-    }
+    fill_tables(g, n_rows, mb);
     *b = (struct model_batch){.n_tok = n_rows, .tokens = ahead ? NULL : g->tokens,
                               .pos = g->pos, .seq = g->seqv, .slots = g->slots,
                               .n_seq = n_rows, .max_blocks = mb, .block_tables = g->tables,

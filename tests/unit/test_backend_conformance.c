@@ -517,41 +517,31 @@ static void test_matmul_fused(void)
                           dtype_name(dt), n, bad);
             }
     }
-    /* few weight tiles and a long K (many chunks per warp, a long accumulation) */
-    for (int bi = 0; bi < N_BACKENDS && ran; bi++) {
-        struct be *b = g.cand[bi][0];
-        if (!b || !b->ops->matmul_fused)
-            continue;
-        static const int ns2[] = {1, 5, 16};
-        for (size_t ni = 0; ni < 3; ni++) {
-            rng_seed(760 + ni);
-            const int mq[3] = {32, 16, 16}, mg[2] = {32, 32}, mo[1] = {48};
-            int n = ns2[ni], k = 8192;
-            int bad = fused_case(b, g_backends[bi], DT_BF16, BE_MM_PLAIN, 3, mq, k, n, 1) +
-                      fused_case(b, g_backends[bi], DT_BF16, BE_MM_GLU, 2, mg, k, n, 1) +
-                      fused_case(b, g_backends[bi], DT_BF16, BE_MM_ADD, 1, mo, k, n, 0);
-            CHECK_MSG(bad == 0, "%s matmul_fused long K, n=%d: %d off", g_backends[bi], n, bad);
+    /* BF16 shapes at the skinny kernel's edges: few weight tiles and a long K (many chunks
+     * per warp, a long accumulation); many tiles (272 of 16 rows, more than the CUDA skinny
+     * kernel's SG_WAVE_TILES = 264: 8-warp blocks there), with a single plain weight too */
+    static const struct {
+        const char *what;
+        int seed, k, mq[3], mg[2], mo, plain1, ns[3];
+    } sh[] = {{"long K", 760, 8192, {32, 16, 16}, {32, 32}, 48, 0, {1, 5, 16}},
+              {"many tiles", 780, 2048, {2048, 1152, 1152}, {4352, 4352}, 4352, 1, {1, 13, 0}}};
+    for (size_t si = 0; si < sizeof sh / sizeof sh[0]; si++)
+        for (int bi = 0; bi < N_BACKENDS && ran; bi++) {
+            struct be *b = g.cand[bi][0];
+            if (!b || !b->ops->matmul_fused)
+                continue;
+            for (size_t ni = 0; ni < 3 && sh[si].ns[ni]; ni++) {
+                rng_seed((uint64_t)sh[si].seed + ni);
+                const int n = sh[si].ns[ni], k = sh[si].k, *mo = &sh[si].mo;
+                const char *who = g_backends[bi];
+                int bad = fused_case(b, who, DT_BF16, BE_MM_PLAIN, 3, sh[si].mq, k, n, 1) +
+                          fused_case(b, who, DT_BF16, BE_MM_GLU, 2, sh[si].mg, k, n, 1) +
+                          fused_case(b, who, DT_BF16, BE_MM_ADD, 1, mo, k, n, 0);
+                if (sh[si].plain1)
+                    bad += fused_case(b, who, DT_BF16, BE_MM_PLAIN, 1, mo, k, n, 0);
+                CHECK_MSG(bad == 0, "%s matmul_fused %s, n=%d: %d off", who, sh[si].what, n, bad);
+            }
         }
-    }
-    /* many weight tiles: 272 of 16 rows, more than the CUDA skinny kernel's SG_WAVE_TILES
-     * (264), so it takes 8-warp blocks there, for every mode and a single plain weight */
-    for (int bi = 0; bi < N_BACKENDS && ran; bi++) {
-        struct be *b = g.cand[bi][0];
-        if (!b || !b->ops->matmul_fused)
-            continue;
-        static const int ns3[] = {1, 13};
-        for (size_t ni = 0; ni < 2; ni++) {
-            rng_seed(780 + ni);
-            const int mq[3] = {2048, 1152, 1152}, mg[2] = {4352, 4352}, mo[1] = {4352};
-            int n = ns3[ni], k = 2048;
-            int bad = fused_case(b, g_backends[bi], DT_BF16, BE_MM_PLAIN, 3, mq, k, n, 1) +
-                      fused_case(b, g_backends[bi], DT_BF16, BE_MM_PLAIN, 1, mo, k, n, 0) +
-                      fused_case(b, g_backends[bi], DT_BF16, BE_MM_GLU, 2, mg, k, n, 1) +
-                      fused_case(b, g_backends[bi], DT_BF16, BE_MM_ADD, 1, mo, k, n, 0);
-            CHECK_MSG(bad == 0, "%s matmul_fused many tiles, n=%d: %d off", g_backends[bi], n,
-                      bad);
-        }
-    }
     if (!ran)
         fprintf(stderr, "SKIP matmul_fused: no backend here has it\n");
 }
