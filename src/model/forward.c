@@ -34,6 +34,7 @@ struct model_ws {
     int lead_split; /* run n_lead groups apart: -1 when the backend needs it (exact_rows),
                      * 1 always, 0 never (CINFER_LEAD_SPLIT, read at model_ws_new) */
     int exact_rows; /* the fewest be_ops.exact_rows over the model's matrices (0: any) */
+    long lead_steps; /* steps run as two groups (model_lead_steps) */
     int32_t *d_argmax; /* (2, max_out): model_forward uses slot 0; queued steps alternate */
     /* queued steps (model_forward_queue): in flight, oldest first (slot, output rows); the
      * last queued step's slot and rows (its ids are the next continuation's tokens) */
@@ -410,6 +411,7 @@ static void run_step(const struct model *m, struct model_ws *ws, const struct mo
                                          : x > 0 && n > x && bt->n_lead <= x;
     int lead = want && bt->n_lead > 0 && bt->n_lead < n ? bt->n_lead : 0;
     if (lead) {
+        ws->lead_steps++;
         run_layers(m, ws, kv, bt, d_tokens, 0, lead);
         run_layers(m, ws, kv, bt, d_tokens, lead, n - lead);
     } else {
@@ -526,6 +528,8 @@ int model_forward_wait(const struct model *m, struct model_ws *ws, int32_t *argm
 }
 
 int model_queued(const struct model_ws *ws) { return ws->q_n; }
+
+long model_lead_steps(const struct model_ws *ws) { return ws->lead_steps; }
 
 int model_queue_async(const struct model *m)
 {

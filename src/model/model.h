@@ -161,6 +161,8 @@ int model_queued(const struct model_ws *ws);
 /* 1 when a queued step runs while the host goes on (the backend has fetch_start); else
  * model_forward_queue computes the step before it returns. */
 int model_queue_async(const struct model *m);
+/* Steps of ws run as two groups so far (model_batch.n_lead). */
+long model_lead_steps(const struct model_ws *ws);
 
 /* 1 when the backend computes argmax ids itself (model_batch.argmax is honoured). */
 int model_can_argmax(const struct model *m);

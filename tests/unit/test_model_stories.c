@@ -307,6 +307,7 @@ static void test_lead_groups(void)
         const int sel[2] = {0, 1}, cnt[2] = {1, 7};
         const int32_t *ids[2] = {&da, pb};
         CHECK_EQ_INT(two_step(&t, 2, sel, ids, cnt, lead, &got[0][0], &e), 0);
+        CHECK_EQ_INT(model_lead_steps(t.ws), lead); /* the split ran (forced) or did not */
         CHECK_MSG(!memcmp(got[0], ref[0], (size_t)V * 4), "n_lead %d: the decode row differs",
                   lead);
         CHECK_MSG(!memcmp(got[1], ref[1], (size_t)V * 4), "n_lead %d: the prompt row differs",
