@@ -12,6 +12,8 @@
  *
  * usage: cinfer_gpu_bench MODEL perf [--backend cuda] [--kv f16|f32] [--prefill 4096]
  *                                     [--batches 8,32,64]
+ *        cinfer_gpu_bench MODEL mixed [--batches B] [--prefill P]   (B decode rows beside a
+ *                                     prompt chunk of min(P, 512) rows, n_lead on and off)
  *        cinfer_gpu_bench MODEL logits --ids 1,2,3 [-n 64] [--backend cuda]
  *        cinfer_gpu_bench - mm      (projection micro-benchmark, no model)
  */
@@ -252,6 +254,104 @@ static int perf(struct ctx *c, struct be *be, int n_prefill, const int *batches,
     printf("}, \"agg_steps\": %d, \"peak_device_bytes\": %zu}\n", AGG_STEPS, peak_dev(be));
 out:
     free(ids);
+    return rc;
+}
+
+/* One step of B decode rows (sequences 0..B-1, token dec[i] at their n_past) and a P-token
+ * prompt chunk of sequence B (ids pr, from its n_past); outputs: the B decode rows, then the
+ * prompt's last row; n_lead as given (0: one group). Positions do not advance (a step can be
+ * repeated: it writes the same K/V again). Logits to c->logits unless argmax. */
+static int mixed_step(struct ctx *c, int B, const int32_t *dec, int P, const int32_t *pr,
+                      int n_lead, int argmax, struct cerr *e)
+{
+    int n = 0, mb = 1, rc;
+    for (int s = 0; s <= B; s++) {
+        if ((rc = kv_seq_reserve(c->kv, &c->seqs[s], c->n_past[s] + (s < B ? 1 : P), e)))
+            return rc;
+        mb = c->seqs[s].n_blocks > mb ? c->seqs[s].n_blocks : mb;
+    }
+    for (int s = 0; s <= B; s++) {
+        for (int j = 0; j < (s < B ? 1 : P); j++, n++) {
+            c->tok[n] = s < B ? dec[s] : pr[j];
+            c->pos[n] = c->n_past[s] + j;
+            c->seq[n] = s;
+            c->slots[n] = kv_seq_slot(c->kv, &c->seqs[s], c->pos[n]);
+        }
+        c->out[s] = n - 1;
+        memset(c->tables + (size_t)s * mb, 0, (size_t)mb * 4);
+        memcpy(c->tables + (size_t)s * mb, c->seqs[s].blocks, (size_t)c->seqs[s].n_blocks * 4);
+    }
+    struct model_kv_view view = kv_pool_view(c->kv);
+    struct model_batch b = {.n_tok = n, .tokens = c->tok, .pos = c->pos, .seq = c->seq,
+                            .slots = c->slots, .n_seq = B + 1, .max_blocks = mb,
+                            .block_tables = c->tables, .n_out = B + 1, .out_idx = c->out,
+                            .n_lead = n_lead, .argmax = argmax ? c->am : NULL};
+    return model_forward(c->m, c->ws, &view, &b, c->logits, e);
+}
+
+/* mixed mode: what running a step's decode rows apart from its prompt chunk (n_lead) costs
+ * and buys. B sequences are prefilled, then steps of B decode rows + a P-token prompt chunk
+ * run with n_lead = B and with n_lead = 0 (timed, best of 5), and a step of the B decode
+ * rows alone; "exact": the decode rows' logits equal the decode-only step's, bit for bit. */
+static int mixed_mode(struct ctx *c, int B, int P, struct cerr *e)
+{
+    int V = c->m->hp.n_vocab, rc = 0;
+    if (B < 1 || B >= MAX_B || B + P > c->max_tok || B + 1 > MAX_B)
+        return cerr_set(e, CERR_INVALID, "mixed: %d decode rows + %d prompt rows do not fit", B, P);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(PROMPT > P ? PROMPT : P)), dec[MAX_B];
+    float *ref = malloc(sizeof(float) * (size_t)B * V);
+    if (!ids || !ref) {
+        free(ids), free(ref);
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    }
+    for (int s = 0; s < B; s++) {
+        fill_ids(ids, PROMPT, V, 40 + (uint32_t)s);
+        if ((rc = step(c, &s, 1, ids, PROMPT, 0, e)))
+            goto out;
+        dec[s] = ids[s % PROMPT];
+    }
+    fill_ids(ids, P, V, 99);
+    /* the decode rows alone (a step of B rows, one output each): the reference logits */
+    int sel[MAX_B];
+    for (int s = 0; s < B; s++)
+        sel[s] = s;
+    double best[3] = {1e9, 1e9, 1e9};
+    const int am = c->use_am;
+    for (int r = 0; r < 6; r++) {
+        c->use_am = r < 5 ? am : 0; /* timed with the argmax; the last one keeps the logits */
+        double t0 = clock_now_s();
+        if ((rc = step(c, sel, B, dec, 1, 0, e)))
+            goto out;
+        double dt = clock_now_s() - t0;
+        if (r < 5)
+            best[2] = dt < best[2] ? dt : best[2];
+        for (int s = 0; s < B; s++)
+            c->n_past[s]--; /* the same position again next time */
+    }
+    c->use_am = am;
+    memcpy(ref, c->logits, sizeof(float) * (size_t)B * V);
+    int exact[2];
+    for (int v = 0; v < 2; v++) { /* v 0: n_lead = B (split where it changes bits), 1: none */
+        if ((rc = mixed_step(c, B, dec, P, ids, v ? 0 : B, 0, e)))
+            goto out;
+        exact[v] = !memcmp(c->logits, ref, sizeof(float) * (size_t)B * V);
+        for (int r = 0; r < 5; r++) {
+            double t0 = clock_now_s();
+            if ((rc = mixed_step(c, B, dec, P, ids, v ? 0 : B, c->use_am, e)))
+                goto out;
+            double dt = clock_now_s() - t0;
+            best[v] = dt < best[v] ? dt : best[v];
+        }
+    }
+    printf("{\"mixed\": {\"decode_rows\": %d, \"prompt_rows\": %d, \"lead_ms\": %.3f, "
+           "\"one_group_ms\": %.3f, \"decode_only_ms\": %.3f, \"lead_exact\": %s, "
+           "\"one_group_exact\": %s, \"lead_steps\": %ld}}\n",
+           B, P, best[0] * 1e3, best[1] * 1e3, best[2] * 1e3, exact[0] ? "true" : "false",
+           exact[1] ? "true" : "false", model_lead_steps(c->ws));
+out:
+    for (int s = 0; s <= B; s++)
+        reset(c, s);
+    free(ids), free(ref);
     return rc;
 }
 
@@ -496,13 +596,16 @@ int main(int argc, char **argv)
         goto fail;
     }
     /* perf: argmax on the device as the engine does; logits mode needs every logit */
-    c.use_am = !strcmp(mode, "perf") && model_can_argmax(c.m) && !getenv("CINFER_HOST_ARGMAX");
+    c.use_am = (!strcmp(mode, "perf") || !strcmp(mode, "mixed")) && model_can_argmax(c.m) &&
+               !getenv("CINFER_HOST_ARGMAX");
     if (!strcmp(mode, "perf"))
         rc = perf(&c, be, n_prefill, batches, n_batches, load_s, &e);
     else if (!strcmp(mode, "logits") && idstr)
         rc = logits_mode(&c, idstr, n_gen, &e);
+    else if (!strcmp(mode, "mixed"))
+        rc = mixed_mode(&c, batches[0], n_prefill < 512 ? n_prefill : 512, &e);
     else
-        rc = cerr_set(&e, CERR_INVALID, "mode must be perf or logits --ids ...");
+        rc = cerr_set(&e, CERR_INVALID, "mode must be perf, mixed or logits --ids ...");
     if (!rc)
         goto done;
 fail:
