@@ -485,7 +485,6 @@ static void burst_batch(struct engine *g, int n_rows, int ahead, struct model_ba
         g->seqv[s] = s;
         g->slots[s] = kv_seq_slot(g->kv, &r->seq, p);
         g->out_idx[s] = s;
-        g->rows[s].out = s;
         if (r->seq.n_blocks > mb)
             mb = r->seq.n_blocks;
     }
@@ -525,7 +524,6 @@ static int run_burst(struct engine *g, int n_rows)
             cerr_set(&e, CERR_NOMEM, "out of memory");
         goto failed;
     }
-    g->bursts++;
     while (queued) {
         /* the next step first, while the device runs the one in flight */
         int next = alive == n_rows && burst_more(g, n_rows);
@@ -612,7 +610,6 @@ static void publish_stats(struct engine *g, long gen_delta)
     g->st.invariant_failures = g->invariant_failures;
     g->st.cand_rows = g->cand_rows;
     g->st.cand_full_rows = g->full_rows;
-    g->st.bursts = g->bursts;
     g->st.burst_steps = g->burst_steps;
     memcpy(g->st.last_invariant_error, g->invariant_error, sizeof g->st.last_invariant_error);
     pthread_mutex_unlock(&g->mu);

@@ -100,9 +100,9 @@ struct engine_stats {
     /* sampled rows (not plain greedy) of steps that read candidates from the backend: taken
      * from the candidates / that fetched their row's logits (op topcand, see engine.c) */
     long cand_rows, cand_full_rows;
-    /* decode bursts (engine.c run_burst): bursts run, and their steps, each queued before
-     * the previous step's ids were read back */
-    long bursts, burst_steps;
+    /* steps of decode bursts (engine.c run_burst), each queued before the previous step's
+     * ids were read back */
+    long burst_steps;
     char last_invariant_error[256];
 };
 

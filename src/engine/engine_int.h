@@ -86,7 +86,7 @@ struct engine {
     int overlap;       /* decode bursts: queue the next greedy step before reading this one's
                         * ids (engine.c run_burst): on an asynchronous backend, or forced
                         * (CINFER_ENGINE_OVERLAP=1; =0: never) */
-    long bursts, burst_steps; /* bursts run and steps they ran (stats) */
+    long burst_steps;  /* steps run in decode bursts (stats) */
     void *cands;       /* (max_seqs, be_topcand_stride(cand_cap)) bytes: sampling candidates
                         * from the backend (steps with a row that can sample from them) */
     int cand_cap;      /* 0 = never (no topcand op, CINFER_HOST_ARGMAX=1 or CINFER_HOST_SAMPLE=1) */

@@ -51,9 +51,6 @@ struct cu_graphs {
     int64_t replays, captures;
     int nocapture; /* the pending list has a prefill-sized GEMM: shapes rarely repeat */
     int seg;       /* flush every seg calls (0: only when the stream is needed) */
-    int seg_first; /* the first segment after the stream was needed: this many calls, so the
-                    * GPU starts a step sooner (CINFER_CUDA_GRAPH_SEG_FIRST; default seg) */
-    int seg_n;     /* segments flushed since the stream was last needed */
     unsigned epoch; /* cb->scratch_epoch the cached graphs were captured under */
     uint64_t log[CU_LOG]; /* keys of the last graph launches (ring; log_n launches in all) */
     int64_t log_n;
@@ -71,8 +68,6 @@ int cu_graphs_init(struct cu_be *cb, int want)
     cb->graphs->seg = sg && *sg ? atoi(sg) : CU_GRAPH_SEG;
     if (cb->graphs->seg < 0)
         cb->graphs->seg = 0;
-    const char *sf = getenv("CINFER_CUDA_GRAPH_SEG_FIRST");
-    cb->graphs->seg_first = sf && atoi(sf) > 0 ? atoi(sf) : cb->graphs->seg;
     return 0;
 }
 
@@ -145,16 +140,7 @@ static int capture(struct cu_be *cb, struct cu_graph_ent *e)
     return 0;
 }
 
-static void flush_list(struct cu_be *cb);
-
 void cu_flush(struct cu_be *cb)
-{
-    flush_list(cb);
-    if (cb->graphs)
-        cb->graphs->seg_n = 0;
-}
-
-static void flush_list(struct cu_be *cb)
 {
     struct cu_graphs *g = cb->graphs;
     if (!g || g->n == 0)
@@ -229,10 +215,8 @@ static void defer(struct be *b, void (*run)(struct be *, const void *), const vo
     c->size = size;
     c->args[(size + 7) / 8 - 1] = 0; /* the last word's tail hashes as zeros */
     memcpy(c->args, args, size);
-    if (g->seg && g->n >= (g->seg_n ? g->seg : g->seg_first)) {
-        flush_list(cb);
-        g->seg_n++;
-    }
+    if (g->seg && g->n >= g->seg)
+        cu_flush(cb);
 }
 
 /* ---- the recorded ops: one argument struct each (zeroed, so padding hashes alike) ---- */
