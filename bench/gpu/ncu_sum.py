@@ -4,10 +4,12 @@ import collections
 import csv
 import sys
 
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-if not rows:
+# the program's own output may come first (and a JSON line splits on its commas too)
+rows = list(csv.reader(open(sys.argv[1])))
+start = next((i for i, r in enumerate(rows) if "Kernel Name" in r and "Metric Name" in r), None)
+if start is None:
     sys.exit("no ncu rows")
-hdr, rows = rows[0], rows[1:]
+hdr, rows = rows[start], [r for r in rows[start + 1:] if len(r) == len(rows[start])]
 ki, mi, vi = hdr.index("Kernel Name"), hdr.index("Metric Name"), hdr.index("Metric Value")
 tot, cnt = collections.defaultdict(float), collections.Counter()
 pct = collections.defaultdict(lambda: collections.defaultdict(list))

@@ -67,10 +67,12 @@ struct be_attn {
  * rope (PLAIN with n_w = 3: q, k, v): then also rope_kv_store(*rope) on y[0], y[1], y[2]
  * (rope's q, k, v pointers are ignored), with exactly the results of the unfused pair.
  * chain (a hint; 0 is always correct): on an ADD, 1 = the next matmul_fused call norms this
- * y[0] (its x = y[0], same n, with a norm), so the backend may gather now what that norm
- * needs; on a call with a norm, 1 = x is the y[0] of the immediately preceding matmul_fused
- * call, an ADD with chain = 1, unchanged since. The norm's sum of squares may then be
- * reduced in another fixed order (rounding of the norm only; batch invariant all the same). */
+ * y[0] (its x = y[0], same n, with the norm next_norm), so the backend may gather now what
+ * that norm needs; on a call with a norm, 1 = x is the y[0] of the immediately preceding
+ * matmul_fused call, an ADD with chain = 1 and next_norm = this norm, unchanged since. The
+ * norm may then be computed in another fixed order (its sum of squares reduced otherwise,
+ * the row's 1/rms applied after the dot product: rounding only; batch invariant all the
+ * same). */
 enum be_mm_mode { BE_MM_PLAIN = 0, BE_MM_GLU = 1, BE_MM_ADD = 2 };
 struct be_rope_kv;
 struct be_mm {
@@ -85,6 +87,7 @@ struct be_mm {
     float *y[3];
     const struct be_rope_kv *rope; /* NULL, or see above */
     int chain;                     /* see above */
+    const float *next_norm;        /* ADD with chain = 1: the next call's norm, or NULL */
 };
 
 /* rope on q and k, then kv_store of the rotated k and of v (the OPTIONAL op rope_kv_store):

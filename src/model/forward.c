@@ -190,18 +190,19 @@ static void project(const struct model *m, struct model_ws *ws, int n, const flo
         op->matmul(m->be, y[i], ws->xb, n, w[i]);
 }
 
-/* x += post_norm(a W^T): the residual add, fused into the projection when possible. chain:
- * the next op is a matmul_fused that norms x (be_mm.chain). */
+/* x += post_norm(a W^T): the residual add, fused into the projection when possible.
+ * next_norm: non-NULL when the next op is a matmul_fused that norms x with it (be_mm.chain). */
 static void out_proj(const struct model *m, struct model_ws *ws, int n, const float *a,
-                     const struct be_tensor *w, const float *post_norm, int chain)
+                     const struct be_tensor *w, const float *post_norm, const float *next_norm)
 {
+    const int chain = next_norm != NULL;
     const struct model_hparams *hp = &m->hp;
     const struct be_ops *op = m->be->ops;
     struct be *b = m->be;
     ws->x_chain = 0;
     if (op->matmul_fused && !post_norm) {
         struct be_mm f = {.mode = BE_MM_ADD, .n = n, .x = a, .n_w = 1, .w = {w}, .y = {ws->x},
-                          .chain = chain};
+                          .chain = chain, .next_norm = next_norm};
         op->matmul_fused(b, &f);
         ws->x_chain = chain;
         return;
@@ -276,7 +277,7 @@ static void attention_block(const struct model *m, struct model_ws *ws,
         .v_cache = kv->v[il],
     };
     op->attention(b, ws->att, ws->q, &a);           /* (n, qd) */
-    out_proj(m, ws, n, ws->att, &ly->wo, ly->post_attn_norm, 1); /* mlp_block norms x next */
+    out_proj(m, ws, n, ws->att, &ly->wo, ly->post_attn_norm, ly->ffn_norm); /* mlp_block next */
 }
 
 static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
@@ -299,7 +300,8 @@ static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
         op->act_mul(b, ws->gate, ws->gate, ws->up, (int64_t)n * hp->n_ff, hp->act);
     }
     /* the next layer's attention block norms x first */
-    out_proj(m, ws, n, ws->gate, &ly->w_down, ly->post_ffn_norm, il + 1 < m->hp.n_layer);
+    out_proj(m, ws, n, ws->gate, &ly->w_down, ly->post_ffn_norm,
+             il + 1 < m->hp.n_layer ? m->layers[il + 1].attn_norm : NULL);
 }
 
 /* The checks every step passes; tokens may be NULL (a queued continuation, checked by

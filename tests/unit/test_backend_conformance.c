@@ -518,7 +518,7 @@ static void test_matmul_fused(void)
             }
     }
     /* BF16 shapes at the skinny kernel's edges: few weight tiles and a long K (many chunks
-     * per warp, a long accumulation); many tiles (272 of 16 rows, more than the CUDA skinny
+     * per warp, a long accumulation; the ADD takes the CUDA kernel's 32-warp blocks); many tiles (272 of 16 rows, more than the CUDA skinny
      * kernel's SG_WAVE_TILES = 264: 8-warp blocks there), with a single plain weight too */
     static const struct {
         const char *what;
@@ -554,7 +554,7 @@ struct chain_setup {
     int mode, n_w, n_out, k0, k;
     const int *m;
     struct be_tensor wo, w[3];
-    float *da, *dg;
+    float *da, *dg, *dg2; /* dg2: other norm weights (a chain promised for them is ignored) */
     const float *other; /* another residual (n, k): a decoy chained ADD's */
 };
 
@@ -575,7 +575,7 @@ static int64_t chained_count(struct be *b, const char *who)
     return -1;
 }
 static void chain_run(struct be *b, const struct chain_setup *c, const float *res, int r0, int n,
-                      int chain, int copy_x, float *hres, float **hy)
+                      int chain, int copy_x, const float *next_g, float *hres, float **hy)
 {
     float *dres = dev_from(b, res + (int64_t)r0 * c->k, sizeof(float) * (size_t)n * c->k);
     float *dcopy = copy_x ? dev_from(b, NULL, sizeof(float) * (size_t)n * c->k) : NULL;
@@ -583,7 +583,8 @@ static void chain_run(struct be *b, const struct chain_setup *c, const float *re
     for (int i = 0; i < c->n_out; i++)
         dy[i] = dev_from(b, NULL, sizeof(float) * (size_t)n * c->m[i]);
     struct be_mm add = {.mode = BE_MM_ADD, .n = n, .x = c->da + (int64_t)r0 * c->k0, .n_w = 1,
-                        .w = {&c->wo}, .y = {dres}, .chain = chain};
+                        .w = {&c->wo}, .y = {dres}, .chain = chain,
+                        .next_norm = chain ? next_g : NULL};
     b->ops->matmul_fused(b, &add);
     if (copy_x) /* the same values in another buffer (scale by 1 is exact) */
         b->ops->scale(b, dcopy, dres, 1.0f, (int64_t)n * c->k);
@@ -641,17 +642,21 @@ static int chain_case(struct be *b, const char *who, int mode, int n, int k0, in
     fill_f(gn, k, 1.0f);
     c.da = dev_from(b, a, sizeof(float) * (size_t)n * k0);
     c.dg = dev_from(b, gn, sizeof(float) * (size_t)k);
-    float *hres[3], *hy[3][3]; /* runs: chained, unchained, chain claimed for a copy */
+    float *gn2 = malloc(sizeof(float) * (size_t)k);
+    fill_f(gn2, k, 2.0f);
+    c.dg2 = dev_from(b, gn2, sizeof(float) * (size_t)k);
+    /* runs: chained, unchained, chain claimed for a copy, chain promised for other norm weights */
+    float *hres[4], *hy[4][3];
     int bad = 0;
-    /* CUDA chains q/k/v (the default CINFER_CUDA_FUSE_NORM=1) on the skinny path (<= 16 rows):
-     * exactly the first run, never the other two */
-    const int64_t want_chain = mode == BE_MM_PLAIN && n <= 16 ? 1 : 0;
-    for (int v = 0; v < 3; v++) {
+    /* CUDA chains q/k/v and gate/up (the default CINFER_CUDA_FUSE_NORM=1) on the skinny path
+     * (<= 16 rows): exactly the first run, never the other three */
+    const int64_t want_chain = n <= 16 ? 1 : 0;
+    for (int v = 0; v < 4; v++) {
         hres[v] = malloc(sizeof(float) * (size_t)n * k);
         for (int i = 0; i < c.n_out; i++)
             hy[v][i] = malloc(sizeof(float) * (size_t)n * c.m[i]);
         const int64_t c0 = chained_count(b, who);
-        chain_run(b, &c, res, 0, n, v != 1, v == 2, hres[v], hy[v]);
+        chain_run(b, &c, res, 0, n, v != 1, v == 2, v == 3 ? c.dg2 : c.dg, hres[v], hy[v]);
         const int64_t ran = chained_count(b, who) - c0;
         if (c0 >= 0 && ran != (v == 0 ? want_chain : 0) && bad++ < 3)
             fprintf(stderr, "  %s chain mode %d n=%d run %d: %lld calls chained, expected %lld\n",
@@ -663,6 +668,10 @@ static int chain_case(struct be *b, const char *who, int mode, int n, int k0, in
     for (int i = 0; i < c.n_out; i++)
         if (memcmp(hy[2][i], hy[1][i], sizeof(float) * (size_t)n * c.m[i]) && bad++ < 3)
             fprintf(stderr, "  %s chain mode %d n=%d: a chain claimed for a copy of x was used\n",
+                    who, mode, n);
+    for (int i = 0; i < c.n_out; i++)
+        if (memcmp(hy[3][i], hy[1][i], sizeof(float) * (size_t)n * c.m[i]) && bad++ < 3)
+            fprintf(stderr, "  %s chain mode %d n=%d: a chain for other norm weights was used\n",
                     who, mode, n);
     /* expected: rmsnorm(residual) * g in double, rounded to float, through the weights */
     float *xn = malloc(sizeof(float) * (size_t)n * k);
@@ -693,7 +702,7 @@ static int chain_case(struct be *b, const char *who, int mode, int n, int k0, in
     for (int i = 0; i < c.n_out; i++)
         y1[i] = malloc(sizeof(float) * (size_t)c.m[i]);
     for (int r = 0; r < n && n > 1 && fused_invariant(dt, n); r += 3) {
-        chain_run(b, &c, res, r, 1, 1, 0, r1, y1);
+        chain_run(b, &c, res, r, 1, 1, 0, c.dg, r1, y1);
         for (int i = 0; i < c.n_out; i++)
             if (memcmp(y1[i], hy[0][i] + (int64_t)r * c.m[i], sizeof(float) * (size_t)c.m[i]) &&
                 bad++ < 3)
@@ -704,13 +713,14 @@ static int chain_case(struct be *b, const char *who, int mode, int n, int k0, in
     free(r1);
     for (int i = 0; i < c.n_w; i++)
         b->ops->free(b, c.w[i].data), free(w[i]), free(mag[i]), free(ex[i]);
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 4; v++) {
         free(hres[v]);
         for (int i = 0; i < c.n_out; i++)
             free(hy[v][i]);
     }
     b->ops->free(b, c.wo.data), b->ops->free(b, c.da), b->ops->free(b, c.dg);
-    free(wo), free(a), free(res), free(gn), free(xn), free(other);
+    b->ops->free(b, c.dg2);
+    free(wo), free(a), free(res), free(gn), free(gn2), free(xn), free(other);
     return bad;
 }
 

@@ -471,9 +471,10 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
             cb->repeat |= 1 << i;
     const char *fn = getenv("CINFER_CUDA_FUSE_NORM");
     cb->fuse_norm = fn && (!strcmp(fn, "0") || !strcmp(fn, "2")) ? atoi(fn) : 1;
-    if (cudaMalloc((void **)&cb->ss_buf, (size_t)SG_MAX_N * CU_SS_TILES * sizeof(float)) !=
+    if (cudaMalloc((void **)&cb->ss_buf, (size_t)SG_MAX_N * CU_SS_TILES * 17 * sizeof(float)) !=
         cudaSuccess)
         cudaGetLastError(), cb->ss_buf = NULL; /* the norms then run on their own */
+    cb->xg_buf = cb->ss_buf ? cb->ss_buf + (size_t)SG_MAX_N * CU_SS_TILES : NULL;
     const char *sp = getenv("CINFER_CUDA_SKINNY_PRECISE");
     cb->sg_precise = sp && !strcmp(sp, "1");
     const char *sk = getenv("CINFER_CUDA_SKINNY_MAX");

@@ -388,17 +388,17 @@ void cq_matmul_fused(struct be *b, const struct be_mm *m)
     struct a_mmf a_; /* the tensors by value: the caller's may not outlive the call */
     memset(&a_, 0, sizeof a_);
     a_.m.mode = m->mode, a_.m.act = m->act, a_.m.n = m->n, a_.m.x = m->x;
-    a_.m.norm = m->norm, a_.m.eps = m->eps, a_.m.n_w = m->n_w;
+    a_.m.norm = m->norm, a_.m.eps = m->eps, a_.m.n_w = m->n_w, a_.m.next_norm = m->next_norm;
     /* chain (be_mm): decided here, in call order, so a replayed segment never leaves it
      * stale; kept only when the ADD gathers and this call can read what it gathered */
     struct cu_be *cb = cu_be(b);
     if (m->mode == BE_MM_ADD) {
         a_.m.chain = m->chain && cu_mm_chain_ok(cb, m);
         cb->ss_ok = a_.m.chain, cb->ss_y = m->y[0], cb->ss_n = m->n;
-        cb->ss_m = (int)m->w[0]->ne[1];
+        cb->ss_m = (int)m->w[0]->ne[1], cb->ss_g = m->next_norm;
     } else {
         const int claimed = m->chain && cb->ss_ok && m->x == cb->ss_y && m->n == cb->ss_n &&
-                            m->w[0]->ne[0] == cb->ss_m;
+                            m->w[0]->ne[0] == cb->ss_m && m->norm == cb->ss_g;
         a_.m.chain = claimed && cu_mm_chain_ok(cb, m);
         cb->n_chained += a_.m.chain;
         cb->ss_ok = 0;

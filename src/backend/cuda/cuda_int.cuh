@@ -59,12 +59,15 @@ struct cu_be {
     int sg_warps_qkv;   /* 0, or 8 / 16 warps for the skinny q/k/v (CINFER_CUDA_SG_WARPS_QKV) */
     int sg_warps_glu;   /* the same for gate/up (CINFER_CUDA_SG_WARPS_GLU) */
     int sg_wave;        /* which projections take 8 warps when tiles are many (sg_warps) */
-    int fuse_norm;      /* chained ADD -> norm: the norm rides on the skinny q/k/v (1, the
-                         * default), on gate/up too (2), off (0) (CINFER_CUDA_FUSE_NORM) */
+    int fuse_norm;      /* chained ADD -> norm: the norm rides on the skinny q/k/v and gate/up
+                         * (1, the default), on q/k/v only (2), off (0) (CINFER_CUDA_FUSE_NORM) */
     float *ss_buf;      /* (SG_MAX_N, CU_SS_TILES): sums of squares of 16-row tiles of the
                          * last chained ADD's output (cuda_mmf.cu); NULL: no fusion */
+    float *xg_buf;      /* (SG_MAX_N, 16 * CU_SS_TILES), in ss_buf's allocation: that output
+                         * times the next norm's weights */
     const float *ss_y;  /* recording (cuda_graph.cu): the last call was a chained ADD that
-                         * gathers (ss_ok), its output, rows and width */
+                         * gathers (ss_ok), its output, rows, width and next norm */
+    const float *ss_g;
     int ss_n, ss_m, ss_ok;
     int64_t n_chained;  /* consumers recorded chained (be_cuda_chained) */
     void *fetch_buf[2];       /* pinned staging of fetch_start (allocated on first use) */

@@ -7,20 +7,24 @@
  * 16-bit type as they are loaded). Within each 32-element chunk of K a lane loads 8
  * consecutive elements of W and of x; the k order inside the mma is a fixed permutation of
  * the chunk, the same for A and B, so the dot product is unchanged. A block of W warps
- * (8 or 16, from K and M: sg_warps) owns one 16-row tile of W and one tile of up to SG_NT rows
+ * (8, 16 or 32: sg_warps) owns one 16-row tile of W and one tile of up to SG_NT rows
  * of x; warp w takes the chunks w, w + W, ... and the partial sums are added in warp order. A
  * y element's arithmetic therefore depends only on K (never on n or on the other rows): steps
  * of 1..SG_MAX_N rows are batch invariant bit for bit. Weight tiles are walked with the x
  * tiles fastest, so the blocks that read the same weights run together (L2 hits).
  *
  * Chained norm (be_mm.chain): a residual ADD writes the sum of squares of each 16-row tile
- * of its output rows (its epilogue holds them); the q/k/v projection that norms that output
- * next reduces them in a fixed order to 1/rms per row and norms x as it loads it, so the
- * separate rmsnorm kernel goes. cq_matmul_fused (cuda_graph.cu) decides the chain in call
- * order (cu_mm_chain_ok). Measured on the H200 (decode, one call each, A/B with
- * CINFER_CUDA_FUSE_NORM=0): l1b 0 to +3%, l8b neutral; chaining gate/up too was slower on
- * l8b (its kernel lost more than the rmsnorm cost), as were staging the normed x in shared
- * memory and a per-warp reduction with an L2 prefetch of the first weights.
+ * of its output rows (its epilogue holds them) and its output times the next norm's weights
+ * (be_mm.next_norm); the q/k/v or gate/up projection that norms that output next loads the
+ * latter as its x, reduces the tile sums in a fixed order to each row's 1/rms and scales its
+ * accumulators by it, so the separate rmsnorm kernel goes and the inner loop is the plain
+ * one. cq_matmul_fused (cuda_graph.cu) decides the chain in call order (cu_mm_chain_ok).
+ * Measured on the H200 (one call, A/B with CINFER_CUDA_FUSE_NORM=0, decode device step):
+ * l1b 1039 -> 1027 µs, l8b 4132 -> 4106 µs; in ncu the chained gate/up costs what the plain
+ * one does (63.0 against 62.8 µs on l8b) and its 3.5 µs rmsnorm is gone. The earlier form
+ * (x normed as loaded: (x * r) * gamma, r reduced before the loop) was slower on l8b than
+ * no chain, as were staging the normed x in shared memory and a per-warp reduction with an
+ * L2 prefetch of the first weights.
  *
  * Measured on the H200 and dropped: splitting K over blocks (last block reduces), loading
  * the first weights before the PDL wait (+ L2 prefetch): each was slower on l8b decode and
@@ -38,19 +42,32 @@ enum {
     SG_U = 4,   /* chunks of 32 in flight per warp (GLU: 2, it reads two weights) */
 };
 
-/* Warps per block (they split K): 8 when 16 would leave a warp fewer than 4 chunks, or when
- * the projection has more 16-row tiles than SG_WAVE_TILES (two 16-warp blocks on each of
- * an H100/H200's 132 SMs): 8-warp blocks (three or four an SM) then fill the waves better
- * (H200, device time of a decode step alone: l1b 1040 -> 1013 µs, l8b 4296 -> 4230 µs, most
- * of it gate/up; the classifier gains ~8 µs on l1b). Depends on K and M only, never
- * on the rows of x (batch invariance). wave: CINFER_CUDA_SG_WAVE (measurements): 0 K only,
- * 1 every projection (default), 2 gate/up only, 3 gate/up and q/k/v. */
+/* Warps per block (they split K), from K, M and the device only, never from the rows of x
+ * (batch invariance):
+ * - 32 for a residual ADD with no more 16-row tiles than SMs and a long K (each warp still
+ *   takes >= 8 chunks): the SM then has 32 warps' loads in flight, not 16 (H200, the l1b down
+ *   projection, 128 tiles, K = 8192: 17.0 -> 13.9 µs in ncu; decode 964 -> 1031 tok/s in
+ *   one call);
+ * - 8 when 16 would leave a warp fewer than 4 chunks, or when the projection has more tiles
+ *   than SG_WAVE_TILES (two 16-warp blocks on each of an H100/H200's 132 SMs): 8-warp blocks
+ *   (three or four an SM) then fill the waves better (H200, device time of a decode step
+ *   alone: l1b 1040 -> 1013 µs, l8b 4296 -> 4230 µs, most of it gate/up; the classifier
+ *   gains ~8 µs on l1b);
+ * - else 16.
+ * wave: CINFER_CUDA_SG_WAVE (measurements): 0 K only, 1 every projection (default), 2
+ * gate/up only, 3 gate/up and q/k/v. */
 enum { SG_WAVE_TILES = 264 };
 static int g_wave_tiles = SG_WAVE_TILES; /* CINFER_CUDA_SG_WAVE_TILES (measurements) */
-static int sg_warps(int K, int tiles, int kind, int wave)
+static int g_w32 = 1;                    /* CINFER_CUDA_SG_W32=0: never 32 warps (measurements) */
+static int sg_warps(int K, int tiles, int kind, int wave, int n_sm, int precise)
 {
     if (K / 32 < 64)
         return 8;
+    /* a residual ADD with fewer tiles than SMs and a long K (the 1B down projection: 128
+     * tiles, K = 8192): 32 warps, so each SM has as many loads in flight as the many-tile
+     * projections give it (each warp still takes >= 8 chunks) */
+    if (g_w32 && kind == BE_MM_ADD && !precise && tiles <= n_sm && K / 32 >= 32 * 8)
+        return 32;
     const int on = wave == 1 || (wave >= 2 && kind == BE_MM_GLU) || (wave == 3 && kind == SG_ROPE);
     return on && tiles > g_wave_tiles ? 8 : 16;
 }
@@ -59,6 +76,8 @@ void cu_mmf_init(void)
 {
     const char *wt = getenv("CINFER_CUDA_SG_WAVE_TILES");
     g_wave_tiles = wt && atoi(wt) > 0 ? atoi(wt) : SG_WAVE_TILES;
+    const char *w32 = getenv("CINFER_CUDA_SG_W32");
+    g_w32 = !(w32 && !strcmp(w32, "0"));
 }
 
 __device__ __forceinline__ uint32_t pack2(float a, float b, int bf)
@@ -113,10 +132,11 @@ struct sg_args {
     int hd, rot, neox, kvd, kv_dtype;
     void *k_cache, *v_cache;
     /* chained norm (be_mm.chain): an ADD writes the sum of squares of each 16-row tile of
-     * its output rows to ss_out[col * (M / 16) + tile]; a kernel with NI reads them
-     * (ss_in, K / 16 per x row) and loads x as rmsnorm(x) * gamma */
-    float *ss_out;
-    const float *ss_in, *gamma;
+     * its output rows to ss_out[col * (M / 16) + tile] and its output times the next norm's
+     * weights (gnext) to xg_out; a kernel with NI reads that as its x and the sums (ss_in,
+     * K / 16 per x row), and scales its accumulators by each row's 1/rms */
+    float *ss_out, *xg_out;
+    const float *ss_in, *gnext;
     float eps;
 };
 
@@ -130,19 +150,17 @@ __device__ __forceinline__ float sg_glu(float g, float u, int act)
     return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(in))), u);
 }
 
-/* NI: rn[s] = 1 / sqrt(ss / K + eps) of x row col0 + s * 8 + g, ss = the producer's K / 16
- * tile sums of that row (lane i adds tiles i, i + 32, ... in order, then the warp butterfly:
- * a fixed order that depends only on K); warp w reduces rows w, w + W, ... of the block's
- * x tile, shared through shared memory (rows past n repeat row n - 1, unused). */
+/* NI: rsh[cl] = 1 / sqrt(ss / K + eps) of x row col0 + cl, ss = the producer's K / 16 tile
+ * sums of that row (lane i adds tiles i, i + 32, ... in order, then the warp butterfly: a
+ * fixed order that depends only on K); warp w reduces rows w, w + W, ... of the block's x
+ * tile that exist (cl < n - col0). */
 template <int NS, int W>
-__device__ __forceinline__ void sg_norm_r(const sg_args &a, int col0, int warp, int lane, int g,
-                                          float *rn)
+__device__ __forceinline__ void sg_norm_r(const sg_args &a, int col0, int warp, int lane,
+                                          float *rsh)
 {
-    __shared__ float rsh[NS * 8];
     const int T = a.K / 16;
-    for (int cl = warp; cl < NS * 8; cl += W) {
-        const int col = col0 + cl < a.n ? col0 + cl : a.n - 1;
-        const float *p = a.ss_in + (size_t)col * T;
+    for (int cl = warp; cl < NS * 8 && col0 + cl < a.n; cl += W) {
+        const float *p = a.ss_in + (size_t)(col0 + cl) * T;
         float ss = 0.0f;
         for (int i = lane; i < T; i += 32)
             ss = __fadd_rn(ss, p[i]);
@@ -150,19 +168,16 @@ __device__ __forceinline__ void sg_norm_r(const sg_args &a, int col0, int warp, 
         if (lane == 0)
             rsh[cl] = 1.0f / sqrtf(ss / (float)a.K + a.eps);
     }
-    __syncthreads();
-#pragma unroll
-    for (int s = 0; s < NS; s++)
-        rn[s] = rsh[s * 8 + g];
 }
 
 /* MODE: BE_MM_PLAIN / BE_MM_GLU / BE_MM_ADD / SG_ROPE. NS: n8 tiles per block (1 or 2). P:
  * precise (x split into hi + lo 16-bit parts, two mmas). SG_ROPE: a q or k tile inside the
  * rotated part of a head holds 8 rope pairs (mma rows g and g + 8 are the pair's two rows),
  * so each lane rotates its own accumulators, with rope_pair's arithmetic (cuda_ops.cu). NI:
- * x is normed as it is loaded: (x * r) * gamma, r = 1 / sqrt(ss / K + eps) with rmsnorm's
- * arithmetic, ss = the producer's tile sums added in a fixed order (lane i: tiles i, i + 32,
- * ..., then the warp butterfly) that depends only on K. */
+ * x is the producer's x * gamma (sg_args.xg_out) and the accumulators are scaled by
+ * r = 1 / sqrt(ss / K + eps) of their row before the epilogue: rmsnorm(x) * gamma with the
+ * row's scalar r taken out of the dot product; ss = the producer's tile sums added in a
+ * fixed order (sg_norm_r) that depends only on K. */
 template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI>
 __global__ void __launch_bounds__(SG_WARPS * 32)
     k_sg(struct sg_args a, int act)
@@ -171,6 +186,7 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
     /* chunks in flight: GLU reads two weights, so half as many (two blocks fit an SM) */
     constexpr int U = MODE == BE_MM_GLU ? SG_U / 2 : SG_U;
     __shared__ float red[SG_WARPS - 1][NA * NS * 4][32];
+    __shared__ float rsh[NS * 8]; /* NI: 1/rms of the block's x rows */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     const int tile = blockIdx.x / a.ny, xt = blockIdx.x % a.ny;
     /* which weight (no dynamic indexing of the parameter arrays: it would go to the stack) */
@@ -215,27 +231,15 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
     cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
     const int nc = K / 32;
     int c = warp;
-    float rn[NS]; /* NI: 1/rms of this lane's x rows */
-    const float4 *gr = NULL;
-    if constexpr (NI) {
-        static_assert(P == 0, "no normed x in the precise mode");
-        sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, g, rn);
-        gr = (const float4 *)a.gamma + 2 * tq;
-    }
+    static_assert(!NI || P == 0, "no normed x in the precise mode");
     /* one chunk: A = rows g, g+8 at 8tq..8tq+7 (uint4 each); B = x rows at the same k */
-#define SG_CHUNK(AW0, AW1, AU0, AU1, XB, GM)                                                   \
+#define SG_CHUNK(AW0, AW1, AU0, AU1, XB)                                                       \
     do {                                                                                       \
         _Pragma("unroll") for (int s = 0; s < NS; s++)                                         \
         {                                                                                      \
             uint32_t bh[4], bl[4];                                                             \
             float xv[8] = {XB[s][0].x, XB[s][0].y, XB[s][0].z, XB[s][0].w,                     \
                            XB[s][1].x, XB[s][1].y, XB[s][1].z, XB[s][1].w};                    \
-            if (NI) { /* rmsnorm's (x * r) * gamma */                                         \
-                const float gv[8] = {GM[0].x, GM[0].y, GM[0].z, GM[0].w,                       \
-                                     GM[1].x, GM[1].y, GM[1].z, GM[1].w};                      \
-                _Pragma("unroll") for (int j = 0; j < 8; j++)                                  \
-                    xv[j] = __fmul_rn(__fmul_rn(xv[j], rn[s]), gv[j]);                         \
-            }                                                                                  \
             _Pragma("unroll") for (int j = 0; j < 4; j++)                                      \
             {                                                                                  \
                 bh[j] = xok[s] ? pack2(xv[2 * j], xv[2 * j + 1], BF) : 0u;                     \
@@ -262,7 +266,7 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
 
     for (; c + (U - 1) * SG_WARPS < nc; c += U * SG_WARPS) {
         uint4 aw0[U], aw1[U], au0[U], au1[U];
-        float4 xb[U][NS][2], gm[U][2];
+        float4 xb[U][NS][2];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int cc = (c + u * SG_WARPS) * 4; /* uint4 index of the chunk in a row */
@@ -281,33 +285,26 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
                 xb[u][s][0] = __ldg(xr[s] + cx);
                 xb[u][s][1] = __ldg(xr[s] + cx + 1);
             }
-        if (NI)
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int cx = (c + u * SG_WARPS) * 8;
-                gm[u][0] = __ldg(gr + cx);
-                gm[u][1] = __ldg(gr + cx + 1);
-            }
 #pragma unroll
         for (int u = 0; u < U; u++)
-            SG_CHUNK(aw0[u], aw1[u], au0[u], au1[u], xb[u], gm[u]);
+            SG_CHUNK(aw0[u], aw1[u], au0[u], au1[u], xb[u]);
     }
     for (; c < nc; c += SG_WARPS) {
         int cc = c * 4, cx = c * 8;
         uint4 aw0 = __ldg(wr0 + cc), aw1 = __ldg(wr1 + cc), au0 = aw0, au1 = aw1;
         if (MODE == BE_MM_GLU)
             au0 = __ldg(ur0 + cc), au1 = __ldg(ur1 + cc);
-        float4 xb[NS][2], gm[2];
+        float4 xb[NS][2];
 #pragma unroll
         for (int s = 0; s < NS; s++) {
             xb[s][0] = __ldg(xr[s] + cx);
             xb[s][1] = __ldg(xr[s] + cx + 1);
         }
-        if (NI)
-            gm[0] = __ldg(gr + cx), gm[1] = __ldg(gr + cx + 1);
-        SG_CHUNK(aw0, aw1, au0, au1, xb, gm);
+        SG_CHUNK(aw0, aw1, au0, au1, xb);
     }
 #undef SG_CHUNK
+    if constexpr (NI) /* the rows' 1/rms, read by warp 0 after the barrier below */
+        sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, rsh);
     /* partial sums of warps 1.. to shared memory; warp 0 adds them in warp order */
     if (warp > 0) {
 #pragma unroll
@@ -330,6 +327,18 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
 #pragma unroll
                 for (int i = 0; i < 4; i++)
                     acc[q][s][i] += red[w][(q * NS + s) * 4 + i][lane];
+    if constexpr (NI) { /* accumulator i is x row col0 + s * 8 + 2 tq + (i & 1) */
+#pragma unroll
+        for (int s = 0; s < NS; s++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int cl = s * 8 + 2 * tq + (i & 1);
+                if (col0 + cl < a.n)
+#pragma unroll
+                    for (int q = 0; q < NA; q++)
+                        acc[q][s][i] = __fmul_rn(acc[q][s][i], rsh[cl]);
+            }
+    }
     float *Y = wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2];
     if constexpr (MODE == SG_ROPE) {
 #pragma unroll
@@ -374,8 +383,11 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
                 float *yp = Y + (size_t)col * M + row;
                 if (MODE == BE_MM_GLU)
                     *yp = sg_glu(acc[0][s][i], acc[NA - 1][s][i], act);
-                else if (MODE == BE_MM_ADD)
+                else if (MODE == BE_MM_ADD) {
                     *yp = yv[s][i] = __fadd_rn(*yp, acc[0][s][i]);
+                    if (a.xg_out) /* the next projection's x: this output times its norm */
+                        a.xg_out[(size_t)col * M + row] = __fmul_rn(yv[s][i], a.gnext[row]);
+                }
                 else
                     *yp = acc[0][s][i];
             }
@@ -444,7 +456,7 @@ template <int BF, int MODE, int P, int W>
 static void sg_launch_w(struct cu_be *cb, const struct sg_args &a, int ns, int act)
 {
     if constexpr (MODE != BE_MM_ADD && P == 0)
-        if (a.gamma) {
+        if (a.ss_in) {
             sg_launch_ni<BF, MODE, P, W, 1>(cb, a, ns, act);
             return;
         }
@@ -461,7 +473,12 @@ static void sg_launch(struct cu_be *cb, const struct sg_args &a, int ns, int act
                    : MODE == BE_MM_GLU                    ? cb->sg_warps_glu
                                                           : 0;
     const int kind = MODE == SG_ROPE || (MODE == BE_MM_PLAIN && a.n_w > 1) ? SG_ROPE : MODE;
-    const int w = wf ? wf : sg_warps(a.K, a.tiles[a.n_w], kind, cb->sg_wave);
+    const int w = wf ? wf : sg_warps(a.K, a.tiles[a.n_w], kind, cb->sg_wave, cb->n_sm, P);
+    if constexpr (MODE == BE_MM_ADD && P == 0)
+        if (w == 32) {
+            sg_launch_w<BF, MODE, P, 32>(cb, a, ns, act);
+            return;
+        }
     if (w == 8)
         sg_launch_w<BF, MODE, P, 8>(cb, a, ns, act);
     else
@@ -481,14 +498,19 @@ template <int BF, int P> static void sg_mode(struct cu_be *cb, const struct sg_a
         sg_launch<BF, BE_MM_PLAIN, P>(cb, a, ns, act);
 }
 
-/* ss_out: the ADD gathers its tile sums of squares there; gamma: x is normed with the sums
- * in ss_in (both only outside the precise mode). */
-static void sg_run(struct cu_be *cb, const struct be_mm *m, float *ss_out, const float *ss_in,
-                   const float *gamma)
+/* chain (only outside the precise mode): SG_CHAIN_OUT, the ADD gathers its tile sums of
+ * squares and its output times m->next_norm (cb->ss_buf, cb->xg_buf); SG_CHAIN_IN, the
+ * projection takes those as its normed x. */
+enum { SG_CHAIN_NONE, SG_CHAIN_OUT, SG_CHAIN_IN };
+static void sg_run(struct cu_be *cb, const struct be_mm *m, int chain)
 {
     struct sg_args a;
     memset(&a, 0, sizeof a);
-    a.ss_out = ss_out, a.ss_in = ss_in, a.gamma = gamma, a.eps = m->eps;
+    a.eps = m->eps;
+    if (chain == SG_CHAIN_OUT)
+        a.ss_out = cb->ss_buf, a.xg_out = cb->xg_buf, a.gnext = m->next_norm;
+    else if (chain == SG_CHAIN_IN)
+        a.ss_in = cb->ss_buf;
     a.n_w = m->mode == BE_MM_GLU ? 2 : m->n_w;
     a.tiles[0] = 0;
     for (int i = 0; i < a.n_w; i++) {
@@ -502,7 +524,7 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m, float *ss_out, const
         a.tiles[1] = a.m[0] / 16;
         a.w[1] = (const uint8_t *)m->w[1]->data;
     }
-    a.x = m->x;
+    a.x = chain == SG_CHAIN_IN ? cb->xg_buf : m->x;
     a.n = m->n;
     a.K = (int)m->w[0]->ne[0];
     int ns = m->n <= 8 ? 1 : 2;
@@ -546,7 +568,7 @@ int cu_matmul_skinny(struct cu_be *cb, float *y, const float *x, int n, const st
     m.y[0] = y;
     if (!sg_ok(cb, &m))
         return 0;
-    sg_run(cb, &m, NULL, NULL, NULL);
+    sg_run(cb, &m, SG_CHAIN_NONE);
     return 1;
 }
 
@@ -555,22 +577,10 @@ int cu_mm_chain_ok(const struct cu_be *cb, const struct be_mm *m)
     if (!cb->fuse_norm || !cb->ss_buf || cb->precise || cb->sg_precise || !sg_ok(cb, m))
         return 0;
     if (m->mode == BE_MM_ADD)
-        return !m->norm && m->w[0]->ne[1] / 16 <= CU_SS_TILES;
-    /* gate/up only with CINFER_CUDA_FUSE_NORM=2: chained, it was slower on l8b decode (its
-     * kernel lost more than the separate rmsnorm cost) and faster on l1b. q/k/v not when
-     * its many tiles give it 8-warp blocks (sg_warps; l8b): the normed loads then cost
-     * more than the separate rmsnorm (H200, device step: l8b 4208 µs unchained against
-     * 4254-4260 chained; l1b, 16 warps, 1042 chained against 1076) */
-    int tiles = 0;
-    for (int i = 0; i < m->n_w && i < 3; i++)
-        tiles += (int)(m->w[i]->ne[1] / 16);
-    const int K = (int)m->w[0]->ne[0];
-    const int wide = m->mode == BE_MM_PLAIN && cb->fuse_norm != 2 && !cb->sg_warps_qkv &&
-                     sg_warps(K, tiles, SG_ROPE, cb->sg_wave) == 8 &&
-                     sg_warps(K, 0, SG_ROPE, cb->sg_wave) == 16; /* 8 for its many tiles */
-    return m->norm && !wide &&
-           (m->mode == BE_MM_PLAIN || (m->mode == BE_MM_GLU && cb->fuse_norm == 2)) &&
-           ((uintptr_t)m->norm & 15) == 0;
+        return !m->norm && m->next_norm && ((uintptr_t)m->next_norm & 15) == 0 &&
+               m->w[0]->ne[1] / 16 <= CU_SS_TILES;
+    /* CINFER_CUDA_FUSE_NORM=2: q/k/v only (measurements) */
+    return m->norm && (m->mode == BE_MM_PLAIN || (m->mode == BE_MM_GLU && cb->fuse_norm == 1));
 }
 
 void cu_matmul_fused(struct be *b, const struct be_mm *m)
@@ -581,13 +591,13 @@ void cu_matmul_fused(struct be *b, const struct be_mm *m)
     /* chain: cq_matmul_fused kept it only for a pair that both run here (cu_mm_chain_ok) */
     if (m->chain && cu_mm_chain_ok(cb, m)) {
         if (m->mode == BE_MM_ADD)
-            sg_run(cb, m, cb->ss_buf, NULL, NULL);
+            sg_run(cb, m, SG_CHAIN_OUT);
         else /* the norm rides on the projection */
-            sg_run(cb, m, NULL, cb->ss_buf, m->norm);
+            sg_run(cb, m, SG_CHAIN_IN);
         return;
     }
     if (sg_ok(cb, m) && !m->norm) {
-        sg_run(cb, m, NULL, NULL, NULL);
+        sg_run(cb, m, SG_CHAIN_NONE);
         return;
     }
     struct be_mm mm;
@@ -602,7 +612,7 @@ void cu_matmul_fused(struct be *b, const struct be_mm *m)
         mm.norm = NULL;
         m = &mm;
         if (sg_ok(cb, m)) {
-            sg_run(cb, m, NULL, NULL, NULL);
+            sg_run(cb, m, SG_CHAIN_NONE);
             return;
         }
     }
