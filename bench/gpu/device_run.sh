@@ -51,6 +51,10 @@ if [ "$phase" = bench ] || [ "$phase" = all ]; then
     echo "== bench"
     python3 bench/gpu/models.py bench "$M" ${BENCH_MODELS:-l1b l8b}
     python3 bench/gpu/peers.py bw | tee "$RES/bw.json"
+    # the streaming-read bandwidth of a plain CUDA kernel (the decode ceiling: it only reads)
+    if [ -x "$BIN/bw_read" ] || nvcc -O3 -arch=sm_90 -o "$BIN/bw_read" bench/gpu/bw_read.cu; then
+        "$BIN/bw_read" > "$RES/bw_read.json"; tail -c 80 "$RES/bw_read.json"
+    fi
     for m in ${BENCH_MODELS:-l1b l8b}; do
         "$BIN/cinfer_gpu_bench" "$M/$m" perf | tee "$RES/cinfer_$m.json"
         [ -n "${PEERS:-1}" ] && python3 bench/gpu/peers.py eager "$M/$m" --agg | tee "$RES/eager_$m.json"

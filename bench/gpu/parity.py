@@ -114,6 +114,7 @@ def main():
             out["models"].append({"model": d, "error": repr(ex)[:2000]})
         print(json.dumps(out["models"][-1]), file=sys.stderr, flush=True)
     print(json.dumps(out, indent=1))
+    sys.exit(0 if all(m.get("pass") for m in out["models"]) else 1)  # an error is a failure
 
 
 if __name__ == "__main__":

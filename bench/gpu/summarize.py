@@ -3,8 +3,10 @@
 
   summarize.py RESULT_DIR COMMIT [--previous RESULT_DIR2 COMMIT2] > bench/results/gpu.json
 ceiling_tok_s = measured copy bandwidth / weight bytes read per token; ceiling_frac =
-decode_b1_tok_s / ceiling_tok_s; ceiling_read_* the same at the read-only bandwidth (when
-bw.json has read_tb_s).
+decode_b1_tok_s / ceiling_tok_s; ceiling_read_* the same at the read-only bandwidth of a
+torch sum (when bw.json has read_tb_s); ceiling_stream_* at the streaming-read bandwidth of
+a plain CUDA kernel (bw_read.cu, when bw_read.json is there): the strictest, since a decode
+step only reads its weights.
 """
 import json
 import os
@@ -28,6 +30,9 @@ def one_run(d, commit):
            "models": {}}
     if "read_tb_s" in bw:
         out["read_tb_s"] = round(bw["read_tb_s"], 3)
+    sr = load(d, "bw_read.json")
+    if sr:
+        out["stream_read_tb_s"] = round(sr["read_tb_s"], 3)
     for m in ("l1b", "l8b"):
         c = load(d, "cinfer_%s.json" % m)
         if not c:
@@ -43,6 +48,10 @@ def one_run(d, commit):
             rc = bw["read_tb_s"] * 1e12 / c["weight_bytes"]
             r["ceiling_read_tok_s"] = round(rc, 1)
             r["ceiling_read_frac"] = round(c["decode_b1_tok_s"] / rc, 3)
+        if sr:  # the streaming-read bandwidth of bw_read.cu
+            sc = sr["read_tb_s"] * 1e12 / c["weight_bytes"]
+            r["ceiling_stream_tok_s"] = round(sc, 1)
+            r["ceiling_stream_frac"] = round(c["decode_b1_tok_s"] / sc, 3)
         if "decode_b1_sync_tok_s" in c:  # queued (decode bursts) vs one step at a time
             r["decode_b1_sync_tok_s"] = c["decode_b1_sync_tok_s"]
             r["decode_queued_same_ids"] = bool(c["decode_queued_same_ids"] == 1)
