@@ -3,6 +3,14 @@
  * accumulator chains, hi+lo x) and a plain FMA warp-per-row kernel, against cuBLAS, on the
  * l1b/l8b shapes. Not a test and not linked into cinfer: a standalone program.
  *
+ * "tile" variants read W repacked tile-contiguous (per 16-row tile, per 32-column chunk, the
+ * 16 rows' 64 bytes back to back: a warp's load instruction then reads 512 contiguous bytes,
+ * not 64-byte pieces of 8 rows); "bulk" variants stream that layout into a shared-memory
+ * ring with cp.async.bulk (one producer warp, mbarriers, STAGES segments of NW KB in
+ * flight a block, no registers held for loads in flight). Every mma variant with one
+ * accumulator chain and 16 warps adds in the same order as the first, so its maxrel must be
+ * 0 (other warp counts group the partial sums otherwise: a small maxrel).
+ *
  * Each variant runs as a CUDA graph of R launches over NB distinct weight copies (>= 256 MB
  * together, so W comes from HBM, not L2); it prints microseconds per call and weight GB/s.
  *
@@ -128,6 +136,276 @@ __global__ void __launch_bounds__(NW * 32) k_mma(float *y, const uint16_t *W, co
     }
 }
 
+/* k_mma on the tile-contiguous layout (ACC = 1, P = 0): the same chunks per warp, the same
+ * order, so the same bits. */
+template <int NW, int U>
+__global__ void __launch_bounds__(NW * 32) k_tile(float *y, const uint16_t *Wt, const float *x,
+                                                  int n, int M, int K)
+{
+    __shared__ float red[NW][4][32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int row0 = blockIdx.x * 16;
+    const uint4 *wt = (const uint4 *)(Wt + (size_t)blockIdx.x * 16 * K) + lane; /* 1 KB a chunk */
+    const bool ok = g < n;
+    const float4 *xr = (const float4 *)(x + (size_t)(ok ? g : n - 1) * K) + 2 * tq;
+    float acc[4] = {};
+    const int nc = K / 32;
+    int c = warp;
+    for (; c + (U - 1) * NW < nc; c += U * NW) {
+        uint4 a0[U], a1[U];
+        float4 xb[U][2];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            a0[u] = __ldg(wt + (c + u * NW) * 64);
+            a1[u] = __ldg(wt + (c + u * NW) * 64 + 32);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            xb[u][0] = __ldg(xr + (c + u * NW) * 8);
+            xb[u][1] = __ldg(xr + (c + u * NW) * 8 + 1);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float xv[8] = {xb[u][0].x, xb[u][0].y, xb[u][0].z, xb[u][0].w,
+                           xb[u][1].x, xb[u][1].y, xb[u][1].z, xb[u][1].w};
+            uint32_t bh[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                bh[j] = ok ? pk(xv[2 * j], xv[2 * j + 1]) : 0u;
+            mma(acc, a0[u].x, a1[u].x, a0[u].y, a1[u].y, bh[0], bh[1]);
+            mma(acc, a0[u].z, a1[u].z, a0[u].w, a1[u].w, bh[2], bh[3]);
+        }
+    }
+    for (; c < nc; c += NW) {
+        uint4 a0 = __ldg(wt + c * 64), a1 = __ldg(wt + c * 64 + 32);
+        float4 xa = __ldg(xr + c * 8), xc = __ldg(xr + c * 8 + 1);
+        float xv[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
+        uint32_t bh[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            bh[j] = ok ? pk(xv[2 * j], xv[2 * j + 1]) : 0u;
+        mma(acc, a0.x, a1.x, a0.y, a1.y, bh[0], bh[1]);
+        mma(acc, a0.z, a1.z, a0.w, a1.w, bh[2], bh[3]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        red[warp][i][lane] = acc[i];
+    __syncthreads();
+    if (warp)
+        return;
+    float r[4] = {};
+    for (int w = 0; w < NW; w++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            r[i] += red[w][i][lane];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int col = 2 * tq + (i & 1), row = row0 + g + (i >> 1) * 8;
+        if (col < n)
+            y[(size_t)col * M + row] = r[i];
+    }
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* Bulk-copy pipeline on the tile-contiguous layout: warp NW (lane 0) streams the block's tile
+ * in segments of NW chunks (NW KB) into a ring of ST slots (cp.async.bulk, completion on the
+ * slot's full barrier); consumer warp w takes chunk w of every segment (chunks w, w + NW, ...:
+ * k_mma's order, the same bits) from shared memory, then arrives on the slot's empty barrier
+ * (NW arrivals free it). Needs K / 32 a multiple of NW. */
+template <int NW, int ST>
+__global__ void __launch_bounds__((NW + 1) * 32) k_bulk(float *y, const uint16_t *Wt,
+                                                        const float *x, int n, int M, int K)
+{
+    extern __shared__ __align__(128) uint8_t ring[]; /* ST * NW KB */
+    __shared__ float red[NW][4][32];
+    __shared__ __align__(8) uint64_t full[ST], empty[ST];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int row0 = blockIdx.x * 16, nseg = K / 32 / NW;
+    const uint32_t segb = NW * 1024;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; s++) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])));
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(&empty[s])),
+                         "r"(NW));
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (warp == NW) { /* producer */
+        if (lane == 0) {
+            const uint8_t *src = (const uint8_t *)(Wt + (size_t)blockIdx.x * 16 * K);
+            for (int seg = 0; seg < nseg; seg++) {
+                const int s = seg % ST, k = seg / ST;
+                if (k > 0)
+                    mbar_wait(smem_u32(&empty[s]), (k - 1) & 1);
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                                 smem_u32(&full[s])),
+                             "r"(segb)
+                             : "memory");
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                             "[%0], [%1], %2, [%3];" ::"r"(smem_u32(ring + (size_t)s * segb)),
+                             "l"(src + (size_t)seg * segb), "r"(segb), "r"(smem_u32(&full[s]))
+                             : "memory");
+            }
+        }
+        __syncthreads(); /* matches the consumers' barrier before the reduction */
+        return;
+    }
+    const bool ok = g < n;
+    const float4 *xr = (const float4 *)(x + (size_t)(ok ? g : n - 1) * K) + 2 * tq;
+    float acc[4] = {};
+    for (int seg = 0; seg < nseg; seg++) {
+        const int s = seg % ST, k = seg / ST, c = seg * NW + warp;
+        float4 xa = __ldg(xr + c * 8), xc = __ldg(xr + c * 8 + 1);
+        mbar_wait(smem_u32(&full[s]), k & 1);
+        const uint4 *blk = (const uint4 *)(ring + (size_t)s * segb + warp * 1024);
+        uint4 a0 = blk[lane], a1 = blk[32 + lane];
+        __syncwarp();
+        if (lane == 0)
+            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(&empty[s]))
+                         : "memory");
+        float xv[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
+        uint32_t bh[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            bh[j] = ok ? pk(xv[2 * j], xv[2 * j + 1]) : 0u;
+        mma(acc, a0.x, a1.x, a0.y, a1.y, bh[0], bh[1]);
+        mma(acc, a0.z, a1.z, a0.w, a1.w, bh[2], bh[3]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        red[warp][i][lane] = acc[i];
+    __syncthreads();
+    if (warp)
+        return;
+    float r[4] = {};
+    for (int w = 0; w < NW; w++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            r[i] += red[w][i][lane];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int col = 2 * tq + (i & 1), row = row0 + g + (i >> 1) * 8;
+        if (col < n)
+            y[(size_t)col * M + row] = r[i];
+    }
+}
+
+/* The bulk pipeline on the row-major layout (what cuBLAS reads too): a segment is the 16 rows
+ * x NW chunks of the block's tile, one cp.async.bulk a row (NW * 64 contiguous bytes, issued
+ * by lanes 0-15 of the producer warp); in the slot, rows are NW * 64 + 64 bytes apart, so a
+ * quarter-warp's 16-byte reads (rows g, g + 1 at tq 0-3) hit distinct banks. */
+template <int NW, int ST>
+__global__ void __launch_bounds__((NW + 1) * 32) k_bulkrow(float *y, const uint16_t *W,
+                                                           const float *x, int n, int M, int K)
+{
+    extern __shared__ __align__(128) uint8_t ring[]; /* ST * 16 * (NW * 64 + 64) */
+    __shared__ float red[NW][4][32];
+    __shared__ __align__(8) uint64_t full[ST], empty[ST];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int row0 = blockIdx.x * 16, nseg = K / 32 / NW;
+    const uint32_t piece = NW * 64, stride = NW * 64 + 64, slotb = 16 * stride;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; s++) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])));
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(&empty[s])),
+                         "r"(NW));
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (warp == NW) { /* producer: lane r < 16 copies row r */
+        const uint8_t *src = (const uint8_t *)(W + (size_t)(row0 + (lane & 15)) * K);
+        for (int seg = 0; seg < nseg; seg++) {
+            const int s = seg % ST, k = seg / ST;
+            if (k > 0 && lane == 0)
+                mbar_wait(smem_u32(&empty[s]), (k - 1) & 1);
+            __syncwarp();
+            if (lane == 0)
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                                 smem_u32(&full[s])),
+                             "r"(16 * piece)
+                             : "memory");
+            __syncwarp();
+            if (lane < 16) {
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                asm volatile(
+                    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                    "[%0], [%1], %2, [%3];" ::"r"(smem_u32(ring + (size_t)s * slotb + lane * stride)),
+                    "l"(src + (size_t)seg * piece), "r"(piece), "r"(smem_u32(&full[s]))
+                    : "memory");
+            }
+        }
+        __syncthreads();
+        return;
+    }
+    const bool ok = g < n;
+    const float4 *xr = (const float4 *)(x + (size_t)(ok ? g : n - 1) * K) + 2 * tq;
+    float acc[4] = {};
+    for (int seg = 0; seg < nseg; seg++) {
+        const int s = seg % ST, k = seg / ST, c = seg * NW + warp;
+        float4 xa = __ldg(xr + c * 8), xc = __ldg(xr + c * 8 + 1);
+        mbar_wait(smem_u32(&full[s]), k & 1);
+        const uint8_t *slot = ring + (size_t)s * slotb + warp * 64 + tq * 16;
+        uint4 a0 = *(const uint4 *)(slot + g * stride), a1 = *(const uint4 *)(slot + (g + 8) * stride);
+        __syncwarp();
+        if (lane == 0)
+            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(&empty[s]))
+                         : "memory");
+        float xv[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
+        uint32_t bh[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            bh[j] = ok ? pk(xv[2 * j], xv[2 * j + 1]) : 0u;
+        mma(acc, a0.x, a1.x, a0.y, a1.y, bh[0], bh[1]);
+        mma(acc, a0.z, a1.z, a0.w, a1.w, bh[2], bh[3]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        red[warp][i][lane] = acc[i];
+    __syncthreads();
+    if (warp)
+        return;
+    float r[4] = {};
+    for (int w = 0; w < NW; w++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            r[i] += red[w][i][lane];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int col = 2 * tq + (i & 1), row = row0 + g + (i >> 1) * 8;
+        if (col < n)
+            y[(size_t)col * M + row] = r[i];
+    }
+}
+
+/* W (M, K) row-major -> tile-contiguous: element (16 t + r, 32 c + j) at ((t nc + c) 16 + r) 32 + j */
+__global__ void k_repack(uint16_t *dst, const uint16_t *src, int M, int K)
+{
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)M * K)
+        return;
+    const int row = (int)(i / K), col = (int)(i % K), nc = K / 32;
+    const size_t t = row / 16, r = row % 16, c = col / 32, j = col % 32;
+    dst[((t * nc + c) * 16 + r) * 32 + j] = src[i];
+}
+
 /* FMA kernel: each warp owns R rows over all of K; lane l reads 16 bytes at l*16 of each
  * 512-byte segment (coalesced), U segments in flight; n x rows (<= NX) from L1. */
 template <int R, int U, int NX>
@@ -213,6 +491,47 @@ static void l_fma(cudaStream_t st, float *y, const uint16_t *W, const float *x, 
     k_fma<R, U, NX><<<(warps + 7) / 8, 256, 0, st>>>(y, W, x, n, M, K);
 }
 
+template <int NW, int U>
+static void l_tile(cudaStream_t st, float *y, const uint16_t *W, const float *x, int n, int M, int K)
+{
+    k_tile<NW, U><<<M / 16, NW * 32, 0, st>>>(y, W, x, n, M, K);
+}
+template <int NW, int ST>
+static void l_bulk(cudaStream_t st, float *y, const uint16_t *W, const float *x, int n, int M, int K)
+{
+    const int smem = ST * NW * 1024; /* allowed by bulk_init, before any capture */
+    if ((K / 32) % NW)
+        return; /* not this shape */
+    k_bulk<NW, ST><<<M / 16, (NW + 1) * 32, smem, st>>>(y, W, x, n, M, K);
+}
+
+template <int NW, int ST>
+static void bulk_attr(void)
+{
+    CK(cudaFuncSetAttribute(k_bulk<NW, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            ST * NW * 1024));
+}
+template <int NW, int ST>
+static void bulkrow_attr(void)
+{
+    CK(cudaFuncSetAttribute(k_bulkrow<NW, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            ST * 16 * (NW * 64 + 64)));
+}
+static void bulk_init(void)
+{
+    bulk_attr<8, 4>(), bulk_attr<8, 8>(), bulk_attr<16, 4>(), bulk_attr<16, 8>(),
+        bulk_attr<4, 16>();
+    bulkrow_attr<8, 4>(), bulkrow_attr<8, 8>(), bulkrow_attr<16, 4>(), bulkrow_attr<16, 6>();
+}
+template <int NW, int ST>
+static void l_bulkrow(cudaStream_t st, float *y, const uint16_t *W, const float *x, int n, int M,
+                      int K)
+{
+    if ((K / 32) % NW)
+        return; /* not this shape */
+    k_bulkrow<NW, ST><<<M / 16, (NW + 1) * 32, ST * 16 * (NW * 64 + 64), st>>>(y, W, x, n, M, K);
+}
+
 static cublasHandle_t g_blas;
 static __nv_bfloat16 *g_xb;
 static void l_cublas(cudaStream_t st, float *y, const uint16_t *W, const float *x, int n, int M,
@@ -230,6 +549,7 @@ struct variant {
     const char *name;
     launch_fn f;
     int max_n;
+    int tiled; /* reads the tile-contiguous copy of the weights */
 };
 
 int main(int argc, char **argv)
@@ -249,15 +569,25 @@ int main(int argc, char **argv)
         {"fma r1 u4", l_fma<1, 4, 1>, 1},             {"fma r2 u4", l_fma<2, 4, 1>, 1},
         {"fma r1 u8", l_fma<1, 8, 1>, 1},             {"fma r2 u2 nx2", l_fma<2, 2, 2>, 2},
         {"fma r2 u4 nx4", l_fma<2, 4, 4>, 4},         {"cublas", l_cublas, 64},
+        {"mma w32 u4 acc1", l_mma<32, 4, 1, 0>, 8},
+        {"tile w8 u4", l_tile<8, 4>, 8, 1},           {"tile w16 u4", l_tile<16, 4>, 8, 1},
+        {"tile w32 u4", l_tile<32, 4>, 8, 1},         {"tile w16 u8", l_tile<16, 8>, 8, 1},
+        {"bulk w8 s4", l_bulk<8, 4>, 8, 1},           {"bulk w8 s8", l_bulk<8, 8>, 8, 1},
+        {"bulk w16 s4", l_bulk<16, 4>, 8, 1},         {"bulk w16 s8", l_bulk<16, 8>, 8, 1},
+        {"bulk w4 s16", l_bulk<4, 16>, 8, 1},
+        {"bulkrow w8 s4", l_bulkrow<8, 4>, 8},        {"bulkrow w8 s8", l_bulkrow<8, 8>, 8},
+        {"bulkrow w16 s4", l_bulkrow<16, 4>, 8},      {"bulkrow w16 s6", l_bulkrow<16, 6>, 8},
     };
     cublasCreate(&g_blas);
+    bulk_init();
     size_t maxw = 0;
     for (const shape &s : shapes)
         maxw = (size_t)s.M * s.K * 2 > maxw ? (size_t)s.M * s.K * 2 : maxw;
     /* weight copies: enough that one graph pass reads >= 256 MB */
     const size_t pool = 1200ull << 20;
-    uint16_t *wpool;
+    uint16_t *wpool, *wtile;
     CK(cudaMalloc(&wpool, pool));
+    CK(cudaMalloc(&wtile, pool));
     {
         std::vector<uint16_t> h(1 << 24);
         uint32_t r = 1;
@@ -303,6 +633,13 @@ int main(int argc, char **argv)
             const shape &s = shapes[si];
             size_t wb = (size_t)s.M * s.K * 2;
             int nb = (int)(pool / wb);
+            if (v.tiled) /* the same matrices, tile-contiguous */
+                for (int b = 0; b < nb; b++) {
+                    const size_t ne = (size_t)s.M * s.K;
+                    k_repack<<<(unsigned)((ne + 255) / 256), 256, 0, st>>>(
+                        wtile + (size_t)b * (wb / 2), wpool + (size_t)b * (wb / 2), s.M, s.K);
+                }
+            uint16_t *wsrc = v.tiled ? wtile : wpool;
             int reps = (int)((512ull << 20) / wb);
             if (reps < 8)
                 reps = 8;
@@ -310,7 +647,7 @@ int main(int argc, char **argv)
             cudaGraphExec_t ge;
             CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
             for (int r = 0; r < reps; r++)
-                v.f(st, y, wpool + (size_t)(r % nb) * (wb / 2), x, n, s.M, s.K);
+                v.f(st, y, wsrc + (size_t)(r % nb) * (wb / 2), x, n, s.M, s.K);
             CK(cudaStreamEndCapture(st, &g));
             CK(cudaGraphInstantiate(&ge, g, 0));
             CK(cudaGraphLaunch(ge, st));
