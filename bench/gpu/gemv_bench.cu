@@ -136,6 +136,47 @@ __global__ void __launch_bounds__(NW * 32) k_mma(float *y, const uint16_t *W, co
     }
 }
 
+/* One chunk of the one-chain kernels below: x row g's 8 values at the chunk rounded to bf16
+ * pairs, then the two mmas of k_mma (ACC = 1, P = 0). */
+__device__ __forceinline__ void chunk_mma(float *acc, uint4 a0, uint4 a1, float4 xa, float4 xc,
+                                          bool ok)
+{
+    const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
+    uint32_t bh[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        bh[j] = ok ? pk(xv[2 * j], xv[2 * j + 1]) : 0u;
+    mma(acc, a0.x, a1.x, a0.y, a1.y, bh[0], bh[1]);
+    mma(acc, a0.z, a1.z, a0.w, a1.w, bh[2], bh[3]);
+}
+
+/* The consumer warps' partial sums added in warp order by warp 0, which stores the tile's
+ * outputs (every thread of the block calls it: it holds the block barrier). */
+template <int NW>
+__device__ __forceinline__ void sum_store(float (*red)[4][32], const float *acc, float *y, int n,
+                                          int M)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    if (warp < NW)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            red[warp][i][lane] = acc[i];
+    __syncthreads();
+    if (warp)
+        return;
+    float r[4] = {};
+    for (int w = 0; w < NW; w++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            r[i] += red[w][i][lane];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int col = 2 * tq + (i & 1), row = blockIdx.x * 16 + g + (i >> 1) * 8;
+        if (col < n)
+            y[(size_t)col * M + row] = r[i];
+    }
+}
+
 /* k_mma on the tile-contiguous layout (ACC = 1, P = 0): the same chunks per warp, the same
  * order, so the same bits. */
 template <int NW, int U>
@@ -144,7 +185,6 @@ __global__ void __launch_bounds__(NW * 32) k_tile(float *y, const uint16_t *Wt, 
 {
     __shared__ float red[NW][4][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int row0 = blockIdx.x * 16;
     const uint4 *wt = (const uint4 *)(Wt + (size_t)blockIdx.x * 16 * K) + lane; /* 1 KB a chunk */
     const bool ok = g < n;
     const float4 *xr = (const float4 *)(x + (size_t)(ok ? g : n - 1) * K) + 2 * tq;
@@ -165,45 +205,13 @@ __global__ void __launch_bounds__(NW * 32) k_tile(float *y, const uint16_t *Wt, 
             xb[u][1] = __ldg(xr + (c + u * NW) * 8 + 1);
         }
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            float xv[8] = {xb[u][0].x, xb[u][0].y, xb[u][0].z, xb[u][0].w,
-                           xb[u][1].x, xb[u][1].y, xb[u][1].z, xb[u][1].w};
-            uint32_t bh[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                bh[j] = ok ? pk(xv[2 * j], xv[2 * j + 1]) : 0u;
-            mma(acc, a0[u].x, a1[u].x, a0[u].y, a1[u].y, bh[0], bh[1]);
-            mma(acc, a0[u].z, a1[u].z, a0[u].w, a1[u].w, bh[2], bh[3]);
-        }
+        for (int u = 0; u < U; u++)
+            chunk_mma(acc, a0[u], a1[u], xb[u][0], xb[u][1], ok);
     }
-    for (; c < nc; c += NW) {
-        uint4 a0 = __ldg(wt + c * 64), a1 = __ldg(wt + c * 64 + 32);
-        float4 xa = __ldg(xr + c * 8), xc = __ldg(xr + c * 8 + 1);
-        float xv[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
-        uint32_t bh[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            bh[j] = ok ? pk(xv[2 * j], xv[2 * j + 1]) : 0u;
-        mma(acc, a0.x, a1.x, a0.y, a1.y, bh[0], bh[1]);
-        mma(acc, a0.z, a1.z, a0.w, a1.w, bh[2], bh[3]);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        red[warp][i][lane] = acc[i];
-    __syncthreads();
-    if (warp)
-        return;
-    float r[4] = {};
-    for (int w = 0; w < NW; w++)
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            r[i] += red[w][i][lane];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int col = 2 * tq + (i & 1), row = row0 + g + (i >> 1) * 8;
-        if (col < n)
-            y[(size_t)col * M + row] = r[i];
-    }
+    for (; c < nc; c += NW)
+        chunk_mma(acc, __ldg(wt + c * 64), __ldg(wt + c * 64 + 32), __ldg(xr + c * 8),
+                  __ldg(xr + c * 8 + 1), ok);
+    sum_store<NW>(red, acc, y, n, M);
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p)
@@ -222,11 +230,68 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
     } while (!done);
 }
 
+/* The ring's barriers: full[s] completes when slot s's bytes have landed (one arrival, the
+ * producer's expect_tx), empty[s] when the NW consumers have read it. */
+template <int ST>
+__device__ __forceinline__ void ring_init(uint64_t *full, uint64_t *empty, int nw)
+{
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; s++) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])));
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(&empty[s])),
+                         "r"(nw));
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+}
+/* Producer side of segment seg: wait until its slot is free (lane 0), announce the bytes. */
+template <int ST>
+__device__ __forceinline__ void ring_claim(uint64_t *full, uint64_t *empty, int seg,
+                                           uint32_t bytes, int lane)
+{
+    const int s = seg % ST, k = seg / ST;
+    if (k > 0 && lane == 0)
+        mbar_wait(smem_u32(&empty[s]), (k - 1) & 1);
+    __syncwarp();
+    if (lane == 0)
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
+                         smem_u32(&full[s])),
+                     "r"(bytes)
+                     : "memory");
+    __syncwarp();
+}
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes,
+                                          uint64_t *bar)
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+/* Consumer side: lane (g, tq) reads rows g and g + 8 of its chunk (row0 / row8: the slot
+ * addresses of those rows' 16 bytes), frees the slot, and runs the chunk. */
+template <int ST>
+__device__ __forceinline__ void ring_take(float *acc, uint64_t *full, uint64_t *empty, int seg,
+                                          const uint8_t *row0, const uint8_t *row8,
+                                          const float4 *xp, bool ok)
+{
+    const int s = seg % ST, lane = threadIdx.x & 31;
+    const float4 xa = __ldg(xp), xc = __ldg(xp + 1);
+    mbar_wait(smem_u32(&full[s]), (seg / ST) & 1);
+    const uint4 a0 = *(const uint4 *)row0, a1 = *(const uint4 *)row8;
+    __syncwarp();
+    if (lane == 0)
+        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(&empty[s]))
+                     : "memory");
+    chunk_mma(acc, a0, a1, xa, xc, ok);
+}
+
 /* Bulk-copy pipeline on the tile-contiguous layout: warp NW (lane 0) streams the block's tile
- * in segments of NW chunks (NW KB) into a ring of ST slots (cp.async.bulk, completion on the
- * slot's full barrier); consumer warp w takes chunk w of every segment (chunks w, w + NW, ...:
- * k_mma's order, the same bits) from shared memory, then arrives on the slot's empty barrier
- * (NW arrivals free it). Needs K / 32 a multiple of NW. */
+ * in segments of NW chunks (NW KB) into a ring of ST slots; consumer warp w takes chunk w of
+ * every segment (chunks w, w + NW, ...: k_mma's order, the same bits). Needs K / 32 a
+ * multiple of NW. */
 template <int NW, int ST>
 __global__ void __launch_bounds__((NW + 1) * 32) k_bulk(float *y, const uint16_t *Wt,
                                                         const float *x, int n, int M, int K)
@@ -235,76 +300,27 @@ __global__ void __launch_bounds__((NW + 1) * 32) k_bulk(float *y, const uint16_t
     __shared__ float red[NW][4][32];
     __shared__ __align__(8) uint64_t full[ST], empty[ST];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int row0 = blockIdx.x * 16, nseg = K / 32 / NW;
+    const int nseg = K / 32 / NW;
     const uint32_t segb = NW * 1024;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < ST; s++) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])));
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(&empty[s])),
-                         "r"(NW));
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    if (warp == NW) { /* producer */
-        if (lane == 0) {
-            const uint8_t *src = (const uint8_t *)(Wt + (size_t)blockIdx.x * 16 * K);
-            for (int seg = 0; seg < nseg; seg++) {
-                const int s = seg % ST, k = seg / ST;
-                if (k > 0)
-                    mbar_wait(smem_u32(&empty[s]), (k - 1) & 1);
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-                                 smem_u32(&full[s])),
-                             "r"(segb)
-                             : "memory");
-                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-                             "[%0], [%1], %2, [%3];" ::"r"(smem_u32(ring + (size_t)s * segb)),
-                             "l"(src + (size_t)seg * segb), "r"(segb), "r"(smem_u32(&full[s]))
-                             : "memory");
-            }
-        }
-        __syncthreads(); /* matches the consumers' barrier before the reduction */
-        return;
-    }
-    const bool ok = g < n;
-    const float4 *xr = (const float4 *)(x + (size_t)(ok ? g : n - 1) * K) + 2 * tq;
     float acc[4] = {};
-    for (int seg = 0; seg < nseg; seg++) {
-        const int s = seg % ST, k = seg / ST, c = seg * NW + warp;
-        float4 xa = __ldg(xr + c * 8), xc = __ldg(xr + c * 8 + 1);
-        mbar_wait(smem_u32(&full[s]), k & 1);
-        const uint4 *blk = (const uint4 *)(ring + (size_t)s * segb + warp * 1024);
-        uint4 a0 = blk[lane], a1 = blk[32 + lane];
-        __syncwarp();
-        if (lane == 0)
-            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(&empty[s]))
-                         : "memory");
-        float xv[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
-        uint32_t bh[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            bh[j] = ok ? pk(xv[2 * j], xv[2 * j + 1]) : 0u;
-        mma(acc, a0.x, a1.x, a0.y, a1.y, bh[0], bh[1]);
-        mma(acc, a0.z, a1.z, a0.w, a1.w, bh[2], bh[3]);
+    ring_init<ST>(full, empty, NW);
+    if (warp == NW) { /* producer */
+        const uint8_t *src = (const uint8_t *)(Wt + (size_t)blockIdx.x * 16 * K);
+        for (int seg = 0; seg < nseg; seg++) {
+            ring_claim<ST>(full, empty, seg, segb, lane);
+            if (lane == 0)
+                bulk_copy(ring + (size_t)(seg % ST) * segb, src + (size_t)seg * segb, segb,
+                          &full[seg % ST]);
+        }
+    } else {
+        const bool ok = g < n;
+        const float4 *xr = (const float4 *)(x + (size_t)(ok ? g : n - 1) * K) + 2 * tq;
+        for (int seg = 0; seg < nseg; seg++) {
+            const uint8_t *blk = ring + (size_t)(seg % ST) * segb + warp * 1024 + lane * 16;
+            ring_take<ST>(acc, full, empty, seg, blk, blk + 512, xr + (seg * NW + warp) * 8, ok);
+        }
     }
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        red[warp][i][lane] = acc[i];
-    __syncthreads();
-    if (warp)
-        return;
-    float r[4] = {};
-    for (int w = 0; w < NW; w++)
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            r[i] += red[w][i][lane];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int col = 2 * tq + (i & 1), row = row0 + g + (i >> 1) * 8;
-        if (col < n)
-            y[(size_t)col * M + row] = r[i];
-    }
+    sum_store<NW>(red, acc, y, n, M);
 }
 
 /* The bulk pipeline on the row-major layout (what cuBLAS reads too): a segment is the 16 rows
@@ -319,80 +335,28 @@ __global__ void __launch_bounds__((NW + 1) * 32) k_bulkrow(float *y, const uint1
     __shared__ float red[NW][4][32];
     __shared__ __align__(8) uint64_t full[ST], empty[ST];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int row0 = blockIdx.x * 16, nseg = K / 32 / NW;
+    const int nseg = K / 32 / NW;
     const uint32_t piece = NW * 64, stride = NW * 64 + 64, slotb = 16 * stride;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < ST; s++) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])));
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(&empty[s])),
-                         "r"(NW));
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    if (warp == NW) { /* producer: lane r < 16 copies row r */
-        const uint8_t *src = (const uint8_t *)(W + (size_t)(row0 + (lane & 15)) * K);
-        for (int seg = 0; seg < nseg; seg++) {
-            const int s = seg % ST, k = seg / ST;
-            if (k > 0 && lane == 0)
-                mbar_wait(smem_u32(&empty[s]), (k - 1) & 1);
-            __syncwarp();
-            if (lane == 0)
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-                                 smem_u32(&full[s])),
-                             "r"(16 * piece)
-                             : "memory");
-            __syncwarp();
-            if (lane < 16) {
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                asm volatile(
-                    "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-                    "[%0], [%1], %2, [%3];" ::"r"(smem_u32(ring + (size_t)s * slotb + lane * stride)),
-                    "l"(src + (size_t)seg * piece), "r"(piece), "r"(smem_u32(&full[s]))
-                    : "memory");
-            }
-        }
-        __syncthreads();
-        return;
-    }
-    const bool ok = g < n;
-    const float4 *xr = (const float4 *)(x + (size_t)(ok ? g : n - 1) * K) + 2 * tq;
     float acc[4] = {};
-    for (int seg = 0; seg < nseg; seg++) {
-        const int s = seg % ST, k = seg / ST, c = seg * NW + warp;
-        float4 xa = __ldg(xr + c * 8), xc = __ldg(xr + c * 8 + 1);
-        mbar_wait(smem_u32(&full[s]), k & 1);
-        const uint8_t *slot = ring + (size_t)s * slotb + warp * 64 + tq * 16;
-        uint4 a0 = *(const uint4 *)(slot + g * stride), a1 = *(const uint4 *)(slot + (g + 8) * stride);
-        __syncwarp();
-        if (lane == 0)
-            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(&empty[s]))
-                         : "memory");
-        float xv[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
-        uint32_t bh[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            bh[j] = ok ? pk(xv[2 * j], xv[2 * j + 1]) : 0u;
-        mma(acc, a0.x, a1.x, a0.y, a1.y, bh[0], bh[1]);
-        mma(acc, a0.z, a1.z, a0.w, a1.w, bh[2], bh[3]);
+    ring_init<ST>(full, empty, NW);
+    if (warp == NW) { /* producer: lane r < 16 copies row r */
+        const uint8_t *src = (const uint8_t *)(W + (size_t)(blockIdx.x * 16 + (lane & 15)) * K);
+        for (int seg = 0; seg < nseg; seg++) {
+            ring_claim<ST>(full, empty, seg, 16 * piece, lane);
+            if (lane < 16)
+                bulk_copy(ring + (size_t)(seg % ST) * slotb + lane * stride,
+                          src + (size_t)seg * piece, piece, &full[seg % ST]);
+        }
+    } else {
+        const bool ok = g < n;
+        const float4 *xr = (const float4 *)(x + (size_t)(ok ? g : n - 1) * K) + 2 * tq;
+        for (int seg = 0; seg < nseg; seg++) {
+            const uint8_t *sl = ring + (size_t)(seg % ST) * slotb + warp * 64 + tq * 16;
+            ring_take<ST>(acc, full, empty, seg, sl + g * stride, sl + (g + 8) * stride,
+                          xr + (seg * NW + warp) * 8, ok);
+        }
     }
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        red[warp][i][lane] = acc[i];
-    __syncthreads();
-    if (warp)
-        return;
-    float r[4] = {};
-    for (int w = 0; w < NW; w++)
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            r[i] += red[w][i][lane];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int col = 2 * tq + (i & 1), row = row0 + g + (i >> 1) * 8;
-        if (col < n)
-            y[(size_t)col * M + row] = r[i];
-    }
+    sum_store<NW>(red, acc, y, n, M);
 }
 
 /* W (M, K) row-major -> tile-contiguous: element (16 t + r, 32 c + j) at ((t nc + c) 16 + r) 32 + j */
