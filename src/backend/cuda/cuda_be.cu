@@ -471,8 +471,9 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
             cb->repeat |= 1 << i;
     const char *fn = getenv("CINFER_CUDA_FUSE_NORM");
     cb->fuse_norm = fn && (!strcmp(fn, "0") || !strcmp(fn, "2")) ? atoi(fn) : 1;
-    if (cudaMalloc((void **)&cb->ss_buf, (size_t)SG_MAX_N * CU_SS_TILES * 17 * sizeof(float)) !=
-        cudaSuccess)
+    /* the tile sums of squares, then the output times the next norm (16 rows a tile) */
+    if (cudaMalloc((void **)&cb->ss_buf,
+                   (size_t)SG_MAX_N * CU_SS_TILES * (1 + 16) * sizeof(float)) != cudaSuccess)
         cudaGetLastError(), cb->ss_buf = NULL; /* the norms then run on their own */
     cb->xg_buf = cb->ss_buf ? cb->ss_buf + (size_t)SG_MAX_N * CU_SS_TILES : NULL;
     const char *sp = getenv("CINFER_CUDA_SKINNY_PRECISE");
