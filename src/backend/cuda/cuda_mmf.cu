@@ -20,11 +20,11 @@
  * accumulators by it, so the separate rmsnorm kernel goes and the inner loop is the plain
  * one. cq_matmul_fused (cuda_graph.cu) decides the chain in call order (cu_mm_chain_ok).
  * Measured on the H200 (one call, A/B with CINFER_CUDA_FUSE_NORM=0, decode device step):
- * l1b 1039 -> 1027 µs, l8b 4132 -> 4106 µs; in ncu the chained gate/up costs what the plain
- * one does (63.0 against 62.8 µs on l8b) and its 3.5 µs rmsnorm is gone. The earlier form
- * (x normed as loaded: (x * r) * gamma, r reduced before the loop) was slower on l8b than
- * no chain, as were staging the normed x in shared memory and a per-warp reduction with an
- * L2 prefetch of the first weights.
+ * l1b 1039 -> 1027 µs, l8b 4132 -> 4106 µs; in ncu (two calls) the chained gate/up costs
+ * what the plain one does (63.0 against 62.8 µs on l8b) and its 3.5 µs rmsnorm is gone. The
+ * earlier form (x normed as loaded: (x * r) * gamma, r reduced before the loop) was slower
+ * on l8b than no chain, as were staging the normed x in shared memory and a per-warp
+ * reduction with an L2 prefetch of the first weights.
  *
  * Bulk-copy pipeline (CINFER_CUDA_SG_BULK=1, a measurement knob, off by default): one more
  * warp per block streams the tile's weight rows into a shared-memory ring with cp.async.bulk
