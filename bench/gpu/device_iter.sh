@@ -34,7 +34,7 @@ for v in ${AB:-}; do
 done
 if [ -n "${PROFILE-1}" ]; then
     for m in ${PROFILE_MODELS:-l1b l8b}; do
-        CINFER_CUDA_GRAPHS=0 timeout ${NCU_T:-100} ncu --clock-control none --launch-skip ${SKIP:-4000} --launch-count ${CNT:-400} \
+        CINFER_CUDA_GRAPHS=0 timeout ${NCU_T:-100} ncu --clock-control none --cache-control ${NCU_CACHE:-all} --launch-skip ${SKIP:-4000} --launch-count ${CNT:-400} \
             --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
             --csv "$BIN/cinfer_gpu_bench" "$M/$m" perf --prefill 128 --batches 8 > "$OUT/ncu_$m.csv" 2> /dev/null
         python3 bench/gpu/ncu_sum.py "$OUT/ncu_$m.csv" > "$OUT/ncu_$m.txt" 2>&1; head -14 "$OUT/ncu_$m.txt"

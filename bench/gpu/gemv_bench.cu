@@ -16,7 +16,7 @@
  *
  * Build and run (on the GPU machine):
  *   nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/gemv_bench bench/gpu/gemv_bench.cu -lcublas
- *   /tmp/gemv_bench [n]
+ *   /tmp/gemv_bench [n [name-substring]]
  */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <math.h>
 #include <vector>
 
@@ -496,6 +497,151 @@ static void l_bulkrow(cudaStream_t st, float *y, const uint16_t *W, const float 
     k_bulkrow<NW, ST><<<M / 16, (NW + 1) * 32, ST * 16 * (NW * 64 + 64), st>>>(y, W, x, n, M, K);
 }
 
+/* Row-contiguous loads through shared memory (row-major W, what cuBLAS and prefill read):
+ * a warp takes segments of SEG columns of its block's 16 rows; each load instruction reads
+ * 512 contiguous bytes (SEG = 256: one row; SEG = 128: two rows of 256 bytes), U segments in
+ * flight a lane; the warp stores a segment to its own shared buffer (16-byte units XOR-swizzled
+ * by row) and ldmatrix.x4 gives the mma A fragments (k in column order). */
+template <int NW, int SEG, int U>
+__global__ void __launch_bounds__(NW * 32) k_rowc(float *y, const uint16_t *W, const float *x,
+                                                  int n, int M, int K)
+{
+    constexpr int UPR = SEG / 8, RPI = 32 / UPR, NI = 16 / RPI;
+    extern __shared__ __align__(16) unsigned char dsm[];
+    __shared__ float red[NW][4][32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    unsigned char *buf = dsm + (size_t)warp * 16 * SEG * 2;
+    const int row0 = blockIdx.x * 16, lr = lane / UPR, lu = lane % UPR;
+    const bool ok = g < n;
+    const float *xr = x + (size_t)(ok ? g : n - 1) * K + 2 * tq;
+    /* ldmatrix address of this lane for mma m: matrix L/8 = (rows 0-7 | 8-15) x (k 0-7 | 8-15) */
+    const int mat = lane >> 3, mr = (lane & 7) + 8 * (mat & 1), mu = mat >> 1;
+    const uint32_t sbase = smem_u32(buf);
+    float acc[4] = {};
+    const int nseg = K / SEG;
+    for (int s = warp; s < nseg; s += NW * U) {
+        uint4 v[U][NI];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int i = 0; i < NI; i++)
+                if (s + u * NW < nseg)
+                    v[u][i] = __ldg((const uint4 *)(W + (size_t)(row0 + i * RPI + lr) * K +
+                                                    (size_t)(s + u * NW) * SEG) + lu);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (s + u * NW >= nseg)
+                break;
+            __syncwarp();
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                const int r = i * RPI + lr;
+                *(uint4 *)(buf + r * SEG * 2 + ((lu ^ (r & 7)) << 4)) = v[u][i];
+            }
+            __syncwarp();
+            const float *xs = xr + (size_t)(s + u * NW) * SEG;
+#pragma unroll
+            for (int m = 0; m < SEG / 16; m++) {
+                const int unit = 2 * m + mu;
+                uint32_t a0, a1, a2, a3;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
+                             : "r"(sbase + mr * SEG * 2 + ((unit ^ (mr & 7)) << 4)));
+                const float2 xa = __ldg((const float2 *)(xs + 16 * m));
+                const float2 xb = __ldg((const float2 *)(xs + 16 * m + 8));
+                mma(acc, a0, a1, a2, a3, ok ? pk(xa.x, xa.y) : 0u, ok ? pk(xb.x, xb.y) : 0u);
+            }
+        }
+    }
+    sum_store<NW>(red, acc, y, n, M);
+}
+
+template <int NW, int SEG, int U>
+static void l_rowc(cudaStream_t st, float *y, const uint16_t *W, const float *x, int n, int M,
+                   int K)
+{
+    const int sm = NW * 16 * SEG * 2;
+    static bool set = false;
+    if (!set) {
+        CK(cudaFuncSetAttribute(k_rowc<NW, SEG, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                sm));
+        set = true;
+    }
+    k_rowc<NW, SEG, U><<<M / 16, NW * 32, sm, st>>>(y, W, x, n, M, K);
+}
+
+/* k_rowc's access pattern with cp.async (16 bytes a lane, straight to shared memory, no
+ * registers held for loads in flight): a per-warp ring of ST segment slots. */
+template <int NW, int SEG, int ST>
+__global__ void __launch_bounds__(NW * 32) k_cpa(float *y, const uint16_t *W, const float *x,
+                                                 int n, int M, int K)
+{
+    constexpr int UPR = SEG / 8, RPI = 32 / UPR, NI = 16 / RPI, SLOT = 16 * SEG * 2;
+    extern __shared__ __align__(16) unsigned char dsm[];
+    __shared__ float red[NW][4][32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const uint32_t ring = smem_u32(dsm + (size_t)warp * ST * SLOT);
+    const int row0 = blockIdx.x * 16, lr = lane / UPR, lu = lane % UPR;
+    const bool ok = g < n;
+    const float *xr = x + (size_t)(ok ? g : n - 1) * K + 2 * tq;
+    const int mat = lane >> 3, mr = (lane & 7) + 8 * (mat & 1), mu = mat >> 1;
+    float acc[4] = {};
+    const int nseg = K / SEG, nj = nseg > warp ? (nseg - warp + NW - 1) / NW : 0;
+    auto issue = [&](int j) {
+        if (j < nj) {
+            const int sg = warp + j * NW;
+            const uint32_t slot = ring + (j % ST) * SLOT;
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                const int r = i * RPI + lr;
+                const uint16_t *src = W + (size_t)(row0 + r) * K + (size_t)sg * SEG + lu * 8;
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                                 slot + r * SEG * 2 + ((lu ^ (r & 7)) << 4)),
+                             "l"(src));
+            }
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+#pragma unroll
+    for (int j = 0; j < ST - 1; j++)
+        issue(j);
+    for (int j = 0; j < nj; j++) {
+        __syncwarp();
+        issue(j + ST - 1);
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(ST - 1));
+        __syncwarp();
+        const uint32_t slot = ring + (j % ST) * SLOT;
+        const float *xs = xr + (size_t)(warp + j * NW) * SEG;
+#pragma unroll
+        for (int m = 0; m < SEG / 16; m++) {
+            const int unit = 2 * m + mu;
+            uint32_t a0, a1, a2, a3;
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                         : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
+                         : "r"(slot + mr * SEG * 2 + ((unit ^ (mr & 7)) << 4)));
+            const float2 xa = __ldg((const float2 *)(xs + 16 * m));
+            const float2 xb = __ldg((const float2 *)(xs + 16 * m + 8));
+            mma(acc, a0, a1, a2, a3, ok ? pk(xa.x, xa.y) : 0u, ok ? pk(xb.x, xb.y) : 0u);
+        }
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    sum_store<NW>(red, acc, y, n, M);
+}
+
+template <int NW, int SEG, int ST>
+static void l_cpa(cudaStream_t st, float *y, const uint16_t *W, const float *x, int n, int M,
+                  int K)
+{
+    const int sm = NW * ST * 16 * SEG * 2;
+    static bool set = false;
+    if (!set) {
+        CK(cudaFuncSetAttribute(k_cpa<NW, SEG, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                sm));
+        set = true;
+    }
+    k_cpa<NW, SEG, ST><<<M / 16, NW * 32, sm, st>>>(y, W, x, n, M, K);
+}
+
 static cublasHandle_t g_blas;
 static __nv_bfloat16 *g_xb;
 static void l_cublas(cudaStream_t st, float *y, const uint16_t *W, const float *x, int n, int M,
@@ -541,6 +687,15 @@ int main(int argc, char **argv)
         {"bulk w4 s16", l_bulk<4, 16>, 8, 1},
         {"bulkrow w8 s4", l_bulkrow<8, 4>, 8},        {"bulkrow w8 s8", l_bulkrow<8, 8>, 8},
         {"bulkrow w16 s4", l_bulkrow<16, 4>, 8},      {"bulkrow w16 s6", l_bulkrow<16, 6>, 8},
+        {"rowc w16 s128 u2", l_rowc<16, 128, 2>, 8},  {"rowc w8 s128 u2", l_rowc<8, 128, 2>, 8},
+        {"rowc w8 s128 u4", l_rowc<8, 128, 4>, 8},    {"rowc w16 s256 u1", l_rowc<16, 256, 1>, 8},
+        {"rowc w8 s256 u1", l_rowc<8, 256, 1>, 8},    {"rowc w8 s256 u2", l_rowc<8, 256, 2>, 8},
+        {"rowc w4 s256 u2", l_rowc<4, 256, 2>, 8},
+        {"cpa w8 s128 st4", l_cpa<8, 128, 4>, 8},     {"cpa w8 s128 st6", l_cpa<8, 128, 6>, 8},
+        {"cpa w16 s128 st3", l_cpa<16, 128, 3>, 8},   {"cpa w8 s256 st3", l_cpa<8, 256, 3>, 8},
+        {"cpa w4 s256 st6", l_cpa<4, 256, 6>, 8},     {"cpa w4 s128 st8", l_cpa<4, 128, 8>, 8},
+        {"cpa w16 s128 st2", l_cpa<16, 128, 2>, 8},   {"cpa w8 s128 st2", l_cpa<8, 128, 2>, 8},
+        {"cpa w4 s128 st4", l_cpa<4, 128, 4>, 8},     {"cpa w4 s256 st3", l_cpa<4, 256, 3>, 8},
     };
     cublasCreate(&g_blas);
     bulk_init();
@@ -588,8 +743,12 @@ int main(int argc, char **argv)
     printf("\n");
     const int n_sh = (int)(sizeof shapes / sizeof shapes[0]);
     std::vector<std::vector<float>> ref(n_sh);
+    const char *only = argc > 2 ? argv[2] : NULL;
     for (const variant &v : vars) {
         if (n > v.max_n)
+            continue;
+        /* argv[2]: run only variants whose name contains it (and the first: the reference) */
+        if (only && &v != vars && !strstr(v.name, only))
             continue;
         printf("%-20s", v.name);
         double worst = 0;

@@ -755,36 +755,48 @@ static int32_t host_argmax(const float *x, int n)
     return best < 0 ? 0 : best;
 }
 
+/* Row lengths: one block a row (5000), and rows a device may split over blocks whose best
+ * are merged (9000: two slices; a 128256 vocabulary: many), each called 3 times (the split's
+ * arrival counters must be back to zero after every call). */
 static void test_argmax(void)
 {
-    enum { ROWS = 6, N = 5000 };
-    float *x = malloc(sizeof(float) * ROWS * N);
-    rng_seed(800);
-    fill_f(x, (int64_t)ROWS * N, 10.0f);
-    x[0 * N + 4000] = 50.0f, x[0 * N + 17] = 50.0f;  /* tie: lowest index wins */
-    x[1 * N + 3] = NAN, x[1 * N + 4999] = 20.0f;     /* NaN never wins */
-    for (int i = 0; i < N; i++)
-        x[2 * N + i] = -INFINITY, x[3 * N + i] = NAN; /* all -inf: 0; all NaN: 0 */
-    x[4 * N + N - 1] = 99.0f;
-    x[5 * N + 0] = INFINITY;
-    int32_t want[ROWS], got[ROWS];
-    for (int r = 0; r < ROWS; r++)
-        want[r] = host_argmax(x + (int64_t)r * N, N);
-    CHECK(want[0] == 17 && want[2] == 0 && want[3] == 0 && want[4] == N - 1 && want[5] == 0);
-    for (int bi = 0; bi < N_BACKENDS; bi++) {
-        struct be *b = g.cand[bi][0];
-        if (!b || !b->ops->argmax)
-            continue;
-        float *dx = dev_from(b, x, sizeof(float) * ROWS * N);
-        int32_t *dout = dev_from(b, NULL, sizeof(int32_t) * ROWS);
-        b->ops->argmax(b, dout, dx, ROWS, N);
-        host_from(b, got, dout, sizeof got);
+    enum { ROWS = 7 };
+    static const int lens[] = {5000, 9000, 128256};
+    for (int li = 0; li < 3; li++) {
+        const int N = lens[li];
+        float *x = malloc(sizeof(float) * ROWS * N);
+        rng_seed(800 + (uint64_t)li);
+        fill_f(x, (int64_t)ROWS * N, 10.0f);
+        x[0 * N + N * 4 / 5] = 50.0f, x[0 * N + 17] = 50.0f; /* tie: lowest index wins */
+        x[1 * N + 3] = NAN, x[1 * N + N - 1] = 20.0f;       /* NaN never wins */
+        for (int i = 0; i < N; i++)
+            x[2 * N + i] = -INFINITY, x[3 * N + i] = NAN; /* all -inf: 0; all NaN: 0 */
+        x[4 * N + N - 1] = 99.0f;
+        x[5 * N + 0] = INFINITY;
+        x[6 * N + N / 2] = 60.0f, x[6 * N + N / 2 + 1] = 60.0f; /* tie inside one slice */
+        int32_t want[ROWS], got[ROWS];
         for (int r = 0; r < ROWS; r++)
-            CHECK_MSG(got[r] == want[r], "%s argmax row %d: %d, want %d", g_backends[bi], r,
-                      got[r], want[r]);
-        b->ops->free(b, dx), b->ops->free(b, dout);
+            want[r] = host_argmax(x + (int64_t)r * N, N);
+        CHECK(want[0] == 17 && want[1] == N - 1 && want[2] == 0 && want[3] == 0 &&
+              want[4] == N - 1 && want[5] == 0 && want[6] == N / 2);
+        for (int bi = 0; bi < N_BACKENDS; bi++) {
+            struct be *b = g.cand[bi][0];
+            if (!b || !b->ops->argmax)
+                continue;
+            float *dx = dev_from(b, x, sizeof(float) * ROWS * N);
+            int32_t *dout = dev_from(b, NULL, sizeof(int32_t) * ROWS);
+            for (int rep = 0; rep < 3; rep++) {
+                memset(got, 0xff, sizeof got);
+                b->ops->argmax(b, dout, dx, ROWS - rep, N); /* 7, 6, 5 rows */
+                host_from(b, got, dout, sizeof(int32_t) * (size_t)(ROWS - rep));
+                for (int r = 0; r < ROWS - rep; r++)
+                    CHECK_MSG(got[r] == want[r], "%s argmax n %d call %d row %d: %d, want %d",
+                              g_backends[bi], N, rep, r, got[r], want[r]);
+            }
+            b->ops->free(b, dx), b->ops->free(b, dout);
+        }
+        free(x);
     }
-    free(x);
 }
 
 /* ---- topcand: the sampling candidates of a row (backend.h) ---- */

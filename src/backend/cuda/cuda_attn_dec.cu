@@ -9,16 +9,19 @@
  * teams are summed in a fixed order at the end. A token's split length depends only on its
  * own attended range (at most AD_TARGET splits of whole rounds), never on the batch or the
  * context capacity, so its result is the same alone or in any step. Splits are merged in
- * split order with one formula (ad_merge_out), by default in a second kernel launched with
- * programmatic dependent launch. Opt-in alternatives (same results, CINFER_ATTN_DEC_MERGE):
- * "cluster" merges inside a thread-block cluster through distributed shared memory when a
- * token's splits fit in one (<= 8; measured slower so far); "fused" lets the last split
- * block to finish merge (arrival counters in scratch CU_SCRATCH_DEC). Process-wide knobs,
- * read when a backend is created (for measurements): CINFER_ATTN_DEC=0 (off: the general
+ * split order with one formula (ad_merge_out). By default a token's splits that fit in one
+ * thread-block cluster (<= 8: contexts up to 512 positions) are merged inside it through
+ * distributed shared memory, with no second kernel (H200, two calls: decode l1b +0.4% /
+ * +0.7%, l8b -0.1% / +0.1%; device step l1b -5 / -9 µs, l8b -17 / -22 µs against the merge
+ * kernel); longer ones in a second kernel launched with programmatic dependent launch.
+ * CINFER_ATTN_DEC_MERGE (same results): "kernel" always the second kernel; "fused" lets the
+ * last split block to finish merge (arrival counters in scratch CU_SCRATCH_DEC). Process-wide
+ * knobs, read when a backend is created (for measurements): CINFER_ATTN_DEC=0 (off: the general
  * kernel runs), CINFER_ATTN_DEC_SPLITS=N (split target 1..64), CINFER_ATTN_DEC_MERGE,
  * CINFER_ATTN_DEC_PDL=0 (plain launches; CINFER_CUDA_PDL=0 does the same for every kernel).
- * Both kernels are launched with programmatic dependent launch and wait for the previous
- * kernel first thing (the merge reads only pos, written before the step, before its wait).
+ * The split kernel (except as a cluster) and the merge kernel are launched with programmatic
+ * dependent launch and wait for the previous kernel first thing (the merge reads only pos,
+ * written before the step, before its wait).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -41,7 +44,7 @@ enum { AD_KERNEL = 0, AD_CLUSTER = 1, AD_FUSED = 2 };
 
 static struct {
     int on, target, pdl, mode;
-} g_ad = {1, AD_TARGET, 1, AD_KERNEL};
+} g_ad = {1, AD_TARGET, 1, AD_CLUSTER};
 
 struct ad_args {
     const float *q;
@@ -408,9 +411,9 @@ cudaError_t cu_attn_decode_init(struct cu_be *cb)
     const char *pdl = getenv("CINFER_ATTN_DEC_PDL"), *mo = getenv("CINFER_ATTN_DEC_MERGE");
     g_ad.on = !(on && on[0] == '0');
     g_ad.pdl = !(pdl && pdl[0] == '0');
-    g_ad.mode = AD_KERNEL;
-    if (mo && !strcmp(mo, "cluster"))
-        g_ad.mode = AD_CLUSTER;
+    g_ad.mode = AD_CLUSTER;
+    if (mo && !strcmp(mo, "kernel"))
+        g_ad.mode = AD_KERNEL;
     else if (mo && !strcmp(mo, "fused"))
         g_ad.mode = AD_FUSED;
     g_ad.target = AD_TARGET;
@@ -427,7 +430,7 @@ static void ad_launch1(struct cu_be *cb, const struct ad_args &x, dim3 grid)
 {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];
-    if (MODE == AD_CLUSTER) {
+    if (MODE == AD_CLUSTER) { /* (with PDL as well: l8b decode 0.45% slower, one call) */
         at[0].id = cudaLaunchAttributeClusterDimension;
         at[0].val.clusterDim.x = grid.x, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
     } else { /* may start while the previous kernel drains (it waits first thing) */

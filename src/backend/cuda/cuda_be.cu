@@ -329,6 +329,8 @@ static void cu_destroy(struct be *b)
         cudaFree(cb->blas_ws);
     if (cb->ss_buf)
         cudaFree(cb->ss_buf);
+    if (cb->am_buf)
+        cudaFree(cb->am_buf);
     for (int i = 0; i < 2; i++)
         if (cb->fetch_buf[i]) {
             cudaFreeHost(cb->fetch_buf[i]);
@@ -476,6 +478,8 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
                    (size_t)SG_MAX_N * CU_SS_TILES * (1 + 16) * sizeof(float)) != cudaSuccess)
         cudaGetLastError(), cb->ss_buf = NULL; /* the norms then run on their own */
     cb->xg_buf = cb->ss_buf ? cb->ss_buf + (size_t)SG_MAX_N * CU_SS_TILES : NULL;
+    const char *as = getenv("CINFER_CUDA_ARGMAX_SPLIT");
+    cb->am_split = !(as && !strcmp(as, "0"));
     const char *sp = getenv("CINFER_CUDA_SKINNY_PRECISE");
     cb->sg_precise = sp && !strcmp(sp, "1");
     const char *sk = getenv("CINFER_CUDA_SKINNY_MAX");

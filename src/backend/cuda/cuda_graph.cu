@@ -51,6 +51,7 @@ struct cu_graphs {
     int64_t replays, captures;
     int nocapture; /* the pending list has a prefill-sized GEMM: shapes rarely repeat */
     int seg;       /* flush every seg calls (0: only when the stream is needed) */
+    int min;       /* shortest list captured (CU_GRAPH_MIN; CINFER_CUDA_GRAPH_MIN) */
     unsigned epoch; /* cb->scratch_epoch the cached graphs were captured under */
     uint64_t log[CU_LOG]; /* keys of the last graph launches (ring; log_n launches in all) */
     int64_t log_n;
@@ -68,6 +69,8 @@ int cu_graphs_init(struct cu_be *cb, int want)
     cb->graphs->seg = sg && *sg ? atoi(sg) : CU_GRAPH_SEG;
     if (cb->graphs->seg < 0)
         cb->graphs->seg = 0;
+    const char *mn = getenv("CINFER_CUDA_GRAPH_MIN");
+    cb->graphs->min = mn && atoi(mn) >= 1 ? atoi(mn) : CU_GRAPH_MIN;
     return 0;
 }
 
@@ -155,7 +158,7 @@ void cu_flush(struct cu_be *cb)
     }
     struct cu_graph_ent *e = find_or_add(g, list_key(g), g->n);
     e->last_use = ++g->tick;
-    if (!e->exec && !e->failed && !g->nocapture && e->seen >= 1 && g->n >= CU_GRAPH_MIN) {
+    if (!e->exec && !e->failed && !g->nocapture && e->seen >= 1 && g->n >= g->min) {
         if (capture(cb, e) == 0)
             g->captures++;
         else

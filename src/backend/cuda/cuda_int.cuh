@@ -70,6 +70,8 @@ struct cu_be {
     const float *ss_g;
     int ss_n, ss_m, ss_ok;
     int64_t n_chained;  /* consumers recorded chained (be_cuda_chained) */
+    void *am_buf;       /* argmax split over blocks: counters + partials (cuda_sample.cu) */
+    int am_split;       /* argmax of a long row split over blocks (CINFER_CUDA_ARGMAX_SPLIT=0: no) */
     void *fetch_buf[2];       /* pinned staging of fetch_start (allocated on first use) */
     cudaEvent_t fetch_ev[2];  /* recorded after each slot's copy */
     int repeat;         /* measurement only (CINFER_CUDA_REPEAT): CU_REP_* kernels run twice */

@@ -26,12 +26,10 @@
  * on l8b than no chain, as were staging the normed x in shared memory and a per-warp
  * reduction with an L2 prefetch of the first weights.
  *
- * Bulk-copy pipeline (CINFER_CUDA_SG_BULK=1, a measurement knob, off by default): one more
- * warp per block streams the tile's weight rows into a shared-memory ring with cp.async.bulk
- * (mbarriers; no registers held for loads in flight) and the consumer warps read their chunk
- * fragments from it, in the register path's chunk order (the same bits). Written at stop 14
- * against the ncu finding that one-wave projections stream at 50-57% of the DRAM peak; not
- * yet run on a GPU: bench/gpu/device_bulk.sh checks and times it.
+ * Measured and removed: a bulk-copy pipeline (one more warp a block streaming the tile's
+ * rows into a shared-memory ring with cp.async.bulk and mbarriers, the same chunk order):
+ * bit-identical, but decode 848 against 1041 tok/s on l1b and 188 against 227 on l8b
+ * (H200, one call). bench/gpu/gemv_bench.cu keeps the layout experiments.
  *
  * Measured on the H200 and dropped: splitting K over blocks (last block reduces), loading
  * the first weights before the PDL wait (+ L2 prefetch): each was slower on l8b decode and
@@ -79,17 +77,12 @@ static int sg_warps(int K, int tiles, int kind, int wave, int n_sm, int precise)
     return on && tiles > g_wave_tiles ? 8 : 16;
 }
 
-static int g_bulk = 0; /* CINFER_CUDA_SG_BULK=1: the bulk-copy pipeline (k_sg BULK; measurements) */
-static int sgb_init(void);
-
 void cu_mmf_init(void)
 {
     const char *wt = getenv("CINFER_CUDA_SG_WAVE_TILES");
     g_wave_tiles = wt && atoi(wt) > 0 ? atoi(wt) : SG_WAVE_TILES;
     const char *w32 = getenv("CINFER_CUDA_SG_W32");
     g_w32 = !(w32 && !strcmp(w32, "0"));
-    const char *bk = getenv("CINFER_CUDA_SG_BULK");
-    g_bulk = bk && !strcmp(bk, "1") && sgb_init() == 0;
 }
 
 __device__ __forceinline__ uint32_t pack2(float a, float b, int bf)
@@ -182,53 +175,6 @@ __device__ __forceinline__ void sg_norm_r(const sg_args &a, int col0, int warp, 
     }
 }
 
-/* The weight rows of mma rows gg and gg + 8 of a tile (ra, rz) and the rope pair index (-1:
- * none): a q or k tile inside the rotated part of a head holds 8 rope pairs. */
-template <int MODE>
-__device__ __forceinline__ int sg_rows(const sg_args &a, int wi, int row0, int gg, int &ra, int &rz)
-{
-    ra = row0 + gg, rz = row0 + gg + 8;
-    if (MODE == SG_ROPE && wi < 2) {
-        const int base = row0 - row0 % a.hd, k16 = (row0 % a.hd) / 16;
-        if (k16 * 16 < a.rot) { /* pair pj: rows (pj, pj + rot/2) or (2 pj, 2 pj + 1) */
-            const int pj = 8 * k16 + gg;
-            ra = base + (a.neox ? pj : 2 * pj);
-            rz = a.neox ? ra + a.rot / 2 : ra + 1;
-            return pj;
-        }
-    }
-    return -1;
-}
-
-/* BULK: the shared-memory ring of the bulk-copy pipeline (k_sg with BULK = 1): a slot holds
- * one segment, SG_WARPS chunks of each of the tile's 16 weight rows (32 for GLU: gate, then
- * up), rows SG_WARPS * 64 + 64 bytes apart (a quarter-warp's 16-byte reads of rows g and
- * g + 1 then fall on distinct banks); about 64 KB of slots, at least two. */
-template <int MODE, int W>
-struct sgb_ring {
-    static constexpr int R = MODE == BE_MM_GLU ? 32 : 16;
-    static constexpr int STRIDE = W * 64 + 64;
-    static constexpr int SLOT = R * STRIDE;
-    static constexpr int ST = 65536 / SLOT < 2 ? 2 : 65536 / SLOT > 8 ? 8 : 65536 / SLOT;
-    static constexpr int BYTES = ST * SLOT;
-};
-
-__device__ __forceinline__ uint32_t sg_smem(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void sg_mbar_wait(uint32_t bar, uint32_t parity)
-{
-    uint32_t done;
-    do {
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
 /* MODE: BE_MM_PLAIN / BE_MM_GLU / BE_MM_ADD / SG_ROPE. NS: n8 tiles per block (1 or 2). P:
  * precise (x split into hi + lo 16-bit parts, two mmas). SG_ROPE: a q or k tile inside the
  * rotated part of a head holds 8 rope pairs (mma rows g and g + 8 are the pair's two rows),
@@ -237,8 +183,8 @@ __device__ __forceinline__ void sg_mbar_wait(uint32_t bar, uint32_t parity)
  * r = 1 / sqrt(ss / K + eps) of their row before the epilogue: rmsnorm(x) * gamma with the
  * row's scalar r taken out of the dot product; ss = the producer's tile sums added in a
  * fixed order (sg_norm_r) that depends only on K. */
-template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI, int BULK>
-__global__ void __launch_bounds__((SG_WARPS + BULK) * 32)
+template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI>
+__global__ void __launch_bounds__(SG_WARPS * 32)
     k_sg(struct sg_args a, int act)
 {
     constexpr int NA = MODE == BE_MM_GLU ? 2 : 1; /* accumulators (gate, up) */
@@ -256,8 +202,15 @@ __global__ void __launch_bounds__((SG_WARPS + BULK) * 32)
     const uint8_t *W = wi == 0 ? a.w[0] : wi == 1 ? a.w[1] : a.w[2];
     const uint8_t *W2 = MODE == BE_MM_GLU ? a.w[1] : W;
     const size_t rb = (size_t)K * 2;
-    int ra, rz; /* weight rows of mma rows g, g + 8 */
-    const int pj = sg_rows<MODE>(a, wi, row0, g, ra, rz);
+    int ra = row0 + g, rz = row0 + g + 8, pj = -1; /* weight rows of mma rows g, g + 8 */
+    if (MODE == SG_ROPE && wi < 2) {
+        const int base = row0 - row0 % a.hd, k16 = (row0 % a.hd) / 16;
+        if (k16 * 16 < a.rot) { /* pair pj: rows (pj, pj + rot/2) or (2 pj, 2 pj + 1) */
+            pj = 8 * k16 + g;
+            ra = base + (a.neox ? pj : 2 * pj);
+            rz = a.neox ? ra + a.rot / 2 : ra + 1;
+        }
+    }
     const uint4 *wr0 = (const uint4 *)(W + (size_t)ra * rb) + tq;
     const uint4 *wr1 = (const uint4 *)(W + (size_t)rz * rb) + tq;
     const uint4 *ur0 = (const uint4 *)(W2 + (size_t)(row0 + g) * rb) + tq;
@@ -316,86 +269,6 @@ __global__ void __launch_bounds__((SG_WARPS + BULK) * 32)
         }                                                                                      \
     } while (0)
 
-    if constexpr (BULK) {
-        /* warp SG_WARPS (lanes 0..R-1, one weight row each) copies segment seg, chunks
-         * seg * SG_WARPS .. + SG_WARPS - 1 of the tile's rows, into slot seg % ST; consumer
-         * warp w takes chunk seg * SG_WARPS + w of every segment: chunks w, w + W, ... in
-         * order, the arithmetic of the register path below (the same bits) */
-        using RG = sgb_ring<MODE, SG_WARPS>;
-        extern __shared__ __align__(128) uint8_t ring[];
-        __shared__ __align__(8) uint64_t full[RG::ST], empty[RG::ST];
-        const int nseg = (nc + SG_WARPS - 1) / SG_WARPS;
-        if (threadIdx.x == 0) {
-            for (int s = 0; s < RG::ST; s++) {
-                asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sg_smem(&full[s])));
-                asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sg_smem(&empty[s])),
-                             "r"(SG_WARPS));
-            }
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
-        __syncthreads();
-        if (warp == SG_WARPS) { /* the producer */
-            const uint8_t *src = NULL;
-            if (lane < RG::R) {
-                int r0, r1;
-                sg_rows<MODE>(a, wi, row0, lane & 7, r0, r1);
-                const int wr = lane < 16 ? ((lane & 8) ? r1 : r0) : row0 + (lane - 16);
-                src = (lane < 16 ? W : W2) + (size_t)wr * rb;
-            }
-            for (int seg = 0; seg < nseg; seg++) {
-                const int s = seg % RG::ST, k = seg / RG::ST;
-                const int cnt = nc - seg * SG_WARPS < SG_WARPS ? nc - seg * SG_WARPS : SG_WARPS;
-                if (k > 0 && lane == 0)
-                    sg_mbar_wait(sg_smem(&empty[s]), (k - 1) & 1);
-                __syncwarp();
-                if (lane == 0)
-                    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-                                     sg_smem(&full[s])),
-                                 "r"(RG::R * cnt * 64)
-                                 : "memory");
-                __syncwarp();
-                if (lane < RG::R) {
-                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                                 " [%0], [%1], %2, [%3];" ::"r"(
-                                     sg_smem(ring + (size_t)s * RG::SLOT + lane * RG::STRIDE)),
-                                 "l"(src + (size_t)seg * SG_WARPS * 64), "r"(cnt * 64),
-                                 "r"(sg_smem(&full[s]))
-                                 : "memory");
-                }
-            }
-        } else {
-            for (int seg = 0; seg < nseg; seg++) {
-                const int s = seg % RG::ST, k = seg / RG::ST, cc = seg * SG_WARPS + warp;
-                const bool have = cc < nc;
-                float4 xb[NS][2];
-#pragma unroll
-                for (int s2 = 0; s2 < NS; s2++) {
-                    xb[s2][0] = have ? __ldg(xr[s2] + cc * 8) : make_float4(0, 0, 0, 0);
-                    xb[s2][1] = have ? __ldg(xr[s2] + cc * 8 + 1) : make_float4(0, 0, 0, 0);
-                }
-                sg_mbar_wait(sg_smem(&full[s]), k & 1);
-                const uint8_t *sl = ring + (size_t)s * RG::SLOT + warp * 64 + tq * 16;
-                uint4 aw0 = make_uint4(0, 0, 0, 0), aw1 = aw0, au0 = aw0, au1 = aw0;
-                if (have) {
-                    aw0 = *(const uint4 *)(sl + g * RG::STRIDE);
-                    aw1 = *(const uint4 *)(sl + (g + 8) * RG::STRIDE);
-                    if (MODE == BE_MM_GLU) {
-                        au0 = *(const uint4 *)(sl + (16 + g) * RG::STRIDE);
-                        au1 = *(const uint4 *)(sl + (24 + g) * RG::STRIDE);
-                    }
-                }
-                __syncwarp();
-                if (lane == 0)
-                    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(
-                                     sg_smem(&empty[s]))
-                                 : "memory");
-                if (have)
-                    SG_CHUNK(aw0, aw1, au0, au1, xb);
-            }
-        }
-        c = nc; /* the register loops below have nothing left */
-    }
     for (; c + (U - 1) * SG_WARPS < nc; c += U * SG_WARPS) {
         uint4 aw0[U], aw1[U], au0[U], au1[U];
         float4 xb[U][NS][2];
@@ -436,11 +309,9 @@ __global__ void __launch_bounds__((SG_WARPS + BULK) * 32)
     }
 #undef SG_CHUNK
     if constexpr (NI) /* the rows' 1/rms, read by warp 0 after the barrier below */
-        if (warp < SG_WARPS)
-            sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, rsh);
-    /* partial sums of warps 1.. to shared memory; warp 0 adds them in warp order (BULK: the
-     * producer warp has none) */
-    if (warp > 0 && warp < SG_WARPS) {
+        sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, rsh);
+    /* partial sums of warps 1.. to shared memory; warp 0 adds them in warp order */
+    if (warp > 0) {
 #pragma unroll
         for (int q = 0; q < NA; q++)
 #pragma unroll
@@ -579,57 +450,10 @@ template <int BF, int MODE, int P, int W, int NI>
 static void sg_launch_ni(struct cu_be *cb, const struct sg_args &a, int ns, int act)
 {
     unsigned grid = (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
-    if constexpr (P == 0 && W < 32) /* 32 + 1 warps would pass the block limit */
-        if (g_bulk) { /* one more warp: the producer */
-            const size_t sm = sgb_ring<MODE, W>::BYTES;
-            if (ns == 1)
-                cu_launch(cb, k_sg<BF, MODE, 1, P, W, NI, 1>, dim3(grid), dim3(W * 32 + 32), sm,
-                          a, act);
-            else
-                cu_launch(cb, k_sg<BF, MODE, 2, P, W, NI, 1>, dim3(grid), dim3(W * 32 + 32), sm,
-                          a, act);
-            return;
-        }
     if (ns == 1)
-        cu_launch(cb, k_sg<BF, MODE, 1, P, W, NI, 0>, dim3(grid), dim3(W * 32), 0, a, act);
+        cu_launch(cb, k_sg<BF, MODE, 1, P, W, NI>, dim3(grid), dim3(W * 32), 0, a, act);
     else
-        cu_launch(cb, k_sg<BF, MODE, 2, P, W, NI, 0>, dim3(grid), dim3(W * 32), 0, a, act);
-}
-
-/* The bulk kernels' shared-memory ring is beyond the default 48 KB: allowed once, at init
- * (every instance the launcher may pick). */
-template <int BF, int MODE, int W>
-static int sgb_attr(void)
-{
-    int bad = 0;
-    const int sm = sgb_ring<MODE, W>::BYTES;
-    bad |= cudaFuncSetAttribute(k_sg<BF, MODE, 1, 0, W, 0, 1>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, sm) != cudaSuccess;
-    bad |= cudaFuncSetAttribute(k_sg<BF, MODE, 2, 0, W, 0, 1>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, sm) != cudaSuccess;
-    if constexpr (MODE != BE_MM_ADD) {
-        bad |= cudaFuncSetAttribute(k_sg<BF, MODE, 1, 0, W, 1, 1>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, sm) != cudaSuccess;
-        bad |= cudaFuncSetAttribute(k_sg<BF, MODE, 2, 0, W, 1, 1>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, sm) != cudaSuccess;
-    }
-    return bad;
-}
-template <int BF>
-static int sgb_attr_bf(void)
-{
-    return sgb_attr<BF, BE_MM_PLAIN, 8>() | sgb_attr<BF, BE_MM_PLAIN, 16>() |
-           sgb_attr<BF, BE_MM_GLU, 8>() | sgb_attr<BF, BE_MM_GLU, 16>() |
-           sgb_attr<BF, BE_MM_ADD, 8>() | sgb_attr<BF, BE_MM_ADD, 16>() |
-           sgb_attr<BF, SG_ROPE, 8>() | sgb_attr<BF, SG_ROPE, 16>();
-}
-static int sgb_init(void)
-{
-    if (sgb_attr_bf<0>() | sgb_attr_bf<1>()) {
-        cudaGetLastError();
-        return -1;
-    }
-    return 0;
+        cu_launch(cb, k_sg<BF, MODE, 2, P, W, NI>, dim3(grid), dim3(W * 32), 0, a, act);
 }
 
 /* NI kernels exist for the projections that norm x, outside the precise mode (cu_mm_chain_ok) */

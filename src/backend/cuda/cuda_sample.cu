@@ -2,7 +2,8 @@
  * argmax), so a greedy step copies back one id per row instead of the whole vocabulary, and
  * the sampling candidates of a row (the optional op topcand: max, sum of e^(x - max), argmax
  * and the ids within a span of the max, ranked), so a sampled step copies back a few KB.
- * One block per row; ties go to the lowest index and NaN never wins, as sampler_argmax.
+ * One block per row (argmax of a long row: split over blocks); ties go to the lowest index
+ * and NaN never wins, as sampler_argmax.
  */
 #include <math.h>
 
@@ -53,12 +54,108 @@ __global__ void __launch_bounds__(AM_THREADS) k_argmax(int32_t *out, const float
         out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
 }
 
+/* A long row split over up to AM_SPLITS blocks (rows <= AM_SPLIT_ROWS): each block writes
+ * its slice's best to am_buf, and the last block of the row to arrive (a counter, reset by
+ * that block, so it is zero between calls and across graph replays) reduces them. The best
+ * of (value, index) pairs does not depend on the order, so the result is the one-block
+ * kernel's. A row of 128256 logits: one block took ~11 µs on the H200 (latency-bound). */
+enum { AM_SPLITS = 32, AM_SPLIT_ROWS = 256, AM_SPLIT_THREADS = 256, AM_SLICE_MIN = 4096 };
+struct am_part {
+    float v;
+    int i;
+};
+
+__global__ void __launch_bounds__(AM_SPLIT_THREADS)
+    k_argmax_split(int32_t *out, const float *x, int n, unsigned *cnt, struct am_part *part)
+{
+    __shared__ float sv[AM_SPLIT_THREADS / 32];
+    __shared__ int si[AM_SPLIT_THREADS / 32];
+    __shared__ bool last;
+    cu_pdl_wait();
+    const int row = blockIdx.y, S = gridDim.x, s = blockIdx.x;
+    const int per = (n + S - 1) / S, lo = s * per, hi = min(n, lo + per);
+    const float *r = x + (size_t)row * n;
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+#pragma unroll 4
+    for (int i = lo + (int)threadIdx.x; i < hi; i += AM_SPLIT_THREADS) {
+        float v = r[i];
+        if (am_better(v, i, bv, bi))
+            bv = v, bi = i;
+    }
+    am_warp(bv, bi);
+    if ((threadIdx.x & 31) == 0)
+        sv[threadIdx.x >> 5] = bv, si[threadIdx.x >> 5] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < AM_SPLIT_THREADS / 32; w++)
+            if (am_better(sv[w], si[w], bv, bi))
+                bv = sv[w], bi = si[w];
+        part[row * AM_SPLITS + s].v = bv;
+        part[row * AM_SPLITS + s].i = bi;
+        __threadfence();
+        last = atomicAdd(&cnt[row], 1u) == (unsigned)S - 1;
+    }
+    __syncthreads();
+    if (!last || threadIdx.x >= 32)
+        return;
+    __threadfence();
+    bv = -INFINITY, bi = 0x7fffffff;
+    if ((int)threadIdx.x < S) {
+        const volatile struct am_part *p = part + row * AM_SPLITS + threadIdx.x;
+        bv = p->v, bi = p->i;
+    }
+    am_warp(bv, bi);
+    if (threadIdx.x == 0) {
+        out[row] = bi == 0x7fffffff ? 0 : bi;
+        cnt[row] = 0;
+    }
+}
+
+/* am_buf: the split path's counters (zeroed once) and partials, allocated on first use
+ * outside a capture; NULL (allocation failed, or first use inside a capture): one block. */
+static int am_ready(struct cu_be *cb)
+{
+    if (cb->am_buf)
+        return 1;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(cb->stream, &cs) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (cs != cudaStreamCaptureStatusNone)
+        return 0;
+    const size_t cb_bytes = AM_SPLIT_ROWS * sizeof(unsigned);
+    void *p = NULL;
+    if (cudaMalloc(&p, cb_bytes + (size_t)AM_SPLIT_ROWS * AM_SPLITS * sizeof(struct am_part)) !=
+        cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (cudaMemsetAsync(p, 0, cb_bytes, cb->stream) != cudaSuccess) {
+        cudaGetLastError();
+        cudaFree(p);
+        return 0;
+    }
+    cb->last_kernel = 0;
+    cb->am_buf = p;
+    return 1;
+}
+
 void cu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n)
 {
     struct cu_be *cb = cu_be(b);
     if (rows <= 0 || n <= 0)
         return;
-    cu_launch(cb, k_argmax, dim3((unsigned)rows), dim3(AM_THREADS), 0, out, x, n);
+    const int S = n / AM_SLICE_MIN < AM_SPLITS ? n / AM_SLICE_MIN : AM_SPLITS;
+    if (S >= 2 && rows <= AM_SPLIT_ROWS && cb->am_split && am_ready(cb)) {
+        unsigned *cnt = (unsigned *)cb->am_buf;
+        struct am_part *part = (struct am_part *)(cnt + AM_SPLIT_ROWS);
+        cu_launch(cb, k_argmax_split, dim3((unsigned)S, (unsigned)rows), dim3(AM_SPLIT_THREADS),
+                  0, out, x, n, cnt, part);
+    } else {
+        cu_launch(cb, k_argmax, dim3((unsigned)rows), dim3(AM_THREADS), 0, out, x, n);
+    }
     cu_after_launch(cb, "argmax");
 }
 
