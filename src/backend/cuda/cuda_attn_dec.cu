@@ -9,16 +9,18 @@
  * teams are summed in a fixed order at the end. A token's split length depends only on its
  * own attended range (at most AD_TARGET splits of whole rounds), never on the batch or the
  * context capacity, so its result is the same alone or in any step. Splits are merged in
- * split order with one formula (ad_merge_out). By default a token's splits that fit in one
- * thread-block cluster (<= 8: contexts up to 512 positions) are merged inside it through
- * distributed shared memory, with no second kernel (H200, two calls: decode l1b +0.4% /
- * +0.7%, l8b -0.1% / +0.1%; device step l1b -5 / -9 µs, l8b -17 / -22 µs against the merge
- * kernel); longer ones in a second kernel launched with programmatic dependent launch.
- * CINFER_ATTN_DEC_MERGE (same results): "kernel" always the second kernel; "fused" lets the
- * last split block to finish merge (arrival counters in scratch CU_SCRATCH_DEC). Process-wide
- * knobs, read when a backend is created (for measurements): CINFER_ATTN_DEC=0 (off: the general
- * kernel runs), CINFER_ATTN_DEC_SPLITS=N (split target 1..64), CINFER_ATTN_DEC_MERGE,
- * CINFER_ATTN_DEC_PDL=0 (plain launches; CINFER_CUDA_PDL=0 does the same for every kernel).
+ * split order with one formula (ad_merge_out). By default the splits of a one-token step
+ * (batch-1 decode) are merged inside a thread-block cluster through distributed shared
+ * memory when they fit in one (<= 8: contexts up to 512 positions), with no second kernel
+ * (H200: l1b decode +0.4-0.7% in three calls, l8b within +-0.1%); other steps, and longer
+ * contexts, merge in a second kernel launched with programmatic dependent launch (the
+ * cluster for every step cost 6-7% of aggregate decode at 64 sequences). The mode never
+ * changes a result. CINFER_ATTN_DEC_MERGE: "kernel" or "cluster" for every step; "fused"
+ * lets the last split block to finish merge (arrival counters in scratch CU_SCRATCH_DEC).
+ * Process-wide knobs, read when a backend is created (for measurements): CINFER_ATTN_DEC=0
+ * (off: the general kernel runs), CINFER_ATTN_DEC_SPLITS=N (split target 1..64),
+ * CINFER_ATTN_DEC_MERGE, CINFER_ATTN_DEC_PDL=0 (plain launches; CINFER_CUDA_PDL=0 does the
+ * same for every kernel).
  * The split kernel (except as a cluster) and the merge kernel are launched with programmatic
  * dependent launch and wait for the previous kernel first thing (the merge reads only pos,
  * written before the step, before its wait).
@@ -40,11 +42,12 @@ enum {
     AD_CNT_Y = 256,     /* fused merge: counters per token (KV heads x head groups) */
 };
 /* how the splits of a token are merged */
-enum { AD_KERNEL = 0, AD_CLUSTER = 1, AD_FUSED = 2 };
+enum { AD_KERNEL = 0, AD_CLUSTER = 1, AD_FUSED = 2,
+       AD_AUTO = 3 /* the cluster for a one-token step, else the kernel */ };
 
 static struct {
     int on, target, pdl, mode;
-} g_ad = {1, AD_TARGET, 1, AD_CLUSTER};
+} g_ad = {1, AD_TARGET, 1, AD_AUTO};
 
 struct ad_args {
     const float *q;
@@ -411,9 +414,11 @@ cudaError_t cu_attn_decode_init(struct cu_be *cb)
     const char *pdl = getenv("CINFER_ATTN_DEC_PDL"), *mo = getenv("CINFER_ATTN_DEC_MERGE");
     g_ad.on = !(on && on[0] == '0');
     g_ad.pdl = !(pdl && pdl[0] == '0');
-    g_ad.mode = AD_CLUSTER;
+    g_ad.mode = AD_AUTO;
     if (mo && !strcmp(mo, "kernel"))
         g_ad.mode = AD_KERNEL;
+    else if (mo && !strcmp(mo, "cluster"))
+        g_ad.mode = AD_CLUSTER;
     else if (mo && !strcmp(mo, "fused"))
         g_ad.mode = AD_FUSED;
     g_ad.target = AD_TARGET;
@@ -528,7 +533,9 @@ int cu_attn_decode(struct cu_be *cb, float *out, const float *q, const struct be
     x.maxs = maxs, x.target = g_ad.target;
     x.scale = a->scale, x.softcap = a->softcap;
     /* every mode merges with the same arithmetic: the choice never changes a result */
-    int mode = maxs > 1 ? g_ad.mode : AD_KERNEL;
+    int mode = maxs <= 1 ? AD_KERNEL
+               : g_ad.mode == AD_AUTO ? (a->n_tok == 1 ? AD_CLUSTER : AD_KERNEL)
+                                      : g_ad.mode;
     if ((mode == AD_CLUSTER && maxs > AD_MAX_CLUSTER) ||
         (mode == AD_FUSED && a->n_kv_head * nsub > AD_CNT_Y))
         mode = AD_KERNEL;
