@@ -16,7 +16,9 @@
  *                                     prompt chunk of min(P, 512) rows, n_lead on and off)
  *        cinfer_gpu_bench MODEL logits --ids 1,2,3 [-n 64] [--backend cuda]
  *        cinfer_gpu_bench - mm      (projection micro-benchmark, no model)
+ *        cinfer_gpu_bench - topcand (sampling candidates: split vs one block, no model)
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,6 +438,89 @@ static double mm_time(struct be *b, const struct mm_shape *sh, struct be_tensor 
     return (clock_now_s() - t0) / REPS;
 }
 
+/* topcand: device time of the sampling-candidates op (graphs on: 64 calls, two replayed
+ * segments) on rows of n = 128256 random logits (cap 4096, span 20, a few hundred values
+ * within the span), with the split path (the default) and with the one-block kernel
+ * (CINFER_CUDA_TOPCAND_SPLIT=0); the two must give the same max, argmax, count and
+ * candidates, and sums within 1e-5 relative. */
+static int tc_bench(const char *backend)
+{
+    enum { N = 128256, CAP = 4096, REPS = 64, MAXR = 64 };
+    const float span = 20.0f;
+    static const int rows_list[] = {1, 8, 64};
+    struct be *bs[2];
+    struct be_config bc = {0};
+    struct cerr e = {0};
+    bs[0] = be_new(backend, &bc, &e);
+    setenv("CINFER_CUDA_TOPCAND_SPLIT", "0", 1);
+    bs[1] = bs[0] ? be_new(backend, &bc, &e) : NULL;
+    unsetenv("CINFER_CUDA_TOPCAND_SPLIT");
+    if (!bs[0] || !bs[1] || !bs[0]->ops->topcand) {
+        fprintf(stderr, "gpu_bench topcand: %s\n", e.msg[0] ? e.msg : "no topcand");
+        be_free(bs[0]), be_free(bs[1]);
+        return 1;
+    }
+    const size_t stride = be_topcand_stride(CAP);
+    float *hx = malloc(sizeof(float) * MAXR * (size_t)N);
+    char *got[2] = {malloc(MAXR * stride), malloc(MAXR * stride)};
+    uint32_t r = 777;
+    for (size_t i = 0; i < (size_t)MAXR * N; i++) {
+        r = r * 1664525u + 1013904223u;
+        float u = (float)(r >> 8) / 16777216.0f;
+        hx[i] = (r & 255) == 0 ? -15.0f * u : -40.0f + 10.0f * u; /* ~500 a row in the span */
+    }
+    int rc = 0;
+    printf("{\"topcand\": [");
+    for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++) {
+        const int R = rows_list[ri];
+        double us[2] = {0, 0};
+        for (int v = 0; v < 2 && !rc; v++) {
+            struct be *b = bs[v];
+            float *dx = b->ops->alloc(b, sizeof(float) * (size_t)R * N);
+            void *dout = b->ops->alloc(b, (size_t)R * stride);
+            if (!dx || !dout || b->ops->upload(b, dx, hx, sizeof(float) * (size_t)R * N, &e)) {
+                rc = 1;
+                break;
+            }
+            for (int w = 0; w < 3; w++) /* plain, captured, replayed */
+                for (int k = 0; k < REPS; k++)
+                    b->ops->topcand(b, dout, dx, R, N, span, CAP);
+            b->ops->sync(b, &e);
+            double t0 = clock_now_s();
+            for (int k = 0; k < REPS; k++)
+                b->ops->topcand(b, dout, dx, R, N, span, CAP);
+            if (b->ops->sync(b, &e) || b->ops->download(b, got[v], dout, (size_t)R * stride, &e))
+                rc = 1;
+            us[v] = (clock_now_s() - t0) / REPS * 1e6;
+            b->ops->free(b, dx), b->ops->free(b, dout);
+        }
+        if (rc)
+            break;
+        int same = 1;
+        double sum_rel = 0;
+        for (int i = 0; i < R; i++) {
+            const struct be_topcand_hdr *a = (const void *)(got[0] + (size_t)i * stride);
+            const struct be_topcand_hdr *b = (const void *)(got[1] + (size_t)i * stride);
+            same &= memcmp(&a->mx, &b->mx, 4) == 0 && a->argmax == b->argmax && a->nc == b->nc &&
+                    (a->nc <= 0 || !memcmp(a + 1, b + 1, (size_t)a->nc * sizeof(struct be_topcand_ent)));
+            double d = fabs((double)a->sum - b->sum) / (b->sum > 0 ? b->sum : 1);
+            sum_rel = d > sum_rel ? d : sum_rel;
+        }
+        const struct be_topcand_hdr *h0 = (const void *)got[0];
+        printf("%s{\"rows\": %d, \"split_us\": %.1f, \"one_block_us\": %.1f, \"same\": %s, "
+               "\"max_sum_rel_diff\": %.2e, \"nc_row0\": %d}", ri ? ", " : "", R, us[0], us[1],
+               same ? "true" : "false", sum_rel, h0->nc);
+        if (!same || sum_rel > 1e-5)
+            rc = 1;
+    }
+    printf("]}\n");
+    if (rc)
+        fprintf(stderr, "gpu_bench topcand: %s\n", e.msg[0] ? e.msg : "split and one-block differ");
+    free(hx), free(got[0]), free(got[1]);
+    be_free(bs[0]), be_free(bs[1]);
+    return rc;
+}
+
 static int mm_bench(const char *which, const char *backend)
 {
     static const struct mm_shape shapes[] = {
@@ -562,6 +647,8 @@ int main(int argc, char **argv)
         n_prefill = PROMPT;
     if (!strcmp(mode, "mm"))
         return mm_bench(path, backend);
+    if (!strcmp(mode, "topcand"))
+        return tc_bench(backend);
     struct cerr e = {0};
     struct be_config bc = {0};
     struct ctx c;

@@ -480,6 +480,8 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
     cb->xg_buf = cb->ss_buf ? cb->ss_buf + (size_t)SG_MAX_N * CU_SS_TILES : NULL;
     const char *as = getenv("CINFER_CUDA_ARGMAX_SPLIT");
     cb->am_split = !(as && !strcmp(as, "0"));
+    const char *ts = getenv("CINFER_CUDA_TOPCAND_SPLIT");
+    cb->tc_split = !(ts && !strcmp(ts, "0"));
     const char *sp = getenv("CINFER_CUDA_SKINNY_PRECISE");
     cb->sg_precise = sp && !strcmp(sp, "1");
     const char *sk = getenv("CINFER_CUDA_SKINNY_MAX");

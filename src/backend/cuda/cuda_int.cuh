@@ -22,7 +22,8 @@ extern "C" {
 enum { CU_SCRATCH_X = 0, CU_SCRATCH_W = 1, CU_SCRATCH_ATT = 2, CU_SCRATCH_F = 3,
        CU_SCRATCH_DEC = 4, /* cuda_attn_dec.cu (fused merge: counters kept zero + partials) */
        CU_SCRATCH_N = 5,   /* matmul_fused: the normed x */
-       CU_N_SCRATCH = 6 };
+       CU_SCRATCH_TC = 6,  /* cuda_sample.cu: topcand's per-slice partials */
+       CU_N_SCRATCH = 7 };
 
 /* Most rows of x the skinny tensor-core matmul (cuda_mmf.cu) takes; larger steps use cuBLAS.
  * CINFER_CUDA_SKINNY_MAX (0..SG_MAX_N) lowers it (0 = off), for measurements. */
@@ -72,6 +73,7 @@ struct cu_be {
     int64_t n_chained;  /* consumers recorded chained (be_cuda_chained) */
     void *am_buf;       /* argmax split over blocks: counters + partials (cuda_sample.cu) */
     int am_split;       /* argmax of a long row split over blocks (CINFER_CUDA_ARGMAX_SPLIT=0: no) */
+    int tc_split;       /* the same for topcand's first two passes (CINFER_CUDA_TOPCAND_SPLIT=0) */
     void *fetch_buf[2];       /* pinned staging of fetch_start (allocated on first use) */
     cudaEvent_t fetch_ev[2];  /* recorded after each slot's copy */
     int repeat;         /* measurement only (CINFER_CUDA_REPEAT): CU_REP_* kernels run twice */

@@ -211,6 +211,53 @@ __device__ __forceinline__ int tc_slot(int *cnt, bool take, int lane)
     return base + __popc(m & ((1u << lane) - 1u));
 }
 
+/* Pass 3 (every thread of the TC_THREADS block): the values >= cut in ranked order after
+ * the header (*s_cnt zero and visible to all on entry; keys: pow2 >= cap slots). */
+__device__ __forceinline__ void tc_rank(const float *r, int n, int cap, float cut, int *s_cnt,
+                                        unsigned long long *tc_keys, struct be_topcand_ent *c,
+                                        struct be_topcand_hdr *h)
+{
+    const int tid = threadIdx.x, lane = tid & 31;
+    for (int i0 = 0; i0 < n; i0 += TC_THREADS) {
+        int i = i0 + tid;
+        float v = i < n ? r[i] : __int_as_float(0x7fc00000);
+        bool cand = v >= cut;
+        if (!__any_sync(0xffffffffu, cand))
+            continue;
+        int slot = tc_slot(s_cnt, cand, lane);
+        if (cand && slot < cap)
+            tc_keys[slot] = ((unsigned long long)tc_desc_key(v) << 32) | (uint32_t)i;
+    }
+    __syncthreads();
+    int nc = *s_cnt; /* = s_nc <= cap (the bounds are compared the same way twice) */
+    if (nc > cap) { /* not reached; never write past the keys */
+        if (tid == 0)
+            h->nc = -1;
+        return;
+    }
+    int p2 = 1;
+    while (p2 < nc)
+        p2 <<= 1;
+    for (int i = nc + tid; i < p2; i += TC_THREADS)
+        tc_keys[i] = ~0ull;
+    __syncthreads();
+    for (int k = 2; k <= p2; k <<= 1)
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int t = tid; t < p2 / 2; t += TC_THREADS) {
+                int a = (t / j) * 2 * j + (t % j), bq = a + j;
+                unsigned long long ka = tc_keys[a], kb = tc_keys[bq];
+                if ((ka > kb) == ((a & k) == 0))
+                    tc_keys[a] = kb, tc_keys[bq] = ka;
+            }
+            __syncthreads();
+        }
+    for (int j = tid; j < nc; j += TC_THREADS) {
+        int id = (int)(uint32_t)tc_keys[j];
+        c[j].logit = r[id];
+        c[j].id = id;
+    }
+}
+
 __global__ void __launch_bounds__(TC_THREADS)
     k_topcand(char *out, const float *x, int n, float span, int cap, size_t stride)
 {
@@ -294,45 +341,175 @@ __global__ void __launch_bounds__(TC_THREADS)
     if (k_end < 0)
         return;
 
-    float cut = s_cut[k_end];
-    for (int i0 = 0; i0 < n; i0 += TC_THREADS) {
-        int i = i0 + tid;
-        float v = i < n ? r[i] : __int_as_float(0x7fc00000);
-        bool cand = v >= cut;
-        if (!__any_sync(0xffffffffu, cand))
-            continue;
-        int slot = tc_slot(&s_cnt, cand, lane);
-        if (cand && slot < cap)
-            tc_keys[slot] = ((unsigned long long)tc_desc_key(v) << 32) | (uint32_t)i;
+    tc_rank(r, n, cap, s_cut[k_end], &s_cnt, tc_keys, c, h);
+}
+
+/* ---- topcand of a long row split over blocks (n >= 2 * AM_SLICE_MIN; the choice depends on
+ * n only, so a row gives the same bytes alone or in any batch) ----
+ * k_tc_max: slice s of row r writes its best (value, index) to part[r][s];
+ * k_tc_sum: every block reduces those to the row's max, then adds e^(x - max) over its slice
+ *   (each thread its strided elements in order, warps in order) and counts its slice's
+ *   values within the span by bound, to sums[r][s] and hists[r][s][];
+ * k_tc_pick: one block a row adds the slices' sums in slice order and their counts, picks
+ *   the bound and writes the header, then gathers and ranks the candidates as k_topcand.
+ * The slices' sums are added in another order than k_topcand's, so the sum differs from the
+ * one-block kernel's in the last bits (both within the CPU op's 1e-5). */
+struct tc_slices {
+    struct am_part *part; /* (rows, S) */
+    float *sums;          /* (rows, S) */
+    int *hists;           /* (rows, S, BE_TOPCAND_BINS + 1) */
+};
+
+/* The row's best over its S slices' (value, index) (the argmax rule); every lane gets it. */
+__device__ __forceinline__ void tc_row_max(const struct am_part *p, int S, float &bv, int &bi)
+{
+    const int lane = threadIdx.x & 31;
+    bv = -INFINITY, bi = 0x7fffffff;
+    if (lane < S)
+        bv = p[lane].v, bi = p[lane].i;
+    am_warp(bv, bi);
+}
+
+__global__ void __launch_bounds__(AM_SPLIT_THREADS) k_tc_max(const float *x, int n,
+                                                             struct tc_slices t)
+{
+    __shared__ float sv[AM_SPLIT_THREADS / 32];
+    __shared__ int si[AM_SPLIT_THREADS / 32];
+    cu_pdl_wait();
+    const int row = blockIdx.y, S = gridDim.x, s = blockIdx.x;
+    const int per = (n + S - 1) / S, lo = s * per, hi = min(n, lo + per);
+    const float *r = x + (size_t)row * n;
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+#pragma unroll 4
+    for (int i = lo + (int)threadIdx.x; i < hi; i += AM_SPLIT_THREADS) {
+        float v = r[i];
+        if (am_better(v, i, bv, bi))
+            bv = v, bi = i;
     }
+    am_warp(bv, bi);
+    if ((threadIdx.x & 31) == 0)
+        sv[threadIdx.x >> 5] = bv, si[threadIdx.x >> 5] = bi;
     __syncthreads();
-    int nc = s_cnt; /* = s_nc <= cap (the bounds are compared the same way twice) */
-    if (nc > cap) { /* not reached; never write past the keys */
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < AM_SPLIT_THREADS / 32; w++)
+            if (am_better(sv[w], si[w], bv, bi))
+                bv = sv[w], bi = si[w];
+        t.part[row * S + s].v = bv;
+        t.part[row * S + s].i = bi;
+    }
+}
+
+__global__ void __launch_bounds__(AM_SPLIT_THREADS) k_tc_sum(const float *x, int n, float span,
+                                                             struct tc_slices t)
+{
+    __shared__ int hist[BE_TOPCAND_BINS + 1];
+    __shared__ float s_cut[BE_TOPCAND_BINS + 1];
+    __shared__ float sv[AM_SPLIT_THREADS / 32];
+    cu_pdl_wait();
+    const int row = blockIdx.y, S = gridDim.x, s = blockIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float mx;
+    {
+        float bv;
+        int bi;
+        tc_row_max(t.part + row * S, S, bv, bi);
+        mx = bv;
+    }
+    int *hs = t.hists + ((size_t)row * S + s) * (BE_TOPCAND_BINS + 1);
+    if (!isfinite(mx)) { /* the pick writes the header; nothing to count */
         if (tid == 0)
-            h->nc = -1;
+            t.sums[row * S + s] = 0.0f;
         return;
     }
-    int p2 = 1;
-    while (p2 < nc)
-        p2 <<= 1;
-    for (int i = nc + tid; i < p2; i += TC_THREADS)
-        tc_keys[i] = ~0ull;
+    for (int k = tid; k <= BE_TOPCAND_BINS; k += AM_SPLIT_THREADS)
+        hist[k] = 0, s_cut[k] = tc_cut(mx, span, k);
     __syncthreads();
-    for (int k = 2; k <= p2; k <<= 1)
-        for (int j = k >> 1; j > 0; j >>= 1) {
-            for (int t = tid; t < p2 / 2; t += TC_THREADS) {
-                int a = (t / j) * 2 * j + (t % j), bq = a + j;
-                unsigned long long ka = tc_keys[a], kb = tc_keys[bq];
-                if ((ka > kb) == ((a & k) == 0))
-                    tc_keys[a] = kb, tc_keys[bq] = ka;
-            }
-            __syncthreads();
-        }
-    for (int j = tid; j < nc; j += TC_THREADS) {
-        int id = (int)(uint32_t)tc_keys[j];
-        c[j].logit = r[id];
-        c[j].id = id;
+    const float lo_v = s_cut[BE_TOPCAND_BINS];
+    const float inv = span > 0.0f ? (float)BE_TOPCAND_BINS / span : 0.0f;
+    const int per = (n + S - 1) / S, lo = s * per, hi = min(n, lo + per);
+    const float *r = x + (size_t)row * n;
+    float sum = 0.0f;
+    for (int i0 = lo; i0 < hi; i0 += AM_SPLIT_THREADS) { /* warp-uniform trip count */
+        int i = i0 + tid;
+        float v = i < hi ? r[i] : __int_as_float(0x7fc00000); /* NaN: neither term nor count */
+        if (v == v)
+            sum = __fadd_rn(sum, expf(__fsub_rn(v, mx)));
+        bool in = v >= lo_v;
+        if (!__any_sync(0xffffffffu, in))
+            continue;
+        int k = in ? tc_bin(v, mx, inv, s_cut) : -1 - lane;
+        unsigned same = __match_any_sync(0xffffffffu, k);
+        if (in && lane == __ffs(same) - 1)
+            atomicAdd(&hist[k], __popc(same));
     }
+    sum = cu_warp_sum(sum);
+    if (lane == 0)
+        sv[warp] = sum;
+    __syncthreads();
+    for (int k = tid; k <= BE_TOPCAND_BINS; k += AM_SPLIT_THREADS)
+        hs[k] = hist[k];
+    if (tid == 0) {
+        float a = 0.0f;
+        for (int w = 0; w < AM_SPLIT_THREADS / 32; w++)
+            a = __fadd_rn(a, sv[w]);
+        t.sums[row * S + s] = a;
+    }
+}
+
+__global__ void __launch_bounds__(TC_THREADS)
+    k_tc_pick(char *out, const float *x, int n, float span, int cap, size_t stride, int S,
+              struct tc_slices t)
+{
+    extern __shared__ unsigned long long tc_keys[]; /* (pow2 >= cap) */
+    __shared__ int hist[BE_TOPCAND_BINS + 1];
+    __shared__ int s_cnt, s_k;
+    __shared__ float s_sum;
+    cu_pdl_wait();
+    const int row = blockIdx.x, tid = threadIdx.x;
+    const float *r = x + (size_t)row * n;
+    struct be_topcand_hdr *h = (struct be_topcand_hdr *)(out + (size_t)row * stride);
+    struct be_topcand_ent *c = (struct be_topcand_ent *)(h + 1);
+    float mx;
+    int am;
+    {
+        float bv;
+        int bi;
+        tc_row_max(t.part + row * S, S, bv, bi);
+        mx = bv, am = bi == 0x7fffffff ? 0 : bi;
+    }
+    if (!isfinite(mx)) {
+        if (tid == 0)
+            h->mx = mx, h->sum = 0.0f, h->argmax = am, h->nc = -1;
+        return;
+    }
+    const int *hs = t.hists + (size_t)row * S * (BE_TOPCAND_BINS + 1);
+    for (int k = tid; k <= BE_TOPCAND_BINS; k += TC_THREADS) {
+        int a = 0;
+        for (int s = 0; s < S; s++)
+            a += hs[s * (BE_TOPCAND_BINS + 1) + k];
+        hist[k] = a;
+    }
+    if (tid == 0) {
+        float a = 0.0f;
+        for (int s = 0; s < S; s++)
+            a = __fadd_rn(a, t.sums[row * S + s]);
+        s_sum = a;
+        s_cnt = 0;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        int k_end = -1, nc = 0;
+        for (int k = 0; k <= BE_TOPCAND_BINS && nc + hist[k] <= cap; k++)
+            nc += hist[k], k_end = k;
+        s_k = k_end;
+        h->mx = mx, h->sum = s_sum, h->argmax = am, h->nc = k_end < 0 ? -1 : nc;
+    }
+    __syncthreads();
+    const int k_end = s_k;
+    if (k_end < 0)
+        return;
+    tc_rank(r, n, cap, tc_cut(mx, span, k_end), &s_cnt, tc_keys, c, h);
 }
 
 void cu_topcand_launch(struct be *b, void *out, const float *x, int rows, int n, float span,
@@ -344,9 +521,31 @@ void cu_topcand_launch(struct be *b, void *out, const float *x, int rows, int n,
     int p2 = 1;
     while (p2 < cap)
         p2 <<= 1;
-    cu_launch(cb, k_topcand, dim3((unsigned)rows), dim3(TC_THREADS),
-              (size_t)p2 * sizeof(unsigned long long), (char *)out, x, n, span, cap,
-              be_topcand_stride(cap));
+    const size_t keys = (size_t)p2 * sizeof(unsigned long long);
+    /* slices: by n alone (never by rows), so a row's bytes do not depend on the batch */
+    const int S = n / AM_SLICE_MIN < AM_SPLITS ? n / AM_SLICE_MIN : AM_SPLITS;
+    if (S >= 2 && cb->tc_split) {
+        const size_t per = (size_t)rows * S;
+        const size_t need = per * (sizeof(struct am_part) + sizeof(float) +
+                                   (BE_TOPCAND_BINS + 1) * sizeof(int));
+        /* grow-only scratch: a step's first run (plain) grows it, so its capture (the second
+         * run of the same list) never allocates */
+        char *p = (char *)cu_scratch(cb, CU_SCRATCH_TC, need);
+        if (!p)
+            return; /* out of memory: latched */
+        struct tc_slices t;
+        t.part = (struct am_part *)p;
+        t.sums = (float *)(p + per * sizeof(struct am_part));
+        t.hists = (int *)(p + per * (sizeof(struct am_part) + sizeof(float)));
+        cu_launch(cb, k_tc_max, dim3((unsigned)S, (unsigned)rows), dim3(AM_SPLIT_THREADS), 0, x,
+                  n, t);
+        cu_launch(cb, k_tc_sum, dim3((unsigned)S, (unsigned)rows), dim3(AM_SPLIT_THREADS), 0, x,
+                  n, span, t);
+        cu_launch(cb, k_tc_pick, dim3((unsigned)rows), dim3(TC_THREADS), keys, (char *)out, x,
+                  n, span, cap, be_topcand_stride(cap), S, t);
+    } else {
+        cu_launch(cb, k_topcand, dim3((unsigned)rows), dim3(TC_THREADS), keys, (char *)out, x, n,
+                  span, cap, be_topcand_stride(cap));
+    }
     cu_after_launch(cb, "topcand");
 }
-
