@@ -211,30 +211,13 @@ __device__ __forceinline__ int tc_slot(int *cnt, bool take, int lane)
     return base + __popc(m & ((1u << lane) - 1u));
 }
 
-/* Pass 3 (every thread of the TC_THREADS block): the values >= cut in ranked order after
- * the header (*s_cnt zero and visible to all on entry; keys: pow2 >= cap slots). */
-__device__ __forceinline__ void tc_rank(const float *r, int n, int cap, float cut, int *s_cnt,
-                                        unsigned long long *tc_keys, struct be_topcand_ent *c,
-                                        struct be_topcand_hdr *h)
+/* Ranks the nc keys in shared memory (every thread of the TC_THREADS block; keys: pow2 >=
+ * nc slots; a bitonic sort, the keys unique by id, so any gather order gives these bytes)
+ * and writes the (logit, id) pairs after the header. */
+__device__ __forceinline__ void tc_sort_out(const float *r, int nc, unsigned long long *tc_keys,
+                                            struct be_topcand_ent *c)
 {
-    const int tid = threadIdx.x, lane = tid & 31;
-    for (int i0 = 0; i0 < n; i0 += TC_THREADS) {
-        int i = i0 + tid;
-        float v = i < n ? r[i] : __int_as_float(0x7fc00000);
-        bool cand = v >= cut;
-        if (!__any_sync(0xffffffffu, cand))
-            continue;
-        int slot = tc_slot(s_cnt, cand, lane);
-        if (cand && slot < cap)
-            tc_keys[slot] = ((unsigned long long)tc_desc_key(v) << 32) | (uint32_t)i;
-    }
-    __syncthreads();
-    int nc = *s_cnt; /* = s_nc <= cap (the bounds are compared the same way twice) */
-    if (nc > cap) { /* not reached; never write past the keys */
-        if (tid == 0)
-            h->nc = -1;
-        return;
-    }
+    const int tid = threadIdx.x;
     int p2 = 1;
     while (p2 < nc)
         p2 <<= 1;
@@ -256,6 +239,40 @@ __device__ __forceinline__ void tc_rank(const float *r, int n, int cap, float cu
         c[j].logit = r[id];
         c[j].id = id;
     }
+}
+
+/* The key of candidate value v at index i: ascending keys rank descending values, then
+ * ascending ids. */
+__device__ __forceinline__ unsigned long long tc_key(float v, int i)
+{
+    return ((unsigned long long)tc_desc_key(v) << 32) | (uint32_t)i;
+}
+
+/* Pass 3 (every thread of the TC_THREADS block): the values >= cut in ranked order after
+ * the header (*s_cnt zero and visible to all on entry; keys: pow2 >= cap slots). */
+__device__ __forceinline__ void tc_rank(const float *r, int n, int cap, float cut, int *s_cnt,
+                                        unsigned long long *tc_keys, struct be_topcand_ent *c,
+                                        struct be_topcand_hdr *h)
+{
+    const int tid = threadIdx.x, lane = tid & 31;
+    for (int i0 = 0; i0 < n; i0 += TC_THREADS) {
+        int i = i0 + tid;
+        float v = i < n ? r[i] : __int_as_float(0x7fc00000);
+        bool cand = v >= cut;
+        if (!__any_sync(0xffffffffu, cand))
+            continue;
+        int slot = tc_slot(s_cnt, cand, lane);
+        if (cand && slot < cap)
+            tc_keys[slot] = tc_key(v, i);
+    }
+    __syncthreads();
+    int nc = *s_cnt; /* = s_nc <= cap (the bounds are compared the same way twice) */
+    if (nc > cap) { /* not reached; never write past the keys */
+        if (tid == 0)
+            h->nc = -1;
+        return;
+    }
+    tc_sort_out(r, nc, tc_keys, c);
 }
 
 __global__ void __launch_bounds__(TC_THREADS)
@@ -350,14 +367,19 @@ __global__ void __launch_bounds__(TC_THREADS)
  * k_tc_sum: every block reduces those to the row's max, then adds e^(x - max) over its slice
  *   (each thread its strided elements in order, warps in order) and counts its slice's
  *   values within the span by bound, to sums[r][s] and hists[r][s][];
- * k_tc_pick: one block a row adds the slices' sums in slice order and their counts, picks
- *   the bound and writes the header, then gathers and ranks the candidates as k_topcand.
+ * k_tc_gather: every block adds the slices' counts, picks the bound as k_topcand does and
+ *   gathers its slice's values at or above it (keys with slots from the row's counter);
+ * k_tc_pick: one block a row adds the slices' sums in slice order, writes the header, and
+ *   ranks the gathered keys (a total order, so the gather order does not matter).
  * The slices' sums are added in another order than k_topcand's, so the sum differs from the
- * one-block kernel's in the last bits (both within the CPU op's 1e-5). */
+ * one-block kernel's in the last bits (both within the CPU op's 1e-5); everything else is
+ * the same bytes. */
 struct tc_slices {
-    struct am_part *part; /* (rows, S) */
-    float *sums;          /* (rows, S) */
-    int *hists;           /* (rows, S, BE_TOPCAND_BINS + 1) */
+    unsigned long long *keys; /* (rows, cap) the gathered candidates' keys, in any order */
+    struct am_part *part;     /* (rows, S) */
+    float *sums;              /* (rows, S) */
+    int *hists;               /* (rows, S, BE_TOPCAND_BINS + 1) */
+    int *cnt;                 /* (rows) keys gathered (zeroed by k_tc_max) */
 };
 
 /* The row's best over its S slices' (value, index) (the argmax rule); every lane gets it. */
@@ -397,6 +419,8 @@ __global__ void __launch_bounds__(AM_SPLIT_THREADS) k_tc_max(const float *x, int
                 bv = sv[w], bi = si[w];
         t.part[row * S + s].v = bv;
         t.part[row * S + s].i = bi;
+        if (s == 0)
+            t.cnt[row] = 0;
     }
 }
 
@@ -457,19 +481,83 @@ __global__ void __launch_bounds__(AM_SPLIT_THREADS) k_tc_sum(const float *x, int
     }
 }
 
+/* The bound of a row from its slices' counts: the last k that keeps at most cap values
+ * (-1: none), as k_topcand picks it; *nc the values it keeps. Thread 0 of the block. */
+__device__ __forceinline__ int tc_pick_k(const int *hs, int S, int cap, int *hist, int *nc)
+{
+    for (int k = threadIdx.x; k <= BE_TOPCAND_BINS; k += blockDim.x) {
+        int a = 0;
+        for (int s = 0; s < S; s++)
+            a += hs[s * (BE_TOPCAND_BINS + 1) + k];
+        hist[k] = a;
+    }
+    __syncthreads();
+    int k_end = -1, c = 0;
+    if (threadIdx.x == 0)
+        for (int k = 0; k <= BE_TOPCAND_BINS && c + hist[k] <= cap; k++)
+            c += hist[k], k_end = k;
+    *nc = c;
+    return k_end;
+}
+
+/* Pass 3 over slice s: the values >= the row's bound, their keys to t.keys (slots from the
+ * row's counter: any order; the ranking makes it a total one). */
+__global__ void __launch_bounds__(AM_SPLIT_THREADS)
+    k_tc_gather(const float *x, int n, float span, int cap, struct tc_slices t)
+{
+    __shared__ int hist[BE_TOPCAND_BINS + 1];
+    __shared__ int s_k;
+    cu_pdl_wait();
+    const int row = blockIdx.y, S = gridDim.x, s = blockIdx.x, lane = threadIdx.x & 31;
+    float mx;
+    {
+        float bv;
+        int bi;
+        tc_row_max(t.part + row * S, S, bv, bi);
+        mx = bv;
+    }
+    if (!isfinite(mx))
+        return;
+    int nc;
+    const int k0 = tc_pick_k(t.hists + (size_t)row * S * (BE_TOPCAND_BINS + 1), S, cap, hist,
+                             &nc);
+    if (threadIdx.x == 0)
+        s_k = k0;
+    __syncthreads();
+    const int k_end = s_k;
+    if (k_end < 0)
+        return;
+    const float cut = tc_cut(mx, span, k_end);
+    const int per = (n + S - 1) / S, lo = s * per, hi = min(n, lo + per);
+    const float *r = x + (size_t)row * n;
+    unsigned long long *keys = t.keys + (size_t)row * cap;
+    for (int i0 = lo; i0 < hi; i0 += AM_SPLIT_THREADS) { /* warp-uniform trip count */
+        int i = i0 + (int)threadIdx.x;
+        float v = i < hi ? r[i] : __int_as_float(0x7fc00000);
+        bool cand = v >= cut;
+        if (!__any_sync(0xffffffffu, cand))
+            continue;
+        int slot = tc_slot(t.cnt + row, cand, lane);
+        if (cand && slot < cap)
+            keys[slot] = tc_key(v, i);
+    }
+}
+
+/* One block a row: the header (max, argmax, the slices' sums added in slice order, the
+ * count), then the gathered keys ranked and written. */
 __global__ void __launch_bounds__(TC_THREADS)
     k_tc_pick(char *out, const float *x, int n, float span, int cap, size_t stride, int S,
               struct tc_slices t)
 {
     extern __shared__ unsigned long long tc_keys[]; /* (pow2 >= cap) */
     __shared__ int hist[BE_TOPCAND_BINS + 1];
-    __shared__ int s_cnt, s_k;
-    __shared__ float s_sum;
+    __shared__ int s_k, s_nc;
     cu_pdl_wait();
     const int row = blockIdx.x, tid = threadIdx.x;
     const float *r = x + (size_t)row * n;
     struct be_topcand_hdr *h = (struct be_topcand_hdr *)(out + (size_t)row * stride);
     struct be_topcand_ent *c = (struct be_topcand_ent *)(h + 1);
+    (void)span;
     float mx;
     int am;
     {
@@ -483,33 +571,29 @@ __global__ void __launch_bounds__(TC_THREADS)
             h->mx = mx, h->sum = 0.0f, h->argmax = am, h->nc = -1;
         return;
     }
-    const int *hs = t.hists + (size_t)row * S * (BE_TOPCAND_BINS + 1);
-    for (int k = tid; k <= BE_TOPCAND_BINS; k += TC_THREADS) {
-        int a = 0;
-        for (int s = 0; s < S; s++)
-            a += hs[s * (BE_TOPCAND_BINS + 1) + k];
-        hist[k] = a;
-    }
+    int nc;
+    const int k0 = tc_pick_k(t.hists + (size_t)row * S * (BE_TOPCAND_BINS + 1), S, cap, hist,
+                             &nc);
     if (tid == 0) {
         float a = 0.0f;
         for (int s = 0; s < S; s++)
             a = __fadd_rn(a, t.sums[row * S + s]);
-        s_sum = a;
-        s_cnt = 0;
+        s_k = k0, s_nc = nc;
+        h->mx = mx, h->sum = a, h->argmax = am, h->nc = k0 < 0 ? -1 : nc;
     }
     __syncthreads();
-    if (tid == 0) {
-        int k_end = -1, nc = 0;
-        for (int k = 0; k <= BE_TOPCAND_BINS && nc + hist[k] <= cap; k++)
-            nc += hist[k], k_end = k;
-        s_k = k_end;
-        h->mx = mx, h->sum = s_sum, h->argmax = am, h->nc = k_end < 0 ? -1 : nc;
-    }
-    __syncthreads();
-    const int k_end = s_k;
-    if (k_end < 0)
+    if (s_k < 0)
         return;
-    tc_rank(r, n, cap, tc_cut(mx, span, k_end), &s_cnt, tc_keys, c, h);
+    nc = t.cnt[row]; /* = s_nc <= cap (the bounds are compared the same way twice) */
+    if (nc != s_nc || nc > cap) { /* not reached; never write past the keys */
+        if (tid == 0)
+            h->nc = -1;
+        return;
+    }
+    const unsigned long long *keys = t.keys + (size_t)row * cap;
+    for (int j = tid; j < nc; j += TC_THREADS)
+        tc_keys[j] = keys[j];
+    tc_sort_out(r, nc, tc_keys, c); /* (its first barrier orders these stores too) */
 }
 
 void cu_topcand_launch(struct be *b, void *out, const float *x, int rows, int n, float span,
@@ -526,21 +610,27 @@ void cu_topcand_launch(struct be *b, void *out, const float *x, int rows, int n,
     const int S = n / AM_SLICE_MIN < AM_SPLITS ? n / AM_SLICE_MIN : AM_SPLITS;
     if (S >= 2 && cb->tc_split) {
         const size_t per = (size_t)rows * S;
-        const size_t need = per * (sizeof(struct am_part) + sizeof(float) +
-                                   (BE_TOPCAND_BINS + 1) * sizeof(int));
+        const size_t kb = (size_t)rows * cap * sizeof(unsigned long long);
+        const size_t need = kb + per * (sizeof(struct am_part) + sizeof(float) +
+                                        (BE_TOPCAND_BINS + 1) * sizeof(int)) +
+                            (size_t)rows * sizeof(int);
         /* grow-only scratch: a step's first run (plain) grows it, so its capture (the second
          * run of the same list) never allocates */
         char *p = (char *)cu_scratch(cb, CU_SCRATCH_TC, need);
         if (!p)
             return; /* out of memory: latched */
         struct tc_slices t;
-        t.part = (struct am_part *)p;
-        t.sums = (float *)(p + per * sizeof(struct am_part));
-        t.hists = (int *)(p + per * (sizeof(struct am_part) + sizeof(float)));
+        t.keys = (unsigned long long *)p;
+        t.part = (struct am_part *)(p + kb);
+        t.sums = (float *)(p + kb + per * sizeof(struct am_part));
+        t.hists = (int *)(p + kb + per * (sizeof(struct am_part) + sizeof(float)));
+        t.cnt = t.hists + per * (BE_TOPCAND_BINS + 1);
         cu_launch(cb, k_tc_max, dim3((unsigned)S, (unsigned)rows), dim3(AM_SPLIT_THREADS), 0, x,
                   n, t);
         cu_launch(cb, k_tc_sum, dim3((unsigned)S, (unsigned)rows), dim3(AM_SPLIT_THREADS), 0, x,
                   n, span, t);
+        cu_launch(cb, k_tc_gather, dim3((unsigned)S, (unsigned)rows), dim3(AM_SPLIT_THREADS), 0,
+                  x, n, span, cap, t);
         cu_launch(cb, k_tc_pick, dim3((unsigned)rows), dim3(TC_THREADS), keys, (char *)out, x,
                   n, span, cap, be_topcand_stride(cap), S, t);
     } else {
