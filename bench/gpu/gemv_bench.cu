@@ -497,6 +497,26 @@ static void l_bulkrow(cudaStream_t st, float *y, const uint16_t *W, const float 
     k_bulkrow<NW, ST><<<M / 16, (NW + 1) * 32, ST * 16 * (NW * 64 + 64), st>>>(y, W, x, n, M, K);
 }
 
+/* One segment of SEG columns from a warp's swizzled shared buffer at `slot` (16-byte units
+ * XOR-swizzled by row): ldmatrix.x4 gives each mma's A fragments (k in column order), x
+ * row g's matching values (xs: the segment's first column, + 2 tq) the B ones. */
+template <int SEG>
+__device__ __forceinline__ void seg_mma(float *acc, uint32_t slot, const float *xs, int mr,
+                                        int mu, bool ok)
+{
+#pragma unroll
+    for (int m = 0; m < SEG / 16; m++) {
+        const int unit = 2 * m + mu;
+        uint32_t a0, a1, a2, a3;
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
+                     : "r"(slot + mr * SEG * 2 + ((unit ^ (mr & 7)) << 4)));
+        const float2 xa = __ldg((const float2 *)(xs + 16 * m));
+        const float2 xb = __ldg((const float2 *)(xs + 16 * m + 8));
+        mma(acc, a0, a1, a2, a3, ok ? pk(xa.x, xa.y) : 0u, ok ? pk(xb.x, xb.y) : 0u);
+    }
+}
+
 /* Row-contiguous loads through shared memory (row-major W, what cuBLAS and prefill read):
  * a warp takes segments of SEG columns of its block's 16 rows; each load instruction reads
  * 512 contiguous bytes (SEG = 256: one row; SEG = 128: two rows of 256 bytes), U segments in
@@ -539,35 +559,31 @@ __global__ void __launch_bounds__(NW * 32) k_rowc(float *y, const uint16_t *W, c
                 *(uint4 *)(buf + r * SEG * 2 + ((lu ^ (r & 7)) << 4)) = v[u][i];
             }
             __syncwarp();
-            const float *xs = xr + (size_t)(s + u * NW) * SEG;
-#pragma unroll
-            for (int m = 0; m < SEG / 16; m++) {
-                const int unit = 2 * m + mu;
-                uint32_t a0, a1, a2, a3;
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                             : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
-                             : "r"(sbase + mr * SEG * 2 + ((unit ^ (mr & 7)) << 4)));
-                const float2 xa = __ldg((const float2 *)(xs + 16 * m));
-                const float2 xb = __ldg((const float2 *)(xs + 16 * m + 8));
-                mma(acc, a0, a1, a2, a3, ok ? pk(xa.x, xa.y) : 0u, ok ? pk(xb.x, xb.y) : 0u);
-            }
+            seg_mma<SEG>(acc, sbase, xr + (size_t)(s + u * NW) * SEG, mr, mu, ok);
         }
     }
     sum_store<NW>(red, acc, y, n, M);
+}
+
+/* Launches kernel k (NW warps a block, a block per 16-row tile) with sm bytes of dynamic
+ * shared memory, raising its limit once. */
+template <typename KF>
+static void l_dyn(KF k, int nw, int sm, bool *set, cudaStream_t st, float *y, const uint16_t *W,
+                  const float *x, int n, int M, int K)
+{
+    if (!*set) {
+        CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
+        *set = true;
+    }
+    k<<<M / 16, nw * 32, sm, st>>>(y, W, x, n, M, K);
 }
 
 template <int NW, int SEG, int U>
 static void l_rowc(cudaStream_t st, float *y, const uint16_t *W, const float *x, int n, int M,
                    int K)
 {
-    const int sm = NW * 16 * SEG * 2;
     static bool set = false;
-    if (!set) {
-        CK(cudaFuncSetAttribute(k_rowc<NW, SEG, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                sm));
-        set = true;
-    }
-    k_rowc<NW, SEG, U><<<M / 16, NW * 32, sm, st>>>(y, W, x, n, M, K);
+    l_dyn(k_rowc<NW, SEG, U>, NW, NW * 16 * SEG * 2, &set, st, y, W, x, n, M, K);
 }
 
 /* k_rowc's access pattern with cp.async (16 bytes a lane, straight to shared memory, no
@@ -610,19 +626,8 @@ __global__ void __launch_bounds__(NW * 32) k_cpa(float *y, const uint16_t *W, co
         issue(j + ST - 1);
         asm volatile("cp.async.wait_group %0;\n" ::"n"(ST - 1));
         __syncwarp();
-        const uint32_t slot = ring + (j % ST) * SLOT;
-        const float *xs = xr + (size_t)(warp + j * NW) * SEG;
-#pragma unroll
-        for (int m = 0; m < SEG / 16; m++) {
-            const int unit = 2 * m + mu;
-            uint32_t a0, a1, a2, a3;
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                         : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3)
-                         : "r"(slot + mr * SEG * 2 + ((unit ^ (mr & 7)) << 4)));
-            const float2 xa = __ldg((const float2 *)(xs + 16 * m));
-            const float2 xb = __ldg((const float2 *)(xs + 16 * m + 8));
-            mma(acc, a0, a1, a2, a3, ok ? pk(xa.x, xa.y) : 0u, ok ? pk(xb.x, xb.y) : 0u);
-        }
+        seg_mma<SEG>(acc, ring + (j % ST) * SLOT, xr + (size_t)(warp + j * NW) * SEG, mr, mu,
+                     ok);
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
     sum_store<NW>(red, acc, y, n, M);
@@ -632,14 +637,8 @@ template <int NW, int SEG, int ST>
 static void l_cpa(cudaStream_t st, float *y, const uint16_t *W, const float *x, int n, int M,
                   int K)
 {
-    const int sm = NW * ST * 16 * SEG * 2;
     static bool set = false;
-    if (!set) {
-        CK(cudaFuncSetAttribute(k_cpa<NW, SEG, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                sm));
-        set = true;
-    }
-    k_cpa<NW, SEG, ST><<<M / 16, NW * 32, sm, st>>>(y, W, x, n, M, K);
+    l_dyn(k_cpa<NW, SEG, ST>, NW, NW * ST * 16 * SEG * 2, &set, st, y, W, x, n, M, K);
 }
 
 static cublasHandle_t g_blas;
