@@ -550,7 +550,7 @@ __global__ void __launch_bounds__(AM_SPLIT_THREADS)
 /* One block a row: the header (max, argmax, the slices' sums added in slice order, the
  * count), then the gathered keys ranked and written. */
 __global__ void __launch_bounds__(TC_THREADS)
-    k_tc_pick(char *out, const float *x, int n, float span, int cap, size_t stride, int S,
+    k_tc_pick(char *out, const float *x, int n, int cap, size_t stride, int S,
               struct tc_slices t)
 {
     extern __shared__ unsigned long long tc_keys[]; /* (pow2 >= cap) */
@@ -561,7 +561,6 @@ __global__ void __launch_bounds__(TC_THREADS)
     const float *r = x + (size_t)row * n;
     struct be_topcand_hdr *h = (struct be_topcand_hdr *)(out + (size_t)row * stride);
     struct be_topcand_ent *c = (struct be_topcand_ent *)(h + 1);
-    (void)span;
     float mx;
     int am;
     {
@@ -636,7 +635,7 @@ void cu_topcand_launch(struct be *b, void *out, const float *x, int rows, int n,
         cu_launch(cb, k_tc_gather, dim3((unsigned)S, (unsigned)rows), dim3(AM_SPLIT_THREADS), 0,
                   x, n, span, cap, t);
         cu_launch(cb, k_tc_pick, dim3((unsigned)rows), dim3(TC_THREADS), keys, (char *)out, x,
-                  n, span, cap, be_topcand_stride(cap), S, t);
+                  n, cap, be_topcand_stride(cap), S, t);
     } else {
         cu_launch(cb, k_topcand, dim3((unsigned)rows), dim3(TC_THREADS), keys, (char *)out, x, n,
                   span, cap, be_topcand_stride(cap));
