@@ -65,20 +65,16 @@ struct am_part {
     int i;
 };
 
-/* Slice s of S of a row of n: [*lo, *hi) (slices by n and S only). */
-__device__ __forceinline__ void am_slice(int n, int S, int s, int *lo, int *hi)
-{
-    const int per = (n + S - 1) / S;
-    *lo = s * per;
-    *hi = min(n, *lo + per);
-}
-
-/* The best (value, index) of r[lo, hi) (the argmax rule) over the AM_SPLIT_THREADS threads
- * of the block: valid in thread 0. Every thread calls it (it holds a barrier). */
-__device__ __forceinline__ struct am_part am_slice_best(const float *r, int lo, int hi)
+__global__ void __launch_bounds__(AM_SPLIT_THREADS)
+    k_argmax_split(int32_t *out, const float *x, int n, unsigned *cnt, struct am_part *part)
 {
     __shared__ float sv[AM_SPLIT_THREADS / 32];
     __shared__ int si[AM_SPLIT_THREADS / 32];
+    __shared__ bool last;
+    cu_pdl_wait();
+    const int row = blockIdx.y, S = gridDim.x, s = blockIdx.x;
+    const int per = (n + S - 1) / S, lo = s * per, hi = min(n, lo + per);
+    const float *r = x + (size_t)row * n;
     float bv = -INFINITY;
     int bi = 0x7fffffff;
 #pragma unroll 4
@@ -91,26 +87,12 @@ __device__ __forceinline__ struct am_part am_slice_best(const float *r, int lo, 
     if ((threadIdx.x & 31) == 0)
         sv[threadIdx.x >> 5] = bv, si[threadIdx.x >> 5] = bi;
     __syncthreads();
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
         for (int w = 1; w < AM_SPLIT_THREADS / 32; w++)
             if (am_better(sv[w], si[w], bv, bi))
                 bv = sv[w], bi = si[w];
-    struct am_part b;
-    b.v = bv, b.i = bi;
-    return b;
-}
-
-__global__ void __launch_bounds__(AM_SPLIT_THREADS)
-    k_argmax_split(int32_t *out, const float *x, int n, unsigned *cnt, struct am_part *part)
-{
-    __shared__ bool last;
-    cu_pdl_wait();
-    const int row = blockIdx.y, S = gridDim.x, s = blockIdx.x;
-    int lo, hi;
-    am_slice(n, S, s, &lo, &hi);
-    const struct am_part b = am_slice_best(x + (size_t)row * n, lo, hi);
-    if (threadIdx.x == 0) {
-        part[row * AM_SPLITS + s] = b;
+        part[row * AM_SPLITS + s].v = bv;
+        part[row * AM_SPLITS + s].i = bi;
         __threadfence();
         last = atomicAdd(&cnt[row], 1u) == (unsigned)S - 1;
     }
@@ -118,8 +100,7 @@ __global__ void __launch_bounds__(AM_SPLIT_THREADS)
     if (!last || threadIdx.x >= 32)
         return;
     __threadfence();
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
+    bv = -INFINITY, bi = 0x7fffffff;
     if ((int)threadIdx.x < S) {
         const volatile struct am_part *p = part + row * AM_SPLITS + threadIdx.x;
         bv = p->v, bi = p->i;
@@ -414,13 +395,30 @@ __device__ __forceinline__ void tc_row_max(const struct am_part *p, int S, float
 __global__ void __launch_bounds__(AM_SPLIT_THREADS) k_tc_max(const float *x, int n,
                                                              struct tc_slices t)
 {
+    __shared__ float sv[AM_SPLIT_THREADS / 32];
+    __shared__ int si[AM_SPLIT_THREADS / 32];
     cu_pdl_wait();
     const int row = blockIdx.y, S = gridDim.x, s = blockIdx.x;
-    int lo, hi;
-    am_slice(n, S, s, &lo, &hi);
-    const struct am_part b = am_slice_best(x + (size_t)row * n, lo, hi);
+    const int per = (n + S - 1) / S, lo = s * per, hi = min(n, lo + per);
+    const float *r = x + (size_t)row * n;
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+#pragma unroll 4
+    for (int i = lo + (int)threadIdx.x; i < hi; i += AM_SPLIT_THREADS) {
+        float v = r[i];
+        if (am_better(v, i, bv, bi))
+            bv = v, bi = i;
+    }
+    am_warp(bv, bi);
+    if ((threadIdx.x & 31) == 0)
+        sv[threadIdx.x >> 5] = bv, si[threadIdx.x >> 5] = bi;
+    __syncthreads();
     if (threadIdx.x == 0) {
-        t.part[row * S + s] = b;
+        for (int w = 1; w < AM_SPLIT_THREADS / 32; w++)
+            if (am_better(sv[w], si[w], bv, bi))
+                bv = sv[w], bi = si[w];
+        t.part[row * S + s].v = bv;
+        t.part[row * S + s].i = bi;
         if (s == 0)
             t.cnt[row] = 0;
     }
@@ -453,8 +451,7 @@ __global__ void __launch_bounds__(AM_SPLIT_THREADS) k_tc_sum(const float *x, int
     __syncthreads();
     const float lo_v = s_cut[BE_TOPCAND_BINS];
     const float inv = span > 0.0f ? (float)BE_TOPCAND_BINS / span : 0.0f;
-    int lo, hi;
-    am_slice(n, S, s, &lo, &hi);
+    const int per = (n + S - 1) / S, lo = s * per, hi = min(n, lo + per);
     const float *r = x + (size_t)row * n;
     float sum = 0.0f;
     for (int i0 = lo; i0 < hi; i0 += AM_SPLIT_THREADS) { /* warp-uniform trip count */
@@ -531,8 +528,7 @@ __global__ void __launch_bounds__(AM_SPLIT_THREADS)
     if (k_end < 0)
         return;
     const float cut = tc_cut(mx, span, k_end);
-    int lo, hi;
-    am_slice(n, S, s, &lo, &hi);
+    const int per = (n + S - 1) / S, lo = s * per, hi = min(n, lo + per);
     const float *r = x + (size_t)row * n;
     unsigned long long *keys = t.keys + (size_t)row * cap;
     for (int i0 = lo; i0 < hi; i0 += AM_SPLIT_THREADS) { /* warp-uniform trip count */
@@ -550,7 +546,7 @@ __global__ void __launch_bounds__(AM_SPLIT_THREADS)
 /* One block a row: the header (max, argmax, the slices' sums added in slice order, the
  * count), then the gathered keys ranked and written. */
 __global__ void __launch_bounds__(TC_THREADS)
-    k_tc_pick(char *out, const float *x, int n, int cap, size_t stride, int S,
+    k_tc_pick(char *out, const float *x, int n, float span, int cap, size_t stride, int S,
               struct tc_slices t)
 {
     extern __shared__ unsigned long long tc_keys[]; /* (pow2 >= cap) */
@@ -561,6 +557,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     const float *r = x + (size_t)row * n;
     struct be_topcand_hdr *h = (struct be_topcand_hdr *)(out + (size_t)row * stride);
     struct be_topcand_ent *c = (struct be_topcand_ent *)(h + 1);
+    (void)span;
     float mx;
     int am;
     {
@@ -635,7 +632,7 @@ void cu_topcand_launch(struct be *b, void *out, const float *x, int rows, int n,
         cu_launch(cb, k_tc_gather, dim3((unsigned)S, (unsigned)rows), dim3(AM_SPLIT_THREADS), 0,
                   x, n, span, cap, t);
         cu_launch(cb, k_tc_pick, dim3((unsigned)rows), dim3(TC_THREADS), keys, (char *)out, x,
-                  n, cap, be_topcand_stride(cap), S, t);
+                  n, span, cap, be_topcand_stride(cap), S, t);
     } else {
         cu_launch(cb, k_topcand, dim3((unsigned)rows), dim3(TC_THREADS), keys, (char *)out, x, n,
                   span, cap, be_topcand_stride(cap));
