@@ -73,7 +73,7 @@ struct cu_be {
     int64_t n_chained;  /* consumers recorded chained (be_cuda_chained) */
     void *am_buf;       /* argmax split over blocks: counters + partials (cuda_sample.cu) */
     int am_split;       /* argmax of a long row split over blocks (CINFER_CUDA_ARGMAX_SPLIT=0: no) */
-    int tc_split;       /* the same for topcand's first two passes (CINFER_CUDA_TOPCAND_SPLIT=0) */
+    int tc_split;       /* the same for topcand (CINFER_CUDA_TOPCAND_SPLIT=0: one block a row) */
     void *fetch_buf[2];       /* pinned staging of fetch_start (allocated on first use) */
     cudaEvent_t fetch_ev[2];  /* recorded after each slot's copy */
     int repeat;         /* measurement only (CINFER_CUDA_REPEAT): CU_REP_* kernels run twice */

@@ -2,8 +2,8 @@
  * argmax), so a greedy step copies back one id per row instead of the whole vocabulary, and
  * the sampling candidates of a row (the optional op topcand: max, sum of e^(x - max), argmax
  * and the ids within a span of the max, ranked), so a sampled step copies back a few KB.
- * One block per row (argmax of a long row: split over blocks); ties go to the lowest index
- * and NaN never wins, as sampler_argmax.
+ * One block per row, or, for rows of 8192 or more, slices of the row over blocks (both ops);
+ * ties go to the lowest index and NaN never wins, as sampler_argmax.
  */
 #include <math.h>
 
