@@ -102,7 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             continue;
         replay_apply(r.messages);
         char *text = NULL;
-        api_chat_render(&m, r.messages, r.tools, r.template_kwargs, r.thinking, &text, &err);
+        api_chat_render(&m, r.messages, r.tools, r.template_kwargs, r.thinking, &text, NULL, &err);
         free(text);
         if (!count) {
             encode(&m, &r, 0, gen, glen);

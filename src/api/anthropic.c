@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/body.h"
+
 /* ---- request mapping -------------------------------------------------------------------- */
 
 /* Fields copied to the chat body as they are (sampling and the mlx-lm extras; no logit_bias). */
@@ -184,7 +186,8 @@ static int map_message(json_t *m, size_t mi, json_t *chat, struct api_error *err
 int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, struct api_error *err)
 {
     *out = NULL;
-    json_t *b = json_loadb(body, len, 0, NULL);
+    json_error_t je;
+    json_t *b = api_body_load(body, len, &je);
     if (!json_is_object(b)) {
         json_decref(b);
         return api_fail(err, 400, NULL, "invalid JSON body");
@@ -261,6 +264,10 @@ int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, stru
             json_object_set(o, PASS[k], v);
     }
     json_t *mt = json_object_get(b, "max_tokens");
+    if (!rc && !for_count && (!mt || json_is_null(mt)))
+        rc = api_fail(err, 400, "max_tokens", "max_tokens: Field required");
+    else if (!rc && !for_count && (!json_is_integer(mt) || json_integer_value(mt) < 1))
+        rc = api_fail(err, 400, "max_tokens", "max_tokens: must be an integer of at least 1");
     if (!rc && mt && !for_count)
         json_object_set(o, "max_tokens", mt);
     json_t *st = json_object_get(b, "stop_sequences");

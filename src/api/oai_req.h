@@ -33,7 +33,14 @@ struct oai_req {
     int stream;
     json_t *body;          /* the parsed body (owned) */
     json_t *messages;      /* chat: normalised copy for the template (owned) */
-    const char *prompt;    /* completions: points into body */
+    const char *prompt;    /* completions: points into body (may hold NULs: prompt_len) */
+    size_t prompt_len;
+    int32_t *prompt_ids;   /* completions: a prompt given as token ids (owned), else NULL */
+    int n_prompt_ids;
+    int echo;              /* completions: the prompt is repeated before the text */
+    int legacy_logprobs;   /* completions: logprobs given as an integer (the legacy block
+                              {tokens, token_logprobs, top_logprobs, text_offset}) */
+    int include_usage;     /* stream_options.include_usage: a last chunk with choices [] */
     int max_tokens;        /* 0 = not given */
     struct sampler_params sp; /* defaults overlaid with the request's fields */
     struct sampler_bias *bias; /* sp.logit_bias points here (owned) */

@@ -165,6 +165,7 @@ def test_error_shapes(guarded):
         ({**ok, "messages": [{"role": "user", "content": [{"type": "video"}]}]}, "video"),
         ({**ok, "temperature": "hot"}, "temperature"),
         ({**ok, "max_tokens": 0}, "max_tokens"),
+        ({k: v for k, v in ok.items() if k != "max_tokens"}, "max_tokens: Field required"),
     ]
     for body, needle in cases:
         st, raw, _ = s.post("/v1/messages", body, headers=key, raw=isinstance(body, bytes))
