@@ -89,7 +89,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int count = 0; count <= 1; count++) {
         struct api_error err;
         json_t *chat = NULL;
-        if (anth_to_chat(body, blen, count, &chat, &err))
+        char warn[256];
+        if (anth_to_chat(body, blen, count, &chat, warn, sizeof warn, &err))
             continue;
         char *s = json_dumps(chat, JSON_COMPACT);
         json_decref(chat);

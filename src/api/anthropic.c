@@ -183,9 +183,12 @@ static int map_message(json_t *m, size_t mi, json_t *chat, struct api_error *err
     return rc;
 }
 
-int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, struct api_error *err)
+int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, char *warn,
+                 size_t warn_cap, struct api_error *err)
 {
     *out = NULL;
+    if (warn && warn_cap)
+        *warn = 0;
     json_error_t je;
     json_t *b = api_body_load(body, len, &je);
     if (!json_is_object(b)) {
@@ -233,8 +236,11 @@ int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, stru
         json_array_foreach(tl, i, t)
         {
             json_t *name = json_object_get(t, "name"), *sch = json_object_get(t, "input_schema");
-            if (rc || !json_is_string(name) || !json_is_object(sch))
+            if (rc || !json_is_string(name) || !json_is_object(sch)) {
+                const char *ty = json_string_value(json_object_get(t, "type"));
+                api_warn(warn, warn_cap, "server tool", ty ? ty : "(untyped)");
                 continue;
+            }
             /* key order as an OpenAI client sends it: the template dumps the tools */
             json_t *fn = json_pack("{s:O}", "name", name);
             json_t *d = json_object_get(t, "description");
@@ -247,6 +253,12 @@ int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, stru
         if (json_array_size(ft))
             json_object_set(o, "tools", ft);
         json_decref(ft);
+    }
+    static const char *const BETA[] = {"context_management", "container", "mcp_servers"};
+    for (size_t k = 0; k < sizeof BETA / sizeof *BETA; k++) {
+        json_t *v = json_object_get(b, BETA[k]);
+        if (v && !json_is_null(v))
+            api_warn(warn, warn_cap, "field", BETA[k]);
     }
     json_t *tc = json_object_get(b, "tool_choice");
     const char *tct = json_string_value(json_object_get(tc, "type"));

@@ -33,6 +33,16 @@ int api_fail(struct api_error *err, int status, const char *param, const char *f
     return -1;
 }
 
+void api_warn(char *w, size_t cap, const char *what, const char *name)
+{
+    if (!w || cap < 2)
+        return;
+    size_t n = strlen(w);
+    if (strstr(w, name))
+        return; /* each name once */
+    snprintf(w + n, cap - n, "%s%s %s", n ? ", " : "ignored: ", what, name);
+}
+
 /* ---- typed getters: absent or null = not given (return 0, *given = 0) ---------------- */
 
 static int get_num(json_t *o, const char *k, double *out, int *given, struct api_error *err)

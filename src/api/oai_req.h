@@ -26,6 +26,11 @@ struct api_error {
 int api_fail(struct api_error *err, int status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Appends `what name` to the warning text w (cap bytes, may be NULL): "ignored: server tool
+ * web_search, field container" — the value of a Warning header that says what a request
+ * sent and cinfer accepted without honouring. */
+void api_warn(char *w, size_t cap, const char *what, const char *name);
+
 enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1 };
 
 struct oai_req {

@@ -255,8 +255,10 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, 
         {
             const char *ty = json_string_value(json_object_get(t, "type"));
             json_t *name = json_object_get(t, "name");
-            if (!ty || strcmp(ty, "function") || !json_is_string(name))
+            if (!ty || strcmp(ty, "function") || !json_is_string(name)) {
+                api_warn(q->warning, sizeof q->warning, "built-in tool", ty ? ty : "(untyped)");
                 continue;
+            }
             json_t *par = json_object_get(t, "parameters");
             /* key order as an OpenAI chat client sends it: the template dumps the tools */
             json_t *fn = json_pack("{s:O}", "name", name);

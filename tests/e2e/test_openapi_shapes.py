@@ -269,3 +269,27 @@ def test_prompt_forms_and_echo(stories):
 def test_trace_is_405(stories):
     st, b, _ = http("TRACE", stories.base + "/v1/models")
     assert st == 405, b
+
+
+def test_ignored_tools_and_fields_get_a_warning_header(stories):
+    st, b, h = post(stories, "/v1/responses",
+                    {"input": "Once upon a time", "max_output_tokens": 2,
+                     "tools": [{"type": "web_search"}, {"type": "code_interpreter"},
+                               {"type": "function", "name": "f", "parameters": {}}],
+                     "prompt_cache_key": "k", "include": ["reasoning.encrypted_content"],
+                     "reasoning": {"summary": "auto"}, "service_tier": "auto",
+                     "text": {"verbosity": "low"}, "truncation": "auto"})
+    assert st == 200, b
+    w = h.get("Warning", "")
+    assert w.startswith("299 cinfer") and "web_search" in w and "code_interpreter" in w, h
+    assert [t["name"] for t in json.loads(b)["tools"]] == ["f"]
+    st, b, h = post(stories, "/v1/messages",
+                    {"model": "x", "max_tokens": 2, "container": "c1",
+                     "messages": [{"role": "user", "content": "Once upon a time"}],
+                     "tools": [{"type": "web_search_20250305", "name": "web_search"}]})
+    assert st == 200, b
+    w = h.get("Warning", "")
+    assert "web_search_20250305" in w and "container" in w, h
+    # nothing ignored: no header
+    st, b, h = post(stories, "/v1/responses", {"input": "Once", "max_output_tokens": 1})
+    assert st == 200 and "Warning" not in h
