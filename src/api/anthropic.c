@@ -486,11 +486,14 @@ static const char *stop_reason(const struct anth_out *o, const struct engine_eve
 
 static json_t *usage(const struct engine_event *ev)
 {
-    /* Anthropic's accounting: input_tokens are the prompt tokens NOT read from the cache
-     * (the whole prompt = input_tokens + cache_read_input_tokens + cache_creation) */
-    return json_pack("{s:i, s:i, s:i, s:i}", "input_tokens", ev->n_prompt - ev->n_cached,
-                     "output_tokens", ev->n_gen, "cache_read_input_tokens", ev->n_cached,
-                     "cache_creation_input_tokens", 0);
+    /* Anthropic's accounting: the whole prompt = input_tokens + cache_read_input_tokens +
+     * cache_creation_input_tokens. The prefix cache reads the cached prefix and writes every
+     * prompt token the request computed (input_tokens is then 0); with --prompt-cache 0
+     * nothing is written and input_tokens are the prompt's uncached tokens. */
+    return json_pack("{s:i, s:i, s:i, s:i}", "input_tokens",
+                     ev->n_prompt - ev->n_cached - ev->n_cache_write, "output_tokens", ev->n_gen,
+                     "cache_read_input_tokens", ev->n_cached, "cache_creation_input_tokens",
+                     ev->n_cache_write);
 }
 
 static int done_body(struct anth_out *o, const struct engine_event *ev, struct sbuf *out)
