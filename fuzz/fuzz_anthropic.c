@@ -89,7 +89,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int count = 0; count <= 1; count++) {
         struct api_error err;
         json_t *chat = NULL;
-        if (anth_to_chat(body, blen, count, &chat, &err))
+        char warn[256];
+        if (anth_to_chat(body, blen, count, &chat, warn, sizeof warn, &err))
             continue;
         char *s = json_dumps(chat, JSON_COMPACT);
         json_decref(chat);
@@ -102,7 +103,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             continue;
         replay_apply(r.messages);
         char *text = NULL;
-        api_chat_render(&m, r.messages, r.tools, r.template_kwargs, r.thinking, &text, &err);
+        api_chat_render(&m, r.messages, r.tools, r.template_kwargs, r.thinking, &text, NULL, &err);
         free(text);
         if (!count) {
             encode(&m, &r, 0, gen, glen);

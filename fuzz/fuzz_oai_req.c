@@ -64,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct api_prompt p = {0};
         if (kind == OAI_CHAT) {
             char *text = NULL;
-            if (api_chat_render(&m, r.messages, r.tools, r.template_kwargs, r.thinking, &text,
+            if (api_chat_render(&m, r.messages, r.tools, r.template_kwargs, r.thinking, &text, NULL,
                                 &err) == 0)
                 p.start_in_reasoning = strstr(text, "<think>\n") != NULL;
             free(text);

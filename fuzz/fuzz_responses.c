@@ -101,7 +101,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (s && oai_parse(&r, OAI_CHAT, s, strlen(s), &d, 1000, &err) == 0) {
         replay_apply(r.messages);
         char *text = NULL;
-        api_chat_render(&m, r.messages, r.tools, r.template_kwargs, r.thinking, &text, &err);
+        api_chat_render(&m, r.messages, r.tools, r.template_kwargs, r.thinking, &text, NULL, &err);
         free(text);
         encode(&m, &r, q.echo, 0, gen, glen);
         encode(&m, &r, q.echo, 1, gen, glen);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/body.h"
+
 /* ---- request mapping -------------------------------------------------------------------- */
 
 /* Fields copied to the chat body as they are (sampling and the mlx-lm extras; no logit_bias). */
@@ -181,10 +183,14 @@ static int map_message(json_t *m, size_t mi, json_t *chat, struct api_error *err
     return rc;
 }
 
-int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, struct api_error *err)
+int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, char *warn,
+                 size_t warn_cap, struct api_error *err)
 {
     *out = NULL;
-    json_t *b = json_loadb(body, len, 0, NULL);
+    if (warn && warn_cap)
+        *warn = 0;
+    json_error_t je;
+    json_t *b = api_body_load(body, len, &je);
     if (!json_is_object(b)) {
         json_decref(b);
         return api_fail(err, 400, NULL, "invalid JSON body");
@@ -230,8 +236,11 @@ int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, stru
         json_array_foreach(tl, i, t)
         {
             json_t *name = json_object_get(t, "name"), *sch = json_object_get(t, "input_schema");
-            if (rc || !json_is_string(name) || !json_is_object(sch))
+            if (rc || !json_is_string(name) || !json_is_object(sch)) {
+                const char *ty = json_string_value(json_object_get(t, "type"));
+                api_warn(warn, warn_cap, "server tool", ty ? ty : "(untyped)");
                 continue;
+            }
             /* key order as an OpenAI client sends it: the template dumps the tools */
             json_t *fn = json_pack("{s:O}", "name", name);
             json_t *d = json_object_get(t, "description");
@@ -244,6 +253,12 @@ int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, stru
         if (json_array_size(ft))
             json_object_set(o, "tools", ft);
         json_decref(ft);
+    }
+    static const char *const BETA[] = {"context_management", "container", "mcp_servers"};
+    for (size_t k = 0; k < sizeof BETA / sizeof *BETA; k++) {
+        json_t *v = json_object_get(b, BETA[k]);
+        if (v && !json_is_null(v))
+            api_warn(warn, warn_cap, "field", BETA[k]);
     }
     json_t *tc = json_object_get(b, "tool_choice");
     const char *tct = json_string_value(json_object_get(tc, "type"));
@@ -261,6 +276,10 @@ int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, stru
             json_object_set(o, PASS[k], v);
     }
     json_t *mt = json_object_get(b, "max_tokens");
+    if (!rc && !for_count && (!mt || json_is_null(mt)))
+        rc = api_fail(err, 400, "max_tokens", "max_tokens: Field required");
+    else if (!rc && !for_count && (!json_is_integer(mt) || json_integer_value(mt) < 1))
+        rc = api_fail(err, 400, "max_tokens", "max_tokens: must be an integer of at least 1");
     if (!rc && mt && !for_count)
         json_object_set(o, "max_tokens", mt);
     json_t *st = json_object_get(b, "stop_sequences");
@@ -467,11 +486,14 @@ static const char *stop_reason(const struct anth_out *o, const struct engine_eve
 
 static json_t *usage(const struct engine_event *ev)
 {
-    /* Anthropic's accounting: input_tokens are the prompt tokens NOT read from the cache
-     * (the whole prompt = input_tokens + cache_read_input_tokens + cache_creation) */
-    return json_pack("{s:i, s:i, s:i, s:i}", "input_tokens", ev->n_prompt - ev->n_cached,
-                     "output_tokens", ev->n_gen, "cache_read_input_tokens", ev->n_cached,
-                     "cache_creation_input_tokens", 0);
+    /* Anthropic's accounting: the whole prompt = input_tokens + cache_read_input_tokens +
+     * cache_creation_input_tokens. The prefix cache reads the cached prefix and writes every
+     * prompt token the request computed (input_tokens is then 0); with --prompt-cache 0
+     * nothing is written and input_tokens are the prompt's uncached tokens. */
+    return json_pack("{s:i, s:i, s:i, s:i}", "input_tokens",
+                     ev->n_prompt - ev->n_cached - ev->n_cache_write, "output_tokens", ev->n_gen,
+                     "cache_read_input_tokens", ev->n_cached, "cache_creation_input_tokens",
+                     ev->n_cache_write);
 }
 
 static int done_body(struct anth_out *o, const struct engine_event *ev, struct sbuf *out)

@@ -24,7 +24,11 @@
 /* Maps an Anthropic body[0..len) to a new OpenAI chat body (*out, owned by the caller).
  * for_count: count_tokens (max_tokens not needed, stream ignored). 400 with the reason on a
  * malformed request. */
-int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, struct api_error *err);
+/* warn (warn_cap bytes, may be NULL): what was accepted and ignored (server tools, beta
+ * fields such as context_management / container / mcp_servers), for a Warning header; ""
+ * when nothing was. */
+int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, char *warn,
+                 size_t warn_cap, struct api_error *err);
 
 struct anth_out;
 

@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "api/openai/logprobs.h"
 #include "api/reasoning.h"
 #include "api/replay.h"
 
@@ -20,8 +21,12 @@ struct oai_out {
     struct api_turn turn;           /* chat: reasoning / content / tool-call split */
     int turn_on;
     struct sbuf content, reasoning; /* non-streaming accumulation */
-    json_t *lp;                     /* non-streaming logprobs entries, or NULL */
-    int lp_top;                     /* top_logprobs k (0 = sampled token only) */
+    json_t *lp;                     /* logprobs entries not yet sent (chat shape), or NULL */
+    int legacy;                     /* completions: the legacy logprobs block in leg */
+    struct lp_legacy leg;
+    int include_usage;              /* stream_options.include_usage */
+    char *echo;                     /* completions echo: the prompt's text (owned) or NULL */
+    size_t echo_len;
     struct sbuf *cur;               /* streaming: where emit() writes */
     int err;
     int start_in_reasoning;
@@ -105,6 +110,20 @@ static json_t *chunk_base(const struct oai_out *o)
                      "created", (json_int_t)o->created, "model", o->m->id);
 }
 
+/* The logprobs of the tokens not yet sent (a stream: those since the last chunk), in the
+ * request's shape, or NULL when there are none. */
+static json_t *pending_logprobs(struct oai_out *o)
+{
+    if (o->legacy)
+        return lp_legacy_empty(&o->leg) ? NULL : lp_legacy_take(&o->leg);
+    if (!o->lp || !json_array_size(o->lp))
+        return NULL;
+    json_t *b = json_pack("{s:O, s:n}", "content", o->lp, "refusal");
+    json_decref(o->lp);
+    o->lp = json_array();
+    return b;
+}
+
 /* A streaming chunk: chat {delta} or completion {text}. */
 static int emit_chunk(struct oai_out *o, json_t *delta_or_text, const char *finish, json_t *usage)
 {
@@ -117,16 +136,21 @@ static int emit_chunk(struct oai_out *o, json_t *delta_or_text, const char *fini
         return CERR_NOMEM;
     }
     json_object_set_new(ch, "index", json_integer(0));
-    if (o->kind == OAI_CHAT)
+    json_t *lp = pending_logprobs(o);
+    if (o->kind == OAI_CHAT) {
         json_object_set_new(ch, "delta", delta_or_text);
-    else {
+        if (lp)
+            json_object_set_new(ch, "logprobs", lp);
+    } else {
         json_object_set_new(ch, "text", delta_or_text);
-        json_object_set_new(ch, "logprobs", json_null());
+        json_object_set_new(ch, "logprobs", lp ? lp : json_null());
     }
     json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
     json_object_set_new(c, "choices", json_pack("[o]", ch));
     if (usage)
         json_object_set_new(c, "usage", usage);
+    else if (o->include_usage)
+        json_object_set_new(c, "usage", json_null());
     return frame(o->cur, c);
 }
 
@@ -187,25 +211,14 @@ static void push_text(struct oai_out *o, const char *t, size_t n)
         emit_text(RSN_CONTENT, t, n, o);
 }
 
-static json_t *piece(const struct oai_out *o, int32_t id)
-{
-    const char *p = o->m->tk ? tok_piece(o->m->tk, id) : NULL;
-    return p ? api_json_text(p, strlen(p)) : json_string("");
-}
-
 static void add_logprob(struct oai_out *o, const struct sampler_logprob *lp)
 {
-    json_t *e;
-    if (o->lp_top > 0) {
-        json_t *top = json_array();
-        for (int i = 0; i < lp->n_top; i++)
-            json_array_append_new(top, json_pack("{s:i, s:o, s:f}", "id", lp->top_id[i], "token",
-                                                 piece(o, lp->top_id[i]), "logprob",
-                                                 (double)lp->top_lp[i]));
-        e = json_pack("{s:i, s:o, s:f, s:o}", "id", lp->id, "token", piece(o, lp->id), "logprob",
-                      (double)lp->logprob, "top_logprobs", top);
-    } else
-        e = json_pack("{s:i, s:f}", "id", lp->id, "logprob", (double)lp->logprob);
+    if (o->legacy) {
+        if (lp_legacy_add(&o->leg, o->m->tk, lp))
+            o->err = CERR_NOMEM;
+        return;
+    }
+    json_t *e = lp_chat_entry(o->m->tk, lp);
     if (!e || json_array_append_new(o->lp, e))
         o->err = CERR_NOMEM;
 }
@@ -249,9 +262,30 @@ int oai_out_new(struct oai_out **out, const struct api_model *m, const struct oa
         }
         o->turn_on = 1;
     }
-    if (!r->stream && r->sp.top_logprobs >= 0) {
-        o->lp = json_array();
-        o->lp_top = r->sp.top_logprobs;
+    o->include_usage = r->stream && r->include_usage;
+    int rc = 0;
+    if (r->legacy_logprobs) {
+        o->legacy = 1;
+        rc = lp_legacy_init(&o->leg, r->sp.top_logprobs, 0);
+    } else if (r->sp.top_logprobs >= 0 && !(o->lp = json_array()))
+        rc = CERR_NOMEM;
+    if (!rc && r->kind == OAI_COMPLETION && r->echo) {
+        struct cerr de = {0};
+        if (r->prompt) {
+            o->echo = malloc(r->prompt_len + 1);
+            if (o->echo) {
+                memcpy(o->echo, r->prompt, r->prompt_len);
+                o->echo[r->prompt_len] = 0;
+                o->echo_len = r->prompt_len;
+            }
+        } else if (tok_decode(m->tk, p->ids, p->n, TOK_SKIP_SPECIAL, &o->echo, &o->echo_len, &de))
+            o->echo = NULL;
+        if (!o->echo)
+            rc = CERR_NOMEM;
+    }
+    if (rc) {
+        oai_out_free(o);
+        return cerr_set(e, CERR_NOMEM, "out of memory");
     }
     *out = o;
     return 0;
@@ -266,6 +300,9 @@ void oai_out_free(struct oai_out *o)
     sbuf_free(&o->content);
     sbuf_free(&o->reasoning);
     json_decref(o->lp);
+    if (o->legacy)
+        lp_legacy_free(&o->leg);
+    free(o->echo);
     free(o);
 }
 
@@ -305,23 +342,26 @@ static json_t *tool_calls_json(const struct oai_out *o)
 
 int oai_out_begin(struct oai_out *o, struct sbuf *sse)
 {
-    if (o->kind != OAI_CHAT)
-        return 0;
     o->cur = sse;
-    return emit_chunk(o, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
+    if (o->kind != OAI_CHAT) /* completions: the echoed prompt first */
+        return o->echo ? emit_chunk(o, api_json_text(o->echo, o->echo_len), NULL, NULL) : 0;
+    return emit_chunk(o, json_pack("{s:s, s:s, s:n}", "role", "assistant", "content", "",
+                                   "refusal"),
+                      NULL, NULL);
 }
 
 static int done_body(struct oai_out *o, const struct engine_event *ev, struct sbuf *out)
 {
-    json_t *lp = o->lp && json_array_size(o->lp) ? json_pack("{s:O}", "content", o->lp) : NULL;
+    json_t *lp = pending_logprobs(o);
     json_t *ch;
     if (o->kind == OAI_CHAT) {
         json_t *calls = tool_calls_json(o);
-        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
+        json_t *msg = json_pack("{s:s, s:o, s:n}", "role", "assistant", "content",
                                 calls && !o->content.len
                                     ? json_null()
                                     : api_json_text(o->content.p ? o->content.p : "",
-                                                    o->content.len));
+                                                    o->content.len),
+                                "refusal");
         if (msg && calls)
             json_object_set_new(msg, "tool_calls", calls);
         else
@@ -333,10 +373,18 @@ static int done_body(struct oai_out *o, const struct engine_event *ev, struct sb
         }
         ch = json_pack("{s:i, s:o, s:s}", "index", 0, "message", msg, "finish_reason",
                        finish_reason(o, ev->finish));
-    } else
-        ch = json_pack("{s:i, s:o, s:s}", "index", 0, "text",
-                       api_json_text(o->content.p ? o->content.p : "", o->content.len),
+    } else {
+        struct sbuf t = {0}; /* echo: the prompt, then the completion */
+        if ((o->echo && sbuf_append(&t, o->echo, o->echo_len)) ||
+            (o->content.len && sbuf_append(&t, o->content.p, o->content.len))) {
+            sbuf_free(&t);
+            json_decref(lp);
+            return CERR_NOMEM;
+        }
+        ch = json_pack("{s:i, s:o, s:s}", "index", 0, "text", api_json_text(t.p ? t.p : "", t.len),
                        "finish_reason", finish_reason(o, ev->finish));
+        sbuf_free(&t);
+    }
     if (ch && lp)
         json_object_set_new(ch, "logprobs", lp);
     else if (ch)
@@ -364,7 +412,7 @@ int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf 
         o->finished = 1;
         return o->stream ? oai_error_frame(out, ev->error ? ev->error : "generation failed") : 0;
     }
-    if (ev->type == ENGINE_EV_DELTA && o->lp && ev->lp)
+    if (ev->type == ENGINE_EV_DELTA && (o->lp || o->legacy) && ev->lp)
         add_logprob(o, ev->lp);
     push_text(o, ev->text, ev->len);
     if (ev->type != ENGINE_EV_DONE)
@@ -377,7 +425,12 @@ int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf 
     if (!o->stream)
         return done_body(o, ev, out);
     json_t *last = o->kind == OAI_CHAT ? json_object() : json_string("");
-    int rc = emit_chunk(o, last, finish_reason(o, ev->finish), usage(o, ev));
+    int rc = emit_chunk(o, last, finish_reason(o, ev->finish), o->include_usage ? NULL : usage(o, ev));
+    if (!rc && o->include_usage) /* stream_options.include_usage: usage alone, choices [] */
+        rc = frame(out, json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", o->id, "object",
+                                  o->kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion",
+                                  "created", (json_int_t)o->created, "model", o->m->id, "choices",
+                                  "usage", usage(o, ev)));
     return rc ? rc : sbuf_puts(out, "data: [DONE]\n\n");
 }
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/body.h"
 #include "util/err.h"
 
 #define MAX_STOPS 64
@@ -30,6 +31,16 @@ int api_fail(struct api_error *err, int status, const char *param, const char *f
     vsnprintf(err->message, sizeof err->message, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+void api_warn(char *w, size_t cap, const char *what, const char *name)
+{
+    if (!w || cap < 2)
+        return;
+    size_t n = strlen(w);
+    if (strstr(w, name))
+        return; /* each name once */
+    snprintf(w + n, cap - n, "%s%s %s", n ? ", " : "ignored: ", what, name);
 }
 
 /* ---- typed getters: absent or null = not given (return 0, *given = 0) ---------------- */
@@ -174,14 +185,29 @@ static int parse_sampling(struct oai_req *r, json_t *o, int n_vocab, struct api_
         p->seed = sampler_seed_auto();
     if (parse_logit_bias(r, o, n_vocab, err))
         return -1;
-    /* logprobs (the mlx_lm.server block) */
+    /* logprobs (the mlx_lm.server block); completions: an integer asks for the legacy block
+     * with that many alternatives a position */
     int b;
-    if (get_bool(o, "logprobs", &b, &given, err))
-        return api_fail(err, 400, "logprobs", "logprobs must be of type bool");
-    r->logprobs = given && b;
+    json_t *lpv = json_object_get(o, "logprobs");
     r->top_logprobs = -1;
+    if (r->kind == OAI_COMPLETION && json_is_integer(lpv)) {
+        long long k = json_integer_value(lpv);
+        if (k < 0 || k > SAMPLER_MAX_TOP_LOGPROBS)
+            return api_fail(err, 400, "logprobs", "logprobs must be an integer in [0, %d]",
+                            SAMPLER_MAX_TOP_LOGPROBS);
+        r->legacy_logprobs = 1;
+        r->logprobs = 1;
+        r->top_logprobs = (int)k;
+    } else {
+        if (get_bool(o, "logprobs", &b, &given, err))
+            return api_fail(err, 400, "logprobs",
+                            r->kind == OAI_COMPLETION
+                                ? "logprobs must be an integer (or a bool, as mlx_lm.server)"
+                                : "logprobs must be of type bool");
+        r->logprobs = given && b;
+    }
     json_t *tl = json_object_get(o, "top_logprobs");
-    if (tl && !json_is_null(tl)) {
+    if (tl && !json_is_null(tl) && !r->legacy_logprobs) {
         if (!json_is_integer(tl))
             return api_fail(err, 400, "top_logprobs", "top_logprobs must be of type int");
         long long k = json_integer_value(tl);
@@ -402,14 +428,82 @@ static int parse_thinking(struct oai_req *r, json_t *o, struct api_error *err)
     return 0;
 }
 
+/* Each entry {"type": "function", "function": {"name": N, "description"?: S,
+ * "parameters"?: {...}, "strict"?: B}}, as OpenAI checks them. */
+static int check_tools(json_t *t, struct api_error *err)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(t, i, x)
+    {
+        const char *ty = json_string_value(json_object_get(x, "type"));
+        json_t *fn = json_object_get(x, "function");
+        if (!json_is_object(x) || !ty)
+            return api_fail(err, 400, "tools", "tools[%zu] must be an object with a type", i);
+        if (strcmp(ty, "function"))
+            return api_fail(err, 400, "tools",
+                            "tools[%zu].type \"%s\" is not supported (only \"function\")", i, ty);
+        if (!json_is_object(fn))
+            return api_fail(err, 400, "tools", "tools[%zu].function must be an object", i);
+        json_t *nm = json_object_get(fn, "name");
+        if (!json_is_string(nm) || json_string_length(nm) == 0 || json_string_length(nm) > 256 ||
+            strlen(json_string_value(nm)) != json_string_length(nm))
+            return api_fail(err, 400, "tools",
+                            "tools[%zu].function.name must be a non-empty string", i);
+        json_t *pa = json_object_get(fn, "parameters");
+        if (pa && !json_is_null(pa) && !json_is_object(pa))
+            return api_fail(err, 400, "tools",
+                            "tools[%zu].function.parameters must be a JSON Schema object", i);
+        json_t *de = json_object_get(fn, "description");
+        if (de && !json_is_null(de) && !json_is_string(de))
+            return api_fail(err, 400, "tools",
+                            "tools[%zu].function.description must be a string", i);
+        json_t *st = json_object_get(fn, "strict");
+        if (st && !json_is_null(st) && !json_is_boolean(st))
+            return api_fail(err, 400, "tools", "tools[%zu].function.strict must be a bool", i);
+    }
+    return 0;
+}
+
+static int check_tool_choice(json_t *tc, struct api_error *err)
+{
+    static const char msg[] = "tool_choice must be \"none\", \"auto\", \"required\" or "
+                              "{\"type\": \"function\", \"function\": {\"name\": ...}}";
+    if (json_is_string(tc)) {
+        const char *s = json_string_value(tc);
+        if (strcmp(s, "none") && strcmp(s, "auto") && strcmp(s, "required"))
+            return api_fail(err, 400, "tool_choice", "%s", msg);
+        return 0;
+    }
+    if (!json_is_object(tc))
+        return api_fail(err, 400, "tool_choice", "%s", msg);
+    const char *ty = json_string_value(json_object_get(tc, "type"));
+    json_t *fn = json_object_get(tc, "function");
+    if (!ty || strcmp(ty, "function") ||
+        !json_is_string(json_object_get(json_is_object(fn) ? fn : tc, "name")))
+        return api_fail(err, 400, "tool_choice", "%s", msg);
+    return 0;
+}
+
 static int parse_tools(struct oai_req *r, json_t *o, struct api_error *err)
 {
     json_t *t = json_object_get(o, "tools");
-    if (!t || json_is_null(t))
+    json_t *tc = json_object_get(o, "tool_choice");
+    if (tc && !json_is_null(tc) && check_tool_choice(tc, err))
+        return -1;
+    if (!t || json_is_null(t) || (json_is_array(t) && json_array_size(t) == 0)) {
+        if (tc && !json_is_null(tc) && !(json_is_string(tc) && (!strcmp(json_string_value(tc), "none") ||
+                                                                 !strcmp(json_string_value(tc), "auto"))))
+            return api_fail(err, 400, "tool_choice",
+                            "tool_choice is only allowed when tools are specified");
+        if (t && !json_is_null(t) && !json_is_array(t))
+            return api_fail(err, 400, "tools", "tools must be an array");
         return 0;
+    }
     if (!json_is_array(t))
         return api_fail(err, 400, "tools", "tools must be an array");
-    json_t *tc = json_object_get(o, "tool_choice");
+    if (check_tools(t, err))
+        return -1;
     if (json_is_string(tc) && !strcmp(json_string_value(tc), "none"))
         return 0;
     if (json_array_size(t))
@@ -444,6 +538,106 @@ static int parse_tools(struct oai_req *r, json_t *o, struct api_error *err)
     return 0;
 }
 
+/* ---- n, stream_options, completions ------------------------------------------------- */
+
+static int parse_n_and_stream(struct oai_req *r, json_t *o, struct api_error *err)
+{
+    long long v;
+    int given;
+    if (get_int(o, "n", &v, &given, err))
+        return -1;
+    if (given && v < 1)
+        return api_fail(err, 400, "n", "n must be at least 1, got %lld", v);
+    if (given && v > 128)
+        return api_fail(err, 400, "n", "n must be at most 128, got %lld", v);
+    if (given && v > 1)
+        return api_fail(err, 400, "n",
+                        "n = %lld is not supported: cinfer returns one choice a request; send %lld "
+                        "requests (they share the prompt through the prefix cache)",
+                        v, v);
+    json_t *so = json_object_get(o, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so))
+            return api_fail(err, 400, "stream_options", "stream_options must be an object");
+        if (!r->stream)
+            return api_fail(err, 400, "stream_options",
+                            "stream_options is only allowed when stream is true");
+        int b;
+        if (get_bool(so, "include_usage", &b, &given, err))
+            return api_fail(err, 400, "stream_options",
+                            "stream_options.include_usage must be of type bool");
+        r->include_usage = given && b;
+    }
+    return 0;
+}
+
+/* A prompt given as token ids: copied, each checked against the vocabulary. */
+static int prompt_ids(struct oai_req *r, json_t *a, int n_vocab, struct api_error *err)
+{
+    size_t n = json_array_size(a);
+    r->prompt_ids = malloc((n ? n : 1) * sizeof *r->prompt_ids);
+    if (!r->prompt_ids)
+        return api_fail(err, 500, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(a, i);
+        if (!json_is_integer(x))
+            return api_fail(err, 400, "prompt",
+                            "prompt must be a string, an array of strings, an array of token ids "
+                            "or an array of arrays of token ids");
+        json_int_t id = json_integer_value(x);
+        if (id < 0 || id >= n_vocab)
+            return api_fail(err, 400, "prompt",
+                            "prompt token id %lld is outside the vocabulary [0, %d)",
+                            (long long)id, n_vocab);
+        r->prompt_ids[i] = (int32_t)id;
+    }
+    r->n_prompt_ids = (int)n;
+    return 0;
+}
+
+static int parse_completion(struct oai_req *r, json_t *o, int n_vocab, struct api_error *err)
+{
+    json_t *p = json_object_get(o, "prompt");
+    /* one-entry arrays are one prompt; more would be more choices, which n > 1 refuses too */
+    if (json_is_array(p) && json_array_size(p) > 1 && !json_is_integer(json_array_get(p, 0)))
+        return api_fail(err, 400, "prompt",
+                        "a prompt array with %zu prompts is not supported: cinfer returns one "
+                        "choice a request; send one request a prompt",
+                        json_array_size(p));
+    if (json_is_array(p) && json_array_size(p) == 1 && !json_is_integer(json_array_get(p, 0)))
+        p = json_array_get(p, 0);
+    if (json_is_array(p) && json_array_size(p) > 0) {
+        if (prompt_ids(r, p, n_vocab, err))
+            return -1;
+    } else if (!json_is_string(p) || json_string_length(p) == 0)
+        return api_fail(err, 400, "prompt",
+                        "prompt is required: a non-empty string, an array of strings, an array of "
+                        "token ids or an array of arrays of token ids");
+    else
+        r->prompt = json_string_value(p);
+    r->prompt_len = r->prompt ? json_string_length(p) : 0;
+    int b, given;
+    if (get_bool(o, "echo", &b, &given, err))
+        return -1;
+    r->echo = given && b;
+    if (r->echo && r->logprobs)
+        return api_fail(err, 400, "echo",
+                        "echo with logprobs is not supported: cinfer does not score the prompt's "
+                        "tokens; ask without echo");
+    long long v;
+    if (get_int(o, "best_of", &v, &given, err))
+        return -1;
+    if (given && v != 1)
+        return api_fail(err, 400, "best_of",
+                        "best_of = %lld is not supported (cinfer returns one choice a request)",
+                        v);
+    json_t *sf = json_object_get(o, "suffix");
+    if (sf && !json_is_null(sf) && !(json_is_string(sf) && json_string_length(sf) == 0))
+        return api_fail(err, 400, "suffix",
+                        "suffix is not supported: cinfer has no fill-in-the-middle prompt format");
+    return 0;
+}
+
 /* ---- entry -------------------------------------------------------------------------- */
 
 int oai_parse(struct oai_req *r, int kind, const char *body, size_t len,
@@ -457,7 +651,7 @@ int oai_parse(struct oai_req *r, int kind, const char *body, size_t len,
     r->thinking = -1;
     r->top_logprobs = -1;
     json_error_t je;
-    r->body = json_loadb(body, len, 0, &je);
+    r->body = api_body_load(body, len, &je);
     if (!r->body || !json_is_object(r->body)) {
         oai_req_deinit(r);
         return api_fail(err, 400, NULL, "invalid JSON body");
@@ -481,6 +675,8 @@ int oai_parse(struct oai_req *r, int kind, const char *body, size_t len,
         r->max_tokens = mt > 1 << 30 ? 1 << 30 : (int)mt;
     }
     if (!rc)
+        rc = parse_n_and_stream(r, o, err);
+    if (!rc)
         rc = parse_sampling(r, o, n_vocab, err);
     if (!rc)
         rc = parse_stops(r, o, "stop", err);
@@ -501,15 +697,8 @@ int oai_parse(struct oai_req *r, int kind, const char *body, size_t len,
         else
             r->continue_final = 1;
     }
-    if (!rc && kind == OAI_COMPLETION) {
-        json_t *p = json_object_get(o, "prompt");
-        if (!json_is_string(p) || json_string_length(p) == 0)
-            rc = api_fail(err, 400, "prompt",
-                          "prompt (a non-empty string) is required (token-array prompts are not "
-                          "accepted, matching mlx_lm.server)");
-        else
-            r->prompt = json_string_value(p);
-    }
+    if (!rc && kind == OAI_COMPLETION)
+        rc = parse_completion(r, o, n_vocab, err);
     if (rc)
         oai_req_deinit(r);
     return rc;
@@ -520,6 +709,7 @@ void oai_req_deinit(struct oai_req *r)
     json_decref(r->messages);
     json_decref(r->body);
     free(r->bias);
+    free(r->prompt_ids);
     for (int i = 0; i < r->n_stops; i++)
         free(r->stops[i]);
     free(r->stops);

@@ -26,6 +26,11 @@ struct api_error {
 int api_fail(struct api_error *err, int status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Appends `what name` to the warning text w (cap bytes, may be NULL): "ignored: server tool
+ * web_search, field container" — the value of a Warning header that says what a request
+ * sent and cinfer accepted without honouring. */
+void api_warn(char *w, size_t cap, const char *what, const char *name);
+
 enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1 };
 
 struct oai_req {
@@ -33,7 +38,14 @@ struct oai_req {
     int stream;
     json_t *body;          /* the parsed body (owned) */
     json_t *messages;      /* chat: normalised copy for the template (owned) */
-    const char *prompt;    /* completions: points into body */
+    const char *prompt;    /* completions: points into body (may hold NULs: prompt_len) */
+    size_t prompt_len;
+    int32_t *prompt_ids;   /* completions: a prompt given as token ids (owned), else NULL */
+    int n_prompt_ids;
+    int echo;              /* completions: the prompt is repeated before the text */
+    int legacy_logprobs;   /* completions: logprobs given as an integer (the legacy block
+                              {tokens, token_logprobs, top_logprobs, text_offset}) */
+    int include_usage;     /* stream_options.include_usage: a last chunk with choices [] */
     int max_tokens;        /* 0 = not given */
     struct sampler_params sp; /* defaults overlaid with the request's fields */
     struct sampler_bias *bias; /* sp.logit_bias points here (owned) */

@@ -9,7 +9,8 @@
 #include "util/sbuf.h"
 
 int api_chat_render(const struct api_model *m, const json_t *messages, const json_t *tools,
-                    const json_t *kwargs, int thinking, char **text, struct api_error *err)
+                    const json_t *kwargs, int thinking, char **text, size_t *text_len,
+                    struct api_error *err)
 {
     *text = NULL;
     if (!m->tmpl)
@@ -32,17 +33,19 @@ int api_chat_render(const struct api_model *m, const json_t *messages, const jso
     size_t len;
     struct cerr e = {0};
     int rc = tmpl_render(m->tmpl, ctx, NULL, text, &len, &e);
+    if (text_len)
+        *text_len = len;
     json_decref(ctx);
     if (rc)
         return api_fail(err, 400, NULL, "prompt build failed: %s", e.msg);
     return 0;
 }
 
-static int encode(const struct api_model *m, const char *text, int flags, struct api_prompt *out,
-                  struct api_error *err)
+static int encode(const struct api_model *m, const char *text, size_t len, int flags,
+                  struct api_prompt *out, struct api_error *err)
 {
     struct cerr e = {0};
-    if (tok_encode(m->tk, text, strlen(text), flags, &out->ids, &out->n, &e))
+    if (tok_encode(m->tk, text, len, flags, &out->ids, &out->n, &e))
         return api_fail(err, 400, NULL, "prompt build failed: %s", e.msg);
     int32_t bos = tok_bos(m->tk);
     if (out->n >= 2 && bos >= 0 && out->ids[0] == bos && out->ids[1] == bos) {
@@ -78,12 +81,14 @@ int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct a
         msgs = head;
         prefill = json_string_value(json_object_get(json_array_get(r->messages, n - 1), "content"));
     }
-    int rr = api_chat_render(m, msgs, r->tools, r->template_kwargs, out->thinking, &text, err);
+    size_t tl = 0;
+    int rr = api_chat_render(m, msgs, r->tools, r->template_kwargs, out->thinking, &text, &tl,
+                             err);
     json_decref(head);
     if (rr)
         return -1;
     if (prefill && *prefill) {
-        size_t a = strlen(text), b = strlen(prefill);
+        size_t a = tl, b = strlen(prefill);
         char *t2 = realloc(text, a + b + 1);
         if (!t2) {
             free(text);
@@ -91,6 +96,7 @@ int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct a
         }
         memcpy(t2 + a, prefill, b + 1);
         text = t2;
+        tl = a + b;
     }
     if (r->tool_choice && r->tools) {
         /* tool_choice required / a named function: the generation starts inside the call's
@@ -107,7 +113,7 @@ int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct a
                             "tool_choice \"required\" or a named function is not supported for "
                             "this model's tool-call format; use \"auto\"");
         }
-        size_t a = strlen(text), b = strlen(out->forced);
+        size_t a = tl, b = strlen(out->forced);
         char *t2 = realloc(text, a + b + 1);
         if (!t2) {
             free(text);
@@ -115,8 +121,9 @@ int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct a
         }
         memcpy(t2 + a, out->forced, b + 1);
         text = t2;
+        tl = a + b;
     }
-    int rc = encode(m, text, TOK_PARSE_SPECIAL, out, err);
+    int rc = encode(m, text, tl, TOK_PARSE_SPECIAL, out, err);
     if (!rc && m->think_open && !out->forced)
         out->start_in_reasoning = reasoning_prompt_open(text, m->think_open);
     free(text);
@@ -165,10 +172,10 @@ char *api_forced_call_prefix(int family, const char *name)
     return b.p;
 }
 
-int api_completion_prompt(const struct api_model *m, const char *prompt, struct api_prompt *out,
-                          struct api_error *err)
+int api_completion_prompt(const struct api_model *m, const char *prompt, size_t len,
+                          struct api_prompt *out, struct api_error *err)
 {
     memset(out, 0, sizeof *out);
     out->thinking = -1;
-    return encode(m, prompt, TOK_ADD_SPECIAL, out, err);
+    return encode(m, prompt, len, TOK_ADD_SPECIAL, out, err);
 }

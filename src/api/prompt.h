@@ -44,11 +44,14 @@ char *api_forced_call_prefix(int family, const char *name);
 /* Renders and tokenizes a chat request. On failure: 400 "prompt build failed: <why>". */
 int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct api_prompt *out,
                     struct api_error *err);
-/* Tokenizes a raw completion prompt (BOS as the tokenizer adds it). */
-int api_completion_prompt(const struct api_model *m, const char *prompt, struct api_prompt *out,
-                          struct api_error *err);
-/* Renders a chat request to text only (for tests and count_tokens). *text malloc'd. */
+/* Tokenizes a raw completion prompt of len bytes (BOS as the tokenizer adds it). */
+int api_completion_prompt(const struct api_model *m, const char *prompt, size_t len,
+                          struct api_prompt *out, struct api_error *err);
+/* Renders a chat request to text only (for tests and count_tokens). *text malloc'd, its
+ * length in *text_len when text_len is not NULL (the text may hold NUL bytes: a message
+ * with a \u0000 escape). */
 int api_chat_render(const struct api_model *m, const json_t *messages, const json_t *tools,
-                    const json_t *kwargs, int thinking, char **text, struct api_error *err);
+                    const json_t *kwargs, int thinking, char **text, size_t *text_len,
+                    struct api_error *err);
 
 #endif

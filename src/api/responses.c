@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "api/body.h"
 #include <time.h>
 
 /* ---- request mapping -------------------------------------------------------------------- */
@@ -164,7 +166,8 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, 
                  struct api_error *err)
 {
     memset(q, 0, sizeof *q);
-    json_t *b = json_loadb(body, len, 0, NULL);
+    json_error_t je;
+    json_t *b = api_body_load(body, len, &je);
     if (!json_is_object(b)) {
         json_decref(b);
         return api_fail(err, 400, NULL, "invalid JSON body");
@@ -252,8 +255,10 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, 
         {
             const char *ty = json_string_value(json_object_get(t, "type"));
             json_t *name = json_object_get(t, "name");
-            if (!ty || strcmp(ty, "function") || !json_is_string(name))
+            if (!ty || strcmp(ty, "function") || !json_is_string(name)) {
+                api_warn(q->warning, sizeof q->warning, "built-in tool", ty ? ty : "(untyped)");
                 continue;
+            }
             json_t *par = json_object_get(t, "parameters");
             /* key order as an OpenAI chat client sends it: the template dumps the tools */
             json_t *fn = json_pack("{s:O}", "name", name);
@@ -264,7 +269,13 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, 
                 json_object_set_new(fn, "parameters",
                                     json_is_object(par) ? json_incref(par) : json_object());
             json_array_append_new(ft, json_pack("{s:s, s:o}", "type", "function", "function", fn));
-            json_array_append(et, t);
+            json_t *st = json_object_get(t, "strict");
+            json_t *e = json_pack("{s:s, s:O, s:O, s:O}", "type", "function", "name", name,
+                                  "parameters", json_is_object(par) ? par : json_null(), "strict",
+                                  json_is_boolean(st) ? st : json_null());
+            if (e && json_is_string(d))
+                json_object_set(e, "description", d);
+            json_array_append_new(et, e);
         }
     if (json_array_size(ft))
         json_object_set(q->chat, "tools", ft);
@@ -349,8 +360,9 @@ static json_t *msg_item(struct resp_out *o, const char *status)
 {
     json_t *content = json_array();
     if (!strcmp(status, "completed"))
-        json_array_append_new(content, json_pack("{s:s, s:o, s:[]}", "type", "output_text", "text",
-                                                 text_of(&o->cur_text), "annotations"));
+        json_array_append_new(content, json_pack("{s:s, s:o, s:[], s:[]}", "type", "output_text",
+                                                 "text", text_of(&o->cur_text), "annotations",
+                                                 "logprobs"));
     return json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", o->item_id, "type", "message", "status",
                      status, "role", "assistant", "content", content);
 }
@@ -389,9 +401,9 @@ static void close_item(struct resp_out *o)
                 json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", o->item_id, "output_index", oi,
                           "content_index", 0, "text", text_of(&o->cur_text), "logprobs"));
             put(o, "response.content_part.done",
-                json_pack("{s:s, s:i, s:i, s:{s:s, s:o, s:[]}}", "item_id", o->item_id,
+                json_pack("{s:s, s:i, s:i, s:{s:s, s:o, s:[], s:[]}}", "item_id", o->item_id,
                           "output_index", oi, "content_index", 0, "part", "type", "output_text",
-                          "text", text_of(&o->cur_text), "annotations"));
+                          "text", text_of(&o->cur_text), "annotations", "logprobs"));
         }
         final = msg_item(o, "completed");
     } else {
@@ -427,9 +439,9 @@ static void open_item(struct resp_out *o, int kind, const char *prefix)
     put(o, "response.output_item.added", json_pack("{s:i, s:o}", "output_index", oi, "item", it));
     if (kind == IT_MSG)
         put(o, "response.content_part.added",
-            json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[]}}", "item_id", o->item_id, "output_index",
-                      oi, "content_index", 0, "part", "type", "output_text", "text", "",
-                      "annotations"));
+            json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[], s:[]}}", "item_id", o->item_id,
+                      "output_index", oi, "content_index", 0, "part", "type", "output_text", "text",
+                      "", "annotations", "logprobs"));
 }
 
 static void on_turn(int kind, const struct tc_event *tc, const char *t, size_t n, void *ud)
@@ -549,14 +561,14 @@ static double round6(float f)
 static json_t *response(struct resp_out *o, const struct engine_event *ev)
 {
     const char *status = !ev ? "in_progress" : o->status_incomplete ? "incomplete" : "completed";
-    /* (no "error": null member: a 200 body never carries one) */
     json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:s, s:O, s:b, s:b, s:f, s:f, s:s, s:{}, "
-                          "s:{s:{s:s}}}",
+                          "s:{s:{s:s}}, s:n}",
                           "id", o->id, "object", "response", "created_at", (json_int_t)o->created,
                           "status", status, "model", o->m->id, "output",
                           ev ? o->output : json_array(), "parallel_tool_calls", 1, "store", 1,
                           "temperature", round6(o->temperature), "top_p", round6(o->top_p),
-                          "truncation", "disabled", "metadata", "text", "format", "type", "text");
+                          "truncation", "disabled", "metadata", "text", "format", "type", "text",
+                          "error");
     if (!r)
         return NULL;
     if (!ev)
@@ -576,9 +588,10 @@ static json_t *response(struct resp_out *o, const struct engine_event *ev)
             in = !sp;
         }
         json_object_set_new(r, "usage",
-                            json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens",
+                            json_pack("{s:i, s:{s:i, s:i}, s:i, s:{s:i}, s:i}", "input_tokens",
                                       ev->n_prompt, "input_tokens_details", "cached_tokens",
-                                      ev->n_cached, "output_tokens", ev->n_gen,
+                                      ev->n_cached, "cache_write_tokens", ev->n_cache_write,
+                                      "output_tokens", ev->n_gen,
                                       "output_tokens_details", "reasoning_tokens",
                                       words < ev->n_gen ? words : ev->n_gen, "total_tokens",
                                       ev->n_prompt + ev->n_gen));

@@ -30,6 +30,8 @@ struct resp_req {
     char *prev_id;      /* previous_response_id, malloc'd or NULL */
     json_t *echo;       /* fields echoed in the response object (owned) */
     int no_store;       /* "store": false — not saved for previous_response_id */
+    char warning[256];  /* what was accepted and ignored (built-in tools), for a Warning
+                           header; "" when nothing was */
 };
 
 /* Maps body[0..len). Unknown/expired previous_response_id -> 404 "previous_response_id

@@ -183,11 +183,14 @@ void engine_get_stats(struct engine *g, struct engine_stats *out)
 
 /* ---- events ----------------------------------------------------------------------- */
 
-static void ev_fill_counts(const struct ereq *r, struct engine_event *ev)
+static void ev_fill_counts(const struct engine *g, const struct ereq *r, struct engine_event *ev)
 {
     ev->n_prompt = r->n_prompt;
     ev->n_gen = r->n_gen;
     ev->n_cached = r->n_cached;
+    /* the prompt tokens this request computed go into the prefix cache (full blocks as they
+     * are computed, the partial last one at the end) unless the cache is off */
+    ev->n_cache_write = g->c.prompt_cache_blocks >= 0 ? r->n_prompt - r->n_cached : 0;
 }
 
 /* Terminal DONE: releases held text, calls back, frees. r must not be in run/wait. */
@@ -205,7 +208,7 @@ static void finish(struct engine *g, struct ereq *r, int reason, int stop_index)
     }
     struct engine_event ev = {.type = ENGINE_EV_DONE, .finish = reason, .stop_index = stop_index,
                               .text = r->out, .len = r->out_len};
-    ev_fill_counts(r, &ev);
+    ev_fill_counts(g, r, &ev);
     /* everything computed stays cached for the next turn; the blocks are released and the
      * counters updated before the caller hears of the end, so that a client reading /stats
      * right after its response sees them */
@@ -232,7 +235,7 @@ static void finish(struct engine *g, struct ereq *r, int reason, int stop_index)
 static void fail(struct engine *g, struct ereq *r, const char *msg)
 {
     struct engine_event ev = {.type = ENGINE_EV_ERROR, .error = msg};
-    ev_fill_counts(r, &ev);
+    ev_fill_counts(g, r, &ev);
     kv_seq_release(g->kv, &r->seq);
     if (g->kv_swa)
         kv_seq_release(g->kv_swa, &r->seq_swa);
@@ -269,7 +272,7 @@ static int on_token(struct engine *g, struct ereq *r, int32_t id, const struct s
     }
     struct engine_event ev = {.type = ENGINE_EV_DELTA, .token = id, .text = r->out,
                               .len = r->out_len, .lp = r->want_lp ? lp : NULL};
-    ev_fill_counts(r, &ev);
+    ev_fill_counts(g, r, &ev);
     r->cb(r->ud, &ev);
     int reason = -1;
     if (fired)

@@ -65,6 +65,8 @@ struct engine_event {
     int stop_index;
     /* DONE and ERROR: counts so far */
     int n_prompt, n_gen, n_cached;
+    int n_cache_write;       /* prompt tokens this request wrote to the prefix cache (0 when
+                                the cache is off) */
     const char *error;       /* ERROR: the reason */
 };
 

@@ -622,7 +622,8 @@ int http_server_new(struct http_server **out, const struct http_config *c, struc
         goto nomem;
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH |
+                                            EVHTTP_REQ_TRACE);
     evhttp_set_max_body_size(s->http, (ev_ssize_t)s->max_body);
     evhttp_set_max_headers_size(s->http, HTTP_MAX_HEADERS);
     evhttp_set_timeout(s->http, s->header_timeout_s);

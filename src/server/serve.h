@@ -117,6 +117,9 @@ struct serve_gen {
  * met.requests. */
 void serve_generate(struct serve *sv, struct http_req *r, struct serve_gen *g, int endpoint);
 /* Replies with err (status, body from ops->error_body), counting it in the metrics. */
+/* Adds `Warning: 299 cinfer "<text>"` to r's response when text is not empty (a request
+ * field or tool accepted and not honoured). */
+void serve_warning(struct http_req *r, const char *text);
 void serve_reply_error(struct serve *sv, struct http_req *r, const struct api_error *err,
                        char *(*error_body)(const struct api_error *err));
 

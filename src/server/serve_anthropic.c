@@ -63,8 +63,10 @@ static int prepare(struct serve *sv, struct http_req *r, int for_count, struct a
     size_t blen;
     const char *body = http_req_body(r, &blen);
     json_t *chat;
-    if (anth_to_chat(body, blen, for_count, &chat, err))
+    char warn[256];
+    if (anth_to_chat(body, blen, for_count, &chat, warn, sizeof warn, err))
         return -1;
+    serve_warning(r, warn);
     char *s = json_dumps(chat, JSON_COMPACT);
     json_decref(chat);
     if (!s)

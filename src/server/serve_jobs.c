@@ -37,6 +37,15 @@ struct evmsg {
     char *error; /* owned copy */
 };
 
+void serve_warning(struct http_req *r, const char *text)
+{
+    if (!text || !*text)
+        return;
+    char v[320];
+    snprintf(v, sizeof v, "299 cinfer \"%s\"", text);
+    http_add_header(r, "Warning", v);
+}
+
 void serve_reply_error(struct serve *sv, struct http_req *r, const struct api_error *err,
                        char *(*error_body)(const struct api_error *err))
 {

@@ -95,6 +95,7 @@ static void h_responses(struct http_req *r, void *ud)
     const char *body = http_req_body(r, &blen);
     if (resp_to_chat(body, blen, lookup, NULL, &c->q, &err))
         goto fail;
+    serve_warning(r, c->q.warning);
     char *s = json_dumps(c->q.chat, JSON_COMPACT);
     if (!s) {
         api_fail(&err, 500, NULL, "out of memory");

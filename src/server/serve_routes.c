@@ -75,8 +75,18 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
         goto fail;
     if (kind == OAI_CHAT)
         replay_apply(c->rq.messages); /* prefix stability: exact text of past tool-call turns */
-    int rc = kind == OAI_CHAT ? api_chat_prompt(&sv->am, &c->rq, &c->pr, &err)
-                              : api_completion_prompt(&sv->am, c->rq.prompt, &c->pr, &err);
+    int rc;
+    if (kind == OAI_CHAT)
+        rc = api_chat_prompt(&sv->am, &c->rq, &c->pr, &err);
+    else if (c->rq.prompt_ids) { /* token ids: the prompt as given, nothing added */
+        memset(&c->pr, 0, sizeof c->pr);
+        c->pr.thinking = -1;
+        c->pr.ids = c->rq.prompt_ids;
+        c->pr.n = c->rq.n_prompt_ids;
+        c->rq.prompt_ids = NULL;
+        rc = 0;
+    } else
+        rc = api_completion_prompt(&sv->am, c->rq.prompt, c->rq.prompt_len, &c->pr, &err);
     if (rc)
         goto fail;
     int max_tokens;
@@ -126,11 +136,20 @@ static json_t *model_entry(struct serve *sv)
 {
     json_t *gd = json_pack("{s:f, s:f, s:i}", "temperature", round6(sv->defaults.temperature),
                            "top_p", round6(sv->defaults.top_p), "top_k", sv->defaults.top_k);
-    return json_pack("{s:s, s:s, s:I, s:s, s:i, s:b, s:b, s:b, s:b, s:b, s:o}", "id",
+    json_t *caps = json_pack("[s]", "completions");
+    if (caps && sv->tmpl)
+        json_array_append_new(caps, json_string("chat"));
+    if (caps && sv->tmpl)
+        json_array_append_new(caps, json_string("tools"));
+    if (caps && sv->am.think_open)
+        json_array_append_new(caps, json_string("reasoning"));
+    int n_ctx = engine_config_of(sv->eng)->n_ctx;
+    return json_pack("{s:s, s:s, s:I, s:s, s:i, s:i, s:o, s:b, s:b, s:b, s:b, s:b, s:o}", "id",
                      sv->model_id, "object", "model", "created", (json_int_t)sv->started_unix,
-                     "owned_by", "cinfer", "context_window", engine_config_of(sv->eng)->n_ctx,
-                     "reasoning", sv->am.think_open != NULL, "vision", 0, "audio", 0,
-                     "chat", sv->tmpl != NULL, "tools", sv->tmpl != NULL, "gen_defaults", gd);
+                     "owned_by", "cinfer", "context_window", n_ctx, "context_length", n_ctx,
+                     "capabilities", caps, "reasoning", sv->am.think_open != NULL, "vision", 0,
+                     "audio", 0, "chat", sv->tmpl != NULL, "tools", sv->tmpl != NULL,
+                     "gen_defaults", gd);
 }
 
 static void h_models(struct http_req *r, void *ud)

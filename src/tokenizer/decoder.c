@@ -365,6 +365,8 @@ int tok_decode_ids(const struct tok *t, const int32_t *ids, int n, int flags,
     sl_free(&b);
     if (rc)
         return cerr_set(e, CERR_NOMEM, "out of memory while decoding");
+    if (flags & TOK_RAW_BYTES)
+        return 0;
     /* vocabularies from GGUF files may hold invalid UTF-8: never hand it out */
     size_t rl;
     int oom;

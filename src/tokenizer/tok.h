@@ -24,6 +24,8 @@ enum {
     TOK_ADD_SPECIAL = 1 << 0,   /* encode: add BOS/EOS per the post-processor / add_bos */
     TOK_PARSE_SPECIAL = 1 << 1, /* encode: special-token strings in the text become ids */
     TOK_SKIP_SPECIAL = 1 << 2,  /* decode: drop special (control) tokens */
+    TOK_RAW_BYTES = 1 << 3,     /* decode: keep the bytes as decoded, even when they are not
+                                   valid UTF-8 (one token of a split character) */
 };
 
 /* Loads a tokenizer from path: a .gguf file, a tokenizer.json (optionally .json.gz, with
@@ -47,7 +49,8 @@ int tok_vocab_size(const struct tok *t);
 int tok_encode(const struct tok *t, const char *text, size_t len, int flags, int32_t **ids,
                int *n, struct cerr *e);
 /* Decodes ids into *text (malloc'd, NUL-terminated, caller frees), valid UTF-8.
- * Out-of-range ids are an error (CERR_INVALID). flags: TOK_SKIP_SPECIAL. */
+ * Out-of-range ids are an error (CERR_INVALID). flags: TOK_SKIP_SPECIAL, TOK_RAW_BYTES (then
+ * the text may hold invalid UTF-8: the raw bytes of a partial character). */
 int tok_decode(const struct tok *t, const int32_t *ids, int n, int flags, char **text,
                size_t *len, struct cerr *e);
 

@@ -36,7 +36,7 @@ def chat_stream(body):
     chunks = [json.loads(f[6:]) for f in frames[:-1]]
     assert all(f.startswith("data: ") for f in frames)
     first = chunks[0]["choices"][0]
-    assert first["delta"] == {"role": "assistant", "content": ""}
+    assert first["delta"] == {"role": "assistant", "content": "", "refusal": None}
     assert first["finish_reason"] is None
     ids = {c["id"] for c in chunks}
     assert len(ids) == 1

@@ -39,9 +39,13 @@ def test_message_equals_chat_and_stream(qwen):
     ref = chat_text(qwen, MSG, max_tokens=32)
     assert r.content[0].text == ref["choices"][0]["message"]["content"]
     assert r.stop_reason == "max_tokens" and r.stop_sequence is None
-    # Anthropic accounting: the prompt = input_tokens (uncached) + cache_read_input_tokens
-    assert r.usage.input_tokens + r.usage.cache_read_input_tokens == ref["usage"]["prompt_tokens"]
-    assert r.usage.cache_creation_input_tokens == 0
+    # Anthropic accounting: the prompt = input_tokens + cache_read_input_tokens +
+    # cache_creation_input_tokens; the prefix cache writes every prompt token it computed
+    u = r.usage
+    assert u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens == \
+        ref["usage"]["prompt_tokens"]
+    assert u.input_tokens == 0 and u.cache_creation_input_tokens == \
+        ref["usage"]["prompt_tokens"] - u.cache_read_input_tokens
     assert r.usage.output_tokens == 32
     # the SDK's stream helper assembles the same message
     with c.messages.stream(model="x", max_tokens=32, extra_body=T0, messages=MSG) as s:
@@ -57,8 +61,8 @@ def test_message_equals_chat_and_stream(qwen):
     assert [b["type"] for b in g["content"]] == ["text"]
     assert g["content"][0]["text"] == text and g["stop_reason"] == "max_tokens"
     assert g["input_tokens_at_start"] == ref["usage"]["prompt_tokens"]
-    assert g["usage"]["input_tokens"] + g["usage"]["cache_read_input_tokens"] == \
-        ref["usage"]["prompt_tokens"]
+    assert g["usage"]["input_tokens"] + g["usage"]["cache_read_input_tokens"] + \
+        g["usage"]["cache_creation_input_tokens"] == ref["usage"]["prompt_tokens"]
     assert g["usage"]["output_tokens"] == 32
 
 
@@ -91,7 +95,9 @@ def test_count_tokens(qwen):
     c = client(qwen)
     n = c.messages.count_tokens(model="x", messages=MSG, system="Be brief.")
     r = c.messages.create(model="x", max_tokens=1, messages=MSG, system="Be brief.")
-    assert n.input_tokens == r.usage.input_tokens + r.usage.cache_read_input_tokens > 10
+    u = r.usage
+    assert n.input_tokens == u.input_tokens + u.cache_read_input_tokens + \
+        u.cache_creation_input_tokens > 10
 
 
 def test_thinking_blocks():
@@ -165,6 +171,7 @@ def test_error_shapes(guarded):
         ({**ok, "messages": [{"role": "user", "content": [{"type": "video"}]}]}, "video"),
         ({**ok, "temperature": "hot"}, "temperature"),
         ({**ok, "max_tokens": 0}, "max_tokens"),
+        ({k: v for k, v in ok.items() if k != "max_tokens"}, "max_tokens: Field required"),
     ]
     for body, needle in cases:
         st, raw, _ = s.post("/v1/messages", body, headers=key, raw=isinstance(body, bytes))

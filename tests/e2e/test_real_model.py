@@ -125,6 +125,6 @@ def test_docs_curl_examples(qwen):
                 j, i = dec.raw_decode(text, i)
                 while i < len(text) and text[i].isspace():
                     i += 1
-                assert "error" not in j, (b, j)
+                assert j.get("error") is None, (b, j)
                 n += 1
             assert n == b.count("curl")

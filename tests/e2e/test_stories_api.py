@@ -242,12 +242,13 @@ def test_logprobs_equal_log_softmax_of_reference_logits(stories):
 def test_logprobs_shapes(stories):
     j = complete(stories, max_tokens=5, logprobs=True)
     for e in j["choices"][0]["logprobs"]["content"]:
-        assert set(e) == {"id", "logprob"} and e["logprob"] <= 0
+        assert set(e) == {"id", "token", "logprob", "bytes", "top_logprobs"} and e["logprob"] <= 0
+        assert e["top_logprobs"] == []
     j = complete(stories, max_tokens=5, top_logprobs=3)
     for e in j["choices"][0]["logprobs"]["content"]:
-        assert set(e) == {"id", "token", "logprob", "top_logprobs"}
+        assert set(e) == {"id", "token", "logprob", "bytes", "top_logprobs"}
         assert len(e["top_logprobs"]) == 3
-        assert all(set(t) == {"id", "token", "logprob"} for t in e["top_logprobs"])
+        assert all(set(t) == {"id", "token", "logprob", "bytes"} for t in e["top_logprobs"])
     j = complete(stories, max_tokens=3)
     assert j["choices"][0]["logprobs"] is None
     j = complete(stories, max_tokens=3, logprobs=False, top_logprobs=-1)
@@ -273,10 +274,10 @@ BAD = [
                               "logit_bias": {"abc": 1}}, "logit_bias must be a dict of int to float"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                               "logit_bias": [1]}, "logit_bias must be a dict of int to float"),
-    ("/v1/completions", {"prompt": [1, 2, 3]},
-     "prompt (a non-empty string) is required (token-array prompts are not accepted, matching mlx_lm.server)"),
+    ("/v1/completions", {"prompt": [1, 2, 1 << 40]},
+     "prompt token id 1099511627776 is outside the vocabulary [0, 512)"),
     ("/v1/completions", {"prompt": ""},
-     "prompt (a non-empty string) is required (token-array prompts are not accepted, matching mlx_lm.server)"),
+     "prompt is required: a non-empty string, an array of strings, an array of token ids or an array of arrays of token ids"),
     ("/v1/completions", {"prompt": "x", "temperature": "hot"}, "temperature must be a number"),
     ("/v1/completions", {"prompt": "x", "max_tokens": 0}, "max_tokens must be at least 1"),
     ("/v1/completions", {"prompt": "x", "stream": "yes"}, "stream must be of type bool"),

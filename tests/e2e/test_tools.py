@@ -239,7 +239,8 @@ def test_prefix_stability_messages(qwen):
     control = turn2("toolu_01")["usage"]["cache_read_input_tokens"]
     r2 = turn2(use["id"])
     u = r1["usage"]
-    check_prefix(u["input_tokens"] + u["cache_read_input_tokens"], u["output_tokens"],
+    check_prefix(u["input_tokens"] + u["cache_read_input_tokens"] +
+                 u["cache_creation_input_tokens"], u["output_tokens"],
                  r2["usage"]["cache_read_input_tokens"], control)
 
 
