@@ -334,6 +334,7 @@ struct resp_out {
     json_t *output;              /* finished items */
     int status_incomplete;
     int err;
+    json_t *final; /* the response object once done (for GET /v1/responses/{id}) */
 };
 
 static void put(struct resp_out *o, const char *type, json_t *obj)
@@ -535,6 +536,7 @@ void resp_out_free(struct resp_out *o)
 {
     if (!o)
         return;
+    json_decref(o->final);
     api_turn_deinit(&o->turn);
     json_decref(o->echo);
     json_decref(o->output);
@@ -636,6 +638,8 @@ int resp_out_event(struct resp_out *o, const struct engine_event *ev, struct sbu
     json_t *r = response(o, ev);
     if (!r)
         return CERR_NOMEM;
+    json_decref(o->final);
+    o->final = json_incref(r);
     if (o->stream) {
         put(o, "response.completed", json_pack("{s:o}", "response", r));
         return o->err;
@@ -646,6 +650,8 @@ int resp_out_event(struct resp_out *o, const struct engine_event *ev, struct sbu
     free(s);
     return rc;
 }
+
+json_t *resp_out_object(const struct resp_out *o) { return o->finished ? o->final : NULL; }
 
 json_t *resp_out_message(const struct resp_out *o)
 {

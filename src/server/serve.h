@@ -146,7 +146,10 @@ char *serve_anthropic_error(int status, const char *message);
  * capped at 32 MiB of JSON). An entry is the conversation so far (chat-shaped messages
  * without the system message) and the instructions. Loop thread only. */
 /* Saves (replaces) id -> {messages, instructions}; takes no ownership (copies). */
-void store_put(const char *id, const json_t *messages, const char *instructions);
+void store_put(const char *id, const json_t *messages, const char *instructions,
+               const json_t *response);
+/* Removes id's entry: 0, or -1 when there is none. */
+int store_del(const char *id);
 /* A new reference to the stored {messages, instructions} object (refreshing its LRU
  * position), or NULL when unknown or expired. */
 json_t *store_get(const char *id);

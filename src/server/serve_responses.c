@@ -56,7 +56,8 @@ static int r_event(void *enc, const struct engine_event *ev, struct sbuf *out)
         json_t *m = resp_out_message(h->o);
         if (m) {
             json_array_append_new(h->c->q.convo, m);
-            store_put(resp_out_id(h->o), h->c->q.convo, h->c->q.instructions);
+            store_put(resp_out_id(h->o), h->c->q.convo, h->c->q.instructions,
+                      resp_out_object(h->o));
             h->c->saved = 1;
         }
     }
@@ -142,7 +143,41 @@ fail:
     ctx_free(c);
 }
 
+/* GET /v1/responses/{id}: the stored response object; DELETE: forget it. */
+static void h_response_id(struct http_req *r, void *ud)
+{
+    struct serve *sv = ud;
+    sv->met.requests[EP_OTHER]++;
+    const char *id = http_req_path(r) + strlen("/v1/responses/");
+    int del = !strcmp(http_req_method(r), "DELETE");
+    json_t *v = del ? NULL : store_get(id);
+    json_t *obj = json_object_get(v, "response");
+    if (del ? store_del(id) == 0 : obj != NULL) {
+        json_t *body = del ? json_pack("{s:s, s:s, s:b}", "id", id, "object", "response",
+                                       "deleted", 1)
+                           : json_incref(obj);
+        char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        json_decref(body);
+        json_decref(v);
+        if (!s) {
+            http_reply_error(r, 500, "out of memory");
+            return;
+        }
+        http_reply(r, 200, "application/json", s, strlen(s));
+        free(s);
+        return;
+    }
+    json_decref(v);
+    struct api_error err;
+    api_fail(&err, 404, "response_id", "response '%s' not found (expired, never stored, or deleted)",
+             id);
+    serve_reply_error(sv, r, &err, oai_error_body);
+}
+
 int serve_responses_install(struct serve *sv)
 {
-    return http_route(sv->http, "POST", "/v1/responses", 0, h_responses, sv) ? -1 : 0;
+    int rc = http_route(sv->http, "POST", "/v1/responses", 0, h_responses, sv);
+    rc |= http_route(sv->http, "GET", "/v1/responses/", HTTP_ROUTE_PREFIX, h_response_id, sv);
+    rc |= http_route(sv->http, "DELETE", "/v1/responses/", HTTP_ROUTE_PREFIX, h_response_id, sv);
+    return rc ? -1 : 0;
 }

@@ -63,10 +63,11 @@ static int find(const char *id)
     return -1;
 }
 
-void store_put(const char *id, const json_t *messages, const char *instructions)
+void store_put(const char *id, const json_t *messages, const char *instructions,
+               const json_t *response)
 {
-    json_t *v =
-        json_pack("{s:O, s:s?}", "messages", (json_t *)messages, "instructions", instructions);
+    json_t *v = json_pack("{s:O, s:s?, s:O?}", "messages", (json_t *)messages, "instructions",
+                          instructions, "response", (json_t *)response);
     char *s = v ? json_dumps(v, JSON_COMPACT) : NULL;
     size_t b = s ? strlen(s) + strlen(id) : 0;
     free(s);
@@ -113,6 +114,16 @@ json_t *store_get(const char *id)
         return NULL;
     tab[k].used = ++tick;
     return json_incref(tab[k].v);
+}
+
+int store_del(const char *id)
+{
+    evict_expired(clock_now_s());
+    int k = find(id);
+    if (k < 0)
+        return -1;
+    drop(k);
+    return 0;
 }
 
 json_t *store_stats_json(void)

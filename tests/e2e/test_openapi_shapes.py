@@ -293,3 +293,25 @@ def test_ignored_tools_and_fields_get_a_warning_header(stories):
     # nothing ignored: no header
     st, b, h = post(stories, "/v1/responses", {"input": "Once", "max_output_tokens": 1})
     assert st == 200 and "Warning" not in h
+
+
+def test_get_and_delete_a_stored_response(stories, spec):
+    st, b, _ = post(stories, "/v1/responses", {"input": "Once upon a time",
+                                               "max_output_tokens": 4, "temperature": 0})
+    made = json.loads(b)
+    st, b, _ = stories.get("/v1/responses/" + made["id"])
+    assert st == 200, b
+    got = json.loads(b)
+    check(spec, "Response", got)
+    assert got == made
+    st, b, _ = http("DELETE", stories.base + "/v1/responses/" + made["id"])
+    assert st == 200 and json.loads(b)["deleted"] is True
+    st, b, _ = stories.get("/v1/responses/" + made["id"])
+    assert st == 404 and json.loads(b)["error"]["param"] == "response_id"
+    st, b, _ = http("DELETE", stories.base + "/v1/responses/" + made["id"])
+    assert st == 404
+    # store: false is never kept
+    st, b, _ = post(stories, "/v1/responses", {"input": "Once", "max_output_tokens": 2,
+                                               "store": False})
+    st, b, _ = stories.get("/v1/responses/" + json.loads(b)["id"])
+    assert st == 404
