@@ -1,6 +1,6 @@
 /* errpage.c — what evhttp 2.1 does without a hook: error pages and the server registry.
  *
- * evhttp answers oversized (413), malformed (400) and unsupported-method (501) requests
+ * evhttp answers oversized (413), malformed (400) and unsupported-method (501, sent as 405) requests
  * itself with an HTML page. This file spots such a status line in a connection's output
  * buffer and, in the same loop turn, before any byte reaches the socket, replaces the
  * response with one whose body comes from the server's error formatter. It also keeps the
@@ -111,7 +111,9 @@ static const struct {
 } g_evhttp_errors[] = {
     {413, " 413 Request Entity Too Large\r\n", "Payload Too Large"},
     {400, " 400 Bad Request\r\n", "Bad Request"},
-    {501, " 501 Not Implemented\r\n", "Not Implemented"},
+    /* a method evhttp does not know (QUERY, CONNECT, ...): a wrong method, so 405 as for
+     * the known ones no route takes (a 5xx would say the server failed) */
+    {405, " 501 Not Implemented\r\n", "Method Not Allowed"},
 };
 
 struct fix413 {
@@ -190,8 +192,8 @@ static void fix413_one(struct http_server *s, struct fix413 *f)
     if (status == 413)
         snprintf(msg, sizeof msg, "request too large (the body limit is %zu bytes)",
                  s->max_body);
-    else if (status == 501)
-        snprintf(msg, sizeof msg, "HTTP method not supported");
+    else if (status == 405)
+        snprintf(msg, sizeof msg, "method not allowed");
     else
         snprintf(msg, sizeof msg, "malformed HTTP request (request line, headers over %zd "
                                   "bytes, or chunked encoding)", HTTP_MAX_HEADERS);

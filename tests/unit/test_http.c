@@ -446,10 +446,13 @@ static void test_routing(void)
     CHECK_EQ_INT(p.status, 405);
     CHECK_MSG(p.body && strstr(p.body, "\"err\":405"), "%s", p.body);
     resp_free(&p);
-    /* a method evhttp does not accept (CONNECT): 501 with the formatter's body */
+    /* a method evhttp does not accept (CONNECT, QUERY): 405 too, with the formatter's body */
     CHECK_EQ_INT(do_req(t.port, "CONNECT /exact HTTP/1.1\r\nHost: x\r\n\r\n", &p), 0);
-    CHECK_EQ_INT(p.status, 501);
-    CHECK_MSG(p.body && strstr(p.body, "\"err\":501"), "%s", p.body);
+    CHECK_EQ_INT(p.status, 405);
+    CHECK_MSG(p.body && strstr(p.body, "\"err\":405"), "%s", p.body);
+    resp_free(&p);
+    CHECK_EQ_INT(do_req(t.port, "QUERY /exact HTTP/1.1\r\nHost: x\r\n\r\n", &p), 0);
+    CHECK_EQ_INT(p.status, 405);
     resp_free(&p);
 
     CHECK_EQ_INT(do_req(t.port, "GET /exact/more HTTP/1.1\r\nHost: x\r\n\r\n", &p), 0);
