@@ -262,6 +262,12 @@ int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, char
     }
     json_t *tc = json_object_get(b, "tool_choice");
     const char *tct = json_string_value(json_object_get(tc, "type"));
+    json_t *dp = json_object_get(tc, "disable_parallel_tool_use");
+    if (!rc && dp && !json_is_null(dp) && !json_is_boolean(dp))
+        rc = api_fail(err, 400, "tool_choice",
+                      "tool_choice.disable_parallel_tool_use must be a boolean");
+    if (!rc && json_is_true(dp))
+        json_object_set_new(o, "parallel_tool_calls", json_false());
     if (!rc && tct && !strcmp(tct, "none"))
         json_object_set_new(o, "tool_choice", json_string("none"));
     else if (!rc && tct && !strcmp(tct, "any"))
@@ -444,6 +450,8 @@ int anth_out_new(struct anth_out **out, const struct api_model *m, const struct 
         api_turn_stream_args(&o->turn);
     if (!rc && p->forced && r->tools)
         api_turn_prime(&o->turn, p->forced); /* the api_prompt outlives the encoder */
+    if (!rc && r->single_call)
+        api_turn_max_calls(&o->turn, 1);
     if (rc) {
         free(o);
         return rc;

@@ -25,6 +25,7 @@ struct oai_out {
     int legacy;                     /* completions: the legacy logprobs block in leg */
     struct lp_legacy leg;
     int include_usage;              /* stream_options.include_usage */
+    int single_call;                /* parallel_tool_calls: false */
     char *echo;                     /* completions echo: the prompt's text (owned) or NULL */
     size_t echo_len;
     struct sbuf *cur;               /* streaming: where emit() writes */
@@ -263,6 +264,7 @@ int oai_out_new(struct oai_out **out, const struct api_model *m, const struct oa
         o->turn_on = 1;
     }
     o->include_usage = r->stream && r->include_usage;
+    o->single_call = r->single_call;
     int rc = 0;
     if (r->legacy_logprobs) {
         o->legacy = 1;
@@ -320,6 +322,8 @@ int oai_out_tools(struct oai_out *o, int family, const json_t *tools, struct cer
         api_turn_stream_args(&t);
     if (o->forced) /* tool_choice forced a call: the markup the prompt already opened */
         api_turn_prime(&t, o->forced);
+    if (o->single_call)
+        api_turn_max_calls(&t, 1);
     api_turn_deinit(&o->turn);
     o->turn = t;
     return 0;
@@ -470,6 +474,8 @@ static void turn_tc(const struct tc_event *ev, void *ud)
     static const int K[] = {[TC_EV_CONTENT] = TURN_CONTENT, [TC_EV_CALL_BEGIN] = TURN_CALL_BEGIN,
                             [TC_EV_CALL_ARGS_DELTA] = TURN_CALL_DELTA,
                             [TC_EV_CALL_END] = TURN_CALL_END};
+    if (ev->kind != TC_EV_CONTENT && t->max_calls && ev->index >= t->max_calls)
+        return; /* a call past the cap: not parallel */
     if (ev->kind == TC_EV_CONTENT) {
         if (all_space(ev->text, ev->n)) {
             if (sbuf_append(&t->ws, ev->text, ev->n))
@@ -571,7 +577,13 @@ int api_turn_finish(struct api_turn *t)
     return t->err;
 }
 
-int api_turn_calls(const struct api_turn *t) { return t->tc ? tc_call_count(t->tc) : 0; }
+int api_turn_calls(const struct api_turn *t)
+{
+    int n = t->tc ? tc_call_count(t->tc) : 0;
+    return t->max_calls && n > t->max_calls ? t->max_calls : n;
+}
+
+void api_turn_max_calls(struct api_turn *t, int n) { t->max_calls = n > 0 ? n : 0; }
 
 void api_turn_stream_args(struct api_turn *t)
 {

@@ -58,6 +58,7 @@ struct api_turn {
     struct sbuf ws;    /* tools on: whitespace-only content not yet emitted */
     size_t n_reasoning_bytes;
     const char *primed; /* text to feed before the next push (api_turn_prime), or NULL */
+    int max_calls;      /* 0: any number of calls; else the calls past it are dropped */
     turn_fn cb;
     void *ud;
     int err;
@@ -78,6 +79,9 @@ void api_turn_stream_args(struct api_turn *t);
  * the parsers just before the next push (or at finish), i.e. once a stream's opening frames
  * are out. s must outlive t. */
 void api_turn_prime(struct api_turn *t, const char *s);
+/* At most n tool calls (parallel_tool_calls: false, Anthropic disable_parallel_tool_use):
+ * the calls after the n-th are dropped from the events and from api_turn_calls. */
+void api_turn_max_calls(struct api_turn *t, int n);
 /* End of the turn: releases held text, then registers the raw text under the call ids in
  * the replay store when the turn produced calls. Returns 0 or CERR_NOMEM. */
 int api_turn_finish(struct api_turn *t);

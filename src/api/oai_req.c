@@ -504,6 +504,10 @@ static int parse_tools(struct oai_req *r, json_t *o, struct api_error *err)
         return api_fail(err, 400, "tools", "tools must be an array");
     if (check_tools(t, err))
         return -1;
+    int b, given;
+    if (get_bool(o, "parallel_tool_calls", &b, &given, err))
+        return -1;
+    r->single_call = given && !b;
     if (json_is_string(tc) && !strcmp(json_string_value(tc), "none"))
         return 0;
     if (json_array_size(t))

@@ -46,6 +46,7 @@ struct oai_req {
     int legacy_logprobs;   /* completions: logprobs given as an integer (the legacy block
                               {tokens, token_logprobs, top_logprobs, text_offset}) */
     int include_usage;     /* stream_options.include_usage: a last chunk with choices [] */
+    int single_call;       /* parallel_tool_calls: false — at most one tool call */
     int max_tokens;        /* 0 = not given */
     struct sampler_params sp; /* defaults overlaid with the request's fields */
     struct sampler_bias *bias; /* sp.logit_bias points here (owned) */

@@ -290,6 +290,11 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, 
     const char *eff = json_string_value(json_object_get(json_object_get(b, "reasoning"), "effort"));
     if (!rc && eff)
         json_object_set_new(q->chat, "reasoning_effort", json_string(eff));
+    json_t *ptc = json_object_get(b, "parallel_tool_calls");
+    if (json_is_boolean(ptc)) {
+        json_object_set(q->chat, "parallel_tool_calls", ptc);
+        json_object_set(q->echo, "parallel_tool_calls", ptc);
+    }
     q->no_store = json_is_false(json_object_get(b, "store"));
     json_object_set_new(q->echo, "store", json_boolean(!q->no_store));
     /* echoed in the response object */
@@ -522,6 +527,8 @@ int resp_out_new(struct resp_out **out, const struct api_model *m, const struct 
         api_turn_stream_args(&o->turn);
     if (!rc && p->forced && r->tools)
         api_turn_prime(&o->turn, p->forced); /* the api_prompt outlives the encoder */
+    if (!rc && r->single_call)
+        api_turn_max_calls(&o->turn, 1);
     if (rc) {
         json_decref(o->output);
         json_decref(o->echo);

@@ -127,6 +127,36 @@ def test_parallel_calls_every_surface(qwen):
     assert [o["type"] for o in f["output"]] == ["function_call"] * 2
 
 
+def test_parallel_calls_off_keeps_the_first_call(qwen):
+    """parallel_tool_calls: false (chat, Responses) and Anthropic's
+    tool_choice.disable_parallel_tool_use: the prompt that gives two calls gives the first."""
+    msgs = [{"role": "system", "content": PAR_SYS}, {"role": "user", "content": PAR_ASK}]
+    first = [("get_weather", {"city": "Paris"})]
+    r, raw_c, a, raw_r = together(
+        lambda: post(qwen, "/v1/chat/completions", {
+            "messages": msgs, "tools": chat_tools(WEATHER, TIME), "max_tokens": 80,
+            "temperature": 0, "parallel_tool_calls": False}),
+        lambda: post(qwen, "/v1/chat/completions", {
+            "messages": msgs, "tools": chat_tools(WEATHER, TIME), "max_tokens": 80,
+            "temperature": 0, "stream": True, "parallel_tool_calls": False}),
+        lambda: post(qwen, "/v1/messages", {
+            "max_tokens": 80, "system": PAR_SYS, "messages": [{"role": "user", "content": PAR_ASK}],
+            "tools": anth_tools(WEATHER, TIME), "temperature": 0,
+            "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}),
+        lambda: post(qwen, "/v1/responses", {
+            "instructions": PAR_SYS, "input": PAR_ASK, "tools": resp_tools(WEATHER, TIME),
+            "max_output_tokens": 80, "temperature": 0, "stream": True,
+            "parallel_tool_calls": False}))
+    calls = r["choices"][0]["message"]["tool_calls"]
+    assert [(t["function"]["name"], json.loads(t["function"]["arguments"])) for t in calls] == first
+    assert r["choices"][0]["finish_reason"] == "tool_calls"
+    g = grammar.chat_stream(raw_c)
+    assert [(t["name"], json.loads(t["arguments"])) for t in g["tool_calls"]] == first
+    assert [(b["name"], b["input"]) for b in a["content"] if b["type"] == "tool_use"] == first
+    f = grammar.responses_stream(raw_r)
+    assert [(o["name"], json.loads(o["arguments"])) for o in f["output"]] == first
+
+
 def test_messages_and_responses_single_call(qwen):
     m = anth(qwen).messages.create(model="x", max_tokens=60, messages=ASK, extra_body=T0,
                                    tools=anth_tools(WEATHER))
