@@ -99,13 +99,21 @@ static int map_item(json_t *it, size_t i, json_t *convo, struct sbuf *sys, struc
         sbuf_free(&t);
         return 0;
     }
-    if (!strcmp(type, "function_call")) {
+    int custom = !strcmp(type, "custom_tool_call");
+    if (!strcmp(type, "function_call") || custom) {
         const char *id = json_string_value(json_object_get(it, "call_id"));
         const char *name = json_string_value(json_object_get(it, "name"));
         json_t *a = json_object_get(it, "arguments");
         if (!id || !name)
-            return api_fail(err, 400, "input", "%s: function_call needs call_id and name", what);
+            return api_fail(err, 400, "input", "%s: %s needs call_id and name", what, type);
+        json_t *ci = custom ? json_object_get(it, "input") : NULL;
+        if (custom && !json_is_string(ci))
+            return api_fail(err, 400, "input", "%s: custom_tool_call needs an input string", what);
+        json_t *wrapped = custom ? json_pack("{s:O}", "input", ci) : NULL;
+        if (custom)
+            a = wrapped; /* as the model wrote it: {"input": "..."} */
         char *as = json_is_string(a) || !a ? NULL : json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT);
+        json_decref(wrapped);
         json_t *call = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
                                  "function", "name", name, "arguments",
                                  json_is_string(a) ? json_string_value(a)
@@ -130,11 +138,11 @@ static int map_item(json_t *it, size_t i, json_t *convo, struct sbuf *sys, struc
         json_array_append_new(tcs, call);
         return 0;
     }
-    if (!strcmp(type, "function_call_output")) {
+    if (!strcmp(type, "function_call_output") || !strcmp(type, "custom_tool_call_output")) {
         const char *id = json_string_value(json_object_get(it, "call_id"));
         json_t *out = json_object_get(it, "output");
         if (!id)
-            return api_fail(err, 400, "input", "%s: function_call_output needs call_id", what);
+            return api_fail(err, 400, "input", "%s: %s needs call_id", what, type);
         json_t *content;
         if (json_is_string(out))
             content = json_incref(out);
@@ -255,6 +263,20 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, 
         {
             const char *ty = json_string_value(json_object_get(t, "type"));
             json_t *name = json_object_get(t, "name");
+            if (ty && !strcmp(ty, "custom") && json_is_string(name)) {
+                /* a free-form text tool: to the model, a function of one string `input` */
+                json_t *d = json_object_get(t, "description");
+                json_t *fn = json_pack(
+                    "{s:O, s:s+, s:{s:s, s:{s:{s:s}}, s:[s]}}", "name", name, "description",
+                    json_is_string(d) ? json_string_value(d) : "",
+                    " (free-form tool: put its whole text input in the string `input`)",
+                    "parameters", "type", "object", "properties", "input", "type", "string",
+                    "required", "input");
+                json_array_append_new(ft, json_pack("{s:s, s:o}", "type", "function", "function",
+                                                    fn));
+                json_array_append(et, t);
+                continue;
+            }
             if (!ty || strcmp(ty, "function") || !json_is_string(name)) {
                 api_warn(q->warning, sizeof q->warning, "built-in tool", ty ? ty : "(untyped)");
                 continue;
@@ -286,7 +308,10 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, 
     else if (json_is_string(tc) && !strcmp(json_string_value(tc), "required"))
         json_object_set_new(q->chat, "tool_choice", json_string("required"));
     else if (json_is_object(tc) && json_is_string(json_object_get(tc, "name")))
-        json_object_set(q->chat, "tool_choice", tc); /* {"type": "function", "name": N} */
+        /* {"type": "function" | "custom", "name": N}: a custom tool is a function here */
+        json_object_set_new(q->chat, "tool_choice",
+                            json_pack("{s:s, s:O}", "type", "function", "name",
+                                      json_object_get(tc, "name")));
     const char *eff = json_string_value(json_object_get(json_object_get(b, "reasoning"), "effort"));
     if (!rc && eff)
         json_object_set_new(q->chat, "reasoning_effort", json_string(eff));
@@ -335,6 +360,7 @@ struct resp_out {
     struct sbuf cur_text; /* the open item's text / arguments */
     char call_id[64];
     char *call_name;
+    int call_custom;             /* the open call is of a custom (free-form) tool */
     struct sbuf text, reasoning; /* the whole turn */
     json_t *output;              /* finished items */
     int status_incomplete;
@@ -382,8 +408,24 @@ static json_t *reason_item(struct resp_out *o, int done)
     return json_pack("{s:s, s:s, s:o}", "id", o->item_id, "type", "reasoning", "summary", sum);
 }
 
+/* A custom tool's input: the string `input` of the arguments the model wrote (the whole
+ * arguments text when they are not such an object). */
+static json_t *custom_input(const struct sbuf *args)
+{
+    json_t *a = json_loadb(args->p ? args->p : "", args->len, JSON_ALLOW_NUL, NULL);
+    json_t *in = json_object_get(a, "input");
+    json_t *r = json_is_string(in) ? json_incref(in) : sjson(args);
+    json_decref(a);
+    return r;
+}
+
 static json_t *call_item(struct resp_out *o, const char *status)
 {
+    if (o->call_custom)
+        return json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "id", o->item_id, "type",
+                         "custom_tool_call", "status", status, "call_id", o->call_id, "name",
+                         o->call_name ? o->call_name : "", "input",
+                         strcmp(status, "completed") ? json_string("") : custom_input(&o->cur_text));
     return json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "id", o->item_id, "type", "function_call",
                      "status", status, "call_id", o->call_id, "name",
                      o->call_name ? o->call_name : "", "arguments", text_of(&o->cur_text));
@@ -412,6 +454,17 @@ static void close_item(struct resp_out *o)
                           "text", text_of(&o->cur_text), "annotations", "logprobs"));
         }
         final = msg_item(o, "completed");
+    } else if (o->call_custom) {
+        if (o->stream) { /* the input whole: the arguments' JSON is not the input's text */
+            json_t *in = custom_input(&o->cur_text);
+            put(o, "response.custom_tool_call_input.delta",
+                json_pack("{s:s, s:i, s:O}", "item_id", o->item_id, "output_index", oi, "delta",
+                          in));
+            put(o, "response.custom_tool_call_input.done",
+                json_pack("{s:s, s:i, s:o}", "item_id", o->item_id, "output_index", oi, "input",
+                          in));
+        }
+        final = call_item(o, "completed");
     } else {
         if (o->stream)
             put(o, "response.function_call_arguments.done",
@@ -450,6 +503,21 @@ static void open_item(struct resp_out *o, int kind, const char *prefix)
                       "", "annotations", "logprobs"));
 }
 
+/* Whether name is a custom (free-form) tool of the request (from the echoed tools). */
+static int is_custom(const struct resp_out *o, const char *name)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(o->echo, "tools"), i, t)
+    {
+        const char *n = json_string_value(json_object_get(t, "name"));
+        const char *ty = json_string_value(json_object_get(t, "type"));
+        if (n && ty && !strcmp(ty, "custom") && !strcmp(n, name))
+            return 1;
+    }
+    return 0;
+}
+
 static void on_turn(int kind, const struct tc_event *tc, const char *t, size_t n, void *ud)
 {
     struct resp_out *o = ud;
@@ -483,6 +551,7 @@ static void on_turn(int kind, const struct tc_event *tc, const char *t, size_t n
         o->call_name = strdup(tc->name);
         if (!o->call_name)
             o->err = CERR_NOMEM;
+        o->call_custom = is_custom(o, tc->name);
         open_item(o, IT_CALL, "fc_");
         break;
     case TURN_CALL_DELTA:
@@ -490,7 +559,7 @@ static void on_turn(int kind, const struct tc_event *tc, const char *t, size_t n
             return;
         if (sbuf_append(&o->cur_text, t, n))
             o->err = CERR_NOMEM;
-        if (o->stream)
+        if (o->stream && !o->call_custom)
             put(o, "response.function_call_arguments.delta",
                 json_pack("{s:s, s:i, s:o}", "item_id", o->item_id, "output_index", o->n_items,
                           "delta", api_json_text(t, n)));

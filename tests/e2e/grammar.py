@@ -169,6 +169,15 @@ def responses_stream(body):
             assert evs[k][1]["arguments"] == text
             json.loads(text)
             k += 1
+        elif item["type"] == "custom_tool_call":
+            assert item["call_id"].startswith("call_") and item["name"]
+            while evs[k][0] == "response.custom_tool_call_input.delta":
+                assert evs[k][1]["item_id"] == iid
+                text += evs[k][1]["delta"]
+                k += 1
+            assert evs[k][0] == "response.custom_tool_call_input.done"
+            assert evs[k][1]["input"] == text
+            k += 1
         elif item["type"] == "reasoning":
             while evs[k][0] == "response.reasoning_summary_text.delta":
                 text += evs[k][1]["delta"]

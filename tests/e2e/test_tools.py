@@ -360,3 +360,35 @@ def test_round_trip_every_surface(qwen15):
     answers = together(chat_flow, anthropic_flow, responses_flow)
     assert "18" in answers[0] and "sunny" in answers[0]
     assert answers[1] == answers[0] and answers[2] == answers[0]
+
+
+def test_responses_custom_tool_round_trip(qwen):
+    """A free-form custom tool (as Codex declares apply_patch): the call comes back as a
+    custom_tool_call with a string input, streamed with custom_tool_call_input events, and
+    custom_tool_call / custom_tool_call_output items are accepted on the next turn."""
+    tool = {"type": "custom", "name": "run_shell", "description": "Run a shell command"}
+    body = {"input": "List the files in the current directory.", "tools": [tool],
+            "tool_choice": {"type": "custom", "name": "run_shell"}, "max_output_tokens": 40,
+            "temperature": 0}
+    r = post(qwen, "/v1/responses", body)
+    [o] = [x for x in r["output"] if x["type"] != "reasoning"]
+    assert o["type"] == "custom_tool_call" and o["name"] == "run_shell", r["output"]
+    assert isinstance(o["input"], str) and o["input"] and "arguments" not in o
+    assert r["tools"] == [tool]
+    st, raw, _ = qwen.post("/v1/responses", {**body, "stream": True})
+    assert st == 200
+    grammar.responses_stream(raw)  # the event grammar, custom call included
+    evs = grammar.named_events(raw)
+    types = [e for e, _ in evs]
+    assert "response.custom_tool_call_input.done" in types, types
+    assert "response.function_call_arguments.delta" not in types
+    done = [d for e, d in evs if e == "response.custom_tool_call_input.done"][0]
+    assert done["input"] == o["input"]
+    r2 = post(qwen, "/v1/responses", {
+        "input": [{"role": "user", "content": body["input"]},
+                  {"type": "custom_tool_call", "call_id": o["call_id"], "name": "run_shell",
+                   "input": o["input"]},
+                  {"type": "custom_tool_call_output", "call_id": o["call_id"],
+                   "output": "a.txt\nb.txt"}],
+        "tools": [tool], "max_output_tokens": 16, "temperature": 0})
+    assert r2["status"] in ("completed", "incomplete") and r2["output"]
