@@ -369,6 +369,7 @@
   }
 
   async function generate(c) {
+    const body = JSON.stringify(requestBody(c));
     const m = { role: 'assistant', content: '', reasoning: '', streaming: true, stats: null };
     c.messages.push(m);
     c.updated = Date.now();
@@ -396,7 +397,7 @@
     try {
       const r = await api('/v1/chat/completions', {
         method: 'POST', headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify(requestBody(c)), signal: ctrl.signal,
+        body, signal: ctrl.signal,
       });
       if (!r.ok) {
         let msg = 'HTTP ' + r.status;
