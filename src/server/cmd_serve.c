@@ -80,7 +80,8 @@ static void serve_usage(FILE *f)
             "  --max-queue N          waiting requests before 429 (default 64)\n"
             "  --max-conns N          open connections before 429 (default 256)\n"
             "  --max-body BYTES       request body limit, 413 beyond (default 16777216)\n"
-            "  --no-open              do not open the browser chat page\n"
+            "  --no-open              do not open the browser chat page (opened with xdg-open\n"
+            "                         when stdout is a terminal)\n"
             "  -h, --help             this help\n");
 }
 

@@ -71,7 +71,11 @@
       math.push(tex);
       return '%%MATH' + (math.length - 1) + '%%';
     });
-    const html = DOMPurify.sanitize(marked.parse(src), { USE_PROFILES: { html: true } });
+    /* a fence still open (a reply streaming, or cut by max_tokens) is closed, so its code
+     * renders as code: marked would otherwise read it as a paragraph */
+    const fences = src.match(/^ {0,3}(```|~~~)/gm);
+    const closed = fences && fences.length % 2 ? src + '\n' + fences[fences.length - 1].trim() : src;
+    const html = DOMPurify.sanitize(marked.parse(closed), { USE_PROFILES: { html: true } });
     el.innerHTML = html;
     el.querySelectorAll('pre > code').forEach(decorateCode);
     if (math.length) putMath(el, math);
@@ -256,7 +260,7 @@
     box.className = 'tool-call';
     const h = document.createElement('div');
     h.className = 'tool-name';
-    h.textContent = '\u{1F527} ' + ((tc.function && tc.function.name) || 'tool');
+    h.textContent = 'tool call \u2192 ' + ((tc.function && tc.function.name) || '?');
     const pre = document.createElement('pre');
     let args = (tc.function && tc.function.arguments) || '';
     try { args = JSON.stringify(JSON.parse(args), null, 2); } catch (e) { /* partial */ }
