@@ -228,8 +228,10 @@
     if (m.reasoning) {
       const d = document.createElement('details');
       d.className = 'reasoning';
-      d.open = !!m.streaming && !m.content;
+      /* open while it streams, folded after; a reader's own click wins */
+      d.open = m.openReasoning !== undefined ? m.openReasoning : !!m.streaming && !m.content;
       const s = document.createElement('summary');
+      s.addEventListener('click', () => { m.openReasoning = !d.open; });
       s.textContent = m.streaming && !m.content ? 'Thinking\u2026' : 'Reasoning';
       const body = document.createElement('div');
       body.className = 'md';
