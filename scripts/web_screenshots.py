@@ -62,7 +62,7 @@ def main():
         o.binary_location = "/usr/bin/chromium"
         d = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
         d.get(BASE + "/")
-        d.execute_script("localStorage.setItem('cinfer.settings', JSON.stringify({temperature: 0, max_tokens: 400}))")
+        d.execute_script("localStorage.setItem('cinfer.settings', JSON.stringify({temperature: 0, max_tokens: 300}))")
         d.refresh()
         box = d.find_element(By.ID, "input")
         box.click()
