@@ -21,12 +21,13 @@ import time
 
 import pytest
 
-from conftest import FIXTURES, STORIES, STORIES_TEMPLATE, Server
+from conftest import STORIES, STORIES_TEMPLATE, Server
 
 ART = os.environ.get("CINFER_WEB_ARTIFACTS", "/tmp/cinfer-web-artifacts")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-R1 = os.path.join(FIXTURES, "chat-templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")
+R1 = os.path.join(os.path.dirname(__file__), "..", "data", "web",
+                  "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -417,8 +418,9 @@ def test_qwen_stream_stop_and_markdown(qwen, driver):
     m = wait_reply_done(d, 2)
     want = api_answer(qwen, [{"role": "user", "content": q}], temperature=0, max_tokens=120)
     assert m["content"] == want["content"]
-    if "```" in m["content"]:
-        assert d.find_elements(By.CSS_SELECTOR, ".msg.assistant pre code.hljs")
+    assert m["content"].startswith("```python\ndef ")    # cut inside the fence by max_tokens
+    code = d.find_element(By.CSS_SELECTOR, ".msg.assistant pre code.hljs")
+    assert code.text.startswith("def ") and code.find_elements(By.CSS_SELECTOR, ".hljs-keyword")
     shot(d, "chat-qwen")
     # stop
     cancelled = qwen.stats()["requests"]["cancelled"]
