@@ -272,11 +272,46 @@ def test_conversations_survive_reload(web_stories, driver):
     al.send_keys("Renamed")
     al.accept()
     wait(lambda: d.find_elements(By.CSS_SELECTOR, "#conv-list .title")[1].text == "Renamed")
+    # export all: the JSON the browser would download (the blob and the link are caught)
+    name, text = d.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        const origUrl = URL.createObjectURL, origClick = HTMLAnchorElement.prototype.click;
+        let blob = null;
+        URL.createObjectURL = (b) => { blob = b; return origUrl(b); };
+        HTMLAnchorElement.prototype.click = function () {
+            URL.createObjectURL = origUrl;
+            HTMLAnchorElement.prototype.click = origClick;
+            blob.text().then((t) => done([this.download, t]));
+        };
+        document.getElementById('export-all').click();""")
+    exported = json.loads(text)
+    assert name == "cinfer-chats.json" and [c["title"] for c in exported] == ["The cat", "Renamed"]
+    assert exported[1]["messages"][1]["content"] == a["content"]
     d.find_elements(By.CSS_SELECTOR, "#conv-list .delete")[0].click()
     wait(lambda: d.switch_to.alert).accept()
     d.refresh()
     wait(lambda: [e.text for e in d.find_elements(By.CSS_SELECTOR, "#conv-list .title")] ==
          ["Renamed"], what="rename + delete kept")
+    assert console_errors(d) == []
+
+
+def test_system_prompt(web_stories, driver):
+    from selenium.webdriver.common.by import By
+    d = driver
+    open_page(d, web_stories, settings={"temperature": 0, "max_tokens": 30})
+    d.find_element(By.CSS_SELECTOR, "#sys-box summary").click()
+    sp = d.find_element(By.ID, "sys-prompt")
+    sp.send_keys("Tom had a red ball.")
+    send(d, "Once upon a time")
+    m = wait_reply_done(d, 2)
+    want = api_answer(web_stories, [{"role": "system", "content": "Tom had a red ball."},
+                                    {"role": "user", "content": "Once upon a time"}],
+                      temperature=0, max_tokens=30)
+    assert m["content"] == want["content"]
+    assert conversation(d)["system"] == "Tom had a red ball."
+    # a new chat starts with the last system prompt used
+    d.find_element(By.ID, "new-chat").click()
+    assert d.find_element(By.ID, "sys-prompt").get_attribute("value") == "Tom had a red ball."
     assert console_errors(d) == []
 
 
