@@ -58,11 +58,14 @@ static int read_file(const char *f, unsigned char **out, size_t *len)
 
 static const char *ctype_of(const char *path)
 {
-    static const char *const map[][2] = {
-        {".html", "text/html; charset=utf-8"}, {".js", "text/javascript; charset=utf-8"},
-        {".css", "text/css; charset=utf-8"},   {".woff2", "font/woff2"},
-        {".svg", "image/svg+xml"},             {".png", "image/png"},
-        {".json", "application/json"},         {".txt", "text/plain; charset=utf-8"}};
+    static const char *const map[][2] = {{".html", "text/html; charset=utf-8"},
+                                         {".js", "text/javascript; charset=utf-8"},
+                                         {".css", "text/css; charset=utf-8"},
+                                         {".woff2", "font/woff2"},
+                                         {".svg", "image/svg+xml"},
+                                         {".png", "image/png"},
+                                         {".json", "application/json"},
+                                         {".txt", "text/plain; charset=utf-8"}};
     const char *dot = strrchr(path, '.');
     for (size_t i = 0; dot && i < sizeof map / sizeof map[0]; i++)
         if (!strcmp(dot, map[i][0]))
@@ -183,11 +186,11 @@ int main(int argc, char **argv)
     fprintf(o, "\nconst struct web_asset web_assets[] = {\n");
     for (int i = 0; i < n; i++) {
         struct item *it = &items[i];
-        fprintf(o, "    {\"%s\", \"%s\", \"\\\"%s\\\"\", gz%d, %zu, %zu, %d},\n",
-                it->hpath, ctype_of(it->path), it->etag, i, it->gz_len,
-                it->len, it->flags == 'h');
+        fprintf(o, "    {\"%s\", \"%s\", \"\\\"%s\\\"\", gz%d, %zu, %zu, %d},\n", it->hpath,
+                ctype_of(it->path), it->etag, i, it->gz_len, it->len, it->flags == 'h');
     }
-    fprintf(o, "};\nconst int web_n_assets = %d;\nconst unsigned long web_assets_gz_bytes = %zuul;\n",
+    fprintf(o,
+            "};\nconst int web_n_assets = %d;\nconst unsigned long web_assets_gz_bytes = %zuul;\n",
             n, total);
     if (fclose(o)) {
         fprintf(stderr, "web_embed: write of '%s' failed\n", argv[1]);

@@ -29,7 +29,10 @@ static const char CSP[] = "default-src 'self'; script-src 'self'; style-src 'sel
                           "'unsafe-inline'; img-src 'self' data:; font-src 'self'; connect-src "
                           "'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'";
 
-size_t web_assets_bytes(void) { return (size_t)web_assets_gz_bytes; }
+size_t web_assets_bytes(void)
+{
+    return (size_t)web_assets_gz_bytes;
+}
 
 /* ---- header parsing -------------------------------------------------------------------- */
 

@@ -9,12 +9,12 @@
 #include <stddef.h>
 
 struct web_asset {
-    const char *path;          /* URL path, e.g. "/index.html", "/assets/app.1a2b3c4d.js" */
-    const char *ctype;         /* Content-Type */
-    const char *etag;          /* strong ETag, quotes included */
-    const unsigned char *gz;   /* the gzip stream of the file */
+    const char *path;        /* URL path, e.g. "/index.html", "/assets/app.1a2b3c4d.js" */
+    const char *ctype;       /* Content-Type */
+    const char *etag;        /* strong ETag, quotes included */
+    const unsigned char *gz; /* the gzip stream of the file */
     size_t gz_len, raw_len;
-    int immutable;             /* a content-hashed name: cache for a year, never revalidate */
+    int immutable; /* a content-hashed name: cache for a year, never revalidate */
 };
 
 extern const struct web_asset web_assets[];
