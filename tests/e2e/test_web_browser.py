@@ -429,7 +429,7 @@ def test_status_view_live(web_stories, driver):
                 return c.find_element(By.CSS_SELECTOR, f'dd[data-key="{key}"]').text
     wait(lambda: card("Requests", "chat") == str(before + 1), what="the live request count")
     assert card("Model", "model") == "stories260K"
-    assert card("Model", "backend").startswith("CPU")
+    assert card("Model", "backend") == "cpu (host memory)"
     assert card("Model", "health") == "ok"
     assert card("Memory plan", "weights").endswith("GB")
     assert card("Prompt cache", "hit rate").endswith("%")

@@ -567,7 +567,7 @@
     const pc = s.prompt_cache, ad = s.admission, ba = s.batch, rq = s.requests;
     const total = pc.hits + pc.misses;
     const cards = [
-      card('Model', [['model', s.server.model], ['backend', ad.memory === 'device' ? 'GPU (device memory)' : 'CPU (host memory)'],
+      card('Model', [['model', s.server.model], ['backend', (s.server.backend || (ad.memory === 'device' ? 'GPU' : 'CPU')) + (ad.memory === 'device' ? ' (device memory)' : ' (host memory)')],
         ['health', health], ['uptime', Math.round(s.server.uptime_s) + ' s'], ['connections', s.server.connections],
         ['context', modelInfo ? modelInfo.context_window : ad.max_safe_context]]),
       card('Memory plan', [['budget', gb(ad.budget_bytes)], ['weights', gb(ad.weights_bytes)], ['transient', gb(ad.transient_bytes)],
