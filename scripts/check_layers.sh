@@ -3,7 +3,7 @@
 # (DESIGN.md §2: a layer may include only itself and layers below it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-layers=(util backend format tokenizer template model kv engine api http server web)
+layers=(util backend format tokenizer template model kv engine api http web server)
 rank() { local i; for i in "${!layers[@]}"; do [ "${layers[$i]}" = "$1" ] && { echo "$i"; return; }; done; echo -1; }
 # Only backend/cuda may include CUDA headers.
 bad=0

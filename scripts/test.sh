@@ -3,13 +3,18 @@
 # ASan+UBSan. Extra opt-in suites: CINFER_TEST_LLAMACPP=1 (top-1 agreement with llama.cpp
 # on the real models), see tests/README.md. Installs the Python packages of the end-to-end
 # suites (openai, anthropic, pytest) and fetches the default model (~490 MB) and
-# Qwen2.5-Coder-1.5B (~1.1 GB, for the tool round trip) when missing.
+# Qwen2.5-Coder-1.5B (~1.1 GB, for the tool round trip) when missing. Selenium drives the
+# browser tests of the chat page (tests/e2e/test_web_browser.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
 # the end-to-end suites drive the server with the official SDKs, on the default real model
-python3 -c "import openai, anthropic, pytest, jsonschema, schemathesis" 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages openai anthropic pytest jsonschema schemathesis
+# Python packages of the end-to-end suites, as module:package (installed when missing)
+py_pkgs=(openai:openai anthropic:anthropic pytest:pytest jsonschema:jsonschema
+         schemathesis:schemathesis selenium:selenium)
+missing=()
+for mp in "${py_pkgs[@]}"; do python3 -c "import ${mp%%:*}" 2>/dev/null || missing+=("${mp#*:}"); done
+[ ${#missing[@]} -eq 0 ] || python3 -m pip install -q --break-system-packages "${missing[@]}"
 ./scripts/fetch_models.sh qwen2.5-coder-0.5b
 # the tool round trip (call -> result -> answer) needs the 1.5B: the 0.5B never answers
 ./scripts/fetch_models.sh qwen2.5-coder-1.5b

@@ -24,6 +24,7 @@
 #include "server/commands.h"
 #include "server/serve.h"
 #include "template/tmpl.h"
+#include "web/web.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/version.h"
@@ -79,7 +80,8 @@ static void serve_usage(FILE *f)
             "  --max-queue N          waiting requests before 429 (default 64)\n"
             "  --max-conns N          open connections before 429 (default 256)\n"
             "  --max-body BYTES       request body limit, 413 beyond (default 16777216)\n"
-            "  --no-open              do not open the browser chat page\n"
+            "  --no-open              do not open the browser chat page (opened with xdg-open\n"
+            "                         when stdout is a terminal)\n"
             "  -h, --help             this help\n");
 }
 
@@ -375,8 +377,9 @@ static void ready_card(struct serve *sv, double t_ready)
         snprintf(topk, sizeof topk, "off");
     printf("\ncinfer %s · serving %s\n", CINFER_VERSION, sv->model_id);
     printf("  API       http://%s:%d/v1\n", shown, port);
-    printf("  Chat      http://%s:%d/#/chat   (browser chat page: coming with the web UI)\n",
-           shown, port);
+    char url[320];
+    web_chat_url(url, sizeof url, o->host, port);
+    printf("  Chat      %s   (status: /#/status)\n", url);
     printf("  Model     %s · %.2f GB of weights · context %d · chat template: %s · think tags: "
            "%s\n",
            sv->m->arch_name, (double)model_weight_bytes(sv->m) / 1e9, c->n_ctx,
@@ -535,6 +538,10 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "cinfer serve: out of memory\n");
         goto done;
     }
+    if (web_install(&sv->web, sv->http, &e)) {
+        fprintf(stderr, "cinfer serve: %s\n", e.msg);
+        goto done;
+    }
     pthread_t sig_th;
     if (pthread_create(&sig_th, NULL, signal_thread, sv)) {
         fprintf(stderr, "cinfer serve: cannot start the signal thread\n");
@@ -542,6 +549,11 @@ int cmd_serve(int argc, char **argv)
     }
     pthread_detach(sig_th);
     ready_card(sv, clock_now_s() - t0);
+    if (!sv->o.no_open && isatty(STDOUT_FILENO)) { /* the chat page, fire-and-forget */
+        char url[320];
+        web_chat_url(url, sizeof url, sv->o.host, http_server_port(sv->http));
+        web_open_browser(url);
+    }
     if (http_server_run(sv->http)) {
         fprintf(stderr, "cinfer serve: the event loop failed\n");
         goto done;
@@ -552,6 +564,7 @@ done:
     /* the engine first: it may still post to the loop; posts after stop are dropped */
     engine_free(sv->eng);
     http_server_free(sv->http);
+    web_free(sv->web);
     tmpl_free(sv->tmpl);
     free(sv->tmpl_src);
     free(sv->bos);

@@ -83,6 +83,7 @@ struct serve {
     struct mem_plan plan;
     int ctx_memory_bound;        /* the memory budget, not the model, caps the context */
     int tc_family;               /* enum tc_family of the tool-call parser (serve_routes_install) */
+    struct web *web;             /* the browser page's routes (src/web) */
 };
 
 /* ---- generations (serve_jobs.c) ---------------------------------------------------------

@@ -112,6 +112,8 @@ char *serve_stats_json(struct serve *sv)
     json_object_set_new(rq, "responses", json_integer(m->requests[EP_RESPONSES]));
     json_object_set_new(json_object_get(j, "server"), "connections",
                         json_integer(hs.conns_open));
+    json_object_set_new(json_object_get(j, "server"), "backend", /* the status page shows it */
+                        json_string(sv->m->be->ops->name));
     char *s = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     return s;
