@@ -64,7 +64,8 @@
    * and put back after sanitizing, rendered by KaTeX; code spans and fences keep theirs. */
   const MATH_RE = /(```[\s\S]*?(?:```|$)|`[^`\n]*`)|(\$\$[\s\S]+?\$\$|\\\[[\s\S]+?\\\]|\\\([\s\S]+?\\\)|\$[^\s$\d](?:[^$\n]*?[^\s$\\])?\$)/g;
 
-  function renderMarkdown(text, el) {
+  /* streaming: skip highlight.js's language guess (it tries every language) until the end */
+  function renderMarkdown(text, el, streaming) {
     const math = [];
     const src = text.replace(MATH_RE, (m, code, tex) => {
       if (code) return m;
@@ -77,17 +78,17 @@
     const closed = fences && fences.length % 2 ? src + '\n' + fences[fences.length - 1].trim() : src;
     const html = DOMPurify.sanitize(marked.parse(closed), { USE_PROFILES: { html: true } });
     el.innerHTML = html;
-    el.querySelectorAll('pre > code').forEach(decorateCode);
+    el.querySelectorAll('pre > code').forEach((c) => decorateCode(c, streaming));
     if (math.length) putMath(el, math);
   }
 
-  function decorateCode(code) {
+  function decorateCode(code, streaming) {
     const m = /language-([\w+#-]+)/.exec(code.className || '');
     const raw = code.textContent;
     try {
       const lang = m && hljs.getLanguage(m[1]) ? m[1] : null;
-      const out = lang ? hljs.highlight(lang, raw, true) : hljs.highlightAuto(raw);
-      code.innerHTML = out.value;        /* highlight.js escapes the text it wraps */
+      const out = lang ? hljs.highlight(lang, raw, true) : streaming ? null : hljs.highlightAuto(raw);
+      if (out) code.innerHTML = out.value;        /* highlight.js escapes the text it wraps */
       code.classList.add('hljs');
     } catch (e) { /* leave it plain */ }
     const pre = code.parentNode;
@@ -235,12 +236,12 @@
       s.textContent = m.streaming && !m.content ? 'Thinking\u2026' : 'Reasoning';
       const body = document.createElement('div');
       body.className = 'md';
-      renderMarkdown(m.reasoning, body);
+      renderMarkdown(m.reasoning, body, m.streaming);
       d.append(s, body); div.appendChild(d);
     }
     const body = document.createElement('div');
     body.className = 'md body';
-    if (m.role === 'user') body.textContent = m.content; else renderMarkdown(m.content || '', body);
+    if (m.role === 'user') body.textContent = m.content; else renderMarkdown(m.content || '', body, m.streaming);
     div.appendChild(body);
     (m.tool_calls || []).forEach((tc, i) => div.appendChild(toolCallEl(c, m, tc, i)));
     if (m.error) {
@@ -507,14 +508,6 @@
     return s;
   }
 
-  function rates() {
-    if (hist.length < 2) return { tps: null, hit: null };
-    const a = hist[hist.length - 2], b = hist[hist.length - 1];
-    const dt = (b.t - a.t) / 1000;
-    const dh = b.hits - a.hits, dm = b.misses - a.misses;
-    return { tps: dt > 0 ? (b.gen - a.gen) / dt : null, hit: dh + dm > 0 ? dh / (dh + dm) : null };
-  }
-
   function drawChart(canvas, pts, fmt) {
     const dpr = window.devicePixelRatio || 1;
     const w = canvas.clientWidth || 600, h = canvas.clientHeight || 160;
@@ -558,12 +551,13 @@
     hist.push({ t, gen: s.tokens ? s.tokens.generated : 0, hits: s.prompt_cache.hits, misses: s.prompt_cache.misses });
     while (hist.length && t - hist[0].t > 10 * 60 * 1000) hist.shift();
     for (let i = 1; i < hist.length; i++) {
-      const a = hist[i - 1], b = hist[i], dt = (b.t - a.t) / 1000;
+      /* rates over the last ~10 s (5 polls), so one busy poll does not spike the chart */
+      const a = hist[Math.max(0, i - 5)], b = hist[i], dt = (b.t - a.t) / 1000;
       b.tps = dt > 0 ? (b.gen - a.gen) / dt : null;
       const dh = b.hits - a.hits, dm = b.misses - a.misses;
       b.hit = dh + dm > 0 ? dh / (dh + dm) : null;
     }
-    const r = rates();
+    const r = hist.length > 1 ? hist[hist.length - 1] : { tps: null };
     const pc = s.prompt_cache, ad = s.admission, ba = s.batch, rq = s.requests;
     const total = pc.hits + pc.misses;
     const cards = [
