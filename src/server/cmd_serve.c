@@ -79,6 +79,14 @@ static void serve_usage(FILE *f)
             "  --max-queue N          waiting requests before 429 (default 64)\n"
             "  --max-conns N          open connections before 429 (default 256)\n"
             "  --max-body BYTES       request body limit, 413 beyond (default 16777216)\n"
+            "  --served-model-name NAME  the model id /v1/models reports (default: the file name)\n"
+            "  --drain-timeout S      SIGTERM drains: /health turns 503, new requests get 503,\n"
+            "                         running ones finish for up to S seconds, then exit\n"
+            "                         (default 0: SIGTERM cancels in-flight requests at once)\n"
+            "  --kv-events ENDPOINT   publish KV-cache block events in vLLM's ZMQ/msgpack format\n"
+            "                         on a PUB socket, e.g. tcp://*:5557 (default off)\n"
+            "  --kv-events-replay ENDPOINT  a ROUTER socket that replays past event batches\n"
+            "  --kv-events-layout array|map  msgpack layout of the events (default array)\n"
             "  --no-open              do not open the browser chat page\n"
             "  -h, --help             this help\n");
 }
@@ -212,7 +220,20 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
             rc = p_gb(a, v, 0, &o->prompt_cache_gib);
         else if (!strcmp(a, "--kv-block-size") || !strcmp(a, "--paged-kv-block-size"))
             rc = p_int(a, v, 1, 4096, "an integer in [1, 4096]", &o->kv_block_size);
-        else if (!strcmp(a, "--paged-kv"))
+        else if (!strcmp(a, "--served-model-name"))
+            o->served_name = v, rc = v && *v ? 0 : bad(a, "a name", v);
+        else if (!strcmp(a, "--drain-timeout")) {
+            float d = 0;
+            rc = p_float(a, v, 0, 86400, "a number of seconds in [0, 86400]", &d);
+            o->drain_timeout_s = d;
+        } else if (!strcmp(a, "--kv-events"))
+            o->kv_events = v, rc = v && *v ? 0 : bad(a, "an endpoint like tcp://*:5557", v);
+        else if (!strcmp(a, "--kv-events-replay"))
+            o->kv_events_replay = v, rc = v && *v ? 0 : bad(a, "an endpoint like tcp://*:5558", v);
+        else if (!strcmp(a, "--kv-events-layout")) {
+            rc = v && (!strcmp(v, "array") || !strcmp(v, "map")) ? 0 : bad(a, "array|map", v);
+            o->kv_events_map = v && !strcmp(v, "map");
+        } else if (!strcmp(a, "--paged-kv"))
             used = 0; /* accepted: paging is always on */
         else if (!strcmp(a, "--kv-f32"))
             o->kv_f32 = 1, used = 0;
@@ -337,21 +358,64 @@ static void resolve_defaults(struct serve *sv)
 
 static sigset_t g_sigs;
 
+/* The first SIGINT/SIGTERM cancels in-flight requests and stops (a SIGTERM with
+ * --drain-timeout first drains: running requests finish, for up to that long); the next one
+ * forces the loop to stop. cmd_serve wakes this thread with a signal once the loop is done
+ * (loop_done), and it exits without touching the server. */
 static void *signal_thread(void *arg)
 {
     struct serve *sv = arg;
-    int sig, n = 0;
+    int sig, stage = 0;
     while (sigwait(&g_sigs, &sig) == 0) {
-        if (++n == 1) {
-            fprintf(stderr, "\ncinfer serve: %s received, stopping (again to force)\n",
-                    sig == SIGINT ? "SIGINT" : "SIGTERM");
+        pthread_mutex_lock(&sv->ready_mu);
+        int done = sv->loop_done;
+        pthread_mutex_unlock(&sv->ready_mu);
+        if (done)
+            break;
+        if (stage == 0 && sig == SIGTERM && sv->o.drain_timeout_s > 0) {
+            stage = 1;
+            double d = sv->o.drain_timeout_s;
+            fprintf(stderr, "\ncinfer serve: SIGTERM received, draining for up to %g s (again to "
+                            "stop now)\n", d);
+            if (http_post(sv->http, serve_drain, sv)) {
+                http_server_stop(sv->http);
+                break;
+            }
+            struct timespec ts = {.tv_sec = (time_t)d,
+                                  .tv_nsec = (long)((d - (double)(time_t)d) * 1e9)};
+            int r = sigtimedwait(&g_sigs, NULL, &ts);
+            pthread_mutex_lock(&sv->ready_mu);
+            done = sv->loop_done;
+            pthread_mutex_unlock(&sv->ready_mu);
+            if (done)
+                break;
+            if (r < 0)
+                fprintf(stderr, "cinfer serve: drain timeout: cancelling what is left\n");
+        }
+        if (stage <= 1) {
+            if (stage == 0)
+                fprintf(stderr, "\ncinfer serve: %s received, stopping (again to force)\n",
+                        sig == SIGINT ? "SIGINT" : "SIGTERM");
+            stage = 2;
             if (http_post(sv->http, serve_shutdown, sv))
                 http_server_stop(sv->http);
-        } else {
-            http_server_stop(sv->http);
-            break;
+            continue;
         }
+        http_server_stop(sv->http);
+        break;
     }
+    return NULL;
+}
+
+/* The HTTP loop: bound before the model loads, so that routers see 503, never a refusal. */
+static void *loop_thread(void *arg)
+{
+    struct serve *sv = arg;
+    int rc = http_server_run(sv->http);
+    pthread_mutex_lock(&sv->ready_mu);
+    sv->loop_done = rc ? -1 : 1;
+    pthread_cond_broadcast(&sv->ready_cv);
+    pthread_mutex_unlock(&sv->ready_mu);
     return NULL;
 }
 
@@ -462,7 +526,8 @@ int cmd_serve(int argc, char **argv)
     sigaddset(&g_sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &g_sigs, NULL);
 
-    int status = 1;
+    int status = 1, loop_started = 0, sig_started = 0;
+    pthread_t loop_th, sig_th;
     struct cerr e = {0};
     struct be *be = NULL;
     double t0 = clock_now_s();
@@ -473,7 +538,37 @@ int cmd_serve(int argc, char **argv)
     struct be_config bc = {.n_threads = sv->o.threads, .device = sv->o.device,
                            .graphs = sv->o.graphs};
     model_id_from_path(sv->o.model, sv->model_id, sizeof sv->model_id);
+    if (sv->o.served_name)
+        snprintf(sv->model_id, sizeof sv->model_id, "%s", sv->o.served_name);
+    pthread_mutex_init(&sv->ready_mu, NULL);
+    pthread_cond_init(&sv->ready_cv, NULL);
+    /* bind first: while the model loads, /health answers 503 (serve_ready.c) */
+    struct http_config hc = {.host = sv->o.host, .port = sv->o.port,
+                             .max_body = (size_t)sv->o.max_body, .max_conns = sv->o.max_conns,
+                             .header_timeout_s = 30, .api_key = sv->o.api_key};
+    if (http_server_new(&sv->http, &hc, &e)) {
+        fprintf(stderr, "cinfer serve: %s (is another program using the port? pick one with "
+                        "--port N)\n",
+                e.msg);
+        goto done;
+    }
+    http_set_gate(sv->http, serve_gate, sv);
+    if (pthread_create(&loop_th, NULL, loop_thread, sv)) {
+        fprintf(stderr, "cinfer serve: cannot start the HTTP loop thread\n");
+        goto done;
+    }
+    loop_started = 1;
+    if (pthread_create(&sig_th, NULL, signal_thread, sv)) {
+        fprintf(stderr, "cinfer serve: cannot start the signal thread\n");
+        goto done;
+    }
+    sig_started = 1;
     fprintf(stderr, "cinfer serve: loading %s ...\n", sv->o.model);
+    const char *delay = getenv("CINFER_LOAD_DELAY_MS"); /* tests: a slow load, seen as 503 */
+    if (delay && atoi(delay) > 0)
+        nanosleep(&(struct timespec){.tv_sec = atoi(delay) / 1000,
+                                     .tv_nsec = (long)(atoi(delay) % 1000) * 1000000L},
+                  NULL);
     const char *bname = sv->o.backend ? sv->o.backend : "auto";
     if (!(be = be_new(bname, &bc, &e)) || model_load(&sv->m, sv->o.model, be, &e)) {
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
@@ -522,33 +617,32 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         goto done;
     }
-    struct http_config hc = {.host = sv->o.host, .port = sv->o.port,
-                             .max_body = (size_t)sv->o.max_body, .max_conns = sv->o.max_conns,
-                             .header_timeout_s = 30, .api_key = sv->o.api_key};
-    if (http_server_new(&sv->http, &hc, &e)) {
-        fprintf(stderr, "cinfer serve: %s (is another program using the port? pick one with "
-                        "--port N)\n",
-                e.msg);
+    if (serve_ready_wait(sv)) {
+        fprintf(stderr, "cinfer serve: stopped before the server was ready\n");
         goto done;
     }
-    if (serve_routes_install(sv)) {
-        fprintf(stderr, "cinfer serve: out of memory\n");
-        goto done;
-    }
-    pthread_t sig_th;
-    if (pthread_create(&sig_th, NULL, signal_thread, sv)) {
-        fprintf(stderr, "cinfer serve: cannot start the signal thread\n");
-        goto done;
-    }
-    pthread_detach(sig_th);
     ready_card(sv, clock_now_s() - t0);
-    if (http_server_run(sv->http)) {
+    pthread_join(loop_th, NULL);
+    loop_started = 0;
+    if (sv->loop_done < 0) {
         fprintf(stderr, "cinfer serve: the event loop failed\n");
         goto done;
     }
     fprintf(stderr, "cinfer serve: stopped\n");
     status = 0;
 done:
+    if (loop_started) { /* a failed load: stop the loop that answered 503 meanwhile */
+        http_server_stop(sv->http);
+        pthread_join(loop_th, NULL);
+    }
+    if (sig_started) { /* wake the signal thread: it sees loop_done and exits */
+        pthread_mutex_lock(&sv->ready_mu);
+        if (!sv->loop_done)
+            sv->loop_done = 1;
+        pthread_mutex_unlock(&sv->ready_mu);
+        pthread_kill(sig_th, SIGINT);
+        pthread_join(sig_th, NULL);
+    }
     /* the engine first: it may still post to the loop; posts after stop are dropped */
     engine_free(sv->eng);
     http_server_free(sv->http);
@@ -559,6 +653,8 @@ done:
     tok_free(sv->tk);
     model_free(sv->m);
     be_free(be);
+    pthread_mutex_destroy(&sv->ready_mu);
+    pthread_cond_destroy(&sv->ready_cv);
     free(sv);
     return status;
 }

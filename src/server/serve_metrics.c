@@ -200,5 +200,6 @@ char *serve_metrics_text(struct serve *sv)
               &m->tpot);
     prom_hist(&b, "cinfer_request_duration_seconds", "Time from request to its last token.",
               &m->e2e);
+    serve_metrics_vllm(sv, &b, &es);
     return b.p;
 }
