@@ -21,6 +21,7 @@
 #include "backend/cpu/cpu.h"
 #include "engine/plan.h"
 #include "format/hfconfig.h"
+#include "kv/kv_events.h"
 #include "server/commands.h"
 #include "server/serve.h"
 #include "template/tmpl.h"
@@ -613,6 +614,18 @@ int cmd_serve(int argc, char **argv)
                                 .think_open = has_think ? "<think>" : NULL,
                                 .think_close = has_think ? "</think>" : NULL,
                                 .default_thinking = sv->o.thinking, .n_ctx = ec.n_ctx};
+    if (sv->o.kv_events) { /* KV-cache events for routers (kv_events.h) */
+        struct kv_events_config kc = {.endpoint = sv->o.kv_events,
+                                      .replay_endpoint = sv->o.kv_events_replay,
+                                      .block_size = ec.block_size,
+                                      .map_layout = sv->o.kv_events_map,
+                                      .sliding_window = sv->m->hp.sliding_window};
+        if (kv_events_new(&sv->kvev, &kc, &e)) {
+            fprintf(stderr, "cinfer serve: --kv-events: %s\n", e.msg);
+            goto done;
+        }
+        ec.kv_listener = kv_events_listener(sv->kvev);
+    }
     if (engine_new(&sv->eng, sv->m, sv->tk, &ec, &e)) {
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         goto done;
@@ -645,6 +658,7 @@ done:
     }
     /* the engine first: it may still post to the loop; posts after stop are dropped */
     engine_free(sv->eng);
+    kv_events_free(sv->kvev); /* after the engine: it publishes the last evictions */
     http_server_free(sv->http);
     tmpl_free(sv->tmpl);
     free(sv->tmpl_src);
