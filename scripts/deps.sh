@@ -2,7 +2,7 @@
 # deps.sh — installs the Debian packages cinfer builds against (idempotent; needs root or sudo).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev libjansson-dev libpcre2-dev
-      libutf8proc-dev libevent-dev libssl-dev zlib1g-dev libopenblas-dev libzmq3-dev libmsgpack-dev python3 python3-pip jq)
+      libutf8proc-dev libevent-dev libssl-dev zlib1g-dev libopenblas-dev libzmq3-dev libmsgpack-dev libcurl4-openssl-dev python3 python3-pip jq)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -23,6 +23,7 @@
 #include "format/hfconfig.h"
 #include "kv/kv_events.h"
 #include "server/commands.h"
+#include "server/model_store.h"
 #include "server/serve.h"
 #include "template/tmpl.h"
 #include "util/clock.h"
@@ -266,13 +267,34 @@ static int exists(const char *p)
     return stat(p, &st) == 0;
 }
 
+/* MODEL as given: a path, else a name resolved against the model store (model_store.h). */
+static const char *resolve_name(const char *given, char *buf, size_t cap)
+{
+    if (exists(given))
+        return given;
+    struct store_list l;
+    struct cerr e = {0};
+    if (store_scan(&l, &e)) {
+        fprintf(stderr, "cinfer serve: %s\n", e.msg);
+        return NULL;
+    }
+    int i = store_resolve(&l, given, &e);
+    if (i >= 0)
+        snprintf(buf, cap, "%s", l.v[i].path);
+    else
+        fprintf(stderr, "cinfer serve: '%s' is not a file or directory, and %s\n", given,
+                e.msg);
+    store_list_free(&l);
+    return i >= 0 ? buf : NULL;
+}
+
 static const char *resolve_model(const char *given, char *buf, size_t cap)
 {
     if (given)
-        return given;
+        return resolve_name(given, buf, cap);
     const char *env = getenv("CINFER_MODEL");
     if (env && *env)
-        return env;
+        return resolve_name(env, buf, cap);
     snprintf(buf, cap, "models/%s", DEFAULT_MODEL_FILE);
     if (exists(buf))
         return buf;
@@ -282,9 +304,26 @@ static const char *resolve_model(const char *given, char *buf, size_t cap)
         if (exists(buf))
             return buf;
     }
+    /* no default model: the largest cached one that fits in 0.6x of the memory budget */
+    struct store_list l;
+    if (!store_scan(&l, NULL)) {
+        int i = store_pick_largest(&l, models_fit_bytes());
+        if (i >= 0) {
+            char lab[800];
+            store_label(&l.v[i], lab, sizeof lab);
+            fprintf(stderr, "cinfer serve: no MODEL given: serving %s, the largest cached "
+                            "model that fits here\n",
+                    lab);
+            snprintf(buf, cap, "%s", l.v[i].path);
+        }
+        store_list_free(&l);
+        if (i >= 0)
+            return buf;
+    }
     fprintf(stderr,
             "cinfer serve: no MODEL given and the default model (%s) is not in ./models or\n"
-            "~/.cache/cinfer/models. Fetch it with `scripts/fetch_models.sh qwen2.5-coder-0.5b`,\n"
+            "~/.cache/cinfer/models, nor is any model cached (`cinfer ls`). Fetch one with\n"
+            "`cinfer pull ORG/REPO[:QUANT]` or `scripts/fetch_models.sh qwen2.5-coder-0.5b`,\n"
             "or pass a .gguf file / Hugging Face directory: cinfer serve MODEL\n",
             DEFAULT_MODEL_FILE);
     return NULL;
@@ -299,6 +338,15 @@ static void model_id_from_path(const char *path, char *out, size_t cap)
         tmp[--n] = 0;
     const char *b = strrchr(tmp, '/');
     b = b ? b + 1 : tmp;
+    /* a Hugging Face cache snapshot directory (models--ORG--NAME/snapshots/COMMIT): NAME */
+    const char *snap = strstr(tmp, "/snapshots/"), *repo = strstr(tmp, "models--");
+    if (snap && repo && repo < snap && !strchr(snap + 11, '/')) {
+        const char *name = repo + 8, *dd;
+        while ((dd = strstr(name, "--")) && dd < snap)
+            name = dd + 2;
+        snprintf(out, cap, "%.*s", (int)(snap - name), name);
+        return;
+    }
     snprintf(out, cap, "%s", b);
     n = strlen(out);
     if (n > 5 && !strcmp(out + n - 5, ".gguf"))
@@ -506,7 +554,7 @@ int cmd_serve(int argc, char **argv)
         free(sv);
         return 1;
     }
-    char mbuf[1024];
+    char mbuf[2048];
     if (!(sv->o.model = resolve_model(sv->o.model, mbuf, sizeof mbuf))) {
         free(sv);
         return 1;
