@@ -9,7 +9,8 @@
  * (block_hashes, medium) and AllBlocksCleared. Two layouts of an event exist in the field:
  * "array" (msgspec array_like: the tag first, then the fields in order — vLLM's documented
  * subscriber and its releases up to 0.10) and "map" (a tagged map {"type": "BlockStored",
- * ...} with omit_defaults — vLLM main). A block hash is the low 64 bits of cinfer's SHA-256
+ * ...} with omit_defaults — vLLM main, and the only one the vLLM Router reads; cinfer
+ * serve's default). A block hash is the low 64 bits of cinfer's SHA-256
  * block key (its last 8 bytes, big-endian) as an unsigned integer, as vLLM's integer form
  * is; a chain's first block has parent nil. An optional ROUTER socket replays past batches:
  * a client sends the first seq it wants (8 bytes big-endian) and gets (seq, payload) for
@@ -38,7 +39,7 @@ struct kv_events_config {
     const char *topic;           /* first frame of each message; NULL = "" */
     const char *medium;          /* the tier named in events; NULL = "GPU" (the working pool) */
     int block_size;              /* positions per block (BlockStored.block_size) */
-    int map_layout;              /* 1 = tagged maps (vLLM main), 0 = arrays (default) */
+    int map_layout;              /* 1 = tagged maps (vLLM main), 0 = arrays (older vLLM) */
     int data_parallel_rank;      /* EventBatch.data_parallel_rank */
     int replay_batches;          /* batches kept for replay; 0 = 10000 */
     int sliding_window;          /* group 1's window (map layout's

@@ -88,7 +88,8 @@ static void serve_usage(FILE *f)
             "  --kv-events ENDPOINT   publish KV-cache block events in vLLM's ZMQ/msgpack format\n"
             "                         on a PUB socket, e.g. tcp://*:5557 (default off)\n"
             "  --kv-events-replay ENDPOINT  a ROUTER socket that replays past event batches\n"
-            "  --kv-events-layout array|map  msgpack layout of the events (default array)\n"
+            "  --kv-events-layout map|array  msgpack layout of the events (default map: vLLM's\n"
+            "                         current tagged maps; array: its older array_like form)\n"
             "  --no-open              do not open the browser chat page\n"
             "  -h, --help             this help\n");
 }
@@ -233,8 +234,8 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
         else if (!strcmp(a, "--kv-events-replay"))
             o->kv_events_replay = v, rc = v && *v ? 0 : bad(a, "an endpoint like tcp://*:5558", v);
         else if (!strcmp(a, "--kv-events-layout")) {
-            rc = v && (!strcmp(v, "array") || !strcmp(v, "map")) ? 0 : bad(a, "array|map", v);
-            o->kv_events_map = v && !strcmp(v, "map");
+            rc = v && (!strcmp(v, "array") || !strcmp(v, "map")) ? 0 : bad(a, "map|array", v);
+            o->kv_events_array = v && !strcmp(v, "array");
         } else if (!strcmp(a, "--paged-kv"))
             used = 0; /* accepted: paging is always on */
         else if (!strcmp(a, "--kv-f32"))
@@ -666,7 +667,7 @@ int cmd_serve(int argc, char **argv)
         struct kv_events_config kc = {.endpoint = sv->o.kv_events,
                                       .replay_endpoint = sv->o.kv_events_replay,
                                       .block_size = ec.block_size,
-                                      .map_layout = sv->o.kv_events_map,
+                                      .map_layout = !sv->o.kv_events_array,
                                       .sliding_window = sv->m->hp.sliding_window};
         if (kv_events_new(&sv->kvev, &kc, &e)) {
             fprintf(stderr, "cinfer serve: --kv-events: %s\n", e.msg);

@@ -38,7 +38,7 @@ struct serve_opts {
     double drain_timeout_s;  /* SIGTERM drains for up to this long; 0 = cancel at once */
     const char *served_name; /* --served-model-name (the id /v1/models reports) */
     const char *kv_events, *kv_events_replay; /* --kv-events ENDPOINT, --kv-events-replay */
-    int kv_events_map;       /* --kv-events-layout map (else array) */
+    int kv_events_array;     /* --kv-events-layout array (else map, vLLM's current form) */
 };
 
 /* Histogram with fixed upper bounds (Prometheus "le" buckets). */
