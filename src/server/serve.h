@@ -179,6 +179,10 @@ int serve_ready_wait(struct serve *sv);
  * the loop stops when none is left (serve_shutdown still cancels whatever remains). */
 void serve_drain(void *sv);
 
+/* serve_fit.c: GET /fit, the plan for the loaded model (JSON, malloc'd) and its route. */
+char *serve_fit_json(struct serve *sv);
+int serve_fit_install(struct serve *sv);
+
 /* serve_metrics.c */
 void metrics_init(struct serve_metrics *m);
 void hist_add(struct hist *h, double v);

@@ -183,3 +183,22 @@ def test_sigterm_drain_finishes_running_requests():
         assert "[DONE]" in text, text[-500:]
         assert "shutting down" not in text
         assert '"finish_reason":' in text.replace(" ", ""), text[-300:]
+
+
+def test_fit_reports_the_plan():
+    srv = Server(STORIES, "--ctx", "1024")
+    try:
+        st, body, _ = srv.get("/fit")
+        assert st == 200
+        j = json.loads(body)
+        stats = srv.stats()
+        assert j["model"] == "stories260K" and j["fits"] is True and j["memory"] == "host"
+        assert j["max_safe_context"] == stats["admission"]["max_safe_context"] == 1024
+        assert j["weights_bytes"] == stats["admission"]["weights_bytes"]
+        assert j["kv_bytes_per_token"] > 0 and j["host_read_bandwidth_gbs"] > 0
+        per_tok = j["weights_bytes"] + 8192 * j["kv_bytes_per_token"]
+        assert abs(j["predicted_decode_tok_s_at_8k"] -
+                   j["host_read_bandwidth_gbs"] * 1e9 / per_tok) < 1e-6 * \
+            j["predicted_decode_tok_s_at_8k"] + 1e-9
+    finally:
+        assert srv.stop() == 0, srv.output()
