@@ -10,10 +10,11 @@ cd "$(dirname "$0")/.."
 # the end-to-end suites drive the server with the official SDKs, on the default real model
 python3 -c "import openai, anthropic, pytest" 2>/dev/null ||
     python3 -m pip install -q --break-system-packages openai anthropic pytest
-# the router-facing suites: a Prometheus text parser, a ZMQ/msgpack KV-event subscriber and a
-# real cache-aware router (docs/scaling.md)
-python3 -c "import prometheus_client, zmq, msgpack, sglang_router" 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages prometheus_client pyzmq msgpack sglang-router
+# the router-facing suites: a Prometheus text parser, a ZMQ/msgpack KV-event subscriber, two
+# real cache-aware routers (docs/scaling.md) and huggingface_hub reading the model cache
+python3 -c "import prometheus_client, zmq, msgpack, sglang_router, vllm_router, huggingface_hub" \
+    2>/dev/null || python3 -m pip install -q --break-system-packages prometheus_client pyzmq \
+    msgpack sglang-router vllm-router huggingface_hub
 ./scripts/fetch_models.sh qwen2.5-coder-0.5b
 # the tool round trip (call -> result -> answer) needs the 1.5B: the 0.5B never answers
 ./scripts/fetch_models.sh qwen2.5-coder-1.5b
