@@ -9,9 +9,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
 # the end-to-end suites drive the server with the official SDKs, on the default real model
-# Python packages of the end-to-end suites, as module:package (installed when missing)
+# Python packages of the end-to-end suites, as module:package (installed when missing); the
+# router-facing suites need a Prometheus text parser, a ZMQ/msgpack KV-event subscriber, two
+# real cache-aware routers (docs/scaling.md) and huggingface_hub reading the model cache
 py_pkgs=(openai:openai anthropic:anthropic pytest:pytest jsonschema:jsonschema
-         schemathesis:schemathesis selenium:selenium)
+         schemathesis:schemathesis selenium:selenium prometheus_client:prometheus_client
+         zmq:pyzmq msgpack:msgpack sglang_router:sglang-router vllm_router:vllm-router
+         huggingface_hub:huggingface_hub)
 missing=()
 for mp in "${py_pkgs[@]}"; do python3 -c "import ${mp%%:*}" 2>/dev/null || missing+=("${mp#*:}"); done
 [ ${#missing[@]} -eq 0 ] || python3 -m pip install -q --break-system-packages "${missing[@]}"

@@ -20,6 +20,9 @@ static const struct command g_cmds[] = {
     {"render", cmd_render, "render a chat template for a conversation"},
     {"info", cmd_info, "show a model file's architecture, tensors and metadata"},
     {"bench", cmd_bench, "measure load, first-token, prefill and decode speed (JSON)"},
+    {"pull", cmd_pull, "download a model from the Hugging Face Hub (ORG/REPO[:QUANT])"},
+    {"ls", cmd_ls, "list the cached models (Hugging Face cache and local store)"},
+    {"rm", cmd_rm, "remove a cached model"},
 };
 
 static void usage(FILE *f)

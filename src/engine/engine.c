@@ -226,6 +226,7 @@ static void finish(struct engine *g, struct ereq *r, int reason, int stop_index)
     if (g->kv_swa)
         g->st.swa_blocks_free = kv_pool_available(g->kv_swa);
     g->st.cache_entries = g->kv->cs.entries;
+    g->st.cache_full_blocks = g->kv->cs.full_entries;
     g->st.cache_lru_blocks = g->kv->cs.lru;
     pthread_mutex_unlock(&g->mu);
     r->cb(r->ud, &ev);
@@ -603,6 +604,7 @@ static void publish_stats(struct engine *g, long gen_delta)
     }
     const struct kv_cache_stats *cs = &g->kv->cs;
     g->st.cache_entries = cs->entries;
+    g->st.cache_full_blocks = cs->full_entries;
     g->st.cache_lru_blocks = cs->lru;
     g->st.cache_hits = cs->hits;
     g->st.cache_misses = cs->misses;
@@ -811,6 +813,11 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
             nb = c->n_blocks;
         rc = kv_pool_new(&g->kv_swa, m->be, n_swa, kv_dim, c->block_size, (int)nb, c->kv_dtype,
                          c->prompt_cache_blocks, e);
+    }
+    if (!rc && c->kv_listener) {
+        kv_pool_set_listener(g->kv, c->kv_listener, 0);
+        if (g->kv_swa)
+            kv_pool_set_listener(g->kv_swa, c->kv_listener, 1);
     }
     g->view_k = calloc((size_t)m->hp.n_layer, sizeof(void *));
     g->view_v = calloc((size_t)m->hp.n_layer, sizeof(void *));

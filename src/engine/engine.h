@@ -20,6 +20,8 @@
 #include "tokenizer/tok.h"
 #include "util/err.h"
 
+struct kv_listener;
+
 struct engine_config {
     int n_ctx;           /* max positions of one sequence (prompt + generated) */
     int max_seqs;        /* concurrent sequences per step (--batch) */
@@ -36,6 +38,10 @@ struct engine_config {
                                 requests; joiners wait FIFO; 0 = off */
     int check_invariants;    /* run kv_pool_check after every step (tests; CINFER_CHECK_KV=1) */
     int no_swa_pool;         /* keep sliding-window layers in the one pool (tests, A/B) */
+    /* observer of the prefix cache's full blocks (KV events), group 0 = the global layers'
+     * pool, 1 = the sliding-window layers' own pool; NULL = none. Must outlive the engine;
+     * its callbacks run on the engine thread (kv_pool.h). */
+    const struct kv_listener *kv_listener;
 };
 
 /* Fills defaults for a model: n_ctx = min(train context, 32768), 8 sequences, 2048 tokens
@@ -94,6 +100,7 @@ struct engine_stats {
     int blocks_total, blocks_free; /* free = free list + evictable cached blocks */
     /* prefix cache */
     int cache_entries, cache_lru_blocks;
+    int cache_full_blocks;     /* cached full blocks (those KV events report) */
     long cache_hits, cache_misses, cache_hit_tokens, cache_evictions, cache_cow;
     size_t kv_projected_bytes; /* projected KV of the running requests (--kv-budget) */
     long invariant_failures;   /* kv_pool_check failures (check_invariants) */

@@ -66,6 +66,13 @@ void http_server_free(struct http_server *s);
 /* Installs the error-body formatter (replaces the built-in one). Before run. */
 void http_set_error_fmt(struct http_server *s, http_error_fmt f, void *ud);
 
+/* A gate runs before routing and before the api-key check, for every request: it returns 1
+ * when it answered r itself (e.g. 503 while the server loads or drains), 0 to route r as
+ * usual. Runs on the loop thread. */
+typedef int (*http_gate)(struct http_req *r, void *ud);
+/* Installs (or with NULL removes) the gate. Before run, or on the loop thread once running. */
+void http_set_gate(struct http_server *s, http_gate g, void *ud);
+
 enum { HTTP_ROUTE_PREFIX = 1, HTTP_ROUTE_PUBLIC = 2 /* no api-key check */ };
 
 /* Registers a route. method NULL = any method; path is an exact match unless

@@ -81,6 +81,8 @@ struct http_server {
     char *unix_path;            /* listening socket file to remove at free, or NULL */
     http_error_fmt efmt;
     void *efmt_ud;
+    http_gate gate;     /* runs before routing (http_set_gate); NULL = none */
+    void *gate_ud;
 
     struct http_route_ent *routes;
     int n_routes, cap_routes;

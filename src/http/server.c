@@ -312,6 +312,8 @@ static void dispatch(struct http_server *s, struct http_req *r)
     const char *path = r->path;
     const struct http_route_ent *hit = NULL;
     int path_seen = 0;
+    if (s->gate && s->gate(r, s->gate_ud))
+        return;
     for (int i = 0; i < s->n_routes && !hit; i++) {
         const struct http_route_ent *rt = &s->routes[i];
         if (!route_path_match(rt, path))
@@ -687,6 +689,12 @@ void http_set_error_fmt(struct http_server *s, http_error_fmt f, void *ud)
 {
     s->efmt = f;
     s->efmt_ud = ud;
+}
+
+void http_set_gate(struct http_server *s, http_gate g, void *ud)
+{
+    s->gate = g;
+    s->gate_ud = ud;
 }
 
 int http_route(struct http_server *s, const char *method, const char *path, int flags,

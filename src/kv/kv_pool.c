@@ -106,6 +106,15 @@ struct model_kv_view kv_pool_view(const struct kv_pool *p)
     return v;
 }
 
+void kv_pool_set_listener(struct kv_pool *p, const struct kv_listener *l, int group)
+{
+    if (l)
+        p->lis = *l;
+    else
+        memset(&p->lis, 0, sizeof p->lis);
+    p->lis_group = group;
+}
+
 int kv_pool_available(const struct kv_pool *p) { return p->n_free + p->cs.lru; }
 
 void kv_seq_init(struct kv_seq *s) { memset(s, 0, sizeof *s); }
@@ -193,6 +202,11 @@ static void evict_one(struct kv_pool *p)
     int32_t id = p->lru_head;
     lru_unlink(p, id);
     table_del(p, id);
+    if (p->meta[id].n_tok == p->block_size) {
+        p->cs.full_entries--;
+        if (p->lis.removed)
+            p->lis.removed(p->lis.ud, p->lis_group, p->meta[id].key);
+    }
     p->meta[id].n_tok = 0;
     p->cs.entries--;
     p->cs.evictions++;
@@ -302,8 +316,10 @@ static int key_block(uint8_t out[KV_KEY_BYTES], const uint8_t parent[KV_KEY_BYTE
     return ok ? 0 : -1;
 }
 
+/* parent: the key before this block in its chain (NULL for the first); ids: its n_tok
+ * tokens (for the listener). */
 static void register_block(struct kv_pool *p, int32_t id, const uint8_t key[KV_KEY_BYTES],
-                           int n_tok)
+                           int n_tok, const uint8_t *parent, const int32_t *ids)
 {
     if (p->meta[id].n_tok > 0 || table_find(p, key) >= 0)
         return; /* already cached (a shared block) or the same content is cached elsewhere */
@@ -311,6 +327,11 @@ static void register_block(struct kv_pool *p, int32_t id, const uint8_t key[KV_K
     p->meta[id].n_tok = n_tok;
     table_put(p, id);
     p->cs.entries++;
+    if (n_tok == p->block_size) {
+        p->cs.full_entries++;
+        if (p->lis.stored)
+            p->lis.stored(p->lis.ud, p->lis_group, key, parent, ids, n_tok);
+    }
 }
 
 static int copy_block(struct kv_pool *p, int32_t dst, int32_t src, struct cerr *e)
@@ -396,7 +417,8 @@ void kv_cache_commit(struct kv_pool *p, struct kv_seq *s, const uint8_t root[KV_
         if (key_block(key, s->chain, ids + s->n_hashed * bs, bs))
             return;
         if (s->blocks[s->n_hashed] >= 0)
-            register_block(p, s->blocks[s->n_hashed], key, bs);
+            register_block(p, s->blocks[s->n_hashed], key, bs, s->n_hashed ? s->chain : NULL,
+                           ids + s->n_hashed * bs);
         memcpy(s->chain, key, KV_KEY_BYTES);
         s->n_hashed++;
     }
@@ -413,7 +435,8 @@ void kv_cache_commit_tail(struct kv_pool *p, struct kv_seq *s, const uint8_t roo
         return;
     uint8_t key[KV_KEY_BYTES];
     if (s->blocks[s->n_hashed] >= 0 && key_block(key, s->chain, ids + pos, k) == 0)
-        register_block(p, s->blocks[s->n_hashed], key, k);
+        register_block(p, s->blocks[s->n_hashed], key, k, s->n_hashed ? s->chain : NULL,
+                       ids + pos);
 }
 
 /* ---- invariants ----------------------------------------------------------------------- */
@@ -476,6 +499,12 @@ int kv_pool_check(const struct kv_pool *p, const struct kv_seq *const *seqs, int
                           (int)p->table[i]);
     if (!rc && entries != p->cs.entries)
         rc = cerr_set(e, CERR_FORMAT, "%d cached blocks, counter says %d", entries, p->cs.entries);
+    int full = 0;
+    for (int id = 0; id < N && !rc; id++)
+        full += p->meta[id].n_tok == p->block_size;
+    if (!rc && full != p->cs.full_entries)
+        rc = cerr_set(e, CERR_FORMAT, "%d full cached blocks, counter says %d", full,
+                      p->cs.full_entries);
     free(cnt);
     free(seen);
     return rc;

@@ -30,7 +30,22 @@ struct kv_bmeta; /* per-block cache bookkeeping (kv_pool.c) */
 struct kv_cache_stats {
     long hits, misses, hit_tokens, evictions, cow_copies;
     int entries;   /* cached blocks (referenced or not) */
+    int full_entries; /* of those, full blocks (what a kv_listener hears of) */
     int lru;       /* cached blocks nobody references */
+};
+
+/* An observer of the prefix cache's full blocks (KV events; vLLM's BlockStored /
+ * BlockRemoved). stored runs when a full block's key becomes cached: parent is the key of
+ * the block before it in its chain (NULL for a chain's first block), ids its block_size
+ * tokens. removed runs when a full cached block is evicted. Partial tail blocks are not
+ * reported (vLLM's events know only full blocks), nor a block whose content is already
+ * cached elsewhere. Both run on the engine thread inside pool calls: they must be quick and
+ * must not call into the pool. group is the value given to kv_pool_set_listener. */
+struct kv_listener {
+    void (*stored)(void *ud, int group, const uint8_t key[KV_KEY_BYTES], const uint8_t *parent,
+                   const int32_t *ids, int n);
+    void (*removed)(void *ud, int group, const uint8_t key[KV_KEY_BYTES]);
+    void *ud;
 };
 
 struct kv_pool {
@@ -49,6 +64,8 @@ struct kv_pool {
     int lru_head, lru_tail;  /* oldest .. newest, -1 = none */
     void *scratch;           /* host copy buffer for copy-on-write (one layer's block) */
     struct kv_cache_stats cs;
+    struct kv_listener lis;  /* all NULL = nobody listens */
+    int lis_group;
 };
 
 /* Allocates n_blocks blocks for a model with these dimensions. max_cached_blocks < 0
@@ -56,6 +73,9 @@ struct kv_pool {
 int kv_pool_new(struct kv_pool **out, struct be *be, int n_layer, int kv_dim, int block_size,
                 int n_blocks, int kv_dtype, int max_cached_blocks, struct cerr *e);
 void kv_pool_free(struct kv_pool *p);
+/* Installs (l NULL: removes) the observer of p's full cached blocks; group is passed back to
+ * its callbacks (which pool of a model: 0 global layers, 1 sliding-window layers). */
+void kv_pool_set_listener(struct kv_pool *p, const struct kv_listener *l, int group);
 /* Bytes of KV one position takes across all layers. */
 size_t kv_bytes_per_token(int n_layer, int kv_dim, int kv_dtype);
 /* The view model_forward() reads. */

@@ -21,7 +21,9 @@
 #include "backend/cpu/cpu.h"
 #include "engine/plan.h"
 #include "format/hfconfig.h"
+#include "kv/kv_events.h"
 #include "server/commands.h"
+#include "server/model_store.h"
 #include "server/serve.h"
 #include "template/tmpl.h"
 #include "web/web.h"
@@ -38,9 +40,11 @@ static void serve_usage(FILE *f)
             "       cinfer [options]            (the same, on the default model)\n\n"
             "Serves MODEL over the OpenAI API (/v1/chat/completions, /v1/completions,\n"
             "/v1/models) plus /health, /stats and /metrics. MODEL is a .gguf file or a\n"
-            "Hugging Face model directory; without it the default model\n"
-            "(" DEFAULT_MODEL_FILE ") is looked up in $CINFER_MODEL, ./models\n"
-            "and ~/.cache/cinfer/models (fetch it with scripts/fetch_models.sh).\n\n"
+            "Hugging Face model directory, or a cached model's name or a unique part of it\n"
+            "(`cinfer ls`; `cinfer pull ORG/REPO[:QUANT]` fetches one); without it the\n"
+            "default model (" DEFAULT_MODEL_FILE ") is looked up in\n"
+            "$CINFER_MODEL, ./models and ~/.cache/cinfer/models, else the largest cached\n"
+            "model that fits here is served.\n\n"
             "options:\n"
             "  --host ADDR            bind address (default 127.0.0.1)\n"
             "  --port N               port (default 8080)\n"
@@ -80,6 +84,15 @@ static void serve_usage(FILE *f)
             "  --max-queue N          waiting requests before 429 (default 64)\n"
             "  --max-conns N          open connections before 429 (default 256)\n"
             "  --max-body BYTES       request body limit, 413 beyond (default 16777216)\n"
+            "  --served-model-name NAME  the model id /v1/models reports (default: the file name)\n"
+            "  --drain-timeout S      SIGTERM drains: /health turns 503, new requests get 503,\n"
+            "                         running ones finish for up to S seconds, then exit\n"
+            "                         (default 0: SIGTERM cancels in-flight requests at once)\n"
+            "  --kv-events ENDPOINT   publish KV-cache block events in vLLM's ZMQ/msgpack format\n"
+            "                         on a PUB socket, e.g. tcp://*:5557 (default off)\n"
+            "  --kv-events-replay ENDPOINT  a ROUTER socket that replays past event batches\n"
+            "  --kv-events-layout map|array  msgpack layout of the events (default map: vLLM's\n"
+            "                         current tagged maps; array: its older array_like form)\n"
             "  --no-open              do not open the browser chat page (opened with xdg-open\n"
             "                         when stdout is a terminal)\n"
             "  -h, --help             this help\n");
@@ -214,7 +227,20 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
             rc = p_gb(a, v, 0, &o->prompt_cache_gib);
         else if (!strcmp(a, "--kv-block-size") || !strcmp(a, "--paged-kv-block-size"))
             rc = p_int(a, v, 1, 4096, "an integer in [1, 4096]", &o->kv_block_size);
-        else if (!strcmp(a, "--paged-kv"))
+        else if (!strcmp(a, "--served-model-name"))
+            o->served_name = v, rc = v && *v ? 0 : bad(a, "a name", v);
+        else if (!strcmp(a, "--drain-timeout")) {
+            float d = 0;
+            rc = p_float(a, v, 0, 86400, "a number of seconds in [0, 86400]", &d);
+            o->drain_timeout_s = d;
+        } else if (!strcmp(a, "--kv-events"))
+            o->kv_events = v, rc = v && *v ? 0 : bad(a, "an endpoint like tcp://*:5557", v);
+        else if (!strcmp(a, "--kv-events-replay"))
+            o->kv_events_replay = v, rc = v && *v ? 0 : bad(a, "an endpoint like tcp://*:5558", v);
+        else if (!strcmp(a, "--kv-events-layout")) {
+            rc = v && (!strcmp(v, "array") || !strcmp(v, "map")) ? 0 : bad(a, "map|array", v);
+            o->kv_events_array = v && !strcmp(v, "array");
+        } else if (!strcmp(a, "--paged-kv"))
             used = 0; /* accepted: paging is always on */
         else if (!strcmp(a, "--kv-f32"))
             o->kv_f32 = 1, used = 0;
@@ -246,13 +272,34 @@ static int exists(const char *p)
     return stat(p, &st) == 0;
 }
 
+/* MODEL as given: a path, else a name resolved against the model store (model_store.h). */
+static const char *resolve_name(const char *given, char *buf, size_t cap)
+{
+    if (exists(given))
+        return given;
+    struct store_list l;
+    struct cerr e = {0};
+    if (store_scan(&l, &e)) {
+        fprintf(stderr, "cinfer serve: %s\n", e.msg);
+        return NULL;
+    }
+    int i = store_resolve(&l, given, &e);
+    if (i >= 0)
+        snprintf(buf, cap, "%s", l.v[i].path);
+    else
+        fprintf(stderr, "cinfer serve: '%s' is not a file or directory, and %s\n", given,
+                e.msg);
+    store_list_free(&l);
+    return i >= 0 ? buf : NULL;
+}
+
 static const char *resolve_model(const char *given, char *buf, size_t cap)
 {
     if (given)
-        return given;
+        return resolve_name(given, buf, cap);
     const char *env = getenv("CINFER_MODEL");
     if (env && *env)
-        return env;
+        return resolve_name(env, buf, cap);
     snprintf(buf, cap, "models/%s", DEFAULT_MODEL_FILE);
     if (exists(buf))
         return buf;
@@ -262,9 +309,26 @@ static const char *resolve_model(const char *given, char *buf, size_t cap)
         if (exists(buf))
             return buf;
     }
+    /* no default model: the largest cached one that fits in 0.6x of the memory budget */
+    struct store_list l;
+    if (!store_scan(&l, NULL)) {
+        int i = store_pick_largest(&l, models_fit_bytes());
+        if (i >= 0) {
+            char lab[800];
+            store_label(&l.v[i], lab, sizeof lab);
+            fprintf(stderr, "cinfer serve: no MODEL given: serving %s, the largest cached "
+                            "model that fits here\n",
+                    lab);
+            snprintf(buf, cap, "%s", l.v[i].path);
+        }
+        store_list_free(&l);
+        if (i >= 0)
+            return buf;
+    }
     fprintf(stderr,
             "cinfer serve: no MODEL given and the default model (%s) is not in ./models or\n"
-            "~/.cache/cinfer/models. Fetch it with `scripts/fetch_models.sh qwen2.5-coder-0.5b`,\n"
+            "~/.cache/cinfer/models, nor is any model cached (`cinfer ls`). Fetch one with\n"
+            "`cinfer pull ORG/REPO[:QUANT]` or `scripts/fetch_models.sh qwen2.5-coder-0.5b`,\n"
             "or pass a .gguf file / Hugging Face directory: cinfer serve MODEL\n",
             DEFAULT_MODEL_FILE);
     return NULL;
@@ -279,6 +343,15 @@ static void model_id_from_path(const char *path, char *out, size_t cap)
         tmp[--n] = 0;
     const char *b = strrchr(tmp, '/');
     b = b ? b + 1 : tmp;
+    /* a Hugging Face cache snapshot directory (models--ORG--NAME/snapshots/COMMIT): NAME */
+    const char *snap = strstr(tmp, "/snapshots/"), *repo = strstr(tmp, "models--");
+    if (snap && repo && repo < snap && !strchr(snap + 11, '/')) {
+        const char *name = repo + 8, *dd;
+        while ((dd = strstr(name, "--")) && dd < snap)
+            name = dd + 2;
+        snprintf(out, cap, "%.*s", (int)(snap - name), name);
+        return;
+    }
     snprintf(out, cap, "%s", b);
     n = strlen(out);
     if (n > 5 && !strcmp(out + n - 5, ".gguf"))
@@ -339,21 +412,64 @@ static void resolve_defaults(struct serve *sv)
 
 static sigset_t g_sigs;
 
+/* The first SIGINT/SIGTERM cancels in-flight requests and stops (a SIGTERM with
+ * --drain-timeout first drains: running requests finish, for up to that long); the next one
+ * forces the loop to stop. cmd_serve wakes this thread with a signal once the loop is done
+ * (loop_done), and it exits without touching the server. */
 static void *signal_thread(void *arg)
 {
     struct serve *sv = arg;
-    int sig, n = 0;
+    int sig, stage = 0;
     while (sigwait(&g_sigs, &sig) == 0) {
-        if (++n == 1) {
-            fprintf(stderr, "\ncinfer serve: %s received, stopping (again to force)\n",
-                    sig == SIGINT ? "SIGINT" : "SIGTERM");
+        pthread_mutex_lock(&sv->ready_mu);
+        int done = sv->loop_done;
+        pthread_mutex_unlock(&sv->ready_mu);
+        if (done)
+            break;
+        if (stage == 0 && sig == SIGTERM && sv->o.drain_timeout_s > 0) {
+            stage = 1;
+            double d = sv->o.drain_timeout_s;
+            fprintf(stderr, "\ncinfer serve: SIGTERM received, draining for up to %g s (again to "
+                            "stop now)\n", d);
+            if (http_post(sv->http, serve_drain, sv)) {
+                http_server_stop(sv->http);
+                break;
+            }
+            struct timespec ts = {.tv_sec = (time_t)d,
+                                  .tv_nsec = (long)((d - (double)(time_t)d) * 1e9)};
+            int r = sigtimedwait(&g_sigs, NULL, &ts);
+            pthread_mutex_lock(&sv->ready_mu);
+            done = sv->loop_done;
+            pthread_mutex_unlock(&sv->ready_mu);
+            if (done)
+                break;
+            if (r < 0)
+                fprintf(stderr, "cinfer serve: drain timeout: cancelling what is left\n");
+        }
+        if (stage <= 1) {
+            if (stage == 0)
+                fprintf(stderr, "\ncinfer serve: %s received, stopping (again to force)\n",
+                        sig == SIGINT ? "SIGINT" : "SIGTERM");
+            stage = 2;
             if (http_post(sv->http, serve_shutdown, sv))
                 http_server_stop(sv->http);
-        } else {
-            http_server_stop(sv->http);
-            break;
+            continue;
         }
+        http_server_stop(sv->http);
+        break;
     }
+    return NULL;
+}
+
+/* The HTTP loop: bound before the model loads, so that routers see 503, never a refusal. */
+static void *loop_thread(void *arg)
+{
+    struct serve *sv = arg;
+    int rc = http_server_run(sv->http);
+    pthread_mutex_lock(&sv->ready_mu);
+    sv->loop_done = rc ? -1 : 1;
+    pthread_cond_broadcast(&sv->ready_cv);
+    pthread_mutex_unlock(&sv->ready_mu);
     return NULL;
 }
 
@@ -444,7 +560,7 @@ int cmd_serve(int argc, char **argv)
         free(sv);
         return 1;
     }
-    char mbuf[1024];
+    char mbuf[2048];
     if (!(sv->o.model = resolve_model(sv->o.model, mbuf, sizeof mbuf))) {
         free(sv);
         return 1;
@@ -465,7 +581,8 @@ int cmd_serve(int argc, char **argv)
     sigaddset(&g_sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &g_sigs, NULL);
 
-    int status = 1;
+    int status = 1, loop_started = 0, sig_started = 0;
+    pthread_t loop_th, sig_th;
     struct cerr e = {0};
     struct be *be = NULL;
     double t0 = clock_now_s();
@@ -476,7 +593,37 @@ int cmd_serve(int argc, char **argv)
     struct be_config bc = {.n_threads = sv->o.threads, .device = sv->o.device,
                            .graphs = sv->o.graphs};
     model_id_from_path(sv->o.model, sv->model_id, sizeof sv->model_id);
+    if (sv->o.served_name)
+        snprintf(sv->model_id, sizeof sv->model_id, "%s", sv->o.served_name);
+    pthread_mutex_init(&sv->ready_mu, NULL);
+    pthread_cond_init(&sv->ready_cv, NULL);
+    /* bind first: while the model loads, /health answers 503 (serve_ready.c) */
+    struct http_config hc = {.host = sv->o.host, .port = sv->o.port,
+                             .max_body = (size_t)sv->o.max_body, .max_conns = sv->o.max_conns,
+                             .header_timeout_s = 30, .api_key = sv->o.api_key};
+    if (http_server_new(&sv->http, &hc, &e)) {
+        fprintf(stderr, "cinfer serve: %s (is another program using the port? pick one with "
+                        "--port N)\n",
+                e.msg);
+        goto done;
+    }
+    http_set_gate(sv->http, serve_gate, sv);
+    if (pthread_create(&loop_th, NULL, loop_thread, sv)) {
+        fprintf(stderr, "cinfer serve: cannot start the HTTP loop thread\n");
+        goto done;
+    }
+    loop_started = 1;
+    if (pthread_create(&sig_th, NULL, signal_thread, sv)) {
+        fprintf(stderr, "cinfer serve: cannot start the signal thread\n");
+        goto done;
+    }
+    sig_started = 1;
     fprintf(stderr, "cinfer serve: loading %s ...\n", sv->o.model);
+    const char *delay = getenv("CINFER_LOAD_DELAY_MS"); /* tests: a slow load, seen as 503 */
+    if (delay && atoi(delay) > 0)
+        nanosleep(&(struct timespec){.tv_sec = atoi(delay) / 1000,
+                                     .tv_nsec = (long)(atoi(delay) % 1000) * 1000000L},
+                  NULL);
     const char *bname = sv->o.backend ? sv->o.backend : "auto";
     if (!(be = be_new(bname, &bc, &e)) || model_load(&sv->m, sv->o.model, be, &e)) {
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
@@ -521,48 +668,56 @@ int cmd_serve(int argc, char **argv)
                                 .think_open = has_think ? "<think>" : NULL,
                                 .think_close = has_think ? "</think>" : NULL,
                                 .default_thinking = sv->o.thinking, .n_ctx = ec.n_ctx};
+    if (sv->o.kv_events) { /* KV-cache events for routers (kv_events.h) */
+        struct kv_events_config kc = {.endpoint = sv->o.kv_events,
+                                      .replay_endpoint = sv->o.kv_events_replay,
+                                      .block_size = ec.block_size,
+                                      .map_layout = !sv->o.kv_events_array,
+                                      .sliding_window = sv->m->hp.sliding_window};
+        if (kv_events_new(&sv->kvev, &kc, &e)) {
+            fprintf(stderr, "cinfer serve: --kv-events: %s\n", e.msg);
+            goto done;
+        }
+        ec.kv_listener = kv_events_listener(sv->kvev);
+    }
     if (engine_new(&sv->eng, sv->m, sv->tk, &ec, &e)) {
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         goto done;
     }
-    struct http_config hc = {.host = sv->o.host, .port = sv->o.port,
-                             .max_body = (size_t)sv->o.max_body, .max_conns = sv->o.max_conns,
-                             .header_timeout_s = 30, .api_key = sv->o.api_key};
-    if (http_server_new(&sv->http, &hc, &e)) {
-        fprintf(stderr, "cinfer serve: %s (is another program using the port? pick one with "
-                        "--port N)\n",
-                e.msg);
+    if (serve_ready_wait(sv)) {
+        fprintf(stderr, "cinfer serve: stopped before the server was ready\n");
         goto done;
     }
-    if (serve_routes_install(sv)) {
-        fprintf(stderr, "cinfer serve: out of memory\n");
-        goto done;
-    }
-    if (web_install(&sv->web, sv->http, &e)) {
-        fprintf(stderr, "cinfer serve: %s\n", e.msg);
-        goto done;
-    }
-    pthread_t sig_th;
-    if (pthread_create(&sig_th, NULL, signal_thread, sv)) {
-        fprintf(stderr, "cinfer serve: cannot start the signal thread\n");
-        goto done;
-    }
-    pthread_detach(sig_th);
     ready_card(sv, clock_now_s() - t0);
     if (!sv->o.no_open && isatty(STDOUT_FILENO)) { /* the chat page, fire-and-forget */
         char url[320];
         web_chat_url(url, sizeof url, sv->o.host, http_server_port(sv->http));
         web_open_browser(url);
     }
-    if (http_server_run(sv->http)) {
+    pthread_join(loop_th, NULL);
+    loop_started = 0;
+    if (sv->loop_done < 0) {
         fprintf(stderr, "cinfer serve: the event loop failed\n");
         goto done;
     }
     fprintf(stderr, "cinfer serve: stopped\n");
     status = 0;
 done:
+    if (loop_started) { /* a failed load: stop the loop that answered 503 meanwhile */
+        http_server_stop(sv->http);
+        pthread_join(loop_th, NULL);
+    }
+    if (sig_started) { /* wake the signal thread: it sees loop_done and exits */
+        pthread_mutex_lock(&sv->ready_mu);
+        if (!sv->loop_done)
+            sv->loop_done = 1;
+        pthread_mutex_unlock(&sv->ready_mu);
+        pthread_kill(sig_th, SIGINT);
+        pthread_join(sig_th, NULL);
+    }
     /* the engine first: it may still post to the loop; posts after stop are dropped */
     engine_free(sv->eng);
+    kv_events_free(sv->kvev); /* after the engine: it publishes the last evictions */
     http_server_free(sv->http);
     web_free(sv->web);
     tmpl_free(sv->tmpl);
@@ -572,6 +727,8 @@ done:
     tok_free(sv->tk);
     model_free(sv->m);
     be_free(be);
+    pthread_mutex_destroy(&sv->ready_mu);
+    pthread_cond_destroy(&sv->ready_cv);
     free(sv);
     return status;
 }

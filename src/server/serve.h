@@ -9,6 +9,7 @@
 #ifndef CINFER_SERVER_SERVE_H
 #define CINFER_SERVER_SERVE_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,6 +35,10 @@ struct serve_opts {
     const char *backend;     /* "cpu" (default) or "cuda" */
     int device, graphs;
     double memory_budget_gb, kv_budget_gb, prompt_cache_gib; /* < 0 = not given */
+    double drain_timeout_s;  /* SIGTERM drains for up to this long; 0 = cancel at once */
+    const char *served_name; /* --served-model-name (the id /v1/models reports) */
+    const char *kv_events, *kv_events_replay; /* --kv-events ENDPOINT, --kv-events-replay */
+    int kv_events_array;     /* --kv-events-layout array (else map, vLLM's current form) */
 };
 
 /* Histogram with fixed upper bounds (Prometheus "le" buckets). */
@@ -58,6 +63,10 @@ struct serve_metrics {
 };
 
 struct job;
+struct kv_events;
+
+/* Readiness as routers see it (serve_ready.c). */
+enum { SERVE_LOADING = 0, SERVE_READY, SERVE_DRAINING };
 
 struct serve {
     struct serve_opts o;
@@ -77,7 +86,14 @@ struct serve {
     int max_tokens_chat, max_tokens_raw;
     long started_unix;
     double started_s;
-    int shutting_down;
+    int shutting_down;           /* no new generations (shutdown or drain) */
+    int cancelled_all;           /* serve_shutdown ran: in-flight requests were cancelled */
+    int state;                   /* SERVE_LOADING / READY / DRAINING (loop thread) */
+    pthread_mutex_t ready_mu;    /* ready_rc, loop_done: main thread <-> loop thread */
+    pthread_cond_t ready_cv;
+    int ready_rc;                /* 0 = routes not yet installed, 1 = installed, -1 = failed */
+    int loop_done;               /* http_server_run returned */
+    struct kv_events *kvev;      /* --kv-events publisher (NULL = off) */
     struct job *jobs;            /* active jobs (doubly linked) */
     struct serve_metrics met;
     struct mem_plan plan;
@@ -157,11 +173,30 @@ json_t *store_get(const char *id);
 /* {entries, bytes, max_bytes, ttl_ms} for /stats (new reference). */
 json_t *store_stats_json(void);
 
+/* serve_ready.c: the gate in front of the routes (http_set_gate): 503 while loading, /health
+ * 503 while draining. Loop thread. */
+int serve_gate(struct http_req *r, void *ud);
+/* Posted to the loop once the engine runs: installs the routes, opens the gate and wakes
+ * serve_ready_wait. */
+void serve_ready_install(void *ud);
+/* Main thread: posts serve_ready_install and waits for it; 0, or -1 when the routes could
+ * not be installed or the loop stopped first. */
+int serve_ready_wait(struct serve *sv);
+/* Begins a drain on the loop thread: /health 503, new generations 503, running ones finish;
+ * the loop stops when none is left (serve_shutdown still cancels whatever remains). */
+void serve_drain(void *sv);
+
+/* serve_fit.c: GET /fit, the plan for the loaded model (JSON, malloc'd) and its route. */
+char *serve_fit_json(struct serve *sv);
+int serve_fit_install(struct serve *sv);
+
 /* serve_metrics.c */
 void metrics_init(struct serve_metrics *m);
 void hist_add(struct hist *h, double v);
 char *serve_stats_json(struct serve *sv);     /* malloc'd */
 char *serve_metrics_text(struct serve *sv);   /* malloc'd Prometheus text */
+/* serve_metrics_vllm.c: appends the router-facing series under vLLM's names (vllm:*). */
+void serve_metrics_vllm(struct serve *sv, struct sbuf *b, const struct engine_stats *es);
 
 /* serve_probe.c: 1 when host:port already answers GET /v1/models like an OpenAI-compatible
  * server (what[] gets the model ids it lists), 0 when nothing or something else answers. */

@@ -265,9 +265,9 @@ void serve_generate(struct serve *sv, struct http_req *r, struct serve_gen *g, i
 void serve_shutdown(void *ud)
 {
     struct serve *sv = ud;
-    if (sv->shutting_down)
+    if (sv->cancelled_all)
         return;
-    sv->shutting_down = 1;
+    sv->shutting_down = sv->cancelled_all = 1;
     log_info("shutting down: cancelling %ld in-flight request(s)", sv->met.active_jobs);
     for (struct job *j = sv->jobs; j; j = j->next) {
         if (!j->ended && !j->gone && j->g.stream) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "http/http.h"
+#include "kv/kv_events.h"
 #include "server/serve.h"
 #include "util/clock.h"
 #include "util/sbuf.h"
@@ -107,6 +108,17 @@ char *serve_stats_json(struct serve *sv)
                             json_integer(es.swa_blocks_free));
     }
     json_object_set_new(j, "response_store", store_stats_json());
+    json_object_set_new(json_object_get(j, "prompt_cache"), "full_blocks",
+                        json_integer(es.cache_full_blocks));
+    if (sv->kvev) { /* --kv-events */
+        struct kv_events_stats ks;
+        kv_events_get_stats(sv->kvev, &ks);
+        json_object_set_new(j, "kv_events",
+                            json_pack("{s:I, s:I, s:I, s:I}", "batches", (json_int_t)ks.batches,
+                                      "events", (json_int_t)ks.events, "dropped",
+                                      (json_int_t)ks.dropped, "replays",
+                                      (json_int_t)ks.replays));
+    }
     json_t *rq = json_object_get(j, "requests");
     json_object_set_new(rq, "messages", json_integer(m->requests[EP_MESSAGES]));
     json_object_set_new(rq, "responses", json_integer(m->requests[EP_RESPONSES]));
@@ -202,5 +214,6 @@ char *serve_metrics_text(struct serve *sv)
               &m->tpot);
     prom_hist(&b, "cinfer_request_duration_seconds", "Time from request to its last token.",
               &m->e2e);
+    serve_metrics_vllm(sv, &b, &es);
     return b.p;
 }
