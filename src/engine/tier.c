@@ -86,7 +86,7 @@ int eng_tier_open(struct engine *g, struct cerr *e)
 static void snapshot_all(struct engine *g)
 {
     double t_end = clock_now_s() + (g->c.ssd_close_timeout_s > 0 ? g->c.ssd_close_timeout_s : 30);
-    while (kv_tier_snapshot(g->kv, INT_MAX) > 0 && clock_now_s() < t_end)
+    while (kv_tier_snapshot(g->kv, INT_MAX, 1) > 0 && clock_now_s() < t_end)
         kv_ssd_drain(g->ssd, 1.0);
 }
 
@@ -127,7 +127,7 @@ double eng_tier_idle(struct engine *g)
         double due = g->t_settled + DEBOUNCE_S - now;
         if (due > 0)
             wait = due;
-        else if (kv_tier_snapshot(g->kv, SLICE) > 0)
+        else if (kv_tier_snapshot(g->kv, SLICE, 0) > 0)
             wait = 0.01; /* more to do (or the queue is full: let the writer catch up) */
     }
     if (g->c.ssd_demote_idle_s > 0) {
@@ -186,6 +186,8 @@ int engine_ssd_flush(struct engine *g, double timeout_s)
     if (!g->ssd)
         return -1;
     double t0 = clock_now_s();
+    struct kv_ssd_stats before, after;
+    kv_ssd_stats(g->ssd, &before);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     double end = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + timeout_s;
@@ -202,7 +204,9 @@ int engine_ssd_flush(struct engine *g, double timeout_s)
     if (!served)
         return 1;
     double left = timeout_s - (clock_now_s() - t0);
-    return kv_ssd_drain(g->ssd, left > 0.1 ? left : 0.1);
+    int rc = kv_ssd_drain(g->ssd, left > 0.1 ? left : 0.1);
+    kv_ssd_stats(g->ssd, &after);
+    return rc || after.write_errors > before.write_errors;
 }
 
 void eng_tier_wait(struct engine *g)

@@ -142,8 +142,10 @@ size_t kv_pool_block_payload(const struct kv_pool *p);
 int kv_pool_attach_ssd(struct kv_pool *p, struct kv_ssd *ssd, struct cerr *e);
 /* Queues up to max_blocks cached blocks that are not on the SSD yet. Returns how many are
  * still left (0: everything cached is on disk or queued). Stops early when the spill queue
- * is full (those blocks stay for a later call). */
-int kv_tier_snapshot(struct kv_pool *p, int max_blocks);
+ * is full (those blocks stay for a later call). exact: ask the SSD index instead of trusting
+ * the blocks' flags (a flush: blocks whose write failed or whose file was evicted are
+ * queued again). */
+int kv_tier_snapshot(struct kv_pool *p, int max_blocks, int exact);
 /* Idle demotion: LRU blocks unused for idle_s seconds go to the SSD and their pool blocks
  * to the free list (at most max_blocks). Returns the number demoted. */
 int kv_tier_demote(struct kv_pool *p, double now, double idle_s, int max_blocks);

@@ -111,13 +111,18 @@ int32_t kv_tier_restore_block(struct kv_pool *p, const uint8_t key[KV_KEY_BYTES]
     return id;
 }
 
-int kv_tier_snapshot(struct kv_pool *p, int max_blocks)
+int kv_tier_snapshot(struct kv_pool *p, int max_blocks, int exact)
 {
-    if (!p->ssd || p->dirty <= 0)
+    if (!p->ssd || (p->dirty <= 0 && !exact))
         return 0;
     int done = 0, left = 0;
     for (int32_t id = 0; id < p->n_blocks; id++) {
-        if (p->meta[id].n_tok <= 0 || p->meta[id].on_ssd)
+        struct kv_bmeta *m = &p->meta[id];
+        if (m->n_tok <= 0)
+            continue;
+        if (exact && m->on_ssd && !kv_ssd_known(p->ssd, m->key))
+            m->on_ssd = 0; /* its write failed or its file was evicted: queue it again */
+        if (m->on_ssd)
             continue;
         if (done >= max_blocks || kv_tier_spill(p, id, 0)) {
             left++;

@@ -24,6 +24,7 @@
 #include "util/log.h"
 
 enum { ST_FREE = 0, ST_PENDING = 1, ST_DISK = 2 };
+enum { FAULT_ENOSPC = 1, FAULT_STALL = 2 };
 
 struct ent {
     uint8_t key[KV_SSD_KEY];
@@ -46,7 +47,7 @@ struct kv_ssd {
     struct kv_ssd_config c;
     char dir[1824], nsdir[1856], qdir[1856];
     uint8_t ns[KV_SSD_KEY];
-    int fault_enospc;
+    int fault;              /* CINFER_SSD_FAULT (tests) */
     pthread_t th;
     int th_started;
     pthread_mutex_t mu;
@@ -248,6 +249,14 @@ int kv_ssd_has(struct kv_ssd *s, const uint8_t key[KV_SSD_KEY], int n_tok)
     return ok;
 }
 
+int kv_ssd_known(struct kv_ssd *s, const uint8_t key[KV_SSD_KEY])
+{
+    pthread_mutex_lock(&s->mu);
+    int ok = find(s, key) >= 0;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
 static void drop_entry_for(struct kv_ssd *s, const uint8_t *key)
 {
     pthread_mutex_lock(&s->mu);
@@ -404,7 +413,7 @@ int kv_ssd_put(struct kv_ssd *s, const uint8_t key[KV_SSD_KEY], int n_tok, void 
 /* Writes one block file atomically: temporary file, fsync, rename. Returns 0 or errno. */
 static int write_file(struct kv_ssd *s, const struct item *it, int64_t *size)
 {
-    if (s->fault_enospc)
+    if (s->fault == FAULT_ENOSPC)
         return ENOSPC;
     struct kv_ssd_hdr h = {.version = KV_SSD_VERSION, .n_tok = (uint32_t)it->n_tok,
                            .block_size = (uint32_t)s->c.block_size,
@@ -426,6 +435,8 @@ static int write_file(struct kv_ssd *s, const struct item *it, int64_t *size)
     int err = 0;
     const char *parts[2] = {(const char *)hb, it->buf};
     size_t lens[2] = {sizeof hb, s->c.payload_bytes};
+    if (s->fault == FAULT_STALL)
+        lens[1] /= 2; /* then hang before the rename: a crash lands mid-write */
     for (int k = 0; k < 2 && !err; k++)
         for (size_t off = 0; off < lens[k] && !err;) {
             ssize_t w = write(fd, parts[k] + off, lens[k] - off);
@@ -438,6 +449,10 @@ static int write_file(struct kv_ssd *s, const struct item *it, int64_t *size)
         }
     if (!err && fsync(fd))
         err = errno;
+    while (s->fault == FAULT_STALL && !__atomic_load_n(&s->quit, __ATOMIC_RELAXED))
+        usleep(10000);
+    if (s->fault == FAULT_STALL)
+        err = EIO;
     if (close(fd) && !err)
         err = errno;
     if (!err && rename(tmp, p))
@@ -666,7 +681,7 @@ int kv_ssd_open(struct kv_ssd **out, const struct kv_ssd_config *c, const uint8_
     s->free_head = s->lru_head = s->lru_tail = -1;
     s->st.max_bytes = (long long)c->max_bytes;
     const char *f = getenv("CINFER_SSD_FAULT");
-    s->fault_enospc = f && !strcmp(f, "enospc");
+    s->fault = !f ? 0 : !strcmp(f, "enospc") ? FAULT_ENOSPC : !strcmp(f, "stall") ? FAULT_STALL : 0;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
@@ -716,7 +731,7 @@ void kv_ssd_close(struct kv_ssd *s, double timeout_s)
                          s->st.pending_spills, timeout_s);
         }
         pthread_mutex_lock(&s->mu);
-        s->quit = 1;
+        __atomic_store_n(&s->quit, 1, __ATOMIC_RELAXED);
         pthread_cond_signal(&s->cv);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->th, NULL);

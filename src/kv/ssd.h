@@ -82,6 +82,8 @@ void kv_ssd_close(struct kv_ssd *s, double timeout_s);
 
 /* 1 when the index has key with n_tok tokens. */
 int kv_ssd_has(struct kv_ssd *s, const uint8_t key[KV_SSD_KEY], int n_tok);
+/* 1 when key is on disk or pending (queued for the writer). */
+int kv_ssd_known(struct kv_ssd *s, const uint8_t key[KV_SSD_KEY]);
 /* Reads key's payload (cfg payload_bytes) into dst after checking the file. Returns 0; or
  * CERR_LIMIT (not on disk: a miss), CERR_FORMAT (the file failed a check and was
  * quarantined) or CERR_IO. Touches the mtime on success. */
@@ -103,8 +105,9 @@ void kv_ssd_stats(struct kv_ssd *s, struct kv_ssd_stats *out);
 void kv_ssd_count(struct kv_ssd *s, long demoted, long restored_tokens, long restored_blocks,
                   long spilled);
 const char *kv_ssd_dir(const struct kv_ssd *s);
-/* Fault hook for tests: CINFER_SSD_FAULT=enospc makes every write fail as if the disk were
- * full. Read at open. */
+/* Fault hooks for tests, read at open: CINFER_SSD_FAULT=enospc makes every write fail as
+ * if the disk were full; =stall makes the writer stop halfway through its first temporary
+ * file until the tier closes (then the write fails), so that a test can kill -9 mid-write. */
 
 /* A fingerprint of a model's weights from their content (not their path): SHA-256 over the
  * size and sampled 64 KiB windows of the file (for a directory: of each regular file, in

@@ -84,6 +84,9 @@ int kv_ssd_hdr_parse(const uint8_t *b, size_t n, struct kv_ssd_hdr *h, struct ce
     sha256(b, 152, hh);
     if (memcmp(hh, b + 152, KV_SSD_KEY))
         return cerr_set(e, CERR_FORMAT, "header hash mismatch");
+    static const uint8_t zero[8] = {0};
+    if (memcmp(b + 100, zero, 4) || memcmp(b + 144, zero, 8))
+        return cerr_set(e, CERR_FORMAT, "reserved header bytes are not zero");
     memcpy(h->ns, b + 16, KV_SSD_KEY);
     memcpy(h->key, b + 48, KV_SSD_KEY);
     h->n_tok = get32(b + 80);

@@ -285,7 +285,7 @@ static void test_pool_tier(void)
         }
     kv_cache_commit_tail(p, &a, root, ids, 14); /* 3 full blocks + a partial of 2 */
     kv_seq_release(p, &a);
-    CHECK_EQ_INT(kv_tier_snapshot(p, 100), 0);
+    CHECK_EQ_INT(kv_tier_snapshot(p, 100, 0), 0);
     CHECK(kv_ssd_drain(s, 30) == 0);
     struct kv_ssd_stats st;
     kv_ssd_stats(s, &st);
