@@ -203,6 +203,37 @@ def test_damaged_files_are_quarantined(cache_dir, cold, how):
         shutil.rmtree(os.path.dirname(os.path.dirname(foreign)), ignore_errors=True)
 
 
+def test_same_name_other_weights_never_share(cache_dir):
+    """The namespace comes from the weights' content, not the path: a copy of the model
+    with one weight byte changed (same file name) finds none of the first one's entries."""
+    tmp = tempfile.mkdtemp(prefix="cinfer-ssd-models-")
+    try:
+        a_path = os.path.join(tmp, "a", "stories260K.gguf")
+        b_path = os.path.join(tmp, "b", "stories260K.gguf")
+        for p in (a_path, b_path):
+            os.makedirs(os.path.dirname(p))
+            shutil.copyfile(STORIES, p)
+        with open(b_path, "r+b") as h:
+            h.seek(-3, os.SEEK_END)
+            c = h.read(1)
+            h.seek(-3, os.SEEK_END)
+            h.write(bytes([c[0] ^ 0x01]))
+        a = Server(a_path, "--kv-f32", "--ssd-cache", cache_dir)
+        gen(a)
+        stop_ok(a)
+        n_a = len(files(cache_dir))
+        assert n_a > 0
+        b = Server(b_path, "--kv-f32", "--ssd-cache", cache_dir)
+        assert ssd(b)["entries_at_start"] == 0
+        _, _, u = gen(b)
+        assert u["prompt_tokens_details"]["cached_tokens"] == 0
+        assert ssd(b)["hits"] == 0
+        stop_ok(b)
+        assert len(glob.glob(os.path.join(cache_dir, "*", "*.kvb"))) == 2 * n_a
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def test_payload_flip_unseen_without_verify_is_still_hashed_by_header(cache_dir):
     """Without --ssd-cache-verify only the header is checked: a payload flip is restored
     (that is what verify is for) and counted nowhere; the header flip test above shows the
