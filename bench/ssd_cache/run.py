@@ -95,7 +95,7 @@ def stream(base, prompt, n, ban=()):
 
 
 def prefix(n_words, seed):
-    # ~1.2 tokens a word on Qwen2.5's tokenizer for these words; the real count is reported
+    # ~1.04 tokens a word on Qwen2.5's tokenizer for these words; the real count is reported
     return f"[{seed}] " + " ".join(WORDS[(i * 7 + seed) % len(WORDS)] for i in range(n_words))
 
 
@@ -124,7 +124,7 @@ def main():
         d = tempfile.mkdtemp(prefix="cinfer-ssd-bench-")
         try:
             # calibrate the words to the token target with the server's own count
-            p = prefix(int(target / 1.2), 100 + k)
+            p = prefix(int(target / 1.04), 100 + k)
             s = Srv(a.bin, a.model, a.threads, "--ssd-cache", d)
             cold, _, u = stream(s.base, p, 1)
             s.stop()
@@ -141,7 +141,7 @@ def main():
         finally:
             shutil.rmtree(d, ignore_errors=True)
     # decode speed with a snapshot pending vs no SSD tier
-    big = prefix(int(a.decode_prefix / 1.2), 999)
+    big = prefix(int(a.decode_prefix / 1.04), 999)
     runs = {"on": [], "off": []}
     for r in range(a.reps):
         for mode in ("off", "on"):
