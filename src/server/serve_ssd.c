@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kv/ssd.h"
 #include "server/serve.h"
@@ -19,6 +20,7 @@
 #include "util/sbuf.h"
 
 static const double FLUSH_TIMEOUT_S = 60;
+static int g_flushing; /* admin flushes in flight (atomic): the exit waits for them */
 
 /* ---- flags ---------------------------------------------------------------------------- */
 
@@ -194,6 +196,10 @@ void serve_ssd_exit(struct serve *sv)
     if (!sv->eng || engine_ssd_stats(sv->eng, &s))
         return;
     double to = engine_config_of(sv->eng)->ssd_close_timeout_s;
+    /* an admin flush still running uses the engine: let it end first (bounded) */
+    for (double t_end = clock_now_s() + FLUSH_TIMEOUT_S;
+         __atomic_load_n(&g_flushing, __ATOMIC_SEQ_CST) > 0 && clock_now_s() < t_end;)
+        usleep(10000);
     fprintf(stderr, "cinfer serve: writing the SSD cache to %s (at most %g s) ...\n",
             engine_config_of(sv->eng)->ssd_dir, to);
     double t0 = clock_now_s();
@@ -246,6 +252,7 @@ static void *flush_main(void *arg)
     double t0 = clock_now_s();
     f->rc = engine_ssd_flush(f->sv->eng, FLUSH_TIMEOUT_S);
     f->ms = (clock_now_s() - t0) * 1e3;
+    __atomic_sub_fetch(&g_flushing, 1, __ATOMIC_SEQ_CST); /* done with the engine */
     if (http_post(f->sv->http, flush_reply, f))
         log_warn("ssd cache: the flush finished after the server stopped");
     return NULL;
@@ -272,7 +279,9 @@ static void h_flush(struct http_req *r, void *ud)
     f->sv = sv;
     f->r = r;
     http_req_ref(r);
+    __atomic_add_fetch(&g_flushing, 1, __ATOMIC_SEQ_CST);
     if (pthread_create(&th, NULL, flush_main, f)) {
+        __atomic_sub_fetch(&g_flushing, 1, __ATOMIC_SEQ_CST);
         http_req_unref(r);
         free(f);
         http_reply_error(r, 500, "cannot start the flush");
