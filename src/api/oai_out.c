@@ -565,7 +565,11 @@ int api_turn_finish(struct api_turn *t)
     if (!n && t->ws.len)
         t->cb(TURN_CONTENT, NULL, t->ws.p, t->ws.len, t->ud);
     sbuf_clear(&t->ws);
-    if (n && !t->err) {
+    int native = 1; /* replay only what the template renders back (genhist.h): a call
+                     * recovered from another format is re-rendered by the template */
+    for (int i = 0; i < n; i++)
+        native &= tc_call_native(t->tc, i);
+    if (n && native && !t->err) {
         const char *ids[64];
         if (n > 64)
             n = 64;

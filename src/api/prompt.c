@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/genhist.h"
 #include "api/reasoning.h"
 #include "api/toolcall.h"
 #include "util/sbuf.h"
@@ -41,11 +42,14 @@ int api_chat_render(const struct api_model *m, const json_t *messages, const jso
     return 0;
 }
 
+/* history: splice the exact sampled ids of remembered generations (genhist.h; chat only). */
 static int encode(const struct api_model *m, const char *text, size_t len, int flags,
-                  struct api_prompt *out, struct api_error *err)
+                  struct api_prompt *out, struct api_error *err, int history)
 {
     struct cerr e = {0};
-    if (tok_encode(m->tk, text, len, flags, &out->ids, &out->n, &e))
+    if (history ? genhist_encode(m->tk, text, len, flags, &out->ids, &out->n, &out->n_replayed,
+                                 &e)
+                : tok_encode(m->tk, text, len, flags, &out->ids, &out->n, &e))
         return api_fail(err, 400, NULL, "prompt build failed: %s", e.msg);
     int32_t bos = tok_bos(m->tk);
     if (out->n >= 2 && bos >= 0 && out->ids[0] == bos && out->ids[1] == bos) {
@@ -123,7 +127,7 @@ int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct a
         text = t2;
         tl = a + b;
     }
-    int rc = encode(m, text, tl, TOK_PARSE_SPECIAL, out, err);
+    int rc = encode(m, text, tl, TOK_PARSE_SPECIAL, out, err, 1);
     if (!rc && m->think_open && !out->forced)
         out->start_in_reasoning = reasoning_prompt_open(text, m->think_open);
     free(text);
@@ -177,5 +181,5 @@ int api_completion_prompt(const struct api_model *m, const char *prompt, size_t 
 {
     memset(out, 0, sizeof *out);
     out->thinking = -1;
-    return encode(m, prompt, len, TOK_ADD_SPECIAL, out, err);
+    return encode(m, prompt, len, TOK_ADD_SPECIAL, out, err, 0);
 }

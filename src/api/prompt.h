@@ -35,6 +35,7 @@ struct api_prompt {
     char *forced;            /* tool_choice required/named: the call's opening markup appended
                                 to the prompt, which the output parser must see first
                                 (malloc'd, or NULL) */
+    int n_replayed;          /* ids spliced in from the exact generated history (genhist.h) */
 };
 
 /* The opening markup that forces a tool call in the given template family (named: that

@@ -229,6 +229,20 @@ const char *tc_call_raw(const struct tc_parser *p, int i, int *first_in_block)
     return r ? p->raws[r->raw] : NULL;
 }
 
+int tc_call_native(const struct tc_parser *p, int i)
+{
+    const struct call_rec *r = rec(p, i);
+    if (!r || r->kind < 0)
+        return 0;
+    /* a fenced or bare JSON object is how a model imitates a call, not how a template
+     * writes one, except in the families whose templates teach exactly that */
+    if (r->kind == K_FENCE_JSON)
+        return p->family == TC_GEMMA;
+    if (r->kind == K_BARE)
+        return p->family == TC_LLAMA3;
+    return 1;
+}
+
 /* ---- events ---- */
 
 static void flush_content(struct tc_parser *p)
@@ -271,6 +285,7 @@ int tcp_call_begin(struct tc_parser *p, const char *name, size_t nn)
     snprintf(r->id, sizeof r->id, "call_%016llx%08llx", (unsigned long long)a,
              (unsigned long long)(b & 0xffffffffull));
     r->raw = -1;
+    r->kind = p->cur ? (int)p->cur->kind : -1;
     r->first = p->block_first;
     p->block_first = 0;
     p->block_calls++;

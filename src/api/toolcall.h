@@ -109,6 +109,10 @@ const char *tc_call_args(const struct tc_parser *p, int index);
  * share that block's text: *first_in_block (may be NULL) is 1 only for the first of them.
  * NULL when out of range. */
 const char *tc_call_raw(const struct tc_parser *p, int index, int *first_in_block);
+/* 1 when call `index` came in the markup its family's chat template writes (a <tool_call>
+ * tag, [TOOL_CALLS], ...), 0 when the parser recovered it from another format (a ```json
+ * fence, a bare JSON object) that the template would not render back. */
+int tc_call_native(const struct tc_parser *p, int index);
 
 /* Frees the parser; NULL is fine. */
 void tc_free(struct tc_parser *p);

@@ -153,6 +153,7 @@ struct call_rec {
     struct tcb args; /* the arguments JSON as emitted so far (final after END) */
     int raw;         /* index into raws; -1 until its block ends */
     int first;       /* first call of its block */
+    int kind;        /* enum tc_kind of its block's markup, -1 when unknown */
 };
 
 /* Follows JSON call objects while they arrive (stream mode). */

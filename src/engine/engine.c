@@ -648,11 +648,17 @@ static void *engine_main(void *arg)
     for (;;) {
         struct queue dead = {0};
         pthread_mutex_lock(&g->mu);
-        while (!g->quit && !g->in.n && !g->n_cancel && !g->n_run && !g->wait.n)
-            pthread_cond_wait(&g->cv, &g->mu);
+        while (!g->quit && !g->in.n && !g->n_cancel && !g->n_run && !g->wait.n) {
+            if (g->ssd)
+                eng_tier_wait(g); /* the SSD tier's idle work, then a (timed) wait */
+            else
+                pthread_cond_wait(&g->cv, &g->mu);
+        }
         int quit = g->quit;
         eng_take_inputs(g, &dead);
         pthread_mutex_unlock(&g->mu);
+        if (g->ssd && !quit)
+            eng_tier_busy(g);
         if (quit) {
             while (g->n_run)
                 eng_q_push(&dead, g->run[--g->n_run]);
@@ -667,8 +673,11 @@ static void *engine_main(void *arg)
             else
                 finish(g, r, ENGINE_FINISH_CANCELLED, -1);
         }
-        if (quit)
+        if (quit) {
+            if (g->ssd)
+                eng_tier_quit(g);
             break;
+        }
         int n = eng_plan_and_reserve(g, &dead);
         while ((r = eng_q_pop(&dead)))
             fail(g, r, "the request does not fit in the KV cache pool");
@@ -793,6 +802,7 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
     }
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
+    pthread_cond_init(&g->flush_cv, NULL);
     int S = c->max_seqs, T = c->max_step_tokens, V = m->hp.n_vocab;
     int kv_dim = m->hp.n_kv_head * m->hp.head_dim;
     g->kv_per_token = kv_bytes_per_token(m->hp.n_layer, kv_dim, c->kv_dtype);
@@ -831,6 +841,8 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
     g->view = (struct model_kv_view){.k = g->view_k, .v = g->view_v, .kv_dtype = c->kv_dtype,
                                      .block_size = c->block_size};
     namespace_root(g);
+    if (!rc)
+        rc = eng_tier_open(g, e);
     if (!rc)
         rc = model_ws_new(&g->ws, m, T, S, S, g->max_blocks, e);
     if (!rc) {
@@ -897,6 +909,7 @@ void engine_free(struct engine *g)
     if (g->cand_rows || g->full_rows)
         log_info("engine: %ld sampled rows from candidates, %ld fetched their logits",
                  g->cand_rows, g->full_rows);
+    eng_tier_close(g);
     model_ws_free(g->ws);
     kv_pool_free(g->kv);
     kv_pool_free(g->kv_swa);
@@ -921,5 +934,6 @@ void engine_free(struct engine *g)
     free(g->check_seqs);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
+    pthread_cond_destroy(&g->flush_cv);
     free(g);
 }

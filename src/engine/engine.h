@@ -42,6 +42,14 @@ struct engine_config {
      * pool, 1 = the sliding-window layers' own pool; NULL = none. Must outlive the engine;
      * its callbacks run on the engine thread (kv_pool.h). */
     const struct kv_listener *kv_listener;
+    /* SSD cold tier of the prefix cache (engine/tier.c, kv/ssd.h); off when ssd_dir is NULL */
+    const char *ssd_dir;
+    size_t ssd_max_bytes;         /* cap on the files' bytes */
+    int ssd_verify;               /* hash every payload on restore */
+    double ssd_demote_idle_s;     /* LRU blocks unused this long move to disk; 0 = never */
+    int ssd_writebehind;          /* persist new cached blocks 1 s after requests settle */
+    size_t ssd_spill_queue_bytes; /* cap on pending spills */
+    double ssd_close_timeout_s;   /* at shutdown, write what is pending for at most this */
 };
 
 /* Fills defaults for a model: n_ctx = min(train context, 32768), 8 sequences, 2048 tokens
@@ -132,6 +140,15 @@ void engine_cancel(struct engine *g, uint64_t id);
 /* Any thread. A consistent snapshot of the counters. */
 void engine_get_stats(struct engine *g, struct engine_stats *out);
 const struct engine_config *engine_config_of(const struct engine *g);
+
+struct kv_ssd_stats;
+/* Any thread. The SSD tier's counters; returns 0, or -1 when the tier is off. */
+int engine_ssd_stats(struct engine *g, struct kv_ssd_stats *out);
+/* Any thread; blocks for at most timeout_s. Queues every cached block that is not on disk
+ * yet (between steps), then waits for the writer to write everything pending. Returns 0
+ * when all of it is durable, 1 when something stayed pending (or failed), -1 when the tier
+ * is off. */
+int engine_ssd_flush(struct engine *g, double timeout_s);
 /* KV bytes one position takes (all layers, K and V). */
 size_t engine_kv_bytes_per_token(const struct engine *g);
 

@@ -99,6 +99,11 @@ struct engine {
     long invariant_failures;
     char invariant_error[256];
     const struct kv_seq **check_seqs, **check_seqs_swa; /* (max_seqs) */
+    /* SSD tier (tier.c), NULL when off */
+    struct kv_ssd *ssd;
+    double t_settled;          /* when the engine last went idle (write-behind debounce) */
+    long flush_req, flush_done; /* under mu: engine_ssd_flush requests / served */
+    pthread_cond_t flush_cv;    /* with mu: flush_done moved */
 };
 
 /* ---- sched.c ---- */
@@ -120,5 +125,25 @@ void eng_take_inputs(struct engine *g, struct queue *dead);
  * youngest request until they fit. A request that cannot fit the pool alone goes to *dead
  * with cancelled = 2. Returns the number of rows to run. */
 int eng_plan_and_reserve(struct engine *g, struct queue *dead);
+
+/* ---- tier.c (the SSD tier's engine side) ---- */
+
+/* Opens the tier when c.ssd_dir is set: strengthens g->root with a fingerprint of the
+ * weights' content and of the tokenizer, opens the store and attaches it to the pool (not
+ * for a model whose sliding-window layers have their own pool: a note is logged). */
+int eng_tier_open(struct engine *g, struct cerr *e);
+/* Engine thread, while no request runs or waits: answers flush requests, runs the
+ * debounced write-behind snapshot and the idle demotion in small slices. Returns the
+ * seconds to wait before calling again (0: at once, there is more), or -1 (nothing due). */
+double eng_tier_idle(struct engine *g);
+/* Engine thread with mu held, in place of the idle cond_wait: runs eng_tier_idle without
+ * the lock, then waits (timed when something is due later). */
+void eng_tier_wait(struct engine *g);
+/* Engine thread, between steps: answers flush requests; tells the writer to wait. */
+void eng_tier_busy(struct engine *g);
+/* Engine thread at shutdown: queues every cached block not on disk yet. */
+void eng_tier_quit(struct engine *g);
+/* After the engine thread ended: writes what is pending (bounded) and closes the tier. */
+void eng_tier_close(struct engine *g);
 
 #endif

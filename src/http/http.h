@@ -105,6 +105,8 @@ int http_post(struct http_server *s, void (*fn)(void *ud), void *ud);
 const char *http_req_method(const struct http_req *r);   /* "GET", "POST", ... */
 const char *http_req_path(const struct http_req *r);     /* decoded path, no query */
 const char *http_req_query(const struct http_req *r);    /* raw query or "" */
+/* 1 when the client connected from a loopback address (127.0.0.0/8, ::1, a Unix socket). */
+int http_req_peer_loopback(const struct http_req *r);
 /* Request header value by case-insensitive name, or NULL (also once r ended or is gone). */
 const char *http_req_header(const struct http_req *r, const char *name);
 /* The request body as a NUL-terminated copy owned by r (valid while r is); *len (if

@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/keyvalq_struct.h>
@@ -187,6 +191,27 @@ const char *http_req_method(const struct http_req *r)
 const char *http_req_path(const struct http_req *r)
 {
     return r->path;
+}
+
+int http_req_peer_loopback(const struct http_req *r)
+{
+    if (!r->evreq)
+        return 0;
+    struct evhttp_connection *c = evhttp_request_get_connection(r->evreq);
+    if (!c)
+        return 0;
+    const struct sockaddr *sa = evhttp_connection_get_addr(c);
+    if (!sa || sa->sa_family == AF_UNIX)
+        return 1;
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a))
+            return 1;
+        return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
+    }
+    return 0;
 }
 
 const char *http_req_query(const struct http_req *r)

@@ -9,12 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct kv_bmeta {
-    uint8_t key[KV_KEY_BYTES];
-    int32_t n_tok;       /* positions the key covers (block_size or a partial count); 0 = not cached */
-    int32_t prev, next;  /* LRU links */
-    uint8_t in_lru;
-};
+#include "kv/kv_int.h"
+#include "util/clock.h"
 
 size_t kv_bytes_per_token(int n_layer, int kv_dim, int kv_dtype)
 {
@@ -22,7 +18,7 @@ size_t kv_bytes_per_token(int n_layer, int kv_dim, int kv_dtype)
     return (size_t)2 * n_layer * kv_dim * el;
 }
 
-static size_t block_bytes(const struct kv_pool *p)
+size_t kv_block_bytes(const struct kv_pool *p)
 {
     return (size_t)p->block_size * p->kv_dim * (p->kv_dtype == DT_F16 ? 2 : 4);
 }
@@ -56,13 +52,13 @@ int kv_pool_new(struct kv_pool **out, struct be *be, int n_layer, int kv_dim, in
     p->refcnt = calloc((size_t)n_blocks, sizeof *p->refcnt);
     p->meta = calloc((size_t)n_blocks, sizeof *p->meta);
     p->table = malloc((size_t)tsize * sizeof *p->table);
-    p->scratch = malloc(block_bytes(p));
+    p->scratch = malloc(kv_block_bytes(p));
     if (!p->k || !p->v || !p->free_ids || !p->refcnt || !p->meta || !p->table || !p->scratch) {
         kv_pool_free(p);
         return cerr_set(e, CERR_NOMEM, "out of memory");
     }
     memset(p->table, 0xff, (size_t)tsize * sizeof *p->table);
-    size_t bytes = (size_t)n_blocks * block_bytes(p);
+    size_t bytes = (size_t)n_blocks * kv_block_bytes(p);
     for (int l = 0; l < n_layer; l++) {
         p->k[l] = be->ops->alloc(be, bytes);
         p->v[l] = be->ops->alloc(be, bytes);
@@ -96,6 +92,7 @@ void kv_pool_free(struct kv_pool *p)
     free(p->meta);
     free(p->table);
     free(p->scratch);
+    free(p->ssd_buf);
     free(p);
 }
 
@@ -196,10 +193,13 @@ static void lru_push(struct kv_pool *p, int32_t id)
     p->cs.lru++;
 }
 
-/* Drops the oldest unreferenced cached block to the free list. */
-static void evict_one(struct kv_pool *p)
+/* Drops the oldest unreferenced cached block to the free list (spilling it to the SSD
+ * tier first when it is not there yet). */
+void kv_evict_one(struct kv_pool *p)
 {
     int32_t id = p->lru_head;
+    if (p->ssd && !p->meta[id].on_ssd)
+        kv_tier_spill(p, id, 1);
     lru_unlink(p, id);
     table_del(p, id);
     if (p->meta[id].n_tok == p->block_size) {
@@ -208,6 +208,7 @@ static void evict_one(struct kv_pool *p)
             p->lis.removed(p->lis.ud, p->lis_group, p->meta[id].key);
     }
     p->meta[id].n_tok = 0;
+    p->meta[id].on_ssd = 0;
     p->cs.entries--;
     p->cs.evictions++;
     p->free_ids[p->n_free++] = id;
@@ -219,8 +220,9 @@ static void block_unref(struct kv_pool *p, int32_t id)
         return;
     if (p->meta[id].n_tok > 0) {
         lru_push(p, id);
+        p->meta[id].t_unused = clock_now_s();
         while (p->cs.lru > p->max_cached_blocks)
-            evict_one(p);
+            kv_evict_one(p);
     } else
         p->free_ids[p->n_free++] = id;
 }
@@ -257,7 +259,7 @@ int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_pos, struct cerr *
                         n_pos, need - s->n_blocks, kv_pool_available(p));
     while (s->n_blocks < need) {
         if (p->n_free == 0)
-            evict_one(p);
+            kv_evict_one(p);
         int32_t id = p->free_ids[p->n_free - 1];
         if (seq_push(s, id))
             return cerr_set(e, CERR_NOMEM, "out of memory");
@@ -318,13 +320,14 @@ static int key_block(uint8_t out[KV_KEY_BYTES], const uint8_t parent[KV_KEY_BYTE
 
 /* parent: the key before this block in its chain (NULL for the first); ids: its n_tok
  * tokens (for the listener). */
-static void register_block(struct kv_pool *p, int32_t id, const uint8_t key[KV_KEY_BYTES],
-                           int n_tok, const uint8_t *parent, const int32_t *ids)
+void kv_register_block(struct kv_pool *p, int32_t id, const uint8_t key[KV_KEY_BYTES], int n_tok,
+                       const uint8_t *parent, const int32_t *ids)
 {
     if (p->meta[id].n_tok > 0 || table_find(p, key) >= 0)
         return; /* already cached (a shared block) or the same content is cached elsewhere */
     memcpy(p->meta[id].key, key, KV_KEY_BYTES);
     p->meta[id].n_tok = n_tok;
+    p->meta[id].on_ssd = 0;
     table_put(p, id);
     p->cs.entries++;
     if (n_tok == p->block_size) {
@@ -332,11 +335,12 @@ static void register_block(struct kv_pool *p, int32_t id, const uint8_t key[KV_K
         if (p->lis.stored)
             p->lis.stored(p->lis.ud, p->lis_group, key, parent, ids, n_tok);
     }
+    p->dirty++;
 }
 
 static int copy_block(struct kv_pool *p, int32_t dst, int32_t src, struct cerr *e)
 {
-    size_t bb = block_bytes(p);
+    size_t bb = kv_block_bytes(p);
     for (int l = 0; l < p->n_layer; l++) {
         void *const *bufs[2] = {p->k, p->v};
         for (int kv = 0; kv < 2; kv++) {
@@ -365,13 +369,17 @@ int kv_cache_lookup(struct kv_pool *p, struct kv_seq *s, const uint8_t root[KV_K
         if (key_block(key, s->chain, ids + pos, bs))
             break;
         int32_t id = table_find(p, key);
-        if (id < 0 || p->meta[id].n_tok != bs)
+        if (id >= 0 && p->meta[id].n_tok != bs)
             break;
+        if (id >= 0)
+            block_ref(p, id);
+        else if ((id = kv_tier_restore_block(p, key, bs, pos ? s->chain : NULL, ids + pos)) < 0)
+            break; /* neither in RAM nor on disk (or the file failed its checks) */
         if (seq_push(s, id)) {
+            block_unref(p, id);
             kv_seq_release(p, s);
             return cerr_set(e, CERR_NOMEM, "out of memory");
         }
-        block_ref(p, id);
         memcpy(s->chain, key, KV_KEY_BYTES);
         s->n_hashed++;
         pos += bs;
@@ -381,6 +389,17 @@ int kv_cache_lookup(struct kv_pool *p, struct kv_seq *s, const uint8_t root[KV_K
         if (key_block(key, s->chain, ids + pos, k))
             break;
         int32_t src = table_find(p, key);
+        if (src < 0 && p->ssd && kv_tier_has(p, key, k)) {
+            /* on disk only: read it straight into the sequence's own new block */
+            if (kv_seq_reserve(p, s, pos + k, NULL))
+                break; /* no room: the hit ends with the full blocks */
+            if (kv_tier_read_into(p, s->blocks[s->n_blocks - 1], key, k) == 0) {
+                pos += k;
+                break;
+            }
+            block_unref(p, s->blocks[--s->n_blocks]); /* give the block back */
+            continue;
+        }
         if (src < 0 || p->meta[src].n_tok != k)
             continue;
         /* copy-on-write: the new sequence writes its next positions into this block */
@@ -417,8 +436,8 @@ void kv_cache_commit(struct kv_pool *p, struct kv_seq *s, const uint8_t root[KV_
         if (key_block(key, s->chain, ids + s->n_hashed * bs, bs))
             return;
         if (s->blocks[s->n_hashed] >= 0)
-            register_block(p, s->blocks[s->n_hashed], key, bs, s->n_hashed ? s->chain : NULL,
-                           ids + s->n_hashed * bs);
+            kv_register_block(p, s->blocks[s->n_hashed], key, bs, s->n_hashed ? s->chain : NULL,
+                              ids + s->n_hashed * bs);
         memcpy(s->chain, key, KV_KEY_BYTES);
         s->n_hashed++;
     }
@@ -435,8 +454,8 @@ void kv_cache_commit_tail(struct kv_pool *p, struct kv_seq *s, const uint8_t roo
         return;
     uint8_t key[KV_KEY_BYTES];
     if (s->blocks[s->n_hashed] >= 0 && key_block(key, s->chain, ids + pos, k) == 0)
-        register_block(p, s->blocks[s->n_hashed], key, k, s->n_hashed ? s->chain : NULL,
-                       ids + pos);
+        kv_register_block(p, s->blocks[s->n_hashed], key, k, s->n_hashed ? s->chain : NULL,
+                          ids + pos);
 }
 
 /* ---- invariants ----------------------------------------------------------------------- */

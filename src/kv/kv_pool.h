@@ -25,7 +25,8 @@
 
 #define KV_KEY_BYTES 32
 
-struct kv_bmeta; /* per-block cache bookkeeping (kv_pool.c) */
+struct kv_bmeta; /* per-block cache bookkeeping (kv_int.h) */
+struct kv_ssd;   /* the SSD tier (ssd.h) */
 
 struct kv_cache_stats {
     long hits, misses, hit_tokens, evictions, cow_copies;
@@ -66,6 +67,10 @@ struct kv_pool {
     struct kv_cache_stats cs;
     struct kv_listener lis;  /* all NULL = nobody listens */
     int lis_group;
+    /* SSD tier (kv_tier.c), NULL when off */
+    struct kv_ssd *ssd;
+    void *ssd_buf;           /* host buffer of one block's payload (every layer's K and V) */
+    long dirty;              /* blocks registered since the last complete snapshot */
 };
 
 /* Allocates n_blocks blocks for a model with these dimensions. max_cached_blocks < 0
@@ -145,5 +150,27 @@ int kv_cache_lookup_swa(struct kv_pool *pg, struct kv_seq *sg, struct kv_pool *p
  * Returns 0, or CERR_FORMAT with the first violation in e. For tests and CINFER_CHECK_KV. */
 int kv_pool_check(const struct kv_pool *p, const struct kv_seq *const *seqs, int n_seqs,
                   struct cerr *e);
+
+/* ---- the SSD tier (kv_tier.c) ----
+ * With an SSD tier attached, the lookup continues on disk where the RAM chain ends (every
+ * request, lone or batched), an evicted block is spilled before it is dropped, and the
+ * engine calls the snapshot and demotion sweeps while it is idle. */
+
+/* Bytes of one block across all layers, K and V (one SSD entry's payload). */
+size_t kv_pool_block_payload(const struct kv_pool *p);
+/* Attaches ssd (borrowed; it must outlive its use by p). Returns 0 or CERR_NOMEM. */
+int kv_pool_attach_ssd(struct kv_pool *p, struct kv_ssd *ssd, struct cerr *e);
+/* Queues up to max_blocks cached blocks that are not on the SSD yet. Returns how many are
+ * still left (0: everything cached is on disk or queued). Stops early when the spill queue
+ * is full (those blocks stay for a later call). exact: ask the SSD index instead of trusting
+ * the blocks' flags (a flush: blocks whose write failed or whose file was evicted are
+ * queued again). */
+int kv_tier_snapshot(struct kv_pool *p, int max_blocks, int exact);
+/* Idle demotion: LRU blocks unused for idle_s seconds go to the SSD and their pool blocks
+ * to the free list (at most max_blocks). Returns the number demoted. */
+int kv_tier_demote(struct kv_pool *p, double now, double idle_s, int max_blocks);
+/* Seconds until the oldest LRU block becomes demotable (0 = now), or -1 when the LRU is
+ * empty. */
+double kv_tier_next_demote(const struct kv_pool *p, double now, double idle_s);
 
 #endif

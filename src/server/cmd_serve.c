@@ -77,6 +77,14 @@ static void serve_usage(FILE *f)
             "                         requests; joiners wait FIFO (default off)\n"
             "  --prompt-cache GB      prefix cache of finished/shared KV, binary GiB (default 8;\n"
             "                         0 disables)\n"
+            "  --ssd-cache DIR        keep prefix KV on disk under the RAM cache: it survives\n"
+            "                         restarts (default off; needs the prompt cache)\n"
+            "  --ssd-cache-max GB     the SSD cache's cap, binary GiB; the oldest files by\n"
+            "                         mtime go first (default 32)\n"
+            "  --ssd-cache-verify     hash every payload on restore (the header hash is always\n"
+            "                         checked)\n"
+            "  --ssd-demote-idle SEC  cached KV unused this long moves to disk and frees its\n"
+            "                         pool blocks, while idle (default 300; 0 disables)\n"
             "  --kv-block-size N      KV positions per block (default 16; alias\n"
             "                         --paged-kv-block-size; --paged-kv is accepted: paging is\n"
             "                         always on)\n"
@@ -166,6 +174,7 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
     o->max_body = 16L << 20;
     o->kv_block_size = 16;
     o->memory_budget_gb = o->kv_budget_gb = o->prompt_cache_gib = -1;
+    o->ssd_max_gib = o->ssd_demote_s = -1;
     float temp_alias = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -246,6 +255,8 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
             o->kv_f32 = 1, used = 0;
         else if (!strcmp(a, "--no-open"))
             o->no_open = 1, used = 0;
+        else if ((rc = serve_ssd_flag(a, v, o, &used)) != 0)
+            rc = rc < 0 ? -1 : 0;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "cinfer serve: unknown option '%s' (see cinfer serve --help)\n", a);
             return -1;
@@ -518,6 +529,7 @@ static void ready_card(struct serve *sv, double t_ready)
            pl->cache_blocks < 0 ? "off" : "on");
     if (c->kv_budget_bytes)
         printf("  KV budget %.2f GB for running requests\n", c->kv_budget_bytes / 1e9);
+    serve_ssd_card(sv);
     printf("  Sampling  temperature %g (%s) · top_p %s · top_k %s · thinking %s · max_tokens "
            "%d chat / %d raw\n",
            (double)sv->defaults.temperature, sv->defaults_src[0], topp, topk,
@@ -655,6 +667,8 @@ int cmd_serve(int argc, char **argv)
     sv->ctx_memory_bound = ec.n_ctx < want / ec.block_size * ec.block_size;
     if (sv->o.kv_budget_gb > 0)
         ec.kv_budget_bytes = (size_t)(sv->o.kv_budget_gb * 1e9);
+    if (serve_ssd_config(&sv->o, &ec))
+        goto done;
     read_generation_config(sv, &ec);
     resolve_defaults(sv);
     sv->max_tokens_chat = sv->o.max_tokens ? sv->o.max_tokens : 65536;
@@ -700,6 +714,7 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "cinfer serve: the event loop failed\n");
         goto done;
     }
+    serve_ssd_exit(sv);
     fprintf(stderr, "cinfer serve: stopped\n");
     status = 0;
 done:

@@ -39,6 +39,11 @@ struct serve_opts {
     const char *served_name; /* --served-model-name (the id /v1/models reports) */
     const char *kv_events, *kv_events_replay; /* --kv-events ENDPOINT, --kv-events-replay */
     int kv_events_array;     /* --kv-events-layout array (else map, vLLM's current form) */
+    /* SSD cold tier (serve_ssd.c) */
+    const char *ssd_dir;     /* NULL = off */
+    double ssd_max_gib;      /* < 0 = default 32 */
+    int ssd_verify;
+    double ssd_demote_s;     /* < 0 = default 300 */
 };
 
 /* Histogram with fixed upper bounds (Prometheus "le" buckets). */
@@ -201,5 +206,26 @@ void serve_metrics_vllm(struct serve *sv, struct sbuf *b, const struct engine_st
 /* serve_probe.c: 1 when host:port already answers GET /v1/models like an OpenAI-compatible
  * server (what[] gets the model ids it lists), 0 when nothing or something else answers. */
 int serve_probe(const char *host, int port, char *what, size_t cap);
+
+/* ---- the SSD cold tier (serve_ssd.c) ---- */
+/* Parses an --ssd-* flag at argv a (value v). Returns 0 when a is not one, 1 when it took
+ * the flag (*used = 1 when it also took v), -1 on a bad value (message printed). */
+int serve_ssd_flag(const char *a, const char *v, struct serve_opts *o, int *used);
+/* Checks the flags against each other and fills ec's ssd_* fields (flags and the
+ * CINFER_SSD_* environment). Returns 0, or -1 with the message printed. */
+int serve_ssd_config(const struct serve_opts *o, struct engine_config *ec);
+/* The ready card's line (nothing when the tier is off). */
+void serve_ssd_card(struct serve *sv);
+/* Adds "ssd_cache" to a /stats object (nothing when off). */
+struct json_t;
+void serve_ssd_stats_json(struct serve *sv, struct json_t *j);
+/* Appends the tier's Prometheus lines (nothing when off). */
+struct sbuf;
+void serve_ssd_metrics(struct serve *sv, struct sbuf *b);
+/* At shutdown (SIGINT/SIGTERM), before the engine is freed: writes every cached block,
+ * printing the bounded timeout and the outcome. */
+void serve_ssd_exit(struct serve *sv);
+/* Installs POST /admin/cache/flush. Returns 0 or -1. */
+int serve_ssd_routes(struct serve *sv);
 
 #endif

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/genhist.h"
 #include "api/oai_req.h"
 #include "server/serve.h"
 #include "util/clock.h"
@@ -27,6 +28,7 @@ struct job {
     double t_start, t_last;
     int n_gen;
     struct sbuf buf;
+    struct genhist_acc gh; /* the exact sampled ids and text (api/genhist.h) */
 };
 
 struct evmsg {
@@ -130,6 +132,14 @@ static void job_deliver(void *ud)
     ev->lp = ev->type == ENGINE_EV_DELTA && msg->lp.id >= 0 ? &msg->lp : NULL;
     double now = clock_now_s();
     int terminal = ev->type != ENGINE_EV_DELTA;
+    if (ev->type == ENGINE_EV_DELTA)
+        genhist_acc_token(&j->gh, ev->token, ev->text, ev->len);
+    else /* kept when the ids are exactly the text: an end-of-generation id (dropped) or the
+          * length limit, not a stop string or a cancellation */
+        genhist_acc_end(&j->gh, sv->tk, ev->text, ev->len,
+                        ev->type == ENGINE_EV_DONE && (ev->finish == ENGINE_FINISH_EOS ||
+                                                       ev->finish == ENGINE_FINISH_LENGTH),
+                        ev->finish == ENGINE_FINISH_EOS);
     if (ev->type == ENGINE_EV_DELTA) {
         if (!j->n_gen++)
             hist_add(&sv->met.ttft, now - j->t_start);

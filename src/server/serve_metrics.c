@@ -119,6 +119,7 @@ char *serve_stats_json(struct serve *sv)
                                       (json_int_t)ks.dropped, "replays",
                                       (json_int_t)ks.replays));
     }
+    serve_ssd_stats_json(sv, j);
     json_t *rq = json_object_get(j, "requests");
     json_object_set_new(rq, "messages", json_integer(m->requests[EP_MESSAGES]));
     json_object_set_new(rq, "responses", json_integer(m->requests[EP_RESPONSES]));
@@ -191,6 +192,7 @@ char *serve_metrics_text(struct serve *sv)
          (double)es.cache_evictions);
     prom(&b, "cinfer_prompt_cache_entries", "gauge", "Cached KV blocks.",
          (double)es.cache_entries);
+    serve_ssd_metrics(sv, &b);
     prom(&b, "cinfer_kv_projected_bytes", "gauge", "Projected KV of the running requests.",
          (double)es.kv_projected_bytes);
     prom(&b, "cinfer_max_safe_context", "gauge", "Longest context the memory plan admits.",

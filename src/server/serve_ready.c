@@ -41,7 +41,7 @@ void serve_ready_install(void *ud)
 {
     struct serve *sv = ud;
     struct cerr e = {0};
-    int rc = serve_routes_install(sv);
+    int rc = serve_routes_install(sv) || serve_ssd_routes(sv);
     if (!rc && web_install(&sv->web, sv->http, &e)) { /* the browser chat page */
         log_error("cinfer serve: %s", e.msg);
         rc = -1;

@@ -1,0 +1,231 @@
+/* tier.c — the engine side of the SSD tier (engine_int.h, kv/ssd.h): opening it under a
+ * namespace that covers the weights' content and the tokenizer, the idle-time work (the
+ * debounced write-behind snapshot, idle demotion, flush requests) and shutdown.
+ *
+ * Idle gating: the writer thread writes only while the engine is idle (kv_ssd_set_busy),
+ * and the sweeps here run only while no request runs or waits, in slices of a few blocks,
+ * so a request that arrives waits at most one slice. A flush request is also answered
+ * between steps, so that it completes under load.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine_int.h"
+#include "kv/ssd.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+enum { SLICE = 32 };            /* blocks per sweep slice */
+static const double DEBOUNCE_S = 1.0; /* write-behind: after requests settle this long */
+
+int eng_tier_open(struct engine *g, struct cerr *e)
+{
+    const struct engine_config *c = &g->c;
+    if (!c->ssd_dir)
+        return 0;
+    if (g->kv_swa) {
+        log_warn("ssd cache: this model keeps its sliding-window layers in their own pool; the "
+                 "SSD tier does not cover that layout yet and stays off");
+        return 0;
+    }
+    /* namespace: the RAM root (architecture, shapes, KV dtype, block size, adapters) plus the
+     * weights' content, the tokenizer and the file format */
+    uint8_t buf[KV_KEY_BYTES * 3 + 16];
+    memcpy(buf, g->root, KV_KEY_BYTES);
+    int rc = kv_ssd_fingerprint(g->m->path, buf + KV_KEY_BYTES, e);
+    if (rc)
+        return rc;
+    memset(buf + 2 * KV_KEY_BYTES, 0, KV_KEY_BYTES);
+    if (g->tk) {
+        int nv = tok_vocab_size(g->tk);
+        size_t cap = 1 << 16, len = 0;
+        char *t = malloc(cap);
+        for (int32_t id = 0; t && id < nv; id++) {
+            const char *pc = tok_piece(g->tk, id);
+            size_t pl = pc ? strlen(pc) + 1 : 1;
+            if (len + pl + 8 > cap) {
+                char *nt = realloc(t, cap *= 2);
+                if (!nt) {
+                    free(t);
+                    t = NULL;
+                    break;
+                }
+                t = nt;
+            }
+            memcpy(t + len, pc ? pc : "", pl);
+            len += pl;
+            t[len++] = (char)tok_is_special(g->tk, id);
+        }
+        if (!t)
+            return cerr_set(e, CERR_NOMEM, "out of memory");
+        kv_key_root(buf + 2 * KV_KEY_BYTES, t, len);
+        free(t);
+    }
+    memcpy(buf + 3 * KV_KEY_BYTES, "cinfer-ssd-v1\0\0\0", 16);
+    kv_key_root(g->root, buf, sizeof buf);
+
+    struct kv_pool *p = g->kv;
+    struct kv_ssd_config sc = {.dir = c->ssd_dir, .max_bytes = c->ssd_max_bytes,
+                               .verify = c->ssd_verify,
+                               .spill_queue_bytes = c->ssd_spill_queue_bytes,
+                               .n_layer = p->n_layer, .kv_dim = p->kv_dim,
+                               .block_size = p->block_size, .kv_dtype = p->kv_dtype,
+                               .payload_bytes = kv_pool_block_payload(p)};
+    rc = kv_ssd_open(&g->ssd, &sc, g->root, e);
+    if (!rc && (rc = kv_pool_attach_ssd(p, g->ssd, e))) {
+        kv_ssd_close(g->ssd, 0);
+        g->ssd = NULL;
+    }
+    return rc;
+}
+
+/* Queues every cached block not on disk yet; waits for room when the spill queue is full. */
+static void snapshot_all(struct engine *g)
+{
+    double t_end = clock_now_s() + (g->c.ssd_close_timeout_s > 0 ? g->c.ssd_close_timeout_s : 30);
+    while (kv_tier_snapshot(g->kv, INT_MAX, 1) > 0 && clock_now_s() < t_end)
+        kv_ssd_drain(g->ssd, 1.0);
+}
+
+static void publish_cache(struct engine *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->st.cache_entries = g->kv->cs.entries;
+    g->st.cache_lru_blocks = g->kv->cs.lru;
+    g->st.cache_evictions = g->kv->cs.evictions;
+    g->st.blocks_free = kv_pool_available(g->kv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Answers pending flush requests (engine thread, mu not held). */
+static void serve_flush(struct engine *g)
+{
+    pthread_mutex_lock(&g->mu);
+    long want = g->flush_req;
+    int due = want != g->flush_done;
+    pthread_mutex_unlock(&g->mu);
+    if (!due)
+        return;
+    snapshot_all(g);
+    pthread_mutex_lock(&g->mu);
+    g->flush_done = want;
+    pthread_cond_broadcast(&g->flush_cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+double eng_tier_idle(struct engine *g)
+{
+    serve_flush(g);
+    kv_ssd_set_busy(g->ssd, 0);
+    double now = clock_now_s(), wait = -1;
+    if (g->t_settled == 0)
+        g->t_settled = now;
+    if (g->c.ssd_writebehind && g->kv->dirty > 0) {
+        double due = g->t_settled + DEBOUNCE_S - now;
+        if (due > 0)
+            wait = due;
+        else if (kv_tier_snapshot(g->kv, SLICE, 0) > 0)
+            wait = 0.01; /* more to do (or the queue is full: let the writer catch up) */
+    }
+    if (g->c.ssd_demote_idle_s > 0) {
+        double t = kv_tier_next_demote(g->kv, now, g->c.ssd_demote_idle_s);
+        if (t == 0) {
+            if (kv_tier_demote(g->kv, now, g->c.ssd_demote_idle_s, SLICE) > 0)
+                publish_cache(g);
+            t = kv_tier_next_demote(g->kv, now, g->c.ssd_demote_idle_s);
+            if (t == 0)
+                t = 0.01;
+        }
+        if (t >= 0 && (wait < 0 || t < wait))
+            wait = t;
+    }
+    return wait;
+}
+
+void eng_tier_busy(struct engine *g)
+{
+    serve_flush(g);
+    kv_ssd_set_busy(g->ssd, 1);
+    g->t_settled = 0;
+}
+
+void eng_tier_quit(struct engine *g)
+{
+    if (!g->ssd)
+        return;
+    kv_ssd_set_busy(g->ssd, 0);
+    snapshot_all(g);
+    pthread_mutex_lock(&g->mu);
+    g->flush_done = g->flush_req;
+    pthread_cond_broadcast(&g->flush_cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void eng_tier_close(struct engine *g)
+{
+    if (!g->ssd)
+        return;
+    kv_pool_attach_ssd(g->kv, NULL, NULL);
+    kv_ssd_close(g->ssd, g->c.ssd_close_timeout_s > 0 ? g->c.ssd_close_timeout_s : 30);
+    g->ssd = NULL;
+}
+
+int engine_ssd_stats(struct engine *g, struct kv_ssd_stats *out)
+{
+    if (!g->ssd)
+        return -1;
+    kv_ssd_stats(g->ssd, out);
+    return 0;
+}
+
+int engine_ssd_flush(struct engine *g, double timeout_s)
+{
+    if (!g->ssd)
+        return -1;
+    double t0 = clock_now_s();
+    struct kv_ssd_stats before, after;
+    kv_ssd_stats(g->ssd, &before);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double end = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + timeout_s;
+    ts.tv_sec = (time_t)end;
+    ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
+    pthread_mutex_lock(&g->mu);
+    long want = ++g->flush_req;
+    pthread_cond_signal(&g->cv);
+    int timed_out = 0;
+    while (g->flush_done < want && !g->quit && !timed_out)
+        timed_out = pthread_cond_timedwait(&g->flush_cv, &g->mu, &ts) == ETIMEDOUT;
+    int served = g->flush_done >= want;
+    pthread_mutex_unlock(&g->mu);
+    if (!served)
+        return 1;
+    double left = timeout_s - (clock_now_s() - t0);
+    int rc = kv_ssd_drain(g->ssd, left > 0.1 ? left : 0.1);
+    kv_ssd_stats(g->ssd, &after);
+    return rc || after.write_errors > before.write_errors;
+}
+
+void eng_tier_wait(struct engine *g)
+{
+    pthread_mutex_unlock(&g->mu);
+    double w = eng_tier_idle(g);
+    pthread_mutex_lock(&g->mu);
+    if (g->quit || g->in.n || g->n_cancel || g->n_run || g->wait.n || w == 0)
+        return;
+    if (g->flush_req != g->flush_done)
+        return;
+    if (w < 0) {
+        pthread_cond_wait(&g->cv, &g->mu);
+        return;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double end = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + w;
+    ts.tv_sec = (time_t)end;
+    ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+}

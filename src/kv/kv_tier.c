@@ -1,0 +1,161 @@
+/* kv_tier.c — the RAM prefix cache's SSD tier (see kv_pool.h, ssd.h): moving one block's
+ * payload between the pool and an SSD entry, and the idle sweeps (snapshot, demotion).
+ *
+ * A payload is every layer's K rows of the block, then its V rows, layer by layer:
+ * (n_layer, 2, block_size, kv_dim) in kv_dtype. Moving one block touches only one block's
+ * worth of host memory (p->ssd_buf, or the spill's own buffer): a restore streams a prefix
+ * in bounded memory, on any backend (download/upload are the backend's copies).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv_int.h"
+#include "kv/kv_pool.h"
+#include "kv/ssd.h"
+#include "util/log.h"
+
+size_t kv_pool_block_payload(const struct kv_pool *p)
+{
+    return 2 * (size_t)p->n_layer * kv_block_bytes(p);
+}
+
+int kv_pool_attach_ssd(struct kv_pool *p, struct kv_ssd *ssd, struct cerr *e)
+{
+    free(p->ssd_buf);
+    p->ssd_buf = NULL;
+    p->ssd = NULL;
+    if (!ssd)
+        return 0;
+    if (!(p->ssd_buf = malloc(kv_pool_block_payload(p))))
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    p->ssd = ssd;
+    return 0;
+}
+
+/* Copies pool block id into host buffer dst (payload layout). */
+static int download_block(struct kv_pool *p, int32_t id, char *dst)
+{
+    size_t bb = kv_block_bytes(p);
+    for (int l = 0; l < p->n_layer; l++) {
+        char *k = p->k[l], *v = p->v[l];
+        if (p->be->ops->download(p->be, dst, k + (size_t)id * bb, bb, NULL) ||
+            p->be->ops->download(p->be, dst + bb, v + (size_t)id * bb, bb, NULL))
+            return -1;
+        dst += 2 * bb;
+    }
+    return 0;
+}
+
+static int upload_block(struct kv_pool *p, int32_t id, const char *src)
+{
+    size_t bb = kv_block_bytes(p);
+    for (int l = 0; l < p->n_layer; l++) {
+        char *k = p->k[l], *v = p->v[l];
+        if (p->be->ops->upload(p->be, k + (size_t)id * bb, src, bb, NULL) ||
+            p->be->ops->upload(p->be, v + (size_t)id * bb, src + bb, bb, NULL))
+            return -1;
+        src += 2 * bb;
+    }
+    return 0;
+}
+
+int kv_tier_spill(struct kv_pool *p, int32_t id, int may_drop)
+{
+    struct kv_bmeta *m = &p->meta[id];
+    if (!p->ssd || m->n_tok <= 0)
+        return 1;
+    if (m->on_ssd)
+        return 0;
+    char *buf = malloc(kv_pool_block_payload(p));
+    if (!buf || download_block(p, id, buf)) {
+        free(buf);
+        return 1;
+    }
+    if (kv_ssd_put(p->ssd, m->key, m->n_tok, buf, may_drop))
+        return 1;
+    m->on_ssd = 1;
+    kv_ssd_count(p->ssd, 0, 0, 0, 1);
+    return 0;
+}
+
+int kv_tier_has(struct kv_pool *p, const uint8_t key[KV_KEY_BYTES], int n_tok)
+{
+    return p->ssd && kv_ssd_has(p->ssd, key, n_tok);
+}
+
+int kv_tier_read_into(struct kv_pool *p, int32_t id, const uint8_t key[KV_KEY_BYTES], int n_tok)
+{
+    if (!p->ssd || kv_ssd_read(p->ssd, key, n_tok, p->ssd_buf, NULL) ||
+        upload_block(p, id, p->ssd_buf))
+        return -1;
+    kv_ssd_count(p->ssd, 0, n_tok, 1, 0);
+    return 0;
+}
+
+int32_t kv_tier_restore_block(struct kv_pool *p, const uint8_t key[KV_KEY_BYTES], int n_tok,
+                              const uint8_t *parent, const int32_t *ids)
+{
+    if (!p->ssd || !kv_ssd_has(p->ssd, key, n_tok))
+        return -1;
+    if (p->n_free == 0 && p->cs.lru > 0)
+        kv_evict_one(p);
+    if (p->n_free == 0)
+        return -1;
+    int32_t id = p->free_ids[p->n_free - 1];
+    if (kv_tier_read_into(p, id, key, n_tok))
+        return -1;
+    p->n_free--;
+    p->refcnt[id] = 1;
+    kv_register_block(p, id, key, n_tok, parent, ids);
+    p->meta[id].on_ssd = 1;
+    p->dirty--; /* it came from the disk */
+    return id;
+}
+
+int kv_tier_snapshot(struct kv_pool *p, int max_blocks, int exact)
+{
+    if (!p->ssd || (p->dirty <= 0 && !exact))
+        return 0;
+    int done = 0, left = 0;
+    for (int32_t id = 0; id < p->n_blocks; id++) {
+        struct kv_bmeta *m = &p->meta[id];
+        if (m->n_tok <= 0)
+            continue;
+        if (exact && m->on_ssd && !kv_ssd_known(p->ssd, m->key))
+            m->on_ssd = 0; /* its write failed or its file was evicted: queue it again */
+        if (m->on_ssd)
+            continue;
+        if (done >= max_blocks || kv_tier_spill(p, id, 0)) {
+            left++;
+            continue;
+        }
+        done++;
+    }
+    if (!left)
+        p->dirty = 0;
+    return left;
+}
+
+int kv_tier_demote(struct kv_pool *p, double now, double idle_s, int max_blocks)
+{
+    int n = 0;
+    while (p->ssd && n < max_blocks && p->lru_head >= 0 &&
+           now - p->meta[p->lru_head].t_unused >= idle_s) {
+        int32_t id = p->lru_head;
+        if (!p->meta[id].on_ssd && kv_tier_spill(p, id, 0))
+            break; /* the spill queue is full: later */
+        kv_evict_one(p);
+        n++;
+    }
+    if (n)
+        kv_ssd_count(p->ssd, n, 0, 0, 0);
+    return n;
+}
+
+double kv_tier_next_demote(const struct kv_pool *p, double now, double idle_s)
+{
+    if (!p->ssd || p->lru_head < 0)
+        return -1;
+    double t = p->meta[p->lru_head].t_unused + idle_s - now;
+    return t > 0 ? t : 0;
+}
