@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,40 @@ static void cpu_free(struct be *b, void *p)
     free(p);
 }
 
+/* 1 when [a, z) lies in one read-only private mapping of a file (/proc/self/maps). */
+static int ro_file_mapping(uintptr_t a, uintptr_t z)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return 0;
+    char line[512];
+    int ok = 0;
+    while (!ok && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, off, ino;
+        char perm[8];
+        unsigned dmaj, dmin;
+        if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perm, &off, &dmaj, &dmin, &ino) == 7 &&
+            lo <= a && z <= hi)
+            ok = ino != 0 && perm[0] == 'r' && perm[1] == '-' && perm[3] == 'p';
+    }
+    fclose(f);
+    return ok;
+}
+
+/* Drops this process's pages of [p, p + n) when they are a read-only private file mapping
+ * (the mmap'd model): MADV_DONTNEED only unmaps clean file pages there (a later access
+ * re-reads the file; nothing is written). Anything else (heap memory) is left alone. */
+static void release_file_pages(const void *p, size_t n)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0)
+        return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    uintptr_t z = ((uintptr_t)p + n) & ~((uintptr_t)pg - 1);
+    if (z > a && ro_file_mapping(a, z))
+        (void)madvise((void *)a, z - a, MADV_DONTNEED);
+}
+
 enum { RP_CHUNK = 64 /* groups per pool task */ };
 struct rp_task {
     struct rp_hdr *h;
@@ -152,9 +187,8 @@ static void rp_chunk(void *arg, int64_t i)
 }
 
 /* Replaces t->data by a repacked copy (repack.h) when this kernel level has kernels for
- * t's layout. The source is only read; its whole pages are then released (MADV_PAGEOUT:
- * clean file pages are dropped and re-read on demand, anonymous ones are kept intact). A
- * failure leaves t as it was: the file layout always works. */
+ * t's layout. The source is only read; then its pages are released when it is the mmap'd
+ * file (release_file_pages). A failure leaves t as it was: the file layout always works. */
 static void weight_repack(struct cpu_be *cb, struct be_tensor *t)
 {
     if (!cb->repack || !cb->k.mm_rp[t->dtype] || rp_of(t) || t->ne[0] % 256)
@@ -175,15 +209,7 @@ static void weight_repack(struct cpu_be *cb, struct be_tensor *t)
         return;
     }
     size_t src = dtype_row_bytes(t->dtype, t->ne[0]) * (size_t)t->ne[1];
-#ifdef MADV_PAGEOUT
-    long pg = sysconf(_SC_PAGESIZE);
-    if (pg > 0) {
-        uintptr_t a = ((uintptr_t)t->data + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
-        uintptr_t z = ((uintptr_t)t->data + src) & ~((uintptr_t)pg - 1);
-        if (z > a)
-            (void)madvise((void *)a, z - a, MADV_PAGEOUT);
-    }
-#endif
+    release_file_pages(t->data, src);
     cb->rp[cb->n_rp++] = h;
     cb->rp_bytes += h->bytes;
     cb->rp_src_bytes += src;
