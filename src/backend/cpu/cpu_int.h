@@ -50,6 +50,10 @@ struct cpu_kernels {
      * 0.044715 x^3) for GELU-tanh, the same function); an element's arithmetic never depends
      * on its index or on n. */
     void (*act_mul)(float *y, const float *gate, const float *up, int64_t n, int act);
+    /* dst[i] = float(src[i]) for fp16 src (exact; the conversion the F16 entries of
+     * dots_kv / axpys_kv apply to their rows, so those on converted rows give the same bits
+     * as on the fp16 rows). */
+    void (*f16_to_f32)(float *dst, const uint16_t *src, int n);
     /* dst[i] = fp16(src[i]), round to nearest even (bit-identical at every level). */
     void (*f32_to_f16)(uint16_t *dst, const float *src, int n);
     /* x[i] *= s. */
