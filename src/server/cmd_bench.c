@@ -30,7 +30,8 @@ static void bench_usage(FILE *f)
                "Prints one JSON object: load_s, ttft_s (start to the first token of an\n"
                "8-token prompt, load included), ttft_warm_s (the same without the load),\n"
                "decode_tok_s (GEN_TOKENS after it, default 128; with -d, after a DEPTH-token\n"
-               "prompt instead, ttft then covering that prompt),\n"
+               "prompt instead, ttft then covering that prompt; depth_prefill_tok_s = DEPTH /\n"
+               "ttft_warm_s),\n"
                "prefill_tok_s (a PROMPT_TOKENS prompt, default 512), peak_rss_bytes.\n"
                "The KV cache is F16 by default (as llama.cpp's).\n");
 }
@@ -131,6 +132,7 @@ int cmd_bench(int argc, char **argv)
         goto fail;
     int32_t tok = sampler_argmax(g->logits, V);
     double ttft = clock_now_s() - t0, ttft_warm = clock_now_s() - tw;
+    double depth_tok_s = depth > 0 ? depth / ttft_warm : 0; /* the DEPTH-token prefill */
     double t1 = clock_now_s();
     for (int i = 0; i < n_gen; i++) {
         if (gen_feed(g, &tok, 1, NULL, &e))
@@ -150,9 +152,9 @@ int cmd_bench(int argc, char **argv)
     printf("{\"engine\": \"cinfer\", \"backend\": \"%s\", \"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, "
            "\"kv\": \"%s\", \"load_s\": %.4f, \"ttft_s\": %.4f, \"ttft_warm_s\": %.4f, \"decode_tokens\": %d, \"decode_tok_s\": %.3f, "
            "\"prefill_tokens\": %d, \"prefill_tok_s\": %.3f, \"peak_rss_bytes\": %lld, "
-           "\"weight_bytes\": %zu, \"depth\": %d}\n",
+           "\"weight_bytes\": %zu, \"depth\": %d, \"depth_prefill_tok_s\": %.3f}\n",
            be->ops->name, path, m->arch_name, is_cpu ? be_cpu_threads(be) : 0, kv_dtype == DT_F16 ? "f16" : "f32", load_s, ttft, ttft_warm, n_gen, n_gen / decode_s, n_prompt,
-           n_prompt / prefill_s, (long long)ru.ru_maxrss * 1024, model_weight_bytes(m), depth);
+           n_prompt / prefill_s, (long long)ru.ru_maxrss * 1024, model_weight_bytes(m), depth, depth_tok_s);
     status = 0;
     goto done;
 fail:
