@@ -323,8 +323,8 @@ static void test_pool_exactly_once(void)
  * bit pattern occurs), and tail rows of the last group are zero blocks. */
 static void test_repack_roundtrip(void)
 {
-    static const int types[] = {DT_Q4_K, DT_Q6_K};
-    for (size_t ti = 0; ti < 2; ti++) {
+    static const int types[] = {DT_Q4_K, DT_Q6_K, DT_Q8_0, DT_Q5_0, DT_Q4_0};
+    for (size_t ti = 0; ti < 5; ti++) {
         int dt = types[ti], rows = 13;
         int64_t k = 768;
         size_t rb = dtype_row_bytes(dt, k);
@@ -342,13 +342,13 @@ static void test_repack_roundtrip(void)
         rp_fill(h, src, 1, 2);
         int bad = 0;
         for (int r = 0; r < rows; r++) {
-            rp_orig_row_part(h, r, 0, k / 256, back);
+            rp_orig_row_part(h, r, 0, k / dtype_block_elems(dt), back);
             bad += memcmp(back, src + (size_t)r * rb, rb) != 0;
         }
         CHECK_MSG(bad == 0, "%s: %d rows differ after the round trip", dtype_name(dt), bad);
         /* rows 13..15 of the tail group: all zero (d = 0) */
         float y[768];
-        rp_orig_row_part(h, 15, 0, k / 256, back);
+        rp_orig_row_part(h, 15, 0, k / dtype_block_elems(dt), back);
         quant_dequant_row(dt, back, y, k);
         int nz = 0;
         for (int i = 0; i < k; i++)

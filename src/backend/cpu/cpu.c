@@ -191,7 +191,7 @@ static void rp_chunk(void *arg, int64_t i)
  * file (release_file_pages). A failure leaves t as it was: the file layout always works. */
 static void weight_repack(struct cpu_be *cb, struct be_tensor *t)
 {
-    if (!cb->repack || !cb->k.mm_rp[t->dtype] || rp_of(t) || t->ne[0] % 256)
+    if (!cb->repack || !cb->k.mm_rp[t->dtype] || rp_of(t))
         return;
     if (cb->n_rp == cb->cap_rp) {
         int cap = cb->cap_rp ? 2 * cb->cap_rp : 64;

@@ -27,7 +27,7 @@ typedef void (*cpu_mm_fn)(int dt, int64_t k, const void *w, size_t w_stride, int
                           size_t x_stride, int nx, float *y, int64_t ldy);
 
 /* y[i * ldy + r] = dot(x row i, repacked row j0 + r) for i < nx, r < nw; j0 a multiple of
- * RP_ROWS; x in QA_A8K format, rows x_stride bytes apart. */
+ * RP_ROWS; x in quant_act_kind(h->dtype) format, rows x_stride bytes apart. */
 typedef void (*cpu_mmrp_fn)(const struct rp_hdr *h, int64_t j0, int nw, const void *x,
                             size_t x_stride, int nx, float *y, int64_t ldy);
 

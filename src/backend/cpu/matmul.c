@@ -114,11 +114,12 @@ void cpu_get_rows(struct be *b, float *out, const struct be_tensor *w, const int
         }
         if (rp) { /* the file's blocks rebuilt a few at a time, then decoded as usual */
             enum { CH = 8 };
-            _Alignas(64) uint8_t blk[CH * 256]; /* >= CH Q6_K blocks (210 bytes) */
-            for (int64_t b0 = 0; b0 < k; b0 += 256 * CH) {
-                int64_t nb = (k - b0) / 256 < CH ? (k - b0) / 256 : CH;
-                rp_orig_row_part(rp, ids[i], b0 / 256, nb, blk);
-                quant_dequant_row(w->dtype, blk, out + i * k + b0, nb * 256);
+            _Alignas(64) uint8_t blk[CH * 256]; /* >= CH blocks of any repacked type */
+            int64_t be = dtype_block_elems(w->dtype);
+            for (int64_t b0 = 0; b0 < k / be; b0 += CH) {
+                int64_t nb = k / be - b0 < CH ? k / be - b0 : CH;
+                rp_orig_row_part(rp, ids[i], b0, nb, blk);
+                quant_dequant_row(w->dtype, blk, out + i * k + b0 * be, nb * be);
             }
             continue;
         }

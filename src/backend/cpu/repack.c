@@ -14,13 +14,70 @@
 enum {
     Q4K_D = 0, Q4K_NDM = 16, Q4K_SC = 32, Q4K_MN = 96, Q4K_Q = 160, Q4K_GBLK = 1184,
     Q6K_D = 0, Q6K_SC = 16, Q6K_Q = 144, Q6K_H = 1168, Q6K_GBLK = 1680,
+    Q8_D = 0, Q8_Q = 16, Q8_GBLK = 272,
+    Q5_D = 0, Q5_H = 16, Q5_Q = 48, Q5_GBLK = 176,
+    Q40_D = 0, Q40_Q = 16, Q40_GBLK = 144,
 };
 
-int rp_supported(int dt) { return dt == DT_Q4_K || dt == DT_Q6_K; }
+int rp_supported(int dt)
+{
+    return dt == DT_Q4_K || dt == DT_Q6_K || dt == DT_Q8_0 || dt == DT_Q5_0 || dt == DT_Q4_0;
+}
 
 size_t rp_gblk_bytes(int dt)
 {
-    return dt == DT_Q4_K ? Q4K_GBLK : dt == DT_Q6_K ? Q6K_GBLK : 0;
+    switch (dt) {
+    case DT_Q4_K: return Q4K_GBLK;
+    case DT_Q6_K: return Q6K_GBLK;
+    case DT_Q8_0: return Q8_GBLK;
+    case DT_Q5_0: return Q5_GBLK;
+    case DT_Q4_0: return Q40_GBLK;
+    default: return 0;
+    }
+}
+
+/* ---- 32-element blocks: Q8_0 (int8 ^ 0x80), Q5_0 (nibbles + high-bit masks), Q4_0 ---- */
+
+static void b32_pack(int dt, uint8_t *g, int r, const uint8_t *p)
+{
+    memcpy(g + 2 * r, p, 2); /* d: first in every 32-element block */
+    if (dt == DT_Q8_0) {
+        const struct blk_q8_0 *b = (const struct blk_q8_0 *)p;
+        for (int j = 0; j < 4; j++)
+            for (int t = 0; t < 8; t++)
+                g[Q8_Q + j * 64 + r * 8 + t] = (uint8_t)b->qs[8 * j + t] ^ 0x80u;
+    } else if (dt == DT_Q5_0) {
+        const struct blk_q5_0 *b = (const struct blk_q5_0 *)p;
+        for (int j = 0; j < 4; j++)
+            g[Q5_H + j * 8 + r] = b->qh[j];
+        for (int jj = 0; jj < 2; jj++)
+            memcpy(g + Q5_Q + jj * 64 + r * 8, b->qs + 8 * jj, 8);
+    } else {
+        const struct blk_q4_0 *b = (const struct blk_q4_0 *)p;
+        for (int jj = 0; jj < 2; jj++)
+            memcpy(g + Q40_Q + jj * 64 + r * 8, b->qs + 8 * jj, 8);
+    }
+}
+
+static void b32_unpack(int dt, const uint8_t *g, int r, uint8_t *p)
+{
+    memcpy(p, g + 2 * r, 2);
+    if (dt == DT_Q8_0) {
+        struct blk_q8_0 *b = (struct blk_q8_0 *)p;
+        for (int j = 0; j < 4; j++)
+            for (int t = 0; t < 8; t++)
+                b->qs[8 * j + t] = (int8_t)(g[Q8_Q + j * 64 + r * 8 + t] ^ 0x80u);
+    } else if (dt == DT_Q5_0) {
+        struct blk_q5_0 *b = (struct blk_q5_0 *)p;
+        for (int j = 0; j < 4; j++)
+            b->qh[j] = g[Q5_H + j * 8 + r];
+        for (int jj = 0; jj < 2; jj++)
+            memcpy(b->qs + 8 * jj, g + Q5_Q + jj * 64 + r * 8, 8);
+    } else {
+        struct blk_q4_0 *b = (struct blk_q4_0 *)p;
+        for (int jj = 0; jj < 2; jj++)
+            memcpy(b->qs + 8 * jj, g + Q40_Q + jj * 64 + r * 8, 8);
+    }
 }
 
 const struct rp_hdr *rp_of(const struct be_tensor *t)
@@ -135,9 +192,10 @@ static void q6k_unpack(const uint8_t *g, int r, struct blk_q6_k *b)
 struct rp_hdr *rp_alloc(int dt, int64_t k, int64_t rows)
 {
     size_t gb = rp_gblk_bytes(dt);
-    if (!gb || k <= 0 || k % 256 || rows <= 0)
+    int be = dtype_block_elems(dt);
+    if (!gb || k <= 0 || k % be || rows <= 0)
         return NULL;
-    int64_t nb = k / 256, ng = (rows + RP_ROWS - 1) / RP_ROWS;
+    int64_t nb = k / be, ng = (rows + RP_ROWS - 1) / RP_ROWS;
     size_t bytes = sizeof(struct rp_hdr) + (size_t)ng * (size_t)nb * gb;
     bytes = (bytes + 63) & ~(size_t)63;
     struct rp_hdr *h = aligned_alloc(64, bytes);
@@ -155,8 +213,8 @@ struct rp_hdr *rp_alloc(int dt, int64_t k, int64_t rows)
 void rp_fill(struct rp_hdr *h, const void *src, int64_t g0, int64_t g1)
 {
     int dt = h->dtype;
-    size_t gb = h->gblk, bb = dt == DT_Q4_K ? sizeof(struct blk_q4_k) : sizeof(struct blk_q6_k);
-    int64_t nb = h->k / 256;
+    size_t gb = h->gblk, bb = dtype_block_bytes(dt);
+    int64_t nb = h->k / dtype_block_elems(dt);
     size_t rb = (size_t)nb * bb;
     uint8_t *d = (uint8_t *)(h + 1);
     for (int64_t gi = g0; gi < g1; gi++) {
@@ -167,8 +225,10 @@ void rp_fill(struct rp_hdr *h, const void *src, int64_t g0, int64_t g1)
             for (int64_t b = 0; b < nb; b++) {
                 if (dt == DT_Q4_K)
                     q4k_pack(grp + (size_t)b * gb, r, (const struct blk_q4_k *)(s + (size_t)b * bb));
-                else
+                else if (dt == DT_Q6_K)
                     q6k_pack(grp + (size_t)b * gb, r, (const struct blk_q6_k *)(s + (size_t)b * bb));
+                else
+                    b32_pack(dt, grp + (size_t)b * gb, r, s + (size_t)b * bb);
             }
         }
     }
@@ -181,7 +241,10 @@ void rp_orig_row_part(const struct rp_hdr *h, int64_t row, int64_t b0, int64_t n
     for (int64_t b = 0; b < nb; b++) {
         if (h->dtype == DT_Q4_K)
             q4k_unpack(grp + (size_t)(b0 + b) * h->gblk, r, (struct blk_q4_k *)dst + b);
-        else
+        else if (h->dtype == DT_Q6_K)
             q6k_unpack(grp + (size_t)(b0 + b) * h->gblk, r, (struct blk_q6_k *)dst + b);
+        else
+            b32_unpack(h->dtype, grp + (size_t)(b0 + b) * h->gblk, r,
+                       (uint8_t *)dst + (size_t)b * dtype_block_bytes(h->dtype));
     }
 }

@@ -1,4 +1,4 @@
-/* rp_avx512.c — matmul kernels on repacked Q4_K / Q6_K weights (repack.h), AVX-512 with
+/* rp_avx512.c — matmul kernels on repacked Q4_K / Q6_K / Q8_0 / Q5_0 / Q4_0 weights (repack.h), AVX-512 with
  * VNNI and VBMI (installed only when the CPU has both; cpu.c checks).
  *
  * One 64-byte vector holds 8 bytes of each of 8 weight rows; int32 lane L = (row L/2, half
@@ -227,13 +227,83 @@ RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
         store_rows(y + i * ldy, facc[i], nr);
 }
 
+/* ---- 32-element blocks: Q8_0, Q5_0, Q4_0 ----
+ * Weights are unsigned bytes u = w + o (o = 128, 16, 8); sum (u - o) x = sum u x + o ns1
+ * (ns1 = -sum x of the activation block), added in int32 before the float term. */
+
+RP_INLINE void b32_tile(int dt, int nx, int64_t nb, const uint8_t *g, const uint8_t *x,
+                        size_t xs, float *y, int64_t ldy, int nr)
+{
+    const size_t gb = dt == DT_Q8_0 ? 272 : dt == DT_Q5_0 ? 176 : 144;
+    const int o = dt == DT_Q8_0 ? 128 : dt == DT_Q5_0 ? 16 : 8;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10);
+    __m256 facc[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < nx; i++)
+        facc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, g += gb) {
+        __m512i w[4];
+        if (dt == DT_Q8_0) {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                w[j] = _mm512_loadu_si512((const void *)(g + 16 + 64 * j));
+        } else {
+            const uint8_t *q = g + (dt == DT_Q5_0 ? 48 : 16);
+#pragma GCC unroll 2
+            for (int jj = 0; jj < 2; jj++) {
+                __m512i n = _mm512_loadu_si512((const void *)(q + 64 * jj));
+                w[jj] = _mm512_and_si512(n, m4);
+                w[jj + 2] = _mm512_and_si512(_mm512_srli_epi16(n, 4), m4);
+            }
+            if (dt == DT_Q5_0)
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    __mmask64 k;
+                    memcpy(&k, g + 16 + 8 * j, 8);
+                    w[j] = _mm512_mask_add_epi8(w[j], k, w[j], b16);
+                }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+#pragma GCC unroll 4
+        for (int i = 0; i < nx; i++) {
+            const struct blk_a8 *xb = (const struct blk_a8 *)(x + (size_t)i * xs) + b;
+            __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bq(xb->q));
+#pragma GCC unroll 3
+            for (int j = 1; j < 4; j++)
+                acc = _mm512_dpbusd_epi32(acc, w[j], bq(xb->q + 8 * j));
+            __m256i t = _mm256_add_epi32(fold(acc), _mm256_set1_epi32(o * xb->ns1));
+            facc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(xb->d)),
+                                      facc[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nx; i++)
+        store_rows(y + i * ldy, facc[i], nr);
+}
+
+RP_INLINE void q8_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                       float *y, int64_t ldy, int nr)
+{
+    b32_tile(DT_Q8_0, nx, nb, g, x, xs, y, ldy, nr);
+}
+RP_INLINE void q5_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                       float *y, int64_t ldy, int nr)
+{
+    b32_tile(DT_Q5_0, nx, nb, g, x, xs, y, ldy, nr);
+}
+RP_INLINE void q40_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                        float *y, int64_t ldy, int nr)
+{
+    b32_tile(DT_Q4_0, nx, nb, g, x, xs, y, ldy, nr);
+}
+
 /* ---- entry points: rows [j0, j0 + nw) (j0 a multiple of 8) against nx x rows ---- */
 
 #define RP_MM(name, tile)                                                                          \
     static void name(const struct rp_hdr *h, int64_t j0, int nw, const void *x, size_t xs,        \
                      int nx, float *y, int64_t ldy)                                                \
     {                                                                                              \
-        int64_t nb = h->k / 256;                                                                   \
+        int64_t nb = h->k / dtype_block_elems(h->dtype);                                           \
         for (int r0 = 0; r0 < nw; r0 += RP_ROWS) {                                                 \
             const uint8_t *g = rp_data(h) + (size_t)((j0 + r0) / RP_ROWS) * h->gstride;           \
             int nr = nw - r0 < RP_ROWS ? nw - r0 : RP_ROWS;                                        \
@@ -253,9 +323,15 @@ RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
 
 RP_MM(rp_mm_q4k, q4k_tile)
 RP_MM(rp_mm_q6k, q6k_tile)
+RP_MM(rp_mm_q8, q8_tile)
+RP_MM(rp_mm_q5, q5_tile)
+RP_MM(rp_mm_q40, q40_tile)
 
 void cpu_kernels_rp512(struct cpu_kernels *k)
 {
     k->mm_rp[DT_Q4_K] = rp_mm_q4k;
     k->mm_rp[DT_Q6_K] = rp_mm_q6k;
+    k->mm_rp[DT_Q8_0] = rp_mm_q8;
+    k->mm_rp[DT_Q5_0] = rp_mm_q5;
+    k->mm_rp[DT_Q4_0] = rp_mm_q40;
 }
