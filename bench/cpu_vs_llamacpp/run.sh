@@ -14,7 +14,8 @@
 # from the llama-cpp-python sdist); llama-cpp-python for TTFT/RSS (without it: llama-bench
 # only, RSS of the llama-bench process).
 # Usage: bench/cpu_vs_llamacpp/run.sh [-t THREADS] [-l LONG] [model-file ...]
-# Env: LONG_MODELS (grep -E pattern, "" = none), LONG_REPS (default 1), REPS (default 3).
+# Env: LONG_MODELS (grep -E pattern, "" = none), LONG_REPS (default 1), REPS (default 3),
+# SKIP_SHORT=1 (long-context pair only), OUT_JSON (default bench/results/cpu_vs_llamacpp.json).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 threads=$(nproc)
@@ -34,6 +35,8 @@ fi
 long_models=${LONG_MODELS-qwen}
 long_reps=${LONG_REPS:-1}
 reps=${REPS:-3}
+skip_short=${SKIP_SHORT:-0}
+out_json=${OUT_JSON:-bench/results/cpu_vs_llamacpp.json}
 bin=${CINFER_BIN:-build/cinfer}
 pyapi=()
 python3 -c "import llama_cpp" 2>/dev/null || pyapi=(--no-python-api)
@@ -45,13 +48,17 @@ for m in "${models[@]}"; do
     [ -f "$m" ] || { echo "missing $m (scripts/fetch_models.sh)" >&2; exit 1; }
     echo "== $m ($threads threads, load $(la))" >&2
     # the decode/prefill figures are the best of $reps runs of each engine
-    la > "$tmp/la-c$i"
-    for rep in $(seq 1 "$reps"); do
-        "$bin" bench "$m" -t "$threads" -p 512 -n 128 --kv f16 > "$tmp/c$i-$rep.json"
-    done
-    la >> "$tmp/la-c$i"
-    python3 bench/cpu_vs_llamacpp/run_llamacpp.py "$m" --threads "$threads" --reps "$reps" \
-        "${pyapi[@]}" --out "$tmp/l$i.json" > /dev/null
+    if [ "$skip_short" != 1 ]; then
+        la > "$tmp/la-c$i"
+        for rep in $(seq 1 "$reps"); do
+            "$bin" bench "$m" -t "$threads" -p 512 -n 128 --kv f16 > "$tmp/c$i-$rep.json"
+        done
+        la >> "$tmp/la-c$i"
+        la > "$tmp/la-l$i"
+        python3 bench/cpu_vs_llamacpp/run_llamacpp.py "$m" --threads "$threads" --reps "$reps" \
+            "${pyapi[@]}" --out "$tmp/l$i.json" > /dev/null
+        la >> "$tmp/la-l$i"
+    fi
     if [ -n "$long_models" ] && echo "$m" | grep -qE "$long_models"; then
         echo "   long context $long (load $(la))" >&2
         la > "$tmp/la-cl$i"
@@ -59,14 +66,16 @@ for m in "${models[@]}"; do
             "$bin" bench "$m" -t "$threads" -p 8 -n 32 -d "$long" --kv f16 > "$tmp/cl$i-$rep.json"
         done
         la >> "$tmp/la-cl$i"
+        la > "$tmp/la-ll$i"
         python3 bench/cpu_vs_llamacpp/run_llamacpp.py "$m" --threads "$threads" --reps 1 \
             --no-python-api --long "$long" --long-reps "$long_reps" --out "$tmp/ll$i.json" > /dev/null
+        la >> "$tmp/la-ll$i"
     fi
     i=$((i + 1))
 done
-python3 - "$tmp" "$threads" "$long" "$reps" "$long_reps" "${models[@]}" <<'PY'
+python3 - "$tmp" "$threads" "$long" "$reps" "$long_reps" "$out_json" "${models[@]}" <<'PY'
 import glob, json, os, platform, subprocess, sys
-tmp, threads, long_n, reps, long_reps, models = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6:]
+tmp, threads, long_n, reps, long_reps, out_json, models = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7:]
 tag = f"{long_n // 1024}k" if long_n % 1024 == 0 else str(long_n)
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
@@ -79,23 +88,28 @@ def load(name):
         return None
 print(f"{'model':44} {'decode c/l tok/s':>20} {'ratio':>6} {'prefill c/l tok/s':>22} {'ratio':>6} {'RSS c/l MiB':>14}")
 for i, m in enumerate(models):
-    cs = [json.load(open(f"{tmp}/c{i}-{r}.json")) for r in range(1, reps + 1)]
-    c = dict(cs[0])
-    c["decode_tok_s"] = max(x["decode_tok_s"] for x in cs)
-    c["prefill_tok_s"] = max(x["prefill_tok_s"] for x in cs)
-    c["ttft_s"] = min(x["ttft_s"] for x in cs)
-    c["loadavg_1min_before_after"] = load(f"la-c{i}")
-    l = json.load(open(f"{tmp}/l{i}.json"))
     name = os.path.basename(m).removesuffix(".gguf")
-    dr = c["decode_tok_s"] / l["decode_tok_s"]
-    pr = c["prefill_tok_s"] / l["prefill_tok_s"]
-    row = {"decode_ratio": round(dr, 3), "prefill_ratio": round(pr, 3), "cinfer": c, "llamacpp": l}
-    line = (f"{name:44} {c['decode_tok_s']:9.1f}/{l['decode_tok_s']:<9.1f} {dr:6.2f} "
-            f"{c['prefill_tok_s']:10.1f}/{l['prefill_tok_s']:<10.1f} {pr:6.2f} "
-            f"{c['peak_rss_bytes']/2**20:6.0f}/{(l.get('peak_rss_mib') or 0):<6.0f}")
+    row, line = {}, f"{name:44}"
+    if os.path.exists(f"{tmp}/l{i}.json"):
+        cs = [json.load(open(f"{tmp}/c{i}-{r}.json")) for r in range(1, reps + 1)]
+        c = dict(cs[0])
+        c["decode_tok_s"] = max(x["decode_tok_s"] for x in cs)
+        c["prefill_tok_s"] = max(x["prefill_tok_s"] for x in cs)
+        c["ttft_s"] = min(x["ttft_s"] for x in cs)
+        c["runs"] = cs
+        c["loadavg_1min_before_after"] = load(f"la-c{i}")
+        l = json.load(open(f"{tmp}/l{i}.json"))
+        l["loadavg_1min_before_after_run"] = load(f"la-l{i}")
+        dr = c["decode_tok_s"] / l["decode_tok_s"]
+        pr = c["prefill_tok_s"] / l["prefill_tok_s"]
+        row = {"decode_ratio": round(dr, 3), "prefill_ratio": round(pr, 3), "cinfer": c, "llamacpp": l}
+        line += (f" {c['decode_tok_s']:9.1f}/{l['decode_tok_s']:<9.1f} {dr:6.2f} "
+                 f"{c['prefill_tok_s']:10.1f}/{l['prefill_tok_s']:<10.1f} {pr:6.2f} "
+                 f"{c['peak_rss_bytes']/2**20:6.0f}/{(l.get('peak_rss_mib') or 0):<6.0f}")
     if os.path.exists(f"{tmp}/ll{i}.json"):
         cl = [json.load(open(f)) for f in sorted(glob.glob(f"{tmp}/cl{i}-*.json"))]
         ll = json.load(open(f"{tmp}/ll{i}.json"))
+        ll["loadavg_1min_before_after_run"] = load(f"la-ll{i}")
         cd = max(x["decode_tok_s"] for x in cl)
         cp = max(x["depth_prefill_tok_s"] for x in cl)
         row[f"decode_ratio_{tag}"] = round(cd / ll["decode_long_tok_s"], 3)
@@ -107,7 +121,7 @@ for i, m in enumerate(models):
                  f"prefill {cp:.1f}/{ll['prefill_long_tok_s']:.1f} = {cp / ll['prefill_long_tok_s']:.2f}")
     out["models"][name] = row
     print(line)
-os.makedirs("bench/results", exist_ok=True)
-json.dump(out, open("bench/results/cpu_vs_llamacpp.json", "w"), indent=2)
-print("wrote bench/results/cpu_vs_llamacpp.json")
+os.makedirs(os.path.dirname(out_json) or ".", exist_ok=True)
+json.dump(out, open(out_json, "w"), indent=2)
+print(f"wrote {out_json}")
 PY
