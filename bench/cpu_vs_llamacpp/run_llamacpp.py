@@ -43,8 +43,9 @@ def find_bench_bin(explicit: str | None) -> str | None:
     return None
 
 
-def run_llama_bench(binary: str, model: str, threads: int, reps: int, kv: str) -> dict:
-    cmd = [binary, "-m", model, "-t", str(threads), "-p", "512", "-n", "128", "-r", str(reps),
+def run_llama_bench(binary: str, model: str, threads: int, reps: int, kv: str,
+                    shape: tuple = ("-p", "512", "-n", "128")) -> dict:
+    cmd = [binary, "-m", model, "-t", str(threads), *shape, "-r", str(reps),
            "-ctk", kv, "-ctv", kv, "-o", "json"]
     env = dict(os.environ)
     lib = os.path.dirname(binary)
@@ -53,11 +54,13 @@ def run_llama_bench(binary: str, model: str, threads: int, reps: int, kv: str) -
     if p.returncode != 0:
         raise RuntimeError(f"llama-bench failed ({p.returncode}): {p.stderr[-2000:]}")
     rows = json.loads(p.stdout)
-    res = {"cmd": " ".join(cmd), "build_commit": None, "rows": []}
+    import resource
+    res = {"cmd": " ".join(cmd), "build_commit": None, "rows": [],
+           "peak_rss_mib_children": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0, 1)}
     for r in rows:
         res["build_commit"] = r.get("build_commit")
         kind = "pp" if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0 else "tg"
-        res["rows"].append({"test": f"{kind}{r.get('n_prompt') or r.get('n_gen')}",
+        res["rows"].append({"test": f"{kind}{r.get('n_prompt') or r.get('n_gen')}", "n_depth": r.get("n_depth"),
                             "avg_ts": r.get("avg_ts"), "stddev_ts": r.get("stddev_ts"),
                             "samples_ts": r.get("samples_ts")})
         best = max(r.get("samples_ts") or [r.get("avg_ts")])
@@ -143,6 +146,12 @@ def main() -> int:
     ap.add_argument("--bench-bin")
     ap.add_argument("--no-bench-bin", action="store_true")
     ap.add_argument("--out", help="also write the JSON here")
+    ap.add_argument("--no-python-api", action="store_true",
+                    help="llama-bench only (ttft absent; peak RSS of the llama-bench process)")
+    ap.add_argument("--long", type=int, default=0,
+                    help="also prefill a LONG-token prompt (pp LONG) and decode 32 tokens after "
+                         "a LONG-token prompt (tg32 at depth LONG), llama-bench, --long-reps runs")
+    ap.add_argument("--long-reps", type=int, default=1)
     ap.add_argument("--_child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -151,13 +160,15 @@ def main() -> int:
         return 0
 
     load_before = os.getloadavg()
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), args.model, "--_child",
-                        "--threads", str(args.threads), "--reps", str(args.reps),
-                        "--kv", args.kv], capture_output=True, text=True)
-    if p.returncode != 0:
-        print(p.stderr[-3000:], file=sys.stderr)
-        return 1
-    py = json.loads(p.stdout.strip().splitlines()[-1])
+    py = {"ttft_ms": None, "peak_rss_mib": None, "prefill_tok_s": None, "decode_tok_s": None}
+    if not args.no_python_api:
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), args.model, "--_child",
+                            "--threads", str(args.threads), "--reps", str(args.reps),
+                            "--kv", args.kv], capture_output=True, text=True)
+        if p.returncode != 0:
+            print(p.stderr[-3000:], file=sys.stderr)
+            return 1
+        py = json.loads(p.stdout.strip().splitlines()[-1])
 
     result = {
         "engine": "llama.cpp",
@@ -180,6 +191,19 @@ def main() -> int:
             result["prefill_tok_s"] = round(lb["prefill_tok_s"], 2)
             result["decode_tok_s"] = round(lb["decode_tok_s"], 2)
             result["source"] = "llama-bench (prefill/decode), python_api (ttft, rss)"
+            if args.no_python_api:
+                result["source"] = "llama-bench (prefill/decode, rss of its process)"
+                result["peak_rss_mib"] = lb["peak_rss_mib_children"]
+        if args.long > 0:
+            n = str(args.long)
+            lp = run_llama_bench(binary, args.model, args.threads, args.long_reps, args.kv,
+                                 ("-p", n, "-n", "0"))
+            ld = run_llama_bench(binary, args.model, args.threads, args.long_reps, args.kv,
+                                 ("-p", "0", "-n", "32", "-d", n))
+            result["long_tokens"] = args.long
+            result["prefill_long_tok_s"] = round(lp["prefill_tok_s"], 2)
+            result["decode_long_tok_s"] = round(ld["decode_tok_s"], 2)
+            result["llama_bench_long"] = [lp, ld]
     # other processes on the machine distort multi-thread figures badly (llama.cpp's
     # threads meet at a barrier after every op): record how busy the machine was.
     result["loadavg_1min_before_after"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]

@@ -2,6 +2,10 @@
  * threads), GEMM GFLOP/s at n = 512 for Q4_K / Q8_0 / F32, against a streaming-read
  * memory bandwidth measured in the same run. Build and run with bench/kernels/run.sh.
  *
+ * Q4_K and Q6_K also get a row "(rp)" with the weights repacked at weight_prepare (the
+ * layout the model runs with where the kernel level has repacked kernels; CINFER_CPU_REPACK=0
+ * turns those rows off).
+ *
  * Usage: bench_kernels [isa [threads_a threads_b]]  (isa = scalar|avx2|avx512|best;
  * default best; thread counts default 1 and 2)
  */
@@ -160,6 +164,8 @@ int main(int argc, char **argv)
     printf("%-6s %10s %9d thr %9d thr\n", "dtype", "MiB", tha, thb);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         int dt = types[ti];
+        if (getenv("BENCH_KQ") && dt != DT_Q4_K && dt != DT_Q6_K) /* only the repacked types */
+            continue;
         struct be_tensor t[MAX_COPIES];
         int nt = make_copies(dt, K, M, ws_bytes, t);
         size_t nb = t[0].nbytes;
@@ -169,18 +175,47 @@ int main(int argc, char **argv)
                100 * g1 / bw1, g2, 100 * g2 / bw2);
         for (int i = 0; i < nt; i++)
             free(t[i].data);
+        if (dt == DT_Q4_K || dt == DT_Q6_K) { /* the same, repacked */
+            nt = make_copies(dt, K, M, ws_bytes, t);
+            void *orig[MAX_COPIES];
+            for (int i = 0; i < nt; i++) {
+                orig[i] = t[i].data;
+                bes[0]->ops->weight_prepare(bes[0], &t[i], NULL);
+            }
+            if (t[0].data != orig[0]) {
+                g1 = nb / time_mm(bes[0], t, nt, x, y, 1, 0.4) / 1e9;
+                g2 = nb / time_mm(bes[1], t, nt, x, y, 1, 0.4) / 1e9;
+                printf("%-6s %10.1f %6.1f (%3.0f%%) %6.1f (%3.0f%%)\n", dt == DT_Q4_K ? "Q4_K rp" : "Q6_K rp",
+                       nb / 1048576.0, g1, 100 * g1 / bw1, g2, 100 * g2 / bw2);
+            }
+            for (int i = 0; i < nt; i++) {
+                if (t[i].data != orig[i])
+                    bes[0]->ops->free(bes[0], t[i].data);
+                free(orig[i]);
+            }
+        }
     }
     printf("\nGEMM n = 512, %lldx%lld weights: GFLOP/s (2*n*M*K / time)\n", (long long)M, (long long)K);
-    static const int gtypes[] = {DT_Q4_K, DT_Q8_0, DT_F32};
-    for (size_t ti = 0; ti < 3; ti++) {
+    static const int gtypes[] = {DT_Q4_K, DT_Q6_K, DT_Q8_0, DT_F32, DT_Q4_K, DT_Q6_K};
+    for (size_t ti = 0; ti < 6; ti++) {
         int dt = gtypes[ti];
         size_t nb;
         void *w = make_w(dt, K, M, &nb);
         struct be_tensor t = {.dtype = dt, .ne = {K, M, 1, 1}, .data = w, .nbytes = nb};
+        if (ti >= 4) { /* repacked */
+            bes[0]->ops->weight_prepare(bes[0], &t, NULL);
+            if (t.data == w) {
+                free(w);
+                continue;
+            }
+        }
         double fl = 2.0 * 512 * M * K;
         double g1 = fl / time_mm(bes[0], &t, 1, x, y, 512, 0.5) / 1e9;
         double g2 = fl / time_mm(bes[1], &t, 1, x, y, 512, 0.5) / 1e9;
-        printf("%-6s %8.1f (%d thr) %8.1f (%d thr)\n", dtype_name(dt), g1, tha, g2, thb);
+        printf("%-6s%s %8.1f (%d thr) %8.1f (%d thr)\n", dtype_name(dt), ti >= 4 ? " rp" : "", g1, tha,
+               g2, thb);
+        if (t.data != w)
+            bes[0]->ops->free(bes[0], t.data);
         free(w);
     }
     be_free(bes[0]);

@@ -25,10 +25,13 @@
 static void bench_usage(FILE *f)
 {
     fprintf(f, "usage: cinfer bench MODEL [-t N] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [--kv f16|f32]\n"
-               "                    [--backend cpu|cuda] [--device N] [--compiled-decode on|off]\n\n"
+               "                    [--backend cpu|cuda] [--device N] [--compiled-decode on|off]\n"
+               "                    [-d DEPTH]\n\n"
                "Prints one JSON object: load_s, ttft_s (start to the first token of an\n"
                "8-token prompt, load included), ttft_warm_s (the same without the load),\n"
-               "decode_tok_s (GEN_TOKENS after it, default 128),\n"
+               "decode_tok_s (GEN_TOKENS after it, default 128; with -d, after a DEPTH-token\n"
+               "prompt instead, ttft then covering that prompt; depth_prefill_tok_s = DEPTH /\n"
+               "ttft_warm_s),\n"
                "prefill_tok_s (a PROMPT_TOKENS prompt, default 512), peak_rss_bytes.\n"
                "The KV cache is F16 by default (as llama.cpp's).\n");
 }
@@ -48,7 +51,7 @@ static void fill_ids(int32_t *ids, int n, int vocab, uint32_t seed)
 int cmd_bench(int argc, char **argv)
 {
     const char *path = NULL;
-    int threads = 0, n_prompt = 512, n_gen = 128, kv_dtype = DT_F16, device = 0;
+    int threads = 0, n_prompt = 512, n_gen = 128, kv_dtype = DT_F16, device = 0, depth = 0;
     const char *backend = "cpu";
     int graphs = 0;
     for (int i = 1; i < argc; i++) {
@@ -72,6 +75,7 @@ int cmd_bench(int argc, char **argv)
                    : !strcmp(a, "-p")                          ? &n_prompt
                    : !strcmp(a, "-n")                          ? &n_gen
                    : !strcmp(a, "--device")                    ? &device
+                   : !strcmp(a, "-d") || !strcmp(a, "--depth") ? &depth
                                                                : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             bench_usage(stdout);
@@ -80,9 +84,9 @@ int cmd_bench(int argc, char **argv)
             char *end;
             errno = 0;
             long x = v ? strtol(v, &end, 10) : 0;
-            if (!v || errno || *end || x < (dst == &device ? 0 : 1) || x > 1 << 20) {
-                fprintf(stderr, "cinfer bench: %s expects an integer in [%d, 1048576]\n", a,
-                        dst == &device ? 0 : 1);
+            int x_min = dst == &device || dst == &depth ? 0 : 1;
+            if (!v || errno || *end || x < x_min || x > 1 << 20) {
+                fprintf(stderr, "cinfer bench: %s expects an integer in [%d, 1048576]\n", a, x_min);
                 return 1;
             }
             *dst = (int)x;
@@ -113,20 +117,22 @@ int cmd_bench(int argc, char **argv)
         goto done;
     }
     double load_s = clock_now_s() - t0;
-    int ctx = (n_prompt > 8 + n_gen ? n_prompt : 8 + n_gen) + 16;
+    int first = depth > 0 ? depth : 8; /* the prompt decode follows */
+    int ctx = (n_prompt > first + n_gen ? n_prompt : first + n_gen) + 16;
     int V = m->hp.n_vocab;
-    ids = malloc((size_t)(n_prompt > 8 ? n_prompt : 8) * sizeof *ids);
+    ids = malloc((size_t)(n_prompt > first ? n_prompt : first) * sizeof *ids);
     if (!ids || gen_new(&g, m, ctx, 512, kv_dtype, &e)) {
         fprintf(stderr, "cinfer bench: %s\n", ids ? e.msg : "out of memory");
         goto done;
     }
     /* short prompt -> first token, then decode */
-    fill_ids(ids, 8, V, 1);
+    fill_ids(ids, first, V, 1);
     double tw = clock_now_s();
-    if (gen_feed(g, ids, 8, NULL, &e))
+    if (gen_feed(g, ids, first, NULL, &e))
         goto fail;
     int32_t tok = sampler_argmax(g->logits, V);
     double ttft = clock_now_s() - t0, ttft_warm = clock_now_s() - tw;
+    double depth_tok_s = depth > 0 ? depth / ttft_warm : 0; /* the DEPTH-token prefill */
     double t1 = clock_now_s();
     for (int i = 0; i < n_gen; i++) {
         if (gen_feed(g, &tok, 1, NULL, &e))
@@ -146,9 +152,9 @@ int cmd_bench(int argc, char **argv)
     printf("{\"engine\": \"cinfer\", \"backend\": \"%s\", \"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, "
            "\"kv\": \"%s\", \"load_s\": %.4f, \"ttft_s\": %.4f, \"ttft_warm_s\": %.4f, \"decode_tokens\": %d, \"decode_tok_s\": %.3f, "
            "\"prefill_tokens\": %d, \"prefill_tok_s\": %.3f, \"peak_rss_bytes\": %lld, "
-           "\"weight_bytes\": %zu}\n",
+           "\"weight_bytes\": %zu, \"depth\": %d, \"depth_prefill_tok_s\": %.3f}\n",
            be->ops->name, path, m->arch_name, is_cpu ? be_cpu_threads(be) : 0, kv_dtype == DT_F16 ? "f16" : "f32", load_s, ttft, ttft_warm, n_gen, n_gen / decode_s, n_prompt,
-           n_prompt / prefill_s, (long long)ru.ru_maxrss * 1024, model_weight_bytes(m));
+           n_prompt / prefill_s, (long long)ru.ru_maxrss * 1024, model_weight_bytes(m), depth, depth_tok_s);
     status = 0;
     goto done;
 fail:

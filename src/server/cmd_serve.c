@@ -512,8 +512,13 @@ static void ready_card(struct serve *sv, double t_ready)
            sv->m->arch_name, (double)model_weight_bytes(sv->m) / 1e9, c->n_ctx,
            sv->tmpl ? "yes" : "no (use /v1/completions or --chat-template)",
            sv->am.think_open ? "yes" : "no");
-    if (!strcmp(sv->m->be->ops->name, "cpu"))
-        printf("  CPU       %d threads (%s)\n", be_cpu_threads(sv->m->be), be_cpu_isa(sv->m->be));
+    if (!strcmp(sv->m->be->ops->name, "cpu")) {
+        size_t rp_src = 0, rp = be_cpu_repacked_bytes(sv->m->be, &rp_src);
+        printf("  CPU       %d threads (%s)", be_cpu_threads(sv->m->be), be_cpu_isa(sv->m->be));
+        if (rp) /* the copy replaces the file's pages in memory (docs/backend-cpu.md) */
+            printf(" · repacked weights %.2f GB in RAM (file layout %.2f GB)", rp / 1e9, rp_src / 1e9);
+        printf("\n");
+    }
     else
         printf("  Backend   %s, device %d\n", sv->m->be->ops->name, o->device);
     const struct mem_plan *pl = &sv->plan;

@@ -27,6 +27,7 @@
 static const char *const g_backends[] = {"cpu:scalar", "cpu:avx2", "cpu:avx512", "cuda"};
 enum { N_BACKENDS = sizeof g_backends / sizeof g_backends[0] };
 static int is_cpu(int bi) { return strncmp(g_backends[bi], "cpu", 3) == 0; }
+static int is_cpu_be(const struct be *b) { return strcmp(b->ops->name, "cpu") == 0; }
 
 static const int g_wtypes[] = {DT_F32,  DT_F16,  DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0,
                                DT_Q5_1, DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K};
@@ -183,6 +184,7 @@ static void run_matmul(struct be *b, int dt, const void *w, size_t wbytes, int r
 {
     struct be_tensor t = {.dtype = dt, .ne = {k, rows, 1, 1}, .nbytes = wbytes, .name = "w"};
     t.data = dev_from(b, w, wbytes);
+    void *orig = t.data; /* weight_prepare may replace it (the CPU's repacked copy) */
     struct cerr e = {0};
     CHECK(b->ops->weight_prepare(b, &t, &e) == 0);
     float *dx = dev_from(b, x, sizeof(float) * (size_t)n * k);
@@ -191,6 +193,8 @@ static void run_matmul(struct be *b, int dt, const void *w, size_t wbytes, int r
     host_from(b, y, dy, sizeof(float) * (size_t)n * rows);
     b->ops->free(b, dx);
     b->ops->free(b, dy);
+    if (t.data != orig && is_cpu_be(b))
+        b->ops->free(b, orig);
     b->ops->free(b, t.data);
 }
 
@@ -982,7 +986,10 @@ static void test_get_rows(void)
                 continue;
             struct be_tensor t = {.dtype = dt, .ne = {k, rows, 1, 1}, .nbytes = wb};
             t.data = dev_from(b, w, wb);
+            void *orig = t.data;
             CHECK(b->ops->weight_prepare(b, &t, NULL) == 0);
+            if (t.data != orig && is_cpu_be(b))
+                b->ops->free(b, orig);
             int32_t *di = dev_from(b, ids, sizeof ids);
             float *dout = dev_from(b, NULL, sizeof(float) * 4 * k);
             b->ops->get_rows(b, dout, &t, di, 4);

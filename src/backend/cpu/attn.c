@@ -18,6 +18,7 @@ enum {
     AT_CH = 32,     /* positions per online-softmax step */
     AT_ACC = 16384, /* floats of accumulator per work item, on the stack (64 KiB) */
     AT_TQ = 8,      /* most batch tokens per work item */
+    AT_CVT = 256,   /* most head_dim whose F16 K/V chunk is widened once per item */
 };
 
 struct kv_task {
@@ -99,6 +100,11 @@ static void attend_run(const struct at_task *tk, int t0, int nt, int g, int h0, 
     const int32_t *bt = a->block_tables + (int64_t)a->seq[t0] * a->max_blocks;
     const char *kc = a->k_cache, *vc = a->v_cache;
     const void *kr[AT_CH], *vr[AT_CH];
+    /* F16 rows used by several (token, head) pairs are widened to F32 once per chunk; the
+     * F32 kernels on them give the bits the F16 kernels give on the F16 rows */
+    int widen = f16 && nt * nh > 1 && hd <= AT_CVT;
+    static _Thread_local float kf[AT_CH * AT_CVT], vf[AT_CH * AT_CVT];
+    int kv16 = f16 && !widen;
     for (int p0 = lo; p0 <= hi; p0 += AT_CH) {
         int nrow = hi + 1 - p0 < AT_CH ? hi + 1 - p0 : AT_CH;
         int blk = p0 / a->block_size, in = p0 % a->block_size; /* walk, no division per row */
@@ -110,6 +116,13 @@ static void attend_run(const struct at_task *tk, int t0, int nt, int g, int h0, 
             if (++in == a->block_size)
                 in = 0, blk++;
         }
+        if (widen)
+            for (int j = 0; j < nrow; j++) {
+                kk->f16_to_f32(kf + j * hd, kr[j], hd);
+                kk->f16_to_f32(vf + j * hd, vr[j], hd);
+                kr[j] = kf + j * hd;
+                vr[j] = vf + j * hd;
+            }
         for (int u = 0; u < nt; u++) {
             int t = t0 + u, np = a->pos[t] + 1 - p0 < AT_CH ? a->pos[t] + 1 - p0 : AT_CH;
             if (np <= 0)
@@ -118,7 +131,7 @@ static void attend_run(const struct at_task *tk, int t0, int nt, int g, int h0, 
                 const float *qv = tk->q + ((int64_t)t * a->n_head + h0 + i) * hd;
                 float *ac = acc + (u * nh + i) * hd;
                 float *ms = &mx[u * nh + i], *ls = &l[u * nh + i];
-                kk->dots_kv[f16](qv, kr, np, hd, sc);
+                kk->dots_kv[kv16](qv, kr, np, hd, sc);
                 for (int j = 0; j < np; j++) {
                     sc[j] *= a->scale;
                     if (a->softcap > 0.0f)
@@ -136,7 +149,7 @@ static void attend_run(const struct at_task *tk, int t0, int nt, int g, int h0, 
                 kk->exp_shift(sc, m, np);
                 for (int j = 0; j < np; j++)
                     *ls += sc[j];
-                kk->axpys_kv[f16](ac, sc, vr, np, hd);
+                kk->axpys_kv[kv16](ac, sc, vr, np, hd);
             }
         }
     }

@@ -7,8 +7,11 @@
 #include "backend/cpu/cpu.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "backend/cpu/cpu_int.h"
@@ -69,6 +72,24 @@ static int isa_choose(void)
 const char *be_cpu_isa(const struct be *b) { return g_isa_names[((const struct cpu_be *)b)->isa]; }
 int be_cpu_threads(const struct be *b) { return ((const struct cpu_be *)b)->n_threads; }
 
+size_t be_cpu_repacked_bytes(const struct be *b, size_t *src_bytes)
+{
+    const struct cpu_be *cb = (const struct cpu_be *)b;
+    if (src_bytes)
+        *src_bytes = cb->rp_src_bytes;
+    return cb->rp_bytes;
+}
+
+static int isa_has_vbmi(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vbmi");
+#else
+    return 0;
+#endif
+}
+
 int cpu_qbuf_reserve(struct cpu_be *cb, size_t n)
 {
     if (n <= cb->qbuf_cap)
@@ -96,10 +117,104 @@ static void *cpu_alloc(struct be *b, size_t bytes)
     return aligned_alloc(64, n ? n : 64);
 }
 
+/* Index of repacked copy p in cb->rp, or -1. */
+static int rp_find(const struct cpu_be *cb, const void *p)
+{
+    for (int i = 0; i < cb->n_rp; i++)
+        if (cb->rp[i] == p)
+            return i;
+    return -1;
+}
+
 static void cpu_free(struct be *b, void *p)
 {
-    (void)b;
+    struct cpu_be *cb = cpu_be(b);
+    int i = p ? rp_find(cb, p) : -1;
+    if (i >= 0) { /* a repacked copy handed out by weight_prepare */
+        cb->rp_bytes -= cb->rp[i]->bytes;
+        cb->rp_src_bytes -= dtype_row_bytes(cb->rp[i]->dtype, cb->rp[i]->k) * (size_t)cb->rp[i]->rows;
+        cb->rp[i] = cb->rp[--cb->n_rp];
+    }
     free(p);
+}
+
+/* 1 when [a, z) lies in one read-only private mapping of a file (/proc/self/maps). */
+static int ro_file_mapping(uintptr_t a, uintptr_t z)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return 0;
+    char line[512];
+    int ok = 0;
+    while (!ok && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, off, ino;
+        char perm[8];
+        unsigned dmaj, dmin;
+        if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perm, &off, &dmaj, &dmin, &ino) == 7 &&
+            lo <= a && z <= hi)
+            ok = ino != 0 && perm[0] == 'r' && perm[1] == '-' && perm[3] == 'p';
+    }
+    fclose(f);
+    return ok;
+}
+
+/* Drops this process's pages of [p, p + n) when they are a read-only private file mapping
+ * (the mmap'd model): MADV_DONTNEED only unmaps clean file pages there (a later access
+ * re-reads the file; nothing is written). Anything else (heap memory) is left alone. */
+static void release_file_pages(const void *p, size_t n)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0)
+        return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    uintptr_t z = ((uintptr_t)p + n) & ~((uintptr_t)pg - 1);
+    if (z > a && ro_file_mapping(a, z))
+        (void)madvise((void *)a, z - a, MADV_DONTNEED);
+}
+
+enum { RP_CHUNK = 64 /* groups per pool task */ };
+struct rp_task {
+    struct rp_hdr *h;
+    const void *src;
+    int64_t ng;
+};
+
+static void rp_chunk(void *arg, int64_t i)
+{
+    const struct rp_task *t = arg;
+    int64_t g1 = (i + 1) * RP_CHUNK;
+    rp_fill(t->h, t->src, i * RP_CHUNK, g1 < t->ng ? g1 : t->ng);
+}
+
+/* Replaces t->data by a repacked copy (repack.h) when this kernel level has kernels for
+ * t's layout. The source is only read; then its pages are released when it is the mmap'd
+ * file (release_file_pages). A failure leaves t as it was: the file layout always works. */
+static void weight_repack(struct cpu_be *cb, struct be_tensor *t)
+{
+    if (!cb->repack || !cb->k.mm_rp[t->dtype] || rp_of(t))
+        return;
+    if (cb->n_rp == cb->cap_rp) {
+        int cap = cb->cap_rp ? 2 * cb->cap_rp : 64;
+        struct rp_hdr **n = realloc(cb->rp, sizeof *n * (size_t)cap);
+        if (!n)
+            return;
+        cb->rp = n, cb->cap_rp = cap;
+    }
+    struct rp_hdr *h = rp_alloc(t->dtype, t->ne[0], t->ne[1]);
+    if (h) {
+        struct rp_task rt = {h, t->data, (t->ne[1] + RP_ROWS - 1) / RP_ROWS};
+        cpu_pool_run(cb->pool, rp_chunk, &rt, (rt.ng + RP_CHUNK - 1) / RP_CHUNK);
+    } else {
+        log_warn("cpu: no memory to repack %s; it keeps the file layout", t->name ? t->name : "a weight");
+        return;
+    }
+    size_t src = dtype_row_bytes(t->dtype, t->ne[0]) * (size_t)t->ne[1];
+    release_file_pages(t->data, src);
+    cb->rp[cb->n_rp++] = h;
+    cb->rp_bytes += h->bytes;
+    cb->rp_src_bytes += src;
+    t->data = h;
+    t->nbytes = h->bytes;
 }
 
 static int cpu_copy(struct be *b, void *dst, const void *src, size_t n, struct cerr *e)
@@ -112,7 +227,8 @@ static int cpu_copy(struct be *b, void *dst, const void *src, size_t n, struct c
 
 static int cpu_weight_prepare(struct be *b, struct be_tensor *t, struct cerr *e)
 {
-    (void)b;
+    if (rp_of(t))
+        return 0; /* already prepared */
     const char *nm = t->name ? t->name : "tensor";
     if (!dtype_is_weight_type(t->dtype))
         return cerr_set(e, CERR_UNSUPPORTED, "%s: dtype %s is not supported for weights", nm,
@@ -127,6 +243,7 @@ static int cpu_weight_prepare(struct be *b, struct be_tensor *t, struct cerr *e)
     if (!t->data || t->nbytes < rb * (size_t)t->ne[1])
         return cerr_set(e, CERR_FORMAT, "%s: %zu bytes of data, need %zu", nm, t->nbytes,
                         rb * (size_t)t->ne[1]);
+    weight_repack(cpu_be(b), t);
     return 0;
 }
 
@@ -276,6 +393,9 @@ static void cpu_destroy(struct be *b)
     struct cpu_be *cb = cpu_be(b);
     cpu_pool_free(cb->pool);
     free(cb->qbuf);
+    for (int i = 0; i < cb->n_rp; i++)
+        free(cb->rp[i]);
+    free(cb->rp);
     free(cb);
 }
 
@@ -328,6 +448,11 @@ struct be *be_cpu_new(const struct be_config *cfg, struct cerr *e)
         cpu_kernels_avx2(&cb->k);
     if (cb->isa >= CPU_ISA_AVX512)
         cpu_kernels_avx512(&cb->k);
-    log_debug("cpu backend: %d threads, %s kernels", cb->n_threads, g_isa_names[cb->isa]);
+    if (cb->isa >= CPU_ISA_AVX512 && isa_has_vbmi())
+        cpu_kernels_rp512(&cb->k);
+    const char *rp = getenv("CINFER_CPU_REPACK");
+    cb->repack = !(rp && !strcmp(rp, "0"));
+    log_debug("cpu backend: %d threads, %s kernels, repack %s", cb->n_threads,
+              g_isa_names[cb->isa], cb->repack ? "on" : "off");
     return &cb->base;
 }

@@ -4,6 +4,11 @@
  * The level is the best the CPU supports, or the one forced by the environment variable
  * CINFER_CPU_ISA=scalar|avx2|avx512 (read at be_cpu_new; a level the CPU lacks is refused
  * with a warning and the best available one is used).
+ *
+ * Q4_K and Q6_K weights are repacked at weight_prepare into row-interleaved groups (a copy
+ * in host memory owned by the backend; the mmap'd file is untouched and its pages are
+ * released) when the kernel level has kernels for the layout (AVX-512 with VNNI and VBMI);
+ * CINFER_CPU_REPACK=0 (read at be_cpu_new) keeps the file layout.
  */
 #ifndef CINFER_BACKEND_CPU_H
 #define CINFER_BACKEND_CPU_H
@@ -21,5 +26,8 @@ const char *be_cpu_isa(const struct be *b);
 int be_cpu_isa_supported(const char *name);
 /* Number of threads of a CPU backend. */
 int be_cpu_threads(const struct be *b);
+/* Bytes of repacked weight copies a CPU backend holds (0: none), and *src_bytes (may be
+ * NULL) the file-layout bytes they stand for. */
+size_t be_cpu_repacked_bytes(const struct be *b, size_t *src_bytes);
 
 #endif

@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/pool.h"
 #include "backend/cpu/quant.h"
+#include "backend/cpu/repack.h"
 
 enum cpu_isa { CPU_ISA_SCALAR = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2 };
 
@@ -25,8 +26,15 @@ enum cpu_isa { CPU_ISA_SCALAR = 0, CPU_ISA_AVX2 = 1, CPU_ISA_AVX512 = 2 };
 typedef void (*cpu_mm_fn)(int dt, int64_t k, const void *w, size_t w_stride, int nw, const void *x,
                           size_t x_stride, int nx, float *y, int64_t ldy);
 
+/* y[i * ldy + r] = dot(x row i, repacked row j0 + r) for i < nx, r < nw; j0 a multiple of
+ * RP_ROWS; x in quant_act_kind(h->dtype) format, rows x_stride bytes apart. */
+typedef void (*cpu_mmrp_fn)(const struct rp_hdr *h, int64_t j0, int nw, const void *x,
+                            size_t x_stride, int nx, float *y, int64_t ldy);
+
 struct cpu_kernels {
     cpu_mm_fn mm[DT_COUNT];
+    /* kernels on repacked weights (repack.h); NULL: that dtype is not repacked */
+    cpu_mmrp_fn mm_rp[DT_COUNT];
     /* out[j] = q . rows[j] (n elements each) for j < np, rows in F32 or F16 (index 0 / 1).
      * The arithmetic of out[j] may depend on j % 4 but on nothing else. */
     void (*dots_kv[2])(const float *q, const void *const *rows, int np, int n, float *out);
@@ -42,6 +50,10 @@ struct cpu_kernels {
      * 0.044715 x^3) for GELU-tanh, the same function); an element's arithmetic never depends
      * on its index or on n. */
     void (*act_mul)(float *y, const float *gate, const float *up, int64_t n, int act);
+    /* dst[i] = float(src[i]) for fp16 src (exact; the conversion the F16 entries of
+     * dots_kv / axpys_kv apply to their rows, so those on converted rows give the same bits
+     * as on the fp16 rows). */
+    void (*f16_to_f32)(float *dst, const uint16_t *src, int n);
     /* dst[i] = fp16(src[i]), round to nearest even (bit-identical at every level). */
     void (*f32_to_f16)(uint16_t *dst, const float *src, int n);
     /* x[i] *= s. */
@@ -56,6 +68,7 @@ struct cpu_kernels {
 void cpu_kernels_scalar(struct cpu_kernels *k);
 void cpu_kernels_avx2(struct cpu_kernels *k);
 void cpu_kernels_avx512(struct cpu_kernels *k);
+void cpu_kernels_rp512(struct cpu_kernels *k); /* needs AVX-512 VNNI + VBMI */
 
 struct cpu_be {
     struct be base;
@@ -65,6 +78,11 @@ struct cpu_be {
     struct cpu_kernels k;
     void *qbuf; /* quantized activations, grown on demand, kept */
     size_t qbuf_cap;
+    int repack;             /* repack weights at weight_prepare (CINFER_CPU_REPACK) */
+    struct rp_hdr **rp;     /* repacked copies owned by the backend */
+    int n_rp, cap_rp;
+    size_t rp_bytes;        /* their total size */
+    size_t rp_src_bytes;    /* bytes of the file layout they replace */
 };
 
 static inline struct cpu_be *cpu_be(struct be *b) { return (struct cpu_be *)b; }

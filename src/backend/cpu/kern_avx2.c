@@ -352,6 +352,16 @@ static void exp_shift(float *s, float m, int n)
     }
 }
 
+/* F16C widening: the fw_load8 conversion of the F16 attention kernels. */
+static void f16_to_f32(float *dst, const uint16_t *src, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++)
+        dst[i] = _cvtsh_ss(src[i]);
+}
+
 /* F16C conversion; NaN payloads aside, equal to the scalar round-to-nearest-even. */
 static void f32_to_f16(uint16_t *dst, const float *src, int n)
 {
@@ -425,6 +435,7 @@ void cpu_kernels_avx2(struct cpu_kernels *k)
     k->axpys_kv[1] = axpys_kv_f16;
     k->exp_shift = exp_shift;
     k->f32_to_f16 = f32_to_f16;
+    k->f16_to_f32 = f16_to_f32;
     k->act_mul = act_mul;
     k->quant_act = quant_act;
     k->scale_inplace = scale_inplace;

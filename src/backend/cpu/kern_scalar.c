@@ -83,6 +83,12 @@ static void act_mul(float *y, const float *gate, const float *up, int64_t n, int
             y[i] = silu(gate[i]) * up[i];
 }
 
+static void f16_to_f32(float *dst, const uint16_t *src, int n)
+{
+    for (int i = 0; i < n; i++)
+        dst[i] = half_f16_to_f32(src[i]);
+}
+
 static void f32_to_f16(uint16_t *dst, const float *src, int n)
 {
     for (int i = 0; i < n; i++)
@@ -119,6 +125,7 @@ void cpu_kernels_scalar(struct cpu_kernels *k)
     k->axpys_kv[1] = axpys_kv_f16;
     k->exp_shift = exp_shift;
     k->f32_to_f16 = f32_to_f16;
+    k->f16_to_f32 = f16_to_f32;
     k->act_mul = act_mul;
     k->quant_act = quant_act_row;
     k->scale_inplace = scale_inplace;

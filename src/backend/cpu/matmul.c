@@ -25,6 +25,7 @@ struct mm_task {
     int n;
     float *y;
     int64_t cw, n_cw; /* w rows per work item, items along w */
+    const struct rp_hdr *rp; /* repacked weights, or NULL */
 };
 
 static void mm_chunk(void *arg, int64_t it)
@@ -33,6 +34,11 @@ static void mm_chunk(void *arg, int64_t it)
     int64_t j0 = (it % t->n_cw) * t->cw, i0 = (it / t->n_cw) * MM_BX;
     int nw = (int)(t->m - j0 < t->cw ? t->m - j0 : t->cw);
     int nx = (int)(t->n - i0 < MM_BX ? t->n - i0 : MM_BX);
+    if (t->rp) { /* j0 is a multiple of 16, so of RP_ROWS */
+        t->cb->k.mm_rp[t->dt](t->rp, j0, nw, (const char *)t->x + (size_t)i0 * t->x_stride,
+                              t->x_stride, nx, t->y + i0 * t->m + j0, t->m);
+        return;
+    }
     t->cb->k.mm[t->dt](t->dt, t->k, (const char *)t->w + (size_t)j0 * t->w_stride, t->w_stride,
                        nw, (const char *)t->x + (size_t)i0 * t->x_stride, t->x_stride, nx,
                        t->y + i0 * t->m + j0, t->m);
@@ -77,7 +83,13 @@ void cpu_matmul(struct be *b, float *y, const float *x, int n, const struct be_t
     struct mm_task t = {
         .cb = cb, .dt = w->dtype, .k = k, .m = m, .w = w->data,
         .w_stride = dtype_row_bytes(w->dtype, k), .x = xa, .x_stride = xs, .n = n, .y = y,
+        .rp = rp_of(w),
     };
+    if (t.rp && !cb->k.mm_rp[w->dtype]) { /* repacked by a backend of another level */
+        for (int64_t i = 0; i < (int64_t)n * m; i++)
+            y[i] = NAN;
+        return;
+    }
     /* items of >= ~64K multiply-adds (claiming one costs an atomic), yet >= 4 per thread;
      * the split never changes a result */
     int64_t cw = (65536 / k + 15) & ~(int64_t)15;
@@ -93,10 +105,22 @@ void cpu_get_rows(struct be *b, float *out, const struct be_tensor *w, const int
     (void)b;
     int64_t k = w->ne[0];
     size_t rb = dtype_row_bytes(w->dtype, k);
+    const struct rp_hdr *rp = rp_of(w);
     for (int i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= w->ne[1]) { /* the model layer validates; stay safe */
             log_warn("cpu: get_rows id %d out of range [0, %lld)", ids[i], (long long)w->ne[1]);
             memset(out + i * k, 0, (size_t)k * sizeof(float));
+            continue;
+        }
+        if (rp) { /* the file's blocks rebuilt a few at a time, then decoded as usual */
+            enum { CH = 8 };
+            _Alignas(64) uint8_t blk[CH * 256]; /* >= CH blocks of any repacked type */
+            int64_t be = dtype_block_elems(w->dtype);
+            for (int64_t b0 = 0; b0 < k / be; b0 += CH) {
+                int64_t nb = k / be - b0 < CH ? k / be - b0 : CH;
+                rp_orig_row_part(rp, ids[i], b0, nb, blk);
+                quant_dequant_row(w->dtype, blk, out + i * k + b0 * be, nb * be);
+            }
             continue;
         }
         quant_dequant_row(w->dtype, (const char *)w->data + (size_t)ids[i] * rb, out + i * k, k);
