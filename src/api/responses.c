@@ -113,12 +113,12 @@ static int map_item(json_t *it, size_t i, json_t *convo, struct sbuf *sys, struc
         if (custom)
             a = wrapped; /* as the model wrote it: {"input": "..."} */
         char *as = json_is_string(a) || !a ? NULL : json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT);
-        json_decref(wrapped);
         json_t *call = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
                                  "function", "name", name, "arguments",
                                  json_is_string(a) ? json_string_value(a)
                                  : as              ? as
                                                    : "{}");
+        json_decref(wrapped); /* a may point to it until here */
         free(as);
         /* consecutive calls (and a call right after assistant text) form one turn */
         json_t *last = json_array_get(convo, json_array_size(convo) - 1);
