@@ -43,12 +43,12 @@ def free_port():
 
 
 class Srv:
-    def __init__(self, binp, model, threads, *args):
+    def __init__(self, binp, model, threads, *args, ctx=16384, extra=()):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.TemporaryFile()
         self.p = subprocess.Popen([binp, "serve", model, "--port", str(self.port), "-t",
-                                   str(threads), "--ctx", "16384", *args],
+                                   str(threads), "--ctx", str(ctx), *extra, *args],
                                   stdout=self.log, stderr=subprocess.STDOUT)
         t0 = time.time()
         while time.time() - t0 < 300:
@@ -116,6 +116,9 @@ def main():
     ap.add_argument("--bin", default=os.environ.get("CINFER_BIN",
                                                     os.path.join(REPO, "build", "cinfer")))
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "ssd_cache.json"))
+    ap.add_argument("--backend", default=None, help="cuda: the GPU half (writes only 'gpu')")
+    ap.add_argument("--ctx", type=int, default=16384)
+    ap.add_argument("--no-decode", action="store_true")
     a = ap.parse_args()
     ban = [151643, 151645] if "qwen" in a.model.lower() else [2]
     res = {"model": os.path.basename(a.model), "threads": a.threads, "uptime_before": uptime(),
@@ -125,10 +128,11 @@ def main():
         try:
             # calibrate the words to the token target with the server's own count
             p = prefix(int(target / 1.04), 100 + k)
-            s = Srv(a.bin, a.model, a.threads, "--ssd-cache", d)
+            ex = ["--backend", a.backend] if a.backend else []
+            s = Srv(a.bin, a.model, a.threads, "--ssd-cache", d, ctx=a.ctx, extra=ex)
             cold, _, u = stream(s.base, p, 1)
             s.stop()
-            s = Srv(a.bin, a.model, a.threads, "--ssd-cache", d)
+            s = Srv(a.bin, a.model, a.threads, "--ssd-cache", d, ctx=a.ctx, extra=ex)
             warm, _, u2 = stream(s.base, p, 1)
             st = s.stats()["ssd_cache"]
             s.stop()
@@ -140,6 +144,13 @@ def main():
             res["prefixes"].append(row)
         finally:
             shutil.rmtree(d, ignore_errors=True)
+    if a.no_decode:
+        res["uptime_after"] = uptime()
+        os.makedirs(os.path.dirname(a.out), exist_ok=True)
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+        print(json.dumps(res))
+        return
     # decode speed with a snapshot pending vs no SSD tier
     big = prefix(int(a.decode_prefix / 1.04), 999)
     runs = {"on": [], "off": []}

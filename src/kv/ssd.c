@@ -722,13 +722,19 @@ void kv_ssd_close(struct kv_ssd *s, double timeout_s)
     if (!s)
         return;
     if (s->th_started) {
-        if (s->qhead && timeout_s > 0) {
-            long n = s->st.pending_spills;
+        pthread_mutex_lock(&s->mu);
+        long n = s->st.pending_spills;
+        pthread_mutex_unlock(&s->mu);
+        if (n && timeout_s > 0) {
             log_info("ssd cache: writing %ld pending blocks (at most %.0f s)", n, timeout_s);
-            if (kv_ssd_drain(s, timeout_s))
+            if (kv_ssd_drain(s, timeout_s)) {
+                pthread_mutex_lock(&s->mu);
+                n = s->st.pending_spills;
+                pthread_mutex_unlock(&s->mu);
                 log_warn("ssd cache: %ld blocks were still pending after %.0f s; they are lost "
                          "(a future miss)",
-                         s->st.pending_spills, timeout_s);
+                         n, timeout_s);
+            }
         }
         pthread_mutex_lock(&s->mu);
         __atomic_store_n(&s->quit, 1, __ATOMIC_RELAXED);
