@@ -8,6 +8,8 @@
  */
 #include "engine/sampler.h"
 
+#include "engine/grammar/gram.h"
+
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -145,6 +147,8 @@ struct sampler {
     size_t hn, hcap, hkeep;    /* hkeep = the largest finite window */
     struct cand *cands;        /* (n_vocab) */
     float *probs;              /* (n_vocab) */
+    struct gram_matcher *gm;   /* grammar, or NULL */
+    uint32_t *gmask;           /* (n_vocab / 32) */
 };
 
 void sampler_params_default(struct sampler_params *p)
@@ -321,6 +325,8 @@ void sampler_free(struct sampler *s)
 {
     if (!s)
         return;
+    gram_matcher_free(s->gm);
+    free(s->gmask);
     for (int i = 0; i < s->n_win; i++)
         cmap_free(&s->win[i].m);
     free(s->bias);
@@ -364,6 +370,8 @@ static int is_exempt(const struct sampler *s, int32_t id)
 
 int sampler_accept(struct sampler *s, int32_t id)
 {
+    if (s->gm)
+        gram_matcher_accept(s->gm, id); /* a refused id (an unmasked fallback) leaves it */
     if (s->n_win == 0 || id < 0 || id >= s->n_vocab)
         return 0;
     /* make room first, so a failure leaves every window as it was */
@@ -499,7 +507,7 @@ int sampler_is_plain_greedy(const struct sampler *s)
 {
     const struct sampler_params *p = &s->p;
     return !(p->temperature > 0) && p->n_logit_bias == 0 && s->rep_w < 0 && s->pres_w < 0 &&
-           s->freq_w < 0;
+           s->freq_w < 0 && !s->gm;
 }
 
 void sampler_skip(struct sampler *s) { s->step++; }
@@ -791,12 +799,47 @@ static int32_t sample_filtered(struct sampler *s, float *lg, float mx, double su
     return sampler_argmax(lg, n); /* not reached: the second pass has every candidate */
 }
 
+int sampler_set_grammar(struct sampler *s, struct gram_matcher *m)
+{
+    gram_matcher_free(s->gm);
+    s->gm = NULL;
+    if (!m)
+        return 0;
+    if (!s->gmask && !(s->gmask = malloc(((size_t)s->n_vocab + 31) / 32 * sizeof *s->gmask))) {
+        gram_matcher_free(m);
+        return CERR_NOMEM;
+    }
+    s->gm = m;
+    return 0;
+}
+
+struct gram_matcher *sampler_grammar(const struct sampler *s) { return s->gm; }
+
+/* -inf on every id the grammar cannot take; a matcher that allows nothing (dead, or out of
+ * memory) leaves the row as it is rather than sample from nothing */
+static void grammar_mask(struct sampler *s, float *logits)
+{
+    if (gram_matcher_mask(s->gm, s->gmask) <= 0)
+        return;
+    for (int w = 0; w < (s->n_vocab + 31) / 32; w++) {
+        uint32_t m = s->gmask[w];
+        if (m == 0xFFFFFFFFu)
+            continue;
+        int end = w * 32 + 32 < s->n_vocab ? w * 32 + 32 : s->n_vocab;
+        for (int i = w * 32; i < end; i++)
+            if (!((m >> (i & 31)) & 1))
+                logits[i] = -INFINITY;
+    }
+}
+
 int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob *lp)
 {
     const struct sampler_params *p = &s->p;
     int n = s->n_vocab;
     uint64_t step = s->step++;
     apply_processors(s, logits);
+    if (s->gm)
+        grammar_mask(s, logits);
     int want_lp = lp && p->top_logprobs >= 0;
     float mx = max_value(logits, n);
     double sum = 0;
@@ -826,7 +869,7 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
 int sampler_wants_cands(const struct sampler *s)
 {
     const struct sampler_params *p = &s->p;
-    if (p->n_logit_bias || s->rep_w >= 0 || s->pres_w >= 0 || s->freq_w >= 0)
+    if (p->n_logit_bias || s->rep_w >= 0 || s->pres_w >= 0 || s->freq_w >= 0 || s->gm)
         return 0;
     int top_p_on = p->top_p > 0 && p->top_p < 1, min_p_on = p->min_p > 0;
     int top_k_on = p->top_k > 0 && p->top_k < s->n_vocab;

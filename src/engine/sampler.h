@@ -81,6 +81,18 @@ struct sampler_logprob {
     float top_lp[SAMPLER_MAX_TOP_LOGPROBS];
 };
 
+/* ---- grammar (constrained decoding) ----
+ * A sampler with a grammar matcher masks every id the grammar cannot take next (logit set
+ * to -inf) after logit_bias and the penalties, before the log-softmax: logprobs describe
+ * the masked distribution (DESIGN.md §5). sampler_accept advances the matcher. Such a
+ * sampler is never plain greedy and never samples from candidates (it needs the row). */
+struct gram_matcher;
+/* Attaches m (the sampler takes ownership; NULL detaches). Returns 0 or CERR_NOMEM (m is
+ * then freed). */
+int sampler_set_grammar(struct sampler *s, struct gram_matcher *m);
+/* The attached matcher or NULL. */
+struct gram_matcher *sampler_grammar(const struct sampler *s);
+
 /* Samples one token from logits (n_vocab floats). MODIFIES logits in place: on return they
  * hold the processed logits (after logit_bias and the penalties; truncation, XTC and
  * temperature do not touch them). When lp is non-NULL and top_logprobs >= 0, fills lp with

@@ -373,7 +373,24 @@ static void test_matcher_tokens(void)
 static void test_jsonschemabench(void)
 {
     json_error_t je;
-    json_t *d = json_load_file(repo_path("tests/data/jsonschemabench/schemas.json"), JSON_DECODE_INT_AS_REAL, &je);
+    /* jansson refuses integers beyond int64; the file has one (9223372036854776000, a bound
+     * written by a float printer): it is read as a real, the rest as written */
+    FILE *f = fopen(repo_path("tests/data/jsonschemabench/schemas.json"), "rb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    static char buf[2 << 20];
+    size_t nb = fread(buf, 1, sizeof buf - 64, f);
+    fclose(f);
+    buf[nb] = 0;
+    char *big = buf;
+    while ((big = strstr(big, "9223372036854776000")) && nb + 2 < sizeof buf - 1) {
+        big += 19;
+        memmove(big + 2, big, nb - (size_t)(big - buf) + 1);
+        memcpy(big, ".0", 2);
+        nb += 2;
+    }
+    json_t *d = json_loadb(buf, nb, 0, &je);
     CHECK_MSG(d != NULL, "tests/data/jsonschemabench/schemas.json: %s", je.text);
     if (!d)
         return;

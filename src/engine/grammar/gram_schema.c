@@ -72,7 +72,7 @@ static int lit_json(struct sc *c, struct sbuf *b, const json_t *v)
     return 0;
 }
 
-static const char *const PRELUDE_WS = "ws ::= [ \\t\\n]{0,20}\n";
+static const char *const PRELUDE_WS = "ws ::= [ \\t]{0,2} | \"\\n\" [ \\t]{0,24}\n";
 static const char *const PRELUDE =
     "jstr ::= \"\\\"\" jchr* \"\\\"\"\n"
     "jchr ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
@@ -96,6 +96,18 @@ static const char *const PRELUDE =
     "juric ::= [-a-zA-Z0-9._~:/?#@!$&'()*+,;=%]\n"
     "juri ::= [a-zA-Z] [-a-zA-Z0-9+.]{0,20} \":\" juric{1,2000}\n"
     "jurir ::= juric{0,2000}\n";
+
+/* a count keyword (minLength, maxItems, ...): an integer, or a real with an integral value;
+ * absent or not a number: dflt */
+static long count_of(const json_t *s, const char *k, long dflt)
+{
+    json_t *v = json_object_get(s, k);
+    if (json_is_integer(v))
+        return (long)json_integer_value(v);
+    if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 1e15)
+        return (long)json_real_value(v);
+    return dflt;
+}
 
 static int new_rule(struct sc *c) { return c->n_rules++; }
 
@@ -485,9 +497,7 @@ static int gen_number(struct sc *c, const json_t *s, struct sbuf *b, const char 
 static int gen_string(struct sc *c, const json_t *s, struct sbuf *b, const char *path)
 {
     json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
-    json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
-    long lo = json_is_integer(mn) ? (long)json_integer_value(mn) : 0;
-    long hi = json_is_integer(mx) ? (long)json_integer_value(mx) : -1;
+    long lo = count_of(s, "minLength", 0), hi = count_of(s, "maxLength", -1);
     if (lo < 0 || (hi >= 0 && hi < lo))
         return bad_schema(c, path, "minLength/maxLength out of order");
     if (lo > 10000 || hi > 10000)
@@ -529,9 +539,9 @@ static int gen_string(struct sc *c, const json_t *s, struct sbuf *b, const char 
         else if (!strcmp(f, "hostname"))
             rule = "jhost";
     }
-    if (rule) {
-        if (lo > 0 || hi >= 0)
-            return unsupported(c, lo > 0 ? "minLength" : "maxLength", path);
+    /* format is an annotation unless a validator opts in; where it meets a length bound
+     * (an assertion) the bound wins and the format is not enforced */
+    if (rule && lo == 0 && hi < 0) {
         sbuf_printf(b, "\"\\\"\" %s \"\\\"\"", rule);
         return 0;
     }
@@ -555,9 +565,7 @@ static int gen_array(struct sc *c, const json_t *s, struct sbuf *b, const char *
         rest = addl;
     }
     json_t *u = json_object_get(s, "uniqueItems");
-    json_t *mxv = json_object_get(s, "maxItems"), *mnv = json_object_get(s, "minItems");
-    long mn = json_is_integer(mnv) ? (long)json_integer_value(mnv) : 0;
-    long mx = json_is_integer(mxv) ? (long)json_integer_value(mxv) : -1;
+    long mn = count_of(s, "minItems", 0), mx = count_of(s, "maxItems", -1);
     if (json_is_true(u) && !(mx >= 0 && mx <= 1))
         return unsupported(c, "uniqueItems", path);
     if (json_object_get(s, "contains"))
@@ -758,15 +766,15 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
     if (has_extra)
         sbuf_puts(&extra, ")");
     /* minProperties / maxProperties: only where they hold anyway */
-    json_t *mnp = json_object_get(s, "minProperties"), *mxp = json_object_get(s, "maxProperties");
+    long mnp = count_of(s, "minProperties", 0), mxp = count_of(s, "maxProperties", -1);
     int n_req = 0;
     for (int j = 0; j < n; j++)
         n_req += ps[j].req;
-    if (json_is_integer(mnp) && json_integer_value(mnp) > n_req) {
+    if (mnp > n_req) {
         rc = unsupported(c, "minProperties", path);
         goto out;
     }
-    if (json_is_integer(mxp) && (has_extra || json_integer_value(mxp) < n)) {
+    if (mxp >= 0 && (has_extra || mxp < n)) {
         rc = unsupported(c, "maxProperties", path);
         goto out;
     }
