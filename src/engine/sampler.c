@@ -406,10 +406,14 @@ int sampler_accept(struct sampler *s, int32_t id)
 
 int sampler_prime(struct sampler *s, const int32_t *ids, int n)
 {
-    for (int i = 0; i < n; i++)
+    struct gram_matcher *gm = s->gm; /* the prompt is history, not grammar text */
+    s->gm = NULL;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
         if (sampler_accept(s, ids[i]))
-            return CERR_NOMEM;
-    return 0;
+            rc = CERR_NOMEM;
+    s->gm = gm;
+    return rc;
 }
 
 /* ---- randomness ---- */

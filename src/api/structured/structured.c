@@ -2,6 +2,7 @@
 #include "api/structured/structured.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,10 +76,28 @@ static void cache_put(const char *key, struct gram *g)
 
 enum { K_SCHEMA, K_REGEX, K_CHOICE, K_GRAMMAR };
 
+/* api_error.param is kept as a pointer: the field names it may hold, as literals */
+static const char *intern(const char *p)
+{
+    static const char *const names[] = {
+        "response_format", "response_format.json_schema.schema", "response_format.schema",
+        "response_format.regex", "response_format.choice", "response_format.grammar",
+        "text.format", "text.format.schema", "text.format.json_schema.schema", "text.format.regex",
+        "text.format.choice", "text.format.grammar", "output_format", "output_format.schema",
+        "output_format.json_schema.schema", "output_format.regex", "output_format.choice",
+        "output_format.grammar", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+        "structured_outputs", "structured_outputs.json", "structured_outputs.regex",
+        "structured_outputs.choice", "structured_outputs.grammar", "tools", NULL};
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(names[i], p))
+            return names[i];
+    return "response_format";
+}
+
 static int fail_compile(struct api_error *err, const char *param, const struct cerr *e,
                         const char *kw)
 {
-    api_fail(err, e->code == CERR_NOMEM ? 500 : 400, param, "%s: %s", param, e->msg);
+    api_fail(err, e->code == CERR_NOMEM ? 500 : 400, intern(param), "%s: %s", param, e->msg);
     if (kw && *kw)
         err->code = "unsupported_schema_keyword";
     return -1;
@@ -94,22 +113,22 @@ static int compile(int kind, const json_t *v, const char *param, struct api_stru
         json_error_t je;
         owned = json_loads(json_string_value(v), 0, &je);
         if (!owned)
-            return api_fail(err, 400, param, "%s is not valid JSON: %s", param, je.text);
+            return api_fail(err, 400, intern(param), "%s is not valid JSON: %s", param, je.text);
         v = owned;
     }
     if (kind == K_SCHEMA && !json_is_object(v) && !json_is_boolean(v)) {
         json_decref(owned);
-        return api_fail(err, 400, param, "%s must be a JSON Schema object", param);
+        return api_fail(err, 400, intern(param), "%s must be a JSON Schema object", param);
     }
     if ((kind == K_REGEX || kind == K_GRAMMAR) && !json_is_string(v))
-        return api_fail(err, 400, param, "%s must be a string", param);
+        return api_fail(err, 400, intern(param), "%s must be a string", param);
     if (kind == K_CHOICE) {
         if (!json_is_array(v) || !json_array_size(v))
-            return api_fail(err, 400, param, "%s must be a non-empty array of strings", param);
+            return api_fail(err, 400, intern(param), "%s must be a non-empty array of strings", param);
         size_t i;
         json_t *x;
         json_array_foreach(v, i, x) if (!json_is_string(x)) return api_fail(
-            err, 400, param, "%s must be a non-empty array of strings", param);
+            err, 400, intern(param), "%s must be a non-empty array of strings", param);
     }
     char *src = kind == K_SCHEMA || kind == K_CHOICE
                     ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY)
@@ -174,10 +193,10 @@ static int response_format(const json_t *rf, const char *param, struct api_struc
                            struct api_error *err)
 {
     if (!json_is_object(rf))
-        return api_fail(err, 400, param, "%s must be an object", param);
+        return api_fail(err, 400, intern(param), "%s must be an object", param);
     const char *t = json_string_value(json_object_get(rf, "type"));
     if (!t)
-        return api_fail(err, 400, param, "%s.type is required", param);
+        return api_fail(err, 400, intern(param), "%s.type is required", param);
     if (!strcmp(t, "text"))
         return 0;
     char p[128];
@@ -194,7 +213,7 @@ static int response_format(const json_t *rf, const char *param, struct api_struc
         json_t *s = js ? json_object_get(js, "schema") : json_object_get(rf, "schema");
         snprintf(p, sizeof p, "%s%s", param, js ? ".json_schema.schema" : ".schema");
         if (!s)
-            return api_fail(err, 400, p, "%s is required for type json_schema", p);
+            return api_fail(err, 400, intern(p), "%s is required for type json_schema", p);
         return compile(K_SCHEMA, s, p, out, err);
     }
     if (!strcmp(t, "regex") || !strcmp(t, "grammar") || !strcmp(t, "choice")) {
@@ -202,11 +221,11 @@ static int response_format(const json_t *rf, const char *param, struct api_struc
         snprintf(p, sizeof p, "%s.%s", param, k);
         json_t *v = json_object_get(rf, k);
         if (!v)
-            return api_fail(err, 400, p, "%s is required for type %s", p, t);
+            return api_fail(err, 400, intern(p), "%s is required for type %s", p, t);
         return compile(!strcmp(t, "regex") ? K_REGEX : !strcmp(t, "choice") ? K_CHOICE : K_GRAMMAR, v,
                        p, out, err);
     }
-    return api_fail(err, 400, param,
+    return api_fail(err, 400, intern(param),
                     "%s.type must be \"text\", \"json_object\" or \"json_schema\", not \"%s\"",
                     param, t);
 }
@@ -239,7 +258,7 @@ int api_structured_oai(const json_t *body, struct api_structured *out, struct ap
                 n++, which = "structured_outputs";
     }
     if (n > 1)
-        return api_fail(err, 400, which,
+        return api_fail(err, 400, intern(which),
                         "give at most one of response_format, guided_json, guided_regex, "
                         "guided_choice, guided_grammar and structured_outputs (one field)");
     if (rf && !json_is_null(rf))
