@@ -428,6 +428,44 @@ static void test_jsonschemabench(void)
     json_decref(d);
 }
 
+/* ---- our own corpus (scripts/gen_schema_corpus.py) --------------------------------------------- */
+
+static void test_corpus(void)
+{
+    json_error_t je;
+    json_t *d = json_load_file(repo_path("tests/data/structured/corpus.json"), 0, &je);
+    CHECK_MSG(d != NULL, "tests/data/structured/corpus.json: %s", je.text);
+    if (!d)
+        return;
+    json_t *cases = json_object_get(d, "cases");
+    size_t i, n = json_array_size(cases);
+    json_t *c;
+    int ok = 0, acc_c = 0, acc_p = 0;
+    json_array_foreach(cases, i, c) {
+        struct gram *g = NULL;
+        struct cerr e = {0};
+        const char *id = json_string_value(json_object_get(c, "id"));
+        if (gram_from_schema(&g, json_object_get(c, "schema"), 0, NULL, &e)) {
+            CHECK_MSG(0, "%s: %s", id, e.msg);
+            continue;
+        }
+        ok++;
+        /* the instance, compact and indented (the model's usual layout) */
+        char *cs = json_dumps(json_object_get(c, "instance"), JSON_COMPACT | JSON_ENCODE_ANY);
+        char *ps = json_dumps(json_object_get(c, "instance"), JSON_INDENT(2) | JSON_ENCODE_ANY);
+        int a = cs && gram_accepts(g, cs, strlen(cs)), b = ps && gram_accepts(g, ps, strlen(ps));
+        CHECK_MSG(a && b, "%s refuses its instance (compact %d, indented %d): %s", id, a, b, cs);
+        acc_c += a;
+        acc_p += b;
+        free(cs);
+        free(ps);
+        gram_unref(g);
+    }
+    printf("corpus: %d/%zu compiled, instances accepted %d compact, %d indented\n", ok, n, acc_c, acc_p);
+    CHECK(n >= 200);
+    json_decref(d);
+}
+
 int main(void)
 {
     RUN(test_ebnf_basic);
@@ -443,5 +481,6 @@ int main(void)
     RUN(test_matcher_tokens);
     RUN(test_mask_bruteforce);
     RUN(test_jsonschemabench);
+    RUN(test_corpus);
     return harness_done();
 }

@@ -931,6 +931,17 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
             if (rc)
                 return rc;
         }
+        /* a branch that closes its object (additionalProperties false) must already list
+         * every property the merge holds, else the merge would accept what it refuses */
+        json_t *mp = json_object_get(m, "properties");
+        json_array_foreach(all, i, x) {
+            json_t *yp = json_is_object(x) ? json_object_get(x, "properties") : NULL;
+            if (!json_is_object(x) || !json_is_false(json_object_get(x, "additionalProperties")))
+                continue;
+            const char *k;
+            json_t *v;
+            json_object_foreach(mp, k, v) if (!json_object_get(yp, k)) return unsupported(c, "allOf", path);
+        }
         return gen_body(c, m, b, path);
     }
     const char *alt_kw = json_object_get(s, "anyOf") ? "anyOf" : json_object_get(s, "oneOf") ? "oneOf" : NULL;
