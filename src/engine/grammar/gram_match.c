@@ -119,17 +119,31 @@ int gram_vocab_size(const struct gram_vocab *v) { return v->n_vocab; }
 
 /* ---- matcher --------------------------------------------------------------------------- */
 
+/* Nodes and stack sets are interned: a node {pos, parent} has one id, so equal stacks are
+ * equal ids; a set of stacks (sorted ids) has one id, and each set keeps its transitions
+ * (set, byte) -> set as they are computed. Inside a string, a number or a literal the walk
+ * over the vocabulary then follows table entries instead of re-expanding rules, and the
+ * tables carry over from step to step. When the tables outgrow their cap they are rebuilt
+ * from the current state alone. */
+
 struct gnode {
     uint32_t pos, parent;
 };
 
-#define NCACHE 32
+struct gset {
+    uint32_t off, len; /* into m->pool */
+    uint32_t h;
+    int32_t *trans;    /* (256) next set id, -1 unknown; NULL until the first */
+};
+
+#define NCACHE 16
 #define MAX_EXPAND_DEPTH 2000
+#define MAX_NODES (1u << 21)
+#define MAX_SETS (1u << 18)
+#define MAX_POOL (1u << 24)
 
 struct mcache {
-    uint64_t h;
-    uint32_t *key;
-    int key_len;
+    uint32_t set;
     uint32_t *mask;
     int count;
     long used;
@@ -139,20 +153,69 @@ struct gram_matcher {
     struct gram *g;
     const struct gram_vocab *v;
     struct gnode *nd;
-    uint32_t n_nd, cap_nd, base_nd; /* nodes [1, base_nd) are the current state's */
-    uint32_t *set;                  /* stack ids; set[0..n_cur) is the current state */
-    size_t n_set, cap_set;
-    int n_cur;
-    uint32_t *set_start, *nd_mark; /* (max_len + 2) per depth of the mask walk */
-    int bad;                        /* out of memory or expansion too deep */
+    uint32_t n_nd, cap_nd;
+    uint32_t *nd_tab, nd_tab_cap; /* open addressing: node id + 1, 0 = empty */
+    struct gset *sets;
+    uint32_t n_sets, cap_sets;
+    uint32_t *set_tab, set_tab_cap;
+    uint32_t *pool;
+    size_t n_pool, cap_pool;
+    uint32_t cur; /* the current state's set */
+    uint32_t *tmp;
+    size_t n_tmp, cap_tmp;
+    uint32_t *at; /* (max_len + 2) set id per depth of the mask walk */
+    int bad;
+    uint32_t gen; /* bumped when the tables are rebuilt (cache entries die) */
     struct mcache cache[NCACHE];
+    uint32_t cache_gen;
     long masks, hits, tick;
-    uint32_t *key;
-    int key_cap;
 };
+
+static uint32_t hash2(uint32_t a, uint32_t b)
+{
+    uint64_t x = ((uint64_t)a << 32 | b) * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(x >> 32) ^ (uint32_t)x;
+}
+
+static int grow_tab(uint32_t **tab, uint32_t *cap, uint32_t need)
+{
+    if (need * 2 < *cap)
+        return 0;
+    uint32_t nc = *cap ? *cap * 2 : 4096;
+    while (need * 2 >= nc)
+        nc *= 2;
+    uint32_t *t = calloc(nc, sizeof *t);
+    if (!t)
+        return -1;
+    free(*tab);
+    *tab = t;
+    *cap = nc;
+    return 1; /* rehash needed */
+}
 
 static uint32_t node(struct gram_matcher *m, uint32_t pos, uint32_t parent)
 {
+    if (m->bad)
+        return 0;
+    int r = grow_tab(&m->nd_tab, &m->nd_tab_cap, m->n_nd + 1);
+    if (r < 0) {
+        m->bad = 1;
+        return 0;
+    }
+    if (r > 0)
+        for (uint32_t i = 1; i < m->n_nd; i++) {
+            uint32_t h = hash2(m->nd[i].pos, m->nd[i].parent) & (m->nd_tab_cap - 1);
+            while (m->nd_tab[h])
+                h = (h + 1) & (m->nd_tab_cap - 1);
+            m->nd_tab[h] = i + 1;
+        }
+    uint32_t h = hash2(pos, parent) & (m->nd_tab_cap - 1);
+    while (m->nd_tab[h]) {
+        uint32_t id = m->nd_tab[h] - 1;
+        if (m->nd[id].pos == pos && m->nd[id].parent == parent)
+            return id;
+        h = (h + 1) & (m->nd_tab_cap - 1);
+    }
     if (m->n_nd == m->cap_nd) {
         uint32_t nc = m->cap_nd ? m->cap_nd * 2 : 1024;
         void *q = realloc(m->nd, (size_t)nc * sizeof *m->nd);
@@ -165,37 +228,30 @@ static uint32_t node(struct gram_matcher *m, uint32_t pos, uint32_t parent)
     }
     m->nd[m->n_nd].pos = pos;
     m->nd[m->n_nd].parent = parent;
+    m->nd_tab[h] = m->n_nd + 1;
     return m->n_nd++;
 }
 
-static int stack_eq(const struct gram_matcher *m, uint32_t a, uint32_t b)
+static void tmp_add(struct gram_matcher *m, size_t start, uint32_t id)
 {
-    while (a != b) {
-        if (!a || !b || m->nd[a].pos != m->nd[b].pos)
-            return 0;
-        a = m->nd[a].parent;
-        b = m->nd[b].parent;
-    }
-    return 1;
-}
-
-static void set_add(struct gram_matcher *m, uint32_t id)
-{
-    if (m->n_set == m->cap_set) {
-        size_t nc = m->cap_set ? m->cap_set * 2 : 1024;
-        void *q = realloc(m->set, nc * sizeof *m->set);
+    for (size_t k = start; k < m->n_tmp; k++)
+        if (m->tmp[k] == id)
+            return;
+    if (m->n_tmp == m->cap_tmp) {
+        size_t nc = m->cap_tmp ? m->cap_tmp * 2 : 256;
+        void *q = realloc(m->tmp, nc * sizeof *m->tmp);
         if (!q) {
             m->bad = 1;
             return;
         }
-        m->set = q;
-        m->cap_set = nc;
+        m->tmp = q;
+        m->cap_tmp = nc;
     }
-    m->set[m->n_set++] = id;
+    m->tmp[m->n_tmp++] = id;
 }
 
-/* Adds to the set being built (from index start) every stack with a terminal on top that
- * continuing at pos under parent leads to. */
+/* Adds to tmp (from start) every stack with a terminal on top that continuing at pos under
+ * parent leads to; the empty stack (0) when the text can end there. */
 static void expand(struct gram_matcher *m, size_t start, uint32_t pos, uint32_t parent, int depth)
 {
     const struct gram *g = m->g;
@@ -207,10 +263,7 @@ static void expand(struct gram_matcher *m, size_t start, uint32_t pos, uint32_t 
         struct gsym s = g->syms[pos];
         if (s.kind == GS_END) {
             if (!parent) {
-                for (size_t k = start; k < m->n_set; k++)
-                    if (m->set[k] == 0)
-                        return;
-                set_add(m, 0);
+                tmp_add(m, start, 0);
                 return;
             }
             pos = m->nd[parent].pos;
@@ -218,14 +271,9 @@ static void expand(struct gram_matcher *m, size_t start, uint32_t pos, uint32_t 
             continue;
         }
         if (s.kind == GS_TERM) {
-            for (size_t k = start; k < m->n_set; k++) {
-                uint32_t x = m->set[k];
-                if (x && m->nd[x].pos == pos && stack_eq(m, m->nd[x].parent, parent))
-                    return;
-            }
             uint32_t id = node(m, pos, parent);
             if (id)
-                set_add(m, id);
+                tmp_add(m, start, id);
             return;
         }
         uint32_t np = g->syms[pos + 1].kind == GS_END ? parent : node(m, pos + 1, parent);
@@ -238,20 +286,173 @@ static void expand(struct gram_matcher *m, size_t start, uint32_t pos, uint32_t 
     }
 }
 
-/* Advances set[s0, s1) over byte b, appending the new set; returns its size. */
-static size_t advance(struct gram_matcher *m, size_t s0, size_t s1, unsigned b)
+static int cmp_u32(const void *a, const void *b)
 {
-    size_t start = m->n_set;
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The set id of tmp[start..n_tmp) (sorted here), interned; the tmp entries are dropped. */
+static uint32_t intern_set(struct gram_matcher *m, size_t start)
+{
+    uint32_t *v = m->tmp + start;
+    uint32_t n = (uint32_t)(m->n_tmp - start);
+    if (n > 1)
+        qsort(v, n, sizeof *v, cmp_u32);
+    uint32_t h = 2166136261u;
+    for (uint32_t i = 0; i < n; i++)
+        h = hash2(h, v[i]);
+    int r = grow_tab(&m->set_tab, &m->set_tab_cap, m->n_sets + 1);
+    if (r < 0) {
+        m->bad = 1;
+        return 0;
+    }
+    if (r > 0)
+        for (uint32_t i = 0; i < m->n_sets; i++) {
+            uint32_t k = m->sets[i].h & (m->set_tab_cap - 1);
+            while (m->set_tab[k])
+                k = (k + 1) & (m->set_tab_cap - 1);
+            m->set_tab[k] = i + 1;
+        }
+    uint32_t k = h & (m->set_tab_cap - 1);
+    while (m->set_tab[k]) {
+        const struct gset *s = &m->sets[m->set_tab[k] - 1];
+        if (s->h == h && s->len == n && !memcmp(m->pool + s->off, v, (size_t)n * 4)) {
+            m->n_tmp = start;
+            return m->set_tab[k] - 1;
+        }
+        k = (k + 1) & (m->set_tab_cap - 1);
+    }
+    if (m->n_sets == m->cap_sets) {
+        uint32_t nc = m->cap_sets ? m->cap_sets * 2 : 256;
+        void *q = realloc(m->sets, (size_t)nc * sizeof *m->sets);
+        if (!q) {
+            m->bad = 1;
+            return 0;
+        }
+        m->sets = q;
+        m->cap_sets = nc;
+    }
+    if (m->n_pool + n > m->cap_pool) {
+        size_t nc = m->cap_pool ? m->cap_pool * 2 : 4096;
+        while (nc < m->n_pool + n)
+            nc *= 2;
+        void *q = realloc(m->pool, nc * sizeof *m->pool);
+        if (!q) {
+            m->bad = 1;
+            return 0;
+        }
+        m->pool = q;
+        m->cap_pool = nc;
+    }
+    memcpy(m->pool + m->n_pool, v, (size_t)n * 4);
+    struct gset *s = &m->sets[m->n_sets];
+    s->off = (uint32_t)m->n_pool;
+    s->len = n;
+    s->h = h;
+    s->trans = NULL;
+    m->n_pool += n;
+    m->set_tab[k] = m->n_sets + 1;
+    m->n_tmp = start;
+    return m->n_sets++;
+}
+
+/* The set after byte b from set sid (0 = nothing takes it; set 0 is the empty set). */
+static uint32_t step(struct gram_matcher *m, uint32_t sid, unsigned b)
+{
+    struct gset *s = &m->sets[sid];
+    if (s->trans && s->trans[b] >= 0)
+        return (uint32_t)s->trans[b];
+    if (!s->trans) {
+        s->trans = malloc(256 * sizeof *s->trans);
+        if (!s->trans) {
+            m->bad = 1;
+            return 0;
+        }
+        for (int i = 0; i < 256; i++)
+            s->trans[i] = -1;
+    }
     const struct gram *g = m->g;
-    for (size_t k = s0; k < s1; k++) {
-        uint32_t id = m->set[k];
+    size_t start = m->n_tmp;
+    uint32_t off = s->off, len = s->len;
+    for (uint32_t k = 0; k < len; k++) {
+        uint32_t id = m->pool[off + k];
         if (!id)
             continue;
         uint32_t pos = m->nd[id].pos;
         if (gcls_has(&g->cls[g->syms[pos].arg], b))
             expand(m, start, pos + 1, m->nd[id].parent, 0);
     }
-    return m->n_set - start;
+    if (m->bad) {
+        m->n_tmp = start;
+        return 0;
+    }
+    uint32_t r = m->n_tmp == start ? 0 : intern_set(m, start);
+    if (!m->bad)
+        m->sets[sid].trans[b] = (int32_t)r; /* sets may have moved */
+    return m->bad ? 0 : r;
+}
+
+static void tables_free(struct gram_matcher *m)
+{
+    for (uint32_t i = 0; i < m->n_sets; i++)
+        free(m->sets[i].trans);
+    free(m->nd);
+    free(m->nd_tab);
+    free(m->sets);
+    free(m->set_tab);
+    free(m->pool);
+    m->nd = NULL;
+    m->nd_tab = m->set_tab = m->pool = NULL;
+    m->sets = NULL;
+    m->n_nd = m->cap_nd = m->nd_tab_cap = m->n_sets = m->cap_sets = m->set_tab_cap = 0;
+    m->n_pool = m->cap_pool = 0;
+}
+
+/* Fresh tables: node 0, the empty set 0. */
+static int tables_init(struct gram_matcher *m)
+{
+    m->bad = 0;
+    node(m, 0, 0); /* placeholder for id 0 (never looked up: pos 0 is never a stack top) */
+    m->n_tmp = 0;
+    intern_set(m, 0); /* set 0: empty */
+    m->gen++;
+    return m->bad ? CERR_NOMEM : 0;
+}
+
+/* Copies stack id of the old tables into the new ones. */
+static uint32_t copy_stack(struct gram_matcher *m, const struct gnode *old, uint32_t id)
+{
+    if (!id)
+        return 0;
+    uint32_t p = copy_stack(m, old, old[id].parent);
+    return node(m, old[id].pos, p);
+}
+
+/* Rebuilds the tables from the current state alone (when they outgrow their caps). */
+static int rebuild(struct gram_matcher *m)
+{
+    struct gset cs = m->sets[m->cur];
+    uint32_t n = cs.len;
+    uint32_t *ids = malloc(((size_t)n + 1) * 4);
+    struct gnode *old = m->nd;
+    if (!ids)
+        return CERR_NOMEM;
+    memcpy(ids, m->pool + cs.off, (size_t)n * 4);
+    m->nd = NULL; /* keep the old nodes while copying */
+    uint32_t *old_pool = m->pool;
+    m->pool = NULL;
+    struct gnode *keep = old;
+    tables_free(m);
+    free(old_pool);
+    int rc = tables_init(m);
+    for (uint32_t i = 0; !rc && i < n; i++)
+        tmp_add(m, 0, copy_stack(m, keep, ids[i]));
+    if (!rc)
+        m->cur = intern_set(m, 0);
+    free(keep);
+    free(ids);
+    return rc || m->bad ? CERR_NOMEM : 0;
 }
 
 int gram_matcher_new(struct gram_matcher **out, struct gram *g, const struct gram_vocab *v,
@@ -264,10 +465,8 @@ int gram_matcher_new(struct gram_matcher **out, struct gram *g, const struct gra
     m->g = gram_ref(g);
     m->v = v;
     int ml = v ? v->max_len : 0;
-    m->set_start = calloc((size_t)ml + 3, sizeof *m->set_start);
-    m->nd_mark = calloc((size_t)ml + 3, sizeof *m->nd_mark);
-    node(m, 0, 0); /* node 0 = the empty stack */
-    if (!m->set_start || !m->nd_mark || m->bad) {
+    m->at = calloc((size_t)ml + 3, sizeof *m->at);
+    if (!m->at || tables_init(m)) {
         gram_matcher_free(m);
         return cerr_set(e, CERR_NOMEM, "out of memory");
     }
@@ -278,8 +477,7 @@ int gram_matcher_new(struct gram_matcher **out, struct gram *g, const struct gra
         gram_matcher_free(m);
         return cerr_set(e, CERR_LIMIT, "the grammar nests too deeply at its start");
     }
-    m->n_cur = (int)m->n_set;
-    m->base_nd = m->n_nd;
+    m->cur = intern_set(m, 0);
     *out = m;
     return 0;
 }
@@ -289,87 +487,46 @@ void gram_matcher_free(struct gram_matcher *m)
     if (!m)
         return;
     gram_unref(m->g);
-    free(m->nd);
-    free(m->set);
-    free(m->set_start);
-    free(m->nd_mark);
-    for (int i = 0; i < NCACHE; i++) {
-        free(m->cache[i].key);
+    tables_free(m);
+    free(m->tmp);
+    free(m->at);
+    for (int i = 0; i < NCACHE; i++)
         free(m->cache[i].mask);
-    }
-    free(m->key);
     free(m);
 }
 
-/* Copies stack id (and what it sits on) into a compacted node array. */
-static uint32_t copy_stack(const struct gnode *old, uint32_t *remap, struct gram_matcher *m, uint32_t id)
+static int over_caps(const struct gram_matcher *m)
 {
-    if (!id)
-        return 0;
-    if (remap[id])
-        return remap[id];
-    uint32_t p = copy_stack(old, remap, m, old[id].parent);
-    uint32_t n = node(m, old[id].pos, p);
-    remap[id] = n;
-    return n;
+    return m->n_nd > MAX_NODES || m->n_sets > MAX_SETS || m->n_pool > MAX_POOL;
 }
 
 int gram_matcher_accept_bytes(struct gram_matcher *m, const char *s, size_t n)
 {
-    size_t s0 = 0, s1 = (size_t)m->n_cur;
-    m->n_set = s1;
-    m->n_nd = m->base_nd;
-    m->bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t c = advance(m, s0, s1, (uint8_t)s[i]);
-        if (!c || m->bad) {
-            m->n_set = (size_t)m->n_cur;
-            m->n_nd = m->base_nd;
-            m->bad = 0;
-            return CERR_INVALID;
-        }
-        s0 = s1;
-        s1 = m->n_set;
-    }
-    if (!n)
-        return 0;
-    /* compact: the new state's stacks into fresh nodes */
-    uint32_t n_old = m->n_nd;
-    struct gnode *old = m->nd;
-    uint32_t *remap = calloc(n_old, sizeof *remap);
-    struct gnode *fresh = malloc((size_t)m->cap_nd * sizeof *fresh);
-    if (!remap || !fresh) {
-        free(remap);
-        free(fresh);
-        m->n_set = (size_t)m->n_cur;
-        m->n_nd = m->base_nd;
+    if (over_caps(m) && rebuild(m))
+        return CERR_NOMEM;
+    uint32_t sid = m->cur;
+    for (size_t i = 0; i < n && sid; i++)
+        sid = step(m, sid, (uint8_t)s[i]);
+    if (m->bad) {
+        m->bad = 0;
         return CERR_NOMEM;
     }
-    m->nd = fresh;
-    m->n_nd = 1;
-    fresh[0] = old[0];
-    size_t k = 0;
-    for (size_t i = s0; i < s1; i++)
-        m->set[k++] = copy_stack(old, remap, m, m->set[i]);
-    free(remap);
-    free(old);
-    m->n_cur = (int)k;
-    m->n_set = k;
-    m->base_nd = m->n_nd;
+    if (!sid)
+        return CERR_INVALID;
+    m->cur = sid;
     return 0;
 }
 
 int gram_matcher_complete(const struct gram_matcher *m)
 {
-    for (int i = 0; i < m->n_cur; i++)
-        if (m->set[i] == 0)
-            return 1;
-    return 0;
+    const struct gset *s = &m->sets[m->cur];
+    return s->len && m->pool[s->off] == 0; /* sorted: the empty stack first */
 }
 
 int gram_matcher_done(const struct gram_matcher *m)
 {
-    return m->n_cur == 1 && m->set[0] == 0;
+    const struct gset *s = &m->sets[m->cur];
+    return s->len == 1 && m->pool[s->off] == 0;
 }
 
 int gram_matcher_accept(struct gram_matcher *m, int32_t id)
@@ -384,40 +541,22 @@ int gram_matcher_accept(struct gram_matcher *m, int32_t id)
     return gram_matcher_accept_bytes(m, v->data + v->off[id], (size_t)v->len[id]);
 }
 
-/* the state as a key: each stack's positions top down, 0-terminated */
-static int make_key(struct gram_matcher *m, uint64_t *h)
-{
-    int n = 0;
-    for (int i = 0; i < m->n_cur; i++) {
-        for (uint32_t x = m->set[i];; x = m->nd[x].parent) {
-            if (n + 1 >= m->key_cap) {
-                int nc = m->key_cap ? m->key_cap * 2 : 256;
-                void *q = realloc(m->key, (size_t)nc * sizeof *m->key);
-                if (!q)
-                    return -1;
-                m->key = q;
-                m->key_cap = nc;
-            }
-            m->key[n++] = x ? m->nd[x].pos : 0;
-            if (!x)
-                break;
-        }
-    }
-    *h = gram_hash_bytes((const char *)m->key, (size_t)n * sizeof *m->key);
-    return n;
-}
-
 int gram_matcher_mask(struct gram_matcher *m, uint32_t *mask)
 {
     const struct gram_vocab *v = m->v;
     size_t words = ((size_t)v->n_vocab + 31) / 32;
     m->masks++;
     m->tick++;
-    uint64_t h = 0;
-    int kl = make_key(m, &h);
-    for (int i = 0; kl >= 0 && i < NCACHE; i++) {
+    if (over_caps(m) && rebuild(m))
+        return CERR_NOMEM;
+    if (m->cache_gen != m->gen) { /* set ids changed meaning */
+        for (int i = 0; i < NCACHE; i++)
+            m->cache[i].count = -1;
+        m->cache_gen = m->gen;
+    }
+    for (int i = 0; i < NCACHE; i++) {
         struct mcache *c = &m->cache[i];
-        if (c->mask && c->h == h && c->key_len == kl && !memcmp(c->key, m->key, (size_t)kl * 4)) {
+        if (c->mask && c->count >= 0 && c->set == m->cur) {
             memcpy(mask, c->mask, words * 4);
             c->used = m->tick;
             m->hits++;
@@ -433,36 +572,22 @@ int gram_matcher_mask(struct gram_matcher *m, uint32_t *mask)
                 count++;
             }
     m->bad = 0;
-    m->n_set = (size_t)m->n_cur;
-    m->n_nd = m->base_nd;
-    m->set_start[0] = 0;
-    m->set_start[1] = (uint32_t)m->n_cur;
-    m->nd_mark[1] = m->base_nd;
+    m->at[0] = m->cur;
     uint32_t have = 0;
     for (int k = 0; k < v->n_tok; k++) {
         int32_t t = v->order[k];
         const uint8_t *b = (const uint8_t *)v->data + v->off[t];
         uint32_t L = (uint32_t)v->len[t];
         uint32_t d = v->lcp[k] < have ? v->lcp[k] : have;
-        m->n_set = m->set_start[d + 1];
-        m->n_nd = m->nd_mark[d + 1];
-        int ok = 1;
-        while (d < L) {
-            size_t c = advance(m, m->set_start[d], m->set_start[d + 1], b[d]);
-            m->set_start[d + 2] = (uint32_t)m->n_set;
-            m->nd_mark[d + 2] = m->n_nd;
-            d++;
-            if (!c || m->bad) {
-                ok = 0;
-                break;
-            }
+        uint32_t sid = m->at[d];
+        while (d < L && sid) {
+            sid = step(m, sid, b[d]);
+            m->at[++d] = sid;
         }
         have = d;
-        if (m->bad) {
-            m->bad = 0;
-            have = 0; /* too deep: this token is out, start the next one afresh */
-        }
-        if (!ok) {
+        if (m->bad)
+            break;
+        if (!sid) {
             while (k + 1 < v->n_tok && v->lcp[k + 1] >= d)
                 k++;
             continue;
@@ -470,34 +595,26 @@ int gram_matcher_mask(struct gram_matcher *m, uint32_t *mask)
         mask[t >> 5] |= 1u << (t & 31);
         count++;
     }
-    m->n_set = (size_t)m->n_cur;
-    m->n_nd = m->base_nd;
-    /* cache it (LRU) */
-    if (kl >= 0) {
-        struct mcache *c = &m->cache[0];
-        for (int i = 0; i < NCACHE; i++) {
-            if (!m->cache[i].mask) {
-                c = &m->cache[i];
-                break;
-            }
-            if (m->cache[i].used < c->used)
-                c = &m->cache[i];
+    if (m->bad) {
+        m->bad = 0;
+        return CERR_NOMEM;
+    }
+    struct mcache *c = &m->cache[0];
+    for (int i = 0; i < NCACHE; i++) {
+        if (!m->cache[i].mask) {
+            c = &m->cache[i];
+            break;
         }
-        if (!c->mask)
-            c->mask = malloc(words * 4);
-        uint32_t *nk = realloc(c->key, ((size_t)kl + 1) * sizeof *nk);
-        if (nk)
-            c->key = nk;
-        if (c->mask && nk) {
-            memcpy(c->mask, mask, words * 4);
-            memcpy(c->key, m->key, (size_t)kl * 4);
-            c->key_len = kl;
-            c->h = h;
-            c->count = count;
-            c->used = m->tick;
-        } else {
-            c->key_len = -1;
-        }
+        if (m->cache[i].used < c->used)
+            c = &m->cache[i];
+    }
+    if (!c->mask)
+        c->mask = malloc(words * 4);
+    if (c->mask) {
+        memcpy(c->mask, mask, words * 4);
+        c->set = m->cur;
+        c->count = count;
+        c->used = m->tick;
     }
     return count;
 }
