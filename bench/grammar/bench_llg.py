@@ -1,6 +1,7 @@
 """bench_llg.py — the llguidance peer on the same inputs, vocabulary and token ids.
 usage: bench_llg.py INPUTS.json OUT_DIR   (reads OUT_DIR/vocab.bin and cinfer.json; writes
-OUT_DIR/llguidance.json). Mask time per step is LLMatcher.compute_mask_into."""
+OUT_DIR/llguidance.json). Mask time per step is LLMatcher.unsafe_compute_mask_ptr (thread CPU time)."""
+import ctypes
 import json
 import struct
 import sys
@@ -65,11 +66,13 @@ def main(inputs, outdir):
             r["error"] = m.get_error()
             continue
         r["compile_us"] = best
-        mask = bytearray((tok.vocab_size + 31) // 32 * 4)
+        words = (tok.vocab_size + 31) // 32
+        mask = (ctypes.c_uint32 * words)()
+        ptr = ctypes.addressof(mask)
         times, ok = [], True
         for tid in c["ids"]:
             a = time.thread_time()
-            m.compute_mask_into(mask)
+            m.unsafe_compute_mask_ptr(ptr, words * 4)
             times.append((time.thread_time() - a) * 1e6)
             if not m.consume_token(tid):
                 ok = False
