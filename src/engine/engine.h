@@ -86,6 +86,9 @@ struct engine_req {
                              its own reference; NULL = none */
     const char *grammar_prime; /* bytes the grammar takes before the first token (text the
                                   prompt already ends with), or NULL */
+    const char *grammar_trigger; /* non-NULL: the grammar waits until the output contains
+                                    this text (a tool call's opening), see
+                                    sampler_set_grammar_lazy */
     engine_cb cb;
     void *ud;
 };

@@ -149,6 +149,10 @@ struct sampler {
     float *probs;              /* (n_vocab) */
     struct gram_matcher *gm;   /* grammar, or NULL */
     uint32_t *gmask;           /* (n_vocab / 32) */
+    int g_on;                  /* masking (0 while a lazy grammar waits for its trigger) */
+    char *trig;                /* lazy: the trigger, and the text seen so far that may start it */
+    char *seen;
+    size_t trig_len, n_seen;
 };
 
 void sampler_params_default(struct sampler_params *p)
@@ -327,6 +331,8 @@ void sampler_free(struct sampler *s)
         return;
     gram_matcher_free(s->gm);
     free(s->gmask);
+    free(s->trig);
+    free(s->seen);
     for (int i = 0; i < s->n_win; i++)
         cmap_free(&s->win[i].m);
     free(s->bias);
@@ -368,10 +374,14 @@ static int is_exempt(const struct sampler *s, int32_t id)
 
 /* ---- history ---- */
 
+static void grammar_watch(struct sampler *s, int32_t id);
+
 int sampler_accept(struct sampler *s, int32_t id)
 {
-    if (s->gm)
+    if (s->gm && s->g_on)
         gram_matcher_accept(s->gm, id); /* a refused id (an unmasked fallback) leaves it */
+    else if (s->gm)
+        grammar_watch(s, id);
     if (s->n_win == 0 || id < 0 || id >= s->n_vocab)
         return 0;
     /* make room first, so a failure leaves every window as it was */
@@ -511,7 +521,7 @@ int sampler_is_plain_greedy(const struct sampler *s)
 {
     const struct sampler_params *p = &s->p;
     return !(p->temperature > 0) && p->n_logit_bias == 0 && s->rep_w < 0 && s->pres_w < 0 &&
-           s->freq_w < 0 && !s->gm;
+           s->freq_w < 0 && !(s->gm && s->g_on);
 }
 
 void sampler_skip(struct sampler *s) { s->step++; }
@@ -814,10 +824,57 @@ int sampler_set_grammar(struct sampler *s, struct gram_matcher *m)
         return CERR_NOMEM;
     }
     s->gm = m;
+    s->g_on = 1;
+    return 0;
+}
+
+int sampler_set_grammar_lazy(struct sampler *s, struct gram_matcher *m, const char *trigger)
+{
+    if (sampler_set_grammar(s, m))
+        return CERR_NOMEM;
+    if (!m || !trigger || !*trigger)
+        return 0;
+    s->trig_len = strlen(trigger);
+    free(s->trig);
+    free(s->seen);
+    s->trig = strdup(trigger);
+    s->seen = malloc(s->trig_len + 1024);
+    s->n_seen = 0;
+    if (!s->trig || !s->seen) {
+        sampler_set_grammar(s, NULL);
+        return CERR_NOMEM;
+    }
+    s->g_on = 0;
     return 0;
 }
 
 struct gram_matcher *sampler_grammar(const struct sampler *s) { return s->gm; }
+
+/* Lazy grammar: looks for the trigger in the text so far (keeping only what may still
+ * start it); once found, the matcher takes the text from the trigger on and masks begin. */
+static void grammar_watch(struct sampler *s, int32_t id)
+{
+    int n;
+    const char *b = gram_vocab_token(gram_matcher_vocab(s->gm), id, &n);
+    if (n <= 0)
+        return;
+    if (n > 1000)
+        n = 1000;
+    memcpy(s->seen + s->n_seen, b, (size_t)n);
+    s->n_seen += (size_t)n;
+    for (size_t i = 0; i + s->trig_len <= s->n_seen; i++)
+        if (!memcmp(s->seen + i, s->trig, s->trig_len)) {
+            if (gram_matcher_accept_bytes(s->gm, s->seen + i, s->n_seen - i) == 0)
+                s->g_on = 1;
+            else
+                sampler_set_grammar(s, NULL); /* not a call the grammar knows: free text */
+            s->n_seen = 0;
+            return;
+        }
+    size_t keep = s->trig_len - 1 < s->n_seen ? s->trig_len - 1 : s->n_seen;
+    memmove(s->seen, s->seen + s->n_seen - keep, keep);
+    s->n_seen = keep;
+}
 
 /* -inf on every id the grammar cannot take; a matcher that allows nothing (dead, or out of
  * memory) leaves the row as it is rather than sample from nothing */
@@ -842,7 +899,7 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
     int n = s->n_vocab;
     uint64_t step = s->step++;
     apply_processors(s, logits);
-    if (s->gm)
+    if (s->gm && s->g_on)
         grammar_mask(s, logits);
     int want_lp = lp && p->top_logprobs >= 0;
     float mx = max_value(logits, n);
@@ -873,7 +930,7 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
 int sampler_wants_cands(const struct sampler *s)
 {
     const struct sampler_params *p = &s->p;
-    if (p->n_logit_bias || s->rep_w >= 0 || s->pres_w >= 0 || s->freq_w >= 0 || s->gm)
+    if (p->n_logit_bias || s->rep_w >= 0 || s->pres_w >= 0 || s->freq_w >= 0 || (s->gm && s->g_on))
         return 0;
     int top_p_on = p->top_p > 0 && p->top_p < 1, min_p_on = p->min_p > 0;
     int top_k_on = p->top_k > 0 && p->top_k < s->n_vocab;

@@ -85,11 +85,17 @@ struct sampler_logprob {
  * A sampler with a grammar matcher masks every id the grammar cannot take next (logit set
  * to -inf) after logit_bias and the penalties, before the log-softmax: logprobs describe
  * the masked distribution (DESIGN.md §5). sampler_accept advances the matcher. Such a
- * sampler is never plain greedy and never samples from candidates (it needs the row). */
+ * sampler (while its grammar is active) is never plain greedy and never samples from
+ * candidates (it needs the row). */
 struct gram_matcher;
 /* Attaches m (the sampler takes ownership; NULL detaches). Returns 0 or CERR_NOMEM (m is
  * then freed). */
 int sampler_set_grammar(struct sampler *s, struct gram_matcher *m);
+/* Attaches m lazily: no mask until the generated text contains trigger (a tool call's
+ * opening); the matcher then takes the text from the trigger on (through the end of the
+ * token that completed it) and masks from the next step. A token whose text the grammar
+ * refuses there drops the grammar (the row goes on unconstrained). Ownership as above. */
+int sampler_set_grammar_lazy(struct sampler *s, struct gram_matcher *m, const char *trigger);
 /* The attached matcher or NULL. */
 struct gram_matcher *sampler_grammar(const struct sampler *s);
 

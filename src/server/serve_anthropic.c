@@ -127,7 +127,8 @@ static void h_messages(struct http_req *r, void *ud)
                                 .stops = (const char *const *)c->rq.stops,
                                 .n_stops = c->rq.n_stops,
                                 .grammar = c->st.grammar,
-                                .grammar_prime = c->st.prime},
+                                .grammar_prime = c->st.prime,
+                                .grammar_trigger = c->st.trigger},
                           .cleanup = ctx_free,
                           .ctx = c};
     if (c->st.degraded)

@@ -111,7 +111,8 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
                                 .max_tokens = max_tokens,
                                 .stops = (const char *const *)c->rq.stops,
                                 .n_stops = c->rq.n_stops, .grammar = c->st.grammar,
-                                .grammar_prime = c->st.prime},
+                                .grammar_prime = c->st.prime,
+                                .grammar_trigger = c->st.trigger},
                           .cleanup = oai_ctx_free, .ctx = c};
     if (c->st.degraded)
         http_add_header(r, "Warning", API_STRUCTURED_WARNING);

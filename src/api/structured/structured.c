@@ -303,7 +303,9 @@ int api_structured_anthropic(const json_t *body, struct api_structured *out, str
 int api_structured_tools(int family, const json_t *tools, int tool_choice, const char *name,
                          const char *forced, struct api_structured *out, struct api_error *err)
 {
-    if (out->grammar || out->degraded || !tools || !tool_choice || !forced || !api_structured_enabled())
+    if (out->grammar || out->degraded || !tools || !api_structured_enabled())
+        return 0;
+    if (tool_choice && !forced)
         return 0;
     const char *open, *close, *args;
     switch (family) {
@@ -320,6 +322,8 @@ int api_structured_tools(int family, const json_t *tools, int tool_choice, const
     default:
         return 0;
     }
+    if (!tool_choice && !*open)
+        return 0; /* auto: nothing marks where a call starts */
     /* one schema: anyOf over the allowed tools of {name: const, args: parameters} */
     json_t *alts = json_array(), *defs = json_object(), *root = json_object();
     int strict_any = 0, rc = 0;
@@ -332,6 +336,8 @@ int api_structured_tools(int family, const json_t *tools, int tool_choice, const
         const char *nm = json_string_value(json_object_get(fn, "name"));
         if (!nm || (name && strcmp(nm, name)))
             continue;
+        if (!tool_choice && !json_is_true(json_object_get(fn, "strict")))
+            continue; /* auto: only strict tools are held to their schema */
         json_t *params = json_object_get(fn, "parameters");
         if (!params)
             params = json_object_get(fn, "input_schema");
@@ -379,7 +385,8 @@ int api_structured_tools(int family, const json_t *tools, int tool_choice, const
     char *last = strstr(b.p, "\nroot ::= ");
     if (last)
         memcpy(last + 1, "jcal", 4);
-    sbuf_puts(&b, "root ::= ");
+    int multi = !tool_choice && !strcmp(open, "<tool_call>\n"); /* auto: more calls may follow */
+    sbuf_puts(&b, multi ? "call ::= " : "root ::= ");
     if (*open) {
         sbuf_puts(&b, "\"");
         for (const char *q = open; *q; q++)
@@ -394,13 +401,18 @@ int api_structured_tools(int family, const json_t *tools, int tool_choice, const
         sbuf_puts(&b, "\"");
     }
     sbuf_puts(&b, "\n");
+    if (multi)
+        sbuf_puts(&b, "root ::= call (\"\\n\" call)*\n");
     struct gram *g = NULL;
     rc = gram_from_ebnf(&g, b.p, b.len, &e);
     sbuf_free(&b);
     if (rc)
         return strict_any ? fail_compile(err, "tools", &e, NULL) : 0;
-    out->prime = strdup(forced);
-    if (!out->prime) {
+    if (tool_choice)
+        out->prime = strdup(forced);
+    else
+        out->trigger = strndup(open, strcspn(open, "\n"));
+    if (!(tool_choice ? out->prime : out->trigger)) {
         gram_unref(g);
         return api_fail(err, 500, NULL, "out of memory");
     }
@@ -430,6 +442,7 @@ void api_structured_deinit(struct api_structured *s)
 {
     gram_unref(s->grammar);
     free(s->prime);
+    free(s->trigger);
     free(s->instruction);
     memset(s, 0, sizeof *s);
 }

@@ -24,6 +24,8 @@ struct api_structured {
     struct gram *grammar; /* a reference (owned), or NULL: no constraint or degraded */
     char *prime;          /* bytes the matcher takes before the first token (the forced
                              tool-call opening the prompt already holds), malloc'd or NULL */
+    char *trigger;        /* tool_choice auto with strict tools: the grammar waits for this
+                             text (the call's opening), malloc'd or NULL */
     char *instruction;    /* degraded: the constraint in words, malloc'd */
     int degraded;         /* a constraint was asked for but CINFER_GRAMMAR=0 */
 };
@@ -39,8 +41,10 @@ int api_structured_responses(const json_t *body, struct api_structured *out, str
 int api_structured_anthropic(const json_t *body, struct api_structured *out, struct api_error *err);
 /* A forced tool call (tool_choice 1 required / 2 named `name`) in template family `family`
  * whose prompt ends in `forced` (api_prompt.forced): a grammar for the whole call, primed
- * with `forced`. Families without a JSON call format leave out empty. Only when out holds
- * no grammar yet. */
+ * with `forced`. tool_choice 0 (auto) with tools marked "strict": true: a grammar over
+ * those tools that waits for the call's opening (out->trigger). Families without a JSON
+ * call format (or, for auto, without an opening marker) leave out empty. Only when out
+ * holds no grammar yet. */
 int api_structured_tools(int family, const json_t *tools, int tool_choice, const char *name,
                          const char *forced, struct api_structured *out, struct api_error *err);
 /* Chat: puts s->instruction into a system message of messages (degraded requests). */

@@ -44,12 +44,17 @@ int gram_accepts(const struct gram *g, const char *s, size_t n);
 
 /* ---- the vocabulary ---------------------------------------------------------------- */
 struct gram_vocab;
+struct gram_matcher;
 /* bytes[i], len[i]: the bytes id i adds to the text (len < 0: a special token that the
  * grammar never takes). eog: the end-of-generation ids. Copies everything. */
 int gram_vocab_new(struct gram_vocab **out, int n_vocab, const char *const *bytes,
                    const int *len, const int32_t *eog, int n_eog, struct cerr *e);
 void gram_vocab_free(struct gram_vocab *v);
 int gram_vocab_size(const struct gram_vocab *v);
+/* The bytes of id (*len < 0: none — special, end or out of range); borrowed. */
+const char *gram_vocab_token(const struct gram_vocab *v, int32_t id, int *len);
+/* The vocabulary the matcher runs over. */
+const struct gram_vocab *gram_matcher_vocab(const struct gram_matcher *m);
 
 /* ---- the matcher ------------------------------------------------------------------- */
 struct gram_matcher;

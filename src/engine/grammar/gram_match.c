@@ -117,6 +117,16 @@ void gram_vocab_free(struct gram_vocab *v)
 
 int gram_vocab_size(const struct gram_vocab *v) { return v->n_vocab; }
 
+const char *gram_vocab_token(const struct gram_vocab *v, int32_t id, int *len)
+{
+    if (!v || id < 0 || id >= v->n_vocab || v->len[id] <= 0) {
+        *len = -1;
+        return NULL;
+    }
+    *len = v->len[id];
+    return v->data + v->off[id];
+}
+
 /* ---- matcher --------------------------------------------------------------------------- */
 
 /* Nodes and stack sets are interned: a node {pos, parent} has one id, so equal stacks are
@@ -618,6 +628,8 @@ int gram_matcher_mask(struct gram_matcher *m, uint32_t *mask)
     }
     return count;
 }
+
+const struct gram_vocab *gram_matcher_vocab(const struct gram_matcher *m) { return m->v; }
 
 void gram_matcher_stats(const struct gram_matcher *m, long *masks, long *cache_hits)
 {
