@@ -89,6 +89,7 @@ struct engine_req {
     const char *grammar_trigger; /* non-NULL: the grammar waits until the output contains
                                     this text (a tool call's opening), see
                                     sampler_set_grammar_lazy */
+    int grammar_after;           /* the grammar starts after the trigger (reasoning end) */
     engine_cb cb;
     void *ud;
 };

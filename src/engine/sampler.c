@@ -153,6 +153,7 @@ struct sampler {
     char *trig;                /* lazy: the trigger, and the text seen so far that may start it */
     char *seen;
     size_t trig_len, n_seen;
+    int trig_after;            /* the matcher starts after the trigger, not at it */
 };
 
 void sampler_params_default(struct sampler_params *p)
@@ -828,7 +829,8 @@ int sampler_set_grammar(struct sampler *s, struct gram_matcher *m)
     return 0;
 }
 
-int sampler_set_grammar_lazy(struct sampler *s, struct gram_matcher *m, const char *trigger)
+int sampler_set_grammar_lazy(struct sampler *s, struct gram_matcher *m, const char *trigger,
+                             int after)
 {
     if (sampler_set_grammar(s, m))
         return CERR_NOMEM;
@@ -845,6 +847,7 @@ int sampler_set_grammar_lazy(struct sampler *s, struct gram_matcher *m, const ch
         return CERR_NOMEM;
     }
     s->g_on = 0;
+    s->trig_after = after;
     return 0;
 }
 
@@ -864,7 +867,8 @@ static void grammar_watch(struct sampler *s, int32_t id)
     s->n_seen += (size_t)n;
     for (size_t i = 0; i + s->trig_len <= s->n_seen; i++)
         if (!memcmp(s->seen + i, s->trig, s->trig_len)) {
-            if (gram_matcher_accept_bytes(s->gm, s->seen + i, s->n_seen - i) == 0)
+            size_t from = s->trig_after ? i + s->trig_len : i;
+            if (gram_matcher_accept_bytes(s->gm, s->seen + from, s->n_seen - from) == 0)
                 s->g_on = 1;
             else
                 sampler_set_grammar(s, NULL); /* not a call the grammar knows: free text */

@@ -95,7 +95,10 @@ int sampler_set_grammar(struct sampler *s, struct gram_matcher *m);
  * opening); the matcher then takes the text from the trigger on (through the end of the
  * token that completed it) and masks from the next step. A token whose text the grammar
  * refuses there drops the grammar (the row goes on unconstrained). Ownership as above. */
-int sampler_set_grammar_lazy(struct sampler *s, struct gram_matcher *m, const char *trigger);
+int sampler_set_grammar_lazy(struct sampler *s, struct gram_matcher *m, const char *trigger,
+                             int after);
+/* after = 1: the matcher takes only the text after the trigger (a reasoning block's end:
+ * the constraint starts when the reasoning is over). */
 /* The attached matcher or NULL. */
 struct gram_matcher *sampler_grammar(const struct sampler *s);
 

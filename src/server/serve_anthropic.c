@@ -92,6 +92,8 @@ static int structured_anth(struct serve *sv, struct http_req *r, struct anth_ctx
     if (!rc)
         rc = api_structured_tools(sv->am.tc_template_family, c->rq.tools, c->rq.tool_choice,
                                   c->rq.tool_name, c->pr.forced, &c->st, err);
+    if (!rc)
+        rc = api_structured_after_reasoning(&c->st, c->pr.start_in_reasoning, sv->am.think_close, err);
     return rc;
 }
 
@@ -128,7 +130,8 @@ static void h_messages(struct http_req *r, void *ud)
                                 .n_stops = c->rq.n_stops,
                                 .grammar = c->st.grammar,
                                 .grammar_prime = c->st.prime,
-                                .grammar_trigger = c->st.trigger},
+                                .grammar_trigger = c->st.trigger,
+                                .grammar_after = c->st.trigger_after},
                           .cleanup = ctx_free,
                           .ctx = c};
     if (c->st.degraded)

@@ -90,6 +90,8 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
                                                  c->rq.tool_choice, c->rq.tool_name,
                                                  c->pr.forced, &c->st, &err))
         goto fail;
+    if (api_structured_after_reasoning(&c->st, c->pr.start_in_reasoning, sv->am.think_close, &err))
+        goto fail;
     int max_tokens;
     if (serve_check_context(sv, c->pr.n, c->rq.max_tokens,
                             kind == OAI_CHAT ? sv->max_tokens_chat : sv->max_tokens_raw,
@@ -112,7 +114,8 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
                                 .stops = (const char *const *)c->rq.stops,
                                 .n_stops = c->rq.n_stops, .grammar = c->st.grammar,
                                 .grammar_prime = c->st.prime,
-                                .grammar_trigger = c->st.trigger},
+                                .grammar_trigger = c->st.trigger,
+                                .grammar_after = c->st.trigger_after},
                           .cleanup = oai_ctx_free, .ctx = c};
     if (c->st.degraded)
         http_add_header(r, "Warning", API_STRUCTURED_WARNING);

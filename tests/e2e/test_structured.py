@@ -210,6 +210,31 @@ def test_responses_and_messages_constrained(st):
     validate(json.loads(d["content"][0]["text"]), s)
 
 
+def test_constraint_starts_after_reasoning():
+    """A prompt that leaves a think block open (the R1-distill template with thinking on ends
+    it with "<think>\\n"): the reasoning is free text, the constraint waits for </think>.
+    stories260K never closes the block, so the reasoning runs to max_tokens unconstrained;
+    with thinking off the block is closed in the prompt and the choice binds at once."""
+    from conftest import FIXTURES
+    s = Server(STORIES, "--chat-template",
+               os.path.join(FIXTURES, "chat-templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"))
+    try:
+        body = {"messages": [{"role": "user", "content": "Once"}], "max_tokens": 12, "temperature": 0,
+                "guided_choice": ["yes", "no"], "reasoning_effort": "medium"}
+        code, raw, _ = s.post("/v1/chat/completions", body)
+        assert code == 200, raw
+        ch = json.loads(raw)["choices"][0]
+        reasoning = ch["message"].get("reasoning_content") or ch["message"].get("reasoning") or ""
+        assert ch["finish_reason"] == "length" and len(reasoning) > 3, ch
+        assert reasoning.strip() not in ("yes", "no")
+        del body["reasoning_effort"]
+        code, raw, _ = s.post("/v1/chat/completions", body)
+        ch = json.loads(raw)["choices"][0]
+        assert ch["message"]["content"] in ("yes", "no") and ch["finish_reason"] == "stop", ch
+    finally:
+        assert s.stop() == 0, s.output()
+
+
 def test_degrade_without_masks():
     old = os.environ.get("CINFER_GRAMMAR")
     os.environ["CINFER_GRAMMAR"] = "0"

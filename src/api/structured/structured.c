@@ -420,6 +420,18 @@ int api_structured_tools(int family, const json_t *tools, int tool_choice, const
     return 0;
 }
 
+int api_structured_after_reasoning(struct api_structured *s, int start_in_reasoning,
+                                   const char *think_close, struct api_error *err)
+{
+    if (!s->grammar || s->prime || s->trigger || !start_in_reasoning || !think_close || !*think_close)
+        return 0;
+    s->trigger = strdup(think_close);
+    if (!s->trigger)
+        return api_fail(err, 500, NULL, "out of memory");
+    s->trigger_after = 1;
+    return 0;
+}
+
 int api_structured_instruct(json_t *messages, const struct api_structured *s)
 {
     if (!s->instruction || !json_is_array(messages))

@@ -26,6 +26,7 @@ struct api_structured {
                              tool-call opening the prompt already holds), malloc'd or NULL */
     char *trigger;        /* tool_choice auto with strict tools: the grammar waits for this
                              text (the call's opening), malloc'd or NULL */
+    int trigger_after;    /* the grammar starts after the trigger (a reasoning block's end) */
     char *instruction;    /* degraded: the constraint in words, malloc'd */
     int degraded;         /* a constraint was asked for but CINFER_GRAMMAR=0 */
 };
@@ -47,6 +48,11 @@ int api_structured_anthropic(const json_t *body, struct api_structured *out, str
  * holds no grammar yet. */
 int api_structured_tools(int family, const json_t *tools, int tool_choice, const char *name,
                          const char *forced, struct api_structured *out, struct api_error *err);
+/* A reasoning model whose prompt leaves a think block open: the constraint starts when the
+ * block ends (the trigger is think_close; the grammar takes what follows it). No-op
+ * without a grammar, with a tool-call grammar, or when the prompt is not in reasoning. */
+int api_structured_after_reasoning(struct api_structured *s, int start_in_reasoning,
+                                   const char *think_close, struct api_error *err);
 /* Chat: puts s->instruction into a system message of messages (degraded requests). */
 int api_structured_instruct(json_t *messages, const struct api_structured *s);
 void api_structured_deinit(struct api_structured *s);
