@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
 # the end-to-end suites drive the server with the official SDKs, on the default real model
-python3 -c "import openai, anthropic, pytest" 2>/dev/null ||
+python3 -c "import openai, anthropic, pytest, jsonschema" 2>/dev/null ||
     python3 -m pip install -q --break-system-packages openai anthropic pytest jsonschema
 ./scripts/fetch_models.sh qwen2.5-coder-0.5b
 # the tool round trip (call -> result -> answer) needs the 1.5B: the 0.5B never answers

@@ -327,7 +327,7 @@ static uint32_t intern_set(struct gram_matcher *m, size_t start)
     uint32_t k = h & (m->set_tab_cap - 1);
     while (m->set_tab[k]) {
         const struct gset *s = &m->sets[m->set_tab[k] - 1];
-        if (s->h == h && s->len == n && !memcmp(m->pool + s->off, v, (size_t)n * 4)) {
+        if (s->h == h && s->len == n && (!n || !memcmp(m->pool + s->off, v, (size_t)n * 4))) {
             m->n_tmp = start;
             return m->set_tab[k] - 1;
         }
@@ -355,7 +355,8 @@ static uint32_t intern_set(struct gram_matcher *m, size_t start)
         m->pool = q;
         m->cap_pool = nc;
     }
-    memcpy(m->pool + m->n_pool, v, (size_t)n * 4);
+    if (n)
+        memcpy(m->pool + m->n_pool, v, (size_t)n * 4);
     struct gset *s = &m->sets[m->n_sets];
     s->off = (uint32_t)m->n_pool;
     s->len = n;
