@@ -522,7 +522,8 @@ int sampler_is_plain_greedy(const struct sampler *s)
 {
     const struct sampler_params *p = &s->p;
     return !(p->temperature > 0) && p->n_logit_bias == 0 && s->rep_w < 0 && s->pres_w < 0 &&
-           s->freq_w < 0 && !(s->gm && s->g_on);
+           s->freq_w < 0 && !s->gm; /* a waiting grammar too: a decode burst would queue the
+                                       step after its trigger unmasked */
 }
 
 void sampler_skip(struct sampler *s) { s->step++; }
