@@ -85,8 +85,9 @@ struct sampler_logprob {
  * A sampler with a grammar matcher masks every id the grammar cannot take next (logit set
  * to -inf) after logit_bias and the penalties, before the log-softmax: logprobs describe
  * the masked distribution (DESIGN.md §5). sampler_accept advances the matcher. Such a
- * sampler (while its grammar is active) is never plain greedy and never samples from
- * candidates (it needs the row). */
+ * sampler is never plain greedy (not even while a lazy grammar waits: a decode burst would
+ * run past the trigger) and, once masking, never samples from candidates (it needs the
+ * row). */
 struct gram_matcher;
 /* Attaches m (the sampler takes ownership; NULL detaches). Returns 0 or CERR_NOMEM (m is
  * then freed). */
