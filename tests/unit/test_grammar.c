@@ -8,6 +8,7 @@
 
 #include "engine/grammar/gram.h"
 #include "engine/grammar/gram_schema.h"
+#include "engine/sampler.h"
 
 static struct gram *ebnf(const char *s)
 {
@@ -368,6 +369,55 @@ static void test_matcher_tokens(void)
     gram_vocab_free(v);
 }
 
+/* ---- the sampler's grammar hook: masking, the prompt not advancing it, lazy triggers ---------- */
+
+static void test_sampler_grammar(void)
+{
+    /* ids: 0 "a", 1 "b", 2 "<c>", 3 "x", 4 "y", 5 end */
+    const char *bytes[] = {"a", "b", "<c>", "x", "y", ""};
+    int len[] = {1, 1, 3, 1, 1, -1};
+    int32_t eos = 5;
+    struct gram_vocab *v = NULL;
+    struct cerr e = {0};
+    CHECK(gram_vocab_new(&v, 6, bytes, len, &eos, 1, &e) == 0);
+    struct gram *g = ebnf("root ::= \"<c>\" [xy]{2}");
+    struct sampler_params p;
+    sampler_params_default(&p);
+    p.temperature = 0;
+    for (int lazy = 0; lazy < 2; lazy++) {
+        struct sampler *s = NULL;
+        struct gram_matcher *m = NULL;
+        CHECK(sampler_new(&s, &p, 6, &e) == 0);
+        CHECK(gram_matcher_new(&m, g, v, &e) == 0);
+        CHECK((lazy ? sampler_set_grammar_lazy(s, m, "<c>", 0) : sampler_set_grammar(s, m)) == 0);
+        CHECK(!sampler_is_plain_greedy(s));
+        int32_t prompt[] = {2, 3, 3}; /* the prompt is not grammar text */
+        sampler_prime(s, prompt, 3);
+        float lg[6];
+        int32_t want[] = {2, 3, 4, 5}, got[4];
+        if (lazy) { /* free until the trigger: the argmax "a" */
+            float l0[6] = {5, 1, 0, 0, 0, 0};
+            int32_t id = sampler_sample(s, l0, NULL);
+            CHECK_EQ_INT(id, 0);
+            sampler_accept(s, id);
+        }
+        for (int k = 0; k < 4; k++) {
+            /* "a" and "b" always look best; the grammar must pick "<c>", then x/y, then end */
+            float l1[6] = {9, 8, 1, 2, 3, 0.5f};
+            memcpy(lg, l1, sizeof lg);
+            if (k == 1)
+                lg[3] = 4; /* x over y */
+            got[k] = lazy && k == 0 ? 2 : sampler_sample(s, lg, NULL);
+            sampler_accept(s, got[k]);
+        }
+        for (int k = 0; k < 4; k++)
+            CHECK_MSG(got[k] == want[k], "lazy %d step %d: got %d want %d", lazy, k, got[k], want[k]);
+        sampler_free(s);
+    }
+    gram_unref(g);
+    gram_vocab_free(v);
+}
+
 /* ---- JSONSchemaBench coverage ---------------------------------------------------------------- */
 
 static void test_jsonschemabench(void)
@@ -480,6 +530,7 @@ int main(void)
     RUN(test_schema_unsupported);
     RUN(test_matcher_tokens);
     RUN(test_mask_bruteforce);
+    RUN(test_sampler_grammar);
     RUN(test_jsonschemabench);
     RUN(test_corpus);
     return harness_done();
