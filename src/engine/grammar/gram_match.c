@@ -305,7 +305,7 @@ static int cmp_u32(const void *a, const void *b)
 /* The set id of tmp[start..n_tmp) (sorted here), interned; the tmp entries are dropped. */
 static uint32_t intern_set(struct gram_matcher *m, size_t start)
 {
-    uint32_t *v = m->tmp + start;
+    uint32_t *v = m->tmp ? m->tmp + start : NULL;
     uint32_t n = (uint32_t)(m->n_tmp - start);
     if (n > 1)
         qsort(v, n, sizeof *v, cmp_u32);
