@@ -8,7 +8,7 @@
  */
 #include "engine/sampler.h"
 
-#include "engine/grammar/gram.h"
+#include "engine/grammar/gram_row.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -147,13 +147,7 @@ struct sampler {
     size_t hn, hcap, hkeep;    /* hkeep = the largest finite window */
     struct cand *cands;        /* (n_vocab) */
     float *probs;              /* (n_vocab) */
-    struct gram_matcher *gm;   /* grammar, or NULL */
-    uint32_t *gmask;           /* (n_vocab / 32) */
-    int g_on;                  /* masking (0 while a lazy grammar waits for its trigger) */
-    char *trig;                /* lazy: the trigger, and the text seen so far that may start it */
-    char *seen;
-    size_t trig_len, n_seen;
-    int trig_after;            /* the matcher starts after the trigger, not at it */
+    struct gram_row *gram;     /* constrained decoding, or NULL (engine/grammar/gram_row.h) */
 };
 
 void sampler_params_default(struct sampler_params *p)
@@ -330,10 +324,7 @@ void sampler_free(struct sampler *s)
 {
     if (!s)
         return;
-    gram_matcher_free(s->gm);
-    free(s->gmask);
-    free(s->trig);
-    free(s->seen);
+    gram_row_free(s->gram);
     for (int i = 0; i < s->n_win; i++)
         cmap_free(&s->win[i].m);
     free(s->bias);
@@ -375,14 +366,10 @@ static int is_exempt(const struct sampler *s, int32_t id)
 
 /* ---- history ---- */
 
-static void grammar_watch(struct sampler *s, int32_t id);
-
 int sampler_accept(struct sampler *s, int32_t id)
 {
-    if (s->gm && s->g_on)
-        gram_matcher_accept(s->gm, id); /* a refused id (an unmasked fallback) leaves it */
-    else if (s->gm)
-        grammar_watch(s, id);
+    if (s->gram)
+        gram_row_accept(s->gram, id);
     if (s->n_win == 0 || id < 0 || id >= s->n_vocab)
         return 0;
     /* make room first, so a failure leaves every window as it was */
@@ -417,13 +404,13 @@ int sampler_accept(struct sampler *s, int32_t id)
 
 int sampler_prime(struct sampler *s, const int32_t *ids, int n)
 {
-    struct gram_matcher *gm = s->gm; /* the prompt is history, not grammar text */
-    s->gm = NULL;
+    struct gram_row *gm = s->gram; /* the prompt is history, not grammar text */
+    s->gram = NULL;
     int rc = 0;
     for (int i = 0; i < n && !rc; i++)
         if (sampler_accept(s, ids[i]))
             rc = CERR_NOMEM;
-    s->gm = gm;
+    s->gram = gm;
     return rc;
 }
 
@@ -522,7 +509,7 @@ int sampler_is_plain_greedy(const struct sampler *s)
 {
     const struct sampler_params *p = &s->p;
     return !(p->temperature > 0) && p->n_logit_bias == 0 && s->rep_w < 0 && s->pres_w < 0 &&
-           s->freq_w < 0 && !s->gm; /* a waiting grammar too: a decode burst would queue the
+           s->freq_w < 0 && !s->gram; /* a waiting grammar too: a decode burst would queue the
                                        step after its trigger unmasked */
 }
 
@@ -817,85 +804,20 @@ static int32_t sample_filtered(struct sampler *s, float *lg, float mx, double su
 
 int sampler_set_grammar(struct sampler *s, struct gram_matcher *m)
 {
-    gram_matcher_free(s->gm);
-    s->gm = NULL;
-    if (!m)
-        return 0;
-    if (!s->gmask && !(s->gmask = malloc(((size_t)s->n_vocab + 31) / 32 * sizeof *s->gmask))) {
-        gram_matcher_free(m);
-        return CERR_NOMEM;
-    }
-    s->gm = m;
-    s->g_on = 1;
-    return 0;
+    return sampler_set_grammar_lazy(s, m, NULL, 0);
 }
 
 int sampler_set_grammar_lazy(struct sampler *s, struct gram_matcher *m, const char *trigger,
                              int after)
 {
-    if (sampler_set_grammar(s, m))
-        return CERR_NOMEM;
-    if (!m || !trigger || !*trigger)
-        return 0;
-    s->trig_len = strlen(trigger);
-    free(s->trig);
-    free(s->seen);
-    s->trig = strdup(trigger);
-    s->seen = malloc(s->trig_len + 1024);
-    s->n_seen = 0;
-    if (!s->trig || !s->seen) {
-        sampler_set_grammar(s, NULL);
-        return CERR_NOMEM;
-    }
-    s->g_on = 0;
-    s->trig_after = after;
-    return 0;
+    gram_row_free(s->gram);
+    s->gram = NULL;
+    return m ? gram_row_new(&s->gram, m, s->n_vocab, trigger, after) : 0;
 }
 
-struct gram_matcher *sampler_grammar(const struct sampler *s) { return s->gm; }
-
-/* Lazy grammar: looks for the trigger in the text so far (keeping only what may still
- * start it); once found, the matcher takes the text from the trigger on and masks begin. */
-static void grammar_watch(struct sampler *s, int32_t id)
+struct gram_matcher *sampler_grammar(const struct sampler *s)
 {
-    int n;
-    const char *b = gram_vocab_token(gram_matcher_vocab(s->gm), id, &n);
-    if (n <= 0)
-        return;
-    if (n > 1000)
-        n = 1000;
-    memcpy(s->seen + s->n_seen, b, (size_t)n);
-    s->n_seen += (size_t)n;
-    for (size_t i = 0; i + s->trig_len <= s->n_seen; i++)
-        if (!memcmp(s->seen + i, s->trig, s->trig_len)) {
-            size_t from = s->trig_after ? i + s->trig_len : i;
-            if (gram_matcher_accept_bytes(s->gm, s->seen + from, s->n_seen - from) == 0)
-                s->g_on = 1;
-            else
-                sampler_set_grammar(s, NULL); /* not a call the grammar knows: free text */
-            s->n_seen = 0;
-            return;
-        }
-    size_t keep = s->trig_len - 1 < s->n_seen ? s->trig_len - 1 : s->n_seen;
-    memmove(s->seen, s->seen + s->n_seen - keep, keep);
-    s->n_seen = keep;
-}
-
-/* -inf on every id the grammar cannot take; a matcher that allows nothing (dead, or out of
- * memory) leaves the row as it is rather than sample from nothing */
-static void grammar_mask(struct sampler *s, float *logits)
-{
-    if (gram_matcher_mask(s->gm, s->gmask) <= 0)
-        return;
-    for (int w = 0; w < (s->n_vocab + 31) / 32; w++) {
-        uint32_t m = s->gmask[w];
-        if (m == 0xFFFFFFFFu)
-            continue;
-        int end = w * 32 + 32 < s->n_vocab ? w * 32 + 32 : s->n_vocab;
-        for (int i = w * 32; i < end; i++)
-            if (!((m >> (i & 31)) & 1))
-                logits[i] = -INFINITY;
-    }
+    return s->gram ? gram_row_matcher(s->gram) : NULL;
 }
 
 int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob *lp)
@@ -904,8 +826,8 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
     int n = s->n_vocab;
     uint64_t step = s->step++;
     apply_processors(s, logits);
-    if (s->gm && s->g_on)
-        grammar_mask(s, logits);
+    if (s->gram)
+        gram_row_mask(s->gram, logits, n);
     int want_lp = lp && p->top_logprobs >= 0;
     float mx = max_value(logits, n);
     double sum = 0;
@@ -935,7 +857,7 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
 int sampler_wants_cands(const struct sampler *s)
 {
     const struct sampler_params *p = &s->p;
-    if (p->n_logit_bias || s->rep_w >= 0 || s->pres_w >= 0 || s->freq_w >= 0 || (s->gm && s->g_on))
+    if (p->n_logit_bias || s->rep_w >= 0 || s->pres_w >= 0 || s->freq_w >= 0 || (s->gram && gram_row_on(s->gram)))
         return 0;
     int top_p_on = p->top_p > 0 && p->top_p < 1, min_p_on = p->min_p > 0;
     int top_k_on = p->top_k > 0 && p->top_k < s->n_vocab;
