@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "engine/engine_int.h"
+#include "engine/grammar/gram_tok.h"
 #include "engine/stop.h"
 #include "kv/kv_pool.h"
 #include "util/log.h"
@@ -74,6 +75,38 @@ static int is_eog(const struct engine *g, int32_t id)
     return 0;
 }
 
+/* A matcher for the request's grammar on its sampler; the vocabulary's bytes are built
+ * once, by the first grammar request (engine/grammar/gram_tok.h). */
+static int grammar_attach(struct engine *g, struct sampler *smp, struct gram *gr,
+                          const char *prime, const char *trigger, int after, struct cerr *e)
+{
+    int V = g->m->hp.n_vocab, rc = 0;
+    pthread_mutex_lock(&g->mu);
+    if (!g->gvocab) {
+        int32_t *eog = malloc((size_t)V * sizeof *eog);
+        int n_eog = 0;
+        for (int i = 0; eog && i < V; i++)
+            if (is_eog(g, i))
+                eog[n_eog++] = i;
+        rc = !eog ? cerr_set(e, CERR_NOMEM, "out of memory")
+             : !g->tk ? cerr_set(e, CERR_INVALID, "a grammar needs the model's tokenizer")
+                      : gram_vocab_from_tok(&g->gvocab, g->tk, V, eog, n_eog, e);
+        free(eog);
+    }
+    pthread_mutex_unlock(&g->mu);
+    struct gram_matcher *gm = NULL;
+    if (!rc)
+        rc = gram_matcher_new(&gm, gr, g->gvocab, e);
+    if (!rc && prime && gram_matcher_accept_bytes(gm, prime, strlen(prime))) {
+        gram_matcher_free(gm);
+        gm = NULL;
+        rc = cerr_set(e, CERR_INVALID, "the grammar does not accept the text the prompt ends with");
+    }
+    if (!rc && (trigger ? sampler_set_grammar_lazy(smp, gm, trigger, after) : sampler_set_grammar(smp, gm)))
+        rc = cerr_set(e, CERR_NOMEM, "out of memory");
+    return rc;
+}
+
 int engine_submit(struct engine *g, const struct engine_req *q, uint64_t *id, struct cerr *e)
 {
     int V = g->m->hp.n_vocab;
@@ -117,6 +150,9 @@ int engine_submit(struct engine *g, const struct engine_req *q, uint64_t *id, st
         rc = cerr_set(e, CERR_NOMEM, "out of memory");
     if (!rc)
         rc = stop_new(&r->stop, q->stops, q->n_stops, e);
+    if (!rc && q->grammar)
+        rc = grammar_attach(g, r->smp, q->grammar, q->grammar_prime, q->grammar_trigger,
+                            q->grammar_after, e);
     if (!rc && g->n_xtc_exempt)
         rc = sampler_set_xtc_exempt(r->smp, g->xtc_exempt, g->n_xtc_exempt)
                  ? cerr_set(e, CERR_NOMEM, "out of memory")
@@ -910,6 +946,7 @@ void engine_free(struct engine *g)
         log_info("engine: %ld sampled rows from candidates, %ld fetched their logits",
                  g->cand_rows, g->full_rows);
     eng_tier_close(g);
+    gram_vocab_free(g->gvocab);
     model_ws_free(g->ws);
     kv_pool_free(g->kv);
     kv_pool_free(g->kv_swa);

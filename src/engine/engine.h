@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 
+#include "engine/grammar/gram.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "tokenizer/tok.h"
@@ -97,6 +98,14 @@ struct engine_req {
     const char *const *stops; /* copied */
     int n_stops;
     int ignore_eos;
+    struct gram *grammar; /* constrained decoding (engine/grammar/gram.h): the engine takes
+                             its own reference; NULL = none */
+    const char *grammar_prime; /* bytes the grammar takes before the first token (text the
+                                  prompt already ends with), or NULL */
+    const char *grammar_trigger; /* non-NULL: the grammar waits until the output contains
+                                    this text (a tool call's opening), see
+                                    sampler_set_grammar_lazy */
+    int grammar_after;           /* the grammar starts after the trigger (reasoning end) */
     engine_cb cb;
     void *ud;
 };

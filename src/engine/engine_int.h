@@ -51,6 +51,7 @@ struct engine {
     const struct model *m;
     const struct tok *tk;
     struct engine_config c;
+    struct gram_vocab *gvocab; /* built on the first grammar request (under mu) */
     struct kv_pool *kv;
     struct kv_pool *kv_swa;  /* sliding-window layers' pool, or NULL (one pool for all) */
     int window;              /* their window */

@@ -8,6 +8,8 @@
  */
 #include "engine/sampler.h"
 
+#include "engine/grammar/gram_row.h"
+
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -145,6 +147,7 @@ struct sampler {
     size_t hn, hcap, hkeep;    /* hkeep = the largest finite window */
     struct cand *cands;        /* (n_vocab) */
     float *probs;              /* (n_vocab) */
+    struct gram_row *gram;     /* constrained decoding, or NULL (engine/grammar/gram_row.h) */
 };
 
 void sampler_params_default(struct sampler_params *p)
@@ -321,6 +324,7 @@ void sampler_free(struct sampler *s)
 {
     if (!s)
         return;
+    gram_row_free(s->gram);
     for (int i = 0; i < s->n_win; i++)
         cmap_free(&s->win[i].m);
     free(s->bias);
@@ -364,6 +368,8 @@ static int is_exempt(const struct sampler *s, int32_t id)
 
 int sampler_accept(struct sampler *s, int32_t id)
 {
+    if (s->gram)
+        gram_row_accept(s->gram, id);
     if (s->n_win == 0 || id < 0 || id >= s->n_vocab)
         return 0;
     /* make room first, so a failure leaves every window as it was */
@@ -398,10 +404,14 @@ int sampler_accept(struct sampler *s, int32_t id)
 
 int sampler_prime(struct sampler *s, const int32_t *ids, int n)
 {
-    for (int i = 0; i < n; i++)
+    struct gram_row *gm = s->gram; /* the prompt is history, not grammar text */
+    s->gram = NULL;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
         if (sampler_accept(s, ids[i]))
-            return CERR_NOMEM;
-    return 0;
+            rc = CERR_NOMEM;
+    s->gram = gm;
+    return rc;
 }
 
 /* ---- randomness ---- */
@@ -499,7 +509,8 @@ int sampler_is_plain_greedy(const struct sampler *s)
 {
     const struct sampler_params *p = &s->p;
     return !(p->temperature > 0) && p->n_logit_bias == 0 && s->rep_w < 0 && s->pres_w < 0 &&
-           s->freq_w < 0;
+           s->freq_w < 0 && !s->gram; /* a waiting grammar too: a decode burst would queue the
+                                       step after its trigger unmasked */
 }
 
 void sampler_skip(struct sampler *s) { s->step++; }
@@ -791,12 +802,32 @@ static int32_t sample_filtered(struct sampler *s, float *lg, float mx, double su
     return sampler_argmax(lg, n); /* not reached: the second pass has every candidate */
 }
 
+int sampler_set_grammar(struct sampler *s, struct gram_matcher *m)
+{
+    return sampler_set_grammar_lazy(s, m, NULL, 0);
+}
+
+int sampler_set_grammar_lazy(struct sampler *s, struct gram_matcher *m, const char *trigger,
+                             int after)
+{
+    gram_row_free(s->gram);
+    s->gram = NULL;
+    return m ? gram_row_new(&s->gram, m, s->n_vocab, trigger, after) : 0;
+}
+
+struct gram_matcher *sampler_grammar(const struct sampler *s)
+{
+    return s->gram ? gram_row_matcher(s->gram) : NULL;
+}
+
 int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob *lp)
 {
     const struct sampler_params *p = &s->p;
     int n = s->n_vocab;
     uint64_t step = s->step++;
     apply_processors(s, logits);
+    if (s->gram)
+        gram_row_mask(s->gram, logits, n);
     int want_lp = lp && p->top_logprobs >= 0;
     float mx = max_value(logits, n);
     double sum = 0;
@@ -826,7 +857,7 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
 int sampler_wants_cands(const struct sampler *s)
 {
     const struct sampler_params *p = &s->p;
-    if (p->n_logit_bias || s->rep_w >= 0 || s->pres_w >= 0 || s->freq_w >= 0)
+    if (p->n_logit_bias || s->rep_w >= 0 || s->pres_w >= 0 || s->freq_w >= 0 || (s->gram && gram_row_on(s->gram)))
         return 0;
     int top_p_on = p->top_p > 0 && p->top_p < 1, min_p_on = p->min_p > 0;
     int top_k_on = p->top_k > 0 && p->top_k < s->n_vocab;

@@ -81,6 +81,28 @@ struct sampler_logprob {
     float top_lp[SAMPLER_MAX_TOP_LOGPROBS];
 };
 
+/* ---- grammar (constrained decoding) ----
+ * A sampler with a grammar matcher masks every id the grammar cannot take next (logit set
+ * to -inf) after logit_bias and the penalties, before the log-softmax: logprobs describe
+ * the masked distribution (DESIGN.md §5). sampler_accept advances the matcher. Such a
+ * sampler is never plain greedy (not even while a lazy grammar waits: a decode burst would
+ * run past the trigger) and, once masking, never samples from candidates (it needs the
+ * row). */
+struct gram_matcher;
+/* Attaches m (the sampler takes ownership; NULL detaches). Returns 0 or CERR_NOMEM (m is
+ * then freed). */
+int sampler_set_grammar(struct sampler *s, struct gram_matcher *m);
+/* Attaches m lazily: no mask until the generated text contains trigger (a tool call's
+ * opening); the matcher then takes the text from the trigger on (through the end of the
+ * token that completed it) and masks from the next step. A token whose text the grammar
+ * refuses there drops the grammar (the row goes on unconstrained). Ownership as above. */
+int sampler_set_grammar_lazy(struct sampler *s, struct gram_matcher *m, const char *trigger,
+                             int after);
+/* after = 1: the matcher takes only the text after the trigger (a reasoning block's end:
+ * the constraint starts when the reasoning is over). */
+/* The attached matcher or NULL. */
+struct gram_matcher *sampler_grammar(const struct sampler *s);
+
 /* Samples one token from logits (n_vocab floats). MODIFIES logits in place: on return they
  * hold the processed logits (after logit_bias and the penalties; truncation, XTC and
  * temperature do not touch them). When lp is non-NULL and top_logprobs >= 0, fills lp with

@@ -15,12 +15,14 @@
 #include "api/oai_req.h"
 #include "api/replay.h"
 #include "api/responses.h"
+#include "api/structured/structured.h"
 #include "server/serve.h"
 
 struct resp_ctx {
     struct resp_req q;
     struct oai_req rq;
     struct api_prompt pr;
+    struct api_structured st; /* output_format / text.format (api/structured) */
     int saved;
 };
 
@@ -31,6 +33,7 @@ static void ctx_free(void *p)
         return;
     resp_req_deinit(&c->q);
     oai_req_deinit(&c->rq);
+    api_structured_deinit(&c->st);
     free(c->pr.ids);
     free(c->pr.forced);
     free(c);
@@ -83,6 +86,23 @@ static json_t *lookup(const char *id, void *ud)
     return store_get(id);
 }
 
+/* output constraints of the original body, and forced tool-call grammars */
+static int structured_resp(struct serve *sv, struct http_req *r, struct resp_ctx *c,
+                          struct api_error *err)
+{
+    size_t blen;
+    const char *body = http_req_body(r, &blen);
+    json_t *raw = json_loadb(body, blen, 0, NULL);
+    int rc = api_structured_responses(raw, &c->st, err);
+    json_decref(raw);
+    if (!rc)
+        rc = api_structured_tools(sv->am.tc_template_family, c->rq.tools, c->rq.tool_choice,
+                                  c->rq.tool_name, c->pr.forced, &c->st, err);
+    if (!rc)
+        rc = api_structured_after_reasoning(&c->st, c->pr.start_in_reasoning, sv->am.think_close, err);
+    return rc;
+}
+
 static void h_responses(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
@@ -109,6 +129,8 @@ static void h_responses(struct http_req *r, void *ud)
     replay_apply(c->rq.messages);
     if (api_chat_prompt(&sv->am, &c->rq, &c->pr, &err))
         goto fail;
+    if (structured_resp(sv, r, c, &err))
+        goto fail;
     int max_tokens;
     if (serve_check_context(sv, c->pr.n, c->rq.max_tokens, sv->max_tokens_chat, &max_tokens, &err))
         goto fail;
@@ -132,9 +154,15 @@ static void h_responses(struct http_req *r, void *ud)
                                 .sp = c->rq.sp,
                                 .max_tokens = max_tokens,
                                 .stops = (const char *const *)c->rq.stops,
-                                .n_stops = c->rq.n_stops},
+                                .n_stops = c->rq.n_stops,
+                                .grammar = c->st.grammar,
+                                .grammar_prime = c->st.prime,
+                                .grammar_trigger = c->st.trigger,
+                                .grammar_after = c->st.trigger_after},
                           .cleanup = ctx_free,
                           .ctx = c};
+    if (c->st.degraded)
+        http_add_header(r, "Warning", API_STRUCTURED_WARNING);
     serve_generate(sv, r, &g, EP_RESPONSES);
     return;
 fail:

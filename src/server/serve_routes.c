@@ -10,6 +10,7 @@
 #include "api/oai_out.h"
 #include "api/oai_req.h"
 #include "api/replay.h"
+#include "api/structured/structured.h"
 #include "api/toolcall.h"
 #include "server/serve.h"
 #include "util/clock.h"
@@ -35,6 +36,7 @@ static void reply_json(struct http_req *r, int status, json_t *j)
 struct oai_ctx {
     struct oai_req rq;
     struct api_prompt pr;
+    struct api_structured st; /* response_format & co. (api/structured) */
 };
 
 static void oai_ctx_free(void *p)
@@ -43,6 +45,7 @@ static void oai_ctx_free(void *p)
     if (!c)
         return;
     oai_req_deinit(&c->rq);
+    api_structured_deinit(&c->st);
     free(c->pr.ids);
     free(c->pr.forced);
     free(c);
@@ -73,8 +76,12 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
     const char *body = http_req_body(r, &blen);
     if (oai_parse(&c->rq, kind, body, blen, &sv->defaults, sv->m->hp.n_vocab, &err))
         goto fail;
+    if (api_structured_oai(c->rq.body, &c->st, &err))
+        goto fail;
     if (kind == OAI_CHAT)
         replay_apply(c->rq.messages); /* prefix stability: exact text of past tool-call turns */
+    if (kind == OAI_CHAT && api_structured_instruct(c->rq.messages, &c->st))
+        goto fail;
     int rc;
     if (kind == OAI_CHAT)
         rc = api_chat_prompt(&sv->am, &c->rq, &c->pr, &err);
@@ -88,6 +95,12 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
     } else
         rc = api_completion_prompt(&sv->am, c->rq.prompt, c->rq.prompt_len, &c->pr, &err);
     if (rc)
+        goto fail;
+    if (kind == OAI_CHAT && api_structured_tools(sv->am.tc_template_family, c->rq.tools,
+                                                 c->rq.tool_choice, c->rq.tool_name,
+                                                 c->pr.forced, &c->st, &err))
+        goto fail;
+    if (api_structured_after_reasoning(&c->st, c->pr.start_in_reasoning, sv->am.think_close, &err))
         goto fail;
     int max_tokens;
     if (serve_check_context(sv, c->pr.n, c->rq.max_tokens,
@@ -109,8 +122,13 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
                           .q = {.ids = c->pr.ids, .n_ids = c->pr.n, .sp = c->rq.sp,
                                 .max_tokens = max_tokens,
                                 .stops = (const char *const *)c->rq.stops,
-                                .n_stops = c->rq.n_stops},
+                                .n_stops = c->rq.n_stops, .grammar = c->st.grammar,
+                                .grammar_prime = c->st.prime,
+                                .grammar_trigger = c->st.trigger,
+                                .grammar_after = c->st.trigger_after},
                           .cleanup = oai_ctx_free, .ctx = c};
+    if (c->st.degraded)
+        http_add_header(r, "Warning", API_STRUCTURED_WARNING);
     serve_generate(sv, r, &g, ep);
     return;
 fail:

@@ -56,6 +56,10 @@ int tok_decode(const struct tok *t, const int32_t *ids, int n, int flags, char *
 
 /* Raw vocabulary string of id as stored in the file (NULL when out of range). */
 const char *tok_piece(const struct tok *t, int32_t id);
+/* The bytes id adds to the text (byte-level pieces decoded, SentencePiece U+2581 as a space,
+ * <0xXX> as its byte) into buf[0..cap); returns the count, or -1 for a special, unused or
+ * unknown token or one longer than cap (bytes.c). */
+int tok_token_bytes(const struct tok *t, int32_t id, char *buf, int cap);
 int32_t tok_bos(const struct tok *t); /* -1 if none */
 int32_t tok_eos(const struct tok *t); /* -1 if none */
 int32_t tok_eot(const struct tok *t); /* -1 if none */

@@ -1,0 +1,595 @@
+/* gram_regex.c — regular expressions to EBNF text, and the regex and choice front ends.
+ *
+ * The subset JSON Schema `pattern` and guided_regex use in practice: literals, '.', classes
+ * with ranges, negation and \d \w \s (\D \W \S), escapes, groups ((?:...) and named groups
+ * too), alternation, * + ? {m} {m,} {m,n} (lazy and possessive suffixes are accepted and
+ * mean the same set of strings). The match is whole: ^ at the start and $ at the end are
+ * implied. Backreferences, lookaround, \b and inline flags are CERR_UNSUPPORTED. In json
+ * mode the result matches the JSON-escaped form of the strings the regex matches.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/grammar/gram_int.h"
+#include "util/sbuf.h"
+
+struct rp {
+    const char *s;
+    size_t n, i;
+    int json, depth;
+    struct sbuf *o;
+    struct cerr *e;
+};
+
+struct rset {
+    uint32_t (*r)[2];
+    int n, cap;
+};
+
+static int rfail(struct rp *p, int code, const char *what)
+{
+    return cerr_set(p->e, code, "regex at offset %zu: %s", p->i, what);
+}
+
+static int rs_add(struct rset *s, uint32_t lo, uint32_t hi)
+{
+    if (s->n == s->cap) {
+        int nc = s->cap ? s->cap * 2 : 8;
+        void *q = realloc(s->r, (size_t)nc * sizeof *s->r);
+        if (!q)
+            return CERR_NOMEM;
+        s->r = q;
+        s->cap = nc;
+    }
+    s->r[s->n][0] = lo;
+    s->r[s->n][1] = hi;
+    s->n++;
+    return 0;
+}
+
+static int cmp_r(const void *a, const void *b)
+{
+    const uint32_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+static void rs_norm(struct rset *s)
+{
+    if (!s->n)
+        return;
+    qsort(s->r, (size_t)s->n, sizeof *s->r, cmp_r);
+    int m = 0;
+    for (int k = 0; k < s->n; k++) {
+        if (m && s->r[k][0] <= s->r[m - 1][1] + 1) {
+            if (s->r[k][1] > s->r[m - 1][1])
+                s->r[m - 1][1] = s->r[k][1];
+        } else {
+            s->r[m][0] = s->r[k][0];
+            s->r[m][1] = s->r[k][1];
+            m++;
+        }
+    }
+    s->n = m;
+}
+
+static int rs_complement(struct rset *s)
+{
+    rs_norm(s);
+    struct rset t = {0};
+    uint32_t next = 0;
+    for (int k = 0; k < s->n; k++) {
+        if (s->r[k][0] > next && rs_add(&t, next, s->r[k][0] - 1))
+            goto oom;
+        next = s->r[k][1] + 1;
+    }
+    if (next <= 0x10FFFF && rs_add(&t, next, 0x10FFFF))
+        goto oom;
+    free(s->r);
+    *s = t;
+    return 0;
+oom:
+    free(t.r);
+    return CERR_NOMEM;
+}
+
+static int add_shorthand(struct rset *s, int c)
+{
+    int rc = 0;
+    struct rset t = {0};
+    int lc = c | 0x20;
+    if (lc == 'd')
+        rc = rs_add(&t, '0', '9');
+    else if (lc == 'w')
+        rc = rs_add(&t, '0', '9') || rs_add(&t, 'A', 'Z') || rs_add(&t, '_', '_') ||
+             rs_add(&t, 'a', 'z');
+    else
+        rc = rs_add(&t, '\t', '\r') || rs_add(&t, ' ', ' ');
+    if (!rc && c != lc)
+        rc = rs_complement(&t);
+    for (int k = 0; !rc && k < t.n; k++)
+        rc = rs_add(s, t.r[k][0], t.r[k][1]);
+    free(t.r);
+    return rc ? CERR_NOMEM : 0;
+}
+
+static void put_cp_class(struct sbuf *o, uint32_t c)
+{
+    if (c < 0x100)
+        sbuf_printf(o, "\\x%02X", c);
+    else
+        sbuf_printf(o, "\\U%08X", c);
+}
+
+static void put_lit_bytes(struct sbuf *o, const char *b, size_t n)
+{
+    sbuf_puts(o, "\"");
+    for (size_t i = 0; i < n; i++)
+        sbuf_printf(o, "\\x%02X", (uint8_t)b[i]);
+    sbuf_puts(o, "\"");
+}
+
+/* JSON escape of a char the JSON string cannot hold raw */
+static void json_esc(uint32_t c, char *b, size_t *n)
+{
+    if (c == '"' || c == '\\') {
+        b[0] = '\\';
+        b[1] = (char)c;
+        *n = 2;
+    } else if (c == '\n' || c == '\t' || c == '\r' || c == '\b' || c == '\f') {
+        b[0] = '\\';
+        b[1] = c == '\n' ? 'n' : c == '\t' ? 't' : c == '\r' ? 'r' : c == '\b' ? 'b' : 'f';
+        *n = 2;
+    } else {
+        *n = (size_t)snprintf(b, 8, "\\u%04x", c);
+    }
+}
+
+/* Writes the set as one EBNF expression (json: the raw-safe part as a class, the rest as
+ * escape strings). */
+static int emit_set(struct rp *p, struct rset *s)
+{
+    rs_norm(s);
+    struct rset safe = {0};
+    uint32_t extra[40];
+    int n_extra = 0;
+    for (int k = 0; k < s->n; k++) {
+        uint32_t lo = s->r[k][0], hi = s->r[k][1];
+        if (!p->json) {
+            if (rs_add(&safe, lo, hi))
+                goto oom;
+            continue;
+        }
+        for (uint32_t c = lo; c <= hi && c < 0x20; c++)
+            extra[n_extra++] = c;
+        if (lo <= '"' && hi >= '"')
+            extra[n_extra++] = '"';
+        if (lo <= '\\' && hi >= '\\')
+            extra[n_extra++] = '\\';
+        /* lo..hi minus controls, '"' and '\\' */
+        uint32_t a = lo < 0x20 ? 0x20 : lo;
+        uint32_t cuts[2] = {'"', '\\'};
+        for (int z = 0; z < 2 && a <= hi; z++) {
+            if (cuts[z] < a)
+                continue;
+            if (cuts[z] > hi)
+                break;
+            if (cuts[z] > a && rs_add(&safe, a, cuts[z] - 1))
+                goto oom;
+            a = cuts[z] + 1;
+        }
+        if (a <= hi && rs_add(&safe, a, hi))
+            goto oom;
+    }
+    if (!safe.n && !n_extra) {
+        free(safe.r);
+        return rfail(p, CERR_INVALID, "empty character class");
+    }
+    int alts = (safe.n ? 1 : 0) + n_extra;
+    if (alts > 1)
+        sbuf_puts(p->o, "(");
+    if (safe.n) {
+        sbuf_puts(p->o, "[");
+        for (int k = 0; k < safe.n; k++) {
+            put_cp_class(p->o, safe.r[k][0]);
+            if (safe.r[k][1] != safe.r[k][0]) {
+                sbuf_puts(p->o, "-");
+                put_cp_class(p->o, safe.r[k][1]);
+            }
+        }
+        sbuf_puts(p->o, "]");
+    }
+    for (int k = 0; k < n_extra; k++) {
+        char b[8];
+        size_t bn;
+        json_esc(extra[k], b, &bn);
+        sbuf_puts(p->o, (safe.n || k) ? " | " : "");
+        put_lit_bytes(p->o, b, bn);
+    }
+    if (alts > 1)
+        sbuf_puts(p->o, ")");
+    free(safe.r);
+    return 0;
+oom:
+    free(safe.r);
+    return cerr_set(p->e, CERR_NOMEM, "out of memory");
+}
+
+static int rpeek(const struct rp *p) { return p->i < p->n ? (unsigned char)p->s[p->i] : -1; }
+
+static int hexv(int c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* one code point, raw UTF-8 */
+static int read_raw(struct rp *p, uint32_t *cp)
+{
+    unsigned char c = (unsigned char)p->s[p->i];
+    int n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (!n || p->i + (size_t)n > p->n)
+        return rfail(p, CERR_FORMAT, "invalid UTF-8");
+    uint32_t v = n == 1 ? c : n == 2 ? (c & 0x1Fu) : n == 3 ? (c & 0x0Fu) : (c & 0x07u);
+    for (int k = 1; k < n; k++)
+        v = (v << 6) | ((unsigned char)p->s[p->i + (size_t)k] & 0x3Fu);
+    p->i += (size_t)n;
+    *cp = v;
+    return 0;
+}
+
+/* After a backslash: a single code point (*cp) or a shorthand class (*cls = letter). */
+static int read_escape(struct rp *p, uint32_t *cp, int *cls)
+{
+    *cls = 0;
+    int c = rpeek(p);
+    if (c < 0)
+        return rfail(p, CERR_FORMAT, "unfinished escape");
+    p->i++;
+    switch (c) {
+    case 'd': case 'D': case 'w': case 'W': case 's': case 'S':
+        *cls = c;
+        return 0;
+    case 'n': *cp = '\n'; return 0;
+    case 't': *cp = '\t'; return 0;
+    case 'r': *cp = '\r'; return 0;
+    case 'f': *cp = '\f'; return 0;
+    case 'v': *cp = '\v'; return 0;
+    case '0': *cp = 0; return 0;
+    case 'x': case 'u': {
+        int nd = c == 'x' ? 2 : 4;
+        uint32_t v = 0;
+        if (rpeek(p) == '{') {
+            p->i++;
+            while (rpeek(p) >= 0 && rpeek(p) != '}') {
+                int h = hexv(rpeek(p));
+                if (h < 0 || v > 0x10FFFF)
+                    return rfail(p, CERR_FORMAT, "bad hex escape");
+                v = v * 16 + (uint32_t)h;
+                p->i++;
+            }
+            p->i++;
+        } else {
+            for (int k = 0; k < nd; k++) {
+                int h = hexv(rpeek(p));
+                if (h < 0)
+                    return rfail(p, CERR_FORMAT, "bad hex escape");
+                v = v * 16 + (uint32_t)h;
+                p->i++;
+            }
+        }
+        if (v > 0x10FFFF)
+            return rfail(p, CERR_FORMAT, "escape beyond U+10FFFF");
+        *cp = v;
+        return 0;
+    }
+    default:
+        if ((c >= '1' && c <= '9') || c == 'k')
+            return rfail(p, CERR_UNSUPPORTED, "backreferences cannot be enforced by a grammar");
+        if (c == 'b' || c == 'B' || c == 'A' || c == 'z' || c == 'Z' || c == 'G')
+            return rfail(p, CERR_UNSUPPORTED, "anchors and word boundaries inside a pattern are not supported");
+        if (c == 'p' || c == 'P')
+            return rfail(p, CERR_UNSUPPORTED, "Unicode property classes (\\p) are not supported");
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
+            return rfail(p, CERR_UNSUPPORTED, "unknown escape");
+        p->i--;
+        return read_raw(p, cp);
+    }
+}
+
+static int emit_cp(struct rp *p, uint32_t c)
+{
+    struct rset s = {0};
+    if (rs_add(&s, c, c))
+        return cerr_set(p->e, CERR_NOMEM, "out of memory");
+    int rc;
+    if (p->json && (c < 0x20 || c == '"' || c == '\\')) {
+        char b[8];
+        size_t bn;
+        json_esc(c, b, &bn);
+        put_lit_bytes(p->o, b, bn);
+        rc = 0;
+    } else {
+        char b[4];
+        int n = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+        if (n == 1)
+            b[0] = (char)c;
+        else if (n == 2) {
+            b[0] = (char)(0xC0 | (c >> 6));
+            b[1] = (char)(0x80 | (c & 0x3F));
+        } else if (n == 3) {
+            b[0] = (char)(0xE0 | (c >> 12));
+            b[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+            b[2] = (char)(0x80 | (c & 0x3F));
+        } else {
+            b[0] = (char)(0xF0 | (c >> 18));
+            b[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+            b[2] = (char)(0x80 | ((c >> 6) & 0x3F));
+            b[3] = (char)(0x80 | (c & 0x3F));
+        }
+        put_lit_bytes(p->o, b, (size_t)n);
+        rc = 0;
+    }
+    free(s.r);
+    return rc;
+}
+
+static int parse_class_re(struct rp *p)
+{
+    struct rset s = {0};
+    int neg = 0, rc = 0, first = 1;
+    if (rpeek(p) == '^') {
+        neg = 1;
+        p->i++;
+    }
+    while (!rc) {
+        int c = rpeek(p);
+        if (c < 0) {
+            rc = rfail(p, CERR_FORMAT, "unterminated character class");
+            break;
+        }
+        if (c == ']' && !first) {
+            p->i++;
+            break;
+        }
+        first = 0;
+        uint32_t lo;
+        int cls = 0;
+        if (c == '[' && p->i + 1 < p->n && p->s[p->i + 1] == ':') {
+            rc = rfail(p, CERR_UNSUPPORTED, "POSIX classes ([:alpha:]) are not supported");
+            break;
+        }
+        if (c == '\\') {
+            p->i++;
+            rc = read_escape(p, &lo, &cls);
+        } else {
+            rc = read_raw(p, &lo);
+        }
+        if (rc)
+            break;
+        if (cls) {
+            rc = add_shorthand(&s, cls);
+            continue;
+        }
+        uint32_t hi = lo;
+        if (rpeek(p) == '-' && p->i + 1 < p->n && p->s[p->i + 1] != ']') {
+            p->i++;
+            int c2 = rpeek(p);
+            if (c2 == '\\') {
+                p->i++;
+                rc = read_escape(p, &hi, &cls);
+                if (!rc && cls)
+                    rc = rfail(p, CERR_FORMAT, "a range cannot end in a class");
+            } else {
+                rc = read_raw(p, &hi);
+            }
+            if (!rc && hi < lo)
+                rc = rfail(p, CERR_FORMAT, "character range out of order");
+        }
+        if (!rc && rs_add(&s, lo, hi))
+            rc = cerr_set(p->e, CERR_NOMEM, "out of memory");
+    }
+    if (!rc && neg && rs_complement(&s))
+        rc = cerr_set(p->e, CERR_NOMEM, "out of memory");
+    if (!rc)
+        rc = emit_set(p, &s);
+    free(s.r);
+    return rc;
+}
+
+static int parse_alt_re(struct rp *p);
+
+static int parse_atom(struct rp *p)
+{
+    int c = rpeek(p);
+    if (c == '(') {
+        p->i++;
+        if (rpeek(p) == '?') {
+            p->i++;
+            int d = rpeek(p);
+            if (d == ':') {
+                p->i++;
+            } else if ((d == 'P' && p->i + 1 < p->n && p->s[p->i + 1] == '<') ||
+                       (d == '<' && p->i + 1 < p->n && p->s[p->i + 1] != '=' && p->s[p->i + 1] != '!')) {
+                while (rpeek(p) >= 0 && rpeek(p) != '>')
+                    p->i++;
+                if (rpeek(p) != '>')
+                    return rfail(p, CERR_FORMAT, "unterminated group name");
+                p->i++;
+            } else {
+                return rfail(p, CERR_UNSUPPORTED, "lookaround and inline flags are not supported");
+            }
+        }
+        if (++p->depth > 100)
+            return rfail(p, CERR_LIMIT, "groups nested too deeply");
+        sbuf_puts(p->o, "(");
+        int rc = parse_alt_re(p);
+        p->depth--;
+        if (rc)
+            return rc;
+        if (rpeek(p) != ')')
+            return rfail(p, CERR_FORMAT, "expected ')'");
+        p->i++;
+        sbuf_puts(p->o, ")");
+        return 0;
+    }
+    if (c == '[') {
+        p->i++;
+        return parse_class_re(p);
+    }
+    if (c == '.') {
+        p->i++;
+        struct rset s = {0};
+        int rc = rs_add(&s, 0, 9) || rs_add(&s, 11, 0x10FFFF) ? cerr_set(p->e, CERR_NOMEM, "out of memory")
+                                                               : emit_set(p, &s);
+        free(s.r);
+        return rc;
+    }
+    uint32_t cp;
+    int cls = 0, rc;
+    if (c == '\\') {
+        p->i++;
+        rc = read_escape(p, &cp, &cls);
+    } else {
+        rc = read_raw(p, &cp);
+    }
+    if (rc)
+        return rc;
+    if (cls) {
+        struct rset s = {0};
+        rc = add_shorthand(&s, cls) ? cerr_set(p->e, CERR_NOMEM, "out of memory") : emit_set(p, &s);
+        free(s.r);
+        return rc;
+    }
+    return emit_cp(p, cp);
+}
+
+static int parse_concat(struct rp *p)
+{
+    int any = 0;
+    while (1) {
+        int c = rpeek(p);
+        if (c < 0 || c == '|' || c == ')')
+            break;
+        if (c == '^' && p->i == 0) {
+            p->i++;
+            continue;
+        }
+        if (c == '$' && p->i + 1 == p->n) {
+            p->i++;
+            continue;
+        }
+        if (c == '^' || c == '$')
+            return rfail(p, CERR_UNSUPPORTED, "anchors inside a pattern are not supported");
+        if (c == '*' || c == '+' || c == '?' || c == '{')
+            return rfail(p, CERR_FORMAT, "a quantifier with nothing to repeat");
+        if (any)
+            sbuf_puts(p->o, " ");
+        any = 1;
+        sbuf_puts(p->o, "(");
+        int rc = parse_atom(p);
+        if (rc)
+            return rc;
+        sbuf_puts(p->o, ")");
+        c = rpeek(p);
+        if (c == '*' || c == '+' || c == '?') {
+            p->i++;
+            sbuf_printf(p->o, "%c", c);
+        } else if (c == '{') {
+            size_t save = p->i;
+            p->i++;
+            long mn = 0, mx;
+            int nd = 0;
+            while (rpeek(p) >= '0' && rpeek(p) <= '9' && mn < 100000) {
+                mn = mn * 10 + (rpeek(p) - '0');
+                p->i++;
+                nd++;
+            }
+            mx = mn;
+            if (rpeek(p) == ',') {
+                p->i++;
+                mx = -1;
+                if (rpeek(p) >= '0' && rpeek(p) <= '9') {
+                    mx = 0;
+                    while (rpeek(p) >= '0' && rpeek(p) <= '9' && mx < 100000) {
+                        mx = mx * 10 + (rpeek(p) - '0');
+                        p->i++;
+                    }
+                }
+            }
+            if (!nd || rpeek(p) != '}') {
+                p->i = save;
+                return rfail(p, CERR_FORMAT, "bad {m,n} quantifier");
+            }
+            p->i++;
+            if (mx >= 0)
+                sbuf_printf(p->o, "{%ld,%ld}", mn, mx);
+            else
+                sbuf_printf(p->o, "{%ld,}", mn);
+        } else {
+            continue;
+        }
+        if (rpeek(p) == '?' || rpeek(p) == '+')
+            p->i++; /* lazy / possessive: the same language */
+        c = rpeek(p);
+        if (c == '*' || c == '+' || c == '?' || c == '{')
+            return rfail(p, CERR_UNSUPPORTED, "a quantifier after a quantifier");
+    }
+    if (!any)
+        sbuf_puts(p->o, "\"\"");
+    return 0;
+}
+
+static int parse_alt_re(struct rp *p)
+{
+    while (1) {
+        int rc = parse_concat(p);
+        if (rc)
+            return rc;
+        if (rpeek(p) != '|')
+            return 0;
+        p->i++;
+        sbuf_puts(p->o, " | ");
+    }
+}
+
+int gram_regex_to_ebnf(const char *re, size_t len, int json, struct sbuf *out, struct cerr *e)
+{
+    struct rp p = {.s = re, .n = len, .json = json, .o = out, .e = e};
+    sbuf_puts(out, "(");
+    int rc = parse_alt_re(&p);
+    if (!rc && p.i < p.n)
+        rc = rfail(&p, CERR_FORMAT, "unmatched ')'");
+    sbuf_puts(out, ")");
+    return rc;
+}
+
+int gram_from_regex(struct gram **out, const char *re, size_t len, struct cerr *e)
+{
+    *out = NULL;
+    struct sbuf b = {0};
+    sbuf_puts(&b, "root ::= ");
+    int rc = gram_regex_to_ebnf(re, len, 0, &b, e);
+    if (!rc)
+        rc = b.p ? gram_from_ebnf(out, b.p, b.len, e) : cerr_set(e, CERR_NOMEM, "out of memory");
+    if (rc == CERR_INVALID && *out == NULL && e && strstr(e->msg, "left-recursive"))
+        cerr_set(e, CERR_UNSUPPORTED, "regex repeats something that can match nothing (like (a*)*)");
+    sbuf_free(&b);
+    return rc;
+}
+
+int gram_from_choice(struct gram **out, const char *const *choices, int n, struct cerr *e)
+{
+    *out = NULL;
+    if (n <= 0)
+        return cerr_set(e, CERR_INVALID, "the choice list is empty");
+    struct sbuf b = {0};
+    sbuf_puts(&b, "root ::= ");
+    for (int i = 0; i < n; i++) {
+        if (i)
+            sbuf_puts(&b, " | ");
+        put_lit_bytes(&b, choices[i], strlen(choices[i]));
+    }
+    int rc = b.p ? gram_from_ebnf(out, b.p, b.len, e) : cerr_set(e, CERR_NOMEM, "out of memory");
+    sbuf_free(&b);
+    return rc;
+}

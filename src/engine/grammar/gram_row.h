@@ -1,0 +1,28 @@
+/* gram_row.h — one sampling row's grammar: the matcher, its mask buffer, and the trigger a
+ * lazy grammar waits for (a tool call's opening, a reasoning block's end). The sampler
+ * holds one and calls the four hooks below; all on the thread that samples the row. */
+#ifndef CINFER_ENGINE_GRAMMAR_GRAM_ROW_H
+#define CINFER_ENGINE_GRAMMAR_GRAM_ROW_H
+
+#include <stdint.h>
+
+#include "engine/grammar/gram.h"
+
+struct gram_row;
+
+/* Takes ownership of m (freed on failure too). trigger NULL: masking from the first token;
+ * else none until the generated text contains trigger, then the matcher takes the text from
+ * the trigger on (after = 1: only what follows it). Returns 0 or CERR_NOMEM. */
+int gram_row_new(struct gram_row **out, struct gram_matcher *m, int n_vocab, const char *trigger,
+                 int after);
+void gram_row_free(struct gram_row *r);
+/* 1 while masking (a lazy grammar that has seen its trigger, and was not dropped). */
+int gram_row_on(const struct gram_row *r);
+/* -inf on every logit the grammar cannot take (a dead matcher leaves the row as it is). */
+void gram_row_mask(struct gram_row *r, float *logits, int n_vocab);
+/* The sampled token: advances the matcher, or (lazy) looks for the trigger. A lazy grammar
+ * whose text after the trigger it refuses is dropped (the row goes on free). */
+void gram_row_accept(struct gram_row *r, int32_t id);
+struct gram_matcher *gram_row_matcher(const struct gram_row *r);
+
+#endif
