@@ -34,6 +34,13 @@ struct serve_opts {
     const char *backend;     /* "cpu" (default) or "cuda" */
     int device, graphs;
     double memory_budget_gb, kv_budget_gb, prompt_cache_gib; /* < 0 = not given */
+    /* --isolate (src/server/isolate): the supervisor's own flags, the MODEL arguments, and
+     * what each argv[i] is ('.' engine flag or value, 'm' a MODEL, 'x' supervisor-only) */
+    int isolate, model_pool;
+    const char *models_dir;
+    const char *models[16];
+    int n_models;
+    char *argrole;
 };
 
 /* Histogram with fixed upper bounds (Prometheus "le" buckets). */
