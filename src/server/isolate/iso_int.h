@@ -26,7 +26,11 @@ struct iso_engine {
     struct pxy *waiting;     /* requests held until the engine is ready (FIFO) */
     struct pxy *waiting_tail;
     long inflight;
+    double last_used;        /* LRU of the pool */
+    int draining;            /* asked to stop to make room (not a crash) */
 };
+
+#define ISO_MAX_ENGINES 16
 
 struct iso {
     const struct serve_opts *o;
@@ -37,8 +41,10 @@ struct iso {
     struct event *tick;
     struct web *web;
     char dir[84];            /* the private socket directory */
-    struct iso_engine eng[1];
-    int n_eng;
+    struct iso_engine eng[ISO_MAX_ENGINES];
+    int n_eng, cap;          /* models known; engines resident at once (--model-pool) */
+    long switches, drains;
+    char *owned[ISO_MAX_ENGINES]; /* model paths found in --models-dir */
     double started_s;
     int announced, stopping;
     long relayed, failed_502;

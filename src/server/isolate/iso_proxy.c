@@ -252,6 +252,7 @@ void pxy_start(struct iso *s, struct iso_engine *e, struct http_req *r)
     http_req_ref(r);
     http_req_on_close(r, on_gone, p);
     s->relayed++;
+    e->last_used = iso_now();
     if (e->state == ENG_READY)
         connect_now(p);
     else if (e->state == ENG_BACKOFF) {

@@ -7,6 +7,7 @@
  */
 #include "server/isolate/isolate.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -72,7 +73,7 @@ static int spawn(struct iso *s, struct iso_engine *e)
 {
     unlink(e->sock);
     /* argv: <exe> serve [engine flags...] --host unix:SOCK --no-open [MODEL] */
-    char **av = calloc((size_t)s->argc + 8, sizeof *av);
+    char **av = calloc((size_t)s->argc + 10, sizeof *av);
     char host[600];
     if (!av)
         return -1;
@@ -83,6 +84,13 @@ static int spawn(struct iso *s, struct iso_engine *e)
     for (int i = 1; i < s->argc; i++)
         if (s->o->argrole[i] == '.')
             av[n++] = s->argv[i];
+    char budget[64];
+    if (s->cap > 1 && s->o->memory_budget_gb < 0) { /* each resident engine its own share */
+        double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+        snprintf(budget, sizeof budget, "%.3f", ram * 0.75 / s->cap / 1e9);
+        av[n++] = "--memory-budget";
+        av[n++] = budget;
+    }
     av[n++] = "--host";
     av[n++] = host;
     av[n++] = "--no-open";
@@ -144,6 +152,12 @@ static void child_ended(struct iso *s, struct iso_engine *e, int wst)
     unlink(e->sock);
     if (s->stopping)
         return;
+    if (e->draining) { /* made room for another model: unloaded, not a crash */
+        e->draining = 0;
+        snprintf(e->reason, sizeof e->reason, "drained (least recently used, pool of %d)",
+                 s->cap);
+        return;
+    }
     double now = iso_now();
     int in_window = 0;
     for (int i = 0; i < e->n_recent; i++)
@@ -173,10 +187,65 @@ static void child_ended(struct iso *s, struct iso_engine *e, int wst)
     }
 }
 
+/* The LRU drain. TODO(ssd-tier): before the SIGTERM, POST /admin/drain on the engine's
+ * unix socket so that it demotes its whole prompt cache to the SSD tier
+ * ({"drained":true,"demotions":N}) and a switch back restores the conversation; the route
+ * lives in the engine (serve) once the SSD tier is merged. Today the engine just stops (its
+ * in-flight count is 0: no stream is interrupted) and its prompt cache is lost. */
+static void drain(struct iso *s, struct iso_engine *v)
+{
+    log_info("isolate: draining engine %s (pid %d, least recently used)", v->id, (int)v->pid);
+    v->draining = 1;
+    s->drains++;
+    kill(v->pid, SIGTERM);
+}
+
+static int resident(const struct iso *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->n_eng; i++)
+        n += s->eng[i].pid > 0;
+    return n;
+}
+
+/* Engines with held requests and no process: start them, making room first. */
+static void pool_step(struct iso *s)
+{
+    for (int i = 0; i < s->n_eng && !s->stopping; i++) {
+        struct iso_engine *e = &s->eng[i];
+        if (e->state != ENG_DOWN || !e->waiting)
+            continue;
+        if (resident(s) < s->cap) {
+            s->switches += s->announced;
+            if (spawn(s, e)) {
+                e->state = ENG_BACKOFF;
+                e->backoff_s = BACKOFF_FIRST_S;
+                e->backoff_until = iso_now() + e->backoff_s;
+                pxy_fail_waiting(s, e, 503, e->reason);
+            }
+            continue;
+        }
+        struct iso_engine *v = NULL;
+        for (int j = 0; j < s->n_eng; j++) {
+            struct iso_engine *c = &s->eng[j];
+            if (c->draining) { /* one at a time: wait for it to exit */
+                v = NULL;
+                break;
+            }
+            if (c != e && c->pid > 0 && !c->inflight && !c->waiting &&
+                (!v || c->last_used < v->last_used))
+                v = c;
+        }
+        if (v)
+            drain(s, v);
+    }
+}
+
 static void tick_cb(evutil_socket_t fd, short what, void *ud)
 {
     (void)fd, (void)what;
     struct iso *s = ud;
+    pool_step(s);
     for (int i = 0; i < s->n_eng; i++) {
         struct iso_engine *e = &s->eng[i];
         int wst;
@@ -194,7 +263,8 @@ static void tick_cb(evutil_socket_t fd, short what, void *ud)
         } else if (e->state == ENG_READY && e->backoff_s > 0 &&
                    iso_now() - e->ready_s > RESTART_WINDOW_S)
             e->backoff_s = 0; /* stable again: the next crash loop backs off from the start */
-        else if (e->state == ENG_BACKOFF && iso_now() >= e->backoff_until && !s->stopping) {
+        else if (e->state == ENG_BACKOFF && iso_now() >= e->backoff_until && !s->stopping &&
+                 resident(s) < s->cap) {
             e->restarts++;
             e->recent[(int)(e->restarts % RESTARTS_MAX)] = iso_now();
             if (spawn(s, e))
@@ -205,24 +275,128 @@ static void tick_cb(evutil_socket_t fd, short what, void *ud)
 
 /* ---- routes ---------------------------------------------------------------------------- */
 
+/* The most recently used engine with a process, else the first model. */
+static struct iso_engine *default_engine(struct iso *s)
+{
+    struct iso_engine *best = NULL;
+    for (int i = 0; i < s->n_eng; i++)
+        if (s->eng[i].pid > 0 && (!best || s->eng[i].last_used > best->last_used))
+            best = &s->eng[i];
+    return best ? best : &s->eng[0];
+}
+
+static struct iso_engine *engine_by_id(struct iso *s, const char *id)
+{
+    for (int i = 0; i < s->n_eng; i++)
+        if (!strcmp(s->eng[i].id, id))
+            return &s->eng[i];
+    return NULL;
+}
+
+static void reply_json(struct http_req *r, int status, json_t *j);
+
+static json_t *ids_json(const struct iso *s)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < s->n_eng; i++)
+        json_array_append_new(a, json_string(s->eng[i].id));
+    return a;
+}
+
+/* 404 for a model id the pool does not know, listing the ids, in the protocol's shape. */
+static void unknown_model(struct iso *s, struct http_req *r, const char *id)
+{
+    char msg[1024];
+    int n = snprintf(msg, sizeof msg, "model '%.200s' not found; available:", id);
+    for (int i = 0; i < s->n_eng && n > 0 && (size_t)n < sizeof msg; i++)
+        n += snprintf(msg + n, sizeof msg - (size_t)n, "%s %s", i ? "," : "", s->eng[i].id);
+    char *b = iso_error_body(http_req_path(r), 404, "not_found_error", msg);
+    json_t *j = b ? json_loads(b, 0, NULL) : NULL;
+    free(b);
+    json_t *err = j ? json_object_get(j, "error") : NULL;
+    if (err) /* the ids as data too */
+        json_object_set_new(err, "available", ids_json(s));
+    if (!j) {
+        http_reply_error(r, 404, msg);
+        return;
+    }
+    reply_json(r, 404, j);
+}
+
+/* With several models: the request's exact `model` picks the engine; no `model` keeps the
+ * default (the most recently used engine); any other value is a 404 listing the ids. With
+ * one model, every request goes to it (the engine itself ignores a fuzzy `model`). */
 static struct iso_engine *engine_for(struct iso *s, struct http_req *r)
 {
-    (void)r;
-    return &s->eng[0];
+    if (s->n_eng == 1 || strcmp(http_req_method(r), "POST"))
+        return default_engine(s);
+    size_t n = 0;
+    const char *body = http_req_body(r, &n);
+    json_t *j = n ? json_loadb(body, n, 0, NULL) : NULL;
+    const char *id = json_string_value(json_object_get(j, "model"));
+    struct iso_engine *e = id && *id ? engine_by_id(s, id) : default_engine(s);
+    if (!e)
+        unknown_model(s, r, id);
+    json_decref(j);
+    return e;
+}
+
+static const char *pool_state(const struct iso_engine *e)
+{
+    return e->state == ENG_READY ? "loaded"
+           : e->state == ENG_STARTING ? "loading"
+           : e->state == ENG_BACKOFF ? "failed" : "unloaded";
+}
+
+/* /v1/models and /v1/models/{id} of a pool: every known model with its state. */
+static int pool_models(struct iso *s, struct http_req *r)
+{
+    const char *path = http_req_path(r);
+    if (s->n_eng == 1 || strcmp(http_req_method(r), "GET") ||
+        (strcmp(path, "/v1/models") && strncmp(path, "/v1/models/", 11)))
+        return 0;
+    json_t *data = json_array();
+    for (int i = 0; i < s->n_eng; i++) {
+        const struct iso_engine *e = &s->eng[i];
+        json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", e->id, "object", "model",
+                              "created", (json_int_t)time(NULL), "owned_by", "cinfer",
+                              "state", pool_state(e));
+        if (path[10] == '/' && !strcmp(path + 11, e->id)) {
+            json_decref(data);
+            reply_json(r, 200, m);
+            return 1;
+        }
+        json_array_append_new(data, m);
+    }
+    if (path[10] == '/') {
+        json_decref(data);
+        unknown_model(s, r, path + 11);
+        return 1;
+    }
+    reply_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+    return 1;
 }
 
 static void h_proxy(struct http_req *r, void *ud)
 {
     struct iso *s = ud;
-    pxy_start(s, engine_for(s, r), r);
+    if (pool_models(s, r))
+        return;
+    struct iso_engine *e = engine_for(s, r);
+    if (e)
+        pxy_start(s, e, r);
 }
 
-static int all_ready(const struct iso *s)
+/* ok: no engine in back-off and at least one ready. */
+static int healthy(const struct iso *s)
 {
-    for (int i = 0; i < s->n_eng; i++)
-        if (s->eng[i].state != ENG_READY)
+    int ready = 0;
+    for (int i = 0; i < s->n_eng; i++) {
+        if (s->eng[i].state == ENG_BACKOFF)
             return 0;
-    return 1;
+        ready += s->eng[i].state == ENG_READY;
+    }
+    return ready > 0;
 }
 
 static void reply_json(struct http_req *r, int status, json_t *j)
@@ -240,8 +414,11 @@ static void reply_json(struct http_req *r, int status, json_t *j)
 static void h_health(struct http_req *r, void *ud)
 {
     struct iso *s = ud;
-    const struct iso_engine *e = &s->eng[0];
-    int ok = all_ready(s);
+    const struct iso_engine *e = default_engine(s);
+    for (int i = 0; i < s->n_eng; i++)
+        if (s->eng[i].state == ENG_BACKOFF)
+            e = &s->eng[i];
+    int ok = healthy(s);
     json_t *j = json_pack("{s:s, s:b, s:s}", "status", ok ? "ok" : "degraded", "isolated", 1,
                           "engine", state_name(e->state));
     if (j && !ok && e->reason[0])
@@ -268,12 +445,13 @@ static json_t *engine_json(const struct iso_engine *e)
 static void h_engine(struct http_req *r, void *ud)
 {
     struct iso *s = ud;
-    json_t *j = engine_json(&s->eng[0]);
+    json_t *j = engine_json(default_engine(s));
     json_t *pool = json_array();
     for (int i = 0; i < s->n_eng; i++)
         json_array_append_new(pool, engine_json(&s->eng[i]));
-    json_t *p = json_pack("{s:i, s:o}", "size", s->o->model_pool ? s->o->model_pool : 1,
-                          "engines", pool);
+    json_t *p = json_pack("{s:i, s:i, s:I, s:I, s:o}", "size", s->cap, "resident",
+                          resident(s), "switches", (json_int_t)s->switches, "drains",
+                          (json_int_t)s->drains, "engines", pool);
     if (!j || !p) {
         json_decref(j);
         json_decref(p);
@@ -372,6 +550,72 @@ static void reap_all(struct iso *s)
     }
 }
 
+static int add_engine(struct iso *s, const char *model)
+{
+    char id[256];
+    model_id_of(model, id, sizeof id);
+    if (engine_by_id(s, id))
+        return 0; /* the same id twice: the first wins */
+    if (s->n_eng == ISO_MAX_ENGINES) {
+        fprintf(stderr, "cinfer serve: --isolate: at most %d models\n", ISO_MAX_ENGINES);
+        return -1;
+    }
+    struct iso_engine *e = &s->eng[s->n_eng];
+    e->model = model;
+    snprintf(e->id, sizeof e->id, "%s", id);
+    snprintf(e->sock, sizeof e->sock, "%.80s/engine-%d.sock", s->dir, s->n_eng);
+    s->n_eng++;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The MODEL arguments, then every *.gguf of --models-dir (sorted), then the default model
+ * when there is none. */
+static int add_models(struct iso *s)
+{
+    const struct serve_opts *o = s->o;
+    for (int i = 0; i < o->n_models; i++)
+        if (add_engine(s, o->models[i]))
+            return -1;
+    if (o->models_dir) {
+        DIR *d = opendir(o->models_dir);
+        if (!d) {
+            fprintf(stderr, "cinfer serve: --models-dir %s: %s\n", o->models_dir,
+                    strerror(errno));
+            return -1;
+        }
+        char *names[256];
+        int n = 0;
+        struct dirent *de;
+        while ((de = readdir(d)) && n < 256) {
+            size_t l = strlen(de->d_name);
+            if (l > 5 && !strcmp(de->d_name + l - 5, ".gguf") && de->d_name[0] != '.')
+                names[n++] = strdup(de->d_name);
+        }
+        closedir(d);
+        qsort(names, (size_t)n, sizeof *names, cmp_str);
+        int rc = 0, k = 0;
+        for (int i = 0; i < n; i++) {
+            char *p = NULL;
+            if (!rc && names[i] && k < ISO_MAX_ENGINES &&
+                asprintf(&p, "%s/%s", o->models_dir, names[i]) > 0) {
+                s->owned[k++] = p;
+                rc = add_engine(s, p);
+            }
+            free(names[i]);
+        }
+        if (rc)
+            return -1;
+    }
+    if (!s->n_eng)
+        return add_engine(s, NULL);
+    return 0;
+}
+
 int isolate_main(const struct serve_opts *o, int argc, char **argv)
 {
     struct iso *s = calloc(1, sizeof *s);
@@ -387,11 +631,13 @@ int isolate_main(const struct serve_opts *o, int argc, char **argv)
         free(s);
         return 1;
     }
-    s->n_eng = 1;
+    s->cap = o->model_pool > 0 ? o->model_pool : 1;
+    if (add_models(s)) {
+        rmdir(s->dir);
+        free(s);
+        return 1;
+    }
     struct iso_engine *e = &s->eng[0];
-    e->model = o->model;
-    model_id_of(o->model, e->id, sizeof e->id);
-    snprintf(e->sock, sizeof e->sock, "%.80s/engine-0.sock", s->dir);
 
     sigemptyset(&g_sigs);
     sigaddset(&g_sigs, SIGINT);
@@ -451,6 +697,8 @@ done:
     http_server_free(s->http); /* fires on_close of open relays: they free themselves */
     web_free(s->web);
     rmdir(s->dir);
+    for (int i = 0; i < ISO_MAX_ENGINES; i++)
+        free(s->owned[i]);
     free(s);
     return status;
 }
