@@ -88,6 +88,8 @@ static void serve_usage(FILE *f)
             "                         and is respawned (docs/isolation.md)\n"
             "  --model-pool N         with --isolate: engines resident at once (default 1)\n"
             "  --models-dir DIR       with --isolate: serve every .gguf in DIR too\n"
+            "  --idle-unload SEC      with --isolate: stop an engine unused for SEC seconds\n"
+            "                         (the next request for its model reloads it)\n"
             "  -h, --help             this help\n");
 }
 
@@ -232,6 +234,8 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
             o->isolate = 1, used = 0;
         else if (!strcmp(a, "--model-pool"))
             rc = p_int(a, v, 1, 16, "an integer in [1, 16]", &o->model_pool);
+        else if (!strcmp(a, "--idle-unload"))
+            rc = p_int(a, v, 1, 1 << 30, "a number of seconds >= 1", &o->idle_unload);
         else if (!strcmp(a, "--models-dir"))
             o->models_dir = v, rc = v && *v ? 0 : bad(a, "a directory", v);
         else if (a[0] == '-' && a[1]) {
@@ -247,7 +251,8 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
             return -1;
         if (o->argrole) { /* what the engine child of --isolate gets (src/server/isolate) */
             int sup = !strcmp(a, "--isolate") || !strcmp(a, "--model-pool") ||
-                      !strcmp(a, "--models-dir") || !strcmp(a, "--host") ||
+                      !strcmp(a, "--models-dir") || !strcmp(a, "--idle-unload") ||
+                      !strcmp(a, "--host") ||
                       !strcmp(a, "--port") || !strcmp(a, "--no-open") ||
                       !strcmp(a, "--api-key");
             o->argrole[i] = sup ? 'x' : a[0] == '-' && a[1] ? '.' : 'm';
@@ -261,8 +266,9 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
                         "--isolate)\n", o->models[1]);
         return -1;
     }
-    if ((o->model_pool || o->models_dir) && !o->isolate) {
-        fprintf(stderr, "cinfer serve: --model-pool and --models-dir need --isolate\n");
+    if ((o->model_pool || o->models_dir || o->idle_unload) && !o->isolate) {
+        fprintf(stderr, "cinfer serve: --model-pool, --models-dir and --idle-unload need "
+                        "--isolate\n");
         return -1;
     }
     if (o->temp_set && !o->temperature_set)

@@ -36,7 +36,7 @@ struct serve_opts {
     double memory_budget_gb, kv_budget_gb, prompt_cache_gib; /* < 0 = not given */
     /* --isolate (src/server/isolate): the supervisor's own flags, the MODEL arguments, and
      * what each argv[i] is ('.' engine flag or value, 'm' a MODEL, 'x' supervisor-only) */
-    int isolate, model_pool;
+    int isolate, model_pool, idle_unload; /* idle_unload: seconds, 0 = off */
     const char *models_dir;
     const char *models[16];
     int n_models;

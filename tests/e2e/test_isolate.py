@@ -385,3 +385,21 @@ def test_pool_flags_need_isolate():
     r = subprocess.run([BIN, "serve", STORIES, STORIES], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1 and "unexpected argument" in r.stderr
+
+
+def test_idle_unload_round_trip():
+    s = iso_server("--idle-unload", "1")
+    try:
+        st, body, _ = s.post("/v1/completions", {"prompt": "Once", "max_tokens": 2})
+        assert st == 200
+        pid = engine(s)["pid"]
+        e = poll(lambda: (lambda e: e if e["state"] == "down" else None)(engine(s)),
+                 what="the idle engine to unload")
+        assert e["pid"] == 0 and "idle" in e["reason"] and e["restarts"] == 0
+        st, body, _ = s.get("/health")  # unloaded is not unhealthy
+        assert st == 200, body
+        st, body, _ = s.post("/v1/completions", {"prompt": "Once", "max_tokens": 2})
+        assert st == 200, body  # reloaded on demand
+        assert engine(s)["pid"] not in (0, pid)
+    finally:
+        assert s.stop() == 0, s.output()

@@ -27,7 +27,9 @@ struct iso_engine {
     struct pxy *waiting_tail;
     long inflight;
     double last_used;        /* LRU of the pool */
-    int draining;            /* asked to stop to make room (not a crash) */
+    int draining;            /* asked to stop (LRU or idle), not a crash */
+    const char *drain_why;
+    int crashed;             /* died and not ready again yet: /health is degraded */
 };
 
 #define ISO_MAX_ENGINES 16

@@ -154,10 +154,10 @@ static void child_ended(struct iso *s, struct iso_engine *e, int wst)
         return;
     if (e->draining) { /* made room for another model: unloaded, not a crash */
         e->draining = 0;
-        snprintf(e->reason, sizeof e->reason, "drained (least recently used, pool of %d)",
-                 s->cap);
+        snprintf(e->reason, sizeof e->reason, "drained (%s)", e->drain_why);
         return;
     }
+    e->crashed = 1;
     double now = iso_now();
     int in_window = 0;
     for (int i = 0; i < e->n_recent; i++)
@@ -192,9 +192,10 @@ static void child_ended(struct iso *s, struct iso_engine *e, int wst)
  * ({"drained":true,"demotions":N}) and a switch back restores the conversation; the route
  * lives in the engine (serve) once the SSD tier is merged. Today the engine just stops (its
  * in-flight count is 0: no stream is interrupted) and its prompt cache is lost. */
-static void drain(struct iso *s, struct iso_engine *v)
+static void drain(struct iso *s, struct iso_engine *v, const char *why)
 {
-    log_info("isolate: draining engine %s (pid %d, least recently used)", v->id, (int)v->pid);
+    log_info("isolate: draining engine %s (pid %d, %s)", v->id, (int)v->pid, why);
+    v->drain_why = why;
     v->draining = 1;
     s->drains++;
     kill(v->pid, SIGTERM);
@@ -237,7 +238,22 @@ static void pool_step(struct iso *s)
                 v = c;
         }
         if (v)
-            drain(s, v);
+            drain(s, v, "least recently used");
+    }
+}
+
+/* --idle-unload: an engine unused that long stops; the next request reloads it. */
+static void idle_step(struct iso *s)
+{
+    if (!s->o->idle_unload || s->stopping)
+        return;
+    double now = iso_now();
+    for (int i = 0; i < s->n_eng; i++) {
+        struct iso_engine *e = &s->eng[i];
+        double last = e->last_used > e->ready_s ? e->last_used : e->ready_s;
+        if (e->state == ENG_READY && !e->draining && !e->inflight && !e->waiting &&
+            now - last >= s->o->idle_unload)
+            drain(s, e, "idle");
     }
 }
 
@@ -246,6 +262,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *ud)
     (void)fd, (void)what;
     struct iso *s = ud;
     pool_step(s);
+    idle_step(s);
     for (int i = 0; i < s->n_eng; i++) {
         struct iso_engine *e = &s->eng[i];
         int wst;
@@ -255,6 +272,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *ud)
         }
         if (e->state == ENG_STARTING && e->pid > 0 && sock_accepts(e->sock)) {
             e->state = ENG_READY;
+            e->crashed = 0;
             e->ready_s = iso_now();
             log_info("isolate: engine %s ready (pid %d, %.2f s)", e->id, (int)e->pid,
                      e->ready_s - e->spawned_s);
@@ -387,16 +405,16 @@ static void h_proxy(struct http_req *r, void *ud)
         pxy_start(s, e, r);
 }
 
-/* ok: no engine in back-off and at least one ready. */
+/* ok: the first engine has been ready once, and no engine is in back-off or respawning
+ * after a death (an unloaded or loading pool model is fine: requests for it wait). */
 static int healthy(const struct iso *s)
 {
-    int ready = 0;
-    for (int i = 0; i < s->n_eng; i++) {
-        if (s->eng[i].state == ENG_BACKOFF)
+    if (!s->announced)
+        return 0;
+    for (int i = 0; i < s->n_eng; i++)
+        if (s->eng[i].state == ENG_BACKOFF || s->eng[i].crashed)
             return 0;
-        ready += s->eng[i].state == ENG_READY;
-    }
-    return ready > 0;
+    return 1;
 }
 
 static void reply_json(struct http_req *r, int status, json_t *j)
