@@ -403,3 +403,17 @@ def test_idle_unload_round_trip():
         assert engine(s)["pid"] not in (0, pid)
     finally:
         assert s.stop() == 0, s.output()
+
+
+def test_sigterm_during_streams_stops_both():
+    s = iso_server(env={"CINFER_TEST_STEP_DELAY_MS": "20"})
+    pid = engine(s)["pid"]
+    streams = [Stream(s, "/v1/completions", {"prompt": "Once", "max_tokens": 1500,
+                                             "stream": True}) for _ in range(2)]
+    for st in streams:
+        assert st.first.wait(60)
+    assert s.stop() == 0, s.output()
+    for st in streams:
+        assert st.done.wait(60), "a stream hangs after SIGTERM"
+    poll(lambda: not os.path.exists(f"/proc/{pid}") or
+         open(f"/proc/{pid}/stat").read().split()[2] == "Z", what="the engine to exit")
