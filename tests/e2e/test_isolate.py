@@ -329,6 +329,12 @@ def test_pool_of_one_switches_a_b_a():
         assert e["pool"]["resident"] == 1 and e["pool"]["drains"] == 1
         assert complete(s, "storyA")["model"] == "storyA"
         assert states(s) == {"storyA": "loaded", "storyB": "unloaded"}
+        st, body, _ = s.get("/metrics")  # the engine's metrics, then the supervisor's
+        m = body.decode()
+        assert st == 200 and "cinfer_isolate_drains_total 2" in m, m[-800:]
+        assert 'cinfer_isolate_engine_up{engine="storyA"} 1' in m
+        assert 'cinfer_isolate_engine_up{engine="storyB"} 0' in m
+        assert 'cinfer_isolate_restarts_total{engine="storyB"} 0' in m
         # no model: the engine used last; a fuzzy/unknown id: 404 listing the ids
         st, body, _ = s.post("/v1/completions", {"prompt": "Once", "max_tokens": 2})
         assert st == 200 and json.loads(body)["model"] == "storyA"

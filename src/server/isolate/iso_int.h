@@ -64,5 +64,7 @@ char *iso_error_body(const char *path, int status, const char *type, const char 
 
 /* isolate.c */
 double iso_now(void);
+/* The supervisor's Prometheus lines (appended to the engine's /metrics body), malloc'd. */
+char *iso_metrics_text(const struct iso *s);
 
 #endif

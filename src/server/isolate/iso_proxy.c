@@ -354,6 +354,12 @@ static int begin_body(struct pxy *p)
 
 static void finish_body(struct pxy *p)
 {
+    if (p->status == 200 && !strcmp(http_req_path(p->r), "/metrics")) {
+        char *m = iso_metrics_text(p->s); /* the supervisor's counters after the engine's */
+        if (m)
+            evbuffer_add(p->body, m, strlen(m));
+        free(m);
+    }
     size_t n = evbuffer_get_length(p->body);
     const char *b = n ? (const char *)evbuffer_pullup(p->body, -1) : "";
     http_reply(p->r, p->status, p->ctype[0] ? p->ctype : NULL, b, n);

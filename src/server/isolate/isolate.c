@@ -483,6 +483,37 @@ static void h_engine(struct http_req *r, void *ud)
     reply_json(r, 200, j);
 }
 
+char *iso_metrics_text(const struct iso *s)
+{
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f)
+        return NULL;
+    fprintf(f, "# HELP cinfer_isolate_engine_up 1 when the model's engine child is ready\n"
+               "# TYPE cinfer_isolate_engine_up gauge\n");
+    for (int i = 0; i < s->n_eng; i++)
+        fprintf(f, "cinfer_isolate_engine_up{engine=\"%s\"} %d\n", s->eng[i].id,
+                s->eng[i].state == ENG_READY);
+    fprintf(f, "# HELP cinfer_isolate_restarts_total engine respawns after a death\n"
+               "# TYPE cinfer_isolate_restarts_total counter\n");
+    for (int i = 0; i < s->n_eng; i++)
+        fprintf(f, "cinfer_isolate_restarts_total{engine=\"%s\"} %ld\n", s->eng[i].id,
+                s->eng[i].restarts);
+    fprintf(f, "# HELP cinfer_isolate_pool_switches_total engines started for a request\n"
+               "# TYPE cinfer_isolate_pool_switches_total counter\n"
+               "cinfer_isolate_pool_switches_total %ld\n"
+               "# HELP cinfer_isolate_drains_total engines drained (LRU or idle)\n"
+               "# TYPE cinfer_isolate_drains_total counter\n"
+               "cinfer_isolate_drains_total %ld\n"
+               "# HELP cinfer_isolate_failed_total requests failed because an engine died\n"
+               "# TYPE cinfer_isolate_failed_total counter\n"
+               "cinfer_isolate_failed_total %ld\n",
+            s->switches, s->drains, s->failed_502);
+    fclose(f);
+    return out;
+}
+
 static char *error_fmt(const char *path, int status, const char *message, void *ud)
 {
     (void)ud;
