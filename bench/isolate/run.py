@@ -24,6 +24,7 @@ import os
 import socket
 import statistics
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -126,6 +127,25 @@ def main():
             order = ["plain", "isolated"] if i % 2 == 0 else ["isolated", "plain"]
             for name in order:
                 res[name].append(stream_once(bases[name], a.tokens, ban))
+        # /health of the supervisor while its engine is saturated (4 streams at once)
+        lat, busy = [], threading.Event()
+
+        def load():
+            ths = [threading.Thread(target=stream_once, args=(bases["isolated"], a.tokens, ban))
+                   for _ in range(4)]
+            for t in ths:
+                t.start()
+            for t in ths:
+                t.join()
+            busy.set()
+        threading.Thread(target=load, daemon=True).start()
+        time.sleep(0.5)
+        while not busy.is_set():
+            t0 = time.perf_counter()
+            urllib.request.urlopen(bases["isolated"] + "/health", timeout=10).read()
+            lat.append((time.perf_counter() - t0) * 1000)
+            time.sleep(0.02)
+        lat.sort()
     finally:
         for p in procs:
             p.terminate()
@@ -160,6 +180,10 @@ def main():
                   "runs": res["plain"]},
         "isolated": {"ttft_s": med["isolated"][0], "decode_tok_s": med["isolated"][1],
                      "runs": res["isolated"]},
+        "health_ms_under_load": {"n": len(lat),
+                                 "p50": round(lat[len(lat) // 2], 2) if lat else None,
+                                 "p99": round(lat[int(len(lat) * 0.99)], 2) if lat else None,
+                                 "max": round(lat[-1], 2) if lat else None},
         "tok_s_ratio": round(med["isolated"][1] / med["plain"][1], 4),
         "ttft_delta_ms": round((med["isolated"][0] - med["plain"][0]) * 1000, 2),
         "switch_s": round(switch_s, 3), "switch_back_s": round(switch_back_s, 3),

@@ -539,6 +539,16 @@ static void announce(struct iso *s, struct iso_engine *e)
     printf("  Isolation engine pid %d on %s · respawn: %d in %.0f s, then back-off · "
            "GET /engine\n",
            (int)e->pid, e->sock, RESTARTS_MAX, RESTART_WINDOW_S);
+    if (s->n_eng > 1 || s->cap > 1 || o->idle_unload) {
+        printf("  Pool      %d model%s, %d resident at once", s->n_eng, s->n_eng > 1 ? "s" : "",
+               s->cap);
+        if (o->idle_unload)
+            printf(" · idle unload after %d s", o->idle_unload);
+        printf(":");
+        for (int i = 0; i < s->n_eng; i++)
+            printf(" %s", s->eng[i].id);
+        printf("\n");
+    }
     printf("  Auth      %s\n", o->api_key ? "API key required" : "none (loopback bind is the "
                                                                    "protection)");
     printf("ready in %.2f s — Ctrl-C to stop\n\n", iso_now() - s->started_s);
