@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static long g_at_step;      /* 0 = off */
+static long g_at_step; /* 0 = off */
 static char g_once_path[512];
-static long g_delay_ms;     /* CINFER_TEST_STEP_DELAY_MS */
+static long g_delay_ms; /* CINFER_TEST_STEP_DELAY_MS */
 
 static void read_env(void)
 {

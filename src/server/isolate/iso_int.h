@@ -12,24 +12,24 @@ enum iso_state { ENG_DOWN = 0, ENG_STARTING, ENG_READY, ENG_BACKOFF };
 struct pxy;
 
 struct iso_engine {
-    char id[256];            /* the model id (file name without .gguf) */
-    const char *model;       /* the MODEL argument, or NULL = the child's default */
-    char sock[100];          /* fits sockaddr_un.sun_path */
-    pid_t pid;               /* 0 = none */
+    char id[256];      /* the model id (file name without .gguf) */
+    const char *model; /* the MODEL argument, or NULL = the child's default */
+    char sock[100];    /* fits sockaddr_un.sun_path */
+    pid_t pid;         /* 0 = none */
     enum iso_state state;
     double spawned_s, ready_s;
-    long restarts;           /* respawns after a death, since start */
-    double recent[3];        /* times of the last 3 respawns (ring) */
+    long restarts;    /* respawns after a death, since start */
+    double recent[3]; /* times of the last 3 respawns (ring) */
     int n_recent;
     double backoff_s, backoff_until;
-    char reason[256];        /* why the last child ended, "" = never ended */
-    struct pxy *waiting;     /* requests held until the engine is ready (FIFO) */
+    char reason[256];    /* why the last child ended, "" = never ended */
+    struct pxy *waiting; /* requests held until the engine is ready (FIFO) */
     struct pxy *waiting_tail;
     long inflight;
-    double last_used;        /* LRU of the pool */
-    int draining;            /* asked to stop (LRU or idle), not a crash */
+    double last_used; /* LRU of the pool */
+    int draining;     /* asked to stop (LRU or idle), not a crash */
     const char *drain_why;
-    int crashed;             /* died and not ready again yet: /health is degraded */
+    int crashed; /* died and not ready again yet: /health is degraded */
 };
 
 #define ISO_MAX_ENGINES 16
@@ -42,9 +42,9 @@ struct iso {
     struct event_base *base;
     struct event *tick;
     struct web *web;
-    char dir[84];            /* the private socket directory */
+    char dir[84]; /* the private socket directory */
     struct iso_engine eng[ISO_MAX_ENGINES];
-    int n_eng, cap;          /* models known; engines resident at once (--model-pool) */
+    int n_eng, cap; /* models known; engines resident at once (--model-pool) */
     long switches, drains;
     char *owned[ISO_MAX_ENGINES]; /* model paths found in --models-dir */
     double started_s;

@@ -41,16 +41,16 @@ struct pxy {
     struct iso_engine *e;
     struct http_req *r;
     struct bufferevent *bev;
-    struct pxy *next;          /* e->waiting */
+    struct pxy *next; /* e->waiting */
     int phase, proto, retried, connected, got_bytes, counted;
     int status, chunked, sse, head_only;
-    long clen;                 /* -1 = not given */
-    long left;                 /* chunked: > 0 bytes of the chunk left; -1 size line next;
-                                  -2 the CRLF after a chunk; -3 trailers */
+    long clen; /* -1 = not given */
+    long left; /* chunked: > 0 bytes of the chunk left; -1 size line next;
+                  -2 the CRLF after a chunk; -3 trailers */
     char ctype[160];
     char *hname[MAX_HDRS], *hval[MAX_HDRS];
     int n_hdrs;
-    struct evbuffer *body;     /* Content-Length / until-EOF bodies */
+    struct evbuffer *body; /* Content-Length / until-EOF bodies */
 };
 
 /* ---- error shapes ---------------------------------------------------------------------- */
@@ -163,9 +163,10 @@ static void fail_upstream(struct pxy *p, const char *why)
 
 static int hop_by_hop(const char *n)
 {
-    static const char *const skip[] = {"connection", "keep-alive", "transfer-encoding", "te",
-                                       "upgrade", "proxy-connection", "content-length", "host",
-                                       "expect", "authorization", "x-api-key", "trailer"};
+    static const char *const skip[] = {
+        "connection", "keep-alive",       "transfer-encoding", "te",
+        "upgrade",    "proxy-connection", "content-length",    "host",
+        "expect",     "authorization",    "x-api-key",         "trailer"};
     for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
         if (!strcasecmp(n, skip[i]))
             return 1;
@@ -423,8 +424,8 @@ static int process(struct pxy *p)
             if (!avail)
                 return 0;
             size_t take = avail < (size_t)p->left ? avail : (size_t)p->left;
-            int w = http_stream_write(p->r, (const char *)evbuffer_pullup(in, (ev_ssize_t)take),
-                                      take);
+            int w =
+                http_stream_write(p->r, (const char *)evbuffer_pullup(in, (ev_ssize_t)take), take);
             evbuffer_drain(in, take);
             p->left -= (long)take;
             if (!p->left)

@@ -33,7 +33,7 @@
 #include "util/version.h"
 #include "web/web.h"
 
-#define RESTARTS_MAX 3        /* respawns allowed within RESTART_WINDOW_S */
+#define RESTARTS_MAX 3 /* respawns allowed within RESTART_WINDOW_S */
 #define RESTART_WINDOW_S 60.0
 #define BACKOFF_FIRST_S 5.0
 #define BACKOFF_MAX_S 60.0
@@ -107,11 +107,10 @@ static int spawn(struct iso *s, struct iso_engine *e)
         sigset_t all;
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the supervisor */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);   /* never outlive the supervisor */
         dup2(STDERR_FILENO, STDOUT_FILENO); /* its ready card is a log line here */
         execv("/proc/self/exe", av);
-        fprintf(stderr, "cinfer serve --isolate: cannot start the engine: %s\n",
-                strerror(errno));
+        fprintf(stderr, "cinfer serve --isolate: cannot start the engine: %s\n", strerror(errno));
         _exit(127);
     }
     free(av);
@@ -141,11 +140,11 @@ static void announce(struct iso *s, struct iso_engine *e);
 static void child_ended(struct iso *s, struct iso_engine *e, int wst)
 {
     if (WIFSIGNALED(wst))
-        snprintf(e->reason, sizeof e->reason, "engine pid %d killed by signal %d (%s)",
-                 (int)e->pid, WTERMSIG(wst), strsignal(WTERMSIG(wst)));
+        snprintf(e->reason, sizeof e->reason, "engine pid %d killed by signal %d (%s)", (int)e->pid,
+                 WTERMSIG(wst), strsignal(WTERMSIG(wst)));
     else
-        snprintf(e->reason, sizeof e->reason, "engine pid %d exited with status %d",
-                 (int)e->pid, WEXITSTATUS(wst));
+        snprintf(e->reason, sizeof e->reason, "engine pid %d exited with status %d", (int)e->pid,
+                 WEXITSTATUS(wst));
     log_warn("isolate: %s", e->reason);
     e->pid = 0;
     e->state = ENG_DOWN;
@@ -176,8 +175,7 @@ static void child_ended(struct iso *s, struct iso_engine *e, int wst)
         pxy_fail_waiting(s, e, 503, msg);
         return;
     }
-    e->recent[e->n_recent < RESTARTS_MAX ? e->n_recent++ : (int)(e->restarts % RESTARTS_MAX)] =
-        now;
+    e->recent[e->n_recent < RESTARTS_MAX ? e->n_recent++ : (int)(e->restarts % RESTARTS_MAX)] = now;
     e->restarts++;
     if (spawn(s, e)) {
         e->state = ENG_BACKOFF;
@@ -361,9 +359,10 @@ static struct iso_engine *engine_for(struct iso *s, struct http_req *r)
 
 static const char *pool_state(const struct iso_engine *e)
 {
-    return e->state == ENG_READY ? "loaded"
+    return e->state == ENG_READY      ? "loaded"
            : e->state == ENG_STARTING ? "loading"
-           : e->state == ENG_BACKOFF ? "failed" : "unloaded";
+           : e->state == ENG_BACKOFF  ? "failed"
+                                      : "unloaded";
 }
 
 /* /v1/models and /v1/models/{id} of a pool: every known model with its state. */
@@ -376,9 +375,9 @@ static int pool_models(struct iso *s, struct http_req *r)
     json_t *data = json_array();
     for (int i = 0; i < s->n_eng; i++) {
         const struct iso_engine *e = &s->eng[i];
-        json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", e->id, "object", "model",
-                              "created", (json_int_t)time(NULL), "owned_by", "cinfer",
-                              "state", pool_state(e));
+        json_t *m =
+            json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", e->id, "object", "model", "created",
+                      (json_int_t)time(NULL), "owned_by", "cinfer", "state", pool_state(e));
         if (path[10] == '/' && !strcmp(path + 11, e->id)) {
             json_decref(data);
             reply_json(r, 200, m);
@@ -447,10 +446,10 @@ static void h_health(struct http_req *r, void *ud)
 static json_t *engine_json(const struct iso_engine *e)
 {
     double now = iso_now();
-    json_t *j = json_pack("{s:s, s:s, s:I, s:I, s:s, s:f}", "model", e->id, "state",
-                          state_name(e->state), "pid", (json_int_t)e->pid, "restarts",
-                          (json_int_t)e->restarts, "socket", e->sock, "uptime_s",
-                          e->state == ENG_READY ? now - e->ready_s : 0.0);
+    json_t *j =
+        json_pack("{s:s, s:s, s:I, s:I, s:s, s:f}", "model", e->id, "state", state_name(e->state),
+                  "pid", (json_int_t)e->pid, "restarts", (json_int_t)e->restarts, "socket", e->sock,
+                  "uptime_s", e->state == ENG_READY ? now - e->ready_s : 0.0);
     if (!j)
         return NULL;
     json_object_set_new(j, "reason", e->reason[0] ? json_string(e->reason) : json_null());
@@ -467,9 +466,9 @@ static void h_engine(struct http_req *r, void *ud)
     json_t *pool = json_array();
     for (int i = 0; i < s->n_eng; i++)
         json_array_append_new(pool, engine_json(&s->eng[i]));
-    json_t *p = json_pack("{s:i, s:i, s:I, s:I, s:o}", "size", s->cap, "resident",
-                          resident(s), "switches", (json_int_t)s->switches, "drains",
-                          (json_int_t)s->drains, "engines", pool);
+    json_t *p =
+        json_pack("{s:i, s:i, s:I, s:I, s:o}", "size", s->cap, "resident", resident(s), "switches",
+                  (json_int_t)s->switches, "drains", (json_int_t)s->drains, "engines", pool);
     if (!j || !p) {
         json_decref(j);
         json_decref(p);
@@ -500,15 +499,16 @@ char *iso_metrics_text(const struct iso *s)
     for (int i = 0; i < s->n_eng; i++)
         fprintf(f, "cinfer_isolate_restarts_total{engine=\"%s\"} %ld\n", s->eng[i].id,
                 s->eng[i].restarts);
-    fprintf(f, "# HELP cinfer_isolate_pool_switches_total engines started for a request\n"
-               "# TYPE cinfer_isolate_pool_switches_total counter\n"
-               "cinfer_isolate_pool_switches_total %ld\n"
-               "# HELP cinfer_isolate_drains_total engines drained (LRU or idle)\n"
-               "# TYPE cinfer_isolate_drains_total counter\n"
-               "cinfer_isolate_drains_total %ld\n"
-               "# HELP cinfer_isolate_failed_total requests failed because an engine died\n"
-               "# TYPE cinfer_isolate_failed_total counter\n"
-               "cinfer_isolate_failed_total %ld\n",
+    fprintf(f,
+            "# HELP cinfer_isolate_pool_switches_total engines started for a request\n"
+            "# TYPE cinfer_isolate_pool_switches_total counter\n"
+            "cinfer_isolate_pool_switches_total %ld\n"
+            "# HELP cinfer_isolate_drains_total engines drained (LRU or idle)\n"
+            "# TYPE cinfer_isolate_drains_total counter\n"
+            "cinfer_isolate_drains_total %ld\n"
+            "# HELP cinfer_isolate_failed_total requests failed because an engine died\n"
+            "# TYPE cinfer_isolate_failed_total counter\n"
+            "cinfer_isolate_failed_total %ld\n",
             s->switches, s->drains, s->failed_502);
     fclose(f);
     return out;
@@ -528,8 +528,8 @@ static void announce(struct iso *s, struct iso_engine *e)
         return;
     s->announced = 1;
     const struct serve_opts *o = s->o;
-    const char *shown = !strcmp(o->host, "0.0.0.0") || !strcmp(o->host, "::") ? "localhost"
-                                                                               : o->host;
+    const char *shown =
+        !strcmp(o->host, "0.0.0.0") || !strcmp(o->host, "::") ? "localhost" : o->host;
     int port = http_server_port(s->http);
     char url[320];
     web_chat_url(url, sizeof url, o->host, port);
@@ -549,8 +549,9 @@ static void announce(struct iso *s, struct iso_engine *e)
             printf(" %s", s->eng[i].id);
         printf("\n");
     }
-    printf("  Auth      %s\n", o->api_key ? "API key required" : "none (loopback bind is the "
-                                                                   "protection)");
+    printf("  Auth      %s\n", o->api_key ? "API key required"
+                                          : "none (loopback bind is the "
+                                            "protection)");
     printf("ready in %.2f s — Ctrl-C to stop\n\n", iso_now() - s->started_s);
     fflush(stdout);
     if (!o->no_open && isatty(STDOUT_FILENO))
@@ -643,8 +644,7 @@ static int add_models(struct iso *s)
     if (o->models_dir) {
         DIR *d = opendir(o->models_dir);
         if (!d) {
-            fprintf(stderr, "cinfer serve: --models-dir %s: %s\n", o->models_dir,
-                    strerror(errno));
+            fprintf(stderr, "cinfer serve: --models-dir %s: %s\n", o->models_dir, strerror(errno));
             return -1;
         }
         char *names[256];
@@ -685,8 +685,7 @@ int isolate_main(const struct serve_opts *o, int argc, char **argv)
     const char *tmp = getenv("TMPDIR");
     snprintf(s->dir, sizeof s->dir, "%.60s/cinfer-iso-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(s->dir)) {
-        fprintf(stderr, "cinfer serve: --isolate: cannot create %s: %s\n", s->dir,
-                strerror(errno));
+        fprintf(stderr, "cinfer serve: --isolate: cannot create %s: %s\n", s->dir, strerror(errno));
         free(s);
         return 1;
     }
@@ -705,12 +704,16 @@ int isolate_main(const struct serve_opts *o, int argc, char **argv)
 
     int status = 1;
     struct cerr err = {0};
-    struct http_config hc = {.host = o->host, .port = o->port, .max_body = (size_t)o->max_body,
-                             .max_conns = o->max_conns, .header_timeout_s = 30,
+    struct http_config hc = {.host = o->host,
+                             .port = o->port,
+                             .max_body = (size_t)o->max_body,
+                             .max_conns = o->max_conns,
+                             .header_timeout_s = 30,
                              .api_key = o->api_key};
     if (http_server_new(&s->http, &hc, &err)) {
-        fprintf(stderr, "cinfer serve: %s (is another program using the port? pick one with "
-                        "--port N)\n",
+        fprintf(stderr,
+                "cinfer serve: %s (is another program using the port? pick one with "
+                "--port N)\n",
                 err.msg);
         goto done;
     }
