@@ -113,6 +113,16 @@ def test_health_engine_and_relay():
         assert s.stop() == 0, s.output()
 
 
+def test_drain_refused_on_tcp():
+    s = iso_server()
+    try:
+        st, body, _ = s.post("/admin/drain", {})
+        assert st == 403 and "unix socket" in json.loads(body)["error"]["message"]
+        assert engine(s)["state"] == "ready"
+    finally:
+        s.stop()
+
+
 def test_api_key_enforced_by_supervisor():
     s = iso_server("--api-key", "sekret")
     try:

@@ -397,6 +397,18 @@ static int pool_models(struct iso *s, struct http_req *r)
 static void h_proxy(struct http_req *r, void *ud)
 {
     struct iso *s = ud;
+    if (!strcmp(http_req_path(r), "/admin/drain")) {
+        /* an engine's drain is the supervisor's to call, on the engine's unix socket only:
+         * never relayed from the public listener */
+        char *b = iso_error_body(http_req_path(r), 403, "permission_error",
+                                 "/admin/drain is served on the engine's unix socket only");
+        if (b)
+            http_reply(r, 403, NULL, b, strlen(b));
+        else
+            http_reply_error(r, 403, "forbidden");
+        free(b);
+        return;
+    }
     if (pool_models(s, r))
         return;
     struct iso_engine *e = engine_for(s, r);
