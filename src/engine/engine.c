@@ -20,6 +20,7 @@
 #include "engine/engine_int.h"
 #include "engine/grammar/gram_tok.h"
 #include "engine/stop.h"
+#include "engine/testhook.h"
 #include "kv/kv_pool.h"
 #include "util/log.h"
 
@@ -442,6 +443,7 @@ static int run_step(struct engine *g, int n_rows)
         return -1;
     }
     g->steps++;
+    eng_test_step_hook(g->steps);
     int V = g->m->hp.n_vocab;
     long n_prompt_fed = 0;
     for (int s = 0; s < n_rows; s++) {
@@ -578,6 +580,7 @@ static int run_burst(struct engine *g, int n_rows)
             goto failed;
         queued = model_queued(g->ws);
         g->steps++;
+        eng_test_step_hook(g->steps);
         g->burst_steps++;
         long gen = 0, fed = 0;
         for (int s = 0; s < n_rows; s++) {

@@ -37,6 +37,11 @@ typedef void (*http_handler)(struct http_req *r, void *ud);
  * a 400 on an undecodable path. The reply is always sent as application/json. */
 typedef char *(*http_error_fmt)(const char *path, int status, const char *message, void *ud);
 
+struct event_base;
+/* The libevent base of the loop, for modules that add their own events on the loop thread
+ * (timers, outgoing bufferevents: src/server/isolate). Valid until http_server_free. */
+struct event_base *http_server_base(const struct http_server *s);
+
 /* Creates the server: binds host:port and listens (a busy port is a CERR_IO error whose text
  * names host:port). Zero/negative config fields take defaults (host 127.0.0.1, max_body
  * 16 MiB, max_conns 256, header_timeout_s 30). Ignores SIGPIPE process-wide. Config strings
@@ -109,6 +114,10 @@ const char *http_req_query(const struct http_req *r);    /* raw query or "" */
 int http_req_peer_loopback(const struct http_req *r);
 /* Request header value by case-insensitive name, or NULL (also once r ended or is gone). */
 const char *http_req_header(const struct http_req *r, const char *name);
+/* Calls fn(name, value, ud) for every request header in arrival order (none once r ended
+ * or is gone). For relays (src/server/isolate). */
+void http_req_headers_each(const struct http_req *r,
+                           void (*fn)(const char *name, const char *value, void *ud), void *ud);
 /* The request body as a NUL-terminated copy owned by r (valid while r is); *len (if
  * non-NULL) gets its length without the NUL. Never NULL ("" for no body). */
 const char *http_req_body(const struct http_req *r, size_t *len);

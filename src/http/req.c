@@ -226,6 +226,16 @@ const char *http_req_header(const struct http_req *r, const char *name)
     return evhttp_find_header(evhttp_request_get_input_headers(r->evreq), name);
 }
 
+void http_req_headers_each(const struct http_req *r,
+                           void (*fn)(const char *name, const char *value, void *ud), void *ud)
+{
+    if (!r->evreq)
+        return;
+    struct evkeyvalq *h = evhttp_request_get_input_headers(r->evreq);
+    for (struct evkeyval *kv = h->tqh_first; kv; kv = kv->next.tqe_next)
+        fn(kv->key, kv->value, ud);
+}
+
 const char *http_req_body(const struct http_req *r, size_t *len)
 {
     if (len)

@@ -586,6 +586,11 @@ static int listen_unix(const char *path, struct cerr *e)
     return fd;
 }
 
+struct event_base *http_server_base(const struct http_server *s)
+{
+    return s->base;
+}
+
 int http_server_new(struct http_server **out, const struct http_config *c, struct cerr *e)
 {
     *out = NULL;

@@ -24,6 +24,7 @@
 #include "kv/kv_events.h"
 #include "server/commands.h"
 #include "server/model_store.h"
+#include "server/isolate/isolate.h"
 #include "server/serve.h"
 #include "template/tmpl.h"
 #include "web/web.h"
@@ -103,6 +104,13 @@ static void serve_usage(FILE *f)
             "                         current tagged maps; array: its older array_like form)\n"
             "  --no-open              do not open the browser chat page (opened with xdg-open\n"
             "                         when stdout is a terminal)\n"
+            "  --isolate              run the engine in a child process behind a supervisor\n"
+            "                         that owns the port: a crashed engine gets a clean 502\n"
+            "                         and is respawned (docs/isolation.md)\n"
+            "  --model-pool N         with --isolate: engines resident at once (default 1)\n"
+            "  --models-dir DIR       with --isolate: serve every .gguf in DIR too\n"
+            "  --idle-unload SEC      with --isolate: stop an engine unused for SEC seconds\n"
+            "                         (the next request for its model reloads it)\n"
             "  -h, --help             this help\n");
 }
 
@@ -163,7 +171,9 @@ static int p_bool(const char *flag, const char *v, int *out)
 
 static int parse_args(int argc, char **argv, struct serve_opts *o)
 {
+    char *role = o->argrole;
     memset(o, 0, sizeof *o);
+    o->argrole = role;
     o->host = "127.0.0.1";
     o->port = 8080;
     o->thinking = -1;
@@ -257,18 +267,46 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
             o->no_open = 1, used = 0;
         else if ((rc = serve_ssd_flag(a, v, o, &used)) != 0)
             rc = rc < 0 ? -1 : 0;
+        else if (!strcmp(a, "--isolate"))
+            o->isolate = 1, used = 0;
+        else if (!strcmp(a, "--model-pool"))
+            rc = p_int(a, v, 1, 16, "an integer in [1, 16]", &o->model_pool);
+        else if (!strcmp(a, "--idle-unload"))
+            rc = p_int(a, v, 1, 1 << 30, "a number of seconds >= 1", &o->idle_unload);
+        else if (!strcmp(a, "--models-dir"))
+            o->models_dir = v, rc = v && *v ? 0 : bad(a, "a directory", v);
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "cinfer serve: unknown option '%s' (see cinfer serve --help)\n", a);
             return -1;
-        } else if (!o->model)
-            o->model = a, used = 0;
+        } else if (o->n_models < 16)
+            o->models[o->n_models++] = a, o->model = o->models[0], used = 0;
         else {
             fprintf(stderr, "cinfer serve: unexpected argument '%s'\n", a);
             return -1;
         }
         if (rc)
             return -1;
+        if (o->argrole) { /* what the engine child of --isolate gets (src/server/isolate) */
+            int sup = !strcmp(a, "--isolate") || !strcmp(a, "--model-pool") ||
+                      !strcmp(a, "--models-dir") || !strcmp(a, "--idle-unload") ||
+                      !strcmp(a, "--host") ||
+                      !strcmp(a, "--port") || !strcmp(a, "--no-open") ||
+                      !strcmp(a, "--api-key");
+            o->argrole[i] = sup ? 'x' : a[0] == '-' && a[1] ? '.' : 'm';
+            if (used)
+                o->argrole[i + 1] = sup ? 'x' : '.';
+        }
         i += used;
+    }
+    if (o->n_models > 1 && !o->isolate) {
+        fprintf(stderr, "cinfer serve: unexpected argument '%s' (several models need "
+                        "--isolate)\n", o->models[1]);
+        return -1;
+    }
+    if ((o->model_pool || o->models_dir || o->idle_unload) && !o->isolate) {
+        fprintf(stderr, "cinfer serve: --model-pool, --models-dir and --idle-unload need "
+                        "--isolate\n");
+        return -1;
     }
     if (o->temp_set && !o->temperature_set)
         o->temperature = temp_alias, o->temperature_set = 1;
@@ -573,10 +611,22 @@ static int load_template(struct serve *sv)
 int cmd_serve(int argc, char **argv)
 {
     struct serve *sv = calloc(1, sizeof *sv);
-    if (!sv || parse_args(argc, argv, &sv->o)) {
+    char *role = calloc((size_t)argc + 1, 1);
+    if (sv && role)
+        memset(role, '.', (size_t)argc), sv->o.argrole = role;
+    if (!sv || !role || parse_args(argc, argv, &sv->o)) {
         free(sv);
+        free(role);
         return 1;
     }
+    if (sv->o.isolate) { /* the supervisor: never loads weights (src/server/isolate) */
+        int rc = isolate_main(&sv->o, argc, argv);
+        free(role);
+        free(sv);
+        return rc;
+    }
+    free(role);
+    sv->o.argrole = NULL;
     char mbuf[2048];
     if (!(sv->o.model = resolve_model(sv->o.model, mbuf, sizeof mbuf))) {
         free(sv);

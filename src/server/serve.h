@@ -44,6 +44,13 @@ struct serve_opts {
     double ssd_max_gib;      /* < 0 = default 32 */
     int ssd_verify;
     double ssd_demote_s;     /* < 0 = default 300 */
+    /* --isolate (src/server/isolate): the supervisor's own flags, the MODEL arguments, and
+     * what each argv[i] is ('.' engine flag or value, 'm' a MODEL, 'x' supervisor-only) */
+    int isolate, model_pool, idle_unload; /* idle_unload: seconds, 0 = off */
+    const char *models_dir;
+    const char *models[16];
+    int n_models;
+    char *argrole;
 };
 
 /* Histogram with fixed upper bounds (Prometheus "le" buckets). */
