@@ -54,12 +54,12 @@ int serve_ssd_flag(const char *a, const char *v, struct serve_opts *o, int *used
     if (!strcmp(a, "--ssd-demote-idle"))
         return num(a, v, 0, 1e9, "a number of seconds >= 0 (0 disables)", &o->ssd_demote_s) ? -1
                                                                                           : 1;
-    *used = 0;
     if (!strcmp(a, "--ssd-cache-verify")) {
         o->ssd_verify = 1;
+        *used = 0;
         return 1;
     }
-    return 0;
+    return 0; /* not an SSD flag: *used stays 1, the caller's default for a flag */
 }
 
 int serve_ssd_config(const struct serve_opts *o, struct engine_config *ec)

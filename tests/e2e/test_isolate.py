@@ -223,7 +223,10 @@ def test_bodyless_get_retried_after_crash():
 
 
 def test_crash_loop_backs_off_and_degrades_health():
-    s = iso_server(env={"CINFER_TEST_ABORT_AT_STEP": "2"})
+    # the window and the back-off long: a loaded machine must not leave either before the
+    # test has looked (the defaults are 60 s and 5 s)
+    s = iso_server(env={"CINFER_TEST_ABORT_AT_STEP": "2", "CINFER_TEST_RESTART_WINDOW_S": "900",
+                        "CINFER_TEST_BACKOFF_S": "600"})
     try:
         for i in range(4):
             if i:
