@@ -1,6 +1,7 @@
 /* logprobs.c — see logprobs.h. */
 #include "api/openai/logprobs.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,10 @@ static json_t *byte_array(const char *s, size_t n)
     return a;
 }
 
+/* A logprob as JSON can carry it: a token that cannot be drawn (masked by a grammar or a
+ * -100 logit_bias: -inf) is -9999.0, as OpenAI writes it. */
+static double lp_json(float x) { return isfinite(x) ? (double)x : -9999.0; }
+
 /* {"id", "token", "logprob", "bytes"} */
 static json_t *token_entry(const struct tok *tk, int32_t id, float logprob)
 {
@@ -55,7 +60,7 @@ static json_t *token_entry(const struct tok *tk, int32_t id, float logprob)
     if (!s)
         return NULL;
     json_t *e = json_pack("{s:i, s:o, s:f, s:o}", "id", (int)id, "token", api_json_text(s, n),
-                          "logprob", (double)logprob, "bytes", byte_array(s, n));
+                          "logprob", lp_json(logprob), "bytes", byte_array(s, n));
     free(s);
     return e;
 }
@@ -106,7 +111,7 @@ int lp_legacy_add(struct lp_legacy *L, const struct tok *tk, const struct sample
     if (!s)
         return CERR_NOMEM;
     int rc = json_array_append_new(L->tokens, api_json_text(s, n)) ||
-             json_array_append_new(L->token_logprobs, json_real(lp->logprob)) ||
+             json_array_append_new(L->token_logprobs, json_real(lp_json(lp->logprob))) ||
              json_array_append_new(L->text_offset, json_integer(L->offset));
     L->offset += n_chars(s, n);
     free(s);
@@ -117,7 +122,7 @@ int lp_legacy_add(struct lp_legacy *L, const struct tok *tk, const struct sample
             json_t *k = t ? api_json_text(t, n) : NULL;
             if (k)
                 json_object_setn_new(m, json_string_value(k), json_string_length(k),
-                                     json_real(lp->top_lp[i]));
+                                     json_real(lp_json(lp->top_lp[i])));
             json_decref(k);
             free(t);
         }

@@ -4,7 +4,8 @@
  * logprob, bytes}]}: `token` is the text the token adds to the output (not the vocabulary
  * piece: " Paris", not "\u0120Paris"; "" for a control token such as <|im_end|>), `bytes`
  * its bytes (the raw bytes of one token of a character split over several tokens, whose
- * `token` then holds U+FFFD). cinfer adds the token `id` beside them. The legacy completions
+ * `token` then holds U+FFFD). A token that cannot be drawn (masked by a grammar, banned by
+ * logit_bias) has logprob -9999.0, as OpenAI writes it. cinfer adds the token `id`. The legacy completions
  * block (logprobs given as an integer) is {tokens, token_logprobs, top_logprobs,
  * text_offset}. Pure: the tokenizer is read only. One lp_legacy per request, one thread.
  */
