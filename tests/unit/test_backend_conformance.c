@@ -1805,6 +1805,8 @@ static void test_unavailable_backends(void)
 
 int main(void)
 {
+    /* every repacked CPU kernel (Q6_K is not repacked by default), unless the caller chose */
+    setenv("CINFER_CPU_REPACK", "all", 0);
     g.ref = open_be("cpu:scalar", 1);
     if (!g.ref) {
         fprintf(stderr, "cannot open the scalar CPU backend\n");

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -191,7 +192,7 @@ static void rp_chunk(void *arg, int64_t i)
  * file (release_file_pages). A failure leaves t as it was: the file layout always works. */
 static void weight_repack(struct cpu_be *cb, struct be_tensor *t)
 {
-    if (!cb->repack || !cb->k.mm_rp[t->dtype] || rp_of(t))
+    if (!cb->repack || !cb->k.mm_rp[t->dtype] || rp_of(t) || !(cb->repack_types >> t->dtype & 1))
         return;
     if (cb->n_rp == cb->cap_rp) {
         int cap = cb->cap_rp ? 2 * cb->cap_rp : 64;
@@ -450,8 +451,29 @@ struct be *be_cpu_new(const struct be_config *cfg, struct cerr *e)
         cpu_kernels_avx512(&cb->k);
     if (cb->isa >= CPU_ISA_AVX512 && isa_has_vbmi())
         cpu_kernels_rp512(&cb->k);
+    /* CINFER_CPU_REPACK: unset or 1 = the default types (Q4_K, Q8_0, Q5_0, Q4_0), all =
+     * every type with repacked kernels (adds Q6_K), 0 = none, or a comma-separated list of
+     * dtype names (e.g. q4_k,q8_0). Q6_K is off by default: its repacked kernel measured
+     * slower than the file layout for decode on the 2-vCPU Zen machine. */
     const char *rp = getenv("CINFER_CPU_REPACK");
     cb->repack = !(rp && !strcmp(rp, "0"));
+    cb->repack_types = 1u << DT_Q4_K | 1u << DT_Q8_0 | 1u << DT_Q5_0 | 1u << DT_Q4_0;
+    if (rp && !strcmp(rp, "all"))
+        cb->repack_types = ~0u;
+    else if (rp && *rp && strcmp(rp, "0") && strcmp(rp, "1")) {
+        cb->repack_types = 0;
+        for (int dt = 0; dt < DT_COUNT && dt < 32; dt++) {
+            const char *nm = dtype_name(dt);
+            size_t nl = strlen(nm);
+            for (const char *p = rp; *p;) {
+                const char *comma = strchr(p, ',');
+                size_t len = comma ? (size_t)(comma - p) : strlen(p);
+                if (len == nl && !strncasecmp(p, nm, nl))
+                    cb->repack_types |= 1u << dt;
+                p += len + (comma != NULL);
+            }
+        }
+    }
     log_debug("cpu backend: %d threads, %s kernels, repack %s", cb->n_threads,
               g_isa_names[cb->isa], cb->repack ? "on" : "off");
     return &cb->base;

@@ -79,6 +79,7 @@ struct cpu_be {
     void *qbuf; /* quantized activations, grown on demand, kept */
     size_t qbuf_cap;
     int repack;             /* repack weights at weight_prepare (CINFER_CPU_REPACK) */
+    uint32_t repack_types;  /* bit dt: dtype dt may be repacked */
     struct rp_hdr **rp;     /* repacked copies owned by the backend */
     int n_rp, cap_rp;
     size_t rp_bytes;        /* their total size */
