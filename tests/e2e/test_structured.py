@@ -126,7 +126,8 @@ def test_grammar_with_logprobs(st):
     for e in ch["logprobs"]["content"]:
         tot = 0.0
         for alt in e["top_logprobs"]:
-            if alt["logprob"] is None or not math.isfinite(alt["logprob"]) or alt["logprob"] < -1e30:
+            # masked alternatives: logprob -9999.0 (OpenAI's value for a token that cannot be drawn)
+            if alt["logprob"] is None or not math.isfinite(alt["logprob"]) or alt["logprob"] <= -9999:
                 continue
             tot += math.exp(alt["logprob"])
             tok = alt["token"]
