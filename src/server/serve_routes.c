@@ -236,5 +236,6 @@ int serve_routes_install(struct serve *sv)
         sv->tc_family = TC_GENERIC;
     rc |= serve_anthropic_install(sv);
     rc |= serve_responses_install(sv);
+    rc |= serve_testctl_install(sv);
     return rc ? -1 : 0;
 }

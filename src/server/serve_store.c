@@ -5,6 +5,9 @@
  * ($CINFER_RESPONSE_TTL_MS overrides it, for tests); the total size, measured as the JSON
  * length of the entries, stays under 32 MiB: expired entries go first, then the least
  * recently used. A get refreshes the entry's LRU position (not its expiry).
+ * The store's clock is the monotonic clock plus an offset that only the test control
+ * POST /debug/advance-clock moves (serve_testctl.c), so a test expires entries without
+ * waiting for a TTL.
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -28,6 +31,15 @@ static int n_tab, cap_tab;
 static size_t n_bytes;
 static unsigned long tick;
 static long ttl_ms = -1;
+static double skew_s; /* store_advance_clock */
+
+static double now_s(void) { return clock_now_s() + skew_s; }
+
+void store_advance_clock(double s)
+{
+    if (s > 0)
+        skew_s += s;
+}
 
 static long ttl(void)
 {
@@ -74,7 +86,7 @@ void store_put(const char *id, const json_t *messages, const char *instructions)
         json_decref(v);
         return;
     }
-    double now = clock_now_s();
+    double now = now_s();
     evict_expired(now);
     int k = find(id);
     if (k >= 0)
@@ -107,7 +119,7 @@ void store_put(const char *id, const json_t *messages, const char *instructions)
 
 json_t *store_get(const char *id)
 {
-    evict_expired(clock_now_s());
+    evict_expired(now_s());
     int k = find(id);
     if (k < 0)
         return NULL;
@@ -117,7 +129,7 @@ json_t *store_get(const char *id)
 
 json_t *store_stats_json(void)
 {
-    evict_expired(clock_now_s());
+    evict_expired(now_s());
     return json_pack("{s:i, s:I, s:I, s:I}", "entries", n_tab, "bytes", (json_int_t)n_bytes,
                      "max_bytes", (json_int_t)STORE_MAX_BYTES, "ttl_ms", (json_int_t)ttl());
 }

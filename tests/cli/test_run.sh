@@ -3,7 +3,7 @@
 # message naming the problem.
 set -u
 bin=${CINFER_BIN:-build/cinfer}
-fx=${CINFER_FIXTURES:-../shared/fixtures}
+fx=${CINFER_FIXTURES:-tests/data/fixtures}
 m=$fx/stories260K/stories260K.gguf
 fail=0; pass=0
 ok() { pass=$((pass + 1)); }

@@ -1,8 +1,11 @@
 """conftest.py — start the real `cinfer` binary and talk HTTP to it.
 
 Env: CINFER_BIN (the binary; default build/cinfer), CINFER_FIXTURES (default
-../shared/fixtures next to the repo), CINFER_MODELS (default <repo>/models),
+<repo>/tests/data/fixtures), CINFER_MODELS (default <repo>/models),
 CINFER_E2E_QUICK=1 (stories260K suites only; used for the sanitizer build).
+Waits poll for a condition under a generous bound (wait_until); no test sleeps a fixed time
+or races a clock: the server's clocks are moved by test controls (CINFER_TEST_CONTROLS=1,
+docs/testing.md).
 """
 import json
 import os
@@ -16,7 +19,7 @@ import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.environ.get("CINFER_BIN", os.path.join(REPO, "build", "cinfer"))
-FIXTURES = os.environ.get("CINFER_FIXTURES", os.path.join(REPO, "..", "shared", "fixtures"))
+FIXTURES = os.environ.get("CINFER_FIXTURES", os.path.join(REPO, "tests", "data", "fixtures"))
 MODELS = os.environ.get("CINFER_MODELS", os.path.join(REPO, "models"))
 STORIES = os.path.join(FIXTURES, "stories260K", "stories260K.gguf")
 QWEN = os.path.join(MODELS, "qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf")
@@ -36,12 +39,14 @@ def free_port():
 class Server:
     """One `cinfer serve` process on a free port."""
 
-    def __init__(self, model, *args, port=None, wait=True):
+    def __init__(self, model, *args, port=None, wait=True, env=None):
+        """env: extra environment variables of the server process (e.g. test controls)."""
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = open(f"/tmp/cinfer-e2e-{self.port}.log", "w+")
         cmd = [BIN, "serve", model, "--port", str(self.port), "-t", "2", *args]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        penv = dict(os.environ, **env) if env else None
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=penv)
         if wait:
             self.wait_ready()
 
@@ -82,6 +87,18 @@ class Server:
 
     def stats(self):
         return json.loads(self.get("/stats")[1])
+
+
+def wait_until(cond, timeout=60, what="condition"):
+    """Polls cond() until it returns a true value (returned) or timeout seconds pass (fails)."""
+    t0 = time.time()
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.time() - t0 > timeout:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
 
 
 def http(method, url, data=None, headers=None, timeout=300):

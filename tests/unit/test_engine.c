@@ -610,7 +610,7 @@ int main(void)
 {
     const char *fx = getenv("CINFER_FIXTURES");
     char path[1024];
-    snprintf(path, sizeof path, "%s/stories260K/stories260K.gguf", fx ? fx : "../shared/fixtures");
+    snprintf(path, sizeof path, "%s/stories260K/stories260K.gguf", fx ? fx : "tests/data/fixtures");
     struct cerr e = {0};
     struct be_config bc = {.n_threads = 2};
     g_be = be_new("cpu", &bc, &e);
