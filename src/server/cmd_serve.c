@@ -35,11 +35,11 @@ static void serve_usage(FILE *f)
     fprintf(f,
             "usage: cinfer serve [MODEL] [options]\n"
             "       cinfer [options]            (the same, on the default model)\n\n"
-            "Serves MODEL over the OpenAI API (/v1/chat/completions, /v1/completions,\n"
-            "/v1/models) plus /health, /stats and /metrics. MODEL is a .gguf file or a\n"
-            "Hugging Face model directory; without it the default model\n"
-            "(" DEFAULT_MODEL_FILE ") is looked up in $CINFER_MODEL, ./models\n"
-            "and ~/.cache/cinfer/models (fetch it with scripts/fetch_models.sh).\n\n"
+            "Serves MODEL over the OpenAI (chat completions, completions, Responses) and\n"
+            "Anthropic (Messages) APIs, routes below. MODEL is a .gguf file or a Hugging Face\n"
+            "model directory; without it: $CINFER_MODEL (a path), else the default model\n"
+            "(" DEFAULT_MODEL_FILE ") in ./models or\n"
+            "~/.cache/cinfer/models (fetch it with scripts/fetch_models.sh).\n\n"
             "options:\n"
             "  --host ADDR            bind address (default 127.0.0.1)\n"
             "  --port N               port (default 8080)\n"
@@ -79,8 +79,9 @@ static void serve_usage(FILE *f)
             "  --max-queue N          waiting requests before 429 (default 64)\n"
             "  --max-conns N          open connections before 429 (default 256)\n"
             "  --max-body BYTES       request body limit, 413 beyond (default 16777216)\n"
-            "  --no-open              do not open the browser chat page\n"
-            "  -h, --help             this help\n");
+            "  --no-open              accepted for compatibility (cinfer opens no browser)\n"
+            "  -h, --help             this help\n\n%s",
+            CINFER_ROUTES_HELP);
 }
 
 /* ---- flags ---------------------------------------------------------------------------- */

@@ -12,4 +12,22 @@ int cmd_info(int argc, char **argv);       /* cmd_info.c */
 int cmd_bench(int argc, char **argv);      /* cmd_bench.c */
 int cmd_serve(int argc, char **argv);      /* cmd_serve.c */
 
+/* Every HTTP route of `cinfer serve`, for `cinfer --help` and `cinfer serve --help`
+ * (tests/e2e/test_docs_examples.py checks it names every route the sources register). */
+#define CINFER_ROUTES_HELP                                                                  \
+    "routes of `cinfer serve` (docs/api.md):\n"                                             \
+    "  POST /v1/chat/completions        OpenAI chat completions (stream or not, tools)\n"   \
+    "  POST /v1/completions             OpenAI raw-prompt completions\n"                    \
+    "  POST /v1/responses               OpenAI Responses (previous_response_id, tools)\n"   \
+    "  POST /v1/messages                Anthropic Messages (stream or not, tools)\n"        \
+    "  POST /v1/messages/count_tokens   Anthropic token count of a Messages body\n"         \
+    "  POST /apply-template             the chat prompt a chat body renders to (no model run)\n" \
+    "  GET  /v1/models, /v1/models/{id} the served model\n"                                 \
+    "  GET  /v1                         name, version, model, endpoints\n"                  \
+    "  GET  /health                     200 once ready (no API key needed)\n"               \
+    "  GET  /stats                      JSON counters, latencies, cache and store state\n"  \
+    "  GET  /metrics                    the same for Prometheus\n"                          \
+    "  POST /debug/advance-clock        test only, with env CINFER_TEST_CONTROLS=1\n"       \
+    "                                   (docs/testing.md)\n"
+
 #endif

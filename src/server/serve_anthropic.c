@@ -13,6 +13,7 @@
 #include "api/oai_req.h"
 #include "api/replay.h"
 #include "server/serve.h"
+#include "util/jsonfmt.h"
 
 struct anth_ctx {
     struct oai_req rq;
@@ -65,7 +66,7 @@ static int prepare(struct serve *sv, struct http_req *r, int for_count, struct a
     json_t *chat;
     if (anth_to_chat(body, blen, for_count, &chat, err))
         return -1;
-    char *s = json_dumps(chat, JSON_COMPACT);
+    char *s = json_dumps_short(chat, JSON_COMPACT);
     json_decref(chat);
     if (!s)
         return api_fail(err, 500, NULL, "out of memory");
@@ -133,7 +134,7 @@ static void h_count(struct http_req *r, void *ud)
         return;
     }
     json_t *j = json_pack("{s:i}", "input_tokens", c->pr.n);
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
     json_decref(j);
     ctx_free(c);
     if (!s) {

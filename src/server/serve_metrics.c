@@ -10,6 +10,7 @@
 #include "server/serve.h"
 #include "util/clock.h"
 #include "util/sbuf.h"
+#include "util/jsonfmt.h"
 
 static void hist_init(struct hist *h, const double *le, int n)
 {
@@ -112,7 +113,7 @@ char *serve_stats_json(struct serve *sv)
     json_object_set_new(rq, "responses", json_integer(m->requests[EP_RESPONSES]));
     json_object_set_new(json_object_get(j, "server"), "connections",
                         json_integer(hs.conns_open));
-    char *s = json_dumps(j, JSON_COMPACT);
+    char *s = json_dumps_short(j, JSON_COMPACT);
     json_decref(j);
     return s;
 }

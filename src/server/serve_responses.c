@@ -16,6 +16,7 @@
 #include "api/replay.h"
 #include "api/responses.h"
 #include "server/serve.h"
+#include "util/jsonfmt.h"
 
 struct resp_ctx {
     struct resp_req q;
@@ -95,7 +96,7 @@ static void h_responses(struct http_req *r, void *ud)
     const char *body = http_req_body(r, &blen);
     if (resp_to_chat(body, blen, lookup, NULL, &c->q, &err))
         goto fail;
-    char *s = json_dumps(c->q.chat, JSON_COMPACT);
+    char *s = json_dumps_short(c->q.chat, JSON_COMPACT);
     if (!s) {
         api_fail(&err, 500, NULL, "out of memory");
         goto fail;

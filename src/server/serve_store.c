@@ -15,6 +15,7 @@
 
 #include "server/serve.h"
 #include "util/clock.h"
+#include "util/jsonfmt.h"
 
 #define STORE_MAX_BYTES (32l << 20)
 
@@ -79,7 +80,7 @@ void store_put(const char *id, const json_t *messages, const char *instructions)
 {
     json_t *v =
         json_pack("{s:O, s:s?}", "messages", (json_t *)messages, "instructions", instructions);
-    char *s = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    char *s = v ? json_dumps_short(v, JSON_COMPACT) : NULL;
     size_t b = s ? strlen(s) + strlen(id) : 0;
     free(s);
     if (!v || !b || b > (size_t)STORE_MAX_BYTES) {

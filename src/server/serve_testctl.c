@@ -14,6 +14,7 @@
 
 #include "server/serve.h"
 #include "util/log.h"
+#include "util/jsonfmt.h"
 
 static void h_advance(struct http_req *r, void *ud)
 {
@@ -29,7 +30,7 @@ static void h_advance(struct http_req *r, void *ud)
     }
     store_advance_clock(s);
     json_t *o = json_pack("{s:f}", "advanced_s", s);
-    char *out = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    char *out = o ? json_dumps_short(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!out) {
         http_reply_error(r, 500, "out of memory");
