@@ -25,7 +25,7 @@ for m in "${models[@]}"; do
     echo "== $m ($threads threads)" >&2
     # the decode/prefill figures are the best of 3 runs of each engine, interleaved
     for rep in 1 2 3; do
-        "$bin" bench "$m" -t "$threads" -p 512 -n 128 --kv f16 > "$tmp/c$i-$rep.json"
+        "$bin" bench "$m" -t "$threads" -p 512 -n 128 --kv-dtype f16 --backend cpu > "$tmp/c$i-$rep.json"
     done
     python3 bench/cpu_vs_llamacpp/run_llamacpp.py "$m" --threads "$threads" --reps 3 \
         --out "$tmp/l$i.json" > /dev/null
