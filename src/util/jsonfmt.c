@@ -1,6 +1,7 @@
 /* jsonfmt.c — shortest round-trip reals in JSON text (see jsonfmt.h). */
 #include "util/jsonfmt.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,7 @@ char *json_shorten_reals(char *s)
                 tok[n] = 0;
                 char *end;
                 double v = strtod(tok, &end);
-                if (*end == 0) {
+                if (*end == 0 && isfinite(v)) {
                     shortest(v, sh, sizeof sh);
                     size_t m = strlen(sh);
                     if (m <= n) {
