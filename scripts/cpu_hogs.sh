@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 pids=()
 cleanup() { [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null; }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 for _ in $(seq "${CINFER_HOGS:-2}"); do
     bash -c 'while :; do :; done' &
     pids+=($!)
