@@ -20,4 +20,4 @@ if [ "${CINFER_SANITIZED:-0}" = "1" ]; then
     export CINFER_E2E_QUICK=1
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 fi
-cd "$SRC/tests/e2e" && exec python3 -m pytest -q -p no:cacheprovider "${@:-.}"
+cd "$SRC/tests/e2e" && exec python3 -m pytest -q -p no:cacheprovider --durations=10 "${@:-.}"
