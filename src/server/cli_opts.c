@@ -52,7 +52,8 @@ int cli_gen_config_read(const char *model, struct cli_gen_config *gc)
         gc->repetition_penalty = (float)d, gc->has_repetition_penalty = 1;
     int64_t ids[8];
     int n = 0;
-    if (hfcfg_int_list(c, "eos_token_id", ids, 8, &n, NULL) && !hfcfg_int(c, "eos_token_id", ids, NULL))
+    if (hfcfg_int_list(c, "eos_token_id", ids, 8, &n, NULL) &&
+        !hfcfg_int(c, "eos_token_id", ids, NULL))
         n = 1;
     for (int i = 0; i < n && i < 8; i++)
         gc->eos[gc->n_eos++] = (int32_t)ids[i];

@@ -169,8 +169,9 @@ static void h_index(struct http_req *r, void *ud)
                json_pack("{s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s]}", "name", "cinfer", "version",
                          CINFER_VERSION, "model", sv->model_id, "endpoints",
                          "POST /v1/chat/completions", "POST /v1/completions", "POST /v1/messages",
-                         "POST /v1/messages/count_tokens", "POST /v1/responses", "POST /apply-template", "GET /v1/models",
-                         "GET /v1/models/{id}", "GET /health", "GET /stats", "GET /metrics"));
+                         "POST /v1/messages/count_tokens", "POST /v1/responses",
+                         "POST /apply-template", "GET /v1/models", "GET /v1/models/{id}",
+                         "GET /health", "GET /stats", "GET /metrics"));
 }
 
 static void h_stats(struct http_req *r, void *ud)

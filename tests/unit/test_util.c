@@ -97,7 +97,8 @@ static void test_jsonfmt(void)
         free(s);
     }
     /* every real reads back as the same double; jansson's own dump of 0.7 */
-    json_t *j = json_pack("{s:f, s:f, s:f, s:i}", "a", 0.7, "b", 1.0 / 3.0, "c", (double)0.7f, "d", 7);
+    json_t *j =
+        json_pack("{s:f, s:f, s:f, s:i}", "a", 0.7, "b", 1.0 / 3.0, "c", (double)0.7f, "d", 7);
     char *s = json_dumps_short(j, JSON_COMPACT | JSON_SORT_KEYS);
     CHECK_STR(s, "{\"a\":0.7,\"b\":0.3333333333333333,\"c\":0.699999988079071,\"d\":7}");
     json_t *back = json_loads(s, 0, NULL);
