@@ -2,7 +2,7 @@
  *
  * The first input byte picks a tokenizer (Qwen3 and Llama 3 tokenizer.json, Llama 2
  * tokenizer.model, GPT-2, stories260K and BERT GGUF vocabularies from $CINFER_FIXTURES,
- * default ../shared/fixtures; the synthetic tokenizers of tests/data/tokenizer under
+ * default tests/data/fixtures; the synthetic tokenizers of tests/data/tokenizer under
  * $CINFER_SRC, default .) and flags; the rest is the text (any bytes, invalid UTF-8 included)
  * or, in decode mode, little-endian ids. Also feeds the bytes to the SentencePiece and
  * tokenizer.json parsers. Checks: no crash, decode output is valid UTF-8, the streaming
@@ -35,7 +35,7 @@ static void load_all(void)
         "r:tests/data/tokenizer/synth-wordpiece.tokenizer.json"};
     const char *root = getenv("CINFER_FIXTURES"), *src = getenv("CINFER_SRC");
     if (!root)
-        root = "../shared/fixtures";
+        root = "tests/data/fixtures";
     if (!src)
         src = ".";
     for (int i = 0; i < N_TOK; i++) {

@@ -36,7 +36,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "tests", "data", "template")
-FIXTURES = os.environ.get("CINFER_FIXTURES", os.path.join(REPO, "..", "shared", "fixtures"))
+FIXTURES = os.environ.get("CINFER_FIXTURES", os.path.join(REPO, "tests", "data", "fixtures"))
 DATE = "2025-01-15"
 
 

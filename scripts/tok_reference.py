@@ -23,7 +23,7 @@ single_word / normalized) and writes DIR/synth-*.tokenizer.json; they join SPECS
 
 usage: tok_reference.py --corpus C.jsonl --out DIR [--sample DIR] [--only name,name]
                         [--make-synth tests/data/tokenizer]
-env: CINFER_FIXTURES (default ../shared/fixtures), CINFER_MODELS (default <repo>/models)
+env: CINFER_FIXTURES (default tests/data/fixtures), CINFER_MODELS (default <repo>/models)
 """
 import argparse
 import gzip
@@ -32,7 +32,7 @@ import os
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIX = os.environ.get("CINFER_FIXTURES", os.path.join(REPO, "..", "shared", "fixtures"))
+FIX = os.environ.get("CINFER_FIXTURES", os.path.join(REPO, "tests", "data", "fixtures"))
 MODELS = os.environ.get("CINFER_MODELS", os.path.join(REPO, "models"))
 
 # name, path ("fixtures:" or "models:" prefix, as the C test resolves it), reference kind

@@ -13,7 +13,7 @@ struct command {
 };
 
 static const struct command g_cmds[] = {
-    {"serve", cmd_serve, "serve a model over the OpenAI API (the default command)"},
+    {"serve", cmd_serve, "serve a model over the OpenAI, Anthropic and Responses APIs (default)"},
     {"run", cmd_run, "generate from a prompt on the command line, print tok/s"},
     {"tokenize", cmd_tokenize, "print the token ids of a text as a JSON array"},
     {"detokenize", cmd_detokenize, "print the text of a list of token ids"},
@@ -32,7 +32,8 @@ static void usage(FILE *f)
                "       cinfer [serve options]   (serve the default model)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof g_cmds / sizeof g_cmds[0]; i++)
         fprintf(f, "  %-12s %s\n", g_cmds[i].name, g_cmds[i].help);
-    fprintf(f, "\nRun 'cinfer <command> --help' for a command's options.\n");
+    fprintf(f, "\nRun 'cinfer <command> --help' for a command's options.\n\n%s",
+            CINFER_ROUTES_HELP);
 }
 
 int main(int argc, char **argv)

@@ -3,7 +3,8 @@
  * A test program calls CHECK(...) / CHECK_EQ_INT(...) inside test functions, runs them with
  * RUN(fn), and returns harness_done(), which prints the closing line
  * "N passed, N failed" and returns the exit status (0 only when nothing failed).
- * fixture_path() resolves a file under the shared fixtures (env CINFER_FIXTURES).
+ * fixture_path() resolves a file under the test fixtures (env CINFER_FIXTURES; default
+ * tests/data/fixtures, relative to the repository root where ctest runs the tests).
  */
 #ifndef CINFER_TESTS_HARNESS_H
 #define CINFER_TESTS_HARNESS_H
@@ -85,6 +86,17 @@ static inline int h_selected(const char *name)
         }                                                                                    \
     } while (0)
 
+/* The exit status that ctest reports as "skipped" (SKIP_RETURN_CODE of every entry). */
+#define HARNESS_SKIP 77
+
+/* For a test that cannot check anything here: says why and returns HARNESS_SKIP (return it
+ * from main), so the entry is reported skipped, never passed. */
+static inline int harness_skip(const char *why)
+{
+    printf("SKIPPED: %s\n", why);
+    return HARNESS_SKIP;
+}
+
 static inline int harness_done(void)
 {
     printf("%d passed, %d failed\n", h_passed, h_failed);
@@ -98,7 +110,7 @@ static inline const char *fixture_path(const char *rel)
     static int k;
     const char *root = getenv("CINFER_FIXTURES");
     if (!root)
-        root = "../shared/fixtures";
+        root = "tests/data/fixtures";
     char *b = buf[k++ & 3];
     snprintf(b, sizeof buf[0], "%s/%s", root, rel);
     return b;

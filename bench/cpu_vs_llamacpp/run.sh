@@ -51,7 +51,7 @@ for m in "${models[@]}"; do
     if [ "$skip_short" != 1 ]; then
         la > "$tmp/la-c$i"
         for rep in $(seq 1 "$reps"); do
-            "$bin" bench "$m" -t "$threads" -p 512 -n 128 --kv f16 > "$tmp/c$i-$rep.json"
+            "$bin" bench "$m" -t "$threads" -p 512 -n 128 --kv-dtype f16 --backend cpu > "$tmp/c$i-$rep.json"
         done
         la >> "$tmp/la-c$i"
         la > "$tmp/la-l$i"
@@ -63,7 +63,7 @@ for m in "${models[@]}"; do
         echo "   long context $long (load $(la))" >&2
         la > "$tmp/la-cl$i"
         for rep in $(seq 1 "$long_reps"); do
-            "$bin" bench "$m" -t "$threads" -p 8 -n 32 -d "$long" --kv f16 > "$tmp/cl$i-$rep.json"
+            "$bin" bench "$m" -t "$threads" -p 8 -n 32 -d "$long" --kv-dtype f16 --backend cpu > "$tmp/cl$i-$rep.json"
         done
         la >> "$tmp/la-cl$i"
         la > "$tmp/la-ll$i"

@@ -7,7 +7,7 @@ set -eu
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$SRC/build}
 REPS=${2:-3}
-FIX=${CINFER_FIXTURES:-$SRC/../shared/fixtures}
+FIX=${CINFER_FIXTURES:-$SRC/tests/data/fixtures}
 MODELS=${CINFER_MODELS:-$SRC/models}
 export RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

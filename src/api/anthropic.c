@@ -2,6 +2,7 @@
  * API (content blocks, the streaming event grammar, error types).
  */
 #include "api/anthropic.h"
+#include "util/jsonfmt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,7 +129,7 @@ static int map_message(json_t *m, size_t mi, json_t *chat, struct api_error *err
                               "messages[%zu].content[%zu]: tool_use needs id and name", mi, j);
                 break;
             }
-            char *args = in ? json_dumps(in, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+            char *args = in ? json_dumps_short(in, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
             json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type",
                                                    "function", "function", "name", name,
                                                    "arguments", args ? args : "{}"));
@@ -345,7 +346,7 @@ static int sse(struct sbuf *out, const char *event, json_t *obj)
 {
     if (!obj)
         return CERR_NOMEM;
-    char *s = json_dumps(obj, JSON_COMPACT);
+    char *s = json_dumps_short(obj, JSON_COMPACT);
     json_decref(obj);
     if (!s)
         return CERR_NOMEM;
@@ -540,7 +541,7 @@ static int done_body(struct anth_out *o, const struct engine_event *ev, struct s
                           usage(ev));
     if (!b)
         return CERR_NOMEM;
-    char *s = json_dumps(b, JSON_COMPACT);
+    char *s = json_dumps_short(b, JSON_COMPACT);
     json_decref(b);
     int rc = s ? sbuf_puts(out, s) : CERR_NOMEM;
     free(s);
@@ -609,7 +610,7 @@ char *anth_error_body(const struct api_error *err)
     json_t *j = json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type",
                           anth_error_type(err->status), "message",
                           api_json_text(err->message, strlen(err->message)));
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return s;
 }

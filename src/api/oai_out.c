@@ -11,6 +11,7 @@
 #include "api/openai/logprobs.h"
 #include "api/reasoning.h"
 #include "api/replay.h"
+#include "util/jsonfmt.h"
 
 struct oai_out {
     int kind, stream, finished;
@@ -95,7 +96,7 @@ static int frame(struct sbuf *out, json_t *obj)
 {
     if (!obj)
         return CERR_NOMEM;
-    char *s = json_dumps(obj, JSON_COMPACT);
+    char *s = json_dumps_short(obj, JSON_COMPACT);
     json_decref(obj);
     if (!s)
         return CERR_NOMEM;
@@ -399,7 +400,7 @@ static int done_body(struct oai_out *o, const struct engine_event *ev, struct sb
                           usage(o, ev));
     if (!b)
         return CERR_NOMEM;
-    char *s = json_dumps(b, JSON_COMPACT);
+    char *s = json_dumps_short(b, JSON_COMPACT);
     json_decref(b);
     int rc = s ? sbuf_puts(out, s) : CERR_NOMEM;
     free(s);
@@ -444,7 +445,7 @@ char *oai_error_body(const struct api_error *err)
                           err->type ? err->type : "invalid_request_error", "param",
                           err->param ? json_string(err->param) : json_null(), "code",
                           err->code ? json_string(err->code) : json_null());
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return s;
 }
@@ -513,7 +514,7 @@ int api_turn_init(struct api_turn *t, const struct api_model *m, int start_in_re
     if (m->think_open && rsn_new(&t->rsn, m->think_open, m->think_close, start_in_reasoning, e))
         return e && e->code ? e->code : CERR_NOMEM;
     if (tools && json_array_size(tools) && family != TC_NONE) {
-        char *js = json_dumps(tools, JSON_COMPACT);
+        char *js = json_dumps_short(tools, JSON_COMPACT);
         int rc = js ? tc_new(&t->tc, (enum tc_family)family, js, e)
                     : cerr_set(e, CERR_NOMEM, "out of memory");
         free(js);

@@ -8,6 +8,7 @@
 #include "api/reasoning.h"
 #include "api/toolcall.h"
 #include "util/sbuf.h"
+#include "util/jsonfmt.h"
 
 int api_chat_render(const struct api_model *m, const json_t *messages, const json_t *tools,
                     const json_t *kwargs, int thinking, char **text, size_t *text_len,
@@ -142,7 +143,7 @@ char *api_forced_call_prefix(int family, const char *name)
 {
     struct sbuf b = {0};
     json_t *js = name ? json_string(name) : NULL;
-    char *q = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL; /* the name as a JSON string */
+    char *q = js ? json_dumps_short(js, JSON_ENCODE_ANY) : NULL; /* the name as a JSON string */
     json_decref(js);
     if (name && !q)
         return NULL;

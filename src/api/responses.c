@@ -2,6 +2,7 @@
  * API (output items, streaming events with sequence numbers).
  */
 #include "api/responses.h"
+#include "util/jsonfmt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,7 +113,7 @@ static int map_item(json_t *it, size_t i, json_t *convo, struct sbuf *sys, struc
         json_t *wrapped = custom ? json_pack("{s:O}", "input", ci) : NULL;
         if (custom)
             a = wrapped; /* as the model wrote it: {"input": "..."} */
-        char *as = json_is_string(a) || !a ? NULL : json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT);
+        char *as = json_is_string(a) || !a ? NULL : json_dumps_short(a, JSON_ENCODE_ANY | JSON_COMPACT);
         json_t *call = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
                                  "function", "name", name, "arguments",
                                  json_is_string(a) ? json_string_value(a)
@@ -147,7 +148,7 @@ static int map_item(json_t *it, size_t i, json_t *convo, struct sbuf *sys, struc
         if (json_is_string(out))
             content = json_incref(out);
         else {
-            char *s = json_dumps(out ? out : json_null(), JSON_ENCODE_ANY | JSON_COMPACT);
+            char *s = json_dumps_short(out ? out : json_null(), JSON_ENCODE_ANY | JSON_COMPACT);
             content = json_string(s ? s : "");
             free(s);
         }
@@ -376,7 +377,7 @@ static void put(struct resp_out *o, const char *type, json_t *obj)
     }
     json_object_set_new(obj, "type", json_string(type));
     json_object_set_new(obj, "sequence_number", json_integer(o->seq++));
-    char *s = json_dumps(obj, JSON_COMPACT);
+    char *s = json_dumps_short(obj, JSON_COMPACT);
     json_decref(obj);
     if (!s || sbuf_printf(o->out, "event: %s\ndata: %s\n\n", type, s))
         o->err = CERR_NOMEM;
@@ -720,7 +721,7 @@ int resp_out_event(struct resp_out *o, const struct engine_event *ev, struct sbu
         put(o, "response.completed", json_pack("{s:o}", "response", r));
         return o->err;
     }
-    char *s = json_dumps(r, JSON_COMPACT);
+    char *s = json_dumps_short(r, JSON_COMPACT);
     json_decref(r);
     int rc = s ? sbuf_puts(out, s) : CERR_NOMEM;
     free(s);
@@ -751,7 +752,7 @@ int resp_error_frame(struct sbuf *out, const char *message)
 {
     json_t *j = json_pack("{s:s, s:s, s:o, s:n}", "type", "error", "code", "server_error",
                           "message", api_json_text(message, strlen(message)), "param");
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
     json_decref(j);
     int rc = s ? sbuf_printf(out, "event: error\ndata: %s\n\n", s) : CERR_NOMEM;
     free(s);

@@ -19,21 +19,24 @@
 #include "engine/gen.h"
 #include "engine/sampler.h"
 #include "model/model.h"
+#include "server/cli_opts.h"
 #include "server/commands.h"
 #include "util/clock.h"
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f, "usage: cinfer bench MODEL [-t N] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [--kv f16|f32]\n"
-               "                    [--backend cpu|cuda] [--device N] [--compiled-decode on|off]\n"
-               "                    [-d DEPTH]\n\n"
+    fprintf(f, "usage: cinfer bench MODEL [-t N] [-p PROMPT_TOKENS] [-n GEN_TOKENS]\n"
+               "                    [--kv-dtype f16|f32] [--backend auto|cpu|cuda] [--device N]\n"
+               "                    [--compiled-decode on|off] [-d DEPTH]\n\n"
                "Prints one JSON object: load_s, ttft_s (start to the first token of an\n"
                "8-token prompt, load included), ttft_warm_s (the same without the load),\n"
                "decode_tok_s (GEN_TOKENS after it, default 128; with -d, after a DEPTH-token\n"
                "prompt instead, ttft then covering that prompt; depth_prefill_tok_s = DEPTH /\n"
                "ttft_warm_s),\n"
                "prefill_tok_s (a PROMPT_TOKENS prompt, default 512), peak_rss_bytes.\n"
-               "The KV cache is F16 by default (as llama.cpp's).\n");
+               "Greedy decoding. --kv-dtype: the KV cache dtype (default f16, as llama.cpp's;\n"
+               "aliases --kv f16|f32, --kv-f32, --kv-f16). --backend: default auto (cuda when a\n"
+               "GPU answers, else cpu), as run and serve.\n");
 }
 
 static void fill_ids(int32_t *ids, int n, int vocab, uint32_t seed)
@@ -52,16 +55,18 @@ int cmd_bench(int argc, char **argv)
 {
     const char *path = NULL;
     int threads = 0, n_prompt = 512, n_gen = 128, kv_dtype = DT_F16, device = 0, depth = 0;
-    const char *backend = "cpu";
+    const char *backend = CLI_BACKEND_DEFAULT;
     int graphs = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--kv") && v && (!strcmp(v, "f16") || !strcmp(v, "f32"))) {
-            kv_dtype = !strcmp(v, "f16") ? DT_F16 : DT_F32;
-            i++;
+        int kv = cli_kv_flag("bench", a, v, &kv_dtype);
+        if (kv < 0)
+            return 1;
+        if (kv > 0) {
+            i += kv - 1;
             continue;
         }
-        if (!strcmp(a, "--backend") && v) {
+        if (!strcmp(a, "--backend") && cli_backend_ok(v)) {
             backend = v;
             i++;
             continue;

@@ -17,6 +17,7 @@
 #include "engine/gen.h"
 #include "engine/sampler.h"
 #include "model/model.h"
+#include "server/cli_opts.h"
 #include "server/commands.h"
 #include "util/clock.h"
 #include "template/tmpl.h"
@@ -25,9 +26,9 @@
 struct run_opts {
     const char *model, *prompt, *ids, *system, *chat_template, *backend;
     int chat, device, graphs;
-    int n_predict, threads, ctx, output_ids, ignore_eos, kv_f16;
+    int n_predict, threads, ctx, output_ids, ignore_eos, kv_dtype;
     struct sampler_params sp;
-    int seed_set;
+    int seed_set, temp_set, top_p_set, top_k_set;
 };
 
 static void run_usage(FILE *f)
@@ -44,17 +45,22 @@ static void run_usage(FILE *f)
             "  --chat-template FILE  a .jinja template for --chat instead of the model's own\n"
             "  --ids 1,2,3           prompt as token ids, fed verbatim (no BOS); needs no tokenizer\n"
             "  -n, --n-predict N     tokens to generate (default 128)\n"
-            "  --temp T              temperature, 0 = greedy (default 0.7)\n"
-            "  --top-p P             nucleus sampling, 0 < P <= 1 (default 1 = off)\n"
-            "  --top-k K             keep the K most likely tokens (default 0 = off)\n"
+            "  --temperature T       temperature, 0 = greedy (alias --temp)\n"
+            "  --top-p P             nucleus sampling, 0 < P <= 1 (1 = off)\n"
+            "  --top-k K             keep the K most likely tokens (0 = off)\n"
+            "                        (unset sampling defaults come from the model's\n"
+            "                        generation_config.json, else temperature 0.7, top-p 1,\n"
+            "                        top-k 0: the same as cinfer serve)\n"
             "  --min-p P             drop tokens below P x the top probability (default 0)\n"
             "  --seed S              RNG seed (default: from the clock)\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
-            "  --backend cpu|cuda    where the model runs (default cpu)\n"
+            "  --backend auto|cpu|cuda  where the model runs (default auto: cuda when a GPU\n"
+            "                        answers, else cpu)\n"
             "  --device N            GPU index for --backend cuda (default 0)\n"
             "  --compiled-decode on|off  replay decode steps as CUDA graphs (default on)\n"
             "  -c, --ctx N           context length (default: min(model's, 4096))\n"
-            "  --kv-f16              store the KV cache as F16 (default F32)\n"
+            "  --kv-dtype f16|f32    KV cache dtype (default f16; aliases --kv f16|f32,\n"
+            "                        --kv-f32, --kv-f16)\n"
             "  --ignore-eos          keep generating past end-of-generation tokens\n"
             "  --output-ids          print the generated ids as a JSON array instead of text\n"
             "  -h, --help            this help\n");
@@ -92,10 +98,11 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->n_predict = 128;
+    o->kv_dtype = DT_F16;
     sampler_params_default(&o->sp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0, used = 1;
+        int rc = 0, used = 1, kv;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             run_usage(stdout);
             exit(0);
@@ -112,11 +119,11 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
             rc = parse_int(a, v, 0, 1 << 24, &o->n_predict);
         else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature"))
-            rc = parse_float(a, v, 0, 5, &o->sp.temperature);
+            rc = parse_float(a, v, 0, 5, &o->sp.temperature), o->temp_set = 1;
         else if (!strcmp(a, "--top-p"))
-            rc = parse_float(a, v, 1e-9, 1, &o->sp.top_p);
+            rc = parse_float(a, v, 1e-9, 1, &o->sp.top_p), o->top_p_set = 1;
         else if (!strcmp(a, "--top-k"))
-            rc = parse_int(a, v, 0, INT_MAX, &o->sp.top_k);
+            rc = parse_int(a, v, 0, INT_MAX, &o->sp.top_k), o->top_k_set = 1;
         else if (!strcmp(a, "--min-p"))
             rc = parse_float(a, v, 0, 1, &o->sp.min_p);
         else if (!strcmp(a, "--seed")) {
@@ -126,8 +133,13 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
             o->seed_set = 1;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
             rc = parse_int(a, v, 1, 1024, &o->threads);
-        else if (!strcmp(a, "--backend"))
+        else if (!strcmp(a, "--backend")) {
             o->backend = v, rc = v ? 0 : -1;
+            if (v && !cli_backend_ok(v)) {
+                fprintf(stderr, "cinfer run: --backend expects auto|cpu|cuda, got '%s'\n", v);
+                rc = -1;
+            }
+        }
         else if (!strcmp(a, "--device"))
             rc = parse_int(a, v, 0, 1023, &o->device);
         else if (!strcmp(a, "--compiled-decode")) {
@@ -138,8 +150,11 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         }
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx"))
             rc = parse_int(a, v, 1, 1 << 24, &o->ctx);
-        else if (!strcmp(a, "--kv-f16"))
-            o->kv_f16 = 1, used = 0;
+        else if ((kv = cli_kv_flag("run", a, v, &o->kv_dtype)) != 0) {
+            if (kv < 0)
+                return -1;
+            used = kv - 1;
+        }
         else if (!strcmp(a, "--ignore-eos"))
             o->ignore_eos = 1, used = 0;
         else if (!strcmp(a, "--output-ids"))
@@ -232,8 +247,12 @@ static int render_chat(const char *model_path, const struct tok *tk, const struc
     return rc;
 }
 
-static int is_stop(const struct model *m, const struct tok *t, int32_t id)
+static int is_stop(const struct model *m, const struct tok *t, const struct cli_gen_config *gc,
+                   int32_t id)
 {
+    for (int i = 0; i < gc->n_eos; i++)
+        if (gc->eos[i] == id)
+            return 1;
     if (t)
         return tok_is_eog(t, id);
     for (int i = 0; i < m->hp.n_eos; i++)
@@ -249,7 +268,7 @@ int cmd_run(int argc, char **argv)
         return 1;
     struct cerr e = {0};
     struct be_config bc = {.n_threads = o.threads, .device = o.device, .graphs = o.graphs};
-    struct be *be = be_new(o.backend ? o.backend : "cpu", &bc, &e);
+    struct be *be = be_new(o.backend ? o.backend : CLI_BACKEND_DEFAULT, &bc, &e);
     if (!be) {
         fprintf(stderr, "cinfer run: %s\n", e.msg);
         return 1;
@@ -306,7 +325,18 @@ int cmd_run(int argc, char **argv)
                 n_prompt, ctx);
         goto done;
     }
-    if (gen_new(&g, m, ctx, 512, o.kv_f16 ? DT_F16 : DT_F32, &e) ||
+    /* sampling defaults the flags left unset: the model's generation_config.json, as serve */
+    struct cli_gen_config gc;
+    cli_gen_config_read(o.model, &gc);
+    if (!o.temp_set && gc.has_temperature)
+        o.sp.temperature = gc.temperature;
+    if (!o.top_p_set && gc.has_top_p)
+        o.sp.top_p = gc.top_p;
+    if (!o.top_k_set && gc.has_top_k)
+        o.sp.top_k = gc.top_k;
+    if (gc.has_repetition_penalty)
+        o.sp.repetition_penalty = gc.repetition_penalty;
+    if (gen_new(&g, m, ctx, 512, o.kv_dtype, &e) ||
         sampler_new(&smp, &o.sp, m->hp.n_vocab, &e)) {
         fprintf(stderr, "cinfer run: %s\n", e.msg);
         goto done;
@@ -329,7 +359,7 @@ int cmd_run(int argc, char **argv)
     while (n_gen < o.n_predict) {
         int32_t id = sampler_sample(smp, g->logits, NULL);
         out_ids[n_gen++] = id;
-        if (!o.ignore_eos && is_stop(m, tk, id))
+        if (!o.ignore_eos && is_stop(m, tk, &gc, id))
             break;
         if (ts && tok_stream_push(ts, id, buf, sizeof buf, &bl) == 0 && bl) {
             fwrite(buf, 1, bl, stdout);

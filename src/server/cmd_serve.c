@@ -22,6 +22,7 @@
 #include "engine/plan.h"
 #include "format/hfconfig.h"
 #include "kv/kv_events.h"
+#include "server/cli_opts.h"
 #include "server/commands.h"
 #include "server/model_store.h"
 #include "server/isolate/isolate.h"
@@ -39,13 +40,13 @@ static void serve_usage(FILE *f)
     fprintf(f,
             "usage: cinfer serve [MODEL] [options]\n"
             "       cinfer [options]            (the same, on the default model)\n\n"
-            "Serves MODEL over the OpenAI API (/v1/chat/completions, /v1/completions,\n"
-            "/v1/models) plus /health, /stats and /metrics. MODEL is a .gguf file or a\n"
-            "Hugging Face model directory, or a cached model's name or a unique part of it\n"
-            "(`cinfer ls`; `cinfer pull ORG/REPO[:QUANT]` fetches one); without it the\n"
-            "default model (" DEFAULT_MODEL_FILE ") is looked up in\n"
-            "$CINFER_MODEL, ./models and ~/.cache/cinfer/models, else the largest cached\n"
-            "model that fits here is served.\n\n"
+            "Serves MODEL over the OpenAI (chat completions, completions, Responses) and\n"
+            "Anthropic (Messages) APIs, routes below. MODEL is a .gguf file or a Hugging Face\n"
+            "model directory, or a cached model's name or a unique part of it (`cinfer ls`;\n"
+            "`cinfer pull ORG/REPO[:QUANT]` fetches one); without it: $CINFER_MODEL (a path),\n"
+            "else the default model (" DEFAULT_MODEL_FILE ") in ./models or\n"
+            "~/.cache/cinfer/models (fetch it with scripts/fetch_models.sh), else the largest\n"
+            "cached model that fits here.\n\n"
             "options:\n"
             "  --host ADDR            bind address (default 127.0.0.1)\n"
             "  --port N               port (default 8080)\n"
@@ -89,7 +90,8 @@ static void serve_usage(FILE *f)
             "  --kv-block-size N      KV positions per block (default 16; alias\n"
             "                         --paged-kv-block-size; --paged-kv is accepted: paging is\n"
             "                         always on)\n"
-            "  --kv-f32               keep the KV cache in F32 (default F16)\n"
+            "  --kv-dtype f16|f32     KV cache dtype (default f16; aliases --kv f16|f32,\n"
+            "                         --kv-f32, --kv-f16)\n"
             "  --max-queue N          waiting requests before 429 (default 64)\n"
             "  --max-conns N          open connections before 429 (default 256)\n"
             "  --max-body BYTES       request body limit, 413 beyond (default 16777216)\n"
@@ -111,7 +113,8 @@ static void serve_usage(FILE *f)
             "  --models-dir DIR       with --isolate: serve every .gguf in DIR too\n"
             "  --idle-unload SEC      with --isolate: stop an engine unused for SEC seconds\n"
             "                         (the next request for its model reloads it)\n"
-            "  -h, --help             this help\n");
+            "  -h, --help             this help\n\n%s",
+            CINFER_ROUTES_HELP);
 }
 
 /* ---- flags ---------------------------------------------------------------------------- */
@@ -186,9 +189,10 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
     o->memory_budget_gb = o->kv_budget_gb = o->prompt_cache_gib = -1;
     o->ssd_max_gib = o->ssd_demote_s = -1;
     float temp_alias = 0;
+    int kvd = DT_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0, used = 1, mb = 0;
+        int rc = 0, used = 1, mb = 0, kv;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             serve_usage(stdout);
             exit(0);
@@ -231,7 +235,7 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
             o->max_body = mb;
         } else if (!strcmp(a, "--backend")) {
             o->backend = v;
-            rc = v && (!strcmp(v, "cpu") || !strcmp(v, "cuda")) ? 0 : bad(a, "cpu|cuda", v);
+            rc = cli_backend_ok(v) ? 0 : bad(a, "auto|cpu|cuda", v);
         } else if (!strcmp(a, "--device"))
             rc = p_int(a, v, 0, 1023, "an integer in [0, 1023]", &o->device);
         else if (!strcmp(a, "--compiled-decode")) {
@@ -261,8 +265,8 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
             o->kv_events_array = v && !strcmp(v, "array");
         } else if (!strcmp(a, "--paged-kv"))
             used = 0; /* accepted: paging is always on */
-        else if (!strcmp(a, "--kv-f32"))
-            o->kv_f32 = 1, used = 0;
+        else if ((kv = cli_kv_flag("serve", a, v, &kvd)) != 0)
+            rc = kv < 0 ? -1 : 0, used = kv - 1, o->kv_f32 = kvd == DT_F32;
         else if (!strcmp(a, "--no-open"))
             o->no_open = 1, used = 0;
         else if ((rc = serve_ssd_flag(a, v, o, &used)) != 0)
@@ -410,32 +414,17 @@ static void model_id_from_path(const char *path, char *out, size_t cap)
 /* generation_config.json of a HF directory: sampling defaults and extra EOS ids. */
 static void read_generation_config(struct serve *sv, struct engine_config *ec)
 {
-    struct stat st;
-    if (stat(sv->o.model, &st) || !S_ISDIR(st.st_mode))
-        return;
-    char p[1200];
-    snprintf(p, sizeof p, "%s/generation_config.json", sv->o.model);
-    struct hfcfg *c = NULL;
-    if (!exists(p) || hfcfg_load(&c, p, NULL))
+    struct cli_gen_config gc;
+    if (!cli_gen_config_read(sv->o.model, &gc))
         return;
     sv->gen_cfg = 1;
-    double d;
-    int64_t k;
-    if (!hfcfg_float(c, "temperature", &d, NULL))
-        sv->gc_temperature = (float)d, sv->gc_has[0] = 1;
-    if (!hfcfg_float(c, "top_p", &d, NULL))
-        sv->gc_top_p = (float)d, sv->gc_has[1] = 1;
-    if (!hfcfg_int(c, "top_k", &k, NULL))
-        sv->gc_top_k = (int)k, sv->gc_has[2] = 1;
-    if (!hfcfg_float(c, "repetition_penalty", &d, NULL))
-        sv->defaults.repetition_penalty = (float)d;
-    int64_t ids[8];
-    int n = 0;
-    if (hfcfg_int_list(c, "eos_token_id", ids, 8, &n, NULL) && !hfcfg_int(c, "eos_token_id", ids, NULL))
-        n = 1;
-    for (int i = 0; i < n && ec->n_extra_eos < 8; i++)
-        ec->extra_eos[ec->n_extra_eos++] = (int32_t)ids[i];
-    hfcfg_free(c);
+    sv->gc_temperature = gc.temperature, sv->gc_has[0] = gc.has_temperature;
+    sv->gc_top_p = gc.top_p, sv->gc_has[1] = gc.has_top_p;
+    sv->gc_top_k = gc.top_k, sv->gc_has[2] = gc.has_top_k;
+    if (gc.has_repetition_penalty)
+        sv->defaults.repetition_penalty = gc.repetition_penalty;
+    for (int i = 0; i < gc.n_eos && ec->n_extra_eos < 8; i++)
+        ec->extra_eos[ec->n_extra_eos++] = gc.eos[i];
 }
 
 static void resolve_defaults(struct serve *sv)
@@ -691,7 +680,7 @@ int cmd_serve(int argc, char **argv)
         nanosleep(&(struct timespec){.tv_sec = atoi(delay) / 1000,
                                      .tv_nsec = (long)(atoi(delay) % 1000) * 1000000L},
                   NULL);
-    const char *bname = sv->o.backend ? sv->o.backend : "auto";
+    const char *bname = sv->o.backend ? sv->o.backend : CLI_BACKEND_DEFAULT;
     if (!(be = be_new(bname, &bc, &e)) || model_load(&sv->m, sv->o.model, be, &e)) {
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         goto done;

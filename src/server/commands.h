@@ -18,4 +18,29 @@ int cmd_rm(int argc, char **argv);         /* cmd_models.c */
  * overrides, for tests) */
 long long models_fit_bytes(void);
 
+/* Every HTTP route of `cinfer serve`, for `cinfer --help` and `cinfer serve --help`
+ * (tests/e2e/test_docs_examples.py checks it names every route the sources register). */
+#define CINFER_ROUTES_HELP                                                                  \
+    "routes of `cinfer serve` (docs/api.md):\n"                                             \
+    "  POST /v1/chat/completions        OpenAI chat completions (stream or not, tools)\n"   \
+    "  POST /v1/completions             OpenAI raw-prompt completions\n"                    \
+    "  POST /v1/responses               OpenAI Responses (previous_response_id, tools)\n"   \
+    "  GET  /v1/responses/{id}          a stored response; DELETE /v1/responses/{id}\n"     \
+    "  DELETE /v1/responses/{id}        forgets a stored response\n"                        \
+    "  POST /v1/messages                Anthropic Messages (stream or not, tools)\n"        \
+    "  POST /v1/messages/count_tokens   Anthropic token count of a Messages body\n"         \
+    "  POST /apply-template             the chat prompt a chat body renders to (no model run)\n" \
+    "  GET  /v1/models, /v1/models/{id} the served model(s)\n"                              \
+    "  GET  /v1                         name, version, model, endpoints\n"                  \
+    "  GET  /health                     200 once ready (no API key needed; 503 loading)\n"  \
+    "  GET  /stats                      JSON counters, latencies, cache and store state\n"  \
+    "  GET  /metrics                    the same for Prometheus (and vLLM's names)\n"       \
+    "  GET  /fit                        the memory plan and predicted speed (docs/models.md)\n" \
+    "  GET  /, /index.html, /assets/{file}  the browser chat page (docs/web.md)\n"          \
+    "  GET  /chat, /status              302 to the page's chat and status views\n"          \
+    "  POST /admin/cache/flush          with --ssd-cache, loopback only (docs/ssd-cache.md)\n" \
+    "  GET  /engine                     with --isolate: the engine children (docs/isolation.md)\n" \
+    "  POST /debug/advance-clock        test only, with env CINFER_TEST_CONTROLS=1\n"       \
+    "                                   (docs/testing.md)\n"
+
 #endif

@@ -184,6 +184,16 @@ int store_del(const char *id);
 json_t *store_get(const char *id);
 /* {entries, bytes, max_bytes, ttl_ms} for /stats (new reference). */
 json_t *store_stats_json(void);
+/* Moves the store's clock s seconds ahead (s > 0; test control only, see serve_testctl.c). */
+void store_advance_clock(double s);
+
+/* serve_template.c: POST /apply-template (the prompt text of a chat body). 0 or -1. */
+int serve_template_install(struct serve *sv);
+
+/* serve_testctl.c: test-only routes, installed only when the environment has
+ * CINFER_TEST_CONTROLS=1 (docs/testing.md): POST /debug/advance-clock {"seconds": S} moves
+ * the Responses store's clock S seconds ahead. 0 or -1. */
+int serve_testctl_install(struct serve *sv);
 
 /* serve_ready.c: the gate in front of the routes (http_set_gate): 503 while loading, /health
  * 503 while draining. Loop thread. */

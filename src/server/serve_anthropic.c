@@ -14,6 +14,7 @@
 #include "api/replay.h"
 #include "api/structured/structured.h"
 #include "server/serve.h"
+#include "util/jsonfmt.h"
 
 struct anth_ctx {
     struct oai_req rq;
@@ -70,7 +71,7 @@ static int prepare(struct serve *sv, struct http_req *r, int for_count, struct a
     if (anth_to_chat(body, blen, for_count, &chat, warn, sizeof warn, err))
         return -1;
     serve_warning(r, warn);
-    char *s = json_dumps(chat, JSON_COMPACT);
+    char *s = json_dumps_short(chat, JSON_COMPACT);
     json_decref(chat);
     if (!s)
         return api_fail(err, 500, NULL, "out of memory");
@@ -163,7 +164,7 @@ static void h_count(struct http_req *r, void *ud)
         return;
     }
     json_t *j = json_pack("{s:i}", "input_tokens", c->pr.n);
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
     json_decref(j);
     ctx_free(c);
     if (!s) {

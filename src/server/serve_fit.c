@@ -13,6 +13,7 @@
 
 #include "server/serve.h"
 #include "util/clock.h"
+#include "util/jsonfmt.h"
 
 #define PROBE_BYTES ((size_t)256 << 20)
 
@@ -58,7 +59,7 @@ char *serve_fit_json(struct serve *sv)
         (json_int_t)p->budget_bytes, "fits", 1, "max_safe_context", c->n_ctx,
         "host_read_bandwidth_gbs", g_bw / 1e9, "predicted_decode_tok_s_at_8k",
         per_tok > 0 ? g_bw / per_tok : 0.0, "bandwidth_measured", "one thread, 256 MiB read");
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return s;
 }

@@ -11,6 +11,7 @@
 #include "server/serve.h"
 #include "util/clock.h"
 #include "util/sbuf.h"
+#include "util/jsonfmt.h"
 
 static void hist_init(struct hist *h, const double *le, int n)
 {
@@ -127,7 +128,7 @@ char *serve_stats_json(struct serve *sv)
                         json_integer(hs.conns_open));
     json_object_set_new(json_object_get(j, "server"), "backend", /* the status page shows it */
                         json_string(sv->m->be->ops->name));
-    char *s = json_dumps(j, JSON_COMPACT);
+    char *s = json_dumps_short(j, JSON_COMPACT);
     json_decref(j);
     return s;
 }

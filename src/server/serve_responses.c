@@ -17,6 +17,7 @@
 #include "api/responses.h"
 #include "api/structured/structured.h"
 #include "server/serve.h"
+#include "util/jsonfmt.h"
 
 struct resp_ctx {
     struct resp_req q;
@@ -117,7 +118,7 @@ static void h_responses(struct http_req *r, void *ud)
     if (resp_to_chat(body, blen, lookup, NULL, &c->q, &err))
         goto fail;
     serve_warning(r, c->q.warning);
-    char *s = json_dumps(c->q.chat, JSON_COMPACT);
+    char *s = json_dumps_short(c->q.chat, JSON_COMPACT);
     if (!s) {
         api_fail(&err, 500, NULL, "out of memory");
         goto fail;
@@ -184,7 +185,7 @@ static void h_response_id(struct http_req *r, void *ud)
         json_t *body = del ? json_pack("{s:s, s:s, s:b}", "id", id, "object", "response",
                                        "deleted", 1)
                            : json_incref(obj);
-        char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        char *s = body ? json_dumps_short(body, JSON_COMPACT) : NULL;
         json_decref(body);
         json_decref(v);
         if (!s) {

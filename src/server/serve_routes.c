@@ -17,12 +17,13 @@
 #include "util/log.h"
 #include "util/sbuf.h"
 #include "util/version.h"
+#include "util/jsonfmt.h"
 
 /* ---- generation routes ---------------------------------------------------------------- */
 
 static void reply_json(struct http_req *r, int status, json_t *j)
 {
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!s) {
         http_reply_error(r, 500, "out of memory");
@@ -202,12 +203,13 @@ static void h_index(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
     reply_json(r, 200,
-               json_pack("{s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s,s]}", "name", "cinfer",
+               json_pack("{s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s,s,s]}", "name", "cinfer",
                          "version", CINFER_VERSION, "model", sv->model_id, "endpoints",
                          "POST /v1/chat/completions", "POST /v1/completions", "POST /v1/messages",
                          "POST /v1/messages/count_tokens", "POST /v1/responses",
-                         "GET /v1/responses/{id}", "DELETE /v1/responses/{id}", "GET /v1/models",
-                         "GET /v1/models/{id}", "GET /health", "GET /stats", "GET /metrics"));
+                         "GET /v1/responses/{id}", "DELETE /v1/responses/{id}",
+                         "POST /apply-template", "GET /v1/models", "GET /v1/models/{id}",
+                         "GET /health", "GET /stats", "GET /metrics"));
 }
 
 static void h_stats(struct http_req *r, void *ud)
@@ -275,5 +277,7 @@ int serve_routes_install(struct serve *sv)
     rc |= serve_anthropic_install(sv);
     rc |= serve_responses_install(sv);
     rc |= serve_fit_install(sv);
+    rc |= serve_template_install(sv);
+    rc |= serve_testctl_install(sv);
     return rc ? -1 : 0;
 }

@@ -16,6 +16,7 @@
 #include "kv/ssd.h"
 #include "server/serve.h"
 #include "util/clock.h"
+#include "util/jsonfmt.h"
 #include "util/log.h"
 #include "util/sbuf.h"
 
@@ -235,7 +236,7 @@ static void flush_reply(void *ud)
         json_object_set_new(j, "durable", json_boolean(f->rc == 0));
         json_object_set_new(j, "flush_ms", json_real(f->ms));
     }
-    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *body = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (body)
         http_reply(f->r, f->rc == 0 ? 200 : 503, "application/json", body, strlen(body));

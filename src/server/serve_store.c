@@ -5,6 +5,9 @@
  * ($CINFER_RESPONSE_TTL_MS overrides it, for tests); the total size, measured as the JSON
  * length of the entries, stays under 32 MiB: expired entries go first, then the least
  * recently used. A get refreshes the entry's LRU position (not its expiry).
+ * The store's clock is the monotonic clock plus an offset that only the test control
+ * POST /debug/advance-clock moves (serve_testctl.c), so a test expires entries without
+ * waiting for a TTL.
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -12,6 +15,7 @@
 
 #include "server/serve.h"
 #include "util/clock.h"
+#include "util/jsonfmt.h"
 
 #define STORE_MAX_BYTES (32l << 20)
 
@@ -28,6 +32,15 @@ static int n_tab, cap_tab;
 static size_t n_bytes;
 static unsigned long tick;
 static long ttl_ms = -1;
+static double skew_s; /* store_advance_clock */
+
+static double now_s(void) { return clock_now_s() + skew_s; }
+
+void store_advance_clock(double s)
+{
+    if (s > 0)
+        skew_s += s;
+}
 
 static long ttl(void)
 {
@@ -68,14 +81,14 @@ void store_put(const char *id, const json_t *messages, const char *instructions,
 {
     json_t *v = json_pack("{s:O, s:s?, s:O?}", "messages", (json_t *)messages, "instructions",
                           instructions, "response", (json_t *)response);
-    char *s = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    char *s = v ? json_dumps_short(v, JSON_COMPACT) : NULL;
     size_t b = s ? strlen(s) + strlen(id) : 0;
     free(s);
     if (!v || !b || b > (size_t)STORE_MAX_BYTES) {
         json_decref(v);
         return;
     }
-    double now = clock_now_s();
+    double now = now_s();
     evict_expired(now);
     int k = find(id);
     if (k >= 0)
@@ -108,7 +121,7 @@ void store_put(const char *id, const json_t *messages, const char *instructions,
 
 json_t *store_get(const char *id)
 {
-    evict_expired(clock_now_s());
+    evict_expired(now_s());
     int k = find(id);
     if (k < 0)
         return NULL;
@@ -128,7 +141,7 @@ int store_del(const char *id)
 
 json_t *store_stats_json(void)
 {
-    evict_expired(clock_now_s());
+    evict_expired(now_s());
     return json_pack("{s:i, s:I, s:I, s:I}", "entries", n_tab, "bytes", (json_int_t)n_bytes,
                      "max_bytes", (json_int_t)STORE_MAX_BYTES, "ttl_ms", (json_int_t)ttl());
 }

@@ -7,7 +7,7 @@
 # --chat-template override, and error exits (raise_exception -> 1, usage -> 2).
 set -u
 BIN=${CINFER_BIN:-./build/cinfer}
-FIX=${CINFER_FIXTURES:-../shared/fixtures}
+FIX=${CINFER_FIXTURES:-tests/data/fixtures}
 SRC=${CINFER_SRC:-.}
 CT=$FIX/chat-templates
 pass=0; fail=0

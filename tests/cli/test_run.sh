@@ -3,7 +3,7 @@
 # message naming the problem.
 set -u
 bin=${CINFER_BIN:-build/cinfer}
-fx=${CINFER_FIXTURES:-../shared/fixtures}
+fx=${CINFER_FIXTURES:-tests/data/fixtures}
 m=$fx/stories260K/stories260K.gguf
 fail=0; pass=0
 ok() { pass=$((pass + 1)); }
@@ -36,6 +36,16 @@ trap 'rm -rf "$hf"' EXIT
 cp "$src/tests/data/parity/qwen2/config.json" "$src/tests/data/parity/qwen2/model.safetensors" "$hf/"
 out=$("$bin" run "$hf" --ids "$ids" --output-ids -n 32 --temp 0 --ignore-eos 2>/dev/null)
 [ "$out" = "$want" ] && ok || bad "HF dir ids: '$out' want '$want'"
+# the sampling defaults come from generation_config.json, as in serve (temperature 0 there:
+# greedy without --temp), and its eos_token_id ends the generation
+echo '{"temperature": 0.0, "top_k": 1}' > "$hf/generation_config.json"
+out=$("$bin" run "$hf" --ids "$ids" --output-ids -n 32 --ignore-eos 2>/dev/null)
+[ "$out" = "$want" ] && ok || bad "generation_config defaults: '$out' want '$want'"
+first=$(echo "$want" | tr -d '[] ' | cut -d, -f3)
+echo "{\"temperature\": 0.0, \"eos_token_id\": $first}" > "$hf/generation_config.json"
+out=$("$bin" run "$hf" --ids "$ids" --output-ids -n 32 2>/dev/null)
+[ "$out" = "$(echo "$want" | cut -d, -f1-3)]" ] && ok || bad "generation_config eos: '$out'"
+rm "$hf/generation_config.json"
 e=$("$bin" run "$hf" -p "hi" 2>&1 >/dev/null)
 echo "$e" | grep -q "cannot load the tokenizer" && ok || bad "no tokenizer message: '$e'"
 
@@ -53,6 +63,16 @@ check_err "cannot open" /nonexistent.gguf -p x
 check_err "bad magic\|not a GGUF\|magic" "$fx/stories260K/SOURCES.md" -p x
 check_err "outside the vocabulary" "$m" --ids 1,99999 --output-ids
 check_err "--ids expects comma-separated" "$m" --ids 1,,x --output-ids
+# one vocabulary with serve and bench: --kv-dtype f16|f32 (aliases --kv, --kv-f32, --kv-f16),
+# --backend auto|cpu|cuda (default auto)
+check_err "--kv-dtype expects f16|f32, got 'f8'" "$m" -p x --kv-dtype f8
+check_err "--backend expects auto|cpu|cuda" "$m" -p x --backend tpu
+for kv in "--kv-dtype f32" "--kv f32" "--kv-f32" "--kv-dtype f16" "--kv-f16" "--backend cpu" "--backend auto"; do
+    # shellcheck disable=SC2086
+    out=$("$bin" run "$m" -p "Once upon a time" -n 16 --temp 0 $kv 2>/dev/null)
+    [ "$out" = ", there was a little girl named Lily. She loved to play" ] && ok || bad "run $kv: '$out'"
+done
+"$bin" run --help | grep -q -- "--kv-dtype f16|f32 *KV cache dtype (default f16" && ok || bad "run --help kv"
 
 # --chat on a model without a template says how to give one; --chat-template supplies it
 check_err "give one with --chat-template" "$m" --chat -p hi

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# test_tokenize.sh — `cinfer tokenize` / `cinfer detokenize` end to end on the shared fixtures:
+# test_tokenize.sh — `cinfer tokenize` / `cinfer detokenize` end to end on the test fixtures:
 # JSON output, --special, --add-special, every MODEL kind (tokenizer.json.gz, tokenizer.model,
 # GGUF vocab), round trips, invalid UTF-8 input, and usage/load errors with their exit codes.
 set -u
 BIN=${CINFER_BIN:-./build/cinfer}
-FIX=${CINFER_FIXTURES:-../shared/fixtures}
+FIX=${CINFER_FIXTURES:-tests/data/fixtures}
 pass=0; fail=0
 check() { # name expected actual
     if [ "$2" == "$3" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL $1: expected [$2] got [$3]" >&2; fi

@@ -4,15 +4,15 @@
 # generates the >= 1 MB corpus (scripts/gen_tok_corpus.py), tokenizes it with the references
 # (scripts/tok_reference.py) and runs test_tokenizer_ref over every tokenizer it could load
 # (the real GGUF models only when present under models/ or $CINFER_MODELS). Otherwise it
-# says so and passes: the committed samples are checked by test_tokenizer_ref in every run.
+# says so and exits 77 (ctest: skipped); the committed samples are checked by
+# test_tokenizer_ref in every run.
 set -u
 SRC=${CINFER_SRC:-.}
 BIN=${CINFER_BIN:-./build/cinfer}
 T=$(dirname "$BIN")/test_tokenizer_ref
 if ! python3 -c "import tokenizers, sentencepiece, transformers, gguf" 2>/dev/null; then
-    echo "skipped: python packages tokenizers/sentencepiece/transformers/gguf not installed"
-    echo "0 passed, 0 failed"
-    exit 0
+    echo "SKIPPED: python packages tokenizers/sentencepiece/transformers/gguf not installed"
+    exit 77
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 python3 "$SRC/scripts/gen_tok_corpus.py" "$tmp/corpus.jsonl" || exit 1

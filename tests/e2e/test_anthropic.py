@@ -218,39 +218,40 @@ def test_429_and_stream_error_event_on_shutdown():
     import http.client
     import signal
     import threading
-    import time
-    from conftest import QUICK, QWEN
+    from conftest import QUICK, QWEN, wait_until
     if QUICK or not os.path.exists(QWEN):
         pytest.skip("needs the real model")
     s = Server(QWEN, "--batch", "1", "--max-queue", "1")
     bodies, ready = {}, {}
     story = "Write a very long story about a robot."
-    reqs = [("/v1/messages", {"max_tokens": 400, "stream": True, "temperature": 0,
+    # long enough that the first stream is still running when the refusals are checked
+    # (SIGTERM ends both streams)
+    reqs = [("/v1/messages", {"max_tokens": 4000, "stream": True, "temperature": 0,
                               "messages": [{"role": "user", "content": story}]}),
-            ("/v1/responses", {"max_output_tokens": 400, "stream": True, "temperature": 0,
+            ("/v1/responses", {"max_output_tokens": 4000, "stream": True, "temperature": 0,
                                "input": story})]
 
     def stream(path, body):
-        for _ in range(50):  # the engine may not have taken the previous one yet
-            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
-            c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-            r = c.getresponse()
-            if r.status != 429:
-                break
-            r.read()
-            time.sleep(0.1)
-        assert r.status == 200
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=300)
+        c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.status == 200, r.read()
         first = r.read1(65536)
         ready[path].set()
         bodies[path] = first + r.read()
 
+    def batch():
+        b = s.stats()["batch"]
+        return b["active_rows"], b["pending_rows"]
+
     ts = []
-    for path, body in reqs:
+    for (path, body), want in zip(reqs, [(1, 0), (1, 1)]):
         ready[path] = threading.Event()
         ts.append(threading.Thread(target=stream, args=(path, body)))
         ts[-1].start()
-        assert ready[path].wait(60)
-        time.sleep(0.3)
+        assert ready[path].wait(120)
+        # the first one running (out of the queue) before the second comes; the second waiting
+        wait_until(lambda: batch() == want, 120, f"(active, pending) rows == {want}")
     st, raw, h = s.post("/v1/messages", {"max_tokens": 4, "messages": [{"role": "user",
                                                                          "content": "Hi"}]})
     assert st == 429 and h.get("Retry-After") == "1"

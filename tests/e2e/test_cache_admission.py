@@ -86,7 +86,7 @@ def test_prompt_cache_disabled_and_lru_eviction():
 
 def test_memory_budget_refuses_before_loading():
     out = subprocess.run([BIN, "serve", STORIES, "--memory-budget", "0.001", "--port", "0"],
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 1
     assert "no context fits the memory budget" in out.stderr
     assert "weights" in out.stderr and "per token" in out.stderr

@@ -6,7 +6,6 @@ this surface are in test_tools.py.
 """
 import json
 import os
-import time
 
 import openai
 import pytest
@@ -113,30 +112,54 @@ def test_previous_response_id_chain(qwen):
 
 
 @pytest.fixture(scope="module")
-def short_ttl():
-    os.environ["CINFER_RESPONSE_TTL_MS"] = "400"
-    try:
-        s = Server(STORIES, "--chat-template", STORIES_TEMPLATE)
-    finally:
-        del os.environ["CINFER_RESPONSE_TTL_MS"]
+def ctl():
+    # the store's TTL stays its default (1 h); the test moves the store's clock instead of
+    # waiting, so nothing here depends on how fast the machine is
+    s = Server(STORIES, "--chat-template", STORIES_TEMPLATE, env={"CINFER_TEST_CONTROLS": "1"})
     yield s
     assert s.stop() == 0
 
 
-def test_previous_response_id_expiry(short_ttl):
-    s = short_ttl
+def advance(s, seconds):
+    st, raw, _ = s.post("/debug/advance-clock", {"seconds": seconds})
+    assert st == 200, raw
+
+
+def test_previous_response_id_expiry(ctl):
+    s = ctl
     c = client(s)
     r1 = c.responses.create(model="x", input="Once upon a time", max_output_tokens=4)
     assert s.stats()["response_store"] == {"entries": 1, "bytes": s.stats()["response_store"]["bytes"],
-                                           "max_bytes": 33554432, "ttl_ms": 400}
+                                           "max_bytes": 33554432, "ttl_ms": 3600000}
+    advance(s, 3000)  # 50 min of the hour: still there, and usable
     c.responses.create(model="x", input="more", previous_response_id=r1.id, max_output_tokens=4)
-    time.sleep(0.6)
+    assert s.stats()["response_store"]["entries"] == 2
+    advance(s, 601)  # past r1's hour (a get does not extend it); r2 has 10 min left
     st, raw, _ = s.post("/v1/responses", {"input": "more", "previous_response_id": r1.id})
     assert st == 404
     j = json.loads(raw)["error"]
     assert j["message"] == f"previous_response_id '{r1.id}' not found or expired"
     assert j["param"] == "previous_response_id"
+    assert s.stats()["response_store"]["entries"] == 1
+    advance(s, 3000)  # past r2's hour too
     assert s.stats()["response_store"]["entries"] == 0
+
+
+def test_ttl_env_and_controls_off():
+    # CINFER_RESPONSE_TTL_MS sets the TTL; without CINFER_TEST_CONTROLS the control is a 404
+    s = Server(STORIES, "--chat-template", STORIES_TEMPLATE, env={"CINFER_RESPONSE_TTL_MS": "90000"})
+    try:
+        assert s.stats()["response_store"]["ttl_ms"] == 90000
+        st, _, _ = s.post("/debug/advance-clock", {"seconds": 100})
+        assert st == 404
+    finally:
+        assert s.stop() == 0
+
+
+def test_advance_clock_bad_body(ctl):
+    for body in ({}, {"seconds": 0}, {"seconds": -5}, {"seconds": "1"}):
+        st, _, _ = ctl.post("/debug/advance-clock", body)
+        assert st == 400, body
 
 
 def test_reasoning_item():

@@ -29,7 +29,7 @@ def raw_stream(port, body, read_chunks=2):
     return s, buf
 
 
-def wait_for(pred, timeout=30):
+def wait_for(pred, timeout=120):
     t0 = time.time()
     while time.time() - t0 < timeout:
         if pred():
@@ -66,14 +66,14 @@ def test_sigterm_during_stream_ends_with_error_event():
     s, buf = raw_stream(srv.port, {"prompt": "Once upon a time", "max_tokens": 2000,
                                    "temperature": 0.8, "stream": True})
     srv.proc.send_signal(signal.SIGTERM)
-    s.settimeout(30)
+    s.settimeout(120)
     while True:
         chunk = s.recv(65536)
         if not chunk:
             break
         buf += chunk
     s.close()
-    rc = srv.proc.wait(timeout=30)
+    rc = srv.proc.wait(timeout=120)
     assert rc == 0, srv.output()
     text = buf.decode(errors="replace")
     assert '"error"' in text and "shutting down" in text
@@ -145,7 +145,7 @@ def test_preflight_probe_refuses_a_second_server():
     srv = Server(STORIES)
     try:
         out = subprocess.run([BIN, "serve", STORIES, "--port", str(srv.port)],
-                             capture_output=True, text=True, timeout=30)
+                             capture_output=True, text=True, timeout=120)
         assert out.returncode == 1
         assert "already serves" in out.stderr and "stories260K" in out.stderr
     finally:
@@ -160,7 +160,7 @@ def test_port_held_by_something_else():
     port = s.getsockname()[1]
     try:
         out = subprocess.run([BIN, "serve", STORIES, "--port", str(port)],
-                             capture_output=True, text=True, timeout=30)
+                             capture_output=True, text=True, timeout=120)
         assert out.returncode == 1
         assert str(port) in out.stderr
     finally:
@@ -180,7 +180,7 @@ def test_port_held_by_something_else():
 ])
 def test_bad_flags_exit_1(args, msg):
     out = subprocess.run([BIN, "serve", STORIES, *args], capture_output=True, text=True,
-                         timeout=30)
+                         timeout=120)
     assert out.returncode == 1 and msg in out.stderr, out.stderr
 
 
@@ -201,5 +201,5 @@ def test_help_and_ready_card():
 def test_bare_cinfer_without_default_model(tmp_path):
     out = subprocess.run([BIN, "--port", str(free_port())], capture_output=True, text=True,
                          cwd=tmp_path, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-                         timeout=30)
+                         timeout=120)
     assert out.returncode == 1 and "fetch_models.sh" in out.stderr

@@ -18,6 +18,7 @@
 #include "harness.h"
 #include "model/model.h"
 #include "tokenizer/tok.h"
+#include "util/clock.h"
 
 static struct be *g_be;
 static struct model *g_m;
@@ -137,7 +138,8 @@ static void run_one(int host_sample, int cap, enum kind k, struct coll *c, struc
     if (!e)
         return;
     coll_wait(c);
-    for (int i = 0; i < 2000; i++) { /* the stats of the last step are published after it */
+    /* the stats of the last step are published after it (bounded wait: 120 s) */
+    for (double t0 = clock_now_s(); clock_now_s() - t0 < 120;) {
         engine_get_stats(e, st);
         if (st->finished == 1)
             break;
@@ -198,7 +200,13 @@ static void test_batched_same_ids(void)
         coll_init(&mix[i]);
     for (int i = 0; i < 4; i++)
         CHECK(submit(e, other[i], (enum kind)(1 + i % 4), 7 + i, 50 + 3 * i, &mix[i]) == 0);
-    usleep(2000); /* let the others start first: the seeded one joins a running batch */
+    /* the others started first (a step ran): the seeded one joins a running batch unless
+     * they are already done; the ids must match either way (bounded wait: 120 s) */
+    for (double t0 = clock_now_s(); clock_now_s() - t0 < 120; usleep(200)) {
+        engine_get_stats(e, &st);
+        if (st.steps >= 1)
+            break;
+    }
     CHECK(submit(e, PROMPT, K_TOP_P, 42, 60, &mix[4]) == 0);
     for (int i = 0; i < 5; i++)
         coll_wait(&mix[i]);
@@ -213,7 +221,7 @@ int main(void)
 {
     const char *fx = getenv("CINFER_FIXTURES");
     char path[1024];
-    snprintf(path, sizeof path, "%s/stories260K/stories260K.gguf", fx ? fx : "../shared/fixtures");
+    snprintf(path, sizeof path, "%s/stories260K/stories260K.gguf", fx ? fx : "tests/data/fixtures");
     struct cerr e = {0};
     struct be_config bc = {.n_threads = 2};
     unsetenv("CINFER_HOST_ARGMAX");

@@ -1,7 +1,7 @@
 /* test_model_llamacpp.c — real GGUF models against llama.cpp on the same file (opt-in).
  *
  * Runs when CINFER_TEST_LLAMACPP=1 and the models are in ./models (scripts/fetch_models.sh);
- * otherwise it reports that it did nothing. For each reference in tests/data/llamacpp/:
+ * otherwise it exits 77 (ctest: skipped). For each reference in tests/data/llamacpp/:
  *   - our tokenizer gives llama.cpp's ids for the text (prefix of length n_tokens);
  *   - teacher-forced over those ids (>= 512 positions), at >= 99% of positions our argmax
  *     is llama.cpp's top-1 or a near-tie of it: one of llama.cpp's top-5 whose logit (in
@@ -169,8 +169,7 @@ static void test_real_models(void)
 int main(void)
 {
     if (!getenv("CINFER_TEST_LLAMACPP") || strcmp(getenv("CINFER_TEST_LLAMACPP"), "1") != 0) {
-        printf("test_model_llamacpp: opt-in; set CINFER_TEST_LLAMACPP=1 (needs ./models)\n");
-        return harness_done();
+        return harness_skip("test_model_llamacpp is opt-in: set CINFER_TEST_LLAMACPP=1 (needs ./models)");
     }
     struct cerr e = {0};
     struct be_config bc = {0};

@@ -4,7 +4,7 @@
  * chunkings; after merging adjacent segments of one kind, all feedings must give the same
  * segments, and those must equal the expected split. Also: disabled passthrough, a prompt
  * that opened the block, flush of partial tags, one block per turn, reasoning_prompt_open
- * (also on generation prompts rendered from the real templates in the shared fixtures).
+ * (also on generation prompts rendered from the real templates in the test fixtures).
  */
 #include "harness.h"
 

@@ -1,6 +1,6 @@
-/* test_tokenizer.c — tokenizer parity with the shared fixture vectors.
+/* test_tokenizer.c — tokenizer parity with the fixture vectors (tests/data/fixtures).
  *
- * For every tokenizer in ../shared/fixtures: encode each expected_tokenize*.json string and
+ * For every tokenizer in tests/data/fixtures: encode each expected_tokenize*.json string and
  * each llama.cpp .inp string, compare ids exactly, decode the ids and compare the text.
  * Reference vectors come from HF tokenizers / sentencepiece / transformers (see the
  * fixtures' SOURCES.md); nothing here is hard-coded beyond a few spot checks.

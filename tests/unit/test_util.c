@@ -6,6 +6,7 @@
 #include "util/base64.h"
 #include "util/err.h"
 #include "util/half.h"
+#include "util/jsonfmt.h"
 
 static void test_arena(void)
 {
@@ -79,6 +80,35 @@ static void test_base64(void)
     CHECK_EQ_INT(base64_decode("Zm9vYmFy", 8, b, 5), -1); /* buffer too small */
 }
 
+static void test_jsonfmt(void)
+{
+    const char *cases[][2] = {
+        {"{\"t\":0.69999999999999996}", "{\"t\":0.7}"},
+        {"[1.0,0.10000000000000001,-2.5,100,1e+300,1.0000000000000001e-05]",
+         "[1.0,0.1,-2.5,100,1e300,1e-5]"},
+        {"{\"s\":\"0.69999999999999996 \\\" 1.50\",\"x\":0.30000000000000004}",
+         "{\"s\":\"0.69999999999999996 \\\" 1.50\",\"x\":0.30000000000000004}"},
+        {"[3.1415926535897931,-0.0,123456789012345678.0]",
+         "[3.141592653589793,-0.0,123456789012345678.0]"}, /* longer forms stay */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *s = strdup(cases[i][0]);
+        CHECK_STR(json_shorten_reals(s), cases[i][1]);
+        free(s);
+    }
+    /* every real reads back as the same double; jansson's own dump of 0.7 */
+    json_t *j =
+        json_pack("{s:f, s:f, s:f, s:i}", "a", 0.7, "b", 1.0 / 3.0, "c", (double)0.7f, "d", 7);
+    char *s = json_dumps_short(j, JSON_COMPACT | JSON_SORT_KEYS);
+    CHECK_STR(s, "{\"a\":0.7,\"b\":0.3333333333333333,\"c\":0.699999988079071,\"d\":7}");
+    json_t *back = json_loads(s, 0, NULL);
+    CHECK(back && json_real_value(json_object_get(back, "b")) == 1.0 / 3.0);
+    CHECK(back && json_real_value(json_object_get(back, "c")) == (double)0.7f);
+    json_decref(back);
+    free(s);
+    json_decref(j);
+}
+
 int main(void)
 {
     RUN(test_arena);
@@ -86,5 +116,6 @@ int main(void)
     RUN(test_half);
     RUN(test_dtype);
     RUN(test_base64);
+    RUN(test_jsonfmt);
     return harness_done();
 }

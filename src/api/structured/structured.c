@@ -8,6 +8,7 @@
 
 #include "api/toolcall.h"
 #include "engine/grammar/gram_schema.h"
+#include "util/jsonfmt.h"
 #include "util/sbuf.h"
 
 int api_structured_enabled(void)
@@ -131,7 +132,7 @@ static int compile(int kind, const json_t *v, const char *param, struct api_stru
             err, 400, intern(param), "%s must be a non-empty array of strings", param);
     }
     char *src = kind == K_SCHEMA || kind == K_CHOICE
-                    ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY)
+                    ? json_dumps_short(v, JSON_COMPACT | JSON_ENCODE_ANY)
                     : strdup(json_string_value(v));
     struct sbuf key = {0};
     if (!src || sbuf_printf(&key, "%d:%s", kind, src)) {

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/grammar/gram_int.h"
+#include "util/jsonfmt.h"
 
 struct memo {
     const json_t *node;
@@ -64,7 +65,7 @@ static void lit(struct sbuf *b, const char *s, size_t n)
 
 static int lit_json(struct sc *c, struct sbuf *b, const json_t *v)
 {
-    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    char *s = json_dumps_short(v, JSON_ENCODE_ANY | JSON_COMPACT);
     if (!s)
         return cerr_set(c->e, CERR_NOMEM, "out of memory");
     lit(b, s, strlen(s));
@@ -794,7 +795,7 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
         }
         struct sbuf kv = {0};
         json_t *ks = json_string(ps[j].k);
-        char *kj = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+        char *kj = ks ? json_dumps_short(ks, JSON_ENCODE_ANY) : NULL;
         json_decref(ks);
         if (!kj) {
             rc = cerr_set(c->e, CERR_NOMEM, "out of memory");

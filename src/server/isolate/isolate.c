@@ -29,6 +29,7 @@
 #include "server/isolate/iso_int.h"
 #include "server/serve.h"
 #include "util/clock.h"
+#include "util/jsonfmt.h"
 #include "util/log.h"
 #include "util/version.h"
 #include "web/web.h"
@@ -461,7 +462,7 @@ static int healthy(const struct iso *s)
 
 static void reply_json(struct http_req *r, int status, json_t *j)
 {
-    char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *b = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!b) {
         http_reply_error(r, 500, "out of memory");
