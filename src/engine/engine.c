@@ -322,6 +322,34 @@ static int32_t sample_from_cands(struct engine *g, struct ereq *r, int out,
     return sampler_sample(r->smp, row, r->want_lp ? lp : NULL);
 }
 
+/* Fills g->samp with the parameters of the op sample for the step's output rows (row s of
+ * g->rows is output s when burst, else its out), their ids decided at their sampler's step
+ * + ahead. Returns the words used, or -1 when a row cannot be decided on the backend
+ * (logprobs, a truncation filter, XTC firing, too much history; sampler_device_row). */
+static int samp_fill(struct engine *g, int n_rows, int ahead, int burst)
+{
+    int n_out = 0;
+    for (int s = 0; s < n_rows; s++)
+        n_out += burst || g->rows[s].out >= 0;
+    int used = n_out * BE_SAMPLE_ROW_WORDS, cap = model_samp_words_max(n_out);
+    for (int s = 0; s < n_rows; s++) {
+        const struct row *w = &g->rows[s];
+        int o = burst ? s : w->out;
+        if (o < 0)
+            continue;
+        struct be_sample_row row;
+        int k = w->r->want_lp ? -1
+                              : sampler_device_row(w->r->smp, ahead, w->r->tokens,
+                                                   w->r->n_tokens, &row, g->samp + used,
+                                                   cap - used, used);
+        if (k < 0)
+            return -1;
+        memcpy(g->samp + (size_t)o * BE_SAMPLE_ROW_WORDS, &row, sizeof row);
+        used += k;
+    }
+    return used;
+}
+
 /* The step's block tables, mb wide, from g->rows (and the sliding pool's, when split). */
 static void fill_tables(struct engine *g, int n_rows, int mb)
 {
@@ -386,8 +414,14 @@ static int run_step(struct engine *g, int n_rows)
         use_am = 0;
         use_tc |= g->cand_cap > 0 && sampler_wants_cands(w->r->smp);
     }
-    b.argmax = use_am ? g->am : NULL;
-    if (use_tc) {
+    /* else, when the backend can decide every output row (greedy with processors,
+     * temperature-only sampling): its op sample, one id per row copied back */
+    int ds_words = !use_am && n_out > 0 && g->dev_sample ? samp_fill(g, n_rows, 0, 0) : -1;
+    b.argmax = use_am || ds_words >= 0 ? g->am : NULL;
+    if (ds_words >= 0) {
+        b.samp = g->samp;
+        b.samp_words = ds_words;
+    } else if (use_tc) {
         b.cands = g->cands;
         b.cand_cap = g->cand_cap;
         b.cand_span = SAMPLER_CAND_SPAN;
@@ -421,9 +455,10 @@ static int run_step(struct engine *g, int n_rows)
             continue;
         struct sampler_logprob lp;
         int32_t id;
-        if (use_am) {
+        if (use_am || ds_words >= 0) {
             id = g->am[w->out];
             sampler_skip(r->smp);
+            g->dev_rows += ds_words >= 0;
         } else if (use_tc) {
             id = sample_from_cands(g, r, w->out, &lp);
             if (id < 0)
@@ -444,38 +479,48 @@ static void check_pool(struct engine *g);
 
 /* ---- decode bursts ---------------------------------------------------------------- */
 
-/* A step of only plain greedy decode rows (one token each, every row an output, no
- * logprobs) can run as a burst: the engine queues
- * the next step of the same rows (model_forward_queue, its tokens the device argmax of this
- * one) before it reads this step's ids, so the device never waits for the host between
+/* A step of only decode rows (one token each, every row an output) whose ids the backend
+ * decides (plain greedy: its argmax; else, with g->dev_sample, its op sample: greedy with
+ * processors or temperature-only sampling, no logprobs) can run as a burst: the engine
+ * queues the next step of the same rows (model_forward_queue, its tokens the ids the device
+ * decided in this one, its sampling parameters one step further) before it reads this
+ * step's ids, so the device never waits for the host between
  * steps. A burst ends when a row finishes, when a row is about to reach its length limit,
  * when the pool cannot hold one more position for every row, or when a submission or a
  * cancellation arrives; each ends the burst before the next step is queued, except a row
  * that finishes on an id only the host sees (EOS, a stop string): the one step already
  * queued then also ran for it, and its id is dropped (its K/V at a position past the end is
- * never read: a later sequence writes that position before attending to it). The ids are
- * those of run_step: the same forward, the same argmax. */
-static int burst_ok(const struct engine *g, int n_rows)
+ * never read: a later sequence writes that position before attending to it). A burst also
+ * ends before a step whose sampling the backend cannot decide (XTC firing at that step,
+ * history past the op's room). The ids are those of run_step: the same forward, the same
+ * argmax or op sample. Returns 0 (no burst), 1 (argmax) or 2 (op sample). */
+static int burst_ok(struct engine *g, int n_rows)
 {
     /* requests may be waiting: the plan admitted none of them, and only an end (which
      * ends the burst) or new input (which ends it too) can make room */
     if (!g->overlap || !g->can_argmax || g->kv_swa)
         return 0;
+    int greedy = 1;
     for (int s = 0; s < n_rows; s++) {
         const struct row *w = &g->rows[s];
         const struct ereq *r = w->r;
-        if (w->n != 1 || r->n_past + 1 != r->n_tokens || r->want_lp ||
-            !sampler_is_plain_greedy(r->smp))
+        if (w->n != 1 || r->n_past + 1 != r->n_tokens || r->want_lp)
             return 0;
+        greedy &= sampler_is_plain_greedy(r->smp);
     }
-    return 1;
+    return greedy ? 1 : g->dev_sample && samp_fill(g, n_rows, 0, 1) >= 0 ? 2 : 0;
 }
 
 /* The batch of a decode step of g->rows (row s: output s): ahead = 0 feeds each row's
  * next token from the host; ahead = 1 is the continuation of a queued step still in flight
- * (positions one further, tokens from the device). */
-static void burst_batch(struct engine *g, int n_rows, int ahead, struct model_batch *b)
+ * (positions one further, tokens from the device). ds: the op sample decides the ids
+ * (g->samp filled for this step). Returns 0, or -1 when a row's sampling cannot be decided
+ * on the backend at that step. */
+static int burst_batch(struct engine *g, int n_rows, int ahead, int ds, struct model_batch *b)
 {
+    int words = ds ? samp_fill(g, n_rows, ahead, 1) : 0;
+    if (words < 0)
+        return -1;
     int mb = 1;
     for (int s = 0; s < n_rows; s++) {
         struct ereq *r = g->rows[s].r;
@@ -492,7 +537,9 @@ static void burst_batch(struct engine *g, int n_rows, int ahead, struct model_ba
     *b = (struct model_batch){.n_tok = n_rows, .tokens = ahead ? NULL : g->tokens,
                               .pos = g->pos, .seq = g->seqv, .slots = g->slots,
                               .n_seq = n_rows, .max_blocks = mb, .block_tables = g->tables,
-                              .n_out = n_rows, .out_idx = g->out_idx};
+                              .n_out = n_rows, .out_idx = g->out_idx,
+                              .samp = ds ? g->samp : NULL, .samp_words = words};
+    return 0;
 }
 
 /* 1 when one more step may be queued behind the one in flight: every row continues past
@@ -512,14 +559,15 @@ static int burst_more(struct engine *g, int n_rows)
     return quiet;
 }
 
-static int run_burst(struct engine *g, int n_rows)
+static int run_burst(struct engine *g, int n_rows, int ds)
 {
     struct model_batch b;
     struct cerr e = {0};
     int alive = n_rows, queued = 1;
     unsigned char *gone = calloc((size_t)n_rows, 1); /* row finished: its ids are dropped */
-    burst_batch(g, n_rows, 0, &b);
-    if (!gone || model_forward_queue(g->m, g->ws, &g->view, &b, &e)) {
+    if (burst_batch(g, n_rows, 0, ds, &b))
+        cerr_set(&e, CERR_INVALID, "a burst's first step cannot be sampled on the backend");
+    if (!gone || e.code || model_forward_queue(g->m, g->ws, &g->view, &b, &e)) {
         if (!gone)
             cerr_set(&e, CERR_NOMEM, "out of memory");
         goto failed;
@@ -527,8 +575,9 @@ static int run_burst(struct engine *g, int n_rows)
     while (queued) {
         /* the next step first, while the device runs the one in flight */
         int next = alive == n_rows && burst_more(g, n_rows);
+        if (next && burst_batch(g, n_rows, 1, ds, &b))
+            next = 0; /* a row's next id needs the host: the burst ends */
         if (next) {
-            burst_batch(g, n_rows, 1, &b);
             if (model_forward_queue(g->m, g->ws, &g->view, &b, &e)) {
                 log_error("engine: queueing a decode step failed: %s", e.msg);
                 next = 0;
@@ -548,6 +597,7 @@ static int run_burst(struct engine *g, int n_rows)
             r->n_past++;
             kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
             sampler_skip(r->smp);
+            g->dev_rows += ds;
             gen++;
             if (on_token(g, r, g->am[s], NULL))
                 gone[s] = 1, alive--;
@@ -670,8 +720,9 @@ static void *engine_main(void *arg)
         long gen_before = 0;
         for (int i = 0; i < n; i++)
             gen_before += g->rows[i].r->n_tokens == g->rows[i].r->n_past + g->rows[i].n;
-        if (n > 0 && burst_ok(g, n)) {
-            run_burst(g, n); /* it checks the pool and publishes after each step */
+        int bk = n > 0 ? burst_ok(g, n) : 0;
+        if (bk) {
+            run_burst(g, n, bk == 2); /* it checks the pool and publishes after each step */
             continue;
         }
         if (n > 0)
@@ -766,6 +817,23 @@ static int cands_init(struct engine *g, struct cerr *e)
     return 0;
 }
 
+/* Sampling on the backend (its op sample) for the rows it can decide: on a device backend
+ * (one that queues steps), unless CINFER_HOST_SAMPLE=1, CINFER_HOST_ARGMAX=1 or
+ * CINFER_DEVICE_SAMPLE=0; CINFER_DEVICE_SAMPLE=1 turns it on for any backend with the op
+ * (tests: the CPU's op is the host sampler's own math, so the ids are the same). */
+static int dev_sample_init(struct engine *g, struct cerr *e)
+{
+    const char *dv = getenv("CINFER_DEVICE_SAMPLE");
+    int want = dv && *dv ? strcmp(dv, "0") != 0 : model_queue_async(g->m);
+    if (!want || !model_can_sample(g->m) || !g->can_argmax || env_on("CINFER_HOST_SAMPLE"))
+        return 0;
+    g->samp = malloc((size_t)model_samp_words_max(g->c.max_seqs) * sizeof *g->samp);
+    if (!g->samp)
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    g->dev_sample = 1;
+    return 0;
+}
+
 int engine_new(struct engine **out, const struct model *m, const struct tok *t,
                const struct engine_config *c, struct cerr *e)
 {
@@ -853,6 +921,8 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
     }
     if (!rc)
         rc = cands_init(g, e);
+    if (!rc)
+        rc = dev_sample_init(g, e);
     if (!rc && build_xtc_exempt(g))
         rc = cerr_set(e, CERR_NOMEM, "out of memory");
     if (!rc) {
@@ -884,9 +954,9 @@ void engine_free(struct engine *g)
     struct ereq *r;
     while ((r = eng_q_pop(&g->in)))
         finish(g, r, ENGINE_FINISH_CANCELLED, -1);
-    if (g->cand_rows || g->full_rows)
-        log_info("engine: %ld sampled rows from candidates, %ld fetched their logits",
-                 g->cand_rows, g->full_rows);
+    if (g->cand_rows || g->full_rows || g->dev_rows)
+        log_info("engine: %ld rows sampled on the backend, %ld from candidates, %ld fetched "
+                 "their logits", g->dev_rows, g->cand_rows, g->full_rows);
     model_ws_free(g->ws);
     kv_pool_free(g->kv);
     kv_pool_free(g->kv_swa);
@@ -906,6 +976,7 @@ void engine_free(struct engine *g)
     free(g->logits);
     free(g->am);
     free(g->cands);
+    free(g->samp);
     free(g->cancels);
     free(g->xtc_exempt);
     free(g->check_seqs);
