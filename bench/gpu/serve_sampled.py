@@ -124,7 +124,8 @@ def main():
                 j = post(base, dict(f, model="m", prompt="a seeded request alone", max_tokens=48,
                                     seed=7), a.timeout)
                 texts[mode][name] = j["choices"][0]["text"]
-            for name, f in cfgs() + [("greedy_again", {"temperature": 0})]:
+            order = cfgs()[:4] + [("greedy_again", {"temperature": 0})] + cfgs()[4:]
+            for name, f in order:  # top_p last: a wave cut at the timeout leaves work behind
                 if mode == "host" and name not in ("greedy", "temperature", "logit_bias"):
                     continue
                 r[name] = wave(base, f, a.streams, a.tokens, a.timeout, name)
