@@ -287,6 +287,9 @@ static int on_token(struct engine *g, struct ereq *r, int32_t id, const struct s
 
 /* ---- the step --------------------------------------------------------------------- */
 
+static int32_t sample_fetched(struct engine *g, struct ereq *r, int out,
+                              struct sampler_logprob *lp);
+
 /* Samples output row `out` of a step that downloaded candidates: the header's argmax for a
  * plain greedy row, the candidates when they suffice, else the row's logits fetched from the
  * backend. The choice depends only on the request and on its own row, never on the batch.
@@ -310,28 +313,21 @@ static int32_t sample_from_cands(struct engine *g, struct ereq *r, int out,
             return id;
         }
     }
-    g->full_rows++;
-    float *row = g->logits + (size_t)out * g->m->hp.n_vocab;
-    struct cerr e = {0};
-    if (model_logits_row(g->m, g->ws, out, row, &e)) {
-        log_error("engine: fetching a logit row failed: %s", e.msg);
-        eng_run_remove(g, r);
-        fail(g, r, e.msg);
-        return -1;
-    }
-    return sampler_sample(r->smp, row, r->want_lp ? lp : NULL);
+    return sample_fetched(g, r, out, lp);
 }
 
 /* Fills g->samp with the parameters of the op sample for the step's output rows (row s of
  * g->rows is output s when burst, else its out), their ids decided at their sampler's step
- * + ahead. Returns the words used, or -1 when a row cannot be decided on the backend
- * (logprobs, a truncation filter, XTC firing, too much history; sampler_device_row). */
-static int samp_fill(struct engine *g, int n_rows, int ahead, int burst)
+ * + ahead. A row the op cannot decide (logprobs, a truncation filter, XTC firing, too much
+ * history; sampler_device_row) is marked skip when skip_ok, else the call fails. Returns
+ * the words used (*n_dev: rows the op decides), or -1. */
+static int samp_fill(struct engine *g, int n_rows, int ahead, int burst, int skip_ok,
+                     int *n_dev)
 {
     int n_out = 0;
     for (int s = 0; s < n_rows; s++)
         n_out += burst || g->rows[s].out >= 0;
-    int used = n_out * BE_SAMPLE_ROW_WORDS, cap = model_samp_words_max(n_out);
+    int used = n_out * BE_SAMPLE_ROW_WORDS, cap = model_samp_words_max(n_out), nd = 0;
     for (int s = 0; s < n_rows; s++) {
         const struct row *w = &g->rows[s];
         int o = burst ? s : w->out;
@@ -342,12 +338,34 @@ static int samp_fill(struct engine *g, int n_rows, int ahead, int burst)
                               : sampler_device_row(w->r->smp, ahead, w->r->tokens,
                                                    w->r->n_tokens, &row, g->samp + used,
                                                    cap - used, used);
-        if (k < 0)
+        if (k < 0 && !skip_ok)
             return -1;
+        if (k < 0)
+            row = (struct be_sample_row){.skip = 1};
         memcpy(g->samp + (size_t)o * BE_SAMPLE_ROW_WORDS, &row, sizeof row);
-        used += k;
+        used += k > 0 ? k : 0;
+        nd += k >= 0;
     }
+    if (n_dev)
+        *n_dev = nd;
     return used;
+}
+
+/* Samples output row `out` from its logits fetched from the backend (model_logits_row).
+ * Returns the id, or -1 when fetching the row failed (r then failed and was freed). */
+static int32_t sample_fetched(struct engine *g, struct ereq *r, int out,
+                              struct sampler_logprob *lp)
+{
+    g->full_rows++;
+    float *row = g->logits + (size_t)out * g->m->hp.n_vocab;
+    struct cerr e = {0};
+    if (model_logits_row(g->m, g->ws, out, row, &e)) {
+        log_error("engine: fetching a logit row failed: %s", e.msg);
+        eng_run_remove(g, r);
+        fail(g, r, e.msg);
+        return -1;
+    }
+    return sampler_sample(r->smp, row, r->want_lp ? lp : NULL);
 }
 
 /* The step's block tables, mb wide, from g->rows (and the sliding pool's, when split). */
@@ -414,14 +432,21 @@ static int run_step(struct engine *g, int n_rows)
         use_am = 0;
         use_tc |= g->cand_cap > 0 && sampler_wants_cands(w->r->smp);
     }
-    /* else, when the backend can decide every output row (greedy with processors,
-     * temperature-only sampling): its op sample, one id per row copied back */
-    int ds_words = !use_am && n_out > 0 && g->dev_sample ? samp_fill(g, n_rows, 0, 0) : -1;
+    /* else the rows the backend can decide (greedy with processors, temperature-only
+     * sampling) take its op sample, one id each copied back; the others (marked skip, their
+     * logits left alone) sample from candidates or fetch their logits, as without it */
+    int n_dev = 0;
+    int ds_words = !use_am && n_out > 0 && g->dev_sample
+                       ? samp_fill(g, n_rows, 0, 0, 1, &n_dev)
+                       : -1;
+    if (n_dev == 0)
+        ds_words = -1;
     b.argmax = use_am || ds_words >= 0 ? g->am : NULL;
     if (ds_words >= 0) {
         b.samp = g->samp;
         b.samp_words = ds_words;
-    } else if (use_tc) {
+    }
+    if (use_tc) {
         b.cands = g->cands;
         b.cand_cap = g->cand_cap;
         b.cand_span = SAMPLER_CAND_SPAN;
@@ -455,12 +480,13 @@ static int run_step(struct engine *g, int n_rows)
             continue;
         struct sampler_logprob lp;
         int32_t id;
-        if (use_am || ds_words >= 0) {
+        if (use_am || (ds_words >= 0 && g->am[w->out] >= 0)) {
             id = g->am[w->out];
             sampler_skip(r->smp);
             g->dev_rows += ds_words >= 0;
-        } else if (use_tc) {
-            id = sample_from_cands(g, r, w->out, &lp);
+        } else if (use_tc || ds_words >= 0) {
+            id = use_tc ? sample_from_cands(g, r, w->out, &lp)
+                        : sample_fetched(g, r, w->out, &lp);
             if (id < 0)
                 continue; /* the request failed */
         } else {
@@ -508,7 +534,7 @@ static int burst_ok(struct engine *g, int n_rows)
             return 0;
         greedy &= sampler_is_plain_greedy(r->smp);
     }
-    return greedy ? 1 : g->dev_sample && samp_fill(g, n_rows, 0, 1) >= 0 ? 2 : 0;
+    return greedy ? 1 : g->dev_sample && samp_fill(g, n_rows, 0, 1, 0, NULL) >= 0 ? 2 : 0;
 }
 
 /* The batch of a decode step of g->rows (row s: output s): ahead = 0 feeds each row's
@@ -518,7 +544,7 @@ static int burst_ok(struct engine *g, int n_rows)
  * on the backend at that step. */
 static int burst_batch(struct engine *g, int n_rows, int ahead, int ds, struct model_batch *b)
 {
-    int words = ds ? samp_fill(g, n_rows, ahead, 1) : 0;
+    int words = ds ? samp_fill(g, n_rows, ahead, 1, 0, NULL) : 0;
     if (words < 0)
         return -1;
     int mb = 1;

@@ -460,12 +460,18 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
     run_step(m, ws, kv, bt, ws->d_tokens);
     if (bt->n_out == 0)
         return op->sync(b, e);
-    if (bt->samp) { /* ids decided on the backend */
+    if (bt->samp) { /* ids decided on the backend; then the candidates of skipped rows */
         if (!bt->argmax)
             return cerr_set(e, CERR_INVALID, "a sampled step needs its argmax (ids) buffer");
         op->sample(b, ws->d_argmax, ws->logits, bt->n_out, hp->n_vocab, ws->d_samp, NULL);
+        if (bt->cands)
+            op->topcand(b, ws->d_cands, ws->logits, bt->n_out, hp->n_vocab, bt->cand_span,
+                        bt->cand_cap);
         if ((rc = op->sync(b, e)) ||
-            (rc = op->download(b, bt->argmax, ws->d_argmax, (size_t)bt->n_out * 4, e)))
+            (rc = op->download(b, bt->argmax, ws->d_argmax, (size_t)bt->n_out * 4, e)) ||
+            (bt->cands &&
+             (rc = op->download(b, bt->cands, ws->d_cands,
+                                (size_t)bt->n_out * be_topcand_stride(bt->cand_cap), e))))
             return rc;
     } else if (bt->cands) { /* (n_out, stride) bytes: headers and ranked candidates */
         op->topcand(b, ws->d_cands, ws->logits, bt->n_out, hp->n_vocab, bt->cand_span,

@@ -126,8 +126,10 @@ struct model_batch {
     /* Non-NULL (host, samp_words 32-bit words: n_out struct be_sample_row, then the aux words
      * their offsets name; at most model_samp_words_max) and model_can_sample(): the backend
      * op sample decides each output row's id (written to argmax, host, n_out; -1 for a row
-     * with skip set); takes precedence over cands and argmax. The op processes the device
-     * logits in place (model_logits_row then reads them processed). In a queued continuation
+     * with skip set). With cands also set, the candidates of every row follow (those of a
+     * skipped row are its own; those of a sampled row are of its processed logits). The op
+     * processes a sampled row's device logits in place (model_logits_row then reads them
+     * processed; a skipped row's stay as they were). In a queued continuation
      * (tokens NULL) a row with use_prev continues its history with its previous id. */
     const int32_t *samp;
     int samp_words;

@@ -5,8 +5,8 @@
  * Contracts checked: temperature-only, greedy + logit_bias and penalised (three windows)
  * requests give the same ids through the op (in bursts: queued steps whose history continues
  * on the device) as through the host sampler; sampled rows now run in bursts (burst_steps
- * > 0) where the host path runs none; a batch mixing these with greedy and top_p requests
- * gives every request its ids alone.
+ * > 0) where the host path runs none; a batch mixing these with greedy, top_p (candidates)
+ * and top_k + penalty (a fetched row) requests gives every request its ids alone.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -93,7 +93,7 @@ static struct engine *mk_engine(int max_seqs, int dev)
     return e;
 }
 
-enum kind { K_TEMP, K_GREEDY_BIAS, K_PENALTY, K_GREEDY, K_TOP_P, N_KINDS };
+enum kind { K_TEMP, K_GREEDY_BIAS, K_PENALTY, K_GREEDY, K_TOP_P, K_TOPK_PEN, N_KINDS };
 
 static struct sampler_bias g_bias[40];
 
@@ -121,6 +121,9 @@ static int submit(struct engine *e, const char *text, enum kind k, uint64_t seed
         break;
     case K_GREEDY: q.sp.temperature = 0; break;
     case K_TOP_P: q.sp.temperature = 0.9f, q.sp.top_p = 0.9f; break;
+    case K_TOPK_PEN: /* neither the op's nor the candidates': fetches its row */
+        q.sp.temperature = 0.8f, q.sp.top_k = 20, q.sp.repetition_penalty = 1.2f;
+        break;
     default: break;
     }
     uint64_t id;
@@ -177,21 +180,28 @@ static void test_batched_same_ids(void)
     long b = 0;
     for (int k = 0; k < N_KINDS; k++)
         run_one(0, (enum kind)k, &alone[k], &b);
-    for (int round = 0; round < 2; round++) { /* all kinds, then without top_p (bursts) */
-        int nk = round == 0 ? N_KINDS : K_TOP_P;
+    /* all kinds (op rows beside candidate and fetched rows in one step); only the op's
+     * kinds (bursts); the op's kinds beside a row that fetches its logits (no candidates) */
+    for (int round = 0; round < 3; round++) {
+        int use[N_KINDS];
+        for (int k = 0; k < N_KINDS; k++)
+            use[k] = round == 0 || k < K_TOP_P || (round == 2 && k == K_TOPK_PEN);
         struct engine *e = mk_engine(N_KINDS, 1);
         CHECK(e != NULL);
         if (!e)
             return;
-        for (int k = 0; k < nk; k++) {
+        for (int k = 0; k < N_KINDS; k++) {
             coll_init(&mix[k]);
-            CHECK(submit(e, PROMPT, (enum kind)k, 42, 60, &mix[k]) == 0);
+            if (use[k])
+                CHECK(submit(e, PROMPT, (enum kind)k, 42, 60, &mix[k]) == 0);
         }
-        for (int k = 0; k < nk; k++)
-            coll_wait(&mix[k]);
+        for (int k = 0; k < N_KINDS; k++)
+            if (use[k])
+                coll_wait(&mix[k]);
         engine_free(e);
-        for (int k = 0; k < nk; k++)
-            CHECK_MSG(mix[k].n == 60 && memcmp(alone[k].ids, mix[k].ids, sizeof mix[k].ids) == 0,
+        for (int k = 0; k < N_KINDS; k++)
+            CHECK_MSG(!use[k] || (mix[k].n == 60 &&
+                                  memcmp(alone[k].ids, mix[k].ids, sizeof mix[k].ids) == 0),
                       "round %d kind %d: batched ids differ from alone", round, k);
     }
 }
