@@ -10,7 +10,7 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 t0=$(date +%s)
-CINFER_FIXTURES=$B/fixtures CINFER_SRC=$PWD timeout 240 "$B/test_backend_conformance" > "$OUT/conf.log" 2>&1
+CINFER_TEST_ONLY=${CONF_ONLY:-} CINFER_FIXTURES=$B/fixtures CINFER_SRC=$PWD timeout 240 "$B/test_backend_conformance" > "$OUT/conf.log" 2>&1
 echo "conformance rc=$? ($(( $(date +%s) - t0 )) s)"
 grep -E "FAIL|passed|backend cuda|SKIP" "$OUT/conf.log" | head -20
 timeout 90 "$B/cinfer_gpu_bench" - sample > "$OUT/sample_us.json" 2>&1
