@@ -642,8 +642,8 @@ void cu_topcand_launch(struct be *b, void *out, const float *x, int rows, int n,
 }
 
 /* ---- sample (backend.h, backend/be_sample.h): one block per row ----
- * 1. the processors, in the documented order: thread 0 adds the logit_bias entries in
- *    order; then per penalty (repetition, presence, frequency) each thread takes entries of
+ * 1. the processors, in the documented order: the thread of an id's first logit_bias
+ *    entry adds that id's entries in list order; then per penalty (repetition, presence, frequency) each thread takes entries of
  *    the window, and the thread holding an id's first occurrence applies it (with its
  *    count): distinct ids, so no two threads write one logit; a barrier between penalties;
  * 2. max and argmax (the argmax rule above): the argmax is the id when inv_t is 0 or the
@@ -721,13 +721,21 @@ __global__ void __launch_bounds__(SP_THREADS)
         return;
     }
     /* 1. processors */
-    if (p.n_bias > 0) {
-        if (tid == 0)
-            for (int i = 0; i < p.n_bias; i++) {
-                const int id = blob[p.bias_off + 2 * i];
-                if (id >= 0 && id < n)
-                    lg[id] = __fadd_rn(lg[id], __int_as_float(blob[p.bias_off + 2 * i + 1]));
-            }
+    if (p.n_bias > 0) { /* the thread of an id's first entry adds all its entries, in order */
+        const int32_t *bl = blob + p.bias_off;
+        for (int i = tid; i < p.n_bias; i += SP_THREADS) {
+            const int id = bl[2 * i];
+            bool first = id >= 0 && id < n;
+            for (int j = 0; j < i && first; j++)
+                first = bl[2 * j] != id;
+            if (!first)
+                continue;
+            float v = lg[id];
+            for (int j = i; j < p.n_bias; j++)
+                if (bl[2 * j] == id)
+                    v = __fadd_rn(v, __int_as_float(bl[2 * j + 1]));
+            lg[id] = v;
+        }
         __syncthreads();
     }
     const int hn = p.n_hist + (p.use_prev != 0);
