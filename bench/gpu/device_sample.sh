@@ -21,7 +21,7 @@ echo "models rc=$? ($(( $(date +%s) - t1 )) s)"; tail -2 "$OUT/models.log"
 for m in ${MODELS:-l8b}; do
     t2=$(date +%s)
     BIN=$B timeout ${SERVE_TIMEOUT:-420} python3 bench/gpu/serve_sampled.py /tmp/m/$m --streams 64 \
-        --tokens ${TOKENS:-256} --timeout ${WAVE_TIMEOUT:-60} > "$OUT/serve_$m.json" 2> "$OUT/serve_$m.err"
+        --tokens ${TOKENS:-256} --timeout ${WAVE_TIMEOUT:-60} ${SKIP_HOST:+--skip-host} > "$OUT/serve_$m.json" 2> "$OUT/serve_$m.err"
     echo "serve $m rc=$? ($(( $(date +%s) - t2 )) s)"
     cat "$OUT/serve_$m.err" | cut -c1-300 | tail -14
     python3 -c "import json,sys; d=json.load(open('$OUT/serve_$m.json')); print(json.dumps({k: d.get(k) for k in ('serve_sampled_vs_greedy','host_sampled_vs_greedy','seeded_text_same')}))"
