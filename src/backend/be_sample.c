@@ -24,6 +24,9 @@ int32_t be_sample_draw(const float *w, int n, uint64_t u53)
  * 1 presence, 2 frequency, applied once per distinct id (frequency times its count). */
 static void penalize(float *x, int n, const int32_t *h, int hn, int W, int op, float pen)
 {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* the device rounds pen * cnt before the subtraction */
+#endif
     int lo = W > 0 && W < hn ? hn - W : 0;
     for (int k = lo; k < hn; k++) {
         int32_t id = h[k];

@@ -57,6 +57,9 @@ static inline float be_u2f(uint32_t u)
  * spells each rounding out). */
 static inline float be_fast_exp(float x)
 {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* clang contracts a * b + c by default; gcc's C17 does not */
+#endif
     uint32_t ok = -(uint32_t)(x >= -87.0f), big = -(uint32_t)(x > 88.0f);
     uint32_t xb = (be_f2u(x) & ok) | (be_f2u(-87.0f) & ~ok);
     float xc = be_u2f((xb & ~big) | (be_f2u(88.0f) & big));

@@ -509,6 +509,9 @@ static double exp_fill(const float *restrict x, int n, float mx, float scale, fl
 
 static void apply_processors(struct sampler *s, float *lg)
 {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* as the op sample: pen * cnt rounded before the subtraction */
+#endif
     const struct sampler_params *p = &s->p;
     for (int i = 0; i < p->n_logit_bias; i++)
         lg[s->bias[i].id] += s->bias[i].bias;
