@@ -17,6 +17,7 @@
  *        cinfer_gpu_bench MODEL logits --ids 1,2,3 [-n 64] [--backend cuda]
  *        cinfer_gpu_bench - mm      (projection micro-benchmark, no model)
  *        cinfer_gpu_bench - topcand (sampling candidates: split vs one block, no model)
+ *        cinfer_gpu_bench - sample (the op sample beside argmax, no model)
  */
 #include <math.h>
 #include <stdio.h>
@@ -521,6 +522,93 @@ static int tc_bench(const char *backend)
     return rc;
 }
 
+/* sample: device time of the op sample next to the op argmax on rows of n = 128256 random
+ * logits (graphs on, 64 calls): argmax; sample at T = 0.7 (no processors: the default
+ * request); greedy with 256 logit_bias ids and a repetition penalty over 20 ids. */
+static int sp_bench(const char *backend)
+{
+    enum { N = 128256, REPS = 64, MAXR = 64, AUX = 512 + 20 };
+    static const int rows_list[] = {1, 8, 64};
+    struct be_config bc = {0};
+    struct cerr e = {0};
+    struct be *b = be_new(backend, &bc, &e);
+    if (!b || !b->ops->sample || !b->ops->argmax) {
+        fprintf(stderr, "gpu_bench sample: %s\n", e.msg[0] ? e.msg : "no sample op");
+        be_free(b);
+        return 1;
+    }
+    float *hx = malloc(sizeof(float) * MAXR * (size_t)N);
+    uint32_t r = 4242;
+    for (size_t i = 0; i < (size_t)MAXR * N; i++) {
+        r = r * 1664525u + 1013904223u;
+        hx[i] = (float)(r >> 8) / 16777216.0f * 8.0f;
+    }
+    const size_t words = (size_t)MAXR * (BE_SAMPLE_ROW_WORDS + AUX);
+    int32_t *blob[2] = {calloc(words, 4), calloc(words, 4)};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < MAXR; i++) {
+            struct be_sample_row p = {.rep_w = -1, .pres_w = -1, .freq_w = -1};
+            p.u_lo = 0x9e3779b9u * (uint32_t)(i + 1), p.u_hi = (uint32_t)i * 977u & 0x1fffffu;
+            if (k == 0) {
+                p.inv_t = 1.0f / 0.7f;
+            } else {
+                int off = MAXR * BE_SAMPLE_ROW_WORDS + i * AUX;
+                p.n_bias = 256, p.bias_off = off, p.n_hist = 20, p.hist_off = off + 512;
+                p.rep_w = 20, p.rep = 1.1f;
+                for (int j = 0; j < 256; j++) {
+                    float v = (float)(j % 7) - 3.0f;
+                    blob[k][off + 2 * j] = (j * 499 + i) % N;
+                    memcpy(&blob[k][off + 2 * j + 1], &v, 4);
+                }
+                for (int j = 0; j < 20; j++)
+                    blob[k][off + 512 + j] = (j * 6007) % N;
+            }
+            memcpy(blob[k] + (size_t)i * BE_SAMPLE_ROW_WORDS, &p, sizeof p);
+        }
+    int rc = 0;
+    printf("{\"sample\": [");
+    for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0] && !rc; ri++) {
+        const int R = rows_list[ri];
+        double us[3] = {0, 0, 0};
+        float *dx = b->ops->alloc(b, sizeof(float) * (size_t)R * N);
+        int32_t *dout = b->ops->alloc(b, 4 * MAXR), *dp[2];
+        dp[0] = b->ops->alloc(b, words * 4), dp[1] = b->ops->alloc(b, words * 4);
+        if (!dx || !dout || !dp[0] || !dp[1] ||
+            b->ops->upload(b, dx, hx, sizeof(float) * (size_t)R * N, &e) ||
+            b->ops->upload(b, dp[0], blob[0], words * 4, &e) ||
+            b->ops->upload(b, dp[1], blob[1], words * 4, &e)) {
+            rc = 1;
+            break;
+        }
+        for (int v = 0; v < 3; v++) {
+            for (int w = 0; w < 4; w++) { /* plain, captured, replayed; then timed */
+                if (w == 3 && b->ops->sync(b, &e))
+                    rc = 1;
+                double t0 = clock_now_s();
+                for (int k = 0; k < REPS; k++) {
+                    if (v == 0)
+                        b->ops->argmax(b, dout, dx, R, N);
+                    else
+                        b->ops->sample(b, dout, dx, R, N, dp[v - 1], NULL);
+                }
+                if (b->ops->sync(b, &e))
+                    rc = 1;
+                us[v] = (clock_now_s() - t0) / REPS * 1e6;
+            }
+        }
+        printf("%s{\"rows\": %d, \"argmax_us\": %.1f, \"sample_t07_us\": %.1f, "
+               "\"sample_bias256_rep_us\": %.1f}", ri ? ", " : "", R, us[0], us[1], us[2]);
+        b->ops->free(b, dx), b->ops->free(b, dout), b->ops->free(b, dp[0]),
+            b->ops->free(b, dp[1]);
+    }
+    printf("]}\n");
+    if (rc)
+        fprintf(stderr, "gpu_bench sample: %s\n", e.msg);
+    free(hx), free(blob[0]), free(blob[1]);
+    be_free(b);
+    return rc;
+}
+
 static int mm_bench(const char *which, const char *backend)
 {
     static const struct mm_shape shapes[] = {
@@ -649,6 +737,8 @@ int main(int argc, char **argv)
         return mm_bench(path, backend);
     if (!strcmp(mode, "topcand"))
         return tc_bench(backend);
+    if (!strcmp(mode, "sample"))
+        return sp_bench(backend);
     struct cerr e = {0};
     struct be_config bc = {0};
     struct ctx c;

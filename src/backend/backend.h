@@ -214,6 +214,15 @@ struct be_ops {
      * entries are exact. 1 <= cap <= BE_TOPCAND_CAP_MAX, span finite and >= 0. */
     void (*topcand)(struct be *b, void *out, const float *x, int rows, int n, float span,
                     int cap);
+    /* OPTIONAL. Samples each row of x (rows, n) where it lies (backend/be_sample.h: logit_bias
+     * and the penalties in place, then the argmax rule above or the exact temperature
+     * draw): out (rows) int32 ids in backend memory. params (backend memory): rows struct
+     * be_sample_row, then the aux words their offsets name. A row with skip set is left
+     * alone (out -1). prev (backend memory, rows ids) continues the history of rows with
+     * use_prev (NULL when no row sets it). A row's id and processed logits depend only on
+     * its own row and parameters (batch invariant) and equal be_sample_ref's, bit for bit. */
+    void (*sample)(struct be *b, int32_t *out, float *x, int rows, int n, const void *params,
+                   const int32_t *prev);
     /* OPTIONAL (overlapped steps, model_forward_queue). fetch_start queues a copy of n <=
      * BE_FETCH_MAX bytes of backend memory at src into staging slot `slot` (0 or 1) behind
      * the work queued so far, and returns without waiting. fetch_wait waits for that copy

@@ -328,6 +328,9 @@ static int on_token(struct engine *g, struct ereq *r, int32_t id, const struct s
 
 /* ---- the step --------------------------------------------------------------------- */
 
+static int32_t sample_fetched(struct engine *g, struct ereq *r, int out,
+                              struct sampler_logprob *lp);
+
 /* Samples output row `out` of a step that downloaded candidates: the header's argmax for a
  * plain greedy row, the candidates when they suffice, else the row's logits fetched from the
  * backend. The choice depends only on the request and on its own row, never on the batch.
@@ -351,6 +354,49 @@ static int32_t sample_from_cands(struct engine *g, struct ereq *r, int out,
             return id;
         }
     }
+    return sample_fetched(g, r, out, lp);
+}
+
+/* Fills g->samp with the parameters of the op sample for the step's output rows (row s of
+ * g->rows is output s when burst, else its out), their ids decided at their sampler's step
+ * + ahead. A row the op cannot decide (logprobs, a truncation filter, XTC firing, too much
+ * history; sampler_device_row) is marked skip when skip_ok, else the call fails. Returns
+ * the words used (*n_dev: rows the op decides), or -1. */
+static int samp_fill(struct engine *g, int n_rows, int ahead, int burst, int skip_ok,
+                     int *n_dev)
+{
+    int n_out = 0;
+    for (int s = 0; s < n_rows; s++)
+        n_out += burst || g->rows[s].out >= 0;
+    int used = n_out * BE_SAMPLE_ROW_WORDS, cap = model_samp_words_max(n_out), nd = 0;
+    for (int s = 0; s < n_rows; s++) {
+        const struct row *w = &g->rows[s];
+        int o = burst ? s : w->out;
+        if (o < 0)
+            continue;
+        struct be_sample_row row;
+        int k = w->r->want_lp ? -1
+                              : sampler_device_row(w->r->smp, ahead, w->r->tokens,
+                                                   w->r->n_tokens, &row, g->samp + used,
+                                                   cap - used, used);
+        if (k < 0 && !skip_ok)
+            return -1;
+        if (k < 0)
+            row = (struct be_sample_row){.skip = 1};
+        memcpy(g->samp + (size_t)o * BE_SAMPLE_ROW_WORDS, &row, sizeof row);
+        used += k > 0 ? k : 0;
+        nd += k >= 0;
+    }
+    if (n_dev)
+        *n_dev = nd;
+    return used;
+}
+
+/* Samples output row `out` from its logits fetched from the backend (model_logits_row).
+ * Returns the id, or -1 when fetching the row failed (r then failed and was freed). */
+static int32_t sample_fetched(struct engine *g, struct ereq *r, int out,
+                              struct sampler_logprob *lp)
+{
     g->full_rows++;
     float *row = g->logits + (size_t)out * g->m->hp.n_vocab;
     struct cerr e = {0};
@@ -427,7 +473,20 @@ static int run_step(struct engine *g, int n_rows)
         use_am = 0;
         use_tc |= g->cand_cap > 0 && sampler_wants_cands(w->r->smp);
     }
-    b.argmax = use_am ? g->am : NULL;
+    /* else the rows the backend can decide (greedy with processors, temperature-only
+     * sampling) take its op sample, one id each copied back; the others (marked skip, their
+     * logits left alone) sample from candidates or fetch their logits, as without it */
+    int n_dev = 0;
+    int ds_words = !use_am && n_out > 0 && g->dev_sample
+                       ? samp_fill(g, n_rows, 0, 0, 1, &n_dev)
+                       : -1;
+    if (n_dev == 0)
+        ds_words = -1;
+    b.argmax = use_am || ds_words >= 0 ? g->am : NULL;
+    if (ds_words >= 0) {
+        b.samp = g->samp;
+        b.samp_words = ds_words;
+    }
     if (use_tc) {
         b.cands = g->cands;
         b.cand_cap = g->cand_cap;
@@ -463,11 +522,13 @@ static int run_step(struct engine *g, int n_rows)
             continue;
         struct sampler_logprob lp;
         int32_t id;
-        if (use_am) {
+        if (use_am || (ds_words >= 0 && g->am[w->out] >= 0)) {
             id = g->am[w->out];
             sampler_skip(r->smp);
-        } else if (use_tc) {
-            id = sample_from_cands(g, r, w->out, &lp);
+            g->dev_rows += ds_words >= 0;
+        } else if (use_tc || ds_words >= 0) {
+            id = use_tc ? sample_from_cands(g, r, w->out, &lp)
+                        : sample_fetched(g, r, w->out, &lp);
             if (id < 0)
                 continue; /* the request failed */
         } else {
@@ -486,38 +547,48 @@ static void check_pool(struct engine *g);
 
 /* ---- decode bursts ---------------------------------------------------------------- */
 
-/* A step of only plain greedy decode rows (one token each, every row an output, no
- * logprobs) can run as a burst: the engine queues
- * the next step of the same rows (model_forward_queue, its tokens the device argmax of this
- * one) before it reads this step's ids, so the device never waits for the host between
+/* A step of only decode rows (one token each, every row an output) whose ids the backend
+ * decides (plain greedy: its argmax; else, with g->dev_sample, its op sample: greedy with
+ * processors or temperature-only sampling, no logprobs) can run as a burst: the engine
+ * queues the next step of the same rows (model_forward_queue, its tokens the ids the device
+ * decided in this one, its sampling parameters one step further) before it reads this
+ * step's ids, so the device never waits for the host between
  * steps. A burst ends when a row finishes, when a row is about to reach its length limit,
  * when the pool cannot hold one more position for every row, or when a submission or a
  * cancellation arrives; each ends the burst before the next step is queued, except a row
  * that finishes on an id only the host sees (EOS, a stop string): the one step already
  * queued then also ran for it, and its id is dropped (its K/V at a position past the end is
- * never read: a later sequence writes that position before attending to it). The ids are
- * those of run_step: the same forward, the same argmax. */
-static int burst_ok(const struct engine *g, int n_rows)
+ * never read: a later sequence writes that position before attending to it). A burst also
+ * ends before a step whose sampling the backend cannot decide (XTC firing at that step,
+ * history past the op's room). The ids are those of run_step: the same forward, the same
+ * argmax or op sample. Returns 0 (no burst), 1 (argmax) or 2 (op sample). */
+static int burst_ok(struct engine *g, int n_rows)
 {
     /* requests may be waiting: the plan admitted none of them, and only an end (which
      * ends the burst) or new input (which ends it too) can make room */
     if (!g->overlap || !g->can_argmax || g->kv_swa)
         return 0;
+    int greedy = 1;
     for (int s = 0; s < n_rows; s++) {
         const struct row *w = &g->rows[s];
         const struct ereq *r = w->r;
-        if (w->n != 1 || r->n_past + 1 != r->n_tokens || r->want_lp ||
-            !sampler_is_plain_greedy(r->smp))
+        if (w->n != 1 || r->n_past + 1 != r->n_tokens || r->want_lp)
             return 0;
+        greedy &= sampler_is_plain_greedy(r->smp);
     }
-    return 1;
+    return greedy ? 1 : g->dev_sample && samp_fill(g, n_rows, 0, 1, 0, NULL) >= 0 ? 2 : 0;
 }
 
 /* The batch of a decode step of g->rows (row s: output s): ahead = 0 feeds each row's
  * next token from the host; ahead = 1 is the continuation of a queued step still in flight
- * (positions one further, tokens from the device). */
-static void burst_batch(struct engine *g, int n_rows, int ahead, struct model_batch *b)
+ * (positions one further, tokens from the device). ds: the op sample decides the ids
+ * (g->samp filled for this step). Returns 0, or -1 when a row's sampling cannot be decided
+ * on the backend at that step. */
+static int burst_batch(struct engine *g, int n_rows, int ahead, int ds, struct model_batch *b)
 {
+    int words = ds ? samp_fill(g, n_rows, ahead, 1, 0, NULL) : 0;
+    if (words < 0)
+        return -1;
     int mb = 1;
     for (int s = 0; s < n_rows; s++) {
         struct ereq *r = g->rows[s].r;
@@ -534,7 +605,9 @@ static void burst_batch(struct engine *g, int n_rows, int ahead, struct model_ba
     *b = (struct model_batch){.n_tok = n_rows, .tokens = ahead ? NULL : g->tokens,
                               .pos = g->pos, .seq = g->seqv, .slots = g->slots,
                               .n_seq = n_rows, .max_blocks = mb, .block_tables = g->tables,
-                              .n_out = n_rows, .out_idx = g->out_idx};
+                              .n_out = n_rows, .out_idx = g->out_idx,
+                              .samp = ds ? g->samp : NULL, .samp_words = words};
+    return 0;
 }
 
 /* 1 when one more step may be queued behind the one in flight: every row continues past
@@ -554,14 +627,15 @@ static int burst_more(struct engine *g, int n_rows)
     return quiet;
 }
 
-static int run_burst(struct engine *g, int n_rows)
+static int run_burst(struct engine *g, int n_rows, int ds)
 {
     struct model_batch b;
     struct cerr e = {0};
     int alive = n_rows, queued = 1;
     unsigned char *gone = calloc((size_t)n_rows, 1); /* row finished: its ids are dropped */
-    burst_batch(g, n_rows, 0, &b);
-    if (!gone || model_forward_queue(g->m, g->ws, &g->view, &b, &e)) {
+    if (burst_batch(g, n_rows, 0, ds, &b))
+        cerr_set(&e, CERR_INVALID, "a burst's first step cannot be sampled on the backend");
+    if (!gone || e.code || model_forward_queue(g->m, g->ws, &g->view, &b, &e)) {
         if (!gone)
             cerr_set(&e, CERR_NOMEM, "out of memory");
         goto failed;
@@ -569,8 +643,9 @@ static int run_burst(struct engine *g, int n_rows)
     while (queued) {
         /* the next step first, while the device runs the one in flight */
         int next = alive == n_rows && burst_more(g, n_rows);
+        if (next && burst_batch(g, n_rows, 1, ds, &b))
+            next = 0; /* a row's next id needs the host: the burst ends */
         if (next) {
-            burst_batch(g, n_rows, 1, &b);
             if (model_forward_queue(g->m, g->ws, &g->view, &b, &e)) {
                 log_error("engine: queueing a decode step failed: %s", e.msg);
                 next = 0;
@@ -591,6 +666,7 @@ static int run_burst(struct engine *g, int n_rows)
             r->n_past++;
             kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
             sampler_skip(r->smp);
+            g->dev_rows += ds;
             gen++;
             if (on_token(g, r, g->am[s], NULL))
                 gone[s] = 1, alive--;
@@ -723,8 +799,9 @@ static void *engine_main(void *arg)
         long gen_before = 0;
         for (int i = 0; i < n; i++)
             gen_before += g->rows[i].r->n_tokens == g->rows[i].r->n_past + g->rows[i].n;
-        if (n > 0 && burst_ok(g, n)) {
-            run_burst(g, n); /* it checks the pool and publishes after each step */
+        int bk = n > 0 ? burst_ok(g, n) : 0;
+        if (bk) {
+            run_burst(g, n, bk == 2); /* it checks the pool and publishes after each step */
             continue;
         }
         if (n > 0)
@@ -816,6 +893,23 @@ static int cands_init(struct engine *g, struct cerr *e)
     if (!g->cands)
         return cerr_set(e, CERR_NOMEM, "out of memory");
     g->cand_cap = cap;
+    return 0;
+}
+
+/* Sampling on the backend (its op sample) for the rows it can decide: on a device backend
+ * (one that queues steps), unless CINFER_HOST_SAMPLE=1, CINFER_HOST_ARGMAX=1 or
+ * CINFER_DEVICE_SAMPLE=0; CINFER_DEVICE_SAMPLE=1 turns it on for any backend with the op
+ * (tests: the CPU's op is the host sampler's own math, so the ids are the same). */
+static int dev_sample_init(struct engine *g, struct cerr *e)
+{
+    const char *dv = getenv("CINFER_DEVICE_SAMPLE");
+    int want = dv && *dv ? strcmp(dv, "0") != 0 : model_queue_async(g->m);
+    if (!want || !model_can_sample(g->m) || !g->can_argmax || env_on("CINFER_HOST_SAMPLE"))
+        return 0;
+    g->samp = malloc((size_t)model_samp_words_max(g->c.max_seqs) * sizeof *g->samp);
+    if (!g->samp)
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    g->dev_sample = 1;
     return 0;
 }
 
@@ -914,6 +1008,8 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
     }
     if (!rc)
         rc = cands_init(g, e);
+    if (!rc)
+        rc = dev_sample_init(g, e);
     if (!rc && build_xtc_exempt(g))
         rc = cerr_set(e, CERR_NOMEM, "out of memory");
     if (!rc) {
@@ -945,9 +1041,9 @@ void engine_free(struct engine *g)
     struct ereq *r;
     while ((r = eng_q_pop(&g->in)))
         finish(g, r, ENGINE_FINISH_CANCELLED, -1);
-    if (g->cand_rows || g->full_rows)
-        log_info("engine: %ld sampled rows from candidates, %ld fetched their logits",
-                 g->cand_rows, g->full_rows);
+    if (g->cand_rows || g->full_rows || g->dev_rows)
+        log_info("engine: %ld rows sampled on the backend, %ld from candidates, %ld fetched "
+                 "their logits", g->dev_rows, g->cand_rows, g->full_rows);
     eng_tier_close(g);
     gram_vocab_free(g->gvocab);
     model_ws_free(g->ws);
@@ -969,6 +1065,7 @@ void engine_free(struct engine *g)
     free(g->logits);
     free(g->am);
     free(g->cands);
+    free(g->samp);
     free(g->cancels);
     free(g->xtc_exempt);
     free(g->check_seqs);

@@ -92,6 +92,9 @@ struct engine {
                         * from the backend (steps with a row that can sample from them) */
     int cand_cap;      /* 0 = never (no topcand op, CINFER_HOST_ARGMAX=1 or CINFER_HOST_SAMPLE=1) */
     long cand_rows, full_rows; /* rows sampled from candidates / that fetched their logits */
+    int dev_sample;    /* the backend's op sample decides rows it can (engine.c samp_fill) */
+    int32_t *samp;     /* (model_samp_words_max(max_seqs)) the op's parameters for a step */
+    long dev_rows;     /* rows the op sample decided (not counting plain greedy argmax) */
     long preempted, steps;
     int32_t *xtc_exempt; /* EOS ids and ids whose text holds a newline */
     int n_xtc_exempt;

@@ -8,6 +8,7 @@
  */
 #include "engine/sampler.h"
 
+#include "backend/be_sample.h"
 #include "engine/grammar/gram_row.h"
 
 #include <math.h>
@@ -423,12 +424,17 @@ static uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-double sampler_uniform(uint64_t seed, uint64_t step, int stream)
+uint64_t sampler_uniform_bits(uint64_t seed, uint64_t step, int stream)
 {
     uint64_t k = mix64(seed + 0x9e3779b97f4a7c15ull);
     k = mix64(k ^ (step * 0xd1b54a32d192ed03ull + 0x8cb92ba72f3d8dd7ull));
     k = mix64(k + (uint64_t)(stream + 1) * 0x9e3779b97f4a7c15ull);
-    return (double)(k >> 11) * (1.0 / 9007199254740992.0);
+    return k >> 11;
+}
+
+double sampler_uniform(uint64_t seed, uint64_t step, int stream)
+{
+    return (double)sampler_uniform_bits(seed, step, stream) * (1.0 / 9007199254740992.0);
 }
 
 uint64_t sampler_seed_auto(void)
@@ -451,41 +457,8 @@ uint64_t sampler_seed_auto(void)
  * reordering any one sum, so results do not depend on the ISA. */
 #define LANES 16
 
-static inline uint32_t f2u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float u2f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* e^x in float, about 2 ulp (Cephes' expf scheme: 2^n * e^r with a degree-6 polynomial);
- * 0 for x < -87 (and -inf, NaN). The selects are bit masks, not branches, so that the loops
- * over the vocabulary vectorise under strict IEEE flags (no -ffast-math anywhere). */
-static inline float fast_exp(float x)
-{
-    uint32_t ok = -(uint32_t)(x >= -87.0f), big = -(uint32_t)(x > 88.0f);
-    uint32_t xb = (f2u(x) & ok) | (f2u(-87.0f) & ~ok);
-    float xc = u2f((xb & ~big) | (f2u(88.0f) & big));
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    float y = p * u2f((uint32_t)((int32_t)n + 127) << 23);
-    return u2f(f2u(y) & ok);
-}
+/* e^x as the op sample computes it (backend/be_sample.h). */
+#define fast_exp be_fast_exp
 
 /* Largest value ignoring NaN (-inf when there is none). */
 static float max_value(const float *x, int n)
@@ -546,6 +519,9 @@ static double exp_fill(const float *restrict x, int n, float mx, float scale, fl
 
 static void apply_processors(struct sampler *s, float *lg)
 {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF /* as the op sample: pen * cnt rounded before the subtraction */
+#endif
     const struct sampler_params *p = &s->p;
     for (int i = 0; i < p->n_logit_bias; i++)
         lg[s->bias[i].id] += s->bias[i].bias;
@@ -843,9 +819,9 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
         id = sampler_argmax(logits, n);
     } else if (top_p_on || min_p_on || top_k_on || xtc) {
         id = sample_filtered(s, logits, mx, sum, sampler_uniform(p->seed, step, 0), xtc);
-    } else { /* the whole vocabulary: no ordering needed */
-        double tsum = exp_fill(logits, n, mx, 1.0f / p->temperature, s->probs);
-        id = draw(sampler_uniform(p->seed, step, 0), s->probs, n, tsum);
+    } else { /* the whole vocabulary: no ordering needed; the op sample's exact draw */
+        exp_fill(logits, n, mx, 1.0f / p->temperature, s->probs);
+        id = be_sample_draw(s->probs, n, sampler_uniform_bits(p->seed, step, 0));
     }
     if (want_lp)
         fill_logprobs(s, logits, (double)mx + log(sum), id, lp);
@@ -946,4 +922,64 @@ void sampler_cands_build(struct sampler *s, const float *logits, int cap,
         while (k > 0 && buf[k - 1].logit == s->cands[0].logit)
             k--;
     out->nc = k > 0 ? k : -1;
+}
+
+/* ---- sampling on the device (the backend op sample) ---- */
+
+int sampler_device_row(const struct sampler *s, int ahead, const int32_t *hist, int n_hist,
+                       struct be_sample_row *row, int32_t *aux, int aux_cap, int aux_off)
+{
+    const struct sampler_params *p = &s->p;
+    int n = s->n_vocab;
+    uint64_t step = s->step + (uint64_t)ahead;
+    int top_p_on = p->top_p > 0 && p->top_p < 1, min_p_on = p->min_p > 0;
+    int top_k_on = p->top_k > 0 && p->top_k < n;
+    int temp = p->temperature > 0;
+    if (s->gram) /* a grammar masks on the host (a waiting one too: a burst would queue the
+                    step after its trigger unmasked) */
+        return -1;
+    if (temp && (top_p_on || min_p_on || top_k_on ||
+                 (p->xtc_probability > 0 &&
+                  sampler_uniform(p->seed, step, 1) <= (double)p->xtc_probability)))
+        return -1;
+    memset(row, 0, sizeof *row);
+    row->inv_t = temp ? 1.0f / p->temperature : 0.0f;
+    row->rep_w = row->pres_w = row->freq_w = -1;
+    int used = 0;
+    if (p->n_logit_bias > 0) {
+        if (2 * p->n_logit_bias > aux_cap)
+            return -1;
+        for (int i = 0; i < p->n_logit_bias; i++) {
+            aux[2 * i] = s->bias[i].id;
+            aux[2 * i + 1] = (int32_t)be_f2u(s->bias[i].bias);
+        }
+        row->n_bias = p->n_logit_bias;
+        row->bias_off = aux_off;
+        used = 2 * p->n_logit_bias;
+    }
+    if (s->n_win > 0) {
+        int need = 0;
+        for (int i = 0; i < s->n_win; i++) {
+            int w = s->win[i].size;
+            int k = w == 0 || w > n_hist ? n_hist : w;
+            need = k > need ? k : need;
+        }
+        if (need > aux_cap - used)
+            return -1;
+        memcpy(aux + used, hist + (n_hist - need), (size_t)need * sizeof *aux);
+        row->n_hist = need;
+        row->hist_off = aux_off + used;
+        used += need;
+        row->use_prev = ahead > 0;
+        if (s->rep_w >= 0)
+            row->rep_w = s->win[s->rep_w].size, row->rep = p->repetition_penalty;
+        if (s->pres_w >= 0)
+            row->pres_w = s->win[s->pres_w].size, row->pres = p->presence_penalty;
+        if (s->freq_w >= 0)
+            row->freq_w = s->win[s->freq_w].size, row->freq = p->frequency_penalty;
+    }
+    uint64_t u = sampler_uniform_bits(p->seed, step, 0);
+    row->u_lo = (uint32_t)u;
+    row->u_hi = (uint32_t)(u >> 32);
+    return used;
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/be_sample.h"
 #include "util/err.h"
 
 #define SAMPLER_MAX_TOP_LOGPROBS 11
@@ -164,12 +165,32 @@ int32_t sampler_sample_cands(struct sampler *s, const struct sampler_cands *c,
 void sampler_cands_build(struct sampler *s, const float *logits, int cap,
                          struct be_topcand_ent *buf, struct sampler_cands *out);
 
+/* ---- sampling on the device: the backend op sample (backend/be_sample.h) ----
+ * Rows whose id the op can decide: greedy (with or without logit_bias and penalties), and
+ * temperature-only sampling (no top_p, min_p or top_k; XTC only at steps where its coin does
+ * not fire), without logprobs (the caller's check). The op draws the same id as
+ * sampler_sample for the same logits and seed (the temperature-only draw is the op's exact
+ * integer draw on both sides). */
+
+/* Fills *row, and aux words at aux[0 ..) (at word aux_off of the op's params blob), so that
+ * the op sample decides the id sampler_sample would at step (this sampler's step counter)
+ * + ahead: hist[0 .. n_hist) is the token history primed and accepted so far (the request's
+ * prompt and generated tokens), continued on the device by the row's previous output when
+ * ahead is 1 (a queued step). Returns the aux words used (>= 0), or -1 when the op cannot
+ * decide this row at that step: a truncation filter, XTC firing, a grammar, or more logit_bias or
+ * history than aux_cap words. After the op decided it, call sampler_skip and then
+ * sampler_accept with the id (as for a plain greedy row). */
+int sampler_device_row(const struct sampler *s, int ahead, const int32_t *hist, int n_hist,
+                       struct be_sample_row *row, int32_t *aux, int aux_cap, int aux_off);
+
 /* Index of the largest value (lowest index on ties; NaN never wins). */
 int32_t sampler_argmax(const float *logits, int n);
 
 /* The uniform in [0, 1) the sampler uses at (seed, step) on stream (0 = the draw, 1 = XTC):
  * splitmix64 finalisers over seed, step and stream (see sampler.c); exported for tests. */
 double sampler_uniform(uint64_t seed, uint64_t step, int stream);
+/* Its 53-bit integer: sampler_uniform = sampler_uniform_bits / 2^53. */
+uint64_t sampler_uniform_bits(uint64_t seed, uint64_t step, int stream);
 
 /* A seed for a request that gave none: the wall clock XOR a per-process Weyl counter, so two
  * requests in the same millisecond differ. Thread-safe. */

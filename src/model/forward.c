@@ -11,6 +11,8 @@
 
 #include "model/model.h"
 
+#include "backend/be_sample.h"
+
 struct model_ws {
     int max_tok, max_out, max_seq, max_blocks;
     float *x;      /* (max_tok, n_embd) residual stream */
@@ -30,6 +32,7 @@ struct model_ws {
     int32_t *d_ids, *h_ids; /* 6 max_tok + max_out + 2 max_seq max_blocks elements */
     int32_t *d_tokens, *d_pos, *d_seq, *d_slots, *d_out, *d_tables;
     int32_t *d_slots_swa, *d_tables_swa;
+    int32_t *d_samp; /* the step's model_batch.samp (op sample params), when it has one */
     int swa_split; /* this step uses them */
     int lead_split; /* run n_lead groups apart: -1 when the backend needs it (exact_rows),
                      * 1 always, 0 never (CINFER_LEAD_SPLIT, read at model_ws_new) */
@@ -93,7 +96,8 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
     size_t T = (size_t)max_tok, E = (size_t)hp->n_embd;
     size_t QD = (size_t)hp->n_head * hp->head_dim, KVD = (size_t)hp->n_kv_head * hp->head_dim;
     size_t F = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
-    size_t ids_cap = 6 * T + (size_t)max_out + 2 * (size_t)max_seq * max_blocks;
+    size_t ids_cap = 6 * T + (size_t)max_out + 2 * (size_t)max_seq * max_blocks +
+                     (size_t)model_samp_words_max(max_out);
     int ok = (ws->x = b->ops->alloc(b, T * E * 4)) && (ws->xb = b->ops->alloc(b, T * E * 4)) &&
              (ws->tmp = b->ops->alloc(b, T * E * 4)) && (ws->q = b->ops->alloc(b, T * QD * 4)) &&
              (ws->k = b->ops->alloc(b, T * KVD * 4)) && (ws->v = b->ops->alloc(b, T * KVD * 4)) &&
@@ -163,6 +167,8 @@ static int upload_batch(struct model_ws *ws, const struct model_batch *bt, struc
         PACK(d_slots_swa, bt->slots_swa, n);
         PACK(d_tables_swa, bt->block_tables_swa, nt);
     }
+    if (bt->samp)
+        PACK(d_samp, bt->samp, (size_t)bt->samp_words);
 #undef PACK
     return b->ops->upload(b, d, h, o * 4, e);
 }
@@ -341,6 +347,11 @@ static int check_batch(const struct model *m, const struct model_ws *ws,
                                     "sequence %d has tokens on both sides of n_lead %d",
                                     bt->seq[i], bt->n_lead);
     }
+    if (bt->samp && (!m->be->ops->sample || bt->samp_words < bt->n_out * BE_SAMPLE_ROW_WORDS ||
+                     bt->samp_words > model_samp_words_max(bt->n_out)))
+        return cerr_set(e, CERR_INVALID, "step sampling parameters of %d words for %d rows "
+                        "(the backend %s the op sample)", bt->samp_words, bt->n_out,
+                        m->be->ops->sample ? "has" : "lacks");
     if (bt->cands && (!m->be->ops->topcand || bt->cand_cap < 1 || bt->cand_cap > ws->cand_cap))
         return cerr_set(e, CERR_INVALID,
                         "step asks for %d candidates per row; the workspace holds %d",
@@ -449,7 +460,20 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
     run_step(m, ws, kv, bt, ws->d_tokens);
     if (bt->n_out == 0)
         return op->sync(b, e);
-    if (bt->cands) { /* (n_out, stride) bytes: headers and ranked candidates */
+    if (bt->samp) { /* ids decided on the backend; then the candidates of skipped rows */
+        if (!bt->argmax)
+            return cerr_set(e, CERR_INVALID, "a sampled step needs its argmax (ids) buffer");
+        op->sample(b, ws->d_argmax, ws->logits, bt->n_out, hp->n_vocab, ws->d_samp, NULL);
+        if (bt->cands)
+            op->topcand(b, ws->d_cands, ws->logits, bt->n_out, hp->n_vocab, bt->cand_span,
+                        bt->cand_cap);
+        if ((rc = op->sync(b, e)) ||
+            (rc = op->download(b, bt->argmax, ws->d_argmax, (size_t)bt->n_out * 4, e)) ||
+            (bt->cands &&
+             (rc = op->download(b, bt->cands, ws->d_cands,
+                                (size_t)bt->n_out * be_topcand_stride(bt->cand_cap), e))))
+            return rc;
+    } else if (bt->cands) { /* (n_out, stride) bytes: headers and ranked candidates */
         op->topcand(b, ws->d_cands, ws->logits, bt->n_out, hp->n_vocab, bt->cand_span,
                     bt->cand_cap);
         if ((rc = op->sync(b, e)) ||
@@ -479,8 +503,9 @@ int model_forward_queue(const struct model *m, struct model_ws *ws,
     int rc = check_batch(m, ws, bt, e);
     if (rc)
         return rc;
-    if (!op->argmax || bt->cands || bt->n_out < 1)
-        return cerr_set(e, CERR_INVALID, "a queued step needs greedy output rows (argmax)");
+    if ((bt->samp ? !op->sample : !op->argmax) || bt->cands || bt->n_out < 1)
+        return cerr_set(e, CERR_INVALID,
+                        "a queued step needs output rows decided on the backend (argmax, sample)");
     if (ws->q_n == 2)
         return cerr_set(e, CERR_INVALID, "two steps are already queued: wait for one first");
     if (!bt->tokens && (!ws->prev_ok || bt->n_tok != ws->prev_nout))
@@ -495,7 +520,11 @@ int model_forward_queue(const struct model *m, struct model_ws *ws,
     int32_t *am = ws->d_argmax + (size_t)slot * ws->max_out;
     run_step(m, ws, kv, bt,
              bt->tokens ? ws->d_tokens : ws->d_argmax + (size_t)ws->prev_slot * ws->max_out);
-    op->argmax(b, am, ws->logits, bt->n_out, m->hp.n_vocab);
+    if (bt->samp)
+        op->sample(b, am, ws->logits, bt->n_out, m->hp.n_vocab, ws->d_samp,
+                   bt->tokens ? NULL : ws->d_argmax + (size_t)ws->prev_slot * ws->max_out);
+    else
+        op->argmax(b, am, ws->logits, bt->n_out, m->hp.n_vocab);
     size_t nb = (size_t)bt->n_out * 4;
     if (op->fetch_start && op->fetch_wait)
         rc = op->fetch_start(b, slot, am, nb, e);
@@ -551,3 +580,10 @@ int model_logits_row(const struct model *m, struct model_ws *ws, int row, float 
 int model_can_argmax(const struct model *m) { return m->be->ops->argmax != NULL; }
 
 int model_can_topcand(const struct model *m) { return m->be->ops->topcand != NULL; }
+
+int model_can_sample(const struct model *m) { return m->be->ops->sample != NULL; }
+
+int model_samp_words_max(int n_out)
+{
+    return n_out * (BE_SAMPLE_ROW_WORDS + BE_SAMPLE_AUX_PER_ROW);
+}

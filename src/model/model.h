@@ -123,6 +123,16 @@ struct model_batch {
     void *cands;
     int cand_cap;
     float cand_span;
+    /* Non-NULL (host, samp_words 32-bit words: n_out struct be_sample_row, then the aux words
+     * their offsets name; at most model_samp_words_max) and model_can_sample(): the backend
+     * op sample decides each output row's id (written to argmax, host, n_out; -1 for a row
+     * with skip set). With cands also set, the candidates of every row follow (those of a
+     * skipped row are its own; those of a sampled row are of its processed logits). The op
+     * processes a sampled row's device logits in place (model_logits_row then reads them
+     * processed; a skipped row's stay as they were). In a queued continuation
+     * (tokens NULL) a row with use_prev continues its history with its previous id. */
+    const int32_t *samp;
+    int samp_words;
 };
 
 /* Per-engine workspace: activation buffers for steps of up to max_tok tokens, max_out
@@ -141,8 +151,9 @@ int model_ws_reserve_cands(struct model_ws *ws, int cap, struct cerr *e);
 int model_forward(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
                   const struct model_batch *b, float *logits, struct cerr *e);
 
-/* Overlapped greedy steps. model_forward_queue queues a step whose output rows are all
- * greedy picks (the backend's argmax; b->argmax is not used, b->cands must be NULL) and
+/* Overlapped steps. model_forward_queue queues a step whose output rows are all decided
+ * on the backend (its argmax, or its op sample when b->samp is set; b->argmax is not used,
+ * b->cands must be NULL) and
  * returns without waiting for it; model_forward_wait waits for the oldest queued step and
  * writes its n_out ids to argmax. At most two steps are queued at once, so the host builds
  * and queues step t + 1 while the device runs step t. b->tokens may be NULL: token i of the
@@ -150,7 +161,7 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
  * on the device, so a decode continues before its last token reached the host. The results
  * are those of model_forward with the same tokens. A model_forward in between ends such
  * continuations (the next queued step needs tokens); queued steps still wait in order.
- * model_can_argmax() must hold. Engine thread only. Returns 0 or a CERR_*; a failed call
+ * model_can_argmax() (model_can_sample() with b->samp) must hold. Engine thread only. Returns 0 or a CERR_*; a failed call
  * queues nothing. model_queued: steps queued and not yet waited for. */
 int model_forward_queue(const struct model *m, struct model_ws *ws,
                         const struct model_kv_view *kv, const struct model_batch *b,
@@ -168,6 +179,10 @@ long model_lead_steps(const struct model_ws *ws);
 int model_can_argmax(const struct model *m);
 /* 1 when the backend computes sampling candidates (model_batch.cands is honoured). */
 int model_can_topcand(const struct model *m);
+/* 1 when the backend samples rows itself (model_batch.samp is honoured). */
+int model_can_sample(const struct model *m);
+/* The most words of model_batch.samp for a step of n_out output rows. */
+int model_samp_words_max(int n_out);
 /* Copies output row `row` (0 <= row < n_out) of the last successful model_forward's logits
  * (n_vocab floats) to host dst: the device logits stay intact until the next forward, so a
  * step that downloaded only argmax ids or candidates can still fetch a row it needs whole.

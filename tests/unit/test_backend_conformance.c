@@ -17,11 +17,13 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/be_sample.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/quant.h"
 #ifdef CINFER_HAVE_CUDA
 #include "backend/cuda/cuda.h"
 #endif
+#include "engine/sampler.h"
 #include "util/half.h"
 
 static const char *const g_backends[] = {"cpu:scalar", "cpu:avx2", "cpu:avx512", "cuda"};
@@ -969,6 +971,190 @@ static void test_topcand(void)
     CHECK(ran > 0);
 }
 
+/* ---- sample: rows decided on the backend vs the host sampler (backend/be_sample.h) ----
+ * Each row's parameters come from a real sampler (sampler_device_row); the expected id and
+ * processed logits come from sampler_sample on a copy of the row, with a sampler that saw
+ * the same history (and, for a continuation, the previous id and one more step). Exact:
+ * the same ids and the same logit bits, on every backend, batched and alone. */
+enum { SP_ROWS = 9 };
+
+static void sp_params(int kind, uint64_t seed, struct sampler_params *p, struct sampler_bias *bias,
+                      int V)
+{
+    sampler_params_default(p);
+    p->seed = seed;
+    switch (kind) {
+    case 0: break; /* temperature 0.7 alone: the SDK default */
+    case 1: p->temperature = 1.0f; break;
+    case 2: p->temperature = 0.25f; break;
+    case 3: /* greedy + 256 logit_bias ids (one banned) */
+    case 4: /* T = 1.3 + the same bias */
+        p->temperature = kind == 3 ? 0.0f : 1.3f;
+        for (int i = 0; i < 256; i++)
+            bias[i].id = (int32_t)(rng_u64() % (uint64_t)V), bias[i].bias = rng_f() * 8.0f;
+        bias[7].bias = -INFINITY;
+        p->logit_bias = bias, p->n_logit_bias = 256;
+        break;
+    case 5: /* the three penalties on three windows (frequency: the whole history) */
+        p->repetition_penalty = 1.3f, p->repetition_context_size = 20;
+        p->presence_penalty = 0.7f, p->presence_context_size = 64;
+        p->frequency_penalty = 0.4f, p->frequency_context_size = 0;
+        break;
+    case 6: /* greedy + repetition penalty: the penalised argmax */
+        p->temperature = 0.0f, p->repetition_penalty = 1.5f;
+        break;
+    case 7: p->temperature = 2.0f, p->presence_penalty = -1.0f; break;
+    default: p->temperature = 0.7f, p->xtc_probability = 0.0f; break;
+    }
+}
+
+static void test_sample(void)
+{
+    static const int lens[] = {5000, 128256};
+    int ran = 0;
+    for (int li = 0; li < 2; li++) {
+        const int V = lens[li];
+        for (int round = 0; round < 3; round++) {
+            const int ahead = round == 2; /* the last round continues a queued step */
+            rng_seed(900 + (uint64_t)li * 10 + (uint64_t)round);
+            float *x = malloc(sizeof(float) * SP_ROWS * V), *want_x = malloc(sizeof(float) * SP_ROWS * V);
+            float *got_x = malloc(sizeof(float) * SP_ROWS * V);
+            int32_t *blob = calloc((size_t)SP_ROWS * (BE_SAMPLE_ROW_WORDS + BE_SAMPLE_AUX_PER_ROW), 4);
+            int32_t want[SP_ROWS], got[SP_ROWS], prev[SP_ROWS], hist[300];
+            static struct sampler_bias bias[SP_ROWS][256];
+            int used = SP_ROWS * BE_SAMPLE_ROW_WORDS;
+            fill_f(x, (int64_t)SP_ROWS * V, 8.0f);
+            for (int i = 0; i < V; i += 97) /* a few NaN and -inf: never drawn */
+                x[(size_t)1 * V + i] = NAN, x[(size_t)2 * V + i + 1] = -INFINITY;
+            memcpy(want_x, x, sizeof(float) * SP_ROWS * V);
+            for (int r = 0; r < SP_ROWS; r++) {
+                struct sampler_params p;
+                sp_params(r, 1000 + (uint64_t)round * 31 + (uint64_t)r, &p, bias[r], V);
+                int nh = 40 + (int)(rng_u64() % 200);
+                for (int i = 0; i < nh; i++) /* repeats: a small alphabet near the top */
+                    hist[i] = (int32_t)(rng_u64() % 50) * (V / 50);
+                prev[r] = hist[rng_u64() % (uint64_t)nh];
+                struct sampler *s = NULL, *ref = NULL;
+                struct cerr e = {0};
+                CHECK(sampler_new(&s, &p, V, &e) == 0 && sampler_new(&ref, &p, V, &e) == 0);
+                if (!s || !ref)
+                    return;
+                sampler_prime(s, hist, nh);
+                sampler_prime(ref, hist, nh);
+                struct be_sample_row row;
+                int k = sampler_device_row(s, ahead, hist, nh, &row, blob + used,
+                                           SP_ROWS * (BE_SAMPLE_ROW_WORDS + BE_SAMPLE_AUX_PER_ROW) - used, used);
+                CHECK_MSG(k >= 0, "row %d: the op cannot take it", r);
+                if (r == SP_ROWS - 1 && round == 1)
+                    row.skip = 1; /* left alone: -1, logits untouched */
+                memcpy(blob + (size_t)r * BE_SAMPLE_ROW_WORDS, &row, sizeof row);
+                used += k > 0 ? k : 0;
+                if (ahead) { /* the sampler saw the previous id and one more step */
+                    sampler_accept(ref, prev[r]);
+                    sampler_skip(ref);
+                }
+                want[r] = row.skip ? -1 : sampler_sample(ref, want_x + (size_t)r * V, NULL);
+                sampler_free(s), sampler_free(ref);
+            }
+            for (int bi = 0; bi < N_BACKENDS; bi++) {
+                struct be *b = g.cand[bi][0];
+                if (!b || !b->ops->sample)
+                    continue;
+                ran++;
+                float *dx = dev_from(b, x, sizeof(float) * SP_ROWS * V);
+                int32_t *dp = dev_from(b, blob, (size_t)used * 4);
+                int32_t *dprev = dev_from(b, prev, sizeof prev);
+                int32_t *dout = dev_from(b, NULL, sizeof got);
+                b->ops->sample(b, dout, dx, SP_ROWS, V, dp, ahead ? dprev : NULL);
+                host_from(b, got, dout, sizeof got);
+                host_from(b, got_x, dx, sizeof(float) * SP_ROWS * V);
+                for (int r = 0; r < SP_ROWS; r++) {
+                    CHECK_MSG(got[r] == want[r], "%s n %d round %d row %d: id %d, sampler %d",
+                              g_backends[bi], V, round, r, got[r], want[r]);
+                    CHECK_MSG(memcmp(got_x + (size_t)r * V, want_x + (size_t)r * V,
+                                     sizeof(float) * (size_t)V) == 0,
+                              "%s n %d round %d row %d: processed logits differ", g_backends[bi],
+                              V, round, r);
+                }
+                /* batch invariance: the last rows alone (the params blob seen from row r) */
+                for (int r = SP_ROWS - 3; r < SP_ROWS; r++) {
+                    b->ops->upload(b, dx, x, sizeof(float) * SP_ROWS * V, &(struct cerr){0});
+                    int32_t one = -2;
+                    struct be_sample_row row;
+                    memcpy(&row, blob + (size_t)r * BE_SAMPLE_ROW_WORDS, sizeof row);
+                    int32_t *ob = malloc((size_t)used * 4);
+                    memcpy(ob, blob, (size_t)used * 4);
+                    memcpy(ob, &row, sizeof row); /* row r as row 0 (offsets are absolute) */
+                    b->ops->upload(b, dp, ob, (size_t)used * 4, &(struct cerr){0});
+                    b->ops->sample(b, dout, dx + (size_t)r * V, 1, V, dp,
+                                   ahead ? dprev + r : NULL);
+                    host_from(b, &one, dout, 4);
+                    CHECK_MSG(one == want[r], "%s n %d round %d row %d alone: %d, want %d",
+                              g_backends[bi], V, round, r, one, want[r]);
+                    b->ops->upload(b, dp, blob, (size_t)used * 4, &(struct cerr){0});
+                    free(ob);
+                }
+                b->ops->free(b, dx), b->ops->free(b, dp), b->ops->free(b, dprev),
+                    b->ops->free(b, dout);
+            }
+            free(x), free(want_x), free(got_x), free(blob);
+        }
+    }
+    CHECK(ran > 0);
+}
+
+/* A distribution check of the op's draw at T = 0.7 on a small row: 20000 seeded draws of
+ * one row on each backend (one call of 20000 rows) against the exact softmax, chi-square
+ * over the ids with expected count >= 5 (df ~ 40: fails above 100). */
+static void test_sample_distribution(void)
+{
+    enum { DN = 64, DR = 20000 };
+    float row[DN];
+    rng_seed(77);
+    fill_f(row, DN, 3.0f);
+    double pr[DN], z = 0, mx = -INFINITY;
+    for (int i = 0; i < DN; i++)
+        mx = row[i] > mx ? row[i] : mx;
+    for (int i = 0; i < DN; i++)
+        z += pr[i] = exp((row[i] - mx) / 0.7);
+    float *x = malloc(sizeof(float) * DN * DR);
+    int32_t *blob = calloc((size_t)DR * BE_SAMPLE_ROW_WORDS, 4), *ids = malloc(4 * DR);
+    for (int r = 0; r < DR; r++) {
+        memcpy(x + (size_t)r * DN, row, sizeof row);
+        struct be_sample_row p = {.inv_t = 1.0f / 0.7f, .rep_w = -1, .pres_w = -1, .freq_w = -1};
+        uint64_t u = sampler_uniform_bits(5, (uint64_t)r, 0);
+        p.u_lo = (uint32_t)u, p.u_hi = (uint32_t)(u >> 32);
+        memcpy(blob + (size_t)r * BE_SAMPLE_ROW_WORDS, &p, sizeof p);
+    }
+    for (int bi = 0; bi < N_BACKENDS; bi++) {
+        struct be *b = g.cand[bi][0];
+        if (!b || !b->ops->sample)
+            continue;
+        float *dx = dev_from(b, x, sizeof(float) * DN * DR);
+        int32_t *dp = dev_from(b, blob, (size_t)DR * BE_SAMPLE_ROW_WORDS * 4);
+        int32_t *dout = dev_from(b, NULL, 4 * DR);
+        b->ops->sample(b, dout, dx, DR, DN, dp, NULL);
+        host_from(b, ids, dout, 4 * DR);
+        int cnt[DN] = {0}, bad = 0;
+        for (int r = 0; r < DR; r++)
+            if (ids[r] >= 0 && ids[r] < DN)
+                cnt[ids[r]]++;
+            else
+                bad++;
+        double chi = 0;
+        int df = 0;
+        for (int i = 0; i < DN; i++) {
+            double e = DR * pr[i] / z;
+            if (e >= 5)
+                chi += (cnt[i] - e) * (cnt[i] - e) / e, df++;
+        }
+        CHECK_EQ_INT(bad, 0);
+        CHECK_MSG(chi < 2.5 * df, "%s: chi-square %.1f over %d ids", g_backends[bi], chi, df);
+        b->ops->free(b, dx), b->ops->free(b, dp), b->ops->free(b, dout);
+    }
+    free(x), free(blob), free(ids);
+}
+
 static void test_get_rows(void)
 {
     for (int ti = 0; ti < N_WTYPES; ti++) {
@@ -1825,6 +2011,8 @@ int main(void)
     RUN(test_matmul_chain);
     RUN(test_argmax);
     RUN(test_topcand);
+    RUN(test_sample);
+    RUN(test_sample_distribution);
     RUN(test_get_rows);
     RUN(test_attention);
     RUN(test_kv_store);

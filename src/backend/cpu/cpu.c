@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "backend/be_sample.h"
 #include "backend/cpu/cpu_int.h"
 #include "util/log.h"
 
@@ -254,6 +255,14 @@ static int cpu_sync(struct be *b, struct cerr *e)
     return 0;
 }
 
+/* The op sample: the reference itself (host memory is the backend's memory). */
+static void cpu_sample(struct be *b, int32_t *out, float *x, int rows, int n, const void *params,
+                       const int32_t *prev)
+{
+    (void)b;
+    be_sample_ref(out, x, rows, n, params, prev);
+}
+
 /* The argmax rule of backend.h: lowest index on ties, NaN never wins. */
 static void cpu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n)
 {
@@ -422,6 +431,7 @@ static const struct be_ops g_cpu_ops = {
     .softcap = cpu_softcap,
     .argmax = cpu_argmax,
     .topcand = cpu_topcand,
+    .sample = cpu_sample,
 };
 
 struct be *be_cpu_new(const struct be_config *cfg, struct cerr *e)

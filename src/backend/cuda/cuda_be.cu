@@ -388,6 +388,7 @@ static const struct be_ops g_cuda_ops = {
     .rope_kv_store = cq_rope_kv_store,
     .argmax = cq_argmax,
     .topcand = cq_topcand,
+    .sample = cq_sample,
     .fetch_start = cu_fetch_start,
     .fetch_wait = cu_fetch_wait,
     .bind_thread = cu_bind_thread,

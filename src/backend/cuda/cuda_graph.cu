@@ -459,6 +459,19 @@ void cq_topcand(struct be *b, void *out, const float *x, int rows, int n, float 
           a_.cap = cap);
 }
 
+struct a_sp { int32_t *out; float *x; int rows, n; const void *params; const int32_t *prev; };
+static void r_sp(struct be *b, const void *p)
+{
+    const struct a_sp *a = (const struct a_sp *)p;
+    cu_sample(b, a->out, a->x, a->rows, a->n, a->params, a->prev);
+}
+void cq_sample(struct be *b, int32_t *out, float *x, int rows, int n, const void *params,
+               const int32_t *prev)
+{
+    DEFER(r_sp, struct a_sp, a_.out = out, a_.x = x, a_.rows = rows, a_.n = n,
+          a_.params = params, a_.prev = prev);
+}
+
 int cu_graph_replay_last(struct cu_be *cb, int k, int reps, double *us)
 {
     struct cu_graphs *g = cb->graphs;

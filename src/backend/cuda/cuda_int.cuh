@@ -229,6 +229,8 @@ void cu_mmf_init(void);
 int cu_mm_chain_ok(const struct cu_be *cb, const struct be_mm *m);
 void cu_rope_kv_store(struct be *b, const struct be_rope_kv *r);
 void cu_argmax(struct be *b, int32_t *out, const float *x, int rows, int n);
+void cu_sample(struct be *b, int32_t *out, float *x, int rows, int n, const void *params,
+               const int32_t *prev);
 void cu_topcand_launch(struct be *b, void *out, const float *x, int rows, int n, float span,
                        int cap); /* the launch alone (what a recorded call runs) */
 /* y = x W^T on the skinny tensor-core kernel; 0 (nothing launched) when it does not take
@@ -265,6 +267,8 @@ void cq_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
 void cq_matmul_fused(struct be *b, const struct be_mm *m);
 void cq_rope_kv_store(struct be *b, const struct be_rope_kv *r);
 void cq_argmax(struct be *b, int32_t *out, const float *x, int rows, int n);
+void cq_sample(struct be *b, int32_t *out, float *x, int rows, int n, const void *params,
+               const int32_t *prev);
 void cq_topcand(struct be *b, void *out, const float *x, int rows, int n, float span, int cap);
 
 /* One-time kernel attributes (shared-memory opt-in); 0 or a CUDA error. */

@@ -7,6 +7,7 @@
  */
 #include <math.h>
 
+#include "backend/be_sample.h"
 #include "backend/cuda/cuda_int.cuh"
 
 enum { AM_THREADS = 1024 };
@@ -638,4 +639,211 @@ void cu_topcand_launch(struct be *b, void *out, const float *x, int rows, int n,
                   span, cap, be_topcand_stride(cap));
     }
     cu_after_launch(cb, "topcand");
+}
+
+/* ---- sample (backend.h, backend/be_sample.h): one block per row ----
+ * 1. the processors, in the documented order: the thread of an id's first logit_bias
+ *    entry adds that id's entries in list order; then per penalty (repetition, presence, frequency) each thread takes entries of
+ *    the window, and the thread holding an id's first occurrence applies it (with its
+ *    count): distinct ids, so no two threads write one logit; a barrier between penalties;
+ * 2. max and argmax (the argmax rule above): the argmax is the id when inv_t is 0 or the
+ *    max is not finite;
+ * 3. the exact draw: the row cut into at most SP_SEGS segments of a multiple of 32; each
+ *    warp sums the integer weights of its segments, the block scans the segment sums, the
+ *    thread whose segment holds the target r names it, and warp 0 scans that segment.
+ *    Integer sums do not depend on their order, so the id is be_sample_ref's. */
+
+enum { SP_THREADS = 512, SP_SEGS = SP_THREADS, SP_WARPS = SP_THREADS / 32 };
+
+/* be_fast_exp with each rounding spelled out (no contraction into fma). */
+__device__ __forceinline__ float sp_exp(float x)
+{
+    const bool ok = x >= -87.0f; /* false for NaN */
+    const float xc = ok ? (x > 88.0f ? 88.0f : x) : -87.0f;
+    const float n = __fsub_rn(__fadd_rn(__fmul_rn(xc, 1.44269504088896341f), 12582912.0f),
+                              12582912.0f);
+    float r = __fsub_rn(xc, __fmul_rn(n, 0.693359375f));
+    r = __fsub_rn(r, __fmul_rn(n, -2.12194440e-4f));
+    float p = 1.9875691500e-4f;
+    p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
+    p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
+    p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
+    p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
+    p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
+    p = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(p, r), r), r), 1.0f);
+    const float y = __fmul_rn(p, __uint_as_float((uint32_t)((int)n + 127) << 23));
+    return ok ? y : 0.0f;
+}
+
+/* be_sample_q of the weight of logit v. */
+__device__ __forceinline__ unsigned long long sp_q(float v, float mx, float inv_t)
+{
+    const float w = sp_exp(__fmul_rn(__fsub_rn(v, mx), inv_t));
+    return __float2ull_rz(__fmul_rn(w, 1099511627776.0f));
+}
+
+__device__ __forceinline__ unsigned long long sp_warp_sum(unsigned long long v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Inclusive prefix sum over the warp's lanes. */
+__device__ __forceinline__ unsigned long long sp_warp_scan(unsigned long long v, int lane)
+{
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        unsigned long long u = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o)
+            v += u;
+    }
+    return v;
+}
+
+__global__ void __launch_bounds__(SP_THREADS)
+    k_sample(int32_t *out, float *x, int n, const int32_t *blob, const int32_t *prev)
+{
+    __shared__ float sv[SP_WARPS];
+    __shared__ int si[SP_WARPS];
+    __shared__ unsigned long long seg[SP_SEGS], wsum[32];
+    __shared__ int s_seg;
+    __shared__ unsigned long long s_base;
+    cu_pdl_wait();
+    const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const struct be_sample_row p =
+        *(const struct be_sample_row *)(blob + (size_t)row * BE_SAMPLE_ROW_WORDS);
+    float *lg = x + (size_t)row * n;
+    if (p.skip) {
+        if (tid == 0)
+            out[row] = -1;
+        return;
+    }
+    /* 1. processors */
+    if (p.n_bias > 0) { /* the thread of an id's first entry adds all its entries, in order */
+        const int32_t *bl = blob + p.bias_off;
+        for (int i = tid; i < p.n_bias; i += SP_THREADS) {
+            const int id = bl[2 * i];
+            bool first = id >= 0 && id < n;
+            for (int j = 0; j < i && first; j++)
+                first = bl[2 * j] != id;
+            if (!first)
+                continue;
+            float v = lg[id];
+            for (int j = i; j < p.n_bias; j++)
+                if (bl[2 * j] == id)
+                    v = __fadd_rn(v, __int_as_float(bl[2 * j + 1]));
+            lg[id] = v;
+        }
+        __syncthreads();
+    }
+    const int hn = p.n_hist + (p.use_prev != 0);
+    const int32_t *h = blob + p.hist_off;
+    const int prev_id = p.use_prev && prev ? prev[row] : -1;
+    for (int op = 0; op < 3 && hn > 0; op++) {
+        const int W = op == 0 ? p.rep_w : op == 1 ? p.pres_w : p.freq_w;
+        const float pen = op == 0 ? p.rep : op == 1 ? p.pres : p.freq;
+        if (W < 0)
+            continue;
+        const int lo = W > 0 && W < hn ? hn - W : 0;
+        for (int k = lo + tid; k < hn; k += SP_THREADS) {
+            const int id = k < p.n_hist ? h[k] : prev_id;
+            if (id < 0 || id >= n)
+                continue;
+            bool first = true;
+            int cnt = 0;
+            for (int j = lo; j < hn; j++)
+                if ((j < p.n_hist ? h[j] : prev_id) == id) {
+                    first = first && j >= k;
+                    cnt++;
+                }
+            if (!first)
+                continue;
+            const float v = lg[id];
+            lg[id] = op == 0   ? (v < 0 ? __fmul_rn(v, pen) : __fdiv_rn(v, pen))
+                     : op == 1 ? __fsub_rn(v, pen)
+                               : __fsub_rn(v, __fmul_rn(pen, (float)cnt));
+        }
+        __syncthreads();
+    }
+    /* 2. max and argmax */
+    float bv = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = tid; i < n; i += SP_THREADS) {
+        const float v = lg[i];
+        if (am_better(v, i, bv, bi))
+            bv = v, bi = i;
+    }
+    am_warp(bv, bi);
+    if (lane == 0)
+        sv[warp] = bv, si[warp] = bi;
+    __syncthreads();
+    bv = lane < SP_WARPS ? sv[lane] : -INFINITY, bi = lane < SP_WARPS ? si[lane] : 0x7fffffff;
+    am_warp(bv, bi); /* every warp reduces the partials: all threads agree */
+    const float mx = bv;
+    if (!(p.inv_t > 0.0f) || !isfinite(mx)) {
+        if (tid == 0)
+            out[row] = bi == 0x7fffffff ? 0 : bi;
+        return;
+    }
+    /* 3. the exact draw */
+    const int L = ((n + SP_SEGS - 1) / SP_SEGS + 31) & ~31, nseg = (n + L - 1) / L;
+    for (int s = warp; s < nseg; s += SP_WARPS) {
+        const int hi = min(n, (s + 1) * L);
+        unsigned long long q = 0;
+        for (int i = s * L + lane; i < hi; i += 32)
+            q += sp_q(lg[i], mx, p.inv_t);
+        q = sp_warp_sum(q);
+        if (lane == 0)
+            seg[s] = q;
+    }
+    __syncthreads();
+    const unsigned long long v = tid < nseg ? seg[tid] : 0ull;
+    unsigned long long inc = sp_warp_scan(v, lane);
+    if (lane == 31)
+        wsum[warp] = inc;
+    __syncthreads();
+    if (warp == 0) {
+        const unsigned long long t = sp_warp_scan(lane < SP_WARPS ? wsum[lane] : 0ull, lane);
+        wsum[lane] = t; /* inclusive over the warps */
+    }
+    __syncthreads();
+    if (warp > 0)
+        inc += wsum[warp - 1];
+    const unsigned long long total = wsum[SP_WARPS - 1];
+    const uint64_t u53 = (uint64_t)p.u_hi << 32 | p.u_lo;
+    const unsigned long long r = __umul64hi(u53 << 11, total);
+    if (tid < nseg && inc - v <= r && r < inc)
+        s_seg = tid, s_base = inc - v;
+    __syncthreads();
+    if (warp != 0)
+        return;
+    const int s = s_seg, hi = min(n, (s + 1) * L);
+    unsigned long long base = s_base;
+    for (int i0 = s * L; i0 < hi; i0 += 32) {
+        const int i = i0 + lane;
+        const unsigned long long q = i < hi ? sp_q(lg[i], mx, p.inv_t) : 0ull;
+        const unsigned long long c = base + sp_warp_scan(q, lane);
+        const unsigned hit = __ballot_sync(0xffffffffu, c > r);
+        if (hit) {
+            if (lane == 0)
+                out[row] = i0 + __ffs(hit) - 1;
+            return;
+        }
+        base = __shfl_sync(0xffffffffu, c, 31);
+    }
+    if (lane == 0) /* not reached: r < total */
+        out[row] = hi - 1;
+}
+
+void cu_sample(struct be *b, int32_t *out, float *x, int rows, int n, const void *params,
+               const int32_t *prev)
+{
+    struct cu_be *cb = cu_be(b);
+    if (rows <= 0 || n <= 0)
+        return;
+    cu_launch(cb, k_sample, dim3((unsigned)rows), dim3(SP_THREADS), 0, out, x, n,
+              (const int32_t *)params, prev);
+    cu_after_launch(cb, "sample");
 }
