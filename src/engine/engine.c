@@ -54,6 +54,7 @@ static void req_free(struct engine *g, struct ereq *r)
     if (g->kv_swa)
         kv_seq_release(g->kv_swa, &r->seq_swa);
     sampler_free(r->smp);
+    spec_req_free(g->spec, r->spec);
     tok_stream_free(r->ts);
     stop_free(r->stop);
     free(r->tokens);
@@ -117,6 +118,8 @@ int engine_submit(struct engine *g, const struct engine_req *q, uint64_t *id, st
         rc = cerr_set(e, CERR_NOMEM, "out of memory");
     if (!rc)
         rc = stop_new(&r->stop, q->stops, q->n_stops, e);
+    if (!rc && g->spec && !(r->spec = spec_req_new(g->spec)))
+        rc = cerr_set(e, CERR_NOMEM, "out of memory");
     if (!rc && g->n_xtc_exempt)
         rc = sampler_set_xtc_exempt(r->smp, g->xtc_exempt, g->n_xtc_exempt)
                  ? cerr_set(e, CERR_NOMEM, "out of memory")
@@ -188,6 +191,9 @@ static void ev_fill_counts(const struct ereq *r, struct engine_event *ev)
     ev->n_prompt = r->n_prompt;
     ev->n_gen = r->n_gen;
     ev->n_cached = r->n_cached;
+    ev->spec_drafted = r->spec_drafted;
+    ev->spec_accepted = r->spec_accepted;
+    ev->spec_calls = r->spec_calls;
 }
 
 /* Terminal DONE: releases held text, calls back, frees. r must not be in run/wait. */
@@ -211,6 +217,8 @@ static void finish(struct engine *g, struct ereq *r, int reason, int stop_index)
      * right after its response sees them */
     kv_cache_commit_tail(g->kv, &r->seq, g->root, r->tokens, r->n_past);
     kv_seq_release(g->kv, &r->seq);
+    if (g->spec && reason != ENGINE_FINISH_CANCELLED)
+        spec_req_done(g->spec, r->spec, r->tokens, r->n_prompt, r->n_tokens);
     if (g->kv_swa) {
         kv_cache_commit_tail(g->kv_swa, &r->seq_swa, g->root, r->tokens, r->n_past);
         kv_seq_release(g->kv_swa, &r->seq_swa);
@@ -340,6 +348,62 @@ static void fill_tables(struct engine *g, int n_rows, int mb)
     }
 }
 
+/* The id of output row `out` for r: the backend's argmax (use_am), the candidates
+ * (use_tc), else the host logits. Returns -1 when r failed (and was freed). */
+static int32_t sample_row(struct engine *g, struct ereq *r, int out, int use_am, int use_tc,
+                          struct sampler_logprob *lp)
+{
+    if (use_am) {
+        sampler_skip(r->smp);
+        return g->am[out];
+    }
+    if (use_tc)
+        return sample_from_cands(g, r, out, lp);
+    return sampler_sample(r->smp, g->logits + (size_t)out * g->m->hp.n_vocab,
+                          r->want_lp ? lp : NULL);
+}
+
+/* Speculation: row w fed r's last token and k drafts and got k + 1 logits rows. Row j is
+ * sampled exactly as a plain decode step at that position would be (the same sampler, in
+ * order, with the history of the tokens before it), and the draft is kept while it equals
+ * what was sampled: the output is that of decoding without drafts. For greedy rows this is
+ * exact acceptance; for T > 0 it is speculative rejection sampling with a one-point
+ * proposal (accepting draft d with probability p(d), else drawing from p without d), here
+ * with the very uniform the plain decode would use. The K/V of the rejected drafts is
+ * rolled back (blocks past the kept positions are released). */
+static void verify_row(struct engine *g, struct row *w, int use_am, int use_tc)
+{
+    struct ereq *r = w->r;
+    int k = w->k, base = r->n_past, acc = 0;
+    int32_t d[SPEC_MAX_DRAFT];
+    memcpy(d, r->tokens + r->n_tokens, (size_t)k * sizeof *d);
+    r->spec_drafted += k;
+    r->spec_calls++;
+    for (int j = 0; j <= k; j++) {
+        /* positions base .. base + j hold the last token and the j drafts kept so far */
+        r->n_past = base + 1 + j;
+        kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
+        struct sampler_logprob lp;
+        int32_t id = sample_row(g, r, w->out + j, use_am, use_tc, &lp);
+        if (id < 0) {
+            spec_observe(g->spec, NULL, k, acc, 0);
+            return; /* the request failed */
+        }
+        int hit = j < k && id == d[j];
+        acc += hit;
+        r->spec_accepted += hit;
+        g->spec_gen += j > 0;
+        if (on_token(g, r, id, &lp)) {
+            spec_observe(g->spec, NULL, k, acc, 0); /* r finished */
+            return;
+        }
+        if (!hit)
+            break;
+    }
+    kv_seq_trim(g->kv, &r->seq, r->n_past);
+    spec_observe(g->spec, r->spec, k, acc, r->n_past);
+}
+
 static int run_step(struct engine *g, int n_rows)
 {
     int nt = 0, n_out = 0, mb = 1;
@@ -355,9 +419,10 @@ static int run_step(struct engine *g, int n_rows)
             if (g->kv_swa)
                 g->slots_swa[nt] = kv_seq_slot(g->kv_swa, &r->seq_swa, p);
         }
-        if (r->n_past + w->n == r->n_tokens) {
+        if (r->n_past + w->n == r->n_tokens + w->k) { /* k + 1 rows for drafts */
             w->out = n_out;
-            g->out_idx[n_out++] = nt - 1;
+            for (int j = w->k; j >= 0; j--)
+                g->out_idx[n_out++] = nt - 1 - j;
         }
         if (r->seq.n_blocks > mb)
             mb = r->seq.n_blocks;
@@ -402,11 +467,14 @@ static int run_step(struct engine *g, int n_rows)
         return -1;
     }
     g->steps++;
-    int V = g->m->hp.n_vocab;
     long n_prompt_fed = 0;
     for (int s = 0; s < n_rows; s++) {
         struct row *w = &g->rows[s];
         struct ereq *r = w->r;
+        if (w->k > 0) {
+            verify_row(g, w, use_am, use_tc);
+            continue;
+        }
         if (r->n_past < r->n_prompt)
             n_prompt_fed += (r->n_past + w->n < r->n_prompt ? r->n_past + w->n : r->n_prompt) -
                             r->n_past;
@@ -420,18 +488,10 @@ static int run_step(struct engine *g, int n_rows)
         if (w->out < 0)
             continue;
         struct sampler_logprob lp;
-        int32_t id;
-        if (use_am) {
-            id = g->am[w->out];
-            sampler_skip(r->smp);
-        } else if (use_tc) {
-            id = sample_from_cands(g, r, w->out, &lp);
-            if (id < 0)
-                continue; /* the request failed */
-        } else {
-            id = sampler_sample(r->smp, g->logits + (size_t)w->out * V, r->want_lp ? &lp : NULL);
-        }
-        on_token(g, r, id, &lp);
+        int32_t id = sample_row(g, r, w->out, use_am, use_tc, &lp);
+        r->spec_calls++;
+        if (id >= 0) /* else the request failed */
+            on_token(g, r, id, &lp);
     }
     pthread_mutex_lock(&g->mu);
     g->st.prompt_tokens += n_prompt_fed;
@@ -459,7 +519,7 @@ static int burst_ok(const struct engine *g, int n_rows)
 {
     /* requests may be waiting: the plan admitted none of them, and only an end (which
      * ends the burst) or new input (which ends it too) can make room */
-    if (!g->overlap || !g->can_argmax || g->kv_swa)
+    if (!g->overlap || !g->can_argmax || g->kv_swa || g->spec)
         return 0;
     for (int s = 0; s < n_rows; s++) {
         const struct row *w = &g->rows[s];
@@ -584,7 +644,9 @@ static void publish_stats(struct engine *g, long gen_delta)
     g->st.waiting = g->wait.n;
     g->st.preempted = g->preempted;
     g->st.steps = g->steps;
-    g->st.gen_tokens += gen_delta;
+    g->st.gen_tokens += gen_delta + g->spec_gen;
+    g->spec_gen = 0;
+    eng_spec_stats(g);
     g->st.blocks_total = g->kv->n_blocks;
     g->st.blocks_free = kv_pool_available(g->kv);
     if (g->kv_swa) {
@@ -759,7 +821,7 @@ static int cands_init(struct engine *g, struct cerr *e)
     int rc = model_ws_reserve_cands(g->ws, cap, e);
     if (rc)
         return rc;
-    g->cands = malloc((size_t)g->c.max_seqs * be_topcand_stride(cap));
+    g->cands = malloc((size_t)g->max_out * be_topcand_stride(cap));
     if (!g->cands)
         return cerr_set(e, CERR_NOMEM, "out of memory");
     g->cand_cap = cap;
@@ -821,8 +883,12 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
     g->view = (struct model_kv_view){.k = g->view_k, .v = g->view_v, .kv_dtype = c->kv_dtype,
                                      .block_size = c->block_size};
     namespace_root(g);
+    g->max_out = S;
     if (!rc)
-        rc = model_ws_new(&g->ws, m, T, S, S, g->max_blocks, e);
+        rc = eng_spec_init(g, e); /* may widen max_out */
+    int O = g->max_out;
+    if (!rc)
+        rc = model_ws_new(&g->ws, m, T, O, S, g->max_blocks, e);
     if (!rc) {
         g->run = calloc((size_t)S, sizeof *g->run);
         g->rows = calloc((size_t)S, sizeof *g->rows);
@@ -830,8 +896,8 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->pos = malloc((size_t)T * sizeof(int32_t));
         g->seqv = malloc((size_t)T * sizeof(int32_t));
         g->slots = malloc((size_t)T * sizeof(int32_t));
-        g->out_idx = malloc((size_t)S * sizeof(int32_t));
-        g->am = malloc((size_t)S * sizeof(int32_t));
+        g->out_idx = malloc((size_t)O * sizeof(int32_t));
+        g->am = malloc((size_t)O * sizeof(int32_t));
         g->can_argmax = model_can_argmax(g->m) && !env_on("CINFER_HOST_ARGMAX");
         /* bursts where a queued step runs while the host goes on (a GPU); on a backend
          * that computes it at once (the CPU) a burst would only hold each token back by a
@@ -844,7 +910,7 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->slots_swa = malloc((size_t)T * sizeof(int32_t));
         g->tables_swa = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
         g->check_seqs_swa = malloc((size_t)S * sizeof *g->check_seqs_swa);
-        g->logits = malloc((size_t)S * V * sizeof(float));
+        g->logits = malloc((size_t)O * V * sizeof(float));
         g->check_seqs = malloc((size_t)S * sizeof *g->check_seqs);
         if (!g->run || !g->rows || !g->tokens || !g->pos || !g->seqv || !g->slots ||
             !g->out_idx || !g->am || !g->tables || !g->logits || !g->check_seqs || !g->slots_swa ||
@@ -888,6 +954,7 @@ void engine_free(struct engine *g)
         log_info("engine: %ld sampled rows from candidates, %ld fetched their logits",
                  g->cand_rows, g->full_rows);
     model_ws_free(g->ws);
+    spec_free(g->spec);
     kv_pool_free(g->kv);
     kv_pool_free(g->kv_swa);
     free(g->view_k);

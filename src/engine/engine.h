@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "engine/sampler.h"
+#include "engine/spec/spec.h"
 #include "model/model.h"
 #include "tokenizer/tok.h"
 #include "util/err.h"
@@ -36,6 +37,7 @@ struct engine_config {
                                 requests; joiners wait FIFO; 0 = off */
     int check_invariants;    /* run kv_pool_check after every step (tests; CINFER_CHECK_KV=1) */
     int no_swa_pool;         /* keep sliding-window layers in the one pool (tests, A/B) */
+    struct spec_config spec; /* speculative decoding (kind SPEC_NONE = off; spec/spec.h) */
 };
 
 /* Fills defaults for a model: n_ctx = min(train context, 32768), 8 sequences, 2048 tokens
@@ -65,6 +67,9 @@ struct engine_event {
     int stop_index;
     /* DONE and ERROR: counts so far */
     int n_prompt, n_gen, n_cached;
+    /* speculation (DONE and ERROR): draft tokens scored / accepted, target forwards that
+     * produced a token of this request */
+    int spec_drafted, spec_accepted, spec_calls;
     const char *error;       /* ERROR: the reason */
 };
 
@@ -103,6 +108,7 @@ struct engine_stats {
     /* steps of decode bursts (engine.c run_burst), each queued before the previous step's
      * ids were read back */
     long burst_steps;
+    struct spec_stats spec; /* speculation (kind SPEC_NONE when off) */
     char last_invariant_error[256];
 };
 
