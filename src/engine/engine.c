@@ -191,6 +191,7 @@ static void ev_fill_counts(const struct ereq *r, struct engine_event *ev)
     ev->n_prompt = r->n_prompt;
     ev->n_gen = r->n_gen;
     ev->n_cached = r->n_cached;
+    ev->spec_on = r->spec != NULL;
     ev->spec_drafted = r->spec_drafted;
     ev->spec_accepted = r->spec_accepted;
     ev->spec_calls = r->spec_calls;
@@ -923,6 +924,7 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         rc = cerr_set(e, CERR_NOMEM, "out of memory");
     if (!rc) {
         g->st.blocks_total = g->st.blocks_free = c->n_blocks;
+        eng_spec_stats(g);
         if (pthread_create(&g->th, NULL, engine_main, g))
             rc = cerr_set(e, CERR_NOMEM, "engine: cannot start its thread");
         else

@@ -69,6 +69,7 @@ struct engine_event {
     int n_prompt, n_gen, n_cached;
     /* speculation (DONE and ERROR): draft tokens scored / accepted, target forwards that
      * produced a token of this request */
+    int spec_on; /* the request ran with speculation on */
     int spec_drafted, spec_accepted, spec_calls;
     const char *error;       /* ERROR: the reason */
 };

@@ -79,6 +79,14 @@ static void serve_usage(FILE *f)
             "  --max-queue N          waiting requests before 429 (default 64)\n"
             "  --max-conns N          open connections before 429 (default 256)\n"
             "  --max-body BYTES       request body limit, 413 beyond (default 16777216)\n"
+            "  --draft-kind KIND      speculative decoding: ngram (prompt lookup), suffix\n"
+            "                         (request + recent outputs) or two-model (default when\n"
+            "                         --draft-model is given); output is unchanged\n"
+            "  --draft-model PATH     a smaller model with the same tokenizer drafts tokens\n"
+            "  --num-draft-tokens N   most draft tokens per row and step (default 10 for\n"
+            "                         ngram/suffix, 3 for two-model; sized down adaptively)\n"
+            "  --ngram-max N          longest trailing n-gram ngram looks up (default 3)\n"
+            "  --ngram-min N          shortest (default 1)\n"
             "  --no-open              do not open the browser chat page\n"
             "  -h, --help             this help\n");
 }
@@ -218,6 +226,8 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
             o->kv_f32 = 1, used = 0;
         else if (!strcmp(a, "--no-open"))
             o->no_open = 1, used = 0;
+        else if ((rc = serve_spec_flag(o, a, v)) != 0) /* speculation (serve_spec.c) */
+            rc = rc < 0 ? -1 : 0;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "cinfer serve: unknown option '%s' (see cinfer serve --help)\n", a);
             return -1;
@@ -404,6 +414,7 @@ static void ready_card(struct serve *sv, double t_ready)
            (double)sv->defaults.temperature, sv->defaults_src[0], topp, topk,
            o->thinking < 0 ? "model default" : o->thinking ? "on" : "off", sv->max_tokens_chat,
            sv->max_tokens_raw);
+    serve_spec_card(sv);
     printf("  Auth      %s\n", o->api_key ? "API key required" : "none (loopback bind is the "
                                                                    "protection)");
     printf("ready in %.2f s — Ctrl-C to stop\n\n", t_ready);
@@ -506,6 +517,8 @@ int cmd_serve(int argc, char **argv)
     if (sv->o.kv_budget_gb > 0)
         ec.kv_budget_bytes = (size_t)(sv->o.kv_budget_gb * 1e9);
     read_generation_config(sv, &ec);
+    if (serve_spec_setup(sv, be, &ec))
+        goto done;
     resolve_defaults(sv);
     sv->max_tokens_chat = sv->o.max_tokens ? sv->o.max_tokens : 65536;
     sv->max_tokens_raw = sv->o.max_tokens ? sv->o.max_tokens : 512;
@@ -557,6 +570,7 @@ done:
     free(sv->bos);
     free(sv->eos);
     tok_free(sv->tk);
+    serve_spec_free(sv);
     model_free(sv->m);
     be_free(be);
     free(sv);
