@@ -111,8 +111,8 @@ int spec_new(struct spec **out, const struct spec_config *c, int n_vocab, struct
     if (s->c.n_draft > SPEC_MAX_DRAFT)
         s->c.n_draft = SPEC_MAX_DRAFT;
     s->n_vocab = n_vocab;
-    for (int b = 0; b < SPEC_BUCKETS; b++)
-        s->g_acc[b] = s->g_rej[b] = 1;
+    for (int b = 0; b < SPEC_BUCKETS; b++) /* a prior of 1/2; 4/5 for a draft model */
+        s->g_acc[b] = c->kind == SPEC_TWO_MODEL ? 4 : 1, s->g_rej[b] = 1;
     int rc = 0;
     if (c->kind == SPEC_TWO_MODEL)
         rc = spec_draft_new(s, e);
@@ -267,10 +267,25 @@ int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int 
         fill_p(s, q, b, m, p);
         break;
     }
-    case SPEC_TWO_MODEL:
-        m = spec_draft_propose(s, q, tokens, n, max, out);
+    case SPEC_TWO_MODEL: {
+        /* each draft token costs a draft forward: draft only as far as it pays for one row */
+        float a = alpha(s, q, 0), beta = spec_step_cost(s) + s->c.draft_cost, pj = 1;
+        double value = 1, cost = 1;
+        int k = 0;
+        while (k < max && s->c.adaptive) {
+            pj *= a;
+            if (pj * cost < beta * value)
+                break;
+            value += pj;
+            cost += beta;
+            k++;
+        }
+        if (s->c.adaptive)
+            max = k > 0 ? k : q->idle >= SPEC_PROBE ? 1 : 0;
+        m = max > 0 ? spec_draft_propose(s, q, tokens, n, max, out) : 0;
         fill_p(s, q, 0, m, p);
         break;
+    }
     default:
         break;
     }
@@ -278,6 +293,13 @@ int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int 
         for (int j = 0; j < m; j++)
             p[j] = 1;
     return m;
+}
+
+int spec_step_wants(const struct spec *s, int n_decode, int n_tok)
+{
+    if (s->c.kind != SPEC_TWO_MODEL || !s->c.adaptive)
+        return 1;
+    return n_decode <= 2 && n_tok == n_decode;
 }
 
 /* ---- the policy ----------------------------------------------------------------------- */

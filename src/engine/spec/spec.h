@@ -49,6 +49,8 @@ struct spec_config {
     const struct model *draft; /* two-model: the draft model (borrowed; outlives the engine) */
     float step_cost;          /* cost of one more token in a step, relative to a one-token
                                * step (0 = the default for the backend) */
+    float draft_cost;         /* two-model: a draft forward's cost relative to a target decode
+                               * (0 = the ratio of their weight bytes) */
     int adaptive;             /* 1 (default via spec_config_default) = size drafts by the
                                * policy; 0 = always draft the most (tests, A/B) */
     int kv_dtype, block_size; /* two-model: the draft pool's KV layout */
@@ -107,6 +109,12 @@ void spec_observe(struct spec *s, struct spec_req *q, int drafted, int accepted,
  * corpus. */
 void spec_req_done(struct spec *s, struct spec_req *q, const int32_t *tokens, int n_prompt,
                    int n);
+
+/* Whether to ask for drafts at all this step, with n_decode decode rows in a step of n_tok
+ * tokens: always for the model-free kinds (the policy sizes them); two-model drafts row by
+ * row on the draft model, which pays only while at most 2 rows decode and no prompt is being
+ * computed — under load it backs off entirely. */
+int spec_step_wants(const struct spec *s, int n_decode, int n_tok);
 
 /* The policy: rows' candidate drafts (row i offers m[i] tokens whose prefix acceptance
  * probabilities are p[i][0..m[i])) on top of a step that already has n_tok tokens; writes

@@ -36,6 +36,8 @@ int eng_spec_init(struct engine *g, struct cerr *e)
                                * on a GPU, where decode reads the weights and waits */
             c.step_cost = !strcmp(g->m->be->ops->name, "cpu") ? 0.25f : 0.05f;
     }
+    if (c.kind == SPEC_TWO_MODEL && c.draft_cost <= 0 && c.draft)
+        c.draft_cost = (float)model_weight_bytes(c.draft) / (float)model_weight_bytes(g->m);
     c.max_seqs = g->c.max_seqs;
     c.n_ctx = g->c.n_ctx;
     int rc = spec_new(&g->spec, &c, g->m->hp.n_vocab, e);
@@ -63,6 +65,11 @@ void eng_spec_plan(struct engine *g, int n_rows)
         used += w->n;
         outs += w->r->n_past + w->n == w->r->n_tokens;
     }
+    int n_dec = 0;
+    for (int i = 0; i < n_rows; i++)
+        n_dec += g->rows[i].n == 1 && g->rows[i].r->n_tokens - g->rows[i].r->n_past == 1;
+    if (!spec_step_wants(g->spec, n_dec, used))
+        return;
     int budget = g->c.max_step_tokens - used;
     if (budget > g->max_out - outs)
         budget = g->max_out - outs;

@@ -33,6 +33,7 @@ struct spec_req {
      * tokens[0, dpast) */
     struct kv_seq dseq;
     int dpast;
+    int dfed;  /* draft tokens of the last proposal fed to the draft model (at dpast ..) */
     int dlive; /* dseq holds blocks of the draft pool */
 };
 
