@@ -5,7 +5,8 @@ One `cinfer serve` per configuration (none, ngram, suffix, two-model), the same 
 (default Qwen2.5-Coder-1.5B-Instruct Q4_K_M; draft for two-model: Qwen2.5-Coder-0.5B), the
 same threads. Batch-1 workloads, each measured as decode tok/s of a streamed greedy
 generation (tokens after the first / time from the first token to the last: prefill is not
-counted, and every prompt is sent once beforehand so that the prefix cache holds it):
+counted, and every prompt is sent once beforehand (2 tokens) so that the prefix caches hold
+it — the target's, and the draft model's, which computes a prompt at its first decode step):
   code_edit: a ~150-line C file in the prompt, "return the whole file with this one change";
   agent:     a replayed 3-turn tool loop (read a file, edit it through a tool call quoting
              the code, report) — each turn's prompt holds the previous turns;
@@ -169,7 +170,9 @@ WORKLOADS = {"code_edit": code_edit, "agent": agent_turns, "prose": prose}
 def run_workload(srv, turns, max_tokens, tools=None):
     n_tot, t_tot, dr, acc = 0, 0.0, 0, 0
     for msgs in turns:
-        srv.chat(msgs, 1, tools)  # warm the prefix cache: prefill is not what we measure
+        # warm the prefix caches: prefill is not what we measure (2 tokens: the second is a
+        # decode step, where a draft model computes the prompt into its own cache)
+        srv.chat(msgs, 2, tools)
         _, n, dt, u = srv.chat(msgs, max_tokens, tools)
         n_tot += max(n - 1, 0)
         t_tot += dt
@@ -184,7 +187,7 @@ def aggregate(srv, max_tokens):
         prose() + prose()
     reqs = reqs[:8]
     for m in reqs:
-        srv.chat(m, 1)
+        srv.chat(m, 2)
     out = [0] * len(reqs)
 
     def one(i):
