@@ -94,6 +94,7 @@ def test_greedy_identical(plain, kind):
         assert f"cinfer_spec_accepted_tokens_total {sp['accepted']}" in m
         assert "Spec      " in srv.output()
         assert plain.stats()["speculation"] == {"kind": "none"}
+        assert srv.stop() == 0  # a clean exit (under ASan: no leak)
     finally:
         srv.stop()
 
