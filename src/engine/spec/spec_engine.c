@@ -109,6 +109,22 @@ void eng_spec_plan(struct engine *g, int n_rows)
         if (!k[j]) /* a plain step: the draft model forgets what it drafted */
             spec_observe(g->spec, w->r->spec, 0, 0, w->r->n_tokens);
     }
+    /* plain decode rows first, then the rows with drafts, then prompt chunks: the leading
+     * one-token rows run as a group of their own where the backend's kernels depend on the
+     * row count (model_batch.n_lead), as they would without speculation */
+    struct row *tmp = malloc((size_t)n_rows * sizeof *tmp);
+    if (tmp) {
+        int t = 0;
+        for (int pass = 0; pass < 3; pass++)
+            for (int i = 0; i < n_rows; i++) {
+                const struct row *w = &g->rows[i];
+                int cls = w->k > 0 ? 1 : w->n == 1 ? 0 : 2;
+                if (cls == pass)
+                    tmp[t++] = *w;
+            }
+        memcpy(g->rows, tmp, (size_t)n_rows * sizeof *tmp);
+        free(tmp);
+    }
 out:
     free(of);
     free(m);
