@@ -5,8 +5,9 @@ One `cinfer serve` per configuration (none, ngram, suffix, two-model), the same 
 (default Qwen2.5-Coder-1.5B-Instruct Q4_K_M; draft for two-model: Qwen2.5-Coder-0.5B), the
 same threads. Batch-1 workloads, each measured as decode tok/s of a streamed greedy
 generation (tokens after the first / time from the first token to the last: prefill is not
-counted, and every prompt is sent once beforehand (2 tokens) so that the prefix caches hold
-it — the target's, and the draft model's, which computes a prompt at its first decode step):
+counted, and every prompt is sent once beforehand (3 tokens) so that the prefix caches hold
+it — the target's, and the draft model's, which computes a prompt at the first decode step
+that drafts):
   code_edit: a ~150-line C file in the prompt, "return the whole file with this one change";
   agent:     a replayed 3-turn tool loop (read a file, edit it through a tool call quoting
              the code, report) — each turn's prompt holds the previous turns;
@@ -223,7 +224,7 @@ def main():
     raw = {"machine": platform.node(), "threads": args.threads,
            "max_tokens": args.max_tokens, "target": os.path.basename(args.target),
            "draft": os.path.basename(args.draft), "runs": []}
-    for wl in args.workloads.split(","):
+    for wl in [w for w in args.workloads.split(",") if w]:
         turns = WORKLOADS[wl]()
         tools = TOOLS if wl == "agent" else None
         confs = ["none"] + kinds
@@ -233,7 +234,7 @@ def main():
         try:
             for k in confs:
                 for msgs in turns:
-                    srvs[k].chat(msgs, 2, tools)
+                    srvs[k].chat(msgs, 3, tools)
             best = {}
             for rep in range(args.reps):
                 for kind in confs:
@@ -267,7 +268,7 @@ def main():
         try:
             for k in confs:
                 for m in AGG_REQS():
-                    srvs[k].chat(m, 2)
+                    srvs[k].chat(m, 3)
             for rep in range(args.reps):
                 for kind in confs:
                     if kind == "suffix" and rep > 0:

@@ -20,6 +20,7 @@
 #include "engine/engine_int.h"
 #include "engine/stop.h"
 #include "kv/kv_pool.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 /* ---- config ----------------------------------------------------------------------- */
@@ -459,6 +460,10 @@ static int run_step(struct engine *g, int n_rows)
         b.cand_span = SAMPLER_CAND_SPAN;
     }
     struct cerr e = {0};
+    int decode_only = 1; /* speculation measures what a token more costs in such steps */
+    for (int s = 0; s < n_rows; s++)
+        decode_only &= g->rows[s].r->n_past >= g->rows[s].r->n_prompt;
+    double t0 = clock_now_s();
     if (model_forward(g->m, g->ws, &view, &b, g->logits, &e)) {
         log_error("engine: forward failed: %s", e.msg);
         for (int s = 0; s < n_rows; s++) {
@@ -467,6 +472,8 @@ static int run_step(struct engine *g, int n_rows)
         }
         return -1;
     }
+    if (g->spec && decode_only)
+        spec_step_time(g->spec, nt, clock_now_s() - t0);
     g->steps++;
     long n_prompt_fed = 0;
     for (int s = 0; s < n_rows; s++) {

@@ -92,6 +92,7 @@ static struct engine *mk(int kind, int adaptive, int max_seqs, int n_blocks, int
     if (kind != SPEC_NONE) {
         spec_config_default(&c.spec, kind);
         c.spec.adaptive = adaptive;
+        c.spec.step_cost = 0.25f; /* fixed: the policy must not depend on measured times */
         if (kind == SPEC_TWO_MODEL)
             c.spec.draft = g_m; /* the model drafts for itself: every greedy draft is kept */
     }
@@ -498,7 +499,9 @@ int main(void)
     snprintf(path, sizeof path, "%s/stories260K/stories260K.gguf", fx ? fx : "../shared/fixtures");
     struct cerr e = {0};
     struct be_config bc = {.n_threads = 2};
-    g_be = be_new("cpu", &bc, &e);
+    /* CINFER_TEST_BACKEND=cuda runs the same contracts on the GPU backend (device runs) */
+    const char *bn = getenv("CINFER_TEST_BACKEND");
+    g_be = be_new(bn && *bn ? bn : "cpu", &bc, &e);
     if (!g_be || model_load(&g_m, path, g_be, &e) || tok_load(&g_tk, path, &e)) {
         fprintf(stderr, "setup: %s\n", e.msg);
         return 1;

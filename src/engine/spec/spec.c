@@ -145,9 +145,37 @@ void spec_get_stats(const struct spec *s, struct spec_stats *out)
     out->rounds = s->rounds;
     out->draft_calls = s->draft_calls;
     out->suffix_tokens = s->corpus_tokens;
+    out->step_cost = spec_step_cost(s);
 }
 
-float spec_step_cost(const struct spec *s) { return s->c.step_cost > 0 ? s->c.step_cost : 0.25f; }
+float spec_step_cost(const struct spec *s)
+{
+    if (s->c.step_cost > 0)
+        return s->c.step_cost;
+    if (s->beta > 0)
+        return s->beta;
+    return s->c.step_cost_default > 0 ? s->c.step_cost_default : 0.25f;
+}
+
+void spec_step_time(struct spec *s, int n_tok, double sec)
+{
+    if (n_tok <= 0 || n_tok > 256 || !(sec > 0))
+        return;
+    const double d = 0.995; /* about the last 200 steps */
+    double n = n_tok;
+    s->tw = s->tw * d + 1;
+    s->tn = s->tn * d + n;
+    s->tt = s->tt * d + sec;
+    s->tnn = s->tnn * d + n * n;
+    s->tnt = s->tnt * d + n * sec;
+    double var = s->tnn / s->tw - (s->tn / s->tw) * (s->tn / s->tw);
+    if (s->tw < 16 || var < 0.25)
+        return; /* steps of one size only: no slope to see */
+    double b = (s->tnt / s->tw - (s->tn / s->tw) * (s->tt / s->tw)) / var;
+    double a = s->tt / s->tw - b * s->tn / s->tw;
+    double beta = a + b > 0 ? b / (a + b) : 1;
+    s->beta = (float)(beta < 0.05 ? 0.05 : beta > 1 ? 1 : beta);
+}
 
 struct spec_req *spec_req_new(struct spec *s)
 {

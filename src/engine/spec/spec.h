@@ -48,7 +48,8 @@ struct spec_config {
     int ngram_min, ngram_max; /* ngram: trailing k-gram sizes tried (default 1 and 3) */
     const struct model *draft; /* two-model: the draft model (borrowed; outlives the engine) */
     float step_cost;          /* cost of one more token in a step, relative to a one-token
-                               * step (0 = the default for the backend) */
+                               * step (0 = measured, see spec_step_cost) */
+    float step_cost_default;  /* before enough steps were measured (0: 0.25) */
     float draft_cost;         /* two-model: a draft forward's cost relative to a target decode
                                * (0 = the ratio of their weight bytes) */
     int adaptive;             /* 1 (default via spec_config_default) = size drafts by the
@@ -82,14 +83,20 @@ struct spec_stats {
     long drafted, accepted, rounds; /* draft tokens scored / kept; verify rows run */
     long draft_calls;               /* two-model: draft-model forwards */
     long suffix_tokens;             /* suffix: tokens in the finished-output corpus */
+    float step_cost;                /* the policy's step-cost slope now */
 };
 
 int spec_new(struct spec **out, const struct spec_config *c, int n_vocab, struct cerr *e);
 void spec_free(struct spec *s);
 const struct spec_config *spec_config_of(const struct spec *s);
 void spec_get_stats(const struct spec *s, struct spec_stats *out);
-/* The step-cost slope the policy uses (spec_config.step_cost, else the backend default). */
+/* The step-cost slope the policy uses: spec_config.step_cost when given (or
+ * CINFER_SPEC_STEP_COST), else measured — a least-squares line t = a + b n over recent
+ * decode steps (spec_step_time), slope b / (a + b), clamped to [0.05, 1] — once steps of
+ * different sizes have been seen, else the backend's default. */
 float spec_step_cost(const struct spec *s);
+/* A decode-only step of n_tok tokens took `seconds` (feeds the measured step cost). */
+void spec_step_time(struct spec *s, int n_tok, double seconds);
 
 /* Per-request state. NULL from spec_req_new means out of memory. */
 struct spec_req *spec_req_new(struct spec *s);

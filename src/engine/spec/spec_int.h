@@ -17,6 +17,9 @@ struct spec {
     int n_vocab;
     double g_acc[SPEC_BUCKETS], g_rej[SPEC_BUCKETS]; /* every request's, decayed */
     long drafted, accepted, rounds, draft_calls;
+    /* measured step times: decayed sums for the least-squares line t = a + b n */
+    double tw, tn, tt, tnn, tnt;
+    float beta; /* the measured slope (0 = not yet) */
     /* suffix corpus: recent finished outputs, oldest first (a ring of segments) */
     int32_t *seg[SPEC_CORPUS_MAX_SEGS];
     int seg_len[SPEC_CORPUS_MAX_SEGS];
