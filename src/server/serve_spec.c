@@ -14,8 +14,8 @@ static int int_flag(const char *flag, const char *v, int lo, int hi, int *out)
     errno = 0;
     long x = v ? strtol(v, &end, 10) : 0;
     if (!v || !*v || errno || *end || x < lo || x > hi) {
-        fprintf(stderr, "cinfer serve: %s expects an integer in [%d, %d], got '%s'\n", flag, lo,
-                hi, v ? v : "");
+        fprintf(stderr, "cinfer serve: %s expects an integer in [%d, %d], got '%s'\n", flag, lo, hi,
+                v ? v : "");
         return -1;
     }
     *out = (int)x;
@@ -144,13 +144,12 @@ json_t *serve_spec_stats_json(const struct engine_stats *es)
     if (s->kind == SPEC_NONE)
         return json_pack("{s:s}", "kind", "none");
     return json_pack("{s:s, s:i, s:I, s:I, s:f, s:I, s:I, s:I, s:f}", "kind",
-                     spec_kind_name(s->kind),
-                     "num_draft_tokens", s->n_draft, "drafted", (json_int_t)s->drafted,
-                     "accepted", (json_int_t)s->accepted, "acceptance_rate",
-                     s->drafted ? (double)s->accepted / (double)s->drafted : 0.0,
-                     "verify_rows", (json_int_t)s->rounds, "draft_model_calls",
-                     (json_int_t)s->draft_calls, "suffix_corpus_tokens",
-                     (json_int_t)s->suffix_tokens, "step_cost", (double)s->step_cost);
+                     spec_kind_name(s->kind), "num_draft_tokens", s->n_draft, "drafted",
+                     (json_int_t)s->drafted, "accepted", (json_int_t)s->accepted, "acceptance_rate",
+                     s->drafted ? (double)s->accepted / (double)s->drafted : 0.0, "verify_rows",
+                     (json_int_t)s->rounds, "draft_model_calls", (json_int_t)s->draft_calls,
+                     "suffix_corpus_tokens", (json_int_t)s->suffix_tokens, "step_cost",
+                     (double)s->step_cost);
 }
 
 void serve_spec_metrics(struct sbuf *b, const struct engine_stats *es)

@@ -116,8 +116,8 @@ struct job {
     int max_tokens;
     float temperature;
     uint64_t seed;
-    int top_logprobs;  /* -1 = none */
-    const char *stop;  /* or NULL */
+    int top_logprobs; /* -1 = none */
+    const char *stop; /* or NULL */
 };
 
 static int submit(struct engine *e, const struct job *j, struct coll *c)
@@ -128,8 +128,13 @@ static int submit(struct engine *e, const struct job *j, struct coll *c)
     int32_t *ids;
     int n = encode(j->prompt, &ids);
     const char *stops[1] = {j->stop};
-    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = j->max_tokens, .cb = coll_cb,
-                           .ud = c, .ignore_eos = 1, .stops = j->stop ? stops : NULL,
+    struct engine_req q = {.ids = ids,
+                           .n_ids = n,
+                           .max_tokens = j->max_tokens,
+                           .cb = coll_cb,
+                           .ud = c,
+                           .ignore_eos = 1,
+                           .stops = j->stop ? stops : NULL,
                            .n_stops = j->stop ? 1 : 0};
     sampler_params_default(&q.sp);
     q.sp.temperature = j->temperature;
@@ -209,8 +214,8 @@ static void greedy_same(int kind, int adaptive)
 {
     struct job jobs[8];
     for (int i = 0; i < 8; i++)
-        jobs[i] = (struct job){.prompt = PROMPTS[i], .max_tokens = 60 + 13 * i,
-                               .top_logprobs = i % 2 ? 3 : -1};
+        jobs[i] = (struct job){
+            .prompt = PROMPTS[i], .max_tokens = 60 + 13 * i, .top_logprobs = i % 2 ? 3 : -1};
     static struct coll ref[8], alone[8], conc[8];
     struct engine_stats st;
     for (int i = 0; i < 8; i++) {
@@ -230,8 +235,8 @@ static void greedy_same(int kind, int adaptive)
     }
     printf("%s%s: greedy alone %d/8, 8 concurrent %d/8 identical; alone drafted %ld accepted "
            "%ld; concurrent engine drafted %ld accepted %ld\n",
-           spec_kind_name(kind), adaptive ? "" : " (always draft)", same_alone, same_conc, dr,
-           acc, st.spec.drafted, st.spec.accepted);
+           spec_kind_name(kind), adaptive ? "" : " (always draft)", same_alone, same_conc, dr, acc,
+           st.spec.drafted, st.spec.accepted);
     CHECK_EQ_INT(same_alone, 8);
     CHECK_EQ_INT(same_conc, 8);
     /* speculation really happened, alone and in the batch (two-model adaptive with the
@@ -241,8 +246,16 @@ static void greedy_same(int kind, int adaptive)
     CHECK_EQ_INT(st.spec.kind, kind);
 }
 
-static void test_greedy_ngram(void) { greedy_same(SPEC_NGRAM, 0); greedy_same(SPEC_NGRAM, 1); }
-static void test_greedy_suffix(void) { greedy_same(SPEC_SUFFIX, 0); greedy_same(SPEC_SUFFIX, 1); }
+static void test_greedy_ngram(void)
+{
+    greedy_same(SPEC_NGRAM, 0);
+    greedy_same(SPEC_NGRAM, 1);
+}
+static void test_greedy_suffix(void)
+{
+    greedy_same(SPEC_SUFFIX, 0);
+    greedy_same(SPEC_SUFFIX, 1);
+}
 static void test_greedy_two_model(void)
 {
     greedy_same(SPEC_TWO_MODEL, 0);
@@ -317,8 +330,11 @@ static void test_sampled_same_seed(void)
 {
     struct job jobs[8];
     for (int i = 0; i < 8; i++)
-        jobs[i] = (struct job){.prompt = PROMPTS[i], .max_tokens = 64, .temperature = 0.8f,
-                               .seed = 1000 + (uint64_t)i, .top_logprobs = i % 3 ? -1 : 1};
+        jobs[i] = (struct job){.prompt = PROMPTS[i],
+                               .max_tokens = 64,
+                               .temperature = 0.8f,
+                               .seed = 1000 + (uint64_t)i,
+                               .top_logprobs = i % 3 ? -1 : 1};
     static struct coll ref[8], got[8];
     struct engine_stats st;
     run_jobs(SPEC_NONE, 1, 8, 256, jobs, 8, ref, &st);
@@ -362,7 +378,9 @@ static void test_sampled_chi_square(void)
         static struct coll c[8];
         for (int base = 0; base < N; base += 8) {
             for (int i = 0; i < 8; i++) {
-                struct job j = {.prompt = prompt, .max_tokens = 6, .temperature = 0.8f,
+                struct job j = {.prompt = prompt,
+                                .max_tokens = 6,
+                                .temperature = 0.8f,
                                 .seed = (uint64_t)(arm * 1000000 + base + i + 1),
                                 .top_logprobs = -1};
                 CHECK(submit(e, &j, &c[i]) == 0);
@@ -483,7 +501,7 @@ static void test_policy(void)
     for (int i = 0; i < 8; i++)
         tot += k8[i];
     printf("policy: one row keeps %d of 0.9^j drafts; 8 rows keep %d in all\n", k_one, tot);
-    CHECK(tot < 8 * 4); /* backs off under load */
+    CHECK(tot < 8 * 4);                  /* backs off under load */
     spec_policy(s, 8, m8, p8, 8, 3, k8); /* the step budget caps it */
     tot = 0;
     for (int i = 0; i < 8; i++)

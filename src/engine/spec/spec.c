@@ -49,8 +49,8 @@ int spec_kind_parse(const char *s, struct cerr *e)
         return SPEC_TWO_MODEL;
     if (!strcmp(s, "none"))
         return SPEC_NONE;
-    static const char *const model_kinds[] = {"assistant", "dspark", "deepspec", "mtp", "eagle",
-                                              "eagle3", "medusa"};
+    static const char *const model_kinds[] = {"assistant", "dspark", "deepspec", "mtp",
+                                              "eagle",     "eagle3", "medusa"};
     for (size_t i = 0; i < sizeof model_kinds / sizeof *model_kinds; i++)
         if (!strcmp(s, model_kinds[i]))
             return cerr_set(e, CERR_INVALID,
@@ -91,8 +91,7 @@ int spec_config_check(const struct spec_config *c, const struct model *target, i
                             "--draft-model %s does not share the target's tokenizer (vocabulary "
                             "%d vs %d%s): the draft must use the same token ids",
                             c->draft->path, c->draft->hp.n_vocab, target->hp.n_vocab,
-                            c->draft->hp.n_vocab == target->hp.n_vocab ? ", different pieces"
-                                                                       : "");
+                            c->draft->hp.n_vocab == target->hp.n_vocab ? ", different pieces" : "");
     }
     return 0;
 }
@@ -133,7 +132,10 @@ void spec_free(struct spec *s)
     free(s);
 }
 
-const struct spec_config *spec_config_of(const struct spec *s) { return &s->c; }
+const struct spec_config *spec_config_of(const struct spec *s)
+{
+    return &s->c;
+}
 
 void spec_get_stats(const struct spec *s, struct spec_stats *out)
 {
@@ -332,8 +334,8 @@ int spec_step_wants(const struct spec *s, int n_decode, int n_tok)
 
 /* ---- the policy ----------------------------------------------------------------------- */
 
-void spec_policy(const struct spec *s, int n_rows, const int *m, const float *const *p,
-                 int n_tok, int budget, int *k)
+void spec_policy(const struct spec *s, int n_rows, const int *m, const float *const *p, int n_tok,
+                 int budget, int *k)
 {
     float beta = spec_step_cost(s);
     double value = n_tok, tokens = n_tok;

@@ -38,25 +38,25 @@
 
 enum spec_kind { SPEC_NONE = 0, SPEC_NGRAM, SPEC_SUFFIX, SPEC_TWO_MODEL };
 
-#define SPEC_MAX_DRAFT 32       /* --num-draft-tokens upper bound */
+#define SPEC_MAX_DRAFT 32        /* --num-draft-tokens upper bound */
 #define SPEC_SUFFIX_MAX_MATCH 24 /* longest context the suffix proposer matches */
-#define SPEC_BUCKETS 4          /* acceptance estimates per match-length bucket */
+#define SPEC_BUCKETS 4           /* acceptance estimates per match-length bucket */
 
 struct spec_config {
-    int kind;                 /* enum spec_kind; SPEC_NONE = off */
-    int n_draft;              /* most draft tokens per row and step (0 = the kind's default) */
-    int ngram_min, ngram_max; /* ngram: trailing k-gram sizes tried (default 1 and 3) */
+    int kind;                  /* enum spec_kind; SPEC_NONE = off */
+    int n_draft;               /* most draft tokens per row and step (0 = the kind's default) */
+    int ngram_min, ngram_max;  /* ngram: trailing k-gram sizes tried (default 1 and 3) */
     const struct model *draft; /* two-model: the draft model (borrowed; outlives the engine) */
-    float step_cost;          /* cost of one more token in a step, relative to a one-token
-                               * step (0 = measured, see spec_step_cost) */
-    float step_cost_default;  /* before enough steps were measured (0: 0.25) */
-    float draft_cost;         /* two-model: a draft forward's cost relative to a target decode
-                               * (0 = the ratio of their weight bytes) */
-    int adaptive;             /* 1 (default via spec_config_default) = size drafts by the
-                               * policy; 0 = always draft the most (tests, A/B) */
-    int kv_dtype, block_size; /* two-model: the draft pool's KV layout */
-    int draft_blocks;         /* two-model: its pool size in blocks */
-    int max_seqs, n_ctx;      /* two-model: sequences and context it must hold */
+    float step_cost;           /* cost of one more token in a step, relative to a one-token
+                                * step (0 = measured, see spec_step_cost) */
+    float step_cost_default;   /* before enough steps were measured (0: 0.25) */
+    float draft_cost;          /* two-model: a draft forward's cost relative to a target decode
+                                * (0 = the ratio of their weight bytes) */
+    int adaptive;              /* 1 (default via spec_config_default) = size drafts by the
+                                * policy; 0 = always draft the most (tests, A/B) */
+    int kv_dtype, block_size;  /* two-model: the draft pool's KV layout */
+    int draft_blocks;          /* two-model: its pool size in blocks */
+    int max_seqs, n_ctx;       /* two-model: sequences and context it must hold */
 };
 
 /* Fills c for kind: n_draft 10 for ngram and suffix, 3 for two-model; ngram 1..3;
@@ -114,8 +114,7 @@ int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int 
 void spec_observe(struct spec *s, struct spec_req *q, int drafted, int accepted, int n_valid);
 /* A request ended: its tokens (prompt n_prompt, then generated up to n) feed the suffix
  * corpus. */
-void spec_req_done(struct spec *s, struct spec_req *q, const int32_t *tokens, int n_prompt,
-                   int n);
+void spec_req_done(struct spec *s, struct spec_req *q, const int32_t *tokens, int n_prompt, int n);
 
 /* Whether to ask for drafts at all this step, with n_decode decode rows in a step of n_tok
  * tokens: always for the model-free kinds (the policy sizes them); two-model drafts row by
@@ -129,7 +128,7 @@ int spec_step_wants(const struct spec *s, int n_decode, int n_tok);
  * p / cost >= (value so far) / (step cost so far), where value counts every fed token as 1
  * and each kept draft token as its p, and the step cost is 1 + cost * (tokens - 1). A row
  * keeps a prefix of its offer; budget caps the kept total. */
-void spec_policy(const struct spec *s, int n_rows, const int *m, const float *const *p,
-                 int n_tok, int budget, int *k);
+void spec_policy(const struct spec *s, int n_rows, const int *m, const float *const *p, int n_tok,
+                 int budget, int *k);
 
 #endif

@@ -53,8 +53,8 @@ int spec_draft_new(struct spec *s, struct cerr *e)
         want = d->max_blocks;
     int kv_dim = m->hp.n_kv_head * m->hp.head_dim;
     int kv_dtype = c->kv_dtype ? c->kv_dtype : DT_F16;
-    int rc = kv_pool_new(&d->kv, m->be, m->hp.n_layer, kv_dim, bs, (int)want, kv_dtype,
-                         (int)want, e);
+    int rc =
+        kv_pool_new(&d->kv, m->be, m->hp.n_layer, kv_dim, bs, (int)want, kv_dtype, (int)want, e);
     if (!rc)
         rc = model_ws_new(&d->ws, m, DRAFT_CHUNK, 1, 1, d->max_blocks, e);
     if (rc)
@@ -67,9 +67,10 @@ int spec_draft_new(struct spec *s, struct cerr *e)
         return cerr_set(e, CERR_NOMEM, "out of memory");
     const char *base = strrchr(m->path, '/');
     char ns[1024];
-    int n = snprintf(ns, sizeof ns, "cinfer-draft-kv-v1|model=%s|arch=%s|L=%d|E=%d|V=%d|kv=%d|bs=%d",
-                     base ? base + 1 : m->path, m->arch_name, m->hp.n_layer, m->hp.n_embd,
-                     m->hp.n_vocab, kv_dtype, bs);
+    int n =
+        snprintf(ns, sizeof ns, "cinfer-draft-kv-v1|model=%s|arch=%s|L=%d|E=%d|V=%d|kv=%d|bs=%d",
+                 base ? base + 1 : m->path, m->arch_name, m->hp.n_layer, m->hp.n_embd,
+                 m->hp.n_vocab, kv_dtype, bs);
     kv_key_root(d->root, ns, (size_t)(n < (int)sizeof ns ? n : (int)sizeof ns - 1));
     return 0;
 }
@@ -105,9 +106,16 @@ static int step(struct spec *s, struct spec_req *q, const int32_t *toks, int n, 
     }
     memcpy(d->tables, q->dseq.blocks, (size_t)q->dseq.n_blocks * sizeof *d->tables);
     d->out_idx[0] = n - 1;
-    struct model_batch b = {.n_tok = n, .tokens = d->tokens, .pos = d->pos, .seq = d->seqv,
-                            .slots = d->slots, .n_seq = 1, .max_blocks = q->dseq.n_blocks,
-                            .block_tables = d->tables, .n_out = out, .out_idx = d->out_idx,
+    struct model_batch b = {.n_tok = n,
+                            .tokens = d->tokens,
+                            .pos = d->pos,
+                            .seq = d->seqv,
+                            .slots = d->slots,
+                            .n_seq = 1,
+                            .max_blocks = q->dseq.n_blocks,
+                            .block_tables = d->tables,
+                            .n_out = out,
+                            .out_idx = d->out_idx,
                             .argmax = out && d->can_argmax ? d->am : NULL};
     struct cerr e = {0};
     if (model_forward(d->m, d->ws, &d->view, &b, d->logits, &e)) {
