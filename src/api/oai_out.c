@@ -234,9 +234,18 @@ static const char *finish_reason(const struct oai_out *o, int f)
 
 static json_t *usage(const struct oai_out *o, const struct engine_event *ev)
 {
-    return json_pack("{s:i, s:i, s:i, s:{s:i}, s:s}", "prompt_tokens", ev->n_prompt,
-                     "completion_tokens", ev->n_gen, "total_tokens", ev->n_prompt + ev->n_gen,
-                     "prompt_tokens_details", "cached_tokens", ev->n_cached, "lane", o->lane);
+    /* lane: what the request did — "+spec" when the target scored drafts for it */
+    char lane[48];
+    snprintf(lane, sizeof lane, "%s%s", o->lane, ev->spec_drafted > 0 ? "+spec" : "");
+    json_t *u = json_pack("{s:i, s:i, s:i, s:{s:i}, s:s}", "prompt_tokens", ev->n_prompt,
+                          "completion_tokens", ev->n_gen, "total_tokens",
+                          ev->n_prompt + ev->n_gen, "prompt_tokens_details", "cached_tokens",
+                          ev->n_cached, "lane", lane);
+    if (u && ev->spec_on)
+        json_object_set_new(u, "speculation",
+                            json_pack("{s:i, s:i, s:i}", "drafted", ev->spec_drafted, "accepted",
+                                      ev->spec_accepted, "target_calls", ev->spec_calls));
+    return u;
 }
 
 /* ---- public ------------------------------------------------------------------------- */

@@ -22,6 +22,7 @@
 #include "engine/stop.h"
 #include "engine/testhook.h"
 #include "kv/kv_pool.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 /* ---- config ----------------------------------------------------------------------- */
@@ -56,6 +57,7 @@ static void req_free(struct engine *g, struct ereq *r)
     if (g->kv_swa)
         kv_seq_release(g->kv_swa, &r->seq_swa);
     sampler_free(r->smp);
+    spec_req_free(g->spec, r->spec);
     tok_stream_free(r->ts);
     stop_free(r->stop);
     free(r->tokens);
@@ -154,6 +156,8 @@ int engine_submit(struct engine *g, const struct engine_req *q, uint64_t *id, st
     if (!rc && q->grammar)
         rc = grammar_attach(g, r->smp, q->grammar, q->grammar_prime, q->grammar_trigger,
                             q->grammar_after, e);
+    if (!rc && g->spec && !(r->spec = spec_req_new(g->spec)))
+        rc = cerr_set(e, CERR_NOMEM, "out of memory");
     if (!rc && g->n_xtc_exempt)
         rc = sampler_set_xtc_exempt(r->smp, g->xtc_exempt, g->n_xtc_exempt)
                  ? cerr_set(e, CERR_NOMEM, "out of memory")
@@ -228,6 +232,10 @@ static void ev_fill_counts(const struct engine *g, const struct ereq *r, struct 
     /* the prompt tokens this request computed go into the prefix cache (full blocks as they
      * are computed, the partial last one at the end) unless the cache is off */
     ev->n_cache_write = g->c.prompt_cache_blocks >= 0 ? r->n_prompt - r->n_cached : 0;
+    ev->spec_on = r->spec != NULL;
+    ev->spec_drafted = r->spec_drafted;
+    ev->spec_accepted = r->spec_accepted;
+    ev->spec_calls = r->spec_calls;
 }
 
 /* Terminal DONE: releases held text, calls back, frees. r must not be in run/wait. */
@@ -251,6 +259,8 @@ static void finish(struct engine *g, struct ereq *r, int reason, int stop_index)
      * right after its response sees them */
     kv_cache_commit_tail(g->kv, &r->seq, g->root, r->tokens, r->n_past);
     kv_seq_release(g->kv, &r->seq);
+    if (g->spec && reason != ENGINE_FINISH_CANCELLED)
+        spec_req_done(g->spec, r->spec, r->tokens, r->n_prompt, r->n_tokens);
     if (g->kv_swa) {
         kv_cache_commit_tail(g->kv_swa, &r->seq_swa, g->root, r->tokens, r->n_past);
         kv_seq_release(g->kv_swa, &r->seq_swa);
@@ -427,6 +437,62 @@ static void fill_tables(struct engine *g, int n_rows, int mb)
     }
 }
 
+/* The id of output row `out` for r: the backend's argmax (use_am), the candidates
+ * (use_tc), else the host logits. Returns -1 when r failed (and was freed). */
+static int32_t sample_row(struct engine *g, struct ereq *r, int out, int use_am, int use_tc,
+                          struct sampler_logprob *lp)
+{
+    if (use_am) {
+        sampler_skip(r->smp);
+        return g->am[out];
+    }
+    if (use_tc)
+        return sample_from_cands(g, r, out, lp);
+    return sampler_sample(r->smp, g->logits + (size_t)out * g->m->hp.n_vocab,
+                          r->want_lp ? lp : NULL);
+}
+
+/* Speculation: row w fed r's last token and k drafts and got k + 1 logits rows. Row j is
+ * sampled exactly as a plain decode step at that position would be (the same sampler, in
+ * order, with the history of the tokens before it), and the draft is kept while it equals
+ * what was sampled: the output is that of decoding without drafts. For greedy rows this is
+ * exact acceptance; for T > 0 it is speculative rejection sampling with a one-point
+ * proposal (accepting draft d with probability p(d), else drawing from p without d), here
+ * with the very uniform the plain decode would use. The K/V of the rejected drafts is
+ * rolled back (blocks past the kept positions are released). */
+static void verify_row(struct engine *g, struct row *w, int use_am, int use_tc)
+{
+    struct ereq *r = w->r;
+    int k = w->k, base = r->n_past, acc = 0;
+    int32_t d[SPEC_MAX_DRAFT];
+    memcpy(d, r->tokens + r->n_tokens, (size_t)k * sizeof *d);
+    r->spec_drafted += k;
+    r->spec_calls++;
+    for (int j = 0; j <= k; j++) {
+        /* positions base .. base + j hold the last token and the j drafts kept so far */
+        r->n_past = base + 1 + j;
+        kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
+        struct sampler_logprob lp;
+        int32_t id = sample_row(g, r, w->out + j, use_am, use_tc, &lp);
+        if (id < 0) {
+            spec_observe(g->spec, NULL, k, acc, 0);
+            return; /* the request failed */
+        }
+        int hit = j < k && id == d[j];
+        acc += hit;
+        r->spec_accepted += hit;
+        g->spec_gen += j > 0;
+        if (on_token(g, r, id, &lp)) {
+            spec_observe(g->spec, NULL, k, acc, 0); /* r finished */
+            return;
+        }
+        if (!hit)
+            break;
+    }
+    kv_seq_trim(g->kv, &r->seq, r->n_past);
+    spec_observe(g->spec, r->spec, k, acc, r->n_past);
+}
+
 static int run_step(struct engine *g, int n_rows)
 {
     int nt = 0, n_out = 0, mb = 1;
@@ -442,9 +508,10 @@ static int run_step(struct engine *g, int n_rows)
             if (g->kv_swa)
                 g->slots_swa[nt] = kv_seq_slot(g->kv_swa, &r->seq_swa, p);
         }
-        if (r->n_past + w->n == r->n_tokens) {
+        if (r->n_past + w->n == r->n_tokens + w->k) { /* k + 1 rows for drafts */
             w->out = n_out;
-            g->out_idx[n_out++] = nt - 1;
+            for (int j = w->k; j >= 0; j--)
+                g->out_idx[n_out++] = nt - 1 - j;
         }
         if (r->seq.n_blocks > mb)
             mb = r->seq.n_blocks;
@@ -476,8 +543,10 @@ static int run_step(struct engine *g, int n_rows)
     /* else the rows the backend can decide (greedy with processors, temperature-only
      * sampling) take its op sample, one id each copied back; the others (marked skip, their
      * logits left alone) sample from candidates or fetch their logits, as without it */
-    int n_dev = 0;
-    int ds_words = !use_am && n_out > 0 && g->dev_sample
+    int n_dev = 0, any_k = 0;
+    for (int s = 0; s < n_rows; s++) /* speculation's verify rows sample on the host */
+        any_k |= g->rows[s].k > 0;
+    int ds_words = !use_am && !any_k && n_out > 0 && g->dev_sample
                        ? samp_fill(g, n_rows, 0, 0, 1, &n_dev)
                        : -1;
     if (n_dev == 0)
@@ -493,6 +562,10 @@ static int run_step(struct engine *g, int n_rows)
         b.cand_span = SAMPLER_CAND_SPAN;
     }
     struct cerr e = {0};
+    int decode_only = 1; /* speculation measures what a token more costs in such steps */
+    for (int s = 0; s < n_rows; s++)
+        decode_only &= g->rows[s].r->n_past >= g->rows[s].r->n_prompt;
+    double t0 = clock_now_s();
     if (model_forward(g->m, g->ws, &view, &b, g->logits, &e)) {
         log_error("engine: forward failed: %s", e.msg);
         for (int s = 0; s < n_rows; s++) {
@@ -501,13 +574,18 @@ static int run_step(struct engine *g, int n_rows)
         }
         return -1;
     }
+    if (g->spec && decode_only)
+        spec_step_time(g->spec, nt, clock_now_s() - t0);
     g->steps++;
     eng_test_step_hook(g->steps);
-    int V = g->m->hp.n_vocab;
     long n_prompt_fed = 0;
     for (int s = 0; s < n_rows; s++) {
         struct row *w = &g->rows[s];
         struct ereq *r = w->r;
+        if (w->k > 0) {
+            verify_row(g, w, use_am, use_tc);
+            continue;
+        }
         if (r->n_past < r->n_prompt)
             n_prompt_fed += (r->n_past + w->n < r->n_prompt ? r->n_past + w->n : r->n_prompt) -
                             r->n_past;
@@ -522,19 +600,17 @@ static int run_step(struct engine *g, int n_rows)
             continue;
         struct sampler_logprob lp;
         int32_t id;
-        if (use_am || (ds_words >= 0 && g->am[w->out] >= 0)) {
+        if (ds_words >= 0 && g->am[w->out] >= 0) { /* the backend's op sample decided it */
             id = g->am[w->out];
             sampler_skip(r->smp);
-            g->dev_rows += ds_words >= 0;
-        } else if (use_tc || ds_words >= 0) {
-            id = use_tc ? sample_from_cands(g, r, w->out, &lp)
-                        : sample_fetched(g, r, w->out, &lp);
-            if (id < 0)
-                continue; /* the request failed */
-        } else {
-            id = sampler_sample(r->smp, g->logits + (size_t)w->out * V, r->want_lp ? &lp : NULL);
-        }
-        on_token(g, r, id, &lp);
+            g->dev_rows++;
+        } else if (ds_words >= 0 && !use_tc) /* a skipped row: its logits stayed on the device */
+            id = sample_fetched(g, r, w->out, &lp);
+        else
+            id = sample_row(g, r, w->out, use_am, use_tc, &lp);
+        r->spec_calls++;
+        if (id >= 0) /* else the request failed */
+            on_token(g, r, id, &lp);
     }
     pthread_mutex_lock(&g->mu);
     g->st.prompt_tokens += n_prompt_fed;
@@ -566,7 +642,7 @@ static int burst_ok(struct engine *g, int n_rows)
 {
     /* requests may be waiting: the plan admitted none of them, and only an end (which
      * ends the burst) or new input (which ends it too) can make room */
-    if (!g->overlap || !g->can_argmax || g->kv_swa)
+    if (!g->overlap || !g->can_argmax || g->kv_swa || g->spec)
         return 0;
     int greedy = 1;
     for (int s = 0; s < n_rows; s++) {
@@ -703,7 +779,9 @@ static void publish_stats(struct engine *g, long gen_delta)
     g->st.waiting = g->wait.n;
     g->st.preempted = g->preempted;
     g->st.steps = g->steps;
-    g->st.gen_tokens += gen_delta;
+    g->st.gen_tokens += gen_delta + g->spec_gen;
+    g->spec_gen = 0;
+    eng_spec_stats(g);
     g->st.blocks_total = g->kv->n_blocks;
     g->st.blocks_free = kv_pool_available(g->kv);
     if (g->kv_swa) {
@@ -889,7 +967,7 @@ static int cands_init(struct engine *g, struct cerr *e)
     int rc = model_ws_reserve_cands(g->ws, cap, e);
     if (rc)
         return rc;
-    g->cands = malloc((size_t)g->c.max_seqs * be_topcand_stride(cap));
+    g->cands = malloc((size_t)g->max_out * be_topcand_stride(cap));
     if (!g->cands)
         return cerr_set(e, CERR_NOMEM, "out of memory");
     g->cand_cap = cap;
@@ -974,10 +1052,14 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
     g->view = (struct model_kv_view){.k = g->view_k, .v = g->view_v, .kv_dtype = c->kv_dtype,
                                      .block_size = c->block_size};
     namespace_root(g);
+    g->max_out = S;
     if (!rc)
         rc = eng_tier_open(g, e);
     if (!rc)
-        rc = model_ws_new(&g->ws, m, T, S, S, g->max_blocks, e);
+        rc = eng_spec_init(g, e); /* may widen max_out */
+    int O = g->max_out;
+    if (!rc)
+        rc = model_ws_new(&g->ws, m, T, O, S, g->max_blocks, e);
     if (!rc) {
         g->run = calloc((size_t)S, sizeof *g->run);
         g->rows = calloc((size_t)S, sizeof *g->rows);
@@ -985,8 +1067,8 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->pos = malloc((size_t)T * sizeof(int32_t));
         g->seqv = malloc((size_t)T * sizeof(int32_t));
         g->slots = malloc((size_t)T * sizeof(int32_t));
-        g->out_idx = malloc((size_t)S * sizeof(int32_t));
-        g->am = malloc((size_t)S * sizeof(int32_t));
+        g->out_idx = malloc((size_t)O * sizeof(int32_t));
+        g->am = malloc((size_t)O * sizeof(int32_t));
         g->can_argmax = model_can_argmax(g->m) && !env_on("CINFER_HOST_ARGMAX");
         /* bursts where a queued step runs while the host goes on (a GPU); on a backend
          * that computes it at once (the CPU) a burst would only hold each token back by a
@@ -999,7 +1081,7 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->slots_swa = malloc((size_t)T * sizeof(int32_t));
         g->tables_swa = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
         g->check_seqs_swa = malloc((size_t)S * sizeof *g->check_seqs_swa);
-        g->logits = malloc((size_t)S * V * sizeof(float));
+        g->logits = malloc((size_t)O * V * sizeof(float));
         g->check_seqs = malloc((size_t)S * sizeof *g->check_seqs);
         if (!g->run || !g->rows || !g->tokens || !g->pos || !g->seqv || !g->slots ||
             !g->out_idx || !g->am || !g->tables || !g->logits || !g->check_seqs || !g->slots_swa ||
@@ -1014,6 +1096,7 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         rc = cerr_set(e, CERR_NOMEM, "out of memory");
     if (!rc) {
         g->st.blocks_total = g->st.blocks_free = c->n_blocks;
+        eng_spec_stats(g);
         if (pthread_create(&g->th, NULL, engine_main, g))
             rc = cerr_set(e, CERR_NOMEM, "engine: cannot start its thread");
         else
@@ -1047,6 +1130,7 @@ void engine_free(struct engine *g)
     eng_tier_close(g);
     gram_vocab_free(g->gvocab);
     model_ws_free(g->ws);
+    spec_free(g->spec);
     kv_pool_free(g->kv);
     kv_pool_free(g->kv_swa);
     free(g->view_k);

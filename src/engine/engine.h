@@ -17,6 +17,7 @@
 
 #include "engine/grammar/gram.h"
 #include "engine/sampler.h"
+#include "engine/spec/spec.h"
 #include "model/model.h"
 #include "tokenizer/tok.h"
 #include "util/err.h"
@@ -51,6 +52,7 @@ struct engine_config {
     int ssd_writebehind;          /* persist new cached blocks 1 s after requests settle */
     size_t ssd_spill_queue_bytes; /* cap on pending spills */
     double ssd_close_timeout_s;   /* at shutdown, write what is pending for at most this */
+    struct spec_config spec; /* speculative decoding (kind SPEC_NONE = off; spec/spec.h) */
 };
 
 /* Fills defaults for a model: n_ctx = min(train context, 32768), 8 sequences, 2048 tokens
@@ -82,6 +84,10 @@ struct engine_event {
     int n_prompt, n_gen, n_cached;
     int n_cache_write;       /* prompt tokens this request wrote to the prefix cache (0 when
                                 the cache is off) */
+    /* speculation (DONE and ERROR): draft tokens scored / accepted, target forwards that
+     * produced a token of this request */
+    int spec_on; /* the request ran with speculation on */
+    int spec_drafted, spec_accepted, spec_calls;
     const char *error;       /* ERROR: the reason */
 };
 
@@ -129,6 +135,7 @@ struct engine_stats {
     /* steps of decode bursts (engine.c run_burst), each queued before the previous step's
      * ids were read back */
     long burst_steps;
+    struct spec_stats spec; /* speculation (kind SPEC_NONE when off) */
     char last_invariant_error[256];
 };
 

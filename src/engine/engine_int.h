@@ -28,6 +28,8 @@ struct ereq {
     struct kv_seq seq;
     struct kv_seq seq_swa;   /* sliding-window layers' blocks (when they have their own pool) */
     struct sampler *smp;
+    struct spec_req *spec;   /* speculation state, or NULL */
+    int spec_drafted, spec_accepted, spec_calls;
     struct tok_stream *ts;
     struct stop_matcher *stop;
     char *out;               /* text released by this token */
@@ -43,8 +45,9 @@ struct queue {
 
 struct row {
     struct ereq *r;
-    int n;    /* tokens fed this step */
-    int out;  /* logits row, or -1 */
+    int n;    /* tokens fed this step (a decode row with drafts: 1 + k) */
+    int out;  /* logits row (a row with drafts: the first of its k + 1), or -1 */
+    int k;    /* draft tokens, at r->tokens[n_tokens ..] (speculation; 0 = none) */
 };
 
 struct engine {
@@ -108,6 +111,9 @@ struct engine {
     double t_settled;          /* when the engine last went idle (write-behind debounce) */
     long flush_req, flush_done; /* under mu: engine_ssd_flush requests / served */
     pthread_cond_t flush_cv;    /* with mu: flush_done moved */
+    struct spec *spec; /* speculation, or NULL */
+    int max_out;       /* logits rows per step: max_seqs + the draft tokens a step may hold */
+    long spec_gen;     /* tokens emitted beyond one per row by verify rows (stats) */
 };
 
 /* ---- sched.c ---- */
@@ -149,5 +155,18 @@ void eng_tier_busy(struct engine *g);
 void eng_tier_quit(struct engine *g);
 /* After the engine thread ended: writes what is pending (bounded) and closes the tier. */
 void eng_tier_close(struct engine *g);
+/* ---- spec/spec_engine.c: speculation's hooks ---- */
+
+/* Sets up g->spec from g->c.spec (NULL when off); called by engine_new before the workspace
+ * is sized (g->max_out). */
+int eng_spec_init(struct engine *g, struct cerr *e);
+/* After the plan: offers drafts to the planned decode rows within the step's token budget
+ * (the policy picks how many each keeps); writes them after each row's tokens and widens
+ * its row (n = 1 + k). */
+void eng_spec_plan(struct engine *g, int n_rows);
+/* Drops every planned row's drafts (the pool could not hold them). Returns 1 if any. */
+int eng_spec_unplan(struct engine *g, int n_rows);
+/* Publishes the module's counters into g->st (call with g->mu held). */
+void eng_spec_stats(struct engine *g);
 
 #endif

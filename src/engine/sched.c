@@ -94,7 +94,7 @@ static int plan(struct engine *g, int admit)
     for (int i = 0; i < g->n_run && budget > 0; i++) {
         struct ereq *r = g->run[i];
         if (r->n_tokens - r->n_past == 1) {
-            g->rows[n++] = (struct row){r, 1, -1};
+            g->rows[n++] = (struct row){r, 1, -1, 0};
             budget--;
         }
     }
@@ -103,7 +103,7 @@ static int plan(struct engine *g, int admit)
         int left = r->n_tokens - r->n_past;
         if (left > 1) {
             int c = left < budget ? left : budget;
-            g->rows[n++] = (struct row){r, c, -1};
+            g->rows[n++] = (struct row){r, c, -1, 0};
             budget -= c;
         }
     }
@@ -144,7 +144,7 @@ static int plan(struct engine *g, int admit)
         pthread_mutex_unlock(&g->mu);
         int left = r->n_tokens - r->n_past;
         int c = left < budget ? left : budget;
-        g->rows[n++] = (struct row){r, c, -1};
+        g->rows[n++] = (struct row){r, c, -1, 0};
         budget -= c;
     }
     return n;
@@ -170,9 +170,11 @@ static void preempt_youngest(struct engine *g)
  * Returns the number of rows that can run. */
 int eng_plan_and_reserve(struct engine *g, struct queue *dead)
 {
-    int admit = 1;
+    int admit = 1, spec = g->spec != NULL;
     for (;;) {
         int n = plan(g, admit), ok = 1;
+        if (spec)
+            eng_spec_plan(g, n); /* drafts for the decode rows (spec/spec_engine.c) */
         for (int i = 0; i < n && ok; i++) {
             struct ereq *r = g->rows[i].r;
             if (kv_seq_reserve(g->kv, &r->seq, r->n_past + g->rows[i].n, NULL) ||
@@ -182,6 +184,10 @@ int eng_plan_and_reserve(struct engine *g, struct queue *dead)
         }
         if (ok)
             return n;
+        if (spec && eng_spec_unplan(g, n)) { /* without drafts before preempting */
+            spec = admit = 0;
+            continue;
+        }
         if (g->n_run <= 1) {
             /* one request alone does not fit the pool: it can never run */
             if (g->n_run == 1) {

@@ -278,6 +278,18 @@ void kv_seq_release(struct kv_pool *p, struct kv_seq *s)
     kv_seq_init(s);
 }
 
+void kv_seq_trim(struct kv_pool *p, struct kv_seq *s, int n_pos)
+{
+    int keep = (n_pos + p->block_size - 1) / p->block_size;
+    if (keep < s->n_hashed)
+        keep = s->n_hashed;
+    while (s->n_blocks > keep) {
+        int32_t id = s->blocks[--s->n_blocks];
+        if (id >= 0)
+            block_unref(p, id);
+    }
+}
+
 void kv_seq_drop_before(struct kv_pool *p, struct kv_seq *s, int pos)
 {
     for (int i = 0; i < s->n_blocks && (i + 1) * p->block_size <= pos; i++)

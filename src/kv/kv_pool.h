@@ -101,6 +101,10 @@ void kv_seq_init(struct kv_seq *s);
  * the free list is short. Returns CERR_LIMIT when the pool is out of blocks (s keeps what
  * it had). */
 int kv_seq_reserve(struct kv_pool *p, struct kv_seq *s, int n_pos, struct cerr *e);
+/* Speculative decoding's rollback: releases the blocks of s past those that hold positions
+ * [0, n_pos) (rejected draft tokens' K/V), never a block whose key is registered
+ * (s->n_hashed) — those hold verified positions only. */
+void kv_seq_trim(struct kv_pool *p, struct kv_seq *s, int n_pos);
 /* Releases every block of s (cached ones go to the LRU, others to the free list). */
 void kv_seq_release(struct kv_pool *p, struct kv_seq *s);
 /* Cache row of position pos (pos must be reserved). */

@@ -104,6 +104,14 @@ static void serve_usage(FILE *f)
             "  --kv-events-replay ENDPOINT  a ROUTER socket that replays past event batches\n"
             "  --kv-events-layout map|array  msgpack layout of the events (default map: vLLM's\n"
             "                         current tagged maps; array: its older array_like form)\n"
+            "  --draft-kind KIND      speculative decoding: ngram (prompt lookup), suffix\n"
+            "                         (request + recent outputs) or two-model (default when\n"
+            "                         --draft-model is given); output is unchanged\n"
+            "  --draft-model PATH     a smaller model with the same tokenizer drafts tokens\n"
+            "  --num-draft-tokens N   most draft tokens per row and step (default 10 for\n"
+            "                         ngram/suffix, 3 for two-model; sized down adaptively)\n"
+            "  --ngram-max N          longest trailing n-gram ngram looks up (default 3)\n"
+            "  --ngram-min N          shortest (default 1)\n"
             "  --no-open              do not open the browser chat page (opened with xdg-open\n"
             "                         when stdout is a terminal)\n"
             "  --isolate              run the engine in a child process behind a supervisor\n"
@@ -279,6 +287,8 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
             rc = p_int(a, v, 1, 1 << 30, "a number of seconds >= 1", &o->idle_unload);
         else if (!strcmp(a, "--models-dir"))
             o->models_dir = v, rc = v && *v ? 0 : bad(a, "a directory", v);
+        else if ((rc = serve_spec_flag(o, a, v)) != 0) /* speculation (serve_spec.c) */
+            rc = rc < 0 ? -1 : 0;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "cinfer serve: unknown option '%s' (see cinfer serve --help)\n", a);
             return -1;
@@ -567,6 +577,7 @@ static void ready_card(struct serve *sv, double t_ready)
            (double)sv->defaults.temperature, sv->defaults_src[0], topp, topk,
            o->thinking < 0 ? "model default" : o->thinking ? "on" : "off", sv->max_tokens_chat,
            sv->max_tokens_raw);
+    serve_spec_card(sv);
     printf("  Auth      %s\n", o->api_key ? "API key required" : "none (loopback bind is the "
                                                                    "protection)");
     printf("ready in %.2f s — Ctrl-C to stop\n\n", t_ready);
@@ -714,6 +725,8 @@ int cmd_serve(int argc, char **argv)
     if (serve_ssd_config(&sv->o, &ec))
         goto done;
     read_generation_config(sv, &ec);
+    if (serve_spec_setup(sv, be, &ec))
+        goto done;
     resolve_defaults(sv);
     sv->max_tokens_chat = sv->o.max_tokens ? sv->o.max_tokens : 65536;
     sv->max_tokens_raw = sv->o.max_tokens ? sv->o.max_tokens : 512;
@@ -784,6 +797,7 @@ done:
     free(sv->bos);
     free(sv->eos);
     tok_free(sv->tk);
+    serve_spec_free(sv);
     model_free(sv->m);
     be_free(be);
     pthread_mutex_destroy(&sv->ready_mu);

@@ -51,6 +51,9 @@ struct serve_opts {
     const char *models[16];
     int n_models;
     char *argrole;
+    /* speculative decoding (serve_spec.c); NULL / 0 = not given */
+    const char *draft_kind, *draft_model;
+    int num_draft, ngram_min, ngram_max;
 };
 
 /* Histogram with fixed upper bounds (Prometheus "le" buckets). */
@@ -112,6 +115,8 @@ struct serve {
     int ctx_memory_bound;        /* the memory budget, not the model, caps the context */
     int tc_family;               /* enum tc_family of the tool-call parser (serve_routes_install) */
     struct web *web;             /* the browser page's routes (src/web) */
+    struct model *draft;         /* --draft-model (two-model speculation), or NULL */
+    struct tok *draft_tk;
 };
 
 /* ---- generations (serve_jobs.c) ---------------------------------------------------------
@@ -219,6 +224,22 @@ char *serve_stats_json(struct serve *sv);     /* malloc'd */
 char *serve_metrics_text(struct serve *sv);   /* malloc'd Prometheus text */
 /* serve_metrics_vllm.c: appends the router-facing series under vLLM's names (vllm:*). */
 void serve_metrics_vllm(struct serve *sv, struct sbuf *b, const struct engine_stats *es);
+
+/* serve_spec.c: speculative decoding's flags, start-up and reporting. */
+/* Parses one of --draft-kind/--draft-model/--num-draft-tokens/--ngram-max/--ngram-min
+ * (a = the flag, v = its value) into o. Returns 1 when a is one of them (0: not ours), -1
+ * on a bad value (message printed). */
+int serve_spec_flag(struct serve_opts *o, const char *a, const char *v);
+/* Resolves the flags into ec->spec, loading the draft model onto be; refuses bad
+ * combinations and a tokenizer mismatch. 0, or -1 with the message printed. */
+int serve_spec_setup(struct serve *sv, struct be *be, struct engine_config *ec);
+/* The ready-card line (nothing when speculation is off). */
+void serve_spec_card(struct serve *sv);
+/* /stats.speculation (new reference) and the /metrics counters. */
+json_t *serve_spec_stats_json(const struct engine_stats *es);
+void serve_spec_metrics(struct sbuf *b, const struct engine_stats *es);
+/* Frees the draft model and its tokenizer. */
+void serve_spec_free(struct serve *sv);
 
 /* serve_probe.c: 1 when host:port already answers GET /v1/models like an OpenAI-compatible
  * server (what[] gets the model ids it lists), 0 when nothing or something else answers. */

@@ -121,6 +121,7 @@ char *serve_stats_json(struct serve *sv)
                                       (json_int_t)ks.replays));
     }
     serve_ssd_stats_json(sv, j);
+    json_object_set_new(j, "speculation", serve_spec_stats_json(&es));
     json_t *rq = json_object_get(j, "requests");
     json_object_set_new(rq, "messages", json_integer(m->requests[EP_MESSAGES]));
     json_object_set_new(rq, "responses", json_integer(m->requests[EP_RESPONSES]));
@@ -211,6 +212,7 @@ char *serve_metrics_text(struct serve *sv)
     prom(&b, "cinfer_kv_blocks_free", "gauge", "Free KV cache blocks.", (double)es.blocks_free);
     prom(&b, "cinfer_engine_steps_total", "counter", "Forward steps run.", (double)es.steps);
     prom(&b, "cinfer_http_connections", "gauge", "Open HTTP connections.", (double)hs.conns_open);
+    serve_spec_metrics(&b, &es);
     prom_hist(&b, "cinfer_time_to_first_token_seconds", "Time from request to first token.",
               &m->ttft);
     prom_hist(&b, "cinfer_time_per_output_token_seconds", "Time between generated tokens.",

@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""run.py — speculative decoding benchmark (not a test): decode speed-up over no speculation.
+
+One `cinfer serve` per configuration (none, ngram, suffix, two-model), the same target model
+(default Qwen2.5-Coder-1.5B-Instruct Q4_K_M; draft for two-model: Qwen2.5-Coder-0.5B), the
+same threads. Batch-1 workloads, each measured as decode tok/s of a streamed greedy
+generation (tokens after the first / time from the first token to the last: prefill is not
+counted, and every prompt is sent once beforehand (3 tokens) so that the prefix caches hold
+it — the target's, and the draft model's, which computes a prompt at the first decode step
+that drafts):
+  code_edit: a ~150-line C file in the prompt, "return the whole file with this one change";
+  agent:     a replayed 3-turn tool loop (read a file, edit it through a tool call quoting
+             the code, report) — each turn's prompt holds the previous turns;
+  prose:     free prose with nothing to copy.
+aggregate_ratio_at_8: 8 concurrent requests (a mix of the three) with --batch 8, generated
+tokens / wall time, speculation over none.
+All configurations' servers are up at once per workload and run interleaved repetitions
+(none, then each kind, --reps times) so that they see the same load; each reports its best
+repetition (suffix: its first only, since its corpus of finished outputs then holds the very
+answer); the 1-minute load average is recorded beside each figure.
+
+Writes the "cpu" (or --section) half of bench/results/spec.json:
+  {SECTION: {KIND: {WORKLOAD: {"speedup", "acceptance_rate", ...}}, "aggregate_ratio_at_8": ..}}
+Usage: bench/spec/run.py [--threads 2] [--max-tokens 320] [--kinds ngram,suffix,two_model]
+                         [--backend cpu] [--section cpu]
+"""
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.path.join(REPO, "build", "cinfer")
+TARGET = os.path.join(REPO, "models", "qwen2.5-coder-1.5b-instruct-Q4_K_M.gguf")
+DRAFT = os.path.join(REPO, "models", "qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf")
+CODE_FILE = os.path.join(REPO, "bench", "spec", "data", "ring.c")
+
+
+def load():
+    return os.getloadavg()[0]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Server:
+    def __init__(self, args, kind, threads, batch, backend):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        cmd = [BIN, "serve", args.target, "--port", str(self.port), "-t", str(threads),
+               "--batch", str(batch), "--no-open", "--backend", backend]
+        if kind == "two_model":
+            cmd += ["--draft-model", args.draft]
+        elif kind != "none":
+            cmd += ["--draft-kind", kind]
+        self.log = open(f"/tmp/cinfer-spec-bench-{self.port}.log", "w+")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        t0 = time.time()
+        while time.time() - t0 < 600:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError("server exited: " + self.log.read()[-2000:])
+            try:
+                urllib.request.urlopen(self.base + "/health", timeout=2).read()
+                return
+            except OSError:
+                time.sleep(0.3)
+        raise RuntimeError("server not ready")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def chat(self, messages, max_tokens, tools=None):
+        """Streams a greedy chat completion; returns (text, n_tokens, decode_s, usage)."""
+        body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0,
+                "stream": True, "stream_options": {"include_usage": True}}
+        if tools:
+            body["tools"] = tools
+        req = urllib.request.Request(self.base + "/v1/chat/completions",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        t_first = t_last = None
+        text, usage = [], None
+        with urllib.request.urlopen(req, timeout=3600) as r:
+            for line in r:
+                line = line.strip()
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                    continue
+                j = json.loads(line[6:])
+                if j.get("usage"):
+                    usage = j["usage"]
+                for c in j.get("choices", []):
+                    d = c.get("delta", {})
+                    piece = (d.get("content") or "") + json.dumps(d.get("tool_calls") or "")
+                    if piece:
+                        now = time.time()
+                        t_first = t_first or now
+                        t_last = now
+                        text.append(d.get("content") or "")
+                        for tc in d.get("tool_calls") or []:
+                            text.append(tc.get("function", {}).get("arguments") or "")
+        n = usage["completion_tokens"] if usage else 0
+        return "".join(text), n, (t_last - t_first) if t_first else 0, usage
+
+    def stats(self):
+        return json.loads(urllib.request.urlopen(self.base + "/stats", timeout=10).read())
+
+
+# ---- workloads ------------------------------------------------------------------------------
+
+def code_edit():
+    src = open(CODE_FILE).read()
+    return [[{"role": "user", "content":
+              "Rename the function `ring_push` to `ring_put` everywhere in this file (its "
+              "definition, its comment and every call). Return the whole file with this one "
+              "change and nothing else.\n\n```c\n" + src + "```"}]]
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "edit_file", "description": "Replace old_text with new_text in a file.",
+    "parameters": {"type": "object", "properties": {
+        "path": {"type": "string"}, "old_text": {"type": "string"},
+        "new_text": {"type": "string"}}, "required": ["path", "old_text", "new_text"]}}}]
+
+
+def agent_turns():
+    """A replayed tool loop: the prompts of three turns, each holding the earlier ones (the
+    assistant turns are replayed as recorded, so every configuration sees the same prompts)."""
+    src = open(CODE_FILE).read()
+    part = "\n".join(src.splitlines()[40:100])
+    sys_msg = {"role": "system", "content": "You are a coding agent. Use the edit_file tool "
+               "to change files; quote old_text exactly as it appears in the file."}
+    u1 = {"role": "user", "content": "In ring.c, make ring_pop return -1 instead of 0 when "
+          "the ring is empty, and update its comment."}
+    a1 = {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "call_1", "type": "function", "function": {
+            "name": "read_file", "arguments": json.dumps({"path": "ring.c"})}}]}
+    t1 = {"role": "tool", "tool_call_id": "call_1", "content": part}
+    turn1 = [sys_msg, u1, a1, t1]
+    a2 = {"role": "assistant", "content": "I will now rewrite the whole function block with "
+          "the change.", "tool_calls": None}
+    u2 = {"role": "user", "content": "Now show the complete edited section (the code above "
+          "with the change applied), unchanged lines included, as one code block."}
+    turn2 = turn1 + [a2, u2]
+    u3 = {"role": "user", "content": "Also rename the variable `r` to `ring` in that section. "
+          "Show the whole section again as one code block."}
+    return [turn1, turn2, turn2 + [{"role": "assistant", "content": "(section shown)"}, u3]]
+
+
+def prose():
+    return [[{"role": "user", "content": "Write a short original story (about 250 words) "
+              "about a lighthouse keeper who finds a message in a bottle. Plain prose, no "
+              "title."}]]
+
+
+WORKLOADS = {"code_edit": code_edit, "agent": agent_turns, "prose": prose}
+
+
+def run_workload(srv, turns, max_tokens, tools=None):
+    n_tot, t_tot, dr, acc = 0, 0.0, 0, 0
+    for msgs in turns:
+        _, n, dt, u = srv.chat(msgs, max_tokens, tools)
+        n_tot += max(n - 1, 0)
+        t_tot += dt
+        sp = (u or {}).get("speculation") or {}
+        dr += sp.get("drafted", 0)
+        acc += sp.get("accepted", 0)
+    return n_tot, t_tot, dr, acc
+
+
+def AGG_REQS():
+    reqs = code_edit() + agent_turns()[:2] + prose() + code_edit() + agent_turns()[2:] + \
+        prose() + prose()
+    return reqs[:8]
+
+
+def aggregate(srv, max_tokens):
+    reqs = AGG_REQS()
+    out = [0] * len(reqs)
+
+    def one(i):
+        out[i] = srv.chat(reqs[i], max_tokens)[1]
+
+    th = [threading.Thread(target=one, args=(i,)) for i in range(len(reqs))]
+    t0 = time.time()
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    return sum(out) / (time.time() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=320)
+    ap.add_argument("--agg-tokens", type=int, default=120)
+    ap.add_argument("--kinds", default="ngram,suffix,two_model")
+    ap.add_argument("--workloads", default="code_edit,agent,prose")
+    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--section", default="cpu")
+    ap.add_argument("--target", default=TARGET)
+    ap.add_argument("--draft", default=DRAFT)
+    ap.add_argument("--no-aggregate", action="store_true")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "spec.json"))
+    args = ap.parse_args()
+    kinds = args.kinds.split(",")
+    res = {k: {} for k in kinds}
+    raw = {"machine": platform.node(), "threads": args.threads,
+           "max_tokens": args.max_tokens, "target": os.path.basename(args.target),
+           "draft": os.path.basename(args.draft), "runs": []}
+    for wl in [w for w in args.workloads.split(",") if w]:
+        turns = WORKLOADS[wl]()
+        tools = TOOLS if wl == "agent" else None
+        confs = ["none"] + kinds
+        # every configuration's server up and warm at once, then interleaved repetitions
+        # (none, kind1, kind2, ... again): they see the same load; best of --reps each
+        srvs = {k: Server(args, k, args.threads, 1, args.backend) for k in confs}
+        try:
+            for k in confs:
+                for msgs in turns:
+                    srvs[k].chat(msgs, 3, tools)
+            best = {}
+            for rep in range(args.reps):
+                for kind in confs:
+                    if kind == "suffix" and rep > 0:
+                        continue  # its corpus now holds this very output: one rep only
+                    l0 = load()
+                    n, dt, dr, acc = run_workload(srvs[kind], turns, args.max_tokens, tools)
+                    tps = n / dt if dt > 0 else 0
+                    row = {"workload": wl, "kind": kind, "rep": rep, "tokens": n,
+                           "decode_s": round(dt, 3), "tok_s": round(tps, 3), "drafted": dr,
+                           "accepted": acc, "load_1m_before": round(l0, 2),
+                           "load_1m_after": round(load(), 2)}
+                    print(json.dumps(row), flush=True)
+                    raw["runs"].append(row)
+                    if kind not in best or tps > best[kind][0]:
+                        best[kind] = (tps, dr, acc, l0)
+        finally:
+            for k in confs:
+                srvs[k].stop()
+        base = best["none"][0]
+        for kind in kinds:
+            tps, dr, acc, l0 = best[kind]
+            res[kind][wl] = {"speedup": round(tps / base, 3) if base else None,
+                             "acceptance_rate": round(acc / dr, 3) if dr else 0.0,
+                             "tok_s": round(tps, 2), "baseline_tok_s": round(base, 2),
+                             "load_1m": round(l0, 2), "baseline_load_1m": round(best["none"][3], 2)}
+    if not args.no_aggregate:
+        confs = ["none"] + kinds
+        srvs = {k: Server(args, k, args.threads, 8, args.backend) for k in confs}
+        agg = {}
+        try:
+            for k in confs:
+                for m in AGG_REQS():
+                    srvs[k].chat(m, 3)
+            for rep in range(args.reps):
+                for kind in confs:
+                    if kind == "suffix" and rep > 0:
+                        continue
+                    l0 = load()
+                    v = aggregate(srvs[kind], args.agg_tokens)
+                    print(json.dumps({"aggregate_at_8": kind, "rep": rep, "tok_s": round(v, 3),
+                                      "load_1m": round(l0, 2)}), flush=True)
+                    raw["runs"].append({"aggregate_at_8": kind, "rep": rep,
+                                        "tok_s": round(v, 3), "load_1m_before": round(l0, 2)})
+                    agg[kind] = max(agg.get(kind, 0), v)
+        finally:
+            for k in confs:
+                srvs[k].stop()
+        ratios = {k: round(agg[k] / agg["none"], 3) for k in kinds}
+        res["aggregate_ratio_at_8"] = min(ratios.values())
+        res["aggregate_ratio_at_8_by_kind"] = ratios
+        res["aggregate_tok_s_at_8"] = {k: round(v, 2) for k, v in agg.items()}
+    res["raw"] = raw
+    data = {}
+    if os.path.exists(args.out):
+        data = json.load(open(args.out))
+    data[args.section] = res
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+    print(json.dumps({k: v for k, v in res.items() if k != "raw"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,361 @@
+/* spec.c — see spec.h: configuration, refusals, the draft-size policy, per-request
+ * acceptance estimates and the ngram proposer. The suffix proposer is in spec_suffix.c and
+ * the draft model in spec_draft.c.
+ */
+#include "engine/spec/spec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/spec/spec_int.h"
+
+/* ---- configuration -------------------------------------------------------------------- */
+
+void spec_config_default(struct spec_config *c, int kind)
+{
+    memset(c, 0, sizeof *c);
+    c->kind = kind;
+    c->n_draft = kind == SPEC_TWO_MODEL ? 3 : 10;
+    c->ngram_min = 1;
+    c->ngram_max = 3;
+    c->adaptive = 1;
+    c->kv_dtype = DT_F16;
+    c->block_size = 16;
+}
+
+const char *spec_kind_name(int kind)
+{
+    switch (kind) {
+    case SPEC_NGRAM:
+        return "ngram";
+    case SPEC_SUFFIX:
+        return "suffix";
+    case SPEC_TWO_MODEL:
+        return "two-model";
+    default:
+        return "none";
+    }
+}
+
+int spec_kind_parse(const char *s, struct cerr *e)
+{
+    if (!s || !*s)
+        return cerr_set(e, CERR_INVALID, "--draft-kind expects ngram|suffix|two-model"), -1;
+    if (!strcmp(s, "ngram"))
+        return SPEC_NGRAM;
+    if (!strcmp(s, "suffix"))
+        return SPEC_SUFFIX;
+    if (!strcmp(s, "two-model") || !strcmp(s, "draft") || !strcmp(s, "model"))
+        return SPEC_TWO_MODEL;
+    if (!strcmp(s, "none"))
+        return SPEC_NONE;
+    static const char *const model_kinds[] = {"assistant", "dspark", "deepspec", "mtp",
+                                              "eagle",     "eagle3", "medusa"};
+    for (size_t i = 0; i < sizeof model_kinds / sizeof *model_kinds; i++)
+        if (!strcmp(s, model_kinds[i]))
+            return cerr_set(e, CERR_INVALID,
+                            "--draft-kind %s needs a drafter architecture that cinfer does not "
+                            "load (draft heads or a model-specific speculator); use ngram, "
+                            "suffix, or two-model with --draft-model PATH",
+                            s),
+                   -1;
+    return cerr_set(e, CERR_INVALID,
+                    "--draft-kind expects ngram|suffix|two-model (or none), got '%s'", s),
+           -1;
+}
+
+int spec_config_check(const struct spec_config *c, const struct model *target, int tok_same,
+                      struct cerr *e)
+{
+    if (c->kind == SPEC_NONE)
+        return 0;
+    if ((c->kind == SPEC_NGRAM || c->kind == SPEC_SUFFIX) && c->draft)
+        return cerr_set(e, CERR_INVALID,
+                        "--draft-kind %s drafts without a model: drop --draft-model, or use "
+                        "--draft-kind two-model",
+                        spec_kind_name(c->kind));
+    if (c->kind == SPEC_TWO_MODEL && !c->draft)
+        return cerr_set(e, CERR_INVALID,
+                        "--draft-kind two-model needs --draft-model PATH (a smaller model with "
+                        "the target's tokenizer)");
+    if (c->n_draft < 1 || c->n_draft > SPEC_MAX_DRAFT)
+        return cerr_set(e, CERR_INVALID, "--num-draft-tokens must be in [1, %d], got %d",
+                        SPEC_MAX_DRAFT, c->n_draft);
+    if (c->ngram_min < 1 || c->ngram_max < c->ngram_min || c->ngram_max > 16)
+        return cerr_set(e, CERR_INVALID,
+                        "--ngram-min/--ngram-max must satisfy 1 <= min <= max <= 16, got %d/%d",
+                        c->ngram_min, c->ngram_max);
+    if (c->kind == SPEC_TWO_MODEL) {
+        if (c->draft->hp.n_vocab != target->hp.n_vocab || !tok_same)
+            return cerr_set(e, CERR_INVALID,
+                            "--draft-model %s does not share the target's tokenizer (vocabulary "
+                            "%d vs %d%s): the draft must use the same token ids",
+                            c->draft->path, c->draft->hp.n_vocab, target->hp.n_vocab,
+                            c->draft->hp.n_vocab == target->hp.n_vocab ? ", different pieces" : "");
+    }
+    return 0;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------ */
+
+int spec_new(struct spec **out, const struct spec_config *c, int n_vocab, struct cerr *e)
+{
+    *out = NULL;
+    struct spec *s = calloc(1, sizeof *s);
+    if (!s)
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    s->c = *c;
+    if (s->c.n_draft <= 0)
+        s->c.n_draft = c->kind == SPEC_TWO_MODEL ? 3 : 10;
+    if (s->c.n_draft > SPEC_MAX_DRAFT)
+        s->c.n_draft = SPEC_MAX_DRAFT;
+    s->n_vocab = n_vocab;
+    for (int b = 0; b < SPEC_BUCKETS; b++) /* a prior of 1/2; 4/5 for a draft model */
+        s->g_acc[b] = c->kind == SPEC_TWO_MODEL ? 4 : 1, s->g_rej[b] = 1;
+    int rc = 0;
+    if (c->kind == SPEC_TWO_MODEL)
+        rc = spec_draft_new(s, e);
+    if (rc) {
+        spec_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void spec_free(struct spec *s)
+{
+    if (!s)
+        return;
+    spec_draft_free(s);
+    spec_corpus_free(s);
+    free(s);
+}
+
+const struct spec_config *spec_config_of(const struct spec *s)
+{
+    return &s->c;
+}
+
+void spec_get_stats(const struct spec *s, struct spec_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = s->c.kind;
+    out->n_draft = s->c.n_draft;
+    out->drafted = s->drafted;
+    out->accepted = s->accepted;
+    out->rounds = s->rounds;
+    out->draft_calls = s->draft_calls;
+    out->suffix_tokens = s->corpus_tokens;
+    out->step_cost = spec_step_cost(s);
+}
+
+float spec_step_cost(const struct spec *s)
+{
+    if (s->c.step_cost > 0)
+        return s->c.step_cost;
+    if (s->beta > 0)
+        return s->beta;
+    return s->c.step_cost_default > 0 ? s->c.step_cost_default : 0.25f;
+}
+
+void spec_step_time(struct spec *s, int n_tok, double sec)
+{
+    if (n_tok <= 0 || n_tok > 256 || !(sec > 0))
+        return;
+    const double d = 0.995; /* about the last 200 steps */
+    double n = n_tok;
+    s->tw = s->tw * d + 1;
+    s->tn = s->tn * d + n;
+    s->tt = s->tt * d + sec;
+    s->tnn = s->tnn * d + n * n;
+    s->tnt = s->tnt * d + n * sec;
+    double var = s->tnn / s->tw - (s->tn / s->tw) * (s->tn / s->tw);
+    if (s->tw < 16 || var < 0.25)
+        return; /* steps of one size only: no slope to see */
+    double b = (s->tnt / s->tw - (s->tn / s->tw) * (s->tt / s->tw)) / var;
+    double a = s->tt / s->tw - b * s->tn / s->tw;
+    double beta = a + b > 0 ? b / (a + b) : 1;
+    s->beta = (float)(beta < 0.05 ? 0.05 : beta > 1 ? 1 : beta);
+}
+
+struct spec_req *spec_req_new(struct spec *s)
+{
+    struct spec_req *q = calloc(1, sizeof *q);
+    if (!q)
+        return NULL;
+    kv_seq_init(&q->dseq);
+    (void)s;
+    return q;
+}
+
+void spec_req_free(struct spec *s, struct spec_req *q)
+{
+    if (!q)
+        return;
+    spec_draft_release(s, q);
+    free(q);
+}
+
+/* ---- acceptance estimates ------------------------------------------------------------- */
+
+/* Per-token acceptance of bucket b for q: its own counts over a prior from every request's
+ * (weight 2), so that a new request starts from what the server has seen. */
+static float alpha(const struct spec *s, const struct spec_req *q, int b)
+{
+    double g = s->g_acc[b] / (s->g_acc[b] + s->g_rej[b]);
+    double a = (q->acc[b] + 2 * g) / (q->acc[b] + q->rej[b] + 2);
+    return (float)(a > 0.99 ? 0.99 : a);
+}
+
+/* Fills p[0..m) with alpha^(j+1); the probe: a row that has not drafted for SPEC_PROBE
+ * steps offers its first token at probability 1, so a request whose text turns copyable is
+ * noticed (one token every SPEC_PROBE steps at most). */
+static void fill_p(const struct spec *s, struct spec_req *q, int b, int m, float *p)
+{
+    float a = alpha(s, q, b), c = 1;
+    for (int j = 0; j < m; j++)
+        p[j] = c *= a;
+    if (m > 0 && q->idle >= SPEC_PROBE)
+        p[0] = 1;
+    q->bucket = b;
+}
+
+void spec_observe(struct spec *s, struct spec_req *q, int drafted, int accepted, int n_valid)
+{
+    if (q && s->c.kind == SPEC_TWO_MODEL)
+        spec_draft_rollback(s, q, n_valid);
+    if (drafted <= 0) {
+        if (q)
+            q->idle++;
+        return;
+    }
+    int b = q ? q->bucket : 0, rej = accepted < drafted;
+    if (q) {
+        q->idle = 0;
+        q->acc[b] += accepted;
+        q->rej[b] += rej;
+        if (q->acc[b] + q->rej[b] > 64)
+            q->acc[b] *= 0.5, q->rej[b] *= 0.5;
+    }
+    s->g_acc[b] += accepted;
+    s->g_rej[b] += rej;
+    if (s->g_acc[b] + s->g_rej[b] > 256)
+        s->g_acc[b] *= 0.5, s->g_rej[b] *= 0.5;
+    s->drafted += drafted;
+    s->accepted += accepted;
+    s->rounds++;
+}
+
+void spec_req_done(struct spec *s, struct spec_req *q, const int32_t *tokens, int n_prompt, int n)
+{
+    (void)q;
+    if (s->c.kind == SPEC_SUFFIX && n > n_prompt)
+        spec_corpus_add(s, tokens + n_prompt, n - n_prompt);
+}
+
+/* ---- ngram ---------------------------------------------------------------------------- */
+
+/* Prompt lookup: the trailing k-gram (k = ngram_max .. ngram_min) found earliest in
+ * tokens[0..n - 1); the tokens after it. */
+static int propose_ngram(struct spec *s, struct spec_req *q, const int32_t *t, int n, int max,
+                         int32_t *out, float *p)
+{
+    for (int k = s->c.ngram_max; k >= s->c.ngram_min; k--) {
+        if (n < k + 1)
+            continue;
+        const int32_t *pat = t + n - k;
+        for (int i = 0; i + k < n; i++) {
+            if (t[i] != pat[0] || memcmp(t + i, pat, (size_t)k * sizeof *t))
+                continue;
+            int m = 0;
+            for (int j = i + k; j < n && m < max; j++)
+                out[m++] = t[j];
+            fill_p(s, q, k - 1 < SPEC_BUCKETS - 1 ? k - 1 : SPEC_BUCKETS - 1, m, p);
+            return m;
+        }
+    }
+    return 0;
+}
+
+int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int n, int max,
+                 int32_t *out, float *p)
+{
+    if (max > s->c.n_draft)
+        max = s->c.n_draft;
+    if (max <= 0 || n <= 0)
+        return 0;
+    int m = 0;
+    switch (s->c.kind) {
+    case SPEC_NGRAM:
+        m = propose_ngram(s, q, tokens, n, max, out, p);
+        break;
+    case SPEC_SUFFIX: {
+        int len = 0;
+        m = spec_suffix_propose(s, tokens, n, max, out, &len);
+        int b = len < 3 ? 0 : len < 6 ? 1 : len < 12 ? 2 : 3;
+        fill_p(s, q, b, m, p);
+        break;
+    }
+    case SPEC_TWO_MODEL: {
+        /* each draft token costs a draft forward: draft only as far as it pays for one row */
+        float a = alpha(s, q, 0), beta = spec_step_cost(s) + s->c.draft_cost, pj = 1;
+        double value = 1, cost = 1;
+        int k = 0;
+        while (k < max && s->c.adaptive) {
+            pj *= a;
+            if (pj * cost < beta * value)
+                break;
+            value += pj;
+            cost += beta;
+            k++;
+        }
+        if (s->c.adaptive)
+            max = k > 0 ? k : q->idle >= SPEC_PROBE ? 1 : 0;
+        m = max > 0 ? spec_draft_propose(s, q, tokens, n, max, out) : 0;
+        fill_p(s, q, 0, m, p);
+        break;
+    }
+    default:
+        break;
+    }
+    if (!s->c.adaptive)
+        for (int j = 0; j < m; j++)
+            p[j] = 1;
+    return m;
+}
+
+int spec_step_wants(const struct spec *s, int n_decode, int n_tok)
+{
+    if (s->c.kind != SPEC_TWO_MODEL || !s->c.adaptive)
+        return 1;
+    return n_decode <= 2 && n_tok == n_decode;
+}
+
+/* ---- the policy ----------------------------------------------------------------------- */
+
+void spec_policy(const struct spec *s, int n_rows, const int *m, const float *const *p, int n_tok,
+                 int budget, int *k)
+{
+    float beta = spec_step_cost(s);
+    double value = n_tok, tokens = n_tok;
+    for (int i = 0; i < n_rows; i++)
+        k[i] = 0;
+    while (budget > 0) {
+        int best = -1;
+        float bp = 0;
+        for (int i = 0; i < n_rows; i++)
+            if (k[i] < m[i] && p[i][k[i]] > bp)
+                bp = p[i][k[i]], best = i;
+        if (best < 0)
+            break;
+        /* keep it while its yield per unit of cost is at least the step's average */
+        double cost = 1 + beta * (tokens - 1);
+        if (s->c.adaptive && bp * cost < beta * value)
+            break;
+        k[best]++;
+        value += bp;
+        tokens += 1;
+        budget--;
+    }
+}

@@ -1,0 +1,134 @@
+/* spec.h — speculative decoding: draft proposers and the policy that sizes drafts.
+ *
+ * The engine (engine.c, sched.c) asks, each step, for draft tokens for its decode rows; the
+ * target model then scores the row's last token and its k drafts in one forward (k + 1
+ * logits rows) and the engine keeps the drafts that the row's own sampler reproduces
+ * (spec_engine.c). This module knows nothing of the engine's queues: it proposes tokens and
+ * learns from how many were accepted.
+ *
+ * Kinds:
+ * - ngram: prompt lookup. The trailing k-gram of the request's tokens (k from ngram_max down
+ *   to ngram_min) is searched in the request's own earlier tokens, longest first, first
+ *   occurrence wins; the tokens after it are the draft (up to n_draft).
+ * - suffix: the longest trailing match (up to SPEC_SUFFIX_MAX_MATCH tokens) over the request
+ *   and the server's recent finished outputs; every occurrence of that match votes for the
+ *   next token, the draft follows the most frequent continuation and stops when the
+ *   estimated probability of the whole draft (the product of the vote shares) falls low —
+ *   a suffix-tree walk (SuffixDecoding) done over the occurrence list.
+ * - two-model: a smaller model with the same vocabulary drafts greedily from its own KV pool
+ *   (its own prefix-cache namespace), kept in step with each request (spec_draft.c).
+ *
+ * Draft length: every draft token carries the probability that it is accepted, estimated per
+ * request (and per match length) from measured acceptance; spec_policy keeps a token only
+ * while its expected yield pays for the extra row it adds to the step at the step's current
+ * size (a linear step-cost model, --spec cost), so a single row drafts eagerly, a full batch
+ * only confident drafts, and prose with nothing to copy drafts almost never.
+ *
+ * Lifetimes: struct spec per engine (engine thread only after creation), struct spec_req per
+ * request.
+ */
+#ifndef CINFER_ENGINE_SPEC_SPEC_H
+#define CINFER_ENGINE_SPEC_SPEC_H
+
+#include <stdint.h>
+
+#include "kv/kv_pool.h"
+#include "model/model.h"
+#include "util/err.h"
+
+enum spec_kind { SPEC_NONE = 0, SPEC_NGRAM, SPEC_SUFFIX, SPEC_TWO_MODEL };
+
+#define SPEC_MAX_DRAFT 32        /* --num-draft-tokens upper bound */
+#define SPEC_SUFFIX_MAX_MATCH 24 /* longest context the suffix proposer matches */
+#define SPEC_BUCKETS 4           /* acceptance estimates per match-length bucket */
+
+struct spec_config {
+    int kind;                  /* enum spec_kind; SPEC_NONE = off */
+    int n_draft;               /* most draft tokens per row and step (0 = the kind's default) */
+    int ngram_min, ngram_max;  /* ngram: trailing k-gram sizes tried (default 1 and 3) */
+    const struct model *draft; /* two-model: the draft model (borrowed; outlives the engine) */
+    float step_cost;           /* cost of one more token in a step, relative to a one-token
+                                * step (0 = measured, see spec_step_cost) */
+    float step_cost_default;   /* before enough steps were measured (0: 0.25) */
+    float draft_cost;          /* two-model: a draft forward's cost relative to a target decode
+                                * (0 = the ratio of their weight bytes) */
+    int adaptive;              /* 1 (default via spec_config_default) = size drafts by the
+                                * policy; 0 = always draft the most (tests, A/B) */
+    int kv_dtype, block_size;  /* two-model: the draft pool's KV layout */
+    int draft_blocks;          /* two-model: its pool size in blocks */
+    int max_seqs, n_ctx;       /* two-model: sequences and context it must hold */
+};
+
+/* Fills c for kind: n_draft 10 for ngram and suffix, 3 for two-model; ngram 1..3;
+ * adaptive on; step_cost 0 (the backend's default). */
+void spec_config_default(struct spec_config *c, int kind);
+/* "none", "ngram", "suffix", "two-model". */
+const char *spec_kind_name(int kind);
+/* Parses a --draft-kind value. Returns the kind, or -1 with the message a user sees in e
+ * (the reference's model-specific kinds are named and refused). */
+int spec_kind_parse(const char *s, struct cerr *e);
+/* Checks the flag combination: ngram/suffix with a draft model, two-model without one, a
+ * draft model whose vocabulary differs from the target's (tok_same: 1 when the two
+ * tokenizers map every id to the same piece, as the caller found). Returns 0 or
+ * CERR_INVALID with a message naming the flags. */
+int spec_config_check(const struct spec_config *c, const struct model *target, int tok_same,
+                      struct cerr *e);
+
+struct spec;
+struct spec_req;
+
+/* Counters for /stats and /metrics. */
+struct spec_stats {
+    int kind, n_draft;
+    long drafted, accepted, rounds; /* draft tokens scored / kept; verify rows run */
+    long draft_calls;               /* two-model: draft-model forwards */
+    long suffix_tokens;             /* suffix: tokens in the finished-output corpus */
+    float step_cost;                /* the policy's step-cost slope now */
+};
+
+int spec_new(struct spec **out, const struct spec_config *c, int n_vocab, struct cerr *e);
+void spec_free(struct spec *s);
+const struct spec_config *spec_config_of(const struct spec *s);
+void spec_get_stats(const struct spec *s, struct spec_stats *out);
+/* The step-cost slope the policy uses: spec_config.step_cost when given (or
+ * CINFER_SPEC_STEP_COST), else measured — a least-squares line t = a + b n over recent
+ * decode steps (spec_step_time), slope b / (a + b), clamped to [0.05, 1] — once steps of
+ * different sizes have been seen, else the backend's default. */
+float spec_step_cost(const struct spec *s);
+/* A decode-only step of n_tok tokens took `seconds` (feeds the measured step cost). */
+void spec_step_time(struct spec *s, int n_tok, double seconds);
+
+/* Per-request state. NULL from spec_req_new means out of memory. */
+struct spec_req *spec_req_new(struct spec *s);
+/* Releases the request's state (and its draft-model KV). */
+void spec_req_free(struct spec *s, struct spec_req *q);
+
+/* Proposes up to max draft tokens to follow tokens[0..n) into out, and the probability
+ * that each prefix out[0..j] is accepted into p[j] (non-increasing). Returns the count
+ * (0: nothing to propose). For two-model this runs the draft model. */
+int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int n, int max,
+                 int32_t *out, float *p);
+/* The verify result of the last proposal: drafted tokens scored, accepted of them; n_valid =
+ * tokens of the request now final (the draft model's KV is rolled back to it). drafted = 0:
+ * the row ran without drafts. q = NULL (the request ended): the server-wide counts only. */
+void spec_observe(struct spec *s, struct spec_req *q, int drafted, int accepted, int n_valid);
+/* A request ended: its tokens (prompt n_prompt, then generated up to n) feed the suffix
+ * corpus. */
+void spec_req_done(struct spec *s, struct spec_req *q, const int32_t *tokens, int n_prompt, int n);
+
+/* Whether to ask for drafts at all this step, with n_decode decode rows in a step of n_tok
+ * tokens: always for the model-free kinds (the policy sizes them); two-model drafts row by
+ * row on the draft model, which pays only while at most 2 rows decode and no prompt is being
+ * computed — under load it backs off entirely. */
+int spec_step_wants(const struct spec *s, int n_decode, int n_tok);
+
+/* The policy: rows' candidate drafts (row i offers m[i] tokens whose prefix acceptance
+ * probabilities are p[i][0..m[i])) on top of a step that already has n_tok tokens; writes
+ * the kept count of each row into k[i]. Greedy by probability: a token is kept while
+ * p / cost >= (value so far) / (step cost so far), where value counts every fed token as 1
+ * and each kept draft token as its p, and the step cost is 1 + cost * (tokens - 1). A row
+ * keeps a prefix of its offer; budget caps the kept total. */
+void spec_policy(const struct spec *s, int n_rows, const int *m, const float *const *p, int n_tok,
+                 int budget, int *k);
+
+#endif

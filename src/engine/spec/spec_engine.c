@@ -1,0 +1,155 @@
+/* spec_engine.c — speculation's hooks into the engine (engine_int.h): set-up, the per-step
+ * draft plan, and the counters. The verify step itself (sampling each of a row's k + 1
+ * logits rows in order, keeping the drafts it reproduces, rolling back the rest) lives in
+ * engine.c (verify_row) beside the plain sampling path it shares.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_int.h"
+#include "engine/spec/spec.h"
+#include "util/log.h"
+
+/* Draft tokens a step may hold in all (it sizes the logits rows): the per-row maximum for
+ * each row, up to 64 (at least one row's worth). */
+static int step_drafts(const struct engine *g, int n_draft)
+{
+    long d = (long)g->c.max_seqs * n_draft;
+    long cap = n_draft > 64 ? n_draft : 64;
+    return (int)(d < cap ? d : cap);
+}
+
+int eng_spec_init(struct engine *g, struct cerr *e)
+{
+    struct spec_config c = g->c.spec;
+    if (c.kind == SPEC_NONE)
+        return 0;
+    if (g->kv_swa) {
+        log_warn("speculation is off: the model keeps sliding-window layers in their own KV "
+                 "pool, whose rollback is not implemented");
+        return 0;
+    }
+    if (c.step_cost <= 0) { /* else measured (spec_step_time) */
+        const char *v = getenv("CINFER_SPEC_STEP_COST");
+        c.step_cost = v && *v ? (float)atof(v) : 0;
+    }
+    /* until measured, a token more in a step: ~1/4 of a decode on the CPU, little on a GPU,
+     * where decode reads the weights and waits */
+    c.step_cost_default = !strcmp(g->m->be->ops->name, "cpu") ? 0.25f : 0.05f;
+    if (c.kind == SPEC_TWO_MODEL && c.draft_cost <= 0 && c.draft)
+        c.draft_cost = (float)model_weight_bytes(c.draft) / (float)model_weight_bytes(g->m);
+    c.max_seqs = g->c.max_seqs;
+    c.n_ctx = g->c.n_ctx;
+    int rc = spec_new(&g->spec, &c, g->m->hp.n_vocab, e);
+    if (rc)
+        return rc;
+    g->max_out = g->c.max_seqs + step_drafts(g, spec_config_of(g->spec)->n_draft);
+    if (g->max_out > g->c.max_step_tokens) /* a logits row is a token of the step */
+        g->max_out = g->c.max_step_tokens;
+    return 0;
+}
+
+/* Per step scratch: the offers of each decode row. */
+struct offer {
+    int row, m;
+    float p[SPEC_MAX_DRAFT];
+};
+
+void eng_spec_plan(struct engine *g, int n_rows)
+{
+    if (!g->spec || n_rows <= 0)
+        return;
+    int used = 0, outs = 0;
+    for (int i = 0; i < n_rows; i++) {
+        const struct row *w = &g->rows[i];
+        used += w->n;
+        outs += w->r->n_past + w->n == w->r->n_tokens;
+    }
+    int n_dec = 0;
+    for (int i = 0; i < n_rows; i++)
+        n_dec += g->rows[i].n == 1 && g->rows[i].r->n_tokens - g->rows[i].r->n_past == 1;
+    if (!spec_step_wants(g->spec, n_dec, used))
+        return;
+    int budget = g->c.max_step_tokens - used;
+    if (budget > g->max_out - outs)
+        budget = g->max_out - outs;
+    if (budget <= 0)
+        return;
+    struct offer *of = malloc((size_t)n_rows * sizeof *of);
+    int *m = malloc((size_t)n_rows * sizeof *m), *k = malloc((size_t)n_rows * sizeof *k);
+    const float **pp = malloc((size_t)n_rows * sizeof *pp);
+    if (!of || !m || !k || !pp)
+        goto out;
+    int n_of = 0;
+    for (int i = 0; i < n_rows; i++) {
+        struct row *w = &g->rows[i];
+        struct ereq *r = w->r;
+        if (w->n != 1 || r->n_tokens - r->n_past != 1 || !r->spec)
+            continue;
+        /* never past max_tokens or the context: the last token emitted is never a draft */
+        int max = r->max_tokens - r->n_gen - 1;
+        if (max > g->c.n_ctx - r->n_tokens - 1)
+            max = g->c.n_ctx - r->n_tokens - 1;
+        if (max > SPEC_MAX_DRAFT)
+            max = SPEC_MAX_DRAFT;
+        struct offer *o = &of[n_of];
+        o->row = i;
+        o->m = max > 0 ? spec_propose(g->spec, r->spec, r->tokens, r->n_tokens, max,
+                                      r->tokens + r->n_tokens, o->p)
+                       : 0;
+        m[n_of] = o->m;
+        pp[n_of] = o->p;
+        n_of++;
+    }
+    spec_policy(g->spec, n_of, m, pp, used, budget, k);
+    for (int j = 0; j < n_of; j++) {
+        struct row *w = &g->rows[of[j].row];
+        w->k = k[j];
+        w->n = 1 + k[j];
+        if (!k[j]) /* a plain step: the draft model forgets what it drafted */
+            spec_observe(g->spec, w->r->spec, 0, 0, w->r->n_tokens);
+    }
+    /* plain decode rows first, then the rows with drafts, then prompt chunks: the leading
+     * one-token rows run as a group of their own where the backend's kernels depend on the
+     * row count (model_batch.n_lead), as they would without speculation */
+    struct row *tmp = malloc((size_t)n_rows * sizeof *tmp);
+    if (tmp) {
+        int t = 0;
+        for (int pass = 0; pass < 3; pass++)
+            for (int i = 0; i < n_rows; i++) {
+                const struct row *w = &g->rows[i];
+                int cls = w->k > 0 ? 1 : w->n == 1 ? 0 : 2;
+                if (cls == pass)
+                    tmp[t++] = *w;
+            }
+        memcpy(g->rows, tmp, (size_t)n_rows * sizeof *tmp);
+        free(tmp);
+    }
+out:
+    free(of);
+    free(m);
+    free(k);
+    free(pp);
+}
+
+int eng_spec_unplan(struct engine *g, int n_rows)
+{
+    int any = 0;
+    for (int i = 0; i < n_rows; i++) {
+        struct row *w = &g->rows[i];
+        if (!w->k)
+            continue;
+        any = 1;
+        spec_observe(g->spec, w->r->spec, 0, 0, w->r->n_tokens);
+        kv_seq_trim(g->kv, &w->r->seq, w->r->n_past);
+        w->n = 1;
+        w->k = 0;
+    }
+    return any;
+}
+
+void eng_spec_stats(struct engine *g)
+{
+    if (g->spec)
+        spec_get_stats(g->spec, &g->st.spec);
+}

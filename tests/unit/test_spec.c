@@ -1,0 +1,540 @@
+/* test_spec.c — speculative decoding (src/engine/spec) in the engine, on stories260K.
+ *
+ * Every engine runs the block-pool invariant checker after each step (rollbacks included),
+ * and each test asserts it never failed. Contracts checked, for ngram and suffix:
+ * - greedy ids (and logprobs, bit for bit) identical with and without speculation: alone,
+ *   8 concurrent, after a prefix-cache hit, ending at a stop string — and drafts were in
+ *   fact accepted (a test that drafted nothing would prove nothing);
+ * - T > 0: the same seed gives the same ids (each verify row draws the uniform the plain
+ *   step would), and a chi-square homogeneity test between independent seeds with and
+ *   without speculation (the distribution of the first two generated tokens);
+ * - under a tiny pool (preemption) every request completes identically;
+ * - refusals: model-specific kinds, ngram/suffix with a draft model, two-model without one,
+ *   a draft model with another vocabulary.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "engine/spec/spec.h"
+#include "harness.h"
+#include "model/model.h"
+#include "tokenizer/tok.h"
+
+static struct be *g_be;
+static struct model *g_m;
+static struct tok *g_tk;
+
+#define MAXG 512
+
+struct coll {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t ids[MAXG];
+    float lp[MAXG];
+    int32_t top[MAXG];
+    int n, done, finish, n_cached, err, drafted, accepted, calls;
+    char text[4096];
+    size_t tlen;
+};
+
+static void coll_cb(void *ud, const struct engine_event *ev)
+{
+    struct coll *c = ud;
+    pthread_mutex_lock(&c->mu);
+    if (ev->type == ENGINE_EV_DELTA && c->n < MAXG) {
+        c->lp[c->n] = ev->lp ? ev->lp->logprob : 0;
+        c->top[c->n] = ev->lp && ev->lp->n_top ? ev->lp->top_id[ev->lp->n_top - 1] : -1;
+        c->ids[c->n++] = ev->token;
+    }
+    if (ev->len && c->tlen + ev->len < sizeof c->text) {
+        memcpy(c->text + c->tlen, ev->text, ev->len);
+        c->tlen += ev->len;
+    }
+    if (ev->type != ENGINE_EV_DELTA) {
+        c->done = 1;
+        c->err = ev->type == ENGINE_EV_ERROR;
+        c->finish = ev->finish;
+        c->n_cached = ev->n_cached;
+        c->drafted = ev->spec_drafted;
+        c->accepted = ev->spec_accepted;
+        c->calls = ev->spec_calls;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void coll_wait(struct coll *c)
+{
+    pthread_mutex_lock(&c->mu);
+    while (!c->done)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static struct engine *mk(int kind, int adaptive, int max_seqs, int n_blocks, int cache)
+{
+    struct engine_config c;
+    engine_config_default(&c, g_m);
+    c.n_ctx = n_blocks * 16 < 512 ? n_blocks * 16 : 512;
+    c.max_seqs = max_seqs;
+    c.max_step_tokens = 64;
+    c.block_size = 16;
+    c.n_blocks = n_blocks;
+    c.kv_dtype = DT_F32;
+    c.prompt_cache_blocks = cache;
+    c.check_invariants = 1;
+    if (kind != SPEC_NONE) {
+        spec_config_default(&c.spec, kind);
+        c.spec.adaptive = adaptive;
+        c.spec.step_cost = 0.25f; /* fixed: the policy must not depend on measured times */
+        if (kind == SPEC_TWO_MODEL)
+            c.spec.draft = g_m; /* the model drafts for itself: every greedy draft is kept */
+    }
+    struct engine *e = NULL;
+    struct cerr err = {0};
+    if (engine_new(&e, g_m, g_tk, &c, &err))
+        fprintf(stderr, "engine_new: %s\n", err.msg);
+    return e;
+}
+
+static int encode(const char *text, int32_t **ids)
+{
+    int n = 0;
+    if (tok_encode(g_tk, text, strlen(text), TOK_ADD_SPECIAL, ids, &n, NULL))
+        return 0;
+    return n;
+}
+
+struct job {
+    const char *prompt;
+    int max_tokens;
+    float temperature;
+    uint64_t seed;
+    int top_logprobs; /* -1 = none */
+    const char *stop; /* or NULL */
+};
+
+static int submit(struct engine *e, const struct job *j, struct coll *c)
+{
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    int32_t *ids;
+    int n = encode(j->prompt, &ids);
+    const char *stops[1] = {j->stop};
+    struct engine_req q = {.ids = ids,
+                           .n_ids = n,
+                           .max_tokens = j->max_tokens,
+                           .cb = coll_cb,
+                           .ud = c,
+                           .ignore_eos = 1,
+                           .stops = j->stop ? stops : NULL,
+                           .n_stops = j->stop ? 1 : 0};
+    sampler_params_default(&q.sp);
+    q.sp.temperature = j->temperature;
+    q.sp.seed = j->seed;
+    q.sp.top_logprobs = j->top_logprobs;
+    uint64_t id;
+    struct cerr err = {0};
+    int rc = engine_submit(e, &q, &id, &err);
+    if (rc)
+        fprintf(stderr, "submit: %s\n", err.msg);
+    free(ids);
+    return rc;
+}
+
+static void wait_idle(struct engine *e)
+{
+    for (int i = 0; i < 100000; i++) {
+        struct engine_stats st;
+        engine_get_stats(e, &st);
+        if (st.running == 0 && st.waiting == 0 && st.finished + st.failed == st.submitted)
+            return;
+        usleep(500);
+    }
+}
+
+static long invariant_failures(struct engine *e)
+{
+    wait_idle(e);
+    struct engine_stats st;
+    engine_get_stats(e, &st);
+    if (st.invariant_failures)
+        fprintf(stderr, "invariant: %s\n", st.last_invariant_error);
+    return st.invariant_failures;
+}
+
+/* Runs jobs[0..n) on a fresh engine (all submitted at once), results into c[]. Returns the
+ * engine's speculation counters through *st. */
+static void run_jobs(int kind, int adaptive, int max_seqs, int n_blocks, const struct job *jobs,
+                     int n, struct coll *c, struct engine_stats *st)
+{
+    struct engine *e = mk(kind, adaptive, max_seqs, n_blocks, -1);
+    CHECK(e != NULL);
+    if (!e)
+        return;
+    for (int i = 0; i < n; i++)
+        CHECK(submit(e, &jobs[i], &c[i]) == 0);
+    for (int i = 0; i < n; i++)
+        coll_wait(&c[i]);
+    CHECK(invariant_failures(e) == 0);
+    engine_get_stats(e, st);
+    engine_free(e);
+}
+
+/* Prompts whose continuations repeat themselves (stories260K loops), so drafts get accepted. */
+static const char *const PROMPTS[8] = {
+    "Once upon a time there was a little girl. Once upon a time there was",
+    "Lily and Ben were friends. One day they went to the park to play",
+    "The cat sat on the mat. The cat sat on the mat. The cat",
+    "Tom had a big red ball. He liked to throw it high in the sky. One day the ball",
+    "One day, a little dog named Spot",
+    "Mom said",
+    "There was a big tree in the garden. Every day a bird sat on it and sang a song. The",
+    "Sara",
+};
+
+static int same_ids(const struct coll *a, const struct coll *b)
+{
+    return a->n == b->n && !memcmp(a->ids, b->ids, (size_t)a->n * sizeof a->ids[0]) &&
+           !memcmp(a->lp, b->lp, (size_t)a->n * sizeof a->lp[0]) &&
+           !memcmp(a->top, b->top, (size_t)a->n * sizeof a->top[0]) && a->finish == b->finish &&
+           a->tlen == b->tlen && !memcmp(a->text, b->text, a->tlen);
+}
+
+/* Greedy, alone and 8 at once, with logprobs on half of them, for one kind and both draft
+ * policies. */
+static void greedy_same(int kind, int adaptive)
+{
+    struct job jobs[8];
+    for (int i = 0; i < 8; i++)
+        jobs[i] = (struct job){
+            .prompt = PROMPTS[i], .max_tokens = 60 + 13 * i, .top_logprobs = i % 2 ? 3 : -1};
+    static struct coll ref[8], alone[8], conc[8];
+    struct engine_stats st;
+    for (int i = 0; i < 8; i++) {
+        run_jobs(SPEC_NONE, 1, 1, 128, &jobs[i], 1, &ref[i], &st);
+        run_jobs(kind, adaptive, 1, 128, &jobs[i], 1, &alone[i], &st);
+    }
+    run_jobs(kind, adaptive, 8, 256, jobs, 8, conc, &st);
+    int same_alone = 0, same_conc = 0;
+    long acc = 0, dr = 0;
+    for (int i = 0; i < 8; i++) {
+        same_alone += same_ids(&ref[i], &alone[i]);
+        same_conc += same_ids(&ref[i], &conc[i]);
+        acc += alone[i].accepted;
+        dr += alone[i].drafted;
+        CHECK(conc[i].accepted <= conc[i].drafted);
+        CHECK(alone[i].calls + alone[i].accepted == alone[i].n);
+    }
+    printf("%s%s: greedy alone %d/8, 8 concurrent %d/8 identical; alone drafted %ld accepted "
+           "%ld; concurrent engine drafted %ld accepted %ld\n",
+           spec_kind_name(kind), adaptive ? "" : " (always draft)", same_alone, same_conc, dr, acc,
+           st.spec.drafted, st.spec.accepted);
+    CHECK_EQ_INT(same_alone, 8);
+    CHECK_EQ_INT(same_conc, 8);
+    /* speculation really happened, alone and in the batch (two-model adaptive with the
+     * model drafting for itself finds drafting too costly, and backs off under load) */
+    CHECK(acc > (kind == SPEC_TWO_MODEL && adaptive ? 10 : 50));
+    CHECK(kind == SPEC_TWO_MODEL && adaptive ? 1 : st.spec.accepted > 50);
+    CHECK_EQ_INT(st.spec.kind, kind);
+}
+
+static void test_greedy_ngram(void)
+{
+    greedy_same(SPEC_NGRAM, 0);
+    greedy_same(SPEC_NGRAM, 1);
+}
+static void test_greedy_suffix(void)
+{
+    greedy_same(SPEC_SUFFIX, 0);
+    greedy_same(SPEC_SUFFIX, 1);
+}
+static void test_greedy_two_model(void)
+{
+    greedy_same(SPEC_TWO_MODEL, 0);
+    greedy_same(SPEC_TWO_MODEL, 1);
+}
+
+/* A second run of the same prompt in one engine hits the prefix cache; its ids equal the
+ * plain run's; a stop string ends both at the same place. */
+static void prefix_and_stop(int kind)
+{
+    struct job j = {.prompt = PROMPTS[0], .max_tokens = 80, .top_logprobs = 2};
+    struct job js = {.prompt = PROMPTS[2], .max_tokens = 200, .stop = "cat played"};
+    struct coll ref, refs, a, b, s;
+    struct engine_stats st;
+    run_jobs(SPEC_NONE, 1, 1, 128, &j, 1, &ref, &st);
+    run_jobs(SPEC_NONE, 1, 1, 128, &js, 1, &refs, &st);
+    struct engine *e = mk(kind, 0, 4, 128, 128);
+    CHECK(e != NULL);
+    if (!e)
+        return;
+    CHECK(submit(e, &j, &a) == 0);
+    coll_wait(&a);
+    CHECK(submit(e, &j, &b) == 0);
+    coll_wait(&b);
+    CHECK(submit(e, &js, &s) == 0);
+    coll_wait(&s);
+    printf("%s: cold %d ids, after a prefix hit (%d cached) %d ids, accepted %d; stop string "
+           "finish %d after %d ids (plain: %d)\n",
+           spec_kind_name(kind), a.n, b.n_cached, b.n, b.accepted, s.finish, s.n, refs.n);
+    CHECK(same_ids(&ref, &a));
+    CHECK(same_ids(&ref, &b));
+    CHECK(b.n_cached > 0);
+    CHECK(b.accepted > 0);
+    CHECK_EQ_INT(refs.finish, ENGINE_FINISH_STOP);
+    CHECK(same_ids(&refs, &s));
+    CHECK(s.accepted > 0);
+    CHECK(invariant_failures(e) == 0);
+    engine_free(e);
+}
+
+static void test_prefix_and_stop(void)
+{
+    prefix_and_stop(SPEC_NGRAM);
+    prefix_and_stop(SPEC_SUFFIX);
+    prefix_and_stop(SPEC_TWO_MODEL);
+}
+
+/* Preemption under a tiny pool with drafts in flight: every request completes with the
+ * plain ids and the pool stays consistent. */
+static void test_tight_pool(void)
+{
+    struct job jobs[6];
+    for (int i = 0; i < 6; i++)
+        jobs[i] = (struct job){.prompt = PROMPTS[i], .max_tokens = 90, .top_logprobs = -1};
+    static struct coll ref[6], got[6];
+    struct engine_stats st;
+    for (int i = 0; i < 6; i++)
+        run_jobs(SPEC_NONE, 1, 1, 64, &jobs[i], 1, &ref[i], &st);
+    run_jobs(SPEC_NGRAM, 0, 6, 24, jobs, 6, got, &st);
+    int same = 0;
+    for (int i = 0; i < 6; i++)
+        same += same_ids(&ref[i], &got[i]);
+    printf("tight pool: %d/6 identical, %ld preempted, drafted %ld accepted %ld\n", same,
+           st.preempted, st.spec.drafted, st.spec.accepted);
+    CHECK_EQ_INT(same, 6);
+    CHECK(st.preempted > 0);
+    CHECK(st.spec.accepted > 0);
+}
+
+/* T > 0: one seed gives one output with or without drafts. */
+static void test_sampled_same_seed(void)
+{
+    struct job jobs[8];
+    for (int i = 0; i < 8; i++)
+        jobs[i] = (struct job){.prompt = PROMPTS[i],
+                               .max_tokens = 64,
+                               .temperature = 0.8f,
+                               .seed = 1000 + (uint64_t)i,
+                               .top_logprobs = i % 3 ? -1 : 1};
+    static struct coll ref[8], got[8];
+    struct engine_stats st;
+    run_jobs(SPEC_NONE, 1, 8, 256, jobs, 8, ref, &st);
+    for (int kind = SPEC_NGRAM; kind <= SPEC_TWO_MODEL; kind++) {
+        run_jobs(kind, 0, 8, 256, jobs, 8, got, &st);
+        int same = 0;
+        for (int i = 0; i < 8; i++)
+            same += same_ids(&ref[i], &got[i]);
+        printf("%s sampled, same seeds: %d/8 identical, drafted %ld accepted %ld\n",
+               spec_kind_name(kind), same, st.spec.drafted, st.spec.accepted);
+        CHECK_EQ_INT(same, 8);
+        CHECK(st.spec.accepted > 20);
+        CHECK(st.spec.accepted < st.spec.drafted); /* some were rejected: rollbacks ran */
+    }
+}
+
+/* Upper tail of chi-square(df) at about p = 0.001 (Wilson-Hilferty). */
+static double chi2_crit(int df)
+{
+    double z = 3.09, a = 2.0 / (9.0 * df);
+    double c = 1 - a + z * sqrt(a);
+    return df * c * c * c;
+}
+
+/* T = 0.8: the distribution of the first three generated tokens from N independent seeds
+ * with ngram drafting equals that of N other seeds without (chi-square homogeneity,
+ * categories with enough mass, the rest pooled). The second and third tokens come from
+ * verify rows whenever drafts followed the first. */
+static void test_sampled_chi_square(void)
+{
+    enum { N = 600, K = 4096 };
+    const char *prompt = PROMPTS[0];
+    static int cnt[2][K];
+    memset(cnt, 0, sizeof cnt);
+    long acc = 0, dr = 0;
+    for (int arm = 0; arm < 2; arm++) {
+        struct engine *e = mk(arm ? SPEC_NGRAM : SPEC_NONE, 0, 8, 256, -1);
+        CHECK(e != NULL);
+        if (!e)
+            return;
+        static struct coll c[8];
+        for (int base = 0; base < N; base += 8) {
+            for (int i = 0; i < 8; i++) {
+                struct job j = {.prompt = prompt,
+                                .max_tokens = 6,
+                                .temperature = 0.8f,
+                                .seed = (uint64_t)(arm * 1000000 + base + i + 1),
+                                .top_logprobs = -1};
+                CHECK(submit(e, &j, &c[i]) == 0);
+            }
+            for (int i = 0; i < 8; i++) {
+                coll_wait(&c[i]);
+                int key = ((c[i].ids[0] * 31 + c[i].ids[1]) * 17 + c[i].ids[2]) & (K - 1);
+                cnt[arm][key]++;
+                acc += arm ? c[i].accepted : 0;
+                dr += arm ? c[i].drafted : 0;
+            }
+        }
+        CHECK(invariant_failures(e) == 0);
+        engine_free(e);
+    }
+    double chi = 0;
+    int df = -1, pool[2] = {0, 0};
+    for (int k = 0; k < K; k++) {
+        int t = cnt[0][k] + cnt[1][k];
+        if (t < 10) {
+            pool[0] += cnt[0][k], pool[1] += cnt[1][k];
+            continue;
+        }
+        for (int a = 0; a < 2; a++) {
+            double ex = t / 2.0;
+            chi += (cnt[a][k] - ex) * (cnt[a][k] - ex) / ex;
+        }
+        df++;
+    }
+    if (pool[0] + pool[1] >= 10) {
+        double ex = (pool[0] + pool[1]) / 2.0;
+        for (int a = 0; a < 2; a++)
+            chi += (pool[a] - ex) * (pool[a] - ex) / ex;
+        df++;
+    }
+    printf("chi-square: %.2f with %d df (critical %.2f at p=0.001); drafted %ld accepted %ld\n",
+           chi, df, df > 0 ? chi2_crit(df) : 0.0, dr, acc);
+    CHECK(df >= 3);
+    CHECK(dr > 0 && acc > 0);
+    CHECK(df > 0 && chi < chi2_crit(df));
+}
+
+static void test_refusals(void)
+{
+    struct cerr e = {0};
+    CHECK_EQ_INT(spec_kind_parse("ngram", &e), SPEC_NGRAM);
+    CHECK_EQ_INT(spec_kind_parse("suffix", &e), SPEC_SUFFIX);
+    CHECK_EQ_INT(spec_kind_parse("two-model", &e), SPEC_TWO_MODEL);
+    const char *model_kinds[] = {"mtp", "assistant", "dspark", "deepspec"};
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_INT(spec_kind_parse(model_kinds[i], &e), -1);
+        CHECK(strstr(e.msg, "architecture") != NULL);
+    }
+    CHECK_EQ_INT(spec_kind_parse("bogus", &e), -1);
+    CHECK(strstr(e.msg, "ngram|suffix|two-model") != NULL);
+    struct spec_config c;
+    spec_config_default(&c, SPEC_NGRAM);
+    CHECK_EQ_INT(c.n_draft, 10);
+    CHECK_EQ_INT(spec_config_check(&c, g_m, 1, &e), 0);
+    c.draft = g_m;
+    CHECK(spec_config_check(&c, g_m, 1, &e) != 0);
+    CHECK(strstr(e.msg, "--draft-model") != NULL);
+    spec_config_default(&c, SPEC_SUFFIX);
+    c.draft = g_m;
+    CHECK(spec_config_check(&c, g_m, 1, &e) != 0);
+    spec_config_default(&c, SPEC_TWO_MODEL);
+    CHECK_EQ_INT(c.n_draft, 3);
+    CHECK(spec_config_check(&c, g_m, 1, &e) != 0);
+    CHECK(strstr(e.msg, "needs --draft-model") != NULL);
+    /* a draft with another vocabulary */
+    struct model other = *g_m;
+    other.hp.n_vocab = g_m->hp.n_vocab + 1;
+    c.draft = &other;
+    CHECK(spec_config_check(&c, g_m, 1, &e) != 0);
+    CHECK(strstr(e.msg, "tokenizer") != NULL);
+    c.draft = g_m;
+    CHECK(spec_config_check(&c, g_m, 0, &e) != 0); /* same size, different pieces */
+    CHECK_EQ_INT(spec_config_check(&c, g_m, 1, &e), 0);
+    spec_config_default(&c, SPEC_NGRAM);
+    c.ngram_min = 4;
+    c.ngram_max = 2;
+    CHECK(spec_config_check(&c, g_m, 1, &e) != 0);
+    c.ngram_min = 1;
+    c.n_draft = 0;
+    CHECK(spec_config_check(&c, g_m, 1, &e) != 0);
+}
+
+/* The policy: one row drafts while it pays; a full batch keeps only confident tokens; a row
+ * with low acceptance drafts nothing. */
+static void test_policy(void)
+{
+    struct spec_config c;
+    spec_config_default(&c, SPEC_NGRAM);
+    c.step_cost = 0.25f;
+    struct spec *s = NULL;
+    struct cerr e = {0};
+    CHECK(spec_new(&s, &c, 512, &e) == 0);
+    if (!s)
+        return;
+    float hi[10], lo[10];
+    for (int j = 0; j < 10; j++) {
+        hi[j] = powf(0.9f, (float)(j + 1));
+        lo[j] = powf(0.2f, (float)(j + 1));
+    }
+    const float *p1[1] = {hi};
+    int m1[1] = {10}, k1[1];
+    spec_policy(s, 1, m1, p1, 1, 100, k1);
+    CHECK(k1[0] >= 4 && k1[0] <= 8);
+    CHECK(k1[0] < 10);
+    int k_one = k1[0];
+    const float *pl[1] = {lo};
+    spec_policy(s, 1, m1, pl, 1, 100, k1);
+    CHECK_EQ_INT(k1[0], 0);
+    const float *p8[8] = {hi, hi, hi, hi, hi, hi, hi, hi};
+    int m8[8] = {10, 10, 10, 10, 10, 10, 10, 10}, k8[8];
+    spec_policy(s, 8, m8, p8, 8, 100, k8);
+    int tot = 0;
+    for (int i = 0; i < 8; i++)
+        tot += k8[i];
+    printf("policy: one row keeps %d of 0.9^j drafts; 8 rows keep %d in all\n", k_one, tot);
+    CHECK(tot < 8 * 4);                  /* backs off under load */
+    spec_policy(s, 8, m8, p8, 8, 3, k8); /* the step budget caps it */
+    tot = 0;
+    for (int i = 0; i < 8; i++)
+        tot += k8[i];
+    CHECK(tot <= 3);
+    spec_free(s);
+}
+
+int main(void)
+{
+    const char *fx = getenv("CINFER_FIXTURES");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/stories260K/stories260K.gguf", fx ? fx : "../shared/fixtures");
+    struct cerr e = {0};
+    struct be_config bc = {.n_threads = 2};
+    /* CINFER_TEST_BACKEND=cuda runs the same contracts on the GPU backend (device runs) */
+    const char *bn = getenv("CINFER_TEST_BACKEND");
+    g_be = be_new(bn && *bn ? bn : "cpu", &bc, &e);
+    if (!g_be || model_load(&g_m, path, g_be, &e) || tok_load(&g_tk, path, &e)) {
+        fprintf(stderr, "setup: %s\n", e.msg);
+        return 1;
+    }
+    RUN(test_refusals);
+    RUN(test_policy);
+    RUN(test_greedy_ngram);
+    RUN(test_greedy_suffix);
+    RUN(test_greedy_two_model);
+    RUN(test_prefix_and_stop);
+    RUN(test_tight_pool);
+    RUN(test_sampled_same_seed);
+    RUN(test_sampled_chi_square);
+    tok_free(g_tk);
+    model_free(g_m);
+    be_free(g_be);
+    return harness_done();
+}
