@@ -280,7 +280,7 @@ static void finish(struct engine *g, struct ereq *r, int reason, int stop_index)
     req_free(g, r);
 }
 
-static void fail(struct engine *g, struct ereq *r, const char *msg)
+void eng_fail(struct engine *g, struct ereq *r, const char *msg)
 {
     struct engine_event ev = {.type = ENGINE_EV_ERROR, .error = msg};
     ev_fill_counts(g, r, &ev);
@@ -298,7 +298,7 @@ static void fail(struct engine *g, struct ereq *r, const char *msg)
 
 /* Handles a sampled token: append, detokenize, stop-match, publish; may finish r.
  * Returns 1 when r finished (and was freed). */
-static int on_token(struct engine *g, struct ereq *r, int32_t id, const struct sampler_logprob *lp)
+int eng_on_token(struct engine *g, struct ereq *r, int32_t id, const struct sampler_logprob *lp)
 {
     r->tokens[r->n_tokens++] = id;
     r->n_gen++;
@@ -313,7 +313,7 @@ static int on_token(struct engine *g, struct ereq *r, int32_t id, const struct s
             fired = stop_push(r->stop, buf, bl, &r->out, &r->out_len, &r->out_cap, &which);
             if (fired < 0) {
                 eng_run_remove(g, r);
-                fail(g, r, "out of memory");
+                eng_fail(g, r, "out of memory");
                 return 1;
             }
         }
@@ -372,7 +372,7 @@ static int32_t sample_from_cands(struct engine *g, struct ereq *r, int out,
  * + ahead. A row the op cannot decide (logprobs, a truncation filter, XTC firing, too much
  * history; sampler_device_row) is marked skip when skip_ok, else the call fails. Returns
  * the words used (*n_dev: rows the op decides), or -1. */
-static int samp_fill(struct engine *g, int n_rows, int ahead, int burst, int skip_ok,
+int eng_samp_fill(struct engine *g, int n_rows, int ahead, int burst, int skip_ok,
                      int *n_dev)
 {
     int n_out = 0;
@@ -413,14 +413,14 @@ static int32_t sample_fetched(struct engine *g, struct ereq *r, int out,
     if (model_logits_row(g->m, g->ws, out, row, &e)) {
         log_error("engine: fetching a logit row failed: %s", e.msg);
         eng_run_remove(g, r);
-        fail(g, r, e.msg);
+        eng_fail(g, r, e.msg);
         return -1;
     }
     return sampler_sample(r->smp, row, r->want_lp ? lp : NULL);
 }
 
 /* The step's block tables, mb wide, from g->rows (and the sliding pool's, when split). */
-static void fill_tables(struct engine *g, int n_rows, int mb)
+void eng_fill_tables(struct engine *g, int n_rows, int mb)
 {
     for (int s = 0; s < n_rows; s++) {
         const struct kv_seq *q = &g->rows[s].r->seq;
@@ -439,7 +439,7 @@ static void fill_tables(struct engine *g, int n_rows, int mb)
 
 /* The id of output row `out` for r: the backend's argmax (use_am), the candidates
  * (use_tc), else the host logits. Returns -1 when r failed (and was freed). */
-static int32_t sample_row(struct engine *g, struct ereq *r, int out, int use_am, int use_tc,
+int32_t eng_sample_row(struct engine *g, struct ereq *r, int out, int use_am, int use_tc,
                           struct sampler_logprob *lp)
 {
     if (use_am) {
@@ -450,47 +450,6 @@ static int32_t sample_row(struct engine *g, struct ereq *r, int out, int use_am,
         return sample_from_cands(g, r, out, lp);
     return sampler_sample(r->smp, g->logits + (size_t)out * g->m->hp.n_vocab,
                           r->want_lp ? lp : NULL);
-}
-
-/* Speculation: row w fed r's last token and k drafts and got k + 1 logits rows. Row j is
- * sampled exactly as a plain decode step at that position would be (the same sampler, in
- * order, with the history of the tokens before it), and the draft is kept while it equals
- * what was sampled: the output is that of decoding without drafts. For greedy rows this is
- * exact acceptance; for T > 0 it is speculative rejection sampling with a one-point
- * proposal (accepting draft d with probability p(d), else drawing from p without d), here
- * with the very uniform the plain decode would use. The K/V of the rejected drafts is
- * rolled back (blocks past the kept positions are released). */
-static void verify_row(struct engine *g, struct row *w, int use_am, int use_tc)
-{
-    struct ereq *r = w->r;
-    int k = w->k, base = r->n_past, acc = 0;
-    int32_t d[SPEC_MAX_DRAFT];
-    memcpy(d, r->tokens + r->n_tokens, (size_t)k * sizeof *d);
-    r->spec_drafted += k;
-    r->spec_calls++;
-    for (int j = 0; j <= k; j++) {
-        /* positions base .. base + j hold the last token and the j drafts kept so far */
-        r->n_past = base + 1 + j;
-        kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
-        struct sampler_logprob lp;
-        int32_t id = sample_row(g, r, w->out + j, use_am, use_tc, &lp);
-        if (id < 0) {
-            spec_observe(g->spec, NULL, k, acc, 0);
-            return; /* the request failed */
-        }
-        int hit = j < k && id == d[j];
-        acc += hit;
-        r->spec_accepted += hit;
-        g->spec_gen += j > 0;
-        if (on_token(g, r, id, &lp)) {
-            spec_observe(g->spec, NULL, k, acc, 0); /* r finished */
-            return;
-        }
-        if (!hit)
-            break;
-    }
-    kv_seq_trim(g->kv, &r->seq, r->n_past);
-    spec_observe(g->spec, r->spec, k, acc, r->n_past);
 }
 
 static int run_step(struct engine *g, int n_rows)
@@ -516,7 +475,7 @@ static int run_step(struct engine *g, int n_rows)
         if (r->seq.n_blocks > mb)
             mb = r->seq.n_blocks;
     }
-    fill_tables(g, n_rows, mb);
+    eng_fill_tables(g, n_rows, mb);
     /* the decode rows (one token each, planned first) run apart from the prompt chunks, so
      * a decode row's bits are those of a decode step (model_batch.n_lead) */
     int lead = 0;
@@ -547,7 +506,7 @@ static int run_step(struct engine *g, int n_rows)
     for (int s = 0; s < n_rows; s++) /* speculation's verify rows sample on the host */
         any_k |= g->rows[s].k > 0;
     int ds_words = !use_am && !any_k && n_out > 0 && g->dev_sample
-                       ? samp_fill(g, n_rows, 0, 0, 1, &n_dev)
+                       ? eng_samp_fill(g, n_rows, 0, 0, 1, &n_dev)
                        : -1;
     if (n_dev == 0)
         ds_words = -1;
@@ -570,7 +529,7 @@ static int run_step(struct engine *g, int n_rows)
         log_error("engine: forward failed: %s", e.msg);
         for (int s = 0; s < n_rows; s++) {
             eng_run_remove(g, g->rows[s].r);
-            fail(g, g->rows[s].r, e.msg);
+            eng_fail(g, g->rows[s].r, e.msg);
         }
         return -1;
     }
@@ -583,7 +542,7 @@ static int run_step(struct engine *g, int n_rows)
         struct row *w = &g->rows[s];
         struct ereq *r = w->r;
         if (w->k > 0) {
-            verify_row(g, w, use_am, use_tc);
+            eng_spec_verify(g, w, use_am, use_tc);
             continue;
         }
         if (r->n_past < r->n_prompt)
@@ -607,10 +566,10 @@ static int run_step(struct engine *g, int n_rows)
         } else if (ds_words >= 0 && !use_tc) /* a skipped row: its logits stayed on the device */
             id = sample_fetched(g, r, w->out, &lp);
         else
-            id = sample_row(g, r, w->out, use_am, use_tc, &lp);
+            id = eng_sample_row(g, r, w->out, use_am, use_tc, &lp);
         r->spec_calls++;
         if (id >= 0) /* else the request failed */
-            on_token(g, r, id, &lp);
+            eng_on_token(g, r, id, &lp);
     }
     pthread_mutex_lock(&g->mu);
     g->st.prompt_tokens += n_prompt_fed;
@@ -618,161 +577,7 @@ static int run_step(struct engine *g, int n_rows)
     return 0;
 }
 
-static void publish_stats(struct engine *g, long gen_delta);
-static void check_pool(struct engine *g);
-
-/* ---- decode bursts ---------------------------------------------------------------- */
-
-/* A step of only decode rows (one token each, every row an output) whose ids the backend
- * decides (plain greedy: its argmax; else, with g->dev_sample, its op sample: greedy with
- * processors or temperature-only sampling, no logprobs) can run as a burst: the engine
- * queues the next step of the same rows (model_forward_queue, its tokens the ids the device
- * decided in this one, its sampling parameters one step further) before it reads this
- * step's ids, so the device never waits for the host between
- * steps. A burst ends when a row finishes, when a row is about to reach its length limit,
- * when the pool cannot hold one more position for every row, or when a submission or a
- * cancellation arrives; each ends the burst before the next step is queued, except a row
- * that finishes on an id only the host sees (EOS, a stop string): the one step already
- * queued then also ran for it, and its id is dropped (its K/V at a position past the end is
- * never read: a later sequence writes that position before attending to it). A burst also
- * ends before a step whose sampling the backend cannot decide (XTC firing at that step,
- * history past the op's room). The ids are those of run_step: the same forward, the same
- * argmax or op sample. Returns 0 (no burst), 1 (argmax) or 2 (op sample). */
-static int burst_ok(struct engine *g, int n_rows)
-{
-    /* requests may be waiting: the plan admitted none of them, and only an end (which
-     * ends the burst) or new input (which ends it too) can make room */
-    if (!g->overlap || !g->can_argmax || g->kv_swa || g->spec)
-        return 0;
-    int greedy = 1;
-    for (int s = 0; s < n_rows; s++) {
-        const struct row *w = &g->rows[s];
-        const struct ereq *r = w->r;
-        if (w->n != 1 || r->n_past + 1 != r->n_tokens || r->want_lp)
-            return 0;
-        greedy &= sampler_is_plain_greedy(r->smp);
-    }
-    return greedy ? 1 : g->dev_sample && samp_fill(g, n_rows, 0, 1, 0, NULL) >= 0 ? 2 : 0;
-}
-
-/* The batch of a decode step of g->rows (row s: output s): ahead = 0 feeds each row's
- * next token from the host; ahead = 1 is the continuation of a queued step still in flight
- * (positions one further, tokens from the device). ds: the op sample decides the ids
- * (g->samp filled for this step). Returns 0, or -1 when a row's sampling cannot be decided
- * on the backend at that step. */
-static int burst_batch(struct engine *g, int n_rows, int ahead, int ds, struct model_batch *b)
-{
-    int words = ds ? samp_fill(g, n_rows, ahead, 1, 0, NULL) : 0;
-    if (words < 0)
-        return -1;
-    int mb = 1;
-    for (int s = 0; s < n_rows; s++) {
-        struct ereq *r = g->rows[s].r;
-        int p = r->n_past + ahead;
-        g->tokens[s] = ahead ? 0 : r->tokens[p];
-        g->pos[s] = p;
-        g->seqv[s] = s;
-        g->slots[s] = kv_seq_slot(g->kv, &r->seq, p);
-        g->out_idx[s] = s;
-        if (r->seq.n_blocks > mb)
-            mb = r->seq.n_blocks;
-    }
-    fill_tables(g, n_rows, mb);
-    *b = (struct model_batch){.n_tok = n_rows, .tokens = ahead ? NULL : g->tokens,
-                              .pos = g->pos, .seq = g->seqv, .slots = g->slots,
-                              .n_seq = n_rows, .max_blocks = mb, .block_tables = g->tables,
-                              .n_out = n_rows, .out_idx = g->out_idx,
-                              .samp = ds ? g->samp : NULL, .samp_words = words};
-    return 0;
-}
-
-/* 1 when one more step may be queued behind the one in flight: every row continues past
- * the in-flight step's id (unless that id is EOS or a stop), holds one more position, and
- * no submission or cancellation waits. */
-static int burst_more(struct engine *g, int n_rows)
-{
-    for (int s = 0; s < n_rows; s++) {
-        struct ereq *r = g->rows[s].r;
-        if (r->n_gen + 1 >= r->max_tokens || r->n_tokens + 1 >= g->c.n_ctx ||
-            kv_seq_reserve(g->kv, &r->seq, r->n_past + 2, NULL))
-            return 0;
-    }
-    pthread_mutex_lock(&g->mu);
-    int quiet = !g->quit && !g->in.n && !g->n_cancel;
-    pthread_mutex_unlock(&g->mu);
-    return quiet;
-}
-
-static int run_burst(struct engine *g, int n_rows, int ds)
-{
-    struct model_batch b;
-    struct cerr e = {0};
-    int alive = n_rows, queued = 1;
-    unsigned char *gone = calloc((size_t)n_rows, 1); /* row finished: its ids are dropped */
-    if (burst_batch(g, n_rows, 0, ds, &b))
-        cerr_set(&e, CERR_INVALID, "a burst's first step cannot be sampled on the backend");
-    if (!gone || e.code || model_forward_queue(g->m, g->ws, &g->view, &b, &e)) {
-        if (!gone)
-            cerr_set(&e, CERR_NOMEM, "out of memory");
-        goto failed;
-    }
-    while (queued) {
-        /* the next step first, while the device runs the one in flight */
-        int next = alive == n_rows && burst_more(g, n_rows);
-        if (next && burst_batch(g, n_rows, 1, ds, &b))
-            next = 0; /* a row's next id needs the host: the burst ends */
-        if (next) {
-            if (model_forward_queue(g->m, g->ws, &g->view, &b, &e)) {
-                log_error("engine: queueing a decode step failed: %s", e.msg);
-                next = 0;
-            }
-        }
-        if (model_forward_wait(g->m, g->ws, g->am, &e))
-            goto failed;
-        queued = model_queued(g->ws);
-        g->steps++;
-        eng_test_step_hook(g->steps);
-        g->burst_steps++;
-        long gen = 0, fed = 0;
-        for (int s = 0; s < n_rows; s++) {
-            struct ereq *r = g->rows[s].r;
-            if (gone[s])
-                continue;
-            fed += r->n_past < r->n_prompt; /* a prompt's last token (the rest was cached) */
-            r->n_past++;
-            kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
-            sampler_skip(r->smp);
-            g->dev_rows += ds;
-            gen++;
-            if (on_token(g, r, g->am[s], NULL))
-                gone[s] = 1, alive--;
-        }
-        if (g->c.check_invariants)
-            check_pool(g);
-        pthread_mutex_lock(&g->mu);
-        g->st.prompt_tokens += fed;
-        pthread_mutex_unlock(&g->mu);
-        publish_stats(g, gen);
-    }
-    free(gone);
-    return 0;
-failed:
-    log_error("engine: forward failed: %s", e.msg);
-    while (model_queued(g->ws)) { /* nothing of what is still queued is used */
-        struct cerr e2 = {0};
-        if (model_forward_wait(g->m, g->ws, g->am, &e2))
-            break;
-    }
-    for (int s = 0; s < n_rows; s++)
-        if (!gone || !gone[s]) {
-            eng_run_remove(g, g->rows[s].r);
-            fail(g, g->rows[s].r, e.msg);
-        }
-    free(gone);
-    return -1;
-}
-
-static void publish_stats(struct engine *g, long gen_delta)
+void eng_publish_stats(struct engine *g, long gen_delta)
 {
     pthread_mutex_lock(&g->mu);
     g->st.running = g->n_run;
@@ -815,7 +620,7 @@ static void publish_stats(struct engine *g, long gen_delta)
 
 /* The block-pool invariant checker over every live sequence (running ones hold blocks;
  * waiting ones hold none). */
-static void check_pool(struct engine *g)
+void eng_check_pool(struct engine *g)
 {
     int n = 0;
     for (int i = 0; i < g->n_run; i++)
@@ -862,7 +667,7 @@ static void *engine_main(void *arg)
         struct ereq *r;
         while ((r = eng_q_pop(&dead))) {
             if (r->cancelled == 2)
-                fail(g, r, "the request does not fit in the KV cache pool");
+                eng_fail(g, r, "the request does not fit in the KV cache pool");
             else
                 finish(g, r, ENGINE_FINISH_CANCELLED, -1);
         }
@@ -873,22 +678,22 @@ static void *engine_main(void *arg)
         }
         int n = eng_plan_and_reserve(g, &dead);
         while ((r = eng_q_pop(&dead)))
-            fail(g, r, "the request does not fit in the KV cache pool");
+            eng_fail(g, r, "the request does not fit in the KV cache pool");
         long gen_before = 0;
         for (int i = 0; i < n; i++)
             gen_before += g->rows[i].r->n_tokens == g->rows[i].r->n_past + g->rows[i].n;
-        int bk = n > 0 ? burst_ok(g, n) : 0;
+        int bk = n > 0 ? eng_burst_ok(g, n) : 0;
         if (bk) {
-            run_burst(g, n, bk == 2); /* it checks the pool and publishes after each step */
+            eng_run_burst(g, n, bk == 2); /* it checks the pool and publishes after each step */
             continue;
         }
         if (n > 0)
             run_step(g, n);
         if (g->c.check_invariants)
-            check_pool(g);
-        publish_stats(g, n > 0 ? gen_before : 0);
+            eng_check_pool(g);
+        eng_publish_stats(g, n > 0 ? gen_before : 0);
     }
-    publish_stats(g, 0);
+    eng_publish_stats(g, 0);
     return NULL;
 }
 

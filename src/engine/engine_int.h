@@ -168,5 +168,35 @@ void eng_spec_plan(struct engine *g, int n_rows);
 int eng_spec_unplan(struct engine *g, int n_rows);
 /* Publishes the module's counters into g->st (call with g->mu held). */
 void eng_spec_stats(struct engine *g);
+/* After the step: row w fed its last token and w->k drafts; samples the k + 1 rows in order,
+ * keeps drafts while they equal the sampled ids, rolls the rest back. */
+void eng_spec_verify(struct engine *g, struct row *w, int use_am, int use_tc);
+
+/* ---- engine.c, shared with burst.c ---- */
+
+/* Terminal ERROR for r: publishes, frees. r must not be in run/wait. */
+void eng_fail(struct engine *g, struct ereq *r, const char *msg);
+/* Handles a sampled token: append, detokenize, stop-match, publish; may finish r.
+ * Returns 1 when r finished (and was freed). */
+int eng_on_token(struct engine *g, struct ereq *r, int32_t id, const struct sampler_logprob *lp);
+/* The op sample's parameters for the step's output rows into g->samp (see engine.c).
+ * Returns the words used (*n_dev: rows the op decides), or -1. */
+int eng_samp_fill(struct engine *g, int n_rows, int ahead, int burst, int skip_ok, int *n_dev);
+/* The step's block tables, mb wide, from g->rows (and the sliding pool's, when split). */
+void eng_fill_tables(struct engine *g, int n_rows, int mb);
+/* Samples output row out of r (the argmax, the candidates, or the logits) as run_step does. */
+int32_t eng_sample_row(struct engine *g, struct ereq *r, int out, int use_am, int use_tc,
+                       struct sampler_logprob *lp);
+/* Publishes the step counters into g->st (gen_delta tokens generated since the last call). */
+void eng_publish_stats(struct engine *g, long gen_delta);
+/* The block-pool invariant checker over every live sequence (CINFER_CHECK_KV=1). */
+void eng_check_pool(struct engine *g);
+
+/* ---- burst.c: decode bursts ---- */
+
+/* Whether the planned step can run as a burst: 0 no, 1 argmax rows, 2 op-sample rows. */
+int eng_burst_ok(struct engine *g, int n_rows);
+/* Runs the burst (ds: eng_burst_ok's answer) until a row or the queue ends it. 0 or -1. */
+int eng_run_burst(struct engine *g, int n_rows, int ds);
 
 #endif

@@ -1,7 +1,7 @@
 /* spec_engine.c — speculation's hooks into the engine (engine_int.h): set-up, the per-step
  * draft plan, and the counters. The verify step itself (sampling each of a row's k + 1
  * logits rows in order, keeping the drafts it reproduces, rolling back the rest) lives in
- * engine.c (verify_row) beside the plain sampling path it shares.
+ * eng_spec_verify (the verify step, on the plain sampling path eng_sample_row).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -152,4 +152,45 @@ void eng_spec_stats(struct engine *g)
 {
     if (g->spec)
         spec_get_stats(g->spec, &g->st.spec);
+}
+
+/* Speculation: row w fed r's last token and k drafts and got k + 1 logits rows. Row j is
+ * sampled exactly as a plain decode step at that position would be (the same sampler, in
+ * order, with the history of the tokens before it), and the draft is kept while it equals
+ * what was sampled: the output is that of decoding without drafts. For greedy rows this is
+ * exact acceptance; for T > 0 it is speculative rejection sampling with a one-point
+ * proposal (accepting draft d with probability p(d), else drawing from p without d), here
+ * with the very uniform the plain decode would use. The K/V of the rejected drafts is
+ * rolled back (blocks past the kept positions are released). */
+void eng_spec_verify(struct engine *g, struct row *w, int use_am, int use_tc)
+{
+    struct ereq *r = w->r;
+    int k = w->k, base = r->n_past, acc = 0;
+    int32_t d[SPEC_MAX_DRAFT];
+    memcpy(d, r->tokens + r->n_tokens, (size_t)k * sizeof *d);
+    r->spec_drafted += k;
+    r->spec_calls++;
+    for (int j = 0; j <= k; j++) {
+        /* positions base .. base + j hold the last token and the j drafts kept so far */
+        r->n_past = base + 1 + j;
+        kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
+        struct sampler_logprob lp;
+        int32_t id = eng_sample_row(g, r, w->out + j, use_am, use_tc, &lp);
+        if (id < 0) {
+            spec_observe(g->spec, NULL, k, acc, 0);
+            return; /* the request failed */
+        }
+        int hit = j < k && id == d[j];
+        acc += hit;
+        r->spec_accepted += hit;
+        g->spec_gen += j > 0;
+        if (eng_on_token(g, r, id, &lp)) {
+            spec_observe(g->spec, NULL, k, acc, 0); /* r finished */
+            return;
+        }
+        if (!hit)
+            break;
+    }
+    kv_seq_trim(g->kv, &r->seq, r->n_past);
+    spec_observe(g->spec, r->spec, k, acc, r->n_past);
 }
