@@ -97,4 +97,13 @@ uint64_t gram_hash_bytes(const char *p, size_t n);
 struct sbuf;
 int gram_regex_to_ebnf(const char *re, size_t len, int json, struct sbuf *out, struct cerr *e);
 
+/* Appends to b the EBNF of the decimal integers in [lo, hi] (has_lo / has_hi: whether each
+ * bound is given; a missing one is open), no leading zeros, "-" for negatives
+ * (gram_range.c). */
+struct sbuf;
+#define GRAM_BIG 100000000000000000LL /* 1e17: integer bounds beyond are treated as absent */
+void gram_int_range(struct sbuf *b, int has_lo, long long lo, int has_hi, long long hi);
+/* Appends an EBNF string literal of the bytes s[0..n) (escaped as \xHH where needed). */
+void gram_lit(struct sbuf *b, const char *s, size_t n);
+
 #endif

@@ -49,26 +49,12 @@ static int bad_schema(struct sc *c, const char *path, const char *what)
     return cerr_set(c->e, CERR_INVALID, "invalid JSON Schema at %s: %s", path, what);
 }
 
-/* an EBNF literal for the bytes s[0..n) */
-static void lit(struct sbuf *b, const char *s, size_t n)
-{
-    sbuf_puts(b, "\"");
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch >= 0x20 && ch < 0x7F && ch != '"' && ch != '\\')
-            sbuf_printf(b, "%c", ch);
-        else
-            sbuf_printf(b, "\\x%02X", ch);
-    }
-    sbuf_puts(b, "\"");
-}
-
 static int lit_json(struct sc *c, struct sbuf *b, const json_t *v)
 {
     char *s = json_dumps_short(v, JSON_ENCODE_ANY | JSON_COMPACT);
     if (!s)
         return cerr_set(c->e, CERR_NOMEM, "out of memory");
-    lit(b, s, strlen(s));
+    gram_lit(b, s, strlen(s));
     free(s);
     return 0;
 }
@@ -256,123 +242,6 @@ static json_t *copy_without(struct sc *c, const json_t *s, const char *drop)
     return m;
 }
 
-/* ---- integer ranges ----------------------------------------------------------------------- */
-
-/* the EBNF for the decimal numbers lo..hi (0 <= lo <= hi), no leading zeros */
-static void nat_range(struct sbuf *b, long long lo, long long hi)
-{
-    char a[24], z[24];
-    int first = 1;
-    sbuf_puts(b, "(");
-    while (lo <= hi) {
-        /* the largest block [lo, end] of the form prefix + (any digits)^k within hi */
-        long long step = 1, end = lo;
-        while (1) {
-            long long s10 = step * 10;
-            if (s10 > 1000000000000000000LL / 10)
-                break;
-            if (lo % s10 != 0)
-                break;
-            if (lo + s10 - 1 > hi)
-                break;
-            step = s10;
-        }
-        end = lo + step - 1;
-        /* widen by the leading varying digit: lo .. lo + m*step - 1 */
-        long long m = 1;
-        while (lo + (m + 1) * step - 1 <= hi && ((lo / step) % 10) + m <= 9)
-            m++;
-        end = lo + m * step - 1;
-        if (lo == 0 && end >= 9 && step >= 1) {
-            /* 0 is written alone: a number never starts with 0 */
-            sbuf_puts(b, first ? "" : " | ");
-            sbuf_puts(b, "\"0\"");
-            first = 0;
-            lo = 1;
-            continue;
-        }
-        snprintf(a, sizeof a, "%lld", lo);
-        snprintf(z, sizeof z, "%lld", end);
-        size_t n = strlen(a);
-        sbuf_puts(b, first ? "" : " | ");
-        first = 0;
-        /* same length: a and z differ only in the digit before the k free ones */
-        int k = 0;
-        for (long long t = step; t > 1; t /= 10)
-            k++;
-        size_t fixed = n - (size_t)k;
-        if (fixed > 1)
-            lit(b, a, fixed - 1);
-        if (fixed >= 1) {
-            if (a[fixed - 1] == z[fixed - 1])
-                sbuf_printf(b, " \"%c\"", a[fixed - 1]);
-            else
-                sbuf_printf(b, " [%c-%c]", a[fixed - 1], z[fixed - 1]);
-        }
-        if (k)
-            sbuf_printf(b, " [0-9]{%d}", k);
-        if (end == hi)
-            break;
-        lo = end + 1;
-    }
-    sbuf_puts(b, ")");
-}
-
-#define BIG 100000000000000000LL /* 1e17: bounds beyond are treated as absent */
-
-/* integers lo..hi (either may be open: has_lo/has_hi) */
-static void int_range(struct sbuf *b, int has_lo, long long lo, int has_hi, long long hi)
-{
-    if (!has_lo && !has_hi) {
-        sbuf_puts(b, "jint");
-        return;
-    }
-    sbuf_puts(b, "(");
-    int first = 1;
-    /* negative part: -(max(1,-hi) .. -lo) */
-    if (!has_lo || lo < 0) {
-        long long nlo = has_hi && hi < 0 ? -hi : 1, nhi = has_lo ? -lo : -1;
-        sbuf_puts(b, "\"-\" ");
-        if (has_lo)
-            nat_range(b, nlo, nhi);
-        else if (nlo <= 1)
-            sbuf_puts(b, "[1-9] [0-9]{0,17}");
-        else {
-            /* nlo .. infinity: nlo..(next power of ten - 1) | more digits */
-            long long p = 1;
-            int d = 0;
-            while (p <= nlo) {
-                p *= 10;
-                d++;
-            }
-            sbuf_puts(b, "(");
-            nat_range(b, nlo, p - 1);
-            sbuf_printf(b, " | [1-9] [0-9]{%d,17})", d);
-        }
-        first = 0;
-    }
-    if (!has_hi || hi >= 0) {
-        long long plo = has_lo && lo > 0 ? lo : 0;
-        sbuf_puts(b, first ? "" : " | ");
-        if (has_hi)
-            nat_range(b, plo, hi);
-        else if (plo == 0)
-            sbuf_puts(b, "jnat");
-        else {
-            long long p = 1;
-            int d = 0;
-            while (p <= plo) {
-                p *= 10;
-                d++;
-            }
-            sbuf_puts(b, "(");
-            nat_range(b, plo, p - 1);
-            sbuf_printf(b, " | [1-9] [0-9]{%d,17})", d);
-        }
-    }
-    sbuf_puts(b, ")");
-}
-
 /* reads minimum/maximum/exclusive* into integer bounds for integers */
 static int num_bounds(struct sc *c, const json_t *s, int integer, int *has_lo, double *lo, int *lo_ex,
                       int *has_hi, double *hi, int *hi_ex, const char *path)
@@ -429,21 +298,21 @@ static int gen_integer(struct sc *c, const json_t *s, struct sbuf *b, const char
     long long L = 0, H = 0;
     if (hl) {
         double x = le ? floor(lo) + 1 : ceil(lo);
-        if (fabs(x) >= (double)BIG)
+        if (fabs(x) >= (double)GRAM_BIG)
             hl = 0;
         else
             L = (long long)x;
     }
     if (hh) {
         double x = he ? ceil(hi) - 1 : floor(hi);
-        if (fabs(x) >= (double)BIG)
+        if (fabs(x) >= (double)GRAM_BIG)
             hh = 0;
         else
             H = (long long)x;
     }
     if (hl && hh && L > H)
         return bad_schema(c, path, "minimum is above maximum: no integer fits");
-    int_range(b, hl, L, hh, H);
+    gram_int_range(b, hl, L, hh, H);
     return 0;
 }
 
@@ -460,8 +329,8 @@ static int gen_number(struct sc *c, const json_t *s, struct sbuf *b, const char 
     }
     /* integral inclusive bounds: an integer part in [lo, hi - 1] with any fraction, or the
      * bound itself with a zero fraction; an exclusive 0 lower bound is handled too */
-    if ((hl && (lo != floor(lo) || fabs(lo) >= (double)BIG)) ||
-        (hh && (hi != floor(hi) || fabs(hi) >= (double)BIG)))
+    if ((hl && (lo != floor(lo) || fabs(lo) >= (double)GRAM_BIG)) ||
+        (hh && (hi != floor(hi) || fabs(hi) >= (double)GRAM_BIG)))
         return unsupported(c, hl && lo != floor(lo) ? "minimum" : "maximum", path);
     if ((hl && le && lo != 0) || (hh && he))
         return unsupported(c, hl && le ? "exclusiveMinimum" : "exclusiveMaximum", path);
@@ -475,22 +344,22 @@ static int gen_number(struct sc *c, const json_t *s, struct sbuf *b, const char 
         if (!hh || H >= 1) {
             sbuf_puts(b, " | ");
             if (hh)
-                int_range(b, 1, 1, 1, H - 1 >= 1 ? H - 1 : 0);
+                gram_int_range(b, 1, 1, 1, H - 1 >= 1 ? H - 1 : 0);
             else
                 sbuf_puts(b, "[1-9] [0-9]{0,17}");
             sbuf_puts(b, frac);
         }
     } else if (hh && hl && L == H) {
-        int_range(b, 1, L, 1, L);
+        gram_int_range(b, 1, L, 1, L);
     } else {
         if (hh)
-            int_range(b, hl, L, 1, H - 1);
+            gram_int_range(b, hl, L, 1, H - 1);
         else
-            int_range(b, hl, L, 0, 0);
+            gram_int_range(b, hl, L, 0, 0);
         sbuf_puts(b, frac);
     }
     if (hh)
-        sbuf_puts(b, " | "), int_range(b, 1, H, 1, H), sbuf_puts(b, " (\".\" \"0\"{1,20})?");
+        sbuf_puts(b, " | "), gram_int_range(b, 1, H, 1, H), sbuf_puts(b, " (\".\" \"0\"{1,20})?");
     sbuf_puts(b, ")");
     return 0;
 }
@@ -801,7 +670,7 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
             rc = cerr_set(c->e, CERR_NOMEM, "out of memory");
             goto out;
         }
-        lit(&kv, kj, strlen(kj));
+        gram_lit(&kv, kj, strlen(kj));
         free(kj);
         if (ps[j].id >= 0)
             sbuf_printf(&kv, " ws \":\" ws r%d ws", ps[j].id);
