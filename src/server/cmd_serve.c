@@ -755,11 +755,14 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         goto done;
     }
+    /* the card first, then the routes open: a client that saw /health 200 finds the card in
+     * the log (and nothing the card reads is touched concurrently) */
+    ready_card(sv, clock_now_s() - t0);
+    fflush(stdout);
     if (serve_ready_wait(sv)) {
         fprintf(stderr, "cinfer serve: stopped before the server was ready\n");
         goto done;
     }
-    ready_card(sv, clock_now_s() - t0);
     if (!sv->o.no_open && isatty(STDOUT_FILENO)) { /* the chat page, fire-and-forget */
         char url[320];
         web_chat_url(url, sizeof url, sv->o.host, http_server_port(sv->http));
