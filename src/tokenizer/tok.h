@@ -54,6 +54,10 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int flags, int
 int tok_decode(const struct tok *t, const int32_t *ids, int n, int flags, char **text,
                size_t *len, struct cerr *e);
 
+/* Writes the UTF-8 encoding of code point cp (< 0x110000) to out (4 bytes of room); returns
+ * its length. */
+int tok_utf8_put(uint32_t cp, char *out);
+
 /* Raw vocabulary string of id as stored in the file (NULL when out of range). */
 const char *tok_piece(const struct tok *t, int32_t id);
 /* The bytes id adds to the text (byte-level pieces decoded, SentencePiece U+2581 as a space,

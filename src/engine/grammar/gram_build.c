@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine/grammar/gram_int.h"
+#include "tokenizer/tok.h"
 
 uint64_t gram_hash_bytes(const char *p, size_t n)
 {
@@ -137,29 +138,7 @@ int gb_push_bytes(struct gb *b, struct gseq *s, const char *p, size_t n)
 
 /* ---- code-point ranges to UTF-8 byte-range sequences --------------------------------- */
 
-static int utf8_enc(uint32_t cp, uint8_t *o)
-{
-    if (cp < 0x80) {
-        o[0] = (uint8_t)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (uint8_t)(0xC0 | (cp >> 6));
-        o[1] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (uint8_t)(0xE0 | (cp >> 12));
-        o[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (uint8_t)(0xF0 | (cp >> 18));
-    o[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
-}
+static int utf8_enc(uint32_t cp, uint8_t *o) { return tok_utf8_put(cp, (char *)o); }
 
 /* Emits [lo, hi] (same encoded length) as sequences of byte ranges: alternatives of rule. */
 static int utf8_split(struct gb *b, int rule, uint32_t lo, uint32_t hi)
