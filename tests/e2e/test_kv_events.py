@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import BIN, STORIES, Server, free_port
+from conftest import BIN, STORIES, STORIES_TEMPLATE, Server, free_port
 
 zmq = pytest.importorskip("zmq")
 msgpack = pytest.importorskip("msgpack")
@@ -188,3 +188,47 @@ def test_bad_endpoint_is_refused():
                         "tcp://nohostport"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 1
     assert "--kv-events" in p.stderr and "HOST:PORT" in p.stderr
+
+
+def test_published_blocks_cover_every_turn_of_a_chat():
+    """What a KV-aware router needs: before each turn of a chat, the blocks published so far
+    cover the new prompt (as POST /tokenize gives its ids) up to the last full block of the
+    previous turn's prompt, and the server's cache hit agrees."""
+    pub, rep = free_port(), free_port()
+    srv = Server(STORIES, "--chat-template", STORIES_TEMPLATE, "--kv-block-size", str(BS),
+                 "--kv-events", f"tcp://*:{pub}", "--kv-events-replay", f"tcp://*:{rep}")
+    sub = Subscriber(pub, rep)
+    try:
+        sub.replay(0)
+        msgs = [{"role": "system", "content": "You tell short stories about a red fox."}]
+        prev = 0
+        for t in range(4):
+            msgs.append({"role": "user", "content": f"Story {t}, please."})
+            st, raw, _ = srv.post("/tokenize", {"messages": msgs})
+            assert st == 200, raw
+            ids = json.loads(raw)["tokens"]
+            deadline = time.time() + 30
+            while True:  # the previous turn's events may still be on their way
+                sub.drain()
+                if len(sub.batches) == max(sub.batches, default=-1) + 1:
+                    live, _ = rebuild(sub.batches)
+                    by = {(p, tuple(tk)): h for h, (p, tk) in live.items()}
+                    par, n = None, 0
+                    while n + BS <= len(ids) and (par, tuple(ids[n:n + BS])) in by:
+                        par, n = by[(par, tuple(ids[n:n + BS]))], n + BS
+                    if n >= prev // BS * BS:
+                        break
+                else:  # a gap: fill it from the replay socket
+                    sub.replay(0)
+                assert time.time() < deadline, (t, n, prev)
+            st, raw, _ = srv.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 8,
+                                                           "temperature": 0})
+            assert st == 200, raw
+            r = json.loads(raw)
+            assert r["usage"]["prompt_tokens"] == len(ids)
+            assert r["usage"]["prompt_tokens_details"]["cached_tokens"] >= n
+            msgs.append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
+            prev = len(ids)
+    finally:
+        sub.close()
+        assert srv.stop() == 0, srv.output()
