@@ -38,7 +38,8 @@ N_CLIENTS, N_TURNS = 4, 10
 
 
 class Router:
-    def __init__(self, router_bin, workers, policy="cache_aware", extra=(), prom_port=None):
+    def __init__(self, router_bin, workers, policy="cache_aware", extra=(), prom_port=None,
+                 ready_headers=None):
         name, path = router_bin
         self.prom_port = prom_port or free_port()
         self.port = free_port()
@@ -60,7 +61,8 @@ class Router:
             try:
                 st, _, _ = http("POST", self.base + "/v1/completions", timeout=10,
                                 data=json.dumps({"model": "any", "prompt": "Once",
-                                                 "max_tokens": 1}).encode())
+                                                 "max_tokens": 1}).encode(),
+                                headers=ready_headers)
                 if st == 200:
                     return
             except OSError:
@@ -243,6 +245,31 @@ def test_vllm_router_kv_aware_credits_published_blocks():
         assert hits >= 1, router.output()
         toks = router_metric(router, "vllm_router_kv_routing_inputs_total", 'result="tokenize"')
         assert toks >= N_CLIENTS * turns
+    finally:
+        if router:
+            router.stop()
+        for r in reps:
+            assert r.stop() == 0, r.output()
+
+
+def test_api_key_passes_through_the_router(router_bin):
+    """Replicas started with --api-key behind a router given the same key (it uses it for its
+    own calls to the workers): a client's Authorization header is passed through, so the
+    right key is served and a missing or wrong one gets the replica's 401 (the routers pass
+    the status on; sglang-router drops the body)."""
+    reps = [Server(STORIES, "--served-model-name", n, "--api-key", "sekret")
+            for n in ("replica-a", "replica-b")]
+    router = None
+    body = json.dumps({"model": "any", "prompt": "Once", "max_tokens": 2}).encode()
+    try:
+        router = Router(router_bin, reps, extra=["--api-key", "sekret"], ready_headers={
+            "Authorization": "Bearer sekret"})
+        for key, want in ((None, 401), ("sekret", 200), ("wrong", 401)):
+            hdr = {"Content-Type": "application/json"}
+            if key:
+                hdr["Authorization"] = f"Bearer {key}"
+            st, raw, _ = http("POST", router.base + "/v1/completions", data=body, headers=hdr)
+            assert st == want, (key, st, raw)
     finally:
         if router:
             router.stop()
