@@ -30,7 +30,6 @@ long long models_fit_bytes(void);
     "  POST /v1/messages                Anthropic Messages (stream or not, tools)\n"        \
     "  POST /v1/messages/count_tokens   Anthropic token count of a Messages body\n"         \
     "  POST /apply-template             the chat prompt a chat body renders to (no model run)\n" \
-    "  POST /tokenize, /detokenize      vLLM's shapes: a body's prompt ids (what routers hash)\n" \
     "  GET  /server_info, /model_info   SGLang's probes, with their aliases\n"             \
     "  GET  /get_server_info, /get_model_info\n"                                        \
     "  GET  /v1/models, /v1/models/{id} the served model(s)\n"                              \

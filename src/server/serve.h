@@ -194,9 +194,9 @@ void store_advance_clock(double s);
 
 /* serve_template.c: POST /apply-template (the prompt text of a chat body). 0 or -1. */
 int serve_template_install(struct serve *sv);
-/* serve_tokenize.c: POST /tokenize, /detokenize (vLLM's shapes: what KV-aware routers call)
- * and GET /server_info, /model_info (+ /get_ aliases: SGLang's probes). 0 or -1. */
-int serve_tokenize_install(struct serve *sv);
+/* serve_info.c: GET /server_info, /model_info (+ /get_ aliases: SGLang's probes; vLLM's
+ * vllm_config keys in /server_info). 0 or -1. */
+int serve_info_install(struct serve *sv);
 
 /* serve_testctl.c: test-only routes, installed only when the environment has
  * CINFER_TEST_CONTROLS=1 (docs/testing.md): POST /debug/advance-clock {"seconds": S} moves

@@ -203,13 +203,12 @@ static void h_index(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
     reply_json(r, 200,
-               json_pack("{s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]}", "name", "cinfer",
+               json_pack("{s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]}", "name", "cinfer",
                          "version", CINFER_VERSION, "model", sv->model_id, "endpoints",
                          "POST /v1/chat/completions", "POST /v1/completions", "POST /v1/messages",
                          "POST /v1/messages/count_tokens", "POST /v1/responses",
                          "GET /v1/responses/{id}", "DELETE /v1/responses/{id}",
-                         "POST /apply-template", "POST /tokenize", "POST /detokenize",
-                         "GET /server_info", "GET /model_info", "GET /v1/models",
+                         "POST /apply-template", "GET /server_info", "GET /model_info", "GET /v1/models",
                          "GET /v1/models/{id}",
                          "GET /health", "GET /stats", "GET /metrics"));
 }
@@ -280,7 +279,7 @@ int serve_routes_install(struct serve *sv)
     rc |= serve_responses_install(sv);
     rc |= serve_fit_install(sv);
     rc |= serve_template_install(sv);
-    rc |= serve_tokenize_install(sv);
+    rc |= serve_info_install(sv);
     rc |= serve_testctl_install(sv);
     return rc ? -1 : 0;
 }
