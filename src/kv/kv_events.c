@@ -21,6 +21,18 @@ struct ring_ent {
     size_t len;
 };
 
+struct bnode {
+    struct bnode *next;
+    uint64_t h, parent;
+    int has_parent, group, n;
+    int32_t *ids;
+};
+
+struct btab {
+    struct bnode **b;
+    int nb, n;
+};
+
 struct kv_events {
     struct kv_events_config c; /* strings point into the copies below */
     char *endpoint, *replay_ep, *topic, *medium;
@@ -36,11 +48,83 @@ struct kv_events {
     int stop;
     struct kv_events_stats st;
     struct kv_listener lis;
+    /* the SSD tier's events (mu): the data of the pool's stored blocks, which a spill's
+     * BlockStored repeats, and the keys announced on the disk */
+    struct btab live, disk;
     /* publisher thread only */
     uint64_t seq;
     struct ring_ent *ring;
     int ring_cap, ring_head, ring_n;
 };
+
+/* ---- block tables: 64-bit hash -> (parent, tokens), chained ------------------------------ */
+
+static struct bnode *bt_find(struct btab *t, uint64_t h)
+{
+    if (!t->nb)
+        return NULL;
+    for (struct bnode *x = t->b[h & (t->nb - 1)]; x; x = x->next)
+        if (x->h == h)
+            return x;
+    return NULL;
+}
+
+/* Adds (or finds) h; NULL when out of memory. */
+static struct bnode *bt_add(struct btab *t, uint64_t h)
+{
+    struct bnode *x = bt_find(t, h);
+    if (x)
+        return x;
+    if (t->n >= t->nb) { /* keep the load under 1: double and rehash */
+        int nb = t->nb ? 2 * t->nb : 1024;
+        struct bnode **b = calloc((size_t)nb, sizeof *b);
+        if (!b)
+            return NULL;
+        for (int i = 0; i < t->nb; i++)
+            for (struct bnode *y = t->b[i], *nx; y; y = nx) {
+                nx = y->next;
+                y->next = b[y->h & (uint64_t)(nb - 1)];
+                b[y->h & (uint64_t)(nb - 1)] = y;
+            }
+        free(t->b);
+        t->b = b;
+        t->nb = nb;
+    }
+    if (!(x = calloc(1, sizeof *x)))
+        return NULL;
+    x->h = h;
+    x->next = t->b[h & (uint64_t)(t->nb - 1)];
+    t->b[h & (uint64_t)(t->nb - 1)] = x;
+    t->n++;
+    return x;
+}
+
+static void bt_del(struct btab *t, uint64_t h)
+{
+    if (!t->nb)
+        return;
+    for (struct bnode **pp = &t->b[h & (t->nb - 1)]; *pp; pp = &(*pp)->next)
+        if ((*pp)->h == h) {
+            struct bnode *x = *pp;
+            *pp = x->next;
+            free(x->ids);
+            free(x);
+            t->n--;
+            return;
+        }
+}
+
+static void bt_free(struct btab *t)
+{
+    for (int i = 0; i < t->nb; i++)
+        for (struct bnode *y = t->b[i], *nx; y; y = nx) {
+            nx = y->next;
+            free(y->ids);
+            free(y);
+        }
+    free(t->b);
+    memset(t, 0, sizeof *t);
+}
 
 /* ---- endpoints ---------------------------------------------------------------------------- */
 
@@ -130,7 +214,7 @@ static int pk_event_map(msgpack_packer *pk, const struct kv_events_config *c,
                         const struct kv_event *ev)
 {
     int rc = 0;
-    const char *medium = c->medium ? c->medium : "GPU";
+    const char *medium = ev->disk ? KV_EVENTS_DISK : c->medium ? c->medium : "GPU";
     if (ev->kind == KVE_STORED) {
         int sw = ev->group == 1 && c->sliding_window > 0;
         rc |= msgpack_pack_map(pk, 10 + sw);
@@ -166,7 +250,7 @@ static int pk_event_array(msgpack_packer *pk, const struct kv_events_config *c,
                           const struct kv_event *ev)
 {
     int rc = 0;
-    const char *medium = c->medium ? c->medium : "GPU";
+    const char *medium = ev->disk ? KV_EVENTS_DISK : c->medium ? c->medium : "GPU";
     if (ev->kind == KVE_STORED) {
         rc |= msgpack_pack_array(pk, 7);
         rc |= pk_str(pk, TAG[0]) | pk_hashes(pk, ev) | pk_parent(pk, ev) | pk_ids(pk, ev);
@@ -263,16 +347,15 @@ static int append_ids(int32_t **v, int *n, const int32_t *ids, int m)
     return 0;
 }
 
-static void on_stored(void *ud, int group, const uint8_t key[KV_KEY_BYTES], const uint8_t *parent,
-                      const int32_t *ids, int n)
+/* Queues a BlockStored of one block (merged into the last event when it continues its
+ * chain in the same pool and medium). mu held. */
+static void q_stored(struct kv_events *k, int group, int disk, uint64_t h, int has_parent,
+                     uint64_t ph, const int32_t *ids, int n)
 {
-    struct kv_events *k = ud;
-    uint64_t h = kv_events_hash(key), ph = parent ? kv_events_hash(parent) : 0;
-    pthread_mutex_lock(&k->mu);
     struct kv_event *last = k->nq ? &k->q[k->nq - 1] : NULL;
     int ok;
-    if (parent && last && last->kind == KVE_STORED && last->group == group &&
-        last->hashes[last->n_hashes - 1] == ph) {
+    if (has_parent && last && last->kind == KVE_STORED && last->group == group &&
+        last->disk == disk && last->hashes[last->n_hashes - 1] == ph) {
         /* the next block of the same chain: one BlockStored for both */
         int nh = last->n_hashes, ni = last->n_ids;
         ok = append_u64(&last->hashes, &last->n_hashes, h) == 0 &&
@@ -285,8 +368,9 @@ static void on_stored(void *ud, int group, const uint8_t key[KV_KEY_BYTES], cons
         if (ev) {
             ev->kind = KVE_STORED;
             ev->group = group;
+            ev->disk = disk;
             ev->parent = ph;
-            ev->has_parent = parent != NULL;
+            ev->has_parent = has_parent;
             ok = append_u64(&ev->hashes, &ev->n_hashes, h) == 0 &&
                  append_ids(&ev->ids, &ev->n_ids, ids, n) == 0;
             if (!ok) {
@@ -299,17 +383,39 @@ static void on_stored(void *ud, int group, const uint8_t key[KV_KEY_BYTES], cons
     if (!ok)
         k->st.dropped++;
     pthread_cond_signal(&k->cv);
+}
+
+static void on_stored(void *ud, int group, const uint8_t key[KV_KEY_BYTES], const uint8_t *parent,
+                      const int32_t *ids, int n)
+{
+    struct kv_events *k = ud;
+    uint64_t h = kv_events_hash(key), ph = parent ? kv_events_hash(parent) : 0;
+    pthread_mutex_lock(&k->mu);
+    q_stored(k, group, 0, h, parent != NULL, ph, ids, n);
+    /* kept for a later spill's BlockStored on the disk medium */
+    struct bnode *x = bt_add(&k->live, h);
+    int32_t *cp = x && n > 0 ? malloc((size_t)n * sizeof *cp) : NULL;
+    if (x && cp) {
+        memcpy(cp, ids, (size_t)n * sizeof *cp);
+        free(x->ids);
+        x->ids = cp;
+        x->n = n;
+        x->parent = ph;
+        x->has_parent = parent != NULL;
+        x->group = group;
+    } else if (x) {
+        bt_del(&k->live, h); /* out of memory: this block's spill goes unreported */
+    }
     pthread_mutex_unlock(&k->mu);
 }
 
-static void on_removed(void *ud, int group, const uint8_t key[KV_KEY_BYTES])
+/* Queues a BlockRemoved of one block (merged into the last one of its pool and medium). mu
+ * held. */
+static void q_removed(struct kv_events *k, int group, int disk, uint64_t h)
 {
-    struct kv_events *k = ud;
-    uint64_t h = kv_events_hash(key);
-    pthread_mutex_lock(&k->mu);
     struct kv_event *last = k->nq ? &k->q[k->nq - 1] : NULL;
     int ok;
-    if (last && last->kind == KVE_REMOVED && last->group == group)
+    if (last && last->kind == KVE_REMOVED && last->group == group && last->disk == disk)
         ok = append_u64(&last->hashes, &last->n_hashes, h) == 0;
     else {
         struct kv_event *ev = q_push(k);
@@ -317,6 +423,7 @@ static void on_removed(void *ud, int group, const uint8_t key[KV_KEY_BYTES])
         if (ev) {
             ev->kind = KVE_REMOVED;
             ev->group = group;
+            ev->disk = disk;
             if (!(ok = append_u64(&ev->hashes, &ev->n_hashes, h) == 0)) {
                 k->nq--;
                 k->queued--;
@@ -326,12 +433,57 @@ static void on_removed(void *ud, int group, const uint8_t key[KV_KEY_BYTES])
     if (!ok)
         k->st.dropped++;
     pthread_cond_signal(&k->cv);
+}
+
+static void on_removed(void *ud, int group, const uint8_t key[KV_KEY_BYTES])
+{
+    struct kv_events *k = ud;
+    uint64_t h = kv_events_hash(key);
+    pthread_mutex_lock(&k->mu);
+    q_removed(k, group, 0, h);
+    bt_del(&k->live, h);
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* A pool block queued for the SSD tier: BlockStored on the disk medium, with the tokens and
+ * parent its pool event carried (a block whose pool event was not seen is not reported). */
+static void on_spilled(void *ud, int group, const uint8_t key[KV_KEY_BYTES])
+{
+    struct kv_events *k = ud;
+    uint64_t h = kv_events_hash(key);
+    pthread_mutex_lock(&k->mu);
+    struct bnode *x = bt_find(&k->live, h);
+    if (x && !bt_find(&k->disk, h)) {
+        struct bnode *d = bt_add(&k->disk, h);
+        if (d) {
+            d->group = group;
+            q_stored(k, group, 1, h, x->has_parent, x->parent, x->ids, x->n);
+        } else {
+            k->st.dropped++;
+        }
+    }
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* An entry left the SSD tier: BlockRemoved on the disk medium, if it was announced. */
+static void on_disk_gone(void *ud, const uint8_t key[KV_KEY_BYTES])
+{
+    struct kv_events *k = ud;
+    uint64_t h = kv_events_hash(key);
+    pthread_mutex_lock(&k->mu);
+    struct bnode *d = bt_find(&k->disk, h);
+    if (d) {
+        q_removed(k, d->group, 1, h);
+        bt_del(&k->disk, h);
+    }
     pthread_mutex_unlock(&k->mu);
 }
 
 void kv_events_cleared(struct kv_events *k)
 {
     pthread_mutex_lock(&k->mu);
+    bt_free(&k->live); /* a subscriber forgets every block, on every medium */
+    bt_free(&k->disk);
     struct kv_event *ev = q_push(k);
     if (ev)
         ev->kind = KVE_CLEARED;
@@ -529,7 +681,8 @@ int kv_events_new(struct kv_events **out, const struct kv_events_config *c, stru
     k->c.medium = k->medium;
     k->ring_cap = c->replay_batches > 0 ? c->replay_batches : 10000;
     k->ring = calloc((size_t)k->ring_cap, sizeof *k->ring);
-    k->lis = (struct kv_listener){.stored = on_stored, .removed = on_removed, .ud = k};
+    k->lis = (struct kv_listener){.stored = on_stored, .removed = on_removed,
+                                  .spilled = on_spilled, .disk_gone = on_disk_gone, .ud = k};
     if (!k->endpoint || (c->replay_endpoint && !k->replay_ep) || !k->topic || !k->medium ||
         !k->ring) {
         kv_events_free(k);
@@ -599,6 +752,8 @@ void kv_events_free(struct kv_events *k)
     free(k->replay_ep);
     free(k->topic);
     free(k->medium);
+    bt_free(&k->live);
+    bt_free(&k->disk);
     pthread_mutex_destroy(&k->mu);
     pthread_cond_destroy(&k->cv);
     free(k);

@@ -68,6 +68,8 @@ void kv_events_get_stats(struct kv_events *ev, struct kv_events_stats *out);
 /* ---- the encoding, on its own (tests and fuzzing) ---- */
 
 enum { KVE_STORED = 0, KVE_REMOVED, KVE_CLEARED };
+/* The medium of the SSD tier's blocks (the working pool's is the config's medium, "GPU"). */
+#define KV_EVENTS_DISK "DISK"
 
 /* One event: STORED carries n_hashes consecutive blocks of one chain (parent = the block
  * before the first; has_parent 0 = the chain's start) and their n_hashes * block_size
@@ -75,6 +77,7 @@ enum { KVE_STORED = 0, KVE_REMOVED, KVE_CLEARED };
 struct kv_event {
     int kind;
     int group;          /* 0 global layers ("full_attention"), 1 sliding-window layers */
+    int disk;           /* the SSD tier's copy (medium KV_EVENTS_DISK), else the pool's */
     uint64_t *hashes;
     int n_hashes;
     uint64_t parent;

@@ -39,5 +39,7 @@ int kv_tier_read_into(struct kv_pool *p, int32_t id, const uint8_t key[KV_KEY_BY
  * block free, or the file failed its checks). */
 int32_t kv_tier_restore_block(struct kv_pool *p, const uint8_t key[KV_KEY_BYTES], int n_tok,
                               const uint8_t *parent, const int32_t *ids);
+/* Hands the listener's disk_gone to the attached SSD tier (after either changes). */
+void kv_tier_wire_listener(struct kv_pool *p);
 
 #endif

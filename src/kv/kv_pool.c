@@ -110,6 +110,7 @@ void kv_pool_set_listener(struct kv_pool *p, const struct kv_listener *l, int gr
     else
         memset(&p->lis, 0, sizeof p->lis);
     p->lis_group = group;
+    kv_tier_wire_listener(p);
 }
 
 int kv_pool_available(const struct kv_pool *p) { return p->n_free + p->cs.lru; }

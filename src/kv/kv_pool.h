@@ -46,6 +46,12 @@ struct kv_listener {
     void (*stored)(void *ud, int group, const uint8_t key[KV_KEY_BYTES], const uint8_t *parent,
                    const int32_t *ids, int n);
     void (*removed)(void *ud, int group, const uint8_t key[KV_KEY_BYTES]);
+    /* The SSD tier (may be NULL): spilled runs on the engine thread when a full cached
+     * block is queued for the disk (it is reported while its stored event's data is still
+     * known); disk_gone runs on any thread, under the tier's lock, when an entry leaves the
+     * disk index (deleted, dropped before its write, quarantined, a failed write). */
+    void (*spilled)(void *ud, int group, const uint8_t key[KV_KEY_BYTES]);
+    void (*disk_gone)(void *ud, const uint8_t key[KV_KEY_BYTES]);
     void *ud;
 };
 

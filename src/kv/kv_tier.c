@@ -29,7 +29,14 @@ int kv_pool_attach_ssd(struct kv_pool *p, struct kv_ssd *ssd, struct cerr *e)
     if (!(p->ssd_buf = malloc(kv_pool_block_payload(p))))
         return cerr_set(e, CERR_NOMEM, "out of memory");
     p->ssd = ssd;
+    kv_tier_wire_listener(p);
     return 0;
+}
+
+void kv_tier_wire_listener(struct kv_pool *p)
+{
+    if (p->ssd)
+        kv_ssd_set_gone(p->ssd, p->lis.disk_gone, p->lis.ud);
 }
 
 /* Copies pool block id into host buffer dst (payload layout). */
@@ -75,6 +82,8 @@ int kv_tier_spill(struct kv_pool *p, int32_t id, int may_drop)
         return 1;
     m->on_ssd = 1;
     kv_ssd_count(p->ssd, 0, 0, 0, 1);
+    if (p->lis.spilled && m->n_tok == p->block_size) /* events know only full blocks */
+        p->lis.spilled(p->lis.ud, p->lis_group, m->key);
     return 0;
 }
 

@@ -63,6 +63,8 @@ struct kv_ssd {
     int32_t lru_head, lru_tail;
     struct kv_ssd_stats st;
     int warned_write;
+    void (*gone)(void *ud, const uint8_t key[KV_SSD_KEY]); /* see kv_ssd_set_gone */
+    void *gone_ud;
 };
 
 /* ---- index ------------------------------------------------------------------------------ */
@@ -162,6 +164,8 @@ static void lru_append(struct kv_ssd *s, int32_t i)
 static void ent_del(struct kv_ssd *s, int32_t i)
 {
     struct ent *x = &s->ents[i];
+    if (s->gone)
+        s->gone(s->gone_ud, x->key);
     if (x->state == ST_DISK) {
         lru_unlink(s, i);
         s->st.entries--;
@@ -516,6 +520,15 @@ static void *writer_main(void *arg)
     pthread_cond_broadcast(&s->idle_cv);
     pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+void kv_ssd_set_gone(struct kv_ssd *s, void (*gone)(void *ud, const uint8_t key[KV_SSD_KEY]),
+                     void *ud)
+{
+    pthread_mutex_lock(&s->mu);
+    s->gone = gone;
+    s->gone_ud = ud;
+    pthread_mutex_unlock(&s->mu);
 }
 
 void kv_ssd_set_busy(struct kv_ssd *s, int busy)

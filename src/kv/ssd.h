@@ -95,6 +95,11 @@ int kv_ssd_read(struct kv_ssd *s, const uint8_t key[KV_SSD_KEY], int n_tok, void
  * when queued. A key already on disk or pending is not queued again (returns 0). */
 int kv_ssd_put(struct kv_ssd *s, const uint8_t key[KV_SSD_KEY], int n_tok, void *payload,
                int may_drop);
+/* gone(ud, key) runs, under the tier's lock (it must not call back into the tier), whenever
+ * an entry leaves the index: its file deleted, its pending write dropped or failed, or the
+ * file quarantined. NULL = nobody is told. */
+void kv_ssd_set_gone(struct kv_ssd *s, void (*gone)(void *ud, const uint8_t key[KV_SSD_KEY]),
+                     void *ud);
 /* The engine is running steps (1) or idle (0): the writer waits while busy. */
 void kv_ssd_set_busy(struct kv_ssd *s, int busy);
 /* Waits until nothing is pending (the writer works even while busy) for at most timeout_s.

@@ -232,3 +232,61 @@ def test_published_blocks_cover_every_turn_of_a_chat():
     finally:
         sub.close()
         assert srv.stop() == 0, srv.output()
+
+
+def test_ssd_tier_blocks_on_the_disk_medium(tmp_path):
+    """With --ssd-cache, a block queued for the disk is announced again on the "DISK" medium
+    (same hash, parent and tokens as its pool event) and a file that leaves the tier (the
+    cap deletes the oldest) gets a BlockRemoved on "DISK" — only full blocks, as on the
+    pool's medium (the tier also keeps partial tail blocks, which no event names)."""
+    pub, rep = free_port(), free_port()
+    # a cap of a few dozen stories260K blocks (about 20 KB each at block size 16)
+    srv = Server(STORIES, "--kv-events", f"tcp://*:{pub}", "--kv-events-replay",
+                 f"tcp://*:{rep}", "--ssd-cache", str(tmp_path / "ssd"), "--ssd-cache-max",
+                 "0.0004")
+    sub = Subscriber(pub, rep)
+    try:
+        sub.replay(0)
+        for i in range(12):  # distinct chains of 3-4 full blocks each
+            st, raw, _ = srv.post("/v1/completions", {
+                "prompt": f"Story {i}: once upon a time a bird named B{i} flew over the big "
+                          f"green hill and saw a cat who liked to sing songs all day long.",
+                "max_tokens": 4, "temperature": 0})
+            assert st == 200, raw
+        st, raw, _ = srv.post("/admin/cache/flush", {})
+        assert st == 200 and json.loads(raw)["durable"] is True, raw
+        stats = srv.stats()
+        ssd, published = stats["ssd_cache"], stats["kv_events"]["batches"]
+        assert ssd["evictions"] > 0, ssd  # the cap deleted files: removals are due
+        gpu, disk, removed_disk = {}, {}, 0
+        deadline = time.time() + 30
+        while True:
+            sub.drain()
+            if len(sub.batches) != max(sub.batches, default=-1) + 1:
+                sub.replay(0)
+            gpu, disk, removed_disk = {}, {}, 0
+            for seq in sorted(sub.batches):
+                for ev in msgpack.unpackb(sub.batches[seq], raw=False)[1]:
+                    tag, f = normalize(ev)
+                    if tag == "BlockStored":
+                        where = disk if f["medium"] == "DISK" else gpu
+                        assert f["medium"] in ("GPU", "DISK"), f
+                        parent = f["parent_block_hash"]
+                        for j, h in enumerate(f["block_hashes"]):
+                            where[h] = (parent, f["token_ids"][16 * j:16 * (j + 1)])
+                            parent = h
+                    elif tag == "BlockRemoved" and f["medium"] == "DISK":
+                        for h in f["block_hashes"]:
+                            assert h in disk, "a disk removal of a block never announced"
+                            del disk[h]
+                            removed_disk += 1
+            if len(sub.batches) >= published:  # everything published by the flush's end
+                break
+            assert time.time() < deadline, (len(sub.batches), published)
+        assert disk and 0 < removed_disk <= ssd["evictions"], (len(disk), removed_disk, ssd)
+        assert len(disk) <= ssd["entries"]
+        for h, v in disk.items():  # the same block as the pool announced
+            assert gpu.get(h) == v, h
+    finally:
+        sub.close()
+        assert srv.stop() == 0, srv.output()
