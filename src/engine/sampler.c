@@ -147,6 +147,8 @@ struct sampler {
     int32_t *hist;             /* recent tokens, only when a finite window exists */
     size_t hn, hcap, hkeep;    /* hkeep = the largest finite window */
     struct cand *cands;        /* (n_vocab) */
+    uint64_t *rkeys;           /* radix-sort scratch (2 n_vocab keys + 2^16 counts),
+                                  allocated at first need */
     float *probs;              /* (n_vocab) */
     struct gram_row *gram;     /* constrained decoding, or NULL (engine/grammar/gram_row.h) */
 };
@@ -332,6 +334,7 @@ void sampler_free(struct sampler *s)
     free(s->exempt);
     free(s->hist);
     free(s->cands);
+    free(s->rkeys);
     free(s->probs);
     free(s);
 }
@@ -571,6 +574,67 @@ static void sift_down(struct cand *h, int n, int i)
     }
 }
 
+/* From this many candidates on, the ranking is sorted at once rather than popped from a
+ * heap: popping most of a 150k-entry heap (a wide nucleus) costs ~100 ms, the sort ~2 ms. */
+#define SORT_MIN 4096
+
+/* A candidate as one 64-bit key whose ascending order is the rank order (cand_before):
+ * the logit's bits mapped to an order-preserving integer and inverted (larger first), then
+ * the id (smaller first). The key holds both, so the candidate is rebuilt from it. */
+static uint64_t rank_key(const struct cand *c)
+{
+    uint32_t u;
+    memcpy(&u, &c->logit, 4);
+    if (u == 0x80000000u)
+        u = 0; /* -0 ties with +0, as in cand_before */
+    u = (u & 0x80000000u) ? ~u : u | 0x80000000u; /* ascending with the float */
+    return ((uint64_t)~u << 32) | (uint32_t)c->id;
+}
+
+static struct cand key_cand(uint64_t k)
+{
+    uint32_t u = ~(uint32_t)(k >> 32);
+    u = (u & 0x80000000u) ? u & 0x7fffffffu : ~u;
+    struct cand c;
+    memcpy(&c.logit, &u, 4);
+    c.id = (int32_t)(uint32_t)k;
+    return c;
+}
+
+/* Sorts c[0..n) into rank order (LSD radix sort, 16-bit digits, digits that all keys share
+ * skipped). 0, or -1 when the scratch cannot be allocated (the caller uses the heap). */
+static int rank_sort(struct sampler *s, struct cand *c, int n)
+{
+    size_t nv = (size_t)s->n_vocab;
+    if (!s->rkeys && !(s->rkeys = malloc(2 * nv * sizeof *s->rkeys + (1u << 16) * 4)))
+        return -1;
+    uint64_t *a = s->rkeys, *b = s->rkeys + nv;
+    uint32_t *cnt = (uint32_t *)(s->rkeys + 2 * nv);
+    for (int i = 0; i < n; i++)
+        a[i] = rank_key(&c[i]);
+    for (int shift = 0; shift < 64; shift += 16) {
+        memset(cnt, 0, (1u << 16) * sizeof *cnt);
+        for (int i = 0; i < n; i++)
+            cnt[(a[i] >> shift) & 0xffff]++;
+        if (cnt[(a[0] >> shift) & 0xffff] == (uint32_t)n)
+            continue; /* every key has this digit */
+        uint32_t sum = 0;
+        for (int d = 0; d < 1 << 16; d++) {
+            uint32_t t = cnt[d];
+            cnt[d] = sum;
+            sum += t;
+        }
+        for (int i = 0; i < n; i++)
+            b[cnt[(a[i] >> shift) & 0xffff]++] = a[i];
+        uint64_t *t = a;
+        a = b;
+        b = t;
+    }
+    for (int i = 0; i < n; i++)
+        c[i] = key_cand(a[i]);
+    return 0;
+}
+
 /* Index drawn from weights w[0..n) (sum tsum) with the uniform u; never a zero weight
  * unless all are zero. */
 static int draw(double u, const float *w, int n, double tsum)
@@ -625,16 +689,29 @@ struct pick {
     struct cand *h;
     int n, hn, keep;
     int all; /* the candidates are the whole vocabulary (else: those within CAND_SPAN) */
+    int sorted; /* h[0..n) is the ranking itself (no heap): rank i at h[i], the next at
+                   h[keep] (a wide nucleus pops most of a big heap: sorting is cheaper) */
 };
 
-#define RANKED(pk, i) ((pk)->h[(pk)->n - 1 - (i)])
+#define RANKED(pk, i) ((pk)->h[(pk)->sorted ? (i) : (pk)->n - 1 - (i)])
 #define NEED_MORE (-2)
+
+/* The next candidate in rank order (not yet popped); the heap must not be empty. */
+static const struct cand *next_cand(const struct pick *pk)
+{
+    return &pk->h[pk->sorted ? pk->keep : 0];
+}
 
 /* Pops the next ranked candidate: 1, or 0 when the heap is empty. */
 static int pop(struct pick *pk)
 {
     if (pk->hn == 0)
         return 0;
+    if (pk->sorted) {
+        pk->hn--;
+        pk->keep++;
+        return 1;
+    }
     struct cand top = pk->h[0];
     pk->h[0] = pk->h[--pk->hn];
     sift_down(pk->h, pk->hn, 0);
@@ -667,7 +744,7 @@ static int32_t filter_draw(struct sampler *s, float *lg, struct pick *pk, float 
                     return NEED_MORE;
                 break;
             }
-            double d = (double)pk->h[0].logit - mx;
+            double d = (double)next_cand(pk)->logit - mx;
             if (min_p_on && pk->keep > 0 && d < lmin)
                 break;
             double e = fast_exp((float)d);
@@ -768,9 +845,10 @@ static int32_t sample_filtered(struct sampler *s, float *lg, float mx, double su
                 s->cands[nc].id = i;
                 nc++;
             }
-        for (int i = nc / 2 - 1; i >= 0; i--)
+        int sorted = nc >= SORT_MIN && rank_sort(s, s->cands, nc) == 0;
+        for (int i = nc / 2 - 1; !sorted && i >= 0; i--)
             sift_down(s->cands, nc, i);
-        struct pick pk = {s->cands, nc, nc, 0, pass == 1 || nc == n};
+        struct pick pk = {s->cands, nc, nc, 0, pass == 1 || nc == n, sorted};
         int32_t id = filter_draw(s, lg, &pk, mx, sum, u, xtc);
         if (id != NEED_MORE)
             return id;
@@ -862,11 +940,11 @@ int32_t sampler_sample_cands(struct sampler *s, const struct sampler_cands *c,
             return SAMPLER_NEED_FULL;
         int xtc = p->xtc_probability > 0 &&
                   sampler_uniform(p->seed, step, 1) <= (double)p->xtc_probability;
-        for (int i = 0; i < c->nc; i++) { /* ranked order is a valid heap of this order */
+        for (int i = 0; i < c->nc; i++) { /* given in rank order */
             s->cands[i].logit = c->c[i].logit;
             s->cands[i].id = c->c[i].id;
         }
-        struct pick pk = {s->cands, c->nc, c->nc, 0, c->nc == n};
+        struct pick pk = {s->cands, c->nc, c->nc, 0, c->nc == n, 1};
         id = filter_draw(s, NULL, &pk, mx, c->sum, sampler_uniform(p->seed, step, 0), xtc);
         if (id == NEED_MORE)
             return SAMPLER_NEED_FULL;

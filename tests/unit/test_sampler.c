@@ -44,7 +44,7 @@ static int oc_cmp(const void *a, const void *b)
     return x->id - y->id;
 }
 
-enum { MAXV = 2000 };
+enum { MAXV = 6000 };
 
 struct oracle {
     const int32_t *hist;
@@ -251,6 +251,17 @@ static void test_matches_oracle(void)
     for (g_peaked = 0; g_peaked < 2; g_peaked++)
         for (size_t k = 0; k < sizeof far / sizeof far[0]; k++)
             mismatches += compare_run(&far[k], 1000, 100, ex, 3, 77 + k);
+    g_peaked = 0;
+    CHECK_EQ_INT(mismatches, 0);
+    /* a vocabulary wide enough that the sampler sorts its candidates instead of popping a
+     * heap (SORT_MIN): the same draws as the definition */
+    struct sampler_params wide[] = {mk(1.0f, 0.9f, 0, 0.0f, 21), mk(1.3f, 0.99f, 30, 0.0f, 22),
+                                    mk(0.8f, 1.0f, 0, 1e-9f, 23), mk(1.0f, 0.97f, 0, 0.0f, 24)};
+    wide[3].xtc_probability = 1.0f, wide[3].xtc_threshold = 0.001f;
+    mismatches = 0;
+    for (g_peaked = 0; g_peaked < 2; g_peaked++)
+        for (size_t k = 0; k < sizeof wide / sizeof wide[0]; k++)
+            mismatches += compare_run(&wide[k], 6000, 30, ex, 3, 91 + k);
     g_peaked = 0;
     CHECK_EQ_INT(mismatches, 0);
 }
