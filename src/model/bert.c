@@ -109,7 +109,7 @@ static int read_st_files(const char *dir, struct bert_hparams *hp, struct cerr *
             const char *sub = json_string_value(json_object_get(v, "path"));
             if (ty && strstr(ty, "Normalize"))
                 hp->normalize = 1;
-            if (ty && strstr(ty, "models.Pooling") && sub) {
+            if (ty && strstr(ty, "Pooling") && sub) {
                 char pd[1024];
                 json_t *pc;
                 if (fs_join(pd, sizeof pd, dir, sub) || read_json(pd, "config.json", &pc)) {
@@ -117,11 +117,16 @@ static int read_st_files(const char *dir, struct bert_hparams *hp, struct cerr *
                     return cerr_set(e, CERR_FORMAT, "%s: cannot read %s/config.json", dir,
                                     sub);
                 }
-                if (json_is_true(json_object_get(pc, "pooling_mode_cls_token")))
+                /* sentence-transformers < 6: one boolean per mode; 6: "pooling_mode" */
+                const char *pm = json_string_value(json_object_get(pc, "pooling_mode"));
+                if (json_is_true(json_object_get(pc, "pooling_mode_cls_token")) ||
+                    (pm && !strcmp(pm, "cls")))
                     hp->pool = BERT_POOL_CLS;
-                else if (json_is_true(json_object_get(pc, "pooling_mode_lasttoken")))
+                else if (json_is_true(json_object_get(pc, "pooling_mode_lasttoken")) ||
+                         (pm && !strcmp(pm, "lasttoken")))
                     hp->pool = BERT_POOL_LAST;
-                else if (json_is_true(json_object_get(pc, "pooling_mode_mean_tokens")))
+                else if (json_is_true(json_object_get(pc, "pooling_mode_mean_tokens")) ||
+                         (pm && !strcmp(pm, "mean")))
                     hp->pool = BERT_POOL_MEAN;
                 else {
                     json_decref(pc);
