@@ -27,6 +27,7 @@
 #include "server/model_store.h"
 #include "server/isolate/isolate.h"
 #include "server/serve.h"
+#include "server/serve_embed.h"
 #include "template/tmpl.h"
 #include "web/web.h"
 #include "util/clock.h"
@@ -692,7 +693,15 @@ int cmd_serve(int argc, char **argv)
                                      .tv_nsec = (long)(atoi(delay) % 1000) * 1000000L},
                   NULL);
     const char *bname = sv->o.backend ? sv->o.backend : CLI_BACKEND_DEFAULT;
-    if (!(be = be_new(bname, &bc, &e)) || model_load(&sv->m, sv->o.model, be, &e)) {
+    be = be_new(bname, &bc, &e);
+    if (be && serve_embed_wanted(sv->o.model)) {
+        if (serve_embed_load(sv, be)) /* an encoder: embeddings only (serve_embed.c) */
+            goto done;
+        serve_embed_card(sv, clock_now_s() - t0);
+        fflush(stdout);
+        goto ready;
+    }
+    if (!be || model_load(&sv->m, sv->o.model, be, &e)) {
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         goto done;
     }
@@ -759,6 +768,7 @@ int cmd_serve(int argc, char **argv)
      * the log (and nothing the card reads is touched concurrently) */
     ready_card(sv, clock_now_s() - t0);
     fflush(stdout);
+ready:
     if (serve_ready_wait(sv)) {
         fprintf(stderr, "cinfer serve: stopped before the server was ready\n");
         goto done;
@@ -792,6 +802,7 @@ done:
     }
     /* the engine first: it may still post to the loop; posts after stop are dropped */
     engine_free(sv->eng);
+    serve_embed_free(sv);
     kv_events_free(sv->kvev); /* after the engine: it publishes the last evictions */
     http_server_free(sv->http);
     web_free(sv->web);

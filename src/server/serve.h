@@ -117,6 +117,8 @@ struct serve {
     struct web *web;             /* the browser page's routes (src/web) */
     struct model *draft;         /* --draft-model (two-model speculation), or NULL */
     struct tok *draft_tk;
+    struct serve_embed *emb;     /* embeddings (serve_embed.c), or NULL */
+    int emb_only;                /* an encoder model: embeddings only, no engine */
 };
 
 /* ---- generations (serve_jobs.c) ---------------------------------------------------------

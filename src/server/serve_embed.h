@@ -1,0 +1,25 @@
+/* serve_embed.h — embeddings in `cinfer serve` (serve_embed.c): POST /v1/embeddings, and
+ * the embedding-only server of a BERT-family model directory. Loop thread unless said.
+ */
+#ifndef CINFER_SERVER_SERVE_EMBED_H
+#define CINFER_SERVER_SERVE_EMBED_H
+
+struct serve;
+struct be;
+
+/* 1 when MODEL is an encoder directory that `serve` runs for embeddings only. */
+int serve_embed_wanted(const char *model);
+/* Main thread, at start-up: loads the encoder, its tokenizer and the embedding scheduler
+ * onto be; sets sv->emb and sv->emb_only. 0, or -1 with the message printed (sv->emb may
+ * be set: serve_embed_free it). */
+int serve_embed_load(struct serve *sv, struct be *be);
+/* The ready card of an embedding-only server (stdout). */
+void serve_embed_card(struct serve *sv, double t_ready);
+/* Registers POST /v1/embeddings, and for an embedding-only server first the refusals of the
+ * generation routes and its own /v1/models, /stats, /metrics (before the generic routes,
+ * which they shadow). 0 or -1. */
+int serve_embed_install(struct serve *sv);
+/* After the HTTP loop stopped: stops the scheduler and frees the encoder. */
+void serve_embed_free(struct serve *sv);
+
+#endif
