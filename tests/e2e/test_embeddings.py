@@ -1,0 +1,195 @@
+"""test_embeddings.py — POST /v1/embeddings through the OpenAI SDK (docs/embeddings.md).
+
+The tiny random-weight BERT of tests/data/embeddings/tinybert (CLS pooling + Normalize) runs
+in every build, sanitizers included: the SDK's float and base64 paths, every input shape,
+the refusals in OpenAI's error shape, the generation routes refused on an embedding-only
+server, /v1/models. all-MiniLM-L6-v2 (scripts/fetch_models.sh all-minilm-l6-v2) is compared
+with sentence-transformers' goldens (tests/data/embeddings/minilm.json, cosine >= 1 - 1e-4)
+through the server, in the release build. A generative model's /v1/embeddings is a 400.
+"""
+import base64
+import concurrent.futures as cf
+import json
+import math
+import os
+import struct
+
+import openai
+import pytest
+
+from conftest import MODELS, QUICK, REPO, STORIES, Server
+
+DATA = os.path.join(REPO, "tests", "data", "embeddings")
+TINY = os.path.join(DATA, "tinybert")
+MINILM = os.path.join(MODELS, "all-MiniLM-L6-v2")
+
+
+def golden(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def cosine(a, b):
+    dot = sum(x * y for x, y in zip(a, b))
+    return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+
+def client(srv):
+    return openai.OpenAI(base_url=srv.base + "/v1", api_key="x", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    s = Server(TINY)
+    yield s
+    assert s.stop() == 0, s.output()
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    if QUICK:
+        pytest.skip("CINFER_E2E_QUICK=1: the real embedding model runs in the release build")
+    if not os.path.isdir(MINILM):
+        pytest.skip("all-MiniLM-L6-v2 not fetched (scripts/fetch_models.sh all-minilm-l6-v2)")
+    s = Server(MINILM)
+    yield s
+    assert s.stop() == 0, s.output()
+
+
+def check_golden(srv, g, tol=1e-4):
+    c = client(srv)
+    r = c.embeddings.create(model="m", input=g["sentences"], encoding_format="float")
+    assert [d.index for d in r.data] == list(range(len(g["sentences"])))
+    worst = 1.0
+    for d, want in zip(r.data, g["embeddings"]):
+        assert len(d.embedding) == len(want)
+        worst = min(worst, cosine(d.embedding, want))
+        assert max(abs(x - y) for x, y in zip(d.embedding, want)) < 1e-4
+    assert worst >= 1 - tol, worst
+    assert r.usage.prompt_tokens == sum(len(i) for i in g["ids"])
+    assert r.usage.total_tokens == r.usage.prompt_tokens
+    return r
+
+
+def test_tiny_matches_sentence_transformers(tiny):
+    check_golden(tiny, golden(os.path.join(TINY, "golden.json")))
+
+
+def test_minilm_matches_sentence_transformers(minilm):
+    r = check_golden(minilm, golden(os.path.join(DATA, "minilm.json")))
+    assert r.model == "all-MiniLM-L6-v2"
+    # normalized (the model's Normalize module)
+    for d in r.data:
+        assert abs(math.sqrt(sum(x * x for x in d.embedding)) - 1) < 1e-5
+
+
+def test_float_and_base64_are_the_same_bits(tiny):
+    c = client(tiny)
+    texts = ["the quick brown fox", "hello"]
+    f = c.embeddings.create(model="m", input=texts, encoding_format="float")
+    b = c.embeddings.create(model="m", input=texts, encoding_format="base64")
+    for df, db in zip(f.data, b.data):
+        assert isinstance(db.embedding, str)
+        raw = base64.b64decode(db.embedding)
+        vals = struct.unpack(f"<{len(raw) // 4}f", raw)
+        # the float text reads back as the same float32
+        assert list(vals) == [struct.unpack("<f", struct.pack("<f", x))[0] for x in df.embedding]
+    # the SDK's default (no encoding_format: it asks for base64 and decodes it)
+    d = c.embeddings.create(model="m", input=texts)
+    f32 = lambda v: [struct.unpack("<f", struct.pack("<f", x))[0] for x in v]  # noqa: E731
+    assert f32(d.data[0].embedding) == f32(f.data[0].embedding)
+
+
+def test_input_shapes(tiny):
+    c = client(tiny)
+    g = golden(os.path.join(TINY, "golden.json"))
+    one = c.embeddings.create(model="m", input=g["sentences"][0]).data
+    assert len(one) == 1
+    # token ids are the text's ids without the special tokens: the same vector
+    ids = g["ids"][0][1:-1]
+    by_ids = c.embeddings.create(model="m", input=ids, encoding_format="float").data
+    assert by_ids[0].embedding == c.embeddings.create(
+        model="m", input=g["sentences"][0], encoding_format="float").data[0].embedding
+    many = c.embeddings.create(model="m", input=[g["ids"][k][1:-1] for k in range(3)],
+                               encoding_format="float").data
+    assert len(many) == 3
+    alone = c.embeddings.create(model="m", input=g["sentences"][2],
+                                encoding_format="float").data[0].embedding
+    assert many[2].embedding == alone  # batch invariant, bit for bit
+
+
+def test_refusals_in_openai_shape(tiny):
+    c = client(tiny)
+    cases = [
+        ({"input": ""}, "input"),
+        ({"input": []}, "input"),
+        ({"input": ["a", 3]}, "input"),
+        ({"input": [[1, 2], "a"]}, "input"),
+        ({"input": [[]]}, "input"),
+        ({"input": {"a": 1}}, "input"),
+        ({}, "input"),
+        ({"input": "a", "encoding_format": "int8"}, "encoding_format"),
+        ({"input": "a", "dimensions": 0}, "dimensions"),
+        ({"input": "a", "dimensions": 8}, "dimensions"),  # not a Matryoshka model
+        ({"input": [[1, 100000]]}, "input"),  # not a token id of the model
+        ({"input": ["x"] * 2049}, "input"),
+        ({"input": "word " * 70}, "input"),  # over the model's 64 positions
+    ]
+    for body, param in cases:
+        st, b, _ = tiny.post("/v1/embeddings", dict({"model": "m"}, **body))
+        assert st == 400, (body, b)
+        err = json.loads(b)["error"]
+        assert err["param"] == param and err["type"] == "invalid_request_error", (body, err)
+        assert err["message"]
+    with pytest.raises(openai.BadRequestError) as ei:
+        c.embeddings.create(model="m", input="a", dimensions=8)
+    assert "dimensions" in str(ei.value)
+    st, b, _ = tiny.post("/v1/embeddings", b"{not json", raw=True)
+    assert st == 400 and "invalid JSON" in json.loads(b)["error"]["message"]
+    # full-size dimensions is no truncation: accepted
+    r = c.embeddings.create(model="m", input="a", dimensions=32, encoding_format="float")
+    assert len(r.data[0].embedding) == 32
+
+
+def test_embedding_only_server_refuses_generation(tiny):
+    c = client(tiny)
+    with pytest.raises(openai.BadRequestError) as ei:
+        c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert "embedding model" in str(ei.value)
+    with pytest.raises(openai.BadRequestError):
+        c.completions.create(model="m", prompt="hi")
+    st, b, _ = tiny.post("/v1/messages", {"model": "m", "max_tokens": 4,
+                                          "messages": [{"role": "user", "content": "hi"}]})
+    assert st == 400 and json.loads(b)["type"] == "error"
+    m = c.models.list().data[0]
+    assert m.id == "tinybert"
+    j = json.loads(tiny.get("/v1/models")[1])["data"][0]
+    assert j["capabilities"] == ["embeddings"] and j["embedding_dimensions"] == 32
+    assert j["context_length"] == 64
+
+
+def test_concurrent_requests_batch_and_match(tiny):
+    c = client(tiny)
+    g = golden(os.path.join(TINY, "golden.json"))
+    alone = [c.embeddings.create(model="m", input=s, encoding_format="float").data[0].embedding
+             for s in g["sentences"]]
+    with cf.ThreadPoolExecutor(8) as ex:
+        futs = [ex.submit(c.embeddings.create, model="m", input=g["sentences"],
+                          encoding_format="float") for _ in range(8)]
+        for f in futs:
+            assert [d.embedding for d in f.result().data] == alone
+    st = tiny.stats()["embeddings"]
+    # one request's 8 sentences go in one forward (batched by --max-batch-tokens)
+    assert st["max_inputs_in_forward"] >= 8
+    assert st["forwards"] < st["inputs"]
+
+
+def test_generative_model_refuses_embeddings():
+    s = Server(STORIES)
+    try:
+        st, b, _ = s.post("/v1/embeddings", {"model": "m", "input": "hello"})
+        assert st == 400, b
+        err = json.loads(b)["error"]
+        assert err["param"] == "model" and "embedding model" in err["message"]
+    finally:
+        assert s.stop() == 0, s.output()
