@@ -29,6 +29,7 @@ long long models_fit_bytes(void);
     "  DELETE /v1/responses/{id}        forgets a stored response\n"                        \
     "  POST /v1/messages                Anthropic Messages (stream or not, tools)\n"        \
     "  POST /v1/messages/count_tokens   Anthropic token count of a Messages body\n"         \
+    "  POST /v1/embeddings              OpenAI embeddings (an embedding model: docs/embeddings.md)\n" \
     "  POST /apply-template             the chat prompt a chat body renders to (no model run)\n" \
     "  GET  /v1/models, /v1/models/{id} the served model(s)\n"                              \
     "  GET  /v1                         name, version, model, endpoints\n"                  \
