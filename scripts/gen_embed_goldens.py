@@ -8,6 +8,10 @@ Writes under tests/data/embeddings/:
   minilm.json   all-MiniLM-L6-v2 (mean pooling + Normalize) embeddings of SENTENCES, from
                 the model directory given with --minilm (scripts/fetch_models.sh all-minilm-l6-v2
                 puts it in models/all-MiniLM-L6-v2); the test runs when that directory exists.
+  decoders.json  last-token and mean pooling (then L2 normalization) of the final-normed
+                hidden states (transformers' last_hidden_state) of the tiny random decoders in
+                tests/data/parity/{llama,qwen2,gemma3}, for two id sequences (12 and 80 tokens:
+                the C side prefills 64-token chunks).
 golden.json / minilm.json: {"model", "versions", "sentences", "ids" (the HF tokenizer's,
 with [CLS]/[SEP]), "embeddings" (float32 values as JSON numbers)}.
 
@@ -110,6 +114,27 @@ def make_tiny(out_dir):
         json.dump(g, f)
 
 
+def make_decoders(out_path, parity_dir):
+    g = torch.Generator().manual_seed(7)
+    res = {"versions": versions(), "models": {}}
+    for arch in ("llama", "qwen2", "gemma3"):
+        d = os.path.join(parity_dir, arch)
+        m = transformers.AutoModel.from_pretrained(d, dtype=torch.float32)
+        m.eval()
+        vocab = m.config.vocab_size
+        seqs = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (12, 80)]
+        entry = {"ids": seqs, "last": [], "mean": []}
+        with torch.no_grad():
+            for ids in seqs:
+                h = m(input_ids=torch.tensor([ids])).last_hidden_state[0].float()
+                for mode, v in (("last", h[-1]), ("mean", h.mean(0))):
+                    v = torch.nn.functional.normalize(v, dim=0)
+                    entry[mode].append([float(x) for x in v])
+        res["models"][arch] = entry
+    with open(out_path, "w") as f:
+        json.dump(res, f)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/data/embeddings")
@@ -118,6 +143,7 @@ def main():
     torch.set_num_threads(1)
     os.makedirs(a.out, exist_ok=True)
     make_tiny(os.path.join(a.out, "tinybert"))
+    make_decoders(os.path.join(a.out, "decoders.json"), os.path.join(os.path.dirname(a.out), "parity"))
     if os.path.isdir(a.minilm):
         st = SentenceTransformer(a.minilm, device="cpu")
         g = encode_golden(st, "sentence-transformers/all-MiniLM-L6-v2")

@@ -18,7 +18,7 @@ struct slot {
 };
 
 struct embedq {
-    const struct bert *m;
+    struct embed_model em;
     struct embedq_config c;
     struct bert_ws *ws;
     pthread_t th;
@@ -63,7 +63,7 @@ full:
 static void *worker(void *arg)
 {
     struct embedq *q = arg;
-    int d = bert_hparams(q->m)->n_embd;
+    int d = q->em.n_embd;
     for (;;) {
         pthread_mutex_lock(&q->mu);
         while (!q->stop && !q->head)
@@ -75,7 +75,8 @@ static void *worker(void *arg)
         int n_tok, n = plan(q, &n_tok);
         pthread_mutex_unlock(&q->mu);
         struct cerr e = {0};
-        int rc = bert_embed(q->m, q->ws, q->ids, q->lens, n, q->out, &e);
+        int rc = q->em.bert ? bert_embed(q->em.bert, q->ws, q->ids, q->lens, n, q->out, &e)
+                            : dec_embed(q->em.dec, q->ids, q->lens, n, q->out, &e);
         pthread_mutex_lock(&q->mu);
         q->st.forwards++;
         q->st.seqs += n;
@@ -98,30 +99,32 @@ static void *worker(void *arg)
     return NULL;
 }
 
-int embedq_new(struct embedq **out, const struct bert *m, const struct embedq_config *c,
-               struct cerr *e)
+int embedq_new(struct embedq **out, const struct embed_model *em,
+               const struct embedq_config *c, struct cerr *e)
 {
     *out = NULL;
-    const struct bert_hparams *hp = bert_hparams(m);
-    if (c->max_seqs < 1 || c->max_batch_tokens < hp->max_seq)
+    if (!em->bert == !em->dec)
+        return cerr_set(e, CERR_INVALID, "an embedding queue runs one encoder or one decoder");
+    if (c->max_seqs < 1 || c->max_batch_tokens < em->max_len)
         return cerr_set(e, CERR_INVALID,
                         "embedding batch of %d tokens / %d sequences: needs at least %d tokens "
                         "(the model's longest input) and 1 sequence",
-                        c->max_batch_tokens, c->max_seqs, hp->max_seq);
+                        c->max_batch_tokens, c->max_seqs, em->max_len);
     struct embedq *q = calloc(1, sizeof *q);
     if (!q)
         return cerr_set(e, CERR_NOMEM, "out of memory");
-    q->m = m;
+    q->em = *em;
     q->c = *c;
     int max_seqs = c->max_seqs < c->max_batch_tokens ? c->max_seqs : c->max_batch_tokens;
     q->c.max_seqs = max_seqs;
     q->slots = calloc((size_t)max_seqs, sizeof *q->slots);
     q->ids = calloc((size_t)max_seqs, sizeof *q->ids);
     q->lens = calloc((size_t)max_seqs, sizeof *q->lens);
-    q->out = calloc((size_t)max_seqs * (size_t)hp->n_embd, sizeof *q->out);
+    q->out = calloc((size_t)max_seqs * (size_t)em->n_embd, sizeof *q->out);
     int rc = (!q->slots || !q->ids || !q->lens || !q->out)
                  ? cerr_set(e, CERR_NOMEM, "out of memory")
-                 : bert_ws_new(&q->ws, m, c->max_batch_tokens, max_seqs, e);
+             : em->bert ? bert_ws_new(&q->ws, em->bert, c->max_batch_tokens, max_seqs, e)
+                        : 0;
     if (rc) {
         free(q->slots), free(q->ids), free(q->lens), free(q->out);
         free(q);

@@ -17,7 +17,21 @@
 #include <stdint.h>
 
 #include "model/bert.h"
+#include "model/model.h"
 #include "util/err.h"
+
+/* ---- decoder models (embed_dec.c) ----
+ * Embeddings from a generative model: each input prefilled alone in chunks into a private
+ * F32 KV cache, its final-normed hidden states pooled by the mean or the last token
+ * (BERT_POOL_MEAN / BERT_POOL_LAST), then L2-normalized when normalize is set. The model
+ * must be driven by this one thread only (its own backend, not the engine's). */
+struct dec_embedder;
+int dec_embedder_new(struct dec_embedder **out, const struct model *m, int pool, int normalize,
+                     int max_len, struct cerr *e);
+void dec_embedder_free(struct dec_embedder *d);
+/* n_seq inputs ids[s][0 .. lens[s]) (1 <= lens[s] <= max_len) -> out (n_seq, n_embd). */
+int dec_embed(struct dec_embedder *d, const int32_t *const *ids, const int *lens, int n_seq,
+              float *out, struct cerr *e);
 
 struct embed_job {
     /* in: n_seq sequences, ids[s][0 .. lens[s]) (owned by the caller until done runs) */
@@ -36,8 +50,15 @@ struct embed_job {
 };
 
 struct embedq_config {
-    int max_batch_tokens; /* tokens of one forward (>= the model's max_seq) */
+    int max_batch_tokens; /* tokens of one forward (>= the model's longest input) */
     int max_seqs;         /* sequences of one forward */
+};
+
+/* What the worker runs: an encoder (bert) or a decoder (dec); exactly one is set. */
+struct embed_model {
+    const struct bert *bert;
+    struct dec_embedder *dec; /* owned by the caller; used by the worker thread only */
+    int n_embd, max_len;
 };
 
 struct embed_stats {
@@ -46,9 +67,9 @@ struct embed_stats {
 };
 
 struct embedq;
-/* Starts the worker for model m (which must outlive the queue). 0, or a CERR_* with e. */
-int embedq_new(struct embedq **out, const struct bert *m, const struct embedq_config *c,
-               struct cerr *e);
+/* Starts the worker for em (whose models must outlive the queue). 0, or a CERR_* with e. */
+int embedq_new(struct embedq **out, const struct embed_model *em,
+               const struct embedq_config *c, struct cerr *e);
 /* Queues j (its fields in: set; the rest is reset). Returns 0, or -1 when the queue is
  * shutting down (done is not called then). */
 int embedq_submit(struct embedq *q, struct embed_job *j);

@@ -115,6 +115,10 @@ static void serve_usage(FILE *f)
             "                         ngram/suffix, 3 for two-model; sized down adaptively)\n"
             "  --ngram-max N          longest trailing n-gram ngram looks up (default 3)\n"
             "  --ngram-min N          shortest (default 1)\n"
+            "  --embeddings last|mean  also serve POST /v1/embeddings from this generative\n"
+            "                         model: last-token or mean pooling of its final hidden\n"
+            "                         states, normalized (a second copy of the model on its\n"
+            "                         own backend; docs/embeddings.md)\n"
             "  --no-open              do not open the browser chat page (opened with xdg-open\n"
             "                         when stdout is a terminal)\n"
             "  --isolate              run the engine in a child process behind a supervisor\n"
@@ -291,6 +295,8 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
         else if (!strcmp(a, "--models-dir"))
             o->models_dir = v, rc = v && *v ? 0 : bad(a, "a directory", v);
         else if ((rc = serve_spec_flag(o, a, v)) != 0) /* speculation (serve_spec.c) */
+            rc = rc < 0 ? -1 : 0;
+        else if ((rc = serve_embed_flag(o, a, v)) != 0) /* --embeddings (serve_embed.c) */
             rc = rc < 0 ? -1 : 0;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "cinfer serve: unknown option '%s' (see cinfer serve --help)\n", a);
@@ -766,6 +772,8 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         goto done;
     }
+    if (serve_embed_decoder(sv, bname, &bc)) /* --embeddings */
+        goto done;
     /* the card first, then the routes open: a client that saw /health 200 finds the card in
      * the log (and nothing the card reads is touched concurrently) */
     ready_card(sv, clock_now_s() - t0);

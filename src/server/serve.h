@@ -54,6 +54,7 @@ struct serve_opts {
     /* speculative decoding (serve_spec.c); NULL / 0 = not given */
     const char *draft_kind, *draft_model;
     int num_draft, ngram_min, ngram_max;
+    int embed_pool;          /* --embeddings: 0 off, 1 last, 2 mean (serve_embed.c) */
 };
 
 /* Histogram with fixed upper bounds (Prometheus "le" buckets). */

@@ -19,6 +19,7 @@
 #include "api/oai_out.h"
 #include "engine/embed.h"
 #include "model/bert.h"
+#include "model/model.h"
 #include "server/serve.h"
 #include "server/serve_embed.h"
 #include "tokenizer/tok.h"
@@ -26,8 +27,13 @@
 #include "util/jsonfmt.h"
 
 struct serve_embed {
-    struct bert *m;
-    struct tok *tk;
+    struct bert *m;            /* an encoder (embedding-only server), or NULL */
+    struct be *dbe;            /* a decoder (--embeddings): its own backend and copy of the */
+    struct model *dm;          /* model, driven by the embedding worker only */
+    struct dec_embedder *dec;
+    struct bert_hparams info;  /* what the API needs: n_embd, max_seq, n_vocab, pooling... */
+    struct tok *tk;            /* the encoder's tokenizer (a decoder uses sv->tk) */
+    const struct tok *utk;     /* the tokenizer in use */
     struct embedq *q;
     struct emb_specials sp;
     long requests, failed;
@@ -59,9 +65,12 @@ int serve_embed_load(struct serve *sv, struct be *be)
         return -1;
     }
     const struct bert_hparams *hp = bert_hparams(x->m);
+    x->info = *hp;
+    x->utk = x->tk;
     int bt = sv->o.max_batch_tokens > hp->max_seq ? sv->o.max_batch_tokens : hp->max_seq;
     struct embedq_config qc = {.max_batch_tokens = bt, .max_seqs = bt};
-    if (embedq_new(&x->q, x->m, &qc, &e)) {
+    struct embed_model em = {.bert = x->m, .n_embd = hp->n_embd, .max_len = hp->max_seq};
+    if (embedq_new(&x->q, &em, &qc, &e)) {
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         return -1;
     }
@@ -94,8 +103,70 @@ void serve_embed_free(struct serve *sv)
     embedq_free(x->q); /* finishes queued jobs (their posts are dropped once stopped) */
     tok_free(x->tk);
     bert_free(x->m);
+    dec_embedder_free(x->dec);
+    model_free(x->dm);
+    be_free(x->dbe);
     free(x);
     sv->emb = NULL;
+}
+
+int serve_embed_flag(struct serve_opts *o, const char *a, const char *v)
+{
+    if (strcmp(a, "--embeddings"))
+        return 0;
+    if (v && !strcmp(v, "last"))
+        o->embed_pool = 1;
+    else if (v && !strcmp(v, "mean"))
+        o->embed_pool = 2;
+    else {
+        fprintf(stderr, "cinfer serve: --embeddings expects last|mean, got '%s'\n",
+                v ? v : "");
+        return -1;
+    }
+    return 1;
+}
+
+#define DEC_MAX_LEN 2048 /* longest input of decoder embeddings (its F32 KV is private) */
+
+int serve_embed_decoder(struct serve *sv, const char *backend, const struct be_config *bc)
+{
+    if (!sv->o.embed_pool)
+        return 0;
+    struct cerr e = {0};
+    struct serve_embed *x = calloc(1, sizeof *x);
+    if (!x) {
+        fprintf(stderr, "cinfer serve: out of memory\n");
+        return -1;
+    }
+    sv->emb = x;
+    int pool = sv->o.embed_pool == 1 ? BERT_POOL_LAST : BERT_POOL_MEAN;
+    int ctx = sv->m->hp.n_ctx_train > 0 ? sv->m->hp.n_ctx_train : DEC_MAX_LEN;
+    int max_len = ctx < DEC_MAX_LEN ? ctx : DEC_MAX_LEN;
+    /* a second backend and copy of the weights (mmap'd pages are shared; a CPU repack is
+     * not): the engine thread owns the first, the embedding worker this one */
+    if (!(x->dbe = be_new(backend, bc, &e)) || model_load(&x->dm, sv->o.model, x->dbe, &e) ||
+        dec_embedder_new(&x->dec, x->dm, pool, 1, max_len, &e)) {
+        fprintf(stderr, "cinfer serve: --embeddings: %s\n", e.msg);
+        return -1;
+    }
+    if (emb_specials(sv->tk, &x->sp)) {
+        fprintf(stderr, "cinfer serve: --embeddings: cannot tell the tokenizer's special "
+                        "tokens\n");
+        return -1;
+    }
+    x->utk = sv->tk;
+    x->info = (struct bert_hparams){.n_embd = x->dm->hp.n_embd, .n_vocab = x->dm->hp.n_vocab,
+                                    .max_seq = max_len, .pool = pool, .normalize = 1};
+    struct embed_model em = {.dec = x->dec, .n_embd = x->info.n_embd, .max_len = max_len};
+    struct embedq_config qc = {.max_batch_tokens = max_len, .max_seqs = 64};
+    if (embedq_new(&x->q, &em, &qc, &e)) {
+        fprintf(stderr, "cinfer serve: --embeddings: %s\n", e.msg);
+        return -1;
+    }
+    fprintf(stderr, "cinfer serve: POST /v1/embeddings: %s pooling of the final hidden states "
+                    "(%d dimensions, normalized, at most %d tokens per input)\n",
+            pool == BERT_POOL_LAST ? "last-token" : "mean", x->info.n_embd, max_len);
+    return 0;
 }
 
 /* ---- POST /v1/embeddings ------------------------------------------------------------ */
@@ -132,7 +203,7 @@ static void finish(void *ud)
         sv->emb->failed++;
         reply_err(sv, c->r, &err);
     } else {
-        const struct bert_hparams *hp = bert_hparams(sv->emb->m);
+        const struct bert_hparams *hp = &sv->emb->info;
         char *body = emb_response(&c->rq, c->out, hp->n_embd, c->dims, c->renorm, sv->model_id);
         if (body)
             http_reply(c->r, 200, "application/json", body, strlen(body));
@@ -161,16 +232,17 @@ static void h_embeddings(struct http_req *r, void *ud)
     sv->met.requests[EP_OTHER]++;
     if (!sv->emb) {
         api_fail(&err, 400, "model",
-                 "model '%s' is a generative model; embeddings from it are not implemented. "
-                 "Serve an embedding model (a BERT-family directory such as all-MiniLM-L6-v2: "
-                 "scripts/fetch_models.sh all-minilm-l6-v2) for /v1/embeddings",
+                 "model '%s' is a generative model served without --embeddings: start the "
+                 "server with --embeddings last|mean to pool its hidden states, or serve an "
+                 "embedding model (a BERT-family directory such as all-MiniLM-L6-v2: "
+                 "scripts/fetch_models.sh all-minilm-l6-v2)",
                  sv->model_id);
         err.code = "model_not_supported";
         reply_err(sv, r, &err);
         return;
     }
     struct serve_embed *x = sv->emb;
-    const struct bert_hparams *hp = bert_hparams(x->m);
+    const struct bert_hparams *hp = &x->info;
     struct emb_call *c = calloc(1, sizeof *c);
     if (!c) {
         http_reply_error(r, 500, "out of memory");
@@ -198,7 +270,7 @@ static void h_embeddings(struct http_req *r, void *ud)
         c->dims = c->rq.dimensions;
         c->renorm = hp->normalize;
     }
-    if (emb_tokenize(&c->rq, x->tk, &x->sp, hp->n_vocab, hp->max_seq, &err))
+    if (emb_tokenize(&c->rq, x->utk, &x->sp, hp->n_vocab, hp->max_seq, &err))
         goto fail;
     c->out = calloc((size_t)c->rq.n_in * (size_t)hp->n_embd, sizeof *c->out);
     if (!c->out) {
@@ -248,7 +320,7 @@ static void h_refuse(struct http_req *r, void *ud)
 
 static json_t *model_entry(struct serve *sv)
 {
-    const struct bert_hparams *hp = bert_hparams(sv->emb->m);
+    const struct bert_hparams *hp = &sv->emb->info;
     return json_pack("{s:s, s:s, s:I, s:s, s:i, s:i, s:[s], s:i, s:b, s:b, s:b}", "id",
                      sv->model_id, "object", "model", "created", (json_int_t)sv->started_unix,
                      "owned_by", "cinfer", "context_window", hp->max_seq, "context_length",

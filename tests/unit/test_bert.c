@@ -127,7 +127,8 @@ static void check_model(const char *dir, const char *golden)
     /* the scheduler: 3 jobs, forwards of at most 2 sequences */
     struct embedq *q = NULL;
     struct embedq_config qc = {.max_batch_tokens = hp->max_seq, .max_seqs = 2};
-    CHECK(embedq_new(&q, m, &qc, &e) == 0);
+    struct embed_model em = {.bert = m, .n_embd = hp->n_embd, .max_len = hp->max_seq};
+    CHECK(embedq_new(&q, &em, &qc, &e) == 0);
     if (q) {
         struct done_ctx dc = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 3};
         struct embed_job jobs[3];
