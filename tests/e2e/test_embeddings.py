@@ -184,12 +184,47 @@ def test_concurrent_requests_batch_and_match(tiny):
     assert st["forwards"] < st["inputs"]
 
 
-def test_generative_model_refuses_embeddings():
+def test_generative_model_refuses_embeddings_without_the_flag():
     s = Server(STORIES)
     try:
         st, b, _ = s.post("/v1/embeddings", {"model": "m", "input": "hello"})
         assert st == 400, b
         err = json.loads(b)["error"]
-        assert err["param"] == "model" and "embedding model" in err["message"]
+        assert err["param"] == "model" and "--embeddings" in err["message"]
+        caps = json.loads(s.get("/v1/models")[1])["data"][0]["capabilities"]
+        assert "embeddings" not in caps
     finally:
         assert s.stop() == 0, s.output()
+
+
+@pytest.mark.parametrize("pool", ["last", "mean"])
+def test_generative_model_with_embeddings_flag(pool):
+    """--embeddings: the decoder's pooled final hidden states (numerics vs transformers:
+    tests/unit/test_embed_dec.c), beside generation, which still works."""
+    s = Server(STORIES, "--embeddings", pool)
+    try:
+        c = client(s)
+        texts = ["Once upon a time", "The cat sat on the mat.", "hello"]
+        r = c.embeddings.create(model="m", input=texts, encoding_format="float")
+        assert len(r.data) == 3 and all(len(d.embedding) == 64 for d in r.data)
+        for d in r.data:
+            assert abs(math.sqrt(sum(x * x for x in d.embedding)) - 1) < 1e-5
+        alone = c.embeddings.create(model="m", input=texts[1], encoding_format="float")
+        assert alone.data[0].embedding == r.data[1].embedding
+        assert r.data[0].embedding != r.data[1].embedding
+        caps = json.loads(s.get("/v1/models")[1])["data"][0]["capabilities"]
+        assert "embeddings" in caps and "completions" in caps
+        out = c.completions.create(model="m", prompt="Once upon", max_tokens=4, temperature=0)
+        assert out.choices[0].text
+        with pytest.raises(openai.BadRequestError):
+            c.embeddings.create(model="m", input="a", dimensions=8)
+    finally:
+        assert s.stop() == 0, s.output()
+
+
+def test_bad_embeddings_flag():
+    import subprocess
+    from conftest import BIN
+    p = subprocess.run([BIN, "serve", STORIES, "--embeddings", "max"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0 and "--embeddings expects last|mean" in p.stderr
