@@ -228,3 +228,29 @@ def test_bad_embeddings_flag():
     p = subprocess.run([BIN, "serve", STORIES, "--embeddings", "max"], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode != 0 and "--embeddings expects last|mean" in p.stderr
+
+
+def test_matryoshka_model_allows_dimensions(tmp_path):
+    """A model whose card says it was trained with MatryoshkaLoss takes `dimensions`: the
+    first N values, renormalized (the tiny BERT copied with such a card)."""
+    import shutil
+    d = tmp_path / "tinybert-mrl"
+    shutil.copytree(TINY, d)
+    (d / "README.md").write_text("---\ntags: [sentence-transformers]\n---\n"
+                                 "Trained with loss: MatryoshkaLoss\n")
+    s = Server(str(d))
+    try:
+        c = client(s)
+        full = c.embeddings.create(model="m", input="hello", encoding_format="float")
+        cut = c.embeddings.create(model="m", input="hello", dimensions=8,
+                                  encoding_format="float")
+        v = full.data[0].embedding[:8]
+        n = math.sqrt(sum(x * x for x in v))
+        assert len(cut.data[0].embedding) == 8
+        assert max(abs(a - b / n) for a, b in zip(cut.data[0].embedding, v)) < 1e-6
+        with pytest.raises(openai.BadRequestError) as ei:
+            c.embeddings.create(model="m", input="hello", dimensions=33)
+        assert "at most 32" in str(ei.value)
+        assert "dimensions allowed" in s.output()
+    finally:
+        assert s.stop() == 0, s.output()
