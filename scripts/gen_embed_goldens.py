@@ -10,8 +10,8 @@ Writes under tests/data/embeddings/:
                 puts it in models/all-MiniLM-L6-v2); the test runs when that directory exists.
   decoders.json  last-token and mean pooling (then L2 normalization) of the final-normed
                 hidden states (transformers' last_hidden_state) of the tiny random decoders in
-                tests/data/parity/{llama,qwen2,gemma3}, for two id sequences (12 and 80 tokens:
-                the C side prefills 64-token chunks).
+                tests/data/parity/{llama,qwen2,gemma3}, for three id sequences (12, 80 and 300 tokens:
+                the C side packs short inputs and chunks long ones by 256).
 golden.json / minilm.json: {"model", "versions", "sentences", "ids" (the HF tokenizer's,
 with [CLS]/[SEP]), "embeddings" (float32 values as JSON numbers)}.
 
@@ -122,7 +122,7 @@ def make_decoders(out_path, parity_dir):
         m = transformers.AutoModel.from_pretrained(d, dtype=torch.float32)
         m.eval()
         vocab = m.config.vocab_size
-        seqs = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (12, 80)]
+        seqs = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (12, 80, 300)]
         entry = {"ids": seqs, "last": [], "mean": []}
         with torch.no_grad():
             for ids in seqs:

@@ -2,11 +2,12 @@
  *
  * tests/data/embeddings/decoders.json (scripts/gen_embed_goldens.py) holds, for the tiny
  * random decoders of tests/data/parity/{llama,qwen2,gemma3}, the last-token and mean pooling
- * (then L2 normalization) of transformers' final-normed hidden states for a 12- and an
- * 80-token sequence (the 80 crosses the 64-token prefill chunks; gemma3's sliding window is
- * shorter than it). Both the Hugging Face directory and the GGUF of each model must give
- * cosine >= 0.9999 and max |delta| <= 1e-4; the embedding scheduler gives the same bits as
- * a direct call; bad input is refused.
+ * (then L2 normalization) of transformers' final-normed hidden states for a 12-, an 80- and a
+ * 300-token sequence (the first two are packed into one forward, the 300 is prefilled alone
+ * in 256-token chunks; gemma3's sliding window is shorter than them). Both the Hugging Face
+ * directory and the GGUF of each model must give cosine >= 0.9999 and max |delta| <= 1e-4;
+ * each input embedded alone gives the same bits as packed, and so does the embedding
+ * scheduler; bad input is refused.
  */
 #include "harness.h"
 
@@ -80,7 +81,7 @@ static void check_arch(const char *arch, const char *file)
     for (int k = 0; k < 2; k++) {
         struct dec_embedder *de = NULL;
         int pool = k == 0 ? BERT_POOL_LAST : BERT_POOL_MEAN;
-        CHECK(dec_embedder_new(&de, m, pool, 1, 128, &e) == 0);
+        CHECK(dec_embedder_new(&de, m, pool, 1, 512, &e) == 0);
         if (!de)
             continue;
         CHECK_MSG(dec_embed(de, (const int32_t *const *)ids, lens, n, out, &e) == 0, "%s",
@@ -92,10 +93,18 @@ static void check_arch(const char *arch, const char *file)
             compare(what, out + (size_t)s * d,
                     json_array_get(json_object_get(g, modes[k]), (size_t)s), d);
         }
+        /* each alone: the same bits as packed */
+        for (int s = 0; s < n; s++) {
+            CHECK(dec_embed(de, (const int32_t *const *)&ids[s], &lens[s], 1,
+                            out2 + (size_t)s * d, &e) == 0);
+        }
+        CHECK_MSG(!memcmp(out, out2, (size_t)n * d * sizeof(float)),
+                  "%s: packed inputs differ from inputs alone", arch);
+        memset(out2, 0, (size_t)n * d * sizeof(float));
         /* through the scheduler: the same bits */
         struct embedq *q = NULL;
-        struct embed_model em = {.dec = de, .n_embd = d, .max_len = 128};
-        struct embedq_config qc = {.max_batch_tokens = 128, .max_seqs = 4};
+        struct embed_model em = {.dec = de, .n_embd = d, .max_len = 512};
+        struct embedq_config qc = {.max_batch_tokens = 512, .max_seqs = 4};
         CHECK(embedq_new(&q, &em, &qc, &e) == 0);
         if (q) {
             struct wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
@@ -115,7 +124,7 @@ static void check_arch(const char *arch, const char *file)
         const int32_t *bp = bad;
         int bl = 2;
         CHECK(dec_embed(de, &bp, &bl, 1, out2, &e) == CERR_INVALID);
-        bl = 129;
+        bl = 513;
         CHECK(dec_embed(de, &bp, &bl, 1, out2, &e) == CERR_INVALID);
         dec_embedder_free(de);
     }
