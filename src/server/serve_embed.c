@@ -8,6 +8,7 @@
  * With a generative model loaded, /v1/embeddings answers a 400 that says what to serve.
  * Loop thread, except the scheduler's done callback (its worker thread), which only posts.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,14 @@ struct serve_embed {
     struct embedq *q;
     struct emb_specials sp;
     long requests, failed;
+    /* calls not yet answered: freed by serve_embed_free when the loop stopped first (a
+     * finish posted after http_server_stop never runs) */
+    pthread_mutex_t mu;
+    struct emb_call *live;
 };
+
+struct emb_call;
+static void call_free(struct emb_call *c);
 
 int serve_embed_wanted(const char *model) { return bert_is_encoder(model); }
 
@@ -50,6 +58,7 @@ int serve_embed_load(struct serve *sv, struct be *be)
         return -1;
     }
     sv->emb = x;
+    pthread_mutex_init(&x->mu, NULL);
     if (bert_load(&x->m, sv->o.model, be, &e)) {
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         return -1;
@@ -101,6 +110,9 @@ void serve_embed_free(struct serve *sv)
     if (!x)
         return;
     embedq_free(x->q); /* finishes queued jobs (their posts are dropped once stopped) */
+    while (x->live) /* answered never: the loop stopped before their finish ran */
+        call_free(x->live);
+    pthread_mutex_destroy(&x->mu);
     tok_free(x->tk);
     bert_free(x->m);
     dec_embedder_free(x->dec);
@@ -139,6 +151,7 @@ int serve_embed_decoder(struct serve *sv, const char *backend, const struct be_c
         return -1;
     }
     sv->emb = x;
+    pthread_mutex_init(&x->mu, NULL);
     int pool = sv->o.embed_pool == 1 ? BERT_POOL_LAST : BERT_POOL_MEAN;
     int ctx = sv->m->hp.n_ctx_train > 0 ? sv->m->hp.n_ctx_train : DEC_MAX_LEN;
     int max_len = ctx < DEC_MAX_LEN ? ctx : DEC_MAX_LEN;
@@ -172,6 +185,7 @@ int serve_embed_decoder(struct serve *sv, const char *backend, const struct be_c
 /* ---- POST /v1/embeddings ------------------------------------------------------------ */
 
 struct emb_call {
+    struct emb_call *prev, *next; /* the live calls (serve_embed.live, under mu) */
     struct embed_job j;
     struct emb_req rq;
     struct serve *sv;
@@ -182,6 +196,15 @@ struct emb_call {
 
 static void call_free(struct emb_call *c)
 {
+    struct serve_embed *x = c->sv->emb;
+    pthread_mutex_lock(&x->mu);
+    if (c->prev)
+        c->prev->next = c->next;
+    else if (x->live == c)
+        x->live = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    pthread_mutex_unlock(&x->mu);
     emb_req_deinit(&c->rq);
     free(c->out);
     free(c);
@@ -249,6 +272,12 @@ static void h_embeddings(struct http_req *r, void *ud)
         return;
     }
     c->sv = sv;
+    pthread_mutex_lock(&x->mu);
+    c->next = x->live;
+    if (x->live)
+        x->live->prev = c;
+    x->live = c;
+    pthread_mutex_unlock(&x->mu);
     size_t blen;
     const char *body = http_req_body(r, &blen);
     if (emb_parse(&c->rq, body, blen, &err))

@@ -102,6 +102,25 @@ static void test_parse_shapes_and_tokenize(void)
     CHECK(emb_tokenize(&r, g_tk, &sp, 100, 4, &err) == -1 &&
           strstr(err.message, "input[1] is 5 tokens long") && strstr(err.message, "at most 4"));
     emb_req_deinit(&r);
+    /* more than 300000 tokens in all: refused (1500 inputs of 202 tokens) */
+    {
+        size_t cap = 1500 * 1210 + 64;
+        char *big = malloc(cap), *p = big;
+        p += sprintf(p, "{\"input\":[");
+        for (int i = 0; i < 1500; i++) {
+            *p++ = i ? ',' : ' ';
+            *p++ = '"';
+            for (int k = 0; k < 200; k++)
+                p += sprintf(p, "hello ");
+            *p++ = '"';
+        }
+        strcpy(p, "]}");
+        CHECK(parse(big, &r, &err) == 0 && r.n_in == 1500);
+        CHECK(emb_tokenize(&r, g_tk, &sp, 100, 256, &err) == -1 &&
+              strstr(err.message, "more than 300000 tokens"));
+        emb_req_deinit(&r);
+        free(big);
+    }
     /* a NUL inside the text is data, not the end */
     CHECK(parse("{\"input\":\"hello\\u0000hello\"}", &r, &err) == 0);
     CHECK(emb_tokenize(&r, g_tk, &sp, 100, 64, &err) == 0 && r.lens[0] > 3); /* NUL dropped by the normalizer */

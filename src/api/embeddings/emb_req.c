@@ -191,6 +191,11 @@ int emb_tokenize(struct emb_req *r, const struct tok *tk, const struct emb_speci
             r->lens[i] = (int)total;
         }
         r->n_tokens += r->lens[i];
+        if (r->n_tokens > EMB_MAX_TOKENS)
+            return api_fail(err, 400, "input",
+                            "the inputs hold more than %d tokens in all (at input[%d]); send "
+                            "them in several requests",
+                            EMB_MAX_TOKENS, i);
     }
     return 0;
 }

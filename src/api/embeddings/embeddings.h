@@ -5,7 +5,8 @@
  * none empty; encoding_format "float" or "base64"; dimensions a positive integer; model and
  * user strings) and keeps the inputs. emb_tokenize turns them into token sequences for the
  * served model: text through its tokenizer with its special tokens ([CLS] ... [SEP]), token
- * arrays wrapped in the same special tokens, each checked against the model's input limit.
+ * arrays wrapped in the same special tokens, each checked against the model's input limit
+ * and all together against EMB_MAX_TOKENS.
  * emb_response writes the response (object "list", one "embedding" entry per input in
  * order, usage) with each vector cut to `dims` and renormalized when asked. Every refusal
  * is an api_error (400, the field named in param). Pure; any thread; one request each.
@@ -21,6 +22,7 @@
 #include "api/oai_req.h"
 
 #define EMB_MAX_INPUTS 2048
+#define EMB_MAX_TOKENS 300000 /* summed over a request's inputs, as OpenAI's limit */
 
 struct tok;
 
