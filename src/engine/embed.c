@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/embed.h"
+#include "engine/testhook.h"
 
 struct slot {
     struct embed_job *j;
@@ -83,7 +84,9 @@ static void *worker(void *arg)
         q->st.tokens += n_tok;
         if (n > q->st.max_seqs_in_forward)
             q->st.max_seqs_in_forward = n;
+        long fw = q->st.forwards;
         pthread_mutex_unlock(&q->mu);
+        eng_test_step_hook(fw); /* tests: CINFER_TEST_STEP_DELAY_MS slows forwards */
         for (int i = 0; i < n; i++) {
             struct embed_job *j = q->slots[i].j;
             if (rc && !j->status) {

@@ -210,6 +210,17 @@ static void call_free(struct emb_call *c)
     free(c);
 }
 
+int serve_embed_pending(struct serve *sv)
+{
+    struct serve_embed *x = sv->emb;
+    if (!x || sv->cancelled_all) /* a shutdown does not wait for them */
+        return 0;
+    pthread_mutex_lock(&x->mu);
+    int n = x->live != NULL;
+    pthread_mutex_unlock(&x->mu);
+    return n;
+}
+
 static void reply_err(struct serve *sv, struct http_req *r, struct api_error *err)
 {
     serve_reply_error(sv, r, err, oai_error_body);
@@ -236,6 +247,8 @@ static void finish(void *ud)
     }
     http_req_unref(c->r);
     call_free(c);
+    if (sv->shutting_down && !sv->jobs && !serve_embed_pending(sv)) /* a drain's last one */
+        http_server_stop(sv->http);
 }
 
 /* Worker thread: hand the result to the loop (dropped when it is stopping: the server

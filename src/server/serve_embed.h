@@ -30,6 +30,9 @@ void serve_embed_card(struct serve *sv, double t_ready);
  * generation routes and its own /v1/models, /stats, /metrics (before the generic routes,
  * which they shadow). 0 or -1. */
 int serve_embed_install(struct serve *sv);
+/* 1 while embedding requests are in flight and no shutdown cancelled everything: a SIGTERM
+ * drain lets them finish (the last one's answer stops the loop). */
+int serve_embed_pending(struct serve *sv);
 /* After the HTTP loop stopped: stops the scheduler and frees the encoder. */
 void serve_embed_free(struct serve *sv);
 

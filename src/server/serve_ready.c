@@ -75,6 +75,6 @@ void serve_drain(void *ud)
     log_info("draining: %ld request(s) in flight finish, new ones get 503", sv->met.active_jobs);
     sv->state = SERVE_DRAINING;
     sv->shutting_down = 1; /* serve_generate refuses new work; job_free stops the loop */
-    if (!sv->jobs)
+    if (!sv->jobs && !serve_embed_pending(sv)) /* embeddings finish too (serve_embed.c) */
         http_server_stop(sv->http);
 }

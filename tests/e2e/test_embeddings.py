@@ -254,3 +254,37 @@ def test_matryoshka_model_allows_dimensions(tmp_path):
         assert "dimensions allowed" in s.output()
     finally:
         assert s.stop() == 0, s.output()
+
+
+def test_sigterm_drain_finishes_embeddings():
+    """With --drain-timeout, a SIGTERM lets an embedding request in flight finish (200, its
+    vectors) before the server exits 0; new ones get 503. The worker is slowed with the
+    engine's test hook (CINFER_TEST_STEP_DELAY_MS, per encoder forward) so the request is
+    surely in flight when the signal lands."""
+    import signal
+    import threading
+    from conftest import wait_until
+    s = Server(TINY, "--drain-timeout", "60", env={"CINFER_TEST_STEP_DELAY_MS": "3000"})
+    got = {}
+
+    def call():
+        got["r"] = s.post("/v1/embeddings", {"model": "m", "input": ["hello", "a b"]})
+
+    t = threading.Thread(target=call)
+    t.start()
+    try:
+        wait_until(lambda: s.stats()["embeddings"]["jobs"] >= 1, what="the request queued")
+        s.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: s.get("/health")[0] == 503 or s.proc.poll() is not None,
+                   what="the drain")
+        if s.proc.poll() is None:  # still draining: new work is refused
+            st, b, _ = s.post("/v1/embeddings", {"model": "m", "input": "x"})
+            assert st == 503, b
+        t.join(120)
+        st, b, _ = got["r"]
+        assert st == 200, b
+        assert len(json.loads(b)["data"]) == 2
+        assert s.proc.wait(120) == 0, s.output()
+    finally:
+        t.join(1)
+        s.stop()
