@@ -288,3 +288,30 @@ def test_sigterm_drain_finishes_embeddings():
     finally:
         t.join(1)
         s.stop()
+
+
+def test_schemathesis_embeddings_no_server_error(tiny, tmp_path):
+    """schemathesis (PyPI) fuzzes POST /embeddings and the models operations of the shipped
+    spec against the embedding server: no 5xx; the server still answers afterwards (the
+    fixture checks its exit status, so a sanitizer report fails too)."""
+    import gzip
+    import shutil
+    import subprocess
+    exe = shutil.which("schemathesis") or shutil.which("st")
+    if exe is None:
+        pytest.fail("schemathesis is not installed (scripts/test.sh installs it)")
+    spec = tmp_path / "openai-openapi.json"
+    with gzip.open(os.path.join(REPO, "tests", "data", "openapi", "openai-openapi.json.gz"),
+                   "rb") as f:
+        spec.write_bytes(f.read())
+    phases = "examples,coverage" if QUICK else "examples,coverage,fuzzing"
+    cmd = [exe, "run", str(spec), "--url", tiny.base + "/v1", "--include-path-regex",
+           r"^/(embeddings|models|models/\{model\})$", "--checks", "not_a_server_error",
+           "--max-examples", "4" if QUICK else "25", "--request-timeout", "300",
+           "--phases", phases, "--seed", "20261206", "--no-color"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200,
+                       env={**os.environ, "SCHEMATHESIS_HOOKS": ""})
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-6000:]
+    assert "Server error" not in out, out[-6000:]
+    assert tiny.get("/health")[0] == 200
