@@ -102,6 +102,10 @@ static void serve_usage(FILE *f)
             "  --drain-timeout S      SIGTERM drains: /health turns 503, new requests get 503,\n"
             "                         running ones finish for up to S seconds, then exit\n"
             "                         (default 0: SIGTERM cancels in-flight requests at once)\n"
+            "  --embeddings last|mean  also serve POST /v1/embeddings from this generative\n"
+            "                         model: last-token or mean pooling of its final hidden\n"
+            "                         states, normalized (a second copy of the model on its\n"
+            "                         own backend; docs/embeddings.md)\n"
             "  --kv-events ENDPOINT   publish KV-cache block events in vLLM's ZMQ/msgpack format\n"
             "                         on a PUB socket, e.g. tcp://*:5557 (default off)\n"
             "  --kv-events-replay ENDPOINT  a ROUTER socket that replays past event batches\n"
@@ -115,10 +119,6 @@ static void serve_usage(FILE *f)
             "                         ngram/suffix, 3 for two-model; sized down adaptively)\n"
             "  --ngram-max N          longest trailing n-gram ngram looks up (default 3)\n"
             "  --ngram-min N          shortest (default 1)\n"
-            "  --embeddings last|mean  also serve POST /v1/embeddings from this generative\n"
-            "                         model: last-token or mean pooling of its final hidden\n"
-            "                         states, normalized (a second copy of the model on its\n"
-            "                         own backend; docs/embeddings.md)\n"
             "  --no-open              do not open the browser chat page (opened with xdg-open\n"
             "                         when stdout is a terminal)\n"
             "  --isolate              run the engine in a child process behind a supervisor\n"
@@ -286,6 +286,8 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
             o->no_open = 1, used = 0;
         else if ((rc = serve_ssd_flag(a, v, o, &used)) != 0)
             rc = rc < 0 ? -1 : 0;
+        else if ((rc = serve_embed_flag(o, a, v)) != 0) /* --embeddings (serve_embed.c) */
+            rc = rc < 0 ? -1 : 0;
         else if (!strcmp(a, "--isolate"))
             o->isolate = 1, used = 0;
         else if (!strcmp(a, "--model-pool"))
@@ -295,8 +297,6 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
         else if (!strcmp(a, "--models-dir"))
             o->models_dir = v, rc = v && *v ? 0 : bad(a, "a directory", v);
         else if ((rc = serve_spec_flag(o, a, v)) != 0) /* speculation (serve_spec.c) */
-            rc = rc < 0 ? -1 : 0;
-        else if ((rc = serve_embed_flag(o, a, v)) != 0) /* --embeddings (serve_embed.c) */
             rc = rc < 0 ? -1 : 0;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "cinfer serve: unknown option '%s' (see cinfer serve --help)\n", a);
