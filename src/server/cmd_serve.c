@@ -812,8 +812,8 @@ done:
     }
     /* the engine first: it may still post to the loop; posts after stop are dropped */
     engine_free(sv->eng);
-    serve_embed_free(sv);
     kv_events_free(sv->kvev); /* after the engine: it publishes the last evictions */
+    serve_embed_free(sv);     /* before the HTTP server: its worker may still post */
     http_server_free(sv->http);
     web_free(sv->web);
     tmpl_free(sv->tmpl);
