@@ -89,13 +89,16 @@ static void *worker(void *arg)
         eng_test_step_hook(fw); /* tests: CINFER_TEST_STEP_DELAY_MS slows forwards */
         for (int i = 0; i < n; i++) {
             struct embed_job *j = q->slots[i].j;
+            pthread_mutex_lock(&q->mu); /* status and n_done: embedq_cancel too */
             if (rc && !j->status) {
                 j->status = rc;
                 snprintf(j->error, sizeof j->error, "%s", e.msg);
-            } else if (!rc)
+            } else if (!rc && !j->status)
                 memcpy(j->out + (size_t)q->slots[i].s * d, q->out + (size_t)i * d,
                        (size_t)d * sizeof(float));
-            if (++j->n_done == j->n_seq)
+            int fin = ++j->n_done == j->n_seq;
+            pthread_mutex_unlock(&q->mu);
+            if (fin)
                 j->done(j, j->ud);
         }
     }
@@ -151,7 +154,7 @@ int embedq_submit(struct embedq *q, struct embed_job *j)
         return -1;
     j->status = 0;
     j->error[0] = 0;
-    j->next_seq = j->n_done = 0;
+    j->next_seq = j->n_done = j->cancelled = 0;
     j->next = NULL;
     pthread_mutex_lock(&q->mu);
     if (q->stop) {
@@ -167,6 +170,39 @@ int embedq_submit(struct embedq *q, struct embed_job *j)
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
     return 0;
+}
+
+void embedq_cancel(struct embedq *q, struct embed_job *j)
+{
+    pthread_mutex_lock(&q->mu);
+    if (j->n_done == j->n_seq || j->cancelled) { /* finished, or cancelled before */
+        pthread_mutex_unlock(&q->mu);
+        return;
+    }
+    j->cancelled = 1;
+    j->status = CERR_IO;
+    snprintf(j->error, sizeof j->error, "the client went away");
+    int untaken = j->n_seq - j->next_seq;
+    if (untaken > 0) { /* still in the FIFO: unlink it, its untaken inputs count as done */
+        struct embed_job *prev = NULL;
+        for (struct embed_job *it = q->head; it; prev = it, it = it->next)
+            if (it == j) {
+                if (prev)
+                    prev->next = j->next;
+                else
+                    q->head = j->next;
+                if (q->tail == j)
+                    q->tail = prev;
+                break;
+            }
+        j->next_seq = j->n_seq;
+        j->n_done += untaken;
+        q->st.cancelled_seqs += untaken;
+    }
+    int fin = j->n_done == j->n_seq;
+    pthread_mutex_unlock(&q->mu);
+    if (fin) /* nothing of it in the running forward */
+        j->done(j, j->ud);
 }
 
 void embedq_stats(struct embedq *q, struct embed_stats *out)

@@ -45,7 +45,7 @@ struct embed_job {
     int status;
     char error[512];
     /* internal */
-    int next_seq, n_done;
+    int next_seq, n_done, cancelled;
     struct embed_job *next;
 };
 
@@ -63,6 +63,7 @@ struct embed_model {
 
 struct embed_stats {
     long jobs, seqs, tokens, forwards;
+    long cancelled_seqs; /* inputs of cancelled jobs never computed */
     int max_seqs_in_forward; /* the most sequences one forward held so far */
 };
 
@@ -73,6 +74,11 @@ int embedq_new(struct embedq **out, const struct embed_model *em,
 /* Queues j (its fields in: set; the rest is reset). Returns 0, or -1 when the queue is
  * shutting down (done is not called then). */
 int embedq_submit(struct embedq *q, struct embed_job *j);
+/* Cancels j (a client went away): its inputs not yet taken by a forward are dropped. j->done
+ * still runs exactly once, with status CERR_IO, on the worker thread when inputs of j are
+ * in the forward running now, else on the calling thread before this returns. No-op when
+ * j already finished. Any thread. */
+void embedq_cancel(struct embedq *q, struct embed_job *j);
 void embedq_stats(struct embedq *q, struct embed_stats *out);
 void embedq_free(struct embedq *q);
 

@@ -231,7 +231,9 @@ static void finish(void *ud)
 {
     struct emb_call *c = ud;
     struct serve *sv = c->sv;
-    if (c->j.status) {
+    if (c->j.cancelled) {
+        /* the client went away (on_close): nothing to answer */
+    } else if (c->j.status) {
         struct api_error err;
         api_fail(&err, 500, NULL, "embedding failed: %s", c->j.error);
         sv->emb->failed++;
@@ -259,6 +261,16 @@ static void job_done(struct embed_job *j, void *ud)
     struct emb_call *c = ud;
     if (http_post(c->sv->http, finish, c))
         call_free(c);
+}
+
+/* Loop thread: the client went away; its inputs not yet computed are dropped (the job still
+ * ends through job_done -> finish, which frees it). */
+static void on_close(struct http_req *r, void *ud)
+{
+    (void)r;
+    struct emb_call *c = ud;
+    c->sv->met.disconnects++;
+    embedq_cancel(c->sv->emb->q, &c->j);
 }
 
 static void h_embeddings(struct http_req *r, void *ud)
@@ -330,6 +342,7 @@ static void h_embeddings(struct http_req *r, void *ud)
     }
     x->requests++;
     sv->met.prompt_tokens += c->rq.n_tokens;
+    http_req_on_close(r, on_close, c);
     return;
 fail:
     reply_err(sv, r, &err);
@@ -407,13 +420,14 @@ static json_t *stats_json(struct serve *sv)
 {
     struct embed_stats st;
     embedq_stats(sv->emb->q, &st);
-    return json_pack("{s:s, s:s, s:f, s:{s:I, s:I, s:I, s:I, s:I, s:i, s:I}}", "model",
+    return json_pack("{s:s, s:s, s:f, s:{s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I}}", "model",
                      sv->model_id, "kind", "embeddings", "uptime_s",
                      clock_now_s() - sv->started_s, "embeddings", "requests",
                      (json_int_t)sv->emb->requests, "failed", (json_int_t)sv->emb->failed,
                      "inputs", (json_int_t)st.seqs, "tokens", (json_int_t)st.tokens,
                      "forwards", (json_int_t)st.forwards, "max_inputs_in_forward",
-                     st.max_seqs_in_forward, "jobs", (json_int_t)st.jobs);
+                     st.max_seqs_in_forward, "jobs", (json_int_t)st.jobs, "cancelled_inputs",
+                     (json_int_t)st.cancelled_seqs);
 }
 
 static void h_stats(struct http_req *r, void *ud) { reply_json(r, 200, stats_json(ud)); }

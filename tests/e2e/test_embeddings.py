@@ -315,3 +315,30 @@ def test_schemathesis_embeddings_no_server_error(tiny, tmp_path):
     assert r.returncode == 0, out[-6000:]
     assert "Server error" not in out, out[-6000:]
     assert tiny.get("/health")[0] == 200
+
+
+def test_client_gone_cancels_untaken_inputs():
+    """A client that disconnects drops its inputs not yet computed (the worker is slowed to
+    one forward per second by the test hook, 64 tokens a forward: 200 short inputs need
+    ~20 forwards, the disconnect lands within the first few)."""
+    import socket
+    from conftest import wait_until
+    s = Server(TINY, "--max-batch-tokens", "64", env={"CINFER_TEST_STEP_DELAY_MS": "1000"})
+    try:
+        body = json.dumps({"model": "m", "input": ["hello a b"] * 200}).encode()
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: " + str(len(body)).encode() +
+                     b"\r\n\r\n" + body)
+        wait_until(lambda: s.stats()["embeddings"]["forwards"] >= 1, what="a forward")
+        sock.close()
+        st = wait_until(lambda: (lambda e: e if e["cancelled_inputs"] > 0 else None)(
+            s.stats()["embeddings"]), timeout=120, what="the cancellation")
+        assert st["cancelled_inputs"] + st["inputs"] <= 200
+        # the server goes on serving
+        r = client(s).embeddings.create(model="m", input="hello", encoding_format="float")
+        assert len(r.data[0].embedding) == 32
+        final = s.stats()["embeddings"]
+        assert final["cancelled_inputs"] + final["inputs"] == 201
+    finally:
+        assert s.stop() == 0, s.output()

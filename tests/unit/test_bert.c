@@ -156,6 +156,31 @@ static void check_model(const char *dir, const char *golden)
         embedq_free(q);
         free(outs);
     }
+    /* cancel: a job of n inputs, one per forward, cancelled at once; done runs exactly once,
+     * and every input is either computed or counted as cancelled (how many of each depends
+     * on timing) */
+    struct embedq_config q1 = {.max_batch_tokens = hp->max_seq, .max_seqs = 1};
+    CHECK(embedq_new(&q, &em, &q1, &e) == 0);
+    if (q) {
+        struct done_ctx dc = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1};
+        float *outs = calloc((size_t)n * d, sizeof(float));
+        struct embed_job j = {.n_seq = n, .ids = (const int32_t *const *)ids, .lens = lens,
+                              .out = outs, .done = on_done, .ud = &dc};
+        CHECK(embedq_submit(q, &j) == 0);
+        embedq_cancel(q, &j);
+        embedq_cancel(q, &j); /* a second cancel is a no-op */
+        pthread_mutex_lock(&dc.mu);
+        while (dc.left > 0)
+            pthread_cond_wait(&dc.cv, &dc.mu);
+        pthread_mutex_unlock(&dc.mu);
+        struct embed_stats st;
+        embedq_stats(q, &st);
+        embedq_free(q); /* joins the worker: no late done */
+        CHECK_EQ_INT(dc.left, 0);
+        CHECK_EQ_INT((int)(st.seqs + st.cancelled_seqs), n);
+        CHECK(j.cancelled ? j.status == CERR_IO : j.status == 0 && st.cancelled_seqs == 0);
+        free(outs);
+    }
     /* refusals */
     int32_t bad[3] = {ids[0][0], hp->n_vocab, ids[0][0]};
     const int32_t *bp = bad;
