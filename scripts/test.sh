@@ -25,6 +25,8 @@ for mp in "${py_pkgs[@]}"; do python3 -c "import ${mp%%:*}" 2>/dev/null || missi
 ./scripts/fetch_models.sh qwen2.5-coder-0.5b
 # the tool round trip (call -> result -> answer) needs the 1.5B: the 0.5B never answers
 ./scripts/fetch_models.sh qwen2.5-coder-1.5b
+# the embedding suites compare all-MiniLM-L6-v2 with sentence-transformers' goldens
+./scripts/fetch_models.sh all-minilm-l6-v2
 jobs=${CINFER_JOBS:-$(nproc)}
 ./scripts/build.sh release
 (cd build && ctest --output-on-failure -j"$jobs")

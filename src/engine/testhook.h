@@ -7,7 +7,9 @@
  *                                  is created just before the abort, so a respawned engine
  *                                  runs normally (the injected-crash test).
  * CINFER_TEST_STEP_DELAY_MS=N       sleep N ms (1..10000) after every step: a slow engine, so
- *                                  that a test's streams are surely in flight when it acts.
+ *                                  that a test's streams are surely in flight when it acts
+ *                                  (the embedding worker calls the hook after each forward
+ *                                  too, with its own count).
  * Unset, empty or malformed: no effect. Read once per process. See docs/isolation.md.
  */
 #ifndef CINFER_ENGINE_TESTHOOK_H

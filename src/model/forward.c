@@ -47,6 +47,7 @@ struct model_ws {
     int cand_cap;
     int last_out;      /* logit rows of the last forward (model_logits_row); 0 = none */
     int x_chain;       /* x is the output of a matmul_fused ADD with chain = 1 (be_mm) */
+    int hidden_only;   /* model_forward_hidden: stop at the final norm (no classifier) */
     struct be *be;
 };
 
@@ -403,6 +404,8 @@ static void run_logits(const struct model *m, struct model_ws *ws, int n, int o0
     float *xo = ws->xo + (size_t)o0 * hp->n_embd, *lg = ws->logits + (size_t)o0 * hp->n_vocab;
     op->get_rows(b, xo, &xs, ws->d_out + o0, no); /* (no, n_embd) */
     op->rmsnorm(b, xo, xo, m->output_norm, no, hp->n_embd, hp->norm_eps);
+    if (ws->hidden_only) /* embeddings: the normed hidden states are the output */
+        return;
     op->matmul(b, lg, xo, no, &m->output); /* (no, n_vocab) */
     if (hp->final_softcap > 0) /* model_load checked that the backend has it */
         op->softcap(b, lg, lg, hp->final_softcap, (int64_t)no * hp->n_vocab);
@@ -586,4 +589,23 @@ int model_can_sample(const struct model *m) { return m->be->ops->sample != NULL;
 int model_samp_words_max(int n_out)
 {
     return n_out * (BE_SAMPLE_ROW_WORDS + BE_SAMPLE_AUX_PER_ROW);
+}
+
+int model_forward_hidden(const struct model *m, struct model_ws *ws,
+                         const struct model_kv_view *kv, const struct model_batch *bt,
+                         float *hidden, struct cerr *e)
+{
+    int rc = bt->tokens ? check_batch(m, ws, bt, e)
+                        : cerr_set(e, CERR_INVALID, "a step without token ids");
+    if (rc || (rc = upload_batch(ws, bt, e)))
+        return rc;
+    ws->last_out = 0;
+    ws->prev_ok = 0;
+    ws->hidden_only = 1;
+    run_step(m, ws, kv, bt, ws->d_tokens);
+    ws->hidden_only = 0;
+    struct be *b = m->be;
+    if ((rc = b->ops->sync(b, e)) || bt->n_out == 0)
+        return rc;
+    return b->ops->download(b, hidden, ws->xo, (size_t)bt->n_out * m->hp.n_embd * 4, e);
 }

@@ -151,6 +151,14 @@ int model_ws_reserve_cands(struct model_ws *ws, int cap, struct cerr *e);
 int model_forward(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
                   const struct model_batch *b, float *logits, struct cerr *e);
 
+/* The same step, stopping at the final norm: writes each output row's final-normed hidden
+ * state (n_out, n_embd) to host memory and computes no logits (embeddings: the caller
+ * pools them). b->argmax, cands and samp are not used. Engine-thread rule as model_forward
+ * (one thread per model and workspace). Returns 0 or a CERR_*. */
+int model_forward_hidden(const struct model *m, struct model_ws *ws,
+                         const struct model_kv_view *kv, const struct model_batch *b,
+                         float *hidden, struct cerr *e);
+
 /* Overlapped steps. model_forward_queue queues a step whose output rows are all decided
  * on the backend (its argmax, or its op sample when b->samp is set; b->argmax is not used,
  * b->cands must be NULL) and

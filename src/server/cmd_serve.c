@@ -27,6 +27,7 @@
 #include "server/model_store.h"
 #include "server/isolate/isolate.h"
 #include "server/serve.h"
+#include "server/serve_embed.h"
 #include "template/tmpl.h"
 #include "web/web.h"
 #include "util/clock.h"
@@ -42,7 +43,9 @@ static void serve_usage(FILE *f)
             "       cinfer [options]            (the same, on the default model)\n\n"
             "Serves MODEL over the OpenAI (chat completions, completions, Responses) and\n"
             "Anthropic (Messages) APIs, routes below. MODEL is a .gguf file or a Hugging Face\n"
-            "model directory, or a cached model's name or a unique part of it (`cinfer ls`;\n"
+            "model directory (a BERT-family one, e.g. all-MiniLM-L6-v2, is served for\n"
+            "POST /v1/embeddings only, batched by --max-batch-tokens: docs/embeddings.md), or a\n"
+            "cached model's name or a unique part of it (`cinfer ls`;\n"
             "`cinfer pull ORG/REPO[:QUANT]` fetches one); without it: $CINFER_MODEL (a path),\n"
             "else the default model (" DEFAULT_MODEL_FILE ") in ./models or\n"
             "~/.cache/cinfer/models (fetch it with scripts/fetch_models.sh), else the largest\n"
@@ -99,6 +102,10 @@ static void serve_usage(FILE *f)
             "  --drain-timeout S      SIGTERM drains: /health turns 503, new requests get 503,\n"
             "                         running ones finish for up to S seconds, then exit\n"
             "                         (default 0: SIGTERM cancels in-flight requests at once)\n"
+            "  --embeddings last|mean  also serve POST /v1/embeddings from this generative\n"
+            "                         model: last-token or mean pooling of its final hidden\n"
+            "                         states, normalized (a second copy of the model on its\n"
+            "                         own backend; docs/embeddings.md)\n"
             "  --kv-events ENDPOINT   publish KV-cache block events in vLLM's ZMQ/msgpack format\n"
             "                         on a PUB socket, e.g. tcp://*:5557 (default off)\n"
             "  --kv-events-replay ENDPOINT  a ROUTER socket that replays past event batches\n"
@@ -278,6 +285,8 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
         else if (!strcmp(a, "--no-open"))
             o->no_open = 1, used = 0;
         else if ((rc = serve_ssd_flag(a, v, o, &used)) != 0)
+            rc = rc < 0 ? -1 : 0;
+        else if ((rc = serve_embed_flag(o, a, v)) != 0) /* --embeddings (serve_embed.c) */
             rc = rc < 0 ? -1 : 0;
         else if (!strcmp(a, "--isolate"))
             o->isolate = 1, used = 0;
@@ -692,7 +701,15 @@ int cmd_serve(int argc, char **argv)
                                      .tv_nsec = (long)(atoi(delay) % 1000) * 1000000L},
                   NULL);
     const char *bname = sv->o.backend ? sv->o.backend : CLI_BACKEND_DEFAULT;
-    if (!(be = be_new(bname, &bc, &e)) || model_load(&sv->m, sv->o.model, be, &e)) {
+    be = be_new(bname, &bc, &e);
+    if (be && serve_embed_wanted(sv->o.model)) {
+        if (serve_embed_load(sv, be)) /* an encoder: embeddings only (serve_embed.c) */
+            goto done;
+        serve_embed_card(sv, clock_now_s() - t0);
+        fflush(stdout);
+        goto ready;
+    }
+    if (!be || model_load(&sv->m, sv->o.model, be, &e)) {
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         goto done;
     }
@@ -755,10 +772,13 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         goto done;
     }
+    if (serve_embed_decoder(sv, bname, &bc)) /* --embeddings */
+        goto done;
     /* the card first, then the routes open: a client that saw /health 200 finds the card in
      * the log (and nothing the card reads is touched concurrently) */
     ready_card(sv, clock_now_s() - t0);
     fflush(stdout);
+ready:
     if (serve_ready_wait(sv)) {
         fprintf(stderr, "cinfer serve: stopped before the server was ready\n");
         goto done;
@@ -793,6 +813,7 @@ done:
     /* the engine first: it may still post to the loop; posts after stop are dropped */
     engine_free(sv->eng);
     kv_events_free(sv->kvev); /* after the engine: it publishes the last evictions */
+    serve_embed_free(sv);     /* before the HTTP server: its worker may still post */
     http_server_free(sv->http);
     web_free(sv->web);
     tmpl_free(sv->tmpl);

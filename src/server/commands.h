@@ -29,6 +29,7 @@ long long models_fit_bytes(void);
     "  DELETE /v1/responses/{id}        forgets a stored response\n"                        \
     "  POST /v1/messages                Anthropic Messages (stream or not, tools)\n"        \
     "  POST /v1/messages/count_tokens   Anthropic token count of a Messages body\n"         \
+    "  POST /v1/embeddings              OpenAI embeddings (an embedding model: docs/embeddings.md)\n" \
     "  POST /apply-template             the chat prompt a chat body renders to (no model run)\n" \
     "  GET  /server_info, /model_info   SGLang's probes, with their aliases\n"             \
     "  GET  /get_server_info, /get_model_info\n"                                        \

@@ -36,6 +36,7 @@ struct serve_opts {
     int device, graphs;
     double memory_budget_gb, kv_budget_gb, prompt_cache_gib; /* < 0 = not given */
     double drain_timeout_s;  /* SIGTERM drains for up to this long; 0 = cancel at once */
+    int embed_pool;          /* --embeddings: 0 off, 1 last, 2 mean (serve_embed.c) */
     const char *served_name; /* --served-model-name (the id /v1/models reports) */
     const char *kv_events, *kv_events_replay; /* --kv-events ENDPOINT, --kv-events-replay */
     int kv_events_array;     /* --kv-events-layout array (else map, vLLM's current form) */
@@ -114,6 +115,8 @@ struct serve {
     struct mem_plan plan;
     int ctx_memory_bound;        /* the memory budget, not the model, caps the context */
     int tc_family;               /* enum tc_family of the tool-call parser (serve_routes_install) */
+    struct serve_embed *emb;     /* embeddings (serve_embed.c), or NULL */
+    int emb_only;                /* an encoder model: embeddings only, no engine */
     struct web *web;             /* the browser page's routes (src/web) */
     struct model *draft;         /* --draft-model (two-model speculation), or NULL */
     struct tok *draft_tk;

@@ -14,6 +14,7 @@
 #include "api/genhist.h"
 #include "api/oai_req.h"
 #include "server/serve.h"
+#include "server/serve_embed.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/sbuf.h"
@@ -98,7 +99,7 @@ static void job_free(struct job *j)
     gen_release(&j->g);
     sbuf_free(&j->buf);
     free(j);
-    if (sv->shutting_down && !sv->jobs)
+    if (sv->shutting_down && !sv->jobs && !serve_embed_pending(sv))
         http_server_stop(sv->http);
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "server/serve.h"
+#include "server/serve_embed.h"
 #include "web/web.h"
 #include "util/log.h"
 
@@ -41,7 +42,7 @@ void serve_ready_install(void *ud)
 {
     struct serve *sv = ud;
     struct cerr e = {0};
-    int rc = serve_routes_install(sv) || serve_ssd_routes(sv);
+    int rc = serve_embed_install(sv) || serve_routes_install(sv) || serve_ssd_routes(sv);
     if (!rc && web_install(&sv->web, sv->http, &e)) { /* the browser chat page */
         log_error("cinfer serve: %s", e.msg);
         rc = -1;
@@ -74,6 +75,6 @@ void serve_drain(void *ud)
     log_info("draining: %ld request(s) in flight finish, new ones get 503", sv->met.active_jobs);
     sv->state = SERVE_DRAINING;
     sv->shutting_down = 1; /* serve_generate refuses new work; job_free stops the loop */
-    if (!sv->jobs)
+    if (!sv->jobs && !serve_embed_pending(sv)) /* embeddings finish too (serve_embed.c) */
         http_server_stop(sv->http);
 }

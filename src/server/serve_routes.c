@@ -162,6 +162,8 @@ static json_t *model_entry(struct serve *sv)
         json_array_append_new(caps, json_string("tools"));
     if (caps && sv->am.think_open)
         json_array_append_new(caps, json_string("reasoning"));
+    if (caps && sv->emb) /* --embeddings (serve_embed.c) */
+        json_array_append_new(caps, json_string("embeddings"));
     int n_ctx = engine_config_of(sv->eng)->n_ctx;
     return json_pack("{s:s, s:s, s:I, s:s, s:i, s:i, s:o, s:b, s:b, s:b, s:b, s:b, s:o}", "id",
                      sv->model_id, "object", "model", "created", (json_int_t)sv->started_unix,

@@ -17,7 +17,7 @@ import subprocess
 import jsonschema
 import pytest
 
-from conftest import BIN, REPO, STORIES, http, sse_events
+from conftest import BIN, REPO, STORIES, Server, http, sse_events
 
 SPEC_PATH = os.path.join(REPO, "tests", "data", "openapi", "openai-openapi.json.gz")
 
@@ -315,3 +315,42 @@ def test_get_and_delete_a_stored_response(stories, spec):
                                                "store": False})
     st, b, _ = stories.get("/v1/responses/" + json.loads(b)["id"])
     assert st == 404
+
+
+# ---- embeddings (an embedding-only server of the tiny BERT, tests/data/embeddings) ------
+
+def test_embeddings_shapes(spec):
+    """CreateEmbeddingResponse for float and base64 bodies (the spec types `embedding` as a
+    float array only; with encoding_format base64 OpenAI's API sends the base64 string,
+    which is patched in here), the models list and the refusals' ErrorResponse."""
+    srv = Server(os.path.join(REPO, "tests", "data", "embeddings", "tinybert"))
+    try:
+        body = {"model": "tinybert", "input": ["hello", "the quick brown fox"]}
+        st, b, _ = post(srv, "/v1/embeddings", body)
+        assert st == 200, b
+        j = json.loads(b)
+        check(spec, "CreateEmbeddingResponse", j)
+        assert len(j["data"]) == 2 and len(j["data"][1]["embedding"]) == 32
+        spec64 = copy.deepcopy(spec)
+        spec64["schemas"]["Embedding"]["properties"]["embedding"] = {
+            "anyOf": [spec["schemas"]["Embedding"]["properties"]["embedding"],
+                      {"type": "string", "contentEncoding": "base64"}]}
+        st, b, _ = post(srv, "/v1/embeddings", dict(body, encoding_format="base64"))
+        j = json.loads(b)
+        check(spec64, "CreateEmbeddingResponse", j)
+        assert all(isinstance(d["embedding"], str) for d in j["data"])
+        for tokens in ([5, 6, 7], [[5, 6], [7]]):
+            st, b, _ = post(srv, "/v1/embeddings", {"model": "tinybert", "input": tokens})
+            assert st == 200, b
+            check(spec, "CreateEmbeddingResponse", json.loads(b))
+        st, b, _ = srv.get("/v1/models")
+        check(spec, "ListModelsResponse", json.loads(b))
+        for path, bad in (("/v1/embeddings", {"input": []}),
+                          ("/v1/embeddings", {"input": "a", "encoding_format": "x"}),
+                          ("/v1/chat/completions", {"messages": [{"role": "user",
+                                                                  "content": "hi"}]})):
+            st, b, _ = post(srv, path, bad)
+            assert st == 400
+            check(spec, "ErrorResponse", json.loads(b))
+    finally:
+        assert srv.stop() == 0, srv.output()

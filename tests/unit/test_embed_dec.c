@@ -1,0 +1,158 @@
+/* test_embed_dec.c — embeddings from decoder models against transformers.
+ *
+ * tests/data/embeddings/decoders.json (scripts/gen_embed_goldens.py) holds, for the tiny
+ * random decoders of tests/data/parity/{llama,qwen2,gemma3}, the last-token and mean pooling
+ * (then L2 normalization) of transformers' final-normed hidden states for a 12-, an 80- and a
+ * 300-token sequence (the first two are packed into one forward, the 300 is prefilled alone
+ * in 256-token chunks; gemma3's sliding window is shorter than them). Both the Hugging Face
+ * directory and the GGUF of each model must give cosine >= 0.9999 and max |delta| <= 1e-4;
+ * each input embedded alone gives the same bits as packed, and so does the embedding
+ * scheduler; bad input is refused.
+ */
+#include "harness.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "engine/embed.h"
+#include "model/model.h"
+
+static struct be *g_be;
+static json_t *g_gold;
+
+static void compare(const char *what, const float *v, json_t *want, int d)
+{
+    double dot = 0, na = 0, nb = 0, mx = 0;
+    for (int i = 0; i < d; i++) {
+        double a = v[i], b = json_real_value(json_array_get(want, (size_t)i));
+        dot += a * b, na += a * a, nb += b * b;
+        mx = fabs(a - b) > mx ? fabs(a - b) : mx;
+    }
+    double cs = dot / sqrt(na * nb);
+    CHECK_MSG(cs >= 0.9999 && mx <= 1e-4, "%s: cosine %.8f, max |delta| %.3g", what, cs, mx);
+}
+
+struct wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+};
+
+static void on_done(struct embed_job *j, void *ud)
+{
+    (void)j;
+    struct wait *w = ud;
+    pthread_mutex_lock(&w->mu);
+    w->done = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void check_arch(const char *arch, const char *file)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s%s%s", repo_path("tests/data/parity/"), arch, file);
+    json_t *g = json_object_get(json_object_get(g_gold, "models"), arch);
+    CHECK_MSG(g != NULL, "no golden for %s", arch);
+    struct cerr e = {0};
+    struct model *m = NULL;
+    int rc = g ? model_load(&m, path, g_be, &e) : -1;
+    CHECK_MSG(rc == 0, "model_load %s: %s", path, e.msg);
+    if (rc)
+        return;
+    int d = m->hp.n_embd;
+    json_t *ids_j = json_object_get(g, "ids");
+    int n = (int)json_array_size(ids_j);
+    int32_t *ids[4] = {0};
+    int lens[4] = {0};
+    for (int s = 0; s < n && s < 4; s++) {
+        json_t *a = json_array_get(ids_j, (size_t)s);
+        lens[s] = (int)json_array_size(a);
+        ids[s] = malloc((size_t)lens[s] * sizeof(int32_t));
+        for (int i = 0; i < lens[s]; i++)
+            ids[s][i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    }
+    float *out = calloc((size_t)n * d, sizeof(float));
+    float *out2 = calloc((size_t)n * d, sizeof(float));
+    static const char *modes[2] = {"last", "mean"};
+    for (int k = 0; k < 2; k++) {
+        struct dec_embedder *de = NULL;
+        int pool = k == 0 ? BERT_POOL_LAST : BERT_POOL_MEAN;
+        CHECK(dec_embedder_new(&de, m, pool, 1, 512, &e) == 0);
+        if (!de)
+            continue;
+        CHECK_MSG(dec_embed(de, (const int32_t *const *)ids, lens, n, out, &e) == 0, "%s",
+                  e.msg);
+        for (int s = 0; s < n; s++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s%s %s pooling, %d tokens", arch, file, modes[k],
+                     lens[s]);
+            compare(what, out + (size_t)s * d,
+                    json_array_get(json_object_get(g, modes[k]), (size_t)s), d);
+        }
+        /* each alone: the same bits as packed */
+        for (int s = 0; s < n; s++) {
+            CHECK(dec_embed(de, (const int32_t *const *)&ids[s], &lens[s], 1,
+                            out2 + (size_t)s * d, &e) == 0);
+        }
+        CHECK_MSG(!memcmp(out, out2, (size_t)n * d * sizeof(float)),
+                  "%s: packed inputs differ from inputs alone", arch);
+        memset(out2, 0, (size_t)n * d * sizeof(float));
+        /* through the scheduler: the same bits */
+        struct embedq *q = NULL;
+        struct embed_model em = {.dec = de, .n_embd = d, .max_len = 512};
+        struct embedq_config qc = {.max_batch_tokens = 512, .max_seqs = 4};
+        CHECK(embedq_new(&q, &em, &qc, &e) == 0);
+        if (q) {
+            struct wait w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+            struct embed_job j = {.n_seq = n, .ids = (const int32_t *const *)ids, .lens = lens,
+                                  .out = out2, .done = on_done, .ud = &w};
+            CHECK(embedq_submit(q, &j) == 0);
+            pthread_mutex_lock(&w.mu);
+            while (!w.done)
+                pthread_cond_wait(&w.cv, &w.mu);
+            pthread_mutex_unlock(&w.mu);
+            CHECK_MSG(j.status == 0, "%s", j.error);
+            CHECK(!memcmp(out, out2, (size_t)n * d * sizeof(float)));
+            embedq_free(q);
+        }
+        /* refusals: a bad id, a sequence over the limit */
+        int32_t bad[2] = {1, m->hp.n_vocab};
+        const int32_t *bp = bad;
+        int bl = 2;
+        CHECK(dec_embed(de, &bp, &bl, 1, out2, &e) == CERR_INVALID);
+        bl = 513;
+        CHECK(dec_embed(de, &bp, &bl, 1, out2, &e) == CERR_INVALID);
+        dec_embedder_free(de);
+    }
+    for (int s = 0; s < 4; s++)
+        free(ids[s]);
+    free(out);
+    free(out2);
+    model_free(m);
+}
+
+static void test_llama(void) { check_arch("llama", ""); check_arch("llama", "/model.gguf"); }
+static void test_qwen2(void) { check_arch("qwen2", ""); check_arch("qwen2", "/model.gguf"); }
+static void test_gemma3(void) { check_arch("gemma3", ""); check_arch("gemma3", "/model.gguf"); }
+
+int main(void)
+{
+    struct cerr e = {0};
+    json_error_t je;
+    g_gold = json_load_file(repo_path("tests/data/embeddings/decoders.json"), 0, &je);
+    g_be = be_new("cpu", &(struct be_config){.n_threads = 2}, &e);
+    if (!g_be || !g_gold) {
+        fprintf(stderr, "setup: %s %s\n", e.msg, je.text);
+        return 1;
+    }
+    RUN(test_llama);
+    RUN(test_qwen2);
+    RUN(test_gemma3);
+    be_free(g_be);
+    json_decref(g_gold);
+    return harness_done();
+}
