@@ -110,6 +110,7 @@ struct engine {
     struct kv_ssd *ssd;
     double t_settled;          /* when the engine last went idle (write-behind debounce) */
     long flush_req, flush_done; /* under mu: engine_ssd_flush requests / served */
+    long demote_req, demoted;   /* under mu: engine_ssd_demote requests (flush_req ids), blocks */
     pthread_cond_t flush_cv;    /* with mu: flush_done moved */
     struct spec *spec; /* speculation, or NULL */
     int max_out;       /* logits rows per step: max_seqs + the draft tokens a step may hold */

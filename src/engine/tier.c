@@ -105,12 +105,19 @@ static void serve_flush(struct engine *g)
 {
     pthread_mutex_lock(&g->mu);
     long want = g->flush_req;
-    int due = want != g->flush_done;
+    int due = want != g->flush_done, demote = g->demote_req > g->flush_done;
     pthread_mutex_unlock(&g->mu);
     if (!due)
         return;
     snapshot_all(g);
+    long n = 0;
+    if (demote) { /* every unused block: queued above, now freed (idle 0 s = all of them) */
+        n = kv_tier_demote(g->kv, clock_now_s(), 0.0, INT_MAX);
+        publish_cache(g);
+    }
     pthread_mutex_lock(&g->mu);
+    if (demote)
+        g->demoted = n;
     g->flush_done = want;
     pthread_cond_broadcast(&g->flush_cv);
     pthread_mutex_unlock(&g->mu);
@@ -181,7 +188,7 @@ int engine_ssd_stats(struct engine *g, struct kv_ssd_stats *out)
     return 0;
 }
 
-int engine_ssd_flush(struct engine *g, double timeout_s)
+static int flush_or_demote(struct engine *g, double timeout_s, int demote, long *blocks)
 {
     if (!g->ssd)
         return -1;
@@ -195,11 +202,15 @@ int engine_ssd_flush(struct engine *g, double timeout_s)
     ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
     pthread_mutex_lock(&g->mu);
     long want = ++g->flush_req;
+    if (demote)
+        g->demote_req = want;
     pthread_cond_signal(&g->cv);
     int timed_out = 0;
     while (g->flush_done < want && !g->quit && !timed_out)
         timed_out = pthread_cond_timedwait(&g->flush_cv, &g->mu, &ts) == ETIMEDOUT;
     int served = g->flush_done >= want;
+    if (served && demote && blocks)
+        *blocks = g->demoted;
     pthread_mutex_unlock(&g->mu);
     if (!served)
         return 1;
@@ -228,4 +239,15 @@ void eng_tier_wait(struct engine *g)
     ts.tv_sec = (time_t)end;
     ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
     pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+}
+
+int engine_ssd_flush(struct engine *g, double timeout_s)
+{
+    return flush_or_demote(g, timeout_s, 0, NULL);
+}
+
+int engine_ssd_demote(struct engine *g, double timeout_s, long *blocks)
+{
+    *blocks = 0;
+    return flush_or_demote(g, timeout_s, 1, blocks);
 }

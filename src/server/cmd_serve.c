@@ -305,7 +305,7 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
                       !strcmp(a, "--models-dir") || !strcmp(a, "--idle-unload") ||
                       !strcmp(a, "--host") ||
                       !strcmp(a, "--port") || !strcmp(a, "--no-open") ||
-                      !strcmp(a, "--api-key");
+                      !strcmp(a, "--api-key") || !strcmp(a, "--served-model-name");
             o->argrole[i] = sup ? 'x' : a[0] == '-' && a[1] ? '.' : 'm';
             if (used)
                 o->argrole[i + 1] = sup ? 'x' : '.';
