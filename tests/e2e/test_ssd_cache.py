@@ -396,3 +396,43 @@ def test_real_model_20_turns_reuse_previous_turns(cache_dir):
         print(f"20 turns: the worst turn reused {worst:.4f} of the previous turns' tokens")
     finally:
         stop_ok(s)
+
+
+GEMMA = os.path.join(os.path.dirname(QWEN), "gemma3-270m-Q4_K_M.gguf")
+
+
+@pytest.mark.skipif(QUICK or not os.path.exists(GEMMA), reason="the Gemma 3 270M model (not in "
+                    "the quick suite)")
+def test_gemma3_sliding_window_pool_restores_from_disk(cache_dir):
+    # Gemma 3 keeps its sliding-window layers in a pool of their own: the tier has a second
+    # namespace for it, and a restore needs the global chain AND the window's sliding blocks
+    # (the prompt is longer than the 512-token window)
+    prompt = STORY * 40 + "One day Lily"
+    args = ("--kv-f32", "--ctx", "4096")
+    ref = Server(GEMMA, *args, "--prompt-cache", "0")
+    cold_out = gen(ref, prompt, n=16)[:2]
+    ref.stop()
+    a = Server(GEMMA, *args, "--ssd-cache", cache_dir)
+    assert gen(a, prompt, n=16)[:2] == cold_out
+    stop_ok(a)
+    dirs = sorted(glob.glob(os.path.join(cache_dir, "[0-9a-f]" * 16)))
+    assert len(dirs) == 2, dirs  # the global layers' namespace and the sliding layers'
+    b = Server(GEMMA, *args, "--ssd-cache", cache_dir)
+    t, lp, u = gen(b, prompt, n=16)
+    assert (t, lp) == cold_out  # bit-identical to a cold run, logprobs included
+    assert u["prompt_tokens_details"]["cached_tokens"] >= 0.95 * u["prompt_tokens"], u
+    s = ssd(b)
+    full = u["prompt_tokens_details"]["cached_tokens"] // 16
+    assert s["restored_blocks"] > full and s["quarantined"] == 0, s  # both pools restored
+    stop_ok(b)
+    # the sliding layers' files damaged (the larger files: more layers): the global chain
+    # alone is no hit; the files are quarantined and the prompt recomputed, output the same
+    swa = max(dirs, key=lambda d: os.path.getsize(glob.glob(os.path.join(d, "*.kvb"))[0]))
+    for f in glob.glob(os.path.join(swa, "*.kvb")):
+        os.truncate(f, os.path.getsize(f) - 100)
+    c = Server(GEMMA, *args, "--ssd-cache", cache_dir)
+    t, lp, u = gen(c, prompt, n=16)
+    assert (t, lp) == cold_out
+    assert ssd(c)["quarantined"] >= 1
+    assert u["prompt_tokens_details"]["cached_tokens"] < 0.5 * u["prompt_tokens"], u
+    stop_ok(c)
