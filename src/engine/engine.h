@@ -52,6 +52,7 @@ struct engine_config {
     int ssd_writebehind;          /* persist new cached blocks 1 s after requests settle */
     size_t ssd_spill_queue_bytes; /* cap on pending spills */
     double ssd_close_timeout_s;   /* at shutdown, write what is pending for at most this */
+    int ssd_gen_checkpoint;       /* a running request's new KV is written every N tokens; 0 = off */
     struct spec_config spec; /* speculative decoding (kind SPEC_NONE = off; spec/spec.h) */
 };
 

@@ -206,10 +206,26 @@ double eng_tier_idle(struct engine *g)
     return wait;
 }
 
+/* --generation-checkpoint N: every running request whose registered blocks not yet on disk
+ * hold N positions or more gets them queued as urgent writes (written while steps run), so
+ * a crash or restart loses at most about N + one block of its KV. */
+static void checkpoint(struct engine *g)
+{
+    int n = g->c.ssd_gen_checkpoint;
+    if (n <= 0)
+        return;
+    for (int i = 0; i < g->n_run; i++) {
+        kv_tier_checkpoint(g->kv, &g->run[i]->seq, n);
+        if (g->ssd_swa)
+            kv_tier_checkpoint(g->kv_swa, &g->run[i]->seq_swa, n);
+    }
+}
+
 void eng_tier_busy(struct engine *g)
 {
     serve_flush(g);
     set_busy(g, 1);
+    checkpoint(g);
     g->t_settled = 0;
 }
 
@@ -255,6 +271,7 @@ int engine_ssd_stats(struct engine *g, struct kv_ssd_stats *out)
         out->dropped_spills += w.dropped_spills, out->quarantined += w.quarantined;
         out->evictions += w.evictions, out->demoted_blocks += w.demoted_blocks;
         out->entries_at_start += w.entries_at_start, out->restored_blocks += w.restored_blocks;
+        out->checkpoint_blocks += w.checkpoint_blocks;
         if (w.last_flush_ms > out->last_flush_ms)
             out->last_flush_ms = w.last_flush_ms;
         /* hits, misses and restored_tokens: the global layers' (a position restored once) */

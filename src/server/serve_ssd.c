@@ -57,6 +57,13 @@ int serve_ssd_flag(const char *a, const char *v, struct serve_opts *o, int *used
     if (!strcmp(a, "--ssd-demote-idle"))
         return num(a, v, 0, 1e9, "a number of seconds >= 0 (0 disables)", &o->ssd_demote_s) ? -1
                                                                                           : 1;
+    if (!strcmp(a, "--generation-checkpoint")) {
+        double n;
+        if (num(a, v, 1, 1e9, "a number of tokens >= 1", &n))
+            return -1;
+        o->ssd_gen_ckpt = (int)n;
+        return 1;
+    }
     if (!strcmp(a, "--ssd-cache-verify")) {
         o->ssd_verify = 1;
         *used = 0;
@@ -67,11 +74,12 @@ int serve_ssd_flag(const char *a, const char *v, struct serve_opts *o, int *used
 
 int serve_ssd_config(const struct serve_opts *o, struct engine_config *ec)
 {
-    int given = o->ssd_max_gib > 0 || o->ssd_demote_s >= 0 || o->ssd_verify;
+    int given = o->ssd_max_gib > 0 || o->ssd_demote_s >= 0 || o->ssd_verify || o->ssd_gen_ckpt;
     if (!o->ssd_dir) {
         if (given)
-            fprintf(stderr, "cinfer serve: --ssd-cache-max, --ssd-cache-verify and "
-                            "--ssd-demote-idle need --ssd-cache DIR\n");
+            fprintf(stderr, "cinfer serve: --ssd-cache-max, --ssd-cache-verify, "
+                            "--ssd-demote-idle and --generation-checkpoint need --ssd-cache "
+                            "DIR\n");
         return given ? -1 : 0;
     }
     if (o->prompt_cache_gib == 0) {
@@ -82,6 +90,7 @@ int serve_ssd_config(const struct serve_opts *o, struct engine_config *ec)
     ec->ssd_dir = o->ssd_dir;
     ec->ssd_max_bytes = (size_t)((o->ssd_max_gib > 0 ? o->ssd_max_gib : 32) * 1073741824.0);
     ec->ssd_verify = o->ssd_verify;
+    ec->ssd_gen_checkpoint = o->ssd_gen_ckpt;
     ec->ssd_demote_idle_s = o->ssd_demote_s >= 0 ? o->ssd_demote_s : 300;
     const char *wb = getenv("CINFER_SSD_WRITEBEHIND");
     ec->ssd_writebehind = !(wb && !strcmp(wb, "0"));
@@ -117,10 +126,14 @@ void serve_ssd_card(struct serve *sv)
         snprintf(demote, sizeof demote, "demote idle after %g s", c->ssd_demote_idle_s);
     else
         snprintf(demote, sizeof demote, "no idle demotion");
-    printf("  SSD cache %s · cap %.1f GiB · %ld entries found at start (%.2f GiB) · %s%s%s\n",
+    char ckpt[64] = "";
+    if (c->ssd_gen_checkpoint > 0)
+        snprintf(ckpt, sizeof ckpt, " · generation checkpoint every %d tokens",
+                 c->ssd_gen_checkpoint);
+    printf("  SSD cache %s · cap %.1f GiB · %ld entries found at start (%.2f GiB) · %s%s%s%s\n",
            c->ssd_dir, (double)s.max_bytes / 1073741824.0, s.entries_at_start,
            (double)s.bytes / 1073741824.0, demote, c->ssd_verify ? " · verify on" : "",
-           c->ssd_writebehind ? "" : " · write-behind off");
+           c->ssd_writebehind ? "" : " · write-behind off", ckpt);
 }
 
 static json_t *stats_obj(struct serve *sv, const struct kv_ssd_stats *s)
@@ -145,6 +158,7 @@ static json_t *stats_obj(struct serve *sv, const struct kv_ssd_stats *s)
     I("evictions", s->evictions);
     I("demoted_blocks", s->demoted_blocks);
     I("entries_at_start", s->entries_at_start);
+    I("checkpoint_blocks", s->checkpoint_blocks);
 #undef I
     json_object_set_new(o, "last_flush_ms", json_real(s->last_flush_ms));
     return o;
@@ -180,13 +194,15 @@ void serve_ssd_metrics(struct serve *sv, struct sbuf *b)
         {"quarantined_total", "counter", "Files moved to quarantine (corrupt, truncated, foreign)."},
         {"evictions_total", "counter", "Files deleted at the byte cap (oldest mtime first)."},
         {"demoted_blocks_total", "counter", "Idle RAM blocks moved to the SSD."},
+        {"checkpoint_blocks_total", "counter", "Blocks queued by generation checkpoints."},
         {"last_flush_ms", "gauge", "Duration of the last flush."},
     };
     double v[] = {(double)s.entries, (double)s.bytes, (double)s.max_bytes, (double)s.hits,
                   (double)s.misses, (double)s.restored_tokens, (double)s.spilled_blocks,
                   (double)s.writes, (double)s.write_errors, (double)s.pending_spills,
                   (double)s.pending_spill_bytes, (double)s.dropped_spills, (double)s.quarantined,
-                  (double)s.evictions, (double)s.demoted_blocks, s.last_flush_ms};
+                  (double)s.evictions, (double)s.demoted_blocks, (double)s.checkpoint_blocks,
+                  s.last_flush_ms};
     for (size_t i = 0; i < sizeof m / sizeof *m; i++)
         sbuf_printf(b, "# HELP cinfer_ssd_cache_%s %s\n# TYPE cinfer_ssd_cache_%s %s\n"
                        "cinfer_ssd_cache_%s %.17g\n",

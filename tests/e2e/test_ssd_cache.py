@@ -398,6 +398,57 @@ def test_real_model_20_turns_reuse_previous_turns(cache_dir):
         stop_ok(s)
 
 
+
+def crash_mid_generation(cache_dir, *args):
+    """A slow server streams a long generation; once its KV holds `want` blocks beyond the
+    prompt, it is killed with SIGKILL mid-stream. Returns the server's last /stats."""
+    import http.client as httpc
+    a = serve(cache_dir, *args, env={"CINFER_TEST_STEP_DELAY_MS": "30",
+                                     "CINFER_SSD_WRITEBEHIND": "0"})
+    conn = httpc.HTTPConnection("127.0.0.1", a.port, timeout=120)
+    conn.request("POST", "/v1/completions", json.dumps(
+        {"prompt": PROMPT, "max_tokens": 120, "temperature": 0, "stream": True,
+         "ignore_eos": True}), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    got = 0
+    while got < 70:  # well into the generation (> 2 checkpoints of 32 beyond the prompt)
+        line = resp.readline()
+        assert line, "the stream ended early"
+        got += line.startswith(b"data: {")
+    st = ssd(a)
+    a.proc.send_signal(signal.SIGKILL)  # mid-stream: the generation is not finished
+    a.proc.wait()
+    conn.close()
+    return st
+
+
+def test_generation_checkpoint_survives_kill9(cache_dir, cold):
+    st = crash_mid_generation(cache_dir, "--generation-checkpoint", "32")
+    assert st["checkpoint_blocks"] > 0, st
+    b = serve(cache_dir)
+    assert "generation checkpoint" not in b.output()
+    t, lp, u = gen(b)  # the same request again: resumes from the checkpointed prompt KV
+    assert (t, lp) == (cold[0], cold[1])
+    assert u["prompt_tokens_details"]["cached_tokens"] >= 0.9 * u["prompt_tokens"], u
+    # the generated tokens' blocks were checkpointed too: files beyond the prompt's blocks
+    assert ssd(b)["entries_at_start"] > u["prompt_tokens"] // 16, ssd(b)
+    stop_ok(b)
+
+
+def test_without_generation_checkpoint_a_crash_loses_the_running_kv(cache_dir, cold):
+    # the control: the writer is idle-gated, so a generation killed mid-way left nothing
+    st = crash_mid_generation(cache_dir)
+    assert st["checkpoint_blocks"] == 0
+    b = serve(cache_dir)
+    t, lp, u = gen(b)
+    assert (t, lp) == (cold[0], cold[1])
+    assert u["prompt_tokens_details"]["cached_tokens"] == 0, u
+    stop_ok(b)
+    r = subprocess.run([BIN, "serve", STORIES, "--generation-checkpoint", "8"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "need --ssd-cache" in r.stderr, r.stderr
+
+
 GEMMA = os.path.join(os.path.dirname(QWEN), "gemma3-270m-Q4_K_M.gguf")
 
 
