@@ -371,7 +371,7 @@ char *iso_metrics_relabel(const char *text, size_t n, const char *id)
             rc |= sbuf_append(&b, line, name);
             if (name < len && line[name] == '{') {
                 int empty = name + 1 < len && line[name + 1] == '}';
-                rc |= sbuf_printf(&b, "{%s%s", lab, empty ? "" : ",");
+                rc |= sbuf_printf(&b, "{%s%s", lab, empty ? "}" : ",");
                 rc |= sbuf_append(&b, line + name + 1 + empty, len - name - 1 - empty);
             } else {
                 rc |= sbuf_printf(&b, "{%s}", lab);
