@@ -274,12 +274,11 @@ void iso_admin_step(struct iso *s)
         struct iso_engine *e = &s->eng[i];
         if (!e->sleep_pending)
             continue;
-        if (e->pid == 0 || e->waiting) /* asleep; or a request came: it stays up for it */
-            e->sleep_pending = e->pid == 0 ? 0 : e->sleep_pending;
-        if (e->pid == 0) {
+        if (e->pid == 0) { /* asleep (or it died: nothing left to free) */
             e->sleep_pending = 0;
             continue;
         }
+        /* a request in flight or held is served first; then the engine sleeps */
         if (e->state == ENG_READY && !e->draining && !e->inflight && !e->waiting)
             iso_drain(s, e, "sleep");
     }
