@@ -118,6 +118,8 @@ def test_drain_refused_on_tcp():
     try:
         st, body, _ = s.post("/admin/drain", {})
         assert st == 403 and "unix socket" in json.loads(body)["error"]["message"]
+        st, body, _ = s.get("/ws/chat")  # no WebSocket through the relay
+        assert st == 501 and "WebSocket" in json.loads(body)["error"]["message"], body
         assert engine(s)["state"] == "ready"
     finally:
         s.stop()

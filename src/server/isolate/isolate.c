@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -462,6 +463,19 @@ static void h_proxy(struct http_req *r, void *ud)
             http_reply(r, 403, NULL, b, strlen(b));
         else
             http_reply_error(r, 403, "forbidden");
+        free(b);
+        return;
+    }
+    const char *up = http_req_header(r, "Upgrade");
+    if (!strcmp(http_req_path(r), "/ws/chat") || (up && !strcasecmp(up, "websocket"))) {
+        /* the relay speaks HTTP/1.1 request/reply and SSE, not WebSocket */
+        char *b = iso_error_body(http_req_path(r), 501, "not_implemented",
+                                 "WebSocket upgrades are not relayed under --isolate; use the "
+                                 "HTTP API (SSE streams)");
+        if (b)
+            http_reply(r, 501, NULL, b, strlen(b));
+        else
+            http_reply_error(r, 501, "not implemented");
         free(b);
         return;
     }
