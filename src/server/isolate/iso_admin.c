@@ -258,7 +258,7 @@ static int adm_answer(struct iso *s, struct iso_adm *a)
     }
     if (e->state == ENG_BACKOFF || (e->state == ENG_DOWN && !e->wake_pending && !e->waiting)) {
         char msg[400];
-        snprintf(msg, sizeof msg, "the engine of %s could not start: %s", e->id,
+        snprintf(msg, sizeof msg, "the engine of %.100s could not start: %.250s", e->id,
                  e->reason[0] ? e->reason : "unknown");
         char *b = iso_error_body(http_req_path(a->r), 503, "engine_unavailable", msg);
         http_reply(a->r, 503, NULL, b ? b : msg, strlen(b ? b : msg));
