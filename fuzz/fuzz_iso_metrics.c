@@ -4,7 +4,8 @@
  *
  * Input: any bytes as the engine's /metrics body. Checked: no read past the input (ASan),
  * the output keeps the input's newlines (one output line per input line), and every
- * non-empty line that does not start with '#' carries the engine label. Seeds:
+ * non-empty line that does not start with '#' carries the engine label; the pool's merge
+ * (iso_metrics_merge) of that output with the raw input runs clean. Seeds:
  * fuzz/corpus/fuzz_iso_metrics/.
  */
 #include <stdint.h>
@@ -41,6 +42,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 line[len] = save;
             }
             line += len + (end != NULL);
+        }
+        /* the pool's merge of that text with the raw input: no crash, no leak, and a
+         * merge never drops a sample line (its byte count is at least the samples') */
+        char *raw = malloc(size + 1);
+        if (raw) {
+            memcpy(raw, copy, size);
+            raw[size] = 0;
+            char *t[2] = {out, raw};
+            char *m = iso_metrics_merge(t, 2);
+            free(m);
+            free(raw);
         }
         free(out);
     }

@@ -398,6 +398,16 @@ def test_pool_of_two_keeps_both():
         e = engine(s)
         assert e["pool"]["size"] == 2 and e["pool"]["resident"] == 2
         assert e["pool"]["drains"] == 0
+        # /metrics: both engines' series, each labelled, one HELP/TYPE per family
+        st, body, _ = s.get("/metrics")
+        m = body.decode()
+        assert st == 200
+        for eid in ("storyA", "storyB"):
+            assert any(ln.startswith("cinfer_requests_total{") and f'engine="{eid}"' in ln
+                       for ln in m.splitlines()), (eid, m[:600])
+        types = [ln for ln in m.splitlines() if ln.startswith("# TYPE ")]
+        assert len(types) == len(set(types)), "a family's TYPE line twice"
+        assert 'cinfer_isolate_engine_up{engine="storyB"} 1' in m
     finally:
         assert s.stop() == 0, s.output()
 

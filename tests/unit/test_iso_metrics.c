@@ -1,7 +1,8 @@
 /* test_iso_metrics.c — the --isolate supervisor's engine label on the relayed /metrics
  * (iso_metrics_relabel, src/server/isolate/iso_int.h): every sample gets engine="ID", with
  * or without labels of its own; comments, blank lines and the line count stay; a body
- * without a final newline, an empty body and an empty label set are handled. */
+ * without a final newline, an empty body and an empty label set are handled; the pool's
+ * merge keeps one HELP/TYPE per family with every engine's samples under it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,9 +46,36 @@ static void test_lines_kept(void)
     free(out);
 }
 
+static void test_merge(void)
+{
+    char a[] = "# HELP x X\n# TYPE x counter\nx{engine=\"a\"} 1\n"
+               "# HELP h H\n# TYPE h histogram\nh_bucket{engine=\"a\",le=\"1\"} 2\n"
+               "h_count{engine=\"a\"} 2\n";
+    char b[] = "# HELP x X\n# TYPE x counter\nx{engine=\"b\"} 5\n"
+               "# HELP y Y\n# TYPE y gauge\ny{engine=\"b\"} 6\n"
+               "# HELP h H\n# TYPE h histogram\nh_bucket{engine=\"b\",le=\"1\"} 3\n";
+    char c[] = "# HELP sup S\n# TYPE sup gauge\nsup 1\n";
+    char *t[] = {a, b, c};
+    char *m = iso_metrics_merge(t, 3);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    CHECK_STR(m, "# HELP x X\n# TYPE x counter\nx{engine=\"a\"} 1\nx{engine=\"b\"} 5\n"
+                 "# HELP h H\n# TYPE h histogram\nh_bucket{engine=\"a\",le=\"1\"} 2\n"
+                 "h_count{engine=\"a\"} 2\nh_bucket{engine=\"b\",le=\"1\"} 3\n"
+                 "# HELP y Y\n# TYPE y gauge\ny{engine=\"b\"} 6\n"
+                 "# HELP sup S\n# TYPE sup gauge\nsup 1\n");
+    free(m);
+    char *none[] = {NULL};
+    m = iso_metrics_merge(none, 1);
+    CHECK(m && !*m);
+    free(m);
+}
+
 int main(void)
 {
     RUN(test_samples);
     RUN(test_lines_kept);
+    RUN(test_merge);
     return harness_done();
 }

@@ -4,8 +4,8 @@
  * per-engine label on the relayed /metrics. See iso_int.h and docs/isolation.md.
  *
  * The drain call blocks (the engine finishes its requests and writes its cache), so it runs
- * on a thread of its own and posts its result back to the loop; everything else runs on the
- * loop thread and never blocks it.
+ * on a thread of its own and posts its result back to the loop; so does the pool's /metrics,
+ * which asks every ready engine. Everything else runs on the loop thread and never blocks it.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -385,4 +385,193 @@ char *iso_metrics_relabel(const char *text, size_t n, const char *id)
         return NULL;
     }
     return b.p ? b.p : strdup("");
+}
+
+/* ---- /metrics of a pool: every ready engine's series, merged by family ------------------- */
+
+struct fam {
+    char name[160];
+    int head_from; /* the text whose HELP/TYPE lines it keeps, -1 = none yet */
+    struct sbuf head, samples;
+};
+
+static int fam_of(struct fam **f, int *n, int *cap, const char *name, size_t len)
+{
+    if (len >= sizeof(*f)[0].name)
+        len = sizeof(*f)[0].name - 1;
+    for (int i = 0; i < *n; i++)
+        if (strlen((*f)[i].name) == len && !memcmp((*f)[i].name, name, len))
+            return i;
+    if (*n == *cap) {
+        int nc = *cap ? 2 * *cap : 64;
+        struct fam *nf = realloc(*f, (size_t)nc * sizeof *nf);
+        if (!nf)
+            return -1;
+        *f = nf, *cap = nc;
+    }
+    struct fam *x = &(*f)[*n];
+    memset(x, 0, sizeof *x);
+    memcpy(x->name, name, len);
+    x->head_from = -1;
+    return (*n)++;
+}
+
+char *iso_metrics_merge(char *const *texts, int n_texts)
+{
+    struct fam *f = NULL;
+    int n = 0, cap = 0, rc = 0;
+    for (int t = 0; t < n_texts && !rc; t++) {
+        const char *p = texts[t] ? texts[t] : "";
+        int cur = fam_of(&f, &n, &cap, "", 0);
+        rc |= cur < 0;
+        while (*p && !rc) {
+            const char *nl = strchr(p, '\n');
+            size_t len = nl ? (size_t)(nl - p) : strlen(p);
+            if (len > 7 && (!strncmp(p, "# HELP ", 7) || !strncmp(p, "# TYPE ", 7))) {
+                const char *nm = p + 7;
+                size_t k = 0;
+                while (7 + k < len && nm[k] != ' ')
+                    k++;
+                cur = fam_of(&f, &n, &cap, nm, k);
+                rc |= cur < 0;
+                if (!rc && f[cur].head_from < 0)
+                    f[cur].head_from = t;
+                if (!rc && f[cur].head_from == t) /* HELP and TYPE once: the first text's */
+                    rc |= sbuf_append(&f[cur].head, p, len) || sbuf_append(&f[cur].head, "\n", 1);
+            } else if (len && !rc) {
+                rc |= sbuf_append(&f[cur].samples, p, len) ||
+                      sbuf_append(&f[cur].samples, "\n", 1);
+            }
+            p += len + (nl != NULL);
+        }
+    }
+    struct sbuf out = {0};
+    for (int i = 0; i < n && !rc; i++) {
+        if (f[i].head.len)
+            rc |= sbuf_append(&out, f[i].head.p, f[i].head.len);
+        if (f[i].samples.len)
+            rc |= sbuf_append(&out, f[i].samples.p, f[i].samples.len);
+    }
+    for (int i = 0; i < n; i++)
+        sbuf_free(&f[i].head), sbuf_free(&f[i].samples);
+    free(f);
+    if (rc) {
+        sbuf_free(&out);
+        return NULL;
+    }
+    return out.p ? out.p : strdup("");
+}
+
+struct metrics_job {
+    struct iso *s;
+    struct http_req *r;
+    int n;
+    char sock[ISO_MAX_ENGINES][100];
+    char id[ISO_MAX_ENGINES][256];
+    char *tail; /* the supervisor's series (made on the loop) */
+    char *out;
+};
+
+/* One engine's /metrics body over its socket (malloc'd), or NULL. Bounded: 5 s, 16 MiB. */
+static char *fetch_metrics(const char *sock)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return NULL;
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    static const char q[] = "GET /metrics HTTP/1.0\r\nHost: engine\r\n\r\n";
+    struct sbuf b = {0};
+    char buf[65536];
+    int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+             send(fd, q, sizeof q - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof q - 1);
+    while (ok && b.len < (16u << 20)) {
+        ssize_t k = recv(fd, buf, sizeof buf, 0);
+        if (k <= 0)
+            break;
+        ok = !sbuf_append(&b, buf, (size_t)k);
+    }
+    close(fd);
+    const char *body = ok && b.p ? strstr(b.p, "\r\n\r\n") : NULL;
+    char *res = NULL;
+    if (body && b.len >= 12 && !strncmp(b.p + 8, " 200", 4))
+        res = strdup(body + 4);
+    sbuf_free(&b);
+    return res;
+}
+
+static void metrics_reply(void *ud)
+{
+    struct metrics_job *j = ud;
+    if (j->out)
+        http_reply(j->r, 200, "text/plain; version=0.0.4; charset=utf-8", j->out, strlen(j->out));
+    else
+        http_reply_error(j->r, 502, "the engines' metrics could not be read");
+    http_req_unref(j->r);
+    free(j->out);
+    free(j);
+}
+
+static void *metrics_main(void *arg)
+{
+    struct metrics_job *j = arg;
+    struct iso *s = j->s;
+    char *texts[ISO_MAX_ENGINES + 1];
+    int n = 0;
+    for (int i = 0; i < j->n; i++) {
+        char *m = fetch_metrics(j->sock[i]);
+        if (m) { /* an engine that just went away is left out */
+            texts[n] = iso_metrics_relabel(m, strlen(m), j->id[i]);
+            n += texts[n] != NULL;
+        }
+        free(m);
+    }
+    texts[n++] = j->tail;
+    j->out = n > 1 ? iso_metrics_merge(texts, n) : NULL;
+    for (int i = 0; i < n; i++)
+        free(texts[i]);
+    j->tail = NULL;
+    if (http_post(s->http, metrics_reply, j)) {
+        http_req_unref(j->r); /* the loop is gone */
+        free(j->out);
+        free(j);
+    }
+    __atomic_sub_fetch(&s->drain_threads, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+int iso_metrics_pool(struct iso *s, struct http_req *r)
+{
+    int ready = 0;
+    for (int i = 0; i < s->n_eng; i++)
+        ready += s->eng[i].state == ENG_READY && !s->eng[i].draining;
+    if (ready < 2 || strcmp(http_req_method(r), "GET") || strcmp(http_req_path(r), "/metrics"))
+        return 0;
+    struct metrics_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return 0;
+    j->s = s, j->r = r;
+    for (int i = 0; i < s->n_eng; i++)
+        if (s->eng[i].state == ENG_READY && !s->eng[i].draining) {
+            snprintf(j->sock[j->n], sizeof j->sock[0], "%s", s->eng[i].sock);
+            snprintf(j->id[j->n], sizeof j->id[0], "%s", s->eng[i].id);
+            j->n++;
+        }
+    j->tail = iso_metrics_text(s);
+    s->relayed++;
+    http_req_ref(r);
+    pthread_t th;
+    __atomic_add_fetch(&s->drain_threads, 1, __ATOMIC_SEQ_CST);
+    if (!j->tail || pthread_create(&th, NULL, metrics_main, j)) {
+        __atomic_sub_fetch(&s->drain_threads, 1, __ATOMIC_SEQ_CST);
+        http_req_unref(r);
+        free(j->tail);
+        free(j);
+        return 0;
+    }
+    pthread_detach(th);
+    return 1;
 }

@@ -55,7 +55,7 @@ struct iso {
     int announced, stopping;
     long relayed, failed_502;
     long demotions;      /* KV blocks demoted by drains, all engines */
-    int drain_threads;   /* /admin/drain calls in flight (atomic): freed after they end */
+    int drain_threads;   /* drain and pool-metrics threads in flight (atomic): waited for at exit */
     struct iso_adm *adm; /* /admin/sleep and /admin/wake requests waiting for their state */
     double pool_budget;  /* bytes the resident engines' weights may take together */
     double engine_budget;/* bytes one engine may plan */
@@ -90,6 +90,13 @@ void iso_admin_step(struct iso *s);
 int iso_fit(struct iso *s, struct iso_engine *e, char *msg, size_t cap);
 /* The engine's /metrics text with engine="id" added to every sample (malloc'd), or NULL. */
 char *iso_metrics_relabel(const char *text, size_t n, const char *id);
+/* Prometheus texts merged by metric family (a family's HELP/TYPE once, from the first text
+ * that has them, then its samples from every text in order), malloc'd, or NULL. */
+char *iso_metrics_merge(char *const *texts, int n);
+/* GET /metrics while two or more engines are ready: answers it (later, from a thread) with
+ * every ready engine's series, labelled engine="ID" and merged by family, then the
+ * supervisor's. Returns 1 when it took r, 0 when the caller relays it as usual. */
+int iso_metrics_pool(struct iso *s, struct http_req *r);
 /* Drains e (LRU, idle, sleep): isolate.c. */
 void iso_drain(struct iso *s, struct iso_engine *e, const char *why);
 int iso_resident(const struct iso *s);

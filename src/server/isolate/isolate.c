@@ -479,7 +479,7 @@ static void h_proxy(struct http_req *r, void *ud)
         free(b);
         return;
     }
-    if (pool_models(s, r))
+    if (pool_models(s, r) || iso_metrics_pool(s, r))
         return;
     struct iso_engine *e = engine_for(s, r);
     if (e)
