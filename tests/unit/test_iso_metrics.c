@@ -28,7 +28,8 @@ static void test_samples(void)
     check("d 4", "d{engine=\"m1\"} 4"); /* no final newline */
     check("\n\ne 5\n\n", "\n\ne{engine=\"m1\"} 5\n\n");
     check("", "");
-    check("f_total{le=\"+Inf\"} 7 1700000000\n", "f_total{engine=\"m1\",le=\"+Inf\"} 7 1700000000\n");
+    check("f_total{le=\"+Inf\"} 7 1700000000\n",
+          "f_total{engine=\"m1\",le=\"+Inf\"} 7 1700000000\n");
 }
 
 static void test_lines_kept(void)

@@ -336,8 +336,7 @@ int iso_fit(struct iso *s, struct iso_engine *e, char *msg, size_t cap)
                  "model %s does not fit: its weights take %.3f GB and an engine of this pool may "
                  "use %.3f GB (%s); raise --memory-budget or lower --model-pool",
                  e->id, (double)e->need_bytes / 1e9, s->engine_budget / 1e9,
-                 s->o->memory_budget_gb > 0 ? "--memory-budget"
-                                            : "75% of RAM / --model-pool");
+                 s->o->memory_budget_gb > 0 ? "--memory-budget" : "75% of RAM / --model-pool");
         return -1;
     }
     double used = 0;
@@ -439,8 +438,7 @@ char *iso_metrics_merge(char *const *texts, int n_texts)
                 if (!rc && f[cur].head_from == t) /* HELP and TYPE once: the first text's */
                     rc |= sbuf_append(&f[cur].head, p, len) || sbuf_append(&f[cur].head, "\n", 1);
             } else if (len && !rc) {
-                rc |= sbuf_append(&f[cur].samples, p, len) ||
-                      sbuf_append(&f[cur].samples, "\n", 1);
+                rc |= sbuf_append(&f[cur].samples, p, len) || sbuf_append(&f[cur].samples, "\n", 1);
             }
             p += len + (nl != NULL);
         }

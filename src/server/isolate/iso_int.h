@@ -29,11 +29,11 @@ struct iso_engine {
     double last_used; /* LRU of the pool */
     int draining;     /* asked to stop (LRU or idle), not a crash */
     const char *drain_why;
-    int crashed; /* died and not ready again yet: /health is degraded */
-    long demotions;        /* KV blocks its drains demoted to the SSD tier */
-    int sleep_pending;     /* POST /admin/sleep: drain it once it is idle */
-    int wake_pending;      /* POST /admin/wake: start it (like a held request) */
-    long long need_bytes;  /* its weights' bytes (the pool's memory fit), -1 = unknown */
+    int crashed;          /* died and not ready again yet: /health is degraded */
+    long demotions;       /* KV blocks its drains demoted to the SSD tier */
+    int sleep_pending;    /* POST /admin/sleep: drain it once it is idle */
+    int wake_pending;     /* POST /admin/wake: start it (like a held request) */
+    long long need_bytes; /* its weights' bytes (the pool's memory fit), -1 = unknown */
 };
 
 #define ISO_MAX_ENGINES 16
@@ -58,7 +58,7 @@ struct iso {
     int drain_threads;   /* drain and pool-metrics threads in flight (atomic): waited for at exit */
     struct iso_adm *adm; /* /admin/sleep and /admin/wake requests waiting for their state */
     double pool_budget;  /* bytes the resident engines' weights may take together */
-    double engine_budget;/* bytes one engine may plan */
+    double engine_budget; /* bytes one engine may plan */
 };
 
 /* iso_proxy.c */

@@ -357,8 +357,8 @@ static void finish_body(struct pxy *p)
 {
     if (p->status == 200 && !strcmp(http_req_path(p->r), "/metrics")) {
         size_t en = evbuffer_get_length(p->body); /* the engine's series, labelled with its id */
-        char *lab = iso_metrics_relabel(en ? (const char *)evbuffer_pullup(p->body, -1) : "",
-                                        en, p->e->id);
+        char *lab =
+            iso_metrics_relabel(en ? (const char *)evbuffer_pullup(p->body, -1) : "", en, p->e->id);
         if (lab) {
             evbuffer_drain(p->body, en);
             evbuffer_add(p->body, lab, strlen(lab));
