@@ -13,7 +13,9 @@ isolated - plain TTFT (medians).
 Pool: `--isolate --model-pool 1` with MODEL and SWITCH_MODEL; a chat turn on MODEL, then one
 on SWITCH_MODEL (switch_s: the request's wall time, drain + spawn + load + answer), then the
 first conversation again on MODEL (switch_back_s, and switch_back_cached_frac = cached_tokens
-/ prompt_tokens of that request: 0 until the SSD tier restores a drained engine's cache).
+/ prompt_tokens of that request). The pool runs with `--ssd-cache` in a fresh temporary
+directory: the drained engine demotes its prompt cache to it (POST /admin/drain), and the
+switch back restores the conversation from the disk.
 
 Writes bench/results/isolate.json and prints a summary. Not a test.
 Usage: bench/isolate/run.py [--model M] [--switch-model M2] [--threads T] [--tokens N] [--reps R]
@@ -156,9 +158,13 @@ def main():
     # the pool: A, B, A in a pool of one
     port = free_port()
     base = f"http://127.0.0.1:{port}"
+    import shutil
+    import tempfile
+    ssd = tempfile.mkdtemp(prefix="cinfer-bench-iso-ssd-")
     p = subprocess.Popen([a.bin, "serve", a.model, a.switch_model, "--isolate",
                           "--model-pool", "1", "--port", str(port), "-t", str(a.threads),
-                          "--no-open"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                          "--ssd-cache", ssd, "--no-open"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_up(base, p)
         ida, idb = model_id(a.model), model_id(a.switch_model)
@@ -167,9 +173,12 @@ def main():
         chat(base, ida, conv)
         switch_s, _, _ = chat(base, idb, [{"role": "user", "content": "Hi"}])
         switch_back_s, n_prompt, n_cached = chat(base, ida, conv)
+        with urllib.request.urlopen(base + "/engine", timeout=30) as r:
+            demotions = json.loads(r.read())["demotions"]
     finally:
         p.terminate()
         p.wait(timeout=60)
+        shutil.rmtree(ssd, ignore_errors=True)
 
     out = {
         "model": os.path.basename(a.model), "switch_model": os.path.basename(a.switch_model),
@@ -189,6 +198,7 @@ def main():
         "switch_s": round(switch_s, 3), "switch_back_s": round(switch_back_s, 3),
         "switch_back_cached_frac": round(n_cached / n_prompt, 4) if n_prompt else 0.0,
         "switch_back_prompt_tokens": n_prompt, "switch_back_cached_tokens": n_cached,
+        "switch_demoted_blocks": demotions,
     }
     os.makedirs(os.path.join(REPO, "bench", "results"), exist_ok=True)
     with open(os.path.join(REPO, "bench", "results", "isolate.json"), "w") as f:

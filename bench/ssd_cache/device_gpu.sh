@@ -1,26 +1,51 @@
 #!/usr/bin/env bash
-# device_gpu.sh — the GPU half of bench/ssd_cache on a device machine (one call): builds
-# cinfer with CUDA, makes the random-weight 8B-shape model (bench/gpu/models.py l8b) with
-# the Llama 3 tokenizer from $TOK (a folder with tokenizer.json[.gz], tokenizer_config.json),
-# and times restart TTFT restored vs cold for 8k and 32k prefixes. JSON to $OUT/ssd_gpu.json.
-# Not run yet: no device time was left in the session that wrote it (see notes/i27).
+# device_gpu.sh — the GPU half of bench/ssd_cache in one device call: restart TTFT of an
+# 8B-shape model (bench/gpu/models.py l8b: random bf16 weights, Llama-3.1-8B shapes) for 8k
+# and 32k-token prefixes, restored from the SSD tier vs re-prefilled cold, on the CUDA
+# backend (the restore streams the blocks from disk into device memory).
+#
+# BIN=<dir> with a prebuilt CUDA cinfer (and the shared libraries the device lacks; see
+# /work/notes/s27-device.md); without BIN it builds build-gpu (needs jansson, libevent,
+# pcre2, utf8proc, zmq and curl development files on the device). The tokenizer is
+# bench/gpu/synth_tokenizer.py's byte-level one unless TOK names a folder with a real
+# tokenizer.json[.gz] + tokenizer_config.json (then set TPW to its tokens per word).
+# Results: $OUT/ssd_gpu.json ({"gpu": {...}}), logs beside it.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 M=${MODELS:-/tmp/cinfer-models}
-if [ ! -x build-gpu/cinfer ]; then
-    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCINFER_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/build.log" 2>&1 &&
-        ninja -C build-gpu cinfer >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+if [ -n "${BIN:-}" ]; then
+    CINFER=$PWD/$BIN/cinfer
+    export LD_LIBRARY_PATH="$PWD/$BIN:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+else
+    if [ ! -x build-gpu/cinfer ]; then
+        cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCINFER_CUDA=ON \
+            -DCMAKE_CUDA_ARCHITECTURES=90 > "$OUT/build.log" 2>&1 &&
+            ninja -C build-gpu cinfer >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+    fi
+    CINFER=$PWD/build-gpu/cinfer
+    export LD_LIBRARY_PATH="$PWD/build-gpu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 fi
-if [ ! -f "$M/l8b/model.safetensors" ] && [ ! -f "$M/l8b/config.json" ]; then
+"$CINFER" --version || { ldd "$CINFER" | grep "not found"; exit 1; }
+t0=$(date +%s)
+if [ ! -f "$M/l8b/config.json" ]; then
     python3 bench/gpu/models.py bench "$M" l8b > "$OUT/models.log" 2>&1 || { tail "$OUT/models.log"; exit 1; }
 fi
 if [ -n "${TOK:-}" ]; then
     [ -f "$TOK/tokenizer.json.gz" ] && gunzip -c "$TOK/tokenizer.json.gz" > "$M/l8b/tokenizer.json"
+    [ -f "$TOK/tokenizer.json" ] && cp "$TOK/tokenizer.json" "$M/l8b/"
     cp "$TOK/tokenizer_config.json" "$M/l8b/" 2>/dev/null
+elif [ ! -f "$M/l8b/tokenizer.json" ]; then
+    python3 bench/gpu/synth_tokenizer.py "$M/l8b" > /dev/null || exit 1
 fi
-[ "${PHASE:-all}" = prep ] && { ls -la "$M/l8b"; exit 0; }
-export LD_LIBRARY_PATH="$PWD/build-gpu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-python3 bench/ssd_cache/run.py --bin build-gpu/cinfer --model "$M/l8b" --backend cuda \
-    --threads 8 --sizes "${SIZES:-8000,32000}" --ctx 33000 --no-decode --out "$OUT/ssd_gpu.json"
+echo "model ready ($(( $(date +%s) - t0 )) s)"; du -sh "$M/l8b"
+[ "${PHASE:-all}" = prep ] && exit 0
+# the cache directory on the device's disk; SIGTERM writes everything (a 32k prefix of the
+# 8B shape is ~4 GiB of KV files), so the flush bound is raised
+export CINFER_SSD_FLUSH_TIMEOUT_S=${FLUSH_S:-400}
+export TMPDIR=${SSD_TMP:-/tmp}
+PYTHONUNBUFFERED=1 python3 bench/ssd_cache/run.py --bin "$CINFER" --model "$M/l8b" --backend cuda \
+    --threads 8 --sizes "${SIZES:-8000,32000}" --ctx "${CTX:-33000}" --no-decode --only-gpu \
+    --tok-per-word "${TPW:-5.44}" --out "$OUT/ssd_gpu.json" 2>&1 | tee "$OUT/run.log"
+echo "total $(( $(date +%s) - t0 )) s"

@@ -94,8 +94,11 @@ def stream(base, prompt, n, ban=()):
     return ttft, dec, usage
 
 
+TOK_PER_WORD = 1.04  # Qwen2.5's tokenizer on these words (--tok-per-word for others)
+
+
 def prefix(n_words, seed):
-    # ~1.04 tokens a word on Qwen2.5's tokenizer for these words; the real count is reported
+    # ~TOK_PER_WORD tokens a word; the real count is reported
     return f"[{seed}] " + " ".join(WORDS[(i * 7 + seed) % len(WORDS)] for i in range(n_words))
 
 
@@ -119,7 +122,13 @@ def main():
     ap.add_argument("--backend", default=None, help="cuda: the GPU half (writes only 'gpu')")
     ap.add_argument("--ctx", type=int, default=16384)
     ap.add_argument("--no-decode", action="store_true")
+    ap.add_argument("--tok-per-word", type=float, default=1.04,
+                    help="tokens a prompt word takes (the GPU run's byte-level tokenizer: ~6.2)")
+    ap.add_argument("--only-gpu", action="store_true",
+                    help="write {'gpu': {...}} (the GPU half) to --out")
     a = ap.parse_args()
+    global TOK_PER_WORD
+    TOK_PER_WORD = a.tok_per_word
     ban = [151643, 151645] if "qwen" in a.model.lower() else [2]
     res = {"model": os.path.basename(a.model), "threads": a.threads, "uptime_before": uptime(),
            "prefixes": []}
@@ -127,7 +136,7 @@ def main():
         d = tempfile.mkdtemp(prefix="cinfer-ssd-bench-")
         try:
             # calibrate the words to the token target with the server's own count
-            p = prefix(int(target / 1.04), 100 + k)
+            p = prefix(int(target / TOK_PER_WORD), 100 + k)
             ex = ["--backend", a.backend] if a.backend else []
             s = Srv(a.bin, a.model, a.threads, "--ssd-cache", d, ctx=a.ctx, extra=ex)
             cold, _, u = stream(s.base, p, 1)
@@ -148,11 +157,11 @@ def main():
         res["uptime_after"] = uptime()
         os.makedirs(os.path.dirname(a.out), exist_ok=True)
         with open(a.out, "w") as f:
-            json.dump(res, f, indent=1)
+            json.dump({"gpu": res} if a.only_gpu else res, f, indent=1)
         print(json.dumps(res))
         return
     # decode speed with a snapshot pending vs no SSD tier
-    big = prefix(int(a.decode_prefix / 1.04), 999)
+    big = prefix(int(a.decode_prefix / TOK_PER_WORD), 999)
     runs = {"on": [], "off": []}
     for r in range(a.reps):
         for mode in ("off", "on"):

@@ -52,6 +52,7 @@ struct engine_config {
     int ssd_writebehind;          /* persist new cached blocks 1 s after requests settle */
     size_t ssd_spill_queue_bytes; /* cap on pending spills */
     double ssd_close_timeout_s;   /* at shutdown, write what is pending for at most this */
+    int ssd_gen_checkpoint;       /* a running request's new KV is written every N tokens; 0 = off */
     struct spec_config spec; /* speculative decoding (kind SPEC_NONE = off; spec/spec.h) */
 };
 
@@ -165,6 +166,12 @@ int engine_ssd_stats(struct engine *g, struct kv_ssd_stats *out);
  * when all of it is durable, 1 when something stayed pending (or failed), -1 when the tier
  * is off. */
 int engine_ssd_flush(struct engine *g, double timeout_s);
+/* Any thread; blocks for at most timeout_s. engine_ssd_flush, and then every cached block
+ * nothing uses is demoted: written (or already on disk) and freed from the pool, so the
+ * next use restores it from the disk. *blocks = how many were demoted. Returns as
+ * engine_ssd_flush. Meant for a quiesced engine (a drain, a sleep): blocks in use by a
+ * running request stay. */
+int engine_ssd_demote(struct engine *g, double timeout_s, long *blocks);
 /* KV bytes one position takes (all layers, K and V). */
 size_t engine_kv_bytes_per_token(const struct engine *g);
 

@@ -108,8 +108,10 @@ struct engine {
     const struct kv_seq **check_seqs, **check_seqs_swa; /* (max_seqs) */
     /* SSD tier (tier.c), NULL when off */
     struct kv_ssd *ssd;
+    struct kv_ssd *ssd_swa;    /* the sliding-window layers' pool's own tier (kv_swa), or NULL */
     double t_settled;          /* when the engine last went idle (write-behind debounce) */
     long flush_req, flush_done; /* under mu: engine_ssd_flush requests / served */
+    long demote_req, demoted;   /* under mu: engine_ssd_demote requests (flush_req ids), blocks */
     pthread_cond_t flush_cv;    /* with mu: flush_done moved */
     struct spec *spec; /* speculation, or NULL */
     int max_out;       /* logits rows per step: max_seqs + the draft tokens a step may hold */

@@ -27,9 +27,9 @@ void kv_register_block(struct kv_pool *p, int32_t id, const uint8_t key[KV_KEY_B
 
 /* ---- kv_tier.c ---- */
 
-/* Copies block id out of the pool and queues it for the SSD (may_drop: see kv_ssd_put).
+/* Copies block id out of the pool and queues it for the SSD (flags: kv_ssd_put's).
  * Marks it on_ssd when queued. Returns 0 when queued (or already there), 1 when not. */
-int kv_tier_spill(struct kv_pool *p, int32_t id, int may_drop);
+int kv_tier_spill(struct kv_pool *p, int32_t id, int flags);
 /* 1 when the SSD tier has key with n_tok tokens. */
 int kv_tier_has(struct kv_pool *p, const uint8_t key[KV_KEY_BYTES], int n_tok);
 /* Reads key's block from the SSD into pool block id. Returns 0, or -1 (a miss). */

@@ -544,6 +544,30 @@ int kv_pool_check(const struct kv_pool *p, const struct kv_seq *const *seqs, int
 
 /* ---- sliding-window layers ------------------------------------------------------------ */
 
+/* A cached full block of p under key: in RAM (referenced now), else restored from the SSD
+ * tier (referenced once). -1 when neither. */
+static int32_t take_block(struct kv_pool *p, const uint8_t key[KV_KEY_BYTES],
+                          const uint8_t *parent, const int32_t *ids)
+{
+    int32_t id = table_find(p, key);
+    if (id >= 0 && p->meta[id].n_tok == p->block_size) {
+        block_ref(p, id);
+        return id;
+    }
+    if (id >= 0)
+        return -1;
+    return kv_tier_restore_block(p, key, p->block_size, parent, ids);
+}
+
+/* 1 when p has key's full block in RAM or on its SSD tier. */
+static int have_block(struct kv_pool *p, const uint8_t key[KV_KEY_BYTES])
+{
+    int32_t id = table_find(p, key);
+    if (id >= 0)
+        return p->meta[id].n_tok == p->block_size;
+    return kv_tier_has(p, key, p->block_size);
+}
+
 int kv_cache_lookup_swa(struct kv_pool *pg, struct kv_seq *sg, struct kv_pool *ps,
                         struct kv_seq *ss, const uint8_t root[KV_KEY_BYTES], const int32_t *ids,
                         int n, int window, struct cerr *e)
@@ -559,14 +583,11 @@ int kv_cache_lookup_swa(struct kv_pool *pg, struct kv_seq *sg, struct kv_pool *p
     uint8_t(*keys)[KV_KEY_BYTES] = malloc((size_t)(max_full + 1) * KV_KEY_BYTES);
     if (!keys)
         return cerr_set(e, CERR_NOMEM, "out of memory");
-    /* the global layers' chain: how far do full blocks go? */
+    /* the global layers' chain: how far do full blocks go (in RAM, or on the SSD tier)? */
     int m = 0;
     const uint8_t *parent = root;
     while (m < max_full) {
-        if (key_block(keys[m], parent, ids + m * bs, bs))
-            break;
-        int32_t id = table_find(pg, keys[m]);
-        if (id < 0 || pg->meta[id].n_tok != bs)
+        if (key_block(keys[m], parent, ids + m * bs, bs) || !have_block(pg, keys[m]))
             break;
         parent = keys[m];
         m++;
@@ -576,32 +597,48 @@ int kv_cache_lookup_swa(struct kv_pool *pg, struct kv_seq *sg, struct kv_pool *p
     for (; m > 0; m--) {
         int first = m * bs - window;
         int b0 = first > 0 ? first / bs : 0, ok = 1;
-        for (int b = b0; b < m && ok; b++) {
-            int32_t id = table_find(ps, keys[b]);
-            ok = id >= 0 && ps->meta[id].n_tok == bs;
-        }
+        for (int b = b0; b < m && ok; b++)
+            ok = have_block(ps, keys[b]);
         if (ok)
             break;
     }
-    int rc = 0;
+    int rc = 0, lost = 0;
     if (m > 0) {
         int first = m * bs - window, b0 = first > 0 ? first / bs : 0;
-        for (int b = 0; b < m && !rc; b++) {
-            int32_t g = table_find(pg, keys[b]);
-            int32_t w = b >= b0 ? table_find(ps, keys[b]) : -1;
-            rc = seq_push(sg, g) || seq_push(ss, w) ? CERR_NOMEM : 0;
-            if (!rc) {
-                block_ref(pg, g);
+        for (int b = 0; b < m && !rc && !lost; b++) {
+            const uint8_t *par = b ? keys[b - 1] : NULL;
+            int32_t g = take_block(pg, keys[b], par, ids + b * bs);
+            int32_t w = -1;
+            if (g >= 0 && b >= b0 && (w = take_block(ps, keys[b], par, ids + b * bs)) < 0) {
+                block_unref(pg, g);
+                g = -1;
+            }
+            if (g < 0) { /* a file failed its checks, or no pool block was free: a miss */
+                lost = 1;
+                break;
+            }
+            if (seq_push(sg, g)) {
+                block_unref(pg, g);
                 if (w >= 0)
-                    block_ref(ps, w);
+                    block_unref(ps, w);
+                rc = CERR_NOMEM;
+            } else if (seq_push(ss, w)) { /* g is in sg: released with it below */
+                if (w >= 0)
+                    block_unref(ps, w);
+                rc = CERR_NOMEM;
             }
         }
-        if (rc) {
+        if (rc || lost) {
             kv_seq_release(pg, sg);
             kv_seq_release(ps, ss);
-            free(keys);
-            return cerr_set(e, CERR_NOMEM, "out of memory");
+            if (rc) {
+                free(keys);
+                return cerr_set(e, CERR_NOMEM, "out of memory");
+            }
+            m = 0;
         }
+    }
+    if (m > 0) {
         memcpy(sg->chain, keys[m - 1], KV_KEY_BYTES);
         memcpy(ss->chain, keys[m - 1], KV_KEY_BYTES);
         sg->n_hashed = ss->n_hashed = m;

@@ -179,6 +179,10 @@ int kv_tier_snapshot(struct kv_pool *p, int max_blocks, int exact);
 /* Idle demotion: LRU blocks unused for idle_s seconds go to the SSD and their pool blocks
  * to the free list (at most max_blocks). Returns the number demoted. */
 int kv_tier_demote(struct kv_pool *p, double now, double idle_s, int max_blocks);
+/* A generation checkpoint of a running sequence: when its registered (hashed) blocks not yet
+ * on the SSD hold at least min_tokens positions, queues them all as urgent (written while
+ * the engine runs). Returns the blocks queued. */
+int kv_tier_checkpoint(struct kv_pool *p, const struct kv_seq *s, int min_tokens);
 /* Seconds until the oldest LRU block becomes demotable (0 = now), or -1 when the LRU is
  * empty. */
 double kv_tier_next_demote(const struct kv_pool *p, double now, double idle_s);

@@ -66,7 +66,7 @@ static int upload_block(struct kv_pool *p, int32_t id, const char *src)
     return 0;
 }
 
-int kv_tier_spill(struct kv_pool *p, int32_t id, int may_drop)
+int kv_tier_spill(struct kv_pool *p, int32_t id, int flags)
 {
     struct kv_bmeta *m = &p->meta[id];
     if (!p->ssd || m->n_tok <= 0)
@@ -78,7 +78,7 @@ int kv_tier_spill(struct kv_pool *p, int32_t id, int may_drop)
         free(buf);
         return 1;
     }
-    if (kv_ssd_put(p->ssd, m->key, m->n_tok, buf, may_drop))
+    if (kv_ssd_put(p->ssd, m->key, m->n_tok, buf, flags))
         return 1;
     m->on_ssd = 1;
     kv_ssd_count(p->ssd, 0, 0, 0, 1);
@@ -167,4 +167,33 @@ double kv_tier_next_demote(const struct kv_pool *p, double now, double idle_s)
         return -1;
     double t = p->meta[p->lru_head].t_unused + idle_s - now;
     return t > 0 ? t : 0;
+}
+
+int kv_tier_checkpoint(struct kv_pool *p, const struct kv_seq *s, int min_tokens)
+{
+    if (!p->ssd)
+        return 0;
+    /* the registered blocks not on the SSD yet: a checkpoint spills them all, in order, so
+     * they are the tail of the hashed prefix (a block shared with another cached copy has
+     * n_tok 0 here and is skipped) */
+    int first = s->n_hashed, pending = 0;
+    while (first > 0) {
+        int32_t id = s->blocks[first - 1];
+        if (id >= 0 && p->meta[id].n_tok > 0 && p->meta[id].on_ssd)
+            break;
+        first--;
+        pending += id >= 0 && p->meta[id].n_tok > 0;
+    }
+    if (pending * p->block_size < min_tokens)
+        return 0;
+    int n = 0;
+    for (int b = first; b < s->n_hashed; b++) {
+        int32_t id = s->blocks[b];
+        if (id < 0 || p->meta[id].n_tok <= 0)
+            continue;
+        if (kv_tier_spill(p, id, KV_SSD_URGENT))
+            break; /* the queue is full: the next checkpoint tries again */
+        n++;
+    }
+    return n;
 }

@@ -40,6 +40,7 @@ struct item {
     struct item *next;
     uint8_t key[KV_SSD_KEY];
     int n_tok;
+    int urgent; /* a generation checkpoint: written even while the engine is busy */
     void *buf;
 };
 
@@ -55,6 +56,7 @@ struct kv_ssd {
     pthread_cond_t idle_cv; /* drains wait for an empty queue */
     /* under mu */
     int quit, busy, draining, writing;
+    int urgent; /* urgent items pending: the writer works while busy until they are written */
     struct item *qhead, *qtail;
     struct ent *ents;
     int n_ents, cap_ents, free_head;
@@ -356,6 +358,7 @@ static void drop_oldest(struct kv_ssd *s)
     s->qhead = it->next;
     if (!s->qhead)
         s->qtail = NULL;
+    s->urgent -= it->urgent;
     int32_t i = find(s, it->key);
     if (i >= 0 && s->ents[i].state == ST_PENDING)
         ent_del(s, i);
@@ -366,15 +369,26 @@ static void drop_oldest(struct kv_ssd *s)
 }
 
 int kv_ssd_put(struct kv_ssd *s, const uint8_t key[KV_SSD_KEY], int n_tok, void *payload,
-               int may_drop)
+               int flags)
 {
+    int may_drop = flags & KV_SSD_MAY_DROP, urgent = !!(flags & KV_SSD_URGENT);
     struct item *it = malloc(sizeof *it);
     if (!it) {
         free(payload);
         return 1;
     }
     pthread_mutex_lock(&s->mu);
-    if (find(s, key) >= 0) {
+    int32_t known = find(s, key);
+    if (known >= 0) {
+        if (urgent && s->ents[known].state == ST_PENDING) /* queued by a sweep: urgent now */
+            for (struct item *q = s->qhead; q; q = q->next)
+                if (!q->urgent && !memcmp(q->key, key, KV_SSD_KEY)) {
+                    q->urgent = 1;
+                    s->urgent++;
+                    s->st.checkpoint_blocks++;
+                    pthread_cond_signal(&s->cv);
+                    break;
+                }
         pthread_mutex_unlock(&s->mu);
         free(it);
         free(payload);
@@ -402,6 +416,9 @@ int kv_ssd_put(struct kv_ssd *s, const uint8_t key[KV_SSD_KEY], int n_tok, void 
     it->n_tok = n_tok;
     it->buf = payload;
     it->next = NULL;
+    it->urgent = urgent;
+    s->urgent += urgent;
+    s->st.checkpoint_blocks += urgent;
     if (s->qtail)
         s->qtail->next = it;
     else
@@ -472,7 +489,7 @@ static void *writer_main(void *arg)
     struct kv_ssd *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->quit && (!s->qhead || (s->busy && !s->draining)))
+        while (!s->quit && (!s->qhead || (s->busy && !s->draining && !s->urgent)))
             pthread_cond_wait(&s->cv, &s->mu);
         if (!s->qhead && s->quit)
             break;
@@ -490,6 +507,7 @@ static void *writer_main(void *arg)
         int err = write_file(s, it, &size);
         pthread_mutex_lock(&s->mu);
         s->writing = 0;
+        s->urgent -= it->urgent;
         s->st.pending_spills--;
         s->st.pending_spill_bytes -= (long long)s->c.payload_bytes;
         int32_t i = find(s, it->key);

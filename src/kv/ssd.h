@@ -65,6 +65,7 @@ struct kv_ssd_stats {
     long long pending_spill_bytes;
     long dropped_spills, quarantined, evictions, demoted_blocks;
     long entries_at_start;
+    long checkpoint_blocks; /* blocks queued by generation checkpoints (KV_SSD_URGENT) */
     double last_flush_ms;
 };
 
@@ -89,18 +90,24 @@ int kv_ssd_known(struct kv_ssd *s, const uint8_t key[KV_SSD_KEY]);
  * quarantined) or CERR_IO. Touches the mtime on success. */
 int kv_ssd_read(struct kv_ssd *s, const uint8_t key[KV_SSD_KEY], int n_tok, void *dst,
                 struct cerr *e);
-/* Queues payload (malloc'd, taken in every case) for writing under key. may_drop: when the
- * queue is over its cap, drop the oldest pending payloads to make room (spills); else
+/* kv_ssd_put flags */
+#define KV_SSD_MAY_DROP 1 /* over the queue cap, drop the oldest pending payloads (spills) */
+#define KV_SSD_URGENT 2   /* a generation checkpoint: written even while the engine is busy */
+/* Queues payload (malloc'd, taken in every case) for writing under key. KV_SSD_MAY_DROP: when
+ * the queue is over its cap, drop the oldest pending payloads to make room (spills); else
  * refuse (returns 1, payload freed) so that the caller retries later (snapshots). Returns 0
- * when queued. A key already on disk or pending is not queued again (returns 0). */
+ * when queued. A key already on disk or pending is not queued again (returns 0).
+ * KV_SSD_URGENT: the writer works through the queue while the engine is busy until every
+ * urgent payload is written (counted in checkpoint_blocks). */
 int kv_ssd_put(struct kv_ssd *s, const uint8_t key[KV_SSD_KEY], int n_tok, void *payload,
-               int may_drop);
+               int flags);
 /* gone(ud, key) runs, under the tier's lock (it must not call back into the tier), whenever
  * an entry leaves the index: its file deleted, its pending write dropped or failed, or the
  * file quarantined. NULL = nobody is told. */
 void kv_ssd_set_gone(struct kv_ssd *s, void (*gone)(void *ud, const uint8_t key[KV_SSD_KEY]),
                      void *ud);
-/* The engine is running steps (1) or idle (0): the writer waits while busy. */
+/* The engine is running steps (1) or idle (0): the writer waits while busy (unless an urgent
+ * payload is pending). */
 void kv_ssd_set_busy(struct kv_ssd *s, int busy);
 /* Waits until nothing is pending (the writer works even while busy) for at most timeout_s.
  * Returns 0 when everything queued was written, 1 when something stayed pending. */

@@ -90,6 +90,8 @@ static void serve_usage(FILE *f)
             "                         checked)\n"
             "  --ssd-demote-idle SEC  cached KV unused this long moves to disk and frees its\n"
             "                         pool blocks, while idle (default 300; 0 disables)\n"
+            "  --generation-checkpoint N  with --ssd-cache: a running request's KV is written\n"
+            "                         every N tokens, so a retry after a crash resumes from it\n"
             "  --kv-block-size N      KV positions per block (default 16; alias\n"
             "                         --paged-kv-block-size; --paged-kv is accepted: paging is\n"
             "                         always on)\n"
@@ -314,7 +316,7 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
                       !strcmp(a, "--models-dir") || !strcmp(a, "--idle-unload") ||
                       !strcmp(a, "--host") ||
                       !strcmp(a, "--port") || !strcmp(a, "--no-open") ||
-                      !strcmp(a, "--api-key");
+                      !strcmp(a, "--api-key") || !strcmp(a, "--served-model-name");
             o->argrole[i] = sup ? 'x' : a[0] == '-' && a[1] ? '.' : 'm';
             if (used)
                 o->argrole[i + 1] = sup ? 'x' : '.';

@@ -43,6 +43,8 @@ long long models_fit_bytes(void);
     "  GET  /chat, /status              302 to the page's chat and status views\n"          \
     "  POST /admin/cache/flush          with --ssd-cache, loopback only (docs/ssd-cache.md)\n" \
     "  GET  /engine                     with --isolate: the engine children (docs/isolation.md)\n" \
+    "  POST /admin/sleep, /admin/wake   with --isolate, loopback only: free / reload the engines\n" \
+    "  POST /admin/drain                an --isolate engine child's unix socket only\n" \
     "  POST /debug/advance-clock        test only, with env CINFER_TEST_CONTROLS=1\n"       \
     "                                   (docs/testing.md)\n"
 

@@ -45,6 +45,7 @@ struct serve_opts {
     double ssd_max_gib;      /* < 0 = default 32 */
     int ssd_verify;
     double ssd_demote_s;     /* < 0 = default 300 */
+    int ssd_gen_ckpt;        /* --generation-checkpoint N (tokens), 0 = off */
     /* --isolate (src/server/isolate): the supervisor's own flags, the MODEL arguments, and
      * what each argv[i] is ('.' engine flag or value, 'm' a MODEL, 'x' supervisor-only) */
     int isolate, model_pool, idle_unload; /* idle_unload: seconds, 0 = off */

@@ -118,6 +118,8 @@ def test_drain_refused_on_tcp():
     try:
         st, body, _ = s.post("/admin/drain", {})
         assert st == 403 and "unix socket" in json.loads(body)["error"]["message"]
+        st, body, _ = s.get("/ws/chat")  # no WebSocket through the relay
+        assert st == 501 and "WebSocket" in json.loads(body)["error"]["message"], body
         assert engine(s)["state"] == "ready"
     finally:
         s.stop()
@@ -396,6 +398,16 @@ def test_pool_of_two_keeps_both():
         e = engine(s)
         assert e["pool"]["size"] == 2 and e["pool"]["resident"] == 2
         assert e["pool"]["drains"] == 0
+        # /metrics: both engines' series, each labelled, one HELP/TYPE per family
+        st, body, _ = s.get("/metrics")
+        m = body.decode()
+        assert st == 200
+        for eid in ("storyA", "storyB"):
+            assert any(ln.startswith("cinfer_requests_total{") and f'engine="{eid}"' in ln
+                       for ln in m.splitlines()), (eid, m[:600])
+        types = [ln for ln in m.splitlines() if ln.startswith("# TYPE ")]
+        assert len(types) == len(set(types)), "a family's TYPE line twice"
+        assert 'cinfer_isolate_engine_up{engine="storyB"} 1' in m
     finally:
         assert s.stop() == 0, s.output()
 
@@ -441,3 +453,165 @@ def test_sigterm_during_streams_stops_both():
         assert st.done.wait(60), "a stream hangs after SIGTERM"
     poll(lambda: not os.path.exists(f"/proc/{pid}") or
          open(f"/proc/{pid}/stat").read().split()[2] == "Z", what="the engine to exit")
+
+
+# ---- the SSD tier under the pool: drain, switch back, sleep/wake, kill -9 ----------------
+
+STORY = ("Once upon a time there was a little girl named Lily. She loved to play outside in "
+         "the park with her friends and her big brown dog. ")
+LONG_A = STORY * 8 + "One day Lily"
+LONG_B = "Tom had a red ball. " * 20 + "Tom"
+
+
+def gen(s, model, prompt, n=12):
+    body = {"prompt": prompt, "max_tokens": n, "temperature": 0}
+    if model:
+        body["model"] = model
+    st, raw, _ = s.post("/v1/completions", body)
+    assert st == 200, raw
+    j = json.loads(raw)
+    return j["choices"][0]["text"], j["usage"]
+
+
+def cached(u):
+    return (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+
+
+@pytest.fixture
+def ssd_dir():
+    import shutil
+    d = tempfile.mkdtemp(prefix="cinfer-iso-ssd-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_pool_switch_back_restores_from_disk(ssd_dir):
+    # pool of 1: A's drain demotes its prompt cache to the SSD tier (POST /admin/drain on
+    # its socket); B runs; the switch back to A restores A's prefix from the disk
+    s = pool_server(1, extra=("--kv-f32", "--ssd-cache", ssd_dir, "--ssd-demote-idle", "0"),
+                    env={"CINFER_SSD_WRITEBEHIND": "0"})
+    try:
+        text_a, u = gen(s, "storyA", LONG_A)
+        assert cached(u) == 0
+        gen(s, "storyB", LONG_B)
+        e = engine(s)
+        a = [x for x in e["pool"]["engines"] if x["model"] == "storyA"][0]
+        assert a["state"] == "down" and a["demotions"] > 0, a  # the drain demoted A's cache
+        assert e["demotions"] >= a["demotions"]
+        text_a2, u2 = gen(s, "storyA", LONG_A)
+        assert text_a2 == text_a  # restored KV gives the same greedy text
+        assert cached(u2) >= 0.9 * u2["prompt_tokens"], u2
+        st = s.stats()["ssd_cache"]  # the new A engine's: the hit came from the disk
+        assert st["restored_tokens"] > 0 and st["entries_at_start"] > 0, st
+        m = s.get("/metrics")[1].decode()
+        assert 'cinfer_isolate_demotions_total{engine="storyA"}' in m
+    finally:
+        assert s.stop() == 0, s.output()
+
+
+def test_kill9_then_cached_tokens_from_disk(ssd_dir):
+    s = iso_server("--kv-f32", "--ssd-cache", ssd_dir)
+    try:
+        text, u = gen(s, None, LONG_A)
+        # the write-behind snapshot (1 s after the engine went idle) makes it durable
+        poll(lambda: (lambda c: c["entries"] > 0 and c["pending_spills"] == 0)(
+            s.stats()["ssd_cache"]), what="the write-behind snapshot")
+        pid = engine(s)["pid"]
+        os.kill(pid, signal.SIGKILL)
+        wait_new_child(s, pid)
+        text2, u2 = gen(s, None, LONG_A)
+        assert text2 == text and cached(u2) >= 0.9 * u2["prompt_tokens"], u2
+        assert s.stats()["ssd_cache"]["restored_tokens"] > 0
+    finally:
+        assert s.stop() == 0, s.output()
+
+
+def test_sleep_and_wake_round_trip(ssd_dir):
+    s = iso_server("--kv-f32", "--ssd-cache", ssd_dir, "--api-key", "k")
+    auth = {"Authorization": "Bearer k"}
+    try:
+        text, _ = (lambda r: (json.loads(r[1])["choices"][0]["text"], None))(
+            s.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 8, "temperature": 0},
+                   headers=auth))
+        st, _, _ = s.post("/admin/sleep", {})
+        assert st == 401  # behind the key
+        st, body, _ = s.post("/admin/sleep", {}, headers=auth)
+        j = json.loads(body)
+        assert st == 200 and j["asleep"] is True and j["resident"] == 0, body
+        assert j["demotions"] > 0 and j["unloaded"] == ["stories260K"]
+        e = engine_auth(s, auth)
+        assert e["pid"] == 0 and e["asleep"] is True and "sleep" in e["reason"]
+        st, body, _ = s.get("/health")
+        assert st == 200, body  # asleep is not unhealthy
+        # wake: the engine starts again; then a request while asleep wakes it too
+        st, body, _ = s.post("/admin/wake", {}, headers=auth)
+        j = json.loads(body)
+        assert st == 200 and j["awake"] is True and j["pid"] > 0, body
+        st, body, _ = s.post("/admin/sleep", {}, headers=auth)
+        assert st == 200 and json.loads(body)["asleep"] is True
+        st, raw, _ = s.post("/v1/completions", {"prompt": LONG_A, "max_tokens": 8,
+                                                "temperature": 0}, headers=auth)
+        j = json.loads(raw)
+        assert st == 200 and j["choices"][0]["text"] == text, raw
+        assert cached(j["usage"]) >= 0.9 * j["usage"]["prompt_tokens"], j["usage"]
+        st, body, _ = s.post("/admin/wake", {"model": "nope"}, headers=auth)
+        assert st == 404
+    finally:
+        assert s.stop() == 0, s.output()
+
+
+def engine_auth(s, auth):
+    st, body, _ = s.get("/engine", headers=auth)
+    assert st == 200, body
+    return json.loads(body)
+
+
+def test_sleep_needs_isolate():
+    s = Server(STORIES)
+    try:
+        st, body, _ = s.post("/admin/sleep", {})
+        assert st == 409 and "--isolate" in body.decode()
+    finally:
+        s.stop()
+
+
+@pytest.mark.skipif(not os.path.exists(QWEN), reason="the 0.5B model is not here")
+def test_pool_refuses_a_model_that_cannot_fit():
+    d = tempfile.mkdtemp()
+    os.symlink(os.path.abspath(STORIES), os.path.join(d, "storyA.gguf"))
+    os.symlink(os.path.abspath(QWEN), os.path.join(d, "qwen.gguf"))
+    # 0.1 GB per engine: the stories model fits, the 0.5B's ~0.49 GB of weights never do
+    s = Server(os.path.join(d, "storyA.gguf"), "--isolate", "--models-dir", d,
+               "--memory-budget", "0.1")
+    try:
+        st, body, _ = s.post("/v1/completions", {"model": "qwen", "prompt": "x",
+                                                 "max_tokens": 2})
+        j = json.loads(body)
+        assert st == 503 and "does not fit" in j["error"]["message"], body
+        assert "0.491 GB" in j["error"]["message"] and "0.100 GB" in j["error"]["message"]
+        assert states(s) == {"qwen": "unloaded", "storyA": "loaded"}
+        assert complete(s, "storyA")["model"] == "storyA"  # the pool keeps serving
+    finally:
+        assert s.stop() == 0, s.output()
+    import subprocess
+    from conftest import BIN
+    r = subprocess.run([BIN, "serve", QWEN, "--isolate", "--memory-budget", "0.1",
+                        "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "does not fit" in r.stderr, r.stderr
+
+
+def test_metrics_labelled_and_served_name():
+    s = iso_server("--served-model-name", "tiny")
+    try:
+        st, body, _ = s.get("/v1/models")
+        assert st == 200 and json.loads(body)["data"][0]["id"] == "tiny"
+        assert complete(s, "tiny")["model"] == "tiny"
+        st, body, _ = s.get("/metrics")
+        m = body.decode()
+        assert st == 200
+        samples = [ln for ln in m.splitlines() if ln and not ln.startswith("#")]
+        eng = [ln for ln in samples if not ln.startswith("cinfer_isolate_")]
+        assert eng and all('engine="tiny"' in ln for ln in eng), eng[:5]
+        assert 'cinfer_isolate_engine_up{engine="tiny"} 1' in m
+    finally:
+        assert s.stop() == 0, s.output()

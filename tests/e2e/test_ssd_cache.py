@@ -396,3 +396,94 @@ def test_real_model_20_turns_reuse_previous_turns(cache_dir):
         print(f"20 turns: the worst turn reused {worst:.4f} of the previous turns' tokens")
     finally:
         stop_ok(s)
+
+
+
+def crash_mid_generation(cache_dir, *args):
+    """A slow server streams a long generation; once its KV holds `want` blocks beyond the
+    prompt, it is killed with SIGKILL mid-stream. Returns the server's last /stats."""
+    import http.client as httpc
+    a = serve(cache_dir, *args, env={"CINFER_TEST_STEP_DELAY_MS": "30",
+                                     "CINFER_SSD_WRITEBEHIND": "0"})
+    conn = httpc.HTTPConnection("127.0.0.1", a.port, timeout=120)
+    conn.request("POST", "/v1/completions", json.dumps(
+        {"prompt": PROMPT, "max_tokens": 120, "temperature": 0, "stream": True,
+         "ignore_eos": True}), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    got = 0
+    while got < 70:  # well into the generation (> 2 checkpoints of 32 beyond the prompt)
+        line = resp.readline()
+        assert line, "the stream ended early"
+        got += line.startswith(b"data: {")
+    st = ssd(a)
+    a.proc.send_signal(signal.SIGKILL)  # mid-stream: the generation is not finished
+    a.proc.wait()
+    conn.close()
+    return st
+
+
+def test_generation_checkpoint_survives_kill9(cache_dir, cold):
+    st = crash_mid_generation(cache_dir, "--generation-checkpoint", "32")
+    assert st["checkpoint_blocks"] > 0, st
+    b = serve(cache_dir)
+    assert "generation checkpoint" not in b.output()
+    t, lp, u = gen(b)  # the same request again: resumes from the checkpointed prompt KV
+    assert (t, lp) == (cold[0], cold[1])
+    assert u["prompt_tokens_details"]["cached_tokens"] >= 0.9 * u["prompt_tokens"], u
+    # the generated tokens' blocks were checkpointed too: files beyond the prompt's blocks
+    assert ssd(b)["entries_at_start"] > u["prompt_tokens"] // 16, ssd(b)
+    stop_ok(b)
+
+
+def test_without_generation_checkpoint_a_crash_loses_the_running_kv(cache_dir, cold):
+    # the control: the writer is idle-gated, so a generation killed mid-way left nothing
+    st = crash_mid_generation(cache_dir)
+    assert st["checkpoint_blocks"] == 0
+    b = serve(cache_dir)
+    t, lp, u = gen(b)
+    assert (t, lp) == (cold[0], cold[1])
+    assert u["prompt_tokens_details"]["cached_tokens"] == 0, u
+    stop_ok(b)
+    r = subprocess.run([BIN, "serve", STORIES, "--generation-checkpoint", "8"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "need --ssd-cache" in r.stderr, r.stderr
+
+
+GEMMA = os.path.join(os.path.dirname(QWEN), "gemma3-270m-Q4_K_M.gguf")
+
+
+@pytest.mark.skipif(QUICK or not os.path.exists(GEMMA), reason="the Gemma 3 270M model (not in "
+                    "the quick suite)")
+def test_gemma3_sliding_window_pool_restores_from_disk(cache_dir):
+    # Gemma 3 keeps its sliding-window layers in a pool of their own: the tier has a second
+    # namespace for it, and a restore needs the global chain AND the window's sliding blocks
+    # (the prompt is longer than the 512-token window)
+    prompt = STORY * 40 + "One day Lily"
+    args = ("--kv-f32", "--ctx", "4096")
+    ref = Server(GEMMA, *args, "--prompt-cache", "0")
+    cold_out = gen(ref, prompt, n=16)[:2]
+    ref.stop()
+    a = Server(GEMMA, *args, "--ssd-cache", cache_dir)
+    assert gen(a, prompt, n=16)[:2] == cold_out
+    stop_ok(a)
+    dirs = sorted(glob.glob(os.path.join(cache_dir, "[0-9a-f]" * 16)))
+    assert len(dirs) == 2, dirs  # the global layers' namespace and the sliding layers'
+    b = Server(GEMMA, *args, "--ssd-cache", cache_dir)
+    t, lp, u = gen(b, prompt, n=16)
+    assert (t, lp) == cold_out  # bit-identical to a cold run, logprobs included
+    assert u["prompt_tokens_details"]["cached_tokens"] >= 0.95 * u["prompt_tokens"], u
+    s = ssd(b)
+    full = u["prompt_tokens_details"]["cached_tokens"] // 16
+    assert s["restored_blocks"] > full and s["quarantined"] == 0, s  # both pools restored
+    stop_ok(b)
+    # the sliding layers' files damaged (the larger files: more layers): the global chain
+    # alone is no hit; the files are quarantined and the prompt recomputed, output the same
+    swa = max(dirs, key=lambda d: os.path.getsize(glob.glob(os.path.join(d, "*.kvb"))[0]))
+    for f in glob.glob(os.path.join(swa, "*.kvb")):
+        os.truncate(f, os.path.getsize(f) - 100)
+    c = Server(GEMMA, *args, "--ssd-cache", cache_dir)
+    t, lp, u = gen(c, prompt, n=16)
+    assert (t, lp) == cold_out
+    assert ssd(c)["quarantined"] >= 1
+    assert u["prompt_tokens_details"]["cached_tokens"] < 0.5 * u["prompt_tokens"], u
+    stop_ok(c)

@@ -333,6 +333,187 @@ static void test_pool_tier(void)
     kv_ssd_close(s, 30);
 }
 
+/* Fills every block of a (pool p) with values that name the layer, the block's index in the
+ * sequence and the position: tag separates pools. */
+static void fill_seq(struct kv_pool *p, const struct kv_seq *a, float tag)
+{
+    size_t bb = (size_t)BS * KD * 4;
+    for (int l = 0; l < NL; l++)
+        for (int b = 0; b < a->n_blocks; b++) {
+            if (a->blocks[b] < 0)
+                continue;
+            float v[BS * KD];
+            for (int j = 0; j < BS * KD; j++)
+                v[j] = tag + (float)(l * 1000 + b * 100 + j);
+            p->be->ops->upload(p->be, (char *)p->k[l] + (size_t)a->blocks[b] * bb, v, bb, NULL);
+            for (int j = 0; j < BS * KD; j++)
+                v[j] = -v[j];
+            p->be->ops->upload(p->be, (char *)p->v[l] + (size_t)a->blocks[b] * bb, v, bb, NULL);
+        }
+}
+
+static int seq_bad(struct kv_pool *p, const struct kv_seq *a, float tag, int from)
+{
+    size_t bb = (size_t)BS * KD * 4;
+    int bad = 0;
+    for (int l = 0; l < NL; l++)
+        for (int b = from; b < a->n_blocks; b++) {
+            float v[BS * KD], w[BS * KD];
+            if (a->blocks[b] < 0)
+                return 1000;
+            p->be->ops->download(p->be, v, (char *)p->k[l] + (size_t)a->blocks[b] * bb, bb, NULL);
+            p->be->ops->download(p->be, w, (char *)p->v[l] + (size_t)a->blocks[b] * bb, bb, NULL);
+            for (int j = 0; j < BS * KD; j++)
+                bad += v[j] != tag + (float)(l * 1000 + b * 100 + j) ||
+                       w[j] != -(tag + (float)(l * 1000 + b * 100 + j));
+        }
+    return bad;
+}
+
+static void truncate_all(const uint8_t ns[KV_SSD_KEY])
+{
+    char dir[512], nh[17];
+    for (int i = 0; i < 8; i++)
+        sprintf(nh + 2 * i, "%02x", ns[i]);
+    snprintf(dir, sizeof dir, "%s/%s", g_dir, nh);
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        char f[1024];
+        snprintf(f, sizeof f, "%s/%s", dir, de->d_name);
+        if (strstr(de->d_name, ".kvb") && truncate(f, 100) != 0)
+            fprintf(stderr, "cannot truncate %s\n", f);
+    }
+    if (d)
+        closedir(d);
+}
+
+/* A model whose sliding-window layers have their own pool (Gemma 3): each pool has its own
+ * tier (namespace); after a restart the lookup takes the global chain and the window's
+ * sliding blocks from the disk, bit-exact; with the sliding files damaged it is a miss (never
+ * a hit without the window), and both pools stay consistent. */
+static void test_swa_pools_restore(void)
+{
+    rm_rf(g_dir);
+    enum { WIN = 8, N = 24 };
+    uint8_t root[KV_KEY_BYTES], root_swa[KV_KEY_BYTES];
+    kv_key_root(root, "glob", 4);
+    kv_key_root(root_swa, "swa", 3);
+    struct kv_ssd_config c = cfg(1 << 30, 1);
+    struct kv_ssd *sg = NULL, *ss = NULL;
+    CHECK(kv_ssd_open(&sg, &c, root, NULL) == 0);
+    CHECK(kv_ssd_open(&ss, &c, root_swa, NULL) == 0);
+    int32_t ids[N + 1];
+    for (int i = 0; i <= N; i++)
+        ids[i] = 3 + i * 5;
+    struct kv_pool *pg = NULL, *ps = NULL;
+    CHECK(kv_pool_new(&pg, g_be, NL, KD, BS, 16, DT_F32, 16, NULL) == 0);
+    CHECK(kv_pool_new(&ps, g_be, NL, KD, BS, 16, DT_F32, 16, NULL) == 0);
+    CHECK(kv_pool_attach_ssd(pg, sg, NULL) == 0 && kv_pool_attach_ssd(ps, ss, NULL) == 0);
+    struct kv_seq a, w;
+    kv_seq_init(&a);
+    kv_seq_init(&w);
+    CHECK(kv_seq_reserve(pg, &a, N, NULL) == 0 && kv_seq_reserve(ps, &w, N, NULL) == 0);
+    fill_seq(pg, &a, 0.0f);
+    fill_seq(ps, &w, 0.5f);
+    kv_cache_commit(pg, &a, root, ids, N);
+    kv_cache_commit(ps, &w, root, ids, N);
+    kv_seq_drop_before(ps, &w, N - WIN + 1); /* the window lets go of blocks 0..3 */
+    kv_seq_release(pg, &a);
+    kv_seq_release(ps, &w);
+    CHECK_EQ_INT(kv_tier_snapshot(pg, 100, 0), 0);
+    CHECK_EQ_INT(kv_tier_snapshot(ps, 100, 0), 0);
+    CHECK(kv_ssd_drain(sg, 30) == 0 && kv_ssd_drain(ss, 30) == 0);
+    kv_pool_free(pg);
+    kv_pool_free(ps);
+
+    for (int round = 0; round < 2; round++) {
+        CHECK(kv_pool_new(&pg, g_be, NL, KD, BS, 16, DT_F32, 16, NULL) == 0);
+        CHECK(kv_pool_new(&ps, g_be, NL, KD, BS, 16, DT_F32, 16, NULL) == 0);
+        CHECK(kv_pool_attach_ssd(pg, sg, NULL) == 0 && kv_pool_attach_ssd(ps, ss, NULL) == 0);
+        kv_seq_init(&a);
+        kv_seq_init(&w);
+        int hit = kv_cache_lookup_swa(pg, &a, ps, &w, root, ids, N + 1, WIN, NULL);
+        if (round == 0) {
+            CHECK_EQ_INT(hit, N);
+            CHECK_EQ_INT(seq_bad(pg, &a, 0.0f, 0), 0);
+            CHECK_EQ_INT(seq_bad(ps, &w, 0.5f, (N - WIN) / BS), 0); /* the window's blocks */
+            CHECK(w.n_blocks == N / BS && w.blocks[0] < 0);
+        } else {
+            CHECK_EQ_INT(hit, 0); /* the sliding files failed their checks: a miss */
+            struct kv_ssd_stats st;
+            kv_ssd_stats(ss, &st);
+            CHECK(st.quarantined >= 1);
+        }
+        const struct kv_seq *g1[1] = {&a}, *s1[1] = {&w};
+        CHECK(kv_pool_check(pg, g1, 1, NULL) == 0);
+        CHECK(kv_pool_check(ps, s1, 1, NULL) == 0);
+        kv_seq_release(pg, &a);
+        kv_seq_release(ps, &w);
+        kv_pool_free(pg);
+        kv_pool_free(ps);
+        if (round == 0)
+            truncate_all(root_swa);
+    }
+    kv_ssd_close(sg, 30);
+    kv_ssd_close(ss, 30);
+}
+
+/* --generation-checkpoint: a running sequence's registered blocks not on disk are queued as
+ * urgent once they hold min_tokens positions, and the writer writes them while the engine is
+ * busy (a plain spill waits for idle). */
+static void test_checkpoint_urgent(void)
+{
+    rm_rf(g_dir);
+    uint8_t root[KV_KEY_BYTES];
+    kv_key_root(root, "ckpt", 4);
+    struct kv_ssd_config c = cfg(1 << 30, 0);
+    struct kv_ssd *s = NULL;
+    CHECK(kv_ssd_open(&s, &c, root, NULL) == 0);
+    struct kv_pool *p = NULL;
+    CHECK(kv_pool_new(&p, g_be, NL, KD, BS, 16, DT_F32, 16, NULL) == 0);
+    CHECK(kv_pool_attach_ssd(p, s, NULL) == 0);
+    kv_ssd_set_busy(s, 1); /* the engine is running steps */
+    int32_t ids[21];
+    for (int i = 0; i < 21; i++)
+        ids[i] = 7 + i;
+    struct kv_seq a;
+    kv_seq_init(&a);
+    CHECK(kv_seq_reserve(p, &a, 20, NULL) == 0);
+    fill_seq(p, &a, 0.0f);
+    kv_cache_commit(p, &a, root, ids, 12); /* 3 blocks: under the 16 of a checkpoint */
+    CHECK_EQ_INT(kv_tier_checkpoint(p, &a, 16), 0);
+    kv_cache_commit(p, &a, root, ids, 20); /* 5 blocks */
+    CHECK_EQ_INT(kv_tier_checkpoint(p, &a, 16), 5);
+    CHECK_EQ_INT(kv_tier_checkpoint(p, &a, 16), 0); /* all queued already */
+    struct kv_ssd_stats st;
+    for (int t = 0; t < 3000; t++) { /* written while busy: no drain, no idle */
+        kv_ssd_stats(s, &st);
+        if (st.writes == 5)
+            break;
+        usleep(10000);
+    }
+    CHECK_EQ_INT(st.writes, 5);
+    CHECK_EQ_INT(st.checkpoint_blocks, 5);
+    /* a plain spill still waits while busy */
+    struct kv_seq b;
+    kv_seq_init(&b);
+    CHECK(kv_seq_reserve(p, &b, 8, NULL) == 0);
+    int32_t other[9] = {90, 91, 92, 93, 94, 95, 96, 97, 98};
+    kv_cache_commit(p, &b, root, other, 8);
+    CHECK_EQ_INT(kv_tier_snapshot(p, 100, 0), 0);
+    usleep(50000);
+    kv_ssd_stats(s, &st);
+    CHECK_EQ_INT(st.writes, 5);
+    CHECK_EQ_INT(st.pending_spills, 2);
+    kv_ssd_set_busy(s, 0);
+    CHECK(kv_ssd_drain(s, 30) == 0);
+    kv_seq_release(p, &a);
+    kv_seq_release(p, &b);
+    kv_pool_free(p);
+    kv_ssd_close(s, 30);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/cinfer-test-ssd-%d", (int)getpid());
@@ -347,6 +528,8 @@ int main(void)
     RUN(test_roundtrip_restart_quarantine);
     RUN(test_cap_and_queue);
     RUN(test_pool_tier);
+    RUN(test_swa_pools_restore);
+    RUN(test_checkpoint_urgent);
     rm_rf(g_dir);
     be_free(g_be);
     return harness_done();

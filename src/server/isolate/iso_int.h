@@ -29,7 +29,11 @@ struct iso_engine {
     double last_used; /* LRU of the pool */
     int draining;     /* asked to stop (LRU or idle), not a crash */
     const char *drain_why;
-    int crashed; /* died and not ready again yet: /health is degraded */
+    int crashed;          /* died and not ready again yet: /health is degraded */
+    long demotions;       /* KV blocks its drains demoted to the SSD tier */
+    int sleep_pending;    /* POST /admin/sleep: drain it once it is idle */
+    int wake_pending;     /* POST /admin/wake: start it (like a held request) */
+    long long need_bytes; /* its weights' bytes (the pool's memory fit), -1 = unknown */
 };
 
 #define ISO_MAX_ENGINES 16
@@ -50,6 +54,11 @@ struct iso {
     double started_s;
     int announced, stopping;
     long relayed, failed_502;
+    long demotions;      /* KV blocks demoted by drains, all engines */
+    int drain_threads;   /* drain and pool-metrics threads in flight (atomic): waited for at exit */
+    struct iso_adm *adm; /* /admin/sleep and /admin/wake requests waiting for their state */
+    double pool_budget;  /* bytes the resident engines' weights may take together */
+    double engine_budget; /* bytes one engine may plan */
 };
 
 /* iso_proxy.c */
@@ -61,6 +70,38 @@ void pxy_flush(struct iso *s, struct iso_engine *e);
 void pxy_fail_waiting(struct iso *s, struct iso_engine *e, int status, const char *msg);
 /* An error body in the protocol shape of path (malloc'd). */
 char *iso_error_body(const char *path, int status, const char *type, const char *msg);
+
+/* iso_admin.c */
+/* Asks e's child (ready) over its socket to drain: POST /admin/drain (its running requests
+ * end, its prompt cache goes to the SSD tier), on a thread; the reply comes back to the loop,
+ * which then stops the child (SIGTERM). Returns 0, or -1 when it could not start (the caller
+ * stops the child at once). */
+int iso_drain_post(struct iso *s, struct iso_engine *e);
+/* Waits (bounded) for the drain threads at shutdown, after the children were stopped. */
+void iso_drain_wait(struct iso *s);
+/* Installs POST /admin/sleep and /admin/wake (loopback only; --api-key too). */
+int iso_admin_routes(struct iso *s);
+/* Every tick: drains engines put to sleep once idle; answers sleep/wake requests whose
+ * engines reached their state. */
+void iso_admin_step(struct iso *s);
+/* The pool's memory fit of e: sets e->need_bytes and the budgets (once). Returns 0 when e fits
+ * beside the resident engines, 1 when it fits alone only (the LRU must go first), -1 when it
+ * never fits (msg: the numbers). */
+int iso_fit(struct iso *s, struct iso_engine *e, char *msg, size_t cap);
+/* The engine's /metrics text with engine="id" added to every sample (malloc'd), or NULL. */
+char *iso_metrics_relabel(const char *text, size_t n, const char *id);
+/* Prometheus texts merged by metric family (a family's HELP/TYPE once, from the first text
+ * that has them, then its samples from every text in order), malloc'd, or NULL. */
+char *iso_metrics_merge(char *const *texts, int n);
+/* GET /metrics while two or more engines are ready: answers it (later, from a thread) with
+ * every ready engine's series, labelled engine="ID" and merged by family, then the
+ * supervisor's. Returns 1 when it took r, 0 when the caller relays it as usual. */
+int iso_metrics_pool(struct iso *s, struct http_req *r);
+/* Drains e (LRU, idle, sleep): isolate.c. */
+void iso_drain(struct iso *s, struct iso_engine *e, const char *why);
+int iso_resident(const struct iso *s);
+struct iso_engine *iso_default_engine(struct iso *s);
+struct iso_engine *iso_engine_by_id(struct iso *s, const char *id);
 
 /* isolate.c */
 double iso_now(void);

@@ -254,7 +254,7 @@ void pxy_start(struct iso *s, struct iso_engine *e, struct http_req *r)
     http_req_on_close(r, on_gone, p);
     s->relayed++;
     e->last_used = iso_now();
-    if (e->state == ENG_READY)
+    if (e->state == ENG_READY && !e->draining)
         connect_now(p);
     else if (e->state == ENG_BACKOFF) {
         char msg[400];
@@ -356,6 +356,14 @@ static int begin_body(struct pxy *p)
 static void finish_body(struct pxy *p)
 {
     if (p->status == 200 && !strcmp(http_req_path(p->r), "/metrics")) {
+        size_t en = evbuffer_get_length(p->body); /* the engine's series, labelled with its id */
+        char *lab =
+            iso_metrics_relabel(en ? (const char *)evbuffer_pullup(p->body, -1) : "", en, p->e->id);
+        if (lab) {
+            evbuffer_drain(p->body, en);
+            evbuffer_add(p->body, lab, strlen(lab));
+            free(lab);
+        }
         char *m = iso_metrics_text(p->s); /* the supervisor's counters after the engine's */
         if (m)
             evbuffer_add(p->body, m, strlen(m));

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -106,6 +107,10 @@ static int spawn(struct iso *s, struct iso_engine *e)
         snprintf(budget, sizeof budget, "%.3f", ram * 0.75 / s->cap / 1e9);
         av[n++] = "--memory-budget";
         av[n++] = budget;
+    }
+    if (s->o->served_name && e == &s->eng[0]) { /* the name is the first model's */
+        av[n++] = "--served-model-name";
+        av[n++] = (char *)s->o->served_name;
     }
     av[n++] = "--host";
     av[n++] = host;
@@ -217,21 +222,22 @@ static void child_ended(struct iso *s, struct iso_engine *e, int wst)
     }
 }
 
-/* The LRU drain. TODO(ssd-tier): before the SIGTERM, POST /admin/drain on the engine's
- * unix socket so that it demotes its whole prompt cache to the SSD tier
- * ({"drained":true,"demotions":N}) and a switch back restores the conversation; the route
- * lives in the engine (serve) once the SSD tier is merged. Today the engine just stops (its
- * in-flight count is 0: no stream is interrupted) and its prompt cache is lost. */
-static void drain(struct iso *s, struct iso_engine *v, const char *why)
+/* The LRU / idle / sleep drain: POST /admin/drain on the engine's unix socket (its running
+ * requests end, its whole prompt cache is demoted to the SSD tier when it has one:
+ * {"drained":true,"demotions":N}), then SIGTERM (iso_admin.c). A switch back respawns it and
+ * restores the conversation from the disk. Requests for it meanwhile are held and start it
+ * again once it has exited. */
+void iso_drain(struct iso *s, struct iso_engine *v, const char *why)
 {
     log_info("isolate: draining engine %s (pid %d, %s)", v->id, (int)v->pid, why);
     v->drain_why = why;
     v->draining = 1;
     s->drains++;
-    kill(v->pid, SIGTERM);
+    if (v->state != ENG_READY || iso_drain_post(s, v))
+        kill(v->pid, SIGTERM);
 }
 
-static int resident(const struct iso *s)
+int iso_resident(const struct iso *s)
 {
     int n = 0;
     for (int i = 0; i < s->n_eng; i++)
@@ -239,15 +245,33 @@ static int resident(const struct iso *s)
     return n;
 }
 
-/* Engines with held requests and no process: start them, making room first. */
+/* A pool engine that can never fit the memory budget: its held requests get 503 with the
+ * numbers, and it is not started. */
+static int refuse_unfit(struct iso *s, struct iso_engine *e)
+{
+    char msg[400];
+    if (iso_fit(s, e, msg, sizeof msg) >= 0)
+        return 0;
+    log_warn("isolate: %s", msg);
+    snprintf(e->reason, sizeof e->reason, "%.250s", msg);
+    e->wake_pending = 0;
+    pxy_fail_waiting(s, e, 503, msg);
+    return 1;
+}
+
+/* Engines with held requests (or a wake) and no process: start them, making room first:
+ * over the cap, or when the weights would not fit the pool's memory beside the resident
+ * engines, the least recently used idle engine is drained. */
 static void pool_step(struct iso *s)
 {
     for (int i = 0; i < s->n_eng && !s->stopping; i++) {
         struct iso_engine *e = &s->eng[i];
-        if (e->state != ENG_DOWN || !e->waiting)
+        if (e->state != ENG_DOWN || !(e->waiting || e->wake_pending) || refuse_unfit(s, e))
             continue;
-        if (resident(s) < s->cap) {
+        char msg[8];
+        if (iso_resident(s) < s->cap && (iso_resident(s) == 0 || !iso_fit(s, e, msg, sizeof msg))) {
             s->switches += s->announced;
+            e->wake_pending = 0;
             if (spawn(s, e)) {
                 e->state = ENG_BACKOFF;
                 e->backoff_s = BACKOFF_FIRST_S;
@@ -268,7 +292,7 @@ static void pool_step(struct iso *s)
                 v = c;
         }
         if (v)
-            drain(s, v, "least recently used");
+            iso_drain(s, v, "least recently used");
     }
 }
 
@@ -283,7 +307,7 @@ static void idle_step(struct iso *s)
         double last = e->last_used > e->ready_s ? e->last_used : e->ready_s;
         if (e->state == ENG_READY && !e->draining && !e->inflight && !e->waiting &&
             now - last >= s->o->idle_unload)
-            drain(s, e, "idle");
+            iso_drain(s, e, "idle");
     }
 }
 
@@ -293,6 +317,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *ud)
     struct iso *s = ud;
     pool_step(s);
     idle_step(s);
+    iso_admin_step(s);
     for (int i = 0; i < s->n_eng; i++) {
         struct iso_engine *e = &s->eng[i];
         int wst;
@@ -312,7 +337,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *ud)
                    iso_now() - e->ready_s > RESTART_WINDOW_S)
             e->backoff_s = 0; /* stable again: the next crash loop backs off from the start */
         else if (e->state == ENG_BACKOFF && iso_now() >= e->backoff_until && !s->stopping &&
-                 resident(s) < s->cap) {
+                 iso_resident(s) < s->cap) {
             e->restarts++;
             e->recent[(int)(e->restarts % RESTARTS_MAX)] = iso_now();
             if (spawn(s, e))
@@ -324,7 +349,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *ud)
 /* ---- routes ---------------------------------------------------------------------------- */
 
 /* The most recently used engine with a process, else the first model. */
-static struct iso_engine *default_engine(struct iso *s)
+struct iso_engine *iso_default_engine(struct iso *s)
 {
     struct iso_engine *best = NULL;
     for (int i = 0; i < s->n_eng; i++)
@@ -333,7 +358,7 @@ static struct iso_engine *default_engine(struct iso *s)
     return best ? best : &s->eng[0];
 }
 
-static struct iso_engine *engine_by_id(struct iso *s, const char *id)
+struct iso_engine *iso_engine_by_id(struct iso *s, const char *id)
 {
     for (int i = 0; i < s->n_eng; i++)
         if (!strcmp(s->eng[i].id, id))
@@ -377,12 +402,12 @@ static void unknown_model(struct iso *s, struct http_req *r, const char *id)
 static struct iso_engine *engine_for(struct iso *s, struct http_req *r)
 {
     if (s->n_eng == 1 || strcmp(http_req_method(r), "POST"))
-        return default_engine(s);
+        return iso_default_engine(s);
     size_t n = 0;
     const char *body = http_req_body(r, &n);
     json_t *j = n ? json_loadb(body, n, 0, NULL) : NULL;
     const char *id = json_string_value(json_object_get(j, "model"));
-    struct iso_engine *e = id && *id ? engine_by_id(s, id) : default_engine(s);
+    struct iso_engine *e = id && *id ? iso_engine_by_id(s, id) : iso_default_engine(s);
     if (!e)
         unknown_model(s, r, id);
     json_decref(j);
@@ -441,7 +466,20 @@ static void h_proxy(struct http_req *r, void *ud)
         free(b);
         return;
     }
-    if (pool_models(s, r))
+    const char *up = http_req_header(r, "Upgrade");
+    if (!strcmp(http_req_path(r), "/ws/chat") || (up && !strcasecmp(up, "websocket"))) {
+        /* the relay speaks HTTP/1.1 request/reply and SSE, not WebSocket */
+        char *b = iso_error_body(http_req_path(r), 501, "not_implemented",
+                                 "WebSocket upgrades are not relayed under --isolate; use the "
+                                 "HTTP API (SSE streams)");
+        if (b)
+            http_reply(r, 501, NULL, b, strlen(b));
+        else
+            http_reply_error(r, 501, "not implemented");
+        free(b);
+        return;
+    }
+    if (pool_models(s, r) || iso_metrics_pool(s, r))
         return;
     struct iso_engine *e = engine_for(s, r);
     if (e)
@@ -475,7 +513,7 @@ static void reply_json(struct http_req *r, int status, json_t *j)
 static void h_health(struct http_req *r, void *ud)
 {
     struct iso *s = ud;
-    const struct iso_engine *e = default_engine(s);
+    const struct iso_engine *e = iso_default_engine(s);
     for (int i = 0; i < s->n_eng; i++)
         if (s->eng[i].state == ENG_BACKOFF)
             e = &s->eng[i];
@@ -498,6 +536,7 @@ static json_t *engine_json(const struct iso_engine *e)
         return NULL;
     json_object_set_new(j, "reason", e->reason[0] ? json_string(e->reason) : json_null());
     json_object_set_new(j, "inflight", json_integer(e->inflight));
+    json_object_set_new(j, "demotions", json_integer(e->demotions));
     if (e->state == ENG_BACKOFF)
         json_object_set_new(j, "retry_in_s", json_real(e->backoff_until - now));
     return j;
@@ -506,12 +545,12 @@ static json_t *engine_json(const struct iso_engine *e)
 static void h_engine(struct http_req *r, void *ud)
 {
     struct iso *s = ud;
-    json_t *j = engine_json(default_engine(s));
+    json_t *j = engine_json(iso_default_engine(s));
     json_t *pool = json_array();
     for (int i = 0; i < s->n_eng; i++)
         json_array_append_new(pool, engine_json(&s->eng[i]));
     json_t *p =
-        json_pack("{s:i, s:i, s:I, s:I, s:o}", "size", s->cap, "resident", resident(s), "switches",
+        json_pack("{s:i, s:i, s:I, s:I, s:o}", "size", s->cap, "resident", iso_resident(s), "switches",
                   (json_int_t)s->switches, "drains", (json_int_t)s->drains, "engines", pool);
     if (!j || !p) {
         json_decref(j);
@@ -523,6 +562,8 @@ static void h_engine(struct http_req *r, void *ud)
     json_object_set_new(j, "pool", p);
     json_object_set_new(j, "relayed", json_integer(s->relayed));
     json_object_set_new(j, "failed_502", json_integer(s->failed_502));
+    json_object_set_new(j, "demotions", json_integer(s->demotions));
+    json_object_set_new(j, "asleep", json_boolean(s->announced && !iso_resident(s)));
     reply_json(r, 200, j);
 }
 
@@ -552,8 +593,14 @@ char *iso_metrics_text(const struct iso *s)
             "cinfer_isolate_drains_total %ld\n"
             "# HELP cinfer_isolate_failed_total requests failed because an engine died\n"
             "# TYPE cinfer_isolate_failed_total counter\n"
-            "cinfer_isolate_failed_total %ld\n",
+            "cinfer_isolate_failed_total %ld\n"
+            "# HELP cinfer_isolate_demotions_total KV blocks drained engines demoted to the SSD "
+            "tier\n"
+            "# TYPE cinfer_isolate_demotions_total counter\n",
             s->switches, s->drains, s->failed_502);
+    for (int i = 0; i < s->n_eng; i++)
+        fprintf(f, "cinfer_isolate_demotions_total{engine=\"%s\"} %ld\n", s->eng[i].id,
+                s->eng[i].demotions);
     fclose(f);
     return out;
 }
@@ -613,6 +660,7 @@ static void stop_on_loop(void *ud)
             kill(s->eng[i].pid, SIGTERM);
     for (int i = 0; i < s->n_eng; i++)
         pxy_fail_waiting(s, &s->eng[i], 503, "the server is shutting down");
+    iso_admin_step(s); /* sleep/wake requests still waiting: 503 */
     http_server_stop(s->http);
 }
 
@@ -658,7 +706,9 @@ static int add_engine(struct iso *s, const char *model)
 {
     char id[256];
     model_id_of(model, id, sizeof id);
-    if (engine_by_id(s, id))
+    if (!s->n_eng && s->o->served_name) /* --served-model-name names the first model */
+        snprintf(id, sizeof id, "%s", s->o->served_name);
+    if (iso_engine_by_id(s, id))
         return 0; /* the same id twice: the first wins */
     if (s->n_eng == ISO_MAX_ENGINES) {
         fprintf(stderr, "cinfer serve: --isolate: at most %d models\n", ISO_MAX_ENGINES);
@@ -740,6 +790,13 @@ int isolate_main(const struct serve_opts *o, int argc, char **argv)
         return 1;
     }
     struct iso_engine *e = &s->eng[0];
+    char unfit[400];
+    if (iso_fit(s, e, unfit, sizeof unfit) < 0) {
+        fprintf(stderr, "cinfer serve: --isolate: %s\n", unfit);
+        rmdir(s->dir);
+        free(s);
+        return 1;
+    }
 
     sigemptyset(&g_sigs);
     sigaddset(&g_sigs, SIGINT);
@@ -765,6 +822,7 @@ int isolate_main(const struct serve_opts *o, int argc, char **argv)
     http_set_error_fmt(s->http, error_fmt, s);
     int rc = http_route(s->http, "GET", "/health", HTTP_ROUTE_PUBLIC, h_health, s);
     rc |= http_route(s->http, "GET", "/engine", 0, h_engine, s);
+    rc |= iso_admin_routes(s);
     if (rc || web_install(&s->web, s->http, &err) ||
         http_route(s->http, NULL, "/", HTTP_ROUTE_PREFIX, h_proxy, s)) {
         fprintf(stderr, "cinfer serve: cannot install the routes: %s\n",
@@ -798,6 +856,7 @@ int isolate_main(const struct serve_opts *o, int argc, char **argv)
 done:
     s->stopping = 1;
     reap_all(s);
+    iso_drain_wait(s);
     if (s->tick)
         event_free(s->tick);
     http_server_free(s->http); /* fires on_close of open relays: they free themselves */
