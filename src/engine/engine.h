@@ -53,6 +53,9 @@ struct engine_config {
     size_t ssd_spill_queue_bytes; /* cap on pending spills */
     double ssd_close_timeout_s;   /* at shutdown, write what is pending for at most this */
     struct spec_config spec; /* speculative decoding (kind SPEC_NONE = off; spec/spec.h) */
+    /* LoRA adapters mounted on this model (model/lora.h), or NULL (none can be used): its
+     * lora_reg_paths decides every step's adapter path; must outlive the engine */
+    struct lora_reg *lora;
 };
 
 /* Fills defaults for a model: n_ctx = min(train context, 32768), 8 sequences, 2048 tokens
@@ -112,6 +115,10 @@ struct engine_req {
                                     this text (a tool call's opening), see
                                     sampler_set_grammar_lazy */
     int grammar_after;           /* the grammar starts after the trigger (reasoning end) */
+    /* the adapter set every step of the request runs (model/lora.h; the engine takes its
+     * own references; NULL or n == 0 = none); its KV never shares the prefix cache with
+     * another set's (the chain root includes it) */
+    const struct lora_set *lora;
     engine_cb cb;
     void *ud;
 };
