@@ -11,6 +11,7 @@
  */
 #include "model/lora.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -362,6 +363,10 @@ static int peft_config(const struct hfcfg *cfg, int *r, double *alpha, int *rslo
     if (rc == 0 && n > 0)
         return cerr_set(e, CERR_UNSUPPORTED, "adapter_config.json: modules_to_save ('%s') is "
                         "not supported", list[0]);
+    json_t *ap = json_object_get(hfcfg_json(cfg), "alpha_pattern");
+    if (json_is_object(ap) && json_object_size(ap) > 0)
+        return cerr_set(e, CERR_UNSUPPORTED, "adapter_config.json: alpha_pattern (a lora_alpha "
+                        "per module) is not supported");
     rc = hfcfg_str_list(cfg, "target_modules", list, 64, &n, e);
     if (rc == CERR_LIMIT)
         return cerr_set(e, CERR_UNSUPPORTED, "adapter_config.json: more than 64 target_modules");
@@ -581,6 +586,32 @@ void lora_set_key(const struct lora_set *s, char *buf, size_t cap)
             break;
         o += (size_t)k;
     }
+}
+
+int lora_set_load(struct lora_set *set, const struct model *m, const char *const *paths,
+                  int n, struct cerr *e)
+{
+    memset(set, 0, sizeof *set);
+    if (n > LORA_MAX_STACK)
+        return cerr_set(e, CERR_LIMIT, "at most %d adapters may be stacked", LORA_MAX_STACK);
+    for (int i = 0; i < n; i++) {
+        int rc = lora_load(&set->a[i], m, paths[i], e);
+        if (rc) {
+            lora_set_unref(set);
+            return rc;
+        }
+        set->w[i] = 1.0f;
+        set->n = i + 1;
+    }
+    return 0;
+}
+
+unsigned lora_set_targets(const struct lora_set *s)
+{
+    unsigned t = 0;
+    for (int i = 0; i < s->n; i++)
+        t |= s->a[i]->targets;
+    return t;
 }
 
 void lora_set_ref(struct lora_set *s)

@@ -74,6 +74,12 @@ struct lora_set {
 int lora_set_eq(const struct lora_set *x, const struct lora_set *y);
 /* Writes the set's key text ("fp:weight+fp:weight") to buf (NUL-terminated, cap bytes). */
 void lora_set_key(const struct lora_set *s, char *buf, size_t cap);
+/* Loads n adapters for m into *set (stacked, weight 1 each; `cinfer run/bench --adapter`).
+ * On failure the set is empty and e names the path. */
+int lora_set_load(struct lora_set *set, const struct model *m, const char *const *paths,
+                  int n, struct cerr *e);
+/* The union of the set's targets (model_batch.lora_paths for a set used alone). */
+unsigned lora_set_targets(const struct lora_set *s);
 /* References for every member (copying a set) / releasing them. */
 void lora_set_ref(struct lora_set *s);
 void lora_set_unref(struct lora_set *s);

@@ -2,7 +2,7 @@
  * (backend.h, struct be_lora_grp).
  *
  * Two passes over the pool: (1) t = x a^T * scale for every (row, term), chunked by row and
- * term, into the scratch cb->qbuf (free between matmuls); (2) y += sum_i t_i bt_i, chunked
+ * blocks of 4 ranks, into the scratch cb->qbuf (free between matmuls); (2) y += sum_i t_i bt_i, chunked
  * by (group, a slice of M) so a slice of bt stays in cache while every row of its group
  * reads it. Each output element is one chain of multiply-adds in a fixed order (terms in
  * order, j from 0), so a row's bits depend only on its own x row and terms.
@@ -21,7 +21,7 @@ struct lora_task {
     int K, M;
     const struct be_lora_grp *g;
     int n_grp;
-    int64_t *row0;  /* (n_grp + 1) first pass-1 item of each group (rows * terms) */
+    int64_t *row0;  /* (n_grp + 1) first pass-1 item of each group (rows * grp_slots) */
     int64_t *toff;  /* (n_grp) offset of each group's t in tbuf */
     float *tbuf;    /* t values: per group, per row, the terms' ranks in order */
     int n_slices;
@@ -35,7 +35,18 @@ static int grp_rank_sum(const struct be_lora_grp *g)
     return s;
 }
 
-/* Pass 1, item c: group gi, row r, term i (c = row0[gi] + r * n_terms + i). */
+enum { LORA_JB = 4 /* ranks per pass-1 item */ };
+
+/* Pass-1 items of one row of g: per term, ceil(rank / LORA_JB). */
+static int grp_slots(const struct be_lora_grp *g)
+{
+    int s = 0;
+    for (int i = 0; i < g->n_terms; i++)
+        s += (g->t[i].rank + LORA_JB - 1) / LORA_JB;
+    return s;
+}
+
+/* Pass 1, item c: group gi, row r, then a block of LORA_JB ranks of one term. */
 static void lora_pass1(void *arg, int64_t c)
 {
     const struct lora_task *t = arg;
@@ -44,14 +55,18 @@ static void lora_pass1(void *arg, int64_t c)
         gi++;
     const struct be_lora_grp *g = &t->g[gi];
     int64_t local = c - t->row0[gi];
-    int r = (int)(local / g->n_terms), ti = (int)(local % g->n_terms);
-    int rs = grp_rank_sum(g), off = 0;
-    for (int i = 0; i < ti; i++)
-        off += g->t[i].rank;
+    int sb = grp_slots(g);
+    int r = (int)(local / sb), s = (int)(local % sb), ti = 0, off = 0;
+    while (s >= (g->t[ti].rank + LORA_JB - 1) / LORA_JB) {
+        s -= (g->t[ti].rank + LORA_JB - 1) / LORA_JB;
+        off += g->t[ti].rank;
+        ti++;
+    }
     const struct be_lora_term *tm = &g->t[ti];
     const float *x = t->x + (int64_t)g->rows[r] * t->K;
-    float *out = t->tbuf + t->toff[gi] + (int64_t)r * rs + off;
-    for (int j = 0; j < tm->rank; j++)
+    float *out = t->tbuf + t->toff[gi] + (int64_t)r * grp_rank_sum(g) + off;
+    int j1 = (s + 1) * LORA_JB < tm->rank ? (s + 1) * LORA_JB : tm->rank;
+    for (int j = s * LORA_JB; j < j1; j++)
         out[j] = t->k->dot(x, tm->a + (int64_t)j * t->K, t->K) * tm->scale;
 }
 
@@ -94,7 +109,7 @@ void cpu_lora(struct be *b, float *y, const float *x, int K, int M, const struct
         for (int i = 0; i < ng; i++) {
             row0[i] = items;
             toff[i] = floats;
-            items += (int64_t)gg[i].n_rows * gg[i].n_terms;
+            items += (int64_t)gg[i].n_rows * grp_slots(&gg[i]);
             floats += (int64_t)gg[i].n_rows * grp_rank_sum(&gg[i]);
         }
         row0[ng] = items;
@@ -113,10 +128,10 @@ void cpu_lora(struct be *b, float *y, const float *x, int K, int M, const struct
                     g1.n_rows = 1;
                     if (grp_rank_sum(&g1) > (int)(sizeof one / sizeof one[0]))
                         continue; /* model/lora.c caps ranks at 256 */
-                    int64_t z0[2] = {0, g1.n_terms}, zo[1] = {0};
+                    int64_t z0[2] = {0, grp_slots(&g1)}, zo[1] = {0};
                     struct lora_task t1 = t;
                     t1.g = &g1, t1.n_grp = 1, t1.row0 = z0, t1.toff = zo, t1.tbuf = one;
-                    for (int64_t c = 0; c < g1.n_terms; c++)
+                    for (int64_t c = 0; c < z0[1]; c++)
                         lora_pass1(&t1, c);
                     for (int64_t c = 0; c < t1.n_slices; c++)
                         lora_pass2(&t1, c);
