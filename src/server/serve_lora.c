@@ -251,10 +251,27 @@ static void h_available(struct http_req *r, void *ud)
                             sv->o.adapters_dir));
 }
 
+/* Mounting and unmounting while the engine runs allocate, upload and free backend memory on
+ * the loop thread: fine for host memory; a device backend's stream belongs to the engine
+ * thread, so there only --adapter mounts (before the engine starts). */
+static int hot_refused(struct serve *sv, struct http_req *r)
+{
+    if (!sv->m->be->ops->mem_info)
+        return 0;
+    char msg[200];
+    snprintf(msg, sizeof msg, "mounting or unmounting adapters while serving is not supported "
+             "on the %s backend yet; mount them with --adapter at start-up",
+             sv->m->be->ops->name);
+    fail(sv, r, 501, "not_implemented", msg);
+    return 1;
+}
+
 static void h_mount(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
     sv->met.requests[EP_OTHER]++;
+    if (hot_refused(sv, r))
+        return;
     size_t blen = 0;
     const char *body = http_req_body(r, &blen);
     json_error_t je;
@@ -317,6 +334,8 @@ static void h_unmount(struct http_req *r, void *ud)
     sv->met.requests[EP_OTHER]++;
     const char *id = http_req_path(r) + strlen("/v1/adapters/");
     struct cerr e = {0};
+    if (hot_refused(sv, r))
+        return;
     if (lora_reg_unmount(sv->lora, id, &e)) {
         fail(sv, r, 404, "adapter_not_found", e.msg);
         return;
