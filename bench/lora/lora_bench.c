@@ -11,9 +11,13 @@
  *   overhead_b1 = 1 - one_b1 / none_b1, overhead_b8 = 1 - one_b8 / none_b8,
  *   mixed_vs_single_at_8 = mixed_b8 / one_b8.
  * Usage: cinfer_lora_bench MODEL [-t THREADS] [--backend cpu|cuda] [-n STEPS] [--reps N]
- *        [--rank R]      (prints one JSON object)
+ *        [--rank R] [--clock wall|cpu]      (prints one JSON object)
+ * --clock cpu times the process's CPU time instead of wall time: on a machine shared with
+ * other loads (where wall times of one configuration vary 2-3x between repetitions) the
+ * CPU time of a one-thread run (-t 1) measures the work itself.
  */
 #include <math.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +31,17 @@
 #define NA 8 /* distinct adapters */
 #define NR 8 /* rows of a batched step */
 #define P0 16 /* prompt positions before the timed steps */
+
+static int g_cpu_clock; /* --clock cpu: the process's CPU time instead of wall time */
+
+static double now(void)
+{
+    if (!g_cpu_clock)
+        return clock_now_s();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static uint64_t g_rng = 88172645463325252ull;
 static float frand(void)
@@ -93,7 +108,7 @@ static double timed(struct run *R, int rows, const struct lora_set *const *sets,
                     unsigned paths, int steps)
 {
     struct cerr e = {0};
-    double t0 = clock_now_s();
+    double t0 = now();
     for (int s = 0; s < steps; s++) {
         for (int i = 0; i < rows; i++) {
             R->pos[i] = P0 + s;
@@ -112,7 +127,7 @@ static double timed(struct run *R, int rows, const struct lora_set *const *sets,
         }
         memcpy(R->tok, R->am, (size_t)rows * 4);
     }
-    return rows * steps / (clock_now_s() - t0);
+    return rows * steps / (now() - t0);
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -143,11 +158,13 @@ int main(int argc, char **argv)
             rank = atoi(v), i++;
         else if (!strcmp(a, "--backend") && v)
             backend = v, i++;
+        else if (!strcmp(a, "--clock") && v)
+            g_cpu_clock = !strcmp(v, "cpu"), i++;
         else if (a[0] != '-' && !path)
             path = a;
         else {
             fprintf(stderr, "usage: cinfer_lora_bench MODEL [-t N] [--backend cpu|cuda] [-n STEPS] "
-                            "[--reps N] [--rank R]\n");
+                            "[--reps N] [--rank R] [--clock wall|cpu]\n");
             return 2;
         }
     }
@@ -206,11 +223,12 @@ int main(int argc, char **argv)
     }
     (void)s_none;
     size_t abytes = ad[0]->bytes;
-    printf("{\"backend\": \"%s\", \"model\": \"%s\", \"rank\": %d, \"steps\": %d, \"reps\": %d, "
+    printf("{\"backend\": \"%s\", \"clock\": \"%s\", \"model\": \"%s\", \"rank\": %d, "
+           "\"steps\": %d, \"reps\": %d, "
            "\"adapter_bytes\": %zu, \"weight_bytes\": %zu, "
            "\"tok_s_median\": {\"none_b1\": %.3f, \"one_b1\": %.3f, \"none_b8\": %.3f, "
            "\"one_b8\": %.3f, \"mixed_b8\": %.3f}, ",
-           be->ops->name, path, rank, steps, reps, abytes, model_weight_bytes(m),
+           be->ops->name, g_cpu_clock ? "cpu" : "wall", path, rank, steps, reps, abytes, model_weight_bytes(m),
            median(none1, reps), median(one1, reps), median(none8, reps), median(one8, reps),
            median(mix8, reps));
     printf("\"overhead_b1\": %.4f, \"overhead_b8\": %.4f, \"mixed_vs_single_at_8\": %.4f}\n",
