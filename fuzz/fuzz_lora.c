@@ -40,8 +40,13 @@ static int setup(void)
     if (!g_be)
         return -1;
     g_m.be = g_be;
-    g_m.hp = (struct model_hparams){.arch = ARCH_LLAMA, .n_layer = 2, .n_embd = 64,
-                                    .n_head = 4, .n_kv_head = 2, .head_dim = 16, .n_ff = 64,
+    g_m.hp = (struct model_hparams){.arch = ARCH_LLAMA,
+                                    .n_layer = 2,
+                                    .n_embd = 64,
+                                    .n_head = 4,
+                                    .n_kv_head = 2,
+                                    .head_dim = 16,
+                                    .n_ff = 64,
                                     .rope_mode = BE_ROPE_NORM};
     g_m.layers = g_layers;
     g_m.src_kind = 0; /* a GGUF base: the llama q/k permutation runs too */
@@ -69,10 +74,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const struct lora_proj *p = &a->p[i];
         if (!p->a)
             continue;
-        const struct be_tensor *w[LORA_NT] = {&g_layers[0].wq, &g_layers[0].wk,
-                                              &g_layers[0].wv, &g_layers[0].wo,
-                                              &g_layers[0].w_gate, &g_layers[0].w_up,
-                                              &g_layers[0].w_down};
+        const struct be_tensor *w[LORA_NT] = {
+            &g_layers[0].wq,     &g_layers[0].wk,   &g_layers[0].wv,    &g_layers[0].wo,
+            &g_layers[0].w_gate, &g_layers[0].w_up, &g_layers[0].w_down};
         const struct be_tensor *t = w[i % LORA_NT];
         g_sink += p->a[(size_t)p->rank * t->ne[0] - 1] + p->bt[(size_t)p->rank * t->ne[1] - 1];
     }

@@ -28,8 +28,8 @@
 #include "model/model.h"
 #include "util/clock.h"
 
-#define NA 8 /* distinct adapters */
-#define NR 8 /* rows of a batched step */
+#define NA 8  /* distinct adapters */
+#define NR 8  /* rows of a batched step */
 #define P0 16 /* prompt positions before the timed steps */
 
 static int g_cpu_clock; /* --clock cpu: the process's CPU time instead of wall time */
@@ -50,10 +50,9 @@ static float frand(void)
     return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-static const char *const g_names[LORA_NT] = {"self_attn.q_proj", "self_attn.k_proj",
-                                             "self_attn.v_proj", "self_attn.o_proj",
-                                             "mlp.gate_proj",    "mlp.up_proj",
-                                             "mlp.down_proj"};
+static const char *const g_names[LORA_NT] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
 
 /* A random rank-r PEFT adapter on every projection of m, as safetensors bytes. */
 static uint8_t *random_adapter(const struct model *m, int r, size_t *len)
@@ -64,7 +63,7 @@ static uint8_t *random_adapter(const struct model *m, int r, size_t *len)
     for (int il = 0; il < m->hp.n_layer; il++)
         for (int t = 0; t < LORA_NT; t++) {
             const struct model_layer *l = &m->layers[il];
-            const struct be_tensor *w[LORA_NT] = {&l->wq, &l->wk, &l->wv, &l->wo,
+            const struct be_tensor *w[LORA_NT] = {&l->wq,     &l->wk,   &l->wv,    &l->wo,
                                                   &l->w_gate, &l->w_up, &l->w_down};
             long in = (long)w[t]->ne[0], out = (long)w[t]->ne[1];
             for (int ab = 0; ab < 2; ab++) {
@@ -74,8 +73,8 @@ static uint8_t *random_adapter(const struct model *m, int r, size_t *len)
                                       "%s\"base_model.model.model.layers.%d.%s.lora_%c.weight\":"
                                       "{\"dtype\":\"F32\",\"shape\":[%ld,%ld],\"data_offsets\":"
                                       "[%zu,%zu]}",
-                                      o > 1 ? "," : "", il, g_names[t], ab ? 'B' : 'A', rows,
-                                      cols, data, data + sz);
+                                      o > 1 ? "," : "", il, g_names[t], ab ? 'B' : 'A', rows, cols,
+                                      data, data + sz);
                 data += sz;
             }
         }
@@ -104,8 +103,8 @@ struct run {
 };
 
 /* Times `steps` decode steps of `rows` rows with sets[row] (NULL: none); tokens/s. */
-static double timed(struct run *R, int rows, const struct lora_set *const *sets,
-                    unsigned paths, int steps)
+static double timed(struct run *R, int rows, const struct lora_set *const *sets, unsigned paths,
+                    int steps)
 {
     struct cerr e = {0};
     double t0 = now();
@@ -117,10 +116,19 @@ static double timed(struct run *R, int rows, const struct lora_set *const *sets,
             R->out[i] = i;
         }
         struct model_kv_view view = kv_pool_view(R->kv);
-        struct model_batch b = {.n_tok = rows, .tokens = R->tok, .pos = R->pos, .seq = R->sq,
-                                .slots = R->slot, .n_seq = rows, .max_blocks = 8,
-                                .block_tables = R->tab, .n_out = rows, .out_idx = R->out,
-                                .argmax = R->am, .lora = sets, .lora_paths = paths};
+        struct model_batch b = {.n_tok = rows,
+                                .tokens = R->tok,
+                                .pos = R->pos,
+                                .seq = R->sq,
+                                .slots = R->slot,
+                                .n_seq = rows,
+                                .max_blocks = 8,
+                                .block_tables = R->tab,
+                                .n_out = rows,
+                                .out_idx = R->out,
+                                .argmax = R->am,
+                                .lora = sets,
+                                .lora_paths = paths};
         if (model_forward(R->m, R->ws, &view, &b, NULL, &e)) {
             fprintf(stderr, "lora_bench: %s\n", e.msg);
             exit(1);
@@ -187,8 +195,8 @@ int main(int argc, char **argv)
         free(st);
     }
     struct run R = {.m = m};
-    if (kv_pool_new(&R.kv, be, m->hp.n_layer, m->hp.n_kv_head * m->hp.head_dim, 16, NR * 8,
-                    DT_F16, -1, &e) ||
+    if (kv_pool_new(&R.kv, be, m->hp.n_layer, m->hp.n_kv_head * m->hp.head_dim, 16, NR * 8, DT_F16,
+                    -1, &e) ||
         model_ws_new(&R.ws, m, NR * P0, NR, NR, 8, &e))
         return fprintf(stderr, "lora_bench: %s\n", e.msg), 1;
     for (int i = 0; i < NR; i++) {
@@ -218,8 +226,10 @@ int main(int argc, char **argv)
         ob1[r] = 1 - one1[r] / none1[r];
         ob8[r] = 1 - one8[r] / none8[r];
         mx[r] = mix8[r] / one8[r];
-        fprintf(stderr, "rep %d: tok/s none_b1 %.2f one_b1 %.2f none_b8 %.2f one_b8 %.2f "
-                        "mixed_b8 %.2f\n", r, none1[r], one1[r], none8[r], one8[r], mix8[r]);
+        fprintf(stderr,
+                "rep %d: tok/s none_b1 %.2f one_b1 %.2f none_b8 %.2f one_b8 %.2f "
+                "mixed_b8 %.2f\n",
+                r, none1[r], one1[r], none8[r], one8[r], mix8[r]);
     }
     (void)s_none;
     size_t abytes = ad[0]->bytes;
@@ -228,9 +238,9 @@ int main(int argc, char **argv)
            "\"adapter_bytes\": %zu, \"weight_bytes\": %zu, "
            "\"tok_s_median\": {\"none_b1\": %.3f, \"one_b1\": %.3f, \"none_b8\": %.3f, "
            "\"one_b8\": %.3f, \"mixed_b8\": %.3f}, ",
-           be->ops->name, g_cpu_clock ? "cpu" : "wall", path, rank, steps, reps, abytes, model_weight_bytes(m),
-           median(none1, reps), median(one1, reps), median(none8, reps), median(one8, reps),
-           median(mix8, reps));
+           be->ops->name, g_cpu_clock ? "cpu" : "wall", path, rank, steps, reps, abytes,
+           model_weight_bytes(m), median(none1, reps), median(one1, reps), median(none8, reps),
+           median(one8, reps), median(mix8, reps));
     printf("\"overhead_b1\": %.4f, \"overhead_b8\": %.4f, \"mixed_vs_single_at_8\": %.4f}\n",
            median(ob1, reps), median(ob8, reps), median(mx, reps));
     for (int i = 0; i < NR; i++)

@@ -11,8 +11,7 @@
 #include "engine/engine_int.h"
 #include "model/lora.h"
 
-int eng_lora_submit(struct engine *g, struct ereq *r, const struct engine_req *q,
-                    struct cerr *e)
+int eng_lora_submit(struct engine *g, struct ereq *r, const struct engine_req *q, struct cerr *e)
 {
     memcpy(r->root, g->root, KV_KEY_BYTES);
     if (!q->lora || q->lora->n == 0)

@@ -24,18 +24,21 @@
 #include "util/fs.h"
 #include "util/half.h"
 
-static const char *const g_peft_names[LORA_NT] = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                   "gate_proj", "up_proj", "down_proj"};
-static const char *const g_gguf_names[LORA_NT] = {"attn_q", "attn_k", "attn_v", "attn_output",
-                                                   "ffn_gate", "ffn_up", "ffn_down"};
+static const char *const g_peft_names[LORA_NT] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                  "gate_proj", "up_proj", "down_proj"};
+static const char *const g_gguf_names[LORA_NT] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                                  "ffn_gate", "ffn_up", "ffn_down"};
 
-const char *lora_target_name(int t) { return t >= 0 && t < LORA_NT ? g_peft_names[t] : "?"; }
+const char *lora_target_name(int t)
+{
+    return t >= 0 && t < LORA_NT ? g_peft_names[t] : "?";
+}
 
 /* The base projection a target adapts. */
 static const struct be_tensor *base_proj(const struct model *m, int il, int t)
 {
     const struct model_layer *l = &m->layers[il];
-    const struct be_tensor *w[LORA_NT] = {&l->wq, &l->wk, &l->wv, &l->wo,
+    const struct be_tensor *w[LORA_NT] = {&l->wq,     &l->wk,   &l->wv,    &l->wo,
                                           &l->w_gate, &l->w_up, &l->w_down};
     return w[t];
 }
@@ -82,8 +85,10 @@ static int to_f32(const struct raw *t, float *dst, struct cerr *e)
             break;
         }
         default:
-            return cerr_set(e, CERR_UNSUPPORTED, "tensor '%s' has dtype %s (F32, F16 or BF16 "
-                            "only)", t->name, dtype_name(t->dtype));
+            return cerr_set(e, CERR_UNSUPPORTED,
+                            "tensor '%s' has dtype %s (F32, F16 or BF16 "
+                            "only)",
+                            t->name, dtype_name(t->dtype));
         }
         if (!isfinite(dst[i]))
             return cerr_set(e, CERR_FORMAT, "tensor '%s' holds a non-finite value", t->name);
@@ -158,8 +163,8 @@ static int bind_pair(struct lctx *c, int il, int t, float alpha, int rslora, str
     const struct model_hparams *hp = &c->m->hp;
     int base_norm = c->m->src_kind == 0 && hp->rope_mode == BE_ROPE_NORM;
     if (!rc && (t == LORA_Q || t == LORA_K) && base_norm != c->layout_norm)
-        permute_rows(hb, (int)out, (int)r, t == LORA_Q ? hp->n_head : hp->n_kv_head,
-                     c->layout_norm, hbt);
+        permute_rows(hb, (int)out, (int)r, t == LORA_Q ? hp->n_head : hp->n_kv_head, c->layout_norm,
+                     hbt);
     if (!rc)
         for (int64_t i = 0; i < out; i++)
             for (int64_t j = 0; j < r; j++)
@@ -172,8 +177,7 @@ static int bind_pair(struct lctx *c, int il, int t, float alpha, int rslora, str
         p->a = be->ops->alloc(be, na * 4);
         p->bt = be->ops->alloc(be, nb * 4);
         if (!p->a || !p->bt)
-            rc = cerr_set(e, CERR_NOMEM, "out of backend memory for adapter tensor '%s'",
-                          A->name);
+            rc = cerr_set(e, CERR_NOMEM, "out of backend memory for adapter tensor '%s'", A->name);
     }
     if (!rc && !(rc = be->ops->upload(be, p->a, ha, na * 4, e)))
         rc = be->ops->upload(be, p->bt, hbt, nb * 4, e);
@@ -207,7 +211,8 @@ static int finish(struct lctx *c, float alpha, int rslora, struct cerr *e)
             any = 1;
         }
     if (!any)
-        return cerr_set(e, CERR_FORMAT, "the adapter holds no LoRA tensor (of "
+        return cerr_set(e, CERR_FORMAT,
+                        "the adapter holds no LoRA tensor (of "
                         "q/k/v/o/gate/up/down_proj)");
     return 0;
 }
@@ -311,8 +316,7 @@ void lora_unref(struct lora_adapter *a)
 /* ---- PEFT --------------------------------------------------------------------------- */
 
 /* Reads the adapter_config.json fields cinfer honours and refuses the ones it cannot. */
-static int peft_config(const struct hfcfg *cfg, int *r, double *alpha, int *rslora,
-                       struct cerr *e)
+static int peft_config(const struct hfcfg *cfg, int *r, double *alpha, int *rslora, struct cerr *e)
 {
     const char *s = NULL;
     int64_t iv = 0;
@@ -320,8 +324,10 @@ static int peft_config(const struct hfcfg *cfg, int *r, double *alpha, int *rslo
     if ((rc = hfcfg_str(cfg, "peft_type", &s, e)) < 0)
         return rc;
     if (rc == 0 && strcmp(s, "LORA"))
-        return cerr_set(e, CERR_UNSUPPORTED, "adapter_config.json: peft_type is '%s' (only "
-                        "LORA)", s);
+        return cerr_set(e, CERR_UNSUPPORTED,
+                        "adapter_config.json: peft_type is '%s' (only "
+                        "LORA)",
+                        s);
     if ((rc = hfcfg_int(cfg, "r", &iv, e)) < 0)
         return rc;
     if (rc == 1)
@@ -344,28 +350,35 @@ static int peft_config(const struct hfcfg *cfg, int *r, double *alpha, int *rslo
     if ((rc = hfcfg_bool(cfg, "use_dora", &b, e)) < 0)
         return rc;
     if (rc == 0 && b)
-        return cerr_set(e, CERR_UNSUPPORTED, "adapter_config.json: DoRA (use_dora) is not "
+        return cerr_set(e, CERR_UNSUPPORTED,
+                        "adapter_config.json: DoRA (use_dora) is not "
                         "supported");
     if ((rc = hfcfg_bool(cfg, "fan_in_fan_out", &b, e)) < 0)
         return rc;
     if (rc == 0 && b)
-        return cerr_set(e, CERR_UNSUPPORTED, "adapter_config.json: fan_in_fan_out is not "
+        return cerr_set(e, CERR_UNSUPPORTED,
+                        "adapter_config.json: fan_in_fan_out is not "
                         "supported");
     if ((rc = hfcfg_str(cfg, "bias", &s, e)) < 0)
         return rc;
     if (rc == 0 && strcmp(s, "none"))
-        return cerr_set(e, CERR_UNSUPPORTED, "adapter_config.json: bias '%s' is not supported "
-                        "(only \"none\")", s);
+        return cerr_set(e, CERR_UNSUPPORTED,
+                        "adapter_config.json: bias '%s' is not supported "
+                        "(only \"none\")",
+                        s);
     const char *list[64];
     int n = 0;
     if ((rc = hfcfg_str_list(cfg, "modules_to_save", list, 64, &n, e)) < 0 && rc != CERR_LIMIT)
         return rc;
     if (rc == 0 && n > 0)
-        return cerr_set(e, CERR_UNSUPPORTED, "adapter_config.json: modules_to_save ('%s') is "
-                        "not supported", list[0]);
+        return cerr_set(e, CERR_UNSUPPORTED,
+                        "adapter_config.json: modules_to_save ('%s') is "
+                        "not supported",
+                        list[0]);
     json_t *ap = json_object_get(hfcfg_json(cfg), "alpha_pattern");
     if (json_is_object(ap) && json_object_size(ap) > 0)
-        return cerr_set(e, CERR_UNSUPPORTED, "adapter_config.json: alpha_pattern (a lora_alpha "
+        return cerr_set(e, CERR_UNSUPPORTED,
+                        "adapter_config.json: alpha_pattern (a lora_alpha "
                         "per module) is not supported");
     rc = hfcfg_str_list(cfg, "target_modules", list, 64, &n, e);
     if (rc == CERR_LIMIT)
@@ -378,9 +391,11 @@ static int peft_config(const struct hfcfg *cfg, int *r, double *alpha, int *rslo
             ok |= !strcmp(list[i], g_peft_names[k]);
         if (!ok && strchr(list[i], '*') == NULL && list[i][0] != '.' && n > 0 &&
             strcmp(list[i], "all-linear"))
-            return cerr_set(e, CERR_UNSUPPORTED, "adapter_config.json: target module '%s' is "
+            return cerr_set(e, CERR_UNSUPPORTED,
+                            "adapter_config.json: target module '%s' is "
                             "not one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
-                            "down_proj", list[i]);
+                            "down_proj",
+                            list[i]);
     }
     return 0;
 }
@@ -405,12 +420,14 @@ static int load_peft(struct lora_adapter *ad, const struct model *m, const struc
         const struct st_tensor *t = st_get(st, i);
         int il, tg, is_b;
         if (peft_name(t->name, &il, &tg, &is_b)) {
-            rc = cerr_set(e, CERR_UNSUPPORTED, "tensor '%s' is not a LoRA A/B matrix of "
-                          "q/k/v/o/gate/up/down_proj", t->name);
+            rc = cerr_set(e, CERR_UNSUPPORTED,
+                          "tensor '%s' is not a LoRA A/B matrix of "
+                          "q/k/v/o/gate/up/down_proj",
+                          t->name);
             break;
         }
-        struct raw rw = {.dtype = t->dtype, .n_dims = t->n_dims, .data = t->data,
-                         .nbytes = t->nbytes};
+        struct raw rw = {
+            .dtype = t->dtype, .n_dims = t->n_dims, .data = t->data, .nbytes = t->nbytes};
         memcpy(rw.ne, t->ne, sizeof rw.ne);
         snprintf(rw.name, sizeof rw.name, "%s", t->name);
         rc = note(&c, il, tg, is_b, &rw, e);
@@ -458,15 +475,17 @@ static int load_gguf(struct lora_adapter *ad, const struct model *m, const char 
     struct gguf_str s;
     double alpha = 0;
     if (gguf_get_str(g, "general.type", &s, NULL) != 0 || !gguf_str_eq(s, "adapter"))
-        rc = cerr_set(e, CERR_FORMAT, "not a GGUF adapter (general.type is not "
+        rc = cerr_set(e, CERR_FORMAT,
+                      "not a GGUF adapter (general.type is not "
                       "\"adapter\")");
     else if (gguf_get_str(g, "adapter.type", &s, NULL) != 0 || !gguf_str_eq(s, "lora"))
         rc = cerr_set(e, CERR_UNSUPPORTED, "adapter.type is not \"lora\"");
     else if (gguf_get_str(g, "general.architecture", &s, NULL) != 0 ||
              !gguf_str_eq(s, m->arch_name))
-        rc = cerr_set(e, CERR_FORMAT, "the adapter's architecture '%.*s' is not the "
-                      "model's '%s'", (int)(s.ptr ? s.len : 1), s.ptr ? s.ptr : "?",
-                      m->arch_name);
+        rc = cerr_set(e, CERR_FORMAT,
+                      "the adapter's architecture '%.*s' is not the "
+                      "model's '%s'",
+                      (int)(s.ptr ? s.len : 1), s.ptr ? s.ptr : "?", m->arch_name);
     else if ((rc = gguf_get_float(g, "adapter.lora.alpha", &alpha, e)) < 0)
         ;
     else
@@ -478,8 +497,8 @@ static int load_gguf(struct lora_adapter *ad, const struct model *m, const char 
     int rank0 = 0;
     for (uint64_t i = 0; !rc && i < g->n_tensors; i++) {
         const struct gguf_tensor *t = &g->tensors[i];
-        struct raw rw = {.dtype = t->dtype, .n_dims = t->n_dims, .data = t->data,
-                         .nbytes = t->nbytes};
+        struct raw rw = {
+            .dtype = t->dtype, .n_dims = t->n_dims, .data = t->data, .nbytes = t->nbytes};
         memcpy(rw.ne, t->ne, sizeof rw.ne);
         snprintf(rw.name, sizeof rw.name, "%.*s", (int)(t->name.len < 199 ? t->name.len : 199),
                  t->name.ptr);
@@ -491,8 +510,10 @@ static int load_gguf(struct lora_adapter *ad, const struct model *m, const char 
                 if (!strcmp(mod, g_gguf_names[k]))
                     tg = k;
         if (tg < 0) {
-            rc = cerr_set(e, CERR_UNSUPPORTED, "tensor '%s' is not a LoRA A/B matrix of "
-                          "attn_q/k/v/output or ffn_gate/up/down", rw.name);
+            rc = cerr_set(e, CERR_UNSUPPORTED,
+                          "tensor '%s' is not a LoRA A/B matrix of "
+                          "attn_q/k/v/output or ffn_gate/up/down",
+                          rw.name);
             break;
         }
         is_b = ab[0] == 'b';
@@ -521,8 +542,7 @@ static int load_gguf(struct lora_adapter *ad, const struct model *m, const char 
 
 /* ---- entry ---------------------------------------------------------------------------- */
 
-int lora_load(struct lora_adapter **out, const struct model *m, const char *path,
-              struct cerr *e)
+int lora_load(struct lora_adapter **out, const struct model *m, const char *path, struct cerr *e)
 {
     *out = NULL;
     if (!m->be->ops->lora)
@@ -588,8 +608,8 @@ void lora_set_key(const struct lora_set *s, char *buf, size_t cap)
     }
 }
 
-int lora_set_load(struct lora_set *set, const struct model *m, const char *const *paths,
-                  int n, struct cerr *e)
+int lora_set_load(struct lora_set *set, const struct model *m, const char *const *paths, int n,
+                  struct cerr *e)
 {
     memset(set, 0, sizeof *set);
     if (n > LORA_MAX_STACK)

@@ -36,17 +36,17 @@ struct lora_proj {
 
 struct lora_adapter {
     char path[512];
-    int format;          /* 0 PEFT directory, 1 GGUF LoRA file */
-    int rank;            /* the config's r (GGUF: the first tensor's) */
+    int format; /* 0 PEFT directory, 1 GGUF LoRA file */
+    int rank;   /* the config's r (GGUF: the first tensor's) */
     float alpha;
     int rslora;
-    unsigned targets;    /* bits 1 << enum lora_target */
+    unsigned targets; /* bits 1 << enum lora_target */
     int n_layer;
-    struct lora_proj *p; /* (n_layer * LORA_NT), layer-major */
+    struct lora_proj *p;  /* (n_layer * LORA_NT), layer-major */
     uint64_t fingerprint; /* FNV-1a over the f32 tensors and scales (the prefix-cache key) */
-    size_t bytes;        /* backend memory held */
+    size_t bytes;         /* backend memory held */
     const struct model *m;
-    int refs;            /* atomic */
+    int refs; /* atomic */
 };
 
 /* Loads the adapter at path for model m: a directory with adapter_config.json and
@@ -54,8 +54,7 @@ struct lora_adapter {
  * tensor against the model (architecture, shapes, a tensor of A without its B, an unknown
  * module): the error names the tensor. The backend must have the op lora. Returns 0 with
  * *out holding one reference, or a CERR_*. */
-int lora_load(struct lora_adapter **out, const struct model *m, const char *path,
-              struct cerr *e);
+int lora_load(struct lora_adapter **out, const struct model *m, const char *path, struct cerr *e);
 /* Same from memory (fuzzing, tests): a PEFT config text and safetensors bytes. */
 int lora_load_peft_mem(struct lora_adapter **out, const struct model *m, const char *config,
                        size_t config_len, const uint8_t *st, size_t st_len, struct cerr *e);
@@ -76,8 +75,8 @@ int lora_set_eq(const struct lora_set *x, const struct lora_set *y);
 void lora_set_key(const struct lora_set *s, char *buf, size_t cap);
 /* Loads n adapters for m into *set (stacked, weight 1 each; `cinfer run/bench --adapter`).
  * On failure the set is empty and e names the path. */
-int lora_set_load(struct lora_set *set, const struct model *m, const char *const *paths,
-                  int n, struct cerr *e);
+int lora_set_load(struct lora_set *set, const struct model *m, const char *const *paths, int n,
+                  struct cerr *e);
 /* The union of the set's targets (model_batch.lora_paths for a set used alone). */
 unsigned lora_set_targets(const struct lora_set *s);
 /* References for every member (copying a set) / releasing them. */

@@ -16,9 +16,9 @@ struct lgrp {
 
 struct lora_plan {
     int max_tok, max_seq;
-    struct lgrp *g;     /* (2 * max_seq) */
-    int g0[2], ng[2];   /* per range: first group, groups */
-    int *tok_grp;       /* (max_tok) scratch */
+    struct lgrp *g;   /* (2 * max_seq) */
+    int g0[2], ng[2]; /* per range: first group, groups */
+    int *tok_grp;     /* (max_tok) scratch */
     const int32_t *d_rows;
 };
 
@@ -47,8 +47,7 @@ void lora_plan_free(struct lora_plan *p)
     free(p);
 }
 
-int lora_plan_build(struct lora_plan *p, const struct model_batch *bt, int lead,
-                    int32_t *h_rows)
+int lora_plan_build(struct lora_plan *p, const struct model_batch *bt, int lead, int32_t *h_rows)
 {
     p->ng[0] = p->ng[1] = 0;
     p->g0[0] = p->g0[1] = 0;
@@ -90,9 +89,15 @@ int lora_plan_build(struct lora_plan *p, const struct model_batch *bt, int lead,
     return total;
 }
 
-void lora_plan_bind(struct lora_plan *p, const int32_t *d_rows) { p->d_rows = d_rows; }
+void lora_plan_bind(struct lora_plan *p, const int32_t *d_rows)
+{
+    p->d_rows = d_rows;
+}
 
-int lora_plan_any(const struct lora_plan *p, int rg) { return p->ng[rg] > 0; }
+int lora_plan_any(const struct lora_plan *p, int rg)
+{
+    return p->ng[rg] > 0;
+}
 
 void lora_plan_apply(const struct lora_plan *p, const struct model *m, int rg, int il, int t,
                      const float *x, float *y)
@@ -102,13 +107,27 @@ void lora_plan_apply(const struct lora_plan *p, const struct model *m, int rg, i
     const struct be_tensor *w;
     const struct model_layer *l = &m->layers[il];
     switch (t) {
-    case LORA_Q: w = &l->wq; break;
-    case LORA_K: w = &l->wk; break;
-    case LORA_V: w = &l->wv; break;
-    case LORA_O: w = &l->wo; break;
-    case LORA_GATE: w = &l->w_gate; break;
-    case LORA_UP: w = &l->w_up; break;
-    default: w = &l->w_down; break;
+    case LORA_Q:
+        w = &l->wq;
+        break;
+    case LORA_K:
+        w = &l->wk;
+        break;
+    case LORA_V:
+        w = &l->wv;
+        break;
+    case LORA_O:
+        w = &l->wo;
+        break;
+    case LORA_GATE:
+        w = &l->w_gate;
+        break;
+    case LORA_UP:
+        w = &l->w_up;
+        break;
+    default:
+        w = &l->w_down;
+        break;
     }
     struct be_lora_grp g[64];
     int n = 0;
@@ -122,9 +141,8 @@ void lora_plan_apply(const struct lora_plan *p, const struct model *m, int rg, i
             const struct lora_proj *pj = &s->a[k]->p[il * LORA_NT + t];
             if (!pj->a)
                 continue;
-            d->t[d->n_terms++] = (struct be_lora_term){.a = pj->a, .bt = pj->bt,
-                                                       .rank = pj->rank,
-                                                       .scale = pj->scale * s->w[k]};
+            d->t[d->n_terms++] = (struct be_lora_term){
+                .a = pj->a, .bt = pj->bt, .rank = pj->rank, .scale = pj->scale * s->w[k]};
         }
         if (d->n_terms == 0)
             continue;

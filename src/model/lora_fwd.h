@@ -16,8 +16,7 @@ void lora_plan_free(struct lora_plan *p);
 /* Groups the step's token rows by set, per range: [0, lead) and [lead, n_tok) when lead >
  * 0, else one range [0, n_tok); row indices are relative to their range. Writes the row
  * lists to h_rows (host, at most n_tok) and returns how many (0: no adapted row). */
-int lora_plan_build(struct lora_plan *p, const struct model_batch *bt, int lead,
-                    int32_t *h_rows);
+int lora_plan_build(struct lora_plan *p, const struct model_batch *bt, int lead, int32_t *h_rows);
 /* Where the row lists lie in backend memory (after the step's upload). */
 void lora_plan_bind(struct lora_plan *p, const int32_t *d_rows);
 /* 1 when range rg has adapted rows. */

@@ -69,8 +69,10 @@ int lora_reg_mount(struct lora_reg *r, const char *id, struct lora_adapter *a, f
                    struct cerr *e)
 {
     if (!id_ok(id))
-        return cerr_set(e, CERR_INVALID, "adapter id '%s' is not valid (1-63 of letters, digits, "
-                        "'.', '_', '-'; not \"none\")", id);
+        return cerr_set(e, CERR_INVALID,
+                        "adapter id '%s' is not valid (1-63 of letters, digits, "
+                        "'.', '_', '-'; not \"none\")",
+                        id);
     pthread_mutex_lock(&r->mu);
     int rc = 0;
     if (find(r, id, strlen(id)) >= 0)

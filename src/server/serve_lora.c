@@ -61,8 +61,7 @@ static void id_of(const char *path, char *id, size_t cap)
     snprintf(id, cap, "%.*s", (int)len, path + s);
 }
 
-static int mount(struct serve *sv, const char *path, const char *id, float scale,
-                 struct cerr *e)
+static int mount(struct serve *sv, const char *path, const char *id, float scale, struct cerr *e)
 {
     struct lora_adapter *a = NULL;
     int rc = lora_load(&a, sv->m, path, e);
@@ -148,7 +147,8 @@ int serve_lora_pick(struct serve *sv, struct http_req *r, struct lora_set *set,
     if (ad && !json_is_null(ad)) {
         if (!json_is_string(ad)) {
             json_decref(j);
-            return api_fail(err, 400, "adapter", "adapter must be a string: an adapter id, "
+            return api_fail(err, 400, "adapter",
+                            "adapter must be a string: an adapter id, "
                             "\"a+b\" / \"a,b\" (stacked) or \"none\"");
         }
         snprintf(buf, sizeof buf, "%s", json_string_value(ad));
@@ -197,10 +197,9 @@ static json_t *entry_json(const struct lora_reg_entry *x)
     for (int i = 0; i < LORA_NT; i++)
         if (x->targets & (1u << i))
             json_array_append_new(t, json_string(lora_target_name(i)));
-    return json_pack("{s:s, s:s, s:s, s:f, s:i, s:o, s:I, s:i}", "id", x->id, "object",
-                     "adapter", "path", x->path, "scale", (double)x->scale, "rank", x->rank,
-                     "target_modules", t, "requests", (json_int_t)x->requests, "running",
-                     x->active);
+    return json_pack("{s:s, s:s, s:s, s:f, s:i, s:o, s:I, s:i}", "id", x->id, "object", "adapter",
+                     "path", x->path, "scale", (double)x->scale, "rank", x->rank, "target_modules",
+                     t, "requests", (json_int_t)x->requests, "running", x->active);
 }
 
 static json_t *list_json(struct serve *sv)
@@ -217,8 +216,9 @@ static void h_list(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
     sv->met.requests[EP_OTHER]++;
-    reply(r, 200, json_pack("{s:s, s:o, s:s}", "object", "list", "data", list_json(sv),
-                            "default", sv->lora_default[0] ? sv->lora_default : "none"));
+    reply(r, 200,
+          json_pack("{s:s, s:o, s:s}", "object", "list", "data", list_json(sv), "default",
+                    sv->lora_default[0] ? sv->lora_default : "none"));
 }
 
 static void h_available(struct http_req *r, void *ud)
@@ -235,20 +235,21 @@ static void h_available(struct http_req *r, void *ud)
         snprintf(p, sizeof p, "%s/%s", sv->o.adapters_dir, de->d_name);
         snprintf(q, sizeof q, "%s/adapter_config.json", p);
         size_t n = strlen(de->d_name);
-        const char *fmt = fs_is_dir(p) && fs_exists(q)           ? "peft"
+        const char *fmt = fs_is_dir(p) && fs_exists(q)                    ? "peft"
                           : n > 5 && !strcmp(de->d_name + n - 5, ".gguf") ? "gguf"
-                                                                    : NULL;
+                                                                          : NULL;
         if (!fmt)
             continue;
         char id[LORA_ID_MAX];
         id_of(p, id, sizeof id);
-        json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:b}", "id", id, "path", p,
-                                           "format", fmt, "mounted", lora_reg_has(sv->lora, id)));
+        json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:b}", "id", id, "path", p, "format",
+                                           fmt, "mounted", lora_reg_has(sv->lora, id)));
     }
     if (d)
         closedir(d);
-    reply(r, 200, json_pack("{s:s, s:o, s:s?}", "object", "list", "data", a, "adapters_dir",
-                            sv->o.adapters_dir));
+    reply(r, 200,
+          json_pack("{s:s, s:o, s:s?}", "object", "list", "data", a, "adapters_dir",
+                    sv->o.adapters_dir));
 }
 
 /* Mounting and unmounting while the engine runs allocate, upload and free backend memory on
@@ -259,7 +260,8 @@ static int hot_refused(struct serve *sv, struct http_req *r)
     if (!sv->m->be->ops->mem_info)
         return 0;
     char msg[200];
-    snprintf(msg, sizeof msg, "mounting or unmounting adapters while serving is not supported "
+    snprintf(msg, sizeof msg,
+             "mounting or unmounting adapters while serving is not supported "
              "on the %s backend yet; mount them with --adapter at start-up",
              sv->m->be->ops->name);
     fail(sv, r, 501, "not_implemented", msg);
@@ -282,8 +284,9 @@ static void h_mount(struct http_req *r, void *ud)
     if (!json_is_object(j) || !json_is_string(jp) || (ji && !json_is_string(ji)) ||
         (js && !json_is_number(js))) {
         json_decref(j);
-        fail(sv, r, 400, NULL, "the body must be a JSON object {\"path\": string, \"id\"?: "
-                               "string, \"scale\"?: number}");
+        fail(sv, r, 400, NULL,
+             "the body must be a JSON object {\"path\": string, \"id\"?: "
+             "string, \"scale\"?: number}");
         return;
     }
     const char *path = json_string_value(jp);
@@ -307,8 +310,10 @@ static void h_mount(struct http_req *r, void *ud)
         return;
     }
     if (lora_reg_has(sv->lora, id)) {
-        snprintf(msg, sizeof msg, "adapter id '%s' is already mounted (DELETE "
-                 "/v1/adapters/%s first)", id, id);
+        snprintf(msg, sizeof msg,
+                 "adapter id '%s' is already mounted (DELETE "
+                 "/v1/adapters/%s first)",
+                 id, id);
         fail(sv, r, 409, "adapter_exists", msg);
         return;
     }
@@ -370,11 +375,10 @@ void serve_lora_models(struct serve *sv, json_t *data, const char *only)
     int n = sv->lora ? lora_reg_list(sv->lora, ent, LORA_LIST_MAX) : 0;
     for (int i = 0; i < n && i < LORA_LIST_MAX; i++)
         if (!only || !strcmp(only, ent[i].id))
-            json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "id",
-                                                  ent[i].id, "object", "model", "created",
-                                                  (json_int_t)sv->started_unix, "owned_by",
-                                                  "cinfer", "parent", sv->model_id, "root",
-                                                  ent[i].path));
+            json_array_append_new(
+                data, json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "id", ent[i].id, "object",
+                                "model", "created", (json_int_t)sv->started_unix, "owned_by",
+                                "cinfer", "parent", sv->model_id, "root", ent[i].path));
 }
 
 json_t *serve_lora_stats_json(struct serve *sv)
@@ -399,9 +403,10 @@ void serve_lora_metrics(struct serve *sv, struct sbuf *b)
                 "vllm:lora_requests_info{max_lora=\"%d\",running_lora_adapters=\"%s\","
                 "waiting_lora_adapters=\"\"} %ld\n",
                 LORA_LIST_MAX, running, (long)time(NULL));
-    sbuf_printf(b, "# HELP cinfer_lora_adapters_mounted Mounted LoRA adapters.\n"
-                   "# TYPE cinfer_lora_adapters_mounted gauge\n"
-                   "cinfer_lora_adapters_mounted %d\n",
+    sbuf_printf(b,
+                "# HELP cinfer_lora_adapters_mounted Mounted LoRA adapters.\n"
+                "# TYPE cinfer_lora_adapters_mounted gauge\n"
+                "cinfer_lora_adapters_mounted %d\n",
                 n);
     sbuf_printf(b, "# HELP cinfer_lora_requests_total Requests that ran with each mounted "
                    "adapter.\n# TYPE cinfer_lora_requests_total counter\n");

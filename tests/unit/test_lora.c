@@ -113,8 +113,8 @@ static void check_arch(const char *arch, const char *base_file, int gguf_lora)
     CHECK_MSG(g != NULL, "%s: %s", gp, je.text);
     if (!g)
         return;
-    snprintf(mp, sizeof mp, "%s%s%s%s", repo_path("tests/data/parity/"), arch,
-             base_file ? "/" : "", base_file ? base_file : "");
+    snprintf(mp, sizeof mp, "%s%s%s%s", repo_path("tests/data/parity/"), arch, base_file ? "/" : "",
+             base_file ? base_file : "");
     struct cerr e = {0};
     struct model *m = NULL;
     CHECK_MSG(model_load(&m, mp, g_be, &e) == 0, "%s: %s", mp, e.msg);
@@ -194,8 +194,9 @@ static void test_mixed_batch(void)
     }
     /* together: one prefill step with all 8 prompts, then ND batched decode steps */
     struct kv_pool *kv = NULL;
-    CHECK_EQ_INT(kv_pool_new(&kv, g_be, m->hp.n_layer, m->hp.n_kv_head * m->hp.head_dim, 16,
-                             NS * 4, DT_F32, -1, &e), 0);
+    CHECK_EQ_INT(kv_pool_new(&kv, g_be, m->hp.n_layer, m->hp.n_kv_head * m->hp.head_dim, 16, NS * 4,
+                             DT_F32, -1, &e),
+                 0);
     struct model_ws *ws = NULL;
     CHECK_EQ_INT(model_ws_new(&ws, m, NS * NP, NS, NS, 4, &e), 0);
     struct kv_seq seq[NS];
@@ -220,9 +221,18 @@ static void test_mixed_batch(void)
                 tab[s * 4 + k] = k < seq[s].n_blocks ? seq[s].blocks[k] : 0;
         }
         struct model_kv_view view = kv_pool_view(kv);
-        struct model_batch bt = {.n_tok = n, .tokens = tok, .pos = pos, .seq = sq, .slots = slot,
-                                 .n_seq = NS, .max_blocks = 4, .block_tables = tab, .n_out = NS,
-                                 .out_idx = out, .lora = set, .lora_paths = ALL_PATHS};
+        struct model_batch bt = {.n_tok = n,
+                                 .tokens = tok,
+                                 .pos = pos,
+                                 .seq = sq,
+                                 .slots = slot,
+                                 .n_seq = NS,
+                                 .max_blocks = 4,
+                                 .block_tables = tab,
+                                 .n_out = NS,
+                                 .out_idx = out,
+                                 .lora = set,
+                                 .lora_paths = ALL_PATHS};
         CHECK_EQ_INT(model_forward(m, ws, &view, &bt, lg, &e), 0);
         for (int s = 0; s < NS; s++) {
             const float *x = lg + (size_t)s * V, *y = alone + ((size_t)s * (ND + 1) + d + 1) * V;
@@ -261,8 +271,8 @@ static const char *tmpdir(void)
 {
     static char d[256];
     if (!d[0]) {
-        snprintf(d, sizeof d, "%s/cinfer_test_lora_%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-                 (int)getpid());
+        snprintf(d, sizeof d, "%s/cinfer_test_lora_%d",
+                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
         mkdir(d, 0755);
     }
     return d;
@@ -319,9 +329,10 @@ static uint8_t *st_build(int n, const char *const *names, const int (*shape)[2],
     o += (size_t)snprintf(hdr + o, sizeof hdr - o, "{");
     for (int i = 0; i < n; i++) {
         size_t sz = (size_t)shape[i][0] * shape[i][1] * 4;
-        o += (size_t)snprintf(hdr + o, sizeof hdr - o,
-                              "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}",
-                              i ? "," : "", names[i], shape[i][0], shape[i][1], off, off + sz);
+        o += (size_t)snprintf(
+            hdr + o, sizeof hdr - o,
+            "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}",
+            i ? "," : "", names[i], shape[i][0], shape[i][1], off, off + sz);
         off += sz;
     }
     o += (size_t)snprintf(hdr + o, sizeof hdr - o, "}");
@@ -391,12 +402,22 @@ static void test_malformed(void)
         int shape[2][2];
     } cases[] = {
         {"A without B", "has no matching B", 1, {n1}, {{4, 64}}},
-        {"B of the wrong rank", "lora_B.weight' has shape [64, 3]", 2, {n1, n2}, {{4, 64}, {64, 3}}},
+        {"B of the wrong rank",
+         "lora_B.weight' has shape [64, 3]",
+         2,
+         {n1, n2},
+         {{4, 64}, {64, 3}}},
         {"A rank 0", "has rank 0", 2, {n1, n2}, {{0, 64}, {64, 0}}},
-        {"unknown module", "embed_tokens", 1,
-         {"base_model.model.model.embed_tokens.lora_embedding_A"}, {{4, 64}}},
-        {"layer out of range", "names layer 7", 1,
-         {"base_model.model.model.layers.7.mlp.up_proj.lora_A.weight"}, {{4, 64}}},
+        {"unknown module",
+         "embed_tokens",
+         1,
+         {"base_model.model.model.embed_tokens.lora_embedding_A"},
+         {{4, 64}}},
+        {"layer out of range",
+         "names layer 7",
+         1,
+         {"base_model.model.model.layers.7.mlp.up_proj.lora_A.weight"},
+         {{4, 64}}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int shp[2][2];

@@ -2,8 +2,8 @@
  * (backend.h, struct be_lora_grp).
  *
  * Two passes over the pool: (1) t = x a^T * scale for every (row, term), chunked by row and
- * blocks of 4 ranks, into the scratch cb->qbuf (free between matmuls); (2) y += sum_i t_i bt_i, chunked
- * by (group, a slice of M) so a slice of bt stays in cache while every row of its group
+ * blocks of 4 ranks, into the scratch cb->qbuf (free between matmuls); (2) y += sum_i t_i bt_i,
+ * chunked by (group, a slice of M) so a slice of bt stays in cache while every row of its group
  * reads it. Each output element is one chain of multiply-adds in a fixed order (terms in
  * order, j from 0), so a row's bits depend only on its own x row and terms.
  */
@@ -21,9 +21,9 @@ struct lora_task {
     int K, M;
     const struct be_lora_grp *g;
     int n_grp;
-    int64_t *row0;  /* (n_grp + 1) first pass-1 item of each group (rows * grp_slots) */
-    int64_t *toff;  /* (n_grp) offset of each group's t in tbuf */
-    float *tbuf;    /* t values: per group, per row, the terms' ranks in order */
+    int64_t *row0; /* (n_grp + 1) first pass-1 item of each group (rows * grp_slots) */
+    int64_t *toff; /* (n_grp) offset of each group's t in tbuf */
+    float *tbuf;   /* t values: per group, per row, the terms' ranks in order */
     int n_slices;
 };
 
@@ -115,8 +115,15 @@ void cpu_lora(struct be *b, float *y, const float *x, int K, int M, const struct
         row0[ng] = items;
         if (items == 0)
             continue;
-        struct lora_task t = {.k = cpu_lora_kern(cb->isa), .y = y, .x = x, .K = K, .M = M,
-                              .g = gg, .n_grp = ng, .row0 = row0, .toff = toff,
+        struct lora_task t = {.k = cpu_lora_kern(cb->isa),
+                              .y = y,
+                              .x = x,
+                              .K = K,
+                              .M = M,
+                              .g = gg,
+                              .n_grp = ng,
+                              .row0 = row0,
+                              .toff = toff,
                               .n_slices = (M + LORA_MSLICE - 1) / LORA_MSLICE};
         if (cpu_qbuf_reserve(cb, (size_t)floats * sizeof(float)) != 0) {
             /* no scratch: one row at a time through a stack buffer */

@@ -7,9 +7,9 @@
 #include <stdint.h>
 
 struct lora_kern {
-    float (*dot)(const float *x, const float *a, int n); /* sum x[i] a[i] */
+    float (*dot)(const float *x, const float *a, int n);      /* sum x[i] a[i] */
     void (*axpy)(float *acc, float s, const float *b, int n); /* acc[i] += s b[i] */
-    void (*add)(float *y, const float *d, int n);              /* y[i] += d[i] */
+    void (*add)(float *y, const float *d, int n);             /* y[i] += d[i] */
 };
 
 /* The table for an enum cpu_isa level (AVX2 and above: lora_avx2.c). */
