@@ -78,7 +78,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             &g_layers[0].wq,     &g_layers[0].wk,   &g_layers[0].wv,    &g_layers[0].wo,
             &g_layers[0].w_gate, &g_layers[0].w_up, &g_layers[0].w_down};
         const struct be_tensor *t = w[i % LORA_NT];
-        g_sink += p->a[(size_t)p->rank * t->ne[0] - 1] + p->bt[(size_t)p->rank * t->ne[1] - 1];
+        size_t es = p->dtype == DT_F32 ? 4 : 2;
+        g_sink += (float)((const unsigned char *)p->a)[(size_t)p->rank * t->ne[0] * es - 1] +
+                  (float)((const unsigned char *)p->bt)[(size_t)p->rank * t->ne[1] * es - 1];
     }
     lora_unref(a);
     return 0;

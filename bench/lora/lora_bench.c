@@ -11,7 +11,8 @@
  *   overhead_b1 = 1 - one_b1 / none_b1, overhead_b8 = 1 - one_b8 / none_b8,
  *   mixed_vs_single_at_8 = mixed_b8 / one_b8.
  * Usage: cinfer_lora_bench MODEL [-t THREADS] [--backend cpu|cuda] [-n STEPS] [--reps N]
- *        [--rank R] [--clock wall|cpu]      (prints one JSON object)
+ *        [--rank R] [--clock wall|cpu] [--dtype f32|f16|bf16]      (prints one JSON object)
+ * --dtype: the adapters' stored element type (as an adapter file holds it; default f32).
  * --clock cpu times the process's CPU time instead of wall time: on a machine shared with
  * other loads (where wall times of one configuration vary 2-3x between repetitions) the
  * CPU time of a one-thread run (-t 1) measures the work itself.
@@ -27,6 +28,7 @@
 #include "model/lora.h"
 #include "model/model.h"
 #include "util/clock.h"
+#include "util/half.h"
 
 #define NA 8  /* distinct adapters */
 #define NR 8  /* rows of a batched step */
@@ -55,6 +57,8 @@ static const char *const g_names[LORA_NT] = {
     "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
 
 /* A random rank-r PEFT adapter on every projection of m, as safetensors bytes. */
+static int g_dt16; /* --dtype: 0 f32, 1 f16, 2 bf16 (what the adapter file stores) */
+
 static uint8_t *random_adapter(const struct model *m, int r, size_t *len)
 {
     size_t cap = 1 << 20, o = 0, data = 0;
@@ -68,7 +72,7 @@ static uint8_t *random_adapter(const struct model *m, int r, size_t *len)
             long in = (long)w[t]->ne[0], out = (long)w[t]->ne[1];
             for (int ab = 0; ab < 2; ab++) {
                 long rows = ab ? out : r, cols = ab ? r : in;
-                size_t sz = (size_t)rows * cols * 4;
+                size_t sz = (size_t)rows * cols * (g_dt16 ? 2 : 4);
                 o += (size_t)snprintf(hdr + o, cap - o,
                                       "%s\"base_model.model.model.layers.%d.%s.lora_%c.weight\":"
                                       "{\"dtype\":\"F32\",\"shape\":[%ld,%ld],\"data_offsets\":"
@@ -86,9 +90,13 @@ static uint8_t *random_adapter(const struct model *m, int r, size_t *len)
     memcpy(b + 8, hdr, o);
     float *f = (float *)(void *)(b + 8 + o); /* 8 + o may be unaligned: write bytes */
     (void)f;
-    for (size_t i = 8 + o; i + 4 <= *len; i += 4) {
+    for (size_t i = 8 + o; i + (g_dt16 ? 2 : 4) <= *len; i += g_dt16 ? 2 : 4) {
         float v = 0.02f * frand();
-        memcpy(b + i, &v, 4);
+        uint16_t h = g_dt16 == 1 ? half_f32_to_f16(v) : half_f32_to_bf16(v);
+        if (g_dt16)
+            memcpy(b + i, &h, 2);
+        else
+            memcpy(b + i, &v, 4);
     }
     free(hdr);
     return b;
@@ -166,13 +174,15 @@ int main(int argc, char **argv)
             rank = atoi(v), i++;
         else if (!strcmp(a, "--backend") && v)
             backend = v, i++;
+        else if (!strcmp(a, "--dtype") && v)
+            g_dt16 = !strcmp(v, "f16") ? 1 : !strcmp(v, "bf16") ? 2 : 0, i++;
         else if (!strcmp(a, "--clock") && v)
             g_cpu_clock = !strcmp(v, "cpu"), i++;
         else if (a[0] != '-' && !path)
             path = a;
         else {
             fprintf(stderr, "usage: cinfer_lora_bench MODEL [-t N] [--backend cpu|cuda] [-n STEPS] "
-                            "[--reps N] [--rank R] [--clock wall|cpu]\n");
+                            "[--reps N] [--rank R] [--clock wall|cpu] [--dtype f32|f16|bf16]\n");
             return 2;
         }
     }
@@ -233,12 +243,14 @@ int main(int argc, char **argv)
     }
     (void)s_none;
     size_t abytes = ad[0]->bytes;
-    printf("{\"backend\": \"%s\", \"clock\": \"%s\", \"model\": \"%s\", \"rank\": %d, "
+    printf("{\"backend\": \"%s\", \"clock\": \"%s\", \"adapter_dtype\": \"%s\", "
+           "\"model\": \"%s\", \"rank\": %d, "
            "\"steps\": %d, \"reps\": %d, "
            "\"adapter_bytes\": %zu, \"weight_bytes\": %zu, "
            "\"tok_s_median\": {\"none_b1\": %.3f, \"one_b1\": %.3f, \"none_b8\": %.3f, "
            "\"one_b8\": %.3f, \"mixed_b8\": %.3f}, ",
-           be->ops->name, g_cpu_clock ? "cpu" : "wall", path, rank, steps, reps, abytes,
+           be->ops->name, g_cpu_clock ? "cpu" : "wall",
+           g_dt16 == 1 ? "f16" : g_dt16 == 2 ? "bf16" : "f32", path, rank, steps, reps, abytes,
            model_weight_bytes(m), median(none1, reps), median(one1, reps), median(none8, reps),
            median(one8, reps), median(mix8, reps));
     printf("\"overhead_b1\": %.4f, \"overhead_b8\": %.4f, \"mixed_vs_single_at_8\": %.4f}\n",

@@ -137,11 +137,14 @@ static inline float be_topcand_cut(float mx, float span, int k)
  *   d   = sum over i in order of t_i bt_i (each element summed over j in order from 0),
  *   y[r] += d.
  * The arithmetic of a row depends only on its x row and its group's terms (batch
- * invariant). Rows of different groups are disjoint. */
+ * invariant). Rows of different groups are disjoint. A term's a and bt hold dtype elements
+ * (DT_F32, DT_F16 or DT_BF16, an adapter file's own precision), each converted to float
+ * exactly before its multiply. */
 #define BE_LORA_MAX_TERMS 4
 struct be_lora_term {
-    const float *a, *bt;
+    const void *a, *bt;
     int rank;
+    int dtype;
     float scale;
 };
 struct be_lora_grp {

@@ -171,24 +171,38 @@ static int bind_pair(struct lctx *c, int il, int t, float alpha, int rslora, str
                 hbt[j * out + i] = hb[i * r + j];
     struct lora_proj *p = &c->ad->p[il * LORA_NT + t];
     struct be *be = c->m->be;
+    /* 16-bit files stay 16-bit (the f32 values came from them: converting back is exact) */
+    int dt = A->dtype == B->dtype && (A->dtype == DT_F16 || A->dtype == DT_BF16) ? A->dtype
+                                                                                 : DT_F32;
+    size_t es = dt == DT_F32 ? 4 : 2;
+    if (!rc && dt != DT_F32) {
+        uint16_t *a16 = (uint16_t *)(void *)ha, *b16 = (uint16_t *)(void *)hb;
+        for (size_t i = 0; i < na; i++)
+            a16[i] = dt == DT_F16 ? half_f32_to_f16(ha[i]) : half_f32_to_bf16(ha[i]);
+        for (size_t i = 0; i < nb; i++)
+            b16[i] = dt == DT_F16 ? half_f32_to_f16(hbt[i]) : half_f32_to_bf16(hbt[i]);
+        memcpy(hbt, hb, nb * 2);
+    }
     if (!rc) {
         p->rank = (int)r;
+        p->dtype = dt;
         p->scale = rslora ? alpha / sqrtf((float)r) : alpha / (float)r;
-        p->a = be->ops->alloc(be, na * 4);
-        p->bt = be->ops->alloc(be, nb * 4);
+        p->a = be->ops->alloc(be, na * es);
+        p->bt = be->ops->alloc(be, nb * es);
         if (!p->a || !p->bt)
             rc = cerr_set(e, CERR_NOMEM, "out of backend memory for adapter tensor '%s'", A->name);
     }
-    if (!rc && !(rc = be->ops->upload(be, p->a, ha, na * 4, e)))
-        rc = be->ops->upload(be, p->bt, hbt, nb * 4, e);
+    if (!rc && !(rc = be->ops->upload(be, p->a, ha, na * es, e)))
+        rc = be->ops->upload(be, p->bt, hbt, nb * es, e);
     if (!rc) {
         uint64_t h = c->ad->fingerprint;
         h = fnv(h, &il, sizeof il);
         h = fnv(h, &t, sizeof t);
+        h = fnv(h, &dt, sizeof dt);
         h = fnv(h, &p->scale, sizeof p->scale);
-        h = fnv(h, ha, na * 4);
-        c->ad->fingerprint = fnv(h, hbt, nb * 4);
-        c->ad->bytes += (na + nb) * 4;
+        h = fnv(h, ha, na * es);
+        c->ad->fingerprint = fnv(h, hbt, nb * es);
+        c->ad->bytes += (na + nb) * es;
         c->ad->targets |= 1u << t;
     }
     free(ha);

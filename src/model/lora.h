@@ -26,11 +26,13 @@ enum lora_target { LORA_Q = 0, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_
 #define LORA_MAX_STACK 4 /* adapters in one stacked set ("a+b") */
 #define LORA_ID_MAX 64
 
-/* One adapted projection: a (rank, in), bt (rank, out), f32 in backend memory; a == NULL
- * when the adapter leaves this projection alone. */
+/* One adapted projection: a (rank, in), bt (rank, out) in backend memory, dtype elements
+ * (F32, or F16 / BF16 when the file stores both A and B so: no precision is added or lost);
+ * a == NULL when the adapter leaves this projection alone. */
 struct lora_proj {
-    float *a, *bt;
+    void *a, *bt;
     int rank;
+    int dtype;
     float scale; /* alpha / rank, or alpha / sqrt(rank) with rsLoRA */
 };
 

@@ -142,7 +142,8 @@ void lora_plan_apply(const struct lora_plan *p, const struct model *m, int rg, i
             if (!pj->a)
                 continue;
             d->t[d->n_terms++] = (struct be_lora_term){
-                .a = pj->a, .bt = pj->bt, .rank = pj->rank, .scale = pj->scale * s->w[k]};
+                .a = pj->a, .bt = pj->bt, .rank = pj->rank, .dtype = pj->dtype,
+                .scale = pj->scale * s->w[k]};
         }
         if (d->n_terms == 0)
             continue;

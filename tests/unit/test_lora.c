@@ -22,9 +22,12 @@
 #include "kv/kv_pool.h"
 #include "model/lora.h"
 #include "model/model.h"
+#include "format/safetensors.h"
 #include "util/base64.h"
+#include "util/half.h"
 
 static struct be *g_be;
+static int g_round_bf16; /* st_rounded's F32 copies: bf16 (else f16) rounding */
 static int g_exact = 1; /* the CPU: a mixed batch is bit-identical to each row alone */
 static const char *g_archs[] = {"llama", "qwen2", "qwen3", "gemma3"};
 static const unsigned ALL_PATHS = (1u << LORA_NT) - 1;
@@ -444,6 +447,115 @@ static void test_malformed(void)
     model_free(gm);
 }
 
+
+/* ---- 16-bit adapters stay 16-bit -------------------------------------------------------- */
+
+/* The qwen2 adapter "a" rewritten: every tensor rounded to f16/bf16 and stored as dtype
+ * (F32 = the rounded values as f32). */
+static uint8_t *st_rounded(const char *dir, int dt16, size_t *len)
+{
+    char p[700];
+    snprintf(p, sizeof p, "%s/adapter_model.safetensors", dir);
+    struct st_model *st = NULL;
+    struct cerr e = {0};
+    if (st_open(&st, p, &e))
+        return NULL;
+    size_t cap = 65536, o = 0, data = 0;
+    char *hdr = malloc(cap);
+    o += (size_t)snprintf(hdr, cap, "{");
+    for (int i = 0; i < st_count(st); i++) {
+        const struct st_tensor *t = st_get(st, i);
+        size_t n = (size_t)(t->ne[0] * t->ne[1]), sz = n * (dt16 ? 2 : 4);
+        o += (size_t)snprintf(hdr + o, cap - o,
+                              "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],"
+                              "\"data_offsets\":[%zu,%zu]}",
+                              i ? "," : "", t->name, dt16 == 1 ? "F16" : dt16 == 2 ? "BF16" : "F32",
+                              (long long)t->ne[1], (long long)t->ne[0], data, data + sz);
+        data += sz;
+    }
+    o += (size_t)snprintf(hdr + o, cap - o, "}");
+    *len = 8 + o + data;
+    uint8_t *b = malloc(*len), *w = b + 8 + o;
+    uint64_t hl = o;
+    memcpy(b, &hl, 8);
+    memcpy(b + 8, hdr, o);
+    for (int i = 0; i < st_count(st); i++) {
+        const struct st_tensor *t = st_get(st, i);
+        for (int64_t k = 0; k < t->ne[0] * t->ne[1]; k++) {
+            float v;
+            memcpy(&v, t->data + 4 * k, 4);
+            int bf = dt16 == 2 || (dt16 == 0 && g_round_bf16);
+            uint16_t h = bf ? half_f32_to_bf16(v) : half_f32_to_f16(v);
+            float r = bf ? half_bf16_to_f32(h) : half_f16_to_f32(h);
+            if (dt16) {
+                memcpy(w, &h, 2);
+                w += 2;
+            } else {
+                memcpy(w, &r, 4);
+                w += 4;
+            }
+        }
+    }
+    free(hdr);
+    st_close(st);
+    return b;
+}
+
+static void test_dtype16(void)
+{
+    struct cerr e = {0};
+    struct model *m = NULL;
+    CHECK_EQ_INT(model_load(&m, repo_path("tests/data/parity/qwen2"), g_be, &e), 0);
+    if (!m)
+        return;
+    const char *dir = repo_path("tests/data/lora/qwen2/a");
+    char cp[700];
+    snprintf(cp, sizeof cp, "%s/adapter_config.json", dir);
+    FILE *f = fopen(cp, "rb");
+    char cfg[8192];
+    size_t cl = f ? fread(cfg, 1, sizeof cfg, f) : 0;
+    if (f)
+        fclose(f);
+    int32_t ids[12] = {1, 40, 41, 42, 100, 200, 7, 8, 9, 10, 11, 12};
+    int V = m->hp.n_vocab;
+    for (int d16 = 1; d16 <= 2; d16++) {
+        g_round_bf16 = d16 == 2;
+        size_t l16 = 0, l32 = 0;
+        uint8_t *b16 = st_rounded(dir, d16, &l16), *b32 = st_rounded(dir, 0, &l32);
+        struct lora_adapter *a16 = NULL, *a32 = NULL;
+        CHECK(b16 && b32);
+        if (!b16 || !b32)
+            break;
+        CHECK_EQ_INT(lora_load_peft_mem(&a16, m, cfg, cl, b16, l16, &e), 0);
+        CHECK_EQ_INT(lora_load_peft_mem(&a32, m, cfg, cl, b32, l32, &e), 0);
+        if (a16 && a32) {
+            CHECK(a16->p[0].dtype == (d16 == 1 ? DT_F16 : DT_BF16) && a32->p[0].dtype == DT_F32);
+            CHECK(a16->bytes * 2 == a32->bytes);
+            float *lg[2];
+            struct lora_set s16 = {1, {a16}, {1}}, s32 = {1, {a32}, {1}};
+            for (int k = 0; k < 2; k++) {
+                struct gen *gn = NULL;
+                lg[k] = malloc((size_t)12 * V * 4);
+                CHECK_EQ_INT(gen_new(&gn, m, 32, 32, DT_F32, &e), 0);
+                gn->lora = k ? &s32 : &s16;
+                gn->lora_paths = ALL_PATHS;
+                CHECK_EQ_INT(gen_feed(gn, ids, 12, lg[k], &e), 0);
+                gen_free(gn);
+            }
+            /* the same values: the same bits (16-bit elements widen exactly) */
+            CHECK_MSG(memcmp(lg[0], lg[1], (size_t)12 * V * 4) == 0,
+                      "%s adapter != its f32 copy", d16 == 1 ? "f16" : "bf16");
+            free(lg[0]);
+            free(lg[1]);
+        }
+        lora_unref(a16);
+        lora_unref(a32);
+        free(b16);
+        free(b32);
+    }
+    model_free(m);
+}
+
 /* ---- the registry ---------------------------------------------------------------------- */
 
 static void test_registry(void)
@@ -518,6 +630,7 @@ int main(void)
     RUN(test_goldens);
     RUN(test_mixed_batch);
     RUN(test_malformed);
+    RUN(test_dtype16);
     RUN(test_registry);
     be_free(g_be);
     return harness_done();

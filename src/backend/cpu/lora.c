@@ -66,8 +66,10 @@ static void lora_pass1(void *arg, int64_t c)
     const float *x = t->x + (int64_t)g->rows[r] * t->K;
     float *out = t->tbuf + t->toff[gi] + (int64_t)r * grp_rank_sum(g) + off;
     int j1 = (s + 1) * LORA_JB < tm->rank ? (s + 1) * LORA_JB : tm->rank;
+    const int d = lora_kern_dt(tm->dtype);
+    const size_t es = d ? 2 : 4;
     for (int j = s * LORA_JB; j < j1; j++)
-        out[j] = t->k->dot(x, tm->a + (int64_t)j * t->K, t->K) * tm->scale;
+        out[j] = t->k->dot[d](x, (const char *)tm->a + (size_t)j * t->K * es, t->K) * tm->scale;
 }
 
 /* Pass 2, item c: group c / n_slices, outputs of slice c % n_slices. */
@@ -85,8 +87,10 @@ static void lora_pass2(void *arg, int64_t c)
         memset(acc, 0, sizeof acc);
         for (int i = 0; i < g->n_terms; i++) {
             const struct be_lora_term *tm = &g->t[i];
+            const int d = lora_kern_dt(tm->dtype);
+            const size_t es = d ? 2 : 4;
             for (int j = 0; j < tm->rank; j++)
-                t->k->axpy(acc, tv[j], tm->bt + (int64_t)j * t->M + m0, nm);
+                t->k->axpy[d](acc, tv[j], (const char *)tm->bt + ((size_t)j * t->M + m0) * es, nm);
             tv += tm->rank;
         }
         float *y = t->y + (int64_t)g->rows[r] * t->M + m0;

@@ -1,41 +1,70 @@
-/* lora_avx2.c — the LoRA primitives (lora_kern.h) with AVX2 + FMA (built with -mavx2 -mfma;
- * used only when the CPU has them). */
+/* lora_avx2.c — the LoRA primitives (lora_kern.h) with AVX2 + FMA + F16C (built with -mavx2
+ * -mfma -mf16c; used only when the CPU has them). 16-bit elements are widened to float
+ * (exact) before the multiply, so a 16-bit adapter computes what its f32 copy would. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "backend/cpu/lora_kern.h"
+#include "util/half.h"
 
-static float dot_avx2(const float *x, const float *a, int n)
+/* 8 elements of type d (0 f32, 1 f16, 2 bf16) at element i, as floats */
+static inline __m256 ld8(const void *p, int d, int i)
+{
+    if (d == 0)
+        return _mm256_loadu_ps((const float *)p + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
+    if (d == 1)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline float ld1(const void *p, int d, int i)
+{
+    if (d == 0)
+        return ((const float *)p)[i];
+    uint16_t h;
+    memcpy(&h, (const uint16_t *)p + i, 2);
+    return d == 1 ? half_f16_to_f32(h) : half_bf16_to_f32(h);
+}
+
+static inline float dot_any(const float *x, const void *a, int n, int d)
 {
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
     __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
     int i = 0;
     for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(a + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(a + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(a + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(a + i + 24), s3);
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), ld8(a, d, i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), ld8(a, d, i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), ld8(a, d, i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), ld8(a, d, i + 24), s3);
     }
     for (; i + 8 <= n; i += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(a + i), s0);
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), ld8(a, d, i), s0);
     __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
     float l[8];
     _mm256_storeu_ps(l, s);
     float r = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
     for (; i < n; i++)
-        r += x[i] * a[i];
+        r += x[i] * ld1(a, d, i);
     return r;
 }
 
-static void axpy_avx2(float *acc, float s, const float *b, int n)
+static inline void axpy_any(float *acc, float s, const void *b, int n, int d)
 {
     __m256 vs = _mm256_set1_ps(s);
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(acc + i,
-                         _mm256_fmadd_ps(vs, _mm256_loadu_ps(b + i), _mm256_loadu_ps(acc + i)));
+        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(vs, ld8(b, d, i), _mm256_loadu_ps(acc + i)));
     for (; i < n; i++)
-        acc[i] = __builtin_fmaf(s, b[i], acc[i]);
+        acc[i] = __builtin_fmaf(s, ld1(b, d, i), acc[i]);
 }
+
+static float dot_f32(const float *x, const void *a, int n) { return dot_any(x, a, n, 0); }
+static float dot_f16(const float *x, const void *a, int n) { return dot_any(x, a, n, 1); }
+static float dot_bf16(const float *x, const void *a, int n) { return dot_any(x, a, n, 2); }
+static void axpy_f32(float *acc, float s, const void *b, int n) { axpy_any(acc, s, b, n, 0); }
+static void axpy_f16(float *acc, float s, const void *b, int n) { axpy_any(acc, s, b, n, 1); }
+static void axpy_bf16(float *acc, float s, const void *b, int n) { axpy_any(acc, s, b, n, 2); }
 
 static void add_avx2(float *y, const float *d, int n)
 {
@@ -46,4 +75,5 @@ static void add_avx2(float *y, const float *d, int n)
         y[i] += d[i];
 }
 
-const struct lora_kern cpu_lora_kern_avx2 = {dot_avx2, axpy_avx2, add_avx2};
+const struct lora_kern cpu_lora_kern_avx2 = {
+    {dot_f32, dot_f16, dot_bf16}, {axpy_f32, axpy_f16, axpy_bf16}, add_avx2};

@@ -21,6 +21,16 @@ struct lora_k {
     struct be_lora_grp g[CU_LORA_GRP];
 };
 
+/* element i of a (dtype dt: f32, f16, bf16) as float (exact) */
+__device__ __forceinline__ float lora_ld(const void *a, int dt, int64_t i)
+{
+    if (dt == DT_F16)
+        return cu_f16(((const uint16_t *)a)[i]);
+    if (dt == DT_BF16)
+        return cu_bf16(((const uint16_t *)a)[i]);
+    return ((const float *)a)[i];
+}
+
 __global__ void k_lora(struct lora_k p)
 {
     extern __shared__ float t[]; /* (CU_LORA_RC, rank_sum_max) */
@@ -40,10 +50,11 @@ __global__ void k_lora(struct lora_k p)
         while (k >= g.t[ti].rank)
             k -= g.t[ti].rank, ti++;
         const float *x = p.x + (int64_t)g.rows[r0 + r] * p.K;
-        const float *a = g.t[ti].a + (int64_t)k * p.K;
+        const int dt = g.t[ti].dtype;
+        const int64_t a0 = (int64_t)k * p.K;
         float s = 0.0f;
         for (int i = lane; i < p.K; i += 32)
-            s = __fmaf_rn(x[i], a[i], s);
+            s = __fmaf_rn(x[i], lora_ld(g.t[ti].a, dt, a0 + i), s);
         for (int o = 16; o > 0; o >>= 1)
             s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
         if (lane == 0)
@@ -58,9 +69,10 @@ __global__ void k_lora(struct lora_k p)
         const float *tv = t + r * p.rank_sum_max;
         float acc = 0.0f;
         for (int i = 0; i < g.n_terms; i++) {
-            const float *bt = g.t[i].bt;
+            const void *bt = g.t[i].bt;
+            const int dt = g.t[i].dtype;
             for (int j = 0; j < g.t[i].rank; j++)
-                acc = __fmaf_rn(tv[j], bt[(int64_t)j * p.M + m], acc);
+                acc = __fmaf_rn(tv[j], lora_ld(bt, dt, (int64_t)j * p.M + m), acc);
             tv += g.t[i].rank;
         }
         float *y = p.y + (int64_t)g.rows[r0 + r] * p.M + m;
