@@ -75,10 +75,13 @@ static uint8_t *random_adapter(const struct model *m, int r, size_t *len)
                 size_t sz = (size_t)rows * cols * (g_dt16 ? 2 : 4);
                 o += (size_t)snprintf(hdr + o, cap - o,
                                       "%s\"base_model.model.model.layers.%d.%s.lora_%c.weight\":"
-                                      "{\"dtype\":\"F32\",\"shape\":[%ld,%ld],\"data_offsets\":"
+                                      "{\"dtype\":\"%s\",\"shape\":[%ld,%ld],\"data_offsets\":"
                                       "[%zu,%zu]}",
-                                      o > 1 ? "," : "", il, g_names[t], ab ? 'B' : 'A', rows, cols,
-                                      data, data + sz);
+                                      o > 1 ? "," : "", il, g_names[t], ab ? 'B' : 'A',
+                                      g_dt16 == 1   ? "F16"
+                                      : g_dt16 == 2 ? "BF16"
+                                                    : "F32",
+                                      rows, cols, data, data + sz);
                 data += sz;
             }
         }

@@ -88,9 +88,8 @@ static void lora_pass2(void *arg, int64_t c)
         for (int i = 0; i < g->n_terms; i++) {
             const struct be_lora_term *tm = &g->t[i];
             const int d = lora_kern_dt(tm->dtype);
-            const size_t es = d ? 2 : 4;
-            for (int j = 0; j < tm->rank; j++)
-                t->k->axpy[d](acc, tv[j], (const char *)tm->bt + ((size_t)j * t->M + m0) * es, nm);
+            t->k->expand[d](acc, tv, (const char *)tm->bt + (size_t)m0 * (d ? 2 : 4),
+                            (size_t)t->M, tm->rank, nm);
             tv += tm->rank;
         }
         float *y = t->y + (int64_t)g->rows[r] * t->M + m0;

@@ -49,22 +49,56 @@ static inline float dot_any(const float *x, const void *a, int n, int d)
     return r;
 }
 
-static inline void axpy_any(float *acc, float s, const void *b, int n, int d)
+/* acc stays in registers over the ranks: 32 outputs at a time, then 8, then one */
+static inline void expand_any(float *acc, const float *t, const void *b, size_t ldb, int rank,
+                              int n, int d)
 {
-    __m256 vs = _mm256_set1_ps(s);
+    const size_t es = d ? 2 : 4;
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(vs, ld8(b, d, i), _mm256_loadu_ps(acc + i)));
-    for (; i < n; i++)
-        acc[i] = __builtin_fmaf(s, ld1(b, d, i), acc[i]);
+    for (; i + 32 <= n; i += 32) {
+        __m256 a0 = _mm256_loadu_ps(acc + i), a1 = _mm256_loadu_ps(acc + i + 8);
+        __m256 a2 = _mm256_loadu_ps(acc + i + 16), a3 = _mm256_loadu_ps(acc + i + 24);
+        for (int j = 0; j < rank; j++) {
+            const void *bj = (const char *)b + (size_t)j * ldb * es;
+            __m256 tj = _mm256_set1_ps(t[j]);
+            a0 = _mm256_fmadd_ps(tj, ld8(bj, d, i), a0);
+            a1 = _mm256_fmadd_ps(tj, ld8(bj, d, i + 8), a1);
+            a2 = _mm256_fmadd_ps(tj, ld8(bj, d, i + 16), a2);
+            a3 = _mm256_fmadd_ps(tj, ld8(bj, d, i + 24), a3);
+        }
+        _mm256_storeu_ps(acc + i, a0), _mm256_storeu_ps(acc + i + 8, a1);
+        _mm256_storeu_ps(acc + i + 16, a2), _mm256_storeu_ps(acc + i + 24, a3);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 a0 = _mm256_loadu_ps(acc + i);
+        for (int j = 0; j < rank; j++)
+            a0 = _mm256_fmadd_ps(_mm256_set1_ps(t[j]),
+                                 ld8((const char *)b + (size_t)j * ldb * es, d, i), a0);
+        _mm256_storeu_ps(acc + i, a0);
+    }
+    for (; i < n; i++) {
+        float a = acc[i];
+        for (int j = 0; j < rank; j++)
+            a = __builtin_fmaf(t[j], ld1((const char *)b + (size_t)j * ldb * es, d, i), a);
+        acc[i] = a;
+    }
 }
 
 static float dot_f32(const float *x, const void *a, int n) { return dot_any(x, a, n, 0); }
 static float dot_f16(const float *x, const void *a, int n) { return dot_any(x, a, n, 1); }
 static float dot_bf16(const float *x, const void *a, int n) { return dot_any(x, a, n, 2); }
-static void axpy_f32(float *acc, float s, const void *b, int n) { axpy_any(acc, s, b, n, 0); }
-static void axpy_f16(float *acc, float s, const void *b, int n) { axpy_any(acc, s, b, n, 1); }
-static void axpy_bf16(float *acc, float s, const void *b, int n) { axpy_any(acc, s, b, n, 2); }
+static void exp_f32(float *acc, const float *t, const void *b, size_t l, int r, int n)
+{
+    expand_any(acc, t, b, l, r, n, 0);
+}
+static void exp_f16(float *acc, const float *t, const void *b, size_t l, int r, int n)
+{
+    expand_any(acc, t, b, l, r, n, 1);
+}
+static void exp_bf16(float *acc, const float *t, const void *b, size_t l, int r, int n)
+{
+    expand_any(acc, t, b, l, r, n, 2);
+}
 
 static void add_avx2(float *y, const float *d, int n)
 {
@@ -76,4 +110,4 @@ static void add_avx2(float *y, const float *d, int n)
 }
 
 const struct lora_kern cpu_lora_kern_avx2 = {
-    {dot_f32, dot_f16, dot_bf16}, {axpy_f32, axpy_f16, axpy_bf16}, add_avx2};
+    {dot_f32, dot_f16, dot_bf16}, {exp_f32, exp_f16, exp_bf16}, add_avx2};

@@ -12,7 +12,8 @@
 
 struct lora_kern {
     float (*dot[3])(const float *x, const void *a, int n);      /* sum x[i] a[i] */
-    void (*axpy[3])(float *acc, float s, const void *b, int n); /* acc[i] += s b[i] */
+    /* for j < rank in order: acc[i] += t[j] b[j * ld + i] (one fused multiply-add each) */
+    void (*expand[3])(float *acc, const float *t, const void *b, size_t ld, int rank, int n);
     void (*add)(float *y, const float *d, int n);               /* y[i] += d[i] */
 };
 

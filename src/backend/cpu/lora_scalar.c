@@ -30,18 +30,32 @@ static inline float dot_any(const float *x, const void *a, int n, int d)
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-static inline void axpy_any(float *acc, float s, const void *b, int n, int d)
+static inline void expand_any(float *acc, const float *t, const void *b, size_t ldb, int rank,
+                              int n, int d)
 {
-    for (int i = 0; i < n; i++)
-        acc[i] += s * ld(b, d, i);
+    for (int i = 0; i < n; i++) {
+        float a = acc[i];
+        for (int j = 0; j < rank; j++)
+            a = __builtin_fmaf(t[j], ld(b, d, (int)((size_t)j * ldb) + i), a);
+        acc[i] = a;
+    }
 }
 
 static float dot_f32(const float *x, const void *a, int n) { return dot_any(x, a, n, 0); }
 static float dot_f16(const float *x, const void *a, int n) { return dot_any(x, a, n, 1); }
 static float dot_bf16(const float *x, const void *a, int n) { return dot_any(x, a, n, 2); }
-static void axpy_f32(float *acc, float s, const void *b, int n) { axpy_any(acc, s, b, n, 0); }
-static void axpy_f16(float *acc, float s, const void *b, int n) { axpy_any(acc, s, b, n, 1); }
-static void axpy_bf16(float *acc, float s, const void *b, int n) { axpy_any(acc, s, b, n, 2); }
+static void exp_f32(float *acc, const float *t, const void *b, size_t l, int r, int n)
+{
+    expand_any(acc, t, b, l, r, n, 0);
+}
+static void exp_f16(float *acc, const float *t, const void *b, size_t l, int r, int n)
+{
+    expand_any(acc, t, b, l, r, n, 1);
+}
+static void exp_bf16(float *acc, const float *t, const void *b, size_t l, int r, int n)
+{
+    expand_any(acc, t, b, l, r, n, 2);
+}
 
 static void add_scalar(float *y, const float *d, int n)
 {
@@ -50,7 +64,7 @@ static void add_scalar(float *y, const float *d, int n)
 }
 
 static const struct lora_kern g_scalar = {
-    {dot_f32, dot_f16, dot_bf16}, {axpy_f32, axpy_f16, axpy_bf16}, add_scalar};
+    {dot_f32, dot_f16, dot_bf16}, {exp_f32, exp_f16, exp_bf16}, add_scalar};
 
 const struct lora_kern *cpu_lora_kern(int isa)
 {
