@@ -13,14 +13,19 @@
 #      models from bench/gpu/models.py: the GPU fields of bench/results/lora.json.
 # Everything lands in $OUT: gpu.txt, test_lora.log, golden/ + golden_cmp.json,
 # lora_bench_<model>.json/.err, lora_gpu.json (the "gpu" object for bench/results/lora.json).
-B=${BIN:-$PWD/.gpubin}
+B=$(cd "${BIN:-$PWD/.gpubin}" && pwd)
+# the tree the tests read (tests/data/{lora,parity}, scripts/, bench/gpu/models.py): $B/src
+# when the binaries folder carries one (a checkout without this branch), else the checkout
+SRC=${SRC:-$PWD}
+[ -d "$B/src/tests/data/lora" ] && SRC=$B/src
+cd "$SRC" || exit 1
 export LD_LIBRARY_PATH=$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 t0=$(date +%s)
 
-CINFER_LORA_BACKEND=cuda CINFER_SRC=$PWD timeout 300 "$B/test_lora" > "$OUT/test_lora.log" 2>&1
+CINFER_LORA_BACKEND=cuda CINFER_SRC=$SRC timeout 300 "$B/test_lora" > "$OUT/test_lora.log" 2>&1
 echo "test_lora (cuda) rc=$? ($(( $(date +%s) - t0 )) s)"
 grep -E "FAIL|failed|mixed batch|passed" "$OUT/test_lora.log" | head -20
 grep -E "max \|dlogit\|" "$OUT/test_lora.log" | sort -t'|' -k3 | tail -3
