@@ -222,7 +222,7 @@ void cu_scale(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_matmul_fused(struct be *b, const struct be_mm *m);
 /* The op lora (cuda_lora.cu) for at most CU_LORA_GRP groups; cq_lora splits larger calls. */
-enum { CU_LORA_GRP = 4 };
+enum { CU_LORA_GRP = 3 }; /* a recorded call (cuda_graph.cu) holds the groups by value */
 void cu_lora(struct be *b, float *y, const float *x, int K, int M, const struct be_lora_grp *g,
              int n_grp);
 void cq_lora(struct be *b, float *y, const float *x, int K, int M, const struct be_lora_grp *g,

@@ -1,5 +1,5 @@
 /* cuda_lora.cu — the op lora on the GPU (backend.h, struct be_lora_grp): the LoRA deltas of
- * one projection for up to CU_LORA_GRP groups of rows per launch.
+ * one projection for up to CU_LORA_GRP (3) groups of rows per launch.
  *
  * One block per (slice of CU_LORA_MT outputs, chunk of up to CU_LORA_RC rows of one group):
  * its warps first compute t = x a^T * scale for the chunk's rows and every term's ranks into
