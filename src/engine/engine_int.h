@@ -202,6 +202,8 @@ void eng_check_pool(struct engine *g);
  * the engine has no registry. */
 int eng_lora_submit(struct engine *g, struct ereq *r, const struct engine_req *q,
                     struct cerr *e);
+/* r starts running for the first time (the registry's waiting -> running). */
+void eng_lora_admitted(struct engine *g, struct ereq *r);
 /* Drops r's references (request end). */
 void eng_lora_release(struct engine *g, struct ereq *r);
 /* Sets b->lora and b->lora_paths for a step whose sequence s is g->rows[s]. */

@@ -137,6 +137,8 @@ static int plan(struct engine *g, int admit)
                     r->n_cached = hit < r->n_prompt ? hit : r->n_prompt;
             }
         }
+        if (!r->admitted && r->lora.n)
+            eng_lora_admitted(g, r); /* its adapters count as running */
         r->admitted = 1;
         pthread_mutex_lock(&g->mu);
         g->st.waiting = g->wait.n;

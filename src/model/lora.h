@@ -94,7 +94,8 @@ struct lora_reg_entry {
     int rank;
     unsigned targets;
     long requests; /* requests that ran with it (lora_reg_count) */
-    int active;    /* requests running with it now */
+    int active;    /* requests in flight with it (queued or running) */
+    int running;   /* of those, admitted to the running batch at least once (lora_reg_admit) */
 };
 int lora_reg_new(struct lora_reg **out, struct cerr *e);
 void lora_reg_free(struct lora_reg *r); /* drops the registry's references */
@@ -120,5 +121,7 @@ int lora_reg_list(struct lora_reg *r, struct lora_reg_entry *out, int cap);
 unsigned lora_reg_paths(struct lora_reg *r);
 /* Counts a request starting (+1) or ending (-1) with set s, per member id. */
 void lora_reg_count(struct lora_reg *r, const struct lora_set *s, int delta);
+/* Counts a request with set s entering the running batch (+1) or, having run, ending (-1). */
+void lora_reg_admit(struct lora_reg *r, const struct lora_set *s, int delta);
 
 #endif

@@ -179,6 +179,19 @@ unsigned lora_reg_paths(struct lora_reg *r)
     return p;
 }
 
+void lora_reg_admit(struct lora_reg *r, const struct lora_set *s, int delta)
+{
+    pthread_mutex_lock(&r->mu);
+    for (int k = 0; k < s->n; k++)
+        for (int i = 0; i < r->n; i++)
+            if (r->s[i].a == s->a[k]) {
+                r->s[i].info.running += delta;
+                if (r->s[i].info.running < 0)
+                    r->s[i].info.running = 0;
+            }
+    pthread_mutex_unlock(&r->mu);
+}
+
 void lora_reg_count(struct lora_reg *r, const struct lora_set *s, int delta)
 {
     pthread_mutex_lock(&r->mu);

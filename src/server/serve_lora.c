@@ -197,9 +197,11 @@ static json_t *entry_json(const struct lora_reg_entry *x)
     for (int i = 0; i < LORA_NT; i++)
         if (x->targets & (1u << i))
             json_array_append_new(t, json_string(lora_target_name(i)));
-    return json_pack("{s:s, s:s, s:s, s:f, s:i, s:o, s:I, s:i}", "id", x->id, "object", "adapter",
-                     "path", x->path, "scale", (double)x->scale, "rank", x->rank, "target_modules",
-                     t, "requests", (json_int_t)x->requests, "running", x->active);
+    int waiting = x->active - x->running > 0 ? x->active - x->running : 0;
+    return json_pack("{s:s, s:s, s:s, s:f, s:i, s:o, s:I, s:i, s:i}", "id", x->id, "object",
+                     "adapter", "path", x->path, "scale", (double)x->scale, "rank", x->rank,
+                     "target_modules", t, "requests", (json_int_t)x->requests, "running",
+                     x->running, "waiting", waiting);
 }
 
 static json_t *list_json(struct serve *sv)
@@ -392,17 +394,20 @@ void serve_lora_metrics(struct serve *sv, struct sbuf *b)
 {
     struct lora_reg_entry ent[LORA_LIST_MAX];
     int n = sv->lora ? lora_reg_list(sv->lora, ent, LORA_LIST_MAX) : 0;
-    char running[LORA_LIST_MAX * LORA_ID_MAX + 1] = "";
-    size_t o = 0;
-    for (int i = 0; i < n && i < LORA_LIST_MAX; i++)
-        if (ent[i].active > 0)
+    char running[LORA_LIST_MAX * LORA_ID_MAX + 1] = "", waiting[sizeof running] = "";
+    size_t o = 0, w = 0;
+    for (int i = 0; i < n && i < LORA_LIST_MAX; i++) {
+        if (ent[i].running > 0)
             o += (size_t)snprintf(running + o, sizeof running - o, "%s%s", o ? "," : "", ent[i].id);
+        if (ent[i].active > ent[i].running)
+            w += (size_t)snprintf(waiting + w, sizeof waiting - w, "%s%s", w ? "," : "", ent[i].id);
+    }
     sbuf_printf(b,
                 "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
                 "# TYPE vllm:lora_requests_info gauge\n"
                 "vllm:lora_requests_info{max_lora=\"%d\",running_lora_adapters=\"%s\","
-                "waiting_lora_adapters=\"\"} %ld\n",
-                LORA_LIST_MAX, running, (long)time(NULL));
+                "waiting_lora_adapters=\"%s\"} %ld\n",
+                LORA_LIST_MAX, running, waiting, (long)time(NULL));
     sbuf_printf(b,
                 "# HELP cinfer_lora_adapters_mounted Mounted LoRA adapters.\n"
                 "# TYPE cinfer_lora_adapters_mounted gauge\n"

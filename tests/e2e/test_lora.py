@@ -142,6 +142,8 @@ def test_mount_unmount_under_load():
         wait_until(lambda: any(a["id"] == "x" and a["running"] >= 3
                                for a in json.loads(s.get("/v1/adapters")[1])["data"]),
                    what="3 requests running with x")
+        st, m, _ = s.get("/metrics")
+        assert b'running_lora_adapters="x"' in m, m
         # unmount x while they run; mount another adapter meanwhile
         st, b, _ = http("DELETE", s.base + "/v1/adapters/x")
         assert st == 200, b

@@ -28,7 +28,7 @@
 
 static struct be *g_be;
 static int g_round_bf16; /* st_rounded's F32 copies: bf16 (else f16) rounding */
-static int g_exact = 1; /* the CPU: a mixed batch is bit-identical to each row alone */
+static int g_exact = 1;  /* the CPU: a mixed batch is bit-identical to each row alone */
 static const char *g_archs[] = {"llama", "qwen2", "qwen3", "gemma3"};
 static const unsigned ALL_PATHS = (1u << LORA_NT) - 1;
 
@@ -447,7 +447,6 @@ static void test_malformed(void)
     model_free(gm);
 }
 
-
 /* ---- 16-bit adapters stay 16-bit -------------------------------------------------------- */
 
 /* The qwen2 adapter "a" rewritten: every tensor rounded to f16/bf16 and stored as dtype
@@ -469,7 +468,10 @@ static uint8_t *st_rounded(const char *dir, int dt16, size_t *len)
         o += (size_t)snprintf(hdr + o, cap - o,
                               "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld,%lld],"
                               "\"data_offsets\":[%zu,%zu]}",
-                              i ? "," : "", t->name, dt16 == 1 ? "F16" : dt16 == 2 ? "BF16" : "F32",
+                              i ? "," : "", t->name,
+                              dt16 == 1   ? "F16"
+                              : dt16 == 2 ? "BF16"
+                                          : "F32",
                               (long long)t->ne[1], (long long)t->ne[0], data, data + sz);
         data += sz;
     }
@@ -543,8 +545,8 @@ static void test_dtype16(void)
                 gen_free(gn);
             }
             /* the same values: the same bits (16-bit elements widen exactly) */
-            CHECK_MSG(memcmp(lg[0], lg[1], (size_t)12 * V * 4) == 0,
-                      "%s adapter != its f32 copy", d16 == 1 ? "f16" : "bf16");
+            CHECK_MSG(memcmp(lg[0], lg[1], (size_t)12 * V * 4) == 0, "%s adapter != its f32 copy",
+                      d16 == 1 ? "f16" : "bf16");
             free(lg[0]);
             free(lg[1]);
         }
@@ -601,7 +603,11 @@ static void test_registry(void)
     lora_reg_count(r, &s, 1);
     struct lora_reg_entry ent[4];
     CHECK_EQ_INT(lora_reg_list(r, ent, 4), 2);
-    CHECK(ent[0].active == 1 && ent[0].requests == 1);
+    CHECK(ent[0].active == 1 && ent[0].requests == 1 && ent[0].running == 0);
+    lora_reg_admit(r, &s, 1);
+    CHECK_EQ_INT(lora_reg_list(r, ent, 4), 2);
+    CHECK(ent[0].running == 1 && ent[1].running == 1);
+    lora_reg_admit(r, &s, -1);
     CHECK_EQ_INT(lora_reg_unmount(r, "sql", &e), 0);
     CHECK(lora_reg_unmount(r, "sql", &e) != 0);
     CHECK(!lora_reg_has(r, "sql") && lora_reg_has(r, "tone"));
