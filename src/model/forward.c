@@ -321,7 +321,10 @@ static void attention_block(const struct model *m, struct model_ws *ws,
         .v_cache = kv->v[il],
     };
     op->attention(b, ws->att, ws->q, &a);           /* (n, qd) */
-    out_proj(m, ws, n, ws->att, &ly->wo, ly->post_attn_norm, ly->ffn_norm, il, LORA_O);
+    /* mlp_block next: its fused gate/up norms x, unless adapters take gate/up unfused */
+    const unsigned lgu = (1u << LORA_GATE) | (1u << LORA_UP);
+    out_proj(m, ws, n, ws->att, &ly->wo, ly->post_attn_norm,
+             ws->lpaths & lgu ? NULL : ly->ffn_norm, il, LORA_O);
 }
 
 static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
