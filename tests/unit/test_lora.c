@@ -152,6 +152,64 @@ static void test_goldens(void)
                 check_arch(g_archs[i], base ? "model.gguf" : NULL, gl);
 }
 
+/* ---- a GGUF LoRA equals its PEFT source ---------------------------------------------------- */
+
+static float *prompt_logits(struct model *m, const struct lora_set *set, const int32_t *ids, int n)
+{
+    struct cerr e = {0};
+    struct gen *gn = NULL;
+    float *lg = malloc((size_t)n * m->hp.n_vocab * 4);
+    CHECK_EQ_INT(gen_new(&gn, m, 32, 32, DT_F32, &e), 0);
+    if (gn) {
+        gn->lora = set;
+        gn->lora_paths = ALL_PATHS;
+        CHECK_EQ_INT(gen_feed(gn, ids, n, lg, &e), 0);
+    }
+    gen_free(gn);
+    return lg;
+}
+
+static void test_gguf_equals_peft(void)
+{
+    int32_t ids[10] = {1, 30, 31, 90, 91, 150, 151, 200, 201, 250};
+    for (size_t i = 0; i < sizeof g_archs / sizeof g_archs[0]; i++)
+        for (int base = 0; base < 2; base++) {
+            char mp[700];
+            snprintf(mp, sizeof mp, "%s%s%s", repo_path("tests/data/parity/"), g_archs[i],
+                     base ? "/model.gguf" : "");
+            struct cerr e = {0};
+            struct model *m = NULL;
+            CHECK_MSG(model_load(&m, mp, g_be, &e) == 0, "%s: %s", mp, e.msg);
+            if (!m)
+                continue;
+            for (int k = 0; k < 2; k++) {
+                struct lora_adapter *p = load_ad(m, g_archs[i], k ? "b" : "a");
+                struct lora_adapter *q = load_ad(m, g_archs[i], k ? "b.gguf" : "a.gguf");
+                if (p && q) {
+                    struct lora_set sp = {1, {p}, {1}}, sq = {1, {q}, {1}};
+                    float *x = prompt_logits(m, &sp, ids, 10), *y = prompt_logits(m, &sq, ids, 10);
+                    size_t n = (size_t)10 * m->hp.n_vocab;
+                    double d = 0;
+                    for (size_t j = 0; j < n; j++)
+                        d = fabs(x[j] - y[j]) > d ? fabs(x[j] - y[j]) : d;
+                    /* a: the same f32 values and scale, bit for bit; b (rsLoRA: the GGUF
+                     * alpha is alpha * sqrt(r) in f32) within float rounding */
+                    if (k == 0)
+                        CHECK_MSG(memcmp(x, y, n * 4) == 0, "%s %s: gguf a != peft a (max %.3g)",
+                                  g_archs[i], base ? "gguf" : "hf", d);
+                    else
+                        CHECK_MSG(d <= 1e-5, "%s %s: gguf b vs peft b: max %.3g", g_archs[i],
+                                  base ? "gguf" : "hf", d);
+                    free(x);
+                    free(y);
+                }
+                lora_unref(p);
+                lora_unref(q);
+            }
+            model_free(m);
+        }
+}
+
 /* ---- 8 rows, 4 sets + none, in one step == each alone ------------------------------ */
 
 #define NS 8
@@ -634,6 +692,7 @@ int main(void)
         return 1;
     }
     RUN(test_goldens);
+    RUN(test_gguf_equals_peft);
     RUN(test_mixed_batch);
     RUN(test_malformed);
     RUN(test_dtype16);
