@@ -125,6 +125,31 @@ def test_cache_never_shared_between_sets(srv):
     assert cached(a3) >= 32 and text(a3) == text(a1)
 
 
+def test_concurrent_sets_equal_alone(srv):
+    """8 concurrent requests over a, b, a+b and none (batched steps with 4 groups) give
+    what each gives alone (the CPU kernels are batch invariant)."""
+    if not any(a["id"] == "b" for a in json.loads(srv.get("/v1/adapters")[1])["data"]):
+        srv.post("/v1/adapters", {"path": "b"})
+    sets = ["a", "b", "a+b", "none", "a", "b", "a+b", "none"]
+    prompts = [[1] + [(i * 29 + k * 7) % 260 + 3 for i in range(20)] for k in range(8)]
+    alone = [text(complete(srv, prompt=p, adapter=a, max_tokens=16)[1])
+             for p, a in zip(prompts, sets)]
+    out = {}
+
+    def run(k):
+        out[k] = complete(srv, prompt=prompts[k], adapter=sets[k], max_tokens=16)
+
+    th = [threading.Thread(target=run, args=(k,)) for k in range(8)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(300)
+    for k in range(8):
+        st, r = out[k]
+        assert st == 200, r
+        assert text(r) == alone[k], (k, sets[k])
+
+
 def test_mount_unmount_under_load():
     s = Server(BASE, "--batch", "8", env={"CINFER_TEST_STEP_DELAY_MS": "20"})
     try:
