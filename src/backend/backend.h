@@ -129,6 +129,31 @@ static inline float be_topcand_cut(float mx, float span, int k)
     return mx - span * (float)k / (float)BE_TOPCAND_BINS;
 }
 
+/* The OPTIONAL op lora (unmerged low-rank adapters, model/lora.h): rows of one step grouped
+ * by adapter set. A group's rows (indices into x and y, backend memory) all take the same
+ * terms; term i is a (rank, K) and bt (rank, M), both f32 in backend memory (bt is B
+ * transposed, so both are rank rows), and scale. For each row r of a group:
+ *   t_i = (x[r] a_i^T) * scale_i  (rank floats; each a dot over K in a fixed order),
+ *   d   = sum over i in order of t_i bt_i (each element summed over j in order from 0),
+ *   y[r] += d.
+ * The arithmetic of a row depends only on its x row and its group's terms (batch
+ * invariant). Rows of different groups are disjoint. A term's a and bt hold dtype elements
+ * (DT_F32, DT_F16 or DT_BF16, an adapter file's own precision), each converted to float
+ * exactly before its multiply. */
+#define BE_LORA_MAX_TERMS 4
+struct be_lora_term {
+    const void *a, *bt;
+    int rank;
+    int dtype;
+    float scale;
+};
+struct be_lora_grp {
+    const int32_t *rows; /* (n_rows) backend memory */
+    int n_rows;
+    int n_terms;
+    struct be_lora_term t[BE_LORA_MAX_TERMS];
+};
+
 struct be;
 
 #define BE_FETCH_MAX 65536 /* bytes of one fetch_start */
@@ -235,6 +260,11 @@ struct be_ops {
      * device for that thread). Called once by any thread other than the creator that will
      * run ops, e.g. the engine thread. Returns 0 or a CERR_*. */
     int (*bind_thread)(struct be *b, struct cerr *e);
+    /* OPTIONAL. The LoRA deltas of one projection (struct be_lora_grp above): x (rows, K),
+     * y (rows, M), groups g[0..n_grp) (host memory; their rows and weights in backend
+     * memory). NULL: the backend cannot run adapters (mounting one is refused). */
+    void (*lora)(struct be *b, float *y, const float *x, int K, int M,
+                 const struct be_lora_grp *g, int n_grp);
 };
 
 struct be {

@@ -72,6 +72,7 @@ static int burst_batch(struct engine *g, int n_rows, int ahead, int ds, struct m
                               .n_seq = n_rows, .max_blocks = mb, .block_tables = g->tables,
                               .n_out = n_rows, .out_idx = g->out_idx,
                               .samp = ds ? g->samp : NULL, .samp_words = words};
+    eng_lora_batch(g, n_rows, b);
     return 0;
 }
 
@@ -129,7 +130,7 @@ int eng_run_burst(struct engine *g, int n_rows, int ds)
                 continue;
             fed += r->n_past < r->n_prompt; /* a prompt's last token (the rest was cached) */
             r->n_past++;
-            kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
+            kv_cache_commit(g->kv, &r->seq, r->root, r->tokens, r->n_past);
             sampler_skip(r->smp);
             g->dev_rows += ds;
             gen++;

@@ -57,6 +57,7 @@ static void req_free(struct engine *g, struct ereq *r)
     if (g->kv_swa)
         kv_seq_release(g->kv_swa, &r->seq_swa);
     sampler_free(r->smp);
+    eng_lora_release(g, r);
     spec_req_free(g->spec, r->spec);
     tok_stream_free(r->ts);
     stop_free(r->stop);
@@ -158,6 +159,8 @@ int engine_submit(struct engine *g, const struct engine_req *q, uint64_t *id, st
                             q->grammar_after, e);
     if (!rc && g->spec && !(r->spec = spec_req_new(g->spec)))
         rc = cerr_set(e, CERR_NOMEM, "out of memory");
+    if (!rc)
+        rc = eng_lora_submit(g, r, q, e);
     if (!rc && g->n_xtc_exempt)
         rc = sampler_set_xtc_exempt(r->smp, g->xtc_exempt, g->n_xtc_exempt)
                  ? cerr_set(e, CERR_NOMEM, "out of memory")
@@ -257,12 +260,12 @@ static void finish(struct engine *g, struct ereq *r, int reason, int stop_index)
     /* everything computed stays cached for the next turn; the blocks are released and the
      * counters updated before the caller hears of the end, so that a client reading /stats
      * right after its response sees them */
-    kv_cache_commit_tail(g->kv, &r->seq, g->root, r->tokens, r->n_past);
+    kv_cache_commit_tail(g->kv, &r->seq, r->root, r->tokens, r->n_past);
     kv_seq_release(g->kv, &r->seq);
     if (g->spec && reason != ENGINE_FINISH_CANCELLED)
         spec_req_done(g->spec, r->spec, r->tokens, r->n_prompt, r->n_tokens);
     if (g->kv_swa) {
-        kv_cache_commit_tail(g->kv_swa, &r->seq_swa, g->root, r->tokens, r->n_past);
+        kv_cache_commit_tail(g->kv_swa, &r->seq_swa, r->root, r->tokens, r->n_past);
         kv_seq_release(g->kv_swa, &r->seq_swa);
     }
     pthread_mutex_lock(&g->mu);
@@ -488,6 +491,7 @@ static int run_step(struct engine *g, int n_rows)
                             .n_lead = lead,
                             .slots_swa = g->kv_swa ? g->slots_swa : NULL,
                             .block_tables_swa = g->kv_swa ? g->tables_swa : NULL};
+    eng_lora_batch(g, n_rows, &b);
     /* every output row a plain greedy pick: the backend's argmax, no logits copied back;
      * else, when a row can sample from candidates: the candidates of every row (plain greedy
      * rows take the header's argmax, rows that need the logits fetch their own row) */
@@ -549,10 +553,10 @@ static int run_step(struct engine *g, int n_rows)
             n_prompt_fed += (r->n_past + w->n < r->n_prompt ? r->n_past + w->n : r->n_prompt) -
                             r->n_past;
         r->n_past += w->n;
-        kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
+        kv_cache_commit(g->kv, &r->seq, r->root, r->tokens, r->n_past);
         if (g->kv_swa) {
             /* register, then let go of what the window no longer reaches */
-            kv_cache_commit(g->kv_swa, &r->seq_swa, g->root, r->tokens, r->n_past);
+            kv_cache_commit(g->kv_swa, &r->seq_swa, r->root, r->tokens, r->n_past);
             kv_seq_drop_before(g->kv_swa, &r->seq_swa, r->n_past - g->window + 1);
         }
         if (w->out < 0)
@@ -700,8 +704,8 @@ static void *engine_main(void *arg)
 /* ---- lifecycle -------------------------------------------------------------------- */
 
 /* The prefix-cache namespace: what a block's K/V depend on besides its tokens — the model
- * (file name, architecture, shapes, vocabulary, RoPE), the KV dtype and block size, and the
- * adapter set (none yet). */
+ * (file name, architecture, shapes, vocabulary, RoPE), the KV dtype and block size; a
+ * request with adapters chains from this root hashed with its set (lora_eng.c). */
 static void namespace_root(struct engine *g)
 {
     const struct model_hparams *h = &g->m->hp;
@@ -888,7 +892,9 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->check_seqs_swa = malloc((size_t)S * sizeof *g->check_seqs_swa);
         g->logits = malloc((size_t)O * V * sizeof(float));
         g->check_seqs = malloc((size_t)S * sizeof *g->check_seqs);
-        if (!g->run || !g->rows || !g->tokens || !g->pos || !g->seqv || !g->slots ||
+        g->lsets = calloc((size_t)S, sizeof *g->lsets);
+        if (!g->lsets ||
+            !g->run || !g->rows || !g->tokens || !g->pos || !g->seqv || !g->slots ||
             !g->out_idx || !g->am || !g->tables || !g->logits || !g->check_seqs || !g->slots_swa ||
             !g->tables_swa || !g->check_seqs_swa)
             rc = cerr_set(e, CERR_NOMEM, "out of memory");
@@ -945,6 +951,7 @@ void engine_free(struct engine *g)
     free(g->check_seqs_swa);
     free(g->run);
     free(g->rows);
+    free(g->lsets);
     free(g->tokens);
     free(g->pos);
     free(g->seqv);

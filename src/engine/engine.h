@@ -54,6 +54,9 @@ struct engine_config {
     double ssd_close_timeout_s;   /* at shutdown, write what is pending for at most this */
     int ssd_gen_checkpoint;       /* a running request's new KV is written every N tokens; 0 = off */
     struct spec_config spec; /* speculative decoding (kind SPEC_NONE = off; spec/spec.h) */
+    /* LoRA adapters mounted on this model (model/lora.h), or NULL (none can be used): its
+     * lora_reg_paths decides every step's adapter path; must outlive the engine */
+    struct lora_reg *lora;
 };
 
 /* Fills defaults for a model: n_ctx = min(train context, 32768), 8 sequences, 2048 tokens
@@ -113,6 +116,10 @@ struct engine_req {
                                     this text (a tool call's opening), see
                                     sampler_set_grammar_lazy */
     int grammar_after;           /* the grammar starts after the trigger (reasoning end) */
+    /* the adapter set every step of the request runs (model/lora.h; the engine takes its
+     * own references; NULL or n == 0 = none); its KV never shares the prefix cache with
+     * another set's (the chain root includes it) */
+    const struct lora_set *lora;
     engine_cb cb;
     void *ud;
 };

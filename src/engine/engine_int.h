@@ -36,6 +36,8 @@ struct ereq {
     size_t out_len, out_cap;
     engine_cb cb;
     void *ud;
+    struct lora_set lora;      /* adapters (n == 0: none), referenced (lora_eng.c) */
+    uint8_t root[KV_KEY_BYTES]; /* prefix-cache chain root: the engine's, + the adapter set */
 };
 
 struct queue {
@@ -116,6 +118,7 @@ struct engine {
     struct spec *spec; /* speculation, or NULL */
     int max_out;       /* logits rows per step: max_seqs + the draft tokens a step may hold */
     long spec_gen;     /* tokens emitted beyond one per row by verify rows (stats) */
+    const struct lora_set **lsets; /* (max_seqs) a step's sets (lora_eng.c), or NULL */
 };
 
 /* ---- sched.c ---- */
@@ -193,6 +196,20 @@ int32_t eng_sample_row(struct engine *g, struct ereq *r, int out, int use_am, in
 void eng_publish_stats(struct engine *g, long gen_delta);
 /* The block-pool invariant checker over every live sequence (CINFER_CHECK_KV=1). */
 void eng_check_pool(struct engine *g);
+
+/* ---- lora_eng.c: adapters per request ---- */
+
+/* Takes r's set from q (references, the registry's request counts) and derives r->root
+ * from g->root and the set. 0, or CERR_INVALID when the set belongs to another model or
+ * the engine has no registry. */
+int eng_lora_submit(struct engine *g, struct ereq *r, const struct engine_req *q,
+                    struct cerr *e);
+/* r starts running for the first time (the registry's waiting -> running). */
+void eng_lora_admitted(struct engine *g, struct ereq *r);
+/* Drops r's references (request end). */
+void eng_lora_release(struct engine *g, struct ereq *r);
+/* Sets b->lora and b->lora_paths for a step whose sequence s is g->rows[s]. */
+void eng_lora_batch(struct engine *g, int n_rows, struct model_batch *b);
 
 /* ---- burst.c: decode bursts ---- */
 

@@ -96,6 +96,8 @@ int gen_feed(struct gen *g, const int32_t *ids, int n, float *all_logits, struct
             .block_tables = g->seq.blocks,
             .n_out = n_out,
             .out_idx = out_idx,
+            .lora = g->lora ? &g->lora : NULL,
+            .lora_paths = g->lora_paths,
         };
         rc = model_forward(g->m, g->ws, &view, &b, g->logits, e);
         if (rc)

@@ -21,6 +21,10 @@ struct gen {
     float *logits;  /* (n_vocab) logits after the last fed token */
     /* step scratch (chunk entries) */
     int32_t *pos, *seqv, *slots, *idx;
+    /* LoRA: the set every step runs (NULL = none; borrowed, must outlive the feeds) and the
+     * step's lora_paths (model_batch); set both before gen_feed */
+    const struct lora_set *lora;
+    unsigned lora_paths;
 };
 
 /* n_ctx: context length; chunk: prefill tokens per forward (<= n_ctx). */

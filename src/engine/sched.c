@@ -127,9 +127,9 @@ static int plan(struct engine *g, int admit)
             /* the prefix cache: share the longest cached prefix instead of computing it */
             struct cerr e = {0};
             int hit = g->kv_swa ? kv_cache_lookup_swa(g->kv, &r->seq, g->kv_swa, &r->seq_swa,
-                                                      g->root, r->tokens, r->n_tokens,
+                                                      r->root, r->tokens, r->n_tokens,
                                                       g->window, &e)
-                                : kv_cache_lookup(g->kv, &r->seq, g->root, r->tokens,
+                                : kv_cache_lookup(g->kv, &r->seq, r->root, r->tokens,
                                                   r->n_tokens, &e);
             if (hit > 0) {
                 r->n_past = hit;
@@ -137,6 +137,8 @@ static int plan(struct engine *g, int admit)
                     r->n_cached = hit < r->n_prompt ? hit : r->n_prompt;
             }
         }
+        if (!r->admitted && r->lora.n)
+            eng_lora_admitted(g, r); /* its adapters count as running */
         r->admitted = 1;
         pthread_mutex_lock(&g->mu);
         g->st.waiting = g->wait.n;

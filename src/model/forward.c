@@ -12,6 +12,7 @@
 #include "model/model.h"
 
 #include "backend/be_sample.h"
+#include "model/lora_fwd.h"
 
 struct model_ws {
     int max_tok, max_out, max_seq, max_blocks;
@@ -49,6 +50,12 @@ struct model_ws {
     int x_chain;       /* x is the output of a matmul_fused ADD with chain = 1 (be_mm) */
     int hidden_only;   /* model_forward_hidden: stop at the final norm (no classifier) */
     struct be *be;
+    /* LoRA (lora_fwd.h): the step's groups, their row lists (host scratch, and in d_ids),
+     * the step's lora_paths, and the range run_layers is running (0 lead / all, 1 rest) */
+    struct lora_plan *lp;
+    int32_t *h_lrows, *d_lrows;
+    unsigned lpaths;
+    int lrange;
 };
 
 static void ws_release(struct model_ws *ws)
@@ -62,6 +69,8 @@ static void ws_release(struct model_ws *ws)
             b->ops->free(b, bufs[i]);
     free(ws->h_ids);
     free(ws->q_host);
+    free(ws->h_lrows);
+    lora_plan_free(ws->lp);
 }
 
 int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int max_out,
@@ -97,7 +106,7 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
     size_t T = (size_t)max_tok, E = (size_t)hp->n_embd;
     size_t QD = (size_t)hp->n_head * hp->head_dim, KVD = (size_t)hp->n_kv_head * hp->head_dim;
     size_t F = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
-    size_t ids_cap = 6 * T + (size_t)max_out + 2 * (size_t)max_seq * max_blocks +
+    size_t ids_cap = 7 * T + (size_t)max_out + 2 * (size_t)max_seq * max_blocks +
                      (size_t)model_samp_words_max(max_out);
     int ok = (ws->x = b->ops->alloc(b, T * E * 4)) && (ws->xb = b->ops->alloc(b, T * E * 4)) &&
              (ws->tmp = b->ops->alloc(b, T * E * 4)) && (ws->q = b->ops->alloc(b, T * QD * 4)) &&
@@ -109,7 +118,8 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
              (ws->d_ids = b->ops->alloc(b, ids_cap * 4)) &&
              (ws->h_ids = malloc(ids_cap * 4)) &&
              (ws->d_argmax = b->ops->alloc(b, 2 * (size_t)max_out * 4)) &&
-             (ws->q_host = malloc(2 * (size_t)max_out * 4));
+             (ws->q_host = malloc(2 * (size_t)max_out * 4)) &&
+             (ws->h_lrows = malloc(T * 4)) && lora_plan_new(&ws->lp, max_tok, max_seq) == 0;
     if (!ok) {
         ws_release(ws);
         free(ws);
@@ -145,6 +155,17 @@ void model_ws_free(struct model_ws *ws)
     free(ws);
 }
 
+/* The first group's tokens when the step runs as two groups (model_batch.n_lead), else 0:
+ * worth a second pass over the weights only where it changes bits (the step is larger than
+ * the backend's exact rows and the lead group is not). */
+static int step_lead(const struct model_ws *ws, const struct model_batch *bt)
+{
+    const int x = ws->exact_rows, n = bt->n_tok;
+    const int want = ws->lead_split >= 0 ? ws->lead_split
+                                         : x > 0 && n > x && bt->n_lead <= x;
+    return want && bt->n_lead > 0 && bt->n_lead < n ? bt->n_lead : 0;
+}
+
 static int upload_batch(struct model_ws *ws, const struct model_batch *bt, struct cerr *e)
 {
     struct be *b = ws->be;
@@ -170,6 +191,11 @@ static int upload_batch(struct model_ws *ws, const struct model_batch *bt, struc
     }
     if (bt->samp)
         PACK(d_samp, bt->samp, (size_t)bt->samp_words);
+    ws->lpaths = bt->lora_paths;
+    int nl = lora_plan_build(ws->lp, bt, step_lead(ws, bt), ws->h_lrows);
+    if (nl)
+        PACK(d_lrows, ws->h_lrows, (size_t)nl);
+    lora_plan_bind(ws->lp, nl ? ws->d_lrows : NULL);
 #undef PACK
     return b->ops->upload(b, d, h, o * 4, e);
 }
@@ -200,14 +226,17 @@ static void project(const struct model *m, struct model_ws *ws, int n, const flo
 /* x += post_norm(a W^T): the residual add, fused into the projection when possible.
  * next_norm: non-NULL when the next op is a matmul_fused that norms x with it (be_mm.chain). */
 static void out_proj(const struct model *m, struct model_ws *ws, int n, const float *a,
-                     const struct be_tensor *w, const float *post_norm, const float *next_norm)
+                     const struct be_tensor *w, const float *post_norm, const float *next_norm,
+                     int il, int lt)
 {
     const int chain = next_norm != NULL;
     const struct model_hparams *hp = &m->hp;
     const struct be_ops *op = m->be->ops;
     struct be *b = m->be;
+    const int lora = (ws->lpaths >> lt) & 1; /* the adapter path: unfused, delta before the
+                                              * post norm (as PEFT adds it to the projection) */
     ws->x_chain = 0;
-    if (op->matmul_fused && !post_norm) {
+    if (op->matmul_fused && !post_norm && !lora) {
         struct be_mm f = {.mode = BE_MM_ADD, .n = n, .x = a, .n_w = 1, .w = {w}, .y = {ws->x},
                           .chain = chain, .next_norm = next_norm};
         op->matmul_fused(b, &f);
@@ -215,6 +244,8 @@ static void out_proj(const struct model *m, struct model_ws *ws, int n, const fl
         return;
     }
     op->matmul(b, ws->tmp, a, n, w); /* (n, n_embd) */
+    if (lora)
+        lora_plan_apply(ws->lp, m, ws->lrange, il, lt, a, ws->tmp);
     if (post_norm)
         op->rmsnorm(b, ws->tmp, ws->tmp, post_norm, n, hp->n_embd, hp->norm_eps);
     op->add(b, ws->x, ws->x, ws->tmp, (int64_t)n * hp->n_embd);
@@ -244,8 +275,15 @@ static void attention_block(const struct model *m, struct model_ws *ws,
                            .v_cache = kv->v[il], .kv_dtype = kv->kv_dtype};
     /* rope and the K/V store ride on the q/k/v projection unless biases or per-head norms
      * come between them */
-    int fuse_rope = op->matmul_fused && !ly->bq && !ly->q_norm;
+    const unsigned lq = ws->lpaths & ((1u << LORA_Q) | (1u << LORA_K) | (1u << LORA_V));
+    int fuse_rope = op->matmul_fused && !ly->bq && !ly->q_norm && !lq;
     project(m, ws, n, ly->attn_norm, 3, wqkv, yqkv, fuse_rope ? &r : NULL);
+    if (lq && lora_plan_any(ws->lp, ws->lrange)) { /* + the adapters' deltas of q, k, v */
+        if (op->matmul_fused) /* the fused projection kept no normed x */
+            op->rmsnorm(b, ws->xb, ws->x, ly->attn_norm, n, hp->n_embd, hp->norm_eps);
+        for (int t = LORA_Q; t <= LORA_V; t++)
+            lora_plan_apply(ws->lp, m, ws->lrange, il, t, ws->xb, yqkv[t]);
+    }
     if (ly->bq) {
         op->add_row(b, ws->q, ly->bq, n, qd);
         op->add_row(b, ws->k, ly->bk, n, kvd);
@@ -284,7 +322,10 @@ static void attention_block(const struct model *m, struct model_ws *ws,
         .v_cache = kv->v[il],
     };
     op->attention(b, ws->att, ws->q, &a);           /* (n, qd) */
-    out_proj(m, ws, n, ws->att, &ly->wo, ly->post_attn_norm, ly->ffn_norm); /* mlp_block next */
+    /* mlp_block next: its fused gate/up norms x, unless adapters take gate/up unfused */
+    const unsigned lgu = (1u << LORA_GATE) | (1u << LORA_UP);
+    out_proj(m, ws, n, ws->att, &ly->wo, ly->post_attn_norm,
+             ws->lpaths & lgu ? NULL : ly->ffn_norm, il, LORA_O);
 }
 
 static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
@@ -295,7 +336,8 @@ static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
     struct be *b = m->be;
     int chain = ws->x_chain;
     ws->x_chain = 0;
-    if (op->matmul_fused) { /* gate = act(xn Wg^T) * (xn Wu^T), xn = rmsnorm(x) */
+    const unsigned lg = ws->lpaths & ((1u << LORA_GATE) | (1u << LORA_UP));
+    if (op->matmul_fused && !lg) { /* gate = act(xn Wg^T) * (xn Wu^T), xn = rmsnorm(x) */
         struct be_mm f = {.mode = BE_MM_GLU, .act = hp->act, .n = n, .x = ws->x,
                           .norm = ly->ffn_norm, .eps = hp->norm_eps, .n_w = 2,
                           .w = {&ly->w_gate, &ly->w_up}, .y = {ws->gate}, .chain = chain};
@@ -304,11 +346,15 @@ static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
         op->rmsnorm(b, ws->xb, ws->x, ly->ffn_norm, n, hp->n_embd, hp->norm_eps);
         op->matmul(b, ws->gate, ws->xb, n, &ly->w_gate); /* (n, n_ff) */
         op->matmul(b, ws->up, ws->xb, n, &ly->w_up);     /* (n, n_ff) */
+        if (lg) { /* + the adapters' deltas of gate and up */
+            lora_plan_apply(ws->lp, m, ws->lrange, il, LORA_GATE, ws->xb, ws->gate);
+            lora_plan_apply(ws->lp, m, ws->lrange, il, LORA_UP, ws->xb, ws->up);
+        }
         op->act_mul(b, ws->gate, ws->gate, ws->up, (int64_t)n * hp->n_ff, hp->act);
     }
     /* the next layer's attention block norms x first */
     out_proj(m, ws, n, ws->gate, &ly->w_down, ly->post_ffn_norm,
-             il + 1 < m->hp.n_layer ? m->layers[il + 1].attn_norm : NULL);
+             il + 1 < m->hp.n_layer ? m->layers[il + 1].attn_norm : NULL, il, LORA_DOWN);
 }
 
 /* The checks every step passes; tokens may be NULL (a queued continuation, checked by
@@ -353,6 +399,13 @@ static int check_batch(const struct model *m, const struct model_ws *ws,
         return cerr_set(e, CERR_INVALID, "step sampling parameters of %d words for %d rows "
                         "(the backend %s the op sample)", bt->samp_words, bt->n_out,
                         m->be->ops->sample ? "has" : "lacks");
+    for (int i = 0; bt->lora && i < bt->n_seq; i++)
+        for (int k = 0; bt->lora[i] && k < bt->lora[i]->n; k++)
+            if ((bt->lora[i]->a[k]->targets & ~bt->lora_paths) || !m->be->ops->lora ||
+                bt->lora[i]->a[k]->m != m || k >= BE_LORA_MAX_TERMS)
+                return cerr_set(e, CERR_INVALID, "sequence %d's adapter set does not fit the "
+                                "step (its projections are not in lora_paths, another model's "
+                                "adapter, or a backend without the op lora)", i);
     if (bt->cands && (!m->be->ops->topcand || bt->cand_cap < 1 || bt->cand_cap > ws->cand_cap))
         return cerr_set(e, CERR_INVALID,
                         "step asks for %d candidates per row; the workspace holds %d",
@@ -382,6 +435,7 @@ static void run_layers(const struct model *m, struct model_ws *ws,
     }
     gb.n_tok = nr;
     g.x_chain = 0;
+    g.lrange = r0 ? 1 : 0;
     op->get_rows(b, g.x, &m->tok_embd, d_tokens + r0, nr); /* (nr, n_embd) */
     if (hp->embd_scale != 1.0f)
         op->scale(b, g.x, g.x, hp->embd_scale, (int64_t)nr * hp->n_embd);
@@ -420,12 +474,8 @@ static void run_logits(const struct model *m, struct model_ws *ws, int n, int o0
 static void run_step(const struct model *m, struct model_ws *ws, const struct model_kv_view *kv,
                      const struct model_batch *bt, const int32_t *d_tokens)
 {
-    /* worth a second pass over the weights only where it changes bits: the step is larger
-     * than the backend's exact rows and the lead group is not */
     const int x = ws->exact_rows, n = bt->n_tok;
-    const int want = ws->lead_split >= 0 ? ws->lead_split
-                                         : x > 0 && n > x && bt->n_lead <= x;
-    int lead = want && bt->n_lead > 0 && bt->n_lead < n ? bt->n_lead : 0;
+    int lead = step_lead(ws, bt);
     if (lead) {
         ws->lead_steps++;
         run_layers(m, ws, kv, bt, d_tokens, 0, lead);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "model/lora.h"
 #include "util/err.h"
 
 enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA3, ARCH_COUNT };
@@ -133,6 +134,13 @@ struct model_batch {
      * (tokens NULL) a row with use_prev continues its history with its previous id. */
     const int32_t *samp;
     int samp_words;
+    /* LoRA adapters (model/lora.h). lora: NULL, or (n_seq) each sequence's stacked set (NULL
+     * or n == 0: none); the rows of each distinct set get its deltas, grouped (the backend
+     * op lora). lora_paths: the projections (1 << enum lora_target) that run the adapter
+     * path for every row of the step, adapted or not (lora_reg_paths: the union of what was
+     * ever mounted), so a row's bits never depend on which sets its step holds. */
+    const struct lora_set *const *lora;
+    unsigned lora_paths;
 };
 
 /* Per-engine workspace: activation buffers for steps of up to max_tok tokens, max_out

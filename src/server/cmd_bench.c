@@ -18,6 +18,7 @@
 #include "backend/cpu/cpu.h"
 #include "engine/gen.h"
 #include "engine/sampler.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "server/cli_opts.h"
 #include "server/commands.h"
@@ -27,7 +28,8 @@ static void bench_usage(FILE *f)
 {
     fprintf(f, "usage: cinfer bench MODEL [-t N] [-p PROMPT_TOKENS] [-n GEN_TOKENS]\n"
                "                    [--kv-dtype f16|f32] [--backend auto|cpu|cuda] [--device N]\n"
-               "                    [--compiled-decode on|off] [-d DEPTH]\n\n"
+               "                    [--compiled-decode on|off] [-d DEPTH]\n"
+               "                    [--adapter DIR|FILE ...]  (LoRA; repeat to stack)\n\n"
                "Prints one JSON object: load_s, ttft_s (start to the first token of an\n"
                "8-token prompt, load included), ttft_warm_s (the same without the load),\n"
                "decode_tok_s (GEN_TOKENS after it, default 128; with -d, after a DEPTH-token\n"
@@ -57,6 +59,8 @@ int cmd_bench(int argc, char **argv)
     int threads = 0, n_prompt = 512, n_gen = 128, kv_dtype = DT_F16, device = 0, depth = 0;
     const char *backend = CLI_BACKEND_DEFAULT;
     int graphs = 0;
+    const char *adapters[LORA_MAX_STACK];
+    int n_adapters = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int kv = cli_kv_flag("bench", a, v, &kv_dtype);
@@ -68,6 +72,12 @@ int cmd_bench(int argc, char **argv)
         }
         if (!strcmp(a, "--backend") && cli_backend_ok(v)) {
             backend = v;
+            i++;
+            continue;
+        }
+        if ((!strcmp(a, "--adapter") || !strcmp(a, "--adapter-path")) && v &&
+            n_adapters < LORA_MAX_STACK) {
+            adapters[n_adapters++] = v;
             i++;
             continue;
         }
@@ -113,6 +123,7 @@ int cmd_bench(int argc, char **argv)
     struct be *be = be_new(backend, &bc, &e);
     struct model *m = NULL;
     struct gen *g = NULL;
+    struct lora_set lset = {0};
     int status = 1;
     int32_t *ids = NULL;
     double t0 = clock_now_s();
@@ -126,9 +137,14 @@ int cmd_bench(int argc, char **argv)
     int ctx = (n_prompt > first + n_gen ? n_prompt : first + n_gen) + 16;
     int V = m->hp.n_vocab;
     ids = malloc((size_t)(n_prompt > first ? n_prompt : first) * sizeof *ids);
-    if (!ids || gen_new(&g, m, ctx, 512, kv_dtype, &e)) {
+    if (!ids || gen_new(&g, m, ctx, 512, kv_dtype, &e) ||
+        lora_set_load(&lset, m, adapters, n_adapters, &e)) {
         fprintf(stderr, "cinfer bench: %s\n", ids ? e.msg : "out of memory");
         goto done;
+    }
+    if (lset.n) { /* every step runs the stacked adapters */
+        g->lora = &lset;
+        g->lora_paths = lora_set_targets(&lset);
     }
     /* short prompt -> first token, then decode */
     fill_ids(ids, first, V, 1);
@@ -167,6 +183,7 @@ fail:
 done:
     free(ids);
     gen_free(g);
+    lora_set_unref(&lset);
     model_free(m);
     be_free(be);
     return status;

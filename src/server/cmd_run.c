@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "engine/gen.h"
 #include "engine/sampler.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "server/cli_opts.h"
 #include "server/commands.h"
@@ -29,6 +30,8 @@ struct run_opts {
     int n_predict, threads, ctx, output_ids, ignore_eos, kv_dtype;
     struct sampler_params sp;
     int seed_set, temp_set, top_p_set, top_k_set;
+    const char *adapters[LORA_MAX_STACK]; /* --adapter (repeat to stack) */
+    int n_adapters;
 };
 
 static void run_usage(FILE *f)
@@ -61,6 +64,8 @@ static void run_usage(FILE *f)
             "  -c, --ctx N           context length (default: min(model's, 4096))\n"
             "  --kv-dtype f16|f32    KV cache dtype (default f16; aliases --kv f16|f32,\n"
             "                        --kv-f32, --kv-f16)\n"
+            "  --adapter DIR|FILE    run with a LoRA adapter (PEFT directory or GGUF LoRA\n"
+            "                        file; alias --adapter-path); repeat to stack\n"
             "  --ignore-eos          keep generating past end-of-generation tokens\n"
             "  --output-ids          print the generated ids as a JSON array instead of text\n"
             "  -h, --help            this help\n");
@@ -157,6 +162,13 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         }
         else if (!strcmp(a, "--ignore-eos"))
             o->ignore_eos = 1, used = 0;
+        else if (!strcmp(a, "--adapter") || !strcmp(a, "--adapter-path")) {
+            rc = !v || o->n_adapters == LORA_MAX_STACK;
+            if (rc && v)
+                fprintf(stderr, "cinfer run: at most %d --adapter flags\n", LORA_MAX_STACK);
+            if (!rc)
+                o->adapters[o->n_adapters++] = v;
+        }
         else if (!strcmp(a, "--output-ids"))
             o->output_ids = 1, used = 0;
         else if (a[0] == '-' && a[1]) {
@@ -276,6 +288,7 @@ int cmd_run(int argc, char **argv)
     int status = 1;
     struct model *m = NULL;
     struct tok *tk = NULL;
+    struct lora_set lset = {0};
     struct gen *g = NULL;
     struct sampler *smp = NULL;
     struct tok_stream *ts = NULL;
@@ -337,9 +350,14 @@ int cmd_run(int argc, char **argv)
     if (gc.has_repetition_penalty)
         o.sp.repetition_penalty = gc.repetition_penalty;
     if (gen_new(&g, m, ctx, 512, o.kv_dtype, &e) ||
-        sampler_new(&smp, &o.sp, m->hp.n_vocab, &e)) {
+        sampler_new(&smp, &o.sp, m->hp.n_vocab, &e) ||
+        lora_set_load(&lset, m, o.adapters, o.n_adapters, &e)) {
         fprintf(stderr, "cinfer run: %s\n", e.msg);
         goto done;
+    }
+    if (lset.n) {
+        g->lora = &lset;
+        g->lora_paths = lora_set_targets(&lset);
     }
     out_ids = malloc((size_t)(o.n_predict + 1) * sizeof *out_ids);
     if (!out_ids || (!o.output_ids && !(ts = tok_stream_new(tk, TOK_SKIP_SPECIAL)))) {
@@ -398,6 +416,7 @@ done:
     tok_stream_free(ts);
     sampler_free(smp);
     gen_free(g);
+    lora_set_unref(&lset);
     tok_free(tk);
     model_free(m);
     be_free(be);

@@ -121,6 +121,11 @@ static void serve_usage(FILE *f)
             "                         ngram/suffix, 3 for two-model; sized down adaptively)\n"
             "  --ngram-max N          longest trailing n-gram ngram looks up (default 3)\n"
             "  --ngram-min N          shortest (default 1)\n"
+            "  --adapter DIR|FILE     mount a LoRA adapter (PEFT directory or GGUF LoRA file)\n"
+            "                         at start-up, the default for requests that name none;\n"
+            "                         repeat to stack (alias --adapter-path; docs/lora.md)\n"
+            "  --adapters-dir DIR     adapters GET /v1/adapters/available lists and POST\n"
+            "                         /v1/adapters mounts by name\n"
             "  --no-open              do not open the browser chat page (opened with xdg-open\n"
             "                         when stdout is a terminal)\n"
             "  --isolate              run the engine in a child process behind a supervisor\n"
@@ -299,6 +304,8 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
         else if (!strcmp(a, "--models-dir"))
             o->models_dir = v, rc = v && *v ? 0 : bad(a, "a directory", v);
         else if ((rc = serve_spec_flag(o, a, v)) != 0) /* speculation (serve_spec.c) */
+            rc = rc < 0 ? -1 : 0;
+        else if ((rc = serve_lora_flag(o, a, v)) != 0) /* adapters (serve_lora.c) */
             rc = rc < 0 ? -1 : 0;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "cinfer serve: unknown option '%s' (see cinfer serve --help)\n", a);
@@ -589,6 +596,7 @@ static void ready_card(struct serve *sv, double t_ready)
            o->thinking < 0 ? "model default" : o->thinking ? "on" : "off", sv->max_tokens_chat,
            sv->max_tokens_raw);
     serve_spec_card(sv);
+    serve_lora_card(sv);
     printf("  Auth      %s\n", o->api_key ? "API key required" : "none (loopback bind is the "
                                                                    "protection)");
     printf("ready in %.2f s — Ctrl-C to stop\n\n", t_ready);
@@ -746,6 +754,8 @@ int cmd_serve(int argc, char **argv)
     read_generation_config(sv, &ec);
     if (serve_spec_setup(sv, be, &ec))
         goto done;
+    if (serve_lora_setup(sv, &ec))
+        goto done;
     resolve_defaults(sv);
     sv->max_tokens_chat = sv->o.max_tokens ? sv->o.max_tokens : 65536;
     sv->max_tokens_raw = sv->o.max_tokens ? sv->o.max_tokens : 512;
@@ -814,6 +824,7 @@ done:
     }
     /* the engine first: it may still post to the loop; posts after stop are dropped */
     engine_free(sv->eng);
+    serve_lora_free(sv); /* after the engine: its requests held adapter references */
     kv_events_free(sv->kvev); /* after the engine: it publishes the last evictions */
     serve_embed_free(sv);     /* before the HTTP server: its worker may still post */
     http_server_free(sv->http);

@@ -33,7 +33,10 @@ long long models_fit_bytes(void);
     "  POST /apply-template             the chat prompt a chat body renders to (no model run)\n" \
     "  GET  /server_info, /model_info   SGLang's probes, with their aliases\n"             \
     "  GET  /get_server_info, /get_model_info\n"                                        \
-    "  GET  /v1/models, /v1/models/{id} the served model(s)\n"                              \
+    "  GET  /v1/models, /v1/models/{id} the served model(s) and mounted adapters\n"         \
+    "  POST /v1/adapters                mounts a LoRA adapter {path, id?, scale?} (docs/lora.md)\n" \
+    "  GET  /v1/adapters, /v1/adapters/available  mounted / mountable (--adapters-dir) adapters\n" \
+    "  DELETE /v1/adapters/{id}         unmounts one (running requests finish with it)\n"      \
     "  GET  /v1                         name, version, model, endpoints\n"                  \
     "  GET  /health                     200 once ready (no API key needed; 503 loading)\n"  \
     "  GET  /stats                      JSON counters, latencies, cache and store state\n"  \

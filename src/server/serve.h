@@ -56,6 +56,10 @@ struct serve_opts {
     /* speculative decoding (serve_spec.c); NULL / 0 = not given */
     const char *draft_kind, *draft_model;
     int num_draft, ngram_min, ngram_max;
+    /* LoRA (serve_lora.c): --adapter DIR|FILE (repeatable: stacked), --adapters-dir */
+    const char *adapters[4];
+    int n_adapters;
+    const char *adapters_dir;
 };
 
 /* Histogram with fixed upper bounds (Prometheus "le" buckets). */
@@ -121,6 +125,8 @@ struct serve {
     struct web *web;             /* the browser page's routes (src/web) */
     struct model *draft;         /* --draft-model (two-model speculation), or NULL */
     struct tok *draft_tk;
+    struct lora_reg *lora;       /* mounted adapters (serve_lora.c) */
+    char lora_default[300];      /* the set of requests that name none ("" = none) */
 };
 
 /* ---- generations (serve_jobs.c) ---------------------------------------------------------
@@ -251,6 +257,27 @@ void serve_spec_free(struct serve *sv);
 /* serve_probe.c: 1 when host:port already answers GET /v1/models like an OpenAI-compatible
  * server (what[] gets the model ids it lists), 0 when nothing or something else answers. */
 int serve_probe(const char *host, int port, char *what, size_t cap);
+
+/* ---- LoRA adapters (serve_lora.c) ---- */
+struct lora_set;
+/* --adapter / --adapter-path / --adapters-dir: 1 taken, 0 not ours, -1 bad (printed). */
+int serve_lora_flag(struct serve_opts *o, const char *a, const char *v);
+/* Creates the registry, mounts every --adapter (a bad one fails: -1, printed), sets
+ * ec->lora. */
+int serve_lora_setup(struct serve *sv, struct engine_config *ec);
+void serve_lora_free(struct serve *sv);
+void serve_lora_card(struct serve *sv);
+/* The set request r runs: its "adapter" field, else a "model" naming a mounted adapter,
+ * else the default. References held in *set (lora_set_unref). -1 with err (400 naming the
+ * id) on an unknown id. */
+int serve_lora_pick(struct serve *sv, struct http_req *r, struct lora_set *set,
+                    struct api_error *err);
+int serve_lora_routes(struct serve *sv);
+/* Appends the mounted adapters (only the one named `only` when non-NULL) to a /v1/models
+ * data array, each with its base as "parent". */
+void serve_lora_models(struct serve *sv, json_t *data, const char *only);
+json_t *serve_lora_stats_json(struct serve *sv);
+void serve_lora_metrics(struct serve *sv, struct sbuf *b);
 
 /* ---- the SSD cold tier (serve_ssd.c) ---- */
 /* Parses an --ssd-* flag at argv a (value v). Returns 0 when a is not one, 1 when it took

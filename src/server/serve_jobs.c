@@ -13,6 +13,7 @@
 
 #include "api/genhist.h"
 #include "api/oai_req.h"
+#include "model/lora.h"
 #include "server/serve.h"
 #include "server/serve_embed.h"
 #include "util/clock.h"
@@ -254,7 +255,18 @@ void serve_generate(struct serve *sv, struct http_req *r, struct serve_gen *g, i
     sv->jobs = j;
     sv->met.active_jobs++;
     struct cerr e = {0};
-    if (engine_submit(sv->eng, &j->g.q, &j->eng_id, &e)) {
+    struct lora_set ls; /* the request's adapters (serve_lora.c); the engine takes its own */
+    if (serve_lora_pick(sv, r, &ls, &err)) {
+        serve_reply_error(sv, r, &err, g->ops->error_body);
+        j->ended = 1;
+        job_free(j);
+        return;
+    }
+    j->g.q.lora = &ls;
+    int src = engine_submit(sv->eng, &j->g.q, &j->eng_id, &e);
+    j->g.q.lora = NULL;
+    lora_set_unref(&ls);
+    if (src) {
         api_fail(&err, e.code == CERR_LIMIT ? 429 : 400, NULL, "%s", e.msg);
         if (e.code == CERR_LIMIT && strstr(e.msg, "context"))
             err.status = 400;

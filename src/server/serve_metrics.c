@@ -122,6 +122,7 @@ char *serve_stats_json(struct serve *sv)
     }
     serve_ssd_stats_json(sv, j);
     json_object_set_new(j, "speculation", serve_spec_stats_json(&es));
+    json_object_set_new(j, "adapters", serve_lora_stats_json(sv));
     json_t *rq = json_object_get(j, "requests");
     json_object_set_new(rq, "messages", json_integer(m->requests[EP_MESSAGES]));
     json_object_set_new(rq, "responses", json_integer(m->requests[EP_RESPONSES]));
@@ -220,5 +221,6 @@ char *serve_metrics_text(struct serve *sv)
     prom_hist(&b, "cinfer_request_duration_seconds", "Time from request to its last token.",
               &m->e2e);
     serve_metrics_vllm(sv, &b, &es);
+    serve_lora_metrics(sv, &b);
     return b.p;
 }

@@ -179,6 +179,14 @@ static void h_models(struct http_req *r, void *ud)
     sv->met.requests[EP_OTHER]++;
     const char *path = http_req_path(r);
     const char *want = strncmp(path, "/v1/models/", 11) == 0 ? path + 11 : NULL;
+    json_t *ad = NULL; /* a mounted adapter's entry */
+    if (want && *want && strcmp(want, sv->model_id) && (ad = json_array()) &&
+        (serve_lora_models(sv, ad, want), json_array_size(ad) == 1)) {
+        reply_json(r, 200, json_incref(json_array_get(ad, 0)));
+        json_decref(ad);
+        return;
+    }
+    json_decref(ad);
     if (want && *want) {
         if (strcmp(want, sv->model_id)) {
             struct api_error err;
@@ -191,7 +199,10 @@ static void h_models(struct http_req *r, void *ud)
         reply_json(r, 200, model_entry(sv));
         return;
     }
-    reply_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_entry(sv)));
+    json_t *list = json_pack("{s:s, s:[o]}", "object", "list", "data", model_entry(sv));
+    if (list)
+        serve_lora_models(sv, json_object_get(list, "data"), NULL);
+    reply_json(r, 200, list);
 }
 
 static void h_health(struct http_req *r, void *ud)
@@ -283,5 +294,6 @@ int serve_routes_install(struct serve *sv)
     rc |= serve_template_install(sv);
     rc |= serve_info_install(sv);
     rc |= serve_testctl_install(sv);
+    rc |= serve_lora_routes(sv);
     return rc ? -1 : 0;
 }

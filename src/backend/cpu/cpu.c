@@ -432,6 +432,7 @@ static const struct be_ops g_cpu_ops = {
     .argmax = cpu_argmax,
     .topcand = cpu_topcand,
     .sample = cpu_sample,
+    .lora = cpu_lora,
 };
 
 struct be *be_cpu_new(const struct be_config *cfg, struct cerr *e)

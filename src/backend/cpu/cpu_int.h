@@ -106,5 +106,8 @@ void cpu_add(struct be *b, float *y, const float *a, const float *x, int64_t n);
 void cpu_add_row(struct be *b, float *y, const float *bias, int rows, int dim);
 void cpu_scale(struct be *b, float *y, const float *x, float s, int64_t n);
 void cpu_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
+/* lora.c */
+void cpu_lora(struct be *b, float *y, const float *x, int K, int M,
+              const struct be_lora_grp *g, int n_grp);
 
 #endif

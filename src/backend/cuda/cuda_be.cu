@@ -392,6 +392,7 @@ static const struct be_ops g_cuda_ops = {
     .fetch_start = cu_fetch_start,
     .fetch_wait = cu_fetch_wait,
     .bind_thread = cu_bind_thread,
+    .lora = cq_lora,
 };
 
 extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)

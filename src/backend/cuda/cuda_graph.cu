@@ -372,6 +372,28 @@ void cq_add_row(struct be *b, float *y, const float *bias, int rows, int dim)
     DEFER(r_ew, struct a_ew, a_.kind = 4, a_.y = y, a_.a = bias, a_.n = rows, a_.act = dim);
 }
 
+struct a_lora {
+    float *y;
+    const float *x;
+    int K, M, n;
+    struct be_lora_grp g[CU_LORA_GRP];
+};
+static_assert(sizeof(struct a_lora) <= CU_ARGS, "a recorded lora call must fit a call");
+static void r_lora(struct be *b, const void *p)
+{
+    const struct a_lora *a = (const struct a_lora *)p;
+    cu_lora(b, a->y, a->x, a->K, a->M, a->g, a->n);
+}
+void cq_lora(struct be *b, float *y, const float *x, int K, int M, const struct be_lora_grp *g,
+             int n_grp)
+{
+    for (int i = 0; i < n_grp; i += CU_LORA_GRP) { /* the groups by value, CU_LORA_GRP a call */
+        int n = n_grp - i < CU_LORA_GRP ? n_grp - i : CU_LORA_GRP;
+        DEFER(r_lora, struct a_lora, a_.y = y, a_.x = x, a_.K = K, a_.M = M, a_.n = n,
+              memcpy(a_.g, g + i, (size_t)n * sizeof *g));
+    }
+}
+
 struct a_mmf { struct be_mm m; struct be_tensor w[3]; struct be_rope_kv r; };
 static_assert(sizeof(struct a_mmf) <= CU_ARGS, "a recorded matmul_fused must fit a call");
 static void r_mmf(struct be *b, const void *p)

@@ -221,6 +221,12 @@ void cu_add_row(struct be *b, float *y, const float *bias, int rows, int dim);
 void cu_scale(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_matmul_fused(struct be *b, const struct be_mm *m);
+/* The op lora (cuda_lora.cu) for at most CU_LORA_GRP groups; cq_lora splits larger calls. */
+enum { CU_LORA_GRP = 3 }; /* a recorded call (cuda_graph.cu) holds the groups by value */
+void cu_lora(struct be *b, float *y, const float *x, int K, int M, const struct be_lora_grp *g,
+             int n_grp);
+void cq_lora(struct be *b, float *y, const float *x, int K, int M, const struct be_lora_grp *g,
+             int n_grp);
 /* 1 when cu_matmul_fused runs this call chained (be_mm.chain): an ADD that gathers the sums
  * of squares of its output's tiles, or a norm that reads them. A host-side function of the
  * arguments and the backend's settings only. */

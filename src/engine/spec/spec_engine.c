@@ -173,7 +173,7 @@ void eng_spec_verify(struct engine *g, struct row *w, int use_am, int use_tc)
     for (int j = 0; j <= k; j++) {
         /* positions base .. base + j hold the last token and the j drafts kept so far */
         r->n_past = base + 1 + j;
-        kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
+        kv_cache_commit(g->kv, &r->seq, r->root, r->tokens, r->n_past);
         struct sampler_logprob lp;
         int32_t id = eng_sample_row(g, r, w->out + j, use_am, use_tc, &lp);
         if (id < 0) {

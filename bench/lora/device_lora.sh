@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# device_lora.sh — issue 21's LoRA checks and benchmark on the GPU machine, in one call.
+# Binaries are prebuilt on the CPU machine in build-gpu (-DCINFER_CUDA=ON) and carried in
+# $BIN (default .gpubin): test_lora, cinfer_lora_bench and the shared libraries they need
+# (see /work/notes/s21-device.md). Steps:
+#   1. test_lora on CUDA (CINFER_LORA_BACKEND=cuda): adapters a, b, a+b vs the committed
+#      transformers + peft goldens on the llama/qwen2/qwen3/gemma3 parity models (HF and
+#      GGUF bases, PEFT and GGUF adapters), the mixed batch (4 sets + none) vs each row
+#      alone, malformed adapters, the registry;
+#   2. the goldens regenerated here with scripts/lora_reference.py (torch/transformers/peft
+#      of the device) into $OUT/golden, compared with the committed ones;
+#   3. cinfer_lora_bench --backend cuda on random l1b (and l8b with MODELS="l1b l8b")
+#      models from bench/gpu/models.py: the GPU fields of bench/results/lora.json.
+# Everything lands in $OUT: gpu.txt, test_lora.log, golden/ + golden_cmp.json,
+# lora_bench_<model>.json/.err, lora_gpu.json (the "gpu" object for bench/results/lora.json).
+B=$(cd "${BIN:-$PWD/.gpubin}" && pwd)
+# the tree the tests read (tests/data/{lora,parity}, scripts/, bench/gpu/models.py): $B/src
+# when the binaries folder carries one (a checkout without this branch), else the checkout
+SRC=${SRC:-$PWD}
+[ -d "$B/src/tests/data/lora" ] && SRC=$B/src
+cd "$SRC" || exit 1
+export LD_LIBRARY_PATH=$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+t0=$(date +%s)
+
+CINFER_LORA_BACKEND=cuda CINFER_SRC=$SRC timeout 300 "$B/test_lora" > "$OUT/test_lora.log" 2>&1
+echo "test_lora (cuda) rc=$? ($(( $(date +%s) - t0 )) s)"
+grep -E "FAIL|failed|mixed batch|passed" "$OUT/test_lora.log" | head -20
+grep -E "max \|dlogit\|" "$OUT/test_lora.log" | sort -t'|' -k3 | tail -3
+
+t1=$(date +%s)
+if python3 -c "import peft" 2> /dev/null; then
+    timeout 300 python3 scripts/lora_reference.py --out "$OUT/golden" > "$OUT/golden.log" 2>&1
+    echo "lora_reference.py rc=$? ($(( $(date +%s) - t1 )) s)"
+    python3 - "$OUT" <<'PY' | tee "$OUT/golden_cmp.json"
+import base64, json, sys, os
+import numpy as np
+out = sys.argv[1]
+res = {}
+for arch in ["llama", "qwen2", "qwen3", "gemma3"]:
+    a = json.load(open(f"tests/data/lora/{arch}/golden.json"))
+    p = f"{out}/golden/{arch}/golden.json"
+    if not os.path.exists(p):
+        res[arch] = "missing"
+        continue
+    b = json.load(open(p))
+    for c in a["cases"]:
+        x = np.frombuffer(base64.b64decode(a["cases"][c]["logits"]["data"]), "<f4")
+        y = np.frombuffer(base64.b64decode(b["cases"][c]["logits"]["data"]), "<f4")
+        res[f"{arch}/{c}"] = dict(max_abs=float(np.abs(x - y).max()) if x.shape == y.shape else None,
+                                  ids_equal=a["cases"][c]["greedy_ids"] == b["cases"][c]["greedy_ids"])
+print(json.dumps(res, indent=1))
+PY
+else
+    echo "peft is not installed here: goldens not regenerated"
+fi
+
+t2=$(date +%s)
+timeout 300 python3 bench/gpu/models.py bench /tmp/m ${MODELS:-l1b} > "$OUT/models.log" 2>&1
+echo "models rc=$? ($(( $(date +%s) - t2 )) s)"; tail -2 "$OUT/models.log"
+for m in ${MODELS:-l1b}; do
+    t3=$(date +%s)
+    timeout 240 "$B/cinfer_lora_bench" /tmp/m/$m --backend cuda -n ${STEPS:-64} --reps ${REPS:-5} \
+        > "$OUT/lora_bench_$m.json" 2> "$OUT/lora_bench_$m.err"
+    echo "lora_bench $m rc=$? ($(( $(date +%s) - t3 )) s)"
+    cat "$OUT/lora_bench_$m.json"; tail -3 "$OUT/lora_bench_$m.err"
+done
+first=${MODELS:-l1b}; first=${first%% *}
+python3 - "$OUT" "$first" <<'PY'
+import json, sys
+out, m = sys.argv[1], sys.argv[2]
+try:
+    d = json.load(open(f"{out}/lora_bench_{m}.json"))
+    g = {k: d[k] for k in ("overhead_b1", "overhead_b8", "mixed_vs_single_at_8")}
+    g.update(model=m, device=open(f"{out}/gpu.txt").read().strip(), tok_s_median=d["tok_s_median"],
+             rank=d["rank"])
+    json.dump(g, open(f"{out}/lora_gpu.json", "w"), indent=1)
+    print(json.dumps(g))
+except Exception as e:
+    print("no GPU bench result:", e)
+PY
+echo "total $(( $(date +%s) - t0 )) s"
