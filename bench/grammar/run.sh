@@ -16,6 +16,7 @@ python3 "$SRC/bench/grammar/inputs.py" "$tmp/inputs.json"
 load0=$(cut -d' ' -f1 /proc/loadavg)
 "$tmp/bench_grammar" "$MODEL" "$tmp/inputs.json" "$tmp"
 python3 "$SRC/bench/grammar/bench_llg.py" "$tmp/inputs.json" "$tmp" || echo '{"inputs": []}' > "$tmp/llguidance.json"
+python3 "$SRC/bench/grammar/bench_xgr.py" "$tmp/inputs.json" "$tmp" 2>/dev/null || echo '{"inputs": []}' > "$tmp/xgrammar.json"
 load1=$(cut -d' ' -f1 /proc/loadavg)
 python3 "$SRC/bench/grammar/decode.py" "$BUILD/cinfer" "$MODEL" > "$tmp/decode.json"
 load2=$(cut -d' ' -f1 /proc/loadavg)

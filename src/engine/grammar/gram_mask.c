@@ -8,7 +8,9 @@
  *   vocabulary), token tables per stack (gram_mint.h): the ids a stack's top frames take
  *   whatever lies below are OR-ed in, and only the uncertain subtrees are walked with the
  *   real stacks. A table's frames deepen (1, 2, ... 6) until it leaves few uncertain ids;
- *   tables are shared through the vocabulary, keyed by the sub-grammar they depend on;
+ *   tables are shared through the vocabulary, keyed by the sub-grammar they depend on up to
+ *   HORIZON bytes ahead (ids longer than that are uncertain), so a string body, a number or
+ *   a counted repetition far from its bound reuse one table across steps and grammars;
  * - an LRU of whole masks per exact state (a row inside a string repeats its state).
  * End-of-generation ids are allowed exactly where the text is complete.
  */
@@ -73,64 +75,212 @@ static inline void emit(struct hk *h, uint64_t x)
     h->b = mix(h->b + x * 0xD6E8FEB86659FD93ull) ^ 0x632BE59BD9B4E019ull;
 }
 
-static void emit_seq(struct gram_matcher *m, struct hk *h, uint32_t p, uint32_t *nq)
+static int minlen_init(struct gram_matcher *m)
+{
+    const struct gram *g = m->g;
+    m->minlen = malloc((size_t)g->n_rules + 1);
+    if (!m->minlen)
+        return CERR_NOMEM;
+    memset(m->minlen, HORIZON + 1, (size_t)g->n_rules + 1);
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int r = 0; r < g->n_rules; r++)
+            for (uint32_t a = 0; a < g->nalt[r]; a++) {
+                unsigned n = 0;
+                for (uint32_t p = g->alts[g->alt0[r] + a]; g->syms[p].kind != GS_END && n <= HORIZON; p++)
+                    n += g->syms[p].kind == GS_TERM ? 1 : m->minlen[g->syms[p].arg];
+                if (n > HORIZON + 1)
+                    n = HORIZON + 1;
+                if (n < m->minlen[r]) {
+                    m->minlen[r] = (uint8_t)n;
+                    changed = 1;
+                }
+            }
+    }
+    return 0;
+}
+
+/* The number of (rule, budget) key k in this hash, given on first meeting; -1 out of memory. */
+static int64_t canon(struct gram_matcher *m, uint32_t k)
+{
+    if ((m->n_rq + 1) * 2 > m->rmap_cap) {
+        uint32_t nc = m->rmap_cap ? m->rmap_cap * 2 : 256;
+        uint32_t *nm = calloc(nc, sizeof *nm), *nn = malloc(nc * sizeof *nn);
+        uint32_t *nq = realloc(m->rq, nc * sizeof *nq);
+        if (!nm || !nn || !nq) {
+            free(nm);
+            free(nn);
+            if (nq)
+                m->rq = nq;
+            return -1;
+        }
+        m->rq = nq;
+        for (uint32_t i = 0; i < m->rmap_cap; i++)
+            if (m->rmap[i]) {
+                uint32_t h = ((m->rmap[i] - 1) * 0x9E3779B1u) & (nc - 1);
+                while (nm[h])
+                    h = (h + 1) & (nc - 1);
+                nm[h] = m->rmap[i];
+                nn[h] = m->rnum[i];
+            }
+        free(m->rmap);
+        free(m->rnum);
+        m->rmap = nm;
+        m->rnum = nn;
+        m->rmap_cap = nc;
+    }
+    uint32_t h = (k * 0x9E3779B1u) & (m->rmap_cap - 1);
+    for (; m->rmap[h]; h = (h + 1) & (m->rmap_cap - 1))
+        if (m->rmap[h] == k + 1)
+            return m->rnum[h];
+    m->rmap[h] = k + 1;
+    m->rnum[h] = m->n_rq;
+    m->rq[m->n_rq] = k;
+    return m->n_rq++;
+}
+
+/* Hashes the symbols from p to the end of their alternative, read with budget bytes left
+ * before the horizon. Returns the budget left at the end (<= 0: cut at the horizon), or
+ * INT32_MIN out of memory. */
+static int emit_seq(struct gram_matcher *m, struct hk *h, uint32_t p, int budget)
 {
     const struct gram *g = m->g;
     for (;; p++) {
         struct gsym s = g->syms[p];
         if (s.kind == GS_END) {
             emit(h, 0);
-            return;
+            return budget;
+        }
+        if (budget <= 0) {
+            emit(h, 3);
+            return budget;
         }
         if (s.kind == GS_TERM) {
             const struct gcls *c = &g->cls[s.arg];
             emit(h, 1);
             for (int w = 0; w < 4; w++)
                 emit(h, c->w[w]);
+            budget--;
             continue;
         }
-        if (m->rmap[s.arg] < 0) {
-            m->rmap[s.arg] = (int32_t)*nq;
-            m->rq[(*nq)++] = s.arg;
-        }
+        int64_t id = canon(m, s.arg << 6 | (uint32_t)budget);
+        if (id < 0)
+            return INT32_MIN;
         emit(h, 2);
-        emit(h, (uint64_t)m->rmap[s.arg]);
+        emit(h, (uint64_t)id);
+        budget -= m->minlen[s.arg];
     }
 }
 
 /* The key of the table for the top k frames of stack id (exact: the whole stack): a hash of
- * what those frames can still read — the rest of each frame's alternative and every rule
- * reachable from them, rules numbered in the order met (so equal sub-grammars of different
- * grammars hash alike). */
-static int chain_key(struct gram_matcher *m, uint32_t id, int k, int exact, struct hk *h)
+ * what those frames can still read within HORIZON bytes — the rest of each frame's
+ * alternative and the rules reachable from them, each (rule, budget) numbered in the order
+ * met, so equal sub-grammars of different grammars hash alike. *cut: the horizon ends
+ * inside the k frames (deeper frames would change nothing). */
+static int chain_key(struct gram_matcher *m, uint32_t id, int k, int exact, struct hk *h, int *cut)
 {
     const struct gram *g = m->g;
-    if (!m->rmap) {
-        m->rmap = malloc(((size_t)g->n_rules + 1) * sizeof *m->rmap);
-        m->rq = malloc(((size_t)g->n_rules + 1) * sizeof *m->rq);
-        if (!m->rmap || !m->rq)
-            return CERR_NOMEM;
-        for (int r = 0; r < g->n_rules; r++)
-            m->rmap[r] = -1;
-    }
+    if (!m->minlen && minlen_init(m))
+        return CERR_NOMEM;
     h->a = 0x243F6A8885A308D3ull;
     h->b = 0x13198A2E03707344ull;
-    uint32_t nq = 0, x = id;
-    for (int j = 0; j < k; j++) {
+    m->n_rq = 0;
+    uint32_t x = id;
+    int budget = HORIZON;
+    *cut = 0;
+    for (int j = 0; j < k && !*cut; j++) {
         emit(h, 0xF7A3E);
-        emit_seq(m, h, m->nd[x].pos, &nq);
+        budget = emit_seq(m, h, m->nd[x].pos, budget);
+        if (budget == INT32_MIN)
+            return CERR_NOMEM;
+        *cut = budget <= 0;
         x = m->nd[x].parent;
     }
-    emit(h, exact ? 0xB0770Au : 0x5E47u);
-    for (uint32_t q = 0; q < nq; q++) {
-        uint32_t r = m->rq[q];
+    emit(h, *cut ? 0xC07u : exact ? 0xB0770Au : 0x5E47u);
+    int rc = 0;
+    for (uint32_t q = 0; q < m->n_rq && !rc; q++) {
+        uint32_t r = m->rq[q] >> 6;
+        int b = (int)(m->rq[q] & 63);
         emit(h, 0xA17u);
         emit(h, g->nalt[r]);
-        for (uint32_t a = 0; a < g->nalt[r]; a++)
-            emit_seq(m, h, g->alts[g->alt0[r] + a], &nq);
+        for (uint32_t a = 0; a < g->nalt[r] && !rc; a++)
+            if (emit_seq(m, h, g->alts[g->alt0[r] + a], b) == INT32_MIN)
+                rc = CERR_NOMEM;
     }
-    for (uint32_t q = 0; q < nq; q++)
-        m->rmap[m->rq[q]] = -1;
+    for (uint32_t i = 0; i < m->rmap_cap; i++) /* small: sized by the keys met */
+        m->rmap[i] = 0;
+    return rc;
+}
+
+static int push_root(struct gtab *t, size_t *cap, uint32_t i)
+{
+    if (t->n_unc == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        void *q = realloc(t->unc, *cap * sizeof *t->unc);
+        if (!q)
+            return 0;
+        t->unc = q;
+    }
+    t->unc[t->n_unc++] = i;
+    return 1;
+}
+
+/* chain_key through a memo of frame positions (many stacks share their top frames). */
+static int chain_key_memo(struct gram_matcher *m, uint32_t id, int k, int exact, struct hk *h, int *cut)
+{
+    struct keymemo e = {{0}, (uint32_t)k | (exact ? 256u : 0u), 0, 0, 0};
+    uint32_t x = id, hh = e.k * 0x9E3779B1u;
+    for (int j = 0; j < k; j++) {
+        e.pos[j] = m->nd[x].pos;
+        hh = (hh ^ e.pos[j]) * 0x85EBCA6Bu;
+        hh ^= hh >> 13;
+        x = m->nd[x].parent;
+    }
+    if (m->km_cap) {
+        for (uint32_t i = hh & (m->km_cap - 1);; i = (i + 1) & (m->km_cap - 1)) {
+            const struct keymemo *q = &m->km[i];
+            if (!q->k)
+                break;
+            if (q->k == e.k && !memcmp(q->pos, e.pos, sizeof e.pos)) {
+                h->a = q->a;
+                h->b = q->b;
+                *cut = q->cut;
+                return 0;
+            }
+        }
+    }
+    int rc = chain_key(m, id, k, exact, h, cut);
+    if (rc)
+        return rc;
+    if ((m->km_n + 1) * 2 > m->km_cap) {
+        uint32_t nc = m->km_cap ? m->km_cap * 2 : 256;
+        struct keymemo *nk = calloc(nc, sizeof *nk);
+        if (!nk)
+            return 0;
+        for (uint32_t i = 0; i < m->km_cap; i++)
+            if (m->km[i].k) {
+                uint32_t g = m->km[i].k * 0x9E3779B1u;
+                for (int j = 0; j < (int)(m->km[i].k & 255); j++) {
+                    g = (g ^ m->km[i].pos[j]) * 0x85EBCA6Bu;
+                    g ^= g >> 13;
+                }
+                uint32_t t = g & (nc - 1);
+                while (nk[t].k)
+                    t = (t + 1) & (nc - 1);
+                nk[t] = m->km[i];
+            }
+        free(m->km);
+        m->km = nk;
+        m->km_cap = nc;
+    }
+    uint32_t i = hh & (m->km_cap - 1);
+    while (m->km[i].k)
+        i = (i + 1) & (m->km_cap - 1);
+    e.a = h->a;
+    e.b = h->b;
+    e.cut = *cut;
+    m->km[i] = e;
+    m->km_n++;
     return 0;
 }
 
@@ -161,6 +311,13 @@ static struct gtab *build_table(struct gram_matcher *m, uint32_t id, int k, int 
     m->ctx[0] = 0;
     for (uint32_t i = 0; i < v->n_node;) {
         unsigned d = v->dep[i];
+        if (d > HORIZON) { /* past the horizon: up to the real stacks */
+            if (!push_root(t, &cap, i))
+                goto oom;
+            t->unc_tok += v->t0[v->end[i]] - v->t0[i];
+            i = v->end[i];
+            continue;
+        }
         uint32_t ps = m->at[d - 1];
         uint8_t pc = m->ctx[d - 1] | (uint8_t)m->sets[ps].sent;
         uint32_t s = gm_step(m, ps, v->nb[i]);
@@ -168,14 +325,8 @@ static struct gtab *build_table(struct gram_matcher *m, uint32_t id, int k, int 
             goto oom;
         if (!s) {
             if (pc) { /* a branch left the frames before this byte: up to the real stacks */
-                if (t->n_unc == cap) {
-                    cap = cap ? cap * 2 : 64;
-                    void *q = realloc(t->unc, cap * sizeof *t->unc);
-                    if (!q)
-                        goto oom;
-                    t->unc = q;
-                }
-                t->unc[t->n_unc++] = i;
+                if (!push_root(t, &cap, i))
+                    goto oom;
                 t->unc_tok += v->t0[v->end[i]] - v->t0[i];
             }
             i = v->end[i];
@@ -268,7 +419,8 @@ static struct gtab *table_for(struct gram_matcher *m, uint32_t id)
     for (int k = 1;; k++) {
         int exact = k >= depth;
         struct hk h;
-        if (chain_key(m, id, k, exact, &h))
+        int cut;
+        if (chain_key_memo(m, id, k, exact, &h, &cut))
             return NULL;
         t = gram_vocab_tab_get(m->v, h.a, h.b);
         if (!t) {
@@ -285,7 +437,7 @@ static struct gtab *table_for(struct gram_matcher *m, uint32_t id)
                 m->owned = t;
             }
         }
-        if (exact || t->unc_tok <= (uint32_t)m->unc_limit || k >= KMAX)
+        if (exact || cut || t->unc_tok <= (uint32_t)m->unc_limit || k >= KMAX)
             break;
     }
     memo_put(m, id, t);
@@ -337,14 +489,13 @@ static int mask_by_stack(struct gram_matcher *m, uint32_t *mask, int tried_whole
     if (!ids)
         return CERR_NOMEM;
     memcpy(ids, m->pool + m->sets[cur].off, (size_t)n * sizeof *ids);
-    m->n_roots = 0;
     int rc = 0;
     for (uint32_t j = 0; j < n && !rc; j++) {
         uint32_t id = ids[j];
         if (id <= SENT_NODE)
             continue;
         struct gtab *t = memo_get(m, id);
-        if (!t && !(tried_whole && n == 1)) {
+        if (!t && !tried_whole) {
             size_t st = m->n_tmp;
             gm_tmp_add(m, st, id);
             m->at[0] = gm_intern_set(m, st);
@@ -417,8 +568,12 @@ static int eog_bits(const struct gram_matcher *m, uint32_t *mask)
 static int popcount_mask(const uint32_t *mask, size_t words)
 {
     int c = 0;
-    for (size_t w = 0; w < words; w++)
-        c += __builtin_popcount(mask[w]);
+    for (size_t w = 0; w < words; w++) { /* SWAR: no popcnt instruction is assumed */
+        uint32_t x = mask[w];
+        x = x - ((x >> 1) & 0x55555555u);
+        x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+        c += (int)((((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
+    }
     return c;
 }
 
@@ -447,6 +602,7 @@ int gram_matcher_mask(struct gram_matcher *m, uint32_t *mask)
     memset(mask, 0, words * 4);
     eog_bits(m, mask);
     m->bad = 0;
+    m->n_roots = 0;
     int rc = 0, use_tabs = tables_usable(m);
     /* a known table for any stack: straight to the tables; else one walk of the whole state */
     int known = 0;

@@ -329,7 +329,7 @@ int gram_matcher_new(struct gram_matcher **out, struct gram *g, const struct gra
     m->ctx = calloc((size_t)ml + 3, 1);
     m->walk_budget = 4096;
     m->tabs_ok = -1;
-    m->unc_limit = v && v->n_vocab / 50 > 256 ? v->n_vocab / 50 : 256;
+    m->unc_limit = 1000;
     if (!m->at || !m->ctx || tables_init(m)) {
         gram_matcher_free(m);
         return cerr_set(e, CERR_NOMEM, "out of memory");
@@ -362,7 +362,10 @@ void gram_matcher_free(struct gram_matcher *m)
         gram_tab_free(t);
     }
     free(m->rmap);
+    free(m->rnum);
     free(m->rq);
+    free(m->minlen);
+    free(m->km);
     free(m->roots);
     free(m->accbuf);
     for (int i = 0; i < NCACHE; i++)

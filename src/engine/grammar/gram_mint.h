@@ -80,6 +80,10 @@ struct gset {
 };
 
 #define NCACHE 16
+/* Token tables classify ids of up to HORIZON bytes (longer ones are uncertain), so they
+ * depend on the grammar only as far as HORIZON bytes ahead: counted repetitions (a
+ * maxLength string) share one table while more than HORIZON remain. */
+#define HORIZON 32
 #define SENT_NODE 1u /* the sentinel node: below the frames a table looks at */
 #define SENT_POS 0xFFFFFFFFu
 
@@ -88,6 +92,12 @@ struct mcache {
     uint32_t *mask;
     int count;
     long used;
+};
+
+struct keymemo { /* chain keys by frame positions */
+    uint32_t pos[6], k; /* k = 0: empty slot; bit 8: exact */
+    uint64_t a, b;
+    int cut;
 };
 
 struct memo {
@@ -120,8 +130,13 @@ struct gram_matcher {
     struct memo *memo;
     uint32_t memo_cap, memo_n, memo_gen;
     struct gtab *owned;
-    int32_t *rmap; /* (n_rules) canonical rule numbers while hashing, -1 */
-    uint32_t *rq;
+    uint32_t *rmap; /* while hashing: (rule, budget) key + 1 per slot, its number in rnum */
+    uint32_t *rnum, rmap_cap;
+    uint32_t *rq;    /* the (rule, budget) keys met, in order */
+    uint32_t n_rq, cap_rq;
+    struct keymemo *km;
+    uint32_t km_cap, km_n;
+    uint8_t *minlen; /* (n_rules) fewest bytes a rule reads, saturated at HORIZON + 1 */
     uint32_t *roots;
     size_t n_roots, cap_roots;
     uint32_t *accbuf; /* (words) scratch bitset */
