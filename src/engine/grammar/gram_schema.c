@@ -33,6 +33,7 @@ struct sc {
     char *kw;
     struct cerr *e;
     int depth;
+    const json_t *excl; /* `not: {enum/const}` values for the typed schema being generated */
 };
 
 static int unsupported(struct sc *c, const char *kw, const char *path)
@@ -280,12 +281,54 @@ static int num_bounds(struct sc *c, const json_t *s, int integer, int *has_lo, d
             }
         }
     }
-    if ((v = json_object_get(s, "multipleOf"))) {
-        double m = json_number_value(v);
-        if (!(integer && json_is_number(v) && m == floor(m) && m == 1))
-            return unsupported(c, "multipleOf", path);
-    }
+    (void)integer;
+    (void)c;
+    (void)path;
     return 0;
+}
+
+/* multipleOf: 0 none (or 1 on integers), k > 0: an integer multiple of k, -d: a decimal
+ * step 10^-d (numbers with at most d fraction digits and no exponent); else unsupported. */
+static int multiple_of(struct sc *c, const json_t *s, int integer, long *out, const char *path)
+{
+    json_t *v = json_object_get(s, "multipleOf");
+    *out = 0;
+    if (!v)
+        return 0;
+    double m = json_number_value(v);
+    if (!json_is_number(v) || !(m > 0))
+        return bad_schema(c, path, "multipleOf must be a number above 0");
+    if (m == floor(m) && m <= 1000) {
+        *out = m == 1 ? (integer ? 0 : 1) : (long)m;
+        return 0;
+    }
+    if (!integer)
+        for (int d = 1; d <= 9; d++)
+            if (fabs(m - pow(10, -d)) < 1e-12 * pow(10, -d)) {
+                *out = -d;
+                return 0;
+            }
+    return unsupported(c, "multipleOf", path);
+}
+
+/* Appends the decimal integers (no leading zeros, "-" for negatives) that are multiples of
+ * k: digits read left to right through the remainders mod k. */
+static void gen_int_multiple(struct sc *c, struct sbuf *b, long k)
+{
+    int base = c->n_rules;
+    c->n_rules += (int)k;
+    for (long r = 0; r < k; r++) { /* r%d: digits that follow a prefix of remainder r */
+        sbuf_printf(c->o, "r%ld ::= ", base + r);
+        if (r == 0)
+            sbuf_puts(c->o, "\"\" | ");
+        for (int d = 0; d < 10; d++)
+            sbuf_printf(c->o, "%s\"%d\" r%ld", d ? " | " : "", d, base + (r * 10 + d) % k);
+        sbuf_puts(c->o, "\n");
+    }
+    sbuf_puts(b, "(\"0\" | \"-\"? (");
+    for (int d = 1; d < 10; d++)
+        sbuf_printf(b, "%s\"%d\" r%ld", d > 1 ? " | " : "", d, base + d % k);
+    sbuf_puts(b, "))");
 }
 
 static int gen_integer(struct sc *c, const json_t *s, struct sbuf *b, const char *path)
@@ -312,6 +355,54 @@ static int gen_integer(struct sc *c, const json_t *s, struct sbuf *b, const char
     }
     if (hl && hh && L > H)
         return bad_schema(c, path, "minimum is above maximum: no integer fits");
+    long mul;
+    if ((rc = multiple_of(c, s, 1, &mul, path)))
+        return rc;
+    if (mul) {
+        if (hl || hh || c->excl)
+            return unsupported(c, "multipleOf", path);
+        gen_int_multiple(c, b, mul);
+        return 0;
+    }
+    if (c->excl) { /* not: {enum}: the range cut around the excluded integers */
+        size_t n = json_array_size(c->excl), k = 0;
+        long long *x = calloc(n + 1, sizeof *x);
+        if (!x)
+            return cerr_set(c->e, CERR_NOMEM, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            json_t *v = json_array_get(c->excl, i);
+            double d = json_is_number(v) ? json_number_value(v) : 0.5;
+            if (d == floor(d) && fabs(d) < (double)GRAM_BIG && (!hl || d >= (double)L) && (!hh || d <= (double)H))
+                x[k++] = (long long)d;
+        }
+        for (size_t i = 1; i < k; i++) /* insertion sort: few values */
+            for (size_t j = i; j > 0 && x[j - 1] > x[j]; j--) {
+                long long t = x[j];
+                x[j] = x[j - 1];
+                x[j - 1] = t;
+            }
+        sbuf_puts(b, "(");
+        int any = 0, plo = hl;
+        long long plo_v = L;
+        for (size_t i = 0; i <= k; i++) {
+            int phi = i < k ? 1 : hh;
+            long long phi_v = i < k ? x[i] - 1 : H;
+            if (!(plo && phi && plo_v > phi_v)) {
+                sbuf_puts(b, any ? " | " : "");
+                gram_int_range(b, plo, plo_v, phi, phi_v);
+                any = 1;
+            }
+            if (i < k) {
+                plo = 1;
+                plo_v = x[i] + 1;
+            }
+        }
+        free(x);
+        sbuf_puts(b, ")");
+        if (!any)
+            return bad_schema(c, path, "no integer is left once `not` is applied");
+        return 0;
+    }
     gram_int_range(b, hl, L, hh, H);
     return 0;
 }
@@ -323,8 +414,21 @@ static int gen_number(struct sc *c, const json_t *s, struct sbuf *b, const char 
     int rc = num_bounds(c, s, 0, &hl, &lo, &le, &hh, &hi, &he, path);
     if (rc)
         return rc;
+    long mul;
+    if ((rc = multiple_of(c, s, 0, &mul, path)))
+        return rc;
+    if (c->excl)
+        return unsupported(c, "not", path);
+    if (mul > 0) /* an integer multiple: the integer grammar (it reads the same bounds) */
+        return gen_integer(c, s, b, path);
+    char frac[64] = "(\".\" [0-9]{1,20})?";
+    if (mul < 0)
+        snprintf(frac, sizeof frac, "(\".\" [0-9]{1,%ld})?", -mul);
     if (!hl && !hh) {
-        sbuf_puts(b, "jnum");
+        if (mul < 0)
+            sbuf_printf(b, "(jint %s)", frac);
+        else
+            sbuf_puts(b, "jnum");
         return 0;
     }
     /* integral inclusive bounds: an integer part in [lo, hi - 1] with any fraction, or the
@@ -337,10 +441,9 @@ static int gen_number(struct sc *c, const json_t *s, struct sbuf *b, const char 
     long long L = (long long)lo, H = (long long)hi;
     if (hl && hh && L > H)
         return bad_schema(c, path, "minimum is above maximum");
-    const char *frac = "(\".\" [0-9]{1,20})?";
     sbuf_puts(b, "(");
     if (hl && le) { /* > 0 */
-        sbuf_puts(b, "(\"0.\" [0-9]{0,19} [1-9])");
+        sbuf_printf(b, "(\"0.\" [0-9]{0,%ld} [1-9])", mul < 0 ? -mul - 1 : 19);
         if (!hh || H >= 1) {
             sbuf_puts(b, " | ");
             if (hh)
@@ -364,17 +467,113 @@ static int gen_number(struct sc *c, const json_t *s, struct sbuf *b, const char 
     return 0;
 }
 
+/* 1 when the JSON Schema pattern (whole-match, as generated) accepts the empty string, or
+ * when that cannot be told */
+static int pattern_matches_empty(const char *re)
+{
+    struct sbuf t = {0};
+    struct gram *g = NULL;
+    sbuf_puts(&t, "root ::= ");
+    int rc = gram_regex_to_ebnf(re, strlen(re), 1, &t, NULL);
+    if (!rc && t.p)
+        rc = gram_from_ebnf(&g, t.p, t.len, NULL);
+    int r = rc || !g || gram_accepts(g, "", 0);
+    gram_unref(g);
+    sbuf_free(&t);
+    return r;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* "N(prefix)": the rest of a JSON string (raw characters, no escapes) that is none of the
+ * words w[0..n) (sorted, ASCII), given the prefix of d bytes written; returns its rule id */
+static int excl_node(struct sc *c, const char *const *w, int n, size_t d)
+{
+    int id = c->n_rules++;
+    struct sbuf alt = {0};
+    int is_word = 0;
+    char kids[128];
+    int nk = 0;
+    for (int i = 0; i < n; i++) {
+        if (strlen(w[i]) == d)
+            is_word = 1;
+        else if (!nk || kids[nk - 1] != w[i][d])
+            kids[nk++] = w[i][d];
+    }
+    sbuf_puts(&alt, is_word ? "" : "\"\\\"\" | ");
+    for (int k = 0; k < nk; k++) {
+        int lo = 0;
+        while (lo < n && (strlen(w[lo]) <= d || w[lo][d] != kids[k]))
+            lo++;
+        int hi = lo;
+        while (hi < n && strlen(w[hi]) > d && w[hi][d] == kids[k])
+            hi++;
+        int sub = excl_node(c, w + lo, hi - lo, d + 1);
+        sbuf_printf(&alt, "\"\\x%02X\" r%d | ", (unsigned char)kids[k], sub);
+    }
+    sbuf_puts(&alt, "[^\"\\\\\\x00-\\x1F");
+    for (int k = 0; k < nk; k++)
+        sbuf_printf(&alt, "\\x%02X", (unsigned char)kids[k]);
+    sbuf_puts(&alt, "] [^\"\\\\\\x00-\\x1F]* \"\\\"\"");
+    sbuf_printf(c->o, "r%d ::= %s\n", id, alt.p ? alt.p : "");
+    sbuf_free(&alt);
+    return id;
+}
+
+/* A JSON string that is none of the string values in excl (`not: {enum}`): raw characters
+ * only (an escape could spell an excluded value another way). */
+static int gen_string_excl(struct sc *c, const json_t *excl, struct sbuf *b)
+{
+    size_t n = json_array_size(excl), k = 0;
+    const char **w = calloc(n + 1, sizeof *w);
+    if (!w)
+        return cerr_set(c->e, CERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const char *x = json_string_value(json_array_get(excl, i));
+        int ok = x != NULL && strlen(x) < 200;
+        for (const char *q = x; ok && *q; q++)
+            ok = (unsigned char)*q >= 0x20 && (unsigned char)*q < 0x7F && *q != '"' && *q != '\\';
+        if (x && !ok && strlen(x) < 200) { /* a value raw ASCII cannot spell: only plain ASCII here */
+            int ascii = 1;
+            for (const char *q = x; *q; q++)
+                ascii &= (unsigned char)*q < 0x80;
+            if (!ascii) {
+                free(w);
+                return unsupported(c, "not", "(a non-ASCII excluded value)");
+            }
+            continue; /* it holds '"', '\\' or a control: raw text never equals it */
+        }
+        if (ok)
+            w[k++] = x;
+    }
+    qsort(w, k, sizeof *w, cmp_str);
+    int id = excl_node(c, w, (int)k, 0);
+    free(w);
+    sbuf_printf(b, "\"\\\"\" r%d", id);
+    return 0;
+}
+
 static int gen_string(struct sc *c, const json_t *s, struct sbuf *b, const char *path)
 {
     json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
     long lo = count_of(s, "minLength", 0), hi = count_of(s, "maxLength", -1);
     if (lo < 0 || (hi >= 0 && hi < lo))
         return bad_schema(c, path, "minLength/maxLength out of order");
-    if (lo > 10000 || hi > 10000)
-        return unsupported(c, lo > 10000 ? "minLength" : "maxLength", path);
+    if (lo > 50000 || hi > 50000)
+        return unsupported(c, lo > 50000 ? "minLength" : "maxLength", path);
+    if (c->excl) {
+        if (json_is_string(pat) || json_is_string(fmt) || lo > 0 || hi >= 0)
+            return unsupported(c, "not", path);
+        return gen_string_excl(c, c->excl, b);
+    }
     if (json_is_string(pat)) {
-        if (lo > 0 || hi >= 0)
-            return unsupported(c, lo > 0 ? "minLength" : "maxLength", path);
+        /* a length bound holds anyway where the pattern cannot match less (minLength 1 and
+         * a pattern that never matches the empty string); any other is refused */
+        if (lo > 1 || hi >= 0 || (lo == 1 && pattern_matches_empty(json_string_value(pat))))
+            return unsupported(c, lo > 1 || (lo == 1 && hi < 0) ? "minLength" : "maxLength", path);
         const char *re = json_string_value(pat);
         sbuf_puts(b, "\"\\\"\" ");
         int rc = gram_regex_to_ebnf(re, strlen(re), 1, b, c->e);
@@ -640,10 +839,11 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
     int n_req = 0;
     for (int j = 0; j < n; j++)
         n_req += ps[j].req;
-    if (mnp > n_req) {
+    if (mnp > n_req && !(mnp == 1 && (n > 0 || has_extra))) {
         rc = unsupported(c, "minProperties", path);
         goto out;
     }
+    int need_one = mnp > n_req; /* minProperties 1, nothing required: at least one pair */
     if (mxp >= 0 && (has_extra || mxp < n)) {
         rc = unsupported(c, "maxProperties", path);
         goto out;
@@ -688,7 +888,44 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
         }
         sbuf_free(&kv);
     }
-    sbuf_printf(b, "\"{\" ws r%d \"}\"", base);
+    if (need_one) { /* G_j: nothing written yet and one pair still owed */
+        int gb0 = c->n_rules;
+        c->n_rules += n + 1;
+        for (int j = n; j >= 0; j--) {
+            if (j == n) {
+                if (has_extra)
+                    sbuf_printf(c->o, "r%d ::= %s (\",\" ws %s)*\n", gb0 + j, extra.p, extra.p);
+                else /* unreachable: the last optional pair is taken instead */
+                    sbuf_printf(c->o, "r%d ::= r%d\n", gb0 + j, base + 2 * n);
+                continue;
+            }
+            struct sbuf kv = {0};
+            json_t *ks = json_string(ps[j].k);
+            char *kj = ks ? json_dumps_short(ks, JSON_ENCODE_ANY) : NULL;
+            json_decref(ks);
+            if (!kj) {
+                rc = cerr_set(c->e, CERR_NOMEM, "out of memory");
+                goto out;
+            }
+            gram_lit(&kv, kj, strlen(kj));
+            free(kj);
+            if (ps[j].id >= 0)
+                sbuf_printf(&kv, " ws \":\" ws r%d ws", ps[j].id);
+            else if (addl_id >= 0)
+                sbuf_printf(&kv, " ws \":\" ws r%d ws", addl_id);
+            else
+                sbuf_puts(&kv, " ws \":\" ws jval ws");
+            int A1 = base + 2 * (j + 1) + 1;
+            if (j == n - 1 && !has_extra)
+                sbuf_printf(c->o, "r%d ::= %s r%d\n", gb0 + j, kv.p, A1);
+            else
+                sbuf_printf(c->o, "r%d ::= %s r%d | r%d\n", gb0 + j, kv.p, A1, gb0 + j + 1);
+            sbuf_free(&kv);
+        }
+        sbuf_printf(b, "\"{\" ws r%d \"}\"", gb0);
+    } else {
+        sbuf_printf(b, "\"{\" ws r%d \"}\"", base);
+    }
 out:
     sbuf_free(&extra);
     free(ps);
@@ -751,7 +988,34 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
     if (!json_is_object(s))
         return bad_schema(c, path, json_is_false(s) ? "the schema 'false' accepts nothing"
                                                     : "a schema must be an object or a boolean");
-    static const char *const never[] = {"not", "if", "then", "else", "unevaluatedItems",
+    json_t *nt = json_object_get(s, "not");
+    if (nt) { /* not: {enum} / {const} on a plain string or integer: the values cut out */
+        json_t *ty0 = json_object_get(s, "type");
+        const char *t0 = json_is_string(ty0) ? json_string_value(ty0) : NULL;
+        json_t *ex = json_is_object(nt) ? json_object_get(nt, "enum") : NULL;
+        json_t *cx = json_is_object(nt) ? json_object_get(nt, "const") : NULL;
+        size_t nn = json_is_object(nt) ? json_object_size(nt) : 0;
+        int plain = t0 && (!strcmp(t0, "string") || !strcmp(t0, "integer")) && !json_object_get(s, "enum") &&
+                    !json_object_get(s, "const") && !json_object_get(s, "anyOf") && !json_object_get(s, "oneOf") &&
+                    !json_object_get(s, "allOf") && !json_object_get(s, "$ref");
+        json_t *ty1 = json_is_object(nt) ? json_object_get(nt, "type") : NULL;
+        if (plain && ((json_is_array(ex) && nn == 1 + (ty1 != NULL)) || (cx && nn == 1 + (ty1 != NULL)))) {
+            json_t *vals = json_is_array(ex) ? json_incref(ex) : json_pack("[O]", cx);
+            json_t *m = copy_without(c, s, "not");
+            if (!vals || !m) {
+                json_decref(vals);
+                return cerr_set(c->e, CERR_NOMEM, "out of memory");
+            }
+            json_array_append_new(c->keep, vals);
+            const json_t *save = c->excl;
+            c->excl = vals;
+            int rc = gen_typed(c, m, t0, b, path);
+            c->excl = save;
+            return rc;
+        }
+        return unsupported(c, "not", path);
+    }
+    static const char *const never[] = {"if", "then", "else", "unevaluatedItems",
                                         "$dynamicRef", "$recursiveRef", "minContains", "maxContains", NULL};
     for (int i = 0; never[i]; i++)
         if (json_object_get(s, never[i]))
