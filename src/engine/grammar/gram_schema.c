@@ -728,8 +728,38 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     json_t *addl = json_object_get(s, "additionalProperties");
     json_t *pp = json_object_get(s, "patternProperties");
-    if (json_object_get(s, "propertyNames"))
-        return unsupported(c, "propertyNames", path);
+    /* propertyNames: the names of the extra pairs follow that (string) schema */
+    char keyr[32] = "jstr";
+    json_t *pn = json_object_get(s, "propertyNames");
+    for (int hop = 0; json_is_object(pn) && json_is_string(json_object_get(pn, "$ref")) && hop < 16; hop++)
+        pn = (json_t *)resolve(c, json_string_value(json_object_get(pn, "$ref")));
+    if (json_object_get(s, "propertyNames") && !pn)
+        return bad_schema(c, path, "propertyNames holds a $ref that does not resolve");
+    if (pn && !json_is_true(pn)) {
+        if (!json_is_object(pn))
+            return unsupported(c, "propertyNames", path);
+        const char *k2;
+        json_t *v2;
+        int trivial = 1;
+        json_object_foreach(pn, k2, v2) if (is_known(k2) && !(!strcmp(k2, "type") && json_is_string(v2) &&
+                                                             !strcmp(json_string_value(v2), "string"))) trivial = 0;
+        if (!trivial) {
+            json_t *t = json_object_get(pn, "type");
+            if ((t && !(json_is_string(t) && !strcmp(json_string_value(t), "string"))) ||
+                json_object_get(s, "patternProperties"))
+                return unsupported(c, "propertyNames", path);
+            json_t *m = json_copy(pn);
+            if (!m)
+                return cerr_set(c->e, CERR_NOMEM, "out of memory");
+            json_object_set_new(m, "type", json_string("string"));
+            json_array_append_new(c->keep, m);
+            snprintf(sub, sizeof sub, "%s/propertyNames", path);
+            int id = rule_for(c, m, sub);
+            if (id < 0)
+                return id;
+            snprintf(keyr, sizeof keyr, "r%d", id);
+        }
+    }
     if (json_object_get(s, "dependencies") || json_object_get(s, "dependentRequired") ||
         json_object_get(s, "dependentSchemas"))
         return unsupported(c, json_object_get(s, "dependencies") ? "dependencies"
@@ -827,9 +857,9 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
     if (addl_id >= 0 || open_any) {
         sbuf_puts(&extra, has_extra ? " | " : "(");
         if (addl_id >= 0)
-            sbuf_printf(&extra, "jstr ws \":\" ws r%d ws", addl_id);
+            sbuf_printf(&extra, "%s ws \":\" ws r%d ws", keyr, addl_id);
         else
-            sbuf_puts(&extra, "jstr ws \":\" ws jval ws");
+            sbuf_printf(&extra, "%s ws \":\" ws jval ws", keyr);
         has_extra = 1;
     }
     if (has_extra)
@@ -839,7 +869,7 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
     int n_req = 0;
     for (int j = 0; j < n; j++)
         n_req += ps[j].req;
-    if (mnp > n_req && !(mnp == 1 && (n > 0 || has_extra))) {
+    if (mnp > n_req && !((mnp == 1 && (n > 0 || has_extra)) || (n == 0 && has_extra && mnp <= 100))) {
         rc = unsupported(c, "minProperties", path);
         goto out;
     }
@@ -894,7 +924,8 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
         for (int j = n; j >= 0; j--) {
             if (j == n) {
                 if (has_extra)
-                    sbuf_printf(c->o, "r%d ::= %s (\",\" ws %s)*\n", gb0 + j, extra.p, extra.p);
+                    sbuf_printf(c->o, "r%d ::= %s (\",\" ws %s){%ld,}\n", gb0 + j, extra.p, extra.p,
+                                n == 0 ? mnp - 1 : 0);
                 else /* unreachable: the last optional pair is taken instead */
                     sbuf_printf(c->o, "r%d ::= r%d\n", gb0 + j, base + 2 * n);
                 continue;
