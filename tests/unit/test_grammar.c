@@ -226,7 +226,7 @@ static void test_schema_unsupported(void)
         {"{\"type\":\"number\",\"multipleOf\":0.5}", "multipleOf"},
         {"{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems"},
         {"{\"if\":{\"type\":\"string\"}}", "if"},
-        {"{\"type\":\"object\",\"minProperties\":2}", "minProperties"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"minProperties\":2}", "minProperties"},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         char kw[64] = "";
