@@ -8,6 +8,7 @@
 
 #include "engine/grammar/gram.h"
 #include "engine/grammar/gram_schema.h"
+#include "engine/grammar/gram_row.h"
 #include "engine/grammar/gram_tok.h"
 #include "engine/sampler.h"
 
@@ -599,8 +600,23 @@ static void check_real_vocab(const char *model, int steps)
             CHECK(gram_matcher_new(&fm[k], g, v, &e) == 0);
             gram_matcher_tune(fm[k], tunes[k][0], tunes[k][1]);
         }
+        /* and a sampling row: its masks come from the worker thread, computed ahead */
+        struct gram_matcher *rm = NULL;
+        struct gram_row *row = NULL;
+        CHECK(gram_matcher_new(&rm, g, v, &e) == 0);
+        CHECK(gram_row_new(&row, rm, V, NULL, 0) == 0);
+        float *lg = malloc((size_t)V * sizeof *lg);
         for (int step = 0; step < steps; step++) {
             int cw = gram_matcher_mask_naive(ref, want);
+            for (int i = 0; i < V; i++)
+                lg[i] = 0;
+            gram_row_mask(row, lg, V);
+            int rdiff = 0;
+            for (int i = 0; i < V && rdiff < 3; i++)
+                if ((lg[i] == 0) != (int)((want[i >> 5] >> (i & 31)) & 1)) {
+                    CHECK_MSG(0, "%s grammar %zu step %d: the row's mask differs at id %d", model, gi, step, i);
+                    rdiff++;
+                }
             for (int k = 0; k < 3; k++) {
                 int cg = gram_matcher_mask(fm[k], got);
                 CHECK_EQ_INT(cg, cw);
@@ -635,7 +651,11 @@ static void check_real_vocab(const char *model, int steps)
             CHECK(gram_matcher_accept(ref, pick) == 0);
             for (int k = 0; k < 3; k++)
                 CHECK(gram_matcher_accept(fm[k], pick) == 0);
+            gram_row_accept(row, pick);
         }
+        gram_row_accept(row, 0); /* a job in flight when the row is freed */
+        gram_row_free(row);
+        free(lg);
         gram_matcher_free(ref);
         for (int k = 0; k < 3; k++)
             gram_matcher_free(fm[k]);

@@ -1,6 +1,8 @@
 /* gram_row.h — one sampling row's grammar: the matcher, its mask buffer, and the trigger a
  * lazy grammar waits for (a tool call's opening, a reasoning block's end). The sampler
- * holds one and calls the four hooks below; all on the thread that samples the row. */
+ * holds one and calls the hooks below, all on the thread that samples the row; after an
+ * accepted token the next mask is computed on a shared worker thread, overlapping the
+ * model's forward (CINFER_GRAMMAR_ASYNC=0: in gram_row_mask instead). */
 #ifndef CINFER_ENGINE_GRAMMAR_GRAM_ROW_H
 #define CINFER_ENGINE_GRAMMAR_GRAM_ROW_H
 
