@@ -224,3 +224,26 @@ void gram_row_accept(struct gram_row *r, int32_t id)
             submit(r);
     }
 }
+
+int gram_row_forced(struct gram_row *r, int32_t *id)
+{
+    static int on = -1; /* benign race: every thread computes the same value */
+    if (on < 0) {
+        const char *e = getenv("CINFER_GRAMMAR_JUMP");
+        on = e && !strcmp(e, "1");
+    }
+    if (!on || !gram_row_on(r))
+        return 0;
+    int count = settle(r, 0) ? r->count : gram_matcher_mask(r->m, r->mask);
+    r->count = count;
+    r->job = 3; /* ready: gram_row_mask takes it, gram_row_accept drops it */
+    if (count != 1)
+        return 0;
+    int nw = (gram_vocab_size(gram_matcher_vocab(r->m)) + 31) / 32;
+    for (int w = 0; w < nw; w++)
+        if (r->mask[w]) {
+            *id = w * 32 + __builtin_ctz(r->mask[w]);
+            return 1;
+        }
+    return 0;
+}

@@ -25,6 +25,9 @@ void gram_row_mask(struct gram_row *r, float *logits, int n_vocab);
 /* The sampled token: advances the matcher, or (lazy) looks for the trigger. A lazy grammar
  * whose text after the trigger it refuses is dropped (the row goes on free). */
 void gram_row_accept(struct gram_row *r, int32_t id);
+/* Jump-forward (on when CINFER_GRAMMAR_JUMP=1, read once): 1 and *id when the next mask
+ * allows exactly one id; the mask stays ready for gram_row_mask. 0 when off or not forced. */
+int gram_row_forced(struct gram_row *r, int32_t *id);
 struct gram_matcher *gram_row_matcher(const struct gram_row *r);
 
 #endif
