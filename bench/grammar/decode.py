@@ -2,7 +2,10 @@
 server (the same run), plain and schema runs interleaved REPS times, the best of each kept (the
 machine is shared: the best run is the least disturbed). A second server with
 CINFER_GRAMMAR_JUMP=1 runs the schema requests again: tok/s and whether the outputs are the
-same. usage: decode.py CINFER_BIN MODEL  -> prints a JSON object."""
+same. Beside wall-clock tok/s, the server's CPU time per generated token (utime + stime of
+the process, every thread — the mask worker's too) is summed over the reps: it is what the
+grammar adds in work, and moves much less than wall clock with the load of others.
+usage: decode.py CINFER_BIN MODEL  -> prints a JSON object."""
 import json
 import os
 import subprocess
@@ -27,7 +30,12 @@ def post(base, body):
         return json.loads(r.read())
 
 
-def run(base, batch, schema):
+def cpu_s(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(base, batch, schema, pid=None):
     body = {"messages": [{"role": "user", "content": "List many grocery items with quantities and tags as JSON."}],
             "max_tokens": N_TOK, "temperature": 0, "ignore_eos": True}
     if schema:
@@ -40,13 +48,17 @@ def run(base, batch, schema):
         texts[i] = d["choices"][0]["message"]["content"]
 
     post(base, dict(body, max_tokens=2))  # warm: prefix cache, vocabulary bytes
+    c0 = cpu_s(pid) if pid else 0.0
     t0 = time.time()
     th = [threading.Thread(target=one, args=(i,)) for i in range(batch)]
     for t in th:
         t.start()
     for t in th:
         t.join()
-    return sum(toks) / (time.time() - t0), texts
+    dt = time.time() - t0
+    if pid:
+        run.cpu = (cpu_s(pid) - c0, sum(toks))
+    return sum(toks) / dt, texts
 
 
 def serve(bin_, model, env):
@@ -69,14 +81,21 @@ def main(bin_, model):
     p, base = serve(bin_, model, {})
     try:
         for b in (1, 8):
-            plain, cons = [], []
+            plain, cons, cpu = [], [], {False: [0.0, 0], True: [0.0, 0]}
             for _ in range(REPS):
-                plain.append(run(base, b, False)[0])
-                t, texts[b] = run(base, b, True)
-                cons.append(t)
+                for sch in (False, True):
+                    t, tx = run(base, b, sch, p.pid)
+                    (cons if sch else plain).append(t)
+                    if sch:
+                        texts[b] = tx
+                    cpu[sch][0] += run.cpu[0]
+                    cpu[sch][1] += run.cpu[1]
+            cpt = {k: v[0] / max(v[1], 1) * 1e3 for k, v in cpu.items()}
             out[f"batch{b}"] = {"plain_tok_s": round(max(plain), 2), "schema_tok_s": round(max(cons), 2),
                                 "overhead_frac": round(1 - max(cons) / max(plain), 4),
-                                "plain_runs": [round(x, 2) for x in plain], "schema_runs": [round(x, 2) for x in cons]}
+                                "plain_runs": [round(x, 2) for x in plain], "schema_runs": [round(x, 2) for x in cons],
+                                "plain_cpu_ms_per_tok": round(cpt[False], 2), "schema_cpu_ms_per_tok": round(cpt[True], 2),
+                                "cpu_overhead_frac": round(cpt[True] / cpt[False] - 1, 4)}
     finally:
         p.terminate()
         p.wait()
