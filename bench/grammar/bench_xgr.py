@@ -30,7 +30,7 @@ def main(inputs, outdir):
     toks = load_vocab(outdir + "/vocab.bin")
     t0 = time.thread_time()
     info = xgr.TokenizerInfo(toks, vocab_type=xgr.VocabType.RAW, vocab_size=len(toks),
-                             stop_token_ids=[cin["eos"]])
+                             stop_token_ids=cin.get("eog", [cin["eos"]]))
     tok_us = (time.thread_time() - t0) * 1e6
     items = json.load(open(inputs))
     byname = {r["name"]: r for r in cin["inputs"]}

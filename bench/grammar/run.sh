@@ -15,9 +15,12 @@ cc -O2 -std=c17 -D_GNU_SOURCE -I"$SRC/src" "$SRC/bench/grammar/bench_grammar.c" 
    $(pkg-config --libs jansson libpcre2-8 libutf8proc) -lz -lm -lpthread -o "$tmp/bench_grammar"
 python3 "$SRC/bench/grammar/inputs.py" "$tmp/inputs.json"
 load0=$(cut -d' ' -f1 /proc/loadavg)
-"$tmp/bench_grammar" "$MODEL" "$tmp/inputs.json" "$tmp"
+BENCH_DUMP_MASKS="$tmp/masks.txt" "$tmp/bench_grammar" "$MODEL" "$tmp/inputs.json" "$tmp"
 python3 "$SRC/bench/grammar/bench_llg.py" "$tmp/inputs.json" "$tmp" || echo '{"inputs": []}' > "$tmp/llguidance.json"
 python3 "$SRC/bench/grammar/bench_xgr.py" "$tmp/inputs.json" "$tmp" 2>/dev/null || echo '{"inputs": []}' > "$tmp/xgrammar.json"
+# the masks of the regexes and the EBNF grammar against xgrammar's, step by step
+(cd "$SRC/bench/grammar" && python3 xgr_check.py "$tmp/inputs.json" "$tmp" > "$tmp/xgr_check.json") ||
+    [ -s "$tmp/xgr_check.json" ] || echo '{"masks_differ": null, "inputs": []}' > "$tmp/xgr_check.json"
 load1=$(cut -d' ' -f1 /proc/loadavg)
 python3 "$SRC/bench/grammar/decode.py" "$BUILD/cinfer" "$MODEL" > "$tmp/decode.json"
 load2=$(cut -d' ' -f1 /proc/loadavg)
@@ -27,6 +30,7 @@ tmp, src, l0, l1, l2 = sys.argv[1:]
 a = json.load(open(f"{tmp}/cinfer.json")); b = json.load(open(f"{tmp}/llguidance.json"))
 x = json.load(open(f"{tmp}/xgrammar.json"))
 dec = json.load(open(f"{tmp}/decode.json"))
+chk = json.load(open(f"{tmp}/xgr_check.json"))
 bb = {r["name"]: r for r in b["inputs"]}
 xx = {r["name"]: r for r in x["inputs"]}
 def stats(v):
@@ -71,6 +75,8 @@ res = {
     "decode_overhead_frac_wall": max(dec["batch1"]["overhead_frac"], dec["batch8"]["overhead_frac"]),
     "decode": dec, "steps": len(ca), "inputs": len(rows),
     "xgrammar_version": x.get("version", ""),
+    "xgrammar_mask_check": {"masks": sum(r.get("steps", 0) for r in chk["inputs"]),
+                            "masks_differ": chk["masks_differ"], "inputs": [r["name"] for r in chk["inputs"]]},
     "llguidance_version": b.get("version", ""),
     "inputs_skipped": [r["name"] for r in a["inputs"] if r["name"] not in {q["name"] for q in rows}],
     "timing": "thread CPU time per mask call; decode: server CPU time per token and wall-clock tok/s, one server",
