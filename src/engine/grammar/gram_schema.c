@@ -17,26 +17,9 @@
 #include "engine/grammar/gram_int.h"
 #include "util/jsonfmt.h"
 
-struct memo {
-    const json_t *node;
-    int id;
-};
+#include "engine/grammar/gram_schema_int.h"
 
-struct sc {
-    const json_t *root;
-    struct sbuf *o;
-    struct memo *memo;
-    int n_memo, cap_memo;
-    int n_rules;
-    int compact;
-    json_t *keep; /* merged schemas, alive until the end (memo keys) */
-    char *kw;
-    struct cerr *e;
-    int depth;
-    const json_t *excl; /* `not: {enum/const}` values for the typed schema being generated */
-};
-
-static int unsupported(struct sc *c, const char *kw, const char *path)
+int gsc_unsupported(struct sc *c, const char *kw, const char *path)
 {
     if (c->kw)
         snprintf(c->kw, 64, "%s", kw);
@@ -45,7 +28,7 @@ static int unsupported(struct sc *c, const char *kw, const char *path)
                     path);
 }
 
-static int bad_schema(struct sc *c, const char *path, const char *what)
+int gsc_bad_schema(struct sc *c, const char *path, const char *what)
 {
     return cerr_set(c->e, CERR_INVALID, "invalid JSON Schema at %s: %s", path, what);
 }
@@ -87,7 +70,7 @@ static const char *const PRELUDE =
 
 /* a count keyword (minLength, maxItems, ...): an integer, or a real with an integral value;
  * absent or not a number: dflt */
-static long count_of(const json_t *s, const char *k, long dflt)
+long gsc_count_of(const json_t *s, const char *k, long dflt)
 {
     json_t *v = json_object_get(s, k);
     if (json_is_integer(v))
@@ -226,7 +209,7 @@ static int merge_into(struct sc *c, json_t *dst, const json_t *src, const char *
                     continue;
                 }
             }
-            return unsupported(c, "allOf", path);
+            return gsc_unsupported(c, "allOf", path);
         }
     }
     return 0;
@@ -243,386 +226,6 @@ static json_t *copy_without(struct sc *c, const json_t *s, const char *drop)
     return m;
 }
 
-/* reads minimum/maximum/exclusive* into integer bounds for integers */
-static int num_bounds(struct sc *c, const json_t *s, int integer, int *has_lo, double *lo, int *lo_ex,
-                      int *has_hi, double *hi, int *hi_ex, const char *path)
-{
-    *has_lo = *has_hi = *lo_ex = *hi_ex = 0;
-    json_t *v;
-    if ((v = json_object_get(s, "minimum")) && json_is_number(v)) {
-        *has_lo = 1;
-        *lo = json_number_value(v);
-    }
-    if ((v = json_object_get(s, "maximum")) && json_is_number(v)) {
-        *has_hi = 1;
-        *hi = json_number_value(v);
-    }
-    if ((v = json_object_get(s, "exclusiveMinimum"))) {
-        if (json_is_true(v))
-            *lo_ex = *has_lo;
-        else if (json_is_number(v)) {
-            double x = json_number_value(v);
-            if (!*has_lo || x >= *lo) {
-                *has_lo = 1;
-                *lo = x;
-                *lo_ex = 1;
-            }
-        }
-    }
-    if ((v = json_object_get(s, "exclusiveMaximum"))) {
-        if (json_is_true(v))
-            *hi_ex = *has_hi;
-        else if (json_is_number(v)) {
-            double x = json_number_value(v);
-            if (!*has_hi || x <= *hi) {
-                *has_hi = 1;
-                *hi = x;
-                *hi_ex = 1;
-            }
-        }
-    }
-    (void)integer;
-    (void)c;
-    (void)path;
-    return 0;
-}
-
-/* multipleOf: 0 none (or 1 on integers), k > 0: an integer multiple of k, -d: a decimal
- * step 10^-d (numbers with at most d fraction digits and no exponent); else unsupported. */
-static int multiple_of(struct sc *c, const json_t *s, int integer, long *out, const char *path)
-{
-    json_t *v = json_object_get(s, "multipleOf");
-    *out = 0;
-    if (!v)
-        return 0;
-    double m = json_number_value(v);
-    if (!json_is_number(v) || !(m > 0))
-        return bad_schema(c, path, "multipleOf must be a number above 0");
-    if (m == floor(m) && m <= 1000) {
-        *out = m == 1 ? (integer ? 0 : 1) : (long)m;
-        return 0;
-    }
-    if (!integer)
-        for (int d = 1; d <= 9; d++)
-            if (fabs(m - pow(10, -d)) < 1e-12 * pow(10, -d)) {
-                *out = -d;
-                return 0;
-            }
-    return unsupported(c, "multipleOf", path);
-}
-
-/* Appends the decimal integers (no leading zeros, "-" for negatives) that are multiples of
- * k: digits read left to right through the remainders mod k. */
-static void gen_int_multiple(struct sc *c, struct sbuf *b, long k)
-{
-    int base = c->n_rules;
-    c->n_rules += (int)k;
-    for (long r = 0; r < k; r++) { /* r%d: digits that follow a prefix of remainder r */
-        sbuf_printf(c->o, "r%ld ::= ", base + r);
-        if (r == 0)
-            sbuf_puts(c->o, "\"\" | ");
-        for (int d = 0; d < 10; d++)
-            sbuf_printf(c->o, "%s\"%d\" r%ld", d ? " | " : "", d, base + (r * 10 + d) % k);
-        sbuf_puts(c->o, "\n");
-    }
-    sbuf_puts(b, "(\"0\" | \"-\"? (");
-    for (int d = 1; d < 10; d++)
-        sbuf_printf(b, "%s\"%d\" r%ld", d > 1 ? " | " : "", d, base + d % k);
-    sbuf_puts(b, "))");
-}
-
-static int gen_integer(struct sc *c, const json_t *s, struct sbuf *b, const char *path)
-{
-    int hl, hh, le, he;
-    double lo = 0, hi = 0;
-    int rc = num_bounds(c, s, 1, &hl, &lo, &le, &hh, &hi, &he, path);
-    if (rc)
-        return rc;
-    long long L = 0, H = 0;
-    if (hl) {
-        double x = le ? floor(lo) + 1 : ceil(lo);
-        if (fabs(x) >= (double)GRAM_BIG)
-            hl = 0;
-        else
-            L = (long long)x;
-    }
-    if (hh) {
-        double x = he ? ceil(hi) - 1 : floor(hi);
-        if (fabs(x) >= (double)GRAM_BIG)
-            hh = 0;
-        else
-            H = (long long)x;
-    }
-    if (hl && hh && L > H)
-        return bad_schema(c, path, "minimum is above maximum: no integer fits");
-    long mul;
-    if ((rc = multiple_of(c, s, 1, &mul, path)))
-        return rc;
-    if (mul) {
-        if (hl || hh || c->excl)
-            return unsupported(c, "multipleOf", path);
-        gen_int_multiple(c, b, mul);
-        return 0;
-    }
-    if (c->excl) { /* not: {enum}: the range cut around the excluded integers */
-        size_t n = json_array_size(c->excl), k = 0;
-        long long *x = calloc(n + 1, sizeof *x);
-        if (!x)
-            return cerr_set(c->e, CERR_NOMEM, "out of memory");
-        for (size_t i = 0; i < n; i++) {
-            json_t *v = json_array_get(c->excl, i);
-            double d = json_is_number(v) ? json_number_value(v) : 0.5;
-            if (d == floor(d) && fabs(d) < (double)GRAM_BIG && (!hl || d >= (double)L) && (!hh || d <= (double)H))
-                x[k++] = (long long)d;
-        }
-        for (size_t i = 1; i < k; i++) /* insertion sort: few values */
-            for (size_t j = i; j > 0 && x[j - 1] > x[j]; j--) {
-                long long t = x[j];
-                x[j] = x[j - 1];
-                x[j - 1] = t;
-            }
-        sbuf_puts(b, "(");
-        int any = 0, plo = hl;
-        long long plo_v = L;
-        for (size_t i = 0; i <= k; i++) {
-            int phi = i < k ? 1 : hh;
-            long long phi_v = i < k ? x[i] - 1 : H;
-            if (!(plo && phi && plo_v > phi_v)) {
-                sbuf_puts(b, any ? " | " : "");
-                gram_int_range(b, plo, plo_v, phi, phi_v);
-                any = 1;
-            }
-            if (i < k) {
-                plo = 1;
-                plo_v = x[i] + 1;
-            }
-        }
-        free(x);
-        sbuf_puts(b, ")");
-        if (!any)
-            return bad_schema(c, path, "no integer is left once `not` is applied");
-        return 0;
-    }
-    gram_int_range(b, hl, L, hh, H);
-    return 0;
-}
-
-static int gen_number(struct sc *c, const json_t *s, struct sbuf *b, const char *path)
-{
-    int hl, hh, le, he;
-    double lo = 0, hi = 0;
-    int rc = num_bounds(c, s, 0, &hl, &lo, &le, &hh, &hi, &he, path);
-    if (rc)
-        return rc;
-    long mul;
-    if ((rc = multiple_of(c, s, 0, &mul, path)))
-        return rc;
-    if (c->excl)
-        return unsupported(c, "not", path);
-    if (mul > 0) /* an integer multiple: the integer grammar (it reads the same bounds) */
-        return gen_integer(c, s, b, path);
-    char frac[64] = "(\".\" [0-9]{1,20})?";
-    if (mul < 0)
-        snprintf(frac, sizeof frac, "(\".\" [0-9]{1,%ld})?", -mul);
-    if (!hl && !hh) {
-        if (mul < 0)
-            sbuf_printf(b, "(jint %s)", frac);
-        else
-            sbuf_puts(b, "jnum");
-        return 0;
-    }
-    /* integral inclusive bounds: an integer part in [lo, hi - 1] with any fraction, or the
-     * bound itself with a zero fraction; an exclusive 0 lower bound is handled too */
-    if ((hl && (lo != floor(lo) || fabs(lo) >= (double)GRAM_BIG)) ||
-        (hh && (hi != floor(hi) || fabs(hi) >= (double)GRAM_BIG)))
-        return unsupported(c, hl && lo != floor(lo) ? "minimum" : "maximum", path);
-    if ((hl && le && lo != 0) || (hh && he))
-        return unsupported(c, hl && le ? "exclusiveMinimum" : "exclusiveMaximum", path);
-    long long L = (long long)lo, H = (long long)hi;
-    if (hl && hh && L > H)
-        return bad_schema(c, path, "minimum is above maximum");
-    sbuf_puts(b, "(");
-    if (hl && le) { /* > 0 */
-        sbuf_printf(b, "(\"0.\" [0-9]{0,%ld} [1-9])", mul < 0 ? -mul - 1 : 19);
-        if (!hh || H >= 1) {
-            sbuf_puts(b, " | ");
-            if (hh)
-                gram_int_range(b, 1, 1, 1, H - 1 >= 1 ? H - 1 : 0);
-            else
-                sbuf_puts(b, "[1-9] [0-9]{0,17}");
-            sbuf_puts(b, frac);
-        }
-    } else if (hh && hl && L == H) {
-        gram_int_range(b, 1, L, 1, L);
-    } else {
-        if (hh)
-            gram_int_range(b, hl, L, 1, H - 1);
-        else
-            gram_int_range(b, hl, L, 0, 0);
-        sbuf_puts(b, frac);
-    }
-    if (hh)
-        sbuf_puts(b, " | "), gram_int_range(b, 1, H, 1, H), sbuf_puts(b, " (\".\" \"0\"{1,20})?");
-    sbuf_puts(b, ")");
-    return 0;
-}
-
-/* 1 when the JSON Schema pattern (whole-match, as generated) accepts the empty string, or
- * when that cannot be told */
-static int pattern_matches_empty(const char *re)
-{
-    struct sbuf t = {0};
-    struct gram *g = NULL;
-    sbuf_puts(&t, "root ::= ");
-    int rc = gram_regex_to_ebnf(re, strlen(re), 1, &t, NULL);
-    if (!rc && t.p)
-        rc = gram_from_ebnf(&g, t.p, t.len, NULL);
-    int r = rc || !g || gram_accepts(g, "", 0);
-    gram_unref(g);
-    sbuf_free(&t);
-    return r;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* "N(prefix)": the rest of a JSON string (raw characters, no escapes) that is none of the
- * words w[0..n) (sorted, ASCII), given the prefix of d bytes written; returns its rule id */
-static int excl_node(struct sc *c, const char *const *w, int n, size_t d)
-{
-    int id = c->n_rules++;
-    struct sbuf alt = {0};
-    int is_word = 0;
-    char kids[128];
-    int nk = 0;
-    for (int i = 0; i < n; i++) {
-        if (strlen(w[i]) == d)
-            is_word = 1;
-        else if (!nk || kids[nk - 1] != w[i][d])
-            kids[nk++] = w[i][d];
-    }
-    sbuf_puts(&alt, is_word ? "" : "\"\\\"\" | ");
-    for (int k = 0; k < nk; k++) {
-        int lo = 0;
-        while (lo < n && (strlen(w[lo]) <= d || w[lo][d] != kids[k]))
-            lo++;
-        int hi = lo;
-        while (hi < n && strlen(w[hi]) > d && w[hi][d] == kids[k])
-            hi++;
-        int sub = excl_node(c, w + lo, hi - lo, d + 1);
-        sbuf_printf(&alt, "\"\\x%02X\" r%d | ", (unsigned char)kids[k], sub);
-    }
-    sbuf_puts(&alt, "[^\"\\\\\\x00-\\x1F");
-    for (int k = 0; k < nk; k++)
-        sbuf_printf(&alt, "\\x%02X", (unsigned char)kids[k]);
-    sbuf_puts(&alt, "] [^\"\\\\\\x00-\\x1F]* \"\\\"\"");
-    sbuf_printf(c->o, "r%d ::= %s\n", id, alt.p ? alt.p : "");
-    sbuf_free(&alt);
-    return id;
-}
-
-/* A JSON string that is none of the string values in excl (`not: {enum}`): raw characters
- * only (an escape could spell an excluded value another way). */
-static int gen_string_excl(struct sc *c, const json_t *excl, struct sbuf *b)
-{
-    size_t n = json_array_size(excl), k = 0;
-    const char **w = calloc(n + 1, sizeof *w);
-    if (!w)
-        return cerr_set(c->e, CERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        const char *x = json_string_value(json_array_get(excl, i));
-        int ok = x != NULL && strlen(x) < 200;
-        for (const char *q = x; ok && *q; q++)
-            ok = (unsigned char)*q >= 0x20 && (unsigned char)*q < 0x7F && *q != '"' && *q != '\\';
-        if (x && !ok && strlen(x) < 200) { /* a value raw ASCII cannot spell: only plain ASCII here */
-            int ascii = 1;
-            for (const char *q = x; *q; q++)
-                ascii &= (unsigned char)*q < 0x80;
-            if (!ascii) {
-                free(w);
-                return unsupported(c, "not", "(a non-ASCII excluded value)");
-            }
-            continue; /* it holds '"', '\\' or a control: raw text never equals it */
-        }
-        if (ok)
-            w[k++] = x;
-    }
-    qsort(w, k, sizeof *w, cmp_str);
-    int id = excl_node(c, w, (int)k, 0);
-    free(w);
-    sbuf_printf(b, "\"\\\"\" r%d", id);
-    return 0;
-}
-
-static int gen_string(struct sc *c, const json_t *s, struct sbuf *b, const char *path)
-{
-    json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
-    long lo = count_of(s, "minLength", 0), hi = count_of(s, "maxLength", -1);
-    if (lo < 0 || (hi >= 0 && hi < lo))
-        return bad_schema(c, path, "minLength/maxLength out of order");
-    if (lo > 50000 || hi > 50000)
-        return unsupported(c, lo > 50000 ? "minLength" : "maxLength", path);
-    if (c->excl) {
-        if (json_is_string(pat) || json_is_string(fmt) || lo > 0 || hi >= 0)
-            return unsupported(c, "not", path);
-        return gen_string_excl(c, c->excl, b);
-    }
-    if (json_is_string(pat)) {
-        /* a length bound holds anyway where the pattern cannot match less (minLength 1 and
-         * a pattern that never matches the empty string); any other is refused */
-        if (lo > 1 || hi >= 0 || (lo == 1 && pattern_matches_empty(json_string_value(pat))))
-            return unsupported(c, lo > 1 || (lo == 1 && hi < 0) ? "minLength" : "maxLength", path);
-        const char *re = json_string_value(pat);
-        sbuf_puts(b, "\"\\\"\" ");
-        int rc = gram_regex_to_ebnf(re, strlen(re), 1, b, c->e);
-        if (rc) {
-            if (c->kw)
-                snprintf(c->kw, 64, "pattern");
-            cerr_prefix(c->e, "JSON Schema 'pattern' at %s", path);
-            return rc == CERR_NOMEM ? rc : CERR_UNSUPPORTED;
-        }
-        sbuf_puts(b, " \"\\\"\"");
-        return 0;
-    }
-    const char *f = json_is_string(fmt) ? json_string_value(fmt) : NULL;
-    const char *rule = NULL;
-    if (f) {
-        if (!strcmp(f, "date"))
-            rule = "jdate";
-        else if (!strcmp(f, "time"))
-            rule = "jtime";
-        else if (!strcmp(f, "date-time"))
-            rule = "jdate \"T\" jtime";
-        else if (!strcmp(f, "uuid"))
-            rule = "juuid";
-        else if (!strcmp(f, "email"))
-            rule = "jemail";
-        else if (!strcmp(f, "uri") || !strcmp(f, "url"))
-            rule = "juri";
-        else if (!strcmp(f, "uri-reference"))
-            rule = "jurir";
-        else if (!strcmp(f, "ipv4"))
-            rule = "jipv4";
-        else if (!strcmp(f, "hostname"))
-            rule = "jhost";
-    }
-    /* format is an annotation unless a validator opts in; where it meets a length bound
-     * (an assertion) the bound wins and the format is not enforced */
-    if (rule && lo == 0 && hi < 0) {
-        sbuf_printf(b, "\"\\\"\" %s \"\\\"\"", rule);
-        return 0;
-    }
-    if (hi >= 0)
-        sbuf_printf(b, "\"\\\"\" jchr{%ld,%ld} \"\\\"\"", lo, hi);
-    else if (lo > 0)
-        sbuf_printf(b, "\"\\\"\" jchr{%ld,} \"\\\"\"", lo);
-    else
-        sbuf_puts(b, "jstr");
-    return 0;
-}
-
 static int gen_array(struct sc *c, const json_t *s, struct sbuf *b, const char *path)
 {
     char sub[512];
@@ -634,16 +237,16 @@ static int gen_array(struct sc *c, const json_t *s, struct sbuf *b, const char *
         rest = addl;
     }
     json_t *u = json_object_get(s, "uniqueItems");
-    long mn = count_of(s, "minItems", 0), mx = count_of(s, "maxItems", -1);
+    long mn = gsc_count_of(s, "minItems", 0), mx = gsc_count_of(s, "maxItems", -1);
     if (json_is_true(u) && !(mx >= 0 && mx <= 1))
-        return unsupported(c, "uniqueItems", path);
+        return gsc_unsupported(c, "uniqueItems", path);
     if (json_object_get(s, "contains"))
-        return unsupported(c, "contains", path);
+        return gsc_unsupported(c, "contains", path);
     if (mn < 0 || (mx >= 0 && mx < mn) || mn > 1000 || mx > 1000)
-        return unsupported(c, mn > 1000 || mn < 0 ? "minItems" : "maxItems", path);
+        return gsc_unsupported(c, mn > 1000 || mn < 0 ? "minItems" : "maxItems", path);
     int P = json_is_array(prefix) ? (int)json_array_size(prefix) : 0;
     if (P > 200)
-        return unsupported(c, "prefixItems", path);
+        return gsc_unsupported(c, "prefixItems", path);
     int *pid = calloc((size_t)P + 1, sizeof *pid);
     if (!pid)
         return cerr_set(c->e, CERR_NOMEM, "out of memory");
@@ -706,7 +309,7 @@ static int gen_array(struct sc *c, const json_t *s, struct sbuf *b, const char *
                 sbuf_printf(b, "%s (\",\" ws %s){%ld,%ld} ", item, item, rmin - 1, rmax - 1);
         }
     } else if (mn > P) {
-        return bad_schema(c, path, "minItems is more than the items allowed");
+        return gsc_bad_schema(c, path, "minItems is more than the items allowed");
     }
     for (int k = 0; k < open; k++)
         sbuf_puts(b, ")?");
@@ -734,10 +337,10 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
     for (int hop = 0; json_is_object(pn) && json_is_string(json_object_get(pn, "$ref")) && hop < 16; hop++)
         pn = (json_t *)resolve(c, json_string_value(json_object_get(pn, "$ref")));
     if (json_object_get(s, "propertyNames") && !pn)
-        return bad_schema(c, path, "propertyNames holds a $ref that does not resolve");
+        return gsc_bad_schema(c, path, "propertyNames holds a $ref that does not resolve");
     if (pn && !json_is_true(pn)) {
         if (!json_is_object(pn))
-            return unsupported(c, "propertyNames", path);
+            return gsc_unsupported(c, "propertyNames", path);
         const char *k2;
         json_t *v2;
         int trivial = 1;
@@ -747,7 +350,7 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
             json_t *t = json_object_get(pn, "type");
             if ((t && !(json_is_string(t) && !strcmp(json_string_value(t), "string"))) ||
                 json_object_get(s, "patternProperties"))
-                return unsupported(c, "propertyNames", path);
+                return gsc_unsupported(c, "propertyNames", path);
             json_t *m = json_copy(pn);
             if (!m)
                 return cerr_set(c->e, CERR_NOMEM, "out of memory");
@@ -762,13 +365,13 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
     }
     if (json_object_get(s, "dependencies") || json_object_get(s, "dependentRequired") ||
         json_object_get(s, "dependentSchemas"))
-        return unsupported(c, json_object_get(s, "dependencies") ? "dependencies"
+        return gsc_unsupported(c, json_object_get(s, "dependencies") ? "dependencies"
                               : json_object_get(s, "dependentRequired") ? "dependentRequired"
                                                                          : "dependentSchemas",
                            path);
     json_t *uev = json_object_get(s, "unevaluatedProperties");
     if (uev && !json_is_false(uev) && !json_is_true(uev))
-        return unsupported(c, "unevaluatedProperties", path);
+        return gsc_unsupported(c, "unevaluatedProperties", path);
     if (!addl && uev)
         addl = uev;
     int n = 0, cap = 0;
@@ -865,17 +468,17 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
     if (has_extra)
         sbuf_puts(&extra, ")");
     /* minProperties / maxProperties: only where they hold anyway */
-    long mnp = count_of(s, "minProperties", 0), mxp = count_of(s, "maxProperties", -1);
+    long mnp = gsc_count_of(s, "minProperties", 0), mxp = gsc_count_of(s, "maxProperties", -1);
     int n_req = 0;
     for (int j = 0; j < n; j++)
         n_req += ps[j].req;
     if (mnp > n_req && !((mnp == 1 && (n > 0 || has_extra)) || (n == 0 && has_extra && mnp <= 100))) {
-        rc = unsupported(c, "minProperties", path);
+        rc = gsc_unsupported(c, "minProperties", path);
         goto out;
     }
     int need_one = mnp > n_req; /* minProperties 1, nothing required: at least one pair */
     if (mxp >= 0 && (has_extra || mxp < n)) {
-        rc = unsupported(c, "maxProperties", path);
+        rc = gsc_unsupported(c, "maxProperties", path);
         goto out;
     }
     /* chains: F_k (nothing written yet) and A_k (a comma first), k = 0..n */
@@ -967,11 +570,11 @@ out:
 static int gen_typed(struct sc *c, const json_t *s, const char *t, struct sbuf *b, const char *path)
 {
     if (!strcmp(t, "string"))
-        return gen_string(c, s, b, path);
+        return gsc_gen_string(c, s, b, path);
     if (!strcmp(t, "integer"))
-        return gen_integer(c, s, b, path);
+        return gsc_gen_integer(c, s, b, path);
     if (!strcmp(t, "number"))
-        return gen_number(c, s, b, path);
+        return gsc_gen_number(c, s, b, path);
     if (!strcmp(t, "boolean")) {
         sbuf_puts(b, "(\"true\" | \"false\")");
         return 0;
@@ -984,7 +587,7 @@ static int gen_typed(struct sc *c, const json_t *s, const char *t, struct sbuf *
         return gen_object(c, s, b, path);
     if (!strcmp(t, "array"))
         return gen_array(c, s, b, path);
-    return bad_schema(c, path, "unknown type");
+    return gsc_bad_schema(c, path, "unknown type");
 }
 
 static const char *guess_type(const json_t *s)
@@ -1017,7 +620,7 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
         return 0;
     }
     if (!json_is_object(s))
-        return bad_schema(c, path, json_is_false(s) ? "the schema 'false' accepts nothing"
+        return gsc_bad_schema(c, path, json_is_false(s) ? "the schema 'false' accepts nothing"
                                                     : "a schema must be an object or a boolean");
     json_t *nt = json_object_get(s, "not");
     if (nt) { /* not: {enum} / {const} on a plain string or integer: the values cut out */
@@ -1044,19 +647,19 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
             c->excl = save;
             return rc;
         }
-        return unsupported(c, "not", path);
+        return gsc_unsupported(c, "not", path);
     }
     static const char *const never[] = {"if", "then", "else", "unevaluatedItems",
                                         "$dynamicRef", "$recursiveRef", "minContains", "maxContains", NULL};
     for (int i = 0; never[i]; i++)
         if (json_object_get(s, never[i]))
-            return unsupported(c, never[i], path);
+            return gsc_unsupported(c, never[i], path);
     json_t *ref = json_object_get(s, "$ref");
     if (json_is_string(ref)) {
         const json_t *t = resolve(c, json_string_value(ref));
         if (!t)
-            return json_string_value(ref)[0] == '#' ? bad_schema(c, path, "a $ref that does not resolve")
-                                                    : unsupported(c, "$ref", path);
+            return json_string_value(ref)[0] == '#' ? gsc_bad_schema(c, path, "a $ref that does not resolve")
+                                                    : gsc_unsupported(c, "$ref", path);
         snprintf(sub, sizeof sub, "%s", json_string_value(ref));
         int id = rule_for(c, t, sub);
         if (id < 0)
@@ -1077,7 +680,7 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
             for (int hop = 0; json_is_object(y) && json_is_string(json_object_get(y, "$ref")) && hop < 16; hop++) {
                 const json_t *t = resolve(c, json_string_value(json_object_get(y, "$ref")));
                 if (!t)
-                    return bad_schema(c, sub, "a $ref that does not resolve");
+                    return gsc_bad_schema(c, sub, "a $ref that does not resolve");
                 if (json_object_size(y) > 1) {
                     json_t *z = copy_without(c, y, "$ref");
                     int rc = z ? merge_into(c, z, t, sub) : CERR_NOMEM;
@@ -1091,7 +694,7 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
             if (json_is_true(y))
                 continue;
             if (!json_is_object(y))
-                return bad_schema(c, sub, "allOf holds a schema that is not an object");
+                return gsc_bad_schema(c, sub, "allOf holds a schema that is not an object");
             int rc = merge_into(c, m, y, sub);
             if (rc)
                 return rc;
@@ -1105,7 +708,7 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
                 continue;
             const char *k;
             json_t *v;
-            json_object_foreach(mp, k, v) if (!json_object_get(yp, k)) return unsupported(c, "allOf", path);
+            json_object_foreach(mp, k, v) if (!json_object_get(yp, k)) return gsc_unsupported(c, "allOf", path);
         }
         return gen_body(c, m, b, path);
     }
@@ -1113,7 +716,7 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
     if (alt_kw) {
         json_t *alts = json_object_get(s, alt_kw);
         if (!json_is_array(alts) || !json_array_size(alts))
-            return bad_schema(c, path, "anyOf/oneOf needs a non-empty array");
+            return gsc_bad_schema(c, path, "anyOf/oneOf needs a non-empty array");
         /* siblings that validate are merged into each branch */
         int sib = 0;
         const char *k;
@@ -1130,7 +733,7 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
                 const json_t *xr = x;
                 json_t *r = json_object_get(x, "$ref");
                 if (json_is_string(r) && json_object_size(x) == 1 && !(xr = resolve(c, json_string_value(r))))
-                    return bad_schema(c, sub, "a $ref that does not resolve");
+                    return gsc_bad_schema(c, sub, "a $ref that does not resolve");
                 if (!m)
                     return cerr_set(c->e, CERR_NOMEM, "out of memory");
                 if (json_is_object(xr)) {
@@ -1156,7 +759,7 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
         return lit_json(c, b, cn);
     if (en) {
         if (!json_is_array(en) || !json_array_size(en))
-            return bad_schema(c, path, "enum needs a non-empty array");
+            return gsc_bad_schema(c, path, "enum needs a non-empty array");
         sbuf_puts(b, "(");
         size_t i;
         json_t *x;
@@ -1175,13 +778,13 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
         return gen_typed(c, s, json_string_value(ty), b, path);
     if (json_is_array(ty)) {
         if (!json_array_size(ty))
-            return bad_schema(c, path, "type is an empty list");
+            return gsc_bad_schema(c, path, "type is an empty list");
         sbuf_puts(b, "(");
         size_t i;
         json_t *x;
         json_array_foreach(ty, i, x) {
             if (!json_is_string(x))
-                return bad_schema(c, path, "type lists something not a string");
+                return gsc_bad_schema(c, path, "type lists something not a string");
             if (i)
                 sbuf_puts(b, " | ");
             int rc = gen_typed(c, s, json_string_value(x), b, path);
