@@ -338,9 +338,23 @@ int gsc_gen_string(struct sc *c, const json_t *s, struct sbuf *b, const char *pa
     if (json_is_string(pat)) {
         /* a length bound holds anyway where the pattern cannot match less (minLength 1 and
          * a pattern that never matches the empty string); any other is refused */
-        if (lo > 1 || hi >= 0 || (lo == 1 && pattern_matches_empty(json_string_value(pat))))
-            return gsc_unsupported(c, lo > 1 || (lo == 1 && hi < 0) ? "minLength" : "maxLength", path);
         const char *re = json_string_value(pat);
+        if (lo > 1 || hi >= 0 || (lo == 1 && pattern_matches_empty(re))) {
+            /* else the product of the pattern's automaton with a character count */
+            struct cerr e2 = {0};
+            struct sbuf x = {0};
+            int rc = gram_regex_len_ebnf(re, lo, hi, c->o, &x, &c->n_rules, &e2);
+            if (!rc)
+                sbuf_printf(b, "\"\\\"\" %s \"\\\"\"", x.p);
+            sbuf_free(&x);
+            if (rc == CERR_INVALID)
+                return gsc_bad_schema(c, path, "no string matches the pattern within the length bounds");
+            if (rc == CERR_NOMEM)
+                return cerr_set(c->e, CERR_NOMEM, "out of memory");
+            if (rc)
+                return gsc_unsupported(c, lo > 1 || (lo == 1 && hi < 0) ? "minLength" : "maxLength", path);
+            return 0;
+        }
         sbuf_puts(b, "\"\\\"\" ");
         int rc = gram_regex_to_ebnf(re, strlen(re), 1, b, c->e);
         if (rc) {
