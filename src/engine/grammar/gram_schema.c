@@ -325,6 +325,26 @@ static int in_required(const json_t *req, const char *k)
     return 0;
 }
 
+/* 1 when the object's property dependencies (`dependencies` / `dependentRequired` of
+ * name lists) hold anyway: none, or every name they ask for is required already */
+static int deps_hold(const json_t *s, const char *kw)
+{
+    json_t *d = json_object_get(s, kw), *req = json_object_get(s, "required"), *v, *x;
+    const char *k;
+    size_t i;
+    if (!d)
+        return 1;
+    if (!json_is_object(d))
+        return 0;
+    json_object_foreach(d, k, v) {
+        if (!json_is_array(v))
+            return 0;
+        json_array_foreach(v, i, x) if (!json_is_string(x) || !json_is_array(req) ||
+                                        !in_required(req, json_string_value(x))) return 0;
+    }
+    return 1;
+}
+
 static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char *path)
 {
     char sub[512];
@@ -363,10 +383,10 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
             snprintf(keyr, sizeof keyr, "r%d", id);
         }
     }
-    if (json_object_get(s, "dependencies") || json_object_get(s, "dependentRequired") ||
+    if (!deps_hold(s, "dependencies") || !deps_hold(s, "dependentRequired") ||
         json_object_get(s, "dependentSchemas"))
-        return gsc_unsupported(c, json_object_get(s, "dependencies") ? "dependencies"
-                              : json_object_get(s, "dependentRequired") ? "dependentRequired"
+        return gsc_unsupported(c, !deps_hold(s, "dependencies") ? "dependencies"
+                              : !deps_hold(s, "dependentRequired") ? "dependentRequired"
                                                                          : "dependentSchemas",
                            path);
     json_t *uev = json_object_get(s, "unevaluatedProperties");
