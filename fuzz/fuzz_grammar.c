@@ -3,7 +3,8 @@
  * Input: EBNF text, a NUL, then bytes to feed. The parser must return an error or a
  * grammar; on a grammar the matcher takes the bytes one by one while they fit, and every
  * id of a small vocabulary that the mask allows must be taken by a fresh matcher that
- * replayed the same bytes. Seeds: fuzz/corpus/fuzz_grammar/.
+ * replayed the same bytes, and the token-table path and the naive mask must agree with it.
+ * Seeds: fuzz/corpus/fuzz_grammar/.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -40,12 +41,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int32_t eos = 12;
     struct gram_vocab *v = NULL;
     require(gram_vocab_new(&v, 13, pieces, len, &eos, 1, &e) == 0);
-    struct gram_matcher *m = NULL;
+    struct gram_matcher *m = NULL, *mt = NULL, *mr = NULL;
     if (gram_matcher_new(&m, g, v, &e) == 0) {
+        /* the token-table path (tables at once, frames deepened) and the naive reference
+         * must give the same masks */
+        require(gram_matcher_new(&mt, g, v, &e) == 0 && gram_matcher_new(&mr, g, v, &e) == 0);
+        gram_matcher_tune(mt, 0, 0);
         for (size_t i = 0; i < fl && i < 64; i++) {
-            uint32_t mask[1];
+            uint32_t mask[1], mt_mask[1], mr_mask[1];
             int n = gram_matcher_mask(m, mask);
             require(n >= 0);
+            require(gram_matcher_mask(mt, mt_mask) == n && gram_matcher_mask_naive(mr, mr_mask) == n);
+            require(mt_mask[0] == mask[0] && mr_mask[0] == mask[0]);
             /* each id the mask allows must be taken by accept on this state */
             for (int t = 0; t < 12; t++)
                 if ((mask[0] >> t) & 1) {
@@ -57,8 +64,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 }
             if (gram_matcher_accept_bytes(m, feed + i, 1))
                 break;
+            require(gram_matcher_accept_bytes(mt, feed + i, 1) == 0 && gram_matcher_accept_bytes(mr, feed + i, 1) == 0);
         }
         gram_matcher_free(m);
+        gram_matcher_free(mt);
+        gram_matcher_free(mr);
     }
     (void)gram_accepts(g, feed, fl);
     gram_vocab_free(v);

@@ -83,9 +83,16 @@ int main(int argc, char **argv)
     json_t *out = json_object(), *res = json_array();
     json_object_set_new(out, "vocab_size", json_integer(V));
     json_object_set_new(out, "eos", json_integer(ne ? eog[0] : -1));
+    json_t *jeog = json_array();
+    for (int i = 0; i < ne; i++)
+        json_array_append_new(jeog, json_integer(eog[i]));
+    json_object_set_new(out, "eog", jeog); /* every end id: the peers stop on the same ones */
     json_object_set_new(out, "vocab_build_us", json_real(vocab_us));
     json_object_set_new(out, "inputs", res);
-    uint32_t *mask = malloc(((size_t)V + 31) / 32 * 4);
+    uint32_t *mask = malloc(((size_t)V + 31) / 32 * 4), *mask2 = malloc(((size_t)V + 31) / 32 * 4);
+    int check = getenv("BENCH_CHECK") && atoi(getenv("BENCH_CHECK")) > 0;
+    FILE *dump = getenv("BENCH_DUMP_MASKS") ? fopen(getenv("BENCH_DUMP_MASKS"), "w") : NULL;
+    long mism = 0;
     size_t i;
     json_t *c;
     json_array_foreach(in, i, c) {
@@ -127,6 +134,28 @@ int main(int argc, char **argv)
             double a = now_us();
             gram_matcher_mask(m, mask);
             json_array_append_new(times, json_real(now_us() - a));
+            if (dump && strcmp(kind, "schema")) { /* BENCH_DUMP_MASKS=FILE: regex/EBNF masks */
+                fprintf(dump, "%s %d ", name, k);
+                for (int w = 0; w < (V + 31) / 32; w++)
+                    fprintf(dump, "%08x", mask[w]);
+                fputc('\n', dump);
+            }
+            if (check) { /* BENCH_CHECK=1: every mask against stepping each id alone */
+                int c2 = gram_matcher_mask_naive(m, mask2);
+                for (int w = 0; w < (V + 31) / 32; w++)
+                    if (mask[w] != mask2[w]) {
+                        for (int b = 0; b < 32; b++)
+                            if (((mask[w] ^ mask2[w]) >> b) & 1) {
+                                int len;
+                                const char *tb = gram_vocab_token(v, w * 32 + b, &len);
+                                fprintf(stderr, "%s step %d: id %d '%.*s' fast %d naive %d\n", name, k,
+                                        w * 32 + b, len > 0 ? len : 0, tb ? tb : "", (mask[w] >> b) & 1,
+                                        (mask2[w] >> b) & 1);
+                            }
+                        mism++;
+                    }
+                (void)c2;
+            }
             int32_t id = k < n ? ids[k] : eog[0];
             if (!((mask[id >> 5] >> (id & 31)) & 1)) {
                 ok = 0;
@@ -154,5 +183,10 @@ int main(int argc, char **argv)
     free(mask);
     gram_vocab_free(v);
     tok_free(t);
-    return 0;
+    if (check)
+        fprintf(stderr, "BENCH_CHECK: %ld masks differ from the naive ones\n", mism);
+    if (dump)
+        fclose(dump);
+    free(mask2);
+    return mism ? 1 : 0;
 }

@@ -332,6 +332,11 @@ int eng_on_token(struct engine *g, struct ereq *r, int32_t id, const struct samp
         reason = ENGINE_FINISH_EOS;
     else if (r->n_gen >= r->max_tokens || r->n_tokens >= g->c.n_ctx)
         reason = ENGINE_FINISH_LENGTH;
+    int32_t forced;
+    if (reason < 0 && !r->want_lp && !r->spec && sampler_grammar_forced(r->smp, &forced)) {
+        sampler_skip(r->smp); /* jump-forward: the one id the grammar allows, fed with the next step */
+        return eng_on_token(g, r, forced, lp);
+    }
     if (reason < 0)
         return 0;
     eng_run_remove(g, r);

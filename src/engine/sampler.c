@@ -869,6 +869,11 @@ int sampler_set_grammar_lazy(struct sampler *s, struct gram_matcher *m, const ch
     return m ? gram_row_new(&s->gram, m, s->n_vocab, trigger, after) : 0;
 }
 
+int sampler_grammar_forced(struct sampler *s, int32_t *id)
+{
+    return s->gram && gram_row_forced(s->gram, id);
+}
+
 struct gram_matcher *sampler_grammar(const struct sampler *s)
 {
     return s->gram ? gram_row_matcher(s->gram) : NULL;

@@ -120,6 +120,10 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
 int sampler_is_plain_greedy(const struct sampler *s);
 /* Accounts one step without sampling (keeps the step counter as sampler_sample would). */
 void sampler_skip(struct sampler *s);
+/* CINFER_GRAMMAR_JUMP=1 (jump-forward): 1 and *id when the row's grammar allows exactly one
+ * id next (sampling could pick nothing else); the caller appends it as if sampled (after
+ * sampler_skip, so seeded draws stay aligned). 0 otherwise, or when the lever is off. */
+int sampler_grammar_forced(struct sampler *s, int32_t *id);
 
 /* ---- sampling from candidates (the backend op topcand) instead of the whole row ----
  * A row's candidates are a complete prefix of its ranking: every id whose logit is at or

@@ -8,6 +8,8 @@
 
 #include "engine/grammar/gram.h"
 #include "engine/grammar/gram_schema.h"
+#include "engine/grammar/gram_row.h"
+#include "engine/grammar/gram_tok.h"
 #include "engine/sampler.h"
 
 static struct gram *ebnf(const char *s)
@@ -225,7 +227,7 @@ static void test_schema_unsupported(void)
         {"{\"type\":\"number\",\"multipleOf\":0.5}", "multipleOf"},
         {"{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems"},
         {"{\"if\":{\"type\":\"string\"}}", "if"},
-        {"{\"type\":\"object\",\"minProperties\":2}", "minProperties"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"minProperties\":2}", "minProperties"},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         char kw[64] = "";
@@ -235,6 +237,79 @@ static void test_schema_unsupported(void)
         CHECK_STR(kw, t[i].kw);
         gram_unref(g);
     }
+}
+
+/* ---- keywords enforced exactly: multipleOf, not {enum}, minProperties, propertyNames, long
+ * maxLength, anchors per alternative ---- */
+static void test_schema_more(void)
+{
+    struct gram *g = schema("{\"type\":\"integer\",\"multipleOf\":7}", NULL, NULL);
+    CHECK(acc(g, "0") && acc(g, "21") && acc(g, "-49") && acc(g, "700007"));
+    CHECK(!acc(g, "22") && !acc(g, "-1") && !acc(g, "07"));
+    gram_unref(g);
+    g = schema("{\"type\":\"number\",\"multipleOf\":0.01,\"minimum\":0}", NULL, NULL);
+    CHECK(acc(g, "500.25") && acc(g, "3") && acc(g, "0.1"));
+    CHECK(!acc(g, "0.125") && !acc(g, "1e2") && !acc(g, "-1"));
+    gram_unref(g);
+    g = schema("{\"type\":\"number\",\"multipleOf\":1.0,\"minimum\":0.0}", NULL, NULL);
+    CHECK(acc(g, "12") && !acc(g, "1.5") && !acc(g, "-3"));
+    gram_unref(g);
+    g = schema("{\"type\":\"string\",\"not\":{\"enum\":[\"logs\",\"log\"]}}", NULL, NULL);
+    CHECK(acc(g, "\"lo\"") && acc(g, "\"logsx\"") && acc(g, "\"\"") && acc(g, "\"x\"") && acc(g, "\"l\xc3\xa9\""));
+    CHECK(!acc(g, "\"logs\"") && !acc(g, "\"log\"") && !acc(g, "\"\\u006cogs\""));
+    gram_unref(g);
+    g = schema("{\"type\":\"integer\",\"minimum\":1024,\"maximum\":65535,\"not\":{\"enum\":[6379,6380,43215]}}", NULL, NULL);
+    CHECK(acc(g, "1024") && acc(g, "6378") && acc(g, "6381") && acc(g, "65535"));
+    CHECK(!acc(g, "6379") && !acc(g, "6380") && !acc(g, "43215") && !acc(g, "1023"));
+    gram_unref(g);
+    g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"minProperties\":1}", NULL, NULL);
+    CHECK(acc(g, "{\"a\":1}") && !acc(g, "{}"));
+    gram_unref(g);
+    g = schema("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"},\"minProperties\":2,"
+               "\"propertyNames\":{\"enum\":[\"n\",\"s\",\"e\"]}}", NULL, NULL);
+    CHECK(acc(g, "{\"n\":1,\"e\":2}") && !acc(g, "{\"n\":1}") && !acc(g, "{\"x\":1,\"n\":2}"));
+    gram_unref(g);
+    g = schema("{\"type\":\"string\",\"maxLength\":32767,\"minLength\":4}", NULL, NULL);
+    CHECK(acc(g, "\"abcd\"") && !acc(g, "\"abc\""));
+    gram_unref(g);
+    g = schema("{\"type\":\"string\",\"pattern\":\"^[ATCG]+$|^SI-[GN]A-[A-Z][0-9]+$\",\"minLength\":1}", NULL, NULL);
+    CHECK(acc(g, "\"GATC\"") && acc(g, "\"SI-GA-B12\"") && !acc(g, "\"\"") && !acc(g, "\"GAX\""));
+    gram_unref(g);
+    /* a pattern with length bounds: the pattern's automaton times a character count (an
+     * escape and a two-byte character count one) */
+    g = schema("{\"type\":\"string\",\"pattern\":\"^(\\\\d+\\\\.\\\\d+\\\\.\\\\d+.*)$\",\"maxLength\":12}", NULL, NULL);
+    CHECK(acc(g, "\"1.2.3\"") && acc(g, "\"1.2.3-beta\"") && acc(g, "\"10.20.30abcd\""));
+    CHECK(!acc(g, "\"1.2.3-beta.12\"") && !acc(g, "\"1.2\""));
+    gram_unref(g);
+    g = schema("{\"type\":\"string\",\"pattern\":\"^.*?@.*.*$\",\"minLength\":3}", NULL, NULL);
+    CHECK(acc(g, "\"a@b\"") && acc(g, "\"\\\"@x\"") && acc(g, "\"\xc3\xa9@x\""));
+    CHECK(!acc(g, "\"@b\"") && !acc(g, "\"\xc3\xa9@\"") && !acc(g, "\"ab\""));
+    gram_unref(g);
+    g = schema("{\"type\":\"string\",\"pattern\":\"^a*$\",\"minLength\":2,\"maxLength\":3}", NULL, NULL);
+    CHECK(acc(g, "\"aa\"") && acc(g, "\"aaa\"") && !acc(g, "\"a\"") && !acc(g, "\"aaaa\""));
+    gram_unref(g);
+    char kw[64] = "";
+    int rc = 0;
+    g = schema("{\"type\":\"string\",\"pattern\":\"^a*$\",\"maxLength\":40000}", kw, &rc);
+    CHECK(rc == CERR_UNSUPPORTED && !strcmp(kw, "maxLength")); /* too many counted states */
+    gram_unref(g);
+    g = schema("{\"type\":\"integer\",\"multipleOf\":3,\"maximum\":10}", kw, &rc);
+    CHECK(rc == CERR_UNSUPPORTED && !strcmp(kw, "multipleOf"));
+    gram_unref(g);
+    /* property dependencies that hold anyway (none, or names required already) */
+    g = schema("{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"required\":[\"b\"],"
+               "\"dependencies\":{\"a\":[\"b\"]}}", NULL, NULL);
+    CHECK(acc(g, "{\"a\":1,\"b\":2}") && acc(g, "{\"b\":2}") && !acc(g, "{\"a\":1}"));
+    gram_unref(g);
+    g = schema("{\"type\":\"object\",\"dependencies\":{}}", NULL, NULL);
+    CHECK(acc(g, "{}"));
+    gram_unref(g);
+    g = schema("{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"dependencies\":{\"a\":[\"b\"]}}", kw, &rc);
+    CHECK(rc == CERR_UNSUPPORTED && !strcmp(kw, "dependencies"));
+    gram_unref(g);
+    g = schema("{\"type\":\"object\",\"not\":{\"required\":[\"a\"]}}", kw, &rc);
+    CHECK(rc == CERR_UNSUPPORTED && !strcmp(kw, "not"));
+    gram_unref(g);
 }
 
 /* ---- masks against brute force ------------------------------------------------------------ */
@@ -317,6 +392,22 @@ static void check_masks(struct gram *g, const char *const *prefixes, int n_pref)
                               len[t] > 0 ? len[t] : 0, bytes[t], got, want);
             }
             CHECK_EQ_INT(cnt, want_cnt);
+        }
+        /* the token-table paths (tables at once; frames deepened to the whole stack; one
+         * frame) give the same mask */
+        long tunes[3][2] = {{0, 0}, {0, 1000000}, {0, -1}};
+        uint32_t mask2[(NV + 31) / 32];
+        for (int k = 0; k < 3; k++) {
+            struct gram_matcher *m3 = NULL;
+            CHECK(gram_matcher_new(&m3, g, v, &e) == 0);
+            gram_matcher_tune(m3, tunes[k][0], tunes[k][1]);
+            CHECK(gram_matcher_accept_bytes(m3, prefixes[p], strlen(prefixes[p])) == 0);
+            for (int rep = 0; rep < 2; rep++) {
+                int c3 = gram_matcher_mask(m3, mask2);
+                CHECK_EQ_INT(c3, gram_matcher_mask_naive(m, mask));
+                CHECK_MSG(!memcmp(mask, mask2, sizeof mask), "prefix '%s': tables (tune %d) differ", prefixes[p], k);
+            }
+            gram_matcher_free(m3);
         }
         gram_matcher_free(m);
     }
@@ -473,9 +564,140 @@ static void test_jsonschemabench(void)
     printf("jsonschemabench: %d/%zu compiled (xgrammar %d), %d of them accept the example\n", ok, n,
            xg_ok, ex_ok);
     CHECK_EQ_INT(n, 301);
-    CHECK_MSG(ok >= 270, "coverage floor: %d compiled", ok);
+    CHECK_MSG(ok >= 290, "coverage floor: %d compiled", ok);
     CHECK_MSG(ex_ok >= ok * 7 / 10, "examples accepted: %d of %d", ex_ok, ok);
     json_decref(d);
+}
+
+/* ---- masks over real vocabularies: every fast path against stepping each id alone ------------ */
+
+static const char *const REAL_GRAMMARS[][2] = {
+    {"schema", "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":40},"
+               "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},\"n\":{\"type\":\"integer\","
+               "\"minimum\":-5,\"maximum\":1200},\"x\":{\"type\":\"number\"},\"kind\":{\"enum\":[\"a\",\"bb\",3]},"
+               "\"when\":{\"type\":\"string\",\"format\":\"date-time\"},\"sub\":{\"$ref\":\"#\"}},"
+               "\"required\":[\"name\",\"tags\"]}"},
+    {"schema", "{\"type\":\"object\",\"additionalProperties\":{\"type\":[\"string\",\"null\",\"boolean\"]}}"},
+    {"schema", "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^[a-z]+( [a-z]+)*$\"},\"minItems\":1}"},
+    {"regex", "(\\w+ ){1,12}[.!?]"},
+    {"regex", "[^\\n]{0,200}\\n"},
+    {"ebnf", "root ::= \"<\" tag \">\" text \"</\" tag \">\"\ntag ::= [a-z]{1,8}\ntext ::= [^<]*"},
+    {"schema", "{}"},
+};
+
+static void check_real_vocab(const char *model, int steps)
+{
+    char path[1024];
+    const char *mdir = getenv("MODELS_DIR") ? getenv("MODELS_DIR") : repo_path("models");
+    snprintf(path, sizeof path, "%s/%s", mdir, model);
+    struct tok *t = NULL;
+    struct cerr e = {0};
+    if (tok_load(&t, path, &e)) {
+        CHECK_MSG(0, "%s: %s (scripts/fetch_models.sh fetches it)", path, e.msg);
+        return;
+    }
+    int V = tok_vocab_size(t), ne = 0;
+    int32_t eog[8];
+    for (int i = 0; i < V && ne < 8; i++)
+        if (tok_is_eog(t, i))
+            eog[ne++] = i;
+    struct gram_vocab *v = NULL;
+    CHECK(gram_vocab_from_tok(&v, t, V, eog, ne, &e) == 0);
+    size_t words = ((size_t)V + 31) / 32;
+    uint32_t *want = malloc(words * 4), *got = malloc(words * 4);
+    long compared = 0;
+    for (size_t gi = 0; v && gi < sizeof REAL_GRAMMARS / sizeof REAL_GRAMMARS[0]; gi++) {
+        const char *kind = REAL_GRAMMARS[gi][0], *src = REAL_GRAMMARS[gi][1];
+        struct gram *g = !strcmp(kind, "schema") ? schema(src, NULL, NULL)
+                         : !strcmp(kind, "regex") ? NULL
+                                                  : ebnf(src);
+        if (!strcmp(kind, "regex"))
+            CHECK(gram_from_regex(&g, src, strlen(src), &e) == 0);
+        if (!g)
+            continue;
+        /* the reference walks; three fast matchers follow: default levers, tables at once
+         * with deep frames, tables at once with one frame */
+        struct gram_matcher *ref = NULL, *fm[3] = {0};
+        long tunes[3][2] = {{-1, -1}, {0, 0}, {0, 100000000}};
+        CHECK(gram_matcher_new(&ref, g, v, &e) == 0);
+        for (int k = 0; k < 3; k++) {
+            CHECK(gram_matcher_new(&fm[k], g, v, &e) == 0);
+            gram_matcher_tune(fm[k], tunes[k][0], tunes[k][1]);
+        }
+        /* and a sampling row: its masks come from the worker thread, computed ahead */
+        struct gram_matcher *rm = NULL;
+        struct gram_row *row = NULL;
+        CHECK(gram_matcher_new(&rm, g, v, &e) == 0);
+        CHECK(gram_row_new(&row, rm, V, NULL, 0) == 0);
+        float *lg = malloc((size_t)V * sizeof *lg);
+        for (int step = 0; step < steps; step++) {
+            int cw = gram_matcher_mask_naive(ref, want);
+            for (int i = 0; i < V; i++)
+                lg[i] = 0;
+            gram_row_mask(row, lg, V);
+            int rdiff = 0;
+            for (int i = 0; i < V && rdiff < 3; i++)
+                if ((lg[i] == 0) != (int)((want[i >> 5] >> (i & 31)) & 1)) {
+                    CHECK_MSG(0, "%s grammar %zu step %d: the row's mask differs at id %d", model, gi, step, i);
+                    rdiff++;
+                }
+            for (int k = 0; k < 3; k++) {
+                int cg = gram_matcher_mask(fm[k], got);
+                CHECK_EQ_INT(cg, cw);
+                int diff = 0;
+                for (size_t w = 0; w < words && diff < 3; w++)
+                    if (got[w] != want[w]) {
+                        int b = __builtin_ctz(got[w] ^ want[w]), id = (int)w * 32 + b, n;
+                        const char *tb = gram_vocab_token(v, id, &n);
+                        CHECK_MSG(0, "%s %s grammar %zu step %d lever %d: id %d '%.*s' fast %d naive %d", model,
+                                  kind, gi, step, k, id, n > 0 ? n : 0, tb ? tb : "", (got[w] >> b) & 1,
+                                  (want[w] >> b) & 1);
+                        diff++;
+                    }
+                compared++;
+            }
+            /* the next token: a random allowed one that is not the end (ids of several bytes
+             * are favoured, so strings and numbers get long) */
+            int32_t pick = -1;
+            for (int tries = 0; tries < 64 && pick < 0; tries++) {
+                int32_t id = (int32_t)(rnd() % (uint32_t)V);
+                int n;
+                if (((want[id >> 5] >> (id & 31)) & 1) && gram_vocab_token(v, id, &n) && (n > 1 || tries > 32))
+                    pick = id;
+            }
+            for (int32_t id = 0; id < V && pick < 0; id++) {
+                int n;
+                if (((want[id >> 5] >> (id & 31)) & 1) && gram_vocab_token(v, id, &n))
+                    pick = id;
+            }
+            if (pick < 0)
+                break; /* only the end is left */
+            CHECK(gram_matcher_accept(ref, pick) == 0);
+            for (int k = 0; k < 3; k++)
+                CHECK(gram_matcher_accept(fm[k], pick) == 0);
+            gram_row_accept(row, pick);
+        }
+        gram_row_accept(row, 0); /* a job in flight when the row is freed */
+        gram_row_free(row);
+        free(lg);
+        gram_matcher_free(ref);
+        for (int k = 0; k < 3; k++)
+            gram_matcher_free(fm[k]);
+        gram_unref(g);
+    }
+    printf("masks over %s: %ld fast masks equal the naive ones\n", model, compared);
+    CHECK(compared > 100);
+    free(want);
+    free(got);
+    gram_vocab_free(v);
+    tok_free(t);
+}
+
+static void test_mask_real_vocab(void)
+{
+    int steps = getenv("CINFER_GRAMMAR_MASK_STEPS") ? atoi(getenv("CINFER_GRAMMAR_MASK_STEPS")) : 24;
+    check_real_vocab("qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf", steps);
+    check_real_vocab("smollm2-135m-instruct-Q4_1.gguf", steps);
 }
 
 /* ---- our own corpus (scripts/gen_schema_corpus.py) --------------------------------------------- */
@@ -528,8 +750,10 @@ int main(void)
     RUN(test_schema_strings);
     RUN(test_schema_numbers);
     RUN(test_schema_unsupported);
+    RUN(test_schema_more);
     RUN(test_matcher_tokens);
     RUN(test_mask_bruteforce);
+    RUN(test_mask_real_vocab);
     RUN(test_sampler_grammar);
     RUN(test_jsonschemabench);
     RUN(test_corpus);

@@ -9,7 +9,8 @@
  * whose bytes the grammar can take next (struct gram_vocab: the tokenizer's byte strings,
  * sorted, built once per engine). End-of-generation ids are allowed only where the grammar
  * is complete.
- * Threads: gram_* objects are used by one thread at a time, except gram_ref/gram_unref.
+ * Threads: gram_* objects are used by one thread at a time, except gram_ref/gram_unref and
+ * a gram_vocab, which matchers on several threads may share (its table cache is locked).
  */
 #ifndef CINFER_ENGINE_GRAMMAR_GRAM_H
 #define CINFER_ENGINE_GRAMMAR_GRAM_H
@@ -76,5 +77,12 @@ int gram_matcher_complete(const struct gram_matcher *m);
 int gram_matcher_done(const struct gram_matcher *m);
 /* Statistics for the bench: masks computed, masks served from the cache. */
 void gram_matcher_stats(const struct gram_matcher *m, long *masks, long *cache_hits);
+/* Levers of the mask computation (tests force each path; < 0 keeps the value): the trie
+ * nodes a direct walk may visit before token tables are used (0: tables at once), and the
+ * uncertain ids a table may leave before a deeper one is built. Same masks either way. */
+void gram_matcher_tune(struct gram_matcher *m, long walk_budget, long unc_limit);
+/* The mask by stepping every id's bytes alone (tests: the reference for the fast paths).
+ * Same contract as gram_matcher_mask. */
+int gram_matcher_mask_naive(struct gram_matcher *m, uint32_t *mask);
 
 #endif

@@ -210,7 +210,7 @@ int gb_push_ranges(struct gb *b, struct gseq *s, const uint32_t *lo, const uint3
 
 /* ---- repetition --------------------------------------------------------------------- */
 
-#define GRAM_MAX_REPEAT 10000
+#define GRAM_MAX_REPEAT 50000
 
 int gb_push_repeat(struct gb *b, struct gseq *dst, struct gseq *item, int mn, int mx,
                    struct cerr *e)

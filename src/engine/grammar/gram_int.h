@@ -97,6 +97,13 @@ uint64_t gram_hash_bytes(const char *p, size_t n);
 struct sbuf;
 int gram_regex_to_ebnf(const char *re, size_t len, int json, struct sbuf *out, struct cerr *e);
 
+/* The EBNF of JSON string content (no quotes) that matches regex re whole with lo..hi
+ * characters (hi < 0: no upper bound): rules appended to rules (numbered from *next_rule,
+ * which advances), the start symbol to expr (gram_lenpat.c). CERR_UNSUPPORTED when the
+ * pattern needs escapes or the product is too large; CERR_INVALID when nothing fits. */
+int gram_regex_len_ebnf(const char *re, long lo, long hi, struct sbuf *rules, struct sbuf *expr,
+                        int *next_rule, struct cerr *e);
+
 /* Appends to b the EBNF of the decimal integers in [lo, hi] (has_lo / has_hi: whether each
  * bound is given; a missing one is open), no leading zeros, "-" for negatives
  * (gram_range.c). */

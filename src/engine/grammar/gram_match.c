@@ -1,131 +1,18 @@
-/* gram_match.c — the per-row matcher and its token masks.
+/* gram_match.c — the per-row matcher: parse stacks, stack sets and byte steps.
  *
  * State: a set of parse stacks. A stack is a chain of nodes {pos, parent}: pos indexes
  * syms[] (the top's pos is always a terminal; lower nodes hold where to continue after the
  * rule above them ends); stack 0 is the empty stack — the text so far is complete. A byte
  * advances every stack whose top class holds it, then expands rule references until every
  * top is a terminal again (a reference in last position replaces its node: a tail call, so
- * repetition does not deepen the stack).
- * The mask walks the vocabulary in byte order (gram_vocab keeps the ids sorted by their
- * bytes with each one's common prefix with the one before), keeping the stack sets of the
- * current token's prefixes, so a shared prefix is advanced once, and a prefix no stack can
- * take rejects every token under it at once. Masks are cached per state (the exact stack
- * set) in a small LRU: a row inside a string or a number repeats its state.
+ * repetition does not deepen the stack). Node 1 is the sentinel: a stack that reaches it
+ * has left the frames a token table looks at (gram_mask.c); it takes no byte.
+ * The token masks are in gram_mask.c.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/grammar/gram_int.h"
-
-/* ---- vocabulary ------------------------------------------------------------------------ */
-
-struct gram_vocab {
-    int n_vocab, n_tok, max_len;
-    char *data;      /* all bytes */
-    size_t *off;     /* (n_vocab) */
-    int *len;        /* (n_vocab); < 0 special */
-    int32_t *order;  /* (n_tok) ids with bytes, sorted by bytes */
-    uint32_t *lcp;   /* (n_tok) common prefix with the previous in order */
-    uint8_t *eog;    /* (n_vocab) */
-};
-
-static const struct gram_vocab *sort_v;
-
-static int cmp_tok(const void *a, const void *b)
-{
-    const struct gram_vocab *v = sort_v;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    int lx = v->len[x], ly = v->len[y], n = lx < ly ? lx : ly;
-    int c = memcmp(v->data + v->off[x], v->data + v->off[y], (size_t)n);
-    if (c)
-        return c;
-    if (lx != ly)
-        return lx < ly ? -1 : 1;
-    return x < y ? -1 : x > y;
-}
-
-int gram_vocab_new(struct gram_vocab **out, int n_vocab, const char *const *bytes,
-                   const int *len, const int32_t *eog, int n_eog, struct cerr *e)
-{
-    *out = NULL;
-    struct gram_vocab *v = calloc(1, sizeof *v);
-    if (!v)
-        return cerr_set(e, CERR_NOMEM, "out of memory");
-    v->n_vocab = n_vocab;
-    size_t total = 0;
-    for (int i = 0; i < n_vocab; i++)
-        if (len[i] > 0)
-            total += (size_t)len[i];
-    v->data = malloc(total + 1);
-    v->off = calloc((size_t)n_vocab + 1, sizeof *v->off);
-    v->len = calloc((size_t)n_vocab + 1, sizeof *v->len);
-    v->order = malloc(((size_t)n_vocab + 1) * sizeof *v->order);
-    v->lcp = calloc((size_t)n_vocab + 1, sizeof *v->lcp);
-    v->eog = calloc((size_t)n_vocab + 1, 1);
-    if (!v->data || !v->off || !v->len || !v->order || !v->lcp || !v->eog) {
-        gram_vocab_free(v);
-        return cerr_set(e, CERR_NOMEM, "out of memory");
-    }
-    size_t at = 0;
-    for (int i = 0; i < n_vocab; i++) {
-        v->len[i] = len[i] > 0 ? len[i] : -1;
-        v->off[i] = at;
-        if (len[i] > 0) {
-            memcpy(v->data + at, bytes[i], (size_t)len[i]);
-            at += (size_t)len[i];
-            v->order[v->n_tok++] = i;
-            if (len[i] > v->max_len)
-                v->max_len = len[i];
-        }
-    }
-    for (int i = 0; i < n_eog; i++)
-        if (eog[i] >= 0 && eog[i] < n_vocab)
-            v->eog[eog[i]] = 1;
-    for (int i = 0; i < n_vocab; i++)
-        if (v->eog[i])
-            v->len[i] = -1; /* an end id never stands for text */
-    int k = 0;
-    for (int i = 0; i < v->n_tok; i++)
-        if (!v->eog[v->order[i]])
-            v->order[k++] = v->order[i];
-    v->n_tok = k;
-    sort_v = v; /* qsort has no context argument; vocabularies are built on one thread */
-    qsort(v->order, (size_t)v->n_tok, sizeof *v->order, cmp_tok);
-    for (int i = 1; i < v->n_tok; i++) {
-        int a = v->order[i - 1], b = v->order[i];
-        int n = v->len[a] < v->len[b] ? v->len[a] : v->len[b], l = 0;
-        while (l < n && v->data[v->off[a] + (size_t)l] == v->data[v->off[b] + (size_t)l])
-            l++;
-        v->lcp[i] = (uint32_t)l;
-    }
-    *out = v;
-    return 0;
-}
-
-void gram_vocab_free(struct gram_vocab *v)
-{
-    if (!v)
-        return;
-    free(v->data);
-    free(v->off);
-    free(v->len);
-    free(v->order);
-    free(v->lcp);
-    free(v->eog);
-    free(v);
-}
-
-int gram_vocab_size(const struct gram_vocab *v) { return v->n_vocab; }
-
-const char *gram_vocab_token(const struct gram_vocab *v, int32_t id, int *len)
-{
-    if (!v || id < 0 || id >= v->n_vocab || v->len[id] <= 0) {
-        *len = -1;
-        return NULL;
-    }
-    *len = v->len[id];
-    return v->data + v->off[id];
-}
+#include "engine/grammar/gram_mint.h"
 
 /* ---- matcher --------------------------------------------------------------------------- */
 
@@ -136,50 +23,10 @@ const char *gram_vocab_token(const struct gram_vocab *v, int32_t id, int *len)
  * tables carry over from step to step. When the tables outgrow their cap they are rebuilt
  * from the current state alone. */
 
-struct gnode {
-    uint32_t pos, parent;
-};
-
-struct gset {
-    uint32_t off, len; /* into m->pool */
-    uint32_t h;
-    int32_t *trans;    /* (256) next set id, -1 unknown; NULL until the first */
-};
-
-#define NCACHE 16
 #define MAX_EXPAND_DEPTH 2000
 #define MAX_NODES (1u << 21)
 #define MAX_SETS (1u << 18)
 #define MAX_POOL (1u << 24)
-
-struct mcache {
-    uint32_t set;
-    uint32_t *mask;
-    int count;
-    long used;
-};
-
-struct gram_matcher {
-    struct gram *g;
-    const struct gram_vocab *v;
-    struct gnode *nd;
-    uint32_t n_nd, cap_nd;
-    uint32_t *nd_tab, nd_tab_cap; /* open addressing: node id + 1, 0 = empty */
-    struct gset *sets;
-    uint32_t n_sets, cap_sets;
-    uint32_t *set_tab, set_tab_cap;
-    uint32_t *pool;
-    size_t n_pool, cap_pool;
-    uint32_t cur; /* the current state's set */
-    uint32_t *tmp;
-    size_t n_tmp, cap_tmp;
-    uint32_t *at; /* (max_len + 2) set id per depth of the mask walk */
-    int bad;
-    uint32_t gen; /* bumped when the tables are rebuilt (cache entries die) */
-    struct mcache cache[NCACHE];
-    uint32_t cache_gen;
-    long masks, hits, tick;
-};
 
 static uint32_t hash2(uint32_t a, uint32_t b)
 {
@@ -203,7 +50,7 @@ static int grow_tab(uint32_t **tab, uint32_t *cap, uint32_t need)
     return 1; /* rehash needed */
 }
 
-static uint32_t node(struct gram_matcher *m, uint32_t pos, uint32_t parent)
+uint32_t gm_node(struct gram_matcher *m, uint32_t pos, uint32_t parent)
 {
     if (m->bad)
         return 0;
@@ -242,7 +89,7 @@ static uint32_t node(struct gram_matcher *m, uint32_t pos, uint32_t parent)
     return m->n_nd++;
 }
 
-static void tmp_add(struct gram_matcher *m, size_t start, uint32_t id)
+void gm_tmp_add(struct gram_matcher *m, size_t start, uint32_t id)
 {
     for (size_t k = start; k < m->n_tmp; k++)
         if (m->tmp[k] == id)
@@ -272,8 +119,8 @@ static void expand(struct gram_matcher *m, size_t start, uint32_t pos, uint32_t 
     for (;;) {
         struct gsym s = g->syms[pos];
         if (s.kind == GS_END) {
-            if (!parent) {
-                tmp_add(m, start, 0);
+            if (parent <= SENT_NODE) { /* the end of the text, or of a table's frames */
+                gm_tmp_add(m, start, parent);
                 return;
             }
             pos = m->nd[parent].pos;
@@ -281,12 +128,12 @@ static void expand(struct gram_matcher *m, size_t start, uint32_t pos, uint32_t 
             continue;
         }
         if (s.kind == GS_TERM) {
-            uint32_t id = node(m, pos, parent);
+            uint32_t id = gm_node(m, pos, parent);
             if (id)
-                tmp_add(m, start, id);
+                gm_tmp_add(m, start, id);
             return;
         }
-        uint32_t np = g->syms[pos + 1].kind == GS_END ? parent : node(m, pos + 1, parent);
+        uint32_t np = g->syms[pos + 1].kind == GS_END ? parent : gm_node(m, pos + 1, parent);
         if (m->bad)
             return;
         uint32_t a0 = g->alt0[s.arg], na = g->nalt[s.arg];
@@ -303,7 +150,7 @@ static int cmp_u32(const void *a, const void *b)
 }
 
 /* The set id of tmp[start..n_tmp) (sorted here), interned; the tmp entries are dropped. */
-static uint32_t intern_set(struct gram_matcher *m, size_t start)
+uint32_t gm_intern_set(struct gram_matcher *m, size_t start)
 {
     uint32_t *v = m->tmp ? m->tmp + start : NULL;
     uint32_t n = (uint32_t)(m->n_tmp - start);
@@ -361,6 +208,7 @@ static uint32_t intern_set(struct gram_matcher *m, size_t start)
     s->off = (uint32_t)m->n_pool;
     s->len = n;
     s->h = h;
+    s->sent = (n > 0 && v[0] == SENT_NODE) || (n > 1 && v[1] == SENT_NODE);
     s->trans = NULL;
     m->n_pool += n;
     m->set_tab[k] = m->n_sets + 1;
@@ -369,7 +217,7 @@ static uint32_t intern_set(struct gram_matcher *m, size_t start)
 }
 
 /* The set after byte b from set sid (0 = nothing takes it; set 0 is the empty set). */
-static uint32_t step(struct gram_matcher *m, uint32_t sid, unsigned b)
+uint32_t gm_step_slow(struct gram_matcher *m, uint32_t sid, unsigned b)
 {
     struct gset *s = &m->sets[sid];
     if (s->trans && s->trans[b] >= 0)
@@ -388,7 +236,7 @@ static uint32_t step(struct gram_matcher *m, uint32_t sid, unsigned b)
     uint32_t off = s->off, len = s->len;
     for (uint32_t k = 0; k < len; k++) {
         uint32_t id = m->pool[off + k];
-        if (!id)
+        if (id <= SENT_NODE)
             continue;
         uint32_t pos = m->nd[id].pos;
         if (gcls_has(&g->cls[g->syms[pos].arg], b))
@@ -398,7 +246,7 @@ static uint32_t step(struct gram_matcher *m, uint32_t sid, unsigned b)
         m->n_tmp = start;
         return 0;
     }
-    uint32_t r = m->n_tmp == start ? 0 : intern_set(m, start);
+    uint32_t r = m->n_tmp == start ? 0 : gm_intern_set(m, start);
     if (!m->bad)
         m->sets[sid].trans[b] = (int32_t)r; /* sets may have moved */
     return m->bad ? 0 : r;
@@ -424,9 +272,10 @@ static void tables_free(struct gram_matcher *m)
 static int tables_init(struct gram_matcher *m)
 {
     m->bad = 0;
-    node(m, 0, 0); /* placeholder for id 0 (never looked up: pos 0 is never a stack top) */
+    gm_node(m, 0, 0); /* placeholder for id 0 (never looked up: pos 0 is never a stack top) */
+    gm_node(m, SENT_POS, 0); /* 1: the sentinel below a token table's frames */
     m->n_tmp = 0;
-    intern_set(m, 0); /* set 0: empty */
+    gm_intern_set(m, 0); /* set 0: empty */
     m->gen++;
     return m->bad ? CERR_NOMEM : 0;
 }
@@ -437,11 +286,11 @@ static uint32_t copy_stack(struct gram_matcher *m, const struct gnode *old, uint
     if (!id)
         return 0;
     uint32_t p = copy_stack(m, old, old[id].parent);
-    return node(m, old[id].pos, p);
+    return gm_node(m, old[id].pos, p);
 }
 
 /* Rebuilds the tables from the current state alone (when they outgrow their caps). */
-static int rebuild(struct gram_matcher *m)
+int gm_rebuild(struct gram_matcher *m)
 {
     struct gset cs = m->sets[m->cur];
     uint32_t n = cs.len;
@@ -458,9 +307,9 @@ static int rebuild(struct gram_matcher *m)
     free(old_pool);
     int rc = tables_init(m);
     for (uint32_t i = 0; !rc && i < n; i++)
-        tmp_add(m, 0, copy_stack(m, keep, ids[i]));
+        gm_tmp_add(m, 0, copy_stack(m, keep, ids[i]));
     if (!rc)
-        m->cur = intern_set(m, 0);
+        m->cur = gm_intern_set(m, 0);
     free(keep);
     free(ids);
     return rc || m->bad ? CERR_NOMEM : 0;
@@ -474,10 +323,14 @@ int gram_matcher_new(struct gram_matcher **out, struct gram *g, const struct gra
     if (!m)
         return cerr_set(e, CERR_NOMEM, "out of memory");
     m->g = gram_ref(g);
-    m->v = v;
+    m->v = (struct gram_vocab *)v; /* its table cache is locked inside */
     int ml = v ? v->max_len : 0;
     m->at = calloc((size_t)ml + 3, sizeof *m->at);
-    if (!m->at || tables_init(m)) {
+    m->ctx = calloc((size_t)ml + 3, 1);
+    m->walk_budget = 4096;
+    m->tabs_ok = -1;
+    m->unc_limit = 1000;
+    if (!m->at || !m->ctx || tables_init(m)) {
         gram_matcher_free(m);
         return cerr_set(e, CERR_NOMEM, "out of memory");
     }
@@ -488,7 +341,7 @@ int gram_matcher_new(struct gram_matcher **out, struct gram *g, const struct gra
         gram_matcher_free(m);
         return cerr_set(e, CERR_LIMIT, "the grammar nests too deeply at its start");
     }
-    m->cur = intern_set(m, 0);
+    m->cur = gm_intern_set(m, 0);
     *out = m;
     return 0;
 }
@@ -501,23 +354,37 @@ void gram_matcher_free(struct gram_matcher *m)
     tables_free(m);
     free(m->tmp);
     free(m->at);
+    free(m->ctx);
+    free(m->memo);
+    while (m->owned) {
+        struct gtab *t = m->owned;
+        m->owned = t->next_owned;
+        gram_tab_free(t);
+    }
+    free(m->rmap);
+    free(m->rnum);
+    free(m->rq);
+    free(m->minlen);
+    free(m->km);
+    free(m->roots);
+    free(m->accbuf);
     for (int i = 0; i < NCACHE; i++)
         free(m->cache[i].mask);
     free(m);
 }
 
-static int over_caps(const struct gram_matcher *m)
+int gm_over_caps(const struct gram_matcher *m)
 {
     return m->n_nd > MAX_NODES || m->n_sets > MAX_SETS || m->n_pool > MAX_POOL;
 }
 
 int gram_matcher_accept_bytes(struct gram_matcher *m, const char *s, size_t n)
 {
-    if (over_caps(m) && rebuild(m))
+    if (gm_over_caps(m) && gm_rebuild(m))
         return CERR_NOMEM;
     uint32_t sid = m->cur;
     for (size_t i = 0; i < n && sid; i++)
-        sid = step(m, sid, (uint8_t)s[i]);
+        sid = gm_step(m, sid, (uint8_t)s[i]);
     if (m->bad) {
         m->bad = 0;
         return CERR_NOMEM;
@@ -552,85 +419,15 @@ int gram_matcher_accept(struct gram_matcher *m, int32_t id)
     return gram_matcher_accept_bytes(m, v->data + v->off[id], (size_t)v->len[id]);
 }
 
-int gram_matcher_mask(struct gram_matcher *m, uint32_t *mask)
-{
-    const struct gram_vocab *v = m->v;
-    size_t words = ((size_t)v->n_vocab + 31) / 32;
-    m->masks++;
-    m->tick++;
-    if (over_caps(m) && rebuild(m))
-        return CERR_NOMEM;
-    if (m->cache_gen != m->gen) { /* set ids changed meaning */
-        for (int i = 0; i < NCACHE; i++)
-            m->cache[i].count = -1;
-        m->cache_gen = m->gen;
-    }
-    for (int i = 0; i < NCACHE; i++) {
-        struct mcache *c = &m->cache[i];
-        if (c->mask && c->count >= 0 && c->set == m->cur) {
-            memcpy(mask, c->mask, words * 4);
-            c->used = m->tick;
-            m->hits++;
-            return c->count;
-        }
-    }
-    memset(mask, 0, words * 4);
-    int count = 0;
-    if (gram_matcher_complete(m))
-        for (int i = 0; i < v->n_vocab; i++)
-            if (v->eog[i]) {
-                mask[i >> 5] |= 1u << (i & 31);
-                count++;
-            }
-    m->bad = 0;
-    m->at[0] = m->cur;
-    uint32_t have = 0;
-    for (int k = 0; k < v->n_tok; k++) {
-        int32_t t = v->order[k];
-        const uint8_t *b = (const uint8_t *)v->data + v->off[t];
-        uint32_t L = (uint32_t)v->len[t];
-        uint32_t d = v->lcp[k] < have ? v->lcp[k] : have;
-        uint32_t sid = m->at[d];
-        while (d < L && sid) {
-            sid = step(m, sid, b[d]);
-            m->at[++d] = sid;
-        }
-        have = d;
-        if (m->bad)
-            break;
-        if (!sid) {
-            while (k + 1 < v->n_tok && v->lcp[k + 1] >= d)
-                k++;
-            continue;
-        }
-        mask[t >> 5] |= 1u << (t & 31);
-        count++;
-    }
-    if (m->bad) {
-        m->bad = 0;
-        return CERR_NOMEM;
-    }
-    struct mcache *c = &m->cache[0];
-    for (int i = 0; i < NCACHE; i++) {
-        if (!m->cache[i].mask) {
-            c = &m->cache[i];
-            break;
-        }
-        if (m->cache[i].used < c->used)
-            c = &m->cache[i];
-    }
-    if (!c->mask)
-        c->mask = malloc(words * 4);
-    if (c->mask) {
-        memcpy(c->mask, mask, words * 4);
-        c->set = m->cur;
-        c->count = count;
-        c->used = m->tick;
-    }
-    return count;
-}
-
 const struct gram_vocab *gram_matcher_vocab(const struct gram_matcher *m) { return m->v; }
+
+void gram_matcher_tune(struct gram_matcher *m, long walk_budget, long unc_limit)
+{
+    if (walk_budget >= 0)
+        m->walk_budget = walk_budget;
+    if (unc_limit >= 0)
+        m->unc_limit = unc_limit;
+}
 
 void gram_matcher_stats(const struct gram_matcher *m, long *masks, long *cache_hits)
 {

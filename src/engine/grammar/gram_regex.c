@@ -470,11 +470,13 @@ static int parse_concat(struct rp *p)
         int c = rpeek(p);
         if (c < 0 || c == '|' || c == ')')
             break;
-        if (c == '^' && p->i == 0) {
+        /* ^ and $ at the ends of the pattern or of a top-level alternative (the match is
+         * whole anyway) */
+        if (c == '^' && (p->i == 0 || (p->depth == 0 && !any && p->s[p->i - 1] == '|'))) {
             p->i++;
             continue;
         }
-        if (c == '$' && p->i + 1 == p->n) {
+        if (c == '$' && (p->i + 1 == p->n || (p->depth == 0 && p->s[p->i + 1] == '|'))) {
             p->i++;
             continue;
         }

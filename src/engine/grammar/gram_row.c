@@ -1,7 +1,15 @@
-/* gram_row.c — a sampling row's grammar state (see gram_row.h). */
+/* gram_row.c — a sampling row's grammar state (see gram_row.h).
+ *
+ * The next mask is computed ahead: when a token is accepted, the row is queued to a worker
+ * thread that computes the mask of the new state while the engine runs the model's
+ * forward; gram_row_mask then only waits for it (usually done). The matcher is touched by
+ * one thread at a time: the worker between accept and mask, the sampling thread otherwise
+ * (every entry point that reads the matcher waits for the job first). CINFER_GRAMMAR_ASYNC=0
+ * computes masks in gram_row_mask instead. */
 #include "engine/grammar/gram_row.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +20,100 @@ struct gram_row {
     char *trig, *seen; /* lazy: the trigger; the text so far that may still start it */
     size_t trig_len, n_seen;
     int after;
+    int job;   /* 0 none, 1 queued, 2 running, 3 done (the mask and count are ready) */
+    int count; /* the ready mask's gram_matcher_mask result */
+    struct gram_row *next; /* the worker's queue */
 };
+
+/* ---- the worker ---------------------------------------------------------------------- */
+
+static pthread_mutex_t w_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t w_work = PTHREAD_COND_INITIALIZER, w_done = PTHREAD_COND_INITIALIZER;
+static struct gram_row *w_head, *w_tail;
+static int w_state; /* 0 not started, 1 running, -1 off (CINFER_GRAMMAR_ASYNC=0 or no thread) */
+
+static void *worker(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&w_mu);
+    for (;;) {
+        while (!w_head)
+            pthread_cond_wait(&w_work, &w_mu);
+        struct gram_row *r = w_head;
+        w_head = r->next;
+        if (!w_head)
+            w_tail = NULL;
+        r->next = NULL;
+        r->job = 2;
+        pthread_mutex_unlock(&w_mu);
+        int c = gram_matcher_mask(r->m, r->mask);
+        pthread_mutex_lock(&w_mu);
+        r->count = c;
+        r->job = 3;
+        pthread_cond_broadcast(&w_done);
+    }
+    return NULL;
+}
+
+/* Queues r's next mask; 0 when the worker is off (the caller computes it later). */
+static int submit(struct gram_row *r)
+{
+    pthread_mutex_lock(&w_mu);
+    if (!w_state) {
+        const char *e = getenv("CINFER_GRAMMAR_ASYNC");
+        pthread_t t;
+        pthread_attr_t at;
+        w_state = -1;
+        if (!(e && !strcmp(e, "0")) && !pthread_attr_init(&at)) {
+            pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+            if (!pthread_create(&t, &at, worker, NULL))
+                w_state = 1;
+            pthread_attr_destroy(&at);
+        }
+    }
+    if (w_state < 0) {
+        pthread_mutex_unlock(&w_mu);
+        return 0;
+    }
+    r->job = 1;
+    r->next = NULL;
+    if (w_tail)
+        w_tail->next = r;
+    else
+        w_head = r;
+    w_tail = r;
+    pthread_cond_signal(&w_work);
+    pthread_mutex_unlock(&w_mu);
+    return 1;
+}
+
+/* Waits for r's job (drop: a queued job is taken off the queue instead). Returns 1 when a
+ * finished mask is in r->mask. */
+static int settle(struct gram_row *r, int drop)
+{
+    if (!r->job)
+        return 0;
+    pthread_mutex_lock(&w_mu);
+    if (r->job == 1 && drop) {
+        struct gram_row **pp = &w_head, *prev = NULL;
+        while (*pp && *pp != r) {
+            prev = *pp;
+            pp = &(*pp)->next;
+        }
+        if (*pp) {
+            *pp = r->next;
+            if (w_tail == r)
+                w_tail = prev;
+        }
+        r->job = 0;
+    }
+    while (r->job == 1 || r->job == 2)
+        pthread_cond_wait(&w_done, &w_mu);
+    int ready = r->job == 3;
+    r->job = 0;
+    pthread_mutex_unlock(&w_mu);
+    return ready;
+}
 
 int gram_row_new(struct gram_row **out, struct gram_matcher *m, int n_vocab, const char *trigger,
                  int after)
@@ -47,6 +148,7 @@ void gram_row_free(struct gram_row *r)
 {
     if (!r)
         return;
+    settle(r, 1);
     gram_matcher_free(r->m);
     free(r->mask);
     free(r->trig);
@@ -56,11 +158,18 @@ void gram_row_free(struct gram_row *r)
 
 int gram_row_on(const struct gram_row *r) { return r->m && r->on; }
 
-struct gram_matcher *gram_row_matcher(const struct gram_row *r) { return r->m; }
+struct gram_matcher *gram_row_matcher(const struct gram_row *r)
+{
+    settle((struct gram_row *)r, 1); /* the caller may move the matcher: no mask kept */
+    return r->m;
+}
 
 void gram_row_mask(struct gram_row *r, float *logits, int n_vocab)
 {
-    if (!gram_row_on(r) || gram_matcher_mask(r->m, r->mask) <= 0)
+    if (!gram_row_on(r))
+        return;
+    int count = settle(r, 0) ? r->count : gram_matcher_mask(r->m, r->mask);
+    if (count <= 0)
         return;
     for (int w = 0; w < (n_vocab + 31) / 32; w++) {
         uint32_t k = r->mask[w];
@@ -105,8 +214,36 @@ void gram_row_accept(struct gram_row *r, int32_t id)
 {
     if (!r->m)
         return;
-    if (r->on)
+    settle(r, 1); /* a mask nobody asked for (a forced or prompt token) */
+    if (r->on) {
         gram_matcher_accept(r->m, id); /* a refused id (an unmasked fallback) leaves it */
-    else
+        submit(r);
+    } else {
         watch(r, id);
+        if (r->m && r->on)
+            submit(r);
+    }
+}
+
+int gram_row_forced(struct gram_row *r, int32_t *id)
+{
+    static int on = -1; /* benign race: every thread computes the same value */
+    if (on < 0) {
+        const char *e = getenv("CINFER_GRAMMAR_JUMP");
+        on = e && !strcmp(e, "1");
+    }
+    if (!on || !gram_row_on(r))
+        return 0;
+    int count = settle(r, 0) ? r->count : gram_matcher_mask(r->m, r->mask);
+    r->count = count;
+    r->job = 3; /* ready: gram_row_mask takes it, gram_row_accept drops it */
+    if (count != 1)
+        return 0;
+    int nw = (gram_vocab_size(gram_matcher_vocab(r->m)) + 31) / 32;
+    for (int w = 0; w < nw; w++)
+        if (r->mask[w]) {
+            *id = w * 32 + __builtin_ctz(r->mask[w]);
+            return 1;
+        }
+    return 0;
 }

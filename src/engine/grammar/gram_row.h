@@ -1,6 +1,8 @@
 /* gram_row.h — one sampling row's grammar: the matcher, its mask buffer, and the trigger a
  * lazy grammar waits for (a tool call's opening, a reasoning block's end). The sampler
- * holds one and calls the four hooks below; all on the thread that samples the row. */
+ * holds one and calls the hooks below, all on the thread that samples the row; after an
+ * accepted token the next mask is computed on a shared worker thread, overlapping the
+ * model's forward (CINFER_GRAMMAR_ASYNC=0: in gram_row_mask instead). */
 #ifndef CINFER_ENGINE_GRAMMAR_GRAM_ROW_H
 #define CINFER_ENGINE_GRAMMAR_GRAM_ROW_H
 
@@ -23,6 +25,9 @@ void gram_row_mask(struct gram_row *r, float *logits, int n_vocab);
 /* The sampled token: advances the matcher, or (lazy) looks for the trigger. A lazy grammar
  * whose text after the trigger it refuses is dropped (the row goes on free). */
 void gram_row_accept(struct gram_row *r, int32_t id);
+/* Jump-forward (on when CINFER_GRAMMAR_JUMP=1, read once): 1 and *id when the next mask
+ * allows exactly one id; the mask stays ready for gram_row_mask. 0 when off or not forced. */
+int gram_row_forced(struct gram_row *r, int32_t *id);
 struct gram_matcher *gram_row_matcher(const struct gram_row *r);
 
 #endif

@@ -17,25 +17,9 @@
 #include "engine/grammar/gram_int.h"
 #include "util/jsonfmt.h"
 
-struct memo {
-    const json_t *node;
-    int id;
-};
+#include "engine/grammar/gram_schema_int.h"
 
-struct sc {
-    const json_t *root;
-    struct sbuf *o;
-    struct memo *memo;
-    int n_memo, cap_memo;
-    int n_rules;
-    int compact;
-    json_t *keep; /* merged schemas, alive until the end (memo keys) */
-    char *kw;
-    struct cerr *e;
-    int depth;
-};
-
-static int unsupported(struct sc *c, const char *kw, const char *path)
+int gsc_unsupported(struct sc *c, const char *kw, const char *path)
 {
     if (c->kw)
         snprintf(c->kw, 64, "%s", kw);
@@ -44,7 +28,7 @@ static int unsupported(struct sc *c, const char *kw, const char *path)
                     path);
 }
 
-static int bad_schema(struct sc *c, const char *path, const char *what)
+int gsc_bad_schema(struct sc *c, const char *path, const char *what)
 {
     return cerr_set(c->e, CERR_INVALID, "invalid JSON Schema at %s: %s", path, what);
 }
@@ -86,7 +70,7 @@ static const char *const PRELUDE =
 
 /* a count keyword (minLength, maxItems, ...): an integer, or a real with an integral value;
  * absent or not a number: dflt */
-static long count_of(const json_t *s, const char *k, long dflt)
+long gsc_count_of(const json_t *s, const char *k, long dflt)
 {
     json_t *v = json_object_get(s, k);
     if (json_is_integer(v))
@@ -225,7 +209,7 @@ static int merge_into(struct sc *c, json_t *dst, const json_t *src, const char *
                     continue;
                 }
             }
-            return unsupported(c, "allOf", path);
+            return gsc_unsupported(c, "allOf", path);
         }
     }
     return 0;
@@ -242,188 +226,6 @@ static json_t *copy_without(struct sc *c, const json_t *s, const char *drop)
     return m;
 }
 
-/* reads minimum/maximum/exclusive* into integer bounds for integers */
-static int num_bounds(struct sc *c, const json_t *s, int integer, int *has_lo, double *lo, int *lo_ex,
-                      int *has_hi, double *hi, int *hi_ex, const char *path)
-{
-    *has_lo = *has_hi = *lo_ex = *hi_ex = 0;
-    json_t *v;
-    if ((v = json_object_get(s, "minimum")) && json_is_number(v)) {
-        *has_lo = 1;
-        *lo = json_number_value(v);
-    }
-    if ((v = json_object_get(s, "maximum")) && json_is_number(v)) {
-        *has_hi = 1;
-        *hi = json_number_value(v);
-    }
-    if ((v = json_object_get(s, "exclusiveMinimum"))) {
-        if (json_is_true(v))
-            *lo_ex = *has_lo;
-        else if (json_is_number(v)) {
-            double x = json_number_value(v);
-            if (!*has_lo || x >= *lo) {
-                *has_lo = 1;
-                *lo = x;
-                *lo_ex = 1;
-            }
-        }
-    }
-    if ((v = json_object_get(s, "exclusiveMaximum"))) {
-        if (json_is_true(v))
-            *hi_ex = *has_hi;
-        else if (json_is_number(v)) {
-            double x = json_number_value(v);
-            if (!*has_hi || x <= *hi) {
-                *has_hi = 1;
-                *hi = x;
-                *hi_ex = 1;
-            }
-        }
-    }
-    if ((v = json_object_get(s, "multipleOf"))) {
-        double m = json_number_value(v);
-        if (!(integer && json_is_number(v) && m == floor(m) && m == 1))
-            return unsupported(c, "multipleOf", path);
-    }
-    return 0;
-}
-
-static int gen_integer(struct sc *c, const json_t *s, struct sbuf *b, const char *path)
-{
-    int hl, hh, le, he;
-    double lo = 0, hi = 0;
-    int rc = num_bounds(c, s, 1, &hl, &lo, &le, &hh, &hi, &he, path);
-    if (rc)
-        return rc;
-    long long L = 0, H = 0;
-    if (hl) {
-        double x = le ? floor(lo) + 1 : ceil(lo);
-        if (fabs(x) >= (double)GRAM_BIG)
-            hl = 0;
-        else
-            L = (long long)x;
-    }
-    if (hh) {
-        double x = he ? ceil(hi) - 1 : floor(hi);
-        if (fabs(x) >= (double)GRAM_BIG)
-            hh = 0;
-        else
-            H = (long long)x;
-    }
-    if (hl && hh && L > H)
-        return bad_schema(c, path, "minimum is above maximum: no integer fits");
-    gram_int_range(b, hl, L, hh, H);
-    return 0;
-}
-
-static int gen_number(struct sc *c, const json_t *s, struct sbuf *b, const char *path)
-{
-    int hl, hh, le, he;
-    double lo = 0, hi = 0;
-    int rc = num_bounds(c, s, 0, &hl, &lo, &le, &hh, &hi, &he, path);
-    if (rc)
-        return rc;
-    if (!hl && !hh) {
-        sbuf_puts(b, "jnum");
-        return 0;
-    }
-    /* integral inclusive bounds: an integer part in [lo, hi - 1] with any fraction, or the
-     * bound itself with a zero fraction; an exclusive 0 lower bound is handled too */
-    if ((hl && (lo != floor(lo) || fabs(lo) >= (double)GRAM_BIG)) ||
-        (hh && (hi != floor(hi) || fabs(hi) >= (double)GRAM_BIG)))
-        return unsupported(c, hl && lo != floor(lo) ? "minimum" : "maximum", path);
-    if ((hl && le && lo != 0) || (hh && he))
-        return unsupported(c, hl && le ? "exclusiveMinimum" : "exclusiveMaximum", path);
-    long long L = (long long)lo, H = (long long)hi;
-    if (hl && hh && L > H)
-        return bad_schema(c, path, "minimum is above maximum");
-    const char *frac = "(\".\" [0-9]{1,20})?";
-    sbuf_puts(b, "(");
-    if (hl && le) { /* > 0 */
-        sbuf_puts(b, "(\"0.\" [0-9]{0,19} [1-9])");
-        if (!hh || H >= 1) {
-            sbuf_puts(b, " | ");
-            if (hh)
-                gram_int_range(b, 1, 1, 1, H - 1 >= 1 ? H - 1 : 0);
-            else
-                sbuf_puts(b, "[1-9] [0-9]{0,17}");
-            sbuf_puts(b, frac);
-        }
-    } else if (hh && hl && L == H) {
-        gram_int_range(b, 1, L, 1, L);
-    } else {
-        if (hh)
-            gram_int_range(b, hl, L, 1, H - 1);
-        else
-            gram_int_range(b, hl, L, 0, 0);
-        sbuf_puts(b, frac);
-    }
-    if (hh)
-        sbuf_puts(b, " | "), gram_int_range(b, 1, H, 1, H), sbuf_puts(b, " (\".\" \"0\"{1,20})?");
-    sbuf_puts(b, ")");
-    return 0;
-}
-
-static int gen_string(struct sc *c, const json_t *s, struct sbuf *b, const char *path)
-{
-    json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
-    long lo = count_of(s, "minLength", 0), hi = count_of(s, "maxLength", -1);
-    if (lo < 0 || (hi >= 0 && hi < lo))
-        return bad_schema(c, path, "minLength/maxLength out of order");
-    if (lo > 10000 || hi > 10000)
-        return unsupported(c, lo > 10000 ? "minLength" : "maxLength", path);
-    if (json_is_string(pat)) {
-        if (lo > 0 || hi >= 0)
-            return unsupported(c, lo > 0 ? "minLength" : "maxLength", path);
-        const char *re = json_string_value(pat);
-        sbuf_puts(b, "\"\\\"\" ");
-        int rc = gram_regex_to_ebnf(re, strlen(re), 1, b, c->e);
-        if (rc) {
-            if (c->kw)
-                snprintf(c->kw, 64, "pattern");
-            cerr_prefix(c->e, "JSON Schema 'pattern' at %s", path);
-            return rc == CERR_NOMEM ? rc : CERR_UNSUPPORTED;
-        }
-        sbuf_puts(b, " \"\\\"\"");
-        return 0;
-    }
-    const char *f = json_is_string(fmt) ? json_string_value(fmt) : NULL;
-    const char *rule = NULL;
-    if (f) {
-        if (!strcmp(f, "date"))
-            rule = "jdate";
-        else if (!strcmp(f, "time"))
-            rule = "jtime";
-        else if (!strcmp(f, "date-time"))
-            rule = "jdate \"T\" jtime";
-        else if (!strcmp(f, "uuid"))
-            rule = "juuid";
-        else if (!strcmp(f, "email"))
-            rule = "jemail";
-        else if (!strcmp(f, "uri") || !strcmp(f, "url"))
-            rule = "juri";
-        else if (!strcmp(f, "uri-reference"))
-            rule = "jurir";
-        else if (!strcmp(f, "ipv4"))
-            rule = "jipv4";
-        else if (!strcmp(f, "hostname"))
-            rule = "jhost";
-    }
-    /* format is an annotation unless a validator opts in; where it meets a length bound
-     * (an assertion) the bound wins and the format is not enforced */
-    if (rule && lo == 0 && hi < 0) {
-        sbuf_printf(b, "\"\\\"\" %s \"\\\"\"", rule);
-        return 0;
-    }
-    if (hi >= 0)
-        sbuf_printf(b, "\"\\\"\" jchr{%ld,%ld} \"\\\"\"", lo, hi);
-    else if (lo > 0)
-        sbuf_printf(b, "\"\\\"\" jchr{%ld,} \"\\\"\"", lo);
-    else
-        sbuf_puts(b, "jstr");
-    return 0;
-}
-
 static int gen_array(struct sc *c, const json_t *s, struct sbuf *b, const char *path)
 {
     char sub[512];
@@ -435,16 +237,16 @@ static int gen_array(struct sc *c, const json_t *s, struct sbuf *b, const char *
         rest = addl;
     }
     json_t *u = json_object_get(s, "uniqueItems");
-    long mn = count_of(s, "minItems", 0), mx = count_of(s, "maxItems", -1);
+    long mn = gsc_count_of(s, "minItems", 0), mx = gsc_count_of(s, "maxItems", -1);
     if (json_is_true(u) && !(mx >= 0 && mx <= 1))
-        return unsupported(c, "uniqueItems", path);
+        return gsc_unsupported(c, "uniqueItems", path);
     if (json_object_get(s, "contains"))
-        return unsupported(c, "contains", path);
+        return gsc_unsupported(c, "contains", path);
     if (mn < 0 || (mx >= 0 && mx < mn) || mn > 1000 || mx > 1000)
-        return unsupported(c, mn > 1000 || mn < 0 ? "minItems" : "maxItems", path);
+        return gsc_unsupported(c, mn > 1000 || mn < 0 ? "minItems" : "maxItems", path);
     int P = json_is_array(prefix) ? (int)json_array_size(prefix) : 0;
     if (P > 200)
-        return unsupported(c, "prefixItems", path);
+        return gsc_unsupported(c, "prefixItems", path);
     int *pid = calloc((size_t)P + 1, sizeof *pid);
     if (!pid)
         return cerr_set(c->e, CERR_NOMEM, "out of memory");
@@ -507,7 +309,7 @@ static int gen_array(struct sc *c, const json_t *s, struct sbuf *b, const char *
                 sbuf_printf(b, "%s (\",\" ws %s){%ld,%ld} ", item, item, rmin - 1, rmax - 1);
         }
     } else if (mn > P) {
-        return bad_schema(c, path, "minItems is more than the items allowed");
+        return gsc_bad_schema(c, path, "minItems is more than the items allowed");
     }
     for (int k = 0; k < open; k++)
         sbuf_puts(b, ")?");
@@ -523,23 +325,73 @@ static int in_required(const json_t *req, const char *k)
     return 0;
 }
 
+/* 1 when the object's property dependencies (`dependencies` / `dependentRequired` of
+ * name lists) hold anyway: none, or every name they ask for is required already */
+static int deps_hold(const json_t *s, const char *kw)
+{
+    json_t *d = json_object_get(s, kw), *req = json_object_get(s, "required"), *v, *x;
+    const char *k;
+    size_t i;
+    if (!d)
+        return 1;
+    if (!json_is_object(d))
+        return 0;
+    json_object_foreach(d, k, v) {
+        if (!json_is_array(v))
+            return 0;
+        json_array_foreach(v, i, x) if (!json_is_string(x) || !json_is_array(req) ||
+                                        !in_required(req, json_string_value(x))) return 0;
+    }
+    return 1;
+}
+
 static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char *path)
 {
     char sub[512];
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     json_t *addl = json_object_get(s, "additionalProperties");
     json_t *pp = json_object_get(s, "patternProperties");
-    if (json_object_get(s, "propertyNames"))
-        return unsupported(c, "propertyNames", path);
-    if (json_object_get(s, "dependencies") || json_object_get(s, "dependentRequired") ||
+    /* propertyNames: the names of the extra pairs follow that (string) schema */
+    char keyr[32] = "jstr";
+    json_t *pn = json_object_get(s, "propertyNames");
+    for (int hop = 0; json_is_object(pn) && json_is_string(json_object_get(pn, "$ref")) && hop < 16; hop++)
+        pn = (json_t *)resolve(c, json_string_value(json_object_get(pn, "$ref")));
+    if (json_object_get(s, "propertyNames") && !pn)
+        return gsc_bad_schema(c, path, "propertyNames holds a $ref that does not resolve");
+    if (pn && !json_is_true(pn)) {
+        if (!json_is_object(pn))
+            return gsc_unsupported(c, "propertyNames", path);
+        const char *k2;
+        json_t *v2;
+        int trivial = 1;
+        json_object_foreach(pn, k2, v2) if (is_known(k2) && !(!strcmp(k2, "type") && json_is_string(v2) &&
+                                                             !strcmp(json_string_value(v2), "string"))) trivial = 0;
+        if (!trivial) {
+            json_t *t = json_object_get(pn, "type");
+            if ((t && !(json_is_string(t) && !strcmp(json_string_value(t), "string"))) ||
+                json_object_get(s, "patternProperties"))
+                return gsc_unsupported(c, "propertyNames", path);
+            json_t *m = json_copy(pn);
+            if (!m)
+                return cerr_set(c->e, CERR_NOMEM, "out of memory");
+            json_object_set_new(m, "type", json_string("string"));
+            json_array_append_new(c->keep, m);
+            snprintf(sub, sizeof sub, "%s/propertyNames", path);
+            int id = rule_for(c, m, sub);
+            if (id < 0)
+                return id;
+            snprintf(keyr, sizeof keyr, "r%d", id);
+        }
+    }
+    if (!deps_hold(s, "dependencies") || !deps_hold(s, "dependentRequired") ||
         json_object_get(s, "dependentSchemas"))
-        return unsupported(c, json_object_get(s, "dependencies") ? "dependencies"
-                              : json_object_get(s, "dependentRequired") ? "dependentRequired"
+        return gsc_unsupported(c, !deps_hold(s, "dependencies") ? "dependencies"
+                              : !deps_hold(s, "dependentRequired") ? "dependentRequired"
                                                                          : "dependentSchemas",
                            path);
     json_t *uev = json_object_get(s, "unevaluatedProperties");
     if (uev && !json_is_false(uev) && !json_is_true(uev))
-        return unsupported(c, "unevaluatedProperties", path);
+        return gsc_unsupported(c, "unevaluatedProperties", path);
     if (!addl && uev)
         addl = uev;
     int n = 0, cap = 0;
@@ -628,24 +480,25 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
     if (addl_id >= 0 || open_any) {
         sbuf_puts(&extra, has_extra ? " | " : "(");
         if (addl_id >= 0)
-            sbuf_printf(&extra, "jstr ws \":\" ws r%d ws", addl_id);
+            sbuf_printf(&extra, "%s ws \":\" ws r%d ws", keyr, addl_id);
         else
-            sbuf_puts(&extra, "jstr ws \":\" ws jval ws");
+            sbuf_printf(&extra, "%s ws \":\" ws jval ws", keyr);
         has_extra = 1;
     }
     if (has_extra)
         sbuf_puts(&extra, ")");
     /* minProperties / maxProperties: only where they hold anyway */
-    long mnp = count_of(s, "minProperties", 0), mxp = count_of(s, "maxProperties", -1);
+    long mnp = gsc_count_of(s, "minProperties", 0), mxp = gsc_count_of(s, "maxProperties", -1);
     int n_req = 0;
     for (int j = 0; j < n; j++)
         n_req += ps[j].req;
-    if (mnp > n_req) {
-        rc = unsupported(c, "minProperties", path);
+    if (mnp > n_req && !((mnp == 1 && (n > 0 || has_extra)) || (n == 0 && has_extra && mnp <= 100))) {
+        rc = gsc_unsupported(c, "minProperties", path);
         goto out;
     }
+    int need_one = mnp > n_req; /* minProperties 1, nothing required: at least one pair */
     if (mxp >= 0 && (has_extra || mxp < n)) {
-        rc = unsupported(c, "maxProperties", path);
+        rc = gsc_unsupported(c, "maxProperties", path);
         goto out;
     }
     /* chains: F_k (nothing written yet) and A_k (a comma first), k = 0..n */
@@ -688,7 +541,45 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
         }
         sbuf_free(&kv);
     }
-    sbuf_printf(b, "\"{\" ws r%d \"}\"", base);
+    if (need_one) { /* G_j: nothing written yet and one pair still owed */
+        int gb0 = c->n_rules;
+        c->n_rules += n + 1;
+        for (int j = n; j >= 0; j--) {
+            if (j == n) {
+                if (has_extra)
+                    sbuf_printf(c->o, "r%d ::= %s (\",\" ws %s){%ld,}\n", gb0 + j, extra.p, extra.p,
+                                n == 0 ? mnp - 1 : 0);
+                else /* unreachable: the last optional pair is taken instead */
+                    sbuf_printf(c->o, "r%d ::= r%d\n", gb0 + j, base + 2 * n);
+                continue;
+            }
+            struct sbuf kv = {0};
+            json_t *ks = json_string(ps[j].k);
+            char *kj = ks ? json_dumps_short(ks, JSON_ENCODE_ANY) : NULL;
+            json_decref(ks);
+            if (!kj) {
+                rc = cerr_set(c->e, CERR_NOMEM, "out of memory");
+                goto out;
+            }
+            gram_lit(&kv, kj, strlen(kj));
+            free(kj);
+            if (ps[j].id >= 0)
+                sbuf_printf(&kv, " ws \":\" ws r%d ws", ps[j].id);
+            else if (addl_id >= 0)
+                sbuf_printf(&kv, " ws \":\" ws r%d ws", addl_id);
+            else
+                sbuf_puts(&kv, " ws \":\" ws jval ws");
+            int A1 = base + 2 * (j + 1) + 1;
+            if (j == n - 1 && !has_extra)
+                sbuf_printf(c->o, "r%d ::= %s r%d\n", gb0 + j, kv.p, A1);
+            else
+                sbuf_printf(c->o, "r%d ::= %s r%d | r%d\n", gb0 + j, kv.p, A1, gb0 + j + 1);
+            sbuf_free(&kv);
+        }
+        sbuf_printf(b, "\"{\" ws r%d \"}\"", gb0);
+    } else {
+        sbuf_printf(b, "\"{\" ws r%d \"}\"", base);
+    }
 out:
     sbuf_free(&extra);
     free(ps);
@@ -699,11 +590,11 @@ out:
 static int gen_typed(struct sc *c, const json_t *s, const char *t, struct sbuf *b, const char *path)
 {
     if (!strcmp(t, "string"))
-        return gen_string(c, s, b, path);
+        return gsc_gen_string(c, s, b, path);
     if (!strcmp(t, "integer"))
-        return gen_integer(c, s, b, path);
+        return gsc_gen_integer(c, s, b, path);
     if (!strcmp(t, "number"))
-        return gen_number(c, s, b, path);
+        return gsc_gen_number(c, s, b, path);
     if (!strcmp(t, "boolean")) {
         sbuf_puts(b, "(\"true\" | \"false\")");
         return 0;
@@ -716,7 +607,7 @@ static int gen_typed(struct sc *c, const json_t *s, const char *t, struct sbuf *
         return gen_object(c, s, b, path);
     if (!strcmp(t, "array"))
         return gen_array(c, s, b, path);
-    return bad_schema(c, path, "unknown type");
+    return gsc_bad_schema(c, path, "unknown type");
 }
 
 static const char *guess_type(const json_t *s)
@@ -749,19 +640,46 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
         return 0;
     }
     if (!json_is_object(s))
-        return bad_schema(c, path, json_is_false(s) ? "the schema 'false' accepts nothing"
+        return gsc_bad_schema(c, path, json_is_false(s) ? "the schema 'false' accepts nothing"
                                                     : "a schema must be an object or a boolean");
-    static const char *const never[] = {"not", "if", "then", "else", "unevaluatedItems",
+    json_t *nt = json_object_get(s, "not");
+    if (nt) { /* not: {enum} / {const} on a plain string or integer: the values cut out */
+        json_t *ty0 = json_object_get(s, "type");
+        const char *t0 = json_is_string(ty0) ? json_string_value(ty0) : NULL;
+        json_t *ex = json_is_object(nt) ? json_object_get(nt, "enum") : NULL;
+        json_t *cx = json_is_object(nt) ? json_object_get(nt, "const") : NULL;
+        size_t nn = json_is_object(nt) ? json_object_size(nt) : 0;
+        int plain = t0 && (!strcmp(t0, "string") || !strcmp(t0, "integer")) && !json_object_get(s, "enum") &&
+                    !json_object_get(s, "const") && !json_object_get(s, "anyOf") && !json_object_get(s, "oneOf") &&
+                    !json_object_get(s, "allOf") && !json_object_get(s, "$ref");
+        json_t *ty1 = json_is_object(nt) ? json_object_get(nt, "type") : NULL;
+        if (plain && ((json_is_array(ex) && nn == 1 + (ty1 != NULL)) || (cx && nn == 1 + (ty1 != NULL)))) {
+            json_t *vals = json_is_array(ex) ? json_incref(ex) : json_pack("[O]", cx);
+            json_t *m = copy_without(c, s, "not");
+            if (!vals || !m) {
+                json_decref(vals);
+                return cerr_set(c->e, CERR_NOMEM, "out of memory");
+            }
+            json_array_append_new(c->keep, vals);
+            const json_t *save = c->excl;
+            c->excl = vals;
+            int rc = gen_typed(c, m, t0, b, path);
+            c->excl = save;
+            return rc;
+        }
+        return gsc_unsupported(c, "not", path);
+    }
+    static const char *const never[] = {"if", "then", "else", "unevaluatedItems",
                                         "$dynamicRef", "$recursiveRef", "minContains", "maxContains", NULL};
     for (int i = 0; never[i]; i++)
         if (json_object_get(s, never[i]))
-            return unsupported(c, never[i], path);
+            return gsc_unsupported(c, never[i], path);
     json_t *ref = json_object_get(s, "$ref");
     if (json_is_string(ref)) {
         const json_t *t = resolve(c, json_string_value(ref));
         if (!t)
-            return json_string_value(ref)[0] == '#' ? bad_schema(c, path, "a $ref that does not resolve")
-                                                    : unsupported(c, "$ref", path);
+            return json_string_value(ref)[0] == '#' ? gsc_bad_schema(c, path, "a $ref that does not resolve")
+                                                    : gsc_unsupported(c, "$ref", path);
         snprintf(sub, sizeof sub, "%s", json_string_value(ref));
         int id = rule_for(c, t, sub);
         if (id < 0)
@@ -782,7 +700,7 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
             for (int hop = 0; json_is_object(y) && json_is_string(json_object_get(y, "$ref")) && hop < 16; hop++) {
                 const json_t *t = resolve(c, json_string_value(json_object_get(y, "$ref")));
                 if (!t)
-                    return bad_schema(c, sub, "a $ref that does not resolve");
+                    return gsc_bad_schema(c, sub, "a $ref that does not resolve");
                 if (json_object_size(y) > 1) {
                     json_t *z = copy_without(c, y, "$ref");
                     int rc = z ? merge_into(c, z, t, sub) : CERR_NOMEM;
@@ -796,7 +714,7 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
             if (json_is_true(y))
                 continue;
             if (!json_is_object(y))
-                return bad_schema(c, sub, "allOf holds a schema that is not an object");
+                return gsc_bad_schema(c, sub, "allOf holds a schema that is not an object");
             int rc = merge_into(c, m, y, sub);
             if (rc)
                 return rc;
@@ -810,7 +728,7 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
                 continue;
             const char *k;
             json_t *v;
-            json_object_foreach(mp, k, v) if (!json_object_get(yp, k)) return unsupported(c, "allOf", path);
+            json_object_foreach(mp, k, v) if (!json_object_get(yp, k)) return gsc_unsupported(c, "allOf", path);
         }
         return gen_body(c, m, b, path);
     }
@@ -818,7 +736,7 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
     if (alt_kw) {
         json_t *alts = json_object_get(s, alt_kw);
         if (!json_is_array(alts) || !json_array_size(alts))
-            return bad_schema(c, path, "anyOf/oneOf needs a non-empty array");
+            return gsc_bad_schema(c, path, "anyOf/oneOf needs a non-empty array");
         /* siblings that validate are merged into each branch */
         int sib = 0;
         const char *k;
@@ -835,7 +753,7 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
                 const json_t *xr = x;
                 json_t *r = json_object_get(x, "$ref");
                 if (json_is_string(r) && json_object_size(x) == 1 && !(xr = resolve(c, json_string_value(r))))
-                    return bad_schema(c, sub, "a $ref that does not resolve");
+                    return gsc_bad_schema(c, sub, "a $ref that does not resolve");
                 if (!m)
                     return cerr_set(c->e, CERR_NOMEM, "out of memory");
                 if (json_is_object(xr)) {
@@ -861,7 +779,7 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
         return lit_json(c, b, cn);
     if (en) {
         if (!json_is_array(en) || !json_array_size(en))
-            return bad_schema(c, path, "enum needs a non-empty array");
+            return gsc_bad_schema(c, path, "enum needs a non-empty array");
         sbuf_puts(b, "(");
         size_t i;
         json_t *x;
@@ -880,13 +798,13 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
         return gen_typed(c, s, json_string_value(ty), b, path);
     if (json_is_array(ty)) {
         if (!json_array_size(ty))
-            return bad_schema(c, path, "type is an empty list");
+            return gsc_bad_schema(c, path, "type is an empty list");
         sbuf_puts(b, "(");
         size_t i;
         json_t *x;
         json_array_foreach(ty, i, x) {
             if (!json_is_string(x))
-                return bad_schema(c, path, "type lists something not a string");
+                return gsc_bad_schema(c, path, "type lists something not a string");
             if (i)
                 sbuf_puts(b, " | ");
             int rc = gen_typed(c, s, json_string_value(x), b, path);
