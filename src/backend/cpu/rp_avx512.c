@@ -15,13 +15,20 @@
  * whatever the tile height or the group's position, so results do not depend on n or on
  * the thread split.
  */
-#pragma GCC target("avx512vbmi")
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_int.h"
 #include "backend/cpu/repack.h"
+
+/* Every function here may use AVX-512 VBMI (the file's table is installed only where the CPU
+ * has it: cpu.c isa_has_vbmi). gcc takes the pragma, clang the attribute block. */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512vbmi"))), apply_to = function)
+#else
+#pragma GCC target("avx512vbmi")
+#endif
 
 #define RP_INLINE static inline __attribute__((always_inline))
 
@@ -335,3 +342,7 @@ void cpu_kernels_rp512(struct cpu_kernels *k)
     k->mm_rp[DT_Q5_0] = rp_mm_q5;
     k->mm_rp[DT_Q4_0] = rp_mm_q40;
 }
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
