@@ -179,13 +179,21 @@ void spec_step_time(struct spec *s, int n_tok, double sec)
     s->beta = (float)(beta < 0.05 ? 0.05 : beta > 1 ? 1 : beta);
 }
 
-struct spec_req *spec_req_new(struct spec *s)
+struct spec_req *spec_req_new(struct spec *s, const struct sampler_params *sp)
 {
     struct spec_req *q = calloc(1, sizeof *q);
     if (!q)
         return NULL;
     kv_seq_init(&q->dseq);
-    (void)s;
+    /* the processed distribution is softmax(logits / T) over the whole vocabulary: full
+     * rejection sampling needs p at every id, which the truncating filters would hide */
+    if (sp && s->c.kind == SPEC_TWO_MODEL && sp->temperature > 0 &&
+        !(sp->top_p > 0 && sp->top_p < 1) && !(sp->top_k > 0 && sp->top_k < s->n_vocab) &&
+        !(sp->min_p > 0) && !(sp->xtc_probability > 0)) {
+        q->sampled = 1;
+        q->temp = sp->temperature;
+        q->seed = sp->seed;
+    }
     return q;
 }
 

@@ -32,6 +32,7 @@
 
 #include <stdint.h>
 
+#include "engine/sampler.h"
 #include "kv/kv_pool.h"
 #include "model/model.h"
 #include "util/err.h"
@@ -54,6 +55,8 @@ struct spec_config {
                                 * (0 = the ratio of their weight bytes) */
     int adaptive;              /* 1 (default via spec_config_default) = size drafts by the
                                 * policy; 0 = always draft the most (tests, A/B) */
+    float draft_temp_scale;    /* two-model, sampled rows: the draft samples at the request's
+                                * temperature times this (0 = 1; tests flatten q with it) */
     int kv_dtype, block_size;  /* two-model: the draft pool's KV layout */
     int draft_blocks;          /* two-model: its pool size in blocks */
     int max_seqs, n_ctx;       /* two-model: sequences and context it must hold */
@@ -98,8 +101,25 @@ float spec_step_cost(const struct spec *s);
 /* A decode-only step of n_tok tokens took `seconds` (feeds the measured step cost). */
 void spec_step_time(struct spec *s, int n_tok, double seconds);
 
-/* Per-request state. NULL from spec_req_new means out of memory. */
-struct spec_req *spec_req_new(struct spec *s);
+/* Per-request state; sp: the request's sampling parameters (NULL = greedy). NULL from
+ * spec_req_new means out of memory. A two-model request whose sampler draws from the whole
+ * processed distribution (T > 0, no top_p / top_k / min_p / XTC) has its drafts sampled
+ * from the draft model's distribution q and verified by full rejection sampling
+ * (spec_reject); every other row drafts greedily (a one-point proposal, verified by the
+ * row's own sampler). */
+struct spec_req *spec_req_new(struct spec *s, const struct sampler_params *sp);
+/* 1 when draft j of q's last proposal was sampled from q (verify it with spec_reject). */
+int spec_req_sampled(const struct spec_req *q, int j);
+/* Full speculative rejection sampling (Leviathan et al. 2023, Chen et al. 2023) of draft j
+ * of q's last proposal, the token at position pos: lg holds the target's processed logits
+ * there (the request's sampler ran on the row: bias, penalties, grammar mask applied), so
+ * that the target's distribution is p = softmax(lg / T). Accepts the draft d with
+ * probability min(1, p(d) / q(d)) (*accepted = 1, returns d), else returns a draw from
+ * norm(max(0, p - q)). The output token is distributed as p, whatever q. The uniforms come
+ * from the request's seed and pos (streams of their own). *lse: log-sum-exp of lg (T = 1),
+ * for the emitted token's logprob. */
+int32_t spec_reject(const struct spec_req *q, int j, const float *lg, int n_vocab, int pos,
+                    int *accepted, double *lse);
 /* Releases the request's state (and its draft-model KV). */
 void spec_req_free(struct spec *s, struct spec_req *q);
 

@@ -181,6 +181,16 @@ void eng_spec_verify(struct engine *g, struct row *w, int use_am, int use_tc)
             return; /* the request failed */
         }
         int hit = j < k && id == d[j];
+        if (j < k && !use_am && spec_req_sampled(r->spec, j)) {
+            /* a draft sampled from the draft model's q: full rejection sampling on the
+             * row the sampler just processed (its own draw is not used) */
+            int V = g->m->hp.n_vocab;
+            const float *lg = g->logits + (size_t)(w->out + j) * V;
+            double lse;
+            id = spec_reject(r->spec, j, lg, V, base + 1 + j, &hit, &lse);
+            lp.id = id;
+            lp.logprob = (float)((double)lg[id] - lse);
+        }
         acc += hit;
         r->spec_accepted += hit;
         g->spec_gen += j > 0;

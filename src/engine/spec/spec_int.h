@@ -9,6 +9,7 @@
 #define SPEC_PROBE 16 /* steps without a draft before a row probes with one token */
 #define SPEC_CORPUS_MAX_TOKENS (1 << 18) /* suffix: finished-output tokens kept */
 #define SPEC_CORPUS_MAX_SEGS 256
+#define SPEC_Q_TOP 32 /* two-model, sampled: q is the draft's softmax over its top 32 ids */
 
 struct spec_draft; /* spec_draft.c */
 
@@ -38,6 +39,16 @@ struct spec_req {
     int dpast;
     int dfed;  /* draft tokens of the last proposal fed to the draft model (at dpast ..) */
     int dlive; /* dseq holds blocks of the draft pool */
+    /* two-model, sampled rows (spec_req_new): drafts drawn from q; per draft of the last
+     * proposal its q as (id, probability) pairs, the support of q */
+    int sampled;
+    float temp;
+    uint64_t seed;
+    int qn; /* drafts of the last proposal that carry a q */
+    int qk[SPEC_MAX_DRAFT];
+    int32_t qdraft[SPEC_MAX_DRAFT]; /* the token drawn from q */
+    int32_t qid[SPEC_MAX_DRAFT][SPEC_Q_TOP];
+    float qp[SPEC_MAX_DRAFT][SPEC_Q_TOP];
 };
 
 /* spec_suffix.c */
@@ -53,5 +64,10 @@ int spec_draft_propose(struct spec *s, struct spec_req *q, const int32_t *t, int
                        int32_t *out);
 void spec_draft_rollback(struct spec *s, struct spec_req *q, int n_valid);
 void spec_draft_release(struct spec *s, struct spec_req *q);
+
+/* spec_reject.c: draws draft j of q from the draft's logits lg (softmax at q->temp x scale
+ * over its SPEC_Q_TOP largest logits), recording q; pos: the drafted token's position. */
+int32_t spec_q_draw(struct spec_req *q, int j, const float *lg, int n_vocab, float scale,
+                    int pos);
 
 #endif
