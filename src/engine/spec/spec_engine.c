@@ -24,11 +24,6 @@ int eng_spec_init(struct engine *g, struct cerr *e)
     struct spec_config c = g->c.spec;
     if (c.kind == SPEC_NONE)
         return 0;
-    if (g->kv_swa) {
-        log_warn("speculation is off: the model keeps sliding-window layers in their own KV "
-                 "pool, whose rollback is not implemented");
-        return 0;
-    }
     if (c.step_cost <= 0) { /* else measured (spec_step_time) */
         const char *v = getenv("CINFER_SPEC_STEP_COST");
         c.step_cost = v && *v ? (float)atof(v) : 0;
@@ -142,6 +137,8 @@ int eng_spec_unplan(struct engine *g, int n_rows)
         any = 1;
         spec_observe(g->spec, w->r->spec, 0, 0, w->r->n_tokens);
         kv_seq_trim(g->kv, &w->r->seq, w->r->n_past);
+        if (g->kv_swa)
+            kv_seq_trim(g->kv_swa, &w->r->seq_swa, w->r->n_past);
         w->n = 1;
         w->k = 0;
     }
@@ -174,6 +171,8 @@ void eng_spec_verify(struct engine *g, struct row *w, int use_am, int use_tc)
         /* positions base .. base + j hold the last token and the j drafts kept so far */
         r->n_past = base + 1 + j;
         kv_cache_commit(g->kv, &r->seq, g->root, r->tokens, r->n_past);
+        if (g->kv_swa)
+            kv_cache_commit(g->kv_swa, &r->seq_swa, g->root, r->tokens, r->n_past);
         struct sampler_logprob lp;
         int32_t id = eng_sample_row(g, r, w->out + j, use_am, use_tc, &lp);
         if (id < 0) {
@@ -202,5 +201,10 @@ void eng_spec_verify(struct engine *g, struct row *w, int use_am, int use_tc)
             break;
     }
     kv_seq_trim(g->kv, &r->seq, r->n_past);
+    if (g->kv_swa) { /* the sliding layers' pool: the same rollback, then what the window
+                      * no longer reaches goes (as after a plain step) */
+        kv_seq_trim(g->kv_swa, &r->seq_swa, r->n_past);
+        kv_seq_drop_before(g->kv_swa, &r->seq_swa, r->n_past - g->window + 1);
+    }
     spec_observe(g->spec, r->spec, k, acc, r->n_past);
 }
