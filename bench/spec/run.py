@@ -247,6 +247,11 @@ def main():
                            "decode_s": round(dt, 3), "tok_s": round(tps, 3), "drafted": dr,
                            "accepted": acc, "load_1m_before": round(l0, 2),
                            "load_1m_after": round(load(), 2)}
+                    if kind != "none":  # the policy's measured costs (speculation's /stats)
+                        sp = srvs[kind].stats().get("speculation", {})
+                        row["stats"] = {k: sp[k] for k in ("step_cost", "step_ms", "draft_cost",
+                                                           "draft_ms", "acceptance_rate",
+                                                           "verify_rows") if k in sp}
                     print(json.dumps(row), flush=True)
                     raw["runs"].append(row)
                     if kind not in best or tps > best[kind][0]:
@@ -277,8 +282,15 @@ def main():
                     v = aggregate(srvs[kind], args.agg_tokens)
                     print(json.dumps({"aggregate_at_8": kind, "rep": rep, "tok_s": round(v, 3),
                                       "load_1m": round(l0, 2)}), flush=True)
-                    raw["runs"].append({"aggregate_at_8": kind, "rep": rep,
-                                        "tok_s": round(v, 3), "load_1m_before": round(l0, 2)})
+                    row = {"aggregate_at_8": kind, "rep": rep, "tok_s": round(v, 3),
+                           "load_1m_before": round(l0, 2)}
+                    if kind != "none":
+                        sp = srvs[kind].stats().get("speculation", {})
+                        row["stats"] = {k: sp[k] for k in ("step_cost", "step_ms", "draft_cost",
+                                                           "draft_ms", "drafted", "accepted",
+                                                           "verify_rows") if k in sp}
+                        print(json.dumps(row), flush=True)
+                    raw["runs"].append(row)
                     agg[kind] = max(agg.get(kind, 0), v)
         finally:
             for k in confs:

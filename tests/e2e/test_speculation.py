@@ -29,6 +29,7 @@ def check_kv(monkeypatch):
     monkeypatch.setenv("CINFER_CHECK_KV", "1")
     # a fixed step cost: how much is drafted must not depend on measured step times
     monkeypatch.setenv("CINFER_SPEC_STEP_COST", "0.25")
+    monkeypatch.setenv("CINFER_SPEC_DRAFT_COST", "1")
 
 
 def gen(srv, prompt, n=60, **kw):
@@ -94,6 +95,9 @@ def test_greedy_identical(plain, kind):
         sp = st["speculation"]
         assert sp["kind"] == kind and sp["drafted"] > 0 and sp["accepted"] > 0
         assert 0 < sp["acceptance_rate"] <= 1
+        assert sp["step_ms"] >= 0 and sp["step_cost"] == 0.25  # pinned by the fixture
+        if kind == "two-model":  # a draft forward's cost: pinned too; its time measured
+            assert sp["draft_cost"] == 1 and sp["draft_ms"] >= 0
         assert st["batch"]["invariant_failures"] == 0
         m = srv.get("/metrics")[1].decode()
         assert f"cinfer_spec_accepted_tokens_total {sp['accepted']}" in m

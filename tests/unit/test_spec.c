@@ -95,6 +95,7 @@ static struct engine *mk(int kind, int adaptive, int max_seqs, int n_blocks, int
         spec_config_default(&c.spec, kind);
         c.spec.adaptive = adaptive;
         c.spec.step_cost = 0.25f; /* fixed: the policy must not depend on measured times */
+        c.spec.draft_cost = 1.0f; /* (the model drafts for itself) */
         if (kind == SPEC_TWO_MODEL)
             c.spec.draft = g_m; /* the model drafts for itself: every greedy draft is kept */
         c.spec.draft_temp_scale = g_draft_scale;

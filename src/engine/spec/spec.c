@@ -148,6 +148,20 @@ void spec_get_stats(const struct spec *s, struct spec_stats *out)
     out->draft_calls = s->draft_calls;
     out->suffix_tokens = s->corpus_tokens;
     out->step_cost = spec_step_cost(s);
+    out->draft_cost = s->c.kind == SPEC_TWO_MODEL ? spec_draft_cost(s) : 0;
+    out->step_ms = (float)(s->t1 * 1e3);
+    out->draft_ms = s->dw > 0 ? (float)(s->dt / s->dw * 1e3) : 0;
+}
+
+float spec_draft_cost(const struct spec *s)
+{
+    if (s->c.draft_cost > 0)
+        return s->c.draft_cost;
+    if (s->t1 > 0 && s->dw >= 8) {
+        double r = s->dt / s->dw / s->t1;
+        return (float)(r < 0.02 ? 0.02 : r > 4 ? 4 : r);
+    }
+    return s->c.draft_cost_default > 0 ? s->c.draft_cost_default : 0.5f;
 }
 
 float spec_step_cost(const struct spec *s)
@@ -171,11 +185,14 @@ void spec_step_time(struct spec *s, int n_tok, double sec)
     s->tnn = s->tnn * d + n * n;
     s->tnt = s->tnt * d + n * sec;
     double var = s->tnn / s->tw - (s->tn / s->tw) * (s->tn / s->tw);
+    if (s->tw >= 4 && var < 0.25 && s->tn / s->tw < 1.5)
+        s->t1 = s->tt / s->tw; /* one-token steps only: their mean */
     if (s->tw < 16 || var < 0.25)
         return; /* steps of one size only: no slope to see */
     double b = (s->tnt / s->tw - (s->tn / s->tw) * (s->tt / s->tw)) / var;
     double a = s->tt / s->tw - b * s->tn / s->tw;
     double beta = a + b > 0 ? b / (a + b) : 1;
+    s->t1 = a + b > 0 ? a + b : s->tt / s->tw;
     s->beta = (float)(beta < 0.05 ? 0.05 : beta > 1 ? 1 : beta);
 }
 
@@ -307,7 +324,7 @@ int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int 
     }
     case SPEC_TWO_MODEL: {
         /* each draft token costs a draft forward: draft only as far as it pays for one row */
-        float a = alpha(s, q, 0), beta = spec_step_cost(s) + s->c.draft_cost, pj = 1;
+        float a = alpha(s, q, 0), beta = spec_step_cost(s) + spec_draft_cost(s), pj = 1;
         double value = 1, cost = 1;
         int k = 0;
         while (k < max && s->c.adaptive) {

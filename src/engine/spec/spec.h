@@ -52,7 +52,8 @@ struct spec_config {
                                 * step (0 = measured, see spec_step_cost) */
     float step_cost_default;   /* before enough steps were measured (0: 0.25) */
     float draft_cost;          /* two-model: a draft forward's cost relative to a target decode
-                                * (0 = the ratio of their weight bytes) */
+                                * (0 = measured, see spec_draft_cost) */
+    float draft_cost_default;  /* before it was measured (the ratio of their weight bytes) */
     int adaptive;              /* 1 (default via spec_config_default) = size drafts by the
                                 * policy; 0 = always draft the most (tests, A/B) */
     float draft_temp_scale;    /* two-model, sampled rows: the draft samples at the request's
@@ -87,6 +88,9 @@ struct spec_stats {
     long draft_calls;               /* two-model: draft-model forwards */
     long suffix_tokens;             /* suffix: tokens in the finished-output corpus */
     float step_cost;                /* the policy's step-cost slope now */
+    float draft_cost;               /* two-model: a draft forward / a target decode step */
+    float step_ms, draft_ms;        /* measured: a one-token target step (the fitted line at
+                                     * n = 1), a one-token draft forward (0 = not yet) */
 };
 
 int spec_new(struct spec **out, const struct spec_config *c, int n_vocab, struct cerr *e);
@@ -98,6 +102,11 @@ void spec_get_stats(const struct spec *s, struct spec_stats *out);
  * decode steps (spec_step_time), slope b / (a + b), clamped to [0.05, 1] — once steps of
  * different sizes have been seen, else the backend's default. */
 float spec_step_cost(const struct spec *s);
+/* Two-model: a draft forward's cost relative to a one-token target step: spec_config's
+ * draft_cost when given (or CINFER_SPEC_DRAFT_COST), else measured — the decayed mean time
+ * of one-token draft forwards over the fitted target step at n = 1 — once both are known,
+ * else draft_cost_default. */
+float spec_draft_cost(const struct spec *s);
 /* A decode-only step of n_tok tokens took `seconds` (feeds the measured step cost). */
 void spec_step_time(struct spec *s, int n_tok, double seconds);
 

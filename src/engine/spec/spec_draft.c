@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/sampler.h"
+#include "util/clock.h"
 #include "engine/spec/spec_int.h"
 #include "util/log.h"
 
@@ -120,9 +121,14 @@ static int step(struct spec *s, struct spec_req *q, const int32_t *toks, int n, 
                             .out_idx = d->out_idx,
                             .argmax = out && d->can_argmax && !q->sampled ? d->am : NULL};
     struct cerr e = {0};
+    double t0 = clock_now_s();
     if (model_forward(d->m, d->ws, &d->view, &b, d->logits, &e)) {
         log_error("spec: the draft model's forward failed: %s", e.msg);
         return -1;
+    }
+    if (n == 1) { /* the draft's cost, as the policy sees it (spec_draft_cost) */
+        s->dw = s->dw * 0.98 + 1;
+        s->dt = s->dt * 0.98 + (clock_now_s() - t0);
     }
     s->draft_calls++;
     if (out && q->sampled)

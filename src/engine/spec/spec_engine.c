@@ -31,8 +31,13 @@ int eng_spec_init(struct engine *g, struct cerr *e)
     /* until measured, a token more in a step: ~1/4 of a decode on the CPU, little on a GPU,
      * where decode reads the weights and waits */
     c.step_cost_default = !strcmp(g->m->be->ops->name, "cpu") ? 0.25f : 0.05f;
-    if (c.kind == SPEC_TWO_MODEL && c.draft_cost <= 0 && c.draft)
-        c.draft_cost = (float)model_weight_bytes(c.draft) / (float)model_weight_bytes(g->m);
+    if (c.kind == SPEC_TWO_MODEL && c.draft_cost <= 0) { /* else measured (spec_draft.c) */
+        const char *v = getenv("CINFER_SPEC_DRAFT_COST");
+        c.draft_cost = v && *v ? (float)atof(v) : 0;
+    }
+    if (c.kind == SPEC_TWO_MODEL && c.draft)
+        c.draft_cost_default =
+            (float)model_weight_bytes(c.draft) / (float)model_weight_bytes(g->m);
     c.max_seqs = g->c.max_seqs;
     c.n_ctx = g->c.n_ctx;
     int rc = spec_new(&g->spec, &c, g->m->hp.n_vocab, e);

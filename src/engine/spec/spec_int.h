@@ -21,6 +21,8 @@ struct spec {
     /* measured step times: decayed sums for the least-squares line t = a + b n */
     double tw, tn, tt, tnn, tnt;
     float beta; /* the measured slope (0 = not yet) */
+    double t1;  /* the fitted one-token step time a + b (0 = not yet) */
+    double dw, dt; /* two-model: decayed count and time of one-token draft forwards */
     /* suffix corpus: recent finished outputs, oldest first (a ring of segments) */
     int32_t *seg[SPEC_CORPUS_MAX_SEGS];
     int seg_len[SPEC_CORPUS_MAX_SEGS];
