@@ -32,9 +32,9 @@ t0=$(date +%s)
 
 # 1. the unit contracts on CUDA
 if want test; then
-CINFER_TEST_BACKEND=cuda CINFER_FIXTURES=$B/fixtures CINFER_SRC=$PWD \
+CINFER_TEST_BACKEND=${BACKEND:-cuda} CINFER_FIXTURES=$B/fixtures CINFER_SRC=$PWD \
     timeout ${TEST_TIMEOUT:-300} "$B/test_spec" > "$OUT/test_spec_cuda.log" 2>&1
-echo "test_spec (cuda) rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$S"
+echo "test_spec (${BACKEND:-cuda}) rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$S"
 grep -E "FAIL|passed|identical|chi-square|gemma3|rejection" "$OUT/test_spec_cuda.log" | head -40 | tee -a "$S"
 fi
 
@@ -46,20 +46,20 @@ timeout ${MODELS_TIMEOUT:-420} python3 bench/gpu/models.py bench "$M" l1b l8b > 
 echo "models rc=$? ($(( $(date +%s) - t1 )) s)" | tee -a "$S"
 fi
 for m in l1b l8b; do
-    [ -f "$M/$m/tokenizer.json" ] || python3 bench/gpu/synth_tokenizer.py "$M/$m" >> "$OUT/models.log" 2>&1
+    [ ! -d "$M/$m" ] || [ -f "$M/$m/tokenizer.json" ] || python3 bench/gpu/synth_tokenizer.py "$M/$m" >> "$OUT/models.log" 2>&1
 done
 
 # 3. lossless through the server
 if want check; then
 t2=$(date +%s)
 BIN=$B timeout ${CHECK_TIMEOUT:-600} python3 bench/spec/device_check.py "$M/l8b" "$M/l1b" \
-    --backend cuda --tokens ${CHECK_TOKENS:-160} > "$OUT/check_l8b.json" 2> "$OUT/check_l8b.err"
+    --backend ${BACKEND:-cuda} --tokens ${CHECK_TOKENS:-160} > "$OUT/check_l8b.json" 2> "$OUT/check_l8b.err"
 echo "check l8b (draft l1b) rc=$? ($(( $(date +%s) - t2 )) s)" | tee -a "$S"
 tail -c 3000 "$OUT/check_l8b.err" | tail -5
 tail -1 "$OUT/check_l8b.json" | tee -a "$S"
 t3=$(date +%s)
 BIN=$B timeout ${CHECK_TIMEOUT:-600} python3 bench/spec/device_check.py "$M/l1b" "$M/l1b" \
-    --backend cuda --kinds two-model --tokens ${CHECK_TOKENS:-160} \
+    --backend ${BACKEND:-cuda} --kinds two-model --tokens ${CHECK_TOKENS:-160} \
     > "$OUT/check_l1b_self.json" 2> "$OUT/check_l1b_self.err"
 echo "check l1b drafting for itself rc=$? ($(( $(date +%s) - t3 )) s)" | tee -a "$S"
 tail -1 "$OUT/check_l1b_self.json" | tee -a "$S"
@@ -69,7 +69,7 @@ fi
 if want bench; then
 t4=$(date +%s)
 cp bench/results/spec.json "$OUT/spec_gpu.json" 2>/dev/null
-BIN=$B timeout ${BENCH_TIMEOUT:-900} python3 bench/spec/run.py --backend cuda --section gpu \
+BIN=$B timeout ${BENCH_TIMEOUT:-420} python3 bench/spec/run.py --backend ${BACKEND:-cuda} --section gpu \
     --sequential --target "$M/l8b" --draft "$M/l1b" \
     --chat-template tests/e2e/data/stories_chat.jinja --server-args "-c 8192" \
     --max-tokens ${TOKENS:-256} --agg-tokens ${AGG_TOKENS:-128} --reps ${REPS:-1} \
