@@ -98,9 +98,11 @@ void spec_free(struct spec *s);
 const struct spec_config *spec_config_of(const struct spec *s);
 void spec_get_stats(const struct spec *s, struct spec_stats *out);
 /* The step-cost slope the policy uses: spec_config.step_cost when given (or
- * CINFER_SPEC_STEP_COST), else measured — a least-squares line t = a + b n over recent
- * decode steps (spec_step_time), slope b / (a + b), clamped to [0.05, 1] — once steps of
- * different sizes have been seen, else the backend's default. */
+ * CINFER_SPEC_STEP_COST), else measured — per step size a low quantile of the recent times
+ * (down fast, up slowly: robust to steps the OS stalled), a weighted least-squares line
+ * t = a + b n through the sizes seen, slope b over the one-token step (measured, else a + b),
+ * clamped to [0.05, 1] — once steps of different sizes have been seen, else the backend's
+ * default. */
 float spec_step_cost(const struct spec *s);
 /* Two-model: a draft forward's cost relative to a one-token target step: spec_config's
  * draft_cost when given (or CINFER_SPEC_DRAFT_COST), else measured — the decayed mean time

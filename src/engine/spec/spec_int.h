@@ -9,6 +9,7 @@
 #define SPEC_PROBE 16 /* steps without a draft before a row probes with one token */
 #define SPEC_CORPUS_MAX_TOKENS (1 << 18) /* suffix: finished-output tokens kept */
 #define SPEC_CORPUS_MAX_SEGS 256
+#define SPEC_STEP_SIZES 64 /* step sizes (tokens) whose times are kept */
 #define SPEC_Q_TOP 32 /* two-model, sampled: q is the draft's softmax over its top 32 ids */
 
 struct spec_draft; /* spec_draft.c */
@@ -18,8 +19,11 @@ struct spec {
     int n_vocab;
     double g_acc[SPEC_BUCKETS], g_rej[SPEC_BUCKETS]; /* every request's, decayed */
     long drafted, accepted, rounds, draft_calls;
-    /* measured step times: decayed sums for the least-squares line t = a + b n */
-    double tw, tn, tt, tnn, tnt;
+    /* measured step times: per step size n (1..SPEC_STEP_SIZES) a smoothed time (outliers
+     * clipped: a step the OS stalled does not move it far) and a capped count; the line
+     * t = a + b n is fitted through them */
+    double st[SPEC_STEP_SIZES + 1];
+    int sc[SPEC_STEP_SIZES + 1];
     float beta; /* the measured slope (0 = not yet) */
     double t1;  /* the fitted one-token step time a + b (0 = not yet) */
     double dw, dt; /* two-model: decayed count and time of one-token draft forwards */
