@@ -36,8 +36,7 @@ int eng_spec_init(struct engine *g, struct cerr *e)
         c.draft_cost = v && *v ? (float)atof(v) : 0;
     }
     if (c.kind == SPEC_TWO_MODEL && c.draft)
-        c.draft_cost_default =
-            (float)model_weight_bytes(c.draft) / (float)model_weight_bytes(g->m);
+        c.draft_cost_default = (float)model_weight_bytes(c.draft) / (float)model_weight_bytes(g->m);
     c.max_seqs = g->c.max_seqs;
     c.n_ctx = g->c.n_ctx;
     int rc = spec_new(&g->spec, &c, g->m->hp.n_vocab, e);

@@ -10,7 +10,7 @@
 #define SPEC_CORPUS_MAX_TOKENS (1 << 18) /* suffix: finished-output tokens kept */
 #define SPEC_CORPUS_MAX_SEGS 256
 #define SPEC_STEP_SIZES 64 /* step sizes (tokens) whose times are kept */
-#define SPEC_Q_TOP 32 /* two-model, sampled: q is the draft's softmax over its top 32 ids */
+#define SPEC_Q_TOP 32      /* two-model, sampled: q is the draft's softmax over its top 32 ids */
 
 struct spec_draft; /* spec_draft.c */
 
@@ -24,8 +24,8 @@ struct spec {
      * t = a + b n is fitted through them */
     double st[SPEC_STEP_SIZES + 1];
     int sc[SPEC_STEP_SIZES + 1];
-    float beta; /* the measured slope (0 = not yet) */
-    double t1;  /* the fitted one-token step time a + b (0 = not yet) */
+    float beta;    /* the measured slope (0 = not yet) */
+    double t1;     /* the fitted one-token step time a + b (0 = not yet) */
     double dw, dt; /* two-model: decayed count and time of one-token draft forwards */
     /* suffix corpus: recent finished outputs, oldest first (a ring of segments) */
     int32_t *seg[SPEC_CORPUS_MAX_SEGS];
@@ -73,7 +73,6 @@ void spec_draft_release(struct spec *s, struct spec_req *q);
 
 /* spec_reject.c: draws draft j of q from the draft's logits lg (softmax at q->temp x scale
  * over its SPEC_Q_TOP largest logits), recording q; pos: the drafted token's position. */
-int32_t spec_q_draw(struct spec_req *q, int j, const float *lg, int n_vocab, float scale,
-                    int pos);
+int32_t spec_q_draw(struct spec_req *q, int j, const float *lg, int n_vocab, float scale, int pos);
 
 #endif

@@ -103,9 +103,8 @@ int32_t spec_reject(const struct spec_req *q, int j, const float *lg, int n_voca
     for (int t = 0; t < k; t++)
         if (ids[t] == d)
             q_d = qp[t];
-    double p_d = d >= 0 && d < n_vocab && lg[d] > -INFINITY
-                     ? exp((double)(lg[d] - mx) * inv_t) / zp
-                     : 0;
+    double p_d =
+        d >= 0 && d < n_vocab && lg[d] > -INFINITY ? exp((double)(lg[d] - mx) * inv_t) / zp : 0;
     if (q_d > 0 && sampler_uniform(q->seed ^ SALT, (uint64_t)pos, STREAM_ACCEPT) * q_d < p_d) {
         *accepted = 1;
         return d;
