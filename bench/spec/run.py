@@ -35,7 +35,8 @@ import time
 import urllib.request
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BIN = os.path.join(REPO, "build", "cinfer")
+BIN = os.path.join(os.environ["BIN"], "cinfer") if os.environ.get("BIN") else \
+    os.path.join(REPO, "build", "cinfer")
 TARGET = os.path.join(REPO, "models", "qwen2.5-coder-1.5b-instruct-Q4_K_M.gguf")
 DRAFT = os.path.join(REPO, "models", "qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf")
 CODE_FILE = os.path.join(REPO, "bench", "spec", "data", "ring.c")
@@ -59,6 +60,9 @@ class Server:
         self.base = f"http://127.0.0.1:{self.port}"
         cmd = [BIN, "serve", args.target, "--port", str(self.port), "-t", str(threads),
                "--batch", str(batch), "--no-open", "--backend", backend]
+        if args.chat_template:
+            cmd += ["--chat-template", args.chat_template]
+        cmd += args.server_args.split()
         if kind == "two_model":
             cmd += ["--draft-model", args.draft]
         elif kind != "none":
@@ -76,6 +80,13 @@ class Server:
             except OSError:
                 time.sleep(0.3)
         raise RuntimeError("server not ready")
+
+    def cpu_s(self):
+        """CPU seconds the server has used (user + system, all threads): on a shared machine
+        the work a configuration needs, which the wall clock shows only through the noise of
+        whoever else runs."""
+        f = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self):
         self.proc.terminate()
@@ -201,7 +212,46 @@ def aggregate(srv, max_tokens):
         t.start()
     for t in th:
         t.join()
-    return sum(out) / (time.time() - t0)
+    return sum(out) / (time.time() - t0), sum(out)
+
+
+class Servers:
+    """The configurations' servers: all up at once (interleaved repetitions: the same load for
+    each), or with --sequential one at a time. order() yields (rep, kind); srvs[kind] is the
+    server, started and warmed (warm(srv): the prompts sent once) before its first use."""
+
+    def __init__(self, args, confs, batch, warm):
+        self.args, self.confs, self.batch, self.warm = args, confs, batch, warm
+        self.live = {}
+        if not args.sequential:
+            for k in confs:
+                self.live[k] = Server(args, k, args.threads, batch, args.backend)
+            for k in confs:
+                warm(self.live[k])
+
+    def order(self):
+        if not self.args.sequential:
+            for rep in range(self.args.reps):
+                for kind in self.confs:
+                    yield rep, kind
+            return
+        for kind in self.confs:
+            self.live[kind] = Server(self.args, kind, self.args.threads, self.batch,
+                                     self.args.backend)
+            try:
+                self.warm(self.live[kind])
+                for rep in range(self.args.reps):
+                    yield rep, kind
+            finally:
+                self.live.pop(kind).stop()
+
+    def __getitem__(self, kind):
+        return self.live[kind]
+
+    def stop(self):
+        for s in self.live.values():
+            s.stop()
+        self.live = {}
 
 
 def main():
@@ -217,6 +267,11 @@ def main():
     ap.add_argument("--draft", default=DRAFT)
     ap.add_argument("--no-aggregate", action="store_true")
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--chat-template", default=None, help="for models without one")
+    ap.add_argument("--server-args", default="", help="more serve flags, e.g. '-c 4096'")
+    ap.add_argument("--sequential", action="store_true",
+                    help="one server at a time (a GPU that cannot hold every configuration's "
+                    "weights at once; its load is its own, so interleaving is not needed)")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "spec.json"))
     args = ap.parse_args()
     kinds = args.kinds.split(",")
@@ -230,30 +285,35 @@ def main():
         confs = ["none"] + kinds
         # every configuration's server up and warm at once, then interleaved repetitions
         # (none, kind1, kind2, ... again): they see the same load; best of --reps each
-        srvs = {k: Server(args, k, args.threads, 1, args.backend) for k in confs}
+        srvs = Servers(args, confs, 1, lambda srv: [srv.chat(m, 3, tools) for m in turns])
         try:
-            for k in confs:
-                for msgs in turns:
-                    srvs[k].chat(msgs, 3, tools)
-            best = {}
-            for rep in range(args.reps):
-                for kind in confs:
-                    if kind == "suffix" and rep > 0:
-                        continue  # its corpus now holds this very output: one rep only
-                    l0 = load()
-                    n, dt, dr, acc = run_workload(srvs[kind], turns, args.max_tokens, tools)
-                    tps = n / dt if dt > 0 else 0
-                    row = {"workload": wl, "kind": kind, "rep": rep, "tokens": n,
-                           "decode_s": round(dt, 3), "tok_s": round(tps, 3), "drafted": dr,
-                           "accepted": acc, "load_1m_before": round(l0, 2),
-                           "load_1m_after": round(load(), 2)}
-                    print(json.dumps(row), flush=True)
-                    raw["runs"].append(row)
-                    if kind not in best or tps > best[kind][0]:
-                        best[kind] = (tps, dr, acc, l0)
+            best, cpu_best = {}, {}
+            for rep, kind in srvs.order():
+                if kind == "suffix" and rep > 0:
+                    continue  # its corpus now holds this very output: one rep only
+                l0 = load()
+                c0 = srvs[kind].cpu_s()
+                n, dt, dr, acc = run_workload(srvs[kind], turns, args.max_tokens, tools)
+                cpu = srvs[kind].cpu_s() - c0
+                tps = n / dt if dt > 0 else 0
+                row = {"workload": wl, "kind": kind, "rep": rep, "tokens": n,
+                       "decode_s": round(dt, 3), "tok_s": round(tps, 3),
+                       "cpu_s_per_token": round(cpu / n, 4) if n else None, "drafted": dr,
+                       "accepted": acc, "load_1m_before": round(l0, 2),
+                       "load_1m_after": round(load(), 2)}
+                if kind != "none":  # the policy's measured costs (speculation's /stats)
+                    sp = srvs[kind].stats().get("speculation", {})
+                    row["stats"] = {k: sp[k] for k in ("step_cost", "step_ms", "draft_cost",
+                                                       "draft_ms", "acceptance_rate",
+                                                       "verify_rows") if k in sp}
+                print(json.dumps(row), flush=True)
+                raw["runs"].append(row)
+                if kind not in best or tps > best[kind][0]:
+                    best[kind] = (tps, dr, acc, l0)
+                if n and (kind not in cpu_best or cpu / n < cpu_best[kind]):
+                    cpu_best[kind] = cpu / n
         finally:
-            for k in confs:
-                srvs[k].stop()
+            srvs.stop()
         base = best["none"][0]
         for kind in kinds:
             tps, dr, acc, l0 = best[kind]
@@ -261,32 +321,44 @@ def main():
                              "acceptance_rate": round(acc / dr, 3) if dr else 0.0,
                              "tok_s": round(tps, 2), "baseline_tok_s": round(base, 2),
                              "load_1m": round(l0, 2), "baseline_load_1m": round(best["none"][3], 2)}
+            if cpu_best.get(kind) and "none" in cpu_best:  # CPU time per token, none over kind
+                res[kind][wl]["cpu_time_speedup"] = round(cpu_best["none"] / cpu_best[kind], 3)
     if not args.no_aggregate:
         confs = ["none"] + kinds
-        srvs = {k: Server(args, k, args.threads, 8, args.backend) for k in confs}
-        agg = {}
+        srvs = Servers(args, confs, 8, lambda srv: [srv.chat(m, 3) for m in AGG_REQS()])
+        agg, agg_cpu = {}, {}
         try:
-            for k in confs:
-                for m in AGG_REQS():
-                    srvs[k].chat(m, 3)
-            for rep in range(args.reps):
-                for kind in confs:
-                    if kind == "suffix" and rep > 0:
-                        continue
-                    l0 = load()
-                    v = aggregate(srvs[kind], args.agg_tokens)
-                    print(json.dumps({"aggregate_at_8": kind, "rep": rep, "tok_s": round(v, 3),
-                                      "load_1m": round(l0, 2)}), flush=True)
-                    raw["runs"].append({"aggregate_at_8": kind, "rep": rep,
-                                        "tok_s": round(v, 3), "load_1m_before": round(l0, 2)})
-                    agg[kind] = max(agg.get(kind, 0), v)
+            for rep, kind in srvs.order():
+                if kind == "suffix" and rep > 0:
+                    continue
+                l0 = load()
+                c0 = srvs[kind].cpu_s()
+                v, ntok = aggregate(srvs[kind], args.agg_tokens)
+                cpu_tok = (srvs[kind].cpu_s() - c0) / ntok if ntok else None
+                print(json.dumps({"aggregate_at_8": kind, "rep": rep, "tok_s": round(v, 3),
+                                  "load_1m": round(l0, 2)}), flush=True)
+                row = {"aggregate_at_8": kind, "rep": rep, "tok_s": round(v, 3),
+                       "cpu_s_per_token": round(cpu_tok, 4) if cpu_tok else None,
+                       "load_1m_before": round(l0, 2)}
+                if cpu_tok and (kind not in agg_cpu or cpu_tok < agg_cpu[kind]):
+                    agg_cpu[kind] = cpu_tok
+                if kind != "none":
+                    sp = srvs[kind].stats().get("speculation", {})
+                    row["stats"] = {k: sp[k] for k in ("step_cost", "step_ms", "draft_cost",
+                                                       "draft_ms", "drafted", "accepted",
+                                                       "verify_rows") if k in sp}
+                    print(json.dumps(row), flush=True)
+                raw["runs"].append(row)
+                agg[kind] = max(agg.get(kind, 0), v)
         finally:
-            for k in confs:
-                srvs[k].stop()
+            srvs.stop()
         ratios = {k: round(agg[k] / agg["none"], 3) for k in kinds}
         res["aggregate_ratio_at_8"] = min(ratios.values())
         res["aggregate_ratio_at_8_by_kind"] = ratios
         res["aggregate_tok_s_at_8"] = {k: round(v, 2) for k, v in agg.items()}
+        if agg_cpu.get("none") and all(agg_cpu.get(k) for k in kinds):
+            res["aggregate_cpu_time_ratio_at_8_by_kind"] = {
+                k: round(agg_cpu["none"] / agg_cpu[k], 3) for k in kinds if k in agg_cpu}
     res["raw"] = raw
     data = {}
     if os.path.exists(args.out):

@@ -499,10 +499,15 @@ static json_t *usage(const struct engine_event *ev)
      * cache_creation_input_tokens. The prefix cache reads the cached prefix and writes every
      * prompt token the request computed (input_tokens is then 0); with --prompt-cache 0
      * nothing is written and input_tokens are the prompt's uncached tokens. */
-    return json_pack("{s:i, s:i, s:i, s:i}", "input_tokens",
-                     ev->n_prompt - ev->n_cached - ev->n_cache_write, "output_tokens", ev->n_gen,
-                     "cache_read_input_tokens", ev->n_cached, "cache_creation_input_tokens",
-                     ev->n_cache_write);
+    json_t *u = json_pack("{s:i, s:i, s:i, s:i}", "input_tokens",
+                          ev->n_prompt - ev->n_cached - ev->n_cache_write, "output_tokens",
+                          ev->n_gen, "cache_read_input_tokens", ev->n_cached,
+                          "cache_creation_input_tokens", ev->n_cache_write);
+    if (u && ev->spec_on) /* speculative decoding's counts, as in the OpenAI usage */
+        json_object_set_new(u, "speculation",
+                            json_pack("{s:i, s:i, s:i}", "drafted", ev->spec_drafted, "accepted",
+                                      ev->spec_accepted, "target_calls", ev->spec_calls));
+    return u;
 }
 
 static int done_body(struct anth_out *o, const struct engine_event *ev, struct sbuf *out)

@@ -674,6 +674,12 @@ static json_t *response(struct resp_out *o, const struct engine_event *ev)
                                       "output_tokens_details", "reasoning_tokens",
                                       words < ev->n_gen ? words : ev->n_gen, "total_tokens",
                                       ev->n_prompt + ev->n_gen));
+        json_t *u = json_object_get(r, "usage");
+        if (u && ev->spec_on) /* speculative decoding's counts, as in the OpenAI usage */
+            json_object_set_new(u, "speculation",
+                                json_pack("{s:i, s:i, s:i}", "drafted", ev->spec_drafted,
+                                          "accepted", ev->spec_accepted, "target_calls",
+                                          ev->spec_calls));
     } else
         json_object_set_new(r, "usage", json_null());
     return r;

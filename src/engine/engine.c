@@ -157,7 +157,7 @@ int engine_submit(struct engine *g, const struct engine_req *q, uint64_t *id, st
     if (!rc && q->grammar)
         rc = grammar_attach(g, r->smp, q->grammar, q->grammar_prime, q->grammar_trigger,
                             q->grammar_after, e);
-    if (!rc && g->spec && !(r->spec = spec_req_new(g->spec)))
+    if (!rc && g->spec && !(r->spec = spec_req_new(g->spec, &q->sp)))
         rc = cerr_set(e, CERR_NOMEM, "out of memory");
     if (!rc)
         rc = eng_lora_submit(g, r, q, e);

@@ -143,13 +143,19 @@ json_t *serve_spec_stats_json(const struct engine_stats *es)
     const struct spec_stats *s = &es->spec;
     if (s->kind == SPEC_NONE)
         return json_pack("{s:s}", "kind", "none");
-    return json_pack("{s:s, s:i, s:I, s:I, s:f, s:I, s:I, s:I, s:f}", "kind",
-                     spec_kind_name(s->kind), "num_draft_tokens", s->n_draft, "drafted",
-                     (json_int_t)s->drafted, "accepted", (json_int_t)s->accepted, "acceptance_rate",
-                     s->drafted ? (double)s->accepted / (double)s->drafted : 0.0, "verify_rows",
-                     (json_int_t)s->rounds, "draft_model_calls", (json_int_t)s->draft_calls,
-                     "suffix_corpus_tokens", (json_int_t)s->suffix_tokens, "step_cost",
-                     (double)s->step_cost);
+    json_t *j =
+        json_pack("{s:s, s:i, s:I, s:I, s:f, s:I, s:I, s:I, s:f, s:f}", "kind",
+                  spec_kind_name(s->kind), "num_draft_tokens", s->n_draft, "drafted",
+                  (json_int_t)s->drafted, "accepted", (json_int_t)s->accepted, "acceptance_rate",
+                  s->drafted ? (double)s->accepted / (double)s->drafted : 0.0, "verify_rows",
+                  (json_int_t)s->rounds, "draft_model_calls", (json_int_t)s->draft_calls,
+                  "suffix_corpus_tokens", (json_int_t)s->suffix_tokens, "step_cost",
+                  (double)s->step_cost, "step_ms", (double)s->step_ms);
+    if (j && s->kind == SPEC_TWO_MODEL) { /* what a draft forward costs, measured */
+        json_object_set_new(j, "draft_cost", json_real(s->draft_cost));
+        json_object_set_new(j, "draft_ms", json_real(s->draft_ms));
+    }
+    return j;
 }
 
 void serve_spec_metrics(struct sbuf *b, const struct engine_stats *es)

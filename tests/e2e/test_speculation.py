@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from conftest import BIN, MODELS, QUICK, STORIES, Server
+from conftest import BIN, MODELS, QUICK, STORIES, STORIES_TEMPLATE, Server
 
 PROMPTS = [
     "The cat sat on the mat. The cat sat on the mat. The cat",
@@ -29,6 +29,7 @@ def check_kv(monkeypatch):
     monkeypatch.setenv("CINFER_CHECK_KV", "1")
     # a fixed step cost: how much is drafted must not depend on measured step times
     monkeypatch.setenv("CINFER_SPEC_STEP_COST", "0.25")
+    monkeypatch.setenv("CINFER_SPEC_DRAFT_COST", "1")
 
 
 def gen(srv, prompt, n=60, **kw):
@@ -94,6 +95,9 @@ def test_greedy_identical(plain, kind):
         sp = st["speculation"]
         assert sp["kind"] == kind and sp["drafted"] > 0 and sp["accepted"] > 0
         assert 0 < sp["acceptance_rate"] <= 1
+        assert sp["step_ms"] >= 0 and sp["step_cost"] == 0.25  # pinned by the fixture
+        if kind == "two-model":  # a draft forward's cost: pinned too; its time measured
+            assert sp["draft_cost"] == 1 and sp["draft_ms"] >= 0
         assert st["batch"]["invariant_failures"] == 0
         m = srv.get("/metrics")[1].decode()
         assert f"cinfer_spec_accepted_tokens_total {sp['accepted']}" in m
@@ -102,6 +106,53 @@ def test_greedy_identical(plain, kind):
         assert srv.stop() == 0  # a clean exit (under ASan: no leak)
     finally:
         srv.stop()
+
+
+def test_usage_on_every_surface():
+    # usage.speculation on the Anthropic Messages and Responses surfaces too (streamed and
+    # not), consistent with the tokens they report; absent on a server without speculation
+    srv = Server(STORIES, "--kv-f32", "--draft-kind", "ngram", "--chat-template",
+                 STORIES_TEMPLATE)
+    plain_srv = Server(STORIES, "--kv-f32", "--chat-template", STORIES_TEMPLATE)
+    try:
+        msgs = [{"role": "user", "content": PROMPTS[0]}]
+        for s, on in ((srv, True), (plain_srv, False)):
+            st, raw, _ = s.post("/v1/messages", {"model": "m", "max_tokens": 60,
+                                                  "temperature": 0, "messages": msgs})
+            assert st == 200, raw
+            u = json.loads(raw)["usage"]
+            st, raw, _ = s.post("/v1/messages", {"model": "m", "max_tokens": 60,
+                                                  "temperature": 0, "messages": msgs,
+                                                  "stream": True})
+            assert st == 200, raw
+            ev = [json.loads(line[6:]) for line in raw.decode().splitlines()
+                  if line.startswith("data: ")]
+            us = [e["usage"] for e in ev if e.get("type") == "message_delta"][-1]
+            st, raw, _ = s.post("/v1/responses", {"model": "m", "max_output_tokens": 60,
+                                                   "temperature": 0, "input": PROMPTS[0]})
+            assert st == 200, raw
+            ur = json.loads(raw)["usage"]
+            st, raw, _ = s.post("/v1/responses", {"model": "m", "max_output_tokens": 60,
+                                                   "temperature": 0, "input": PROMPTS[0],
+                                                   "stream": True})
+            assert st == 200, raw
+            ev = [json.loads(line[6:]) for line in raw.decode().splitlines()
+                  if line.startswith("data: ")]
+            urs = [e["response"]["usage"] for e in ev
+                   if e.get("type") == "response.completed"][-1]
+            for x in (u, us, ur, urs):
+                if not on:
+                    assert "speculation" not in x, x
+                    continue
+                sp = x["speculation"]
+                assert set(sp) == {"drafted", "accepted", "target_calls"}
+                assert 0 <= sp["accepted"] <= sp["drafted"]
+                assert sp["target_calls"] + sp["accepted"] == x["output_tokens"], x
+            if on:
+                assert u["speculation"]["drafted"] > 0 and ur["speculation"]["drafted"] > 0
+    finally:
+        srv.stop()
+        plain_srv.stop()
 
 
 @pytest.mark.parametrize("args,msg", [

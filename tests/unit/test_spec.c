@@ -22,11 +22,13 @@
 #include "backend/backend.h"
 #include "engine/engine.h"
 #include "engine/spec/spec.h"
+#include "engine/spec/spec_int.h" /* spec_q_draw, for the rejection rule's own test */
 #include "harness.h"
 #include "model/model.h"
 #include "tokenizer/tok.h"
 
 static struct be *g_be;
+static float g_draft_scale; /* two-model engines: spec_config.draft_temp_scale */
 static struct model *g_m;
 static struct tok *g_tk;
 
@@ -93,8 +95,10 @@ static struct engine *mk(int kind, int adaptive, int max_seqs, int n_blocks, int
         spec_config_default(&c.spec, kind);
         c.spec.adaptive = adaptive;
         c.spec.step_cost = 0.25f; /* fixed: the policy must not depend on measured times */
+        c.spec.draft_cost = 1.0f; /* (the model drafts for itself) */
         if (kind == SPEC_TWO_MODEL)
             c.spec.draft = g_m; /* the model drafts for itself: every greedy draft is kept */
+        c.spec.draft_temp_scale = g_draft_scale;
     }
     struct engine *e = NULL;
     struct cerr err = {0};
@@ -115,6 +119,7 @@ struct job {
     const char *prompt;
     int max_tokens;
     float temperature;
+    float top_p; /* 0 = off */
     uint64_t seed;
     int top_logprobs; /* -1 = none */
     const char *stop; /* or NULL */
@@ -138,6 +143,8 @@ static int submit(struct engine *e, const struct job *j, struct coll *c)
                            .n_stops = j->stop ? 1 : 0};
     sampler_params_default(&q.sp);
     q.sp.temperature = j->temperature;
+    if (j->top_p > 0)
+        q.sp.top_p = j->top_p;
     q.sp.seed = j->seed;
     q.sp.top_logprobs = j->top_logprobs;
     uint64_t id;
@@ -325,7 +332,9 @@ static void test_tight_pool(void)
     CHECK(st.spec.accepted > 0);
 }
 
-/* T > 0: one seed gives one output with or without drafts. */
+/* T > 0: one seed gives one output with or without drafts, for the one-point proposals
+ * (ngram, suffix; two-model with a truncating filter: top_p 0.99, where its drafts stay
+ * greedy) — each verify row draws the uniform the plain step would. */
 static void test_sampled_same_seed(void)
 {
     struct job jobs[8];
@@ -333,6 +342,7 @@ static void test_sampled_same_seed(void)
         jobs[i] = (struct job){.prompt = PROMPTS[i],
                                .max_tokens = 64,
                                .temperature = 0.8f,
+                               .top_p = 0.99f,
                                .seed = 1000 + (uint64_t)i,
                                .top_logprobs = i % 3 ? -1 : 1};
     static struct coll ref[8], got[8];
@@ -363,7 +373,7 @@ static double chi2_crit(int df)
  * with ngram drafting equals that of N other seeds without (chi-square homogeneity,
  * categories with enough mass, the rest pooled). The second and third tokens come from
  * verify rows whenever drafts followed the first. */
-static void test_sampled_chi_square(void)
+static void chi_square_vs_plain(int kind, int with_lp)
 {
     enum { N = 600, K = 4096 };
     const char *prompt = PROMPTS[0];
@@ -371,7 +381,7 @@ static void test_sampled_chi_square(void)
     memset(cnt, 0, sizeof cnt);
     long acc = 0, dr = 0;
     for (int arm = 0; arm < 2; arm++) {
-        struct engine *e = mk(arm ? SPEC_NGRAM : SPEC_NONE, 0, 8, 256, -1);
+        struct engine *e = mk(arm ? kind : SPEC_NONE, 0, 8, 256, -1);
         CHECK(e != NULL);
         if (!e)
             return;
@@ -382,7 +392,7 @@ static void test_sampled_chi_square(void)
                                 .max_tokens = 6,
                                 .temperature = 0.8f,
                                 .seed = (uint64_t)(arm * 1000000 + base + i + 1),
-                                .top_logprobs = -1};
+                                .top_logprobs = with_lp && i % 2 ? 0 : -1};
                 CHECK(submit(e, &j, &c[i]) == 0);
             }
             for (int i = 0; i < 8; i++) {
@@ -416,11 +426,102 @@ static void test_sampled_chi_square(void)
             chi += (pool[a] - ex) * (pool[a] - ex) / ex;
         df++;
     }
-    printf("chi-square: %.2f with %d df (critical %.2f at p=0.001); drafted %ld accepted %ld\n",
-           chi, df, df > 0 ? chi2_crit(df) : 0.0, dr, acc);
+    printf("%s: chi-square %.2f with %d df (critical %.2f at p=0.001); drafted %ld accepted "
+           "%ld\n",
+           spec_kind_name(kind), chi, df, df > 0 ? chi2_crit(df) : 0.0, dr, acc);
     CHECK(df >= 3);
     CHECK(dr > 0 && acc > 0);
+    CHECK(acc < dr); /* some drafts were rejected: the residual draws ran */
     CHECK(df > 0 && chi < chi2_crit(df));
+}
+
+static void test_sampled_chi_square(void)
+{
+    chi_square_vs_plain(SPEC_NGRAM, 0);
+}
+
+/* Two-model, T > 0, no truncation: drafts sampled from the draft's q and verified by full
+ * rejection sampling. The draft is the target itself at 2.5x the temperature (q much
+ * flatter than p: many rejections, so the residual norm(max(0, p - q)) is exercised); the
+ * output distribution must still be the target's. */
+static void test_two_model_rejection_chi_square(void)
+{
+    g_draft_scale = 2.5f;
+    chi_square_vs_plain(SPEC_TWO_MODEL, 1);
+    g_draft_scale = 0;
+}
+
+/* The rule itself on an 8-token vocabulary: over 40000 positions, the tokens spec_reject
+ * emits follow p = softmax(lg / T) (chi-square goodness of fit), the drafts follow q, and
+ * the acceptance rate is sum_x min(p(x), q(x)). */
+static void test_rejection_rule(void)
+{
+    enum { V = 8, N = 40000 };
+    struct spec_config c;
+    spec_config_default(&c, SPEC_TWO_MODEL);
+    c.draft = g_m;
+    c.n_ctx = 64;
+    c.max_seqs = 1;
+    c.draft_blocks = 8;
+    struct spec *s = NULL;
+    struct cerr e = {0};
+    CHECK(spec_new(&s, &c, V, &e) == 0);
+    if (!s)
+        return;
+    struct sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0.7f;
+    sp.seed = 42;
+    struct spec_req *q = spec_req_new(s, &sp);
+    CHECK(q != NULL && q->sampled);
+    const float lg[V] = {2.0f, 1.5f, 1.4f, 0.2f, -1.0f, -INFINITY, 0.9f, -3.0f};
+    const float lq[V] = {0.1f, 1.9f, -0.5f, 0.8f, 0.7f, 0.3f, -2.0f, -1.0f};
+    double p[V], qq[V], zp = 0, zq = 0;
+    for (int i = 0; i < V; i++) {
+        zp += p[i] = lg[i] > -INFINITY ? exp((double)lg[i] / sp.temperature) : 0;
+        zq += qq[i] = exp((double)lq[i] / sp.temperature);
+    }
+    double overlap = 0;
+    for (int i = 0; i < V; i++) {
+        p[i] /= zp;
+        qq[i] /= zq;
+        overlap += p[i] < qq[i] ? p[i] : qq[i];
+    }
+    long out[V] = {0}, dr[V] = {0}, acc = 0;
+    q->qn = 1;
+    for (int pos = 0; pos < N; pos++) {
+        int32_t d = spec_q_draw(q, 0, lq, V, 1, pos);
+        int a = 0;
+        double lse;
+        int32_t id = spec_reject(q, 0, lg, V, pos, &a, &lse);
+        CHECK(id >= 0 && id < V);
+        if (id < 0 || id >= V)
+            break;
+        CHECK(!a || id == d);
+        out[id]++;
+        dr[d]++;
+        acc += a;
+    }
+    double chi_p = 0, chi_q = 0;
+    int df_p = -1;
+    for (int i = 0; i < V; i++) {
+        if (p[i] > 0) {
+            chi_p += (out[i] - N * p[i]) * (out[i] - N * p[i]) / (N * p[i]);
+            df_p++;
+        } else
+            CHECK_EQ_INT((int)out[i], 0); /* a banned token never comes out */
+        chi_q += (dr[i] - N * qq[i]) * (dr[i] - N * qq[i]) / (N * qq[i]);
+    }
+    double rate = (double)acc / N;
+    printf("rejection rule: chi-square vs p %.2f (%d df, critical %.2f), drafts vs q %.2f; "
+           "acceptance %.4f, sum min(p, q) %.4f\n",
+           chi_p, df_p, chi2_crit(df_p), chi_q, rate, overlap);
+    CHECK(chi_p < chi2_crit(df_p));
+    CHECK(chi_q < chi2_crit(V - 1));
+    CHECK(fabs(rate - overlap) < 0.015);
+    CHECK(rate > 0.2 && rate < 0.9); /* both branches ran */
+    spec_req_free(s, q);
+    spec_free(s);
 }
 
 static void test_refusals(void)
@@ -466,6 +567,128 @@ static void test_refusals(void)
     c.ngram_min = 1;
     c.n_draft = 0;
     CHECK(spec_config_check(&c, g_m, 1, &e) != 0);
+}
+
+/* Gemma 3 (tests/data/parity/gemma3: random weights, window 8, 5 sliding + 1 global
+ * layers) with the sliding layers in a pool of their own: drafts are written to both pools
+ * and rolled back in both (the sliding pool also lets go of what the window no longer
+ * reaches after the verify); greedy ids equal those without speculation, 4 rows batched,
+ * the invariant checker clean, drafts accepted. */
+static struct engine *mk_gemma(const struct model *m, int kind)
+{
+    struct engine_config c;
+    engine_config_default(&c, m);
+    c.n_ctx = 256;
+    c.max_seqs = 8;
+    c.max_step_tokens = 64;
+    c.block_size = 16;
+    c.n_blocks = 256;
+    c.kv_dtype = DT_F32;
+    c.check_invariants = 1;
+    if (kind != SPEC_NONE) {
+        spec_config_default(&c.spec, kind);
+        c.spec.adaptive = 0; /* always draft: rollbacks at every step */
+        c.spec.step_cost = 0.25f;
+    }
+    struct engine *e = NULL;
+    struct cerr err = {0};
+    if (engine_new(&e, m, NULL, &c, &err))
+        fprintf(stderr, "engine_new: %s\n", err.msg);
+    return e;
+}
+
+static void test_gemma_sliding(void)
+{
+    const char *src = getenv("CINFER_SRC");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/data/parity/gemma3", src ? src : "..");
+    struct model *m = NULL;
+    struct cerr err = {0};
+    if (model_load(&m, path, g_be, &err)) {
+        fprintf(stderr, "gemma3: %s\n", err.msg);
+        CHECK(0);
+        return;
+    }
+    CHECK(m->hp.sliding_window == 8);
+    enum { NP = 4, NGEN = 120 };
+    static int32_t prompt[NP][40];
+    static struct coll c[3][NP];
+    for (int i = 0; i < NP; i++)
+        for (int j = 0; j < 40; j++) /* a repeated phrase: something to copy */
+            prompt[i][j] = (j % 9) * 11 + i * 5 + 1;
+    long drafted = 0, accepted = 0;
+    int held = 0;
+    for (int arm = 0; arm < 3; arm++) {
+        int kind = arm == 0 ? SPEC_NONE : arm == 1 ? SPEC_NGRAM : SPEC_SUFFIX;
+        struct engine *e = mk_gemma(m, kind);
+        CHECK(e != NULL);
+        if (!e)
+            break;
+        for (int i = 0; i < NP; i++) {
+            memset(&c[arm][i], 0, sizeof c[arm][i]);
+            pthread_mutex_init(&c[arm][i].mu, NULL);
+            pthread_cond_init(&c[arm][i].cv, NULL);
+            struct engine_req q = {.ids = prompt[i],
+                                   .n_ids = 40,
+                                   .max_tokens = NGEN,
+                                   .cb = coll_cb,
+                                   .ud = &c[arm][i],
+                                   .ignore_eos = 1};
+            sampler_params_default(&q.sp);
+            q.sp.temperature = 0;
+            uint64_t id;
+            CHECK(engine_submit(e, &q, &id, &err) == 0);
+        }
+        for (int i = 0; i < NP; i++)
+            coll_wait(&c[arm][i]);
+        CHECK(invariant_failures(e) == 0);
+        struct engine_stats st;
+        engine_get_stats(e, &st);
+        drafted += st.spec.drafted;
+        accepted += st.spec.accepted;
+        held = st.swa_max_held > held ? st.swa_max_held : held;
+        engine_free(e);
+    }
+    int same = 0;
+    for (int arm = 1; arm < 3; arm++)
+        for (int i = 0; i < NP; i++)
+            same += same_ids(&c[0][i], &c[arm][i]);
+    printf("gemma3 sliding pool: %d/%d identical with ngram and suffix; drafted %ld accepted "
+           "%ld; the sliding layers held at most %d blocks a sequence\n",
+           same, 2 * NP, drafted, accepted, held);
+    /* the window (8) plus a step's drafts (<= 1 + 10): never more than 3 blocks of 16, as
+     * the whole sequence (160 positions, 10 blocks) would be without the drop */
+    CHECK(held > 0 && held <= 3);
+    CHECK_EQ_INT(same, 2 * NP);
+    CHECK(c[0][0].n == NGEN);
+    CHECK(accepted > 20 && accepted < drafted);
+    model_free(m);
+}
+
+/* The measured step cost: steps of 1 token at 100 ms and of 11 tokens at 600 ms (a token
+ * more costs half a decode), every other one-token step stalled tenfold by a busy machine:
+ * the slope reads about 0.5 (a least-squares line through the raw times: 0.05). */
+static void test_step_cost(void)
+{
+    struct spec_config c;
+    spec_config_default(&c, SPEC_NGRAM);
+    struct spec *s = NULL;
+    struct cerr e = {0};
+    CHECK(spec_new(&s, &c, 512, &e) == 0);
+    if (!s)
+        return;
+    CHECK(fabsf(spec_step_cost(s) - 0.25f) < 1e-6f); /* the default before any step */
+    for (int i = 0; i < 200; i++) {
+        int n = i % 3 ? 11 : 1;
+        double t = n == 1 ? 0.1 : 0.6;
+        spec_step_time(s, n, n == 1 && i % 2 ? 10 * t : t);
+    }
+    struct spec_stats st;
+    spec_get_stats(s, &st);
+    printf("step cost: %.3f (one-token step %.1f ms)\n", st.step_cost, st.step_ms);
+    CHECK(st.step_cost > 0.4f && st.step_cost < 0.6f);
+    CHECK(st.step_ms > 90 && st.step_ms < 130);
+    spec_free(s);
 }
 
 /* The policy: one row drafts while it pays; a full batch keeps only confident tokens; a row
@@ -526,13 +749,17 @@ int main(void)
     }
     RUN(test_refusals);
     RUN(test_policy);
+    RUN(test_step_cost);
     RUN(test_greedy_ngram);
     RUN(test_greedy_suffix);
     RUN(test_greedy_two_model);
     RUN(test_prefix_and_stop);
     RUN(test_tight_pool);
+    RUN(test_gemma_sliding);
     RUN(test_sampled_same_seed);
     RUN(test_sampled_chi_square);
+    RUN(test_rejection_rule);
+    RUN(test_two_model_rejection_chi_square);
     tok_free(g_tk);
     model_free(g_m);
     be_free(g_be);

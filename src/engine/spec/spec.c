@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/spec/spec_int.h"
+#include "util/log.h"
 
 /* ---- configuration -------------------------------------------------------------------- */
 
@@ -148,6 +149,20 @@ void spec_get_stats(const struct spec *s, struct spec_stats *out)
     out->draft_calls = s->draft_calls;
     out->suffix_tokens = s->corpus_tokens;
     out->step_cost = spec_step_cost(s);
+    out->draft_cost = s->c.kind == SPEC_TWO_MODEL ? spec_draft_cost(s) : 0;
+    out->step_ms = (float)(s->t1 * 1e3);
+    out->draft_ms = s->dw > 0 ? (float)(s->dt / s->dw * 1e3) : 0;
+}
+
+float spec_draft_cost(const struct spec *s)
+{
+    if (s->c.draft_cost > 0)
+        return s->c.draft_cost;
+    if (s->t1 > 0 && s->dw >= 8) {
+        double r = s->dt / s->dw / s->t1;
+        return (float)(r < 0.02 ? 0.02 : r > 4 ? 4 : r);
+    }
+    return s->c.draft_cost_default > 0 ? s->c.draft_cost_default : 0.5f;
 }
 
 float spec_step_cost(const struct spec *s)
@@ -161,31 +176,67 @@ float spec_step_cost(const struct spec *s)
 
 void spec_step_time(struct spec *s, int n_tok, double sec)
 {
-    if (n_tok <= 0 || n_tok > 256 || !(sec > 0))
+    if (n_tok <= 0 || n_tok > SPEC_STEP_SIZES || !(sec > 0))
         return;
-    const double d = 0.995; /* about the last 200 steps */
-    double n = n_tok;
-    s->tw = s->tw * d + 1;
-    s->tn = s->tn * d + n;
-    s->tt = s->tt * d + sec;
-    s->tnn = s->tnn * d + n * n;
-    s->tnt = s->tnt * d + n * sec;
-    double var = s->tnn / s->tw - (s->tn / s->tw) * (s->tn / s->tw);
-    if (s->tw < 16 || var < 0.25)
-        return; /* steps of one size only: no slope to see */
-    double b = (s->tnt / s->tw - (s->tn / s->tw) * (s->tt / s->tw)) / var;
-    double a = s->tt / s->tw - b * s->tn / s->tw;
-    double beta = a + b > 0 ? b / (a + b) : 1;
+    log_debug("spec: decode step of %d tokens: %.2f ms", n_tok, sec * 1e3);
+    /* a robust per-size estimate, a low quantile of the recent times: down quickly, up
+     * slowly and by at most 2% a step (a step the OS stalled on a shared machine must not
+     * read as the cost of its size; a lasting slowdown is followed within ~35 steps) */
+    double *t = &s->st[n_tok];
+    if (s->sc[n_tok] == 0)
+        *t = sec;
+    else if (sec < *t)
+        *t -= 0.2 * (*t - sec);
+    else
+        *t += 0.02 * ((sec < 2 * *t ? sec : 2 * *t) - *t);
+    if (s->sc[n_tok] < 64)
+        s->sc[n_tok]++;
+    /* weighted least squares through the sizes seen at least twice */
+    double w = 0, sn = 0, stt = 0, snn = 0, snt = 0;
+    for (int n = 1; n <= SPEC_STEP_SIZES; n++) {
+        if (s->sc[n] < 2)
+            continue;
+        double wi = s->sc[n] < 16 ? s->sc[n] : 16;
+        w += wi;
+        sn += wi * n;
+        stt += wi * s->st[n];
+        snn += wi * n * (double)n;
+        snt += wi * n * s->st[n];
+    }
+    if (s->sc[1] >= 2)
+        s->t1 = s->st[1];
+    if (w <= 0)
+        return;
+    double var = snn / w - (sn / w) * (sn / w);
+    if (var < 0.25) { /* one size only: no slope to see */
+        if (!(s->sc[1] >= 2) && sn / w < 1.5)
+            s->t1 = stt / w;
+        return;
+    }
+    double b = (snt / w - (sn / w) * (stt / w)) / var;
+    double a = stt / w - b * sn / w;
+    if (!(s->sc[1] >= 2))
+        s->t1 = a + b > 0 ? a + b : stt / w;
+    double t1 = s->t1 > 0 ? s->t1 : a + b;
+    double beta = t1 > 0 ? b / t1 : 1;
     s->beta = (float)(beta < 0.05 ? 0.05 : beta > 1 ? 1 : beta);
 }
 
-struct spec_req *spec_req_new(struct spec *s)
+struct spec_req *spec_req_new(struct spec *s, const struct sampler_params *sp)
 {
     struct spec_req *q = calloc(1, sizeof *q);
     if (!q)
         return NULL;
     kv_seq_init(&q->dseq);
-    (void)s;
+    /* the processed distribution is softmax(logits / T) over the whole vocabulary: full
+     * rejection sampling needs p at every id, which the truncating filters would hide */
+    if (sp && s->c.kind == SPEC_TWO_MODEL && sp->temperature > 0 &&
+        !(sp->top_p > 0 && sp->top_p < 1) && !(sp->top_k > 0 && sp->top_k < s->n_vocab) &&
+        !(sp->min_p > 0) && !(sp->xtc_probability > 0)) {
+        q->sampled = 1;
+        q->temp = sp->temperature;
+        q->seed = sp->seed;
+    }
     return q;
 }
 
@@ -299,7 +350,7 @@ int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int 
     }
     case SPEC_TWO_MODEL: {
         /* each draft token costs a draft forward: draft only as far as it pays for one row */
-        float a = alpha(s, q, 0), beta = spec_step_cost(s) + s->c.draft_cost, pj = 1;
+        float a = alpha(s, q, 0), beta = spec_step_cost(s) + spec_draft_cost(s), pj = 1;
         double value = 1, cost = 1;
         int k = 0;
         while (k < max && s->c.adaptive) {

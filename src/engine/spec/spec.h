@@ -32,6 +32,7 @@
 
 #include <stdint.h>
 
+#include "engine/sampler.h"
 #include "kv/kv_pool.h"
 #include "model/model.h"
 #include "util/err.h"
@@ -51,9 +52,12 @@ struct spec_config {
                                 * step (0 = measured, see spec_step_cost) */
     float step_cost_default;   /* before enough steps were measured (0: 0.25) */
     float draft_cost;          /* two-model: a draft forward's cost relative to a target decode
-                                * (0 = the ratio of their weight bytes) */
+                                * (0 = measured, see spec_draft_cost) */
+    float draft_cost_default;  /* before it was measured (the ratio of their weight bytes) */
     int adaptive;              /* 1 (default via spec_config_default) = size drafts by the
                                 * policy; 0 = always draft the most (tests, A/B) */
+    float draft_temp_scale;    /* two-model, sampled rows: the draft samples at the request's
+                                * temperature times this (0 = 1; tests flatten q with it) */
     int kv_dtype, block_size;  /* two-model: the draft pool's KV layout */
     int draft_blocks;          /* two-model: its pool size in blocks */
     int max_seqs, n_ctx;       /* two-model: sequences and context it must hold */
@@ -84,6 +88,9 @@ struct spec_stats {
     long draft_calls;               /* two-model: draft-model forwards */
     long suffix_tokens;             /* suffix: tokens in the finished-output corpus */
     float step_cost;                /* the policy's step-cost slope now */
+    float draft_cost;               /* two-model: a draft forward / a target decode step */
+    float step_ms, draft_ms;        /* measured: a one-token target step (the fitted line at
+                                     * n = 1), a one-token draft forward (0 = not yet) */
 };
 
 int spec_new(struct spec **out, const struct spec_config *c, int n_vocab, struct cerr *e);
@@ -91,15 +98,39 @@ void spec_free(struct spec *s);
 const struct spec_config *spec_config_of(const struct spec *s);
 void spec_get_stats(const struct spec *s, struct spec_stats *out);
 /* The step-cost slope the policy uses: spec_config.step_cost when given (or
- * CINFER_SPEC_STEP_COST), else measured — a least-squares line t = a + b n over recent
- * decode steps (spec_step_time), slope b / (a + b), clamped to [0.05, 1] — once steps of
- * different sizes have been seen, else the backend's default. */
+ * CINFER_SPEC_STEP_COST), else measured — per step size a low quantile of the recent times
+ * (down fast, up slowly: robust to steps the OS stalled), a weighted least-squares line
+ * t = a + b n through the sizes seen, slope b over the one-token step (measured, else a + b),
+ * clamped to [0.05, 1] — once steps of different sizes have been seen, else the backend's
+ * default. */
 float spec_step_cost(const struct spec *s);
+/* Two-model: a draft forward's cost relative to a one-token target step: spec_config's
+ * draft_cost when given (or CINFER_SPEC_DRAFT_COST), else measured — the decayed mean time
+ * of one-token draft forwards over the fitted target step at n = 1 — once both are known,
+ * else draft_cost_default. */
+float spec_draft_cost(const struct spec *s);
 /* A decode-only step of n_tok tokens took `seconds` (feeds the measured step cost). */
 void spec_step_time(struct spec *s, int n_tok, double seconds);
 
-/* Per-request state. NULL from spec_req_new means out of memory. */
-struct spec_req *spec_req_new(struct spec *s);
+/* Per-request state; sp: the request's sampling parameters (NULL = greedy). NULL from
+ * spec_req_new means out of memory. A two-model request whose sampler draws from the whole
+ * processed distribution (T > 0, no top_p / top_k / min_p / XTC) has its drafts sampled
+ * from the draft model's distribution q and verified by full rejection sampling
+ * (spec_reject); every other row drafts greedily (a one-point proposal, verified by the
+ * row's own sampler). */
+struct spec_req *spec_req_new(struct spec *s, const struct sampler_params *sp);
+/* 1 when draft j of q's last proposal was sampled from q (verify it with spec_reject). */
+int spec_req_sampled(const struct spec_req *q, int j);
+/* Full speculative rejection sampling (Leviathan et al. 2023, Chen et al. 2023) of draft j
+ * of q's last proposal, the token at position pos: lg holds the target's processed logits
+ * there (the request's sampler ran on the row: bias, penalties, grammar mask applied), so
+ * that the target's distribution is p = softmax(lg / T). Accepts the draft d with
+ * probability min(1, p(d) / q(d)) (*accepted = 1, returns d), else returns a draw from
+ * norm(max(0, p - q)). The output token is distributed as p, whatever q. The uniforms come
+ * from the request's seed and pos (streams of their own). *lse: log-sum-exp of lg (T = 1),
+ * for the emitted token's logprob. */
+int32_t spec_reject(const struct spec_req *q, int j, const float *lg, int n_vocab, int pos,
+                    int *accepted, double *lse);
 /* Releases the request's state (and its draft-model KV). */
 void spec_req_free(struct spec *s, struct spec_req *q);
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/sampler.h"
+#include "util/clock.h"
 #include "engine/spec/spec_int.h"
 #include "util/log.h"
 
@@ -88,10 +89,12 @@ void spec_draft_free(struct spec *s)
     s->dm = NULL;
 }
 
-/* One forward of toks[0..n) at positions p0.. of q's sequence; the argmax of the last one
- * into *id (out = 1). Returns 0, or -1 (the pool is full or the forward failed). */
+/* One forward of toks[0..n) at positions p0.. of q's sequence; with out = 1 the next draft
+ * token into *id: the argmax of the last row, or for a sampled request (spec_req.sampled) a
+ * draw from q (spec_q_draw, as draft `j` at position p0 + n). Returns 0, or -1 (the pool is
+ * full or the forward failed). */
 static int step(struct spec *s, struct spec_req *q, const int32_t *toks, int n, int p0, int out,
-                int32_t *id)
+                int j, int32_t *id)
 {
     struct spec_draft *d = s->dm;
     if (p0 + n > (d->max_blocks - 1) * d->kv->block_size ||
@@ -116,14 +119,21 @@ static int step(struct spec *s, struct spec_req *q, const int32_t *toks, int n, 
                             .block_tables = d->tables,
                             .n_out = out,
                             .out_idx = d->out_idx,
-                            .argmax = out && d->can_argmax ? d->am : NULL};
+                            .argmax = out && d->can_argmax && !q->sampled ? d->am : NULL};
     struct cerr e = {0};
+    double t0 = clock_now_s();
     if (model_forward(d->m, d->ws, &d->view, &b, d->logits, &e)) {
         log_error("spec: the draft model's forward failed: %s", e.msg);
         return -1;
     }
+    if (n == 1) { /* the draft's cost, as the policy sees it (spec_draft_cost) */
+        s->dw = s->dw * 0.98 + 1;
+        s->dt = s->dt * 0.98 + (clock_now_s() - t0);
+    }
     s->draft_calls++;
-    if (out)
+    if (out && q->sampled)
+        *id = spec_q_draw(q, j, d->logits, d->m->hp.n_vocab, s->c.draft_temp_scale, p0 + n);
+    else if (out)
         *id = d->can_argmax ? d->am[0] : sampler_argmax(d->logits, d->m->hp.n_vocab);
     return 0;
 }
@@ -132,6 +142,7 @@ int spec_draft_propose(struct spec *s, struct spec_req *q, const int32_t *t, int
                        int32_t *out)
 {
     struct spec_draft *d = s->dm;
+    q->qn = 0;
     if (!d || n <= 0 || max <= 0)
         return 0;
     if (q->dseq.n_blocks == 0 && q->dpast == 0 && n > 1) {
@@ -147,7 +158,7 @@ int spec_draft_propose(struct spec *s, struct spec_req *q, const int32_t *t, int
     while (q->dpast < n) {
         int c = n - q->dpast < DRAFT_CHUNK ? n - q->dpast : DRAFT_CHUNK;
         int last = q->dpast + c == n;
-        if (step(s, q, t + q->dpast, c, q->dpast, last, &id))
+        if (step(s, q, t + q->dpast, c, q->dpast, last, 0, &id))
             return 0;
         q->dpast += c;
         kv_cache_commit(d->kv, &q->dseq, d->root, t, q->dpast);
@@ -156,11 +167,12 @@ int spec_draft_propose(struct spec *s, struct spec_req *q, const int32_t *t, int
     out[m++] = id;
     q->dfed = 0;
     while (m < max) {
-        if (step(s, q, &out[m - 1], 1, n + m - 1, 1, &id))
+        if (step(s, q, &out[m - 1], 1, n + m - 1, 1, m, &id))
             break;
         q->dfed++;
         out[m++] = id;
     }
+    q->qn = q->sampled ? m : 0;
     return m;
 }
 

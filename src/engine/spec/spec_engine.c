@@ -24,11 +24,6 @@ int eng_spec_init(struct engine *g, struct cerr *e)
     struct spec_config c = g->c.spec;
     if (c.kind == SPEC_NONE)
         return 0;
-    if (g->kv_swa) {
-        log_warn("speculation is off: the model keeps sliding-window layers in their own KV "
-                 "pool, whose rollback is not implemented");
-        return 0;
-    }
     if (c.step_cost <= 0) { /* else measured (spec_step_time) */
         const char *v = getenv("CINFER_SPEC_STEP_COST");
         c.step_cost = v && *v ? (float)atof(v) : 0;
@@ -36,8 +31,12 @@ int eng_spec_init(struct engine *g, struct cerr *e)
     /* until measured, a token more in a step: ~1/4 of a decode on the CPU, little on a GPU,
      * where decode reads the weights and waits */
     c.step_cost_default = !strcmp(g->m->be->ops->name, "cpu") ? 0.25f : 0.05f;
-    if (c.kind == SPEC_TWO_MODEL && c.draft_cost <= 0 && c.draft)
-        c.draft_cost = (float)model_weight_bytes(c.draft) / (float)model_weight_bytes(g->m);
+    if (c.kind == SPEC_TWO_MODEL && c.draft_cost <= 0) { /* else measured (spec_draft.c) */
+        const char *v = getenv("CINFER_SPEC_DRAFT_COST");
+        c.draft_cost = v && *v ? (float)atof(v) : 0;
+    }
+    if (c.kind == SPEC_TWO_MODEL && c.draft)
+        c.draft_cost_default = (float)model_weight_bytes(c.draft) / (float)model_weight_bytes(g->m);
     c.max_seqs = g->c.max_seqs;
     c.n_ctx = g->c.n_ctx;
     int rc = spec_new(&g->spec, &c, g->m->hp.n_vocab, e);
@@ -142,6 +141,8 @@ int eng_spec_unplan(struct engine *g, int n_rows)
         any = 1;
         spec_observe(g->spec, w->r->spec, 0, 0, w->r->n_tokens);
         kv_seq_trim(g->kv, &w->r->seq, w->r->n_past);
+        if (g->kv_swa)
+            kv_seq_trim(g->kv_swa, &w->r->seq_swa, w->r->n_past);
         w->n = 1;
         w->k = 0;
     }
@@ -174,6 +175,8 @@ void eng_spec_verify(struct engine *g, struct row *w, int use_am, int use_tc)
         /* positions base .. base + j hold the last token and the j drafts kept so far */
         r->n_past = base + 1 + j;
         kv_cache_commit(g->kv, &r->seq, r->root, r->tokens, r->n_past);
+        if (g->kv_swa)
+            kv_cache_commit(g->kv_swa, &r->seq_swa, r->root, r->tokens, r->n_past);
         struct sampler_logprob lp;
         int32_t id = eng_sample_row(g, r, w->out + j, use_am, use_tc, &lp);
         if (id < 0) {
@@ -181,6 +184,16 @@ void eng_spec_verify(struct engine *g, struct row *w, int use_am, int use_tc)
             return; /* the request failed */
         }
         int hit = j < k && id == d[j];
+        if (j < k && !use_am && spec_req_sampled(r->spec, j)) {
+            /* a draft sampled from the draft model's q: full rejection sampling on the
+             * row the sampler just processed (its own draw is not used) */
+            int V = g->m->hp.n_vocab;
+            const float *lg = g->logits + (size_t)(w->out + j) * V;
+            double lse;
+            id = spec_reject(r->spec, j, lg, V, base + 1 + j, &hit, &lse);
+            lp.id = id;
+            lp.logprob = (float)((double)lg[id] - lse);
+        }
         acc += hit;
         r->spec_accepted += hit;
         g->spec_gen += j > 0;
@@ -192,5 +205,10 @@ void eng_spec_verify(struct engine *g, struct row *w, int use_am, int use_tc)
             break;
     }
     kv_seq_trim(g->kv, &r->seq, r->n_past);
+    if (g->kv_swa) { /* the sliding layers' pool: the same rollback, then what the window
+                      * no longer reaches goes (as after a plain step) */
+        kv_seq_trim(g->kv_swa, &r->seq_swa, r->n_past);
+        kv_seq_drop_before(g->kv_swa, &r->seq_swa, r->n_past - g->window + 1);
+    }
     spec_observe(g->spec, r->spec, k, acc, r->n_past);
 }

@@ -9,6 +9,8 @@
 #define SPEC_PROBE 16 /* steps without a draft before a row probes with one token */
 #define SPEC_CORPUS_MAX_TOKENS (1 << 18) /* suffix: finished-output tokens kept */
 #define SPEC_CORPUS_MAX_SEGS 256
+#define SPEC_STEP_SIZES 64 /* step sizes (tokens) whose times are kept */
+#define SPEC_Q_TOP 32      /* two-model, sampled: q is the draft's softmax over its top 32 ids */
 
 struct spec_draft; /* spec_draft.c */
 
@@ -17,9 +19,14 @@ struct spec {
     int n_vocab;
     double g_acc[SPEC_BUCKETS], g_rej[SPEC_BUCKETS]; /* every request's, decayed */
     long drafted, accepted, rounds, draft_calls;
-    /* measured step times: decayed sums for the least-squares line t = a + b n */
-    double tw, tn, tt, tnn, tnt;
-    float beta; /* the measured slope (0 = not yet) */
+    /* measured step times: per step size n (1..SPEC_STEP_SIZES) a smoothed time (outliers
+     * clipped: a step the OS stalled does not move it far) and a capped count; the line
+     * t = a + b n is fitted through them */
+    double st[SPEC_STEP_SIZES + 1];
+    int sc[SPEC_STEP_SIZES + 1];
+    float beta;    /* the measured slope (0 = not yet) */
+    double t1;     /* the fitted one-token step time a + b (0 = not yet) */
+    double dw, dt; /* two-model: decayed count and time of one-token draft forwards */
     /* suffix corpus: recent finished outputs, oldest first (a ring of segments) */
     int32_t *seg[SPEC_CORPUS_MAX_SEGS];
     int seg_len[SPEC_CORPUS_MAX_SEGS];
@@ -38,6 +45,16 @@ struct spec_req {
     int dpast;
     int dfed;  /* draft tokens of the last proposal fed to the draft model (at dpast ..) */
     int dlive; /* dseq holds blocks of the draft pool */
+    /* two-model, sampled rows (spec_req_new): drafts drawn from q; per draft of the last
+     * proposal its q as (id, probability) pairs, the support of q */
+    int sampled;
+    float temp;
+    uint64_t seed;
+    int qn; /* drafts of the last proposal that carry a q */
+    int qk[SPEC_MAX_DRAFT];
+    int32_t qdraft[SPEC_MAX_DRAFT]; /* the token drawn from q */
+    int32_t qid[SPEC_MAX_DRAFT][SPEC_Q_TOP];
+    float qp[SPEC_MAX_DRAFT][SPEC_Q_TOP];
 };
 
 /* spec_suffix.c */
@@ -53,5 +70,9 @@ int spec_draft_propose(struct spec *s, struct spec_req *q, const int32_t *t, int
                        int32_t *out);
 void spec_draft_rollback(struct spec *s, struct spec_req *q, int n_valid);
 void spec_draft_release(struct spec *s, struct spec_req *q);
+
+/* spec_reject.c: draws draft j of q from the draft's logits lg (softmax at q->temp x scale
+ * over its SPEC_Q_TOP largest logits), recording q; pos: the drafted token's position. */
+int32_t spec_q_draw(struct spec_req *q, int j, const float *lg, int n_vocab, float scale, int pos);
 
 #endif
