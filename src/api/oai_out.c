@@ -33,6 +33,11 @@ struct oai_out {
     int err;
     int start_in_reasoning;
     const char *forced; /* forced tool-call prefix (the api_prompt's; outlives this) */
+    int index;          /* the choice's index (a request with several choices) */
+    int grouped;        /* one choice of several (oai_out_group): no usage, no [DONE] */
+    json_t *choice;     /* grouped, non-streaming: the finished choice */
+    int echo_lp;        /* echo with prompt logprobs: ENGINE_EV_PROMPT events fill leg */
+    int echo_pending;   /* streaming echo_lp: the echo chunk waits for the prompt's logprobs */
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -137,7 +142,7 @@ static int emit_chunk(struct oai_out *o, json_t *delta_or_text, const char *fini
         json_decref(usage);
         return CERR_NOMEM;
     }
-    json_object_set_new(ch, "index", json_integer(0));
+    json_object_set_new(ch, "index", json_integer(o->index));
     json_t *lp = pending_logprobs(o);
     if (o->kind == OAI_CHAT) {
         json_object_set_new(ch, "delta", delta_or_text);
@@ -279,6 +284,10 @@ int oai_out_new(struct oai_out **out, const struct api_model *m, const struct oa
     if (r->legacy_logprobs) {
         o->legacy = 1;
         rc = lp_legacy_init(&o->leg, r->sp.top_logprobs, 0);
+        o->echo_lp = r->kind == OAI_COMPLETION && r->echo && p->n > 0;
+        o->echo_pending = o->echo_lp && r->stream;
+        if (!rc && o->echo_lp) /* the prompt's first token: nothing scores it */
+            rc = lp_legacy_add_first(&o->leg, m->tk, p->ids[0]);
     } else if (r->sp.top_logprobs >= 0 && !(o->lp = json_array()))
         rc = CERR_NOMEM;
     if (!rc && r->kind == OAI_COMPLETION && r->echo) {
@@ -315,8 +324,21 @@ void oai_out_free(struct oai_out *o)
     if (o->legacy)
         lp_legacy_free(&o->leg);
     free(o->echo);
+    json_decref(o->choice);
     free(o);
 }
+
+void oai_out_group(struct oai_out *o, int index, const char *id, long created)
+{
+    o->index = index;
+    o->grouped = 1;
+    snprintf(o->id, sizeof o->id, "%s", id);
+    o->created = created;
+}
+
+const char *oai_out_id(const struct oai_out *o) { return o->id; }
+
+json_t *oai_out_choice(const struct oai_out *o) { return o->choice; }
 
 int oai_out_finished(const struct oai_out *o) { return o->finished; }
 
@@ -357,8 +379,9 @@ static json_t *tool_calls_json(const struct oai_out *o)
 int oai_out_begin(struct oai_out *o, struct sbuf *sse)
 {
     o->cur = sse;
-    if (o->kind != OAI_CHAT) /* completions: the echoed prompt first */
-        return o->echo ? emit_chunk(o, api_json_text(o->echo, o->echo_len), NULL, NULL) : 0;
+    if (o->kind != OAI_CHAT) /* completions: the echoed prompt first (with its logprobs:
+                                at the first token) */
+        return o->echo && !o->echo_pending ? emit_chunk(o, api_json_text(o->echo, o->echo_len), NULL, NULL) : 0;
     return emit_chunk(o, json_pack("{s:s, s:s, s:n}", "role", "assistant", "content", "",
                                    "refusal"),
                       NULL, NULL);
@@ -385,7 +408,7 @@ static int done_body(struct oai_out *o, const struct engine_event *ev, struct sb
             json_object_set(msg, "reasoning", rs);
             json_object_set_new(msg, "reasoning_content", rs);
         }
-        ch = json_pack("{s:i, s:o, s:s}", "index", 0, "message", msg, "finish_reason",
+        ch = json_pack("{s:i, s:o, s:s}", "index", o->index, "message", msg, "finish_reason",
                        finish_reason(o, ev->finish));
     } else {
         struct sbuf t = {0}; /* echo: the prompt, then the completion */
@@ -395,7 +418,7 @@ static int done_body(struct oai_out *o, const struct engine_event *ev, struct sb
             json_decref(lp);
             return CERR_NOMEM;
         }
-        ch = json_pack("{s:i, s:o, s:s}", "index", 0, "text", api_json_text(t.p ? t.p : "", t.len),
+        ch = json_pack("{s:i, s:o, s:s}", "index", o->index, "text", api_json_text(t.p ? t.p : "", t.len),
                        "finish_reason", finish_reason(o, ev->finish));
         sbuf_free(&t);
     }
@@ -403,6 +426,10 @@ static int done_body(struct oai_out *o, const struct engine_event *ev, struct sb
         json_object_set_new(ch, "logprobs", lp);
     else if (ch)
         json_object_set_new(ch, "logprobs", json_null());
+    if (o->grouped) { /* the group writes the body */
+        o->choice = ch;
+        return ch ? 0 : CERR_NOMEM;
+    }
     json_t *b = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", o->id, "object",
                           o->kind == OAI_CHAT ? "chat.completion" : "text_completion", "created",
                           (json_int_t)o->created, "model", o->m->id, "choices", ch, "usage",
@@ -426,6 +453,16 @@ int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf 
         o->finished = 1;
         return o->stream ? oai_error_frame(out, ev->error ? ev->error : "generation failed") : 0;
     }
+    if (ev->type == ENGINE_EV_PROMPT) {
+        if (o->echo_lp && ev->lp && lp_legacy_add(&o->leg, o->m->tk, ev->lp))
+            return CERR_NOMEM;
+        return 0;
+    }
+    if (o->echo_pending) { /* the echo chunk, with the prompt's logprobs */
+        o->echo_pending = 0;
+        if (emit_chunk(o, api_json_text(o->echo, o->echo_len), NULL, NULL))
+            return CERR_NOMEM;
+    }
     if (ev->type == ENGINE_EV_DELTA && (o->lp || o->legacy) && ev->lp)
         add_logprob(o, ev->lp);
     push_text(o, ev->text, ev->len);
@@ -439,6 +476,8 @@ int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf 
     if (!o->stream)
         return done_body(o, ev, out);
     json_t *last = o->kind == OAI_CHAT ? json_object() : json_string("");
+    if (o->grouped) /* the group sends the usage and [DONE] after the last choice */
+        return emit_chunk(o, last, finish_reason(o, ev->finish), NULL);
     int rc = emit_chunk(o, last, finish_reason(o, ev->finish), o->include_usage ? NULL : usage(o, ev));
     if (!rc && o->include_usage) /* stream_options.include_usage: usage alone, choices [] */
         rc = frame(out, json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", o->id, "object",

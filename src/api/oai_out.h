@@ -26,11 +26,19 @@ int oai_out_new(struct oai_out **out, const struct api_model *m, const struct oa
 void oai_out_free(struct oai_out *o);
 /* Streaming only: the first chunk (role). */
 int oai_out_begin(struct oai_out *o, struct sbuf *sse);
-/* Feeds one engine event. Streaming: appends frames to out (after DONE: the final chunk and
+/* Feeds one engine event (PROMPT events fill an echoed prompt's legacy logprobs). Streaming: appends frames to out (after DONE: the final chunk and
  * [DONE]; after ERROR: an error frame, no [DONE]). Non-streaming: at DONE, out receives the
  * whole JSON body; at ERROR nothing (the caller replies 500 with ev->error). Returns 0 or
  * CERR_NOMEM. */
 int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf *out);
+/* Makes o one choice of several (api/openai/choices.h): its chunks and choice carry index,
+ * the id and created time are the group's; the stream's end (usage, [DONE]) and the body
+ * are the group's to write: a non-streaming DONE leaves the choice in oai_out_choice. */
+void oai_out_group(struct oai_out *o, int index, const char *id, long created);
+/* The response id ("chatcmpl-…" / "cmpl-…"). */
+const char *oai_out_id(const struct oai_out *o);
+/* Grouped, non-streaming: the finished choice object (borrowed), NULL before DONE. */
+json_t *oai_out_choice(const struct oai_out *o);
 /* 1 once DONE or ERROR was fed. */
 int oai_out_finished(const struct oai_out *o);
 /* Turns on tool-call parsing (call before the first event): `family` is an enum tc_family,

@@ -25,6 +25,8 @@ struct ereq {
     int n_cached, admitted;  /* prompt positions reused from the prefix cache */
     size_t projected;        /* (prompt + max_tokens) KV bytes, for the KV budget */
     int ignore_eos, cancelled, want_lp;
+    int plp, plp_done, plp_k; /* prompt logprobs (promptlp.c): on; prompt tokens answered
+                                 (token 0 has none: starts at 1); alternatives asked */
     struct kv_seq seq;
     struct kv_seq seq_swa;   /* sliding-window layers' blocks (when they have their own pool) */
     struct sampler *smp;
@@ -48,6 +50,7 @@ struct row {
     int n;    /* tokens fed this step (a decode row with drafts: 1 + k) */
     int out;  /* logits row (a row with drafts: the first of its k + 1), or -1 */
     int k;    /* draft tokens, at r->tokens[n_tokens ..] (speculation; 0 = none) */
+    int plp;  /* prompt logprobs: the logits row of its first token (one per token), or -1 */
 };
 
 struct engine {
@@ -191,6 +194,20 @@ int32_t eng_sample_row(struct engine *g, struct ereq *r, int out, int use_am, in
 void eng_publish_stats(struct engine *g, long gen_delta);
 /* The block-pool invariant checker over every live sequence (CINFER_CHECK_KV=1). */
 void eng_check_pool(struct engine *g);
+
+/* ---- promptlp.c: prompt logprobs (engine_req.prompt_logprobs) ---- */
+
+/* Logits rows a step keeps for prompt scoring, beyond one per sequence (engine_new widens
+ * max_out by this much). */
+#define ENG_PLP_ROWS 16
+/* Plan: the prompt chunk c of r, cut to the scoring rows *left in the step (taken from it);
+ * c itself for a request that does not score its prompt or is past it. */
+int eng_plp_chunk(const struct ereq *r, int c, int *left);
+/* Whether r scores the prompt tokens of a row that starts at n_past. */
+int eng_plp_row(const struct ereq *r);
+/* After the forward, before r->n_past moves: the PROMPT events of row w (its logits rows on
+ * the host from w->plp on). */
+void eng_plp_emit(struct engine *g, const struct row *w);
 
 /* ---- burst.c: decode bursts ---- */
 
