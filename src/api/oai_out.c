@@ -38,6 +38,7 @@ struct oai_out {
     json_t *choice;     /* grouped, non-streaming: the finished choice */
     int echo_lp;        /* echo with prompt logprobs: ENGINE_EV_PROMPT events fill leg */
     int echo_pending;   /* streaming echo_lp: the echo chunk waits for the prompt's logprobs */
+    int echo_done;      /* echo_lp: the prompt's tokens are all in */
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -457,6 +458,13 @@ int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf 
         if (o->echo_lp && ev->lp && lp_legacy_add(&o->leg, o->m->tk, ev->lp))
             return CERR_NOMEM;
         return 0;
+    }
+    if (o->echo_lp && !o->echo_done) { /* the completion's offsets follow the echoed text */
+        o->echo_done = 1;
+        long c = 0;
+        for (size_t i = 0; i < o->echo_len; i++)
+            c += ((unsigned char)o->echo[i] & 0xC0) != 0x80;
+        o->leg.offset = c;
     }
     if (o->echo_pending) { /* the echo chunk, with the prompt's logprobs */
         o->echo_pending = 0;
