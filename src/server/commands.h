@@ -30,6 +30,8 @@ long long models_fit_bytes(void);
     "  POST /v1/messages                Anthropic Messages (stream or not, tools)\n"        \
     "  POST /v1/messages/count_tokens   Anthropic token count of a Messages body\n"         \
     "  POST /apply-template             the chat prompt a chat body renders to (no model run)\n" \
+    "  POST /tokenize, POST /detokenize  vLLM's tokenizer routes (text <-> ids)\n"          \
+    "  GET  /tokenizer_info             the tokens and template (vLLM's shape)\n"          \
     "  GET  /v1/models, /v1/models/{id} the served model(s)\n"                              \
     "  GET  /v1                         name, version, model, endpoints\n"                  \
     "  GET  /health                     200 once ready (no API key needed; 503 loading)\n"  \
