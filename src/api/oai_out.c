@@ -533,6 +533,14 @@ static void turn_tc(const struct tc_event *ev, void *ud)
                             [TC_EV_CALL_END] = TURN_CALL_END};
     if (ev->kind != TC_EV_CONTENT && t->max_calls && ev->index >= t->max_calls)
         return; /* a call past the cap: not parallel */
+    if (ev->kind == TC_EV_CALL_END)
+        t->rcall = 0; /* a call inside the think block ended: reasoning again */
+    if (ev->kind == TC_EV_CONTENT && t->in_rsn) { /* text of the think block around a call */
+        t->n_reasoning_bytes += ev->n;
+        if (ev->n)
+            t->cb(TURN_REASONING, NULL, ev->text, ev->n, t->ud);
+        return;
+    }
     if (ev->kind == TC_EV_CONTENT) {
         if (all_space(ev->text, ev->n)) {
             if (sbuf_append(&t->ws, ev->text, ev->n))
@@ -548,9 +556,66 @@ static void turn_tc(const struct tc_event *ev, void *ud)
     t->cb(K[ev->kind], ev->kind == TC_EV_CONTENT ? NULL : ev, ev->text, ev->n, t->ud);
 }
 
+/* Releases the held-back reasoning text. */
+static void turn_rsn_release(struct api_turn *t, size_t n)
+{
+    if (!n)
+        return;
+    t->n_reasoning_bytes += n;
+    t->cb(TURN_REASONING, NULL, t->rbuf.p, n, t->ud);
+    memmove(t->rbuf.p, t->rbuf.p + n, t->rbuf.len - n);
+    t->rbuf.len -= n;
+}
+
+/* Feeds the call parser from the think block (its plain text stays reasoning). */
+static void turn_rsn_call(struct api_turn *t, const char *s, size_t n)
+{
+    t->in_rsn = 1;
+    if (tc_push(t->tc, s, n, turn_tc, t))
+        t->err = CERR_NOMEM;
+    t->in_rsn = 0;
+}
+
+/* Reasoning text with tools on: scanned for a call's opening markup. */
+static void turn_rsn_scan(struct api_turn *t, const char *s, size_t n)
+{
+    if (t->rcall) {
+        turn_rsn_call(t, s, n);
+        return;
+    }
+    if (sbuf_append(&t->rbuf, s, n)) {
+        t->err = CERR_NOMEM;
+        return;
+    }
+    size_t ml = strlen(t->rmark);
+    const char *hit = memmem(t->rbuf.p, t->rbuf.len, t->rmark, ml);
+    if (hit) {
+        turn_rsn_release(t, (size_t)(hit - t->rbuf.p));
+        t->rcall = 1;
+        struct sbuf rest = t->rbuf; /* the parser takes it from the opening on */
+        t->rbuf = (struct sbuf){0};
+        turn_rsn_call(t, rest.p, rest.len);
+        sbuf_free(&rest);
+        return;
+    }
+    size_t keep = 0; /* the longest end that could begin the markup */
+    for (size_t k = ml - 1; k > 0 && !keep; k--)
+        if (k <= t->rbuf.len && !memcmp(t->rbuf.p + t->rbuf.len - k, t->rmark, k))
+            keep = k;
+    turn_rsn_release(t, t->rbuf.len - keep);
+}
+
 static void turn_rsn(int kind, const char *s, size_t n, void *ud)
 {
     struct api_turn *t = ud;
+    if (kind == RSN_REASONING && t->tc && t->rmark) {
+        turn_rsn_scan(t, s, n);
+        return;
+    }
+    if (kind != RSN_REASONING && t->rbuf.len) /* the think block ended */
+        turn_rsn_release(t, t->rbuf.len);
+    if (kind != RSN_REASONING)
+        t->rcall = 0;
     if (kind == RSN_REASONING) {
         t->n_reasoning_bytes += n;
         t->cb(TURN_REASONING, NULL, s, n, t->ud);
@@ -574,6 +639,11 @@ int api_turn_init(struct api_turn *t, const struct api_model *m, int start_in_re
         int rc = js ? tc_new(&t->tc, (enum tc_family)family, js, e)
                     : cerr_set(e, CERR_NOMEM, "out of memory");
         free(js);
+        if (t->rsn) /* the explicit markup a call opens with, also inside the think block */
+            t->rmark = family == TC_GENERIC || family == TC_HERMES || family == TC_QWEN3_XML
+                           ? "<tool_call>"
+                       : family == TC_MISTRAL ? "[TOOL_CALLS]"
+                                              : NULL;
         if (rc) {
             rsn_free(t->rsn);
             t->rsn = NULL;
@@ -616,6 +686,8 @@ int api_turn_finish(struct api_turn *t)
         turn_feed_primed(t);
     if (t->rsn && rsn_flush(t->rsn, turn_rsn, t))
         t->err = CERR_NOMEM;
+    if (t->rbuf.len)
+        turn_rsn_release(t, t->rbuf.len);
     if (t->tc && tc_flush(t->tc, turn_tc, t))
         t->err = CERR_NOMEM;
     int n = api_turn_calls(t);
@@ -658,6 +730,7 @@ void api_turn_deinit(struct api_turn *t)
     tc_free(t->tc);
     sbuf_free(&t->raw);
     sbuf_free(&t->ws);
+    sbuf_free(&t->rbuf);
     memset(t, 0, sizeof *t);
 }
 

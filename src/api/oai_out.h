@@ -52,7 +52,9 @@ int oai_out_tools(struct oai_out *o, int family, const json_t *tools, struct cer
  * Shared by the OpenAI, Anthropic and Responses encoders. Decoded text goes through the
  * think-tag splitter (when the model has tags), then content goes through the tool-call
  * parser (when tools are on). The callback receives, in generation order: reasoning text,
- * content text and the tool-call events. The whole sampled text is kept so that, at the end
+ * content text and the tool-call events. A call opened inside the think block (the family's
+ * explicit markup, e.g. <tool_call>) is a call too, as one right after it. The whole sampled
+ * text is kept so that, at the end
  * of a turn with calls, it is registered in the replay store (api/replay.h) under the call
  * ids. One per request, one thread. */
 enum turn_kind { TURN_REASONING = 0, TURN_CONTENT, TURN_CALL_BEGIN, TURN_CALL_DELTA, TURN_CALL_END };
@@ -67,6 +69,13 @@ struct api_turn {
     size_t n_reasoning_bytes;
     const char *primed; /* text to feed before the next push (api_turn_prime), or NULL */
     int max_calls;      /* 0: any number of calls; else the calls past it are dropped */
+    /* a call written inside the think block (DeepSeek-R1 distills and Qwen3 do): reasoning
+     * text is scanned for the family's call opening (rmark), held back while its end could
+     * be the start of one (rbuf); from the opening on, the text goes to the call parser
+     * (rcall) until the call ends, and the reasoning goes on after it */
+    const char *rmark;
+    struct sbuf rbuf;
+    int rcall, in_rsn;
     turn_fn cb;
     void *ud;
     int err;
