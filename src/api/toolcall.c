@@ -444,7 +444,7 @@ static int parse_block(struct tc_parser *p, int closed)
         r = tcx_json_calls_repair(p->tools, body, bn, on_call, p);
         break;
     case K_BARE:
-        r = tcx_json_calls(p->tools, s, n, on_call, p);
+        r = tcx_json_calls_doubled(p->tools, s, n, on_call, p);
         break;
     case K_MISTRAL:
         r = tcx_mistral_calls(p->tools, body, bn, on_call, p);
@@ -606,6 +606,8 @@ static void markup_byte(struct tc_parser *p, char c)
     }
     if (p->stream)
         tcs_byte(p);
+    if (m->kind == K_BARE && c == '{' && p->span.n == 2)
+        return; /* "{{": a doubled-brace call (tcx_json_calls_doubled); the object is inside */
     int r = tcj_feed(&p->json, (unsigned char)c); /* K_PYTAG skips whitespace before it */
     if (r == TCJ_DONE)
         end_block(p, 1);
@@ -641,7 +643,8 @@ static void text_byte(struct tc_parser *p, char c)
             begin_block(p, &M_BARE);
             return;
         }
-        if (p->after_call && p->bare && c == ';') { /* Llama: {…}; {…} */
+        /* Llama: {…}; {…} — and the stray braces of a doubled-brace call ({{…}}}}) */
+        if (p->after_call && p->bare && (c == ';' || c == '}')) {
             tcb_putc(&p->ws, c);
             return;
         }
