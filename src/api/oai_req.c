@@ -276,6 +276,24 @@ static int parse_stops(struct oai_req *r, json_t *o, const char *key, struct api
     return 0;
 }
 
+/* parallel_tool_calls: false with tools: generation ends at the first call's end tag (a
+ * stop string, not part of the output: the parser takes a call without its end tag). Small
+ * models otherwise write call after call to max_tokens, of which only the first is kept. */
+static int add_call_end_stops(struct oai_req *r, struct api_error *err)
+{
+    static const char *const ENDS[] = {"</tool_call>", "</tools>"};
+    char **ns = realloc(r->stops, (size_t)(r->n_stops + 2) * sizeof *ns);
+    if (!ns)
+        return api_fail(err, 500, NULL, "out of memory");
+    r->stops = ns;
+    for (int i = 0; i < 2; i++)
+        if (!(r->stops[r->n_stops] = strdup(ENDS[i])))
+            return api_fail(err, 500, NULL, "out of memory");
+        else
+            r->n_stops++;
+    return 0;
+}
+
 /* ---- messages ----------------------------------------------------------------------- */
 
 static const char *const ROLES[] = {"system", "developer", "user", "assistant", "tool"};
@@ -719,6 +737,8 @@ int oai_parse(struct oai_req *r, int kind, const char *body, size_t len,
         rc = parse_thinking(r, o, err);
     if (!rc && kind == OAI_CHAT)
         rc = parse_tools(r, o, err);
+    if (!rc && kind == OAI_CHAT && r->single_call && r->tools)
+        rc = add_call_end_stops(r, err);
     if (!rc && kind == OAI_CHAT && get_bool(o, "continue_final_message", &b, &given, err))
         rc = -1;
     if (!rc && kind == OAI_CHAT && given && b) {

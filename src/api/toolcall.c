@@ -24,6 +24,9 @@ static const struct tc_marker M_FENCE_PY = {"```tool_code", "```", K_FENCE_PY};
 static const struct tc_marker M_FENCE_JSON = {"```json", "```", K_FENCE_JSON};
 static const struct tc_marker M_GEMMA4 = {"<|tool_call>", "<tool_call|>", K_GEMMA4};
 static const struct tc_marker M_BARE = {"{", NULL, K_BARE};
+/* the Qwen2.5 templates list the tools inside <tools></tools>: small models (the
+ * Qwen2.5-Coder 1.5B) wrap a call in those tags as often as in <tool_call> */
+static const struct tc_marker M_TOOLS_TAG = {"<tools>", "</tools>", K_TAG};
 static const struct tc_marker M_DEEPSEEK = {"<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>",
                                             "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>",
                                             K_DEEPSEEK};
@@ -32,7 +35,8 @@ static const struct tc_marker M_DEEPSEEK1 = {"<\xef\xbd\x9ctool\xe2\x96\x81" "ca
                                              K_DEEPSEEK1};
 
 static const struct tc_marker *const MK_GENERIC[] = {
-    &M_TAG, &M_FUNC, &M_PYTAG, &M_MISTRAL, &M_FENCE_JSON, &M_DEEPSEEK, &M_DEEPSEEK1, NULL};
+    &M_TAG,        &M_TOOLS_TAG, &M_FUNC,     &M_PYTAG,
+    &M_MISTRAL,    &M_FENCE_JSON, &M_DEEPSEEK, &M_DEEPSEEK1, NULL};
 static const struct tc_marker *const MK_HERMES[] = {&M_TAG, NULL};
 static const struct tc_marker *const MK_QWEN3_XML[] = {&M_TAG, &M_FUNC, NULL};
 static const struct tc_marker *const MK_LLAMA3[] = {&M_PYTAG, &M_FUNC, NULL};
