@@ -39,6 +39,8 @@ struct oai_out {
     int echo_lp;        /* echo with prompt logprobs: ENGINE_EV_PROMPT events fill leg */
     int echo_pending;   /* streaming echo_lp: the echo chunk waits for the prompt's logprobs */
     int echo_done;      /* echo_lp: the prompt's tokens are all in */
+    double lp_sum;      /* the generated tokens' logprobs, when the engine sent them (best_of) */
+    int lp_n;
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -341,6 +343,11 @@ const char *oai_out_id(const struct oai_out *o) { return o->id; }
 
 json_t *oai_out_choice(const struct oai_out *o) { return o->choice; }
 
+double oai_out_mean_logprob(const struct oai_out *o)
+{
+    return o->lp_n ? o->lp_sum / o->lp_n : -1e30;
+}
+
 int oai_out_finished(const struct oai_out *o) { return o->finished; }
 
 int oai_out_tools(struct oai_out *o, int family, const json_t *tools, struct cerr *e)
@@ -470,6 +477,10 @@ int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf 
         o->echo_pending = 0;
         if (emit_chunk(o, api_json_text(o->echo, o->echo_len), NULL, NULL))
             return CERR_NOMEM;
+    }
+    if (ev->type == ENGINE_EV_DELTA && ev->lp) {
+        o->lp_sum += ev->lp->logprob;
+        o->lp_n++;
     }
     if (ev->type == ENGINE_EV_DELTA && (o->lp || o->legacy) && ev->lp)
         add_logprob(o, ev->lp);

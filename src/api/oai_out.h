@@ -39,6 +39,9 @@ void oai_out_group(struct oai_out *o, int index, const char *id, long created);
 const char *oai_out_id(const struct oai_out *o);
 /* Grouped, non-streaming: the finished choice object (borrowed), NULL before DONE. */
 json_t *oai_out_choice(const struct oai_out *o);
+/* The mean logprob of the generated tokens (best_of ranks by it; the engine request must ask
+ * for logprobs), or -1e30 when none came. */
+double oai_out_mean_logprob(const struct oai_out *o);
 /* 1 once DONE or ERROR was fed. */
 int oai_out_finished(const struct oai_out *o);
 /* Turns on tool-call parsing (call before the first event): `family` is an enum tc_family,

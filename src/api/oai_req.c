@@ -573,6 +573,7 @@ static int parse_n_and_stream(struct oai_req *r, json_t *o, struct api_error *er
     if (given && v > OAI_MAX_CHOICES)
         return api_fail(err, 400, "n", "n must be at most %d, got %lld", OAI_MAX_CHOICES, v);
     r->n = given ? (int)v : 1;
+    r->best_of = r->n;
     json_t *so = json_object_get(o, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so))
@@ -635,6 +636,18 @@ static int prompt_one(struct oai_prompt *q, json_t *p, int n_vocab, struct api_e
 
 static int parse_completion(struct oai_req *r, json_t *o, int n_vocab, struct api_error *err)
 {
+    long long v;
+    int given;
+    if (get_int(o, "best_of", &v, &given, err))
+        return -1;
+    if (given && v < r->n)
+        return api_fail(err, 400, "best_of", "best_of (%lld) must be at least n (%d)", v, r->n);
+    if (given && v > OAI_MAX_CHOICES)
+        return api_fail(err, 400, "best_of", "best_of must be at most %d, got %lld",
+                        OAI_MAX_CHOICES, v);
+    if (given && v > r->n && r->stream)
+        return api_fail(err, 400, "best_of", "best_of > n cannot be streamed");
+    r->best_of = given ? (int)v : r->n; /* best_of = n returns every sample: n itself */
     json_t *p = json_object_get(o, "prompt");
     /* a string or one array of ids is one prompt; an array of strings or of arrays is one
      * prompt each (one choice each, in order; n choices each with n > 1) */
@@ -644,10 +657,10 @@ static int parse_completion(struct oai_req *r, json_t *o, int n_vocab, struct ap
         return api_fail(err, 400, "prompt",
                         "prompt is required: a non-empty string, an array of strings, an array of "
                         "token ids or an array of arrays of token ids");
-    if (np * (size_t)r->n > OAI_MAX_CHOICES)
+    if (np * (size_t)r->best_of > OAI_MAX_CHOICES)
         return api_fail(err, 400, "prompt",
-                        "%zu prompts x n = %d asks for %zu choices; at most %d a request", np,
-                        r->n, np * (size_t)r->n, OAI_MAX_CHOICES);
+                        "%zu prompts x %d samples asks for %zu generations; at most %d a request",
+                        np, r->best_of, np * (size_t)r->best_of, OAI_MAX_CHOICES);
     r->prompts = calloc(np, sizeof *r->prompts);
     if (!r->prompts)
         return api_fail(err, 500, NULL, "out of memory");
@@ -664,7 +677,7 @@ static int parse_completion(struct oai_req *r, json_t *o, int n_vocab, struct ap
         memcpy(r->prompt_ids, r->prompts[0].ids, (size_t)r->prompts[0].n_ids * sizeof *r->prompt_ids);
         r->n_prompt_ids = r->prompts[0].n_ids;
     }
-    int b, given;
+    int b;
     if (get_bool(o, "echo", &b, &given, err))
         return -1;
     r->echo = given && b;
@@ -672,16 +685,6 @@ static int parse_completion(struct oai_req *r, json_t *o, int n_vocab, struct ap
         return api_fail(err, 400, "logprobs",
                         "echo with logprobs takes logprobs as an integer (the completions API's "
                         "block: the prompt's tokens are scored too)");
-    long long v;
-    if (get_int(o, "best_of", &v, &given, err))
-        return -1;
-    if (given && v < r->n)
-        return api_fail(err, 400, "best_of", "best_of (%lld) must be at least n (%d)", v, r->n);
-    if (given && v != r->n) /* best_of = n returns every sample: n itself */
-        return api_fail(err, 400, "best_of",
-                        "best_of = %lld is not supported: ask n = %lld samples (with logprobs) and "
-                        "rank them by their summed logprobs",
-                        v, v);
     json_t *sf = json_object_get(o, "suffix");
     if (sf && !json_is_null(sf) && !(json_is_string(sf) && json_string_length(sf) == 0))
         return api_fail(err, 400, "suffix",

@@ -57,6 +57,8 @@ struct oai_req {
     struct oai_prompt *prompts; /* (n_prompts) completions: each prompt (owned); prompt /
                                    prompt_ids above are the first one's */
     int n;                 /* choices per prompt (n), 1..128 */
+    int best_of;           /* completions: samples per prompt (>= n); the n with the highest
+                              mean token logprob are returned. Chat: n */
     int echo;              /* completions: the prompt is repeated before the text */
     int legacy_logprobs;   /* completions: logprobs given as an integer (the legacy block
                               {tokens, token_logprobs, top_logprobs, text_offset}) */

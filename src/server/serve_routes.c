@@ -128,7 +128,7 @@ static int multi_gen(struct serve *sv, struct oai_ctx *c, const struct engine_re
                      const int *max_tokens, struct serve_gen *g, struct api_error *err)
 {
     int np = c->rq.kind == OAI_COMPLETION && c->rq.n_prompts > 1 ? c->rq.n_prompts : 1;
-    int n = c->rq.n, total = np * n;
+    int n = c->rq.best_of > c->rq.n ? c->rq.best_of : c->rq.n, total = np * n;
     c->qs = calloc((size_t)total, sizeof *c->qs);
     struct oai_out **outs = calloc((size_t)total, sizeof *outs);
     if (!c->qs || !outs) {
@@ -151,9 +151,12 @@ static int multi_gen(struct serve *sv, struct oai_ctx *c, const struct engine_re
         c->qs[i].n_ids = pr->n;
         c->qs[i].max_tokens = max_tokens[p];
         c->qs[i].sp.seed = q0->sp.seed + (uint64_t)(i % n); /* sample j: seed + j */
+        if (n > c->rq.n && c->qs[i].sp.top_logprobs < 0) /* best_of ranks by logprobs */
+            c->qs[i].sp.top_logprobs = 0;
     }
     struct oai_choices *grp = NULL;
-    if (oai_choices_new(&grp, outs, total, n, c->rq.kind, c->rq.stream, c->rq.include_usage,
+    if (oai_choices_new(&grp, outs, total, n, c->rq.n, c->rq.kind, c->rq.stream,
+                        c->rq.include_usage,
                         sv->am.id, sv->o.batch > 1 ? "batched" : "serial"))
         return api_fail(err, 500, NULL, "out of memory");
     g->ops = &OAI_MULTI_OPS;
@@ -225,7 +228,7 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
                                                c->rq.legacy_logprobs};
     struct serve_gen g = {.stream = c->rq.stream, .ops = &OAI_OPS, .q = q0,
                           .cleanup = oai_ctx_free, .ctx = c};
-    if (np * c->rq.n > 1) {
+    if (np * (c->rq.best_of > c->rq.n ? c->rq.best_of : c->rq.n) > 1) {
         if (multi_gen(sv, c, &q0, mts, &g, &err))
             goto fail;
     } else {

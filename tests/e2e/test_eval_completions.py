@@ -240,7 +240,8 @@ def test_scoring_beside_generation_changes_nothing(stories):
 # ---- refused -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("extra,param", [
-    ({"best_of": 3}, "best_of"), ({"best_of": 1, "n": 2}, "best_of"),
+    ({"best_of": 3, "stream": True}, "best_of"), ({"best_of": 1, "n": 2}, "best_of"),
+    ({"best_of": 129}, "best_of"), ({"best_of": 65, "prompt": ["a", "b"]}, "prompt"),
     ({"echo": True, "logprobs": True}, "logprobs"),
     ({"prompt": ["a"] * 65, "n": 2}, "prompt"), ({"prompt": [["a"]]}, "prompt"),
     ({"prompt": [[]]}, "prompt"), ({"prompt": []}, "prompt"),
@@ -256,3 +257,23 @@ def test_best_of_equal_to_n_is_n(stories):
     j = post(stories, "/v1/completions",
              {"prompt": "Once", "max_tokens": 3, "temperature": 0, "n": 2, "best_of": 2})
     assert len(j["choices"]) == 2
+
+
+def test_best_of_returns_the_best_by_mean_logprob(stories, spec):
+    body = {"prompt": ["Once upon a time", "The cat"], "max_tokens": 8, "temperature": 1.0,
+            "seed": 77}
+    # the same samples (seed + j), all returned with their logprobs
+    every = post(stories, "/v1/completions", {**body, "n": 4, "logprobs": 0})
+    j = post(stories, "/v1/completions", {**body, "n": 2, "best_of": 4})
+    check(spec, "CreateCompletionResponse", j)
+    assert [c["index"] for c in j["choices"]] == [0, 1, 2, 3]
+    for p in range(2):
+        samples = every["choices"][p * 4:(p + 1) * 4]
+        mean = [sum(c["logprobs"]["token_logprobs"]) / len(c["logprobs"]["token_logprobs"])
+                for c in samples]
+        ranked = [samples[k]["text"] for k in sorted(range(4), key=lambda k: -mean[k])]
+        assert [c["text"] for c in j["choices"][p * 2:(p + 1) * 2]] == ranked[:2], (mean, j)
+        assert all(c["logprobs"] is None for c in j["choices"])  # not asked for
+    # usage: every sample's tokens, each prompt once
+    assert j["usage"]["completion_tokens"] == every["usage"]["completion_tokens"]
+    assert j["usage"]["prompt_tokens"] == every["usage"]["prompt_tokens"]

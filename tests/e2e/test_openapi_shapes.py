@@ -205,7 +205,7 @@ def test_chat_refusals(stories, spec, extra, param):
 
 
 BAD_COMPLETION = [
-    ({"best_of": 3}, "best_of"), ({"suffix": "end"}, "suffix"),
+    ({"best_of": 3, "stream": True}, "best_of"), ({"suffix": "end"}, "suffix"),
     ({"echo": True, "logprobs": True}, "logprobs"), ({"prompt": [1, 2, 99999999]}, "prompt"),
     ({"prompt": [1.5]}, "prompt"), ({"prompt": ["a", 3]}, "prompt"), ({"prompt": ""}, "prompt"),
     ({"logprobs": 99}, "logprobs"), ({"logprobs": "x"}, "logprobs"), ({"n": 0}, "n"),

@@ -10,7 +10,7 @@
 
 struct oai_choices {
     struct oai_out **o; /* (n) */
-    int n, per, kind, stream, include_usage, n_done, failed;
+    int n, per, keep, kind, stream, include_usage, n_done, failed;
     char id[64];
     long created;
     const char *model_id, *lane;
@@ -19,7 +19,7 @@ struct oai_choices {
 };
 
 int oai_choices_new(struct oai_choices **out, struct oai_out **outs, int n_total,
-                    int n_per_prompt, int kind, int stream, int include_usage,
+                    int n_per_prompt, int n_keep, int kind, int stream, int include_usage,
                     const char *model_id, const char *lane)
 {
     struct oai_choices *c = calloc(1, sizeof *c);
@@ -32,6 +32,7 @@ int oai_choices_new(struct oai_choices **out, struct oai_out **outs, int n_total
     c->o = outs;
     c->n = n_total;
     c->per = n_per_prompt > 0 ? n_per_prompt : 1;
+    c->keep = n_keep > 0 && n_keep < c->per && !stream ? n_keep : c->per;
     c->kind = kind;
     c->stream = stream;
     c->include_usage = stream && include_usage;
@@ -99,13 +100,31 @@ static int finish_all(struct oai_choices *c, struct sbuf *out)
         return sbuf_puts(out, "data: [DONE]\n\n") ? CERR_NOMEM : 0;
     }
     json_t *a = json_array();
-    for (int i = 0; a && i < c->n; i++) {
-        json_t *ch = oai_out_choice(c->o[i]);
-        if (!ch || json_array_append(a, ch)) {
-            json_decref(a);
-            return CERR_NOMEM;
+    int *order = malloc((size_t)c->per * sizeof *order);
+    for (int p = 0; a && order && p < c->n / c->per; p++) {
+        /* best_of: the prompt's samples by mean token logprob, best first (stable) */
+        for (int k = 0; k < c->per; k++)
+            order[k] = p * c->per + k;
+        for (int k = 1; c->keep < c->per && k < c->per; k++)
+            for (int m = k; m > 0 && oai_out_mean_logprob(c->o[order[m]]) >
+                                         oai_out_mean_logprob(c->o[order[m - 1]]);
+                 m--) {
+                int t = order[m];
+                order[m] = order[m - 1];
+                order[m - 1] = t;
+            }
+        for (int k = 0; k < c->keep; k++) {
+            json_t *ch = oai_out_choice(c->o[order[k]]);
+            if (!ch || json_object_set_new(ch, "index", json_integer(p * c->keep + k)) ||
+                json_array_append(a, ch)) {
+                json_decref(a);
+                a = NULL;
+            }
         }
     }
+    free(order);
+    if (!a)
+        return CERR_NOMEM;
     return put_json(out,
                     json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", c->id, "object", obj,
                               "created", (json_int_t)c->created, "model", c->model_id, "choices",
