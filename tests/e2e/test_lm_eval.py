@@ -26,9 +26,21 @@ def lm_eval_env(tmp_path_factory):
     if QUICK:  # the harness's imports take ~30 s; its requests are test_eval_completions'
         pytest.skip("CINFER_E2E_QUICK=1: lm-evaluation-harness runs in the release build only")
     d = tmp_path_factory.mktemp("lm_eval")
-    os.environ["HF_HOME"] = str(d / "hf")
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
-    os.environ["HF_HUB_OFFLINE"] = "1"
+    # for this module only: later suites (test_model_store) read the real Hugging Face cache
+    env = {"HF_HOME": str(d / "hf"), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield from _lm_eval_env(d)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _lm_eval_env(d):
     lm_eval = pytest.importorskip("lm_eval")
     pytest.importorskip("tenacity")  # lm_eval[api]
     from lm_eval.tasks import TaskManager
@@ -37,7 +49,7 @@ def lm_eval_env(tmp_path_factory):
         y = open(os.path.join(TASKS, name + ".yaml")).read()
         y = y.replace(f"test: {name}.jsonl", "test: " + os.path.join(TASKS, name + ".jsonl"))
         (d / (name + ".yaml")).write_text(y)
-    return lm_eval, TaskManager(include_path=str(d))
+    yield lm_eval, TaskManager(include_path=str(d))
 
 
 def tokenize(srv, text):
