@@ -878,6 +878,8 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
     if (!rc)
         rc = eng_spec_init(g, e); /* may widen max_out */
     g->max_out += ENG_PLP_ROWS; /* prompt scoring's rows (promptlp.c) */
+    if (g->max_out > T)            /* a logits row is a token of the step */
+        g->max_out = T;
     int O = g->max_out;
     if (!rc)
         rc = model_ws_new(&g->ws, m, T, O, S, g->max_blocks, e);

@@ -203,6 +203,8 @@ void eng_check_pool(struct engine *g);
 /* Plan: the prompt chunk c of r, cut to the scoring rows *left in the step (taken from it);
  * c itself for a request that does not score its prompt or is past it. */
 int eng_plp_chunk(const struct ereq *r, int c, int *left);
+/* The scoring rows a step may give (plan's budget for eng_plp_chunk). */
+int eng_plp_budget(const struct engine *g);
 /* Whether r scores the prompt tokens of a row that starts at n_past. */
 int eng_plp_row(const struct ereq *r);
 /* After the forward, before r->n_past moves: the PROMPT events of row w (its logits rows on

@@ -3,8 +3,10 @@
  *
  * A scoring request reads no prefix from the cache (every position needs its logits) and
  * feeds its prompt in chunks whose every token has a logits row: at most ENG_PLP_ROWS rows
- * a step over all scoring requests, rows the engine keeps beyond one per sequence, so the
- * other requests' rows and steps are those they would have without it (a step that holds
+ * a step over all scoring requests, rows the engine keeps beyond one per sequence (or, when
+ * max_out reaches the step's token budget, as many as the tokens; speculation counts them
+ * before it offers drafts), so the other requests' rows and steps are those they would have
+ * without it (a step that holds
  * a scoring row downloads its logits whole instead of argmax ids or candidates). After the
  * forward each position p answers prompt token p + 1 with the raw log-softmax of its row
  * (no logit_bias or penalties: the model's own distribution) and the top alternatives.
@@ -15,6 +17,16 @@
 #include "engine/engine_int.h"
 
 int eng_plp_row(const struct ereq *r) { return r->plp && r->n_past < r->n_prompt - 1; }
+
+int eng_plp_budget(const struct engine *g)
+{
+    /* every logits row is a token of the step: when max_out reaches the step's tokens, the
+     * token budget bounds the rows; else the rows kept beyond one per sequence */
+    if (g->max_out >= g->c.max_step_tokens)
+        return g->c.max_step_tokens;
+    int left = g->max_out - g->c.max_seqs;
+    return left < ENG_PLP_ROWS ? left : ENG_PLP_ROWS;
+}
 
 int eng_plp_chunk(const struct ereq *r, int c, int *left)
 {

@@ -90,7 +90,7 @@ void eng_take_inputs(struct engine *g, struct queue *dead)
 /* Plans rows for this step without reserving. admit: may take waiting requests. */
 static int plan(struct engine *g, int admit)
 {
-    int n = 0, budget = g->c.max_step_tokens, plp_left = ENG_PLP_ROWS;
+    int n = 0, budget = g->c.max_step_tokens, plp_left = eng_plp_budget(g);
     for (int i = 0; i < g->n_run && budget > 0; i++) {
         struct ereq *r = g->run[i];
         if (r->n_tokens - r->n_past == 1) {

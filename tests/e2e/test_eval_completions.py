@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from conftest import BIN, FIXTURES, STORIES, sse_events
+from conftest import BIN, FIXTURES, STORIES, Server, sse_events
 from test_openapi_shapes import check, spec  # noqa: F401  (the spec fixture)
 
 EXPECTED = json.load(open(os.path.join(FIXTURES, "stories260K", "expected_greedy.json")))
@@ -235,6 +235,35 @@ def test_scoring_beside_generation_changes_nothing(stories):
         t.join()
     assert beside == alone
     assert out["s"]["choices"][0]["logprobs"]["token_logprobs"][0] is None
+
+
+def test_scoring_with_speculation_and_a_small_step():
+    """Scoring rows share the step with speculation's draft rows, and with a step budget
+    smaller than the scoring rows (every logits row is a token of the step): the numbers
+    are those of a plain server."""
+    prompt = LONG + " " + LONG
+    body = {"prompt": prompt, "max_tokens": 2, "temperature": 0, "echo": True, "logprobs": 2}
+    gen = {"prompt": LONG + " " + LONG, "max_tokens": 40, "temperature": 0}
+    got = []
+    for args in ((), ("--draft-kind", "ngram"), ("--max-batch-tokens", "16")):
+        s = Server(STORIES, "--kv-f32", *args)
+        try:
+            out = {}
+
+            def run():
+                out["g"] = post(s, "/v1/completions", gen)["choices"][0]["text"]
+
+            t = threading.Thread(target=run)
+            t.start()
+            sc = post(s, "/v1/completions", body)["choices"][0]["logprobs"]["token_logprobs"]
+            t.join()
+            got.append((sc, out["g"]))
+        finally:
+            assert s.stop() == 0, s.output()
+    for sc, g in got[1:]:
+        assert g == got[0][1]
+        assert len(sc) == len(got[0][0])
+        assert all(abs(a - b) < 1e-4 for a, b in zip(sc[1:], got[0][0][1:])), (sc, got[0][0])
 
 
 # ---- refused -----------------------------------------------------------------------------
