@@ -14,11 +14,14 @@ t0=$(date +%s)
 # the end-to-end suites drive the server with the official SDKs, on the default real model.
 # Python packages of the end-to-end suites, as module:package (installed when missing); the
 # router-facing suites need a Prometheus text parser, a ZMQ/msgpack KV-event subscriber, two
-# real cache-aware routers (docs/scaling.md) and huggingface_hub reading the model cache
+# real cache-aware routers (docs/scaling.md) and huggingface_hub reading the model cache;
+# the client suites drive it with lm-evaluation-harness (lm_eval[api]: tenacity, aiohttp),
+# LiteLLM and pydantic-ai (docs/api.md "Clients")
 py_pkgs=(openai:openai anthropic:anthropic pytest:pytest jsonschema:jsonschema
          schemathesis:schemathesis selenium:selenium prometheus_client:prometheus_client
          zmq:pyzmq msgpack:msgpack sglang_router:sglang-router vllm_router:vllm-router
-         huggingface_hub:huggingface_hub)
+         huggingface_hub:huggingface_hub "lm_eval:lm_eval[api]" "tenacity:lm_eval[api]"
+         litellm:litellm "pydantic_ai:pydantic-ai-slim[openai]")
 missing=()
 for mp in "${py_pkgs[@]}"; do python3 -c "import ${mp%%:*}" 2>/dev/null || missing+=("${mp#*:}"); done
 [ ${#missing[@]} -eq 0 ] || python3 -m pip install -q --break-system-packages "${missing[@]}"

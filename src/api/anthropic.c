@@ -337,6 +337,7 @@ struct anth_out {
     int n_stops;
     int n_prompt;
     int cur, index;             /* streaming: the open block kind and its index; blocks so far */
+    int started;                /* streaming: message_start sent */
     struct sbuf text, thinking; /* non-streaming */
     struct sbuf *out;
     int err;
@@ -471,17 +472,28 @@ void anth_out_free(struct anth_out *o)
     free(o);
 }
 
+static json_t *usage(const struct engine_event *ev);
+
 int anth_out_begin(struct anth_out *o, struct sbuf *sse_out)
 {
+    /* message_start waits for the first event: its usage then holds the prefix cache's real
+     * accounting (what this request read and wrote), which the engine knows only once the
+     * request is admitted */
     o->out = sse_out;
-    o->err = 0;
+    return 0;
+}
+
+/* Streaming: message_start (with the cache counts of ev) and a ping, once. */
+static void start(struct anth_out *o, const struct engine_event *ev)
+{
+    if (o->started)
+        return;
+    o->started = 1;
     put(o, "message_start",
-        json_pack("{s:s, s:{s:s, s:s, s:s, s:[], s:s, s:n, s:n, s:{s:i, s:i}}}", "type",
-                  "message_start", "message", "id", o->id, "type", "message", "role", "assistant",
-                  "content", "model", o->m->id, "stop_reason", "stop_sequence", "usage",
-                  "input_tokens", o->n_prompt, "output_tokens", 0));
+        json_pack("{s:s, s:{s:s, s:s, s:s, s:[], s:s, s:n, s:n, s:o}}", "type", "message_start",
+                  "message", "id", o->id, "type", "message", "role", "assistant", "content",
+                  "model", o->m->id, "stop_reason", "stop_sequence", "usage", usage(ev)));
     put(o, "ping", json_pack("{s:s}", "type", "ping"));
-    return o->err;
 }
 
 static const char *stop_reason(const struct anth_out *o, const struct engine_event *ev)
@@ -563,6 +575,8 @@ int anth_out_event(struct anth_out *o, const struct engine_event *ev, struct sbu
         o->finished = 1;
         return o->stream ? anth_error_frame(out, ev->error ? ev->error : "generation failed") : 0;
     }
+    if (o->stream)
+        start(o, ev);
     if (ev->len && api_turn_push(&o->turn, ev->text, ev->len))
         o->err = CERR_NOMEM;
     if (ev->type != ENGINE_EV_DONE)

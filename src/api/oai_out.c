@@ -33,6 +33,14 @@ struct oai_out {
     int err;
     int start_in_reasoning;
     const char *forced; /* forced tool-call prefix (the api_prompt's; outlives this) */
+    int index;          /* the choice's index (a request with several choices) */
+    int grouped;        /* one choice of several (oai_out_group): no usage, no [DONE] */
+    json_t *choice;     /* grouped, non-streaming: the finished choice */
+    int echo_lp;        /* echo with prompt logprobs: ENGINE_EV_PROMPT events fill leg */
+    int echo_pending;   /* streaming echo_lp: the echo chunk waits for the prompt's logprobs */
+    int echo_done;      /* echo_lp: the prompt's tokens are all in */
+    double lp_sum;      /* the generated tokens' logprobs, when the engine sent them (best_of) */
+    int lp_n;
 };
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -137,7 +145,7 @@ static int emit_chunk(struct oai_out *o, json_t *delta_or_text, const char *fini
         json_decref(usage);
         return CERR_NOMEM;
     }
-    json_object_set_new(ch, "index", json_integer(0));
+    json_object_set_new(ch, "index", json_integer(o->index));
     json_t *lp = pending_logprobs(o);
     if (o->kind == OAI_CHAT) {
         json_object_set_new(ch, "delta", delta_or_text);
@@ -279,6 +287,10 @@ int oai_out_new(struct oai_out **out, const struct api_model *m, const struct oa
     if (r->legacy_logprobs) {
         o->legacy = 1;
         rc = lp_legacy_init(&o->leg, r->sp.top_logprobs, 0);
+        o->echo_lp = r->kind == OAI_COMPLETION && r->echo && p->n > 0;
+        o->echo_pending = o->echo_lp && r->stream;
+        if (!rc && o->echo_lp) /* the prompt's first token: nothing scores it */
+            rc = lp_legacy_add_first(&o->leg, m->tk, p->ids[0]);
     } else if (r->sp.top_logprobs >= 0 && !(o->lp = json_array()))
         rc = CERR_NOMEM;
     if (!rc && r->kind == OAI_COMPLETION && r->echo) {
@@ -315,7 +327,25 @@ void oai_out_free(struct oai_out *o)
     if (o->legacy)
         lp_legacy_free(&o->leg);
     free(o->echo);
+    json_decref(o->choice);
     free(o);
+}
+
+void oai_out_group(struct oai_out *o, int index, const char *id, long created)
+{
+    o->index = index;
+    o->grouped = 1;
+    snprintf(o->id, sizeof o->id, "%s", id);
+    o->created = created;
+}
+
+const char *oai_out_id(const struct oai_out *o) { return o->id; }
+
+json_t *oai_out_choice(const struct oai_out *o) { return o->choice; }
+
+double oai_out_mean_logprob(const struct oai_out *o)
+{
+    return o->lp_n ? o->lp_sum / o->lp_n : -1e30;
 }
 
 int oai_out_finished(const struct oai_out *o) { return o->finished; }
@@ -357,8 +387,9 @@ static json_t *tool_calls_json(const struct oai_out *o)
 int oai_out_begin(struct oai_out *o, struct sbuf *sse)
 {
     o->cur = sse;
-    if (o->kind != OAI_CHAT) /* completions: the echoed prompt first */
-        return o->echo ? emit_chunk(o, api_json_text(o->echo, o->echo_len), NULL, NULL) : 0;
+    if (o->kind != OAI_CHAT) /* completions: the echoed prompt first (with its logprobs:
+                                at the first token) */
+        return o->echo && !o->echo_pending ? emit_chunk(o, api_json_text(o->echo, o->echo_len), NULL, NULL) : 0;
     return emit_chunk(o, json_pack("{s:s, s:s, s:n}", "role", "assistant", "content", "",
                                    "refusal"),
                       NULL, NULL);
@@ -385,7 +416,7 @@ static int done_body(struct oai_out *o, const struct engine_event *ev, struct sb
             json_object_set(msg, "reasoning", rs);
             json_object_set_new(msg, "reasoning_content", rs);
         }
-        ch = json_pack("{s:i, s:o, s:s}", "index", 0, "message", msg, "finish_reason",
+        ch = json_pack("{s:i, s:o, s:s}", "index", o->index, "message", msg, "finish_reason",
                        finish_reason(o, ev->finish));
     } else {
         struct sbuf t = {0}; /* echo: the prompt, then the completion */
@@ -395,7 +426,7 @@ static int done_body(struct oai_out *o, const struct engine_event *ev, struct sb
             json_decref(lp);
             return CERR_NOMEM;
         }
-        ch = json_pack("{s:i, s:o, s:s}", "index", 0, "text", api_json_text(t.p ? t.p : "", t.len),
+        ch = json_pack("{s:i, s:o, s:s}", "index", o->index, "text", api_json_text(t.p ? t.p : "", t.len),
                        "finish_reason", finish_reason(o, ev->finish));
         sbuf_free(&t);
     }
@@ -403,6 +434,10 @@ static int done_body(struct oai_out *o, const struct engine_event *ev, struct sb
         json_object_set_new(ch, "logprobs", lp);
     else if (ch)
         json_object_set_new(ch, "logprobs", json_null());
+    if (o->grouped) { /* the group writes the body */
+        o->choice = ch;
+        return ch ? 0 : CERR_NOMEM;
+    }
     json_t *b = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", o->id, "object",
                           o->kind == OAI_CHAT ? "chat.completion" : "text_completion", "created",
                           (json_int_t)o->created, "model", o->m->id, "choices", ch, "usage",
@@ -426,6 +461,27 @@ int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf 
         o->finished = 1;
         return o->stream ? oai_error_frame(out, ev->error ? ev->error : "generation failed") : 0;
     }
+    if (ev->type == ENGINE_EV_PROMPT) {
+        if (o->echo_lp && ev->lp && lp_legacy_add(&o->leg, o->m->tk, ev->lp))
+            return CERR_NOMEM;
+        return 0;
+    }
+    if (o->echo_lp && !o->echo_done) { /* the completion's offsets follow the echoed text */
+        o->echo_done = 1;
+        long c = 0;
+        for (size_t i = 0; i < o->echo_len; i++)
+            c += ((unsigned char)o->echo[i] & 0xC0) != 0x80;
+        o->leg.offset = c;
+    }
+    if (o->echo_pending) { /* the echo chunk, with the prompt's logprobs */
+        o->echo_pending = 0;
+        if (emit_chunk(o, api_json_text(o->echo, o->echo_len), NULL, NULL))
+            return CERR_NOMEM;
+    }
+    if (ev->type == ENGINE_EV_DELTA && ev->lp) {
+        o->lp_sum += ev->lp->logprob;
+        o->lp_n++;
+    }
     if (ev->type == ENGINE_EV_DELTA && (o->lp || o->legacy) && ev->lp)
         add_logprob(o, ev->lp);
     push_text(o, ev->text, ev->len);
@@ -439,6 +495,8 @@ int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf 
     if (!o->stream)
         return done_body(o, ev, out);
     json_t *last = o->kind == OAI_CHAT ? json_object() : json_string("");
+    if (o->grouped) /* the group sends the usage and [DONE] after the last choice */
+        return emit_chunk(o, last, finish_reason(o, ev->finish), NULL);
     int rc = emit_chunk(o, last, finish_reason(o, ev->finish), o->include_usage ? NULL : usage(o, ev));
     if (!rc && o->include_usage) /* stream_options.include_usage: usage alone, choices [] */
         rc = frame(out, json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", o->id, "object",
@@ -486,6 +544,14 @@ static void turn_tc(const struct tc_event *ev, void *ud)
                             [TC_EV_CALL_END] = TURN_CALL_END};
     if (ev->kind != TC_EV_CONTENT && t->max_calls && ev->index >= t->max_calls)
         return; /* a call past the cap: not parallel */
+    if (ev->kind == TC_EV_CALL_END)
+        t->rcall = 0; /* a call inside the think block ended: reasoning again */
+    if (ev->kind == TC_EV_CONTENT && t->in_rsn) { /* text of the think block around a call */
+        t->n_reasoning_bytes += ev->n;
+        if (ev->n)
+            t->cb(TURN_REASONING, NULL, ev->text, ev->n, t->ud);
+        return;
+    }
     if (ev->kind == TC_EV_CONTENT) {
         if (all_space(ev->text, ev->n)) {
             if (sbuf_append(&t->ws, ev->text, ev->n))
@@ -501,9 +567,66 @@ static void turn_tc(const struct tc_event *ev, void *ud)
     t->cb(K[ev->kind], ev->kind == TC_EV_CONTENT ? NULL : ev, ev->text, ev->n, t->ud);
 }
 
+/* Releases the held-back reasoning text. */
+static void turn_rsn_release(struct api_turn *t, size_t n)
+{
+    if (!n)
+        return;
+    t->n_reasoning_bytes += n;
+    t->cb(TURN_REASONING, NULL, t->rbuf.p, n, t->ud);
+    memmove(t->rbuf.p, t->rbuf.p + n, t->rbuf.len - n);
+    t->rbuf.len -= n;
+}
+
+/* Feeds the call parser from the think block (its plain text stays reasoning). */
+static void turn_rsn_call(struct api_turn *t, const char *s, size_t n)
+{
+    t->in_rsn = 1;
+    if (tc_push(t->tc, s, n, turn_tc, t))
+        t->err = CERR_NOMEM;
+    t->in_rsn = 0;
+}
+
+/* Reasoning text with tools on: scanned for a call's opening markup. */
+static void turn_rsn_scan(struct api_turn *t, const char *s, size_t n)
+{
+    if (t->rcall) {
+        turn_rsn_call(t, s, n);
+        return;
+    }
+    if (sbuf_append(&t->rbuf, s, n)) {
+        t->err = CERR_NOMEM;
+        return;
+    }
+    size_t ml = strlen(t->rmark);
+    const char *hit = memmem(t->rbuf.p, t->rbuf.len, t->rmark, ml);
+    if (hit) {
+        turn_rsn_release(t, (size_t)(hit - t->rbuf.p));
+        t->rcall = 1;
+        struct sbuf rest = t->rbuf; /* the parser takes it from the opening on */
+        t->rbuf = (struct sbuf){0};
+        turn_rsn_call(t, rest.p, rest.len);
+        sbuf_free(&rest);
+        return;
+    }
+    size_t keep = 0; /* the longest end that could begin the markup */
+    for (size_t k = ml - 1; k > 0 && !keep; k--)
+        if (k <= t->rbuf.len && !memcmp(t->rbuf.p + t->rbuf.len - k, t->rmark, k))
+            keep = k;
+    turn_rsn_release(t, t->rbuf.len - keep);
+}
+
 static void turn_rsn(int kind, const char *s, size_t n, void *ud)
 {
     struct api_turn *t = ud;
+    if (kind == RSN_REASONING && t->tc && t->rmark) {
+        turn_rsn_scan(t, s, n);
+        return;
+    }
+    if (kind != RSN_REASONING && t->rbuf.len) /* the think block ended */
+        turn_rsn_release(t, t->rbuf.len);
+    if (kind != RSN_REASONING)
+        t->rcall = 0;
     if (kind == RSN_REASONING) {
         t->n_reasoning_bytes += n;
         t->cb(TURN_REASONING, NULL, s, n, t->ud);
@@ -527,6 +650,11 @@ int api_turn_init(struct api_turn *t, const struct api_model *m, int start_in_re
         int rc = js ? tc_new(&t->tc, (enum tc_family)family, js, e)
                     : cerr_set(e, CERR_NOMEM, "out of memory");
         free(js);
+        if (t->rsn) /* the explicit markup a call opens with, also inside the think block */
+            t->rmark = family == TC_GENERIC || family == TC_HERMES || family == TC_QWEN3_XML
+                           ? "<tool_call>"
+                       : family == TC_MISTRAL ? "[TOOL_CALLS]"
+                                              : NULL;
         if (rc) {
             rsn_free(t->rsn);
             t->rsn = NULL;
@@ -569,6 +697,8 @@ int api_turn_finish(struct api_turn *t)
         turn_feed_primed(t);
     if (t->rsn && rsn_flush(t->rsn, turn_rsn, t))
         t->err = CERR_NOMEM;
+    if (t->rbuf.len)
+        turn_rsn_release(t, t->rbuf.len);
     if (t->tc && tc_flush(t->tc, turn_tc, t))
         t->err = CERR_NOMEM;
     int n = api_turn_calls(t);
@@ -611,6 +741,7 @@ void api_turn_deinit(struct api_turn *t)
     tc_free(t->tc);
     sbuf_free(&t->raw);
     sbuf_free(&t->ws);
+    sbuf_free(&t->rbuf);
     memset(t, 0, sizeof *t);
 }
 

@@ -26,11 +26,22 @@ int oai_out_new(struct oai_out **out, const struct api_model *m, const struct oa
 void oai_out_free(struct oai_out *o);
 /* Streaming only: the first chunk (role). */
 int oai_out_begin(struct oai_out *o, struct sbuf *sse);
-/* Feeds one engine event. Streaming: appends frames to out (after DONE: the final chunk and
+/* Feeds one engine event (PROMPT events fill an echoed prompt's legacy logprobs). Streaming: appends frames to out (after DONE: the final chunk and
  * [DONE]; after ERROR: an error frame, no [DONE]). Non-streaming: at DONE, out receives the
  * whole JSON body; at ERROR nothing (the caller replies 500 with ev->error). Returns 0 or
  * CERR_NOMEM. */
 int oai_out_event(struct oai_out *o, const struct engine_event *ev, struct sbuf *out);
+/* Makes o one choice of several (api/openai/choices.h): its chunks and choice carry index,
+ * the id and created time are the group's; the stream's end (usage, [DONE]) and the body
+ * are the group's to write: a non-streaming DONE leaves the choice in oai_out_choice. */
+void oai_out_group(struct oai_out *o, int index, const char *id, long created);
+/* The response id ("chatcmpl-…" / "cmpl-…"). */
+const char *oai_out_id(const struct oai_out *o);
+/* Grouped, non-streaming: the finished choice object (borrowed), NULL before DONE. */
+json_t *oai_out_choice(const struct oai_out *o);
+/* The mean logprob of the generated tokens (best_of ranks by it; the engine request must ask
+ * for logprobs), or -1e30 when none came. */
+double oai_out_mean_logprob(const struct oai_out *o);
 /* 1 once DONE or ERROR was fed. */
 int oai_out_finished(const struct oai_out *o);
 /* Turns on tool-call parsing (call before the first event): `family` is an enum tc_family,
@@ -44,7 +55,9 @@ int oai_out_tools(struct oai_out *o, int family, const json_t *tools, struct cer
  * Shared by the OpenAI, Anthropic and Responses encoders. Decoded text goes through the
  * think-tag splitter (when the model has tags), then content goes through the tool-call
  * parser (when tools are on). The callback receives, in generation order: reasoning text,
- * content text and the tool-call events. The whole sampled text is kept so that, at the end
+ * content text and the tool-call events. A call opened inside the think block (the family's
+ * explicit markup, e.g. <tool_call>) is a call too, as one right after it. The whole sampled
+ * text is kept so that, at the end
  * of a turn with calls, it is registered in the replay store (api/replay.h) under the call
  * ids. One per request, one thread. */
 enum turn_kind { TURN_REASONING = 0, TURN_CONTENT, TURN_CALL_BEGIN, TURN_CALL_DELTA, TURN_CALL_END };
@@ -59,6 +72,13 @@ struct api_turn {
     size_t n_reasoning_bytes;
     const char *primed; /* text to feed before the next push (api_turn_prime), or NULL */
     int max_calls;      /* 0: any number of calls; else the calls past it are dropped */
+    /* a call written inside the think block (DeepSeek-R1 distills and Qwen3 do): reasoning
+     * text is scanned for the family's call opening (rmark), held back while its end could
+     * be the start of one (rbuf); from the opening on, the text goes to the call parser
+     * (rcall) until the call ends, and the reasoning goes on after it */
+    const char *rmark;
+    struct sbuf rbuf;
+    int rcall, in_rsn;
     turn_fn cb;
     void *ud;
     int err;

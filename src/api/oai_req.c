@@ -276,6 +276,24 @@ static int parse_stops(struct oai_req *r, json_t *o, const char *key, struct api
     return 0;
 }
 
+/* parallel_tool_calls: false with tools: generation ends at the first call's end tag (a
+ * stop string, not part of the output: the parser takes a call without its end tag). Small
+ * models otherwise write call after call to max_tokens, of which only the first is kept. */
+static int add_call_end_stops(struct oai_req *r, struct api_error *err)
+{
+    static const char *const ENDS[] = {"</tool_call>", "</tools>"};
+    char **ns = realloc(r->stops, (size_t)(r->n_stops + 2) * sizeof *ns);
+    if (!ns)
+        return api_fail(err, 500, NULL, "out of memory");
+    r->stops = ns;
+    for (int i = 0; i < 2; i++)
+        if (!(r->stops[r->n_stops] = strdup(ENDS[i])))
+            return api_fail(err, 500, NULL, "out of memory");
+        else
+            r->n_stops++;
+    return 0;
+}
+
 /* ---- messages ----------------------------------------------------------------------- */
 
 static const char *const ROLES[] = {"system", "developer", "user", "assistant", "tool"};
@@ -552,13 +570,10 @@ static int parse_n_and_stream(struct oai_req *r, json_t *o, struct api_error *er
         return -1;
     if (given && v < 1)
         return api_fail(err, 400, "n", "n must be at least 1, got %lld", v);
-    if (given && v > 128)
-        return api_fail(err, 400, "n", "n must be at most 128, got %lld", v);
-    if (given && v > 1)
-        return api_fail(err, 400, "n",
-                        "n = %lld is not supported: cinfer returns one choice a request; send %lld "
-                        "requests (they share the prompt through the prefix cache)",
-                        v, v);
+    if (given && v > OAI_MAX_CHOICES)
+        return api_fail(err, 400, "n", "n must be at most %d, got %lld", OAI_MAX_CHOICES, v);
+    r->n = given ? (int)v : 1;
+    r->best_of = r->n;
     json_t *so = json_object_get(o, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so))
@@ -575,66 +590,101 @@ static int parse_n_and_stream(struct oai_req *r, json_t *o, struct api_error *er
     return 0;
 }
 
+#define PROMPT_SHAPES                                                                        \
+    "prompt must be a string, an array of strings, an array of token ids or an array of "    \
+    "arrays of token ids"
+
 /* A prompt given as token ids: copied, each checked against the vocabulary. */
-static int prompt_ids(struct oai_req *r, json_t *a, int n_vocab, struct api_error *err)
+static int prompt_ids(struct oai_prompt *q, json_t *a, int n_vocab, struct api_error *err)
 {
     size_t n = json_array_size(a);
-    r->prompt_ids = malloc((n ? n : 1) * sizeof *r->prompt_ids);
-    if (!r->prompt_ids)
+    if (!n)
+        return api_fail(err, 400, "prompt", "prompt has an empty array of token ids");
+    q->ids = malloc(n * sizeof *q->ids);
+    if (!q->ids)
         return api_fail(err, 500, NULL, "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_array_get(a, i);
         if (!json_is_integer(x))
-            return api_fail(err, 400, "prompt",
-                            "prompt must be a string, an array of strings, an array of token ids "
-                            "or an array of arrays of token ids");
+            return api_fail(err, 400, "prompt", PROMPT_SHAPES);
         json_int_t id = json_integer_value(x);
         if (id < 0 || id >= n_vocab)
             return api_fail(err, 400, "prompt",
                             "prompt token id %lld is outside the vocabulary [0, %d)",
                             (long long)id, n_vocab);
-        r->prompt_ids[i] = (int32_t)id;
+        q->ids[i] = (int32_t)id;
     }
-    r->n_prompt_ids = (int)n;
+    q->n_ids = (int)n;
+    return 0;
+}
+
+/* One prompt: a non-empty string or an array of token ids. */
+static int prompt_one(struct oai_prompt *q, json_t *p, int n_vocab, struct api_error *err)
+{
+    if (json_is_array(p))
+        return prompt_ids(q, p, n_vocab, err);
+    if (!json_is_string(p))
+        return api_fail(err, 400, "prompt", PROMPT_SHAPES);
+    if (json_string_length(p) == 0)
+        return api_fail(err, 400, "prompt",
+                        "prompt is required: a non-empty string, an array of strings, an array of "
+                        "token ids or an array of arrays of token ids");
+    q->text = json_string_value(p);
+    q->len = json_string_length(p);
     return 0;
 }
 
 static int parse_completion(struct oai_req *r, json_t *o, int n_vocab, struct api_error *err)
 {
+    long long v;
+    int given;
+    if (get_int(o, "best_of", &v, &given, err))
+        return -1;
+    if (given && v < r->n)
+        return api_fail(err, 400, "best_of", "best_of (%lld) must be at least n (%d)", v, r->n);
+    if (given && v > OAI_MAX_CHOICES)
+        return api_fail(err, 400, "best_of", "best_of must be at most %d, got %lld",
+                        OAI_MAX_CHOICES, v);
+    if (given && v > r->n && r->stream)
+        return api_fail(err, 400, "best_of", "best_of > n cannot be streamed");
+    r->best_of = given ? (int)v : r->n; /* best_of = n returns every sample: n itself */
     json_t *p = json_object_get(o, "prompt");
-    /* one-entry arrays are one prompt; more would be more choices, which n > 1 refuses too */
-    if (json_is_array(p) && json_array_size(p) > 1 && !json_is_integer(json_array_get(p, 0)))
-        return api_fail(err, 400, "prompt",
-                        "a prompt array with %zu prompts is not supported: cinfer returns one "
-                        "choice a request; send one request a prompt",
-                        json_array_size(p));
-    if (json_is_array(p) && json_array_size(p) == 1 && !json_is_integer(json_array_get(p, 0)))
-        p = json_array_get(p, 0);
-    if (json_is_array(p) && json_array_size(p) > 0) {
-        if (prompt_ids(r, p, n_vocab, err))
-            return -1;
-    } else if (!json_is_string(p) || json_string_length(p) == 0)
+    /* a string or one array of ids is one prompt; an array of strings or of arrays is one
+     * prompt each (one choice each, in order; n choices each with n > 1) */
+    int many = json_is_array(p) && json_array_size(p) > 0 && !json_is_integer(json_array_get(p, 0));
+    size_t np = many ? json_array_size(p) : 1;
+    if (!p || json_is_null(p) || (json_is_array(p) && json_array_size(p) == 0))
         return api_fail(err, 400, "prompt",
                         "prompt is required: a non-empty string, an array of strings, an array of "
                         "token ids or an array of arrays of token ids");
-    else
-        r->prompt = json_string_value(p);
-    r->prompt_len = r->prompt ? json_string_length(p) : 0;
-    int b, given;
+    if (np * (size_t)r->best_of > OAI_MAX_CHOICES)
+        return api_fail(err, 400, "prompt",
+                        "%zu prompts x %d samples asks for %zu generations; at most %d a request",
+                        np, r->best_of, np * (size_t)r->best_of, OAI_MAX_CHOICES);
+    r->prompts = calloc(np, sizeof *r->prompts);
+    if (!r->prompts)
+        return api_fail(err, 500, NULL, "out of memory");
+    r->n_prompts = (int)np;
+    for (size_t i = 0; i < np; i++)
+        if (prompt_one(&r->prompts[i], many ? json_array_get(p, i) : p, n_vocab, err))
+            return -1;
+    r->prompt = r->prompts[0].text;
+    r->prompt_len = r->prompts[0].len;
+    if (r->prompts[0].ids) { /* the first prompt's ids, as before prompt arrays */
+        r->prompt_ids = malloc((size_t)r->prompts[0].n_ids * sizeof *r->prompt_ids);
+        if (!r->prompt_ids)
+            return api_fail(err, 500, NULL, "out of memory");
+        memcpy(r->prompt_ids, r->prompts[0].ids, (size_t)r->prompts[0].n_ids * sizeof *r->prompt_ids);
+        r->n_prompt_ids = r->prompts[0].n_ids;
+    }
+    int b;
     if (get_bool(o, "echo", &b, &given, err))
         return -1;
     r->echo = given && b;
-    if (r->echo && r->logprobs)
-        return api_fail(err, 400, "echo",
-                        "echo with logprobs is not supported: cinfer does not score the prompt's "
-                        "tokens; ask without echo");
-    long long v;
-    if (get_int(o, "best_of", &v, &given, err))
-        return -1;
-    if (given && v != 1)
-        return api_fail(err, 400, "best_of",
-                        "best_of = %lld is not supported (cinfer returns one choice a request)",
-                        v);
+    if (r->echo && r->logprobs && !r->legacy_logprobs)
+        return api_fail(err, 400, "logprobs",
+                        "echo with logprobs takes logprobs as an integer (the completions API's "
+                        "block: the prompt's tokens are scored too)");
     json_t *sf = json_object_get(o, "suffix");
     if (sf && !json_is_null(sf) && !(json_is_string(sf) && json_string_length(sf) == 0))
         return api_fail(err, 400, "suffix",
@@ -690,6 +740,8 @@ int oai_parse(struct oai_req *r, int kind, const char *body, size_t len,
         rc = parse_thinking(r, o, err);
     if (!rc && kind == OAI_CHAT)
         rc = parse_tools(r, o, err);
+    if (!rc && kind == OAI_CHAT && r->single_call && r->tools)
+        rc = add_call_end_stops(r, err);
     if (!rc && kind == OAI_CHAT && get_bool(o, "continue_final_message", &b, &given, err))
         rc = -1;
     if (!rc && kind == OAI_CHAT && given && b) {
@@ -714,6 +766,9 @@ void oai_req_deinit(struct oai_req *r)
     json_decref(r->body);
     free(r->bias);
     free(r->prompt_ids);
+    for (int i = 0; i < r->n_prompts; i++)
+        free(r->prompts[i].ids);
+    free(r->prompts);
     for (int i = 0; i < r->n_stops; i++)
         free(r->stops[i]);
     free(r->stops);

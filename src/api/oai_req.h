@@ -33,6 +33,17 @@ void api_warn(char *w, size_t cap, const char *what, const char *name);
 
 enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION = 1 };
 
+/* One prompt of a completions request: text (into the body, may hold NULs) or token ids. */
+struct oai_prompt {
+    const char *text;
+    size_t len;
+    int32_t *ids; /* owned, or NULL for text */
+    int n_ids;
+};
+
+/* The most choices one request may ask for (n x prompts). */
+#define OAI_MAX_CHOICES 128
+
 struct oai_req {
     int kind;
     int stream;
@@ -42,6 +53,12 @@ struct oai_req {
     size_t prompt_len;
     int32_t *prompt_ids;   /* completions: a prompt given as token ids (owned), else NULL */
     int n_prompt_ids;
+    int n_prompts;         /* completions: prompts given (a prompt array: more than 1) */
+    struct oai_prompt *prompts; /* (n_prompts) completions: each prompt (owned); prompt /
+                                   prompt_ids above are the first one's */
+    int n;                 /* choices per prompt (n), 1..128 */
+    int best_of;           /* completions: samples per prompt (>= n); the n with the highest
+                              mean token logprob are returned. Chat: n */
     int echo;              /* completions: the prompt is repeated before the text */
     int legacy_logprobs;   /* completions: logprobs given as an integer (the legacy block
                               {tokens, token_logprobs, top_logprobs, text_offset}) */

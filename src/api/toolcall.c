@@ -24,6 +24,9 @@ static const struct tc_marker M_FENCE_PY = {"```tool_code", "```", K_FENCE_PY};
 static const struct tc_marker M_FENCE_JSON = {"```json", "```", K_FENCE_JSON};
 static const struct tc_marker M_GEMMA4 = {"<|tool_call>", "<tool_call|>", K_GEMMA4};
 static const struct tc_marker M_BARE = {"{", NULL, K_BARE};
+/* the Qwen2.5 templates list the tools inside <tools></tools>: small models (the
+ * Qwen2.5-Coder 1.5B) wrap a call in those tags as often as in <tool_call> */
+static const struct tc_marker M_TOOLS_TAG = {"<tools>", "</tools>", K_TAG};
 static const struct tc_marker M_DEEPSEEK = {"<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>",
                                             "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>",
                                             K_DEEPSEEK};
@@ -32,7 +35,8 @@ static const struct tc_marker M_DEEPSEEK1 = {"<\xef\xbd\x9ctool\xe2\x96\x81" "ca
                                              K_DEEPSEEK1};
 
 static const struct tc_marker *const MK_GENERIC[] = {
-    &M_TAG, &M_FUNC, &M_PYTAG, &M_MISTRAL, &M_FENCE_JSON, &M_DEEPSEEK, &M_DEEPSEEK1, NULL};
+    &M_TAG,        &M_TOOLS_TAG, &M_FUNC,     &M_PYTAG,
+    &M_MISTRAL,    &M_FENCE_JSON, &M_DEEPSEEK, &M_DEEPSEEK1, NULL};
 static const struct tc_marker *const MK_HERMES[] = {&M_TAG, NULL};
 static const struct tc_marker *const MK_QWEN3_XML[] = {&M_TAG, &M_FUNC, NULL};
 static const struct tc_marker *const MK_LLAMA3[] = {&M_PYTAG, &M_FUNC, NULL};
@@ -444,7 +448,7 @@ static int parse_block(struct tc_parser *p, int closed)
         r = tcx_json_calls_repair(p->tools, body, bn, on_call, p);
         break;
     case K_BARE:
-        r = tcx_json_calls(p->tools, s, n, on_call, p);
+        r = tcx_json_calls_doubled(p->tools, s, n, on_call, p);
         break;
     case K_MISTRAL:
         r = tcx_mistral_calls(p->tools, body, bn, on_call, p);
@@ -606,6 +610,8 @@ static void markup_byte(struct tc_parser *p, char c)
     }
     if (p->stream)
         tcs_byte(p);
+    if (m->kind == K_BARE && c == '{' && p->span.n == 2)
+        return; /* "{{": a doubled-brace call (tcx_json_calls_doubled); the object is inside */
     int r = tcj_feed(&p->json, (unsigned char)c); /* K_PYTAG skips whitespace before it */
     if (r == TCJ_DONE)
         end_block(p, 1);
@@ -641,7 +647,8 @@ static void text_byte(struct tc_parser *p, char c)
             begin_block(p, &M_BARE);
             return;
         }
-        if (p->after_call && p->bare && c == ';') { /* Llama: {…}; {…} */
+        /* Llama: {…}; {…} — and the stray braces of a doubled-brace call ({{…}}}}) */
+        if (p->after_call && p->bare && (c == ';' || c == '}')) {
             tcb_putc(&p->ws, c);
             return;
         }

@@ -111,7 +111,13 @@ typedef int (*tcx_call_fn)(void *ctx, const char *name, const char *args, size_t
  * whole body is valid (so a failure reports nothing). Return the number of calls (>= 1),
  * or 0 when the body is not valid markup. */
 int tcx_json_calls(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn, void *ctx);
-/* tcx_json_calls, then, when that finds no valid call, the same after converting
+/* tcx_json_calls, else one call object inside an extra pair of braces with stray closing
+ * braces after it: {{"name": …, "arguments": {…}}}}. The Qwen2.5-Coder template writes its
+ * call example so ({{"name": <function-name>, …}}) and small models copy it; the inner
+ * object counts only as a call of a declared tool, as any call. */
+int tcx_json_calls_doubled(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn,
+                           void *ctx);
+/* tcx_json_calls_doubled, then, when that finds no valid call, the same after converting
  * Python-style objects to JSON: single quotes, bare keys, True/False/None, trailing commas. */
 int tcx_json_calls_repair(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn,
                           void *ctx);

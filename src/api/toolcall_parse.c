@@ -811,10 +811,31 @@ int tcx_deepseek_calls(const struct tc_tools *t, const char *s, size_t n, tcx_ca
 
 /* ---- repair: Python-style call objects ({'name': 'f', 'arguments': {'a': True},}) ---- */
 
+int tcx_json_calls_doubled(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn,
+                           void *ctx)
+{
+    int r = tcx_json_calls(t, s, n, fn, ctx);
+    if (r != 0)
+        return r;
+    size_t i = skip_ws(s, n, 0);
+    if (i >= n || s[i] != '{')
+        return 0;
+    size_t j = skip_ws(s, n, i + 1);
+    if (j >= n || s[j] != '{')
+        return 0;
+    size_t e = json_value_end(s, n, j, 0);
+    if (e == NPOS)
+        return 0;
+    for (size_t k = e; k < n; k++)
+        if (!is_ws(s[k]) && s[k] != '}')
+            return 0;
+    return tcx_json_calls(t, s + j, e - j, fn, ctx);
+}
+
 int tcx_json_calls_repair(const struct tc_tools *t, const char *s, size_t n, tcx_call_fn fn,
                           void *ctx)
 {
-    int r = tcx_json_calls(t, s, n, fn, ctx);
+    int r = tcx_json_calls_doubled(t, s, n, fn, ctx);
     if (r != 0)
         return r;
     struct pyc c = {s, n, 0, 0};

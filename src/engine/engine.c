@@ -173,6 +173,9 @@ int engine_submit(struct engine *g, const struct engine_req *q, uint64_t *id, st
     r->n_tokens = r->n_prompt = q->n_ids;
     r->ignore_eos = q->ignore_eos;
     r->want_lp = q->sp.top_logprobs >= 0;
+    r->plp = q->prompt_logprobs != 0;
+    r->plp_done = 1;
+    r->plp_k = q->sp.top_logprobs;
     r->cb = q->cb;
     r->ud = q->ud;
     kv_seq_init(&r->seq);
@@ -475,7 +478,14 @@ static int run_step(struct engine *g, int n_rows)
             if (g->kv_swa)
                 g->slots_swa[nt] = kv_seq_slot(g->kv_swa, &r->seq_swa, p);
         }
-        if (r->n_past + w->n == r->n_tokens + w->k) { /* k + 1 rows for drafts */
+        w->plp = -1;
+        if (w->k == 0 && eng_plp_row(r)) { /* scoring the prompt: a row for every token */
+            w->plp = n_out;
+            for (int j = w->n - 1; j >= 0; j--)
+                g->out_idx[n_out++] = nt - 1 - j;
+            if (r->n_past + w->n == r->n_tokens)
+                w->out = n_out - 1;
+        } else if (r->n_past + w->n == r->n_tokens + w->k) { /* k + 1 rows for drafts */
             w->out = n_out;
             for (int j = w->k; j >= 0; j--)
                 g->out_idx[n_out++] = nt - 1 - j;
@@ -500,9 +510,10 @@ static int run_step(struct engine *g, int n_rows)
     /* every output row a plain greedy pick: the backend's argmax, no logits copied back;
      * else, when a row can sample from candidates: the candidates of every row (plain greedy
      * rows take the header's argmax, rows that need the logits fetch their own row) */
-    int use_am = n_out > 0 && g->can_argmax, use_tc = 0;
+    int use_am = n_out > 0 && g->can_argmax, use_tc = 0, any_plp = 0;
     for (int s = 0; s < n_rows; s++) {
         const struct row *w = &g->rows[s];
+        any_plp |= w->plp >= 0; /* prompt scoring reads its rows whole: logits downloaded */
         if (w->out < 0 || (!w->r->want_lp && sampler_is_plain_greedy(w->r->smp)))
             continue;
         use_am = 0;
@@ -511,7 +522,9 @@ static int run_step(struct engine *g, int n_rows)
     /* else the rows the backend can decide (greedy with processors, temperature-only
      * sampling) take its op sample, one id each copied back; the others (marked skip, their
      * logits left alone) sample from candidates or fetch their logits, as without it */
-    int n_dev = 0, any_k = 0;
+    if (any_plp)
+        use_am = use_tc = 0;
+    int n_dev = 0, any_k = any_plp;
     for (int s = 0; s < n_rows; s++) /* speculation's verify rows sample on the host */
         any_k |= g->rows[s].k > 0;
     int ds_words = !use_am && !any_k && n_out > 0 && g->dev_sample
@@ -554,6 +567,8 @@ static int run_step(struct engine *g, int n_rows)
             eng_spec_verify(g, w, use_am, use_tc);
             continue;
         }
+        if (w->plp >= 0)
+            eng_plp_emit(g, w);
         if (r->n_past < r->n_prompt)
             n_prompt_fed += (r->n_past + w->n < r->n_prompt ? r->n_past + w->n : r->n_prompt) -
                             r->n_past;
@@ -871,6 +886,9 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         rc = eng_tier_open(g, e);
     if (!rc)
         rc = eng_spec_init(g, e); /* may widen max_out */
+    g->max_out += ENG_PLP_ROWS; /* prompt scoring's rows (promptlp.c) */
+    if (g->max_out > T)            /* a logits row is a token of the step */
+        g->max_out = T;
     int O = g->max_out;
     if (!rc)
         rc = model_ws_new(&g->ws, m, T, O, S, g->max_blocks, e);

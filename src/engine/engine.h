@@ -64,7 +64,10 @@ struct engine_config {
  * cache that may keep the whole pool, no KV budget. */
 void engine_config_default(struct engine_config *c, const struct model *m);
 
-enum engine_ev { ENGINE_EV_DELTA = 0, ENGINE_EV_DONE = 1, ENGINE_EV_ERROR = 2 };
+/* PROMPT (engine_req.prompt_logprobs): prompt token `token` (the second on, in order) and
+ * its logprob given the tokens before it (lp: the raw log-softmax, no sampler processing),
+ * all of them before the first DELTA. */
+enum engine_ev { ENGINE_EV_DELTA = 0, ENGINE_EV_DONE = 1, ENGINE_EV_ERROR = 2, ENGINE_EV_PROMPT = 3 };
 
 enum engine_finish {
     ENGINE_FINISH_EOS = 0,       /* an end-of-generation token */
@@ -77,10 +80,10 @@ struct engine_event {
     int type;                /* enum engine_ev */
     /* DELTA: the newly generated token and the text it released (may be empty: held back
      * partial UTF-8 or a possible stop prefix). DONE: any text released at the end. */
-    int32_t token;           /* DELTA only */
+    int32_t token;           /* DELTA and PROMPT */
     const char *text;
     size_t len;
-    const struct sampler_logprob *lp; /* DELTA with logprobs requested, else NULL */
+    const struct sampler_logprob *lp; /* DELTA with logprobs requested, PROMPT; else NULL */
     /* DONE */
     int finish;              /* enum engine_finish */
     int stop_index;
@@ -120,6 +123,11 @@ struct engine_req {
      * own references; NULL or n == 0 = none); its KV never shares the prefix cache with
      * another set's (the chain root includes it) */
     const struct lora_set *lora;
+    int prompt_logprobs; /* score the prompt: ENGINE_EV_PROMPT events with sp.top_logprobs
+                            alternatives (at least the token itself). The request reads no
+                            prefix from the cache and feeds its prompt in chunks of at most
+                            ENG_PLP_ROWS tokens a step (engine/promptlp.c); other requests
+                            are not slowed beyond sharing those steps. */
     engine_cb cb;
     void *ud;
 };

@@ -25,6 +25,8 @@ struct ereq {
     int n_cached, admitted;  /* prompt positions reused from the prefix cache */
     size_t projected;        /* (prompt + max_tokens) KV bytes, for the KV budget */
     int ignore_eos, cancelled, want_lp;
+    int plp, plp_done, plp_k; /* prompt logprobs (promptlp.c): on; prompt tokens answered
+                                 (token 0 has none: starts at 1); alternatives asked */
     struct kv_seq seq;
     struct kv_seq seq_swa;   /* sliding-window layers' blocks (when they have their own pool) */
     struct sampler *smp;
@@ -50,6 +52,7 @@ struct row {
     int n;    /* tokens fed this step (a decode row with drafts: 1 + k) */
     int out;  /* logits row (a row with drafts: the first of its k + 1), or -1 */
     int k;    /* draft tokens, at r->tokens[n_tokens ..] (speculation; 0 = none) */
+    int plp;  /* prompt logprobs: the logits row of its first token (one per token), or -1 */
 };
 
 struct engine {
@@ -210,6 +213,21 @@ void eng_lora_admitted(struct engine *g, struct ereq *r);
 void eng_lora_release(struct engine *g, struct ereq *r);
 /* Sets b->lora and b->lora_paths for a step whose sequence s is g->rows[s]. */
 void eng_lora_batch(struct engine *g, int n_rows, struct model_batch *b);
+/* ---- promptlp.c: prompt logprobs (engine_req.prompt_logprobs) ---- */
+
+/* Logits rows a step keeps for prompt scoring, beyond one per sequence (engine_new widens
+ * max_out by this much). */
+#define ENG_PLP_ROWS 16
+/* Plan: the prompt chunk c of r, cut to the scoring rows *left in the step (taken from it);
+ * c itself for a request that does not score its prompt or is past it. */
+int eng_plp_chunk(const struct ereq *r, int c, int *left);
+/* The scoring rows a step may give (plan's budget for eng_plp_chunk). */
+int eng_plp_budget(const struct engine *g);
+/* Whether r scores the prompt tokens of a row that starts at n_past. */
+int eng_plp_row(const struct ereq *r);
+/* After the forward, before r->n_past moves: the PROMPT events of row w (its logits rows on
+ * the host from w->plp on). */
+void eng_plp_emit(struct engine *g, const struct row *w);
 
 /* ---- burst.c: decode bursts ---- */
 

@@ -90,11 +90,11 @@ void eng_take_inputs(struct engine *g, struct queue *dead)
 /* Plans rows for this step without reserving. admit: may take waiting requests. */
 static int plan(struct engine *g, int admit)
 {
-    int n = 0, budget = g->c.max_step_tokens;
+    int n = 0, budget = g->c.max_step_tokens, plp_left = eng_plp_budget(g);
     for (int i = 0; i < g->n_run && budget > 0; i++) {
         struct ereq *r = g->run[i];
         if (r->n_tokens - r->n_past == 1) {
-            g->rows[n++] = (struct row){r, 1, -1, 0};
+            g->rows[n++] = (struct row){r, 1, -1, 0, -1};
             budget--;
         }
     }
@@ -102,13 +102,17 @@ static int plan(struct engine *g, int admit)
         struct ereq *r = g->run[i];
         int left = r->n_tokens - r->n_past;
         if (left > 1) {
-            int c = left < budget ? left : budget;
-            g->rows[n++] = (struct row){r, c, -1, 0};
+            int c = eng_plp_chunk(r, left < budget ? left : budget, &plp_left);
+            if (c == 0)
+                continue; /* scoring its prompt: no rows left this step */
+            g->rows[n++] = (struct row){r, c, -1, 0, -1};
             budget -= c;
         }
     }
     while (admit && budget > 0 && g->n_run < g->c.max_seqs && g->wait.head) {
         struct ereq *r = g->wait.head;
+        if (r->plp && plp_left == 0)
+            break;
         /* --kv-budget: the head waits (FIFO) until the running rows leave room */
         if (g->c.kv_budget_bytes && g->n_run > 0 &&
             g->projected + r->projected > g->c.kv_budget_bytes)
@@ -123,7 +127,7 @@ static int plan(struct engine *g, int admit)
         eng_q_pop(&g->wait);
         g->run[g->n_run++] = r;
         g->projected += r->projected;
-        if (r->seq.n_blocks == 0 && r->n_past == 0) {
+        if (r->seq.n_blocks == 0 && r->n_past == 0 && !r->plp) { /* scoring needs every row */
             /* the prefix cache: share the longest cached prefix instead of computing it */
             struct cerr e = {0};
             int hit = g->kv_swa ? kv_cache_lookup_swa(g->kv, &r->seq, g->kv_swa, &r->seq_swa,
@@ -145,8 +149,8 @@ static int plan(struct engine *g, int admit)
         g->st.running = g->n_run;
         pthread_mutex_unlock(&g->mu);
         int left = r->n_tokens - r->n_past;
-        int c = left < budget ? left : budget;
-        g->rows[n++] = (struct row){r, c, -1, 0};
+        int c = eng_plp_chunk(r, left < budget ? left : budget, &plp_left);
+        g->rows[n++] = (struct row){r, c, -1, 0, -1};
         budget -= c;
     }
     return n;

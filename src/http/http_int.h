@@ -53,6 +53,8 @@ struct http_conn {
     char last_path[128];              /* path of the latest request line seen on the wire, so
                                          that evhttp's own error pages (413) get the route's
                                          error shape */
+    int discard;                      /* answered 413 before the body (early_413): every
+                                         further input byte is dropped until the close */
 };
 
 struct http_req {

@@ -1,7 +1,8 @@
 /* server.c — the HTTP server: listener, connection tracking, limits, routing, post queue.
  *
  * Built on libevent's evhttp. evhttp parses requests and enforces the body cap (its own 413)
- * and the read timeout; this file adds what evhttp 2.1 lacks: a connection bound (429),
+ * and the read timeout; this file adds what evhttp 2.1 lacks: a 413 at once for a declared
+ * body over the cap (early_413), a connection bound (429),
  * api-key checks (401), routing with 404/405 through the caller's error formatter, close
  * detection while a handler holds a request, and a thread-safe FIFO of posted callbacks.
  * It is not a general web server: no TLS, no static files, no HTTP/2.
@@ -229,11 +230,96 @@ static void note_path(struct http_conn *c, struct evbuffer *buf)
     }
 }
 
+/* The value of a Content-Length header line (case-insensitive name) in h[0..n), or -1
+ * when there is none; a value past 2^63 reads as INT64_MAX. */
+static int64_t declared_length(const char *h, size_t n)
+{
+    static const char K[] = "\r\ncontent-length:";
+    for (size_t i = 0; i + sizeof K - 1 <= n; i++) {
+        if (strncasecmp(h + i, K, sizeof K - 1) != 0)
+            continue;
+        size_t j = i + sizeof K - 1;
+        while (j < n && (h[j] == ' ' || h[j] == '\t'))
+            j++;
+        if (j >= n || h[j] < '0' || h[j] > '9')
+            return -1;
+        uint64_t v = 0;
+        for (; j < n && h[j] >= '0' && h[j] <= '9'; j++)
+            v = v > (uint64_t)INT64_MAX / 10 ? (uint64_t)INT64_MAX : v * 10 + (uint64_t)(h[j] - '0');
+        return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
+    }
+    return -1;
+}
+
+/* A request that declares a body over max_body (Content-Length, with or without Expect:
+ * 100-continue). evhttp 2.1 with its lingering close answers 413 only once the whole
+ * declared body was read and dropped — never, for a client that declares 2^63 bytes and
+ * sends nothing or waits for "100 Continue". When the unread input holds a whole header
+ * block (the request line first: evhttp has not parsed it yet) over the limit, the 413 goes
+ * out at once, straight to the socket (a few hundred bytes; only when nothing else is
+ * queued to send), followed by our FIN; the input is dropped from then on, and evhttp frees
+ * the connection when the client closes it or the header timeout passes. Returns 1 when
+ * it answered. */
+static int early_413(struct http_conn *c, struct evbuffer *buf)
+{
+    struct http_server *s = c->s;
+    struct bufferevent *bev = c->evcon ? evhttp_connection_get_bufferevent(c->evcon) : NULL;
+    if (!bev || evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+        return 0;
+    struct evbuffer_ptr end = evbuffer_search(buf, "\r\n\r\n", 4, NULL);
+    if (end.pos < 0 || end.pos > HTTP_MAX_HEADERS)
+        return 0;
+    size_t n = (size_t)end.pos + 2;
+    char *h = malloc(n);
+    if (!h || evbuffer_copyout(buf, h, n) != (ev_ssize_t)n) {
+        free(h);
+        return 0;
+    }
+    size_t sp = 0; /* a request line: METHOD SP /path */
+    while (sp < n && sp < 10 && h[sp] >= 'A' && h[sp] <= 'Z')
+        sp++;
+    int64_t cl = sp > 0 && sp + 1 < n && h[sp] == ' ' && h[sp + 1] == '/' ? declared_length(h, n)
+                                                                            : -1;
+    free(h);
+    if (cl < 0 || (uint64_t)cl <= (uint64_t)s->max_body)
+        return 0;
+    char msg[160];
+    snprintf(msg, sizeof msg, "request too large (the body limit is %zu bytes)", s->max_body);
+    char *body = http_error_body_(s, c->last_path, 413, msg);
+    char *resp = NULL;
+    int len = body ? asprintf(&resp,
+                              "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
+                              "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                              strlen(body), body)
+                   : -1;
+    free(body);
+    if (len < 0)
+        return 0; /* evhttp's own 413 then comes, later */
+    ssize_t w = send(c->fd, resp, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    free(resp);
+    if (w != len)
+        return 0; /* cannot happen on an idle socket; evhttp's own path then */
+    shutdown(c->fd, SHUT_WR);
+    stat_add(&s->st_413, 1);
+    log_debug("http: fd %d declared a %lld-byte body over the %zu-byte limit: 413 at once",
+              c->fd, (long long)cl, s->max_body);
+    c->discard = 1;
+    return 1;
+}
+
 static void in_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
     struct http_conn *c = arg;
+    if (c->discard) { /* answered 413 before the body: nothing more is read */
+        if (info->n_added > 0)
+            evbuffer_drain(buf, evbuffer_get_length(buf));
+        return;
+    }
     if (info->n_added > 0 && !c->cur)
         note_path(c, buf);
+    if (info->n_added > 0 && !c->cur && early_413(c, buf))
+        evbuffer_drain(buf, evbuffer_get_length(buf)); /* the deadline below bounds the wait
+                                                         * for the client's close */
     if (info->n_added == 0 || c->cur || c->deadline_armed || !c->deadline)
         return;
     struct timeval tv = {c->s->header_timeout_s, 0};

@@ -3,11 +3,14 @@
  * Streams only the continuation to stdout as it is produced (through the incremental
  * detokenizer, so no broken UTF-8), and prefill/decode speeds to stderr. `--ids` feeds ids
  * verbatim (no BOS) and works without tokenizer files; `--output-ids` prints the generated
- * ids as a JSON array instead of text.
+ * ids as a JSON array instead of text. `--prompt-logprobs` prints, instead of generating,
+ * each prompt token's logprob given the tokens before it (the log-softmax of this path's
+ * logits, null for the first): the reference the server's echo scoring is checked against.
  */
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +30,7 @@
 struct run_opts {
     const char *model, *prompt, *ids, *system, *chat_template, *backend;
     int chat, device, graphs;
-    int n_predict, threads, ctx, output_ids, ignore_eos, kv_dtype;
+    int n_predict, threads, ctx, output_ids, ignore_eos, kv_dtype, prompt_lp;
     struct sampler_params sp;
     int seed_set, temp_set, top_p_set, top_k_set;
     const char *adapters[LORA_MAX_STACK]; /* --adapter (repeat to stack) */
@@ -68,6 +71,9 @@ static void run_usage(FILE *f)
             "                        file; alias --adapter-path); repeat to stack\n"
             "  --ignore-eos          keep generating past end-of-generation tokens\n"
             "  --output-ids          print the generated ids as a JSON array instead of text\n"
+            "  --prompt-logprobs     print each prompt token's logprob (log-softmax of the\n"
+            "                        logits before it; null for the first) as a JSON array\n"
+            "                        instead of generating\n"
             "  -h, --help            this help\n");
 }
 
@@ -171,6 +177,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         }
         else if (!strcmp(a, "--output-ids"))
             o->output_ids = 1, used = 0;
+        else if (!strcmp(a, "--prompt-logprobs"))
+            o->prompt_lp = 1, used = 0;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "cinfer run: unknown option '%s' (see cinfer run --help)\n", a);
             return -1;
@@ -273,6 +281,35 @@ static int is_stop(const struct model *m, const struct tok *t, const struct cli_
     return 0;
 }
 
+/* --prompt-logprobs: feeds the prompt with every position's logits and prints
+ * [null, logprob(ids[1] | ids[0]), ...] (log-softmax in double). 0 or 1. */
+static int print_prompt_logprobs(struct gen *g, const int32_t *ids, int n, struct cerr *e)
+{
+    int V = g->m->hp.n_vocab;
+    float *lg = malloc((size_t)n * V * sizeof *lg); /* (n, n_vocab) */
+    if (!lg) {
+        cerr_set(e, CERR_NOMEM, "out of memory");
+        return 1;
+    }
+    if (gen_feed(g, ids, n, lg, e)) {
+        free(lg);
+        return 1;
+    }
+    printf("[null");
+    for (int t = 1; t < n; t++) {
+        const float *row = lg + (size_t)(t - 1) * V;
+        double mx = row[0], sum = 0;
+        for (int i = 1; i < V; i++)
+            mx = row[i] > mx ? row[i] : mx;
+        for (int i = 0; i < V; i++)
+            sum += exp((double)row[i] - mx);
+        printf(", %.9g", (double)row[ids[t]] - mx - log(sum));
+    }
+    printf("]\n");
+    free(lg);
+    return 0;
+}
+
 int cmd_run(int argc, char **argv)
 {
     struct run_opts o;
@@ -362,6 +399,12 @@ int cmd_run(int argc, char **argv)
     out_ids = malloc((size_t)(o.n_predict + 1) * sizeof *out_ids);
     if (!out_ids || (!o.output_ids && !(ts = tok_stream_new(tk, TOK_SKIP_SPECIAL)))) {
         fprintf(stderr, "cinfer run: out of memory\n");
+        goto done;
+    }
+    if (o.prompt_lp) {
+        status = print_prompt_logprobs(g, prompt, n_prompt, &e);
+        if (status)
+            fprintf(stderr, "cinfer run: %s\n", e.msg);
         goto done;
     }
     double t_load = clock_now_s() - t0, t1 = clock_now_s();

@@ -31,6 +31,8 @@ long long models_fit_bytes(void);
     "  POST /v1/messages/count_tokens   Anthropic token count of a Messages body\n"         \
     "  POST /v1/embeddings              OpenAI embeddings (an embedding model: docs/embeddings.md)\n" \
     "  POST /apply-template             the chat prompt a chat body renders to (no model run)\n" \
+    "  POST /tokenize, POST /detokenize  vLLM's tokenizer routes (text <-> ids)\n"          \
+    "  GET  /tokenizer_info             the tokens and template (vLLM's shape)\n"          \
     "  GET  /server_info, /model_info   SGLang's probes, with their aliases\n"             \
     "  GET  /get_server_info, /get_model_info\n"                                        \
     "  GET  /v1/models, /v1/models/{id} the served model(s) and mounted adapters\n"         \

@@ -139,6 +139,9 @@ struct proto_ops {
     int (*begin)(void *enc, struct sbuf *out);
     /* One engine event -> bytes (SSE frames, or at DONE the whole non-streaming body). */
     int (*event)(void *enc, const struct engine_event *ev, struct sbuf *out);
+    /* Several choices (serve_gen.n_q > 1): choice `choice`'s event; the encoder writes the
+     * closing frames (or the whole body) with the last choice's terminal event. */
+    int (*event_at)(void *enc, int choice, const struct engine_event *ev, struct sbuf *out);
     /* The error body of a non-streaming failure (malloc'd). */
     char *(*error_body)(const struct api_error *err);
     /* An SSE error frame (streaming failure or shutdown). */
@@ -153,6 +156,12 @@ struct serve_gen {
     struct engine_req q;       /* ids, sampling, max_tokens, stops; cb/ud are set by the job */
     void (*cleanup)(void *ctx); /* frees what q points into, when the job ends (may be NULL) */
     void *ctx;
+    /* Several choices (OpenAI n > 1, a prompt array): qs[0 .. n_q) replace q (owned by ctx),
+     * each choice's events go to ops->event_at. They come in groups of share_n consecutive
+     * requests with one prompt: the first of a group is submitted at once, the others at
+     * its first token, so that they take its prompt from the prefix cache. n_q <= 1: q. */
+    struct engine_req *qs;
+    int n_q, share_n;
 };
 
 /* Submits g for HTTP request r and answers it (stream or body) as events arrive. Takes

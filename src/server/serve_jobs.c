@@ -20,21 +20,39 @@
 #include "util/log.h"
 #include "util/sbuf.h"
 
+struct job;
+
+/* One engine request of a job (a choice). */
+struct job_sub {
+    struct job *j;
+    int idx;
+    int state; /* 0 not submitted yet, 1 running, 2 ended */
+    int seen;  /* events delivered */
+    uint64_t eng_id;
+};
+
 struct job {
     struct serve *sv;
     struct job *prev, *next;
     struct http_req *req; /* referenced */
     struct serve_gen g;
-    uint64_t eng_id;
+    struct job_sub *subs; /* (n_sub) */
+    struct job_sub sub1;  /* subs when there is one */
+    int n_sub, n_live, n_pending;
+    int failed;           /* a choice failed: the others are cancelled, no more submitted */
+    int any_error, any_cancelled;
+    char *fail_msg;       /* a late submission's refusal (owned) */
+    int fail_status;
     int ended, gone;
     double t_start, t_last;
     int n_gen;
     struct sbuf buf;
     struct genhist_acc gh; /* the exact sampled ids and text (api/genhist.h) */
+    struct lora_set ls;    /* the request's adapters (n == 0: none) */
 };
 
 struct evmsg {
-    struct job *j;
+    struct job_sub *s;
     struct engine_event ev;
     struct sampler_logprob lp;
     char *text;  /* owned copy */
@@ -99,9 +117,22 @@ static void job_free(struct job *j)
         http_req_unref(j->req);
     gen_release(&j->g);
     sbuf_free(&j->buf);
+    if (j->subs != &j->sub1)
+        free(j->subs);
+    free(j->fail_msg);
+    lora_set_unref(&j->ls);
     free(j);
     if (sv->shutting_down && !sv->jobs && !serve_embed_pending(sv))
         http_server_stop(sv->http);
+}
+
+/* Cancels every running choice; the pending ones are never submitted. */
+static void job_cancel_all(struct job *j)
+{
+    j->n_pending = 0;
+    for (int i = 0; i < j->n_sub; i++)
+        if (j->subs[i].state == 1)
+            engine_cancel(j->sv->eng, j->subs[i].eng_id);
 }
 
 static void job_on_close(struct http_req *r, void *ud)
@@ -112,7 +143,7 @@ static void job_on_close(struct http_req *r, void *ud)
         return;
     j->gone = 1;
     j->sv->met.disconnects++;
-    engine_cancel(j->sv->eng, j->eng_id);
+    job_cancel_all(j);
 }
 
 static void job_fail(struct job *j, int status, const char *msg)
@@ -122,63 +153,149 @@ static void job_fail(struct job *j, int status, const char *msg)
     serve_reply_error(j->sv, j->req, &err, j->g.ops->error_body);
 }
 
+static void job_cb(void *ud, const struct engine_event *ev);
+static void job_end(struct job *j, double now);
+
+/* Submits choice s. Returns 0, or -1 with err filled (429 queue full, 400 otherwise). */
+static int sub_submit(struct job_sub *s, struct api_error *err)
+{
+    struct job *j = s->j;
+    struct engine_req q = j->g.n_q > 1 ? j->g.qs[s->idx] : j->g.q;
+    q.lora = &j->ls;
+    q.cb = job_cb;
+    q.ud = s;
+    struct cerr e = {0};
+    if (engine_submit(j->sv->eng, &q, &s->eng_id, &e)) {
+        api_fail(err, e.code == CERR_LIMIT ? 429 : 400, NULL, "%s", e.msg);
+        if (e.code == CERR_LIMIT && strstr(e.msg, "context"))
+            err->status = 400;
+        return -1;
+    }
+    s->state = 1;
+    j->n_live++;
+    return 0;
+}
+
+/* A choice could not be submitted after others were: the job fails (the running choices
+ * are cancelled; a stream gets an error frame now, a body the error at the end). */
+static void job_fail_late(struct job *j, const struct api_error *err)
+{
+    if (!j->failed) {
+        j->failed = 1;
+        j->fail_status = err->status;
+        j->fail_msg = strdup(err->message);
+    }
+    job_cancel_all(j);
+    if (j->g.stream && !j->ended && !j->gone) {
+        sbuf_clear(&j->buf);
+        j->g.ops->error_frame(&j->buf, err->message);
+        http_stream_write(j->req, j->buf.p, j->buf.len);
+        http_stream_end(j->req);
+        j->ended = 1;
+    }
+}
+
+/* The lead choice of a group has its prompt computed (its first token, or its end): the
+ * other choices of the group go now and find the prompt in the prefix cache. */
+static void job_release_group(struct job *j, int lead)
+{
+    int sn = j->g.share_n > 1 ? j->g.share_n : 1;
+    for (int i = lead + 1; i < lead + sn && i < j->n_sub; i++) {
+        struct job_sub *s = &j->subs[i];
+        if (s->state || !j->n_pending)
+            continue;
+        j->n_pending--;
+        struct api_error err = {0};
+        if (j->failed || j->gone) {
+            s->state = 2;
+            continue;
+        }
+        if (sub_submit(s, &err)) {
+            s->state = 2;
+            job_fail_late(j, &err);
+        }
+    }
+}
+
 /* Loop thread: one engine event. */
 static void job_deliver(void *ud)
 {
     struct evmsg *msg = ud;
-    struct job *j = msg->j;
+    struct job_sub *s = msg->s;
+    struct job *j = s->j;
     struct serve *sv = j->sv;
     struct engine_event *ev = &msg->ev;
     ev->text = msg->text ? msg->text : "";
     ev->error = msg->error;
-    ev->lp = ev->type == ENGINE_EV_DELTA && msg->lp.id >= 0 ? &msg->lp : NULL;
+    ev->lp = ev->type != ENGINE_EV_DONE && ev->type != ENGINE_EV_ERROR && msg->lp.id >= 0
+                 ? &msg->lp
+                 : NULL;
     double now = clock_now_s();
-    int terminal = ev->type != ENGINE_EV_DELTA;
-    if (ev->type == ENGINE_EV_DELTA)
+    int sub_end = ev->type == ENGINE_EV_DONE || ev->type == ENGINE_EV_ERROR;
+    int multi = j->n_sub > 1;
+    int lead = !s->seen++ && (ev->type == ENGINE_EV_DELTA || sub_end);
+    if (sub_end) {
+        s->state = 2;
+        j->n_live--;
+        j->any_error |= ev->type == ENGINE_EV_ERROR;
+        j->any_cancelled |= ev->type == ENGINE_EV_DONE && ev->finish == ENGINE_FINISH_CANCELLED;
+    } else if (ev->type == ENGINE_EV_PROMPT)
+        s->seen--; /* prompt logprobs come before the first token */
+    if (!multi && ev->type == ENGINE_EV_DELTA)
         genhist_acc_token(&j->gh, ev->token, ev->text, ev->len);
-    else /* kept when the ids are exactly the text: an end-of-generation id (dropped) or the
-          * length limit, not a stop string or a cancellation */
+    else if (!multi && sub_end) /* kept when the ids are exactly the text: an end-of-generation
+                                 * id (dropped) or the length limit, not a stop string or a
+                                 * cancellation */
         genhist_acc_end(&j->gh, sv->tk, ev->text, ev->len,
                         ev->type == ENGINE_EV_DONE && (ev->finish == ENGINE_FINISH_EOS ||
                                                        ev->finish == ENGINE_FINISH_LENGTH),
                         ev->finish == ENGINE_FINISH_EOS);
-    if (ev->type == ENGINE_EV_DELTA) {
+    if (ev->type == ENGINE_EV_DELTA && s->idx == 0) {
         if (!j->n_gen++)
             hist_add(&sv->met.ttft, now - j->t_start);
         else
             hist_add(&sv->met.tpot, now - j->t_last);
         j->t_last = now;
     }
-    if (!j->ended && !j->gone) {
+    if (lead && multi && s->idx % (j->g.share_n > 1 ? j->g.share_n : 1) == 0)
+        job_release_group(j, s->idx);
+    int job_end_now = sub_end && j->n_live == 0 && j->n_pending == 0;
+    if (!j->ended && !j->gone && !(j->failed && !j->g.stream)) {
         sbuf_clear(&j->buf);
-        int rc = j->g.ops->event(j->g.enc, ev, &j->buf);
+        int rc = multi ? j->g.ops->event_at(j->g.enc, s->idx, ev, &j->buf)
+                       : j->g.ops->event(j->g.enc, ev, &j->buf);
         if (j->g.stream) {
-            if (rc && !terminal) {
+            int close = job_end_now || (multi && ev->type == ENGINE_EV_ERROR);
+            if (rc && !sub_end) {
                 j->g.ops->error_frame(&j->buf, "out of memory while encoding the response");
-                engine_cancel(sv->eng, j->eng_id);
-                terminal = 1; /* for this stream; the job itself ends at the engine's event */
+                job_cancel_all(j);
+                close = 1; /* for this stream; the job itself ends at the engine's events */
             }
+            if (multi && ev->type == ENGINE_EV_ERROR)
+                job_cancel_all(j);
             if (j->buf.len && http_stream_write(j->req, j->buf.p, j->buf.len) < 0)
                 j->gone = 1;
-            if (terminal) {
+            if (close) {
                 http_stream_end(j->req);
                 j->ended = 1;
             }
-            terminal = ev->type != ENGINE_EV_DELTA;
-        } else if (terminal) {
-            if (ev->type == ENGINE_EV_ERROR || rc) {
+        } else if (sub_end && (ev->type == ENGINE_EV_ERROR || rc) && multi) {
+            j->any_error = 1;
+            job_cancel_all(j);
+        } else if (job_end_now) {
+            if (j->any_error || rc) {
                 char m[600];
                 snprintf(m, sizeof m, "generation failed: %s",
                          ev->error ? ev->error : "out of memory");
                 job_fail(j, 500, m);
-            } else if (ev->finish == ENGINE_FINISH_CANCELLED)
+            } else if (j->any_cancelled)
                 job_fail(j, 503, "the request was cancelled (server shutting down)");
             else
                 http_reply(j->req, 200, "application/json", j->buf.p, j->buf.len);
             j->ended = 1;
         }
     }
-    if (terminal) {
+    if (sub_end) {
         sv->met.prompt_tokens += ev->n_prompt;
         sv->met.gen_tokens += ev->n_gen;
         sv->met.cached_tokens += ev->n_cached;
@@ -187,26 +304,42 @@ static void job_deliver(void *ud)
             sv->met.status_5xx++;
         if (ev->type == ENGINE_EV_DONE && ev->finish == ENGINE_FINISH_CANCELLED)
             sv->met.cancelled++;
-        hist_add(&sv->met.e2e, now - j->t_start);
-        if (j->g.stream)
-            sv->met.streams_open--;
-        job_free(j);
     }
+    if (job_end_now)
+        job_end(j, now);
     free(msg->text);
     free(msg->error);
     free(msg);
 }
 
+/* Every choice ended: the last words of a failed body, the metrics, the job freed. */
+static void job_end(struct job *j, double now)
+{
+    struct serve *sv = j->sv;
+    if (!j->ended && !j->gone && !j->g.stream) {
+        if (j->failed)
+            job_fail(j, j->fail_status ? j->fail_status : 500,
+                     j->fail_msg ? j->fail_msg : "generation failed");
+        else
+            job_fail(j, 500, "generation failed");
+    }
+    j->ended = 1;
+    hist_add(&sv->met.e2e, now - j->t_start);
+    if (j->g.stream)
+        sv->met.streams_open--;
+    job_free(j);
+}
+
 /* Engine thread: copy the event and hand it to the loop. */
 static void job_cb(void *ud, const struct engine_event *ev)
 {
-    struct job *j = ud;
+    struct job_sub *s = ud;
     struct evmsg *msg = calloc(1, sizeof *msg);
     if (!msg) {
         log_error("out of memory: an event of a request was lost");
         return;
     }
-    msg->j = j;
+    msg->s = s;
     msg->ev = *ev;
     msg->lp.id = -1;
     if (ev->lp)
@@ -215,7 +348,7 @@ static void job_cb(void *ud, const struct engine_event *ev)
         msg->ev.len = 0;
     if (ev->error)
         msg->error = strdup(ev->error);
-    if (http_post(j->sv->http, job_deliver, msg)) {
+    if (http_post(s->j->sv->http, job_deliver, msg)) {
         /* the loop is gone (shutdown): nothing can be delivered any more */
         free(msg->text);
         free(msg->error);
@@ -235,6 +368,11 @@ void serve_generate(struct serve *sv, struct http_req *r, struct serve_gen *g, i
         return;
     }
     struct job *j = calloc(1, sizeof *j);
+    int n = g->n_q > 1 && g->qs && g->ops->event_at ? g->n_q : 1;
+    if (j && n > 1 && !(j->subs = calloc((size_t)n, sizeof *j->subs))) {
+        free(j);
+        j = NULL;
+    }
     if (!j) {
         api_fail(&err, 500, NULL, "out of memory");
         serve_reply_error(sv, r, &err, g->ops->error_body);
@@ -243,9 +381,16 @@ void serve_generate(struct serve *sv, struct http_req *r, struct serve_gen *g, i
     }
     j->sv = sv;
     j->g = *g;
+    j->g.n_q = n;
+    if (n == 1)
+        j->subs = &j->sub1;
+    j->n_sub = n;
+    int sn = n > 1 && g->share_n > 1 ? g->share_n : 1;
+    for (int i = 0; i < n; i++) {
+        j->subs[i] = (struct job_sub){.j = j, .idx = i};
+        j->n_pending += i % sn != 0;
+    }
     j->t_start = clock_now_s();
-    j->g.q.cb = job_cb;
-    j->g.q.ud = j;
     /* link before submit: events may arrive on the loop right after it */
     j->req = r;
     http_req_ref(r);
@@ -254,27 +399,21 @@ void serve_generate(struct serve *sv, struct http_req *r, struct serve_gen *g, i
         sv->jobs->prev = j;
     sv->jobs = j;
     sv->met.active_jobs++;
-    struct cerr e = {0};
-    struct lora_set ls; /* the request's adapters (serve_lora.c); the engine takes its own */
-    if (serve_lora_pick(sv, r, &ls, &err)) {
+    /* the request's adapters (serve_lora.c), held for every choice's submission (the engine
+     * takes its own references) */
+    if (serve_lora_pick(sv, r, &j->ls, &err) || sub_submit(&j->subs[0], &err)) {
         serve_reply_error(sv, r, &err, g->ops->error_body);
         j->ended = 1;
         job_free(j);
         return;
     }
-    j->g.q.lora = &ls;
-    int src = engine_submit(sv->eng, &j->g.q, &j->eng_id, &e);
-    j->g.q.lora = NULL;
-    lora_set_unref(&ls);
-    if (src) {
-        api_fail(&err, e.code == CERR_LIMIT ? 429 : 400, NULL, "%s", e.msg);
-        if (e.code == CERR_LIMIT && strstr(e.msg, "context"))
-            err.status = 400;
-        serve_reply_error(sv, r, &err, g->ops->error_body);
-        j->ended = 1;
-        job_free(j);
-        return;
-    }
+    for (int i = sn; i < n && !j->failed; i += sn) /* the other groups' leads */
+        if (sub_submit(&j->subs[i], &err)) {
+            j->failed = 1; /* the running ones are cancelled; the reply says why at the end */
+            j->fail_status = err.status;
+            j->fail_msg = strdup(err.message);
+            job_cancel_all(j);
+        }
     http_req_on_close(r, job_on_close, j);
     if (j->g.stream) {
         sv->met.streams_open++;
@@ -282,6 +421,13 @@ void serve_generate(struct serve *sv, struct http_req *r, struct serve_gen *g, i
         sbuf_clear(&j->buf);
         if (j->g.ops->begin && j->g.ops->begin(j->g.enc, &j->buf) == 0 && j->buf.len)
             http_stream_write(r, j->buf.p, j->buf.len);
+        if (j->failed) {
+            sbuf_clear(&j->buf);
+            j->g.ops->error_frame(&j->buf, j->fail_msg ? j->fail_msg : "out of memory");
+            http_stream_write(r, j->buf.p, j->buf.len);
+            http_stream_end(r);
+            j->ended = 1;
+        }
     }
 }
 
@@ -300,7 +446,7 @@ void serve_shutdown(void *ud)
             http_stream_end(j->req);
             j->ended = 1;
         }
-        engine_cancel(sv->eng, j->eng_id);
+        job_cancel_all(j);
     }
     if (!sv->jobs)
         http_server_stop(sv->http);

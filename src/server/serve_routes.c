@@ -9,6 +9,7 @@
 
 #include "api/oai_out.h"
 #include "api/oai_req.h"
+#include "api/openai/choices.h"
 #include "api/replay.h"
 #include "api/structured/structured.h"
 #include "api/toolcall.h"
@@ -38,6 +39,8 @@ struct oai_ctx {
     struct oai_req rq;
     struct api_prompt pr;
     struct api_structured st; /* response_format & co. (api/structured) */
+    struct api_prompt *more;  /* completions: the prompts after the first (n_prompts - 1) */
+    struct engine_req *qs;    /* several choices: one engine request each */
 };
 
 static void oai_ctx_free(void *p)
@@ -45,6 +48,10 @@ static void oai_ctx_free(void *p)
     struct oai_ctx *c = p;
     if (!c)
         return;
+    for (int i = 0; c->more && i < c->rq.n_prompts - 1; i++)
+        free(c->more[i].ids);
+    free(c->more);
+    free(c->qs);
     oai_req_deinit(&c->rq);
     api_structured_deinit(&c->st);
     free(c->pr.ids);
@@ -63,10 +70,108 @@ static const struct proto_ops OAI_OPS = {.begin = oai_begin, .event = oai_event,
                                          .error_body = oai_error_body,
                                          .error_frame = oai_error_frame, .free = oai_free};
 
+/* Several choices (n > 1, a prompt array): the group encoder (api/openai/choices.h). */
+static int multi_begin(void *enc, struct sbuf *out) { return oai_choices_begin(enc, out); }
+static int multi_event_at(void *enc, int i, const struct engine_event *ev, struct sbuf *out)
+{
+    return oai_choices_event(enc, i, ev, out);
+}
+static void multi_free(void *enc) { oai_choices_free(enc); }
+
+static const struct proto_ops OAI_MULTI_OPS = {.begin = multi_begin, .event_at = multi_event_at,
+                                               .error_body = oai_error_body,
+                                               .error_frame = oai_error_frame,
+                                               .free = multi_free};
+
+/* The prompt of a completions request: token ids as given (nothing added), or the text
+ * tokenized. */
+static int completion_prompt(struct serve *sv, const struct oai_prompt *q, struct api_prompt *pr,
+                             struct api_error *err)
+{
+    if (q->ids) {
+        memset(pr, 0, sizeof *pr);
+        pr->thinking = -1;
+        pr->ids = malloc((size_t)q->n_ids * sizeof *pr->ids);
+        if (!pr->ids)
+            return api_fail(err, 500, NULL, "out of memory");
+        memcpy(pr->ids, q->ids, (size_t)q->n_ids * sizeof *pr->ids);
+        pr->n = q->n_ids;
+        return 0;
+    }
+    return api_completion_prompt(&sv->am, q->text, q->len, pr, err);
+}
+
+/* An encoder for one choice of prompt pr (text: the request's prompt text or NULL). */
+static int choice_encoder(struct serve *sv, const struct oai_ctx *c, const struct oai_prompt *q,
+                          const struct api_prompt *pr, struct oai_out **out,
+                          struct api_error *err)
+{
+    struct oai_req rq = c->rq; /* shallow: the prompt's echo text */
+    if (q) {
+        rq.prompt = q->text;
+        rq.prompt_len = q->len;
+    }
+    struct cerr e = {0};
+    if (oai_out_new(out, &sv->am, &rq, pr, sv->o.batch > 1 ? "batched" : "serial", &e))
+        return api_fail(err, 500, NULL, "%s", e.msg);
+    if (oai_out_tools(*out, sv->tc_family, c->rq.tools, &e)) {
+        oai_out_free(*out);
+        *out = NULL;
+        return api_fail(err, e.code == CERR_NOMEM ? 500 : 400, "tools", "%s", e.msg);
+    }
+    return 0;
+}
+
+/* n x prompts choices: one engine request and one encoder each, in a group. On failure
+ * err is filled (g untouched). */
+static int multi_gen(struct serve *sv, struct oai_ctx *c, const struct engine_req *q0,
+                     const int *max_tokens, struct serve_gen *g, struct api_error *err)
+{
+    int np = c->rq.kind == OAI_COMPLETION && c->rq.n_prompts > 1 ? c->rq.n_prompts : 1;
+    int n = c->rq.best_of > c->rq.n ? c->rq.best_of : c->rq.n, total = np * n;
+    c->qs = calloc((size_t)total, sizeof *c->qs);
+    struct oai_out **outs = calloc((size_t)total, sizeof *outs);
+    if (!c->qs || !outs) {
+        free(outs);
+        return api_fail(err, 500, NULL, "out of memory");
+    }
+    for (int i = 0; i < total; i++) {
+        int p = i / n;
+        const struct api_prompt *pr = p ? &c->more[p - 1] : &c->pr;
+        const struct oai_prompt *op =
+            c->rq.kind == OAI_COMPLETION && c->rq.prompts ? &c->rq.prompts[p] : NULL;
+        if (choice_encoder(sv, c, op, pr, &outs[i], err)) {
+            for (int k = 0; k < i; k++)
+                oai_out_free(outs[k]);
+            free(outs);
+            return -1;
+        }
+        c->qs[i] = *q0;
+        c->qs[i].ids = pr->ids;
+        c->qs[i].n_ids = pr->n;
+        c->qs[i].max_tokens = max_tokens[p];
+        c->qs[i].sp.seed = q0->sp.seed + (uint64_t)(i % n); /* sample j: seed + j */
+        if (n > c->rq.n && c->qs[i].sp.top_logprobs < 0) /* best_of ranks by logprobs */
+            c->qs[i].sp.top_logprobs = 0;
+    }
+    struct oai_choices *grp = NULL;
+    if (oai_choices_new(&grp, outs, total, n, c->rq.n, c->rq.kind, c->rq.stream,
+                        c->rq.include_usage,
+                        sv->am.id, sv->o.batch > 1 ? "batched" : "serial"))
+        return api_fail(err, 500, NULL, "out of memory");
+    g->ops = &OAI_MULTI_OPS;
+    g->enc = grp;
+    g->qs = c->qs;
+    g->n_q = total;
+    g->share_n = n;
+    return 0;
+}
+
 static void generate(struct serve *sv, struct http_req *r, int kind)
 {
     struct api_error err = {0};
     int ep = kind == OAI_CHAT ? EP_CHAT : EP_COMPLETIONS;
+    int *mts = NULL; /* max_tokens of each prompt */
     struct oai_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         api_fail(&err, 500, NULL, "out of memory");
@@ -83,56 +188,62 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
         replay_apply(c->rq.messages); /* prefix stability: exact text of past tool-call turns */
     if (kind == OAI_CHAT && api_structured_instruct(c->rq.messages, &c->st))
         goto fail;
+    int np = kind == OAI_COMPLETION && c->rq.n_prompts > 1 ? c->rq.n_prompts : 1;
     int rc;
     if (kind == OAI_CHAT)
         rc = api_chat_prompt(&sv->am, &c->rq, &c->pr, &err);
-    else if (c->rq.prompt_ids) { /* token ids: the prompt as given, nothing added */
-        memset(&c->pr, 0, sizeof c->pr);
-        c->pr.thinking = -1;
-        c->pr.ids = c->rq.prompt_ids;
-        c->pr.n = c->rq.n_prompt_ids;
-        c->rq.prompt_ids = NULL;
-        rc = 0;
-    } else
-        rc = api_completion_prompt(&sv->am, c->rq.prompt, c->rq.prompt_len, &c->pr, &err);
+    else
+        rc = completion_prompt(sv, &c->rq.prompts[0], &c->pr, &err);
     if (rc)
         goto fail;
+    if (np > 1 && !(c->more = calloc((size_t)np - 1, sizeof *c->more))) {
+        api_fail(&err, 500, NULL, "out of memory");
+        goto fail;
+    }
+    for (int p = 1; p < np; p++)
+        if (completion_prompt(sv, &c->rq.prompts[p], &c->more[p - 1], &err))
+            goto fail;
     if (kind == OAI_CHAT && api_structured_tools(sv->am.tc_template_family, c->rq.tools,
                                                  c->rq.tool_choice, c->rq.tool_name,
                                                  c->pr.forced, &c->st, &err))
         goto fail;
     if (api_structured_after_reasoning(&c->st, c->pr.start_in_reasoning, sv->am.think_close, &err))
         goto fail;
-    int max_tokens;
-    if (serve_check_context(sv, c->pr.n, c->rq.max_tokens,
-                            kind == OAI_CHAT ? sv->max_tokens_chat : sv->max_tokens_raw,
-                            &max_tokens, &err))
-        goto fail;
-    struct cerr e = {0};
-    struct oai_out *enc = NULL;
-    if (oai_out_new(&enc, &sv->am, &c->rq, &c->pr, sv->o.batch > 1 ? "batched" : "serial", &e)) {
-        api_fail(&err, 500, NULL, "%s", e.msg);
+    if (!(mts = calloc((size_t)np, sizeof *mts))) {
+        api_fail(&err, 500, NULL, "out of memory");
         goto fail;
     }
-    if (oai_out_tools(enc, sv->tc_family, c->rq.tools, &e)) {
-        oai_out_free(enc);
-        api_fail(&err, e.code == CERR_NOMEM ? 500 : 400, "tools", "%s", e.msg);
-        goto fail;
-    }
-    struct serve_gen g = {.stream = c->rq.stream, .ops = &OAI_OPS, .enc = enc,
-                          .q = {.ids = c->pr.ids, .n_ids = c->pr.n, .sp = c->rq.sp,
-                                .max_tokens = max_tokens,
-                                .stops = (const char *const *)c->rq.stops,
-                                .n_stops = c->rq.n_stops, .grammar = c->st.grammar,
-                                .grammar_prime = c->st.prime,
-                                .grammar_trigger = c->st.trigger,
-                                .grammar_after = c->st.trigger_after},
+    for (int p = 0; p < np; p++)
+        if (serve_check_context(sv, p ? c->more[p - 1].n : c->pr.n, c->rq.max_tokens,
+                                kind == OAI_CHAT ? sv->max_tokens_chat : sv->max_tokens_raw,
+                                &mts[p], &err))
+            goto fail;
+    struct engine_req q0 = {.ids = c->pr.ids, .n_ids = c->pr.n, .sp = c->rq.sp,
+                            .max_tokens = mts[0], .stops = (const char *const *)c->rq.stops,
+                            .n_stops = c->rq.n_stops, .grammar = c->st.grammar,
+                            .grammar_prime = c->st.prime, .grammar_trigger = c->st.trigger,
+                            .grammar_after = c->st.trigger_after,
+                            /* echo with logprobs: the prompt's tokens are scored */
+                            .prompt_logprobs = kind == OAI_COMPLETION && c->rq.echo &&
+                                               c->rq.legacy_logprobs};
+    struct serve_gen g = {.stream = c->rq.stream, .ops = &OAI_OPS, .q = q0,
                           .cleanup = oai_ctx_free, .ctx = c};
+    if (np * (c->rq.best_of > c->rq.n ? c->rq.best_of : c->rq.n) > 1) {
+        if (multi_gen(sv, c, &q0, mts, &g, &err))
+            goto fail;
+    } else {
+        struct oai_out *enc = NULL;
+        if (choice_encoder(sv, c, NULL, &c->pr, &enc, &err))
+            goto fail;
+        g.enc = enc;
+    }
+    free(mts);
     if (c->st.degraded)
         http_add_header(r, "Warning", API_STRUCTURED_WARNING);
     serve_generate(sv, r, &g, ep);
     return;
 fail:
+    free(mts);
     sv->met.requests[ep]++;
     serve_reply_error(sv, r, &err, oai_error_body);
     oai_ctx_free(c);
@@ -216,13 +327,14 @@ static void h_index(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
     reply_json(r, 200,
-               json_pack("{s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]}", "name", "cinfer",
+               json_pack("{s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]}", "name", "cinfer",
                          "version", CINFER_VERSION, "model", sv->model_id, "endpoints",
                          "POST /v1/chat/completions", "POST /v1/completions", "POST /v1/messages",
                          "POST /v1/messages/count_tokens", "POST /v1/responses",
                          "GET /v1/responses/{id}", "DELETE /v1/responses/{id}",
-                         "POST /apply-template", "GET /server_info", "GET /model_info", "GET /v1/models",
-                         "GET /v1/models/{id}",
+                         "POST /apply-template", "POST /tokenize", "POST /detokenize",
+                         "GET /tokenizer_info", "GET /server_info", "GET /model_info",
+                         "GET /v1/models", "GET /v1/models/{id}",
                          "GET /health", "GET /stats", "GET /metrics"));
 }
 

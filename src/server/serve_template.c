@@ -1,4 +1,9 @@
-/* serve_template.c — POST /apply-template: the prompt text a chat body renders to.
+/* serve_template.c — POST /apply-template: the prompt text a chat body renders to; and
+ * vLLM's tokenizer routes, which evaluation harnesses use as a remote tokenizer
+ * (lm-evaluation-harness tokenizer_backend=remote): POST /tokenize {prompt,
+ * add_special_tokens (default true)} or {messages, ...a chat body} -> {count, max_model_len,
+ * tokens, token_strs: null}; POST /detokenize {tokens} -> {prompt}; GET /tokenizer_info ->
+ * {tokenizer_class, bos_token, eos_token, pad_token, chat_template, model_max_length}.
  *
  * The body is a chat completions body (messages, tools, chat_template_kwargs,
  * enable_thinking / reasoning_effort; other fields are parsed and checked as
@@ -55,7 +60,144 @@ static void h_apply(struct http_req *r, void *ud)
     free(out);
 }
 
+/* ---- the tokenizer routes ------------------------------------------------------------ */
+
+static void reply(struct http_req *r, json_t *o)
+{
+    char *out = o ? json_dumps_short(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!out) {
+        http_reply_error(r, 500, "out of memory");
+        return;
+    }
+    http_reply(r, 200, "application/json", out, strlen(out));
+    free(out);
+}
+
+static void bad(struct serve *sv, struct http_req *r, const char *param, const char *msg)
+{
+    struct api_error err;
+    api_fail(&err, 400, param, "%s", msg);
+    serve_reply_error(sv, r, &err, oai_error_body);
+}
+
+static void h_tokenize(struct http_req *r, void *ud)
+{
+    struct serve *sv = ud;
+    size_t blen;
+    const char *body = http_req_body(r, &blen);
+    sv->met.requests[EP_OTHER]++;
+    json_t *o = json_loadb(body, blen, JSON_ALLOW_NUL, NULL);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        bad(sv, r, NULL, "invalid JSON body");
+        return;
+    }
+    struct api_error err = {0};
+    struct api_prompt pr = {0};
+    int rc;
+    json_t *p = json_object_get(o, "prompt");
+    if (json_object_get(o, "messages")) { /* a chat body: the template's prompt */
+        struct oai_req rq;
+        rc = oai_parse(&rq, OAI_CHAT, body, blen, &sv->defaults, sv->m->hp.n_vocab, &err);
+        if (!rc) {
+            replay_apply(rq.messages);
+            rc = api_chat_prompt(&sv->am, &rq, &pr, &err);
+            oai_req_deinit(&rq);
+        }
+    } else if (json_is_string(p)) {
+        json_t *as = json_object_get(o, "add_special_tokens");
+        int flags = as && json_is_false(as) ? 0 : TOK_ADD_SPECIAL;
+        struct cerr e = {0};
+        rc = tok_encode(sv->tk, json_string_value(p), json_string_length(p), flags, &pr.ids,
+                        &pr.n, &e);
+        if (rc)
+            api_fail(&err, 400, "prompt", "%s", e.msg);
+    } else {
+        json_decref(o);
+        bad(sv, r, "prompt", "prompt (a string) or messages is required");
+        return;
+    }
+    json_decref(o);
+    if (rc) {
+        serve_reply_error(sv, r, &err, oai_error_body);
+        free(pr.ids);
+        free(pr.forced);
+        return;
+    }
+    json_t *a = json_array();
+    for (int i = 0; a && i < pr.n; i++)
+        json_array_append_new(a, json_integer(pr.ids[i]));
+    free(pr.ids);
+    free(pr.forced);
+    reply(r, json_pack("{s:i, s:i, s:o, s:n}", "count", pr.n, "max_model_len",
+                       engine_config_of(sv->eng)->n_ctx, "tokens", a, "token_strs"));
+}
+
+static void h_detokenize(struct http_req *r, void *ud)
+{
+    struct serve *sv = ud;
+    size_t blen;
+    const char *body = http_req_body(r, &blen);
+    sv->met.requests[EP_OTHER]++;
+    json_t *o = json_loadb(body, blen, 0, NULL);
+    json_t *t = json_object_get(o, "tokens");
+    size_t n = json_array_size(t);
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    const char *why = !json_is_array(t) ? "tokens (an array of token ids) is required" : NULL;
+    for (size_t i = 0; !why && ids && i < n; i++) {
+        json_t *x = json_array_get(t, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+            json_integer_value(x) >= sv->m->hp.n_vocab)
+            why = "tokens must be token ids of the vocabulary";
+        else
+            ids[i] = (int32_t)json_integer_value(x);
+    }
+    json_decref(o);
+    if (why || !ids) {
+        free(ids);
+        if (why)
+            bad(sv, r, "tokens", why);
+        else
+            http_reply_error(r, 500, "out of memory");
+        return;
+    }
+    char *text = NULL;
+    size_t tl = 0;
+    struct cerr e = {0};
+    int rc = tok_decode(sv->tk, ids, (int)n, 0, &text, &tl, &e);
+    free(ids);
+    if (rc) {
+        bad(sv, r, "tokens", e.msg);
+        return;
+    }
+    reply(r, json_pack("{s:o}", "prompt", api_json_text(text, tl)));
+    free(text);
+}
+
+/* A token's text, or null. */
+static json_t *tok_text(const struct tok *tk, int32_t id)
+{
+    const char *p = id >= 0 ? tok_piece(tk, id) : NULL;
+    return p ? json_string(p) : json_null();
+}
+
+static void h_tokenizer_info(struct http_req *r, void *ud)
+{
+    struct serve *sv = ud;
+    sv->met.requests[EP_OTHER]++;
+    reply(r, json_pack("{s:s, s:o, s:o, s:o, s:o, s:i}", "tokenizer_class", "cinfer", "bos_token",
+                       tok_text(sv->tk, tok_bos(sv->tk)), "eos_token",
+                       tok_text(sv->tk, tok_eos(sv->tk)), "pad_token", json_null(),
+                       "chat_template", sv->tmpl_src ? json_string(sv->tmpl_src) : json_null(),
+                       "model_max_length", engine_config_of(sv->eng)->n_ctx));
+}
+
 int serve_template_install(struct serve *sv)
 {
-    return http_route(sv->http, "POST", "/apply-template", 0, h_apply, sv) ? -1 : 0;
+    int rc = http_route(sv->http, "POST", "/apply-template", 0, h_apply, sv);
+    rc |= http_route(sv->http, "POST", "/tokenize", 0, h_tokenize, sv);
+    rc |= http_route(sv->http, "POST", "/detokenize", 0, h_detokenize, sv);
+    rc |= http_route(sv->http, "GET", "/tokenizer_info", 0, h_tokenizer_info, sv);
+    return rc ? -1 : 0;
 }

@@ -127,7 +127,8 @@ def anthropic_stream(body):
         assert md["delta"]["stop_reason"] == "tool_use"
     return {"content": blocks, "stop_reason": md["delta"]["stop_reason"],
             "stop_sequence": md["delta"]["stop_sequence"], "usage": md["usage"],
-            "input_tokens_at_start": msg["usage"]["input_tokens"]}
+            "input_tokens_at_start": msg["usage"]["input_tokens"],
+            "usage_at_start": msg["usage"]}
 
 
 def responses_stream(body):

@@ -179,7 +179,7 @@ def test_responses_object(stories, spec):
 # ---- refused as OpenAI refuses --------------------------------------------------------
 
 BAD_CHAT = [
-    ({"n": 0}, "n"), ({"n": -1}, "n"), ({"n": 1000}, "n"), ({"n": 2}, "n"),
+    ({"n": 0}, "n"), ({"n": -1}, "n"), ({"n": 1000}, "n"), ({"n": 129}, "n"),
     ({"tools": [{"type": "function"}]}, "tools"),
     ({"tools": [{"type": "function", "function": {"name": ""}}]}, "tools"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}]}, "tools"),
@@ -205,10 +205,10 @@ def test_chat_refusals(stories, spec, extra, param):
 
 
 BAD_COMPLETION = [
-    ({"best_of": 3}, "best_of"), ({"suffix": "end"}, "suffix"),
-    ({"echo": True, "logprobs": 1}, "echo"), ({"prompt": [1, 2, 99999999]}, "prompt"),
-    ({"prompt": [1.5]}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": ""}, "prompt"),
-    ({"logprobs": 99}, "logprobs"), ({"logprobs": "x"}, "logprobs"), ({"n": 3}, "n"),
+    ({"best_of": 3, "stream": True}, "best_of"), ({"suffix": "end"}, "suffix"),
+    ({"echo": True, "logprobs": True}, "logprobs"), ({"prompt": [1, 2, 99999999]}, "prompt"),
+    ({"prompt": [1.5]}, "prompt"), ({"prompt": ["a", 3]}, "prompt"), ({"prompt": ""}, "prompt"),
+    ({"logprobs": 99}, "logprobs"), ({"logprobs": "x"}, "logprobs"), ({"n": 0}, "n"),
 ]
 
 

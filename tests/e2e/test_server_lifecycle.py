@@ -94,6 +94,27 @@ def test_body_limit_413():
         assert st == 413 and j["type"] == "error" and j["error"]["type"] == "request_too_large"
         st, _, _ = srv.post("/v1/completions", {"prompt": "Once", "max_tokens": 1})
         assert st == 200
+        # a declared body over the limit is answered before any of it is sent: 2^63 bytes
+        # declared and nothing sent, and Expect: 100-continue (the socket's timeout bounds it)
+        for path, extra in (("/v1/chat/completions", ""), ("/v1/messages", ""),
+                            ("/v1/completions", "Expect: 100-continue\r\n")):
+            c = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+            c.sendall((f"POST {path} HTTP/1.1\r\nHost: x\r\n{extra}Content-Type: "
+                       f"application/json\r\nContent-Length: {2 ** 63 - 1}\r\n\r\n").encode())
+            got = b""
+            while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
+                k = c.recv(4096)
+                if not k:
+                    break
+                got += k
+            c.close()
+            head, _, body = got.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 413"), got
+            j = json.loads(body)
+            if path == "/v1/messages":
+                assert j["error"]["type"] == "request_too_large", j
+            else:
+                assert "too large" in j["error"]["message"], j
     finally:
         assert srv.stop() == 0
 

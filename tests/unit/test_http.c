@@ -648,6 +648,46 @@ static void test_413(void)
     rd_free(&r);
     close(fd2);
 
+    /* a declared body over the limit is answered at once, before any of it is sent: 2^63
+     * bytes declared and nothing sent, and Expect: 100-continue (no "100 Continue" first);
+     * the client's receive timeout (cl_connect) is the bound: evhttp's lingering close
+     * alone would wait for the whole body */
+    static const char *const DECL[] = {
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 9223372036854775807\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: x\r\ncontent-length:99999999999999999999999\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1025\r\n\r\n",
+    };
+    for (size_t k = 0; k < sizeof DECL / sizeof *DECL; k++) {
+        fd = cl_connect(t.port);
+        rd_init(&r, fd);
+        cl_sends(fd, DECL[k]);
+        CHECK_EQ_INT(read_resp(&r, &p), 0);
+        CHECK_EQ_INT(p.status, 413);
+        CHECK_STR(p.body, "{\"err\":413,\"msg\":\"request too large (the body limit is 1024 "
+                          "bytes)\",\"path\":\"/echo\"}");
+        CHECK_STR(resp_header(&p, "connection"), "close");
+        resp_free(&p);
+        /* what the client still sends is dropped; the server closes when the client does */
+        cl_send(fd, body, 1000);
+        rd_free(&r);
+        close(fd);
+    }
+    /* within the limit with Expect: 100-continue: evhttp's 100 Continue, then the reply */
+    fd = cl_connect(t.port);
+    rd_init(&r, fd);
+    cl_sends(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                 "Content-Length: 3\r\n\r\n");
+    CHECK_EQ_INT(read_resp(&r, &p), 0);
+    CHECK_EQ_INT(p.status, 100);
+    resp_free(&p);
+    cl_sends(fd, "abc");
+    CHECK_EQ_INT(read_resp(&r, &p), 0);
+    CHECK_EQ_INT(p.status, 200);
+    CHECK_STR(p.body, "abc");
+    resp_free(&p);
+    rd_free(&r);
+    close(fd);
+
     /* more than 64 KiB of headers */
     {
         size_t hn = 70000;
@@ -670,10 +710,10 @@ static void test_413(void)
     CHECK(p.body && strstr(p.body, "\"msg\":\"mine\""));
     resp_free(&p);
 
-    CHECK_EQ_INT(atomic_load(&g_calls), 3); /* in-limit, "abc", own413 */
+    CHECK_EQ_INT(atomic_load(&g_calls), 4); /* in-limit, "abc", "abc" after 100, own413 */
     struct http_stats st;
     http_get_stats(t.s, &st);
-    CHECK_EQ_INT(st.rejected_413, 3);
+    CHECK_EQ_INT(st.rejected_413, 6);
     srv_stop(&t);
 }
 

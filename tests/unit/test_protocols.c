@@ -386,8 +386,88 @@ static void test_replay_lru(void)
     CHECK(n == 0 && bytes == 0);
 }
 
+/* ---- a call inside (or right after) the think block ------------------------------------- */
+
+struct turn_log {
+    char r[256], c[256], calls[256];
+};
+
+static void log_turn(int kind, const struct tc_event *tc, const char *t, size_t n, void *ud)
+{
+    struct turn_log *L = ud;
+    char *dst = kind == TURN_REASONING ? L->r : kind == TURN_CONTENT ? L->c : NULL;
+    if (dst) {
+        size_t l = strlen(dst);
+        snprintf(dst + l, 256 - l, "%.*s", (int)n, t);
+    } else if (kind == TURN_CALL_BEGIN) {
+        size_t l = strlen(L->calls);
+        snprintf(L->calls + l, 256 - l, "%s;", tc->name);
+    }
+}
+
+/* Feeds text cut at position cut (0: whole) to a Hermes turn with think tags. */
+static void turn_split(const char *text, size_t cut, struct turn_log *L, int *n_calls,
+                       char *args, size_t cap)
+{
+    static const char TOOLS[] = "[{\"type\":\"function\",\"function\":{\"name\":"
+                                "\"get_weather\",\"parameters\":{}}}]";
+    memset(L, 0, sizeof *L);
+    json_t *tools = json_loads(TOOLS, 0, NULL);
+    struct api_turn t;
+    CHECK_EQ_INT(api_turn_init(&t, &MODEL, 0, TC_HERMES, tools, log_turn, L, NULL), 0);
+    size_t n = strlen(text);
+    if (cut) /* one byte at a time up to the cut, then the rest */
+        for (size_t i = 0; i < cut; i++)
+            api_turn_push(&t, text + i, 1);
+    api_turn_push(&t, text + cut, n - cut);
+    CHECK_EQ_INT(api_turn_finish(&t), 0);
+    *n_calls = api_turn_calls(&t);
+    snprintf(args, cap, "%s", *n_calls ? tc_call_args(t.tc, 0) : "");
+    api_turn_deinit(&t);
+    json_decref(tools);
+}
+
+static void test_call_inside_think(void)
+{
+    static const char *const TEXTS[] = {
+        /* inside the think block, thinking goes on after it */
+        "<think>I should check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+        "{\"city\": \"Paris\"}}\n</tool_call>\nDone.</think>",
+        /* inside, the block closed right after the call */
+        "<think>I should check.<tool_call>{\"name\": \"get_weather\", \"arguments\": "
+        "{\"city\": \"Paris\"}}</tool_call></think>",
+        /* right after the block */
+        "<think>I should check.</think><tool_call>\n{\"name\": \"get_weather\", "
+        "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+    };
+    for (size_t k = 0; k < sizeof TEXTS / sizeof *TEXTS; k++) {
+        size_t n = strlen(TEXTS[k]);
+        for (size_t cut = 0; cut <= n; cut += cut < 40 ? 1 : 7) {
+            struct turn_log L;
+            int nc;
+            char args[128];
+            turn_split(TEXTS[k], cut, &L, &nc, args, sizeof args);
+            CHECK_EQ_INT(nc, 1);
+            CHECK_STR(L.calls, "get_weather;");
+            CHECK_STR(args, "{\"city\":\"Paris\"}");
+            CHECK(!strncmp(L.r, "I should check.", 15));
+            CHECK(!strstr(L.r, "tool_call") && !strstr(L.c, "tool_call"));
+            CHECK(L.c[strspn(L.c, " \n")] == 0); /* no content: the call is not text */
+        }
+    }
+    /* a mention of the tag's start that is not a call stays reasoning */
+    struct turn_log L;
+    int nc;
+    char args[8];
+    turn_split("<think>use <tool</think>ok", 0, &L, &nc, args, sizeof args);
+    CHECK_EQ_INT(nc, 0);
+    CHECK_STR(L.r, "use <tool");
+    CHECK_STR(L.c, "ok");
+}
+
 int main(void)
 {
+    RUN(test_call_inside_think);
     RUN(test_every_split);
     RUN(test_finish_and_replay);
     RUN(test_replay_lru);

@@ -131,6 +131,21 @@ int lp_legacy_add(struct lp_legacy *L, const struct tok *tk, const struct sample
     return rc ? CERR_NOMEM : 0;
 }
 
+int lp_legacy_add_first(struct lp_legacy *L, const struct tok *tk, int32_t id)
+{
+    size_t n;
+    char *s = lp_token_bytes(tk, id, &n);
+    if (!s)
+        return CERR_NOMEM;
+    int rc = json_array_append_new(L->tokens, api_json_text(s, n)) ||
+             json_array_append_new(L->token_logprobs, json_null()) ||
+             json_array_append_new(L->top_logprobs, json_null()) ||
+             json_array_append_new(L->text_offset, json_integer(L->offset));
+    L->offset += n_chars(s, n);
+    free(s);
+    return rc ? CERR_NOMEM : 0;
+}
+
 int lp_legacy_empty(const struct lp_legacy *L) { return json_array_size(L->tokens) == 0; }
 
 json_t *lp_legacy_take(struct lp_legacy *L)

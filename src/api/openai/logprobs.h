@@ -38,6 +38,9 @@ struct lp_legacy {
 /* start_offset: characters before the first token (the echoed prompt). 0 or CERR_NOMEM. */
 int lp_legacy_init(struct lp_legacy *L, int top, long start_offset);
 int lp_legacy_add(struct lp_legacy *L, const struct tok *tk, const struct sampler_logprob *lp);
+/* The first token of an echoed prompt: its text with a null logprob and null alternatives
+ * (nothing comes before it to score it). 0 or CERR_NOMEM. */
+int lp_legacy_add_first(struct lp_legacy *L, const struct tok *tk, int32_t id);
 /* The block built so far (a new reference), then empty again for the next part (a stream
  * sends each chunk's tokens). NULL on out of memory. */
 json_t *lp_legacy_take(struct lp_legacy *L);

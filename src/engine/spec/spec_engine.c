@@ -62,7 +62,8 @@ void eng_spec_plan(struct engine *g, int n_rows)
     for (int i = 0; i < n_rows; i++) {
         const struct row *w = &g->rows[i];
         used += w->n;
-        outs += w->r->n_past + w->n == w->r->n_tokens;
+        outs += eng_plp_row(w->r) ? w->n /* prompt scoring: a row per token */
+                                  : w->r->n_past + w->n == w->r->n_tokens;
     }
     int n_dec = 0;
     for (int i = 0; i < n_rows; i++)
