@@ -81,6 +81,13 @@ static void bad(struct serve *sv, struct http_req *r, const char *param, const c
     serve_reply_error(sv, r, &err, oai_error_body);
 }
 
+/* A token's text, or null. */
+static json_t *tok_text(const struct tok *tk, int32_t id)
+{
+    const char *p = id >= 0 ? tok_piece(tk, id) : NULL;
+    return p ? json_string(p) : json_null();
+}
+
 static void h_tokenize(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
@@ -97,6 +104,20 @@ static void h_tokenize(struct http_req *r, void *ud)
     struct api_prompt pr = {0};
     int rc;
     json_t *p = json_object_get(o, "prompt");
+    int want_strs = json_is_true(json_object_get(o, "return_token_strs"));
+    const char *no = NULL; /* a chat field cinfer cannot honour (400, never ignored) */
+    if (json_is_false(json_object_get(o, "add_generation_prompt")))
+        no = "add_generation_prompt";
+    else if (json_is_true(json_object_get(o, "continue_final_message")))
+        no = "continue_final_message";
+    if (no && json_object_get(o, "messages")) {
+        json_decref(o);
+        bad(sv, r, no, !strcmp(no, "add_generation_prompt")
+                           ? "add_generation_prompt: only true is supported (the prompt a "
+                             "generation prefills)"
+                           : "continue_final_message: only false is supported");
+        return;
+    }
     if (json_object_get(o, "messages")) { /* a chat body: the template's prompt */
         struct oai_req rq;
         rc = oai_parse(&rq, OAI_CHAT, body, blen, &sv->defaults, sv->m->hp.n_vocab, &err);
@@ -105,6 +126,21 @@ static void h_tokenize(struct http_req *r, void *ud)
             rc = api_chat_prompt(&sv->am, &rq, &pr, &err);
             oai_req_deinit(&rq);
         }
+    } else if (json_is_array(p) && json_array_size(p) > 0) { /* token ids, as they are */
+        size_t n = json_array_size(p);
+        rc = 0;
+        if (!(pr.ids = malloc(n * sizeof *pr.ids)))
+            rc = api_fail(&err, 500, NULL, "out of memory");
+        for (size_t i = 0; !rc && i < n; i++) {
+            json_t *x = json_array_get(p, i);
+            if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+                json_integer_value(x) >= sv->m->hp.n_vocab)
+                rc = api_fail(&err, 400, "prompt", "prompt[%zu] is not a token id of the "
+                              "vocabulary [0, %d)", i, sv->m->hp.n_vocab);
+            else
+                pr.ids[i] = (int32_t)json_integer_value(x);
+        }
+        pr.n = rc ? 0 : (int)n;
     } else if (json_is_string(p)) {
         json_t *as = json_object_get(o, "add_special_tokens");
         int flags = as && json_is_false(as) ? 0 : TOK_ADD_SPECIAL;
@@ -128,10 +164,16 @@ static void h_tokenize(struct http_req *r, void *ud)
     json_t *a = json_array();
     for (int i = 0; a && i < pr.n; i++)
         json_array_append_new(a, json_integer(pr.ids[i]));
+    json_t *strs = json_null();
+    if (want_strs) { /* the vocabulary pieces, as vLLM's convert_ids_to_tokens gives them */
+        strs = json_array();
+        for (int i = 0; strs && i < pr.n; i++)
+            json_array_append_new(strs, tok_text(sv->tk, pr.ids[i]));
+    }
     free(pr.ids);
     free(pr.forced);
-    reply(r, json_pack("{s:i, s:i, s:o, s:n}", "count", pr.n, "max_model_len",
-                       engine_config_of(sv->eng)->n_ctx, "tokens", a, "token_strs"));
+    reply(r, json_pack("{s:i, s:i, s:o, s:o}", "count", pr.n, "max_model_len",
+                       engine_config_of(sv->eng)->n_ctx, "tokens", a, "token_strs", strs));
 }
 
 static void h_detokenize(struct http_req *r, void *ud)
@@ -175,12 +217,6 @@ static void h_detokenize(struct http_req *r, void *ud)
     free(text);
 }
 
-/* A token's text, or null. */
-static json_t *tok_text(const struct tok *tk, int32_t id)
-{
-    const char *p = id >= 0 ? tok_piece(tk, id) : NULL;
-    return p ? json_string(p) : json_null();
-}
 
 static void h_tokenizer_info(struct http_req *r, void *ud)
 {
