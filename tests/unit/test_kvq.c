@@ -1,0 +1,247 @@
+/* test_kvq.c — the quantized KV formats (backend/kvq.h): every format's error within its
+ * stated bound, the Hadamard rotation, row layout sizes and the scheme codes. */
+#include "harness.h"
+
+#include <stdint.h>
+
+#include "backend/dtype.h"
+#include "backend/kvq.h"
+
+static uint64_t g_rng = 0x1234567;
+static double urand(void)
+{
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(g_rng >> 11) / 9007199254740992.0;
+}
+static float gauss(void)
+{
+    double u = urand() + 1e-12, v = urand();
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+/* Fills a group with one of several shapes: Gaussian, uniform with an offset, an outlier,
+ * constant, tiny, mixed magnitudes. */
+static void fill(float *x, int g, int kind)
+{
+    for (int i = 0; i < g; i++) {
+        switch (kind % 6) {
+        case 0: x[i] = gauss(); break;
+        case 1: x[i] = 3.0f + (float)urand(); break;
+        case 2: x[i] = i == 3 ? 40.0f : 0.1f * gauss(); break;
+        case 3: x[i] = -2.5f; break;
+        case 4: x[i] = 1e-6f * gauss(); break;
+        default: x[i] = (float)((urand() - 0.5) * 1000.0); break;
+        }
+    }
+}
+
+static void test_fwht(void)
+{
+    /* the unnormalized transform of e_0 is all ones; H H = n I */
+    float x[8] = {1, 0, 0, 0, 0, 0, 0, 0};
+    kvq_fwht(x, 8);
+    for (int i = 0; i < 8; i++)
+        CHECK(x[i] == 1.0f);
+    float y[8] = {1, 2, 3, 4, 5, 6, 7, 8}, z[8];
+    memcpy(z, y, sizeof y);
+    kvq_fwht(z, 8);
+    CHECK(z[0] == 36.0f && z[1] == -4.0f && z[2] == -8.0f && z[4] == -16.0f);
+    kvq_fwht(z, 8);
+    for (int i = 0; i < 8; i++)
+        CHECK(z[i] == 8.0f * y[i]);
+    /* rotate is orthonormal and unrotate inverts it */
+    for (int n = 8; n <= 256; n *= 2) {
+        float a[256], b[256];
+        double na = 0, nb = 0, err = 0;
+        for (int i = 0; i < n; i++)
+            a[i] = b[i] = gauss(), na += (double)a[i] * a[i];
+        kvq_rotate(b, n);
+        for (int i = 0; i < n; i++)
+            nb += (double)b[i] * b[i];
+        CHECK_NEAR(nb / na, 1.0, 1e-5);
+        kvq_unrotate(b, n);
+        for (int i = 0; i < n; i++)
+            err = fmax(err, fabs(b[i] - a[i]));
+        CHECK_MSG(err < 1e-5, "n %d err %g", n, err);
+    }
+}
+
+/* Affine: |x - x'| <= d/2 (1 + 2^-10) + 2^-10 (|min| + |max|) + 2^-24 2^b, d = (max-min)/(2^b-1). */
+static void test_affine(void)
+{
+    int bits[] = {2, 4, 5, 8};
+    for (int bi = 0; bi < 4; bi++) {
+        int b = bits[bi], fmt = kvq_fmt_affine(b);
+        CHECK(fmt >= 0);
+        for (int g = 8; g <= 32; g *= 2) {
+            CHECK_EQ_INT(kvq_group_bytes(fmt, g), 4 + g * b / 8);
+            int bad = 0;
+            double worst = 0;
+            for (int it = 0; it < 600; it++) {
+                float x[32], y[32];
+                uint8_t buf[64];
+                fill(x, g, it);
+                kvq_quant_group(fmt, g, x, buf);
+                kvq_dequant_group(fmt, g, buf, y);
+                float mn = x[0], mx = x[0];
+                for (int i = 0; i < g; i++)
+                    mn = fminf(mn, x[i]), mx = fmaxf(mx, x[i]);
+                double d = ((double)mx - mn) / ((1 << b) - 1);
+                double bound = d / 2 * (1 + 1.0 / 1024) + (fabs(mn) + fabs(mx)) / 1024 +
+                               ldexp(1.0, b - 24);
+                for (int i = 0; i < g; i++) {
+                    double e = fabs((double)x[i] - y[i]);
+                    worst = fmax(worst, bound > 0 ? e / bound : 0);
+                    bad += e > bound;
+                }
+            }
+            CHECK_MSG(bad == 0, "a%d g%d: %d elements over the bound (worst %.3f of it)", b, g,
+                      bad, worst);
+        }
+    }
+}
+
+/* Lloyd-Max on Gaussian coordinates: MSE / variance <= 1.2 D_b (D_b the codebook's own
+ * distortion; the group's RMS stands in for sigma). */
+static void test_lloyd(void)
+{
+    int bits[] = {2, 3, 4, 5, 8};
+    for (int bi = 0; bi < 5; bi++) {
+        int b = bits[bi], fmt = kvq_fmt_lm(b);
+        double D;
+        const float *c = kvq_lm_codebook(b, &D);
+        CHECK(fmt >= 0 && c && D > 0);
+        for (int i = 1; i < (1 << b); i++)
+            CHECK(c[i] > c[i - 1]);
+        for (int i = 0; i < (1 << b) / 2; i++)
+            CHECK(c[i] == -c[(1 << b) - 1 - i]);
+        double se = 0, var = 0;
+        for (int it = 0; it < 4000; it++) {
+            float x[32], y[32];
+            uint8_t buf[64];
+            float sig = (float)(0.01 + 10 * urand());
+            for (int i = 0; i < 32; i++)
+                x[i] = sig * gauss();
+            kvq_quant_group(fmt, 32, x, buf);
+            kvq_dequant_group(fmt, 32, buf, y);
+            for (int i = 0; i < 32; i++) {
+                se += ((double)x[i] - y[i]) * ((double)x[i] - y[i]) / ((double)sig * sig);
+                var += 1.0;
+            }
+        }
+        double r = se / var;
+        CHECK_MSG(r <= 1.2 * D, "lm%d: mse %.4g > 1.2 * %.4g", b, r, D);
+        printf("lm%d: mse/var %.4g (codebook D %.4g)\n", b, r, D);
+        /* a zero group stays zero */
+        float z[32] = {0}, y[32];
+        uint8_t buf[64];
+        kvq_quant_group(fmt, 32, z, buf);
+        kvq_dequant_group(fmt, 32, buf, y);
+        for (int i = 0; i < 32; i++)
+            CHECK(y[i] == 0.0f);
+    }
+}
+
+static void test_codes(void)
+{
+    int code;
+    struct cerr e = {0};
+    /* plain */
+    CHECK(kvq_code(KVF_F16, KVF_F16, 0, 0, 128, &code, &e) == 0 && code == DT_F16);
+    /* k8v3 at head_dim 128: 2.56x of f16 */
+    CHECK(kvq_code(KVF_A8, KVF_L3, 0, 1, 128, &code, &e) == 0 && kvq_is(code));
+    CHECK_EQ_INT(kvq_group_of(code), 32);
+    CHECK_EQ_INT(kvq_head_dim_of(code), 128);
+    CHECK_EQ_INT(kvq_rot_of(code, 0), 0);
+    CHECK_EQ_INT(kvq_rot_of(code, 1), 1);
+    size_t f16 = kvq_token_bytes(DT_F16, 256), q = kvq_token_bytes(code, 256);
+    CHECK_EQ_INT(f16, 1024);
+    CHECK_EQ_INT(q, 400);
+    /* uniform 8 and 4 */
+    CHECK(kvq_code(KVF_A8, KVF_A8, 0, 0, 128, &code, &e) == 0);
+    CHECK_EQ_INT(kvq_row_bytes(code, 0, 128), 4 * 36);
+    CHECK(kvq_code(KVF_A4, KVF_A4, 1, 1, 64, &code, &e) == 0);
+    CHECK_EQ_INT(kvq_row_bytes(code, 1, 64), 2 * 20);
+    /* small heads get small groups; rotation needs a power of two */
+    CHECK(kvq_code(KVF_A8, KVF_A8, 0, 0, 8, &code, &e) == 0 && kvq_group_of(code) == 8);
+    CHECK(kvq_code(KVF_A8, KVF_A8, 0, 0, 80, &code, &e) == 0 && kvq_group_of(code) == 16);
+    CHECK(kvq_code(KVF_A8, KVF_A8, 1, 1, 80, &code, &e) == CERR_INVALID);
+    CHECK(strstr(e.msg, "power-of-two") != NULL);
+    CHECK(kvq_code(KVF_A8, KVF_L3, 0, 0, 12, &code, &e) == CERR_INVALID);
+    /* distinct schemes get distinct codes */
+    int a, b2;
+    kvq_code(KVF_A8, KVF_L3, 0, 0, 128, &a, &e);
+    kvq_code(KVF_A8, KVF_L4, 0, 0, 128, &b2, &e);
+    CHECK(a != b2);
+}
+
+/* Rows: store then load (and unrotate) returns each head within its per-group bound (the
+ * rotation is orthonormal, so the L2 error carries over); on keys with an outlier channel
+ * the rotated 4-bit row is closer than the unrotated one. */
+static void test_rows(void)
+{
+    struct cerr e = {0};
+    int hd = 64, nh = 4, kvd = hd * nh;
+    int plain, rot;
+    CHECK(kvq_code(KVF_A4, KVF_A4, 0, 0, hd, &plain, &e) == 0);
+    CHECK(kvq_code(KVF_A4, KVF_A4, 1, 1, hd, &rot, &e) == 0);
+    double e_plain = 0, e_rot = 0;
+    for (int it = 0; it < 200; it++) {
+        float x[256], y[64];
+        uint8_t buf[4096];
+        for (int i = 0; i < kvd; i++)
+            x[i] = (i % hd == 5 ? 30.0f : 0.0f) + gauss();
+        for (int s = 0; s < 2; s++) {
+            int code = s ? rot : plain;
+            CHECK(kvq_row_bytes(code, 0, kvd) <= sizeof buf);
+            kvq_store_row(code, 0, buf, x, kvd);
+            for (int h = 0; h < nh; h++) {
+                kvq_load_head(code, 0, buf, h, y);
+                if (s)
+                    kvq_unrotate(y, hd);
+                double se = 0;
+                for (int i = 0; i < hd; i++)
+                    se += ((double)x[h * hd + i] - y[i]) * ((double)x[h * hd + i] - y[i]);
+                *(s ? &e_rot : &e_plain) += se;
+            }
+        }
+    }
+    printf("a4 rows with an outlier channel: sq. error unrotated %.4g, rotated %.4g\n", e_plain,
+           e_rot);
+    CHECK(e_rot < 0.5 * e_plain);
+    /* every V format round-trips a row through store/load */
+    int fmts[] = {KVF_F16, KVF_F32, KVF_A2, KVF_A5, KVF_A8, KVF_L2, KVF_L3, KVF_L5, KVF_L8};
+    for (int f = 0; f < 9; f++) {
+        int code;
+        CHECK(kvq_code(KVF_A8, fmts[f], 0, 0, hd, &code, &e) == 0);
+        float x[256], y[64];
+        uint8_t buf[4096];
+        for (int i = 0; i < kvd; i++)
+            x[i] = gauss();
+        kvq_store_row(code, 1, buf, x, kvd);
+        double se = 0, ss = 0;
+        for (int h = 0; h < nh; h++) {
+            kvq_load_head(code, 1, buf, h, y);
+            if (kvq_rot_of(code, 1))
+                kvq_unrotate(y, hd);
+            for (int i = 0; i < hd; i++)
+                se += ((double)x[h * hd + i] - y[i]) * ((double)x[h * hd + i] - y[i]),
+                    ss += (double)x[h * hd + i] * x[h * hd + i];
+        }
+        int b = kvq_fmt_bits(fmts[f]);
+        /* relative squared error well under the format's step: 4^-b up to constants */
+        double lim = b >= 16 ? 1e-6 : 2.0 * pow(4.0, -b) * 4;
+        CHECK_MSG(se / ss <= lim, "%s: rel sq err %.3g > %.3g", kvq_fmt_name(fmts[f]), se / ss,
+                  lim);
+    }
+}
+
+int main(void)
+{
+    RUN(test_fwht);
+    RUN(test_affine);
+    RUN(test_lloyd);
+    RUN(test_codes);
+    RUN(test_rows);
+    return harness_done();
+}
