@@ -36,7 +36,7 @@ enum kvq_fmt {
 };
 
 #define KVQ_TAG 0x4B000000
-#define KVQ_MAX_HD 1016 /* head_dim / 8 fits the code's 7 bits */
+#define KVQ_MAX_HD 256 /* the CPU kernel widens a chunk of rows of at most this */
 
 /* 1 when dt is a scheme code (not a plain DT_*). */
 static inline int kvq_is(int dt) { return (dt & 0x7F000000) == KVQ_TAG; }

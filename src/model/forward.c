@@ -234,13 +234,14 @@ static void attention_block(const struct model *m, struct model_ws *ws,
     int swa = hp->layer_swa[il];
     const float *inv_freq = swa ? m->inv_freq_local : m->inv_freq_global;
     int split = swa && ws->swa_split;
+    int kv_dt = kv->layer_dtype ? kv->layer_dtype[il] : kv->kv_dtype;
     const int32_t *slots = split ? ws->d_slots_swa : ws->d_slots;
     struct be_rope_kv r = {.q = ws->q, .k = ws->k, .v = ws->v, .pos = ws->d_pos,
                            .slots = slots, .n_tok = n, .n_head = hp->n_head,
                            .n_kv_head = hp->n_kv_head, .head_dim = hp->head_dim,
                            .rot_dim = hp->rot_dim, .mode = hp->rope_mode,
                            .inv_freq = inv_freq, .mscale = 1.0f, .k_cache = kv->k[il],
-                           .v_cache = kv->v[il], .kv_dtype = kv->kv_dtype};
+                           .v_cache = kv->v[il], .kv_dtype = kv_dt};
     /* rope and the K/V store ride on the q/k/v projection unless biases or per-head norms
      * come between them */
     int fuse_rope = op->matmul_fused && !ly->bq && !ly->q_norm;
@@ -263,7 +264,7 @@ static void attention_block(const struct model *m, struct model_ws *ws,
                  inv_freq, 1.0f);
         op->rope(b, ws->k, ws->d_pos, n, hp->n_kv_head, hp->head_dim, hp->rot_dim,
                  hp->rope_mode, inv_freq, 1.0f);
-        op->kv_store(b, kv->k[il], kv->v[il], kv->kv_dtype, ws->k, ws->v, slots, n, kvd);
+        op->kv_store(b, kv->k[il], kv->v[il], kv_dt, ws->k, ws->v, slots, n, kvd);
     }
     struct be_attn a = {
         .n_tok = n,
@@ -278,7 +279,7 @@ static void attention_block(const struct model *m, struct model_ws *ws,
         .block_tables = split ? ws->d_tables_swa : ws->d_tables,
         .max_blocks = bt->max_blocks,
         .block_size = kv->block_size,
-        .kv_dtype = kv->kv_dtype,
+        .kv_dtype = kv_dt,
         .k_cache = kv->k[il],
         .v_cache = kv->v[il],
     };
