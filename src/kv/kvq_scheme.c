@@ -77,13 +77,13 @@ static int uniform_code(const struct kvq_scheme *s, int hd, int base, int *code,
     switch (s->mode) {
     case KVQ_OFF: *code = base; return 0;
     case KVQ_U8:
-        kf = vf = KVF_A8, rk = rv = s->rotate > 0;
+        kf = vf = KVF_A8, rk = rv = s->rotate != 0;
         break;
     case KVQ_U4:
         kf = vf = KVF_A4, rk = rv = s->rotate != 0;
         break;
     case KVQ_TURBO:
-        kf = kvq_fmt_affine(s->kbits), vf = kvq_fmt_lm(s->vbits), rk = s->rotate > 0, rv = 1;
+        kf = kvq_fmt_affine(s->kbits), vf = kvq_fmt_lm(s->vbits), rk = s->rotate != 0, rv = 1;
         break;
     default: return cerr_set(e, CERR_INVALID, "--kv-quant: config inside a config");
     }
