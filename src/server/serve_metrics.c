@@ -121,6 +121,7 @@ char *serve_stats_json(struct serve *sv)
                                       (json_int_t)ks.replays));
     }
     serve_ssd_stats_json(sv, j);
+    serve_kvq_stats_json(sv, j);
     json_object_set_new(j, "speculation", serve_spec_stats_json(&es));
     json_t *rq = json_object_get(j, "requests");
     json_object_set_new(rq, "messages", json_integer(m->requests[EP_MESSAGES]));
