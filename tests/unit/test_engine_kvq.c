@@ -336,18 +336,21 @@ static void test_scheme_isolation(void)
                     "outside in the park with her friends and her dog. One day Lily went",
                     &ia);
     static int32_t cold8[512], coldt[512];
+    /* whole blocks only (no partial tail registered at the end): this checks the scheme
+     * separation, not the SSD tier's partial blocks */
+    int mt = 20 + (16 - (na + 19) % 16) % 16;
     CHECK(set_scheme("8") == 0);
-    int n8 = run_alone(ia, na, 20, cold8);
+    int n8 = run_alone(ia, na, mt, cold8);
     CHECK(set_scheme("turbo") == 0);
-    int nt = run_alone(ia, na, 20, coldt);
-    CHECK(n8 == 20 && nt == 20);
+    int nt = run_alone(ia, na, mt, coldt);
+    CHECK(n8 == mt && nt == mt);
     /* written under turbo k8v3 onto the SSD */
     g_ssd = dir;
     struct engine *e = mk_engine(2, 64, 64);
     CHECK(e != NULL);
     struct coll c;
     coll_init(&c);
-    CHECK(submit(e, ia, na, 20, &c) == 0);
+    CHECK(submit(e, ia, na, mt, &c) == 0);
     coll_wait(&c);
     CHECK(c.n == nt && !memcmp(c.ids, coldt, (size_t)nt * 4));
     engine_free(e); /* writes what is cached to the directory */
@@ -360,7 +363,7 @@ static void test_scheme_isolation(void)
     CHECK(set_scheme("8") == 0);
     e = mk_engine(2, 64, 64);
     coll_init(&c);
-    CHECK(submit(e, ia, na, 20, &c) == 0);
+    CHECK(submit(e, ia, na, mt, &c) == 0);
     coll_wait(&c);
     printf("ssd written under turbo, read under 8: %d cached\n", c.n_cached);
     CHECK_EQ_INT(c.n_cached, 0);
@@ -370,7 +373,7 @@ static void test_scheme_isolation(void)
     CHECK(set_scheme("turbo") == 0);
     e = mk_engine(2, 64, 64);
     coll_init(&c);
-    CHECK(submit(e, ia, na, 20, &c) == 0);
+    CHECK(submit(e, ia, na, mt, &c) == 0);
     coll_wait(&c);
     printf("ssd read under turbo again: %d cached\n", c.n_cached);
     CHECK(c.n_cached > 0);
