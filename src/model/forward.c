@@ -12,6 +12,8 @@
 #include "model/model.h"
 
 #include "backend/be_sample.h"
+#include "backend/kvq.h"
+#include "model/kv_center.h"
 
 struct model_ws {
     int max_tok, max_out, max_seq, max_blocks;
@@ -44,6 +46,8 @@ struct model_ws {
     int q_slot[2], q_nout[2], q_n, q_next, prev_slot, prev_nout, prev_ok;
     int32_t *q_host; /* (2, max_out) ids of a backend without fetch ops */
     void *d_cands;     /* (max_out, be_topcand_stride(cand_cap)) bytes, or NULL */
+    float **kcenter;   /* [n_layer] key centres of quantized KV (kv_center.h), or NULL */
+    int n_layer;
     int cand_cap;
     int last_out;      /* logit rows of the last forward (model_logits_row); 0 = none */
     int x_chain;       /* x is the output of a matmul_fused ADD with chain = 1 (be_mm) */
@@ -61,6 +65,10 @@ static void ws_release(struct model_ws *ws)
             b->ops->free(b, bufs[i]);
     free(ws->h_ids);
     free(ws->q_host);
+    for (int l = 0; ws->kcenter && l < ws->n_layer; l++)
+        if (ws->kcenter[l])
+            b->ops->free(b, ws->kcenter[l]);
+    free(ws->kcenter);
 }
 
 int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int max_out,
@@ -109,6 +117,10 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
              (ws->h_ids = malloc(ids_cap * 4)) &&
              (ws->d_argmax = b->ops->alloc(b, 2 * (size_t)max_out * 4)) &&
              (ws->q_host = malloc(2 * (size_t)max_out * 4));
+    ws->n_layer = hp->n_layer;
+    ok = ok && (ws->kcenter = calloc((size_t)hp->n_layer, sizeof *ws->kcenter));
+    for (int il = 0; ok && il < hp->n_layer; il++)
+        ws->kcenter[il] = model_kv_center_new(m, il);
     if (!ok) {
         ws_release(ws);
         free(ws);
@@ -264,6 +276,9 @@ static void attention_block(const struct model *m, struct model_ws *ws,
                  inv_freq, 1.0f);
         op->rope(b, ws->k, ws->d_pos, n, hp->n_kv_head, hp->head_dim, hp->rot_dim,
                  hp->rope_mode, inv_freq, 1.0f);
+        if (kvq_is(kv_dt) && ws->kcenter[il]) /* quantized keys: centred (kv_center.c) */
+            op->add_row(b, ws->k, ws->kcenter[il], n, kvd);
+
         op->kv_store(b, kv->k[il], kv->v[il], kv_dt, ws->k, ws->v, slots, n, kvd);
     }
     struct be_attn a = {
@@ -284,6 +299,7 @@ static void attention_block(const struct model *m, struct model_ws *ws,
         .v_cache = kv->v[il],
     };
     op->attention(b, ws->att, ws->q, &a);           /* (n, qd) */
+
     out_proj(m, ws, n, ws->att, &ly->wo, ly->post_attn_norm, ly->ffn_norm); /* mlp_block next */
 }
 
