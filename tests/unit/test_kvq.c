@@ -7,6 +7,9 @@
 #include "backend/backend.h"
 #include "backend/dtype.h"
 #include "backend/kvq.h"
+#include "engine/gen.h"
+#include "model/kv_center.h"
+#include "model/model.h"
 
 static uint64_t g_rng = 0x1234567;
 static double urand(void)
@@ -349,6 +352,64 @@ static void test_attention_conformance(void)
     be_free(be);
 }
 
+/* On a model with key biases (the qwen2 parity fixture), a scheme that stores K and V
+ * exactly (f32) but rotated, through the quantized path with its key centring, gives the
+ * logits of the plain f32 cache: the rotation and the centring are exact transformations. */
+static void test_exact_path_on_qwen2(void)
+{
+    const char *src = getenv("CINFER_SRC");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/data/parity/qwen2/model.gguf", src ? src : ".");
+    struct cerr e = {0};
+    struct be_config bc = {.n_threads = 2};
+    struct be *be = be_new("cpu", &bc, &e);
+    struct model *m = NULL;
+    if (!be || model_load(&m, path, be, &e)) {
+        fprintf(stderr, "%s: %s\n", path, e.msg);
+        CHECK(0);
+        be_free(be);
+        return;
+    }
+    int centred = 0;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        float *c = model_kv_center_new(m, l);
+        centred += c != NULL;
+        if (c)
+            be->ops->free(be, c);
+    }
+    printf("qwen2 fixture: head_dim %d, %d of %d layers have a key centre\n", m->hp.head_dim,
+           centred, m->hp.n_layer);
+    CHECK(centred > 0);
+    int code;
+    CHECK(kvq_code(KVF_F32, KVF_F32, 1, 1, m->hp.head_dim, &code, &e) == 0 && kvq_is(code));
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++)
+        ids[i] = (int32_t)((i * 131 + 7) % m->hp.n_vocab);
+    int V = m->hp.n_vocab;
+    float *la = malloc((size_t)40 * V * 4), *lb = malloc((size_t)40 * V * 4);
+    struct gen *ga = NULL, *gb = NULL;
+    CHECK(gen_new(&ga, m, 64, 16, DT_F32, &e) == 0);
+    CHECK(gen_new(&gb, m, 64, 16, code, &e) == 0);
+    if (ga && gb) {
+        CHECK(gen_feed(ga, ids, 40, la, &e) == 0);
+        CHECK(gen_feed(gb, ids, 40, lb, &e) == 0);
+        double err = 0, sc = 0;
+        for (size_t i = 0; i < (size_t)40 * V; i++) {
+            err = fmax(err, fabs((double)la[i] - lb[i]));
+            sc = fmax(sc, fabs((double)la[i]));
+        }
+        printf("qwen2 fixture: rotated+centred exact path vs f32: max |dlogit| %.3g (scale %.3g)\n",
+               err, sc);
+        CHECK(err <= 1e-4 * fmax(sc, 1.0));
+    }
+    gen_free(ga);
+    gen_free(gb);
+    free(la);
+    free(lb);
+    model_free(m);
+    be_free(be);
+}
+
 int main(void)
 {
     RUN(test_fwht);
@@ -357,5 +418,6 @@ int main(void)
     RUN(test_codes);
     RUN(test_rows);
     RUN(test_attention_conformance);
+    RUN(test_exact_path_on_qwen2);
     return harness_done();
 }
