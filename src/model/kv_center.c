@@ -1,13 +1,13 @@
 /* kv_center.c — the key centre of quantized KV (docs/kv-quant.md, "Key centring").
  *
- * Attention is invariant to subtracting one fixed vector c from every key of a head:
- * q.(k - c) = q.k - q.c is the same for every position a query attends, and the softmax
- * drops it. Models with a key bias (Qwen2) carry large, nearly constant key channels that
- * dominate a quantization group's range; subtracting them before the keys are quantized
- * costs nothing and keeps the small channels' resolution. c is the layer's key bias b_k on
- * the channels whose value hardly moves with the position: those RoPE leaves alone
- * (past rot_dim) and those whose rotation angle stays under 1 radian over the trained
- * context; 0 elsewhere (a rotating bias is not constant). Not applied with an attention
+ * Attention is invariant to subtracting one fixed vector c from every (post-RoPE) key of a
+ * head: q.(k - c) = q.k - q.c is the same for every position a query attends, and the
+ * softmax drops it — exact for any c. Models with a key bias (Qwen2) carry large, nearly
+ * constant key channels that dominate a quantization group's range; subtracting them
+ * before the keys are quantized keeps the small channels' resolution. c is the layer's key
+ * bias b_k on the channels where it stays put after RoPE: those RoPE leaves alone (past
+ * rot_dim) and those whose rotation angle stays under 1 radian over the trained context; 0
+ * elsewhere (a rotating bias is not removed by a constant). Not applied with an attention
  * softcap (it is not shift-invariant).
  */
 #include <math.h>
