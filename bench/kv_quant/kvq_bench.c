@@ -12,7 +12,7 @@
  * Prints one JSON object.
  *
  * usage: cinfer_kvq_bench MODEL [-t THREADS] [--schemes 8,4,turbo:k8v4,turbo] [--text LABEL=FILE]...
- *          [--tokens N] [--window W] [--chunk C] [--decode-ctx 4096,16384] [--steps S] [--reps R]
+ *          [--rotate on|off] [--tokens N] [--window W] [--chunk C] [--decode-ctx 4096,16384] [--steps S] [--reps R]
  */
 #include <math.h>
 #include <stdio.h>
@@ -65,11 +65,13 @@ int main(int argc, char **argv)
 {
     const char *model = NULL, *schemes = "8,4,turbo:k8v4,turbo", *dctx = "4096,16384";
     const char *labels[MAXT], *files[MAXT];
+    int rotate = -1;
     int nt = 0, threads = 2, tokens = 4096, window = 2048, chunk = 256, steps = 8, reps = 3;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-t") && v) threads = atoi(v), i++;
         else if (!strcmp(a, "--schemes") && v) schemes = v, i++;
+        else if (!strcmp(a, "--rotate") && v) rotate = !strcmp(v, "on"), i++;
         else if (!strcmp(a, "--tokens") && v) tokens = atoi(v), i++;
         else if (!strcmp(a, "--window") && v) window = atoi(v), i++;
         else if (!strcmp(a, "--chunk") && v) chunk = atoi(v), i++;
@@ -107,7 +109,7 @@ int main(int argc, char **argv)
     S[0].code = DT_F16;
     char *sl = strdup(schemes);
     for (char *tok = strtok(sl, ","); tok && ns < MAXS; tok = strtok(NULL, ",")) {
-        struct kvq_scheme q = {.rotate = -1};
+        struct kvq_scheme q = {.rotate = rotate};
         struct kvq_layers_info info;
         int ldt[512];
         if (kvq_scheme_parse(tok, &q, &e) ||
