@@ -232,7 +232,20 @@ void kvq_dequant_group(int fmt, int g, const void *src, float *y)
         return;
     }
     float d = half_f16_to_f32(ld16(p)), m = half_f16_to_f32(ld16(p + 2));
-    unpack(p + 4, b, q, g);
+    const uint8_t *c = p + 4;
+    if (b == 8) { /* the common formats read their codes directly (vectorizable loops) */
+        for (int i = 0; i < g; i++)
+            y[i] = m + d * (float)c[i];
+        return;
+    }
+    if (b == 4) {
+        for (int i = 0; i < g / 2; i++) {
+            y[2 * i] = m + d * (float)(c[i] & 15);
+            y[2 * i + 1] = m + d * (float)(c[i] >> 4);
+        }
+        return;
+    }
+    unpack(c, b, q, g);
     for (int i = 0; i < g; i++)
         y[i] = m + d * (float)q[i];
 }
