@@ -214,8 +214,8 @@ static void test_rows(void)
            e_rot);
     CHECK(e_rot < 0.5 * e_plain);
     /* every V format round-trips a row through store/load */
-    int fmts[] = {KVF_F16, KVF_F32, KVF_A2, KVF_A5, KVF_A8, KVF_L2, KVF_L3, KVF_L5, KVF_L8};
-    for (int f = 0; f < 9; f++) {
+    int fmts[] = {KVF_F16, KVF_F32, KVF_A2, KVF_A4, KVF_A5, KVF_A8, KVF_L2, KVF_L3, KVF_L4, KVF_L5, KVF_L8};
+    for (int f = 0; f < 11; f++) {
         int code;
         CHECK(kvq_code(KVF_A8, fmts[f], 0, 0, hd, &code, &e) == 0);
         float x[256], y[64];
@@ -231,6 +231,16 @@ static void test_rows(void)
             for (int i = 0; i < hd; i++)
                 se += ((double)x[h * hd + i] - y[i]) * ((double)x[h * hd + i] - y[i]),
                     ss += (double)x[h * hd + i] * x[h * hd + i];
+        }
+        /* the row loader's fast paths give kvq_dequant_group's values bit for bit */
+        for (int h = 0; h < nh; h++) {
+            float yg[64];
+            int g = kvq_group_of(code);
+            size_t gb = kvq_group_bytes(kvq_fmt_of(code, 1), g);
+            kvq_load_head(code, 1, buf, h, y);
+            for (int i = 0; i < hd; i += g)
+                kvq_dequant_group(kvq_fmt_of(code, 1), g, buf + (size_t)(h * hd + i) / g * gb, yg + i);
+            CHECK(!memcmp(y, yg, sizeof(float) * (size_t)hd));
         }
         int b = kvq_fmt_bits(fmts[f]);
         /* relative squared error well under the format's step: 4^-b up to constants */
