@@ -131,6 +131,14 @@ static void unpack(const uint8_t *p, int b, uint8_t *q, int n)
         }
         return;
     }
+    if (b == 3) { /* the default turbo values: 8 codes per 3 bytes, unrolled */
+        for (int i = 0; i < n; i += 8, p += 3) {
+            uint32_t acc = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
+            for (int j = 0; j < 8; j++)
+                q[i + j] = (uint8_t)((acc >> (3 * j)) & 7);
+        }
+        return;
+    }
     uint64_t mask = (1u << b) - 1;
     for (int i = 0; i < n; i += 8) {
         uint64_t acc = 0;
@@ -342,12 +350,21 @@ static void load32_lm(int b, const uint8_t *p, size_t gb, int hd, float *restric
 {
     const float *cb = kvq_lm_codebook(b, NULL);
     uint8_t q[32];
+    float t[32];
+    int L = 1 << b;
     for (int i = 0; i < hd; i += 32, p += gb) {
         float s = half_f16_to_f32(ld16(p));
         unpack(p + 2, b, q, 32);
         float *restrict y = out + i;
-        for (int j = 0; j < 32; j++)
-            y[j] = s * cb[q[j]];
+        if (L <= 32) { /* the scaled codebook once per group: the same products */
+            for (int k = 0; k < L; k++)
+                t[k] = s * cb[k];
+            for (int j = 0; j < 32; j++)
+                y[j] = t[q[j]];
+        } else {
+            for (int j = 0; j < 32; j++)
+                y[j] = s * cb[q[j]];
+        }
     }
 }
 
