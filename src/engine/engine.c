@@ -20,8 +20,10 @@
 #include "engine/engine_int.h"
 #include "engine/grammar/gram_tok.h"
 #include "engine/stop.h"
+#include "engine/plan.h"
 #include "engine/testhook.h"
 #include "kv/kv_pool.h"
+#include "kv/kvq_scheme.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -738,6 +740,8 @@ static void namespace_root(struct engine *g)
                      h->n_head, h->n_kv_head, h->head_dim, h->n_ff, h->n_vocab,
                      (double)h->rope_theta, (double)h->rope_theta_local, h->sliding_window,
                      g->c.kv_dtype, g->c.block_size);
+    n = n < (int)sizeof ns ? n : (int)sizeof ns - 1;
+    n += kvq_ns_append(ns + n, sizeof ns - (size_t)n, g->ldt, h->n_layer, g->c.kv_dtype);
     kv_key_root(g->root, ns, (size_t)(n < (int)sizeof ns ? n : (int)sizeof ns - 1));
 }
 
@@ -845,13 +849,30 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
     pthread_cond_init(&g->flush_cv, NULL);
     int S = c->max_seqs, T = c->max_step_tokens, V = m->hp.n_vocab;
     int kv_dim = m->hp.n_kv_head * m->hp.head_dim;
-    g->kv_per_token = kv_bytes_per_token(m->hp.n_layer, kv_dim, c->kv_dtype);
+    g->kv_per_token = engine_kv_token_bytes(m, c);
     int n_swa = 0;
     for (int l = 0; m->hp.sliding_window > 0 && l < m->hp.n_layer; l++)
         n_swa += m->hp.layer_swa[l] != 0;
     int split = n_swa > 0 && n_swa < m->hp.n_layer && !c->no_swa_pool;
-    int rc = kv_pool_new(&g->kv, m->be, m->hp.n_layer - (split ? n_swa : 0), kv_dim,
-                         c->block_size, c->n_blocks, c->kv_dtype, c->prompt_cache_blocks, e);
+    /* per-layer KV dtypes (kv quantization): ldt[0..) global layers, then sliding ones */
+    int L = m->hp.n_layer, *gl = malloc((size_t)(2 * L + 1) * sizeof(int));
+    g->ldt = malloc((size_t)(L + 1) * sizeof(int));
+    if (!gl || !g->ldt) {
+        free(gl);
+        free(g->ldt);
+        free(g);
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    }
+    int ng = 0, ns = 0;
+    for (int l = 0; l < L; l++) {
+        g->ldt[l] = c->kv_layer_dtype ? c->kv_layer_dtype[l] : c->kv_dtype;
+        if (split && m->hp.layer_swa[l])
+            gl[L + ns++] = g->ldt[l];
+        else
+            gl[ng++] = g->ldt[l];
+    }
+    int rc = kv_pool_new_layers(&g->kv, m->be, ng, kv_dim, c->block_size, c->n_blocks,
+                                c->kv_dtype, gl, c->prompt_cache_blocks, e);
     if (!rc && split) {
         /* sliding layers: running sequences hold about window + one step of positions; the
          * rest of the pool keeps the windows of cached prefixes */
@@ -861,9 +882,10 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
                   (c->prompt_cache_blocks > 0 ? c->prompt_cache_blocks : 0);
         if (nb > c->n_blocks)
             nb = c->n_blocks;
-        rc = kv_pool_new(&g->kv_swa, m->be, n_swa, kv_dim, c->block_size, (int)nb, c->kv_dtype,
-                         c->prompt_cache_blocks, e);
+        rc = kv_pool_new_layers(&g->kv_swa, m->be, n_swa, kv_dim, c->block_size, (int)nb,
+                                c->kv_dtype, gl + L, c->prompt_cache_blocks, e);
     }
+    free(gl);
     if (!rc && c->kv_listener) {
         kv_pool_set_listener(g->kv, c->kv_listener, 0);
         if (g->kv_swa)
@@ -879,7 +901,7 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->view_v[l] = sw ? g->kv_swa->v[is++] : g->kv->v[ig++];
     }
     g->view = (struct model_kv_view){.k = g->view_k, .v = g->view_v, .kv_dtype = c->kv_dtype,
-                                     .block_size = c->block_size};
+                                     .block_size = c->block_size, .layer_dtype = g->ldt};
     namespace_root(g);
     g->max_out = S;
     if (!rc)
@@ -969,6 +991,7 @@ void engine_free(struct engine *g)
     kv_pool_free(g->kv_swa);
     free(g->view_k);
     free(g->view_v);
+    free(g->ldt);
     free(g->slots_swa);
     free(g->tables_swa);
     free(g->check_seqs_swa);

@@ -30,7 +30,9 @@ struct engine_config {
     int max_step_tokens; /* tokens per forward (--max-batch-tokens) */
     int block_size;      /* KV positions per block */
     int n_blocks;        /* KV pool size in blocks */
-    int kv_dtype;        /* DT_F16 or DT_F32 */
+    int kv_dtype;        /* DT_F16, DT_F32 or a quantized scheme code (backend/kvq.h) */
+    const int *kv_layer_dtype; /* [n_layer] each layer's KV dtype (--kv-quant turbo/config;
+                                * kv/kvq_scheme.h), NULL = kv_dtype everywhere; copied */
     int max_queue;       /* waiting requests beyond this make submit fail with CERR_LIMIT */
     int32_t extra_eos[8]; /* end-of-generation ids beyond the tokenizer's (generation_config) */
     int n_extra_eos;

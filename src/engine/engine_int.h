@@ -65,6 +65,7 @@ struct engine {
     int window;              /* their window */
     struct model_kv_view view; /* per-layer buffers from the right pool */
     void **view_k, **view_v;
+    int *ldt; /* [n_layer] each layer's KV dtype (the view's layer_dtype) */
     struct model_ws *ws;
     int max_blocks; /* per sequence */
 

@@ -4,7 +4,19 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/kvq.h"
 #include "kv/kv_pool.h"
+
+size_t engine_kv_token_bytes(const struct model *m, const struct engine_config *c)
+{
+    int kvd = m->hp.n_kv_head * m->hp.head_dim;
+    if (!c->kv_layer_dtype)
+        return kv_bytes_per_token(m->hp.n_layer, kvd, c->kv_dtype);
+    size_t n = 0;
+    for (int l = 0; l < m->hp.n_layer; l++)
+        n += kvq_token_bytes(c->kv_layer_dtype[l], kvd);
+    return n;
+}
 
 size_t plan_ram_bytes(void)
 {
@@ -42,7 +54,7 @@ int mem_plan_make(struct mem_plan *p, const struct model *m, struct engine_confi
            KVD = (size_t)h->n_kv_head * h->head_dim, F = (size_t)h->n_ff, V = (size_t)h->n_vocab;
     p->transient_bytes = T * (3 * E + 2 * QD + 2 * KVD + 2 * F + 5) * 4 + 2 * S * V * 4 +
                          S * E * 4;
-    p->kv_per_token = kv_bytes_per_token(h->n_layer, (int)KVD, c->kv_dtype);
+    p->kv_per_token = engine_kv_token_bytes(m, c);
     size_t fixed = p->weights_bytes + p->transient_bytes;
     size_t min_kv = (size_t)MIN_CONTEXT * p->kv_per_token;
     if (budget < fixed + min_kv)

@@ -26,6 +26,10 @@ struct mem_plan {
     size_t cache_bytes;
 };
 
+/* KV bytes one position takes across the model's layers under c's KV dtype(s)
+ * (kv_layer_dtype when set: kv quantization). */
+size_t engine_kv_token_bytes(const struct model *m, const struct engine_config *c);
+
 /* Bytes of physical memory (MemTotal), 0 when unknown. */
 size_t plan_ram_bytes(void);
 

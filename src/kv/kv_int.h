@@ -15,8 +15,8 @@ struct kv_bmeta {
     double t_unused;     /* clock_now_s() when it entered the LRU (idle demotion) */
 };
 
-/* One block of one layer's K (or V), in bytes. */
-size_t kv_block_bytes(const struct kv_pool *p);
+/* One block of layer l's K (which 0) or V (1), in bytes (per-layer KV dtypes). */
+size_t kv_layer_block_bytes(const struct kv_pool *p, int l, int which);
 /* Drops the oldest LRU block to the free list, spilling it to the SSD tier first. */
 void kv_evict_one(struct kv_pool *p);
 /* Caches block id under key (unless it or the key is cached already). */

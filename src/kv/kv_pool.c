@@ -9,30 +9,60 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/kvq.h"
 #include "kv/kv_int.h"
 #include "util/clock.h"
 
 size_t kv_bytes_per_token(int n_layer, int kv_dim, int kv_dtype)
 {
-    size_t el = kv_dtype == DT_F16 ? 2 : 4;
-    return (size_t)2 * n_layer * kv_dim * el;
+    return (size_t)n_layer * kvq_token_bytes(kv_dtype, kv_dim);
 }
 
-size_t kv_block_bytes(const struct kv_pool *p)
+size_t kv_layer_block_bytes(const struct kv_pool *p, int l, int which)
 {
-    return (size_t)p->block_size * p->kv_dim * (p->kv_dtype == DT_F16 ? 2 : 4);
+    return (size_t)p->block_size * kvq_row_bytes(p->ldt[l], which, p->kv_dim);
+}
+
+static int kv_dtype_ok(int dt, int kv_dim)
+{
+    if (dt == DT_F32 || dt == DT_F16)
+        return 1;
+    return kvq_is(dt) && kvq_head_dim_of(dt) > 0 && kv_dim % kvq_head_dim_of(dt) == 0;
 }
 
 int kv_pool_new(struct kv_pool **out, struct be *be, int n_layer, int kv_dim, int block_size,
                 int n_blocks, int kv_dtype, int max_cached_blocks, struct cerr *e)
 {
+    return kv_pool_new_layers(out, be, n_layer, kv_dim, block_size, n_blocks, kv_dtype, NULL,
+                              max_cached_blocks, e);
+}
+
+int kv_pool_new_layers(struct kv_pool **out, struct be *be, int n_layer, int kv_dim,
+                       int block_size, int n_blocks, int kv_dtype, const int *layer_dtype,
+                       int max_cached_blocks, struct cerr *e)
+{
     *out = NULL;
-    if (n_layer <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0 ||
-        (kv_dtype != DT_F32 && kv_dtype != DT_F16))
+    int ok = n_layer > 0 && kv_dim > 0 && block_size > 0 && n_blocks > 0 &&
+             kv_dtype_ok(kv_dtype, kv_dim);
+    for (int l = 0; ok && layer_dtype && l < n_layer; l++)
+        ok = kv_dtype_ok(layer_dtype[l], kv_dim);
+    if (!ok)
         return cerr_set(e, CERR_INVALID, "invalid KV pool geometry");
     struct kv_pool *p = calloc(1, sizeof *p);
     if (!p)
         return cerr_set(e, CERR_NOMEM, "out of memory");
+    if (!(p->ldt = malloc((size_t)n_layer * sizeof *p->ldt))) {
+        free(p);
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    }
+    size_t maxbb = 0;
+    for (int l = 0; l < n_layer; l++) {
+        p->ldt[l] = layer_dtype ? layer_dtype[l] : kv_dtype;
+        for (int w = 0; w < 2; w++) {
+            size_t bb = (size_t)block_size * kvq_row_bytes(p->ldt[l], w, kv_dim);
+            maxbb = bb > maxbb ? bb : maxbb;
+        }
+    }
     p->be = be;
     p->n_layer = n_layer;
     p->kv_dim = kv_dim;
@@ -52,20 +82,21 @@ int kv_pool_new(struct kv_pool **out, struct be *be, int n_layer, int kv_dim, in
     p->refcnt = calloc((size_t)n_blocks, sizeof *p->refcnt);
     p->meta = calloc((size_t)n_blocks, sizeof *p->meta);
     p->table = malloc((size_t)tsize * sizeof *p->table);
-    p->scratch = malloc(kv_block_bytes(p));
+    p->scratch = malloc(maxbb);
     if (!p->k || !p->v || !p->free_ids || !p->refcnt || !p->meta || !p->table || !p->scratch) {
         kv_pool_free(p);
         return cerr_set(e, CERR_NOMEM, "out of memory");
     }
     memset(p->table, 0xff, (size_t)tsize * sizeof *p->table);
-    size_t bytes = (size_t)n_blocks * kv_block_bytes(p);
     for (int l = 0; l < n_layer; l++) {
-        p->k[l] = be->ops->alloc(be, bytes);
-        p->v[l] = be->ops->alloc(be, bytes);
+        size_t kb = (size_t)n_blocks * kv_layer_block_bytes(p, l, 0),
+               vb = (size_t)n_blocks * kv_layer_block_bytes(p, l, 1);
+        p->k[l] = be->ops->alloc(be, kb);
+        p->v[l] = be->ops->alloc(be, vb);
         if (!p->k[l] || !p->v[l]) {
             kv_pool_free(p);
             return cerr_set(e, CERR_NOMEM, "out of memory for the KV cache (%zu bytes per layer)",
-                            2 * bytes);
+                            kb + vb);
         }
     }
     for (int i = 0; i < n_blocks; i++)
@@ -93,13 +124,14 @@ void kv_pool_free(struct kv_pool *p)
     free(p->table);
     free(p->scratch);
     free(p->ssd_buf);
+    free(p->ldt);
     free(p);
 }
 
 struct model_kv_view kv_pool_view(const struct kv_pool *p)
 {
     struct model_kv_view v = {.k = p->k, .v = p->v, .kv_dtype = p->kv_dtype,
-                              .block_size = p->block_size};
+                              .block_size = p->block_size, .layer_dtype = p->ldt};
     return v;
 }
 
@@ -353,10 +385,10 @@ void kv_register_block(struct kv_pool *p, int32_t id, const uint8_t key[KV_KEY_B
 
 static int copy_block(struct kv_pool *p, int32_t dst, int32_t src, struct cerr *e)
 {
-    size_t bb = kv_block_bytes(p);
     for (int l = 0; l < p->n_layer; l++) {
         void *const *bufs[2] = {p->k, p->v};
         for (int kv = 0; kv < 2; kv++) {
+            size_t bb = kv_layer_block_bytes(p, l, kv);
             char *base = bufs[kv][l];
             if (p->be->ops->download(p->be, p->scratch, base + (size_t)src * bb, bb, e) ||
                 p->be->ops->upload(p->be, base + (size_t)dst * bb, p->scratch, bb, e))

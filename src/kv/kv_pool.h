@@ -58,6 +58,7 @@ struct kv_listener {
 struct kv_pool {
     struct be *be;
     int n_layer, kv_dim, block_size, n_blocks, kv_dtype;
+    int *ldt;            /* [n_layer] each layer's KV dtype (DT_F16/F32 or a kvq code) */
     void **k, **v;       /* [n_layer] backend buffers */
     int32_t *free_ids;   /* stack of free (uncached, unreferenced) block ids */
     int n_free;
@@ -83,11 +84,17 @@ struct kv_pool {
  * disables the prefix cache. */
 int kv_pool_new(struct kv_pool **out, struct be *be, int n_layer, int kv_dim, int block_size,
                 int n_blocks, int kv_dtype, int max_cached_blocks, struct cerr *e);
+/* The same with a KV dtype per layer (layer_dtype[n_layer], NULL: kv_dtype everywhere); a
+ * dtype is DT_F16, DT_F32 or a quantized scheme code (backend/kvq.h). kv_dtype names the
+ * pool's scheme (the SSD header's field). */
+int kv_pool_new_layers(struct kv_pool **out, struct be *be, int n_layer, int kv_dim,
+                       int block_size, int n_blocks, int kv_dtype, const int *layer_dtype,
+                       int max_cached_blocks, struct cerr *e);
 void kv_pool_free(struct kv_pool *p);
 /* Installs (l NULL: removes) the observer of p's full cached blocks; group is passed back to
  * its callbacks (which pool of a model: 0 global layers, 1 sliding-window layers). */
 void kv_pool_set_listener(struct kv_pool *p, const struct kv_listener *l, int group);
-/* Bytes of KV one position takes across all layers. */
+/* Bytes of KV one position takes across all layers (kv_dtype may be a kvq code). */
 size_t kv_bytes_per_token(int n_layer, int kv_dim, int kv_dtype);
 /* The view model_forward() reads. */
 struct model_kv_view kv_pool_view(const struct kv_pool *p);

@@ -2,7 +2,7 @@
  * payload between the pool and an SSD entry, and the idle sweeps (snapshot, demotion).
  *
  * A payload is every layer's K rows of the block, then its V rows, layer by layer:
- * (n_layer, 2, block_size, kv_dim) in kv_dtype. Moving one block touches only one block's
+ * (n_layer, 2, block_size, row) in each layer's KV dtype (kvq_row_bytes: quantized rows are smaller). Moving one block touches only one block's
  * worth of host memory (p->ssd_buf, or the spill's own buffer): a restore streams a prefix
  * in bounded memory, on any backend (download/upload are the backend's copies).
  */
@@ -16,7 +16,10 @@
 
 size_t kv_pool_block_payload(const struct kv_pool *p)
 {
-    return 2 * (size_t)p->n_layer * kv_block_bytes(p);
+    size_t n = 0;
+    for (int l = 0; l < p->n_layer; l++)
+        n += kv_layer_block_bytes(p, l, 0) + kv_layer_block_bytes(p, l, 1);
+    return n;
 }
 
 int kv_pool_attach_ssd(struct kv_pool *p, struct kv_ssd *ssd, struct cerr *e)
@@ -42,26 +45,26 @@ void kv_tier_wire_listener(struct kv_pool *p)
 /* Copies pool block id into host buffer dst (payload layout). */
 static int download_block(struct kv_pool *p, int32_t id, char *dst)
 {
-    size_t bb = kv_block_bytes(p);
     for (int l = 0; l < p->n_layer; l++) {
         char *k = p->k[l], *v = p->v[l];
-        if (p->be->ops->download(p->be, dst, k + (size_t)id * bb, bb, NULL) ||
-            p->be->ops->download(p->be, dst + bb, v + (size_t)id * bb, bb, NULL))
+        size_t kb = kv_layer_block_bytes(p, l, 0), vb = kv_layer_block_bytes(p, l, 1);
+        if (p->be->ops->download(p->be, dst, k + (size_t)id * kb, kb, NULL) ||
+            p->be->ops->download(p->be, dst + kb, v + (size_t)id * vb, vb, NULL))
             return -1;
-        dst += 2 * bb;
+        dst += kb + vb;
     }
     return 0;
 }
 
 static int upload_block(struct kv_pool *p, int32_t id, const char *src)
 {
-    size_t bb = kv_block_bytes(p);
     for (int l = 0; l < p->n_layer; l++) {
         char *k = p->k[l], *v = p->v[l];
-        if (p->be->ops->upload(p->be, k + (size_t)id * bb, src, bb, NULL) ||
-            p->be->ops->upload(p->be, v + (size_t)id * bb, src + bb, bb, NULL))
+        size_t kb = kv_layer_block_bytes(p, l, 0), vb = kv_layer_block_bytes(p, l, 1);
+        if (p->be->ops->upload(p->be, k + (size_t)id * kb, src, kb, NULL) ||
+            p->be->ops->upload(p->be, v + (size_t)id * vb, src + kb, vb, NULL))
             return -1;
-        src += 2 * bb;
+        src += kb + vb;
     }
     return 0;
 }

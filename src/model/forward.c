@@ -13,6 +13,8 @@
 
 #include "backend/be_sample.h"
 #include "model/lora_fwd.h"
+#include "backend/kvq.h"
+#include "model/kv_center.h"
 
 struct model_ws {
     int max_tok, max_out, max_seq, max_blocks;
@@ -45,6 +47,8 @@ struct model_ws {
     int q_slot[2], q_nout[2], q_n, q_next, prev_slot, prev_nout, prev_ok;
     int32_t *q_host; /* (2, max_out) ids of a backend without fetch ops */
     void *d_cands;     /* (max_out, be_topcand_stride(cand_cap)) bytes, or NULL */
+    float **kcenter;   /* [n_layer] key centres of quantized KV (kv_center.h), or NULL */
+    int n_layer;
     int cand_cap;
     int last_out;      /* logit rows of the last forward (model_logits_row); 0 = none */
     int x_chain;       /* x is the output of a matmul_fused ADD with chain = 1 (be_mm) */
@@ -71,6 +75,10 @@ static void ws_release(struct model_ws *ws)
     free(ws->q_host);
     free(ws->h_lrows);
     lora_plan_free(ws->lp);
+    for (int l = 0; ws->kcenter && l < ws->n_layer; l++)
+        if (ws->kcenter[l])
+            b->ops->free(b, ws->kcenter[l]);
+    free(ws->kcenter);
 }
 
 int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int max_out,
@@ -120,6 +128,10 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
              (ws->d_argmax = b->ops->alloc(b, 2 * (size_t)max_out * 4)) &&
              (ws->q_host = malloc(2 * (size_t)max_out * 4)) &&
              (ws->h_lrows = malloc(T * 4)) && lora_plan_new(&ws->lp, max_tok, max_seq) == 0;
+    ws->n_layer = hp->n_layer;
+    ok = ok && (ws->kcenter = calloc((size_t)hp->n_layer, sizeof *ws->kcenter));
+    for (int il = 0; ok && il < hp->n_layer; il++)
+        ws->kcenter[il] = model_kv_center_new(m, il);
     if (!ok) {
         ws_release(ws);
         free(ws);
@@ -266,13 +278,14 @@ static void attention_block(const struct model *m, struct model_ws *ws,
     int swa = hp->layer_swa[il];
     const float *inv_freq = swa ? m->inv_freq_local : m->inv_freq_global;
     int split = swa && ws->swa_split;
+    int kv_dt = kv->layer_dtype ? kv->layer_dtype[il] : kv->kv_dtype;
     const int32_t *slots = split ? ws->d_slots_swa : ws->d_slots;
     struct be_rope_kv r = {.q = ws->q, .k = ws->k, .v = ws->v, .pos = ws->d_pos,
                            .slots = slots, .n_tok = n, .n_head = hp->n_head,
                            .n_kv_head = hp->n_kv_head, .head_dim = hp->head_dim,
                            .rot_dim = hp->rot_dim, .mode = hp->rope_mode,
                            .inv_freq = inv_freq, .mscale = 1.0f, .k_cache = kv->k[il],
-                           .v_cache = kv->v[il], .kv_dtype = kv->kv_dtype};
+                           .v_cache = kv->v[il], .kv_dtype = kv_dt};
     /* rope and the K/V store ride on the q/k/v projection unless biases or per-head norms
      * come between them */
     const unsigned lq = ws->lpaths & ((1u << LORA_Q) | (1u << LORA_K) | (1u << LORA_V));
@@ -302,7 +315,10 @@ static void attention_block(const struct model *m, struct model_ws *ws,
                  inv_freq, 1.0f);
         op->rope(b, ws->k, ws->d_pos, n, hp->n_kv_head, hp->head_dim, hp->rot_dim,
                  hp->rope_mode, inv_freq, 1.0f);
-        op->kv_store(b, kv->k[il], kv->v[il], kv->kv_dtype, ws->k, ws->v, slots, n, kvd);
+        if (kvq_is(kv_dt) && ws->kcenter[il]) /* quantized keys: centred (kv_center.c) */
+            op->add_row(b, ws->k, ws->kcenter[il], n, kvd);
+
+        op->kv_store(b, kv->k[il], kv->v[il], kv_dt, ws->k, ws->v, slots, n, kvd);
     }
     struct be_attn a = {
         .n_tok = n,
@@ -317,7 +333,7 @@ static void attention_block(const struct model *m, struct model_ws *ws,
         .block_tables = split ? ws->d_tables_swa : ws->d_tables,
         .max_blocks = bt->max_blocks,
         .block_size = kv->block_size,
-        .kv_dtype = kv->kv_dtype,
+        .kv_dtype = kv_dt,
         .k_cache = kv->k[il],
         .v_cache = kv->v[il],
     };

@@ -89,6 +89,8 @@ struct model_kv_view {
     void **k, **v; /* [n_layer] backend pointers */
     int kv_dtype;
     int block_size;
+    const int *layer_dtype; /* [n_layer] each layer's KV dtype (a kvq code: backend/kvq.h),
+                             * or NULL: kv_dtype everywhere */
 };
 
 /* One step: n_tok tokens from n_seq sequences, flattened (DESIGN.md §5). Host arrays; the

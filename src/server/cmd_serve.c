@@ -97,6 +97,14 @@ static void serve_usage(FILE *f)
             "                         always on)\n"
             "  --kv-dtype f16|f32     KV cache dtype (default f16; aliases --kv f16|f32,\n"
             "                         --kv-f32, --kv-f16)\n"
+            "  --kv-quant off|8|4|turbo[:k<b>v<b>]|config[:PATH]  quantized KV cache (default\n"
+            "                         off; docs/kv-quant.md)\n"
+            "  --kv-rotate on|off     Hadamard-rotate quantized K/V (default: on)\n"
+            "  --l1 | --l2            fidelity tier: l1 reference numerics (f16 KV), l2 the\n"
+            "                         --kv-quant config preset (--l3 is refused)\n"
+            "  --fused-sdpa on|off    quantized attention fused in the kernel (default on)\n"
+            "  --compiled-activations on|off  the gated activation as one op (default on)\n"
+            "  --force-wire           lock the weights in RAM (mlock)\n"
             "  --max-queue N          waiting requests before 429 (default 64)\n"
             "  --max-conns N          open connections before 429 (default 256)\n"
             "  --max-body BYTES       request body limit, 413 beyond (default 16777216)\n"
@@ -210,6 +218,7 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
     o->kv_block_size = 16;
     o->memory_budget_gb = o->kv_budget_gb = o->prompt_cache_gib = -1;
     o->ssd_max_gib = o->ssd_demote_s = -1;
+    o->kv_rotate = o->fused_sdpa = o->compiled_act = -1;
     float temp_alias = 0;
     int kvd = DT_F16;
     for (int i = 1; i < argc; i++) {
@@ -306,6 +315,8 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
         else if ((rc = serve_spec_flag(o, a, v)) != 0) /* speculation (serve_spec.c) */
             rc = rc < 0 ? -1 : 0;
         else if ((rc = serve_lora_flag(o, a, v)) != 0) /* adapters (serve_lora.c) */
+            rc = rc < 0 ? -1 : 0;
+        else if ((rc = serve_kvq_flag(o, a, v, &used)) != 0) /* serve_kvq.c */
             rc = rc < 0 ? -1 : 0;
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "cinfer serve: unknown option '%s' (see cinfer serve --help)\n", a);
@@ -597,6 +608,7 @@ static void ready_card(struct serve *sv, double t_ready)
            sv->max_tokens_raw);
     serve_spec_card(sv);
     serve_lora_card(sv);
+    serve_kvq_card(sv);
     printf("  Auth      %s\n", o->api_key ? "API key required" : "none (loopback bind is the "
                                                                    "protection)");
     printf("ready in %.2f s — Ctrl-C to stop\n\n", t_ready);
@@ -738,6 +750,8 @@ int cmd_serve(int argc, char **argv)
     ec.block_size = sv->o.kv_block_size;
     ec.kv_dtype = sv->o.kv_f32 ? DT_F32 : DT_F16;
     ec.max_queue = sv->o.max_queue;
+    if (serve_kvq_setup(sv, &ec)) /* --kv-quant and the levers (serve_kvq.c) */
+        goto done;
     const char *ck = getenv("CINFER_CHECK_KV");
     ec.check_invariants = ck && *ck == '1';
     double cache_gib = sv->o.prompt_cache_gib >= 0 ? sv->o.prompt_cache_gib : 8;
@@ -835,6 +849,7 @@ done:
     free(sv->eos);
     tok_free(sv->tk);
     serve_spec_free(sv);
+    serve_kvq_free(sv);
     model_free(sv->m);
     be_free(be);
     pthread_mutex_destroy(&sv->ready_mu);

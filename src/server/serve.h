@@ -60,6 +60,9 @@ struct serve_opts {
     const char *adapters[4];
     int n_adapters;
     const char *adapters_dir;
+    /* KV quantization and the tiers/levers (serve_kvq.c); NULL / -1 / 0 = not given */
+    const char *kv_quant;
+    int kv_rotate, fused_sdpa, compiled_act, tier, force_wire;
 };
 
 /* Histogram with fixed upper bounds (Prometheus "le" buckets). */
@@ -127,6 +130,7 @@ struct serve {
     struct tok *draft_tk;
     struct lora_reg *lora;       /* mounted adapters (serve_lora.c) */
     char lora_default[300];      /* the set of requests that name none ("" = none) */
+    struct serve_kvq *kvq;       /* KV quantization and levers (serve_kvq.c) */
 };
 
 /* ---- generations (serve_jobs.c) ---------------------------------------------------------
@@ -262,6 +266,17 @@ json_t *serve_spec_stats_json(const struct engine_stats *es);
 void serve_spec_metrics(struct sbuf *b, const struct engine_stats *es);
 /* Frees the draft model and its tokenizer. */
 void serve_spec_free(struct serve *sv);
+
+/* serve_kvq.c: --kv-quant, --kv-rotate, --l1/--l2/--l3, --fused-sdpa,
+ * --compiled-activations, --force-wire (docs/kv-quant.md). serve_kvq_flag: 0 = not ours, 1 =
+ * taken (*used = 1 when it took v too), -1 = bad value (message printed, naming the flag).
+ * serve_kvq_setup: after the model loads, before the memory plan: the CINFER_* mirrors,
+ * the per-layer KV dtypes into ec, the levers, --force-wire; 0 or -1 (message printed). */
+int serve_kvq_flag(struct serve_opts *o, const char *a, const char *v, int *used);
+int serve_kvq_setup(struct serve *sv, struct engine_config *ec);
+void serve_kvq_card(struct serve *sv);
+void serve_kvq_stats_json(struct serve *sv, struct json_t *j);
+void serve_kvq_free(struct serve *sv);
 
 /* serve_probe.c: 1 when host:port already answers GET /v1/models like an OpenAI-compatible
  * server (what[] gets the model ids it lists), 0 when nothing or something else answers. */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_int.h"
+#include "backend/kvq.h"
 #include "util/log.h"
 
 enum {
@@ -34,7 +35,14 @@ static void kv_chunk(void *arg, int64_t t)
     const struct kv_task *s = arg;
     size_t off = (size_t)s->slots[t] * (size_t)s->kv_dim;
     const float *kr = s->kk + t * s->kv_dim, *vr = s->vv + t * s->kv_dim;
-    if (s->kv_dtype == DT_F16) {
+    if (kvq_is(s->kv_dtype)) { /* quantized rows (backend/kvq.h) */
+        kvq_store_row(s->kv_dtype, 0,
+                      (char *)s->k_cache + (size_t)s->slots[t] * kvq_row_bytes(s->kv_dtype, 0, s->kv_dim),
+                      kr, s->kv_dim);
+        kvq_store_row(s->kv_dtype, 1,
+                      (char *)s->v_cache + (size_t)s->slots[t] * kvq_row_bytes(s->kv_dtype, 1, s->kv_dim),
+                      vr, s->kv_dim);
+    } else if (s->kv_dtype == DT_F16) {
         s->k->f32_to_f16((uint16_t *)s->k_cache + off, kr, s->kv_dim);
         s->k->f32_to_f16((uint16_t *)s->v_cache + off, vr, s->kv_dim);
     } else {
@@ -85,6 +93,14 @@ static void attend_run(const struct at_task *tk, int t0, int nt, int g, int h0, 
     int hd = a->head_dim, kv_dim = a->n_kv_head * hd;
     int f16 = a->kv_dtype == DT_F16;
     size_t es = f16 ? 2 : 4;
+    /* quantized KV (backend/kvq.h): each chunk's rows of head g are dequantized into the
+     * F32 chunk buffers (never a whole-cache copy); a rotated K side is met by rotating q
+     * once (q.k = Hq.Hk), a rotated V side by unrotating the output once */
+    int qz = kvq_is(a->kv_dtype);
+    size_t rbk = qz ? kvq_row_bytes(a->kv_dtype, 0, kv_dim) : 0,
+           rbv = qz ? kvq_row_bytes(a->kv_dtype, 1, kv_dim) : 0;
+    int rotk = qz && kvq_rot_of(a->kv_dtype, 0), rotv = qz && kvq_rot_of(a->kv_dtype, 1);
+    static _Thread_local float qrot[AT_ACC];
     float acc[AT_ACC];
     float sc[AT_CH];
     float mx[AT_TQ * 32], l[AT_TQ * 32];
@@ -105,14 +121,29 @@ static void attend_run(const struct at_task *tk, int t0, int nt, int g, int h0, 
     int widen = f16 && nt * nh > 1 && hd <= AT_CVT;
     static _Thread_local float kf[AT_CH * AT_CVT], vf[AT_CH * AT_CVT];
     int kv16 = f16 && !widen;
+    if (rotk)
+        for (int u = 0; u < nt; u++)
+            for (int i = 0; i < nh; i++) {
+                float *d = qrot + (u * nh + i) * hd;
+                memcpy(d, tk->q + ((int64_t)(t0 + u) * a->n_head + h0 + i) * hd,
+                       (size_t)hd * sizeof(float));
+                kvq_rotate(d, hd);
+            }
     for (int p0 = lo; p0 <= hi; p0 += AT_CH) {
         int nrow = hi + 1 - p0 < AT_CH ? hi + 1 - p0 : AT_CH;
         int blk = p0 / a->block_size, in = p0 % a->block_size; /* walk, no division per row */
         for (int j = 0; j < nrow; j++) {
             size_t row = (size_t)bt[blk] * (size_t)a->block_size + (size_t)in;
-            size_t off = (row * (size_t)kv_dim + (size_t)g * hd) * es;
-            kr[j] = kc + off;
-            vr[j] = vc + off;
+            if (qz) {
+                kvq_load_head(a->kv_dtype, 0, kc + row * rbk, g, kf + j * hd);
+                kvq_load_head(a->kv_dtype, 1, vc + row * rbv, g, vf + j * hd);
+                kr[j] = kf + j * hd;
+                vr[j] = vf + j * hd;
+            } else {
+                size_t off = (row * (size_t)kv_dim + (size_t)g * hd) * es;
+                kr[j] = kc + off;
+                vr[j] = vc + off;
+            }
             if (++in == a->block_size)
                 in = 0, blk++;
         }
@@ -128,7 +159,8 @@ static void attend_run(const struct at_task *tk, int t0, int nt, int g, int h0, 
             if (np <= 0)
                 continue;
             for (int i = 0; i < nh; i++) {
-                const float *qv = tk->q + ((int64_t)t * a->n_head + h0 + i) * hd;
+                const float *qv = rotk ? qrot + (u * nh + i) * hd
+                                       : tk->q + ((int64_t)t * a->n_head + h0 + i) * hd;
                 float *ac = acc + (u * nh + i) * hd;
                 float *ms = &mx[u * nh + i], *ls = &l[u * nh + i];
                 kk->dots_kv[kv16](qv, kr, np, hd, sc);
@@ -160,6 +192,8 @@ static void attend_run(const struct at_task *tk, int t0, int nt, int g, int h0, 
             float inv = l[u * nh + i] > 0.0f ? 1.0f / l[u * nh + i] : 0.0f;
             for (int d = 0; d < hd; d++)
                 o[d] = ac[d] * inv;
+            if (rotv)
+                kvq_unrotate(o, hd);
         }
 }
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/kvq.h"
 #include "engine/sampler.h"
 #include "util/clock.h"
 #include "engine/spec/spec_int.h"
@@ -53,7 +54,7 @@ int spec_draft_new(struct spec *s, struct cerr *e)
     if (want < d->max_blocks)
         want = d->max_blocks;
     int kv_dim = m->hp.n_kv_head * m->hp.head_dim;
-    int kv_dtype = c->kv_dtype ? c->kv_dtype : DT_F16;
+    int kv_dtype = c->kv_dtype && !kvq_is(c->kv_dtype) ? c->kv_dtype : DT_F16; /* a quantized target keeps an f16 draft */
     int rc =
         kv_pool_new(&d->kv, m->be, m->hp.n_layer, kv_dim, bs, (int)want, kv_dtype, (int)want, e);
     if (!rc)

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""run.py — the KV quantization benchmark (not a test): builds nothing; runs the
+cinfer_kvq_bench binary (cmake --build build --target cinfer_kvq_bench) on the CPU and
+writes bench/results/kv_quant.json in the issue's layout:
+
+  {"cpu": {"schemes": {SCHEME: {"bytes_per_token", "compression", "ppl_delta_frac",
+                                "kl_mean", "decode_ratio_16k", ...}}}, "gpu": {...}}
+
+SCHEME in 8, 4, k8v4, k8v3 (turbo:k8v4, turbo = turbo:k8v3). ppl_delta_frac is the relative
+perplexity change vs f16 KV over all scored tokens of both texts (prose and code); kl_mean
+the mean KL(p_f16 || p_scheme) over the same positions; decode_ratio_N = decode tok/s at
+context N over f16's, measured side by side (best of the repetitions).
+
+Texts (Debian ships them; read in place, not copied into the repository):
+  prose: /usr/share/common-licenses/GPL-3 (package base-files; the GNU GPL v3 text, which
+         may be copied verbatim),
+  code:  /usr/lib/python3.11/argparse.py (package libpython3.11-stdlib; Python Software
+         Foundation License 2).
+
+usage: bench/kv_quant/run.py [--bin build/cinfer_kvq_bench] [--model M] [--tokens N]
+                              [--window W] [--raw OUT.json] [--from-raw IN.json]
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+NAMES = {"8": "8", "4": "4", "turbo:k8v4": "k8v4", "turbo": "k8v3"}
+
+
+def rnd(x):
+    return None if x is None else round(x, 4)
+
+
+def convert(raw, load_start, load_end, commit):
+    s0 = raw["schemes"]["f16"]
+    texts = raw["texts"]
+    out = {}
+    for name, key in NAMES.items():
+        s = raw["schemes"].get(name)
+        if not s:
+            continue
+        nll0 = sum(math.log(s0["ppl_" + t]) * s0["n_" + t] for t in texts)
+        nll = sum(math.log(s["ppl_" + t]) * s["n_" + t] for t in texts)
+        n = sum(s["n_" + t] for t in texts)
+        kl = sum(s["kl_mean_" + t] * s["n_" + t] for t in texts) / n
+        row = {
+            "bytes_per_token": s["bytes_per_token"],
+            "compression": round(s["compression"], 4),
+            "ppl_delta_frac": round(math.exp(nll / n) / math.exp(nll0 / n) - 1, 6),
+            "kl_mean": round(kl, 6),
+            "decode_ratio_16k": rnd(s.get("decode_ratio_16384")),
+            "decode_ratio_4k": rnd(s.get("decode_ratio_4096")),
+        }
+        for t in texts:
+            row["ppl_delta_frac_" + t] = round(s["ppl_delta_frac_" + t], 6)
+            row["kl_mean_" + t] = round(s["kl_mean_" + t], 6)
+        out[key] = row
+    meta = {"model": os.path.basename(raw["model"]), "threads": raw["threads"],
+            "tokens_scored_per_text": {t: s0["n_" + t] for t in texts},
+            "window": raw["window"], "f16_ppl": {t: s0["ppl_" + t] for t in texts},
+            "f16_decode_tok_s": {k[len("decode_tok_s_"):]: v for k, v in s0.items()
+                                 if k.startswith("decode_tok_s_")},
+            "load_start": load_start, "load_end": load_end, "commit": commit}
+    return {"cpu": {"schemes": out, "meta": meta},
+            "gpu": {"schemes": {}, "meta": {"note": "not measured: the CUDA backend has no "
+                                            "quantized-KV attention yet (docs/kv-quant.md)"}}}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "cinfer_kvq_bench"))
+    ap.add_argument("--model", default=os.path.join(ROOT, "models",
+                                                    "qwen2.5-coder-1.5b-instruct-Q4_K_M.gguf"))
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--window", type=int, default=2048)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--raw")
+    ap.add_argument("--from-raw")
+    ap.add_argument("--load-start", default="")
+    ap.add_argument("--load-end", default="")
+    ap.add_argument("--commit", default="")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "kv_quant.json"))
+    a = ap.parse_args()
+    if a.from_raw:
+        raw = json.load(open(a.from_raw))
+    else:
+        up = lambda: open("/proc/loadavg").read().split()[:3]
+        a.load_start = " ".join(up())
+        p = subprocess.run([a.bin, a.model, "-t", str(a.threads),
+                            "--text", "prose=/usr/share/common-licenses/GPL-3",
+                            "--text", "code=/usr/lib/python3.11/argparse.py",
+                            "--tokens", str(a.tokens), "--window", str(a.window),
+                            "--decode-ctx", "4096,16384"], capture_output=True, text=True)
+        if p.returncode:
+            sys.exit(p.stderr)
+        raw = json.loads(p.stdout)
+        a.load_end = " ".join(up())
+        a.commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
+                                  text=True).stdout.strip()
+        if a.raw:
+            json.dump(raw, open(a.raw, "w"), indent=1)
+    res = convert(raw, a.load_start, a.load_end, a.commit)
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=2)
+        f.write("\n")
+    print(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
