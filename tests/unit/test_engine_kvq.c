@@ -231,7 +231,11 @@ static void check_scheme(const char *name)
     engine_free(e);
     free(ia);
 
-    /* preemption: 12 blocks for 4 requests of ~100 positions */
+    /* preemption: 12 blocks for 4 requests of ~100 positions. The 4 requests must overlap
+     * for a preemption to happen: on a loaded machine the submitting thread can stall until
+     * the first finished, so the scenario runs again (at most 3 times) until one happened. */
+    struct engine_stats st;
+    for (int attempt = 0; attempt < 3; attempt++) {
     e = mk_engine(4, 12, 12);
     for (int i = 0; i < 4; i++) {
         coll_init(&c[i]);
@@ -250,13 +254,16 @@ static void check_scheme(const char *name)
         int k = i * 2 + 1; /* the solo ids from above */
         same += !c[i].err && c[i].n == nref[k] && !memcmp(c[i].ids, ref[k], (size_t)nref[k] * 4);
     }
-    struct engine_stats st;
     invariant_failures(e);
     engine_get_stats(e, &st);
     printf("%s: preemption %d/4 correct, %ld preemptions\n", name, same, st.preempted);
-    CHECK(same == 4 && st.preempted > 0);
+    CHECK(same == 4);
     CHECK(st.invariant_failures == 0);
     engine_free(e);
+    if (st.preempted > 0)
+        break;
+    }
+    CHECK(st.preempted > 0);
     for (int i = 0; i < 8; i++)
         free(ids[i]);
 }
