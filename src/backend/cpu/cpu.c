@@ -92,6 +92,16 @@ static int isa_has_vbmi(void)
 #endif
 }
 
+static int isa_has_gfni(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("gfni");
+#else
+    return 0;
+#endif
+}
+
 int cpu_qbuf_reserve(struct cpu_be *cb, size_t n)
 {
     if (n <= cb->qbuf_cap)
@@ -460,7 +470,7 @@ struct be *be_cpu_new(const struct be_config *cfg, struct cerr *e)
     if (cb->isa >= CPU_ISA_AVX512)
         cpu_kernels_avx512(&cb->k);
     if (cb->isa >= CPU_ISA_AVX512 && isa_has_vbmi())
-        cpu_kernels_rp512(&cb->k);
+        cpu_kernels_rp512(&cb->k, isa_has_gfni());
     /* CINFER_CPU_REPACK: unset or 1 = the default types (Q4_K, Q8_0, Q5_0, Q4_0), all =
      * every type with repacked kernels (adds Q6_K), 0 = none, or a comma-separated list of
      * dtype names (e.g. q4_k,q8_0). Q6_K is off by default: its repacked kernel measured

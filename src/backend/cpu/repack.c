@@ -13,7 +13,7 @@
 /* group block offsets */
 enum {
     Q4K_D = 0, Q4K_NDM = 16, Q4K_SC = 32, Q4K_MN = 96, Q4K_Q = 160, Q4K_GBLK = 1184,
-    Q6K_D = 0, Q6K_SC = 16, Q6K_Q = 144, Q6K_H = 1168, Q6K_GBLK = 1680,
+    Q6K_D = 0, Q6K_SC = 16, Q6K_GBLK = 1680,
     Q8_D = 0, Q8_Q = 16, Q8_GBLK = 272,
     Q5_D = 0, Q5_H = 16, Q5_Q = 48, Q5_GBLK = 176,
     Q40_D = 0, Q40_Q = 16, Q40_GBLK = 144,
@@ -166,8 +166,8 @@ static void q6k_pack(uint8_t *g, int r, const struct blk_q6_k *b)
         for (int j = 0; j < 4; j++)
             for (int t = 0; t < 8; t++) {
                 int lo = q[64 * c + 8 * j + t], hi = q[64 * c + 32 + 8 * j + t];
-                g[Q6K_Q + (c * 4 + j) * 64 + r * 8 + t] = (uint8_t)((lo & 0xf) | (hi & 0xf) << 4);
-                uint8_t *h = &g[Q6K_H + (c * 2 + j / 2) * 64 + r * 8 + t];
+                g[rp_q6k_q(c, j) + r * 8 + t] = (uint8_t)((lo & 0xf) | (hi & 0xf) << 4);
+                uint8_t *h = &g[rp_q6k_h(c, j / 2) + r * 8 + t];
                 int sh = (j & 1) * 4;
                 *h = (uint8_t)(*h | (lo >> 4) << sh | (hi >> 4) << (sh + 2));
             }
@@ -182,8 +182,8 @@ static void q6k_unpack(const uint8_t *g, int r, struct blk_q6_k *b)
     for (int c = 0; c < 4; c++)
         for (int j = 0; j < 4; j++)
             for (int t = 0; t < 8; t++) {
-                int q = g[Q6K_Q + (c * 4 + j) * 64 + r * 8 + t];
-                int h = g[Q6K_H + (c * 2 + j / 2) * 64 + r * 8 + t] >> ((j & 1) * 4);
+                int q = g[rp_q6k_q(c, j) + r * 8 + t];
+                int h = g[rp_q6k_h(c, j / 2) + r * 8 + t] >> ((j & 1) * 4);
                 q6_put(b, 64 * c + 8 * j + t, (q & 0xf) | (h & 3) << 4);
                 q6_put(b, 64 * c + 32 + 8 * j + t, (q >> 4) | ((h >> 2) & 3) << 4);
             }

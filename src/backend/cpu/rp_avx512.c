@@ -27,7 +27,7 @@
 
 enum {
     Q4K_D = 0, Q4K_SC = 32, Q4K_MN = 96, Q4K_Q = 160,
-    Q6K_D = 0, Q6K_SC = 16, Q6K_Q = 144, Q6K_H = 1168,
+    Q6K_D = 0, Q6K_SC = 16,
 };
 
 RP_INLINE __m512i bq(const void *p) /* 8 bytes broadcast */
@@ -131,14 +131,34 @@ RP_INLINE void q4k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
                                               _mm512_extractf32x8_ps(facc[i], 1)), nr);
 }
 
-/* ---- Q6_K ---- */
+/* ---- Q6_K (needs GFNI too: cpu.c installs it only then) ---- */
 
-RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+/* GF(2) affine matrix (vgf2p8affineqb) that moves bits 2f, 2f+1 of each byte to bits 4, 5 and
+ * clears the rest: output bit i takes the input bits set in matrix byte 7 - i. */
+static inline int64_t q6k_gfsel(int f)
+{
+    return (int64_t)((1ull << (2 * f)) << 24 | (1ull << (2 * f + 1)) << 16);
+}
+
+#define RP_GFNI __attribute__((target("avx512vbmi,gfni")))
+
+/* vpermb index: int16 m = 2L + h of lane L = 2r + p <- byte 16p + 8h + r of 32 scale bytes
+ * (groups 4q..4q+3, 8 rows each), in the high byte */
+static const _Alignas(64) uint8_t q6k_sidx[64] = {
+    0, 0, 0, 8, 0, 16, 0, 24, 0, 1, 0, 9, 0, 17, 0, 25, 0, 2, 0, 10, 0, 18, 0, 26, 0, 3, 0, 11, 0, 19, 0, 27,
+    0, 4, 0, 12, 0, 20, 0, 28, 0, 5, 0, 13, 0, 21, 0, 29, 0, 6, 0, 14, 0, 22, 0, 30, 0, 7, 0, 15, 0, 23, 0, 31};
+
+/* int32 lane L <- the signed byte p[L / 2] */
+RP_INLINE __m512i q6k_scale(const uint8_t *p)
+{
+    __m128i v = _mm_loadl_epi64((const __m128i *)p);
+    return _mm512_cvtepi8_epi32(_mm_unpacklo_epi8(v, v));
+}
+
+RP_GFNI RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
                         float *y, int64_t ldy, int nr)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
-    const __m512i half = _mm512_srli_epi32(iota32(), 1);
-    const __m512i par = _mm512_and_si512(iota32(), _mm512_set1_epi32(1));
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
     __m256 facc[4];
 #pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
@@ -148,8 +168,6 @@ RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
         for (int l = 0; l < 1680; l += 64)
             _mm_prefetch((const char *)g + RP_PF * 1680 + l, _MM_HINT_T0);
 #endif
-        const __m512i sc0 = _mm512_loadu_si512((const void *)(g + Q6K_SC));
-        const __m512i sc1 = _mm512_loadu_si512((const void *)(g + Q6K_SC + 64));
         __m512i sumi[4];
 #pragma GCC unroll 4
         for (int i = 0; i < nx; i++)
@@ -163,16 +181,18 @@ RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
 #pragma GCC unroll 4
                 for (int i = 0; i < nx; i++)
                     alo[i] = ahi[i] = _mm512_setzero_si512();
-                __m512i hv = _mm512_loadu_si512((const void *)(g + Q6K_H + (c * 2 + jj) * 64));
+                __m512i hv = _mm512_loadu_si512((const void *)(g + rp_q6k_h(c, jj)));
 #pragma GCC unroll 2
                 for (int jo = 0; jo < 2; jo++) {
                     int j = 2 * jj + jo;
-                    __m512i w = _mm512_loadu_si512((const void *)(g + Q6K_Q + (c * 4 + j) * 64));
-                    __m512i hl = jo ? hv : _mm512_slli_epi16(hv, 4);
-                    __m512i hh = jo ? _mm512_srli_epi16(hv, 2) : _mm512_slli_epi16(hv, 2);
-                    __m512i lo = _mm512_or_si512(_mm512_and_si512(w, m4), _mm512_and_si512(hl, m30));
-                    __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(w, 4), m4),
-                                                 _mm512_and_si512(hh, m30));
+                    __m512i w = _mm512_loadu_si512((const void *)(g + rp_q6k_q(c, j)));
+                    /* the 2 high bits of the low / high nibble's element (h bits 4jo..4jo+1 /
+                     * 4jo+2..4jo+3) moved to bits 4-5, other bits 0 (one GF(2) affine map) */
+                    __m512i fl = _mm512_gf2p8affine_epi64_epi8(hv, _mm512_set1_epi64(q6k_gfsel(2 * jo)), 0);
+                    __m512i fh = _mm512_gf2p8affine_epi64_epi8(hv, _mm512_set1_epi64(q6k_gfsel(2 * jo + 1)), 0);
+                    /* (a & m4) | f in one ternary-logic op */
+                    __m512i lo = _mm512_ternarylogic_epi32(w, m4, fl, 0xea);
+                    __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(w, 4), m4, fh, 0xea);
 #pragma GCC unroll 4
                     for (int i = 0; i < nx; i++) {
                         const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
@@ -180,14 +200,10 @@ RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
                         ahi[i] = _mm512_dpbusd_epi32(ahi[i], hi, bq(xb->q + 64 * c + 32 + 8 * j));
                     }
                 }
-                /* signed scales: byte 4L+3 <- sc[grp][L/2], then arithmetic shift */
+                /* signed scales of lane L = sc[grp][L/2]: the group's 8 bytes doubled, then
+                 * sign-extended (no index constants, no cross-vector permute) */
                 int glo = 4 * c + jj, ghi = 4 * c + 2 + jj;
-                __m512i slo = _mm512_srai_epi32(_mm512_maskz_permutex2var_epi8(
-                    0x8888888888888888ull, sc0,
-                    _mm512_slli_epi32(_mm512_add_epi32(half, _mm512_set1_epi32(8 * glo)), 24), sc1), 24);
-                __m512i shi = _mm512_srai_epi32(_mm512_maskz_permutex2var_epi8(
-                    0x8888888888888888ull, sc0,
-                    _mm512_slli_epi32(_mm512_add_epi32(half, _mm512_set1_epi32(8 * ghi)), 24), sc1), 24);
+                __m512i slo = q6k_scale(g + Q6K_SC + 8 * glo), shi = q6k_scale(g + Q6K_SC + 8 * ghi);
 #pragma GCC unroll 4
                 for (int i = 0; i < nx; i++)
                     sumi[i] = _mm512_add_epi32(sumi[i], _mm512_add_epi32(_mm512_mullo_epi32(alo[i], slo),
@@ -195,18 +211,18 @@ RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
             }
         }
         /* -32 offset: sum over groups of sc[grp] * bsums[grp]; lane L takes groups
-         * 4q + 2(L%2) and 4q + 2(L%2) + 1 as its int16 pair (sign-extended via the high byte) */
+         * 4q + 2(L%2) and 4q + 2(L%2) + 1 as its int16 pair: one vpermb of the 32 scale bytes
+         * of groups 4q..4q+3 into the high bytes (the same index for every q), then an
+         * arithmetic shift */
+        const __m512i sidx = _mm512_load_si512((const void *)q6k_sidx);
         __m512i summ[4];
 #pragma GCC unroll 4
         for (int i = 0; i < nx; i++)
             summ[i] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
-            __m512i a = _mm512_add_epi32(_mm512_add_epi32(half, _mm512_slli_epi32(par, 4)),
-                                         _mm512_set1_epi32(32 * q));
-            __m512i idx = _mm512_or_si512(_mm512_slli_epi32(a, 8),
-                                          _mm512_slli_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(8)), 24));
-            __m512i sp = _mm512_srai_epi16(_mm512_maskz_permutex2var_epi8(0xaaaaaaaaaaaaaaaaull, sc0, idx, sc1), 8);
+            __m512i s32 = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(g + Q6K_SC + 32 * q)));
+            __m512i sp = _mm512_srai_epi16(_mm512_maskz_permutexvar_epi8(0xaaaaaaaaaaaaaaaaull, sidx, s32), 8);
 #pragma GCC unroll 4
             for (int i = 0; i < nx; i++) {
                 const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
@@ -299,8 +315,8 @@ RP_INLINE void q40_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
 
 /* ---- entry points: rows [j0, j0 + nw) (j0 a multiple of 8) against nx x rows ---- */
 
-#define RP_MM(name, tile)                                                                          \
-    static void name(const struct rp_hdr *h, int64_t j0, int nw, const void *x, size_t xs,        \
+#define RP_MM(attr, name, tile)                                                                    \
+    attr static void name(const struct rp_hdr *h, int64_t j0, int nw, const void *x, size_t xs,        \
                      int nx, float *y, int64_t ldy)                                                \
     {                                                                                              \
         int64_t nb = h->k / dtype_block_elems(h->dtype);                                           \
@@ -321,16 +337,17 @@ RP_INLINE void q40_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
         }                                                                                          \
     }
 
-RP_MM(rp_mm_q4k, q4k_tile)
-RP_MM(rp_mm_q6k, q6k_tile)
-RP_MM(rp_mm_q8, q8_tile)
-RP_MM(rp_mm_q5, q5_tile)
-RP_MM(rp_mm_q40, q40_tile)
+RP_MM(, rp_mm_q4k, q4k_tile)
+RP_MM(RP_GFNI, rp_mm_q6k, q6k_tile)
+RP_MM(, rp_mm_q8, q8_tile)
+RP_MM(, rp_mm_q5, q5_tile)
+RP_MM(, rp_mm_q40, q40_tile)
 
-void cpu_kernels_rp512(struct cpu_kernels *k)
+void cpu_kernels_rp512(struct cpu_kernels *k, int gfni)
 {
     k->mm_rp[DT_Q4_K] = rp_mm_q4k;
-    k->mm_rp[DT_Q6_K] = rp_mm_q6k;
+    if (gfni)
+        k->mm_rp[DT_Q6_K] = rp_mm_q6k;
     k->mm_rp[DT_Q8_0] = rp_mm_q8;
     k->mm_rp[DT_Q5_0] = rp_mm_q5;
     k->mm_rp[DT_Q4_0] = rp_mm_q40;
