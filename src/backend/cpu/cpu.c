@@ -471,16 +471,13 @@ struct be *be_cpu_new(const struct be_config *cfg, struct cerr *e)
         cpu_kernels_avx512(&cb->k);
     if (cb->isa >= CPU_ISA_AVX512 && isa_has_vbmi())
         cpu_kernels_rp512(&cb->k, isa_has_gfni());
-    /* CINFER_CPU_REPACK: unset or 1 = the default types (Q4_K, Q8_0, Q5_0, Q4_0), all =
-     * every type with repacked kernels (adds Q6_K), 0 = none, or a comma-separated list of
-     * dtype names (e.g. q4_k,q8_0). Q6_K is off by default: its repacked kernel measured
-     * slower than the file layout for decode on the 2-vCPU Zen machine. */
+    /* CINFER_CPU_REPACK: unset, 1 or all = every type with repacked kernels (Q4_K, Q5_K,
+     * Q6_K, Q8_0, Q5_0, Q4_0), 0 = none, or a comma-separated list of dtype names (e.g.
+     * q4_k,q8_0). */
     const char *rp = getenv("CINFER_CPU_REPACK");
     cb->repack = !(rp && !strcmp(rp, "0"));
-    cb->repack_types = 1u << DT_Q4_K | 1u << DT_Q8_0 | 1u << DT_Q5_0 | 1u << DT_Q4_0;
-    if (rp && !strcmp(rp, "all"))
-        cb->repack_types = ~0u;
-    else if (rp && *rp && strcmp(rp, "0") && strcmp(rp, "1")) {
+    cb->repack_types = ~0u;
+    if (rp && *rp && strcmp(rp, "0") && strcmp(rp, "1") && strcmp(rp, "all")) {
         cb->repack_types = 0;
         for (int dt = 0; dt < DT_COUNT && dt < 32; dt++) {
             const char *nm = dtype_name(dt);

@@ -1,5 +1,6 @@
-/* rp_avx512.c — matmul kernels on repacked Q4_K / Q6_K / Q8_0 / Q5_0 / Q4_0 weights (repack.h), AVX-512 with
- * VNNI and VBMI (installed only when the CPU has both; cpu.c checks).
+/* rp_avx512.c — matmul kernels on repacked Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 / Q4_0 weights
+ * (repack.h), AVX-512 with VNNI and VBMI (installed only when the CPU has both; cpu.c checks;
+ * Q6_K's also needs GFNI).
  *
  * One 64-byte vector holds 8 bytes of each of 8 weight rows; int32 lane L = (row L/2, half
  * L%2) takes 4 of them, so vpdpbusd against an 8-byte broadcast of the activation (lanes
@@ -56,12 +57,14 @@ RP_INLINE void store_rows(float *y, __m256 v, int nr)
         _mm256_mask_storeu_ps(y, (__mmask8)((1u << nr) - 1), v);
 }
 
-/* ---- Q4_K ---- */
+/* ---- Q4_K and Q5_K (dt): Q5_K adds 16 to the nibbles whose fifth bit is set (one masked
+ * byte add per vector, the mask read from the group block) ---- */
 
-RP_INLINE void q4k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+RP_INLINE void k45_tile(int dt, int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
                         float *y, int64_t ldy, int nr)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const size_t gb = dt == DT_Q5_K ? 1440 : 1184;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10);
     const __m512i half = _mm512_srli_epi32(iota32(), 1);
     /* sub-block scale of lane L: byte 4L <- sc[s][L/2] */
     /* min pairs for bsums quad q: both int16 halves of lane L <- mn[2q + L%2][L/2] */
@@ -70,7 +73,7 @@ RP_INLINE void q4k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
 #pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
         facc[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, g += 1184) {
+    for (int64_t b = 0; b < nb; b++, g += gb) {
         const __m512i scv = _mm512_loadu_si512((const void *)(g + Q4K_SC));
         const __m512i mnv = _mm512_loadu_si512((const void *)(g + Q4K_MN));
         __m512i sumi[4], summ[4];
@@ -85,9 +88,17 @@ RP_INLINE void q4k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
                 alo[i] = ahi[i] = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) {
-                __m512i w = _mm512_loadu_si512((const void *)(g + Q4K_Q + (c * 4 + j) * 64));
+                const size_t qo = dt == DT_Q5_K ? rp_q5k_q(c, j) : (size_t)Q4K_Q + (size_t)(c * 4 + j) * 64;
+                __m512i w = _mm512_loadu_si512((const void *)(g + qo));
                 __m512i lo = _mm512_and_si512(w, m4);
                 __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+                if (dt == DT_Q5_K) {
+                    __mmask64 kl, kh;
+                    memcpy(&kl, g + rp_q5k_m(c, j, 0), 8);
+                    memcpy(&kh, g + rp_q5k_m(c, j, 1), 8);
+                    lo = _mm512_mask_add_epi8(lo, kl, lo, b16);
+                    hi = _mm512_mask_add_epi8(hi, kh, hi, b16);
+                }
 #pragma GCC unroll 4
                 for (int i = 0; i < nx; i++) {
                     const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
@@ -129,6 +140,17 @@ RP_INLINE void q4k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
     for (int i = 0; i < nx; i++)
         store_rows(y + i * ldy, _mm256_add_ps(_mm512_castps512_ps256(facc[i]),
                                               _mm512_extractf32x8_ps(facc[i], 1)), nr);
+}
+
+RP_INLINE void q4k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                        float *y, int64_t ldy, int nr)
+{
+    k45_tile(DT_Q4_K, nx, nb, g, x, xs, y, ldy, nr);
+}
+RP_INLINE void q5k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                        float *y, int64_t ldy, int nr)
+{
+    k45_tile(DT_Q5_K, nx, nb, g, x, xs, y, ldy, nr);
 }
 
 /* ---- Q6_K (needs GFNI too: cpu.c installs it only then) ---- */
@@ -338,6 +360,7 @@ RP_INLINE void q40_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
     }
 
 RP_MM(, rp_mm_q4k, q4k_tile)
+RP_MM(, rp_mm_q5k, q5k_tile)
 RP_MM(RP_GFNI, rp_mm_q6k, q6k_tile)
 RP_MM(, rp_mm_q8, q8_tile)
 RP_MM(, rp_mm_q5, q5_tile)
@@ -346,6 +369,7 @@ RP_MM(, rp_mm_q40, q40_tile)
 void cpu_kernels_rp512(struct cpu_kernels *k, int gfni)
 {
     k->mm_rp[DT_Q4_K] = rp_mm_q4k;
+    k->mm_rp[DT_Q5_K] = rp_mm_q5k;
     if (gfni)
         k->mm_rp[DT_Q6_K] = rp_mm_q6k;
     k->mm_rp[DT_Q8_0] = rp_mm_q8;
