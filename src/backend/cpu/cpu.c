@@ -465,8 +465,10 @@ struct be *be_cpu_new(const struct be_config *cfg, struct cerr *e)
     cb->n_threads = cpu_pool_size(cb->pool);
     cb->isa = isa_choose();
     cpu_kernels_scalar(&cb->k);
-    if (cb->isa >= CPU_ISA_AVX2)
+    if (cb->isa >= CPU_ISA_AVX2) {
         cpu_kernels_avx2(&cb->k);
+        cpu_kernels_rp2(&cb->k);
+    }
     if (cb->isa >= CPU_ISA_AVX512)
         cpu_kernels_avx512(&cb->k);
     if (cb->isa >= CPU_ISA_AVX512 && isa_has_vbmi())

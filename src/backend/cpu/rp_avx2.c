@@ -1,0 +1,172 @@
+/* rp_avx2.c — AVX2 matmul kernel on repacked Q4_K weights (repack.h), for CPUs without the
+ * AVX-512 kernels of rp_avx512.c (installed at the avx2 level and above; rp_avx512.c
+ * replaces it where it runs).
+ *
+ * A 64-byte vector of the layout is read as two 32-byte halves (rows 0-3, rows 4-7), each
+ * holding 8 bytes of 4 rows. vpmaddubsw against an 8-byte broadcast of the activation gives
+ * int16 pair sums (a nibble times an int8 twice: |sum| <= 3810, four of them summed stay
+ * below 2^15), and vpmaddwd with the sub-block scale spread over the int16 lanes (one
+ * vpshufb of the scale bytes) turns them into scaled int32 sums; the mins go through the
+ * activation's 16-element sums the same way. int32 lane k of a half = (row 4h + k/2, half
+ * k%2), the layout of the AVX-512 kernel, and the float steps are that kernel's (one FMA per
+ * block for the sums and one for the mins per row, added at the end), so both levels give
+ * the same bits.
+ *
+ * Batch invariance: a tile is 1 or 2 activation rows against one group of 8 weight rows;
+ * each (x row, w row) element owns its accumulators and gets the same operation sequence
+ * whatever the tile height.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_int.h"
+#include "backend/cpu/repack.h"
+
+#define RP2_INLINE static inline __attribute__((always_inline))
+
+enum { Q4K_D = 0, Q4K_NDM = 16, Q4K_SC = 32, Q4K_MN = 96, Q4K_Q = 160, Q4K_GBLK = 1184 };
+
+RP2_INLINE __m256i bq2(const void *p) /* 8 bytes broadcast */
+{
+    int64_t v;
+    memcpy(&v, p, 8);
+    return _mm256_set1_epi64x(v);
+}
+
+/* vpshufb index: int16 lane m of half h <- scale byte 4h + m/4 (zero-extended) */
+RP2_INLINE __m256i sc_idx(int h)
+{
+    const char a = (char)(4 * h), n = (char)0x80;
+    return _mm256_setr_epi8(a, n, a, n, a, n, a, n, (char)(a + 1), n, (char)(a + 1), n,
+                            (char)(a + 1), n, (char)(a + 1), n, (char)(a + 2), n, (char)(a + 2), n,
+                            (char)(a + 2), n, (char)(a + 2), n, (char)(a + 3), n, (char)(a + 3), n,
+                            (char)(a + 3), n, (char)(a + 3), n);
+}
+
+/* vpshufb index: both int16 halves of int32 lane k of half h <- min byte 8(k%2) + 4h + k/2
+ * of the 16 bytes mn[2q][8], mn[2q + 1][8] */
+RP2_INLINE __m256i mn_idx(int h)
+{
+    const char n = (char)0x80;
+    char b[32];
+    for (int k = 0; k < 8; k++) {
+        char v = (char)(8 * (k % 2) + 4 * h + k / 2);
+        b[4 * k] = v, b[4 * k + 1] = n, b[4 * k + 2] = v, b[4 * k + 3] = n;
+    }
+    __m256i r;
+    memcpy(&r, b, 32);
+    return r;
+}
+
+RP2_INLINE void q4k_tile2(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                          float *y, int64_t ldy, int nr)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i sia = sc_idx(0), sib = sc_idx(1), mia = mn_idx(0), mib = mn_idx(1);
+    __m256 fs[2], fm[2];
+#pragma GCC unroll 2
+    for (int i = 0; i < nx; i++)
+        fs[i] = fm[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, g += Q4K_GBLK) {
+        __m256i sa[2], sb[2];
+#pragma GCC unroll 2
+        for (int i = 0; i < nx; i++)
+            sa[i] = sb[i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+#pragma GCC unroll 2
+            for (int hb = 0; hb < 2; hb++) { /* low nibbles (sub-block 2c), then high (2c + 1) */
+                __m256i aa[2], ab[2];
+#pragma GCC unroll 2
+                for (int i = 0; i < nx; i++)
+                    aa[i] = ab[i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    const uint8_t *q = g + Q4K_Q + (c * 4 + j) * 64;
+                    __m256i wa = _mm256_loadu_si256((const __m256i *)q);
+                    __m256i wb = _mm256_loadu_si256((const __m256i *)(q + 32));
+                    if (hb)
+                        wa = _mm256_srli_epi16(wa, 4), wb = _mm256_srli_epi16(wb, 4);
+                    wa = _mm256_and_si256(wa, m4), wb = _mm256_and_si256(wb, m4);
+#pragma GCC unroll 2
+                    for (int i = 0; i < nx; i++) {
+                        const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
+                        __m256i xv = bq2(xb->q + 64 * c + 32 * hb + 8 * j);
+                        aa[i] = _mm256_add_epi16(aa[i], _mm256_maddubs_epi16(wa, xv));
+                        ab[i] = _mm256_add_epi16(ab[i], _mm256_maddubs_epi16(wb, xv));
+                    }
+                }
+                __m256i sv = bq2(g + Q4K_SC + 8 * (2 * c + hb));
+                __m256i sca = _mm256_shuffle_epi8(sv, sia), scb = _mm256_shuffle_epi8(sv, sib);
+#pragma GCC unroll 2
+                for (int i = 0; i < nx; i++) {
+                    sa[i] = _mm256_add_epi32(sa[i], _mm256_madd_epi16(aa[i], sca));
+                    sb[i] = _mm256_add_epi32(sb[i], _mm256_madd_epi16(ab[i], scb));
+                }
+            }
+        /* mins: lane (row, e) of quad q takes sub-block 2q + e's min against its two
+         * 16-element sums */
+        __m256i ma[2], mb[2];
+#pragma GCC unroll 2
+        for (int i = 0; i < nx; i++)
+            ma[i] = mb[i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            __m256i mv = _mm256_broadcastsi128_si256(
+                _mm_loadu_si128((const __m128i *)(g + Q4K_MN + 16 * q)));
+            __m256i mqa = _mm256_shuffle_epi8(mv, mia), mqb = _mm256_shuffle_epi8(mv, mib);
+#pragma GCC unroll 2
+            for (int i = 0; i < nx; i++) {
+                const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
+                __m256i bs = bq2(xb->bsums + 4 * q);
+                ma[i] = _mm256_add_epi32(ma[i], _mm256_madd_epi16(mqa, bs));
+                mb[i] = _mm256_add_epi32(mb[i], _mm256_madd_epi16(mqb, bs));
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + Q4K_D)));
+        const __m256 ndm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + Q4K_NDM)));
+#pragma GCC unroll 2
+        for (int i = 0; i < nx; i++) {
+            const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
+            /* the two halves of each row summed (exact), rows back in order 0..7 */
+            __m256i s = _mm256_permute4x64_epi64(_mm256_hadd_epi32(sa[i], sb[i]), 0xd8);
+            __m256i m = _mm256_permute4x64_epi64(_mm256_hadd_epi32(ma[i], mb[i]), 0xd8);
+            __m256 dx = _mm256_set1_ps(xb->d);
+            fs[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx), fs[i]);
+            fm[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(ndm, dx), fm[i]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < nx; i++) {
+        __m256 v = _mm256_add_ps(fs[i], fm[i]);
+        if (nr == RP_ROWS) {
+            _mm256_storeu_ps(y + i * ldy, v);
+        } else {
+            float t[8];
+            _mm256_storeu_ps(t, v);
+            memcpy(y + i * ldy, t, sizeof(float) * (size_t)nr);
+        }
+    }
+}
+
+/* rows [j0, j0 + nw) (j0 a multiple of 8) against nx x rows */
+static void rp2_mm_q4k(const struct rp_hdr *h, int64_t j0, int nw, const void *x, size_t xs, int nx,
+                       float *y, int64_t ldy)
+{
+    int64_t nb = h->k / 256;
+    for (int r0 = 0; r0 < nw; r0 += RP_ROWS) {
+        const uint8_t *g = rp_data(h) + (size_t)((j0 + r0) / RP_ROWS) * h->gstride;
+        int nr = nw - r0 < RP_ROWS ? nw - r0 : RP_ROWS;
+        int i = 0;
+        for (; i + 2 <= nx; i += 2)
+            q4k_tile2(2, nb, g, (const uint8_t *)x + (size_t)i * xs, xs, y + i * ldy + r0, ldy, nr);
+        if (i < nx)
+            q4k_tile2(1, nb, g, (const uint8_t *)x + (size_t)i * xs, xs, y + i * ldy + r0, ldy, nr);
+    }
+}
+
+void cpu_kernels_rp2(struct cpu_kernels *k)
+{
+    k->mm_rp[DT_Q4_K] = rp2_mm_q4k;
+}
