@@ -222,9 +222,9 @@ static void test_matmul_groupings(void)
     CHECK(levels >= 1);
 }
 
-/* Repacked Q4_K: the AVX2 and AVX-512 kernels make the same integer sums and the same float
- * steps, so they give the same bits (rp_avx2.c). */
-static void test_rp_q4k_levels_agree(void)
+/* Repacked Q4_K and Q6_K: the AVX2 and AVX-512 kernels make the same integer sums and the
+ * same float steps, so they give the same bits (rp_avx2.c). */
+static void test_rp_levels_agree(void)
 {
     if (!be_cpu_isa_supported("avx512") || !be_cpu_isa_supported("avx2")) {
         printf("  needs avx2 and avx512: not checked here\n");
@@ -232,32 +232,37 @@ static void test_rp_q4k_levels_agree(void)
     }
     enum { ROWS = 37, N = 5, K = 1024 };
     struct be *b2 = open_cpu("avx2", 1, "1"), *b5 = open_cpu("avx512", 1, "1");
-    g_rng = 4242;
-    size_t wb;
-    void *w = make_weights(DT_Q4_K, ROWS, K, &wb);
-    float *x = malloc(sizeof(float) * N * K), *y2 = malloc(sizeof(float) * N * ROWS),
-          *y5 = malloc(sizeof(float) * N * ROWS);
-    for (int i = 0; i < N * K; i++)
-        x[i] = rng_f();
-    struct be *bs[2] = {b2, b5};
-    float *ys[2] = {y2, y5};
-    int repacked = 0;
-    for (int l = 0; l < 2 && b2 && b5; l++) {
-        struct be_tensor t = {.dtype = DT_Q4_K, .ne = {K, ROWS, 1, 1}, .nbytes = wb, .name = "w"};
-        struct cerr e = {0};
-        t.data = bs[l]->ops->alloc(bs[l], wb);
-        bs[l]->ops->upload(bs[l], t.data, w, wb, &e);
-        void *orig = t.data;
-        CHECK(bs[l]->ops->weight_prepare(bs[l], &t, &e) == 0);
-        repacked += t.data != orig;
-        mm_rows(bs[l], &t, x, K, 0, N, ys[l]);
-        if (t.data != orig)
-            bs[l]->ops->free(bs[l], orig);
-        bs[l]->ops->free(bs[l], t.data);
+    static const int dts[2] = {DT_Q4_K, DT_Q6_K};
+    for (int di = 0; di < 2 && b2 && b5; di++) {
+        int dt = dts[di];
+        g_rng = 4242 + (uint64_t)dt;
+        size_t wb;
+        void *w = make_weights(dt, ROWS, K, &wb);
+        float *x = malloc(sizeof(float) * N * K), *y2 = malloc(sizeof(float) * N * ROWS),
+              *y5 = malloc(sizeof(float) * N * ROWS);
+        for (int i = 0; i < N * K; i++)
+            x[i] = rng_f();
+        struct be *bs[2] = {b2, b5};
+        float *ys[2] = {y2, y5};
+        int repacked = 0;
+        for (int l = 0; l < 2; l++) {
+            struct be_tensor t = {.dtype = dt, .ne = {K, ROWS, 1, 1}, .nbytes = wb, .name = "w"};
+            struct cerr e = {0};
+            t.data = bs[l]->ops->alloc(bs[l], wb);
+            bs[l]->ops->upload(bs[l], t.data, w, wb, &e);
+            void *orig = t.data;
+            CHECK(bs[l]->ops->weight_prepare(bs[l], &t, &e) == 0);
+            repacked += t.data != orig;
+            mm_rows(bs[l], &t, x, K, 0, N, ys[l]);
+            if (t.data != orig)
+                bs[l]->ops->free(bs[l], orig);
+            bs[l]->ops->free(bs[l], t.data);
+        }
+        CHECK_MSG(repacked == 2, "%s: repacked on %d of 2 levels", dtype_name(dt), repacked);
+        CHECK_MSG(!memcmp(y2, y5, sizeof(float) * N * ROWS), "repacked %s: avx2 and avx512 differ",
+                  dtype_name(dt));
+        free(w), free(x), free(y2), free(y5);
     }
-    CHECK_EQ_INT(repacked, 2);
-    CHECK_MSG(!memcmp(y2, y5, sizeof(float) * N * ROWS), "repacked Q4_K: avx2 and avx512 differ");
-    free(w), free(x), free(y2), free(y5);
     be_free(b2);
     be_free(b5);
 }
@@ -380,7 +385,7 @@ static void test_qwen_chunkings(void)
 int main(void)
 {
     RUN(test_matmul_groupings);
-    RUN(test_rp_q4k_levels_agree);
+    RUN(test_rp_levels_agree);
     RUN(test_stories_chunkings);
     RUN(test_qwen_chunkings);
     return harness_done();

@@ -1,6 +1,6 @@
-/* rp_avx2.c — AVX2 matmul kernel on repacked Q4_K weights (repack.h), for CPUs without the
- * AVX-512 kernels of rp_avx512.c (installed at the avx2 level and above; rp_avx512.c
- * replaces it where it runs).
+/* rp_avx2.c — AVX2 matmul kernels on repacked Q4_K and Q6_K weights (repack.h), for CPUs without
+ * the AVX-512 kernels of rp_avx512.c (installed at the avx2 level and above; rp_avx512.c replaces
+ * it where it runs).
  *
  * A 64-byte vector of the layout is read as two 32-byte halves (rows 0-3, rows 4-7), each
  * holding 8 bytes of 4 rows. vpmaddubsw against an 8-byte broadcast of the activation gives
@@ -25,13 +25,32 @@
 
 #define RP2_INLINE static inline __attribute__((always_inline))
 
-enum { Q4K_D = 0, Q4K_NDM = 16, Q4K_SC = 32, Q4K_MN = 96, Q4K_Q = 160, Q4K_GBLK = 1184 };
+enum {
+    Q4K_D = 0,
+    Q4K_NDM = 16,
+    Q4K_SC = 32,
+    Q4K_MN = 96,
+    Q4K_Q = 160,
+    Q4K_GBLK = 1184,
+    Q6K_SC = 16
+};
 
 RP2_INLINE __m256i bq2(const void *p) /* 8 bytes broadcast */
 {
     int64_t v;
     memcpy(&v, p, 8);
     return _mm256_set1_epi64x(v);
+}
+
+RP2_INLINE void store8(float *y, __m256 v, int nr)
+{
+    if (nr == RP_ROWS) {
+        _mm256_storeu_ps(y, v);
+        return;
+    }
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    memcpy(y, t, sizeof(float) * (size_t)nr);
 }
 
 /* vpshufb index: int16 lane m of half h <- scale byte 4h + m/4 (zero-extended) */
@@ -138,35 +157,180 @@ RP2_INLINE void q4k_tile2(int nx, int64_t nb, const uint8_t *g, const uint8_t *x
         }
     }
 #pragma GCC unroll 2
-    for (int i = 0; i < nx; i++) {
-        __m256 v = _mm256_add_ps(fs[i], fm[i]);
-        if (nr == RP_ROWS) {
-            _mm256_storeu_ps(y + i * ldy, v);
-        } else {
-            float t[8];
-            _mm256_storeu_ps(t, v);
-            memcpy(y + i * ldy, t, sizeof(float) * (size_t)nr);
+    for (int i = 0; i < nx; i++)
+        store8(y + i * ldy, _mm256_add_ps(fs[i], fm[i]), nr);
+}
+
+/* ---- Q6_K ----
+ * Per 64 elements (c, jj): the high-bit vector h and the nibble vectors q(2jj), q(2jj + 1);
+ * a 6-bit value is (nibble) | (its 2 bits of h moved to bits 4-5): 16-bit shifts, then
+ * masks that drop what crossed a byte. Group 4c + jj (low nibbles) and 4c + 2 + jj (high)
+ * take two vpmaddubsw each (|sum| <= 2 * 16002 < 2^15), then vpmaddwd with the signed group
+ * scale spread over the int16 lanes (vpshufb into the high byte, arithmetic shift). */
+
+/* vpshufb index: int16 lane m of half h <- scale byte 4h + m/4, in the high byte */
+RP2_INLINE __m256i ssc_idx(int h)
+{
+    char b[32];
+    for (int m = 0; m < 16; m++)
+        b[2 * m] = (char)0x80, b[2 * m + 1] = (char)(4 * h + m / 4);
+    __m256i r;
+    memcpy(&r, b, 32);
+    return r;
+}
+
+/* vpshufb index for the -32 offset, quad q: int32 lane k = (row 4h + k/2, e = k%2) takes
+ * groups 4q + 2e, 4q + 2e + 1 as its int16 pair; the 16 scale bytes of groups 4q + 2e,
+ * 4q + 2e + 1 (8 rows each) are in both 128-bit lanes; lanes of the other e get zero */
+RP2_INLINE __m256i soff_idx(int h, int e)
+{
+    char b[32];
+    for (int k = 0; k < 8; k++) {
+        int r = 4 * h + k / 2, on = k % 2 == e;
+        b[4 * k] = (char)0x80, b[4 * k + 1] = on ? (char)r : (char)0x80;
+        b[4 * k + 2] = (char)0x80, b[4 * k + 3] = on ? (char)(8 + r) : (char)0x80;
+    }
+    __m256i v;
+    memcpy(&v, b, 32);
+    return v;
+}
+
+RP2_INLINE void q6k_tile2(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                          float *y, int64_t ldy, int nr)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    __m256 fs[2];
+#pragma GCC unroll 2
+    for (int i = 0; i < nx; i++)
+        fs[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, g += 1680) {
+        __m256i sa[2], sb[2];
+#pragma GCC unroll 2
+        for (int i = 0; i < nx; i++)
+            sa[i] = sb[i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+#pragma GCC unroll 2
+            for (int jj = 0; jj < 2; jj++) {
+                const uint8_t *hp = g + rp_q6k_h(c, jj);
+                __m256i ha = _mm256_loadu_si256((const __m256i *)hp);
+                __m256i hb = _mm256_loadu_si256((const __m256i *)(hp + 32));
+                __m256i la[2], lb[2], ua[2], ub[2]; /* int16 sums: low / high nibble groups */
+#pragma GCC unroll 2
+                for (int i = 0; i < nx; i++)
+                    la[i] = lb[i] = ua[i] = ub[i] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+                for (int jo = 0; jo < 2; jo++) {
+                    int j = 2 * jj + jo;
+                    const uint8_t *q = g + rp_q6k_q(c, j);
+                    __m256i wa = _mm256_loadu_si256((const __m256i *)q);
+                    __m256i wb = _mm256_loadu_si256((const __m256i *)(q + 32));
+                    /* h bits 4jo..4jo+1 (low nibble's element) and 4jo+2..4jo+3 (high) */
+                    __m256i hla = jo ? ha : _mm256_slli_epi16(ha, 4),
+                            hlb = jo ? hb : _mm256_slli_epi16(hb, 4);
+                    __m256i hha = jo ? _mm256_srli_epi16(ha, 2) : _mm256_slli_epi16(ha, 2);
+                    __m256i hhb = jo ? _mm256_srli_epi16(hb, 2) : _mm256_slli_epi16(hb, 2);
+                    __m256i loa =
+                        _mm256_or_si256(_mm256_and_si256(wa, m4), _mm256_and_si256(hla, m30));
+                    __m256i lob =
+                        _mm256_or_si256(_mm256_and_si256(wb, m4), _mm256_and_si256(hlb, m30));
+                    __m256i hia = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wa, 4), m4),
+                                                  _mm256_and_si256(hha, m30));
+                    __m256i hib = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wb, 4), m4),
+                                                  _mm256_and_si256(hhb, m30));
+#pragma GCC unroll 2
+                    for (int i = 0; i < nx; i++) {
+                        const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
+                        __m256i xl = bq2(xb->q + 64 * c + 8 * j),
+                                xh = bq2(xb->q + 64 * c + 32 + 8 * j);
+                        la[i] = _mm256_add_epi16(la[i], _mm256_maddubs_epi16(loa, xl));
+                        lb[i] = _mm256_add_epi16(lb[i], _mm256_maddubs_epi16(lob, xl));
+                        ua[i] = _mm256_add_epi16(ua[i], _mm256_maddubs_epi16(hia, xh));
+                        ub[i] = _mm256_add_epi16(ub[i], _mm256_maddubs_epi16(hib, xh));
+                    }
+                }
+                __m256i svl = bq2(g + Q6K_SC + 8 * (4 * c + jj)),
+                        svh = bq2(g + Q6K_SC + 8 * (4 * c + 2 + jj));
+                const __m256i ia = ssc_idx(0), ib = ssc_idx(1);
+                __m256i sla = _mm256_srai_epi16(_mm256_shuffle_epi8(svl, ia), 8);
+                __m256i slb = _mm256_srai_epi16(_mm256_shuffle_epi8(svl, ib), 8);
+                __m256i sha = _mm256_srai_epi16(_mm256_shuffle_epi8(svh, ia), 8);
+                __m256i shb = _mm256_srai_epi16(_mm256_shuffle_epi8(svh, ib), 8);
+#pragma GCC unroll 2
+                for (int i = 0; i < nx; i++) {
+                    sa[i] =
+                        _mm256_add_epi32(sa[i], _mm256_add_epi32(_mm256_madd_epi16(la[i], sla),
+                                                                 _mm256_madd_epi16(ua[i], sha)));
+                    sb[i] =
+                        _mm256_add_epi32(sb[i], _mm256_add_epi32(_mm256_madd_epi16(lb[i], slb),
+                                                                 _mm256_madd_epi16(ub[i], shb)));
+                }
+            }
+        /* -32 offset: sum over groups of sc[grp] * bsums[grp] */
+        __m256i ma[2], mb[2];
+#pragma GCC unroll 2
+        for (int i = 0; i < nx; i++)
+            ma[i] = mb[i] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            __m256i s0 = _mm256_broadcastsi128_si256(
+                _mm_loadu_si128((const __m128i *)(g + Q6K_SC + 32 * q)));
+            __m256i s1 = _mm256_broadcastsi128_si256(
+                _mm_loadu_si128((const __m128i *)(g + Q6K_SC + 32 * q + 16)));
+            __m256i pa = _mm256_srai_epi16(_mm256_or_si256(_mm256_shuffle_epi8(s0, soff_idx(0, 0)),
+                                                           _mm256_shuffle_epi8(s1, soff_idx(0, 1))),
+                                           8);
+            __m256i pb = _mm256_srai_epi16(_mm256_or_si256(_mm256_shuffle_epi8(s0, soff_idx(1, 0)),
+                                                           _mm256_shuffle_epi8(s1, soff_idx(1, 1))),
+                                           8);
+#pragma GCC unroll 2
+            for (int i = 0; i < nx; i++) {
+                const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
+                __m256i bs = bq2(xb->bsums + 4 * q);
+                ma[i] = _mm256_add_epi32(ma[i], _mm256_madd_epi16(pa, bs));
+                mb[i] = _mm256_add_epi32(mb[i], _mm256_madd_epi16(pb, bs));
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+#pragma GCC unroll 2
+        for (int i = 0; i < nx; i++) {
+            const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
+            __m256i s = _mm256_permute4x64_epi64(_mm256_hadd_epi32(sa[i], sb[i]), 0xd8);
+            __m256i m = _mm256_permute4x64_epi64(_mm256_hadd_epi32(ma[i], mb[i]), 0xd8);
+            __m256i t = _mm256_sub_epi32(s, _mm256_slli_epi32(m, 5));
+            fs[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(xb->d)),
+                                    fs[i]);
         }
     }
+#pragma GCC unroll 2
+    for (int i = 0; i < nx; i++)
+        store8(y + i * ldy, fs[i], nr);
 }
 
 /* rows [j0, j0 + nw) (j0 a multiple of 8) against nx x rows */
-static void rp2_mm_q4k(const struct rp_hdr *h, int64_t j0, int nw, const void *x, size_t xs, int nx,
-                       float *y, int64_t ldy)
-{
-    int64_t nb = h->k / 256;
-    for (int r0 = 0; r0 < nw; r0 += RP_ROWS) {
-        const uint8_t *g = rp_data(h) + (size_t)((j0 + r0) / RP_ROWS) * h->gstride;
-        int nr = nw - r0 < RP_ROWS ? nw - r0 : RP_ROWS;
-        int i = 0;
-        for (; i + 2 <= nx; i += 2)
-            q4k_tile2(2, nb, g, (const uint8_t *)x + (size_t)i * xs, xs, y + i * ldy + r0, ldy, nr);
-        if (i < nx)
-            q4k_tile2(1, nb, g, (const uint8_t *)x + (size_t)i * xs, xs, y + i * ldy + r0, ldy, nr);
+#define RP2_MM(name, tile)                                                                         \
+    static void name(const struct rp_hdr *h, int64_t j0, int nw, const void *x, size_t xs, int nx, \
+                     float *y, int64_t ldy)                                                        \
+    {                                                                                              \
+        int64_t nb = h->k / 256;                                                                   \
+        for (int r0 = 0; r0 < nw; r0 += RP_ROWS) {                                                 \
+            const uint8_t *g = rp_data(h) + (size_t)((j0 + r0) / RP_ROWS) * h->gstride;            \
+            int nr = nw - r0 < RP_ROWS ? nw - r0 : RP_ROWS;                                        \
+            int i = 0;                                                                             \
+            for (; i + 2 <= nx; i += 2)                                                            \
+                tile(2, nb, g, (const uint8_t *)x + (size_t)i * xs, xs, y + i * ldy + r0, ldy,     \
+                     nr);                                                                          \
+            if (i < nx)                                                                            \
+                tile(1, nb, g, (const uint8_t *)x + (size_t)i * xs, xs, y + i * ldy + r0, ldy,     \
+                     nr);                                                                          \
+        }                                                                                          \
     }
-}
+
+RP2_MM(rp2_mm_q4k, q4k_tile2)
+RP2_MM(rp2_mm_q6k, q6k_tile2)
 
 void cpu_kernels_rp2(struct cpu_kernels *k)
 {
     k->mm_rp[DT_Q4_K] = rp2_mm_q4k;
+    k->mm_rp[DT_Q6_K] = rp2_mm_q6k;
 }
