@@ -222,8 +222,8 @@ static void test_matmul_groupings(void)
     CHECK(levels >= 1);
 }
 
-/* Repacked Q4_K and Q6_K: the AVX2 and AVX-512 kernels make the same integer sums and the
- * same float steps, so they give the same bits (rp_avx2.c). */
+/* Repacked Q4_K, Q6_K, Q8_0, Q5_0, Q4_0: the AVX2 and AVX-512 kernels make the same integer
+ * sums and the same float steps, so they give the same bits (rp_avx2.c). */
 static void test_rp_levels_agree(void)
 {
     if (!be_cpu_isa_supported("avx512") || !be_cpu_isa_supported("avx2")) {
@@ -232,8 +232,8 @@ static void test_rp_levels_agree(void)
     }
     enum { ROWS = 37, N = 5, K = 1024 };
     struct be *b2 = open_cpu("avx2", 1, "1"), *b5 = open_cpu("avx512", 1, "1");
-    static const int dts[2] = {DT_Q4_K, DT_Q6_K};
-    for (int di = 0; di < 2 && b2 && b5; di++) {
+    static const int dts[5] = {DT_Q4_K, DT_Q6_K, DT_Q8_0, DT_Q5_0, DT_Q4_0};
+    for (int di = 0; di < 5 && b2 && b5; di++) {
         int dt = dts[di];
         g_rng = 4242 + (uint64_t)dt;
         size_t wb;

@@ -1,6 +1,6 @@
-/* rp_avx2.c — AVX2 matmul kernels on repacked Q4_K and Q6_K weights (repack.h), for CPUs without
- * the AVX-512 kernels of rp_avx512.c (installed at the avx2 level and above; rp_avx512.c replaces
- * it where it runs).
+/* rp_avx2.c — AVX2 matmul kernels on repacked Q4_K, Q6_K, Q8_0, Q5_0 and Q4_0 weights
+ * (repack.h), for CPUs without the AVX-512 kernels of rp_avx512.c (installed at the avx2
+ * level and above; rp_avx512.c replaces them where it runs). Described for Q4_K first:
  *
  * A 64-byte vector of the layout is read as two 32-byte halves (rows 0-3, rows 4-7), each
  * holding 8 bytes of 4 rows. vpmaddubsw against an 8-byte broadcast of the activation gives
@@ -307,12 +307,129 @@ RP2_INLINE void q6k_tile2(int nx, int64_t nb, const uint8_t *g, const uint8_t *x
         store8(y + i * ldy, fs[i], nr);
 }
 
+/* ---- 32-element blocks: Q8_0, Q5_0, Q4_0 ----
+ * Q5_0/Q4_0: unsigned codes u (Q5_0's fifth bit expanded from its row mask bytes), four
+ * vpmaddubsw per half summed in int16 (|sum| <= 4 * 7874 < 2^15), one vpmaddwd, then the
+ * offset o * ns1 (o = 16, 8) in int32: the integer the AVX-512 kernel makes. Q8_0: the
+ * stored u = w + 128 is turned back into w and multiplied with the sign trick (|w| times x
+ * carrying w's sign: pairs <= 32512), which is sum w x = sum u x - 128 sum x, the same
+ * integer again. Then the same float step per block and row. */
+
+/* 32 bytes: byte 8k + t of half h = 0x10 if bit t of mask byte 4h + k is set, else 0 */
+RP2_INLINE __m256i b32_hi5(const uint8_t *mb, int h)
+{
+    uint32_t v;
+    memcpy(&v, mb + 4 * h, 4);
+    const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                         2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
+    __m256i r = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v), rep);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(r, bit), bit),
+                            _mm256_set1_epi8(0x10));
+}
+
+RP2_INLINE void b32_tile2(int dt, int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                          float *y, int64_t ldy, int nr)
+{
+    const size_t gb = dt == DT_Q8_0 ? 272 : dt == DT_Q5_0 ? 176 : 144;
+    const int o = dt == DT_Q5_0 ? 16 : 8;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1),
+                  x80 = _mm256_set1_epi8((char)0x80);
+    __m256 fs[2];
+#pragma GCC unroll 2
+    for (int i = 0; i < nx; i++)
+        fs[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, g += gb) {
+        __m256i w[4][2]; /* element vector j (elements 8j + t), half h */
+        if (dt == DT_Q8_0) {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++)
+                    w[j][h] = _mm256_xor_si256(
+                        _mm256_loadu_si256((const __m256i *)(g + 16 + 64 * j + 32 * h)), x80);
+        } else {
+            const uint8_t *q = g + (dt == DT_Q5_0 ? 48 : 16);
+#pragma GCC unroll 2
+            for (int jj = 0; jj < 2; jj++)
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    __m256i n = _mm256_loadu_si256((const __m256i *)(q + 64 * jj + 32 * h));
+                    w[jj][h] = _mm256_and_si256(n, m4);
+                    w[jj + 2][h] = _mm256_and_si256(_mm256_srli_epi16(n, 4), m4);
+                }
+            if (dt == DT_Q5_0)
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++)
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++)
+                        w[j][h] = _mm256_or_si256(w[j][h], b32_hi5(g + 16 + 8 * j, h));
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)g));
+#pragma GCC unroll 2
+        for (int i = 0; i < nx; i++) {
+            const struct blk_a8 *xb = (const struct blk_a8 *)(x + (size_t)i * xs) + b;
+            __m256i ta, tb;
+            if (dt == DT_Q8_0) {
+                ta = tb = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    __m256i xv = bq2(xb->q + 8 * j);
+                    ta = _mm256_add_epi32(
+                        ta,
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w[j][0], w[j][0]),
+                                                               _mm256_sign_epi8(xv, w[j][0])),
+                                          ones));
+                    tb = _mm256_add_epi32(
+                        tb,
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w[j][1], w[j][1]),
+                                                               _mm256_sign_epi8(xv, w[j][1])),
+                                          ones));
+                }
+            } else {
+                __m256i pa = _mm256_setzero_si256(), pb = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    __m256i xv = bq2(xb->q + 8 * j);
+                    pa = _mm256_add_epi16(pa, _mm256_maddubs_epi16(w[j][0], xv));
+                    pb = _mm256_add_epi16(pb, _mm256_maddubs_epi16(w[j][1], xv));
+                }
+                ta = _mm256_madd_epi16(pa, ones), tb = _mm256_madd_epi16(pb, ones);
+            }
+            __m256i t = _mm256_permute4x64_epi64(_mm256_hadd_epi32(ta, tb), 0xd8);
+            if (dt != DT_Q8_0)
+                t = _mm256_add_epi32(t, _mm256_set1_epi32(o * xb->ns1));
+            fs[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(xb->d)),
+                                    fs[i]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < nx; i++)
+        store8(y + i * ldy, fs[i], nr);
+}
+
+RP2_INLINE void q8_tile2(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                         float *y, int64_t ldy, int nr)
+{
+    b32_tile2(DT_Q8_0, nx, nb, g, x, xs, y, ldy, nr);
+}
+RP2_INLINE void q5_tile2(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                         float *y, int64_t ldy, int nr)
+{
+    b32_tile2(DT_Q5_0, nx, nb, g, x, xs, y, ldy, nr);
+}
+RP2_INLINE void q40_tile2(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                          float *y, int64_t ldy, int nr)
+{
+    b32_tile2(DT_Q4_0, nx, nb, g, x, xs, y, ldy, nr);
+}
+
 /* rows [j0, j0 + nw) (j0 a multiple of 8) against nx x rows */
 #define RP2_MM(name, tile)                                                                         \
     static void name(const struct rp_hdr *h, int64_t j0, int nw, const void *x, size_t xs, int nx, \
                      float *y, int64_t ldy)                                                        \
     {                                                                                              \
-        int64_t nb = h->k / 256;                                                                   \
+        int64_t nb = h->k / dtype_block_elems(h->dtype);                                           \
         for (int r0 = 0; r0 < nw; r0 += RP_ROWS) {                                                 \
             const uint8_t *g = rp_data(h) + (size_t)((j0 + r0) / RP_ROWS) * h->gstride;            \
             int nr = nw - r0 < RP_ROWS ? nw - r0 : RP_ROWS;                                        \
@@ -328,9 +445,15 @@ RP2_INLINE void q6k_tile2(int nx, int64_t nb, const uint8_t *g, const uint8_t *x
 
 RP2_MM(rp2_mm_q4k, q4k_tile2)
 RP2_MM(rp2_mm_q6k, q6k_tile2)
+RP2_MM(rp2_mm_q8, q8_tile2)
+RP2_MM(rp2_mm_q5, q5_tile2)
+RP2_MM(rp2_mm_q40, q40_tile2)
 
 void cpu_kernels_rp2(struct cpu_kernels *k)
 {
     k->mm_rp[DT_Q4_K] = rp2_mm_q4k;
     k->mm_rp[DT_Q6_K] = rp2_mm_q6k;
+    k->mm_rp[DT_Q8_0] = rp2_mm_q8;
+    k->mm_rp[DT_Q5_0] = rp2_mm_q5;
+    k->mm_rp[DT_Q4_0] = rp2_mm_q40;
 }
