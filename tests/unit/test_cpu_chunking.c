@@ -173,9 +173,9 @@ static void test_matmul_groupings(void)
         if (!be_cpu_isa_supported(g_isas[li]))
             continue;
         levels++;
-        /* the repacked layouts exist only at the avx512 level; "0" keeps the file layout */
+        /* the avx2 and avx512 levels repack; "0" keeps the file layout */
         static const char *const rp[2] = {"0", "all"};
-        for (int ri = 0; ri < (li == 2 ? 2 : 1); ri++) {
+        for (int ri = 0; ri < (li >= 1 ? 2 : 1); ri++) {
             struct be *bs[3];
             for (int th = 0; th < 3; th++)
                 bs[th] = open_cpu(g_isas[li], th + 1, rp[ri]);
@@ -222,7 +222,7 @@ static void test_matmul_groupings(void)
     CHECK(levels >= 1);
 }
 
-/* Repacked Q4_K, Q6_K, Q8_0, Q5_0, Q4_0: the AVX2 and AVX-512 kernels make the same integer
+/* Repacked Q4_K, Q6_K, Q8_0, Q5_0, Q4_0, Q4_1: the AVX2 and AVX-512 kernels make the same integer
  * sums and the same float steps, so they give the same bits (rp_avx2.c). */
 static void test_rp_levels_agree(void)
 {
@@ -232,8 +232,8 @@ static void test_rp_levels_agree(void)
     }
     enum { ROWS = 37, N = 5, K = 1024 };
     struct be *b2 = open_cpu("avx2", 1, "1"), *b5 = open_cpu("avx512", 1, "1");
-    static const int dts[5] = {DT_Q4_K, DT_Q6_K, DT_Q8_0, DT_Q5_0, DT_Q4_0};
-    for (int di = 0; di < 5 && b2 && b5; di++) {
+    static const int dts[6] = {DT_Q4_K, DT_Q6_K, DT_Q8_0, DT_Q5_0, DT_Q4_0, DT_Q4_1};
+    for (int di = 0; di < 6 && b2 && b5; di++) {
         int dt = dts[di];
         g_rng = 4242 + (uint64_t)dt;
         size_t wb;

@@ -474,7 +474,7 @@ struct be *be_cpu_new(const struct be_config *cfg, struct cerr *e)
     if (cb->isa >= CPU_ISA_AVX512 && isa_has_vbmi())
         cpu_kernels_rp512(&cb->k, isa_has_gfni());
     /* CINFER_CPU_REPACK: unset, 1 or all = every type with repacked kernels (Q4_K, Q5_K,
-     * Q6_K, Q8_0, Q5_0, Q4_0), 0 = none, or a comma-separated list of dtype names (e.g.
+     * Q6_K, Q8_0, Q5_0, Q4_0, Q4_1), 0 = none, or a comma-separated list of dtype names (e.g.
      * q4_k,q8_0). */
     const char *rp = getenv("CINFER_CPU_REPACK");
     cb->repack = !(rp && !strcmp(rp, "0"));

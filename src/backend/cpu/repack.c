@@ -18,12 +18,13 @@ enum {
     Q8_D = 0, Q8_Q = 16, Q8_GBLK = 272,
     Q5_D = 0, Q5_H = 16, Q5_Q = 48, Q5_GBLK = 176,
     Q40_D = 0, Q40_Q = 16, Q40_GBLK = 144,
+    Q41_D = 0, Q41_M = 16, Q41_Q = 32, Q41_GBLK = 160,
 };
 
 int rp_supported(int dt)
 {
     return dt == DT_Q4_K || dt == DT_Q5_K || dt == DT_Q6_K || dt == DT_Q8_0 || dt == DT_Q5_0 ||
-           dt == DT_Q4_0;
+           dt == DT_Q4_0 || dt == DT_Q4_1;
 }
 
 size_t rp_gblk_bytes(int dt)
@@ -35,6 +36,7 @@ size_t rp_gblk_bytes(int dt)
     case DT_Q8_0: return Q8_GBLK;
     case DT_Q5_0: return Q5_GBLK;
     case DT_Q4_0: return Q40_GBLK;
+    case DT_Q4_1: return Q41_GBLK;
     default: return 0;
     }
 }
@@ -55,6 +57,11 @@ static void b32_pack(int dt, uint8_t *g, int r, const uint8_t *p)
             g[Q5_H + j * 8 + r] = b->qh[j];
         for (int jj = 0; jj < 2; jj++)
             memcpy(g + Q5_Q + jj * 64 + r * 8, b->qs + 8 * jj, 8);
+    } else if (dt == DT_Q4_1) {
+        const struct blk_q4_1 *b = (const struct blk_q4_1 *)p;
+        memcpy(g + Q41_M + 2 * r, &b->m, 2);
+        for (int jj = 0; jj < 2; jj++)
+            memcpy(g + Q41_Q + jj * 64 + r * 8, b->qs + 8 * jj, 8);
     } else {
         const struct blk_q4_0 *b = (const struct blk_q4_0 *)p;
         for (int jj = 0; jj < 2; jj++)
@@ -76,6 +83,11 @@ static void b32_unpack(int dt, const uint8_t *g, int r, uint8_t *p)
             b->qh[j] = g[Q5_H + j * 8 + r];
         for (int jj = 0; jj < 2; jj++)
             memcpy(b->qs + 8 * jj, g + Q5_Q + jj * 64 + r * 8, 8);
+    } else if (dt == DT_Q4_1) {
+        struct blk_q4_1 *b = (struct blk_q4_1 *)p;
+        memcpy(&b->m, g + Q41_M + 2 * r, 2);
+        for (int jj = 0; jj < 2; jj++)
+            memcpy(b->qs + 8 * jj, g + Q41_Q + jj * 64 + r * 8, 8);
     } else {
         struct blk_q4_0 *b = (struct blk_q4_0 *)p;
         for (int jj = 0; jj < 2; jj++)

@@ -33,6 +33,7 @@
  *                file's qs byte 8jj + t of row r (low nibble: element 8jj + t, high: 16 +
  *                8jj + t).
  *   Q4_0 (144):  u16 d[8]; q as Q5_0's.
+ *   Q4_1 (160):  u16 d[8]; u16 m[8]; q as Q5_0's.
  * Internal to backend/cpu; pure functions, any thread.
  */
 #ifndef CINFER_BACKEND_CPU_REPACK_H

@@ -1,4 +1,4 @@
-/* rp_avx2.c — AVX2 matmul kernels on repacked Q4_K, Q6_K, Q8_0, Q5_0 and Q4_0 weights
+/* rp_avx2.c — AVX2 matmul kernels on repacked Q4_K, Q6_K, Q8_0, Q5_0, Q4_0 and Q4_1 weights
  * (repack.h), for CPUs without the AVX-512 kernels of rp_avx512.c (installed at the avx2
  * level and above; rp_avx512.c replaces them where it runs). Described for Q4_K first:
  *
@@ -331,8 +331,8 @@ RP2_INLINE __m256i b32_hi5(const uint8_t *mb, int h)
 RP2_INLINE void b32_tile2(int dt, int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
                           float *y, int64_t ldy, int nr)
 {
-    const size_t gb = dt == DT_Q8_0 ? 272 : dt == DT_Q5_0 ? 176 : 144;
-    const int o = dt == DT_Q5_0 ? 16 : 8;
+    const size_t gb = dt == DT_Q8_0 ? 272 : dt == DT_Q5_0 ? 176 : dt == DT_Q4_1 ? 160 : 144;
+    const int o = dt == DT_Q5_0 ? 16 : dt == DT_Q4_1 ? 0 : 8;
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1),
                   x80 = _mm256_set1_epi8((char)0x80);
     __m256 fs[2];
@@ -349,7 +349,7 @@ RP2_INLINE void b32_tile2(int dt, int nx, int64_t nb, const uint8_t *g, const ui
                     w[j][h] = _mm256_xor_si256(
                         _mm256_loadu_si256((const __m256i *)(g + 16 + 64 * j + 32 * h)), x80);
         } else {
-            const uint8_t *q = g + (dt == DT_Q5_0 ? 48 : 16);
+            const uint8_t *q = g + (dt == DT_Q5_0 ? 48 : dt == DT_Q4_1 ? 32 : 16);
 #pragma GCC unroll 2
             for (int jj = 0; jj < 2; jj++)
 #pragma GCC unroll 2
@@ -401,6 +401,9 @@ RP2_INLINE void b32_tile2(int dt, int nx, int64_t nb, const uint8_t *g, const ui
                 t = _mm256_add_epi32(t, _mm256_set1_epi32(o * xb->ns1));
             fs[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(xb->d)),
                                     fs[i]);
+            if (dt == DT_Q4_1) /* + m_w * d_x * sum q_x */
+                fs[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16))),
+                                        _mm256_set1_ps(xb->ds), fs[i]);
         }
     }
 #pragma GCC unroll 2
@@ -417,6 +420,11 @@ RP2_INLINE void q5_tile2(int nx, int64_t nb, const uint8_t *g, const uint8_t *x,
                          float *y, int64_t ldy, int nr)
 {
     b32_tile2(DT_Q5_0, nx, nb, g, x, xs, y, ldy, nr);
+}
+RP2_INLINE void q41_tile2(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                          float *y, int64_t ldy, int nr)
+{
+    b32_tile2(DT_Q4_1, nx, nb, g, x, xs, y, ldy, nr);
 }
 RP2_INLINE void q40_tile2(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
                           float *y, int64_t ldy, int nr)
@@ -448,6 +456,7 @@ RP2_MM(rp2_mm_q6k, q6k_tile2)
 RP2_MM(rp2_mm_q8, q8_tile2)
 RP2_MM(rp2_mm_q5, q5_tile2)
 RP2_MM(rp2_mm_q40, q40_tile2)
+RP2_MM(rp2_mm_q41, q41_tile2)
 
 void cpu_kernels_rp2(struct cpu_kernels *k)
 {
@@ -456,4 +465,5 @@ void cpu_kernels_rp2(struct cpu_kernels *k)
     k->mm_rp[DT_Q8_0] = rp2_mm_q8;
     k->mm_rp[DT_Q5_0] = rp2_mm_q5;
     k->mm_rp[DT_Q4_0] = rp2_mm_q40;
+    k->mm_rp[DT_Q4_1] = rp2_mm_q41;
 }

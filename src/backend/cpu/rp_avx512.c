@@ -1,5 +1,5 @@
-/* rp_avx512.c — matmul kernels on repacked Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 / Q4_0 weights
- * (repack.h), AVX-512 with VNNI and VBMI (installed only when the CPU has both; cpu.c checks;
+/* rp_avx512.c — matmul kernels on repacked Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 / Q4_0 / Q4_1
+ * weights (repack.h), AVX-512 with VNNI and VBMI (installed only when the CPU has both; cpu.c checks;
  * Q6_K's also needs GFNI).
  *
  * One 64-byte vector holds 8 bytes of each of 8 weight rows; int32 lane L = (row L/2, half
@@ -272,8 +272,8 @@ RP_GFNI RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint
 RP_INLINE void b32_tile(int dt, int nx, int64_t nb, const uint8_t *g, const uint8_t *x,
                         size_t xs, float *y, int64_t ldy, int nr)
 {
-    const size_t gb = dt == DT_Q8_0 ? 272 : dt == DT_Q5_0 ? 176 : 144;
-    const int o = dt == DT_Q8_0 ? 128 : dt == DT_Q5_0 ? 16 : 8;
+    const size_t gb = dt == DT_Q8_0 ? 272 : dt == DT_Q5_0 ? 176 : dt == DT_Q4_1 ? 160 : 144;
+    const int o = dt == DT_Q8_0 ? 128 : dt == DT_Q5_0 ? 16 : dt == DT_Q4_1 ? 0 : 8;
     const __m512i m4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10);
     __m256 facc[4];
 #pragma GCC unroll 4
@@ -286,7 +286,7 @@ RP_INLINE void b32_tile(int dt, int nx, int64_t nb, const uint8_t *g, const uint
             for (int j = 0; j < 4; j++)
                 w[j] = _mm512_loadu_si512((const void *)(g + 16 + 64 * j));
         } else {
-            const uint8_t *q = g + (dt == DT_Q5_0 ? 48 : 16);
+            const uint8_t *q = g + (dt == DT_Q5_0 ? 48 : dt == DT_Q4_1 ? 32 : 16);
 #pragma GCC unroll 2
             for (int jj = 0; jj < 2; jj++) {
                 __m512i n = _mm512_loadu_si512((const void *)(q + 64 * jj));
@@ -312,6 +312,9 @@ RP_INLINE void b32_tile(int dt, int nx, int64_t nb, const uint8_t *g, const uint
             __m256i t = _mm256_add_epi32(fold(acc), _mm256_set1_epi32(o * xb->ns1));
             facc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(xb->d)),
                                       facc[i]);
+            if (dt == DT_Q4_1) /* + m_w * d_x * sum q_x */
+                facc[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16))),
+                                          _mm256_set1_ps(xb->ds), facc[i]);
         }
     }
 #pragma GCC unroll 4
@@ -328,6 +331,11 @@ RP_INLINE void q5_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, s
                        float *y, int64_t ldy, int nr)
 {
     b32_tile(DT_Q5_0, nx, nb, g, x, xs, y, ldy, nr);
+}
+RP_INLINE void q41_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                        float *y, int64_t ldy, int nr)
+{
+    b32_tile(DT_Q4_1, nx, nb, g, x, xs, y, ldy, nr);
 }
 RP_INLINE void q40_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
                         float *y, int64_t ldy, int nr)
@@ -365,6 +373,7 @@ RP_MM(RP_GFNI, rp_mm_q6k, q6k_tile)
 RP_MM(, rp_mm_q8, q8_tile)
 RP_MM(, rp_mm_q5, q5_tile)
 RP_MM(, rp_mm_q40, q40_tile)
+RP_MM(, rp_mm_q41, q41_tile)
 
 void cpu_kernels_rp512(struct cpu_kernels *k, int gfni)
 {
@@ -375,4 +384,5 @@ void cpu_kernels_rp512(struct cpu_kernels *k, int gfni)
     k->mm_rp[DT_Q8_0] = rp_mm_q8;
     k->mm_rp[DT_Q5_0] = rp_mm_q5;
     k->mm_rp[DT_Q4_0] = rp_mm_q40;
+    k->mm_rp[DT_Q4_1] = rp_mm_q41;
 }
