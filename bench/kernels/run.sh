@@ -2,7 +2,9 @@
 # run.sh — compiles the CPU backend sources and bench_kernels.c on their own (no CMake, no
 # third-party libraries, so it also runs on a bare machine) and runs the benchmark.
 # Usage: bench/kernels/run.sh [isa]   (isa = scalar|avx2|avx512; default: best available)
-# Env: CC (default cc), OUT (build folder, default /tmp/cinfer-bench-kernels).
+# Env: CC (default cc), OUT (build folder, default /tmp/cinfer-bench-kernels), BENCH=rp
+# builds and runs bench_rp.c instead (repacked vs file layout; its arguments: [threads
+# [dtype ...]]).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -23,5 +25,9 @@ for f in "$root"/src/backend/*.c "$root"/src/backend/cpu/*.c "$root"/src/util/er
 done
 wait
 # the streaming-read loop is plain C; -O3 lets the compiler vectorize it
+if [ "${BENCH:-}" = rp ]; then
+    "$cc" "${flags[@]}" "$here/bench_rp.c" "${objs[@]}" -lm -lpthread -o "$out/bench_rp"
+    exec "$out/bench_rp" "$@"
+fi
 "$cc" "${flags[@]}" -O3 "$here/bench_kernels.c" "${objs[@]}" -lm -lpthread -o "$out/bench_kernels"
 exec "$out/bench_kernels" "$@"

@@ -323,8 +323,8 @@ static void test_pool_exactly_once(void)
  * bit pattern occurs), and tail rows of the last group are zero blocks. */
 static void test_repack_roundtrip(void)
 {
-    static const int types[] = {DT_Q4_K, DT_Q6_K, DT_Q8_0, DT_Q5_0, DT_Q4_0};
-    for (size_t ti = 0; ti < 5; ti++) {
+    static const int types[] = {DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_Q8_0, DT_Q5_0, DT_Q4_0, DT_Q4_1};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         int dt = types[ti], rows = 13;
         int64_t k = 768;
         size_t rb = dtype_row_bytes(dt, k);

@@ -92,6 +92,16 @@ static int isa_has_vbmi(void)
 #endif
 }
 
+static int isa_has_gfni(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("gfni");
+#else
+    return 0;
+#endif
+}
+
 int cpu_qbuf_reserve(struct cpu_be *cb, size_t n)
 {
     if (n <= cb->qbuf_cap)
@@ -456,22 +466,21 @@ struct be *be_cpu_new(const struct be_config *cfg, struct cerr *e)
     cb->n_threads = cpu_pool_size(cb->pool);
     cb->isa = isa_choose();
     cpu_kernels_scalar(&cb->k);
-    if (cb->isa >= CPU_ISA_AVX2)
+    if (cb->isa >= CPU_ISA_AVX2) {
         cpu_kernels_avx2(&cb->k);
+        cpu_kernels_rp2(&cb->k);
+    }
     if (cb->isa >= CPU_ISA_AVX512)
         cpu_kernels_avx512(&cb->k);
     if (cb->isa >= CPU_ISA_AVX512 && isa_has_vbmi())
-        cpu_kernels_rp512(&cb->k);
-    /* CINFER_CPU_REPACK: unset or 1 = the default types (Q4_K, Q8_0, Q5_0, Q4_0), all =
-     * every type with repacked kernels (adds Q6_K), 0 = none, or a comma-separated list of
-     * dtype names (e.g. q4_k,q8_0). Q6_K is off by default: its repacked kernel measured
-     * slower than the file layout for decode on the 2-vCPU Zen machine. */
+        cpu_kernels_rp512(&cb->k, isa_has_gfni());
+    /* CINFER_CPU_REPACK: unset, 1 or all = every type with repacked kernels (Q4_K, Q5_K,
+     * Q6_K, Q8_0, Q5_0, Q4_0, Q4_1), 0 = none, or a comma-separated list of dtype names (e.g.
+     * q4_k,q8_0). */
     const char *rp = getenv("CINFER_CPU_REPACK");
     cb->repack = !(rp && !strcmp(rp, "0"));
-    cb->repack_types = 1u << DT_Q4_K | 1u << DT_Q8_0 | 1u << DT_Q5_0 | 1u << DT_Q4_0;
-    if (rp && !strcmp(rp, "all"))
-        cb->repack_types = ~0u;
-    else if (rp && *rp && strcmp(rp, "0") && strcmp(rp, "1")) {
+    cb->repack_types = ~0u;
+    if (rp && *rp && strcmp(rp, "0") && strcmp(rp, "1") && strcmp(rp, "all")) {
         cb->repack_types = 0;
         for (int dt = 0; dt < DT_COUNT && dt < 32; dt++) {
             const char *nm = dtype_name(dt);

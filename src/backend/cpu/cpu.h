@@ -5,11 +5,12 @@
  * CINFER_CPU_ISA=scalar|avx2|avx512 (read at be_cpu_new; a level the CPU lacks is refused
  * with a warning and the best available one is used).
  *
- * Q4_K, Q8_0, Q5_0, Q4_0 weights are repacked at weight_prepare into row-interleaved groups
- * (a copy in host memory owned by the backend; the mmap'd file is untouched and its pages
- * are released) when the kernel level has kernels for the layout (AVX-512 with VNNI and
- * VBMI). CINFER_CPU_REPACK (read at be_cpu_new): 0 = keep the file layout, 1 = default,
- * all = also Q6_K, or a comma-separated list of dtype names.
+ * Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q4_0, Q4_1 weights are repacked at weight_prepare into
+ * row-interleaved groups (a copy in host memory owned by the backend; the mmap'd file is
+ * untouched and its pages are released) when the kernel level has kernels for the layout
+ * (AVX-512 with VNNI and VBMI, Q6_K also GFNI; AVX2: all but Q5_K). CINFER_CPU_REPACK
+ * (read at be_cpu_new): 0 = keep the file layout, unset / 1 / all = every type with kernels,
+ * or a comma-separated list of dtype names.
  */
 #ifndef CINFER_BACKEND_CPU_H
 #define CINFER_BACKEND_CPU_H

@@ -68,7 +68,9 @@ struct cpu_kernels {
 void cpu_kernels_scalar(struct cpu_kernels *k);
 void cpu_kernels_avx2(struct cpu_kernels *k);
 void cpu_kernels_avx512(struct cpu_kernels *k);
-void cpu_kernels_rp512(struct cpu_kernels *k); /* needs AVX-512 VNNI + VBMI */
+void cpu_kernels_rp2(struct cpu_kernels *k); /* AVX2 kernels on repacked Q4_K */
+/* needs AVX-512 VNNI + VBMI; Q6_K's kernel also GFNI (gfni: the CPU has it) */
+void cpu_kernels_rp512(struct cpu_kernels *k, int gfni);
 
 struct cpu_be {
     struct be base;

@@ -13,25 +13,30 @@
 /* group block offsets */
 enum {
     Q4K_D = 0, Q4K_NDM = 16, Q4K_SC = 32, Q4K_MN = 96, Q4K_Q = 160, Q4K_GBLK = 1184,
-    Q6K_D = 0, Q6K_SC = 16, Q6K_Q = 144, Q6K_H = 1168, Q6K_GBLK = 1680,
+    Q5K_GBLK = 1440,
+    Q6K_D = 0, Q6K_SC = 16, Q6K_GBLK = 1680,
     Q8_D = 0, Q8_Q = 16, Q8_GBLK = 272,
     Q5_D = 0, Q5_H = 16, Q5_Q = 48, Q5_GBLK = 176,
     Q40_D = 0, Q40_Q = 16, Q40_GBLK = 144,
+    Q41_D = 0, Q41_M = 16, Q41_Q = 32, Q41_GBLK = 160,
 };
 
 int rp_supported(int dt)
 {
-    return dt == DT_Q4_K || dt == DT_Q6_K || dt == DT_Q8_0 || dt == DT_Q5_0 || dt == DT_Q4_0;
+    return dt == DT_Q4_K || dt == DT_Q5_K || dt == DT_Q6_K || dt == DT_Q8_0 || dt == DT_Q5_0 ||
+           dt == DT_Q4_0 || dt == DT_Q4_1;
 }
 
 size_t rp_gblk_bytes(int dt)
 {
     switch (dt) {
     case DT_Q4_K: return Q4K_GBLK;
+    case DT_Q5_K: return Q5K_GBLK;
     case DT_Q6_K: return Q6K_GBLK;
     case DT_Q8_0: return Q8_GBLK;
     case DT_Q5_0: return Q5_GBLK;
     case DT_Q4_0: return Q40_GBLK;
+    case DT_Q4_1: return Q41_GBLK;
     default: return 0;
     }
 }
@@ -52,6 +57,11 @@ static void b32_pack(int dt, uint8_t *g, int r, const uint8_t *p)
             g[Q5_H + j * 8 + r] = b->qh[j];
         for (int jj = 0; jj < 2; jj++)
             memcpy(g + Q5_Q + jj * 64 + r * 8, b->qs + 8 * jj, 8);
+    } else if (dt == DT_Q4_1) {
+        const struct blk_q4_1 *b = (const struct blk_q4_1 *)p;
+        memcpy(g + Q41_M + 2 * r, &b->m, 2);
+        for (int jj = 0; jj < 2; jj++)
+            memcpy(g + Q41_Q + jj * 64 + r * 8, b->qs + 8 * jj, 8);
     } else {
         const struct blk_q4_0 *b = (const struct blk_q4_0 *)p;
         for (int jj = 0; jj < 2; jj++)
@@ -73,6 +83,11 @@ static void b32_unpack(int dt, const uint8_t *g, int r, uint8_t *p)
             b->qh[j] = g[Q5_H + j * 8 + r];
         for (int jj = 0; jj < 2; jj++)
             memcpy(b->qs + 8 * jj, g + Q5_Q + jj * 64 + r * 8, 8);
+    } else if (dt == DT_Q4_1) {
+        struct blk_q4_1 *b = (struct blk_q4_1 *)p;
+        memcpy(&b->m, g + Q41_M + 2 * r, 2);
+        for (int jj = 0; jj < 2; jj++)
+            memcpy(b->qs + 8 * jj, g + Q41_Q + jj * 64 + r * 8, 8);
     } else {
         struct blk_q4_0 *b = (struct blk_q4_0 *)p;
         for (int jj = 0; jj < 2; jj++)
@@ -121,8 +136,17 @@ static void q6_put(struct blk_q6_k *b, int e, int v)
     *hb = (uint8_t)((*hb & ~(3 << (2 * qq))) | ((v >> 4) & 3) << (2 * qq));
 }
 
-static void q4k_pack(uint8_t *g, int r, const struct blk_q4_k *b)
+/* Q4_K and Q5_K share the header (d, -dmin, scales, mins) and the nibble layout; Q5_K's
+ * nibble vectors sit after their fifth-bit masks (rp_q5k_q / rp_q5k_m). */
+static size_t k45_q(int dt, int c, int j)
 {
+    return dt == DT_Q5_K ? rp_q5k_q(c, j) : (size_t)Q4K_Q + (size_t)(c * 4 + j) * 64;
+}
+
+static void k45_pack(int dt, uint8_t *g, int r, const uint8_t *p)
+{
+    const struct blk_q4_k *b = (const struct blk_q4_k *)p; /* same header for Q5_K */
+    const uint8_t *qs = dt == DT_Q5_K ? ((const struct blk_q5_k *)p)->qs : b->qs;
     memcpy(g + Q4K_D + 2 * r, &b->d, 2);
     uint16_t nd = b->dmin ^ 0x8000u;
     memcpy(g + Q4K_NDM + 2 * r, &nd, 2);
@@ -130,11 +154,25 @@ static void q4k_pack(uint8_t *g, int r, const struct blk_q4_k *b)
         k4_get(b->scales, s, &g[Q4K_SC + s * 8 + r], &g[Q4K_MN + s * 8 + r]);
     for (int c = 0; c < 4; c++)
         for (int j = 0; j < 4; j++)
-            memcpy(g + Q4K_Q + (c * 4 + j) * 64 + r * 8, b->qs + 32 * c + 8 * j, 8);
+            memcpy(g + k45_q(dt, c, j) + r * 8, qs + 32 * c + 8 * j, 8);
+    if (dt != DT_Q5_K)
+        return;
+    const uint8_t *qh = ((const struct blk_q5_k *)p)->qh;
+    for (int c = 0; c < 4; c++)
+        for (int j = 0; j < 4; j++)
+            for (int hb = 0; hb < 2; hb++) { /* low / high nibble elements: qh bit 2c / 2c+1 */
+                uint8_t m = 0;
+                for (int t = 0; t < 8; t++)
+                    m = (uint8_t)(m | ((qh[8 * j + t] >> (2 * c + hb)) & 1) << t);
+                g[rp_q5k_m(c, j, hb) + r] = m;
+            }
 }
 
-static void q4k_unpack(const uint8_t *g, int r, struct blk_q4_k *b)
+static void k45_unpack(int dt, const uint8_t *g, int r, uint8_t *p)
 {
+    struct blk_q4_k *b = (struct blk_q4_k *)p;
+    memset(p, 0, dtype_block_bytes(dt));
+    uint8_t *qs = dt == DT_Q5_K ? ((struct blk_q5_k *)p)->qs : b->qs;
     memcpy(&b->d, g + Q4K_D + 2 * r, 2);
     uint16_t nd;
     memcpy(&nd, g + Q4K_NDM + 2 * r, 2);
@@ -145,7 +183,17 @@ static void q4k_unpack(const uint8_t *g, int r, struct blk_q4_k *b)
     k4_put(b->scales, sc, mn);
     for (int c = 0; c < 4; c++)
         for (int j = 0; j < 4; j++)
-            memcpy(b->qs + 32 * c + 8 * j, g + Q4K_Q + (c * 4 + j) * 64 + r * 8, 8);
+            memcpy(qs + 32 * c + 8 * j, g + k45_q(dt, c, j) + r * 8, 8);
+    if (dt != DT_Q5_K)
+        return;
+    uint8_t *qh = ((struct blk_q5_k *)p)->qh;
+    for (int c = 0; c < 4; c++)
+        for (int j = 0; j < 4; j++)
+            for (int hb = 0; hb < 2; hb++) {
+                uint8_t m = g[rp_q5k_m(c, j, hb) + r];
+                for (int t = 0; t < 8; t++)
+                    qh[8 * j + t] = (uint8_t)(qh[8 * j + t] | ((m >> t) & 1) << (2 * c + hb));
+            }
 }
 
 static void q6k_pack(uint8_t *g, int r, const struct blk_q6_k *b)
@@ -166,8 +214,8 @@ static void q6k_pack(uint8_t *g, int r, const struct blk_q6_k *b)
         for (int j = 0; j < 4; j++)
             for (int t = 0; t < 8; t++) {
                 int lo = q[64 * c + 8 * j + t], hi = q[64 * c + 32 + 8 * j + t];
-                g[Q6K_Q + (c * 4 + j) * 64 + r * 8 + t] = (uint8_t)((lo & 0xf) | (hi & 0xf) << 4);
-                uint8_t *h = &g[Q6K_H + (c * 2 + j / 2) * 64 + r * 8 + t];
+                g[rp_q6k_q(c, j) + r * 8 + t] = (uint8_t)((lo & 0xf) | (hi & 0xf) << 4);
+                uint8_t *h = &g[rp_q6k_h(c, j / 2) + r * 8 + t];
                 int sh = (j & 1) * 4;
                 *h = (uint8_t)(*h | (lo >> 4) << sh | (hi >> 4) << (sh + 2));
             }
@@ -182,8 +230,8 @@ static void q6k_unpack(const uint8_t *g, int r, struct blk_q6_k *b)
     for (int c = 0; c < 4; c++)
         for (int j = 0; j < 4; j++)
             for (int t = 0; t < 8; t++) {
-                int q = g[Q6K_Q + (c * 4 + j) * 64 + r * 8 + t];
-                int h = g[Q6K_H + (c * 2 + j / 2) * 64 + r * 8 + t] >> ((j & 1) * 4);
+                int q = g[rp_q6k_q(c, j) + r * 8 + t];
+                int h = g[rp_q6k_h(c, j / 2) + r * 8 + t] >> ((j & 1) * 4);
                 q6_put(b, 64 * c + 8 * j + t, (q & 0xf) | (h & 3) << 4);
                 q6_put(b, 64 * c + 32 + 8 * j + t, (q >> 4) | ((h >> 2) & 3) << 4);
             }
@@ -223,8 +271,8 @@ void rp_fill(struct rp_hdr *h, const void *src, int64_t g0, int64_t g1)
         for (int r = 0; r < RP_ROWS && gi * RP_ROWS + r < h->rows; r++) {
             const uint8_t *s = (const uint8_t *)src + (size_t)(gi * RP_ROWS + r) * rb;
             for (int64_t b = 0; b < nb; b++) {
-                if (dt == DT_Q4_K)
-                    q4k_pack(grp + (size_t)b * gb, r, (const struct blk_q4_k *)(s + (size_t)b * bb));
+                if (dt == DT_Q4_K || dt == DT_Q5_K)
+                    k45_pack(dt, grp + (size_t)b * gb, r, s + (size_t)b * bb);
                 else if (dt == DT_Q6_K)
                     q6k_pack(grp + (size_t)b * gb, r, (const struct blk_q6_k *)(s + (size_t)b * bb));
                 else
@@ -239,8 +287,9 @@ void rp_orig_row_part(const struct rp_hdr *h, int64_t row, int64_t b0, int64_t n
     const uint8_t *grp = rp_data(h) + (size_t)(row / RP_ROWS) * h->gstride;
     int r = (int)(row % RP_ROWS);
     for (int64_t b = 0; b < nb; b++) {
-        if (h->dtype == DT_Q4_K)
-            q4k_unpack(grp + (size_t)(b0 + b) * h->gblk, r, (struct blk_q4_k *)dst + b);
+        if (h->dtype == DT_Q4_K || h->dtype == DT_Q5_K)
+            k45_unpack(h->dtype, grp + (size_t)(b0 + b) * h->gblk, r,
+                       (uint8_t *)dst + (size_t)b * dtype_block_bytes(h->dtype));
         else if (h->dtype == DT_Q6_K)
             q6k_unpack(grp + (size_t)(b0 + b) * h->gblk, r, (struct blk_q6_k *)dst + b);
         else

@@ -1,5 +1,6 @@
-/* rp_avx512.c — matmul kernels on repacked Q4_K / Q6_K / Q8_0 / Q5_0 / Q4_0 weights (repack.h), AVX-512 with
- * VNNI and VBMI (installed only when the CPU has both; cpu.c checks).
+/* rp_avx512.c — matmul kernels on repacked Q4_K / Q5_K / Q6_K / Q8_0 / Q5_0 / Q4_0 / Q4_1
+ * weights (repack.h), AVX-512 with VNNI and VBMI (installed only when the CPU has both; cpu.c checks;
+ * Q6_K's also needs GFNI).
  *
  * One 64-byte vector holds 8 bytes of each of 8 weight rows; int32 lane L = (row L/2, half
  * L%2) takes 4 of them, so vpdpbusd against an 8-byte broadcast of the activation (lanes
@@ -34,7 +35,7 @@
 
 enum {
     Q4K_D = 0, Q4K_SC = 32, Q4K_MN = 96, Q4K_Q = 160,
-    Q6K_D = 0, Q6K_SC = 16, Q6K_Q = 144, Q6K_H = 1168,
+    Q6K_D = 0, Q6K_SC = 16,
 };
 
 RP_INLINE __m512i bq(const void *p) /* 8 bytes broadcast */
@@ -63,12 +64,14 @@ RP_INLINE void store_rows(float *y, __m256 v, int nr)
         _mm256_mask_storeu_ps(y, (__mmask8)((1u << nr) - 1), v);
 }
 
-/* ---- Q4_K ---- */
+/* ---- Q4_K and Q5_K (dt): Q5_K adds 16 to the nibbles whose fifth bit is set (one masked
+ * byte add per vector, the mask read from the group block) ---- */
 
-RP_INLINE void q4k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+RP_INLINE void k45_tile(int dt, int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
                         float *y, int64_t ldy, int nr)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const size_t gb = dt == DT_Q5_K ? 1440 : 1184;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10);
     const __m512i half = _mm512_srli_epi32(iota32(), 1);
     /* sub-block scale of lane L: byte 4L <- sc[s][L/2] */
     /* min pairs for bsums quad q: both int16 halves of lane L <- mn[2q + L%2][L/2] */
@@ -77,7 +80,7 @@ RP_INLINE void q4k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
 #pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
         facc[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, g += 1184) {
+    for (int64_t b = 0; b < nb; b++, g += gb) {
         const __m512i scv = _mm512_loadu_si512((const void *)(g + Q4K_SC));
         const __m512i mnv = _mm512_loadu_si512((const void *)(g + Q4K_MN));
         __m512i sumi[4], summ[4];
@@ -92,9 +95,17 @@ RP_INLINE void q4k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
                 alo[i] = ahi[i] = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) {
-                __m512i w = _mm512_loadu_si512((const void *)(g + Q4K_Q + (c * 4 + j) * 64));
+                const size_t qo = dt == DT_Q5_K ? rp_q5k_q(c, j) : (size_t)Q4K_Q + (size_t)(c * 4 + j) * 64;
+                __m512i w = _mm512_loadu_si512((const void *)(g + qo));
                 __m512i lo = _mm512_and_si512(w, m4);
                 __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+                if (dt == DT_Q5_K) {
+                    __mmask64 kl, kh;
+                    memcpy(&kl, g + rp_q5k_m(c, j, 0), 8);
+                    memcpy(&kh, g + rp_q5k_m(c, j, 1), 8);
+                    lo = _mm512_mask_add_epi8(lo, kl, lo, b16);
+                    hi = _mm512_mask_add_epi8(hi, kh, hi, b16);
+                }
 #pragma GCC unroll 4
                 for (int i = 0; i < nx; i++) {
                     const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
@@ -138,14 +149,45 @@ RP_INLINE void q4k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
                                               _mm512_extractf32x8_ps(facc[i], 1)), nr);
 }
 
-/* ---- Q6_K ---- */
-
-RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+RP_INLINE void q4k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
                         float *y, int64_t ldy, int nr)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
-    const __m512i half = _mm512_srli_epi32(iota32(), 1);
-    const __m512i par = _mm512_and_si512(iota32(), _mm512_set1_epi32(1));
+    k45_tile(DT_Q4_K, nx, nb, g, x, xs, y, ldy, nr);
+}
+RP_INLINE void q5k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                        float *y, int64_t ldy, int nr)
+{
+    k45_tile(DT_Q5_K, nx, nb, g, x, xs, y, ldy, nr);
+}
+
+/* ---- Q6_K (needs GFNI too: cpu.c installs it only then) ---- */
+
+/* GF(2) affine matrix (vgf2p8affineqb) that moves bits 2f, 2f+1 of each byte to bits 4, 5 and
+ * clears the rest: output bit i takes the input bits set in matrix byte 7 - i. */
+static inline int64_t q6k_gfsel(int f)
+{
+    return (int64_t)((1ull << (2 * f)) << 24 | (1ull << (2 * f + 1)) << 16);
+}
+
+#define RP_GFNI __attribute__((target("avx512vbmi,gfni")))
+
+/* vpermb index: int16 m = 2L + h of lane L = 2r + p <- byte 16p + 8h + r of 32 scale bytes
+ * (groups 4q..4q+3, 8 rows each), in the high byte */
+static const _Alignas(64) uint8_t q6k_sidx[64] = {
+    0, 0, 0, 8, 0, 16, 0, 24, 0, 1, 0, 9, 0, 17, 0, 25, 0, 2, 0, 10, 0, 18, 0, 26, 0, 3, 0, 11, 0, 19, 0, 27,
+    0, 4, 0, 12, 0, 20, 0, 28, 0, 5, 0, 13, 0, 21, 0, 29, 0, 6, 0, 14, 0, 22, 0, 30, 0, 7, 0, 15, 0, 23, 0, 31};
+
+/* int32 lane L <- the signed byte p[L / 2] */
+RP_INLINE __m512i q6k_scale(const uint8_t *p)
+{
+    __m128i v = _mm_loadl_epi64((const __m128i *)p);
+    return _mm512_cvtepi8_epi32(_mm_unpacklo_epi8(v, v));
+}
+
+RP_GFNI RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                        float *y, int64_t ldy, int nr)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
     __m256 facc[4];
 #pragma GCC unroll 4
     for (int i = 0; i < nx; i++)
@@ -155,8 +197,6 @@ RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
         for (int l = 0; l < 1680; l += 64)
             _mm_prefetch((const char *)g + RP_PF * 1680 + l, _MM_HINT_T0);
 #endif
-        const __m512i sc0 = _mm512_loadu_si512((const void *)(g + Q6K_SC));
-        const __m512i sc1 = _mm512_loadu_si512((const void *)(g + Q6K_SC + 64));
         __m512i sumi[4];
 #pragma GCC unroll 4
         for (int i = 0; i < nx; i++)
@@ -170,16 +210,18 @@ RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
 #pragma GCC unroll 4
                 for (int i = 0; i < nx; i++)
                     alo[i] = ahi[i] = _mm512_setzero_si512();
-                __m512i hv = _mm512_loadu_si512((const void *)(g + Q6K_H + (c * 2 + jj) * 64));
+                __m512i hv = _mm512_loadu_si512((const void *)(g + rp_q6k_h(c, jj)));
 #pragma GCC unroll 2
                 for (int jo = 0; jo < 2; jo++) {
                     int j = 2 * jj + jo;
-                    __m512i w = _mm512_loadu_si512((const void *)(g + Q6K_Q + (c * 4 + j) * 64));
-                    __m512i hl = jo ? hv : _mm512_slli_epi16(hv, 4);
-                    __m512i hh = jo ? _mm512_srli_epi16(hv, 2) : _mm512_slli_epi16(hv, 2);
-                    __m512i lo = _mm512_or_si512(_mm512_and_si512(w, m4), _mm512_and_si512(hl, m30));
-                    __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(w, 4), m4),
-                                                 _mm512_and_si512(hh, m30));
+                    __m512i w = _mm512_loadu_si512((const void *)(g + rp_q6k_q(c, j)));
+                    /* the 2 high bits of the low / high nibble's element (h bits 4jo..4jo+1 /
+                     * 4jo+2..4jo+3) moved to bits 4-5, other bits 0 (one GF(2) affine map) */
+                    __m512i fl = _mm512_gf2p8affine_epi64_epi8(hv, _mm512_set1_epi64(q6k_gfsel(2 * jo)), 0);
+                    __m512i fh = _mm512_gf2p8affine_epi64_epi8(hv, _mm512_set1_epi64(q6k_gfsel(2 * jo + 1)), 0);
+                    /* (a & m4) | f in one ternary-logic op */
+                    __m512i lo = _mm512_ternarylogic_epi32(w, m4, fl, 0xea);
+                    __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(w, 4), m4, fh, 0xea);
 #pragma GCC unroll 4
                     for (int i = 0; i < nx; i++) {
                         const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
@@ -187,14 +229,10 @@ RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
                         ahi[i] = _mm512_dpbusd_epi32(ahi[i], hi, bq(xb->q + 64 * c + 32 + 8 * j));
                     }
                 }
-                /* signed scales: byte 4L+3 <- sc[grp][L/2], then arithmetic shift */
+                /* signed scales of lane L = sc[grp][L/2]: the group's 8 bytes doubled, then
+                 * sign-extended (no index constants, no cross-vector permute) */
                 int glo = 4 * c + jj, ghi = 4 * c + 2 + jj;
-                __m512i slo = _mm512_srai_epi32(_mm512_maskz_permutex2var_epi8(
-                    0x8888888888888888ull, sc0,
-                    _mm512_slli_epi32(_mm512_add_epi32(half, _mm512_set1_epi32(8 * glo)), 24), sc1), 24);
-                __m512i shi = _mm512_srai_epi32(_mm512_maskz_permutex2var_epi8(
-                    0x8888888888888888ull, sc0,
-                    _mm512_slli_epi32(_mm512_add_epi32(half, _mm512_set1_epi32(8 * ghi)), 24), sc1), 24);
+                __m512i slo = q6k_scale(g + Q6K_SC + 8 * glo), shi = q6k_scale(g + Q6K_SC + 8 * ghi);
 #pragma GCC unroll 4
                 for (int i = 0; i < nx; i++)
                     sumi[i] = _mm512_add_epi32(sumi[i], _mm512_add_epi32(_mm512_mullo_epi32(alo[i], slo),
@@ -202,18 +240,18 @@ RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
             }
         }
         /* -32 offset: sum over groups of sc[grp] * bsums[grp]; lane L takes groups
-         * 4q + 2(L%2) and 4q + 2(L%2) + 1 as its int16 pair (sign-extended via the high byte) */
+         * 4q + 2(L%2) and 4q + 2(L%2) + 1 as its int16 pair: one vpermb of the 32 scale bytes
+         * of groups 4q..4q+3 into the high bytes (the same index for every q), then an
+         * arithmetic shift */
+        const __m512i sidx = _mm512_load_si512((const void *)q6k_sidx);
         __m512i summ[4];
 #pragma GCC unroll 4
         for (int i = 0; i < nx; i++)
             summ[i] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
-            __m512i a = _mm512_add_epi32(_mm512_add_epi32(half, _mm512_slli_epi32(par, 4)),
-                                         _mm512_set1_epi32(32 * q));
-            __m512i idx = _mm512_or_si512(_mm512_slli_epi32(a, 8),
-                                          _mm512_slli_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(8)), 24));
-            __m512i sp = _mm512_srai_epi16(_mm512_maskz_permutex2var_epi8(0xaaaaaaaaaaaaaaaaull, sc0, idx, sc1), 8);
+            __m512i s32 = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(g + Q6K_SC + 32 * q)));
+            __m512i sp = _mm512_srai_epi16(_mm512_maskz_permutexvar_epi8(0xaaaaaaaaaaaaaaaaull, sidx, s32), 8);
 #pragma GCC unroll 4
             for (int i = 0; i < nx; i++) {
                 const struct blk_a8k *xb = (const struct blk_a8k *)(x + (size_t)i * xs) + b;
@@ -241,8 +279,8 @@ RP_INLINE void q6k_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
 RP_INLINE void b32_tile(int dt, int nx, int64_t nb, const uint8_t *g, const uint8_t *x,
                         size_t xs, float *y, int64_t ldy, int nr)
 {
-    const size_t gb = dt == DT_Q8_0 ? 272 : dt == DT_Q5_0 ? 176 : 144;
-    const int o = dt == DT_Q8_0 ? 128 : dt == DT_Q5_0 ? 16 : 8;
+    const size_t gb = dt == DT_Q8_0 ? 272 : dt == DT_Q5_0 ? 176 : dt == DT_Q4_1 ? 160 : 144;
+    const int o = dt == DT_Q8_0 ? 128 : dt == DT_Q5_0 ? 16 : dt == DT_Q4_1 ? 0 : 8;
     const __m512i m4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10);
     __m256 facc[4];
 #pragma GCC unroll 4
@@ -255,7 +293,7 @@ RP_INLINE void b32_tile(int dt, int nx, int64_t nb, const uint8_t *g, const uint
             for (int j = 0; j < 4; j++)
                 w[j] = _mm512_loadu_si512((const void *)(g + 16 + 64 * j));
         } else {
-            const uint8_t *q = g + (dt == DT_Q5_0 ? 48 : 16);
+            const uint8_t *q = g + (dt == DT_Q5_0 ? 48 : dt == DT_Q4_1 ? 32 : 16);
 #pragma GCC unroll 2
             for (int jj = 0; jj < 2; jj++) {
                 __m512i n = _mm512_loadu_si512((const void *)(q + 64 * jj));
@@ -281,6 +319,9 @@ RP_INLINE void b32_tile(int dt, int nx, int64_t nb, const uint8_t *g, const uint
             __m256i t = _mm256_add_epi32(fold(acc), _mm256_set1_epi32(o * xb->ns1));
             facc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(xb->d)),
                                       facc[i]);
+            if (dt == DT_Q4_1) /* + m_w * d_x * sum q_x */
+                facc[i] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16))),
+                                          _mm256_set1_ps(xb->ds), facc[i]);
         }
     }
 #pragma GCC unroll 4
@@ -298,6 +339,11 @@ RP_INLINE void q5_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, s
 {
     b32_tile(DT_Q5_0, nx, nb, g, x, xs, y, ldy, nr);
 }
+RP_INLINE void q41_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
+                        float *y, int64_t ldy, int nr)
+{
+    b32_tile(DT_Q4_1, nx, nb, g, x, xs, y, ldy, nr);
+}
 RP_INLINE void q40_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, size_t xs,
                         float *y, int64_t ldy, int nr)
 {
@@ -306,8 +352,8 @@ RP_INLINE void q40_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
 
 /* ---- entry points: rows [j0, j0 + nw) (j0 a multiple of 8) against nx x rows ---- */
 
-#define RP_MM(name, tile)                                                                          \
-    static void name(const struct rp_hdr *h, int64_t j0, int nw, const void *x, size_t xs,        \
+#define RP_MM(attr, name, tile)                                                                    \
+    attr static void name(const struct rp_hdr *h, int64_t j0, int nw, const void *x, size_t xs,        \
                      int nx, float *y, int64_t ldy)                                                \
     {                                                                                              \
         int64_t nb = h->k / dtype_block_elems(h->dtype);                                           \
@@ -328,19 +374,24 @@ RP_INLINE void q40_tile(int nx, int64_t nb, const uint8_t *g, const uint8_t *x, 
         }                                                                                          \
     }
 
-RP_MM(rp_mm_q4k, q4k_tile)
-RP_MM(rp_mm_q6k, q6k_tile)
-RP_MM(rp_mm_q8, q8_tile)
-RP_MM(rp_mm_q5, q5_tile)
-RP_MM(rp_mm_q40, q40_tile)
+RP_MM(, rp_mm_q4k, q4k_tile)
+RP_MM(, rp_mm_q5k, q5k_tile)
+RP_MM(RP_GFNI, rp_mm_q6k, q6k_tile)
+RP_MM(, rp_mm_q8, q8_tile)
+RP_MM(, rp_mm_q5, q5_tile)
+RP_MM(, rp_mm_q40, q40_tile)
+RP_MM(, rp_mm_q41, q41_tile)
 
-void cpu_kernels_rp512(struct cpu_kernels *k)
+void cpu_kernels_rp512(struct cpu_kernels *k, int gfni)
 {
     k->mm_rp[DT_Q4_K] = rp_mm_q4k;
-    k->mm_rp[DT_Q6_K] = rp_mm_q6k;
+    k->mm_rp[DT_Q5_K] = rp_mm_q5k;
+    if (gfni)
+        k->mm_rp[DT_Q6_K] = rp_mm_q6k;
     k->mm_rp[DT_Q8_0] = rp_mm_q8;
     k->mm_rp[DT_Q5_0] = rp_mm_q5;
     k->mm_rp[DT_Q4_0] = rp_mm_q40;
+    k->mm_rp[DT_Q4_1] = rp_mm_q41;
 }
 
 #if defined(__clang__)
