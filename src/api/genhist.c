@@ -12,6 +12,8 @@ struct gh_ent {
     size_t n;
     int32_t *ids;
     int n_ids;
+    char lead[GENHIST_LEAD]; /* the prompt's end before the generation (the anchor) */
+    size_t lead_n;
 };
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -36,12 +38,18 @@ static void drop_oldest(void)
     g_count--;
 }
 
-int genhist_put(const char *text, size_t n, const int32_t *ids, int n_ids)
+int genhist_put(const char *text, size_t n, const int32_t *ids, int n_ids, const char *lead,
+                size_t lead_n)
 {
     if (n < GENHIST_MIN_BYTES || n_ids <= 0 || n + (size_t)n_ids * 4 > GENHIST_MAX_BYTES / 4)
         return -1;
     struct gh_ent x = {.text = malloc(n), .n = n, .ids = malloc((size_t)n_ids * 4),
                        .n_ids = n_ids};
+    if (lead_n > GENHIST_LEAD)
+        lead += lead_n - GENHIST_LEAD, lead_n = GENHIST_LEAD;
+    if (lead_n)
+        memcpy(x.lead, lead, lead_n);
+    x.lead_n = lead_n;
     if (!x.text || !x.ids) {
         free(x.text);
         free(x.ids);
@@ -92,7 +100,9 @@ static int find_spans(const char *text, size_t len, struct span **out)
         const char *hit;
         while (left >= x->n && (hit = memmem(from, left, x->text, x->n))) {
             size_t at = (size_t)(hit - text);
-            int clash = 0;
+            /* only right after the prompt end it was generated after */
+            int clash = x->lead_n && (at < x->lead_n ||
+                                      memcmp(text + at - x->lead_n, x->lead, x->lead_n));
             for (int k = 0; k < ns && !clash; k++)
                 if (at < sp[k].at + sp[k].n && sp[k].at < at + x->n) {
                     if (x->n > sp[k].n) { /* the longer one wins */
@@ -228,6 +238,19 @@ static void acc_text(struct genhist_acc *a, const char *text, size_t len)
     a->len += len;
 }
 
+void genhist_acc_lead(struct genhist_acc *a, const struct tok *t, const int32_t *prompt, int n)
+{
+    a->lead_n = 0;
+    int k = n < 8 ? n : 8; /* the last few tokens: the generation prompt's markup */
+    char *txt = NULL;
+    size_t tl = 0;
+    if (k > 0 && t && tok_decode(t, prompt + n - k, k, 0, &txt, &tl, NULL) == 0) {
+        a->lead_n = tl < GENHIST_LEAD ? tl : GENHIST_LEAD;
+        memcpy(a->lead, txt + tl - a->lead_n, a->lead_n);
+    }
+    free(txt);
+}
+
 void genhist_acc_token(struct genhist_acc *a, int32_t id, const char *text, size_t len)
 {
     if (a->oom)
@@ -247,7 +270,7 @@ void genhist_acc_end(struct genhist_acc *a, const struct tok *t, const char *tex
     for (int i = 0; i < n && keep && t; i++)
         keep = !tok_is_special(t, a->ids[i]);
     if (keep && !a->oom && n > 0)
-        genhist_put(a->text, a->len, a->ids, n);
+        genhist_put(a->text, a->len, a->ids, n, a->lead, a->lead_n);
     free(a->ids);
     free(a->text);
     memset(a, 0, sizeof *a);

@@ -14,6 +14,12 @@
  * SentencePiece tokenizer's dummy prefix on each segment would not): else the plain
  * encoding. Only texts of at least GENHIST_MIN_BYTES are kept (a short text could match a
  * user's words by chance; a longer one gains nothing from replay there anyway).
+ * A span is anchored: with each text the end of the prompt it was generated after is kept
+ * (its last few tokens' text, at most GENHIST_LEAD bytes: the generation prompt, e.g.
+ * "<|im_start|>assistant\n"), and the text is spliced only where the rendered prompt has that
+ * lead right before it. The same words elsewhere — inside a system prompt's tool list, a
+ * user message, another call's rendering — keep their plain encoding, so a later prompt is
+ * the same input as a cold one.
  * Process-wide, bounded (GENHIST_MAX_ENTRIES, GENHIST_MAX_BYTES, oldest dropped first); one
  * mutex, any thread.
  */
@@ -29,10 +35,14 @@
 #define GENHIST_MAX_ENTRIES 512
 #define GENHIST_MAX_BYTES (16u << 20)
 #define GENHIST_MIN_BYTES 16
+#define GENHIST_LEAD 24
 
-/* Remembers that ids[0..n_ids) were sampled as text[0..n). Replaces an entry of the same
- * text. Returns 0, or -1 (out of memory or not kept: too short or too large). */
-int genhist_put(const char *text, size_t n, const int32_t *ids, int n_ids);
+/* Remembers that ids[0..n_ids) were sampled as text[0..n) right after a prompt ending with
+ * lead[0..lead_n) (lead_n <= GENHIST_LEAD; 0 = no anchor: spliced wherever the text
+ * appears). Replaces an entry of the same text. Returns 0, or -1 (out of memory or not
+ * kept: too short or too large). */
+int genhist_put(const char *text, size_t n, const int32_t *ids, int n_ids, const char *lead,
+                size_t lead_n);
 
 /* tok_encode(text) with remembered spans replaced by their sampled ids. flags as
  * tok_encode's (TOK_ADD_SPECIAL applies to the first segment only). *n_replayed gets the
@@ -47,7 +57,11 @@ struct genhist_acc {
     char *text;
     size_t len, tcap;
     int oom;
+    char lead[GENHIST_LEAD];
+    size_t lead_n;
 };
+/* The prompt the generation follows (before any token): its end becomes the anchor. */
+void genhist_acc_lead(struct genhist_acc *a, const struct tok *t, const int32_t *prompt, int n);
 void genhist_acc_token(struct genhist_acc *a, int32_t id, const char *text, size_t len);
 /* The generation ended: text is what the end released. keep: the ids are exactly the text
  * (it ended on an end-of-generation id, dropped here, or at the length limit; not at a stop

@@ -399,6 +399,8 @@ void serve_generate(struct serve *sv, struct http_req *r, struct serve_gen *g, i
         sv->jobs->prev = j;
     sv->jobs = j;
     sv->met.active_jobs++;
+    if (n == 1) /* the exact history's anchor: the end of the prompt it follows */
+        genhist_acc_lead(&j->gh, sv->tk, j->g.q.ids, j->g.q.n_ids);
     /* the request's adapters (serve_lora.c), held for every choice's submission (the engine
      * takes its own references) */
     if (serve_lora_pick(sv, r, &j->ls, &err) || sub_submit(&j->subs[0], &err)) {

@@ -70,7 +70,7 @@ static void test_splice(void)
     int n_can = 0;
     int32_t *can = enc(gen, &n_can);
     CHECK(n_odd > n_can); /* it really differs from the canonical encoding */
-    CHECK(genhist_put(gen, strlen(gen), odd, n_odd) == 0);
+    CHECK(genhist_put(gen, strlen(gen), odd, n_odd, NULL, 0) == 0);
 
     const char *pre = "User: tell me\nBot:", *post = "\nUser: more";
     char prompt[256];
@@ -106,6 +106,47 @@ static void test_splice(void)
     free(y);
 }
 
+/* An anchored span is spliced only right after the prompt end it was generated after: the
+ * same words inside a system prompt or a user message keep their plain encoding (a
+ * generation cut short to a piece of a tool list was spliced into the tool list itself). */
+static void test_anchor(void)
+{
+    genhist_clear();
+    const char *gen = " the little dog ran to the park.";
+    int32_t odd[64];
+    int n_odd = 0;
+    for (const char *c = gen; *c; c++) {
+        int k = 0;
+        int32_t *one = NULL;
+        CHECK(tok_encode(g_tk, c, 1, 0, &one, &k, NULL) == 0);
+        for (int i = 0; i < k && n_odd < 64; i++)
+            odd[n_odd++] = one[i];
+        free(one);
+    }
+    CHECK(genhist_put(gen, strlen(gen), odd, n_odd, "\nBot:", 5) == 0);
+    /* after its anchor: spliced */
+    const char *p1 = "User: tell me\nBot: the little dog ran to the park.\nUser: more";
+    int32_t *ids = NULL;
+    int n = 0, rep = 0;
+    CHECK(genhist_encode(g_tk, p1, strlen(p1), 0, &ids, &n, &rep, NULL) == 0);
+    CHECK_EQ_INT(rep, n_odd);
+    free(ids);
+    /* the same words after other text (a system prompt, a user message): plain */
+    const char *p2 = "System: the little dog ran to the park.\nBot: hi";
+    int n1 = 0;
+    int32_t *plain = enc(p2, &n1);
+    CHECK(genhist_encode(g_tk, p2, strlen(p2), 0, &ids, &n, &rep, NULL) == 0);
+    CHECK(rep == 0 && n == n1 && !memcmp(ids, plain, (size_t)n * 4));
+    free(ids);
+    free(plain);
+    /* both in one prompt: only the anchored occurrence */
+    const char *p3 = "System: the little dog ran to the park.\nBot: the little dog ran to the park.";
+    CHECK(genhist_encode(g_tk, p3, strlen(p3), 0, &ids, &n, &rep, NULL) == 0);
+    CHECK_EQ_INT(rep, n_odd);
+    free(ids);
+    genhist_clear();
+}
+
 /* SentencePiece adds a dummy prefix to each segment: a splice would not spell the text, so
  * the plain encoding is used (never a wrong prompt). */
 static void test_spm_falls_back(void)
@@ -122,7 +163,7 @@ static void test_spm_falls_back(void)
             odd[n_odd++] = one[i];
         free(one);
     }
-    CHECK(genhist_put(gen, strlen(gen), odd, n_odd) == 0);
+    CHECK(genhist_put(gen, strlen(gen), odd, n_odd, NULL, 0) == 0);
     const char *prompt = "User: tell me\nBot: the little dog ran to the park.\nUser: more";
     int32_t *x = NULL, *y = NULL;
     int n1 = 0, n2 = 0, rep = -1;
@@ -140,7 +181,7 @@ static void test_acc_rules(void)
     size_t ents, bytes;
     /* too short */
     int32_t one = 5;
-    CHECK(genhist_put("short", 5, &one, 1) == -1);
+    CHECK(genhist_put("short", 5, &one, 1, NULL, 0) == -1);
     /* kept at EOS with the EOS id dropped */
     struct genhist_acc a = {0};
     genhist_acc_token(&a, 100, " the little dog", 15);
@@ -166,7 +207,7 @@ static void test_acc_rules(void)
     for (int i = 0; i < GENHIST_MAX_ENTRIES + 10; i++) {
         char t[64];
         snprintf(t, sizeof t, "generation number %d of many", i);
-        genhist_put(t, strlen(t), &one, 1);
+        genhist_put(t, strlen(t), &one, 1, NULL, 0);
     }
     genhist_stats(&ents, &bytes);
     CHECK_EQ_INT(ents, GENHIST_MAX_ENTRIES);
@@ -189,6 +230,7 @@ int main(void)
         return 1;
     }
     RUN(test_splice);
+    RUN(test_anchor);
     RUN(test_spm_falls_back);
     RUN(test_acc_rules);
     tok_free(g_tk);
