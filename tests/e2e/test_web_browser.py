@@ -89,6 +89,17 @@ def wait(cond, timeout=120, what="condition"):
     raise AssertionError(f"timed out waiting for {what} (last error: {last})")
 
 
+def click(d, css, what=None):
+    """Finds and clicks css, again when the page re-rendered the element in between (the
+    message list is redrawn as a reply finishes: a found element can go stale)."""
+    from selenium.webdriver.common.by import By
+
+    def go():
+        d.find_element(By.CSS_SELECTOR, css).click()
+        return True
+    return wait(go, what=what or f"a click on {css}")
+
+
 def js(d, script, *args):
     return d.execute_script(script, *args)
 
@@ -226,23 +237,23 @@ def test_regenerate_edit_resend(web_stories, driver):
     send(d, "Once upon a time")
     first = wait_reply_done(d, 2)["content"]
     # regenerate: same greedy answer, same number of messages
-    wait(lambda: d.find_element(By.CSS_SELECTOR, ".msg.assistant .regenerate")).click()
+    click(d, ".msg.assistant .regenerate")
     wait(lambda: conversation(d)["messages"][-1].get("streaming") or
          conversation(d)["messages"][-1]["content"] == first, what="regenerate to start")
     assert wait_reply_done(d, 2)["content"] == first
     # edit the question and send it: the conversation is cut after it
-    d.find_element(By.CSS_SELECTOR, ".msg.user .edit").click()
+    click(d, ".msg.user .edit")
     ta = wait(lambda: d.find_element(By.CSS_SELECTOR, ".msg.user .edit-box"))
     ta.clear()
     ta.send_keys("Lily and the dog")
-    d.find_element(By.CSS_SELECTOR, ".msg.user .save-edit").click()
+    click(d, ".msg.user .save-edit")
     wait(lambda: conversation(d)["messages"][0]["content"] == "Lily and the dog", what="the edit")
     edited = wait_reply_done(d, 2)["content"]
     want = api_answer(web_stories, [{"role": "user", "content": "Lily and the dog"}],
                       temperature=0, max_tokens=30)["content"]
     assert edited == want
     # resend: the same request again
-    wait(lambda: d.find_element(By.CSS_SELECTOR, ".msg.user .resend")).click()
+    click(d, ".msg.user .resend")
     time.sleep(0.05)
     assert wait_reply_done(d, 2)["content"] == want
     assert console_errors(d) == []
