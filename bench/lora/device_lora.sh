@@ -2,7 +2,7 @@
 # device_lora.sh — issue 21's LoRA checks and benchmark on the GPU machine, in one call.
 # Binaries are prebuilt on the CPU machine in build-gpu (-DCINFER_CUDA=ON) and carried in
 # $BIN (default .gpubin): test_lora, cinfer_lora_bench and the shared libraries they need
-# (see /work/notes/s21-device.md). Steps:
+# (binaries built on a CPU machine with nvcc and carried; bench/gpu/README.md). Steps:
 #   1. test_lora on CUDA (CINFER_LORA_BACKEND=cuda): adapters a, b, a+b vs the committed
 #      transformers + peft goldens on the llama/qwen2/qwen3/gemma3 parity models (HF and
 #      GGUF bases, PEFT and GGUF adapters), the mixed batch (4 sets + none) vs each row

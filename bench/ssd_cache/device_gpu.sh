@@ -5,7 +5,7 @@
 # backend (the restore streams the blocks from disk into device memory).
 #
 # BIN=<dir> with a prebuilt CUDA cinfer (and the shared libraries the device lacks; see
-# /work/notes/s27-device.md); without BIN it builds build-gpu (needs jansson, libevent,
+# bench/gpu/README.md); without BIN it builds build-gpu (needs jansson, libevent,
 # pcre2, utf8proc, zmq and curl development files on the device). The tokenizer is
 # bench/gpu/synth_tokenizer.py's byte-level one unless TOK names a folder with a real
 # tokenizer.json[.gz] + tokenizer_config.json (then set TPW to its tokens per word).

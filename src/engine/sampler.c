@@ -10,8 +10,10 @@
 
 #include "backend/be_sample.h"
 #include "engine/grammar/gram_row.h"
+#include "engine/ranksort.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,8 +149,8 @@ struct sampler {
     int32_t *hist;             /* recent tokens, only when a finite window exists */
     size_t hn, hcap, hkeep;    /* hkeep = the largest finite window */
     struct cand *cands;        /* (n_vocab) */
-    uint64_t *rkeys;           /* radix-sort scratch (2 n_vocab keys + 2^16 counts),
-                                  allocated at first need */
+    void *rkeys;               /* rank_sort's scratch for n_vocab candidates, allocated at
+                                  first need */
     float *probs;              /* (n_vocab) */
     struct gram_row *gram;     /* constrained decoding, or NULL (engine/grammar/gram_row.h) */
 };
@@ -418,38 +420,6 @@ int sampler_prime(struct sampler *s, const int32_t *ids, int n)
     return rc;
 }
 
-/* ---- randomness ---- */
-
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-uint64_t sampler_uniform_bits(uint64_t seed, uint64_t step, int stream)
-{
-    uint64_t k = mix64(seed + 0x9e3779b97f4a7c15ull);
-    k = mix64(k ^ (step * 0xd1b54a32d192ed03ull + 0x8cb92ba72f3d8dd7ull));
-    k = mix64(k + (uint64_t)(stream + 1) * 0x9e3779b97f4a7c15ull);
-    return k >> 11;
-}
-
-double sampler_uniform(uint64_t seed, uint64_t step, int stream)
-{
-    return (double)sampler_uniform_bits(seed, step, stream) * (1.0 / 9007199254740992.0);
-}
-
-uint64_t sampler_seed_auto(void)
-{
-    static atomic_uint_fast64_t weyl;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-    uint64_t w = atomic_fetch_add(&weyl, 1) + 1;
-    return ms ^ (w * 0x9e3779b97f4a7c15ull);
-}
-
 /* ---- sampling ---- */
 
 /* Candidates further than this many nats below the max are ranked only when a filter needs
@@ -578,60 +548,16 @@ static void sift_down(struct cand *h, int n, int i)
  * heap: popping most of a 150k-entry heap (a wide nucleus) costs ~100 ms, the sort ~2 ms. */
 #define SORT_MIN 4096
 
-/* A candidate as one 64-bit key whose ascending order is the rank order (cand_before):
- * the logit's bits mapped to an order-preserving integer and inverted (larger first), then
- * the id (smaller first). The key holds both, so the candidate is rebuilt from it. */
-static uint64_t rank_key(const struct cand *c)
+/* Sorts s->cands[0..n) into rank order (ranksort.h); 0, or -1 without scratch memory. */
+static int sorted_cands(struct sampler *s, int n)
 {
-    uint32_t u;
-    memcpy(&u, &c->logit, 4);
-    if (u == 0x80000000u)
-        u = 0; /* -0 ties with +0, as in cand_before */
-    u = (u & 0x80000000u) ? ~u : u | 0x80000000u; /* ascending with the float */
-    return ((uint64_t)~u << 32) | (uint32_t)c->id;
-}
-
-static struct cand key_cand(uint64_t k)
-{
-    uint32_t u = ~(uint32_t)(k >> 32);
-    u = (u & 0x80000000u) ? u & 0x7fffffffu : ~u;
-    struct cand c;
-    memcpy(&c.logit, &u, 4);
-    c.id = (int32_t)(uint32_t)k;
-    return c;
-}
-
-/* Sorts c[0..n) into rank order (LSD radix sort, 16-bit digits, digits that all keys share
- * skipped). 0, or -1 when the scratch cannot be allocated (the caller uses the heap). */
-static int rank_sort(struct sampler *s, struct cand *c, int n)
-{
-    size_t nv = (size_t)s->n_vocab;
-    if (!s->rkeys && !(s->rkeys = malloc(2 * nv * sizeof *s->rkeys + (1u << 16) * 4)))
+    _Static_assert(sizeof(struct cand) == sizeof(struct rank_cand) &&
+                       offsetof(struct cand, logit) == offsetof(struct rank_cand, logit) &&
+                       offsetof(struct cand, id) == offsetof(struct rank_cand, id),
+                   "struct cand is a struct rank_cand");
+    if (!s->rkeys && !(s->rkeys = malloc(rank_sort_scratch_bytes(s->n_vocab))))
         return -1;
-    uint64_t *a = s->rkeys, *b = s->rkeys + nv;
-    uint32_t *cnt = (uint32_t *)(s->rkeys + 2 * nv);
-    for (int i = 0; i < n; i++)
-        a[i] = rank_key(&c[i]);
-    for (int shift = 0; shift < 64; shift += 16) {
-        memset(cnt, 0, (1u << 16) * sizeof *cnt);
-        for (int i = 0; i < n; i++)
-            cnt[(a[i] >> shift) & 0xffff]++;
-        if (cnt[(a[0] >> shift) & 0xffff] == (uint32_t)n)
-            continue; /* every key has this digit */
-        uint32_t sum = 0;
-        for (int d = 0; d < 1 << 16; d++) {
-            uint32_t t = cnt[d];
-            cnt[d] = sum;
-            sum += t;
-        }
-        for (int i = 0; i < n; i++)
-            b[cnt[(a[i] >> shift) & 0xffff]++] = a[i];
-        uint64_t *t = a;
-        a = b;
-        b = t;
-    }
-    for (int i = 0; i < n; i++)
-        c[i] = key_cand(a[i]);
+    rank_sort((struct rank_cand *)s->cands, n, s->rkeys);
     return 0;
 }
 
@@ -845,7 +771,7 @@ static int32_t sample_filtered(struct sampler *s, float *lg, float mx, double su
                 s->cands[nc].id = i;
                 nc++;
             }
-        int sorted = nc >= SORT_MIN && rank_sort(s, s->cands, nc) == 0;
+        int sorted = nc >= SORT_MIN && sorted_cands(s, nc) == 0;
         for (int i = nc / 2 - 1; !sorted && i >= 0; i--)
             sift_down(s->cands, nc, i);
         struct pick pk = {s->cands, nc, nc, 0, pass == 1 || nc == n, sorted};
