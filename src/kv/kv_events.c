@@ -392,6 +392,10 @@ static void on_stored(void *ud, int group, const uint8_t key[KV_KEY_BYTES], cons
     uint64_t h = kv_events_hash(key), ph = parent ? kv_events_hash(parent) : 0;
     pthread_mutex_lock(&k->mu);
     q_stored(k, group, 0, h, parent != NULL, ph, ids, n);
+    if (!k->c.disk_tier) {
+        pthread_mutex_unlock(&k->mu);
+        return;
+    }
     /* kept for a later spill's BlockStored on the disk medium */
     struct bnode *x = bt_add(&k->live, h);
     int32_t *cp = x && n > 0 ? malloc((size_t)n * sizeof *cp) : NULL;

@@ -44,6 +44,9 @@ struct kv_events_config {
     int replay_batches;          /* batches kept for replay; 0 = 10000 */
     int sliding_window;          /* group 1's window (map layout's
                                     kv_cache_spec_sliding_window); 0 = none */
+    int disk_tier;               /* an SSD tier is attached: keep each stored block's tokens
+                                    and parent for its DISK-medium event when it is spilled
+                                    (0: spills are not reported, nothing is kept) */
 };
 
 /* Checks an endpoint: tcp://HOST:PORT (HOST non-empty, '*' allowed, PORT in [0, 65535],

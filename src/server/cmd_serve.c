@@ -787,7 +787,8 @@ int cmd_serve(int argc, char **argv)
                                       .replay_endpoint = sv->o.kv_events_replay,
                                       .block_size = ec.block_size,
                                       .map_layout = !sv->o.kv_events_array,
-                                      .sliding_window = sv->m->hp.sliding_window};
+                                      .sliding_window = sv->m->hp.sliding_window,
+                                      .disk_tier = sv->o.ssd_dir != NULL};
         if (kv_events_new(&sv->kvev, &kc, &e)) {
             fprintf(stderr, "cinfer serve: --kv-events: %s\n", e.msg);
             goto done;
