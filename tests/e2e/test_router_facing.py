@@ -153,10 +153,13 @@ def test_sigterm_drain_finishes_running_requests():
     # one request at a time and a queue of long ones: the drain has work to wait for
     # (the work is small and the drain bound generous: a loaded sanitizer build must finish
     # it well inside the bound, or the test would race the machine's speed)
-    srv = Server(STORIES, "--ctx", "2048", "--batch", "1", "--drain-timeout", "900")
+    # a slow engine (the test hook: 10 ms a step), so that every request is surely queued
+    # before the SIGTERM however fast the build is
+    srv = Server(STORIES, "--ctx", "2048", "--batch", "1", "--drain-timeout", "900",
+                 env={"CINFER_TEST_STEP_DELAY_MS": "10"})
     n = 6
     out = [None] * n
-    body = {"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0.8,
+    body = {"prompt": "Once upon a time", "max_tokens": 150, "temperature": 0.8,
             "stream": True, "ignore_eos": True}
     ths = [threading.Thread(target=stream_request, args=(srv.port, out, i, body))
            for i in range(n)]
