@@ -3,7 +3,8 @@
 # sanitizer build (build-asan/, ASan+UBSan) and its ctest. Both builds go through
 # scripts/build.sh, so what quickstart.sh built in build/ is reused, not rebuilt.
 # Installs what it needs: Debian packages (scripts/deps.sh), the Python packages of the
-# end-to-end suites (below) and the default model (~490 MB) plus Qwen2.5-Coder-1.5B (~1.1 GB, for the tool round trip) when missing. Everything else the
+# end-to-end suites (below) and the default model (~490 MB) plus Qwen2.5-Coder-1.5B (~1.1 GB, for the tool round trip), SmolLM2-135M (~98 MB, a
+# second vocabulary for the grammar masks) and all-MiniLM-L6-v2 when missing. Everything else the
 # tests read is in the repository (tests/data). See docs/testing.md: what runs, the
 # environment the tests read, opt-in suites (CINFER_TEST_LLAMACPP=1), skipped entries.
 # Env: CINFER_CUDA (see scripts/build.sh), CINFER_JOBS (default nproc).
@@ -30,6 +31,8 @@ for mp in "${py_pkgs[@]}"; do python3 -c "import ${mp%%:*}" 2>/dev/null || missi
 ./scripts/fetch_models.sh qwen2.5-coder-1.5b
 # the embedding suites compare all-MiniLM-L6-v2 with sentence-transformers' goldens
 ./scripts/fetch_models.sh all-minilm-l6-v2
+# the grammar masks are checked over a second real vocabulary (SmolLM2's, ~98 MB)
+./scripts/fetch_models.sh smollm2-135m
 jobs=${CINFER_JOBS:-$(nproc)}
 ./scripts/build.sh release
 (cd build && ctest --output-on-failure -j"$jobs")
