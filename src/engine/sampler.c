@@ -577,14 +577,12 @@ static int draw(double u, const float *w, int n, double tsum)
     return last >= 0 ? last : 0;
 }
 
-/* Fills lp from the processed logits with log-sum-exp lse. */
-static void fill_logprobs(const struct sampler *s, const float *lg, double lse, int32_t id,
+void sampler_logprob_fill(const float *lg, int n, double lse, int32_t id, int k,
                           struct sampler_logprob *lp)
 {
-    int k = s->p.top_logprobs, n = s->n_vocab, nt = 0;
+    int nt = 0;
     lp->id = id;
     lp->logprob = (float)((double)lg[id] - lse);
-    lp->n_top = 0;
     if (k > SAMPLER_MAX_TOP_LOGPROBS)
         k = SAMPLER_MAX_TOP_LOGPROBS;
     if (k > n)
@@ -833,7 +831,8 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
         id = be_sample_draw(s->probs, n, sampler_uniform_bits(p->seed, step, 0));
     }
     if (want_lp)
-        fill_logprobs(s, logits, (double)mx + log(sum), id, lp);
+        sampler_logprob_fill(logits, s->n_vocab, (double)mx + log(sum), id,
+                             s->p.top_logprobs, lp);
     return id;
 }
 

@@ -161,6 +161,12 @@ int sampler_wants_cands(const struct sampler *s);
 int32_t sampler_sample_cands(struct sampler *s, const struct sampler_cands *c,
                              struct sampler_logprob *lp);
 
+/* Fills lp for chosen id of logits row lg (n ids) whose log-sum-exp is lse: its logprob and
+ * the k best ids (k clamped to [0, SAMPLER_MAX_TOP_LOGPROBS] and n; descending, ties: lower
+ * id; NaNs skipped), each as lg - lse. Shared by the sampler and prompt logprobs. */
+void sampler_logprob_fill(const float *lg, int n, double lse, int32_t id, int k,
+                          struct sampler_logprob *lp);
+
 /* Builds in *out the candidate set of a full row with the mx and sum sampler_sample
  * computes: the ids within SAMPLER_CAND_SPAN of the max, ranked into buf, cut to the first
  * cap and then before the ids tied with the first one left out (nc = -1 when nothing is
