@@ -168,6 +168,23 @@ struct serve_gen {
     int n_q, share_n;
 };
 
+struct oai_req;
+struct api_structured;
+/* The engine request of a parsed request: prompt ids from pr, sampling, stops from rq, the
+ * grammar and its trigger from st, max_tokens as checked against the context. Points into
+ * rq, pr and st (they must outlive it); cb/ud are left for the job. */
+struct engine_req serve_engine_req(const struct oai_req *rq, const struct api_prompt *pr,
+                                   const struct api_structured *st, int max_tokens);
+
+/* The output constraints of a chat-like request: body_format reads r's raw body (an
+ * api_structured_* reader: text.format, output_format), then forced / strict tool-call
+ * grammars and a reasoning model's open think block. 0, or -1 with err filled. */
+int serve_structured(const struct serve *sv, struct http_req *r,
+                     int (*body_format)(const json_t *body, struct api_structured *out,
+                                        struct api_error *err),
+                     const struct oai_req *rq, const struct api_prompt *pr,
+                     struct api_structured *st, struct api_error *err);
+
 /* Submits g for HTTP request r and answers it (stream or body) as events arrive. Takes
  * ownership of g->enc and g->ctx in every case (on failure they are freed and r gets an
  * error reply: 429 when the queue is full, 503 when shutting down). endpoint indexes

@@ -218,14 +218,9 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
                                 kind == OAI_CHAT ? sv->max_tokens_chat : sv->max_tokens_raw,
                                 &mts[p], &err))
             goto fail;
-    struct engine_req q0 = {.ids = c->pr.ids, .n_ids = c->pr.n, .sp = c->rq.sp,
-                            .max_tokens = mts[0], .stops = (const char *const *)c->rq.stops,
-                            .n_stops = c->rq.n_stops, .grammar = c->st.grammar,
-                            .grammar_prime = c->st.prime, .grammar_trigger = c->st.trigger,
-                            .grammar_after = c->st.trigger_after,
-                            /* echo with logprobs: the prompt's tokens are scored */
-                            .prompt_logprobs = kind == OAI_COMPLETION && c->rq.echo &&
-                                               c->rq.legacy_logprobs};
+    struct engine_req q0 = serve_engine_req(&c->rq, &c->pr, &c->st, mts[0]);
+    /* echo with logprobs: the prompt's tokens are scored */
+    q0.prompt_logprobs = kind == OAI_COMPLETION && c->rq.echo && c->rq.legacy_logprobs;
     struct serve_gen g = {.stream = c->rq.stream, .ops = &OAI_OPS, .q = q0,
                           .cleanup = oai_ctx_free, .ctx = c};
     if (np * (c->rq.best_of > c->rq.n ? c->rq.best_of : c->rq.n) > 1) {
