@@ -191,6 +191,9 @@ int serve_structured(const struct serve *sv, struct http_req *r,
  * met.requests. */
 void serve_generate(struct serve *sv, struct http_req *r, struct serve_gen *g, int endpoint);
 /* Replies with err (status, body from ops->error_body), counting it in the metrics. */
+/* Replies with status and the compact JSON of j, taking j (NULL or unprintable: a 500 "out
+ * of memory"). */
+void serve_reply_json(struct http_req *r, int status, json_t *j);
 /* Adds `Warning: 299 cinfer "<text>"` to r's response when text is not empty (a request
  * field or tool accepted and not honoured). */
 void serve_warning(struct http_req *r, const char *text);

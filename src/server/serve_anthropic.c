@@ -138,15 +138,8 @@ static void h_count(struct http_req *r, void *ud)
         return;
     }
     json_t *j = json_pack("{s:i}", "input_tokens", c->pr.n);
-    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
-    json_decref(j);
     ctx_free(c);
-    if (!s) {
-        http_reply_error(r, 500, "out of memory");
-        return;
-    }
-    http_reply(r, 200, "application/json", s, strlen(s));
-    free(s);
+    serve_reply_json(r, 200, j);
 }
 
 int serve_anthropic_install(struct serve *sv)

@@ -18,6 +18,7 @@
 #include "server/serve.h"
 #include "server/serve_embed.h"
 #include "util/clock.h"
+#include "util/jsonfmt.h"
 #include "util/log.h"
 #include "util/sbuf.h"
 
@@ -59,6 +60,18 @@ struct evmsg {
     char *text;  /* owned copy */
     char *error; /* owned copy */
 };
+
+void serve_reply_json(struct http_req *r, int status, json_t *j)
+{
+    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s) {
+        http_reply_error(r, 500, "out of memory");
+        return;
+    }
+    http_reply(r, status, "application/json", s, strlen(s));
+    free(s);
+}
 
 void serve_warning(struct http_req *r, const char *text)
 {

@@ -170,18 +170,6 @@ int serve_lora_pick(struct serve *sv, struct http_req *r, struct lora_set *set,
 
 /* ---- routes ------------------------------------------------------------------------------- */
 
-static void reply(struct http_req *r, int status, json_t *j)
-{
-    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (!s) {
-        http_reply_error(r, 500, "out of memory");
-        return;
-    }
-    http_reply(r, status, "application/json", s, strlen(s));
-    free(s);
-}
-
 static void fail(struct serve *sv, struct http_req *r, int status, const char *code,
                  const char *msg)
 {
@@ -218,7 +206,7 @@ static void h_list(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
     sv->met.requests[EP_OTHER]++;
-    reply(r, 200,
+    serve_reply_json(r, 200,
           json_pack("{s:s, s:o, s:s}", "object", "list", "data", list_json(sv), "default",
                     sv->lora_default[0] ? sv->lora_default : "none"));
 }
@@ -249,7 +237,7 @@ static void h_available(struct http_req *r, void *ud)
     }
     if (d)
         closedir(d);
-    reply(r, 200,
+    serve_reply_json(r, 200,
           json_pack("{s:s, s:o, s:s?}", "object", "list", "data", a, "adapters_dir",
                     sv->o.adapters_dir));
 }
@@ -329,7 +317,7 @@ static void h_mount(struct http_req *r, void *ud)
     int n = lora_reg_list(sv->lora, ent, LORA_LIST_MAX);
     for (int i = 0; i < n && i < LORA_LIST_MAX; i++)
         if (!strcmp(ent[i].id, id)) {
-            reply(r, 200, entry_json(&ent[i]));
+            serve_reply_json(r, 200, entry_json(&ent[i]));
             return;
         }
     fail(sv, r, 500, NULL, "the adapter was unmounted while mounting");
@@ -356,7 +344,7 @@ static void h_unmount(struct http_req *r, void *ud)
             size_t n = strlen(sv->lora_default);
             snprintf(sv->lora_default + n, sizeof sv->lora_default - n, "%s%s", n ? "+" : "", t);
         }
-    reply(r, 200, json_pack("{s:s, s:s, s:b}", "id", id, "object", "adapter", "deleted", 1));
+    serve_reply_json(r, 200, json_pack("{s:s, s:s, s:b}", "id", id, "object", "adapter", "deleted", 1));
 }
 
 int serve_lora_routes(struct serve *sv)

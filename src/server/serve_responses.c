@@ -159,15 +159,8 @@ static void h_response_id(struct http_req *r, void *ud)
         json_t *body = del ? json_pack("{s:s, s:s, s:b}", "id", id, "object", "response",
                                        "deleted", 1)
                            : json_incref(obj);
-        char *s = body ? json_dumps_short(body, JSON_COMPACT) : NULL;
-        json_decref(body);
         json_decref(v);
-        if (!s) {
-            http_reply_error(r, 500, "out of memory");
-            return;
-        }
-        http_reply(r, 200, "application/json", s, strlen(s));
-        free(s);
+        serve_reply_json(r, 200, body);
         return;
     }
     json_decref(v);

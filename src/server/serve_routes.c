@@ -22,18 +22,6 @@
 
 /* ---- generation routes ---------------------------------------------------------------- */
 
-static void reply_json(struct http_req *r, int status, json_t *j)
-{
-    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (!s) {
-        http_reply_error(r, 500, "out of memory");
-        return;
-    }
-    http_reply(r, status, "application/json", s, strlen(s));
-    free(s);
-}
-
 /* What an OpenAI generation keeps alive until its job ends. */
 struct oai_ctx {
     struct oai_req rq;
@@ -288,7 +276,7 @@ static void h_models(struct http_req *r, void *ud)
     json_t *ad = NULL; /* a mounted adapter's entry */
     if (want && *want && strcmp(want, sv->model_id) && (ad = json_array()) &&
         (serve_lora_models(sv, ad, want), json_array_size(ad) == 1)) {
-        reply_json(r, 200, json_incref(json_array_get(ad, 0)));
+        serve_reply_json(r, 200, json_incref(json_array_get(ad, 0)));
         json_decref(ad);
         return;
     }
@@ -302,13 +290,13 @@ static void h_models(struct http_req *r, void *ud)
             serve_reply_error(sv, r, &err, oai_error_body);
             return;
         }
-        reply_json(r, 200, model_entry(sv));
+        serve_reply_json(r, 200, model_entry(sv));
         return;
     }
     json_t *list = json_pack("{s:s, s:[o]}", "object", "list", "data", model_entry(sv));
     if (list)
         serve_lora_models(sv, json_object_get(list, "data"), NULL);
-    reply_json(r, 200, list);
+    serve_reply_json(r, 200, list);
 }
 
 static void h_health(struct http_req *r, void *ud)
@@ -321,7 +309,7 @@ static void h_health(struct http_req *r, void *ud)
 static void h_index(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
-    reply_json(r, 200,
+    serve_reply_json(r, 200,
                json_pack("{s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]}", "name", "cinfer",
                          "version", CINFER_VERSION, "model", sv->model_id, "endpoints",
                          "POST /v1/chat/completions", "POST /v1/completions", "POST /v1/messages",
