@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "eng_coll.h"
 #include "harness.h"
 #include "model/model.h"
 #include "tokenizer/tok.h"
@@ -23,53 +24,6 @@
 static struct be *g_be;
 static struct model *g_m;
 static struct tok *g_tk;
-
-enum { MAX_IDS = 256 };
-
-struct coll {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int32_t ids[MAX_IDS];
-    float lp[MAX_IDS], top_lp0[MAX_IDS];
-    int32_t top_id0[MAX_IDS];
-    int n, done, err;
-};
-
-static void coll_init(struct coll *c)
-{
-    memset(c, 0, sizeof *c);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-}
-
-static void coll_cb(void *ud, const struct engine_event *ev)
-{
-    struct coll *c = ud;
-    pthread_mutex_lock(&c->mu);
-    if (ev->type == ENGINE_EV_DELTA && c->n < MAX_IDS) {
-        c->ids[c->n] = ev->token;
-        if (ev->lp) {
-            c->lp[c->n] = ev->lp->logprob;
-            c->top_id0[c->n] = ev->lp->n_top > 0 ? ev->lp->top_id[0] : -1;
-            c->top_lp0[c->n] = ev->lp->n_top > 0 ? ev->lp->top_lp[0] : 0;
-        }
-        c->n++;
-    }
-    if (ev->type != ENGINE_EV_DELTA) {
-        c->done = 1;
-        c->err = ev->type == ENGINE_EV_ERROR;
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void coll_wait(struct coll *c)
-{
-    pthread_mutex_lock(&c->mu);
-    while (!c->done)
-        pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
-}
 
 /* An engine with bursts forced and the op sample on (dev) or off. */
 static struct engine *mk_engine(int max_seqs, int dev)
@@ -98,13 +52,13 @@ enum kind { K_TEMP, K_GREEDY_BIAS, K_PENALTY, K_GREEDY, K_TOP_P, K_TOPK_PEN, N_K
 static struct sampler_bias g_bias[40];
 
 static int submit(struct engine *e, const char *text, enum kind k, uint64_t seed, int max_tok,
-                  struct coll *c)
+                  struct eng_coll *c)
 {
     int32_t *ids = NULL;
     int n = 0;
     if (tok_encode(g_tk, text, strlen(text), TOK_ADD_SPECIAL, &ids, &n, NULL))
         return -1;
-    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = max_tok, .cb = coll_cb,
+    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = max_tok, .cb = eng_coll_cb,
                            .ud = c, .ignore_eos = 1};
     sampler_params_default(&q.sp); /* temperature 0.7: what every SDK sends */
     q.sp.seed = seed;
@@ -138,14 +92,14 @@ static int submit(struct engine *e, const char *text, enum kind k, uint64_t seed
 static const char *const PROMPT = "Once upon a time, there was a little girl named";
 
 /* One request alone on a fresh engine; *bursts: the engine's burst steps. */
-static void run_one(int dev, enum kind k, struct coll *c, long *bursts)
+static void run_one(int dev, enum kind k, struct eng_coll *c, long *bursts)
 {
     struct engine *e = mk_engine(1, dev);
-    coll_init(c);
+    eng_coll_init(c);
     CHECK(e && submit(e, PROMPT, k, 42, 60, c) == 0);
     if (!e)
         return;
-    coll_wait(c);
+    eng_coll_wait(c);
     struct engine_stats st;
     for (int i = 0; i < 20000; i++) { /* the stats of the last step are published after it */
         engine_get_stats(e, &st);
@@ -160,7 +114,7 @@ static void run_one(int dev, enum kind k, struct coll *c, long *bursts)
 static void test_alone_same_ids(void)
 {
     for (int k = 0; k < K_TOP_P; k++) {
-        struct coll dev, host;
+        struct eng_coll dev, host;
         long bd = 0, bh = 0;
         run_one(1, (enum kind)k, &dev, &bd);
         run_one(0, (enum kind)k, &host, &bh);
@@ -176,7 +130,7 @@ static void test_alone_same_ids(void)
 
 static void test_batched_same_ids(void)
 {
-    struct coll alone[N_KINDS], mix[N_KINDS];
+    struct eng_coll alone[N_KINDS], mix[N_KINDS];
     long b = 0;
     for (int k = 0; k < N_KINDS; k++)
         run_one(0, (enum kind)k, &alone[k], &b);
@@ -191,13 +145,13 @@ static void test_batched_same_ids(void)
         if (!e)
             return;
         for (int k = 0; k < N_KINDS; k++) {
-            coll_init(&mix[k]);
+            eng_coll_init(&mix[k]);
             if (use[k])
                 CHECK(submit(e, PROMPT, (enum kind)k, 42, 60, &mix[k]) == 0);
         }
         for (int k = 0; k < N_KINDS; k++)
             if (use[k])
-                coll_wait(&mix[k]);
+                eng_coll_wait(&mix[k]);
         engine_free(e);
         for (int k = 0; k < N_KINDS; k++)
             CHECK_MSG(!use[k] || (mix[k].n == 60 &&
