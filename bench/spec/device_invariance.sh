@@ -29,7 +29,14 @@ set -u
 PARTS=" ${PARTS:-test conf models cache check perf} "
 want() { case "$PARTS" in *" $1 "*) return 0 ;; esac; return 1; }
 B=$(cd "${BIN:-build-gpu/gpubin}" && pwd)
-export LD_LIBRARY_PATH=$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# the carried libraries are for cinfer's binaries only (python and torch keep the device's):
+# LB runs a binary with them; the python drivers get W/cinfer, a wrapper that does the same
+LDP=$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+LB() { LD_LIBRARY_PATH=$LDP "$@"; }
+W=/tmp/t17wrap
+mkdir -p "$W"
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s/cinfer "$@"\n' "$LDP" "$B" > "$W/cinfer"
+chmod +x "$W/cinfer"
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 S="$OUT/summary.txt"
@@ -43,10 +50,10 @@ if want test; then
         log="$OUT/test_spec_inv_$inv.log"
         if [ "$inv" = default ]; then
             CINFER_TEST_BACKEND=cuda CINFER_FIXTURES=$B/fixtures CINFER_SRC=$PWD \
-                timeout 240 "$B/test_spec" > "$log" 2>&1
+                LB timeout 240 "$B/test_spec" > "$log" 2>&1
         else
             CINFER_CUDA_INVARIANT_ROWS=$inv CINFER_TEST_BACKEND=cuda CINFER_FIXTURES=$B/fixtures \
-                CINFER_SRC=$PWD timeout 240 "$B/test_spec" > "$log" 2>&1
+                CINFER_SRC=$PWD LB timeout 240 "$B/test_spec" > "$log" 2>&1
         fi
         echo "test_spec cuda INVARIANT_ROWS=$inv rc=$? ($(el))" | tee -a "$S"
         grep -E "FAIL|passed|identical" "$log" | head -24 | tee -a "$S"
@@ -54,7 +61,7 @@ if want test; then
 fi
 
 if want conf; then
-    CINFER_FIXTURES=$B/fixtures CINFER_SRC=$PWD timeout 300 "$B/test_backend_conformance" \
+    CINFER_FIXTURES=$B/fixtures CINFER_SRC=$PWD LB timeout 300 "$B/test_backend_conformance" \
         > "$OUT/conformance.log" 2>&1
     echo "test_backend_conformance rc=$? ($(el))" | tee -a "$S"
     grep -E "FAIL|differ|depends|passed|failed|SKIP" "$OUT/conformance.log" | head -30 | tee -a "$S"
@@ -69,9 +76,9 @@ fi
 if want cache; then
     for inv in default all; do
         if [ "$inv" = default ]; then
-            BIN=$B timeout 240 python3 bench/gpu/cache_invariance.py "$M/l1b" > "$OUT/cache_$inv.json" 2> "$OUT/cache_$inv.err"
+            BIN=$W timeout 240 python3 bench/gpu/cache_invariance.py "$M/l1b" > "$OUT/cache_$inv.json" 2> "$OUT/cache_$inv.err"
         else
-            CINFER_CUDA_INVARIANT_ROWS=$inv BIN=$B timeout 240 python3 bench/gpu/cache_invariance.py "$M/l1b" \
+            CINFER_CUDA_INVARIANT_ROWS=$inv BIN=$W timeout 240 python3 bench/gpu/cache_invariance.py "$M/l1b" \
                 > "$OUT/cache_$inv.json" 2> "$OUT/cache_$inv.err"
         fi
         echo "cache invariance INVARIANT_ROWS=$inv rc=$? ($(el)): $(tail -1 "$OUT/cache_$inv.json")" | tee -a "$S"
@@ -80,7 +87,7 @@ if want cache; then
 fi
 
 if want check; then
-    BIN=$B timeout 300 python3 bench/spec/device_check.py "$M/l1b" "$M/l1b" --backend cuda \
+    BIN=$W timeout 300 python3 bench/spec/device_check.py "$M/l1b" "$M/l1b" --backend cuda \
         --tokens ${CHECK_TOKENS:-128} > "$OUT/check_l1b.json" 2> "$OUT/check_l1b.err"
     echo "check l1b (ngram, suffix, two-model drafting for itself) rc=$? ($(el))" | tee -a "$S"
     tail -1 "$OUT/check_l1b.json" | tee -a "$S"
@@ -90,9 +97,9 @@ fi
 if want perf; then
     for inv in 0 default all; do
         if [ "$inv" = default ]; then
-            timeout 150 "$B/cinfer_gpu_bench" "$M/l1b" perf --batches 8,32,64 > "$OUT/perf_inv_$inv.json" 2> "$OUT/perf_inv_$inv.err"
+            LB timeout 150 "$B/cinfer_gpu_bench" "$M/l1b" perf --batches 8,32,64 > "$OUT/perf_inv_$inv.json" 2> "$OUT/perf_inv_$inv.err"
         else
-            CINFER_CUDA_INVARIANT_ROWS=$inv timeout 150 "$B/cinfer_gpu_bench" "$M/l1b" perf --batches 8,32,64 \
+            CINFER_CUDA_INVARIANT_ROWS=$inv LB timeout 150 "$B/cinfer_gpu_bench" "$M/l1b" perf --batches 8,32,64 \
                 > "$OUT/perf_inv_$inv.json" 2> "$OUT/perf_inv_$inv.err"
         fi
         echo "perf l1b INVARIANT_ROWS=$inv rc=$? ($(el)): $(tail -c 1500 "$OUT/perf_inv_$inv.json")" | tee -a "$S"
@@ -100,9 +107,9 @@ if want perf; then
     done
     for inv in 0 default; do
         if [ "$inv" = default ]; then
-            timeout 120 "$B/cinfer_gpu_bench" - mm > "$OUT/mm_inv_$inv.txt" 2>&1
+            LB timeout 120 "$B/cinfer_gpu_bench" - mm > "$OUT/mm_inv_$inv.txt" 2>&1
         else
-            CINFER_CUDA_INVARIANT_ROWS=$inv timeout 120 "$B/cinfer_gpu_bench" - mm > "$OUT/mm_inv_$inv.txt" 2>&1
+            CINFER_CUDA_INVARIANT_ROWS=$inv LB timeout 120 "$B/cinfer_gpu_bench" - mm > "$OUT/mm_inv_$inv.txt" 2>&1
         fi
         echo "mm INVARIANT_ROWS=$inv rc=$? ($(el))" | tee -a "$S"
         tail -c 2500 "$OUT/mm_inv_$inv.txt" | tee -a "$S"
@@ -111,7 +118,7 @@ fi
 
 if want bench; then
     cp bench/results/spec.json "$OUT/spec_gpu.json" 2>/dev/null
-    BIN=$B timeout 420 python3 bench/spec/run.py --backend cuda --section gpu --sequential \
+    BIN=$W timeout 420 python3 bench/spec/run.py --backend cuda --section gpu --sequential \
         --target "$M/l1b" --draft "$M/l1b" --chat-template tests/e2e/data/stories_chat.jinja \
         --server-args "-c 8192" --max-tokens ${TOKENS:-256} --agg-tokens ${AGG_TOKENS:-128} \
         --reps 1 --out "$OUT/spec_gpu.json" > "$OUT/spec_gpu.log" 2>&1
