@@ -496,16 +496,17 @@ static int run_step(struct engine *g, int n_rows)
             mb = r->seq.n_blocks;
     }
     eng_fill_tables(g, n_rows, mb);
-    /* the decode rows (one token each, planned first) run apart from the prompt chunks, so
-     * a decode row's bits are those of a decode step (model_batch.n_lead) */
-    int lead = 0;
-    while (lead < n_rows && g->rows[lead].n == 1)
-        lead++;
+    /* the decode rows (one token each, or 1 + k with drafts: planned first) run apart from
+     * the prompt chunks, so a decode row's bits are those of a decode step
+     * (model_batch.n_lead; eng_spec_plan keeps their tokens within model_exact_rows) */
+    int lead = 0, lead_tok = 0;
+    while (lead < n_rows && (g->rows[lead].n == 1 || g->rows[lead].k > 0))
+        lead_tok += g->rows[lead++].n;
     struct model_kv_view view = g->view;
     struct model_batch b = {.n_tok = nt, .tokens = g->tokens, .pos = g->pos, .seq = g->seqv,
                             .slots = g->slots, .n_seq = n_rows, .max_blocks = mb,
                             .block_tables = g->tables, .n_out = n_out, .out_idx = g->out_idx,
-                            .n_lead = lead,
+                            .n_lead = lead_tok,
                             .slots_swa = g->kv_swa ? g->slots_swa : NULL,
                             .block_tables_swa = g->kv_swa ? g->tables_swa : NULL};
     eng_lora_batch(g, n_rows, &b);

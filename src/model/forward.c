@@ -631,6 +631,8 @@ int model_queued(const struct model_ws *ws) { return ws->q_n; }
 
 long model_lead_steps(const struct model_ws *ws) { return ws->lead_steps; }
 
+int model_exact_rows(const struct model_ws *ws) { return ws->exact_rows; }
+
 int model_queue_async(const struct model *m)
 {
     return m->be->ops->fetch_start && m->be->ops->fetch_wait;

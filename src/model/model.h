@@ -192,6 +192,10 @@ int model_queued(const struct model_ws *ws);
 int model_queue_async(const struct model *m);
 /* Steps of ws run as two groups so far (model_batch.n_lead). */
 long model_lead_steps(const struct model_ws *ws);
+/* The most rows of a step whose rows get the bits of a one-row step on ws's backend (the
+ * fewest be_ops.exact_rows over the model's matrices), or 0: any step (batch-invariant
+ * kernels). A lead group (model_batch.n_lead) larger than this gets other bits. */
+int model_exact_rows(const struct model_ws *ws);
 
 /* 1 when the backend computes argmax ids itself (model_batch.argmax is honoured). */
 int model_can_argmax(const struct model *m);

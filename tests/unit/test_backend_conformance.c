@@ -14,6 +14,7 @@
  */
 #include "harness.h"
 
+#include <limits.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -294,6 +295,13 @@ static void test_matmul_vs_ref(void)
     }
 }
 
+/* The most rows of a step whose rows are bit-identical to one-row steps (be_ops.exact_rows;
+ * every step on a backend without it). CUDA: CINFER_CUDA_INVARIANT_ROWS (default 128). */
+static int dev_exact(struct be *b, int dt)
+{
+    return b->ops->exact_rows ? b->ops->exact_rows(b, dt) : INT_MAX;
+}
+
 /* A device backend: rows 5..11 as one 7-row step equal (bit for bit) the same rows as
  * 1-row steps; every step is within dev_tol of |w|.|x| of double precision (the 64-row step
  * runs on cuBLAS, the small ones on the skinny tensor-core kernel for 16-bit weights). */
@@ -319,6 +327,10 @@ static void matmul_device_batches(int bi, int dt, const void *w, size_t wb, int 
         bad += memcmp(one, y + (int64_t)(i - 5) * rows, sizeof(float) * (size_t)rows) != 0;
     }
     CHECK_MSG(bad == 0, "%s %s: 1-row and 7-row steps differ", g_backends[bi], dtype_name(dt));
+    if (n <= dev_exact(b, dt)) /* the whole step is row invariant too */
+        CHECK_MSG(memcmp(y, yfull + 5 * rows, sizeof(float) * 7 * (size_t)rows) == 0,
+                  "%s %s: rows of the %d-row step differ from the 7-row step", g_backends[bi],
+                  dtype_name(dt), n);
     free(one), free(mag), free(exact);
 }
 
@@ -378,10 +390,7 @@ static double fused_tol(int dt, int n)
 {
     return dt == DT_F32 ? 1e-5 : dt == DT_F16 || dt == DT_BF16 || n > 8 ? 5e-3 : 1e-5;
 }
-static int fused_invariant(int dt, int n)
-{
-    return n <= ((dt == DT_F16 || dt == DT_BF16) ? 16 : 8);
-}
+static int fused_invariant(struct be *b, int dt, int n) { return n <= dev_exact(b, dt); }
 
 /* The expected output j of weight i of a fused projection (exact products ex, magnitudes mag
  * of n rows) and its tolerance: GLU silu(g) * u with the errors of g and u scaled by the
@@ -464,7 +473,7 @@ static int fused_case(struct be *b, const char *who, int dt, int mode, int n_w, 
         free(want), free(tol);
     }
     /* batch invariance: each row alone */
-    if (n > 1 && fused_invariant(dt, n)) {
+    if (n > 1 && fused_invariant(b, dt, n)) {
         float *one = malloc(sizeof(float) * (size_t)m[0]);
         for (int r = 0; r < n; r += 3) {
             struct be_mm f1 = f;
@@ -570,7 +579,8 @@ static int64_t chained_count(struct be *b, const char *who)
 {
 #ifdef CINFER_HAVE_CUDA
     static const char *const knobs[] = {"CINFER_CUDA_FUSE_NORM", "CINFER_CUDA_PRECISE",
-                                        "CINFER_CUDA_SKINNY_PRECISE", "CINFER_CUDA_SKINNY_MAX"};
+                                        "CINFER_CUDA_SKINNY_PRECISE", "CINFER_CUDA_SKINNY_MAX",
+                                        "CINFER_CUDA_INVARIANT_ROWS"};
     for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++)
         if (getenv(knobs[i]) && *getenv(knobs[i]))
             return -1;
@@ -655,8 +665,9 @@ static int chain_case(struct be *b, const char *who, int mode, int n, int k0, in
     float *hres[4], *hy[4][3];
     int bad = 0;
     /* CUDA chains q/k/v and gate/up (the default CINFER_CUDA_FUSE_NORM=1) on the skinny path
-     * (<= 16 rows): exactly the first run, never the other three */
-    const int64_t want_chain = n <= 16 ? 1 : 0;
+     * (up to its row-invariant rows: 128 by default): exactly the first run, never the other
+     * three */
+    const int64_t want_chain = n <= dev_exact(b, dt) ? 1 : 0;
     for (int v = 0; v < 4; v++) {
         hres[v] = malloc(sizeof(float) * (size_t)n * k);
         for (int i = 0; i < c.n_out; i++)
@@ -707,7 +718,7 @@ static int chain_case(struct be *b, const char *who, int mode, int n, int k0, in
     float *r1 = malloc(sizeof(float) * (size_t)k), *y1[3];
     for (int i = 0; i < c.n_out; i++)
         y1[i] = malloc(sizeof(float) * (size_t)c.m[i]);
-    for (int r = 0; r < n && n > 1 && fused_invariant(dt, n); r += 3) {
+    for (int r = 0; r < n && n > 1 && fused_invariant(b, dt, n); r += 3) {
         chain_run(b, &c, res, r, 1, 1, 0, c.dg, r1, y1);
         for (int i = 0; i < c.n_out; i++)
             if (memcmp(y1[i], hy[0][i] + (int64_t)r * c.m[i], sizeof(float) * (size_t)c.m[i]) &&
@@ -1435,7 +1446,8 @@ static void test_attention(void)
                 else
                     CHECK_MSG(memcmp(got1, got, sizeof(float) * (size_t)total) == 0,
                               "case %zu %s: 4 threads differ from 1", ci, g_backends[bi]);
-                int bad = 0, exact = is_cpu(bi) || c->n_tok <= 64;
+                int bad = 0,
+                    exact = is_cpu(bi) || c->n_tok <= 64 || c->n_tok <= dev_exact(b, DT_F32);
                 for (int t = 0; t < c->n_tok; t += c->n_tok > 16 ? 9 : 2) {
                     float *one = malloc(sizeof(float) * (size_t)qn);
                     run_attn(b, &s, t, 1, one);

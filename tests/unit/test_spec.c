@@ -253,6 +253,52 @@ static void greedy_same(int kind, int adaptive)
     CHECK_EQ_INT(st.spec.kind, kind);
 }
 
+/* A backend that picks kernels by row count (be_ops.exact_rows; CUDA) is faked on this one:
+ * exact rows 6. The engine runs the one-token rows and the verify rows as the step's lead
+ * group (model_batch.n_lead, in tokens: a wrong count is refused by the forward) and the
+ * policy keeps that group within 6 tokens: alone a verify drafts at most 5, greedy ids as
+ * without speculation, alone and 8 at once (prompt chunks beside the lead group). */
+static int six_rows(struct be *b, int dtype)
+{
+    (void)b, (void)dtype;
+    return 6;
+}
+
+static void test_lead_group(void)
+{
+    static struct be_ops ops;
+    const struct be_ops *orig = g_be->ops;
+    ops = *orig;
+    ops.exact_rows = six_rows;
+    g_be->ops = &ops;
+    struct job jobs[8];
+    for (int i = 0; i < 8; i++)
+        jobs[i] = (struct job){.prompt = PROMPTS[i], .max_tokens = 48 + 7 * i, .top_logprobs = -1};
+    static struct coll ref[8], alone[8], conc[8];
+    struct engine_stats st;
+    int same_alone = 0, same_conc = 0, over = 0;
+    long dr = 0, calls = 0;
+    for (int i = 0; i < 8; i++) {
+        run_jobs(SPEC_NONE, 1, 1, 128, &jobs[i], 1, &ref[i], &st);
+        run_jobs(SPEC_NGRAM, 0, 1, 128, &jobs[i], 1, &alone[i], &st);
+        same_alone += same_ids(&ref[i], &alone[i]);
+        dr += alone[i].drafted;
+        calls += alone[i].calls;
+        over += alone[i].drafted > 5 * alone[i].calls;
+    }
+    run_jobs(SPEC_NGRAM, 0, 8, 256, jobs, 8, conc, &st);
+    for (int i = 0; i < 8; i++)
+        same_conc += same_ids(&ref[i], &conc[i]);
+    g_be->ops = orig;
+    printf("lead group (exact rows 6): greedy alone %d/8, 8 concurrent %d/8 identical; alone "
+           "drafted %ld in %ld target calls (at most 5 a call: %s); concurrent drafted %ld\n",
+           same_alone, same_conc, dr, calls, over ? "no" : "yes", st.spec.drafted);
+    CHECK_EQ_INT(same_alone, 8);
+    CHECK_EQ_INT(same_conc, 8);
+    CHECK_EQ_INT(over, 0);
+    CHECK(dr > 50); /* speculation happened */
+}
+
 static void test_greedy_ngram(void)
 {
     greedy_same(SPEC_NGRAM, 0);
@@ -751,6 +797,7 @@ int main(void)
     RUN(test_policy);
     RUN(test_step_cost);
     RUN(test_greedy_ngram);
+    RUN(test_lead_group);
     RUN(test_greedy_suffix);
     RUN(test_greedy_two_model);
     RUN(test_prefix_and_stop);

@@ -10,7 +10,10 @@
  * run one split per token, and a block serves a tile of up to AT_TQ consecutive tokens
  * (one warp per token and head): each run of tokens of one sequence in the tile loads a
  * K/V chunk once for all of them, each warp masking the positions its token does not see.
- * head_dim is limited to 256.
+ * head_dim is limited to 256. Steps of up to cu_be.inv_rows tokens (CINFER_CUDA_INVARIANT_ROWS)
+ * run as consecutive ranges of AT_SPLIT_MAX_TOK tokens on the short-step kernels (the decode
+ * kernel of cuda_attn_dec.cu or split mode here), so a verify row or a short prompt chunk
+ * gets a decode step's bits; only longer steps take the tensor-core or long-step paths.
  */
 #include <limits.h>
 #include <math.h>
@@ -263,6 +266,20 @@ void cu_attention(struct be *b, float *out, const float *q, const struct be_attn
     if (a->head_dim > AT_MAX_HD || a->head_dim <= 0 || a->n_kv_head <= 0 ||
         a->n_head % a->n_kv_head) {
         cu_latch(cb, "attention (head_dim above 256 or bad head counts)", cudaErrorInvalidValue);
+        return;
+    }
+    if (a->n_tok > AT_SPLIT_MAX_TOK && a->n_tok <= cb->inv_rows) {
+        /* row invariant (cu_be.inv_rows): consecutive ranges of AT_SPLIT_MAX_TOK tokens, each
+         * on the kernels of short steps, whose result for a token depends only on that
+         * token (its position, sequence and the cache), never on the rest of the step */
+        const size_t qd = (size_t)a->n_head * a->head_dim;
+        for (int t0 = 0; t0 < a->n_tok; t0 += AT_SPLIT_MAX_TOK) {
+            struct be_attn s = *a;
+            s.n_tok = a->n_tok - t0 < AT_SPLIT_MAX_TOK ? a->n_tok - t0 : AT_SPLIT_MAX_TOK;
+            s.pos = a->pos + t0;
+            s.seq = a->seq + t0;
+            cu_attention(b, out + (size_t)t0 * qd, q + (size_t)t0 * qd, &s);
+        }
         return;
     }
     if (cu_attn_decode(cb, out, q, a) || cu_attn_prefill_tc(cb, out, q, a))

@@ -29,6 +29,20 @@ enum { CU_SCRATCH_X = 0, CU_SCRATCH_W = 1, CU_SCRATCH_ATT = 2, CU_SCRATCH_F = 3,
  * CINFER_CUDA_SKINNY_MAX (0..SG_MAX_N) lowers it (0 = off), for measurements. */
 enum { SG_MAX_N = 16, CU_SS_TILES = 2048 /* widest chained ADD output: 16 * this */ };
 
+/* Row invariance (cu_be.inv_rows, CINFER_CUDA_INVARIANT_ROWS): steps of up to inv_rows rows
+ * (tokens) give every row the bits of a one-row step, so a speculative verify row of k + 1
+ * tokens, a prompt chunk and a decode row agree. Matmuls of up to inv_rows rows run the
+ * skinny tensor-core kernel (16-bit weights) or the matvec in groups of 8 rows (other
+ * types), both with a per-element arithmetic that depends only on K; attention of up to
+ * inv_rows tokens runs the <= 64-token kernels over consecutive 64-token ranges. Larger
+ * steps (long prompt chunks) take cuBLAS and the tensor-core attention (fast, not
+ * invariant). CU_INV_DEFAULT covers 8 rows with 10 drafts each plus their decode rows;
+ * CU_INV_ALL ("all") makes every step invariant (prompt chunks of any size: a prefix-cache
+ * hit gives the cold run's bits; prefill slower; the chained norm is then off, its
+ * buffers being sized by rows); 0 keeps the old limits (16 skinny rows, 8 matvec rows, 64
+ * attention tokens). */
+enum { CU_INV_DEFAULT = 128, CU_INV_ALL = 1 << 30 };
+
 struct cu_graphs;
 
 /* CINFER_CUDA_REPEAT=qkv,out,glu,down,cls,norm,attn,merge (measurement only: the results are
@@ -53,6 +67,9 @@ struct cu_be {
     size_t peak_used;
     int precise;        /* CINFER_CUDA_PRECISE=1: 16-bit GEMM inputs split into hi + lo */
     int sg_max_n;       /* skinny matmul for steps of 1..sg_max_n rows (<= SG_MAX_N) */
+    int inv_rows;       /* row-invariant steps of up to this many rows (see CU_INV_DEFAULT;
+                         * 0: the old limits) */
+    int ss_rows;        /* rows ss_buf / xg_buf hold (SG_MAX_N, or inv_rows when larger) */
     int pdl;            /* launch the decode kernels with programmatic dependent launch */
     int sg_precise;     /* skinny matmul x as hi + lo 16-bit parts (CINFER_CUDA_SKINNY_PRECISE=1;
                          * CINFER_CUDA_PRECISE=1 implies it) */
@@ -87,6 +104,13 @@ struct cu_be {
 };
 
 static inline struct cu_be *cu_be(struct be *b) { return (struct cu_be *)b; }
+
+/* Most rows the skinny kernel takes (0: off), and most rows the matvec takes. */
+static inline int cu_sg_lim(const struct cu_be *cb)
+{
+    return cb->sg_max_n <= 0 ? 0 : cb->inv_rows > cb->sg_max_n ? cb->inv_rows : cb->sg_max_n;
+}
+static inline int cu_mv_lim(const struct cu_be *cb) { return cb->inv_rows > 8 ? cb->inv_rows : 8; }
 
 /* Programmatic dependent launch (sm_90): a kernel launched with cu_launch may start while
  * the previous kernel of the stream finishes; it must call cu_pdl_wait() before it reads
