@@ -400,7 +400,9 @@ int main(void)
     snprintf(path, sizeof path, "%s/stories260K/stories260K.gguf", fx ? fx : "tests/data/fixtures");
     struct cerr e = {0};
     struct be_config bc = {.n_threads = 2};
-    g_be = be_new("cpu", &bc, &e);
+    /* CINFER_TEST_BACKEND=cuda runs the same contracts on the GPU backend (device runs) */
+    const char *bn = getenv("CINFER_TEST_BACKEND");
+    g_be = be_new(bn && *bn ? bn : "cpu", &bc, &e);
     if (!g_be || model_load(&g_m, path, g_be, &e) || tok_load(&g_tk, path, &e)) {
         fprintf(stderr, "setup: %s\n", e.msg);
         return 1;

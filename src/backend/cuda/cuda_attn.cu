@@ -17,6 +17,10 @@
 
 #include "backend/cuda/cuda_int.cuh"
 
+extern "C" {
+#include "backend/kvq.h"
+}
+
 enum {
     AT_CH = 32,              /* positions per shared-memory chunk */
     AT_MAX_HD = 256,         /* largest head_dim (8 dims per lane) */
@@ -252,6 +256,8 @@ cudaError_t cu_attn_init(struct cu_be *cb)
         rc = cu_attn_decode_init(cb);
     if (rc == cudaSuccess)
         rc = cu_attn_tc_init(cb);
+    if (rc == cudaSuccess)
+        rc = cu_kvq_init(cb);
     return rc;
 }
 
@@ -263,6 +269,10 @@ void cu_attention(struct be *b, float *out, const float *q, const struct be_attn
     if (a->head_dim > AT_MAX_HD || a->head_dim <= 0 || a->n_kv_head <= 0 ||
         a->n_head % a->n_kv_head) {
         cu_latch(cb, "attention (head_dim above 256 or bad head counts)", cudaErrorInvalidValue);
+        return;
+    }
+    if (kvq_is(a->kv_dtype)) { /* quantized KV blocks: cuda_kvq.cu */
+        cu_kvq_attention(cb, out, q, a);
         return;
     }
     if (cu_attn_decode(cb, out, q, a) || cu_attn_prefill_tc(cb, out, q, a))
