@@ -17,8 +17,10 @@
 # Everything lands in $OUT: gpu.txt, test_kvq_cuda.log, test_engine_kvq.log, serve.log,
 # bench_<model>.json (+ .err), summary.txt.
 # Usage (repo root on the device):  BIN=.gpubin bash .gpubin/src/bench/kv_quant/device_kvq.sh
-# PARTS (default "test engine serve bench"), MODELS (default "l1b l8b"), CTX (default
-# 4096,16384,32768), REPS (default 3), STEPS (default 16).
+# PARTS (default "test engine serve bench"), MODELS (default "l1b l8b"), GENERAL_MODELS (the
+# models also run with CINFER_ATTN_DEC=0; default l1b), CTX (default 4096,16384,32768), REPS
+# (default 3), STEPS (default 16), MODELS_DIR (default /tmp/m: models made once stay there
+# while the machine is warm). BACKEND=cpu dry-runs the script without a GPU.
 set -u
 BE=${BACKEND:-cuda} # BACKEND=cpu: a dry run of the script on a machine without a GPU
 PARTS=" ${PARTS:-test engine serve bench} "
@@ -26,7 +28,9 @@ want() { case "$PARTS" in *" $1 "*) return 0 ;; esac; return 1; }
 B=$(cd "${BIN:-.gpubin}" && pwd)
 SRC=$B/src
 [ -d "$SRC" ] || SRC=$PWD
-export LD_LIBRARY_PATH=$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# the carried shared libraries ($B/lib) only for our binaries, never for python (torch)
+LDP=$B/lib:$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+bin() { LD_LIBRARY_PATH=$LDP "$@"; }
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 S="$OUT/summary.txt"
@@ -34,7 +38,7 @@ S="$OUT/summary.txt"
 t0=$(date +%s)
 
 if want test; then
-    CINFER_TEST_BACKEND=$BE CINFER_FIXTURES=$B/fixtures timeout ${TEST_TIMEOUT:-240} "$B/test_kvq_cuda" > "$OUT/test_kvq_cuda.log" 2>&1
+    CINFER_TEST_BACKEND=$BE CINFER_FIXTURES=$B/fixtures bin timeout ${TEST_TIMEOUT:-240} "$B/test_kvq_cuda" > "$OUT/test_kvq_cuda.log" 2>&1
     echo "test_kvq_cuda rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$S"
     grep -E "FAIL|passed|SKIP" "$OUT/test_kvq_cuda.log" | head -30 | tee -a "$S"
     awk '/max err/ {print $NF, $0}' "$OUT/test_kvq_cuda.log" | sort -g | tail -3 | cut -d' ' -f2- | tee -a "$S"
@@ -43,7 +47,7 @@ fi
 if want engine; then
     t1=$(date +%s)
     CINFER_TEST_BACKEND=$BE CINFER_FIXTURES=$B/fixtures CINFER_SRC=$SRC \
-        timeout ${ENGINE_TIMEOUT:-300} "$B/test_engine_kvq" > "$OUT/test_engine_kvq.log" 2>&1
+        bin timeout ${ENGINE_TIMEOUT:-300} "$B/test_engine_kvq" > "$OUT/test_engine_kvq.log" 2>&1
     echo "test_engine_kvq ($BE) rc=$? ($(( $(date +%s) - t1 )) s)" | tee -a "$S"
     grep -E "FAIL|passed|SKIP" "$OUT/test_engine_kvq.log" | head -30 | tee -a "$S"
 fi
@@ -53,7 +57,7 @@ if want serve; then
     M=$B/fixtures/stories260K/stories260K.gguf
     for be in $BE cpu; do
         port=$(( 18190 + RANDOM % 500 ))
-        "$B/cinfer" serve "$M" --backend $be --kv-quant turbo --port $port > "$OUT/serve_$be.log" 2>&1 &
+        LD_LIBRARY_PATH=$LDP "$B/cinfer" serve "$M" --backend $be --kv-quant turbo --port $port > "$OUT/serve_$be.log" 2>&1 &
         pid=$!
         ok=0
         for i in $(seq 1 120); do
@@ -87,7 +91,7 @@ if want bench; then
         fi
         [ -f "$MD/$m/tokenizer.json" ] || python3 "$SRC/bench/gpu/synth_tokenizer.py" "$MD/$m" >> "$OUT/models.log" 2>&1
         t4=$(date +%s)
-        timeout ${BENCH_TIMEOUT:-240} "$B/cinfer_kvq_bench" "$MD/$m" --backend $BE \
+        bin timeout ${BENCH_TIMEOUT:-240} "$B/cinfer_kvq_bench" "$MD/$m" --backend $BE \
             --schemes 8,4,turbo:k8v4,turbo --decode-ctx ${CTX:-4096,16384,32768} \
             --steps ${STEPS:-16} --reps ${REPS:-3} > "$OUT/bench_$m.json" 2> "$OUT/bench_$m.err"
         echo "kvq_bench $m rc=$? ($(( $(date +%s) - t4 )) s)" | tee -a "$S"
@@ -103,8 +107,9 @@ for name, s in d["schemes"].items():
                     for k, v in s.items() if k.startswith("decode_ratio_")))
 EOF
         # f16 on the general attention kernel (the one cuda_kvq.cu is built like)
+        case " ${GENERAL_MODELS:-l1b} " in *" $m "*) ;; *) continue ;; esac
         t5=$(date +%s)
-        CINFER_ATTN_DEC=0 timeout ${BENCH_TIMEOUT:-240} "$B/cinfer_kvq_bench" "$MD/$m" --backend $BE \
+        CINFER_ATTN_DEC=0 bin timeout ${BENCH_TIMEOUT:-240} "$B/cinfer_kvq_bench" "$MD/$m" --backend $BE \
             --schemes 8 --decode-ctx ${CTX:-4096,16384,32768} --steps ${STEPS:-16} --reps ${REPS:-3} \
             > "$OUT/bench_${m}_general.json" 2> "$OUT/bench_${m}_general.err"
         echo "kvq_bench $m, CINFER_ATTN_DEC=0 rc=$? ($(( $(date +%s) - t5 )) s)" | tee -a "$S"
