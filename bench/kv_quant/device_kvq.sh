@@ -2,7 +2,7 @@
 # device_kvq.sh — issue 19's CUDA part (quantized KV blocks read by the CUDA attention,
 # src/backend/cuda/cuda_kvq.cu) in one device call. Binaries are built on the CPU machine
 # with the CUDA backend and carried in $BIN (see /work/notes/t19-device.md for the list):
-#  1. test_kvq_cuda: the GPU's quantized store equals kvq_store_row byte for byte, and the
+#  1. test_kvq_cuda (twice over: default kernels, then CINFER_KVQ_DEC=1): the GPU's quantized store equals kvq_store_row byte for byte, and the
 #     GPU attention over quantized blocks equals the CPU kernel's within 1e-4 of the output
 #     scale (every format; decode / verify / prefill steps; several geometries);
 #  2. test_engine_kvq with CINFER_TEST_BACKEND=cuda: stories260K through the engine on the
@@ -13,7 +13,8 @@
 #  4. cinfer_kvq_bench --backend cuda on random-weight l1b and l8b (bench/gpu/models.py):
 #     bytes per token and decode tok/s at 4k / 16k / 32k context per scheme vs f16 KV
 #     (decode_ratio_N = f16 time / scheme time); also with CINFER_ATTN_DEC=0 for f16 (the
-#     general kernel the quantized path is built like), to separate kernel from bytes.
+#     general kernel the quantized path is built like), to separate kernel from bytes; and
+#     the schemes again with CINFER_KVQ_DEC=1 (cuda_kvq.cu's decode-step kernel).
 # Everything lands in $OUT: gpu.txt, test_kvq_cuda.log, test_engine_kvq.log, serve.log,
 # bench_<model>.json (+ .err), summary.txt.
 # Usage (repo root on the device):  BIN=.gpubin bash .gpubin/src/bench/kv_quant/device_kvq.sh
@@ -95,17 +96,14 @@ if want bench; then
             --schemes 8,4,turbo:k8v4,turbo --decode-ctx ${CTX:-4096,16384,32768} \
             --steps ${STEPS:-16} --reps ${REPS:-3} > "$OUT/bench_$m.json" 2> "$OUT/bench_$m.err"
         echo "kvq_bench $m rc=$? ($(( $(date +%s) - t4 )) s)" | tee -a "$S"
-        python3 - "$OUT/bench_$m.json" << 'EOF' | tee -a "$S"
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-except Exception as ex:
-    print("  no JSON:", ex); sys.exit(0)
-for name, s in d["schemes"].items():
-    print("  %-12s bytes/token %7d  compr %.2f  " % (name, s["bytes_per_token"], s["compression"]) +
-          "  ".join("%s %.3f (%.1f tok/s)" % (k, v, s[k.replace("ratio", "tok_s")])
-                    for k, v in s.items() if k.startswith("decode_ratio_")))
-EOF
+        python3 "$SRC/bench/kv_quant/device_summary.py" "$OUT/bench_$m.json" | tee -a "$S"
+        # the decode-step kernel for quantized KV (CINFER_KVQ_DEC=1, not the default yet)
+        t6=$(date +%s)
+        CINFER_KVQ_DEC=1 bin timeout ${BENCH_TIMEOUT:-240} "$B/cinfer_kvq_bench" "$MD/$m" --backend $BE \
+            --schemes 8,4,turbo:k8v4,turbo --decode-ctx ${CTX:-4096,16384,32768} \
+            --steps ${STEPS:-16} --reps ${REPS:-3} > "$OUT/bench_${m}_kvqdec.json" 2> "$OUT/bench_${m}_kvqdec.err"
+        echo "kvq_bench $m, CINFER_KVQ_DEC=1 rc=$? ($(( $(date +%s) - t6 )) s)" | tee -a "$S"
+        python3 "$SRC/bench/kv_quant/device_summary.py" "$OUT/bench_${m}_kvqdec.json" | tee -a "$S"
         # f16 on the general attention kernel (the one cuda_kvq.cu is built like)
         case " ${GENERAL_MODELS:-l1b} " in *" $m "*) ;; *) continue ;; esac
         t5=$(date +%s)

@@ -6,6 +6,8 @@
  *   few tokens of one sequence in a step, and a prefill step of more than 64 tokens (the
  *   tiled mode), GQA 2:1 and 6:1, head_dim 64 / 128 / 256 and 80 (groups of 16, no
  *   rotation), a sliding window, a softcap.
+ * On CUDA every case runs twice: with the default kernels, then with CINFER_KVQ_DEC=1 (the
+ * decode-step kernel for steps of up to 64 tokens).
  * Skipped (status 77) where the CUDA backend cannot open (no GPU, or a build without it):
  * the device run is bench/kv_quant/device_kvq.sh. CINFER_TEST_BACKEND names another backend
  * to compare with the CPU. */
@@ -249,6 +251,19 @@ int main(void)
     }
     RUN(test_formats_hd128);
     RUN(test_other_geometries);
+    if (!strcmp(bn, "cuda") && !getenv("CINFER_KVQ_DEC")) {
+        /* again with the decode-step kernel (cuda_kvq.cu's k_kvq_dec, read at backend
+         * creation): steps of up to 64 tokens take it, longer ones the general kernel */
+        be_free(g_dev);
+        setenv("CINFER_KVQ_DEC", "1", 1);
+        g_dev = be_new(bn, &bc, &e);
+        CHECK_MSG(g_dev != NULL, "%s", e.msg);
+        if (!g_dev)
+            return harness_done();
+        printf("-- CINFER_KVQ_DEC=1\n");
+        RUN(test_formats_hd128);
+        RUN(test_other_geometries);
+    }
     be_free(g_dev);
     be_free(g_cpu);
     return harness_done();
