@@ -289,7 +289,8 @@ static void attention_block(const struct model *m, struct model_ws *ws,
     /* rope and the K/V store ride on the q/k/v projection unless biases or per-head norms
      * come between them */
     const unsigned lq = ws->lpaths & ((1u << LORA_Q) | (1u << LORA_K) | (1u << LORA_V));
-    int fuse_rope = op->matmul_fused && !ly->bq && !ly->q_norm && !lq;
+    const int qkv = kvq_is(kv_dt); /* quantized keys are centred before the store (below) */
+    int fuse_rope = op->matmul_fused && !ly->bq && !ly->q_norm && !lq && !qkv;
     project(m, ws, n, ly->attn_norm, 3, wqkv, yqkv, fuse_rope ? &r : NULL);
     if (lq && lora_plan_any(ws->lp, ws->lrange)) { /* + the adapters' deltas of q, k, v */
         if (op->matmul_fused) /* the fused projection kept no normed x */
@@ -308,14 +309,14 @@ static void attention_block(const struct model *m, struct model_ws *ws,
     }
     if (fuse_rope) {
         /* done by the projection */
-    } else if (op->rope_kv_store) {
+    } else if (op->rope_kv_store && !qkv) {
         op->rope_kv_store(b, &r);
     } else {
         op->rope(b, ws->q, ws->d_pos, n, hp->n_head, hp->head_dim, hp->rot_dim, hp->rope_mode,
                  inv_freq, 1.0f);
         op->rope(b, ws->k, ws->d_pos, n, hp->n_kv_head, hp->head_dim, hp->rot_dim,
                  hp->rope_mode, inv_freq, 1.0f);
-        if (kvq_is(kv_dt) && ws->kcenter[il]) /* quantized keys: centred (kv_center.c) */
+        if (qkv && ws->kcenter[il]) /* quantized keys: centred (kv_center.c) */
             op->add_row(b, ws->k, ws->kcenter[il], n, kvd);
 
         op->kv_store(b, kv->k[il], kv->v[il], kv_dt, ws->k, ws->v, slots, n, kvd);

@@ -20,6 +20,10 @@
 
 #include "backend/cuda/cuda_int.cuh"
 
+extern "C" {
+#include "backend/kvq.h"
+}
+
 enum {
     AT_CH = 32,              /* positions per shared-memory chunk */
     AT_MAX_HD = 256,         /* largest head_dim (8 dims per lane) */
@@ -255,6 +259,8 @@ cudaError_t cu_attn_init(struct cu_be *cb)
         rc = cu_attn_decode_init(cb);
     if (rc == cudaSuccess)
         rc = cu_attn_tc_init(cb);
+    if (rc == cudaSuccess)
+        rc = cu_kvq_init(cb);
     return rc;
 }
 
@@ -280,6 +286,10 @@ void cu_attention(struct be *b, float *out, const float *q, const struct be_attn
             s.seq = a->seq + t0;
             cu_attention(b, out + (size_t)t0 * qd, q + (size_t)t0 * qd, &s);
         }
+        return;
+    }
+    if (kvq_is(a->kv_dtype)) { /* quantized KV blocks: cuda_kvq.cu */
+        cu_kvq_attention(cb, out, q, a);
         return;
     }
     if (cu_attn_decode(cb, out, q, a) || cu_attn_prefill_tc(cb, out, q, a))

@@ -301,6 +301,13 @@ void cq_sample(struct be *b, int32_t *out, float *x, int rows, int n, const void
                const int32_t *prev);
 void cq_topcand(struct be *b, void *out, const float *x, int rows, int n, float span, int cap);
 
+/* Quantized KV rows (cuda_kvq.cu, formats of backend/kvq.h): the store and the attention
+ * for a kv_dtype that is a scheme code (kvq_is); cu_kvq_init copies the codebooks in. */
+void cu_kvq_store(struct cu_be *cb, void *k_cache, void *v_cache, int kv_dtype, const float *k,
+                  const float *v, const int32_t *slots, int n_tok, int kv_dim);
+void cu_kvq_attention(struct cu_be *cb, float *out, const float *q, const struct be_attn *a);
+cudaError_t cu_kvq_init(struct cu_be *cb);
+
 /* One-time kernel attributes (shared-memory opt-in); 0 or a CUDA error. */
 cudaError_t cu_attn_init(struct cu_be *cb);
 /* Specialised attention paths tried first by cu_attention (arguments already validated:
