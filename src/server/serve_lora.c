@@ -94,10 +94,21 @@ int serve_lora_setup(struct serve *sv, struct engine_config *ec)
     return 0;
 }
 
+struct lora_am {
+    struct lora_am *next;
+    char id[LORA_ID_MAX];
+    struct api_model am;
+};
+
 void serve_lora_free(struct serve *sv)
 {
     lora_reg_free(sv->lora);
     sv->lora = NULL;
+    while (sv->lora_ams) {
+        struct lora_am *a = sv->lora_ams;
+        sv->lora_ams = a->next;
+        free(a);
+    }
 }
 
 static void targets_text(unsigned t, char *buf, size_t cap)
@@ -166,6 +177,37 @@ int serve_lora_pick(struct serve *sv, struct http_req *r, struct lora_set *set,
         return -1;
     }
     return 0;
+}
+
+const struct api_model *serve_lora_am(struct serve *sv, struct http_req *r)
+{
+    if (!sv->lora || !lora_reg_list(sv->lora, NULL, 0))
+        return &sv->am;
+    size_t blen = 0;
+    const char *body = http_req_body(r, &blen);
+    json_t *j = body && blen ? json_loadb(body, blen, 0, NULL) : NULL;
+    json_t *ad = json_object_get(j, "adapter"), *md = json_object_get(j, "model");
+    char id[LORA_ID_MAX] = "";
+    if ((!ad || json_is_null(ad)) && json_is_string(md) &&
+        strcmp(json_string_value(md), sv->model_id) &&
+        lora_reg_has(sv->lora, json_string_value(md)))
+        snprintf(id, sizeof id, "%s", json_string_value(md));
+    json_decref(j);
+    if (!id[0])
+        return &sv->am;
+    struct lora_am *a = sv->lora_ams;
+    while (a && strcmp(a->id, id))
+        a = a->next;
+    if (!a) {
+        if (!(a = calloc(1, sizeof *a)))
+            return &sv->am;
+        snprintf(a->id, sizeof a->id, "%s", id);
+        a->next = sv->lora_ams;
+        sv->lora_ams = a;
+    }
+    a->am = sv->am; /* the rest as the server's, now */
+    a->am.id = a->id;
+    return &a->am;
 }
 
 /* ---- routes ------------------------------------------------------------------------------- */

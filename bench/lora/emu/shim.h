@@ -26,6 +26,7 @@ static float emu_xch[1024];
 #define __grid_constant__
 static inline void __syncthreads() { pthread_barrier_wait(&emu_bar); }
 static inline void cu_pdl_wait() {}
+static inline void cu_pdl_trigger() {}
 static inline float cu_warp_sum(float v)
 {
     int t = threadIdx.x;

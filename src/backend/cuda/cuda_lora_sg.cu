@@ -43,6 +43,7 @@ static __device__ __forceinline__ float lk_ld(const void *a, int dt, int64_t i)
 __global__ void __launch_bounds__(LK_ST)
     k_lk_shrink(const __grid_constant__ struct cu_lk d, float *part, int R, int Tmax)
 {
+    cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
     cu_pdl_wait();
     __shared__ const char *s_a[LK_TJ];
     __shared__ int s_dt[LK_TJ];
@@ -112,6 +113,7 @@ __global__ void __launch_bounds__(LK_MT)
     k_lk_expand(const __grid_constant__ struct cu_lk d, const float *part, int R, int Tmax,
                 int ksplit, int rsmax)
 {
+    cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
     cu_pdl_wait();
     extern __shared__ float s_t[]; /* (LK_RC, rsmax) */
     int sl = blockIdx.x, p = 0;
