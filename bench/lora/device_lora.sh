@@ -13,11 +13,15 @@
 #      with MODELS="l1b l8b"): the default kernels with f32 adapters, the previous kernel
 #      (CINFER_CUDA_LORA=v1) in the same call, then bf16 adapters -> lora_gpu.json (the "gpu"
 #      object of bench/results/lora.json);
-#   3. test_lora again with graphs off (no merging), with every call split into one-row
+#   3. bench/lora/device_serve.py with $B/cinfer (when carried): `cinfer serve --backend cuda`
+#      mounts adapters with POST /v1/adapters (on the engine thread), unmounts one while
+#      requests run with it, and its outputs equal a server that mounted them at start-up
+#      -> serve_cuda.json;
+#   4. test_lora again with graphs off (no merging), with every call split into one-row
 #      slices (CINFER_CUDA_LORA_PART_MAX=1) and with v1;
-#   4. ncu's per-kernel durations of a few one-adapter batch-1 steps, default and v1
+#   5. ncu's per-kernel durations of a few one-adapter batch-1 steps, default and v1
 #      (PROFILE= skips);
-#   5. with GOLDEN=1, the goldens regenerated with scripts/lora_reference.py (the device's
+#   6. with GOLDEN=1, the goldens regenerated with scripts/lora_reference.py (the device's
 #      torch/transformers/peft) and compared with the committed ones.
 # Everything lands in $OUT.
 B=$(cd "${BIN:-$PWD/.gpubin}" && pwd)
@@ -89,6 +93,15 @@ try:
 except Exception as e:
     print("no GPU bench result:", e)
 PY
+
+# mount / unmount while serving on CUDA (the engine thread loads and frees), vs start-up mounts
+if [ -x "$B/cinfer" ]; then
+    t4=$(date +%s)
+    CINFER_LIBS=$B/lib timeout 240 python3 bench/lora/device_serve.py "$B/cinfer" cuda "$OUT/serve_cuda.json" \
+        > "$OUT/serve_cuda.log" 2>&1
+    echo "device_serve (cuda) rc=$? ($(( $(date +%s) - t4 )) s)"; tail -c 1500 "$OUT/serve_cuda.log"
+    cp /tmp/lora-device-serve-*.log "$OUT/" 2> /dev/null
+fi
 
 TESTS="CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA_PART_MAX=1 CINFER_CUDA_LORA=v1" run_tests
 
