@@ -614,7 +614,7 @@ static void *engine_main(void *arg)
     for (;;) {
         struct queue dead = {0};
         pthread_mutex_lock(&g->mu);
-        while (!g->quit && !g->in.n && !g->n_cancel && !g->n_run && !g->wait.n) {
+        while (!g->quit && !g->in.n && !g->n_cancel && !g->n_run && !g->wait.n && !g->calls) {
             if (g->ssd)
                 eng_tier_wait(g); /* the SSD tier's idle work, then a (timed) wait */
             else
@@ -623,6 +623,7 @@ static void *engine_main(void *arg)
         int quit = g->quit;
         eng_take_inputs(g, &dead);
         pthread_mutex_unlock(&g->mu);
+        eng_calls_run(g); /* engine_post / engine_call: adapter mounts and frees */
         if (g->ssd && !quit)
             eng_tier_busy(g);
         if (quit) {
@@ -919,6 +920,7 @@ void engine_free(struct engine *g)
         pthread_mutex_unlock(&g->mu);
         pthread_join(g->th, NULL);
     }
+    eng_calls_run(g); /* what was posted while it stopped */
     struct ereq *r;
     while ((r = eng_q_pop(&g->in)))
         finish(g, r, ENGINE_FINISH_CANCELLED, -1);

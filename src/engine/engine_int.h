@@ -123,7 +123,13 @@ struct engine {
     int max_out;       /* logits rows per step: max_seqs + the draft tokens a step may hold */
     long spec_gen;     /* tokens emitted beyond one per row by verify rows (stats) */
     const struct lora_set **lsets; /* (max_seqs) a step's sets (lora_eng.c), or NULL */
+    struct eng_call *calls, *calls_tail; /* under mu: engine_post/engine_call (eng_calls.c) */
 };
+
+/* ---- eng_calls.c ---- */
+
+/* Engine thread (or engine_free once it stopped): runs the queued calls. */
+void eng_calls_run(struct engine *g);
 
 /* ---- sched.c ---- */
 

@@ -248,11 +248,15 @@ static void out_proj(const struct model *m, struct model_ws *ws, int n, const fl
     const int lora = (ws->lpaths >> lt) & 1; /* the adapter path: unfused, delta before the
                                               * post norm (as PEFT adds it to the projection) */
     ws->x_chain = 0;
-    if (op->matmul_fused && !post_norm && !lora) {
+    if (op->matmul_fused && !post_norm) {
+        /* an adapter's delta goes straight into the residual, after the fused add (then the
+         * add gathers nothing for the next norm: the delta comes after it) */
         struct be_mm f = {.mode = BE_MM_ADD, .n = n, .x = a, .n_w = 1, .w = {w}, .y = {ws->x},
-                          .chain = chain, .next_norm = next_norm};
+                          .chain = chain && !lora, .next_norm = lora ? NULL : next_norm};
         op->matmul_fused(b, &f);
-        ws->x_chain = chain;
+        ws->x_chain = chain && !lora;
+        if (lora)
+            lora_plan_apply(ws->lp, m, ws->lrange, il, lt, a, ws->x);
         return;
     }
     op->matmul(b, ws->tmp, a, n, w); /* (n, n_embd) */
@@ -360,9 +364,18 @@ static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
                           .w = {&ly->w_gate, &ly->w_up}, .y = {ws->gate}, .chain = chain};
         op->matmul_fused(b, &f);
     } else {
-        op->rmsnorm(b, ws->xb, ws->x, ly->ffn_norm, n, hp->n_embd, hp->norm_eps);
-        op->matmul(b, ws->gate, ws->xb, n, &ly->w_gate); /* (n, n_ff) */
-        op->matmul(b, ws->up, ws->xb, n, &ly->w_up);     /* (n, n_ff) */
+        if (op->matmul_fused) { /* adapters on gate/up: the two projections fused, unactivated */
+            const struct be_tensor *wgu[2] = {&ly->w_gate, &ly->w_up};
+            float *const ygu[2] = {ws->gate, ws->up};
+            ws->x_chain = chain;
+            project(m, ws, n, ly->ffn_norm, 2, wgu, ygu, NULL);
+            if (lora_plan_any(ws->lp, ws->lrange)) /* the adapters read the normed x */
+                op->rmsnorm(b, ws->xb, ws->x, ly->ffn_norm, n, hp->n_embd, hp->norm_eps);
+        } else {
+            op->rmsnorm(b, ws->xb, ws->x, ly->ffn_norm, n, hp->n_embd, hp->norm_eps);
+            op->matmul(b, ws->gate, ws->xb, n, &ly->w_gate); /* (n, n_ff) */
+            op->matmul(b, ws->up, ws->xb, n, &ly->w_up);     /* (n, n_ff) */
+        }
         if (lg) { /* + the adapters' deltas of gate and up */
             lora_plan_apply(ws->lp, m, ws->lrange, il, LORA_GATE, ws->xb, ws->gate);
             lora_plan_apply(ws->lp, m, ws->lrange, il, LORA_UP, ws->xb, ws->up);

@@ -130,6 +130,7 @@ struct serve {
     struct tok *draft_tk;
     struct lora_reg *lora;       /* mounted adapters (serve_lora.c) */
     char lora_default[300];      /* the set of requests that name none ("" = none) */
+    struct lora_am *lora_ams;    /* serve_lora_am's copies of am, one an adapter id named */
     struct serve_kvq *kvq;       /* KV quantization and levers (serve_kvq.c) */
 };
 
@@ -317,6 +318,12 @@ void serve_lora_card(struct serve *sv);
 int serve_lora_pick(struct serve *sv, struct http_req *r, struct lora_set *set,
                     struct api_error *err);
 int serve_lora_routes(struct serve *sv);
+struct api_model;
+/* Loop thread. The api_model a request's responses are encoded with: &sv->am, or, when the
+ * request's "model" field selects a mounted adapter (no "adapter" field; as
+ * serve_lora_pick), a copy of it whose id is that adapter's (vLLM echoes the adapter name),
+ * kept until serve_lora_free. */
+const struct api_model *serve_lora_am(struct serve *sv, struct http_req *r);
 /* Appends the mounted adapters (only the one named `only` when non-NULL) to a /v1/models
  * data array, each with its base as "parent". */
 void serve_lora_models(struct serve *sv, json_t *data, const char *only);

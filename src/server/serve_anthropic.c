@@ -101,7 +101,7 @@ static void h_messages(struct http_req *r, void *ud)
         goto fail;
     struct cerr e = {0};
     struct anth_out *enc = NULL;
-    if (anth_out_new(&enc, &sv->am, &c->rq, &c->pr, sv->tc_family, &e)) {
+    if (anth_out_new(&enc, serve_lora_am(sv, r), &c->rq, &c->pr, sv->tc_family, &e)) {
         api_fail(&err, e.code == CERR_NOMEM ? 500 : 400, "tools", "%s", e.msg);
         goto fail;
     }

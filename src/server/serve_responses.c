@@ -124,7 +124,7 @@ static void h_responses(struct http_req *r, void *ud)
         api_fail(&err, 500, NULL, "out of memory");
         goto fail;
     }
-    if (resp_out_new(&h->o, &sv->am, &c->rq, &c->pr, sv->tc_family, c->q.echo, &e)) {
+    if (resp_out_new(&h->o, serve_lora_am(sv, r), &c->rq, &c->pr, sv->tc_family, c->q.echo, &e)) {
         free(h);
         api_fail(&err, e.code == CERR_NOMEM ? 500 : 400, "tools", "%s", e.msg);
         goto fail;

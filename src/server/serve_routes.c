@@ -29,6 +29,7 @@ struct oai_ctx {
     struct api_structured st; /* response_format & co. (api/structured) */
     struct api_prompt *more;  /* completions: the prompts after the first (n_prompts - 1) */
     struct engine_req *qs;    /* several choices: one engine request each */
+    const struct api_model *am; /* what the encoders echo (serve_lora_am) */
 };
 
 static void oai_ctx_free(void *p)
@@ -100,7 +101,7 @@ static int choice_encoder(struct serve *sv, const struct oai_ctx *c, const struc
         rq.prompt_len = q->len;
     }
     struct cerr e = {0};
-    if (oai_out_new(out, &sv->am, &rq, pr, sv->o.batch > 1 ? "batched" : "serial", &e))
+    if (oai_out_new(out, c->am ? c->am : &sv->am, &rq, pr, sv->o.batch > 1 ? "batched" : "serial", &e))
         return api_fail(err, 500, NULL, "%s", e.msg);
     if (oai_out_tools(*out, sv->tc_family, c->rq.tools, &e)) {
         oai_out_free(*out);
@@ -201,6 +202,7 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
         api_fail(&err, 500, NULL, "out of memory");
         goto fail;
     }
+    c->am = serve_lora_am(sv, r);
     for (int p = 0; p < np; p++)
         if (serve_check_context(sv, p ? c->more[p - 1].n : c->pr.n, c->rq.max_tokens,
                                 kind == OAI_CHAT ? sv->max_tokens_chat : sv->max_tokens_raw,

@@ -23,7 +23,8 @@ enum { CU_SCRATCH_X = 0, CU_SCRATCH_W = 1, CU_SCRATCH_ATT = 2, CU_SCRATCH_F = 3,
        CU_SCRATCH_DEC = 4, /* cuda_attn_dec.cu (fused merge: counters kept zero + partials) */
        CU_SCRATCH_N = 5,   /* matmul_fused: the normed x */
        CU_SCRATCH_TC = 6,  /* cuda_sample.cu: topcand's per-slice partials */
-       CU_N_SCRATCH = 7 };
+       CU_SCRATCH_LORA = 7, /* cuda_lora_sg.cu: the shrink's per-chunk partials */
+       CU_N_SCRATCH = 8 };
 
 /* Most rows of x the skinny tensor-core matmul (cuda_mmf.cu) takes; larger steps use cuBLAS.
  * CINFER_CUDA_SKINNY_MAX (0..SG_MAX_N) lowers it (0 = off), for measurements. */
@@ -245,7 +246,8 @@ void cu_add_row(struct be *b, float *y, const float *bias, int rows, int dim);
 void cu_scale(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_matmul_fused(struct be *b, const struct be_mm *m);
-/* The op lora (cuda_lora.cu) for at most CU_LORA_GRP groups; cq_lora splits larger calls. */
+/* The op lora: cq_lora records it (cuda_lora.cuh, cuda_lora_sg.cu); cu_lora (cuda_lora.cu)
+ * is the previous one-kernel path for at most CU_LORA_GRP groups (CINFER_CUDA_LORA=v1). */
 enum { CU_LORA_GRP = 3 }; /* a recorded call (cuda_graph.cu) holds the groups by value */
 void cu_lora(struct be *b, float *y, const float *x, int K, int M, const struct be_lora_grp *g,
              int n_grp);
