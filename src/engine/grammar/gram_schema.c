@@ -383,6 +383,19 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
             snprintf(keyr, sizeof keyr, "r%d", id);
         }
     }
+    if (!deps_hold(s, "dependencies") || !deps_hold(s, "dependentRequired")) {
+        json_t *sp = NULL; /* a union of objects with and without the dependent members */
+        int rc = gsc_split_object(c, s, path, &sp);
+        if (rc)
+            return rc;
+        int id = sp ? rule_for(c, sp, path) : 0;
+        if (id < 0)
+            return id;
+        if (sp) {
+            sbuf_printf(b, "r%d", id);
+            return 0;
+        }
+    }
     if (!deps_hold(s, "dependencies") || !deps_hold(s, "dependentRequired") ||
         json_object_get(s, "dependentSchemas"))
         return gsc_unsupported(c, !deps_hold(s, "dependencies") ? "dependencies"
@@ -667,7 +680,15 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
             c->excl = save;
             return rc;
         }
-        return gsc_unsupported(c, "not", path);
+        json_t *sp = NULL; /* not over required names: a union of objects */
+        int rc = gsc_split_object(c, s, path, &sp);
+        if (rc || !sp)
+            return rc ? rc : gsc_unsupported(c, "not", path);
+        int id = rule_for(c, sp, path);
+        if (id < 0)
+            return id;
+        sbuf_printf(b, "r%d", id);
+        return 0;
     }
     static const char *const never[] = {"if", "then", "else", "unevaluatedItems",
                                         "$dynamicRef", "$recursiveRef", "minContains", "maxContains", NULL};
