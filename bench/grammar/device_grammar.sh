@@ -14,11 +14,12 @@
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 B=$(cd "${BIN:-.gpubin}" && pwd)
-export LD_LIBRARY_PATH=$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# the carried libraries only for cinfer's binaries (python and torch keep the system's)
+CLD=$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-ldd "$B/cinfer" | grep "not found"
+LD_LIBRARY_PATH=$CLD ldd "$B/cinfer" | grep "not found"
 t0=$(date +%s)
-CINFER_TEST_ONLY=${CONF_ONLY:-sample} CINFER_FIXTURES=$B/fixtures CINFER_SRC=$PWD \
+LD_LIBRARY_PATH=$CLD CINFER_TEST_ONLY=${CONF_ONLY:-sample} CINFER_FIXTURES=$B/fixtures CINFER_SRC=$PWD \
     timeout ${CONF_S:-200} "$B/test_backend_conformance" > "$OUT/conf.log" 2>&1
 echo "conformance rc=$? ($(( $(date +%s) - t0 )) s)"
 grep -E "FAIL|passed|SKIP|CHECK" "$OUT/conf.log" | head -20
@@ -26,7 +27,7 @@ t1=$(date +%s)
 timeout ${MODELS_S:-240} python3 bench/gpu/models.py bench /tmp/m ${MODEL:-l1b} > "$OUT/models.log" 2>&1
 echo "models rc=$? ($(( $(date +%s) - t1 )) s)"; tail -2 "$OUT/models.log"
 t2=$(date +%s)
-BIN=$B timeout ${SERVE_S:-240} python3 bench/grammar/serve_grammar.py /tmp/m/${MODEL:-l1b} \
+CINFER_LD_PATH=$CLD BIN=$B timeout ${SERVE_S:-240} python3 bench/grammar/serve_grammar.py /tmp/m/${MODEL:-l1b} \
     --tokens ${TOKENS:-128} --streams ${STREAMS:-8} > "$OUT/serve_grammar.json" 2> "$OUT/serve_grammar.err"
 echo "serve_grammar rc=$? ($(( $(date +%s) - t2 )) s)"
 tail -8 "$OUT/serve_grammar.err" | cut -c1-400

@@ -49,6 +49,8 @@ SAMPLING = {"greedy": {"temperature": 0}, "temperature": {"temperature": 0.8},
 
 def start(model, port, env_extra, batch, log):
     env = dict(os.environ, **env_extra)
+    if os.environ.get("CINFER_LD_PATH"):  # libraries carried for the binary alone
+        env["LD_LIBRARY_PATH"] = os.environ["CINFER_LD_PATH"]
     p = subprocess.Popen([f"{BIN}/cinfer", "serve", model, "--backend",
                           os.environ.get("BACKEND", "cuda"), "--port", str(port), "--batch",
                           str(batch), "-c", "2048"],
