@@ -88,7 +88,8 @@ struct sampler_logprob {
  * the masked distribution (DESIGN.md §5). sampler_accept advances the matcher. Such a
  * sampler is never plain greedy (not even while a lazy grammar waits: a decode burst would
  * run past the trigger) and, once masking, never samples from candidates (it needs the
- * row). */
+ * row); the backend's op sample may decide it with the grammar's bitset
+ * (sampler_device_row with gram_ok, sampler_device_mask). */
 struct gram_matcher;
 /* Attaches m (the sampler takes ownership; NULL detaches). Returns 0 or CERR_NOMEM (m is
  * then freed). */
