@@ -115,7 +115,7 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
     size_t QD = (size_t)hp->n_head * hp->head_dim, KVD = (size_t)hp->n_kv_head * hp->head_dim;
     size_t F = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
     size_t ids_cap = 7 * T + (size_t)max_out + 2 * (size_t)max_seq * max_blocks +
-                     (size_t)model_samp_words_max(max_out);
+                     (size_t)model_samp_words_max(m, max_out);
     int ok = (ws->x = b->ops->alloc(b, T * E * 4)) && (ws->xb = b->ops->alloc(b, T * E * 4)) &&
              (ws->tmp = b->ops->alloc(b, T * E * 4)) && (ws->q = b->ops->alloc(b, T * QD * 4)) &&
              (ws->k = b->ops->alloc(b, T * KVD * 4)) && (ws->v = b->ops->alloc(b, T * KVD * 4)) &&
@@ -201,13 +201,16 @@ static int upload_batch(struct model_ws *ws, const struct model_batch *bt, struc
         PACK(d_slots_swa, bt->slots_swa, n);
         PACK(d_tables_swa, bt->block_tables_swa, nt);
     }
-    if (bt->samp)
-        PACK(d_samp, bt->samp, (size_t)bt->samp_words);
     ws->lpaths = bt->lora_paths;
     int nl = lora_plan_build(ws->lp, bt, step_lead(ws, bt), ws->h_lrows);
     if (nl)
         PACK(d_lrows, ws->h_lrows, (size_t)nl);
     lora_plan_bind(ws->lp, nl ? ws->d_lrows : NULL);
+    size_t late = 0; /* last: the late words (samp_fill) are uploaded after the layers */
+    if (bt->samp) {
+        late = bt->samp_fill ? (size_t)(bt->samp_words - bt->samp_late) : 0;
+        PACK(d_samp, bt->samp, (size_t)bt->samp_words - late);
+    }
 #undef PACK
     return b->ops->upload(b, d, h, o * 4, e);
 }
@@ -425,7 +428,9 @@ static int check_batch(const struct model *m, const struct model_ws *ws,
                                     bt->seq[i], bt->n_lead);
     }
     if (bt->samp && (!m->be->ops->sample || bt->samp_words < bt->n_out * BE_SAMPLE_ROW_WORDS ||
-                     bt->samp_words > model_samp_words_max(bt->n_out)))
+                     bt->samp_words > model_samp_words_max(m, bt->n_out) ||
+                     (bt->samp_fill && (bt->samp_late < bt->n_out * BE_SAMPLE_ROW_WORDS ||
+                                        bt->samp_late > bt->samp_words))))
         return cerr_set(e, CERR_INVALID, "step sampling parameters of %d words for %d rows "
                         "(the backend %s the op sample)", bt->samp_words, bt->n_out,
                         m->be->ops->sample ? "has" : "lacks");
@@ -546,6 +551,12 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
     if (bt->samp) { /* ids decided on the backend; then the candidates of skipped rows */
         if (!bt->argmax)
             return cerr_set(e, CERR_INVALID, "a sampled step needs its argmax (ids) buffer");
+        if (bt->samp_fill) { /* the grammar masks, computed while the layers run */
+            bt->samp_fill(bt->samp_ctx);
+            if ((rc = op->upload(b, ws->d_samp + bt->samp_late, bt->samp + bt->samp_late,
+                                 (size_t)(bt->samp_words - bt->samp_late) * 4, e)))
+                return rc;
+        }
         op->sample(b, ws->d_argmax, ws->logits, bt->n_out, hp->n_vocab, ws->d_samp, NULL);
         if (bt->cands)
             op->topcand(b, ws->d_cands, ws->logits, bt->n_out, hp->n_vocab, bt->cand_span,
@@ -586,9 +597,10 @@ int model_forward_queue(const struct model *m, struct model_ws *ws,
     int rc = check_batch(m, ws, bt, e);
     if (rc)
         return rc;
-    if ((bt->samp ? !op->sample : !op->argmax) || bt->cands || bt->n_out < 1)
+    if ((bt->samp ? !op->sample : !op->argmax) || bt->cands || bt->n_out < 1 || bt->samp_fill)
         return cerr_set(e, CERR_INVALID,
-                        "a queued step needs output rows decided on the backend (argmax, sample)");
+                        "a queued step needs output rows decided on the backend (argmax, sample; "
+                        "no late sampling words)");
     if (ws->q_n == 2)
         return cerr_set(e, CERR_INVALID, "two steps are already queued: wait for one first");
     if (!bt->tokens && (!ws->prev_ok || bt->n_tok != ws->prev_nout))
@@ -668,9 +680,11 @@ int model_can_topcand(const struct model *m) { return m->be->ops->topcand != NUL
 
 int model_can_sample(const struct model *m) { return m->be->ops->sample != NULL; }
 
-int model_samp_words_max(int n_out)
+int model_samp_words_max(const struct model *m, int n_out)
 {
-    return n_out * (BE_SAMPLE_ROW_WORDS + BE_SAMPLE_AUX_PER_ROW);
+    int masks = n_out < BE_SAMPLE_MASK_ROWS ? n_out : BE_SAMPLE_MASK_ROWS;
+    return n_out * (BE_SAMPLE_ROW_WORDS + BE_SAMPLE_AUX_PER_ROW) +
+           masks * ((m->hp.n_vocab + 31) / 32);
 }
 
 int model_forward_hidden(const struct model *m, struct model_ws *ws,

@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "engine/grammar/gram.h"
 #include "eng_coll.h"
 #include "harness.h"
 #include "model/model.h"
@@ -50,6 +51,7 @@ static struct engine *mk_engine(int max_seqs, int dev)
 enum kind { K_TEMP, K_GREEDY_BIAS, K_PENALTY, K_GREEDY, K_TOP_P, K_TOPK_PEN, N_KINDS };
 
 static struct sampler_bias g_bias[40];
+static struct gram *g_gram; /* set: the requests submit() makes are constrained by it */
 
 static int submit(struct engine *e, const char *text, enum kind k, uint64_t seed, int max_tok,
                   struct eng_coll *c)
@@ -59,7 +61,7 @@ static int submit(struct engine *e, const char *text, enum kind k, uint64_t seed
     if (tok_encode(g_tk, text, strlen(text), TOK_ADD_SPECIAL, &ids, &n, NULL))
         return -1;
     struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = max_tok, .cb = eng_coll_cb,
-                           .ud = c, .ignore_eos = 1};
+                           .ud = c, .ignore_eos = !g_gram, .grammar = g_gram};
     sampler_params_default(&q.sp); /* temperature 0.7: what every SDK sends */
     q.sp.seed = seed;
     switch (k) {
@@ -160,6 +162,68 @@ static void test_batched_same_ids(void)
     }
 }
 
+/* Grammar rows decided by the op with their bitset (be_sample_row.mask_off, filled while
+ * the forward runs) against the host sampler masking the fetched row: the same ids, alone
+ * and batched with plain rows, and no row fetched its logits on the device path. */
+static void test_grammar_same_ids(void)
+{
+    static const char *const RE[] = {
+        "(Once|The|A) [a-z]{2,9}( [a-z]{1,9}){4,30}\\.",
+        "\\{\"name\": \"[A-Z][a-z]{1,12}\", \"age\": [1-9][0-9]?, \"tags\": \\[(\"[a-z ]{1,20}\"(, "
+        "\"[a-z ]{1,20}\"){0,3})?\\]\\}"};
+    static const enum kind KINDS[] = {K_GREEDY, K_TEMP, K_PENALTY, K_GREEDY_BIAS};
+    for (int gi = 0; gi < 2; gi++) {
+        struct cerr err = {0};
+        CHECK(gram_from_regex(&g_gram, RE[gi], strlen(RE[gi]), &err) == 0);
+        if (!g_gram) {
+            fprintf(stderr, "regex: %s\n", err.msg);
+            return;
+        }
+        struct eng_coll host[4], dev[4], mix[4];
+        for (int k = 0; k < 4; k++) {
+            long b = 0;
+            run_one(0, KINDS[k], &host[k], &b);
+            run_one(1, KINDS[k], &dev[k], &b);
+            CHECK_MSG(!dev[k].err && !host[k].err && dev[k].n > 3 && dev[k].n == host[k].n &&
+                          memcmp(dev[k].ids, host[k].ids, sizeof dev[k].ids) == 0,
+                      "grammar %d kind %d: device %d ids, host %d ids, or they differ", gi, k,
+                      dev[k].n, host[k].n);
+        }
+        /* batched: the four grammar rows beside two plain rows, on the op */
+        struct engine *e = mk_engine(6, 1);
+        CHECK(e != NULL);
+        if (!e)
+            return;
+        struct eng_coll plain[2];
+        for (int k = 0; k < 4; k++) {
+            eng_coll_init(&mix[k]);
+            CHECK(submit(e, PROMPT, KINDS[k], 42, 60, &mix[k]) == 0);
+        }
+        struct gram *keep = g_gram;
+        g_gram = NULL;
+        for (int k = 0; k < 2; k++) {
+            eng_coll_init(&plain[k]);
+            CHECK(submit(e, PROMPT, k ? K_TEMP : K_PENALTY, 7, 60, &plain[k]) == 0);
+        }
+        g_gram = keep;
+        for (int k = 0; k < 4; k++)
+            eng_coll_wait(&mix[k]);
+        for (int k = 0; k < 2; k++)
+            eng_coll_wait(&plain[k]);
+        struct engine_stats st;
+        engine_get_stats(e, &st);
+        engine_free(e);
+        CHECK_MSG(st.cand_full_rows == 0, "grammar %d: %ld rows fetched their logits", gi,
+                  st.cand_full_rows);
+        for (int k = 0; k < 4; k++)
+            CHECK_MSG(mix[k].n == host[k].n &&
+                          memcmp(mix[k].ids, host[k].ids, sizeof mix[k].ids) == 0,
+                      "grammar %d kind %d: batched ids differ from alone", gi, k);
+        gram_unref(g_gram);
+        g_gram = NULL;
+    }
+}
+
 int main(void)
 {
     const char *fx = getenv("CINFER_FIXTURES");
@@ -179,6 +243,7 @@ int main(void)
     g_bias[3].bias = -INFINITY;
     RUN(test_alone_same_ids);
     RUN(test_batched_same_ids);
+    RUN(test_grammar_same_ids);
     tok_free(g_tk);
     model_free(g_m);
     be_free(g_be);

@@ -247,3 +247,13 @@ int gram_row_forced(struct gram_row *r, int32_t *id)
         }
     return 0;
 }
+
+const uint32_t *gram_row_bits(struct gram_row *r)
+{
+    if (!gram_row_on(r))
+        return NULL;
+    int count = settle(r, 0) ? r->count : gram_matcher_mask(r->m, r->mask);
+    r->count = count;
+    r->job = 3; /* ready: gram_row_mask takes it, gram_row_accept drops it */
+    return count > 0 ? r->mask : NULL;
+}
