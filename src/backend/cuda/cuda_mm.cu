@@ -4,8 +4,9 @@
  * CINFER_CUDA_INVARIANT_ROWS) run the matvec kernel: one warp per weight row streams the
  * row once (16-byte loads for F16/BF16/F32) and keeps float accumulators for a group of up
  * to MV_MAX_N rows of x (a step of more rows runs several groups); a row of y is computed
- * with the same operation sequence for any n, so those steps are batch invariant. Quantized rows are decoded 32 weights at a time with the CPU's exact
- * dequantization and multiplied in float. Larger steps (prefill, big batches) use cuBLAS:
+ * with the same operation sequence for any n, so those steps are batch invariant. Quantized
+ * rows are decoded 32 weights at a time with the CPU's exact dequantization and multiplied
+ * in float. Larger steps (prefill, big batches) use cuBLAS:
  * SGEMM (no TF32) for F32 weights; for 16-bit weights x is rounded to the weight type and
  * GemmEx accumulates in F32; quantized weights are expanded to BF16 in row chunks first.
  * With CINFER_CUDA_PRECISE=1, x is split into hi + lo 16-bit parts and two GEMMs are
@@ -66,7 +67,8 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     /* ng groups of N rows of x: block b serves group b % ng of weight rows MV_WARPS (b / ng)
      * .. (the groups that read the same weights run together) */
     const int grp = (int)(blockIdx.x % (unsigned)ng);
-    int row = (int)(blockIdx.x / (unsigned)ng) * MV_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+    int row = (int)(blockIdx.x / (unsigned)ng) * MV_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
     if (row >= M)
         return;
     x += (size_t)grp * N * K;
