@@ -45,6 +45,8 @@ struct scheme {
     double nll[MAXT], kl[MAXT];
     long n[MAXT];
     double dec_s[8];
+    int ldt[512];  /* each layer's KV dtype */
+    int per_layer; /* layers differ (config, or plain sliding-window layers) */
 };
 
 /* log-softmax of row x (V) into lp; returns nothing */
@@ -113,21 +115,21 @@ int main(int argc, char **argv)
     for (char *tok = strtok(sl, ","); tok && ns < MAXS; tok = strtok(NULL, ",")) {
         struct kvq_scheme q = {.rotate = rotate};
         struct kvq_layers_info info;
-        int ldt[512];
         if (kvq_scheme_parse(tok, &q, &e) ||
-            kvq_scheme_layers(&q, &m->hp, model, DT_F16, ldt, &S[ns].code, &info, &e)) {
+            kvq_scheme_layers(&q, &m->hp, model, DT_F16, S[ns].ldt, &S[ns].code, &info, &e)) {
             fprintf(stderr, "kvq_bench: %s\n", e.msg);
             return 1;
         }
-        if (q.mode == KVQ_CONFIG || info.n_plain) {
-            fprintf(stderr, "kvq_bench: only uniform schemes (%s)\n", tok);
-            return 1;
-        }
+        for (int l = 0; l < m->hp.n_layer; l++)
+            S[ns].per_layer |= S[ns].ldt[l] != S[ns].code;
         snprintf(S[ns].name, sizeof S[ns].name, "%s", tok);
         ns++;
     }
-    for (int s = 0; s < ns; s++)
-        S[s].bpt = (size_t)m->hp.n_layer * kvq_token_bytes(S[s].code, kvd);
+    for (int s = 0; s < ns; s++) {
+        S[s].bpt = 0;
+        for (int l = 0; l < m->hp.n_layer; l++)
+            S[s].bpt += kvq_token_bytes(S[s].per_layer ? S[s].ldt[l] : S[s].code, kvd);
+    }
 
     /* ---- quality ---- */
     float *lr = malloc((size_t)chunk * V * sizeof(float)), *lq = malloc((size_t)chunk * V * sizeof(float));
@@ -151,7 +153,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "text %s: %d tokens scored\n", labels[ti], n - 1);
         struct gen *g[MAXS];
         for (int s = 0; s < ns; s++)
-            if (gen_new(&g[s], m, window, chunk, S[s].code, &e)) {
+            if (gen_new_layers(&g[s], m, window, chunk, S[s].code, S[s].per_layer ? S[s].ldt : NULL, &e)) {
                 fprintf(stderr, "kvq_bench: %s\n", e.msg);
                 return 1;
             }
@@ -207,7 +209,7 @@ int main(int argc, char **argv)
         for (int rep = 0; rep < reps; rep++)
             for (int s = 0; s < ns; s++) {
                 struct gen *g;
-                if (gen_new(&g, m, N + steps + 1, 1, S[s].code, &e) ||
+                if (gen_new_layers(&g, m, N + steps + 1, 1, S[s].code, S[s].per_layer ? S[s].ldt : NULL, &e) ||
                     kv_seq_reserve(g->kv, &g->seq, N, &e)) {
                     fprintf(stderr, "kvq_bench: %s\n", e.msg);
                     return 1;

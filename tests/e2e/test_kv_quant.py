@@ -27,7 +27,7 @@ def gen(srv, n=20):
 
 
 @pytest.mark.parametrize("scheme,mode,kbits,vbits,bpt", [
-    ("8", "8", 8, 8, 480), ("4", "4", 4, 4, 320), ("turbo", "turbo:k8v3", 8, 3, 340),
+    ("8", "8", 8, 8, 480), ("4", "4", 4, 4, 336), ("turbo", "turbo:k8v3", 8, 3, 340),
     ("turbo:k8v4", "turbo:k8v4", 8, 4, 360)])
 def test_scheme_stats_and_cache(scheme, mode, kbits, vbits, bpt):
     srv = Server(STORIES, "--kv-quant", scheme)
@@ -36,7 +36,8 @@ def test_scheme_stats_and_cache(scheme, mode, kbits, vbits, bpt):
         kq = st["kv_quant"]
         assert kq["mode"] == mode
         assert kq["bits"] == {"k": kbits, "v": vbits}
-        assert kq["bytes_per_token"] == bpt  # stories260K: 5 layers, kv_dim 32, groups of 8
+        # stories260K: 5 layers, kv_dim 32, groups of 8 ("4": layer 0's keys at 8 bits)
+        assert kq["bytes_per_token"] == bpt
         assert kq["layers"]["quantized"] == 5 and kq["layers"]["plain"] == 0
         assert kq["attention"]["global"].startswith("quantized")
         assert kq["attention"]["sliding_window"] == "none"

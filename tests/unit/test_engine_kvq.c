@@ -289,6 +289,12 @@ static int set_scheme(const char *v)
     size_t f = engine_kv_token_bytes(g_m, &c);
     printf("%s: %zu bytes per token (f16 %zu), %d quantized layers\n", v, q, f, info.n_quant);
     CHECK(q == info.bytes_per_token);
+    if (s.mode == KVQ_U4) { /* layer 0 keeps 8-bit keys; the others and /stats say 4 */
+        CHECK(kvq_fmt_of(g_ldt[0], 0) == KVF_A8 && kvq_fmt_of(g_ldt[0], 1) == KVF_A4);
+        for (int l = 1; l < g_m->hp.n_layer; l++)
+            CHECK(g_ldt[l] == g_code && kvq_fmt_of(g_ldt[l], 0) == KVF_A4);
+        CHECK(info.kbits == 4 && info.vbits == 4 && info.n_quant == g_m->hp.n_layer);
+    }
     CHECK(s.mode == KVQ_OFF ? q == f : q < f);
     return 0;
 }
