@@ -137,6 +137,7 @@ __global__ void __launch_bounds__(LK_MT)
             j -= d.t[k].rank, k++;
         const float *pp = part + (int64_t)(base + r0 + r) * Tmax + d.t[k].roff + j;
         float s = pp[0];
+#pragma unroll 8 /* the loads go out together; the adds stay in chunk order */
         for (int z = 1; z < ksplit; z++)
             s = __fadd_rn(s, pp[(int64_t)z * R * Tmax]);
         s_t[r * rsmax + jr] = __fmul_rn(s, d.t[k].scale);
@@ -152,6 +153,7 @@ __global__ void __launch_bounds__(LK_MT)
     int cj = 0;
     for (int k = tb; k < te; k++) {
         const struct cu_lk_term &t = d.t[k];
+#pragma unroll 4
         for (int j = 0; j < t.rank; j++) {
             const float bv = lk_ld(t.bt, t.dtype, (int64_t)j * M + m);
             const float *tv = s_t + cj + j;
