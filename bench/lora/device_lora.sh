@@ -17,8 +17,9 @@
 #      mounts adapters with POST /v1/adapters (on the engine thread), unmounts one while
 #      requests run with it, and its outputs equal a server that mounted them at start-up
 #      -> serve_cuda.json;
-#   4. test_lora again with graphs off (no merging), with every call split into one-row
-#      slices (CINFER_CUDA_LORA_PART_MAX=1) and with v1;
+#   4. test_lora again without the norm on the fly (CINFER_CUDA_LORA_NORM=0: rmsnorm into a
+#      buffer, then the deltas), with graphs off (no merging), with every call split into
+#      one-row slices (CINFER_CUDA_LORA_PART_MAX=1) and with v1;
 #   5. ncu's per-kernel durations of a few one-adapter batch-1 steps, default and v1
 #      (PROFILE= skips);
 #   6. with GOLDEN=1, the goldens regenerated with scripts/lora_reference.py (the device's
@@ -103,7 +104,7 @@ if [ -x "$B/cinfer" ]; then
     cp /tmp/lora-device-serve-*.log "$OUT/" 2> /dev/null
 fi
 
-TESTS="CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA_PART_MAX=1 CINFER_CUDA_LORA=v1" run_tests
+TESTS="CINFER_CUDA_LORA_NORM=0 CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA_PART_MAX=1 CINFER_CUDA_LORA=v1" run_tests
 
 # where a step's time goes with one adapter at batch 1: ncu's per-kernel durations of a few
 # steps (graphs on: ncu times each kernel node), new kernels and v1

@@ -180,4 +180,10 @@ def hot_post(s, body):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception as ex:  # noqa: BLE001 - a server that did not start: say so in the JSON
+        json.dump({"backend": sys.argv[2], "ok": False, "error": repr(ex)[-3000:]},
+                  open(sys.argv[3], "w"), indent=1)
+        print("device_serve: %r" % (ex,))
+        sys.exit(1)

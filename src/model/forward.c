@@ -300,10 +300,16 @@ static void attention_block(const struct model *m, struct model_ws *ws,
     int fuse_rope = op->matmul_fused && !ly->bq && !ly->q_norm && !lq && !qkv;
     project(m, ws, n, ly->attn_norm, 3, wqkv, yqkv, fuse_rope ? &r : NULL);
     if (lq && lora_plan_any(ws->lp, ws->lrange)) { /* + the adapters' deltas of q, k, v */
-        if (op->matmul_fused) /* the fused projection kept no normed x */
-            op->rmsnorm(b, ws->xb, ws->x, ly->attn_norm, n, hp->n_embd, hp->norm_eps);
-        for (int t = LORA_Q; t <= LORA_V; t++)
-            lora_plan_apply(ws->lp, m, ws->lrange, il, t, ws->xb, yqkv[t]);
+        if (op->matmul_fused && op->lora_norm) /* the fused projection kept no normed x */
+            for (int t = LORA_Q; t <= LORA_V; t++)
+                lora_plan_apply_norm(ws->lp, m, ws->lrange, il, t, ws->x, ly->attn_norm,
+                                     hp->norm_eps, yqkv[t]);
+        else {
+            if (op->matmul_fused)
+                op->rmsnorm(b, ws->xb, ws->x, ly->attn_norm, n, hp->n_embd, hp->norm_eps);
+            for (int t = LORA_Q; t <= LORA_V; t++)
+                lora_plan_apply(ws->lp, m, ws->lrange, il, t, ws->xb, yqkv[t]);
+        }
     }
     if (ly->bq) {
         op->add_row(b, ws->q, ly->bq, n, qd);
@@ -367,19 +373,26 @@ static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
                           .w = {&ly->w_gate, &ly->w_up}, .y = {ws->gate}, .chain = chain};
         op->matmul_fused(b, &f);
     } else {
+        int normed = 0; /* the deltas ran with the norm on the fly */
         if (op->matmul_fused) { /* adapters on gate/up: the two projections fused, unactivated */
             const struct be_tensor *wgu[2] = {&ly->w_gate, &ly->w_up};
             float *const ygu[2] = {ws->gate, ws->up};
             ws->x_chain = chain;
             project(m, ws, n, ly->ffn_norm, 2, wgu, ygu, NULL);
-            if (lora_plan_any(ws->lp, ws->lrange)) /* the adapters read the normed x */
+            if (lora_plan_any(ws->lp, ws->lrange) && op->lora_norm) { /* normed on the fly */
+                lora_plan_apply_norm(ws->lp, m, ws->lrange, il, LORA_GATE, ws->x, ly->ffn_norm,
+                                     hp->norm_eps, ws->gate);
+                lora_plan_apply_norm(ws->lp, m, ws->lrange, il, LORA_UP, ws->x, ly->ffn_norm,
+                                     hp->norm_eps, ws->up);
+                normed = 1;
+            } else if (lora_plan_any(ws->lp, ws->lrange)) /* the adapters read the normed x */
                 op->rmsnorm(b, ws->xb, ws->x, ly->ffn_norm, n, hp->n_embd, hp->norm_eps);
         } else {
             op->rmsnorm(b, ws->xb, ws->x, ly->ffn_norm, n, hp->n_embd, hp->norm_eps);
             op->matmul(b, ws->gate, ws->xb, n, &ly->w_gate); /* (n, n_ff) */
             op->matmul(b, ws->up, ws->xb, n, &ly->w_up);     /* (n, n_ff) */
         }
-        if (lg) { /* + the adapters' deltas of gate and up */
+        if (lg && !normed) { /* + the adapters' deltas of gate and up */
             lora_plan_apply(ws->lp, m, ws->lrange, il, LORA_GATE, ws->xb, ws->gate);
             lora_plan_apply(ws->lp, m, ws->lrange, il, LORA_UP, ws->xb, ws->up);
         }

@@ -8,7 +8,8 @@
 # K chunk, against a double-precision reference (relative 1e-5), rows outside the groups
 # untouched, and one group alone == the same rows in the full call bit for bit. Slow (one
 # OS thread per CUDA thread): ~1 min. Not a GPU test: timing, PDL, graphs and the real
-# compiler's code are not covered. Usage: bash bench/lora/emu/run.sh [K]
+# compiler's code are not covered. Usage: bash bench/lora/emu/run.sh [K [norm]]
+#   (norm: x un-normed, the shrink norms each row on the fly: the op lora_norm)
 #   CINFER_CUDA_LORA_PART_MAX=1 bash bench/lora/emu/run.sh 600   # the row-slice path
 set -e
 cd "$(dirname "$0")"

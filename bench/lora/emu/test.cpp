@@ -37,9 +37,21 @@ static term mk(int rank, int dt, int K, int M)
 int main(int argc, char **argv)
 {
     const int K = argc > 1 ? atoi(argv[1]) : 1100, NROW = 13, NP = 3;
+    const int use_norm = argc > 2 && !strcmp(argv[2], "norm"); /* the op lora_norm */
+    const float eps = 1e-5f;
     const int M[NP] = {300, 130, 129};
     std::vector<float> x((size_t)NROW * K);
     for (auto &v : x) v = rnd();
+    std::vector<float> nw(K);
+    for (auto &v : nw) v = 0.5f + rnd();
+    const float *norm = use_norm ? nw.data() : NULL;
+    std::vector<double> xr((size_t)NROW * K); /* what the deltas see: x or rmsnorm(x) */
+    for (int r = 0; r < NROW; r++) {
+        double ss = 0;
+        for (int k = 0; k < K; k++) ss += (double)x[(size_t)r * K + k] * x[(size_t)r * K + k];
+        double inv = use_norm ? 1.0 / sqrt(ss / K + eps) : 1.0;
+        for (int k = 0; k < K; k++) xr[(size_t)r * K + k] = x[(size_t)r * K + k] * inv * (use_norm ? nw[k] : 1.0f);
+    }
     std::vector<std::vector<int32_t>> rows = {{0, 5, 7, 12, 1, 2, 3, 4, 6, 8}, {9, 11}, {10}};
     std::vector<std::vector<std::pair<int,int>>> spec = {{{5, DT_F32}, {20, DT_BF16}}, {{3, DT_F16}}, {{1, DT_F32}, {16, DT_BF16}, {17, DT_F32}, {2, DT_F16}}};
     const int NG = 3;
@@ -53,12 +65,15 @@ int main(int argc, char **argv)
     cu_lk d; memset(&d, 0, sizeof d);
     be_lora_grp G[NP][NG];
     for (int p = 0; p < NP; p++) for (int g = 0; g < NG; g++) G[p][g] = grp(p, g);
-    int took = cu_lk_first(&d, y[0].data(), x.data(), K, M[0], G[0], NG);
+    int took = cu_lk_first(&d, y[0].data(), x.data(), norm, eps, K, M[0], G[0], NG);
     if (took != NG) { printf("first took %d\n", took); return 1; }
-    for (int p = 1; p < NP; p++) if (cu_lk_merge(&d, y[p].data(), x.data(), K, M[p], G[p], NG)) { printf("merge %d failed\n", p); return 1; }
+    for (int p = 1; p < NP; p++) if (cu_lk_merge(&d, y[p].data(), x.data(), norm, eps, K, M[p], G[p], NG)) { printf("merge %d failed\n", p); return 1; }
     // merge refusals
     cu_lk d2 = d;
-    if (cu_lk_merge(&d2, y[0].data(), x.data(), K, M[0], G[0], NG) == 0) { printf("4th merge accepted\n"); return 1; }
+    if (cu_lk_merge(&d2, y[0].data(), x.data(), norm, eps, K, M[0], G[0], NG) == 0) { printf("4th merge accepted\n"); return 1; }
+    cu_lk d3 = d;
+    d3.n_proj = 1; /* room again: a different norm must still be refused */
+    if (cu_lk_merge(&d3, y[1].data(), x.data(), norm ? NULL : nw.data(), eps, K, M[1], G[1], NG) == 0) { printf("merge across norms accepted\n"); return 1; }
     if (memcmp(&d2, &d, sizeof d)) { printf("refused merge changed d\n"); return 1; }
     be be0; cu_lk_run(&be0, &d);
     printf("launches %d\n", emu_launches);
@@ -70,7 +85,7 @@ int main(int argc, char **argv)
             for (int m = 0; m < M[p]; m++) {
                 double acc = y0[p][(size_t)r * M[p] + m], mag = fabs(acc);
                 for (auto &t : T[p][g]) for (int j = 0; j < t.rank; j++) {
-                    double s = 0; for (int k = 0; k < K; k++) s += (double)x[(size_t)r * K + k] * t.a[(size_t)j * K + k];
+                    double s = 0; for (int k = 0; k < K; k++) s += xr[(size_t)r * K + k] * t.a[(size_t)j * K + k];
                     double tv = (float)s * t.scale; acc += tv * t.b[(size_t)j * M[p] + m]; mag += fabs(tv * t.b[(size_t)j * M[p] + m]);
                 }
                 double got = y[p][(size_t)r * M[p] + m], rel = fabs(got - acc) / (mag + 1e-6);
@@ -83,7 +98,7 @@ int main(int argc, char **argv)
     // invariance: group 0 alone, projection 1 alone, same bits for its rows
     std::vector<float> ya = y0[1];
     cu_lk e; memset(&e, 0, sizeof e);
-    cu_lk_first(&e, ya.data(), x.data(), K, M[1], &G[1][0], 1);
+    cu_lk_first(&e, ya.data(), x.data(), norm, eps, K, M[1], &G[1][0], 1);
     cu_lk_run(&be0, &e);
     for (int r : rows[0]) if (memcmp(&ya[(size_t)r * M[1]], &y[1][(size_t)r * M[1]], (size_t)M[1] * 4)) { printf("row %d of group 0 alone differs\n", r); bad++; }
     printf("max rel %.3g, bad %d\n", maxrel, bad);

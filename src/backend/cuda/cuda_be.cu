@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_int.cuh"
+#include "backend/cuda/cuda_lora.cuh"
 
 extern "C" {
 #include "backend/cpu/quant.h"
@@ -396,7 +397,11 @@ static const struct be_ops g_cuda_ops = {
     .fetch_wait = cu_fetch_wait,
     .bind_thread = cu_bind_thread,
     .lora = cq_lora,
+    .lora_norm = cq_lora_norm,
 };
+/* The same without lora_norm (CINFER_CUDA_LORA=v1 or CINFER_CUDA_LORA_NORM=0: the forward
+ * norms into a buffer first), filled at the first backend creation. */
+static struct be_ops g_cuda_ops_nonorm;
 
 extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
 {
@@ -431,6 +436,11 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
         return NULL;
     }
     cb->base.ops = &g_cuda_ops;
+    if (!cu_lora_norm_on()) {
+        g_cuda_ops_nonorm = g_cuda_ops;
+        g_cuda_ops_nonorm.lora_norm = NULL;
+        cb->base.ops = &g_cuda_ops_nonorm;
+    }
     cb->device = dev;
     cb->n_sm = prop.multiProcessorCount;
     cb->smem_optin = prop.sharedMemPerBlockOptin;

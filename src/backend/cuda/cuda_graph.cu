@@ -391,8 +391,26 @@ static void r_lk(struct be *b, const void *p)
 {
     cu_lk_run(b, (const struct cu_lk *)p);
 }
-/* The deltas of one projection; appended to the previous recorded call when that is a lora
- * call reading the same x with the same groups (q, k, v; gate, up: cuda_lora.cuh). */
+/* The deltas of one projection (x normed on the fly when norm is set); appended to the
+ * previous recorded call when that is a lora call reading the same x with the same groups
+ * (q, k, v; gate, up: cuda_lora.cuh). */
+static void lk_record(struct be *b, float *y, const float *x, const float *norm, float eps,
+                      int K, int M, const struct be_lora_grp *g, int n_grp)
+{
+    struct cu_graphs *gr = cu_be(b)->graphs;
+    if (gr && gr->n > 0 && gr->calls[gr->n - 1].run == r_lk &&
+        cu_lk_merge((struct cu_lk *)gr->calls[gr->n - 1].args, y, x, norm, eps, K, M, g,
+                    n_grp) == 0) {
+        cu_be(b)->ss_ok = 0;
+        return; /* (the list is hashed when it is flushed) */
+    }
+    for (int i = 0; i < n_grp;) {
+        int took = 0;
+        DEFER(r_lk, struct cu_lk,
+              took = cu_lk_first(&a_, y, x, norm, eps, K, M, g + i, n_grp - i));
+        i += took;
+    }
+}
 void cq_lora(struct be *b, float *y, const float *x, int K, int M, const struct be_lora_grp *g,
              int n_grp)
 {
@@ -404,17 +422,12 @@ void cq_lora(struct be *b, float *y, const float *x, int K, int M, const struct 
         }
         return;
     }
-    struct cu_graphs *gr = cu_be(b)->graphs;
-    if (gr && gr->n > 0 && gr->calls[gr->n - 1].run == r_lk &&
-        cu_lk_merge((struct cu_lk *)gr->calls[gr->n - 1].args, y, x, K, M, g, n_grp) == 0) {
-        cu_be(b)->ss_ok = 0;
-        return; /* (the list is hashed when it is flushed) */
-    }
-    for (int i = 0; i < n_grp;) {
-        int took = 0;
-        DEFER(r_lk, struct cu_lk, took = cu_lk_first(&a_, y, x, K, M, g + i, n_grp - i));
-        i += took;
-    }
+    lk_record(b, y, x, NULL, 0.0f, K, M, g, n_grp);
+}
+void cq_lora_norm(struct be *b, float *y, const float *x, const float *norm, float eps, int K,
+                  int M, const struct be_lora_grp *g, int n_grp)
+{
+    lk_record(b, y, x, norm, eps, K, M, g, n_grp);
 }
 
 struct a_mmf { struct be_mm m; struct be_tensor w[3]; struct be_rope_kv r; };

@@ -253,6 +253,9 @@ void cu_lora(struct be *b, float *y, const float *x, int K, int M, const struct 
              int n_grp);
 void cq_lora(struct be *b, float *y, const float *x, int K, int M, const struct be_lora_grp *g,
              int n_grp);
+/* lora_norm (only in the ops table when cu_lora_norm_on(): not with v1) */
+void cq_lora_norm(struct be *b, float *y, const float *x, const float *norm, float eps, int K,
+                  int M, const struct be_lora_grp *g, int n_grp);
 /* 1 when cu_matmul_fused runs this call chained (be_mm.chain): an ADD that gathers the sums
  * of squares of its output's tiles, or a norm that reads them. A host-side function of the
  * arguments and the backend's settings only. */

@@ -37,6 +37,8 @@ struct cu_lk_grp {
 
 struct cu_lk {
     const float *x;
+    const float *norm; /* non-NULL: x is un-normed; the shrink norms each row (rmsnorm, eps) */
+    float eps;
     float *y[CU_LK_PROJ];
     int K;
     int M[CU_LK_PROJ];
@@ -47,18 +49,21 @@ struct cu_lk {
 
 /* Fills a zeroed d with the projection (y, x, K, M) for a prefix of the groups g[0..n_grp)
  * (each with at least one term); returns how many groups it took (>= 1 when n_grp >= 1). */
-int cu_lk_first(struct cu_lk *d, float *y, const float *x, int K, int M,
-                const struct be_lora_grp *g, int n_grp);
-/* Appends the projection (y, x, K, M) to d when it reads the same x and K with the same
- * groups (rows and counts), d has room for it, and y is none of d's outputs or x; returns 0,
- * or -1 with d unchanged. */
-int cu_lk_merge(struct cu_lk *d, float *y, const float *x, int K, int M,
-                const struct be_lora_grp *g, int n_grp);
+int cu_lk_first(struct cu_lk *d, float *y, const float *x, const float *norm, float eps, int K,
+                int M, const struct be_lora_grp *g, int n_grp);
+/* Appends the projection (y, x, K, M) to d when it reads the same x (and norm, eps) and K
+ * with the same groups (rows and counts), d has room for it, and y is none of d's outputs
+ * or x; returns 0, or -1 with d unchanged. */
+int cu_lk_merge(struct cu_lk *d, float *y, const float *x, const float *norm, float eps, int K,
+                int M, const struct be_lora_grp *g, int n_grp);
 /* Launches d (shrink + expand; more pairs when its rows' partial sums would not fit the
  * scratch budget). */
 void cu_lk_run(struct be *b, const struct cu_lk *d);
 /* 1 when CINFER_CUDA_LORA=v1 asks for the previous one-kernel path (cu_lora), for
  * side-by-side measurements. Read once. */
 int cu_lora_v1(void);
+/* 1 unless CINFER_CUDA_LORA=v1 or CINFER_CUDA_LORA_NORM=0: the backend offers lora_norm
+ * (the norm on the fly in the shrink). Read once. */
+int cu_lora_norm_on(void);
 
 #endif

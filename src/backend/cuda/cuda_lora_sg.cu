@@ -48,6 +48,7 @@ __global__ void __launch_bounds__(LK_ST)
     __shared__ const char *s_a[LK_TJ];
     __shared__ int s_dt[LK_TJ];
     __shared__ float s_red[LK_ST / 32][LK_TJ];
+    __shared__ float s_inv;
     int gi = 0, base = 0;
     const int i = blockIdx.x;
     while (gi + 1 < d.n_grp && i >= base + d.g[gi].n_rows)
@@ -74,8 +75,27 @@ __global__ void __launch_bounds__(LK_ST)
         s_a[tid] = ap;
         s_dt[tid] = dt;
     }
-    __syncthreads();
     const float *x = d.x + (int64_t)g.rows[i - base] * d.K;
+    const int lane = tid & 31, warp = tid >> 5;
+    float inv = 1.0f; /* with d.norm: 1 / rms of the whole row, as the op rmsnorm */
+    if (d.norm) {
+        float ss = 0.0f;
+        for (int e = tid; e < d.K; e += LK_ST)
+            ss = __fadd_rn(ss, __fmul_rn(x[e], x[e]));
+        ss = cu_warp_sum(ss);
+        if (lane == 0)
+            s_red[warp][0] = ss;
+        __syncthreads();
+        if (tid == 0) {
+            float s = s_red[0][0];
+            for (int w = 1; w < LK_ST / 32; w++)
+                s = __fadd_rn(s, s_red[w][0]);
+            s_inv = 1.0f / sqrtf(s / (float)d.K + d.eps);
+        }
+    }
+    __syncthreads();
+    if (d.norm)
+        inv = s_inv;
     const int k0 = blockIdx.z * LK_KC, k1 = d.K < k0 + LK_KC ? d.K : k0 + LK_KC;
     float acc[LK_TJ];
     const char *ap[LK_TJ];
@@ -87,13 +107,13 @@ __global__ void __launch_bounds__(LK_ST)
         dt[j] = s_dt[j];
     }
     for (int e = k0 + tid; e < k1; e += LK_ST) {
-        const float xv = x[e];
+        const float xv = d.norm ? __fmul_rn(__fmul_rn(x[e], inv), d.norm[e]) : x[e];
 #pragma unroll
         for (int j = 0; j < LK_TJ; j++)
             if (j < nv)
                 acc[j] = __fmaf_rn(xv, lk_ld(ap[j], dt[j], e), acc[j]);
     }
-    const int lane = tid & 31, warp = tid >> 5;
+    __syncthreads(); /* (s_red is reused) */
 #pragma unroll
     for (int j = 0; j < LK_TJ; j++) {
         const float v = cu_warp_sum(acc[j]);
@@ -137,6 +157,7 @@ __global__ void __launch_bounds__(LK_MT)
             j -= d.t[k].rank, k++;
         const float *pp = part + (int64_t)(base + r0 + r) * Tmax + d.t[k].roff + j;
         float s = pp[0];
+#pragma unroll 8 /* the loads go out together; the adds stay in chunk order */
         for (int z = 1; z < ksplit; z++)
             s = __fadd_rn(s, pp[(int64_t)z * R * Tmax]);
         s_t[r * rsmax + jr] = __fmul_rn(s, d.t[k].scale);
@@ -152,6 +173,7 @@ __global__ void __launch_bounds__(LK_MT)
     int cj = 0;
     for (int k = tb; k < te; k++) {
         const struct cu_lk_term &t = d.t[k];
+#pragma unroll 4
         for (int j = 0; j < t.rank; j++) {
             const float bv = lk_ld(t.bt, t.dtype, (int64_t)j * M + m);
             const float *tv = s_t + cj + j;
@@ -180,15 +202,26 @@ int cu_lora_v1(void)
     return v;
 }
 
+int cu_lora_norm_on(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CINFER_CUDA_LORA_NORM");
+        v = !cu_lora_v1() && !(e && !strcmp(e, "0"));
+    }
+    return v;
+}
+
 static int n_terms_of(const struct be_lora_grp *g)
 {
     return g->n_terms < BE_LORA_MAX_TERMS ? g->n_terms : BE_LORA_MAX_TERMS;
 }
 
-int cu_lk_first(struct cu_lk *d, float *y, const float *x, int K, int M,
-                const struct be_lora_grp *g, int n_grp)
+int cu_lk_first(struct cu_lk *d, float *y, const float *x, const float *norm, float eps, int K,
+                int M, const struct be_lora_grp *g, int n_grp)
 {
     d->x = x, d->y[0] = y, d->K = K, d->M[0] = M, d->n_proj = 1;
+    d->norm = norm, d->eps = norm ? eps : 0.0f;
     int i = 0;
     for (; i < n_grp && i < CU_LK_GRP; i++) {
         int nt = n_terms_of(&g[i]);
@@ -211,11 +244,11 @@ int cu_lk_first(struct cu_lk *d, float *y, const float *x, int K, int M,
     return i;
 }
 
-int cu_lk_merge(struct cu_lk *d, float *y, const float *x, int K, int M,
-                const struct be_lora_grp *g, int n_grp)
+int cu_lk_merge(struct cu_lk *d, float *y, const float *x, const float *norm, float eps, int K,
+                int M, const struct be_lora_grp *g, int n_grp)
 {
     if (d->x != x || d->K != K || d->n_proj >= CU_LK_PROJ || d->n_grp != n_grp ||
-        (const float *)y == x)
+        (const float *)y == x || d->norm != norm || (norm && d->eps != eps))
         return -1;
     for (int p = 0; p < d->n_proj; p++)
         if (d->y[p] == y)
