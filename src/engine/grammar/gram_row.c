@@ -134,6 +134,8 @@ int gram_row_new(struct gram_row **out, struct gram_matcher *m, int n_vocab, con
         r->after = after;
     }
     *out = r;
+    if (r->on) /* the first mask (the slowest: a fresh state) while the prompt runs */
+        submit(r);
     return 0;
 oom:
     if (r)

@@ -2,7 +2,8 @@
  * lazy grammar waits for (a tool call's opening, a reasoning block's end). The sampler
  * holds one and calls the hooks below, all on the thread that samples the row; after an
  * accepted token the next mask is computed on a shared worker thread, overlapping the
- * model's forward (CINFER_GRAMMAR_ASYNC=0: in gram_row_mask instead). */
+ * model's forward (CINFER_GRAMMAR_ASYNC=0: in gram_row_mask instead); the first mask is
+ * queued when the row is made, so it is computed while the prompt is fed. */
 #ifndef CINFER_ENGINE_GRAMMAR_GRAM_ROW_H
 #define CINFER_ENGINE_GRAMMAR_GRAM_ROW_H
 
