@@ -139,6 +139,26 @@ int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct a
     return rc;
 }
 
+int api_chat_ids(const struct api_model *m, const json_t *messages, const json_t *tools,
+                 const json_t *kwargs, int thinking, int32_t **ids, int *n,
+                 struct api_error *err)
+{
+    *ids = NULL;
+    *n = 0;
+    char *text;
+    size_t tl = 0;
+    if (api_chat_render(m, messages, tools, kwargs, thinking, &text, &tl, err))
+        return -1;
+    struct api_prompt p = {0};
+    int rc = encode(m, text, tl, TOK_PARSE_SPECIAL, &p, err, 1);
+    free(text);
+    if (!rc) {
+        *ids = p.ids;
+        *n = p.n;
+    }
+    return rc;
+}
+
 char *api_forced_call_prefix(int family, const char *name)
 {
     struct sbuf b = {0};

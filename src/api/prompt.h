@@ -54,5 +54,11 @@ int api_completion_prompt(const struct api_model *m, const char *prompt, size_t 
 int api_chat_render(const struct api_model *m, const json_t *messages, const json_t *tools,
                     const json_t *kwargs, int thinking, char **text, size_t *text_len,
                     struct api_error *err);
+/* The ids a chat request of these messages would get (render with the generation prompt,
+ * then the same tokenization as api_chat_prompt: exact generated history spliced, a doubled
+ * BOS dropped), without tool_choice forcing or continue_final_message. *ids malloc'd. */
+int api_chat_ids(const struct api_model *m, const json_t *messages, const json_t *tools,
+                 const json_t *kwargs, int thinking, int32_t **ids, int *n,
+                 struct api_error *err);
 
 #endif

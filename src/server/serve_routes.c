@@ -59,6 +59,15 @@ static void oai_ctx_free(void *p)
     free(c);
 }
 
+/* serve_gen.after of a chat completion: the next turn's warm-up (serve_warm.c). */
+static void oai_after(struct serve *sv, void *ctx, void *enc, const struct lora_set *ls)
+{
+    struct oai_ctx *c = ctx;
+    json_t *msg = oai_out_rerendered(enc);
+    serve_warm_chat(sv, &c->rq, c->pr.thinking, c->pr.n, msg, ls);
+    json_decref(msg);
+}
+
 static int oai_begin(void *enc, struct sbuf *out) { return oai_out_begin(enc, out); }
 static int oai_event(void *enc, const struct engine_event *ev, struct sbuf *out)
 {
@@ -236,6 +245,8 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
         if (choice_encoder(sv, c, NULL, &c->pr, &enc, &err))
             goto fail;
         g.enc = enc;
+        if (kind == OAI_CHAT && !c->st.instruction && !c->rq.continue_final)
+            g.after = oai_after;
     }
     free(mts);
     if (c->st.degraded)
