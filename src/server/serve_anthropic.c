@@ -47,6 +47,15 @@ static void a_free(void *enc)
     anth_out_free(enc);
 }
 
+/* serve_gen.after: the next turn's warm-up (serve_warm.c). */
+static void a_after(struct serve *sv, void *ctx, void *enc, const struct lora_set *ls)
+{
+    struct anth_ctx *c = ctx;
+    json_t *msg = anth_out_rerendered(enc);
+    serve_warm_chat(sv, &c->rq, c->pr.thinking, c->pr.n, msg, ls);
+    json_decref(msg);
+}
+
 static const struct proto_ops ANTH_OPS = {.begin = a_begin,
                                           .event = a_event,
                                           .error_body = anth_error_body,
@@ -136,7 +145,8 @@ static void h_messages(struct http_req *r, void *ud)
                                 .grammar_trigger = c->st.trigger,
                                 .grammar_after = c->st.trigger_after},
                           .cleanup = ctx_free,
-                          .ctx = c};
+                          .ctx = c,
+                          .after = c->st.instruction || c->rq.continue_final ? NULL : a_after};
     if (c->st.degraded)
         http_add_header(r, "Warning", API_STRUCTURED_WARNING);
     serve_generate(sv, r, &g, EP_MESSAGES);

@@ -75,6 +75,15 @@ static void r_free(void *enc)
     free(h);
 }
 
+/* serve_gen.after: the next turn's warm-up (serve_warm.c). */
+static void r_after(struct serve *sv, void *ctx, void *enc, const struct lora_set *ls)
+{
+    struct resp_ctx *c = ctx;
+    json_t *msg = resp_out_rerendered(((struct resp_enc *)enc)->o);
+    serve_warm_chat(sv, &c->rq, c->pr.thinking, c->pr.n, msg, ls);
+    json_decref(msg);
+}
+
 static const struct proto_ops RESP_OPS = {.begin = r_begin,
                                           .event = r_event,
                                           .error_body = oai_error_body,
@@ -161,7 +170,8 @@ static void h_responses(struct http_req *r, void *ud)
                                 .grammar_trigger = c->st.trigger,
                                 .grammar_after = c->st.trigger_after},
                           .cleanup = ctx_free,
-                          .ctx = c};
+                          .ctx = c,
+                          .after = c->st.instruction || c->rq.continue_final ? NULL : r_after};
     if (c->st.degraded)
         http_add_header(r, "Warning", API_STRUCTURED_WARNING);
     serve_generate(sv, r, &g, EP_RESPONSES);

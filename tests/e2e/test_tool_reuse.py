@@ -174,3 +174,73 @@ def test_20_turns_with_tool_calls_reuse_previous_turns(model):
     finally:
         assert s.stop() == 0, s.output()
         shutil.rmtree(d, ignore_errors=True)
+
+
+def call_schema(fn):
+    """An output schema whose only value is a bare JSON call of man_page(fn)."""
+    return {"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
+            "properties": {"name": {"const": "man_page"}, "arguments": {
+                "type": "object", "additionalProperties": False, "required": ["name"],
+                "properties": {"name": {"const": fn}}}}}
+
+
+def test_bare_json_call_next_turn_reuses_on_messages_and_responses(model):
+    """The same through the Anthropic Messages API (tool_use blocks sent back) and the
+    Responses API (function_call items sent back): the call is forced as a bare JSON object
+    by an output schema; the next turn reuses >= 0.99 of the previous request's tokens."""
+    s = Server(model)
+    params = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    desc = "Look up a C library function's man page summary."
+    try:
+        # Anthropic: usage counts uncached input apart from cache reads and writes
+        tools = [{"name": "man_page", "description": desc, "input_schema": params}]
+        msgs = [{"role": "user", "content": "What does calloc return on failure?"}]
+        body = {"model": "m", "system": SYSTEM["content"], "messages": msgs, "max_tokens": 40,
+                "temperature": 0, "tools": tools,
+                "output_format": {"type": "json_schema", "schema": call_schema("calloc")}}
+        st, raw, _ = s.post("/v1/messages", body)
+        assert st == 200, raw
+        j = json.loads(raw)
+        u = j["usage"]
+        prev = (u["input_tokens"] + u["cache_read_input_tokens"] +
+                u["cache_creation_input_tokens"] + u["output_tokens"])
+        tu = [b for b in j["content"] if b["type"] == "tool_use"]
+        assert tu, j
+        w = wait_until(lambda: warm_settled(s), 60, "the warm-up to finish")
+        assert w["submitted"] == 1, w
+        msgs += [{"role": "assistant", "content": j["content"]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tu[0]["id"],
+                                               "content": "calloc: NULL, errno ENOMEM."}]}]
+        del body["output_format"]
+        body["max_tokens"] = 8
+        st, raw, _ = s.post("/v1/messages", body)
+        assert st == 200, raw
+        u = json.loads(raw)["usage"]
+        assert u["cache_read_input_tokens"] >= 0.99 * prev, (u, prev)
+
+        # Responses: function_call items and their outputs sent back as input
+        rtools = [{"type": "function", "name": "man_page", "description": desc,
+                   "parameters": params}]
+        inp = [{"role": "user", "content": "What does realloc return on failure?"}]
+        body = {"model": "m", "instructions": SYSTEM["content"], "input": inp,
+                "max_output_tokens": 40, "temperature": 0, "tools": rtools,
+                "text": {"format": {"type": "json_schema", "name": "call",
+                                    "schema": call_schema("realloc")}}}
+        st, raw, _ = s.post("/v1/responses", body)
+        assert st == 200, raw
+        j = json.loads(raw)
+        prev = j["usage"]["input_tokens"] + j["usage"]["output_tokens"]
+        fc = [o for o in j["output"] if o["type"] == "function_call"]
+        assert fc, j
+        w = wait_until(lambda: warm_settled(s), 60, "the warm-up to finish")
+        assert w["submitted"] == 2, w
+        inp += [fc[0], {"type": "function_call_output", "call_id": fc[0]["call_id"],
+                        "output": "realloc: NULL, the block is left alone."}]
+        del body["text"]
+        body["max_output_tokens"] = 8
+        st, raw, _ = s.post("/v1/responses", body)
+        assert st == 200, raw
+        u = json.loads(raw)["usage"]
+        assert u["input_tokens_details"]["cached_tokens"] >= 0.99 * prev, (u, prev)
+    finally:
+        assert s.stop() == 0, s.output()
