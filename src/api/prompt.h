@@ -24,6 +24,8 @@ struct api_model {
     const char *think_open, *think_close; /* NULL: no think tags */
     int default_thinking;    /* server --thinking: -1 unset, 0, 1 */
     int tc_template_family;  /* enum tc_family the chat template teaches (forced calls) */
+    int keep_tools_on_none;  /* tool_choice "none": render the tools anyway (no parsing; the
+                                call markup's opening token is banned: api_prompt.ban) */
     int n_ctx;
 };
 
@@ -36,6 +38,8 @@ struct api_prompt {
                                 to the prompt, which the output parser must see first
                                 (malloc'd, or NULL) */
     int n_replayed;          /* ids spliced in from the exact generated history (genhist.h) */
+    int32_t ban;             /* an id the sampler must never pick (tool_choice "none" with the
+                                tools kept: the token that opens a call), or -1 */
 };
 
 /* The opening markup that forces a tool call in the given template family (named: that

@@ -24,6 +24,7 @@
 struct serve_opts {
     const char *model, *host, *chat_template, *api_key;
     int port, threads, no_open;
+    int keep_tools_none;     /* --tool-choice-none-keeps-tools (prompt.h) */
     int max_tokens;          /* 0 = per-route default */
     float temperature, top_p;
     int top_k;

@@ -89,7 +89,11 @@ static int prepare(struct serve *sv, struct http_req *r, int for_count, struct a
     if (rc)
         return -1;
     replay_apply(c->rq.messages);
-    return api_chat_prompt(&sv->am, &c->rq, &c->pr, err);
+    if (api_chat_prompt(&sv->am, &c->rq, &c->pr, err))
+        return -1;
+    if (oai_req_ban(&c->rq, c->pr.ban)) /* tools kept under tool_choice none */
+        return api_fail(err, 500, NULL, "out of memory");
+    return 0;
 }
 
 /* output constraints of the original body, and forced tool-call grammars */

@@ -139,6 +139,10 @@ static void h_responses(struct http_req *r, void *ud)
     replay_apply(c->rq.messages);
     if (api_chat_prompt(&sv->am, &c->rq, &c->pr, &err))
         goto fail;
+    if (oai_req_ban(&c->rq, c->pr.ban)) { /* tools kept under tool_choice none */
+        api_fail(&err, 500, NULL, "out of memory");
+        goto fail;
+    }
     if (structured_resp(sv, r, c, &err))
         goto fail;
     int max_tokens;

@@ -205,6 +205,10 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
         rc = completion_prompt(sv, &c->rq.prompts[0], &c->pr, &err);
     if (rc)
         goto fail;
+    if (kind == OAI_CHAT && oai_req_ban(&c->rq, c->pr.ban)) { /* tools kept under "none" */
+        api_fail(&err, 500, NULL, "out of memory");
+        goto fail;
+    }
     if (np > 1 && !(c->more = calloc((size_t)np - 1, sizeof *c->more))) {
         api_fail(&err, 500, NULL, "out of memory");
         goto fail;
@@ -409,6 +413,7 @@ int serve_routes_install(struct serve *sv)
      * declared tools an undeclared name stays content) */
     sv->tc_family = tc_family_detect(sv->tmpl_src, sv->m ? sv->m->arch_name : NULL);
     sv->am.tc_template_family = sv->tc_family; /* what tool_choice forcing writes */
+    sv->am.keep_tools_on_none = sv->o.keep_tools_none;
     if (sv->tc_family == TC_HERMES)
         sv->tc_family = TC_GENERIC;
     rc |= serve_anthropic_install(sv);

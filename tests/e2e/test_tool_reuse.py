@@ -244,3 +244,35 @@ def test_bare_json_call_next_turn_reuses_on_messages_and_responses(model):
         assert u["input_tokens_details"]["cached_tokens"] >= 0.99 * prev, (u, prev)
     finally:
         assert s.stop() == 0, s.output()
+
+
+def test_tool_choice_none_drops_the_tools_by_default_and_keeps_them_on_request(model):
+    """tool_choice "none": by default the tools are left out of the prompt, as the reference
+    server does (the prompt is shorter and shares only the system text with the turns before);
+    with --tool-choice-none-keeps-tools the prompt renders them, so it reuses >= 0.99 of the
+    previous request, no call is parsed, and the call markup's token cannot be sampled even
+    when logit_bias pushes it (without the flag the same push makes the model write it)."""
+    msgs = [SYSTEM, {"role": "user", "content": "What does strtol do with leading spaces?"}]
+    for keep in (False, True):
+        s = Server(model, *(["--tool-choice-none-keeps-tools"] if keep else []))
+        try:
+            st, raw, _ = s.post("/tokenize", {"prompt": "<tool_call>", "add_special_tokens": False})
+            assert st == 200, raw
+            ids = json.loads(raw)["tokens"]
+            assert len(ids) == 1, ids
+            push = {str(ids[0]): 100}
+            a, u = ask(s, msgs)
+            prev = u["prompt_tokens"] + u["completion_tokens"]
+            more = msgs + [a, {"role": "user", "content": "And with a plus sign?"}]
+            m, u2 = ask(s, more, tool_choice="none", logit_bias=push)
+            assert "tool_calls" not in m, m
+            reuse = u2["prompt_tokens_details"]["cached_tokens"] / prev
+            if keep:
+                assert "<tool_call>" not in (m["content"] or ""), m  # banned
+                assert reuse >= 0.99, (u, u2)
+            else:
+                assert "<tool_call>" in (m["content"] or ""), m  # the push works: not banned
+                assert u2["prompt_tokens"] < prev - 50, (u, u2)  # no tools block
+                assert reuse < 0.5, (u, u2)
+        finally:
+            assert s.stop() == 0, s.output()
