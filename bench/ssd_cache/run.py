@@ -158,6 +158,10 @@ def main():
                    "load": uptime()}
             print(json.dumps(row), flush=True)
             res["prefixes"].append(row)
+            if a.only_gpu:  # each size as it lands (a device call may run out of time)
+                os.makedirs(os.path.dirname(a.out), exist_ok=True)
+                with open(a.out, "w") as f:
+                    json.dump({"gpu": res}, f, indent=1)
         finally:
             shutil.rmtree(d, ignore_errors=True)
     if a.no_decode:
