@@ -55,7 +55,8 @@ static json_t *next_messages(const json_t *messages, json_t *msg, const char *fi
 void serve_warm_chat(struct serve *sv, const struct oai_req *rq, int thinking, int n_prompt,
                      json_t *msg, const struct lora_set *ls)
 {
-    if (!msg || !warm_on() || !rq->messages || sv->shutting_down)
+    if (!msg || !warm_on() || !rq->messages || sv->shutting_down ||
+        engine_config_of(sv->eng)->prompt_cache_blocks <= 0) /* no prompt cache: no use */
         return;
     /* two renderings that differ only in the results' text: their common prefix is what
      * the next prompt starts with whatever the tool answers */
