@@ -189,6 +189,14 @@ int engine_ssd_flush(struct engine *g, double timeout_s);
  * engine_ssd_flush. Meant for a quiesced engine (a drain, a sleep): blocks in use by a
  * running request stay. */
 int engine_ssd_demote(struct engine *g, double timeout_s, long *blocks);
+/* Side work on the engine thread (side.c): fn(ud) runs between steps after each
+ * engine_side_wake, and again one step later for as long as it returns 1 (more queued), so
+ * it takes turns with generation. Decoder embeddings use it (engine/embed.h, driven mode):
+ * their forwards run on the engine's own model and backend. Set once, before the first
+ * wake; fn runs on the engine thread only; at engine_free it is simply not called again. */
+void engine_set_side(struct engine *g, int (*fn)(void *ud), void *ud);
+/* Any thread: side work is queued. */
+void engine_side_wake(struct engine *g);
 /* KV bytes one position takes (all layers, K and V). */
 size_t engine_kv_bytes_per_token(const struct engine *g);
 

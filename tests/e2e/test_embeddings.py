@@ -222,6 +222,41 @@ def test_generative_model_with_embeddings_flag(pool):
         assert s.stop() == 0, s.output()
 
 
+def test_decoder_embeddings_beside_a_stream():
+    """--embeddings runs its forwards on the engine's thread between generation steps: an
+    embedding request made while a long greedy stream runs is answered with the same vector
+    as when the server is idle, and the stream is the same tokens as a stream alone."""
+    import threading
+    s = Server(STORIES, "--embeddings", "mean")
+    try:
+        c = client(s)
+        text = "The little dog ran home."
+        idle = c.embeddings.create(model="m", input=text, encoding_format="float")
+
+        def stream():
+            parts = []
+            for ch in c.completions.create(model="m", prompt="Once upon a time", max_tokens=200,
+                                           temperature=0, stream=True,
+                                           extra_body={"ignore_eos": True}):
+                if ch.choices:
+                    parts.append(ch.choices[0].text)
+            return "".join(parts)
+
+        alone = stream()
+        got = {}
+        th = threading.Thread(target=lambda: got.update(text=stream()))
+        th.start()
+        busy = [c.embeddings.create(model="m", input=[text, "hello"], encoding_format="float")
+                for _ in range(3)]
+        th.join(timeout=300)
+        assert not th.is_alive()
+        for r in busy:
+            assert r.data[0].embedding == idle.data[0].embedding
+        assert got["text"] == alone and len(alone) > 0
+    finally:
+        assert s.stop() == 0, s.output()
+
+
 def test_bad_embeddings_flag():
     import subprocess
     from conftest import BIN
