@@ -283,7 +283,10 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, 
                 continue;
             }
             json_t *par = json_object_get(t, "parameters");
-            /* key order as an OpenAI chat client sends it: the template dumps the tools */
+            json_t *st = json_object_get(t, "strict");
+            /* the keys and their order as an OpenAI chat client sends the same tool (name,
+             * description, parameters, strict): the template dumps the tools into the prompt,
+             * so a Responses request renders as the chat request an agent SDK sends for it */
             json_t *fn = json_pack("{s:O}", "name", name);
             json_t *d = json_object_get(t, "description");
             if (fn && json_is_string(d))
@@ -291,8 +294,9 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, 
             if (fn)
                 json_object_set_new(fn, "parameters",
                                     json_is_object(par) ? json_incref(par) : json_object());
+            if (fn && json_is_boolean(st))
+                json_object_set(fn, "strict", st);
             json_array_append_new(ft, json_pack("{s:s, s:o}", "type", "function", "function", fn));
-            json_t *st = json_object_get(t, "strict");
             json_t *e = json_pack("{s:s, s:O, s:O, s:O}", "type", "function", "name", name,
                                   "parameters", json_is_object(par) ? par : json_null(), "strict",
                                   json_is_boolean(st) ? st : json_null());
