@@ -1071,8 +1071,9 @@ static void test_413_random(void)
                 continue;
             }
             int len = rnd(4) == 0 ? 0 : (int)rnd(1025);
+            static const char ALPHA[] = "GET /x HTTP/1.1\r\n\r\nPOST";
             for (int k = 0; k < len; k++) /* a body that looks like requests and lines */
-                want[i][k] = "GET /x HTTP/1.1\r\n\r\nPOST"[rnd(25)];
+                want[i][k] = ALPHA[rnd(sizeof ALPHA - 1)];
             want[i][len] = 0;
             if (rnd(2))
                 n += (size_t)sprintf(buf + n, "POST /echo HTTP/1.1%sContent-Length: %d%sX-A: b%s%s",
