@@ -419,18 +419,30 @@ static void h_models(struct http_req *r, void *ud)
     reply_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_entry(sv)));
 }
 
-static json_t *stats_json(struct serve *sv)
+/* The "embeddings" object of /stats. */
+static json_t *emb_counts(struct serve_embed *x)
 {
     struct embed_stats st;
-    embedq_stats(sv->emb->q, &st);
-    return json_pack("{s:s, s:s, s:f, s:{s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I}}", "model",
-                     sv->model_id, "kind", "embeddings", "uptime_s",
-                     clock_now_s() - sv->started_s, "embeddings", "requests",
-                     (json_int_t)sv->emb->requests, "failed", (json_int_t)sv->emb->failed,
-                     "inputs", (json_int_t)st.seqs, "tokens", (json_int_t)st.tokens,
-                     "forwards", (json_int_t)st.forwards, "max_inputs_in_forward",
-                     st.max_seqs_in_forward, "jobs", (json_int_t)st.jobs, "cancelled_inputs",
+    embedq_stats(x->q, &st);
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I}", "requests",
+                     (json_int_t)x->requests, "failed", (json_int_t)x->failed, "inputs",
+                     (json_int_t)st.seqs, "tokens", (json_int_t)st.tokens, "forwards",
+                     (json_int_t)st.forwards, "max_inputs_in_forward", st.max_seqs_in_forward,
+                     "jobs", (json_int_t)st.jobs, "cancelled_inputs",
                      (json_int_t)st.cancelled_seqs);
+}
+
+static json_t *stats_json(struct serve *sv)
+{
+    return json_pack("{s:s, s:s, s:f, s:o}", "model", sv->model_id, "kind", "embeddings",
+                     "uptime_s", clock_now_s() - sv->started_s, "embeddings",
+                     emb_counts(sv->emb));
+}
+
+void serve_embed_stats_json(struct serve *sv, json_t *j)
+{
+    if (sv->emb && sv->emb->q)
+        json_object_set_new(j, "embeddings", emb_counts(sv->emb));
 }
 
 static void h_stats(struct http_req *r, void *ud) { reply_json(r, 200, stats_json(ud)); }

@@ -19,6 +19,11 @@ int serve_embed_flag(struct serve_opts *o, const char *a, const char *v);
  * with the message printed. */
 int serve_embed_decoder(struct serve *sv);
 
+/* A generative server's /stats (serve_metrics.c): adds the "embeddings" object (requests,
+ * inputs, forwards, ...) when --embeddings is on. Loop thread. */
+struct json_t;
+void serve_embed_stats_json(struct serve *sv, struct json_t *j);
+
 /* 1 when MODEL is an encoder directory that `serve` runs for embeddings only. */
 int serve_embed_wanted(const char *model);
 /* Main thread, at start-up: loads the encoder, its tokenizer and the embedding scheduler

@@ -253,6 +253,8 @@ def test_decoder_embeddings_beside_a_stream():
         for r in busy:
             assert r.data[0].embedding == idle.data[0].embedding
         assert got["text"] == alone and len(alone) > 0
+        st = s.stats()["embeddings"]  # a generative server's /stats has them too
+        assert st["requests"] == 4 and st["inputs"] == 7 and st["failed"] == 0, st
     finally:
         assert s.stop() == 0, s.output()
 
@@ -291,15 +293,17 @@ def test_matryoshka_model_allows_dimensions(tmp_path):
         assert s.stop() == 0, s.output()
 
 
-def test_sigterm_drain_finishes_embeddings():
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_sigterm_drain_finishes_embeddings(kind):
     """With --drain-timeout, a SIGTERM lets an embedding request in flight finish (200, its
-    vectors) before the server exits 0; new ones get 503. The worker is slowed with the
-    engine's test hook (CINFER_TEST_STEP_DELAY_MS, per encoder forward) so the request is
-    surely in flight when the signal lands."""
+    vectors) before the server exits 0; new ones get 503. The worker (for a decoder: the
+    engine's thread) is slowed with the engine's test hook (CINFER_TEST_STEP_DELAY_MS, per
+    forward) so the request is surely in flight when the signal lands."""
     import signal
     import threading
     from conftest import wait_until
-    s = Server(TINY, "--drain-timeout", "60", env={"CINFER_TEST_STEP_DELAY_MS": "3000"})
+    model = [TINY] if kind == "encoder" else [STORIES, "--embeddings", "last"]
+    s = Server(*model, "--drain-timeout", "60", env={"CINFER_TEST_STEP_DELAY_MS": "3000"})
     got = {}
 
     def call():
