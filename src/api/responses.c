@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "api/body.h"
+#include "api/openai/fields.h"
 #include <time.h>
 
 /* ---- request mapping -------------------------------------------------------------------- */
@@ -170,21 +171,10 @@ static int map_item(json_t *it, size_t i, json_t *convo, struct sbuf *sys, struc
 static int echo_fields(json_t *b, json_t *echo, struct api_error *err)
 {
     json_t *md = json_object_get(b, "metadata");
-    if (md && !json_is_null(md)) {
-        if (!json_is_object(md) || json_object_size(md) > 16)
-            return api_fail(err, 400, "metadata",
-                            "metadata must be an object of at most 16 string values");
-        const char *k;
-        json_t *v;
-        json_object_foreach(md, k, v)
-        {
-            if (strlen(k) > 64 || !json_is_string(v) || json_string_length(v) > 512)
-                return api_fail(err, 400, "metadata",
-                                "metadata keys are at most 64 characters and values strings "
-                                "of at most 512 ('%.64s')", k);
-        }
+    if (oai_check_metadata(md, err))
+        return -1;
+    if (json_is_object(md))
         json_object_set(echo, "metadata", md);
-    }
     static const char *const STR[] = {"prompt_cache_key", "safety_identifier", "user"};
     for (size_t i = 0; i < sizeof STR / sizeof *STR; i++) {
         json_t *v = json_object_get(b, STR[i]);

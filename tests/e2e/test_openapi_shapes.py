@@ -244,7 +244,34 @@ BAD_CHAT = [
      "tool_choice"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"stream": True, "stream_options": 3}, "stream_options"),
+    # what cinfer cannot do: refused, never a silent no-op
+    ({"modalities": ["text", "audio"]}, "modalities"), ({"modalities": ["video"]}, "modalities"),
+    ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
+    ({"web_search_options": {}}, "web_search_options"),
+    ({"functions": [{"name": "f", "parameters": {}}]}, "functions"),
+    ({"function_call": "auto"}, "function_call"),
+    # hints, checked as OpenAI checks them
+    ({"metadata": {"a": 1}}, "metadata"), ({"metadata": {"k" * 65: "v"}}, "metadata"),
+    ({"service_tier": "gold"}, "service_tier"), ({"verbosity": "loud"}, "verbosity"),
+    ({"prediction": {"type": "x"}}, "prediction"),
+    ({"prediction": {"type": "content", "content": [{"type": "image"}]}}, "prediction"),
+    ({"store": "yes"}, "store"), ({"safety_identifier": "s" * 65}, "safety_identifier"),
+    ({"prompt_cache_key": 3}, "prompt_cache_key"),
 ]
+
+HINTS = {"metadata": {"a": "b"}, "prompt_cache_key": "k", "safety_identifier": "s",
+         "user": "u", "store": True, "service_tier": "flex", "verbosity": "low",
+         "modalities": ["text"], "prediction": {"type": "content", "content": "Once upon"}}
+
+
+def test_chat_hints_are_accepted_and_change_nothing(stories, spec):
+    base = {"messages": MSG, "max_tokens": 6, "temperature": 0}
+    st, b, _ = post(stories, "/v1/chat/completions", {**base, **HINTS})
+    assert st == 200, b
+    j = json.loads(b)
+    check(spec, "CreateChatCompletionResponse", j)
+    st, b0, _ = post(stories, "/v1/chat/completions", base)
+    assert json.loads(b0)["choices"][0]["message"] == j["choices"][0]["message"]
 
 
 @pytest.mark.parametrize("extra,param", BAD_CHAT)
@@ -277,7 +304,7 @@ def test_completion_refusals(stories, extra, param):
 def test_nul_escape_and_big_integers_are_valid_json(stories):
     raw = (b'{"messages": [{"role": "user", "content": "bin\\u0000ary"}], "max_tokens": 2, '
            b'"temperature": 0, "x_ignored": 123456789012345678901234567890, '
-           b'"metadata": {"n": -99999999999999999999999}}')
+           b'"x_extra": {"n": -99999999999999999999999}}')
     st, b, _ = post(stories, "/v1/chat/completions", raw, raw=True)
     assert st == 200, b
     # the NUL is data: the prompt has one more token than without it
