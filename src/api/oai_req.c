@@ -758,6 +758,8 @@ int oai_parse(struct oai_req *r, int kind, const char *body, size_t len,
     }
     if (!rc && kind == OAI_COMPLETION)
         rc = parse_completion(r, o, n_vocab, err);
+    if (!rc && kind == OAI_COMPLETION)
+        rc = oai_check_completion_fields(o, err);
     if (rc)
         oai_req_deinit(r);
     return rc;

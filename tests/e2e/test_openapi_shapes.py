@@ -288,6 +288,7 @@ BAD_COMPLETION = [
     ({"echo": True, "logprobs": True}, "logprobs"), ({"prompt": [1, 2, 99999999]}, "prompt"),
     ({"prompt": [1.5]}, "prompt"), ({"prompt": ["a", 3]}, "prompt"), ({"prompt": ""}, "prompt"),
     ({"logprobs": 99}, "logprobs"), ({"logprobs": "x"}, "logprobs"), ({"n": 0}, "n"),
+    ({"user": 5}, "user"),
 ]
 
 

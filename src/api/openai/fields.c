@@ -60,6 +60,13 @@ static int prediction_ok(json_t *p)
     return 1;
 }
 
+int oai_check_completion_fields(json_t *o, struct api_error *err)
+{
+    if (!str_in(json_object_get(o, "user"), NULL))
+        return api_fail(err, 400, "user", "user must be a string");
+    return 0;
+}
+
 int oai_check_chat_fields(json_t *o, struct api_error *err)
 {
     static const char *const TIERS[] = {"auto", "default", "flex", "scale", "priority", NULL};

@@ -24,5 +24,7 @@ int oai_check_metadata(json_t *md, struct api_error *err);
 
 /* The fields above of a chat completions body o. 0, or -1 with a 400 in err. */
 int oai_check_chat_fields(json_t *o, struct api_error *err);
+/* Of a completions body: `user` (a string). 0, or -1 with a 400 in err. */
+int oai_check_completion_fields(json_t *o, struct api_error *err);
 
 #endif
