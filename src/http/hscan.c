@@ -4,7 +4,9 @@
 #include <string.h>
 #include <strings.h>
 
-enum { ST_FIRST, ST_HEAD, ST_BODY };
+/* request line, header lines, a Content-Length body; chunked: a size line, chunk data,
+ * the blank line after the last chunk */
+enum { ST_FIRST, ST_HEAD, ST_BODY, ST_CSIZE, ST_CDATA, ST_CTRAIL };
 
 void hscan_init(struct hscan *h)
 {
@@ -50,7 +52,7 @@ static int request_line(struct hscan *h, const char *l, size_t n)
         k++;
     memcpy(h->path, p, k);
     h->path[k] = 0;
-    h->has_cl = h->has_te = 0;
+    h->has_cl = h->has_te = h->te_chunked = 0;
     h->cl = 0;
     h->state = ST_HEAD;
     return HSCAN_MORE;
@@ -80,8 +82,13 @@ static int cl_value(struct hscan *h, const char *v, size_t n)
 /* The blank line after the headers (it ends at stream offset end, exclusive). */
 static int head_end(struct hscan *h, uint64_t end, uint64_t max_body)
 {
-    if (h->has_te)
-        return lost(h);
+    if (h->has_te) { /* evhttp reads "chunked" alone; a length beside it is ambiguous */
+        if (!h->te_chunked || h->has_te > 1 || h->has_cl || !h->body_method)
+            return lost(h);
+        h->cl = 0; /* from here: the chunk sizes so far */
+        h->state = ST_CSIZE;
+        return HSCAN_MORE;
+    }
     if (h->has_cl && h->cl > max_body) {
         h->status = HSCAN_BIG;
         return HSCAN_BIG;
@@ -97,6 +104,45 @@ static int head_end(struct hscan *h, uint64_t end, uint64_t max_body)
     return HSCAN_MORE;
 }
 
+/* A line of a chunked body: a chunk size (hex digits only: an extension or anything else is
+ * given up on), an empty line (evhttp skips them: the end of the chunk data before it), or
+ * after the last chunk the empty line that ends the request (a trailer is given up on). A
+ * body over max_body is left to evhttp (its own 413 after reading it). */
+static int chunk_line(struct hscan *h, const char *l, size_t n, uint64_t end, uint64_t max_body)
+{
+    if (h->state == ST_CTRAIL) {
+        if (n)
+            return lost(h);
+        next_request(h, end);
+        return HSCAN_MORE;
+    }
+    if (n == 0)
+        return HSCAN_MORE;
+    if (n > 15)
+        return lost(h);
+    uint64_t x = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = l[i];
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (d < 0)
+            return lost(h);
+        x = x * 16 + (uint64_t)d;
+    }
+    if (x == 0) {
+        h->state = ST_CTRAIL;
+        return HSCAN_MORE;
+    }
+    h->cl += x;
+    if (h->cl > max_body)
+        return lost(h);
+    h->body_left = x;
+    h->state = ST_CDATA;
+    return HSCAN_MORE;
+}
+
 /* One whole line (its LF excluded; a CR before it stripped when the line was kept whole). */
 static int line_done(struct hscan *h, uint64_t end, uint64_t max_body)
 {
@@ -109,6 +155,8 @@ static int line_done(struct hscan *h, uint64_t end, uint64_t max_body)
     h->line_len = 0;
     if (h->state == ST_FIRST)
         return request_line(h, l, n); /* a long line: its method and path are kept */
+    if (h->state == ST_CSIZE || h->state == ST_CTRAIL)
+        return whole ? chunk_line(h, l, n, end, max_body) : lost(h);
     if (whole && n == 0)
         return head_end(h, end, max_body);
     if (l[0] == ' ' || l[0] == '\t')
@@ -119,8 +167,15 @@ static int line_done(struct hscan *h, uint64_t end, uint64_t max_body)
     size_t name = (size_t)(colon - l);
     if (name == 14 && strncasecmp(l, "content-length", 14) == 0)
         return whole ? cl_value(h, colon + 1, n - name - 1) : lost(h);
-    if (name == 17 && strncasecmp(l, "transfer-encoding", 17) == 0)
-        h->has_te = 1;
+    if (name == 17 && strncasecmp(l, "transfer-encoding", 17) == 0) {
+        const char *v = colon + 1, *e = l + n;
+        while (v < e && (*v == ' ' || *v == '\t'))
+            v++;
+        while (e > v && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        h->has_te++;
+        h->te_chunked = whole && e - v == 7 && strncasecmp(v, "chunked", 7) == 0;
+    }
     return HSCAN_MORE;
 }
 
@@ -130,12 +185,14 @@ int hscan_feed(struct hscan *h, const char *p, size_t n, uint64_t max_body)
     h->pos += n;
     size_t i = 0;
     while (i < n && h->status == HSCAN_MORE) {
-        if (h->state == ST_BODY) {
+        if (h->state == ST_BODY || h->state == ST_CDATA) {
             size_t take = h->body_left < (uint64_t)(n - i) ? (size_t)h->body_left : n - i;
             h->body_left -= take;
             i += take;
-            if (h->body_left == 0)
+            if (h->body_left == 0 && h->state == ST_BODY)
                 next_request(h, at + i);
+            else if (h->body_left == 0)
+                h->state = ST_CSIZE;
             continue;
         }
         const char *lf = memchr(p + i, '\n', n - i);
@@ -146,7 +203,7 @@ int hscan_feed(struct hscan *h, const char *p, size_t n, uint64_t max_body)
         }
         h->line_len = h->line_len + seg > HSCAN_LINE + 1 ? HSCAN_LINE + 1 : h->line_len + seg;
         i += seg;
-        if (at + i - h->req_start > HSCAN_MAX_HEAD)
+        if ((h->state == ST_FIRST || h->state == ST_HEAD) && at + i - h->req_start > HSCAN_MAX_HEAD)
             return lost(h);
         if (!lf)
             break;

@@ -9,13 +9,16 @@
  * over the limit (HSCAN_BIG).
  *
  * It mirrors evhttp 2.1's framing only where that is certain: lines end in LF or CRLF; a
- * request is a line "METHOD SP ..." ([A-Z]+), header lines, an empty line, then exactly
- * Content-Length body bytes for POST / PUT / PATCH and none for a request that declares
- * no body. Anything else — a transfer coding, a body declared on another method, two
- * Content-Length lines or a value that is not plain digits, a folded or colon-less header
- * line, an empty or lowercase request line, a header block over HSCAN_MAX_HEAD bytes —
- * makes it give up (HSCAN_LOST) for the rest of the stream, and the caller leaves that
- * connection to evhttp. Pure: no I/O, no allocation; the caller owns the struct.
+ * request is a line "METHOD SP ..." ([A-Z]+), header lines, an empty line, then for POST /
+ * PUT / PATCH exactly Content-Length body bytes, or with "Transfer-Encoding: chunked" (and
+ * no Content-Length) chunks whose size lines are plain hex, ended by a 0 chunk and an empty
+ * line; none for a request that declares no body. Anything else — another transfer coding,
+ * chunk extensions or trailers, a chunked body over the limit (evhttp's own 413 after
+ * reading it), a body declared on another method, two Content-Length lines or a value that
+ * is not plain digits, a folded or colon-less header line, an empty or lowercase request
+ * line, a header block over HSCAN_MAX_HEAD bytes — makes it give up (HSCAN_LOST) for the
+ * rest of the stream, and the caller leaves that connection to evhttp. Pure: no I/O, no
+ * allocation; the caller owns the struct.
  */
 #ifndef CINFER_HTTP_HSCAN_H
 #define CINFER_HTTP_HSCAN_H
@@ -32,11 +35,12 @@ struct hscan {
     uint64_t pos;        /* bytes fed so far (also after BIG or LOST) */
     uint64_t req_start;  /* stream offset of the current request's first byte */
     uint64_t body_left;  /* body bytes of the current request not yet seen */
-    uint64_t cl;         /* Content-Length of the current header block (saturated) */
+    uint64_t cl;         /* Content-Length of the current header block (saturated); in a
+                            chunked body, the sum of its chunk sizes so far */
     uint32_t n_req;      /* index of the current request (0 = the connection's first) */
     int status;          /* enum hscan_status; BIG and LOST are final */
     int state;           /* internal: request line, headers or body */
-    int has_cl, has_te, body_method;
+    int has_cl, has_te, te_chunked, body_method; /* has_te: Transfer-Encoding lines */
     size_t line_len;     /* bytes of the current line so far (kept: up to HSCAN_LINE) */
     char line[HSCAN_LINE];
     char path[128];      /* the current request's path (up to '?' or ' '), for errors */
