@@ -11,7 +11,7 @@
  * - bytes per KV token and the compression vs f16.
  * Prints one JSON object.
  *
- * usage: cinfer_kvq_bench MODEL [-t THREADS] [--schemes 8,4,turbo:k8v4,turbo] [--text LABEL=FILE]...
+ * usage: cinfer_kvq_bench MODEL [-t THREADS] [--backend cpu|cuda] [--schemes 8,4,turbo:k8v4,turbo] [--text LABEL=FILE]...
  *          [--rotate on|off] [--tokens N] [--window W] [--chunk C] [--decode-ctx 4096,16384] [--steps S] [--reps R]
  */
 #include <math.h>
@@ -45,6 +45,8 @@ struct scheme {
     double nll[MAXT], kl[MAXT];
     long n[MAXT];
     double dec_s[8];
+    int ldt[512];  /* each layer's KV dtype */
+    int per_layer; /* layers differ (config, or plain sliding-window layers) */
 };
 
 /* log-softmax of row x (V) into lp; returns nothing */
@@ -64,6 +66,7 @@ static void log_softmax(const float *x, int V, float *lp)
 int main(int argc, char **argv)
 {
     const char *model = NULL, *schemes = "8,4,turbo:k8v4,turbo", *dctx = "4096,16384";
+    const char *backend = "cpu";
     const char *labels[MAXT], *files[MAXT];
     int rotate = -1;
     int nt = 0, threads = 2, tokens = 4096, window = 2048, chunk = 256, steps = 8, reps = 3;
@@ -71,6 +74,7 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-t") && v) threads = atoi(v), i++;
         else if (!strcmp(a, "--schemes") && v) schemes = v, i++;
+        else if (!strcmp(a, "--backend") && v) backend = v, i++;
         else if (!strcmp(a, "--rotate") && v) rotate = !strcmp(v, "on"), i++;
         else if (!strcmp(a, "--tokens") && v) tokens = atoi(v), i++;
         else if (!strcmp(a, "--window") && v) window = atoi(v), i++;
@@ -94,7 +98,7 @@ int main(int argc, char **argv)
     }
     struct cerr e = {0};
     struct be_config bc = {.n_threads = threads};
-    struct be *be = be_new("cpu", &bc, &e);
+    struct be *be = be_new(backend, &bc, &e);
     struct model *m = NULL;
     struct tok *tk = NULL;
     if (!be || model_load(&m, model, be, &e) || tok_load(&tk, model, &e)) {
@@ -111,21 +115,21 @@ int main(int argc, char **argv)
     for (char *tok = strtok(sl, ","); tok && ns < MAXS; tok = strtok(NULL, ",")) {
         struct kvq_scheme q = {.rotate = rotate};
         struct kvq_layers_info info;
-        int ldt[512];
         if (kvq_scheme_parse(tok, &q, &e) ||
-            kvq_scheme_layers(&q, &m->hp, model, DT_F16, ldt, &S[ns].code, &info, &e)) {
+            kvq_scheme_layers(&q, &m->hp, model, DT_F16, S[ns].ldt, &S[ns].code, &info, &e)) {
             fprintf(stderr, "kvq_bench: %s\n", e.msg);
             return 1;
         }
-        if (q.mode == KVQ_CONFIG || info.n_plain) {
-            fprintf(stderr, "kvq_bench: only uniform schemes (%s)\n", tok);
-            return 1;
-        }
+        for (int l = 0; l < m->hp.n_layer; l++)
+            S[ns].per_layer |= S[ns].ldt[l] != S[ns].code;
         snprintf(S[ns].name, sizeof S[ns].name, "%s", tok);
         ns++;
     }
-    for (int s = 0; s < ns; s++)
-        S[s].bpt = (size_t)m->hp.n_layer * kvq_token_bytes(S[s].code, kvd);
+    for (int s = 0; s < ns; s++) {
+        S[s].bpt = 0;
+        for (int l = 0; l < m->hp.n_layer; l++)
+            S[s].bpt += kvq_token_bytes(S[s].per_layer ? S[s].ldt[l] : S[s].code, kvd);
+    }
 
     /* ---- quality ---- */
     float *lr = malloc((size_t)chunk * V * sizeof(float)), *lq = malloc((size_t)chunk * V * sizeof(float));
@@ -149,7 +153,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "text %s: %d tokens scored\n", labels[ti], n - 1);
         struct gen *g[MAXS];
         for (int s = 0; s < ns; s++)
-            if (gen_new(&g[s], m, window, chunk, S[s].code, &e)) {
+            if (gen_new_layers(&g[s], m, window, chunk, S[s].code, S[s].per_layer ? S[s].ldt : NULL, &e)) {
                 fprintf(stderr, "kvq_bench: %s\n", e.msg);
                 return 1;
             }
@@ -205,7 +209,7 @@ int main(int argc, char **argv)
         for (int rep = 0; rep < reps; rep++)
             for (int s = 0; s < ns; s++) {
                 struct gen *g;
-                if (gen_new(&g, m, N + steps + 1, 1, S[s].code, &e) ||
+                if (gen_new_layers(&g, m, N + steps + 1, 1, S[s].code, S[s].per_layer ? S[s].ldt : NULL, &e) ||
                     kv_seq_reserve(g->kv, &g->seq, N, &e)) {
                     fprintf(stderr, "kvq_bench: %s\n", e.msg);
                     return 1;
@@ -220,16 +224,36 @@ int main(int argc, char **argv)
                     k[i] = ((int)(r >> 16 & 0x7fff) - 16384) / 8192.0f;
                     v[i] = ((int)(r >> 8 & 0x7fff) - 16384) / 8192.0f;
                 }
+                /* the backend's own buffers (device memory on a GPU backend) */
+                float *dk = be->ops->alloc(be, (size_t)B * kvd * sizeof(float)),
+                      *dv = be->ops->alloc(be, (size_t)B * kvd * sizeof(float));
+                int32_t *ds = be->ops->alloc(be, (size_t)B * sizeof(int32_t));
+                if (!dk || !dv || !ds || be->ops->upload(be, dk, k, (size_t)B * kvd * sizeof(float), &e) ||
+                    be->ops->upload(be, dv, v, (size_t)B * kvd * sizeof(float), &e)) {
+                    fprintf(stderr, "kvq_bench: backend buffers: %s\n", e.msg);
+                    return 1;
+                }
                 for (int p0 = 0; p0 < N; p0 += B) {
                     int c = N - p0 < B ? N - p0 : B;
                     for (int i = 0; i < c; i++)
                         slots[i] = kv_seq_slot(g->kv, &g->seq, p0 + i);
+                    if (be->ops->upload(be, ds, slots, (size_t)c * sizeof(int32_t), &e) ||
+                        be->ops->sync(be, &e)) {
+                        fprintf(stderr, "kvq_bench: %s\n", e.msg);
+                        return 1;
+                    }
                     for (int l = 0; l < g->kv->n_layer; l++)
-                        be->ops->kv_store(be, g->kv->k[l], g->kv->v[l], S[s].code, k, v, slots, c, kvd);
+                        be->ops->kv_store(be, g->kv->k[l], g->kv->v[l], g->kv->ldt ? g->kv->ldt[l] : S[s].code,
+                                          dk, dv, ds, c, kvd);
                 }
+                if (be->ops->sync(be, &e)) {
+                    fprintf(stderr, "kvq_bench: %s\n", e.msg);
+                    return 1;
+                }
+                be->ops->free(be, dk), be->ops->free(be, dv), be->ops->free(be, ds);
                 free(k), free(v), free(slots);
                 g->n_past = N;
-                int32_t id = 1000;
+                int32_t id = V > 1000 ? 1000 : V / 2;
                 if (gen_feed(g, &id, 1, NULL, &e)) { /* warm */
                     fprintf(stderr, "kvq_bench: %s\n", e.msg);
                     return 1;
@@ -249,7 +273,7 @@ int main(int argc, char **argv)
     }
 
     /* ---- report ---- */
-    printf("{\"model\": \"%s\", \"threads\": %d, \"tokens_per_text\": %d, \"window\": %d, \"texts\": [", model, threads, tokens, window);
+    printf("{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"tokens_per_text\": %d, \"window\": %d, \"texts\": [", model, backend, threads, tokens, window);
     for (int ti = 0; ti < nt; ti++)
         printf("%s\"%s\"", ti ? ", " : "", labels[ti]);
     printf("], \"schemes\": {");

@@ -163,7 +163,7 @@ static double median(double *v, int n)
 
 int main(int argc, char **argv)
 {
-    const char *path = NULL, *backend = "cpu";
+    const char *path = NULL, *backend = "cpu", *only = NULL;
     int threads = 0, steps = 16, reps = 5, rank = 16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -179,13 +179,17 @@ int main(int argc, char **argv)
             backend = v, i++;
         else if (!strcmp(a, "--dtype") && v)
             g_dt16 = !strcmp(v, "f16") ? 1 : !strcmp(v, "bf16") ? 2 : 0, i++;
+        else if (!strcmp(a, "--only") && v)
+            only = v, i++;
         else if (!strcmp(a, "--clock") && v)
             g_cpu_clock = !strcmp(v, "cpu"), i++;
         else if (a[0] != '-' && !path)
             path = a;
         else {
             fprintf(stderr, "usage: cinfer_lora_bench MODEL [-t N] [--backend cpu|cuda] [-n STEPS] "
-                            "[--reps N] [--rank R] [--clock wall|cpu] [--dtype f32|f16|bf16]\n");
+                            "[--reps N] [--rank R] [--clock wall|cpu] [--dtype f32|f16|bf16]\n"
+                            "  [--only none_b1|one_b1|one_b8|mixed_b8] (just those steps, for a "
+                            "profiler)\n");
             return 2;
         }
     }
@@ -229,20 +233,32 @@ int main(int argc, char **argv)
     }
     const unsigned all = (1u << LORA_NT) - 1;
     timed(&R, NR, s_mixed, all, 2); /* warm-up */
+    if (only) { /* one configuration's steps and nothing else (e.g. under ncu) */
+        int b8 = strstr(only, "b8") != NULL;
+        const struct lora_set *const *sets = !strncmp(only, "none", 4)  ? NULL
+                                             : !strncmp(only, "mixed", 5) ? s_mixed
+                                                                          : s_one;
+        double ts = timed(&R, b8 ? NR : 1, sets, sets ? all : 0, steps);
+        printf("{\"only\": \"%s\", \"tok_s\": %.3f}\n", only, ts);
+        return 0;
+    }
     double none1[64], one1[64], none8[64], one8[64], mix8[64], ob1[64], ob8[64], mx[64];
+    double path1[64], op1[64]; /* the adapter path with no adapter: what unfusing costs */
     for (int r = 0; r < reps; r++) {
         none1[r] = timed(&R, 1, NULL, 0, steps);
         one1[r] = timed(&R, 1, s_one, all, steps);
         none8[r] = timed(&R, NR, NULL, 0, steps);
         one8[r] = timed(&R, NR, s_one, all, steps);
         mix8[r] = timed(&R, NR, s_mixed, all, steps);
+        path1[r] = timed(&R, 1, NULL, all, steps);
+        op1[r] = 1 - path1[r] / none1[r];
         ob1[r] = 1 - one1[r] / none1[r];
         ob8[r] = 1 - one8[r] / none8[r];
         mx[r] = mix8[r] / one8[r];
         fprintf(stderr,
                 "rep %d: tok/s none_b1 %.2f one_b1 %.2f none_b8 %.2f one_b8 %.2f "
-                "mixed_b8 %.2f\n",
-                r, none1[r], one1[r], none8[r], one8[r], mix8[r]);
+                "mixed_b8 %.2f paths_b1 %.2f\n",
+                r, none1[r], one1[r], none8[r], one8[r], mix8[r], path1[r]);
     }
     (void)s_none;
     size_t abytes = ad[0]->bytes;
@@ -251,11 +267,12 @@ int main(int argc, char **argv)
            "\"steps\": %d, \"reps\": %d, "
            "\"adapter_bytes\": %zu, \"weight_bytes\": %zu, "
            "\"tok_s_median\": {\"none_b1\": %.3f, \"one_b1\": %.3f, \"none_b8\": %.3f, "
-           "\"one_b8\": %.3f, \"mixed_b8\": %.3f}, ",
+           "\"one_b8\": %.3f, \"mixed_b8\": %.3f, \"paths_b1\": %.3f}, "
+           "\"overhead_paths_b1\": %.4f, ",
            be->ops->name, g_cpu_clock ? "cpu" : "wall",
            g_dt16 == 1 ? "f16" : g_dt16 == 2 ? "bf16" : "f32", path, rank, steps, reps, abytes,
            model_weight_bytes(m), median(none1, reps), median(one1, reps), median(none8, reps),
-           median(one8, reps), median(mix8, reps));
+           median(one8, reps), median(mix8, reps), median(path1, reps), median(op1, reps));
     printf("\"overhead_b1\": %.4f, \"overhead_b8\": %.4f, \"mixed_vs_single_at_8\": %.4f}\n",
            median(ob1, reps), median(ob8, reps), median(mx, reps));
     for (int i = 0; i < NR; i++)

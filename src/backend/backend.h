@@ -265,6 +265,12 @@ struct be_ops {
      * memory). NULL: the backend cannot run adapters (mounting one is refused). */
     void (*lora)(struct be *b, float *y, const float *x, int K, int M,
                  const struct be_lora_grp *g, int n_grp);
+    /* OPTIONAL (with lora). lora of the rows rmsnorm(x, norm, eps) (as the op rmsnorm
+     * computes them, up to rounding: each row's sum of squares in a fixed order) for x the
+     * un-normed rows: the norm rides on the deltas (a device backend saves the launch that
+     * would write the normed copy). NULL: the caller norms into a buffer and calls lora. */
+    void (*lora_norm)(struct be *b, float *y, const float *x, const float *norm, float eps,
+                      int K, int M, const struct be_lora_grp *g, int n_grp);
 };
 
 struct be {

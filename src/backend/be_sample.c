@@ -4,6 +4,9 @@
 #include <math.h>
 #include <stdlib.h>
 
+_Static_assert(sizeof(struct be_sample_row) == BE_SAMPLE_ROW_WORDS * 4,
+               "a row's parameters are BE_SAMPLE_ROW_WORDS words");
+
 int32_t be_sample_draw(const float *w, int n, uint64_t u53)
 {
     uint64_t total = 0;
@@ -82,6 +85,12 @@ void be_sample_ref(int32_t *out, float *x, int rows, int n, const void *params,
         }
         if (h != hbuf)
             free(h);
+        if (p.mask_off > 0) { /* the grammar mask, after the penalties */
+            const uint32_t *mk = (const uint32_t *)(blob + p.mask_off);
+            for (int i = 0; i < n; i++)
+                if (!((mk[i >> 5] >> (i & 31)) & 1u))
+                    lg[i] = -INFINITY;
+        }
         /* max and argmax: larger value, lower index on ties, NaN never wins */
         float mx = -INFINITY;
         int best = -1;

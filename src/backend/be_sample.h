@@ -3,7 +3,8 @@
  *
  * A row is sampled in the sampler's documented order (DESIGN.md §5): logit_bias, then the
  * repetition, presence and frequency penalties over windows of the row's token history,
- * then either the argmax (inv_t = 0, or a row whose max is not finite) or a draw at
+ * then the row's grammar mask (a bitset of the ids allowed; the others become -inf), then
+ * either the argmax (inv_t = 0, or a row whose max is not finite) or a draw at
  * temperature 1/inv_t over the whole vocabulary. The draw is exact integer arithmetic, so
  * every backend and the host sampler give the same id for the same logits and uniform:
  *   w_i = be_fast_exp((x_i - mx) * inv_t)          (float, no contraction)
@@ -31,10 +32,16 @@ struct be_sample_row {
     float rep, pres, freq;    /* the penalties (used when their window is not -1) */
     uint32_t u_lo, u_hi;      /* the draw's 53-bit uniform integer (u_hi: its top 21 bits) */
     int32_t skip;             /* 1: not sampled by the op: out = -1 and x is not touched */
+    int32_t mask_off;         /* 0: no grammar mask; else the word offset of a bitset of
+                               * (n + 31) / 32 words: id i is allowed when bit i % 32 of word
+                               * i / 32 is set, the others are set to -inf after the penalties */
 };
 #define BE_SAMPLE_ROW_WORDS 16
 /* The most aux words a step's rows may use, per output row on average. */
 #define BE_SAMPLE_AUX_PER_ROW 1024
+/* The most rows of a step that carry a grammar mask (their bitsets come on top of the aux
+ * words: model_samp_words_max). */
+#define BE_SAMPLE_MASK_ROWS 64
 
 /* The bits of a float and back. */
 static inline uint32_t be_f2u(float f)

@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -391,28 +392,48 @@ int eng_samp_fill(struct engine *g, int n_rows, int ahead, int burst, int skip_o
     int n_out = 0;
     for (int s = 0; s < n_rows; s++)
         n_out += burst || g->rows[s].out >= 0;
-    int used = n_out * BE_SAMPLE_ROW_WORDS, cap = model_samp_words_max(n_out), nd = 0;
+    int used = n_out * BE_SAMPLE_ROW_WORDS, cap = model_samp_words_max(g->m, n_out), nd = 0;
+    int nw = (g->m->hp.n_vocab + 31) / 32, gm_ok = !burst && g->gm_dev;
+    g->n_gm = 0;
     for (int s = 0; s < n_rows; s++) {
         const struct row *w = &g->rows[s];
         int o = burst ? s : w->out;
         if (o < 0)
             continue;
         struct be_sample_row row;
+        /* a grammar row's bitset goes after every row's aux words: room kept for it */
+        int gm = gm_ok && g->n_gm < BE_SAMPLE_MASK_ROWS && sampler_device_masked(w->r->smp);
         int k = w->r->want_lp ? -1
                               : sampler_device_row(w->r->smp, ahead, w->r->tokens,
                                                    w->r->n_tokens, &row, g->samp + used,
-                                                   cap - used, used);
+                                                   cap - used - (g->n_gm + gm) * nw, used, gm);
         if (k < 0 && !skip_ok)
             return -1;
         if (k < 0)
             row = (struct be_sample_row){.skip = 1};
+        else if (gm)
+            g->gm_smp[g->n_gm] = w->r->smp, g->gm_off[g->n_gm++] = o;
         memcpy(g->samp + (size_t)o * BE_SAMPLE_ROW_WORDS, &row, sizeof row);
         used += k > 0 ? k : 0;
         nd += k >= 0;
     }
+    g->gm_late = used;
+    for (int i = 0; i < g->n_gm; i++, used += nw) { /* gm_off: the row, then its bitset */
+        g->samp[(size_t)g->gm_off[i] * BE_SAMPLE_ROW_WORDS +
+                offsetof(struct be_sample_row, mask_off) / 4] = used;
+        g->gm_off[i] = used;
+    }
     if (n_dev)
         *n_dev = nd;
     return used;
+}
+
+/* model_batch.samp_fill: the grammar rows' bitsets, written while the forward runs. */
+static void samp_masks(void *ctx)
+{
+    struct engine *g = ctx;
+    for (int i = 0; i < g->n_gm; i++)
+        sampler_device_mask(g->gm_smp[i], (uint32_t *)(g->samp + g->gm_off[i]));
 }
 
 /* Samples output row `out` from its logits fetched from the backend (model_logits_row).
@@ -496,16 +517,17 @@ static int run_step(struct engine *g, int n_rows)
             mb = r->seq.n_blocks;
     }
     eng_fill_tables(g, n_rows, mb);
-    /* the decode rows (one token each, planned first) run apart from the prompt chunks, so
-     * a decode row's bits are those of a decode step (model_batch.n_lead) */
-    int lead = 0;
-    while (lead < n_rows && g->rows[lead].n == 1)
-        lead++;
+    /* the decode rows (one token each, or 1 + k with drafts: planned first) run apart from
+     * the prompt chunks, so a decode row's bits are those of a decode step
+     * (model_batch.n_lead; eng_spec_plan keeps their tokens within model_exact_rows) */
+    int lead = 0, lead_tok = 0;
+    while (lead < n_rows && (g->rows[lead].n == 1 || g->rows[lead].k > 0))
+        lead_tok += g->rows[lead++].n;
     struct model_kv_view view = g->view;
     struct model_batch b = {.n_tok = nt, .tokens = g->tokens, .pos = g->pos, .seq = g->seqv,
                             .slots = g->slots, .n_seq = n_rows, .max_blocks = mb,
                             .block_tables = g->tables, .n_out = n_out, .out_idx = g->out_idx,
-                            .n_lead = lead,
+                            .n_lead = lead_tok,
                             .slots_swa = g->kv_swa ? g->slots_swa : NULL,
                             .block_tables_swa = g->kv_swa ? g->tables_swa : NULL};
     eng_lora_batch(g, n_rows, &b);
@@ -538,6 +560,8 @@ static int run_step(struct engine *g, int n_rows)
     if (ds_words >= 0) {
         b.samp = g->samp;
         b.samp_words = ds_words;
+        if (g->n_gm) /* grammar bitsets: computed while the layers run */
+            b.samp_late = g->gm_late, b.samp_fill = samp_masks, b.samp_ctx = g;
     }
     if (use_tc) {
         b.cands = g->cands;
@@ -613,7 +637,7 @@ static void *engine_main(void *arg)
     for (;;) {
         struct queue dead = {0};
         pthread_mutex_lock(&g->mu);
-        while (!g->quit && !g->in.n && !g->n_cancel && !g->n_run && !g->wait.n &&
+        while (!g->quit && !g->in.n && !g->n_cancel && !g->n_run && !g->wait.n && !g->calls &&
                !g->side_due) {
             if (g->ssd)
                 eng_tier_wait(g); /* the SSD tier's idle work, then a (timed) wait */
@@ -624,6 +648,7 @@ static void *engine_main(void *arg)
         g->side_due = 0;
         eng_take_inputs(g, &dead);
         pthread_mutex_unlock(&g->mu);
+        eng_calls_run(g); /* engine_post / engine_call: adapter mounts and frees */
         if (side && !quit)
             eng_side_run(g); /* one embedding forward between steps (side.c) */
         if (g->ssd && !quit)
@@ -762,10 +787,12 @@ static int dev_sample_init(struct engine *g, struct cerr *e)
     int want = dv && *dv ? strcmp(dv, "0") != 0 : model_queue_async(g->m);
     if (!want || !model_can_sample(g->m) || !g->can_argmax || env_on("CINFER_HOST_SAMPLE"))
         return 0;
-    g->samp = malloc((size_t)model_samp_words_max(g->c.max_seqs) * sizeof *g->samp);
+    g->samp = malloc((size_t)model_samp_words_max(g->m, g->c.max_seqs) * sizeof *g->samp);
     if (!g->samp)
         return cerr_set(e, CERR_NOMEM, "out of memory");
     g->dev_sample = 1;
+    const char *gd = getenv("CINFER_GRAMMAR_DEVICE"); /* grammar masks applied by the op */
+    g->gm_dev = !(gd && !strcmp(gd, "0"));
     return 0;
 }
 
@@ -922,6 +949,7 @@ void engine_free(struct engine *g)
         pthread_mutex_unlock(&g->mu);
         pthread_join(g->th, NULL);
     }
+    eng_calls_run(g); /* what was posted while it stopped */
     struct ereq *r;
     while ((r = eng_q_pop(&g->in)))
         finish(g, r, ENGINE_FINISH_CANCELLED, -1);

@@ -189,6 +189,14 @@ int engine_ssd_flush(struct engine *g, double timeout_s);
  * engine_ssd_flush. Meant for a quiesced engine (a drain, a sleep): blocks in use by a
  * running request stay. */
 int engine_ssd_demote(struct engine *g, double timeout_s, long *blocks);
+/* Runs fn(ud) on the engine thread between steps (once the engine has stopped: in
+ * engine_free, on its caller's thread). A device backend's stream and frees belong to that
+ * thread: mounting or freeing LoRA adapters while serving goes through here. FIFO.
+ * engine_post: any thread (the engine's too); returns at once: 0, or -1 out of memory
+ * (nothing queued). engine_call: any thread but the engine's, while the engine runs;
+ * waits until fn has run; 0, or -1 when it could not queue it. */
+int engine_post(struct engine *g, void (*fn)(void *ud), void *ud);
+int engine_call(struct engine *g, void (*fn)(void *ud), void *ud);
 /* Side work on the engine thread (side.c): fn(ud) runs between steps after each
  * engine_side_wake, and again one step later for as long as it returns 1 (more queued), so
  * it takes turns with generation. Decoder embeddings use it (engine/embed.h, driven mode):

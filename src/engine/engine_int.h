@@ -106,6 +106,12 @@ struct engine {
     long cand_rows, full_rows; /* rows sampled from candidates / that fetched their logits */
     int dev_sample;    /* the backend's op sample decides rows it can (engine.c samp_fill) */
     int32_t *samp;     /* (model_samp_words_max(max_seqs)) the op's parameters for a step */
+    /* grammar rows the op decides with their bitset (eng_samp_fill; off with
+     * CINFER_GRAMMAR_DEVICE=0): their samplers, the words of their bitsets in samp (written
+     * while the forward runs, from word gm_late on) */
+    int gm_dev, n_gm, gm_late;
+    struct sampler *gm_smp[BE_SAMPLE_MASK_ROWS];
+    int gm_off[BE_SAMPLE_MASK_ROWS];
     long dev_rows;     /* rows the op sample decided (not counting plain greedy argmax) */
     long preempted, steps;
     int32_t *xtc_exempt; /* EOS ids and ids whose text holds a newline */
@@ -126,7 +132,13 @@ struct engine {
     int max_out;       /* logits rows per step: max_seqs + the draft tokens a step may hold */
     long spec_gen;     /* tokens emitted beyond one per row by verify rows (stats) */
     const struct lora_set **lsets; /* (max_seqs) a step's sets (lora_eng.c), or NULL */
+    struct eng_call *calls, *calls_tail; /* under mu: engine_post/engine_call (eng_calls.c) */
 };
+
+/* ---- eng_calls.c ---- */
+
+/* Engine thread (or engine_free once it stopped): runs the queued calls. */
+void eng_calls_run(struct engine *g);
 
 /* ---- sched.c ---- */
 

@@ -7,6 +7,12 @@
 int gen_new(struct gen **out, const struct model *m, int n_ctx, int chunk, int kv_dtype,
             struct cerr *e)
 {
+    return gen_new_layers(out, m, n_ctx, chunk, kv_dtype, NULL, e);
+}
+
+int gen_new_layers(struct gen **out, const struct model *m, int n_ctx, int chunk, int kv_dtype,
+                   const int *layer_dtype, struct cerr *e)
+{
     *out = NULL;
     if (n_ctx <= 0 || chunk <= 0)
         return cerr_set(e, CERR_INVALID, "context and chunk sizes must be positive");
@@ -21,8 +27,8 @@ int gen_new(struct gen **out, const struct model *m, int n_ctx, int chunk, int k
     kv_seq_init(&g->seq);
     const int bs = 16;
     int max_blocks = (n_ctx + bs - 1) / bs;
-    int rc = kv_pool_new(&g->kv, m->be, m->hp.n_layer, m->hp.n_kv_head * m->hp.head_dim, bs,
-                         max_blocks, kv_dtype, -1, e);
+    int rc = kv_pool_new_layers(&g->kv, m->be, m->hp.n_layer, m->hp.n_kv_head * m->hp.head_dim,
+                                bs, max_blocks, kv_dtype, layer_dtype, -1, e);
     if (!rc)
         rc = model_ws_new(&g->ws, m, chunk, chunk, 1, max_blocks, e);
     g->logits = malloc((size_t)chunk * m->hp.n_vocab * sizeof(float));

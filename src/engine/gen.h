@@ -30,6 +30,10 @@ struct gen {
 /* n_ctx: context length; chunk: prefill tokens per forward (<= n_ctx). */
 int gen_new(struct gen **out, const struct model *m, int n_ctx, int chunk, int kv_dtype,
             struct cerr *e);
+/* The same with a KV dtype per layer (layer_dtype[n_layer], NULL = kv_dtype everywhere; a
+ * dtype may be a quantized scheme code, backend/kvq.h); kv_dtype names the pool's scheme. */
+int gen_new_layers(struct gen **out, const struct model *m, int n_ctx, int chunk, int kv_dtype,
+                   const int *layer_dtype, struct cerr *e);
 void gen_free(struct gen *g);
 /* Feeds ids (all of them go to the cache); afterwards g->logits holds the logits after
  * the last id. When all_logits is non-NULL it receives (n, n_vocab) logits, one row per id. */

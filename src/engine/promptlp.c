@@ -50,33 +50,7 @@ static void plp_score(const float *lg, int n, int32_t id, int k, struct sampler_
     for (int i = 0; i < n; i++)
         sum += exp((double)lg[i] - (double)mx);
     double lse = (double)mx + log(sum);
-    lp->id = id;
-    lp->logprob = (float)((double)lg[id] - lse);
-    if (k > SAMPLER_MAX_TOP_LOGPROBS)
-        k = SAMPLER_MAX_TOP_LOGPROBS;
-    if (k < 0)
-        k = 0;
-    if (k > n)
-        k = n;
-    int nt = 0;
-    float *tv = lp->top_lp;
-    int32_t *ti = lp->top_id;
-    for (int i = 0; i < n; i++) {
-        float v = lg[i];
-        if (v != v || (nt == k && !(v > tv[nt - 1])))
-            continue;
-        int j = nt < k ? nt++ : k - 1; /* insertion into descending tv[0..nt) */
-        while (j > 0 && v > tv[j - 1]) {
-            tv[j] = tv[j - 1];
-            ti[j] = ti[j - 1];
-            j--;
-        }
-        tv[j] = v;
-        ti[j] = i;
-    }
-    for (int j = 0; j < nt; j++)
-        tv[j] = (float)((double)tv[j] - lse);
-    lp->n_top = nt;
+    sampler_logprob_fill(lg, n, lse, id, k, lp);
 }
 
 void eng_plp_emit(struct engine *g, const struct row *w)

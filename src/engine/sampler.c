@@ -577,14 +577,12 @@ static int draw(double u, const float *w, int n, double tsum)
     return last >= 0 ? last : 0;
 }
 
-/* Fills lp from the processed logits with log-sum-exp lse. */
-static void fill_logprobs(const struct sampler *s, const float *lg, double lse, int32_t id,
+void sampler_logprob_fill(const float *lg, int n, double lse, int32_t id, int k,
                           struct sampler_logprob *lp)
 {
-    int k = s->p.top_logprobs, n = s->n_vocab, nt = 0;
+    int nt = 0;
     lp->id = id;
     lp->logprob = (float)((double)lg[id] - lse);
-    lp->n_top = 0;
     if (k > SAMPLER_MAX_TOP_LOGPROBS)
         k = SAMPLER_MAX_TOP_LOGPROBS;
     if (k > n)
@@ -833,7 +831,8 @@ int32_t sampler_sample(struct sampler *s, float *logits, struct sampler_logprob 
         id = be_sample_draw(s->probs, n, sampler_uniform_bits(p->seed, step, 0));
     }
     if (want_lp)
-        fill_logprobs(s, logits, (double)mx + log(sum), id, lp);
+        sampler_logprob_fill(logits, s->n_vocab, (double)mx + log(sum), id,
+                             s->p.top_logprobs, lp);
     return id;
 }
 
@@ -935,8 +934,21 @@ void sampler_cands_build(struct sampler *s, const float *logits, int cap,
 
 /* ---- sampling on the device (the backend op sample) ---- */
 
+int sampler_device_masked(const struct sampler *s) { return s->gram && gram_row_on(s->gram); }
+
+void sampler_device_mask(struct sampler *s, uint32_t *dst)
+{
+    size_t nw = ((size_t)s->n_vocab + 31) / 32;
+    const uint32_t *bits = s->gram ? gram_row_bits(s->gram) : NULL;
+    if (bits)
+        memcpy(dst, bits, nw * sizeof *dst);
+    else
+        memset(dst, 0xff, nw * sizeof *dst);
+}
+
 int sampler_device_row(const struct sampler *s, int ahead, const int32_t *hist, int n_hist,
-                       struct be_sample_row *row, int32_t *aux, int aux_cap, int aux_off)
+                       struct be_sample_row *row, int32_t *aux, int aux_cap, int aux_off,
+                       int gram_ok)
 {
     const struct sampler_params *p = &s->p;
     int n = s->n_vocab;
@@ -944,9 +956,11 @@ int sampler_device_row(const struct sampler *s, int ahead, const int32_t *hist, 
     int top_p_on = p->top_p > 0 && p->top_p < 1, min_p_on = p->min_p > 0;
     int top_k_on = p->top_k > 0 && p->top_k < n;
     int temp = p->temperature > 0;
-    if (s->gram) /* a grammar masks on the host (a waiting one too: a burst would queue the
-                    step after its trigger unmasked) */
+    /* a grammar masks on the host unless the caller brings its bitset (a waiting one too:
+     * a burst would queue the step after its trigger unmasked) */
+    if (s->gram && (!gram_ok || ahead > 0 || !gram_row_on(s->gram)))
         return -1;
+
     if (temp && (top_p_on || min_p_on || top_k_on ||
                  (p->xtc_probability > 0 &&
                   sampler_uniform(p->seed, step, 1) <= (double)p->xtc_probability)))

@@ -88,7 +88,8 @@ struct sampler_logprob {
  * the masked distribution (DESIGN.md §5). sampler_accept advances the matcher. Such a
  * sampler is never plain greedy (not even while a lazy grammar waits: a decode burst would
  * run past the trigger) and, once masking, never samples from candidates (it needs the
- * row). */
+ * row); the backend's op sample may decide it with the grammar's bitset
+ * (sampler_device_row with gram_ok, sampler_device_mask). */
 struct gram_matcher;
 /* Attaches m (the sampler takes ownership; NULL detaches). Returns 0 or CERR_NOMEM (m is
  * then freed). */
@@ -161,6 +162,12 @@ int sampler_wants_cands(const struct sampler *s);
 int32_t sampler_sample_cands(struct sampler *s, const struct sampler_cands *c,
                              struct sampler_logprob *lp);
 
+/* Fills lp for chosen id of logits row lg (n ids) whose log-sum-exp is lse: its logprob and
+ * the k best ids (k clamped to [0, SAMPLER_MAX_TOP_LOGPROBS] and n; descending, ties: lower
+ * id; NaNs skipped), each as lg - lse. Shared by the sampler and prompt logprobs. */
+void sampler_logprob_fill(const float *lg, int n, double lse, int32_t id, int k,
+                          struct sampler_logprob *lp);
+
 /* Builds in *out the candidate set of a full row with the mx and sum sampler_sample
  * computes: the ids within SAMPLER_CAND_SPAN of the max, ranked into buf, cut to the first
  * cap and then before the ids tied with the first one left out (nc = -1 when nothing is
@@ -185,7 +192,19 @@ void sampler_cands_build(struct sampler *s, const float *logits, int cap,
  * history than aux_cap words. After the op decided it, call sampler_skip and then
  * sampler_accept with the id (as for a plain greedy row). */
 int sampler_device_row(const struct sampler *s, int ahead, const int32_t *hist, int n_hist,
-                       struct be_sample_row *row, int32_t *aux, int aux_cap, int aux_off);
+                       struct be_sample_row *row, int32_t *aux, int aux_cap, int aux_off,
+                       int gram_ok);
+/* gram_ok = 1: a row whose grammar masks (sampler_device_masked) may be decided at ahead 0
+ * (its next mask depends on the id decided now, so never at ahead 1); row->mask_off is left
+ * 0 and the caller must point it at the row's bitset, written by sampler_device_mask
+ * before the op runs, or skip the row. gram_ok = 0: such a row returns -1, as a lazy
+ * grammar still waiting for its trigger always does. */
+/* 1 when s has a grammar that masks its next step (the op needs the row's bitset). */
+int sampler_device_masked(const struct sampler *s);
+/* Writes the row's grammar bitset for the op sample ((n_vocab + 31) / 32 words at dst:
+ * the mask sampler_sample would apply, all ones where it would apply none). Waits for the
+ * grammar's worker. The sampling thread, between sampler_device_row and the op. */
+void sampler_device_mask(struct sampler *s, uint32_t *dst);
 
 /* Index of the largest value (lowest index on ties; NaN never wins). */
 int32_t sampler_argmax(const float *logits, int n);

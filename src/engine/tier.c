@@ -320,7 +320,7 @@ void eng_tier_wait(struct engine *g)
     pthread_mutex_unlock(&g->mu);
     double w = eng_tier_idle(g);
     pthread_mutex_lock(&g->mu);
-    if (g->quit || g->in.n || g->n_cancel || g->n_run || g->wait.n || w == 0)
+    if (g->quit || g->in.n || g->n_cancel || g->n_run || g->wait.n || g->calls || w == 0)
         return;
     if (g->flush_req != g->flush_done)
         return;

@@ -42,8 +42,10 @@ struct kvq_layers_info {
 };
 
 /* Resolves s for a model: ldt[n_layer] gets each layer's KV dtype (base = DT_F16 or
- * DT_F32 for plain layers), *code the pool's scheme code (the first quantized layer's, or
- * base). model_path locates kv_config.json (its directory). Errors name the flag or the file
+ * DT_F32 for plain layers), *code the pool's scheme code (a uniform scheme's own code, a
+ * config's first quantized layer's, or base). `4` keeps 8-bit keys in layer 0 (when the
+ * model has more than one layer): the boundary layer whose keys carry most of the 4-bit
+ * error. model_path locates kv_config.json (its directory). Errors name the flag or the file
  * and what is wrong in it. */
 int kvq_scheme_layers(const struct kvq_scheme *s, const struct model_hparams *hp,
                       const char *model_path, int base, int *ldt, int *code,

@@ -115,7 +115,7 @@ int model_ws_new(struct model_ws **out, const struct model *m, int max_tok, int 
     size_t QD = (size_t)hp->n_head * hp->head_dim, KVD = (size_t)hp->n_kv_head * hp->head_dim;
     size_t F = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
     size_t ids_cap = 7 * T + (size_t)max_out + 2 * (size_t)max_seq * max_blocks +
-                     (size_t)model_samp_words_max(max_out);
+                     (size_t)model_samp_words_max(m, max_out);
     int ok = (ws->x = b->ops->alloc(b, T * E * 4)) && (ws->xb = b->ops->alloc(b, T * E * 4)) &&
              (ws->tmp = b->ops->alloc(b, T * E * 4)) && (ws->q = b->ops->alloc(b, T * QD * 4)) &&
              (ws->k = b->ops->alloc(b, T * KVD * 4)) && (ws->v = b->ops->alloc(b, T * KVD * 4)) &&
@@ -201,13 +201,16 @@ static int upload_batch(struct model_ws *ws, const struct model_batch *bt, struc
         PACK(d_slots_swa, bt->slots_swa, n);
         PACK(d_tables_swa, bt->block_tables_swa, nt);
     }
-    if (bt->samp)
-        PACK(d_samp, bt->samp, (size_t)bt->samp_words);
     ws->lpaths = bt->lora_paths;
     int nl = lora_plan_build(ws->lp, bt, step_lead(ws, bt), ws->h_lrows);
     if (nl)
         PACK(d_lrows, ws->h_lrows, (size_t)nl);
     lora_plan_bind(ws->lp, nl ? ws->d_lrows : NULL);
+    size_t late = 0; /* last: the late words (samp_fill) are uploaded after the layers */
+    if (bt->samp) {
+        late = bt->samp_fill ? (size_t)(bt->samp_words - bt->samp_late) : 0;
+        PACK(d_samp, bt->samp, (size_t)bt->samp_words - late);
+    }
 #undef PACK
     return b->ops->upload(b, d, h, o * 4, e);
 }
@@ -248,11 +251,15 @@ static void out_proj(const struct model *m, struct model_ws *ws, int n, const fl
     const int lora = (ws->lpaths >> lt) & 1; /* the adapter path: unfused, delta before the
                                               * post norm (as PEFT adds it to the projection) */
     ws->x_chain = 0;
-    if (op->matmul_fused && !post_norm && !lora) {
+    if (op->matmul_fused && !post_norm) {
+        /* an adapter's delta goes straight into the residual, after the fused add (then the
+         * add gathers nothing for the next norm: the delta comes after it) */
         struct be_mm f = {.mode = BE_MM_ADD, .n = n, .x = a, .n_w = 1, .w = {w}, .y = {ws->x},
-                          .chain = chain, .next_norm = next_norm};
+                          .chain = chain && !lora, .next_norm = lora ? NULL : next_norm};
         op->matmul_fused(b, &f);
-        ws->x_chain = chain;
+        ws->x_chain = chain && !lora;
+        if (lora)
+            lora_plan_apply(ws->lp, m, ws->lrange, il, lt, a, ws->x);
         return;
     }
     op->matmul(b, ws->tmp, a, n, w); /* (n, n_embd) */
@@ -289,13 +296,20 @@ static void attention_block(const struct model *m, struct model_ws *ws,
     /* rope and the K/V store ride on the q/k/v projection unless biases or per-head norms
      * come between them */
     const unsigned lq = ws->lpaths & ((1u << LORA_Q) | (1u << LORA_K) | (1u << LORA_V));
-    int fuse_rope = op->matmul_fused && !ly->bq && !ly->q_norm && !lq;
+    const int qkv = kvq_is(kv_dt); /* quantized keys are centred before the store (below) */
+    int fuse_rope = op->matmul_fused && !ly->bq && !ly->q_norm && !lq && !qkv;
     project(m, ws, n, ly->attn_norm, 3, wqkv, yqkv, fuse_rope ? &r : NULL);
     if (lq && lora_plan_any(ws->lp, ws->lrange)) { /* + the adapters' deltas of q, k, v */
-        if (op->matmul_fused) /* the fused projection kept no normed x */
-            op->rmsnorm(b, ws->xb, ws->x, ly->attn_norm, n, hp->n_embd, hp->norm_eps);
-        for (int t = LORA_Q; t <= LORA_V; t++)
-            lora_plan_apply(ws->lp, m, ws->lrange, il, t, ws->xb, yqkv[t]);
+        if (op->matmul_fused && op->lora_norm) /* the fused projection kept no normed x */
+            for (int t = LORA_Q; t <= LORA_V; t++)
+                lora_plan_apply_norm(ws->lp, m, ws->lrange, il, t, ws->x, ly->attn_norm,
+                                     hp->norm_eps, yqkv[t]);
+        else {
+            if (op->matmul_fused)
+                op->rmsnorm(b, ws->xb, ws->x, ly->attn_norm, n, hp->n_embd, hp->norm_eps);
+            for (int t = LORA_Q; t <= LORA_V; t++)
+                lora_plan_apply(ws->lp, m, ws->lrange, il, t, ws->xb, yqkv[t]);
+        }
     }
     if (ly->bq) {
         op->add_row(b, ws->q, ly->bq, n, qd);
@@ -308,14 +322,14 @@ static void attention_block(const struct model *m, struct model_ws *ws,
     }
     if (fuse_rope) {
         /* done by the projection */
-    } else if (op->rope_kv_store) {
+    } else if (op->rope_kv_store && !qkv) {
         op->rope_kv_store(b, &r);
     } else {
         op->rope(b, ws->q, ws->d_pos, n, hp->n_head, hp->head_dim, hp->rot_dim, hp->rope_mode,
                  inv_freq, 1.0f);
         op->rope(b, ws->k, ws->d_pos, n, hp->n_kv_head, hp->head_dim, hp->rot_dim,
                  hp->rope_mode, inv_freq, 1.0f);
-        if (kvq_is(kv_dt) && ws->kcenter[il]) /* quantized keys: centred (kv_center.c) */
+        if (qkv && ws->kcenter[il]) /* quantized keys: centred (kv_center.c) */
             op->add_row(b, ws->k, ws->kcenter[il], n, kvd);
 
         op->kv_store(b, kv->k[il], kv->v[il], kv_dt, ws->k, ws->v, slots, n, kvd);
@@ -359,10 +373,26 @@ static void mlp_block(const struct model *m, struct model_ws *ws, int n, int il)
                           .w = {&ly->w_gate, &ly->w_up}, .y = {ws->gate}, .chain = chain};
         op->matmul_fused(b, &f);
     } else {
-        op->rmsnorm(b, ws->xb, ws->x, ly->ffn_norm, n, hp->n_embd, hp->norm_eps);
-        op->matmul(b, ws->gate, ws->xb, n, &ly->w_gate); /* (n, n_ff) */
-        op->matmul(b, ws->up, ws->xb, n, &ly->w_up);     /* (n, n_ff) */
-        if (lg) { /* + the adapters' deltas of gate and up */
+        int normed = 0; /* the deltas ran with the norm on the fly */
+        if (op->matmul_fused) { /* adapters on gate/up: the two projections fused, unactivated */
+            const struct be_tensor *wgu[2] = {&ly->w_gate, &ly->w_up};
+            float *const ygu[2] = {ws->gate, ws->up};
+            ws->x_chain = chain;
+            project(m, ws, n, ly->ffn_norm, 2, wgu, ygu, NULL);
+            if (lora_plan_any(ws->lp, ws->lrange) && op->lora_norm) { /* normed on the fly */
+                lora_plan_apply_norm(ws->lp, m, ws->lrange, il, LORA_GATE, ws->x, ly->ffn_norm,
+                                     hp->norm_eps, ws->gate);
+                lora_plan_apply_norm(ws->lp, m, ws->lrange, il, LORA_UP, ws->x, ly->ffn_norm,
+                                     hp->norm_eps, ws->up);
+                normed = 1;
+            } else if (lora_plan_any(ws->lp, ws->lrange)) /* the adapters read the normed x */
+                op->rmsnorm(b, ws->xb, ws->x, ly->ffn_norm, n, hp->n_embd, hp->norm_eps);
+        } else {
+            op->rmsnorm(b, ws->xb, ws->x, ly->ffn_norm, n, hp->n_embd, hp->norm_eps);
+            op->matmul(b, ws->gate, ws->xb, n, &ly->w_gate); /* (n, n_ff) */
+            op->matmul(b, ws->up, ws->xb, n, &ly->w_up);     /* (n, n_ff) */
+        }
+        if (lg && !normed) { /* + the adapters' deltas of gate and up */
             lora_plan_apply(ws->lp, m, ws->lrange, il, LORA_GATE, ws->xb, ws->gate);
             lora_plan_apply(ws->lp, m, ws->lrange, il, LORA_UP, ws->xb, ws->up);
         }
@@ -411,7 +441,9 @@ static int check_batch(const struct model *m, const struct model_ws *ws,
                                     bt->seq[i], bt->n_lead);
     }
     if (bt->samp && (!m->be->ops->sample || bt->samp_words < bt->n_out * BE_SAMPLE_ROW_WORDS ||
-                     bt->samp_words > model_samp_words_max(bt->n_out)))
+                     bt->samp_words > model_samp_words_max(m, bt->n_out) ||
+                     (bt->samp_fill && (bt->samp_late < bt->n_out * BE_SAMPLE_ROW_WORDS ||
+                                        bt->samp_late > bt->samp_words))))
         return cerr_set(e, CERR_INVALID, "step sampling parameters of %d words for %d rows "
                         "(the backend %s the op sample)", bt->samp_words, bt->n_out,
                         m->be->ops->sample ? "has" : "lacks");
@@ -532,6 +564,12 @@ int model_forward(const struct model *m, struct model_ws *ws, const struct model
     if (bt->samp) { /* ids decided on the backend; then the candidates of skipped rows */
         if (!bt->argmax)
             return cerr_set(e, CERR_INVALID, "a sampled step needs its argmax (ids) buffer");
+        if (bt->samp_fill) { /* the grammar masks, computed while the layers run */
+            bt->samp_fill(bt->samp_ctx);
+            if ((rc = op->upload(b, ws->d_samp + bt->samp_late, bt->samp + bt->samp_late,
+                                 (size_t)(bt->samp_words - bt->samp_late) * 4, e)))
+                return rc;
+        }
         op->sample(b, ws->d_argmax, ws->logits, bt->n_out, hp->n_vocab, ws->d_samp, NULL);
         if (bt->cands)
             op->topcand(b, ws->d_cands, ws->logits, bt->n_out, hp->n_vocab, bt->cand_span,
@@ -572,9 +610,10 @@ int model_forward_queue(const struct model *m, struct model_ws *ws,
     int rc = check_batch(m, ws, bt, e);
     if (rc)
         return rc;
-    if ((bt->samp ? !op->sample : !op->argmax) || bt->cands || bt->n_out < 1)
+    if ((bt->samp ? !op->sample : !op->argmax) || bt->cands || bt->n_out < 1 || bt->samp_fill)
         return cerr_set(e, CERR_INVALID,
-                        "a queued step needs output rows decided on the backend (argmax, sample)");
+                        "a queued step needs output rows decided on the backend (argmax, sample; "
+                        "no late sampling words)");
     if (ws->q_n == 2)
         return cerr_set(e, CERR_INVALID, "two steps are already queued: wait for one first");
     if (!bt->tokens && (!ws->prev_ok || bt->n_tok != ws->prev_nout))
@@ -631,6 +670,8 @@ int model_queued(const struct model_ws *ws) { return ws->q_n; }
 
 long model_lead_steps(const struct model_ws *ws) { return ws->lead_steps; }
 
+int model_exact_rows(const struct model_ws *ws) { return ws->exact_rows; }
+
 int model_queue_async(const struct model *m)
 {
     return m->be->ops->fetch_start && m->be->ops->fetch_wait;
@@ -652,9 +693,11 @@ int model_can_topcand(const struct model *m) { return m->be->ops->topcand != NUL
 
 int model_can_sample(const struct model *m) { return m->be->ops->sample != NULL; }
 
-int model_samp_words_max(int n_out)
+int model_samp_words_max(const struct model *m, int n_out)
 {
-    return n_out * (BE_SAMPLE_ROW_WORDS + BE_SAMPLE_AUX_PER_ROW);
+    int masks = n_out < BE_SAMPLE_MASK_ROWS ? n_out : BE_SAMPLE_MASK_ROWS;
+    return n_out * (BE_SAMPLE_ROW_WORDS + BE_SAMPLE_AUX_PER_ROW) +
+           masks * ((m->hp.n_vocab + 31) / 32);
 }
 
 int model_forward_hidden(const struct model *m, struct model_ws *ws,

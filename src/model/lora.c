@@ -323,8 +323,17 @@ void lora_ref(struct lora_adapter *a)
 
 void lora_unref(struct lora_adapter *a)
 {
-    if (a && __atomic_sub_fetch(&a->refs, 1, __ATOMIC_ACQ_REL) == 0)
-        adapter_free(a);
+    if (a && __atomic_sub_fetch(&a->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        if (a->free_hook)
+            a->free_hook(a, a->free_ud);
+        else
+            adapter_free(a);
+    }
+}
+
+void lora_destroy(struct lora_adapter *a)
+{
+    adapter_free(a);
 }
 
 /* ---- PEFT --------------------------------------------------------------------------- */

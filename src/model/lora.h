@@ -49,6 +49,11 @@ struct lora_adapter {
     size_t bytes;         /* backend memory held */
     const struct model *m;
     int refs; /* atomic */
+    /* NULL: the last reference frees the adapter at once; else it hands the adapter to
+     * free_hook(a, free_ud), which must see lora_destroy(a) run on a thread that may free
+     * backend memory (set by lora_reg_mount from lora_reg_set_free_hook) */
+    void (*free_hook)(struct lora_adapter *a, void *ud);
+    void *free_ud;
 };
 
 /* Loads the adapter at path for model m: a directory with adapter_config.json and
@@ -62,6 +67,8 @@ int lora_load_peft_mem(struct lora_adapter **out, const struct model *m, const c
                        size_t config_len, const uint8_t *st, size_t st_len, struct cerr *e);
 void lora_ref(struct lora_adapter *a);
 void lora_unref(struct lora_adapter *a); /* NULL is a no-op */
+/* Frees a and its backend memory now (what a free_hook arranges for). */
+void lora_destroy(struct lora_adapter *a);
 /* A short name for a target bit ("q_proj" ...). */
 const char *lora_target_name(int t);
 
@@ -99,6 +106,12 @@ struct lora_reg_entry {
 };
 int lora_reg_new(struct lora_reg **out, struct cerr *e);
 void lora_reg_free(struct lora_reg *r); /* drops the registry's references */
+/* Adapters mounted from now on (and those mounted already) hand their last reference to
+ * hook(a, ud) instead of freeing at once (struct lora_adapter.free_hook): a server whose
+ * backend memory may only be freed by its engine thread posts the free there. NULL: free
+ * at once. lora_reg_free clears it on the adapters it holds (it runs after the engine). */
+void lora_reg_set_free_hook(struct lora_reg *r, void (*hook)(struct lora_adapter *, void *),
+                            void *ud);
 /* Mounts a (takes over the caller's reference) as id with weight scale. CERR_INVALID when
  * the id is taken or malformed (letters, digits, '.', '_', '-'; no '+' or ','; not "none"). */
 int lora_reg_mount(struct lora_reg *r, const char *id, struct lora_adapter *a, float scale,

@@ -99,8 +99,17 @@ int lora_plan_any(const struct lora_plan *p, int rg)
     return p->ng[rg] > 0;
 }
 
-void lora_plan_apply(const struct lora_plan *p, const struct model *m, int rg, int il, int t,
-                     const float *x, float *y)
+static void call(const struct model *m, float *y, const float *x, const float *norm, float eps,
+                 int K, int M, const struct be_lora_grp *g, int n)
+{
+    if (norm)
+        m->be->ops->lora_norm(m->be, y, x, norm, eps, K, M, g, n);
+    else
+        m->be->ops->lora(m->be, y, x, K, M, g, n);
+}
+
+static void apply(const struct lora_plan *p, const struct model *m, int rg, int il, int t,
+                  const float *x, const float *norm, float eps, float *y)
 {
     if (p->ng[rg] == 0)
         return;
@@ -148,10 +157,22 @@ void lora_plan_apply(const struct lora_plan *p, const struct model *m, int rg, i
         if (d->n_terms == 0)
             continue;
         if (++n == 64) {
-            m->be->ops->lora(m->be, y, x, (int)w->ne[0], (int)w->ne[1], g, n);
+            call(m, y, x, norm, eps, (int)w->ne[0], (int)w->ne[1], g, n);
             n = 0;
         }
     }
     if (n)
-        m->be->ops->lora(m->be, y, x, (int)w->ne[0], (int)w->ne[1], g, n);
+        call(m, y, x, norm, eps, (int)w->ne[0], (int)w->ne[1], g, n);
+}
+
+void lora_plan_apply(const struct lora_plan *p, const struct model *m, int rg, int il, int t,
+                     const float *x, float *y)
+{
+    apply(p, m, rg, il, t, x, NULL, 0.0f, y);
+}
+
+void lora_plan_apply_norm(const struct lora_plan *p, const struct model *m, int rg, int il,
+                          int t, const float *xr, const float *norm, float eps, float *y)
+{
+    apply(p, m, rg, il, t, xr, norm, eps, y);
 }

@@ -25,5 +25,9 @@ int lora_plan_any(const struct lora_plan *p, int rg);
  * x (range rows, K) the projection's input. */
 void lora_plan_apply(const struct lora_plan *p, const struct model *m, int rg, int il, int t,
                      const float *x, float *y);
+/* The same for x = rmsnorm(xr, norm, eps) given the un-normed rows xr, through the op
+ * lora_norm (the backend must have it). */
+void lora_plan_apply_norm(const struct lora_plan *p, const struct model *m, int rg, int il,
+                          int t, const float *xr, const float *norm, float eps, float *y);
 
 #endif

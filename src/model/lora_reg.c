@@ -21,6 +21,8 @@ struct lora_reg {
     struct reg_slot s[REG_MAX];
     int n;
     unsigned paths;
+    void (*free_hook)(struct lora_adapter *, void *);
+    void *free_ud;
 };
 
 int lora_reg_new(struct lora_reg **out, struct cerr *e)
@@ -37,8 +39,10 @@ void lora_reg_free(struct lora_reg *r)
 {
     if (!r)
         return;
-    for (int i = 0; i < r->n; i++)
+    for (int i = 0; i < r->n; i++) {
+        r->s[i].a->free_hook = NULL; /* the engine is gone: free here */
         lora_unref(r->s[i].a);
+    }
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -65,6 +69,19 @@ static int find(struct lora_reg *r, const char *id, size_t len)
     return -1;
 }
 
+void lora_reg_set_free_hook(struct lora_reg *r, void (*hook)(struct lora_adapter *, void *),
+                            void *ud)
+{
+    pthread_mutex_lock(&r->mu);
+    r->free_hook = hook;
+    r->free_ud = ud;
+    for (int i = 0; i < r->n; i++) {
+        r->s[i].a->free_hook = hook;
+        r->s[i].a->free_ud = ud;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
 int lora_reg_mount(struct lora_reg *r, const char *id, struct lora_adapter *a, float scale,
                    struct cerr *e)
 {
@@ -88,6 +105,8 @@ int lora_reg_mount(struct lora_reg *r, const char *id, struct lora_adapter *a, f
         s->info.rank = a->rank;
         s->info.targets = a->targets;
         s->a = a;
+        a->free_hook = r->free_hook;
+        a->free_ud = r->free_ud;
         r->paths |= a->targets;
     }
     pthread_mutex_unlock(&r->mu);

@@ -136,6 +136,13 @@ struct model_batch {
      * (tokens NULL) a row with use_prev continues its history with its previous id. */
     const int32_t *samp;
     int samp_words;
+    /* With samp and samp_fill: words [samp_late, samp_words) of samp (the rows' grammar
+     * masks) are not read when the step starts; samp_fill(samp_ctx) writes them after the
+     * step's layers are queued and before the op sample runs, so the host computes them
+     * while a device backend runs the forward. Not for model_forward_queue. */
+    int samp_late;
+    void (*samp_fill)(void *ctx);
+    void *samp_ctx;
     /* LoRA adapters (model/lora.h). lora: NULL, or (n_seq) each sequence's stacked set (NULL
      * or n == 0: none); the rows of each distinct set get its deltas, grouped (the backend
      * op lora). lora_paths: the projections (1 << enum lora_target) that run the adapter
@@ -192,6 +199,10 @@ int model_queued(const struct model_ws *ws);
 int model_queue_async(const struct model *m);
 /* Steps of ws run as two groups so far (model_batch.n_lead). */
 long model_lead_steps(const struct model_ws *ws);
+/* The most rows of a step whose rows get the bits of a one-row step on ws's backend (the
+ * fewest be_ops.exact_rows over the model's matrices), or 0: any step (batch-invariant
+ * kernels). A lead group (model_batch.n_lead) larger than this gets other bits. */
+int model_exact_rows(const struct model_ws *ws);
 
 /* 1 when the backend computes argmax ids itself (model_batch.argmax is honoured). */
 int model_can_argmax(const struct model *m);
@@ -199,8 +210,9 @@ int model_can_argmax(const struct model *m);
 int model_can_topcand(const struct model *m);
 /* 1 when the backend samples rows itself (model_batch.samp is honoured). */
 int model_can_sample(const struct model *m);
-/* The most words of model_batch.samp for a step of n_out output rows. */
-int model_samp_words_max(int n_out);
+/* The most words of model_batch.samp for a step of n_out output rows: their rows and aux
+ * words, and a vocabulary bitset for up to BE_SAMPLE_MASK_ROWS of them (grammar masks). */
+int model_samp_words_max(const struct model *m, int n_out);
 /* Copies output row `row` (0 <= row < n_out) of the last successful model_forward's logits
  * (n_vocab floats) to host dst: the device logits stay intact until the next forward, so a
  * step that downloaded only argmax ids or candidates can still fetch a row it needs whole.

@@ -20,6 +20,7 @@
 #include "engine/sampler.h"
 #include "model/lora.h"
 #include "model/model.h"
+#include "server/cli_kvq.h"
 #include "server/cli_opts.h"
 #include "server/commands.h"
 #include "util/clock.h"
@@ -29,6 +30,7 @@ static void bench_usage(FILE *f)
     fprintf(f, "usage: cinfer bench MODEL [-t N] [-p PROMPT_TOKENS] [-n GEN_TOKENS]\n"
                "                    [--kv-dtype f16|f32] [--backend auto|cpu|cuda] [--device N]\n"
                "                    [--compiled-decode on|off] [-d DEPTH]\n"
+               "                    [--kv-quant off|8|4|turbo[:k<b>v<b>]|config[:PATH]] [--kv-rotate on|off]\n"
                "                    [--adapter DIR|FILE ...]  (LoRA; repeat to stack)\n\n"
                "Prints one JSON object: load_s, ttft_s (start to the first token of an\n"
                "8-token prompt, load included), ttft_warm_s (the same without the load),\n"
@@ -38,7 +40,8 @@ static void bench_usage(FILE *f)
                "prefill_tok_s (a PROMPT_TOKENS prompt, default 512), peak_rss_bytes.\n"
                "Greedy decoding. --kv-dtype: the KV cache dtype (default f16, as llama.cpp's;\n"
                "aliases --kv f16|f32, --kv-f32, --kv-f16). --backend: default auto (cuda when a\n"
-               "GPU answers, else cpu), as run and serve.\n");
+               "GPU answers, else cpu), as run and serve. --kv-quant / --kv-rotate: a quantized\n"
+               "KV cache, as serve's (docs/kv-quant.md); \"kv\" then names the scheme.\n");
 }
 
 static void fill_ids(int32_t *ids, int n, int vocab, uint32_t seed)
@@ -61,9 +64,13 @@ int cmd_bench(int argc, char **argv)
     int graphs = 0;
     const char *adapters[LORA_MAX_STACK];
     int n_adapters = 0;
+    struct cli_kvq kvq;
+    cli_kvq_init(&kvq);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int kv = cli_kv_flag("bench", a, v, &kv_dtype);
+        if (!kv)
+            kv = cli_kvq_flag("bench", a, v, &kvq);
         if (kv < 0)
             return 1;
         if (kv > 0) {
@@ -137,7 +144,11 @@ int cmd_bench(int argc, char **argv)
     int ctx = (n_prompt > first + n_gen ? n_prompt : first + n_gen) + 16;
     int V = m->hp.n_vocab;
     ids = malloc((size_t)(n_prompt > first ? n_prompt : first) * sizeof *ids);
-    if (!ids || gen_new(&g, m, ctx, 512, kv_dtype, &e) ||
+    int kv_code;
+    const int *kv_ldt;
+    if (cli_kvq_resolve("bench", &kvq, m, path, kv_dtype, &kv_code, &kv_ldt))
+        goto done;
+    if (!ids || gen_new_layers(&g, m, ctx, 512, kv_code, kv_ldt, &e) ||
         lora_set_load(&lset, m, adapters, n_adapters, &e)) {
         fprintf(stderr, "cinfer bench: %s\n", ids ? e.msg : "out of memory");
         goto done;
@@ -174,7 +185,7 @@ int cmd_bench(int argc, char **argv)
            "\"kv\": \"%s\", \"load_s\": %.4f, \"ttft_s\": %.4f, \"ttft_warm_s\": %.4f, \"decode_tokens\": %d, \"decode_tok_s\": %.3f, "
            "\"prefill_tokens\": %d, \"prefill_tok_s\": %.3f, \"peak_rss_bytes\": %lld, "
            "\"weight_bytes\": %zu, \"depth\": %d, \"depth_prefill_tok_s\": %.3f}\n",
-           be->ops->name, path, m->arch_name, is_cpu ? be_cpu_threads(be) : 0, kv_dtype == DT_F16 ? "f16" : "f32", load_s, ttft, ttft_warm, n_gen, n_gen / decode_s, n_prompt,
+           be->ops->name, path, m->arch_name, is_cpu ? be_cpu_threads(be) : 0, kvq.quant ? kvq.name : kv_dtype == DT_F16 ? "f16" : "f32", load_s, ttft, ttft_warm, n_gen, n_gen / decode_s, n_prompt,
            n_prompt / prefill_s, (long long)ru.ru_maxrss * 1024, model_weight_bytes(m), depth, depth_tok_s);
     status = 0;
     goto done;

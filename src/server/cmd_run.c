@@ -22,6 +22,7 @@
 #include "model/lora.h"
 #include "model/model.h"
 #include "server/cli_opts.h"
+#include "server/cli_kvq.h"
 #include "server/commands.h"
 #include "util/clock.h"
 #include "template/tmpl.h"
@@ -35,6 +36,7 @@ struct run_opts {
     int seed_set, temp_set, top_p_set, top_k_set;
     const char *adapters[LORA_MAX_STACK]; /* --adapter (repeat to stack) */
     int n_adapters;
+    struct cli_kvq kvq; /* --kv-quant, --kv-rotate */
 };
 
 static void run_usage(FILE *f)
@@ -67,6 +69,10 @@ static void run_usage(FILE *f)
             "  -c, --ctx N           context length (default: min(model's, 4096))\n"
             "  --kv-dtype f16|f32    KV cache dtype (default f16; aliases --kv f16|f32,\n"
             "                        --kv-f32, --kv-f16)\n"
+            "  --kv-quant off|8|4|turbo[:k<b>v<b>]|config[:PATH]  quantized KV cache (default\n"
+            "                        off; docs/kv-quant.md)\n"
+            "  --kv-rotate on|off    Hadamard rotation of the quantized K/V heads (default: on\n"
+            "                        at 4 bits and for keys; docs/kv-quant.md)\n"
             "  --adapter DIR|FILE    run with a LoRA adapter (PEFT directory or GGUF LoRA\n"
             "                        file; alias --adapter-path); repeat to stack\n"
             "  --ignore-eos          keep generating past end-of-generation tokens\n"
@@ -111,6 +117,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     o->n_predict = 128;
     o->kv_dtype = DT_F16;
     sampler_params_default(&o->sp);
+    cli_kvq_init(&o->kvq);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int rc = 0, used = 1, kv;
@@ -162,6 +169,11 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx"))
             rc = parse_int(a, v, 1, 1 << 24, &o->ctx);
         else if ((kv = cli_kv_flag("run", a, v, &o->kv_dtype)) != 0) {
+            if (kv < 0)
+                return -1;
+            used = kv - 1;
+        }
+        else if ((kv = cli_kvq_flag("run", a, v, &o->kvq)) != 0) {
             if (kv < 0)
                 return -1;
             used = kv - 1;
@@ -386,7 +398,11 @@ int cmd_run(int argc, char **argv)
         o.sp.top_k = gc.top_k;
     if (gc.has_repetition_penalty)
         o.sp.repetition_penalty = gc.repetition_penalty;
-    if (gen_new(&g, m, ctx, 512, o.kv_dtype, &e) ||
+    int kv_dtype;
+    const int *kv_ldt;
+    if (cli_kvq_resolve("run", &o.kvq, m, o.model, o.kv_dtype, &kv_dtype, &kv_ldt))
+        goto done;
+    if (gen_new_layers(&g, m, ctx, 512, kv_dtype, kv_ldt, &e) ||
         sampler_new(&smp, &o.sp, m->hp.n_vocab, &e) ||
         lora_set_load(&lset, m, o.adapters, o.n_adapters, &e)) {
         fprintf(stderr, "cinfer run: %s\n", e.msg);

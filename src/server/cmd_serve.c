@@ -839,6 +839,7 @@ done:
     }
     /* the engine first: it may still post to the loop; posts after stop are dropped */
     engine_free(sv->eng);
+    sv->eng = NULL;      /* adapters freed from here on free at once (serve_lora.c) */
     serve_lora_free(sv); /* after the engine: its requests held adapter references */
     kv_events_free(sv->kvev); /* after the engine: it publishes the last evictions */
     serve_embed_free(sv);     /* before the HTTP server: its worker may still post */

@@ -130,6 +130,7 @@ struct serve {
     struct tok *draft_tk;
     struct lora_reg *lora;       /* mounted adapters (serve_lora.c) */
     char lora_default[300];      /* the set of requests that name none ("" = none) */
+    struct lora_am *lora_ams;    /* serve_lora_am's copies of am, one an adapter id named */
     struct serve_kvq *kvq;       /* KV quantization and levers (serve_kvq.c) */
 };
 
@@ -168,12 +169,32 @@ struct serve_gen {
     int n_q, share_n;
 };
 
+struct oai_req;
+struct api_structured;
+/* The engine request of a parsed request: prompt ids from pr, sampling, stops from rq, the
+ * grammar and its trigger from st, max_tokens as checked against the context. Points into
+ * rq, pr and st (they must outlive it); cb/ud are left for the job. */
+struct engine_req serve_engine_req(const struct oai_req *rq, const struct api_prompt *pr,
+                                   const struct api_structured *st, int max_tokens);
+
+/* The output constraints of a chat-like request: body_format reads r's raw body (an
+ * api_structured_* reader: text.format, output_format), then forced / strict tool-call
+ * grammars and a reasoning model's open think block. 0, or -1 with err filled. */
+int serve_structured(const struct serve *sv, struct http_req *r,
+                     int (*body_format)(const json_t *body, struct api_structured *out,
+                                        struct api_error *err),
+                     const struct oai_req *rq, const struct api_prompt *pr,
+                     struct api_structured *st, struct api_error *err);
+
 /* Submits g for HTTP request r and answers it (stream or body) as events arrive. Takes
  * ownership of g->enc and g->ctx in every case (on failure they are freed and r gets an
  * error reply: 429 when the queue is full, 503 when shutting down). endpoint indexes
  * met.requests. */
 void serve_generate(struct serve *sv, struct http_req *r, struct serve_gen *g, int endpoint);
 /* Replies with err (status, body from ops->error_body), counting it in the metrics. */
+/* Replies with status and the compact JSON of j, taking j (NULL or unprintable: a 500 "out
+ * of memory"). */
+void serve_reply_json(struct http_req *r, int status, json_t *j);
 /* Adds `Warning: 299 cinfer "<text>"` to r's response when text is not empty (a request
  * field or tool accepted and not honoured). */
 void serve_warning(struct http_req *r, const char *text);
@@ -297,6 +318,12 @@ void serve_lora_card(struct serve *sv);
 int serve_lora_pick(struct serve *sv, struct http_req *r, struct lora_set *set,
                     struct api_error *err);
 int serve_lora_routes(struct serve *sv);
+struct api_model;
+/* Loop thread. The api_model a request's responses are encoded with: &sv->am, or, when the
+ * request's "model" field selects a mounted adapter (no "adapter" field; as
+ * serve_lora_pick), a copy of it whose id is that adapter's (vLLM echoes the adapter name),
+ * kept until serve_lora_free. */
+const struct api_model *serve_lora_am(struct serve *sv, struct http_req *r);
 /* Appends the mounted adapters (only the one named `only` when non-NULL) to a /v1/models
  * data array, each with its base as "parent". */
 void serve_lora_models(struct serve *sv, json_t *data, const char *only);

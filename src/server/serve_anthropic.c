@@ -83,23 +83,6 @@ static int prepare(struct serve *sv, struct http_req *r, int for_count, struct a
     return api_chat_prompt(&sv->am, &c->rq, &c->pr, err);
 }
 
-/* output constraints of the original body, and forced tool-call grammars */
-static int structured_anth(struct serve *sv, struct http_req *r, struct anth_ctx *c,
-                          struct api_error *err)
-{
-    size_t blen;
-    const char *body = http_req_body(r, &blen);
-    json_t *raw = json_loadb(body, blen, 0, NULL);
-    int rc = api_structured_anthropic(raw, &c->st, err);
-    json_decref(raw);
-    if (!rc)
-        rc = api_structured_tools(sv->am.tc_template_family, c->rq.tools, c->rq.tool_choice,
-                                  c->rq.tool_name, c->pr.forced, &c->st, err);
-    if (!rc)
-        rc = api_structured_after_reasoning(&c->st, c->pr.start_in_reasoning, sv->am.think_close, err);
-    return rc;
-}
-
 static void h_messages(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
@@ -111,30 +94,21 @@ static void h_messages(struct http_req *r, void *ud)
     }
     if (prepare(sv, r, 0, c, &err))
         goto fail;
-    if (structured_anth(sv, r, c, &err))
+    if (serve_structured(sv, r, api_structured_anthropic, &c->rq, &c->pr, &c->st, &err))
         goto fail;
     int max_tokens;
     if (serve_check_context(sv, c->pr.n, c->rq.max_tokens, sv->max_tokens_chat, &max_tokens, &err))
         goto fail;
     struct cerr e = {0};
     struct anth_out *enc = NULL;
-    if (anth_out_new(&enc, &sv->am, &c->rq, &c->pr, sv->tc_family, &e)) {
+    if (anth_out_new(&enc, serve_lora_am(sv, r), &c->rq, &c->pr, sv->tc_family, &e)) {
         api_fail(&err, e.code == CERR_NOMEM ? 500 : 400, "tools", "%s", e.msg);
         goto fail;
     }
     struct serve_gen g = {.stream = c->rq.stream,
                           .ops = &ANTH_OPS,
                           .enc = enc,
-                          .q = {.ids = c->pr.ids,
-                                .n_ids = c->pr.n,
-                                .sp = c->rq.sp,
-                                .max_tokens = max_tokens,
-                                .stops = (const char *const *)c->rq.stops,
-                                .n_stops = c->rq.n_stops,
-                                .grammar = c->st.grammar,
-                                .grammar_prime = c->st.prime,
-                                .grammar_trigger = c->st.trigger,
-                                .grammar_after = c->st.trigger_after},
+                          .q = serve_engine_req(&c->rq, &c->pr, &c->st, max_tokens),
                           .cleanup = ctx_free,
                           .ctx = c};
     if (c->st.degraded)
@@ -164,15 +138,8 @@ static void h_count(struct http_req *r, void *ud)
         return;
     }
     json_t *j = json_pack("{s:i}", "input_tokens", c->pr.n);
-    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
-    json_decref(j);
     ctx_free(c);
-    if (!s) {
-        http_reply_error(r, 500, "out of memory");
-        return;
-    }
-    http_reply(r, 200, "application/json", s, strlen(s));
-    free(s);
+    serve_reply_json(r, 200, j);
 }
 
 int serve_anthropic_install(struct serve *sv)

@@ -386,18 +386,6 @@ static json_t *model_entry(struct serve *sv)
                      hp->n_embd, "chat", 0, "tools", 0, "reasoning", 0);
 }
 
-static void reply_json(struct http_req *r, int status, json_t *j)
-{
-    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (!s) {
-        http_reply_error(r, 500, "out of memory");
-        return;
-    }
-    http_reply(r, status, "application/json", s, strlen(s));
-    free(s);
-}
-
 static void h_models(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
@@ -413,10 +401,10 @@ static void h_models(struct http_req *r, void *ud)
             reply_err(sv, r, &err);
             return;
         }
-        reply_json(r, 200, model_entry(sv));
+        serve_reply_json(r, 200, model_entry(sv));
         return;
     }
-    reply_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_entry(sv)));
+    serve_reply_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_entry(sv)));
 }
 
 /* The "embeddings" object of /stats. */
@@ -445,7 +433,7 @@ void serve_embed_stats_json(struct serve *sv, json_t *j)
         json_object_set_new(j, "embeddings", emb_counts(sv->emb));
 }
 
-static void h_stats(struct http_req *r, void *ud) { reply_json(r, 200, stats_json(ud)); }
+static void h_stats(struct http_req *r, void *ud) { serve_reply_json(r, 200, stats_json(ud)); }
 
 static void h_metrics(struct http_req *r, void *ud)
 {

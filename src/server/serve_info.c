@@ -16,18 +16,6 @@
 #include "util/jsonfmt.h"
 #include "util/version.h"
 
-static void reply_obj(struct http_req *r, json_t *o)
-{
-    char *out = o ? json_dumps_short(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!out) {
-        http_reply_error(r, 500, "out of memory");
-        return;
-    }
-    http_reply(r, 200, "application/json", out, strlen(out));
-    free(out);
-}
-
 static json_t *model_info(const struct serve *sv)
 {
     return json_pack("{s:s, s:s, s:s, s:b, s:s, s:i, s:b, s:b, s:n, s:s}", "model_path",
@@ -42,7 +30,7 @@ static void h_model_info(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
     sv->met.requests[EP_OTHER]++;
-    reply_obj(r, model_info(sv));
+    serve_reply_json(r, 200, model_info(sv));
 }
 
 static void h_server_info(struct http_req *r, void *ud)
@@ -69,7 +57,7 @@ static void h_server_info(struct http_req *r, void *ud)
         json_object_set(o, "vllm_config", vc);
     json_decref(vc);
     json_decref(more);
-    reply_obj(r, o);
+    serve_reply_json(r, 200, o);
 }
 
 int serve_info_install(struct serve *sv)

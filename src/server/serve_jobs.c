@@ -13,10 +13,12 @@
 
 #include "api/genhist.h"
 #include "api/oai_req.h"
+#include "api/structured/structured.h"
 #include "model/lora.h"
 #include "server/serve.h"
 #include "server/serve_embed.h"
 #include "util/clock.h"
+#include "util/jsonfmt.h"
 #include "util/log.h"
 #include "util/sbuf.h"
 
@@ -58,6 +60,18 @@ struct evmsg {
     char *text;  /* owned copy */
     char *error; /* owned copy */
 };
+
+void serve_reply_json(struct http_req *r, int status, json_t *j)
+{
+    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s) {
+        http_reply_error(r, 500, "out of memory");
+        return;
+    }
+    http_reply(r, status, "application/json", s, strlen(s));
+    free(s);
+}
 
 void serve_warning(struct http_req *r, const char *text)
 {
@@ -489,4 +503,39 @@ int serve_check_context(struct serve *sv, int n_prompt, int requested, int dflt,
     int mt = requested > 0 ? requested : dflt;
     *max_tokens = mt > n_ctx - n_prompt ? n_ctx - n_prompt : mt;
     return 0;
+}
+
+struct engine_req serve_engine_req(const struct oai_req *rq, const struct api_prompt *pr,
+                                   const struct api_structured *st, int max_tokens)
+{
+    return (struct engine_req){.ids = pr->ids,
+                               .n_ids = pr->n,
+                               .sp = rq->sp,
+                               .max_tokens = max_tokens,
+                               .stops = (const char *const *)rq->stops,
+                               .n_stops = rq->n_stops,
+                               .grammar = st->grammar,
+                               .grammar_prime = st->prime,
+                               .grammar_trigger = st->trigger,
+                               .grammar_after = st->trigger_after};
+}
+
+int serve_structured(const struct serve *sv, struct http_req *r,
+                     int (*body_format)(const json_t *body, struct api_structured *out,
+                                        struct api_error *err),
+                     const struct oai_req *rq, const struct api_prompt *pr,
+                     struct api_structured *st, struct api_error *err)
+{
+    size_t blen;
+    const char *body = http_req_body(r, &blen);
+    json_t *raw = json_loadb(body, blen, 0, NULL);
+    int rc = body_format(raw, st, err);
+    json_decref(raw);
+    if (!rc)
+        rc = api_structured_tools(sv->am.tc_template_family, rq->tools, rq->tool_choice,
+                                  rq->tool_name, pr->forced, st, err);
+    if (!rc)
+        rc = api_structured_after_reasoning(st, pr->start_in_reasoning, sv->am.think_close,
+                                            err);
+    return rc;
 }

@@ -173,7 +173,8 @@ int serve_kvq_setup(struct serve *sv, struct engine_config *ec)
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         return -1;
     }
-    if (q->info.n_quant && strcmp(sv->m->be->ops->name, "cpu")) {
+    if (q->info.n_quant && strcmp(sv->m->be->ops->name, "cpu") &&
+        strcmp(sv->m->be->ops->name, "cuda")) {
         fprintf(stderr, "cinfer serve: --kv-quant %s: the %s backend does not read quantized KV "
                         "blocks yet; use --backend cpu or --kv-quant off\n",
                 v, sv->m->be->ops->name);

@@ -72,6 +72,21 @@ static int mount(struct serve *sv, const char *path, const char *id, float scale
     return rc;
 }
 
+/* An adapter's last reference dropped (any thread): its backend memory is freed on the
+ * engine thread, which owns a device backend's stream (before the engine exists and once it
+ * is gone: here). */
+static void free_on_engine(void *ud)
+{
+    lora_destroy(ud);
+}
+
+static void free_hook(struct lora_adapter *a, void *ud)
+{
+    struct serve *sv = ud;
+    if (!sv->eng || engine_post(sv->eng, free_on_engine, a))
+        lora_destroy(a);
+}
+
 int serve_lora_setup(struct serve *sv, struct engine_config *ec)
 {
     struct cerr e = {0};
@@ -79,6 +94,7 @@ int serve_lora_setup(struct serve *sv, struct engine_config *ec)
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         return -1;
     }
+    lora_reg_set_free_hook(sv->lora, free_hook, sv);
     ec->lora = sv->lora;
     sv->lora_default[0] = 0;
     for (int i = 0; i < sv->o.n_adapters; i++) {
@@ -94,10 +110,21 @@ int serve_lora_setup(struct serve *sv, struct engine_config *ec)
     return 0;
 }
 
+struct lora_am {
+    struct lora_am *next;
+    char id[LORA_ID_MAX];
+    struct api_model am;
+};
+
 void serve_lora_free(struct serve *sv)
 {
     lora_reg_free(sv->lora);
     sv->lora = NULL;
+    while (sv->lora_ams) {
+        struct lora_am *a = sv->lora_ams;
+        sv->lora_ams = a->next;
+        free(a);
+    }
 }
 
 static void targets_text(unsigned t, char *buf, size_t cap)
@@ -168,19 +195,38 @@ int serve_lora_pick(struct serve *sv, struct http_req *r, struct lora_set *set,
     return 0;
 }
 
-/* ---- routes ------------------------------------------------------------------------------- */
-
-static void reply(struct http_req *r, int status, json_t *j)
+const struct api_model *serve_lora_am(struct serve *sv, struct http_req *r)
 {
-    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
+    if (!sv->lora || !lora_reg_list(sv->lora, NULL, 0))
+        return &sv->am;
+    size_t blen = 0;
+    const char *body = http_req_body(r, &blen);
+    json_t *j = body && blen ? json_loadb(body, blen, 0, NULL) : NULL;
+    json_t *ad = json_object_get(j, "adapter"), *md = json_object_get(j, "model");
+    char id[LORA_ID_MAX] = "";
+    if ((!ad || json_is_null(ad)) && json_is_string(md) &&
+        strcmp(json_string_value(md), sv->model_id) &&
+        lora_reg_has(sv->lora, json_string_value(md)))
+        snprintf(id, sizeof id, "%s", json_string_value(md));
     json_decref(j);
-    if (!s) {
-        http_reply_error(r, 500, "out of memory");
-        return;
+    if (!id[0])
+        return &sv->am;
+    struct lora_am *a = sv->lora_ams;
+    while (a && strcmp(a->id, id))
+        a = a->next;
+    if (!a) {
+        if (!(a = calloc(1, sizeof *a)))
+            return &sv->am;
+        snprintf(a->id, sizeof a->id, "%s", id);
+        a->next = sv->lora_ams;
+        sv->lora_ams = a;
     }
-    http_reply(r, status, "application/json", s, strlen(s));
-    free(s);
+    a->am = sv->am; /* the rest as the server's, now */
+    a->am.id = a->id;
+    return &a->am;
 }
+
+/* ---- routes ------------------------------------------------------------------------------- */
 
 static void fail(struct serve *sv, struct http_req *r, int status, const char *code,
                  const char *msg)
@@ -218,7 +264,7 @@ static void h_list(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
     sv->met.requests[EP_OTHER]++;
-    reply(r, 200,
+    serve_reply_json(r, 200,
           json_pack("{s:s, s:o, s:s}", "object", "list", "data", list_json(sv), "default",
                     sv->lora_default[0] ? sv->lora_default : "none"));
 }
@@ -249,33 +295,44 @@ static void h_available(struct http_req *r, void *ud)
     }
     if (d)
         closedir(d);
-    reply(r, 200,
+    serve_reply_json(r, 200,
           json_pack("{s:s, s:o, s:s?}", "object", "list", "data", a, "adapters_dir",
                     sv->o.adapters_dir));
 }
 
-/* Mounting and unmounting while the engine runs allocate, upload and free backend memory on
- * the loop thread: fine for host memory; a device backend's stream belongs to the engine
- * thread, so there only --adapter mounts (before the engine starts). */
-static int hot_refused(struct serve *sv, struct http_req *r)
+/* A mount while serving loads and uploads on the engine thread, between steps (a device
+ * backend's stream belongs to it); the loop thread waits for it. Unmounting only drops the
+ * registry's reference: the last one frees on the engine thread (free_hook). */
+struct mount_call {
+    struct serve *sv;
+    const char *path, *id;
+    float scale;
+    int rc;
+    struct cerr e;
+};
+
+static void mount_fn(void *ud)
 {
-    if (!sv->m->be->ops->mem_info)
-        return 0;
-    char msg[200];
-    snprintf(msg, sizeof msg,
-             "mounting or unmounting adapters while serving is not supported "
-             "on the %s backend yet; mount them with --adapter at start-up",
-             sv->m->be->ops->name);
-    fail(sv, r, 501, "not_implemented", msg);
-    return 1;
+    struct mount_call *c = ud;
+    c->rc = mount(c->sv, c->path, c->id, c->scale, &c->e);
+}
+
+static int mount_serving(struct serve *sv, const char *path, const char *id, float scale,
+                         struct cerr *e)
+{
+    struct mount_call c = {.sv = sv, .path = path, .id = id, .scale = scale};
+    if (!sv->eng)
+        return mount(sv, path, id, scale, e);
+    if (engine_call(sv->eng, mount_fn, &c))
+        return cerr_set(e, CERR_NOMEM, "out of memory");
+    *e = c.e;
+    return c.rc;
 }
 
 static void h_mount(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
     sv->met.requests[EP_OTHER]++;
-    if (hot_refused(sv, r))
-        return;
     size_t blen = 0;
     const char *body = http_req_body(r, &blen);
     json_error_t je;
@@ -320,7 +377,7 @@ static void h_mount(struct http_req *r, void *ud)
         return;
     }
     struct cerr e = {0};
-    if (mount(sv, full, id, (float)scale, &e)) {
+    if (mount_serving(sv, full, id, (float)scale, &e)) {
         fail(sv, r, e.code == CERR_UNSUPPORTED && strstr(e.msg, "backend") ? 501 : 400,
              "adapter_load_failed", e.msg);
         return;
@@ -329,7 +386,7 @@ static void h_mount(struct http_req *r, void *ud)
     int n = lora_reg_list(sv->lora, ent, LORA_LIST_MAX);
     for (int i = 0; i < n && i < LORA_LIST_MAX; i++)
         if (!strcmp(ent[i].id, id)) {
-            reply(r, 200, entry_json(&ent[i]));
+            serve_reply_json(r, 200, entry_json(&ent[i]));
             return;
         }
     fail(sv, r, 500, NULL, "the adapter was unmounted while mounting");
@@ -341,8 +398,6 @@ static void h_unmount(struct http_req *r, void *ud)
     sv->met.requests[EP_OTHER]++;
     const char *id = http_req_path(r) + strlen("/v1/adapters/");
     struct cerr e = {0};
-    if (hot_refused(sv, r))
-        return;
     if (lora_reg_unmount(sv->lora, id, &e)) {
         fail(sv, r, 404, "adapter_not_found", e.msg);
         return;
@@ -356,7 +411,7 @@ static void h_unmount(struct http_req *r, void *ud)
             size_t n = strlen(sv->lora_default);
             snprintf(sv->lora_default + n, sizeof sv->lora_default - n, "%s%s", n ? "+" : "", t);
         }
-    reply(r, 200, json_pack("{s:s, s:s, s:b}", "id", id, "object", "adapter", "deleted", 1));
+    serve_reply_json(r, 200, json_pack("{s:s, s:s, s:b}", "id", id, "object", "adapter", "deleted", 1));
 }
 
 int serve_lora_routes(struct serve *sv)

@@ -87,23 +87,6 @@ static json_t *lookup(const char *id, void *ud)
     return store_get(id);
 }
 
-/* output constraints of the original body, and forced tool-call grammars */
-static int structured_resp(struct serve *sv, struct http_req *r, struct resp_ctx *c,
-                          struct api_error *err)
-{
-    size_t blen;
-    const char *body = http_req_body(r, &blen);
-    json_t *raw = json_loadb(body, blen, 0, NULL);
-    int rc = api_structured_responses(raw, &c->st, err);
-    json_decref(raw);
-    if (!rc)
-        rc = api_structured_tools(sv->am.tc_template_family, c->rq.tools, c->rq.tool_choice,
-                                  c->rq.tool_name, c->pr.forced, &c->st, err);
-    if (!rc)
-        rc = api_structured_after_reasoning(&c->st, c->pr.start_in_reasoning, sv->am.think_close, err);
-    return rc;
-}
-
 static void h_responses(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
@@ -130,7 +113,7 @@ static void h_responses(struct http_req *r, void *ud)
     replay_apply(c->rq.messages);
     if (api_chat_prompt(&sv->am, &c->rq, &c->pr, &err))
         goto fail;
-    if (structured_resp(sv, r, c, &err))
+    if (serve_structured(sv, r, api_structured_responses, &c->rq, &c->pr, &c->st, &err))
         goto fail;
     int max_tokens;
     if (serve_check_context(sv, c->pr.n, c->rq.max_tokens, sv->max_tokens_chat, &max_tokens, &err))
@@ -141,7 +124,7 @@ static void h_responses(struct http_req *r, void *ud)
         api_fail(&err, 500, NULL, "out of memory");
         goto fail;
     }
-    if (resp_out_new(&h->o, &sv->am, &c->rq, &c->pr, sv->tc_family, c->q.echo, &e)) {
+    if (resp_out_new(&h->o, serve_lora_am(sv, r), &c->rq, &c->pr, sv->tc_family, c->q.echo, &e)) {
         free(h);
         api_fail(&err, e.code == CERR_NOMEM ? 500 : 400, "tools", "%s", e.msg);
         goto fail;
@@ -150,16 +133,7 @@ static void h_responses(struct http_req *r, void *ud)
     struct serve_gen g = {.stream = c->rq.stream,
                           .ops = &RESP_OPS,
                           .enc = h,
-                          .q = {.ids = c->pr.ids,
-                                .n_ids = c->pr.n,
-                                .sp = c->rq.sp,
-                                .max_tokens = max_tokens,
-                                .stops = (const char *const *)c->rq.stops,
-                                .n_stops = c->rq.n_stops,
-                                .grammar = c->st.grammar,
-                                .grammar_prime = c->st.prime,
-                                .grammar_trigger = c->st.trigger,
-                                .grammar_after = c->st.trigger_after},
+                          .q = serve_engine_req(&c->rq, &c->pr, &c->st, max_tokens),
                           .cleanup = ctx_free,
                           .ctx = c};
     if (c->st.degraded)
@@ -185,15 +159,8 @@ static void h_response_id(struct http_req *r, void *ud)
         json_t *body = del ? json_pack("{s:s, s:s, s:b}", "id", id, "object", "response",
                                        "deleted", 1)
                            : json_incref(obj);
-        char *s = body ? json_dumps_short(body, JSON_COMPACT) : NULL;
-        json_decref(body);
         json_decref(v);
-        if (!s) {
-            http_reply_error(r, 500, "out of memory");
-            return;
-        }
-        http_reply(r, 200, "application/json", s, strlen(s));
-        free(s);
+        serve_reply_json(r, 200, body);
         return;
     }
     json_decref(v);

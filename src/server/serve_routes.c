@@ -22,18 +22,6 @@
 
 /* ---- generation routes ---------------------------------------------------------------- */
 
-static void reply_json(struct http_req *r, int status, json_t *j)
-{
-    char *s = j ? json_dumps_short(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (!s) {
-        http_reply_error(r, 500, "out of memory");
-        return;
-    }
-    http_reply(r, status, "application/json", s, strlen(s));
-    free(s);
-}
-
 /* What an OpenAI generation keeps alive until its job ends. */
 struct oai_ctx {
     struct oai_req rq;
@@ -41,6 +29,7 @@ struct oai_ctx {
     struct api_structured st; /* response_format & co. (api/structured) */
     struct api_prompt *more;  /* completions: the prompts after the first (n_prompts - 1) */
     struct engine_req *qs;    /* several choices: one engine request each */
+    const struct api_model *am; /* what the encoders echo (serve_lora_am) */
 };
 
 static void oai_ctx_free(void *p)
@@ -112,7 +101,7 @@ static int choice_encoder(struct serve *sv, const struct oai_ctx *c, const struc
         rq.prompt_len = q->len;
     }
     struct cerr e = {0};
-    if (oai_out_new(out, &sv->am, &rq, pr, sv->o.batch > 1 ? "batched" : "serial", &e))
+    if (oai_out_new(out, c->am ? c->am : &sv->am, &rq, pr, sv->o.batch > 1 ? "batched" : "serial", &e))
         return api_fail(err, 500, NULL, "%s", e.msg);
     if (oai_out_tools(*out, sv->tc_family, c->rq.tools, &e)) {
         oai_out_free(*out);
@@ -213,19 +202,15 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
         api_fail(&err, 500, NULL, "out of memory");
         goto fail;
     }
+    c->am = serve_lora_am(sv, r);
     for (int p = 0; p < np; p++)
         if (serve_check_context(sv, p ? c->more[p - 1].n : c->pr.n, c->rq.max_tokens,
                                 kind == OAI_CHAT ? sv->max_tokens_chat : sv->max_tokens_raw,
                                 &mts[p], &err))
             goto fail;
-    struct engine_req q0 = {.ids = c->pr.ids, .n_ids = c->pr.n, .sp = c->rq.sp,
-                            .max_tokens = mts[0], .stops = (const char *const *)c->rq.stops,
-                            .n_stops = c->rq.n_stops, .grammar = c->st.grammar,
-                            .grammar_prime = c->st.prime, .grammar_trigger = c->st.trigger,
-                            .grammar_after = c->st.trigger_after,
-                            /* echo with logprobs: the prompt's tokens are scored */
-                            .prompt_logprobs = kind == OAI_COMPLETION && c->rq.echo &&
-                                               c->rq.legacy_logprobs};
+    struct engine_req q0 = serve_engine_req(&c->rq, &c->pr, &c->st, mts[0]);
+    /* echo with logprobs: the prompt's tokens are scored */
+    q0.prompt_logprobs = kind == OAI_COMPLETION && c->rq.echo && c->rq.legacy_logprobs;
     struct serve_gen g = {.stream = c->rq.stream, .ops = &OAI_OPS, .q = q0,
                           .cleanup = oai_ctx_free, .ctx = c};
     if (np * (c->rq.best_of > c->rq.n ? c->rq.best_of : c->rq.n) > 1) {
@@ -293,7 +278,7 @@ static void h_models(struct http_req *r, void *ud)
     json_t *ad = NULL; /* a mounted adapter's entry */
     if (want && *want && strcmp(want, sv->model_id) && (ad = json_array()) &&
         (serve_lora_models(sv, ad, want), json_array_size(ad) == 1)) {
-        reply_json(r, 200, json_incref(json_array_get(ad, 0)));
+        serve_reply_json(r, 200, json_incref(json_array_get(ad, 0)));
         json_decref(ad);
         return;
     }
@@ -307,13 +292,13 @@ static void h_models(struct http_req *r, void *ud)
             serve_reply_error(sv, r, &err, oai_error_body);
             return;
         }
-        reply_json(r, 200, model_entry(sv));
+        serve_reply_json(r, 200, model_entry(sv));
         return;
     }
     json_t *list = json_pack("{s:s, s:[o]}", "object", "list", "data", model_entry(sv));
     if (list)
         serve_lora_models(sv, json_object_get(list, "data"), NULL);
-    reply_json(r, 200, list);
+    serve_reply_json(r, 200, list);
 }
 
 static void h_health(struct http_req *r, void *ud)
@@ -326,7 +311,7 @@ static void h_health(struct http_req *r, void *ud)
 static void h_index(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
-    reply_json(r, 200,
+    serve_reply_json(r, 200,
                json_pack("{s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]}", "name",
                          "cinfer", "version", CINFER_VERSION, "model", sv->model_id, "endpoints",
                          "POST /v1/chat/completions", "POST /v1/completions", "POST /v1/messages",

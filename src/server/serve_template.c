@@ -50,29 +50,10 @@ static void h_apply(struct http_req *r, void *ud)
     oai_req_deinit(&rq);
     json_t *o = json_pack("{s:o}", "prompt", json_stringn(text, tl)); /* NULs kept */
     free(text);
-    char *out = o ? json_dumps_short(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!out) {
-        http_reply_error(r, 500, "out of memory");
-        return;
-    }
-    http_reply(r, 200, "application/json", out, strlen(out));
-    free(out);
+    serve_reply_json(r, 200, o);
 }
 
 /* ---- the tokenizer routes ------------------------------------------------------------ */
-
-static void reply(struct http_req *r, json_t *o)
-{
-    char *out = o ? json_dumps_short(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!out) {
-        http_reply_error(r, 500, "out of memory");
-        return;
-    }
-    http_reply(r, 200, "application/json", out, strlen(out));
-    free(out);
-}
 
 static void bad(struct serve *sv, struct http_req *r, const char *param, const char *msg)
 {
@@ -172,7 +153,7 @@ static void h_tokenize(struct http_req *r, void *ud)
     }
     free(pr.ids);
     free(pr.forced);
-    reply(r, json_pack("{s:i, s:i, s:o, s:o}", "count", pr.n, "max_model_len",
+    serve_reply_json(r, 200, json_pack("{s:i, s:i, s:o, s:o}", "count", pr.n, "max_model_len",
                        engine_config_of(sv->eng)->n_ctx, "tokens", a, "token_strs", strs));
 }
 
@@ -213,7 +194,7 @@ static void h_detokenize(struct http_req *r, void *ud)
         bad(sv, r, "tokens", e.msg);
         return;
     }
-    reply(r, json_pack("{s:o}", "prompt", api_json_text(text, tl)));
+    serve_reply_json(r, 200, json_pack("{s:o}", "prompt", api_json_text(text, tl)));
     free(text);
 }
 
@@ -222,7 +203,7 @@ static void h_tokenizer_info(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
     sv->met.requests[EP_OTHER]++;
-    reply(r, json_pack("{s:s, s:o, s:o, s:o, s:o, s:i}", "tokenizer_class", "cinfer", "bos_token",
+    serve_reply_json(r, 200, json_pack("{s:s, s:o, s:o, s:o, s:o, s:i}", "tokenizer_class", "cinfer", "bos_token",
                        tok_text(sv->tk, tok_bos(sv->tk)), "eos_token",
                        tok_text(sv->tk, tok_eos(sv->tk)), "pad_token", json_null(),
                        "chat_template", sv->tmpl_src ? json_string(sv->tmpl_src) : json_null(),

@@ -30,14 +30,7 @@ static void h_advance(struct http_req *r, void *ud)
     }
     store_advance_clock(s);
     json_t *o = json_pack("{s:f}", "advanced_s", s);
-    char *out = o ? json_dumps_short(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!out) {
-        http_reply_error(r, 500, "out of memory");
-        return;
-    }
-    http_reply(r, 200, "application/json", out, strlen(out));
-    free(out);
+    serve_reply_json(r, 200, o);
 }
 
 int serve_testctl_install(struct serve *sv)

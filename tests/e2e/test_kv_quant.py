@@ -27,7 +27,7 @@ def gen(srv, n=20):
 
 
 @pytest.mark.parametrize("scheme,mode,kbits,vbits,bpt", [
-    ("8", "8", 8, 8, 480), ("4", "4", 4, 4, 320), ("turbo", "turbo:k8v3", 8, 3, 340),
+    ("8", "8", 8, 8, 480), ("4", "4", 4, 4, 336), ("turbo", "turbo:k8v3", 8, 3, 340),
     ("turbo:k8v4", "turbo:k8v4", 8, 4, 360)])
 def test_scheme_stats_and_cache(scheme, mode, kbits, vbits, bpt):
     srv = Server(STORIES, "--kv-quant", scheme)
@@ -36,7 +36,8 @@ def test_scheme_stats_and_cache(scheme, mode, kbits, vbits, bpt):
         kq = st["kv_quant"]
         assert kq["mode"] == mode
         assert kq["bits"] == {"k": kbits, "v": vbits}
-        assert kq["bytes_per_token"] == bpt  # stories260K: 5 layers, kv_dim 32, groups of 8
+        # stories260K: 5 layers, kv_dim 32, groups of 8 ("4": layer 0's keys at 8 bits)
+        assert kq["bytes_per_token"] == bpt
         assert kq["layers"]["quantized"] == 5 and kq["layers"]["plain"] == 0
         assert kq["attention"]["global"].startswith("quantized")
         assert kq["attention"]["sliding_window"] == "none"
@@ -151,3 +152,49 @@ def test_force_wire_reports():
         assert r["force_wire"] is True and r["wired_bytes"] > 0
     finally:
         srv.stop()
+
+
+def cli(cmd, *args):
+    p = subprocess.run([BIN, cmd, STORIES, *args], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+@pytest.mark.parametrize("scheme", ["8", "4", "turbo"])
+def test_run_and_bench_take_the_scheme(scheme):
+    """`cinfer run --kv-quant` generates the server's greedy text under that scheme (one KV
+    format, one kernel; the server's text differs from f16's for some schemes, so this also
+    shows the flag is not ignored), and `cinfer bench` names the scheme it ran."""
+    srv = Server(STORIES, "--kv-quant", scheme)
+    try:
+        served, _ = gen(srv, 24)
+    finally:
+        srv.stop()
+    ran = cli("run", "-p", PROMPT, "-n", "24", "--temperature", "0", "--kv-quant", scheme)
+    assert ran.rstrip("\n") == served
+    j = json.loads(cli("bench", "-p", "16", "-n", "4", "--kv-quant", scheme).strip().splitlines()[-1])
+    assert j["kv"] == {"turbo": "turbo:k8v3"}.get(scheme, scheme)
+
+
+def test_run_scheme_changes_the_cache():
+    """A 2-bit scheme (large error) changes the greedy text of `cinfer run` against f16, and
+    `off` is f16: the flag reaches the KV cache."""
+    args = ["-p", PROMPT, "-n", "24", "--temperature", "0"]
+    f16 = cli("run", *args)
+    assert cli("run", *args, "--kv-quant", "off") == f16
+    assert cli("run", *args, "--kv-quant", "turbo:k2v2") != f16
+
+
+@pytest.mark.parametrize("cmd", ["run", "bench"])
+@pytest.mark.parametrize("args,needle", [
+    (["--kv-quant", "3"], "--kv-quant"),
+    (["--kv-quant"], "--kv-quant"),
+    (["--kv-rotate", "maybe"], "--kv-rotate"),
+    (["--kv-quant", "config:/nonexistent/kv_config.json"], "kv_config.json"),
+])
+def test_run_bench_bad_values_name_the_flag(cmd, args, needle):
+    extra = ["-p", "hello", "-n", "1"] if cmd == "run" else ["-p", "8", "-n", "1"]
+    p = subprocess.run([BIN, cmd, STORIES, *extra, *args], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode != 0
+    assert needle in p.stderr, p.stderr

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from conftest import BIN, REPO, Server, http, wait_until
+from conftest import BIN, REPO, Server, http, sse_events, wait_until
 
 BASE = os.path.join(REPO, "tests", "data", "parity", "qwen2", "model.gguf")
 ADIR = os.path.join(REPO, "tests", "data", "lora", "qwen2")
@@ -202,3 +202,38 @@ def test_bad_adapter_fails_startup(tmp_path):
                         os.path.join(REPO, "tests", "data", "lora", "gemma3", "a")],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "tensor 'base_model.model.model.layers." in p.stderr, p.stderr
+
+
+def test_response_model_echoes_the_adapter():
+    """A request whose "model" names a mounted adapter gets that name back as the response's
+    model (what vLLM does, so a router sees the adapter it asked for), on every route and
+    in stream chunks; the base name or an "adapter" field echoes the base."""
+    s = Server(BASE, "--adapter", os.path.join(ADIR, "a"), "--chat-template",
+               os.path.join(REPO, "tests", "e2e", "data", "stories_chat.jinja"))
+    try:
+        base = json.loads(s.get("/v1/models")[1])["data"][0]["id"]
+        chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                "temperature": 0}
+        for model, adapter, want in (("a", None, "a"), (base, None, base), ("a", "a", base)):
+            extra = {"model": model}
+            if adapter:
+                extra["adapter"] = adapter
+            st, r = complete(s, max_tokens=4, **extra)
+            assert st == 200 and r["model"] == want, (model, adapter, r)
+            st, b, _ = s.post("/v1/chat/completions", dict(chat, **extra))
+            assert st == 200 and json.loads(b)["model"] == want, b
+            st, b, _ = s.post("/v1/messages", dict(chat, **extra),
+                              headers={"Content-Type": "application/json"})
+            assert st == 200 and json.loads(b)["model"] == want, b
+            st, b, _ = s.post("/v1/responses", dict(input="hi", max_output_tokens=4,
+                                                    temperature=0, **extra))
+            assert st == 200 and json.loads(b)["model"] == want, b
+            st, b, _ = s.post("/v1/chat/completions", dict(chat, stream=True, **extra))
+            chunks = [json.loads(e) for e in sse_events(b) if e != "[DONE]"]
+            assert st == 200 and chunks and all(c["model"] == want for c in chunks), b
+        # the adapter's text is the one the base name gets with "adapter": "a"
+        _, via_model = complete(s, model="a")
+        _, via_field = complete(s, model=base, adapter="a")
+        assert text(via_model) == text(via_field)
+    finally:
+        assert s.stop() == 0, s.output()

@@ -14,6 +14,7 @@
  */
 #include "harness.h"
 
+#include <limits.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -294,6 +295,13 @@ static void test_matmul_vs_ref(void)
     }
 }
 
+/* The most rows of a step whose rows are bit-identical to one-row steps (be_ops.exact_rows;
+ * every step on a backend without it). CUDA: CINFER_CUDA_INVARIANT_ROWS (default 128). */
+static int dev_exact(struct be *b, int dt)
+{
+    return b->ops->exact_rows ? b->ops->exact_rows(b, dt) : INT_MAX;
+}
+
 /* A device backend: rows 5..11 as one 7-row step equal (bit for bit) the same rows as
  * 1-row steps; every step is within dev_tol of |w|.|x| of double precision (the 64-row step
  * runs on cuBLAS, the small ones on the skinny tensor-core kernel for 16-bit weights). */
@@ -319,6 +327,10 @@ static void matmul_device_batches(int bi, int dt, const void *w, size_t wb, int 
         bad += memcmp(one, y + (int64_t)(i - 5) * rows, sizeof(float) * (size_t)rows) != 0;
     }
     CHECK_MSG(bad == 0, "%s %s: 1-row and 7-row steps differ", g_backends[bi], dtype_name(dt));
+    if (n <= dev_exact(b, dt)) /* the whole step is row invariant too */
+        CHECK_MSG(memcmp(y, yfull + 5 * rows, sizeof(float) * 7 * (size_t)rows) == 0,
+                  "%s %s: rows of the %d-row step differ from the 7-row step", g_backends[bi],
+                  dtype_name(dt), n);
     free(one), free(mag), free(exact);
 }
 
@@ -378,10 +390,7 @@ static double fused_tol(int dt, int n)
 {
     return dt == DT_F32 ? 1e-5 : dt == DT_F16 || dt == DT_BF16 || n > 8 ? 5e-3 : 1e-5;
 }
-static int fused_invariant(int dt, int n)
-{
-    return n <= ((dt == DT_F16 || dt == DT_BF16) ? 16 : 8);
-}
+static int fused_invariant(struct be *b, int dt, int n) { return n <= dev_exact(b, dt); }
 
 /* The expected output j of weight i of a fused projection (exact products ex, magnitudes mag
  * of n rows) and its tolerance: GLU silu(g) * u with the errors of g and u scaled by the
@@ -464,7 +473,7 @@ static int fused_case(struct be *b, const char *who, int dt, int mode, int n_w, 
         free(want), free(tol);
     }
     /* batch invariance: each row alone */
-    if (n > 1 && fused_invariant(dt, n)) {
+    if (n > 1 && fused_invariant(b, dt, n)) {
         float *one = malloc(sizeof(float) * (size_t)m[0]);
         for (int r = 0; r < n; r += 3) {
             struct be_mm f1 = f;
@@ -570,7 +579,8 @@ static int64_t chained_count(struct be *b, const char *who)
 {
 #ifdef CINFER_HAVE_CUDA
     static const char *const knobs[] = {"CINFER_CUDA_FUSE_NORM", "CINFER_CUDA_PRECISE",
-                                        "CINFER_CUDA_SKINNY_PRECISE", "CINFER_CUDA_SKINNY_MAX"};
+                                        "CINFER_CUDA_SKINNY_PRECISE", "CINFER_CUDA_SKINNY_MAX",
+                                        "CINFER_CUDA_INVARIANT_ROWS"};
     for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++)
         if (getenv(knobs[i]) && *getenv(knobs[i]))
             return -1;
@@ -655,8 +665,9 @@ static int chain_case(struct be *b, const char *who, int mode, int n, int k0, in
     float *hres[4], *hy[4][3];
     int bad = 0;
     /* CUDA chains q/k/v and gate/up (the default CINFER_CUDA_FUSE_NORM=1) on the skinny path
-     * (<= 16 rows): exactly the first run, never the other three */
-    const int64_t want_chain = n <= 16 ? 1 : 0;
+     * (up to its row-invariant rows: 128 by default): exactly the first run, never the other
+     * three */
+    const int64_t want_chain = n <= dev_exact(b, dt) ? 1 : 0;
     for (int v = 0; v < 4; v++) {
         hres[v] = malloc(sizeof(float) * (size_t)n * k);
         for (int i = 0; i < c.n_out; i++)
@@ -707,7 +718,7 @@ static int chain_case(struct be *b, const char *who, int mode, int n, int k0, in
     float *r1 = malloc(sizeof(float) * (size_t)k), *y1[3];
     for (int i = 0; i < c.n_out; i++)
         y1[i] = malloc(sizeof(float) * (size_t)c.m[i]);
-    for (int r = 0; r < n && n > 1 && fused_invariant(dt, n); r += 3) {
+    for (int r = 0; r < n && n > 1 && fused_invariant(b, dt, n); r += 3) {
         chain_run(b, &c, res, r, 1, 1, 0, c.dg, r1, y1);
         for (int i = 0; i < c.n_out; i++)
             if (memcmp(y1[i], hy[0][i] + (int64_t)r * c.m[i], sizeof(float) * (size_t)c.m[i]) &&
@@ -1043,7 +1054,7 @@ static void test_sample(void)
                 sampler_prime(ref, hist, nh);
                 struct be_sample_row row;
                 int k = sampler_device_row(s, ahead, hist, nh, &row, blob + used,
-                                           SP_ROWS * (BE_SAMPLE_ROW_WORDS + BE_SAMPLE_AUX_PER_ROW) - used, used);
+                                           SP_ROWS * (BE_SAMPLE_ROW_WORDS + BE_SAMPLE_AUX_PER_ROW) - used, used, 0);
                 CHECK_MSG(k >= 0, "row %d: the op cannot take it", r);
                 if (r == SP_ROWS - 1 && round == 1)
                     row.skip = 1; /* left alone: -1, logits untouched */
@@ -1153,6 +1164,94 @@ static void test_sample_distribution(void)
         b->ops->free(b, dx), b->ops->free(b, dp), b->ops->free(b, dout);
     }
     free(x), free(blob), free(ids);
+}
+
+/* sample with grammar masks (be_sample_row.mask_off): every backend gives be_sample_ref's ids
+ * and processed logits bit for bit; the id is an allowed one and every id the bitset rules
+ * out reads -inf (the mask comes after logit_bias and the penalties). Rows: greedy, T 0.7,
+ * T 1.3 + logit_bias (raising ruled-out ids too), greedy + repetition penalty, no mask, an
+ * empty mask (every id ruled out: the argmax rule's first -inf). Row lengths not a multiple
+ * of 32 (the bitset's last word). */
+static void test_sample_mask(void)
+{
+    static const int lens[] = {5003, 151937};
+    enum { MR = 6 };
+    int ran = 0;
+    for (int li = 0; li < 2; li++) {
+        const int V = lens[li], nw = (V + 31) / 32;
+        rng_seed(1300 + (uint64_t)li);
+        float *x = malloc(sizeof(float) * MR * V), *want_x = malloc(sizeof(float) * MR * V);
+        float *got_x = malloc(sizeof(float) * MR * V);
+        int words = MR * BE_SAMPLE_ROW_WORDS + 256 + MR * nw, used = MR * BE_SAMPLE_ROW_WORDS;
+        int32_t *blob = calloc((size_t)words, 4), want[MR], got[MR];
+        fill_f(x, (int64_t)MR * V, 8.0f);
+        memcpy(want_x, x, sizeof(float) * MR * V);
+        for (int r = 0; r < MR; r++) {
+            struct be_sample_row p = {.rep_w = -1, .pres_w = -1, .freq_w = -1};
+            p.inv_t = r == 1 ? 1.0f / 0.7f : r == 2 ? 1.0f / 1.3f : r == 4 ? 1.0f / 0.7f : 0.0f;
+            uint64_t u = sampler_uniform_bits(11, (uint64_t)r, 0);
+            p.u_lo = (uint32_t)u, p.u_hi = (uint32_t)(u >> 32);
+            if (r == 2) { /* 40 biased ids, pushed far up: half of them ruled out below */
+                p.n_bias = 40, p.bias_off = used;
+                for (int i = 0; i < 40; i++) {
+                    blob[used + 2 * i] = (int32_t)(rng_u64() % (uint64_t)V);
+                    blob[used + 2 * i + 1] = (int32_t)be_f2u(30.0f);
+                }
+                used += 80;
+            }
+            if (r == 3) { /* history of 30 ids: the repetition penalty */
+                p.n_hist = 30, p.hist_off = used, p.rep_w = 0, p.rep = 1.5f;
+                for (int i = 0; i < 30; i++)
+                    blob[used + i] = (int32_t)(rng_u64() % (uint64_t)V);
+                used += 30;
+            }
+            if (r != 4) {
+                p.mask_off = used;
+                uint32_t *mk = (uint32_t *)(blob + used);
+                for (int w = 0; w < nw; w++) /* r 5: empty; else about 1 id in 8 allowed */
+                    mk[w] = r == 5 ? 0u
+                                   : (uint32_t)(rng_u64() & rng_u64() & rng_u64());
+                used += nw;
+            }
+            memcpy(blob + (size_t)r * BE_SAMPLE_ROW_WORDS, &p, sizeof p);
+        }
+        be_sample_ref(want, want_x, MR, V, blob, NULL);
+        for (int r = 0; r < MR; r++) { /* the reference itself keeps the mask */
+            struct be_sample_row p;
+            memcpy(&p, blob + (size_t)r * BE_SAMPLE_ROW_WORDS, sizeof p);
+            if (!p.mask_off)
+                continue;
+            const uint32_t *mk = (const uint32_t *)(blob + p.mask_off);
+            int bad = 0;
+            for (int i = 0; i < V; i++)
+                bad += !((mk[i >> 5] >> (i & 31)) & 1u) && want_x[(size_t)r * V + i] != -INFINITY;
+            CHECK_MSG(bad == 0, "n %d row %d: %d ruled-out ids are not -inf", V, r, bad);
+            CHECK_MSG(r == 5 ? want[r] == 0 : ((mk[want[r] >> 5] >> (want[r] & 31)) & 1u),
+                      "n %d row %d: id %d is not allowed", V, r, want[r]);
+        }
+        for (int bi = 0; bi < N_BACKENDS; bi++) {
+            struct be *b = g.cand[bi][0];
+            if (!b || !b->ops->sample)
+                continue;
+            ran++;
+            float *dx = dev_from(b, x, sizeof(float) * MR * V);
+            int32_t *dp = dev_from(b, blob, (size_t)used * 4);
+            int32_t *dout = dev_from(b, NULL, sizeof got);
+            b->ops->sample(b, dout, dx, MR, V, dp, NULL);
+            host_from(b, got, dout, sizeof got);
+            host_from(b, got_x, dx, sizeof(float) * MR * V);
+            for (int r = 0; r < MR; r++) {
+                CHECK_MSG(got[r] == want[r], "%s n %d row %d: id %d, reference %d",
+                          g_backends[bi], V, r, got[r], want[r]);
+                CHECK_MSG(memcmp(got_x + (size_t)r * V, want_x + (size_t)r * V,
+                                 sizeof(float) * (size_t)V) == 0,
+                          "%s n %d row %d: processed logits differ", g_backends[bi], V, r);
+            }
+            b->ops->free(b, dx), b->ops->free(b, dp), b->ops->free(b, dout);
+        }
+        free(x), free(want_x), free(got_x), free(blob);
+    }
+    CHECK(ran > 0);
 }
 
 static void test_get_rows(void)
@@ -1435,7 +1534,8 @@ static void test_attention(void)
                 else
                     CHECK_MSG(memcmp(got1, got, sizeof(float) * (size_t)total) == 0,
                               "case %zu %s: 4 threads differ from 1", ci, g_backends[bi]);
-                int bad = 0, exact = is_cpu(bi) || c->n_tok <= 64;
+                int bad = 0,
+                    exact = is_cpu(bi) || c->n_tok <= 64 || c->n_tok <= dev_exact(b, DT_F32);
                 for (int t = 0; t < c->n_tok; t += c->n_tok > 16 ? 9 : 2) {
                     float *one = malloc(sizeof(float) * (size_t)qn);
                     run_attn(b, &s, t, 1, one);
@@ -2013,6 +2113,7 @@ int main(void)
     RUN(test_topcand);
     RUN(test_sample);
     RUN(test_sample_distribution);
+    RUN(test_sample_mask);
     RUN(test_get_rows);
     RUN(test_attention);
     RUN(test_kv_store);

@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "engine/engine.h"
 #include "kv/kv_pool.h"
+#include "eng_coll.h"
 #include "harness.h"
 #include "model/model.h"
 #include "tokenizer/tok.h"
@@ -27,61 +28,6 @@
 static struct be *g_be;
 static struct model *g_m;
 static struct tok *g_tk;
-
-struct coll {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int32_t ids[1024];
-    int n, done, finish, n_cached, n_prompt, err;
-    struct engine *eng; /* to sample stats while running */
-    int max_running;
-};
-
-static void coll_init(struct coll *c)
-{
-    memset(c, 0, sizeof *c);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-}
-
-static void coll_cb(void *ud, const struct engine_event *ev)
-{
-    struct coll *c = ud;
-    pthread_mutex_lock(&c->mu);
-    if (ev->type == ENGINE_EV_DELTA && c->n < 1024)
-        c->ids[c->n++] = ev->token;
-    if (c->eng) {
-        struct engine_stats st;
-        engine_get_stats(c->eng, &st);
-        if (st.running > c->max_running)
-            c->max_running = st.running;
-    }
-    if (ev->type != ENGINE_EV_DELTA) {
-        c->done = 1;
-        c->err = ev->type == ENGINE_EV_ERROR;
-        c->finish = ev->finish;
-        c->n_cached = ev->n_cached;
-        c->n_prompt = ev->n_prompt;
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void coll_wait(struct coll *c)
-{
-    pthread_mutex_lock(&c->mu);
-    while (!c->done)
-        pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
-}
-
-static int coll_count(struct coll *c)
-{
-    pthread_mutex_lock(&c->mu);
-    int n = c->n;
-    pthread_mutex_unlock(&c->mu);
-    return n;
-}
 
 static struct engine *mk_engine(int max_seqs, int n_blocks, int cache_blocks, size_t budget)
 {
@@ -111,9 +57,9 @@ static int encode(const char *text, int32_t **ids)
     return n;
 }
 
-static int submit(struct engine *e, const int32_t *ids, int n, int max_tokens, struct coll *c)
+static int submit(struct engine *e, const int32_t *ids, int n, int max_tokens, struct eng_coll *c)
 {
-    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = max_tokens, .cb = coll_cb,
+    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = max_tokens, .cb = eng_coll_cb,
                            .ud = c, .ignore_eos = 1};
     sampler_params_default(&q.sp);
     q.sp.temperature = 0;
@@ -126,39 +72,17 @@ static int submit(struct engine *e, const int32_t *ids, int n, int max_tokens, s
     return rc;
 }
 
-/* Waits until the engine has nothing in flight and its stats are published. */
-static void wait_idle(struct engine *e)
-{
-    for (double t0 = clock_now_s(); clock_now_s() - t0 < 120;) { /* bounded: 120 s */
-        struct engine_stats st;
-        engine_get_stats(e, &st);
-        if (st.running == 0 && st.waiting == 0 && st.finished + st.failed == st.submitted)
-            return;
-        usleep(500);
-    }
-}
-
-static long invariant_failures(struct engine *e)
-{
-    wait_idle(e);
-    struct engine_stats st;
-    engine_get_stats(e, &st);
-    if (st.invariant_failures)
-        fprintf(stderr, "invariant: %s\n", st.last_invariant_error);
-    return st.invariant_failures;
-}
-
 /* One request alone on a fresh engine without cache: the reference. */
 static int run_alone(const int32_t *ids, int n, int max_tokens, int32_t *out)
 {
     struct engine *e = mk_engine(1, 64, -1, 0);
-    struct coll c;
-    coll_init(&c);
+    struct eng_coll c;
+    eng_coll_init(&c);
     if (!e || submit(e, ids, n, max_tokens, &c)) {
         engine_free(e);
         return -1;
     }
-    coll_wait(&c);
+    eng_coll_wait(&c);
     memcpy(out, c.ids, (size_t)c.n * sizeof *out);
     engine_free(e);
     return c.n;
@@ -196,9 +120,9 @@ static void test_batch_invariance(void)
     }
     struct engine *e = mk_engine(16, 512, -1, 0);
     CHECK(e != NULL);
-    static struct coll c[16];
+    static struct eng_coll c[16];
     for (int i = 0; i < 16; i++) {
-        coll_init(&c[i]);
+        eng_coll_init(&c[i]);
         c[i].eng = e;
     }
     /* join at different steps: a first wave, then one more each time the previous one has
@@ -206,13 +130,13 @@ static void test_batch_invariance(void)
     for (int i = 0; i < 4; i++)
         CHECK(submit(e, ids[i], n[i], max_tok[i], &c[i]) == 0);
     for (int i = 4; i < 16; i++) {
-        while (coll_count(&c[i - 1]) < (i % 5) && !c[i - 1].done)
+        while (eng_coll_count(&c[i - 1]) < (i % 5) && !c[i - 1].done)
             usleep(200);
         CHECK(submit(e, ids[i], n[i], max_tok[i], &c[i]) == 0);
     }
     int same = 0, maxrun = 0;
     for (int i = 0; i < 16; i++) {
-        coll_wait(&c[i]);
+        eng_coll_wait(&c[i]);
         same += c[i].n == n_ref[i] && !memcmp(c[i].ids, ref[i], (size_t)c[i].n * 4);
         if (c[i].max_running > maxrun)
             maxrun = c[i].max_running;
@@ -220,7 +144,7 @@ static void test_batch_invariance(void)
     printf("batch invariance: %d/16 identical, up to %d running together\n", same, maxrun);
     CHECK(same == 16);
     CHECK(maxrun >= 6);
-    CHECK(invariant_failures(e) == 0);
+    CHECK(eng_invariant_failures(e) == 0);
     engine_free(e);
     for (int i = 0; i < 16; i++)
         free(ids[i]);
@@ -233,10 +157,10 @@ static int run_one(int i, int mt, int stop, int32_t *out, long *bursts, int *fin
     int32_t *ids;
     int n = encode(PROMPTS[i], &ids);
     struct engine *e = mk_engine(1, 64, -1, 0);
-    struct coll c;
-    coll_init(&c);
+    struct eng_coll c;
+    eng_coll_init(&c);
     static const char *const dot[1] = {"."};
-    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = mt, .cb = coll_cb, .ud = &c,
+    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = mt, .cb = eng_coll_cb, .ud = &c,
                            .ignore_eos = 1, .stops = stop ? dot : NULL, .n_stops = stop};
     sampler_params_default(&q.sp);
     q.sp.temperature = 0;
@@ -245,11 +169,11 @@ static int run_one(int i, int mt, int stop, int32_t *out, long *bursts, int *fin
     struct cerr err = {0};
     int got = -1;
     if (e && !engine_submit(e, &q, &id, &err)) {
-        coll_wait(&c);
+        eng_coll_wait(&c);
         memcpy(out, c.ids, (size_t)c.n * sizeof *out);
         got = c.n;
         *finish = c.finish;
-        CHECK(invariant_failures(e) == 0);
+        CHECK(eng_invariant_failures(e) == 0);
         struct engine_stats st;
         engine_get_stats(e, &st);
         *bursts = st.burst_steps;
@@ -303,24 +227,24 @@ static void test_prefix_cache(void)
     int nra = run_alone(ia, na, 30, ref_a), nrb = run_alone(ib, nb, 30, ref_b);
     struct engine *e = mk_engine(8, 256, 256, 0);
     CHECK(e != NULL);
-    struct coll ca, cb, ca2;
-    coll_init(&ca);
-    coll_init(&cb);
-    coll_init(&ca2);
+    struct eng_coll ca, cb, ca2;
+    eng_coll_init(&ca);
+    eng_coll_init(&cb);
+    eng_coll_init(&ca2);
     /* agent 1, cold */
     CHECK(submit(e, ia, na, 30, &ca) == 0);
-    coll_wait(&ca);
+    eng_coll_wait(&ca);
     CHECK(ca.n_cached == 0);
     CHECK(ca.n == nra && !memcmp(ca.ids, ref_a, (size_t)nra * 4));
     /* agent 2 shares the system prompt: full blocks of it come from the cache */
     CHECK(submit(e, ib, nb, 30, &cb) == 0);
-    coll_wait(&cb);
+    eng_coll_wait(&cb);
     printf("shared system prompt: %d prompt tokens in common, %d cached\n", ns - 0, cb.n_cached);
     CHECK(cb.n_cached >= (ns / 16) * 16 - 16 && cb.n_cached > 0);
     CHECK(cb.n == nrb && !memcmp(cb.ids, ref_b, (size_t)nrb * 4));
     /* agent 1 again: every full block of its prompt (but the last token) is cached */
     CHECK(submit(e, ia, na, 30, &ca2) == 0);
-    coll_wait(&ca2);
+    eng_coll_wait(&ca2);
     printf("same prompt again: %d of %d prompt tokens cached\n", ca2.n_cached, na);
     CHECK_EQ_INT(ca2.n_cached, ((na - 1) / 16) * 16);
     CHECK(ca2.n == nra && !memcmp(ca2.ids, ref_a, (size_t)nra * 4));
@@ -337,19 +261,19 @@ static void test_prefix_cache(void)
     nt += nm - 1;
     static int32_t ref_t2[1024];
     int nr2 = run_alone(turn2, nt, 20, ref_t2);
-    struct coll ct;
-    coll_init(&ct);
+    struct eng_coll ct;
+    eng_coll_init(&ct);
     CHECK(submit(e, turn2, nt, 20, &ct) == 0);
-    coll_wait(&ct);
+    eng_coll_wait(&ct);
     printf("next turn: %d of %d prompt tokens cached (previous turn had %d computed)\n",
            ct.n_cached, nt, na + nra - 1);
     CHECK(ct.n_cached >= na + nra - 1); /* incl. the partial last block (copy-on-write) */
     CHECK(ct.n == nr2 && !memcmp(ct.ids, ref_t2, (size_t)nr2 * 4));
     struct engine_stats st;
-    wait_idle(e);
+    eng_wait_idle(e);
     engine_get_stats(e, &st);
     CHECK(st.cache_hits >= 3 && st.cache_cow >= 1);
-    CHECK(invariant_failures(e) == 0);
+    CHECK(eng_invariant_failures(e) == 0);
     engine_free(e);
     free(ia);
     free(ib);
@@ -364,20 +288,20 @@ static void test_lru_eviction(void)
     for (int i = 0; i < 8; i++) {
         int32_t *ids;
         int n = encode(PROMPTS[(i * 3) % 16], &ids);
-        struct coll c;
-        coll_init(&c);
+        struct eng_coll c;
+        eng_coll_init(&c);
         CHECK(submit(e, ids, n, 40, &c) == 0);
-        coll_wait(&c);
+        eng_coll_wait(&c);
         free(ids);
     }
     struct engine_stats st;
-    wait_idle(e);
+    eng_wait_idle(e);
     engine_get_stats(e, &st);
     printf("LRU: %d cached blocks kept, %ld evicted\n", st.cache_lru_blocks, st.cache_evictions);
     CHECK(st.cache_lru_blocks <= 4);
     CHECK(st.cache_evictions > 0);
     CHECK(st.blocks_free == st.blocks_total);
-    CHECK(invariant_failures(e) == 0);
+    CHECK(eng_invariant_failures(e) == 0);
     engine_free(e);
 }
 
@@ -394,23 +318,23 @@ static void test_preemption(void)
     }
     struct engine *e = mk_engine(4, 12, 12, 0);
     CHECK(e != NULL);
-    struct coll c[4];
+    struct eng_coll c[4];
     for (int i = 0; i < 4; i++) {
-        coll_init(&c[i]);
+        eng_coll_init(&c[i]);
         CHECK(submit(e, ids[i], n[i], 90, &c[i]) == 0);
     }
     int same = 0;
     for (int i = 0; i < 4; i++) {
-        coll_wait(&c[i]);
+        eng_coll_wait(&c[i]);
         same += !c[i].err && c[i].n == nref[i] && !memcmp(c[i].ids, ref[i], (size_t)nref[i] * 4);
     }
     struct engine_stats st;
-    wait_idle(e);
+    eng_wait_idle(e);
     engine_get_stats(e, &st);
     printf("preemption: %d/4 correct, %ld preemptions\n", same, st.preempted);
     CHECK(same == 4);
     CHECK(st.preempted > 0);
-    CHECK(invariant_failures(e) == 0);
+    CHECK(eng_invariant_failures(e) == 0);
     engine_free(e);
     for (int i = 0; i < 4; i++)
         free(ids[i]);
@@ -430,28 +354,28 @@ static void test_kv_budget(void)
     size_t budget = (size_t)(n + 40) * per_tok * 3 / 2;
     struct engine *e = mk_engine(4, 128, -1, budget);
     CHECK(e != NULL);
-    struct coll c[3];
+    struct eng_coll c[3];
     for (int i = 0; i < 3; i++) {
-        coll_init(&c[i]);
+        eng_coll_init(&c[i]);
         c[i].eng = e;
         CHECK(submit(e, ids, n, 40, &c[i]) == 0);
     }
     int ok = 0, maxrun = 0;
     for (int i = 0; i < 3; i++) {
-        coll_wait(&c[i]);
+        eng_coll_wait(&c[i]);
         ok += !c[i].err && c[i].n == 40;
         maxrun = c[i].max_running > maxrun ? c[i].max_running : maxrun;
     }
     CHECK(ok == 3);
     CHECK(maxrun == 1);
     /* a request larger than the budget alone is refused at submit */
-    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = 400, .cb = coll_cb, .ud = &c[0]};
+    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = 400, .cb = eng_coll_cb, .ud = &c[0]};
     sampler_params_default(&q.sp);
     uint64_t id;
     struct cerr err = {0};
     CHECK(engine_submit(e, &q, &id, &err) == CERR_INVALID);
     CHECK(strstr(err.msg, "KV budget") != NULL);
-    CHECK(invariant_failures(e) == 0);
+    CHECK(eng_invariant_failures(e) == 0);
     engine_free(e);
     free(ids);
 }
@@ -500,37 +424,37 @@ static void test_sliding_window_pool(void)
             prompt[i][j] = j < 32 ? (j * 7 + 3) % 270 + 1 : (j * 13 + i * 31) % 270 + 1;
     for (int i = 0; i < NP; i++) { /* the reference: one pool, no cache, alone */
         struct engine *e = mk_gemma(m, 0, -1);
-        struct coll c;
-        coll_init(&c);
+        struct eng_coll c;
+        eng_coll_init(&c);
         CHECK(e && submit(e, prompt[i], 40 + 2 * i, NGEN, &c) == 0);
-        coll_wait(&c);
+        eng_coll_wait(&c);
         memcpy(ref[i], c.ids, (size_t)c.n * 4);
         nref[i] = c.n;
         engine_free(e);
     }
     struct engine *e = mk_gemma(m, 1, 256);
     CHECK(e != NULL);
-    struct coll c[NP];
+    struct eng_coll c[NP];
     for (int i = 0; i < NP; i++) {
-        coll_init(&c[i]);
+        eng_coll_init(&c[i]);
         CHECK(submit(e, prompt[i], 40 + 2 * i, NGEN, &c[i]) == 0);
     }
     int same = 0;
     for (int i = 0; i < NP; i++) {
-        coll_wait(&c[i]);
+        eng_coll_wait(&c[i]);
         same += c[i].n == nref[i] && !memcmp(c[i].ids, ref[i], (size_t)nref[i] * 4);
     }
     /* again, one at a time: the shared prefix (and more) now comes from the cache */
     int same2 = 0, cached = 0;
     for (int i = 0; i < NP; i++) {
-        struct coll d;
-        coll_init(&d);
+        struct eng_coll d;
+        eng_coll_init(&d);
         CHECK(submit(e, prompt[i], 40 + 2 * i, NGEN, &d) == 0);
-        coll_wait(&d);
+        eng_coll_wait(&d);
         same2 += d.n == nref[i] && !memcmp(d.ids, ref[i], (size_t)nref[i] * 4);
         cached += d.n_cached > 0;
     }
-    wait_idle(e);
+    eng_wait_idle(e);
     struct engine_stats st;
     engine_get_stats(e, &st);
     int full = (40 + 2 * NP + NGEN + 15) / 16;
@@ -540,7 +464,7 @@ static void test_sliding_window_pool(void)
     CHECK(same == NP && same2 == NP && cached == NP);
     CHECK(st.swa_blocks_total > 0 && st.swa_max_held <= 5 && st.swa_max_held < full);
     CHECK(st.swa_blocks_free == st.swa_blocks_total);
-    CHECK(invariant_failures(e) == 0);
+    CHECK(eng_invariant_failures(e) == 0);
     engine_free(e);
     model_free(m);
 }

@@ -16,6 +16,8 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "engine/grammar/gram.h"
+#include "eng_coll.h"
 #include "harness.h"
 #include "model/model.h"
 #include "tokenizer/tok.h"
@@ -23,53 +25,6 @@
 static struct be *g_be;
 static struct model *g_m;
 static struct tok *g_tk;
-
-enum { MAX_IDS = 256 };
-
-struct coll {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int32_t ids[MAX_IDS];
-    float lp[MAX_IDS], top_lp0[MAX_IDS];
-    int32_t top_id0[MAX_IDS];
-    int n, done, err;
-};
-
-static void coll_init(struct coll *c)
-{
-    memset(c, 0, sizeof *c);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-}
-
-static void coll_cb(void *ud, const struct engine_event *ev)
-{
-    struct coll *c = ud;
-    pthread_mutex_lock(&c->mu);
-    if (ev->type == ENGINE_EV_DELTA && c->n < MAX_IDS) {
-        c->ids[c->n] = ev->token;
-        if (ev->lp) {
-            c->lp[c->n] = ev->lp->logprob;
-            c->top_id0[c->n] = ev->lp->n_top > 0 ? ev->lp->top_id[0] : -1;
-            c->top_lp0[c->n] = ev->lp->n_top > 0 ? ev->lp->top_lp[0] : 0;
-        }
-        c->n++;
-    }
-    if (ev->type != ENGINE_EV_DELTA) {
-        c->done = 1;
-        c->err = ev->type == ENGINE_EV_ERROR;
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void coll_wait(struct coll *c)
-{
-    pthread_mutex_lock(&c->mu);
-    while (!c->done)
-        pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
-}
 
 /* An engine with bursts forced and the op sample on (dev) or off. */
 static struct engine *mk_engine(int max_seqs, int dev)
@@ -96,16 +51,17 @@ static struct engine *mk_engine(int max_seqs, int dev)
 enum kind { K_TEMP, K_GREEDY_BIAS, K_PENALTY, K_GREEDY, K_TOP_P, K_TOPK_PEN, N_KINDS };
 
 static struct sampler_bias g_bias[40];
+static struct gram *g_gram; /* set: the requests submit() makes are constrained by it */
 
 static int submit(struct engine *e, const char *text, enum kind k, uint64_t seed, int max_tok,
-                  struct coll *c)
+                  struct eng_coll *c)
 {
     int32_t *ids = NULL;
     int n = 0;
     if (tok_encode(g_tk, text, strlen(text), TOK_ADD_SPECIAL, &ids, &n, NULL))
         return -1;
-    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = max_tok, .cb = coll_cb,
-                           .ud = c, .ignore_eos = 1};
+    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = max_tok, .cb = eng_coll_cb,
+                           .ud = c, .ignore_eos = !g_gram, .grammar = g_gram};
     sampler_params_default(&q.sp); /* temperature 0.7: what every SDK sends */
     q.sp.seed = seed;
     switch (k) {
@@ -138,14 +94,14 @@ static int submit(struct engine *e, const char *text, enum kind k, uint64_t seed
 static const char *const PROMPT = "Once upon a time, there was a little girl named";
 
 /* One request alone on a fresh engine; *bursts: the engine's burst steps. */
-static void run_one(int dev, enum kind k, struct coll *c, long *bursts)
+static void run_one(int dev, enum kind k, struct eng_coll *c, long *bursts)
 {
     struct engine *e = mk_engine(1, dev);
-    coll_init(c);
+    eng_coll_init(c);
     CHECK(e && submit(e, PROMPT, k, 42, 60, c) == 0);
     if (!e)
         return;
-    coll_wait(c);
+    eng_coll_wait(c);
     struct engine_stats st;
     for (int i = 0; i < 20000; i++) { /* the stats of the last step are published after it */
         engine_get_stats(e, &st);
@@ -160,7 +116,7 @@ static void run_one(int dev, enum kind k, struct coll *c, long *bursts)
 static void test_alone_same_ids(void)
 {
     for (int k = 0; k < K_TOP_P; k++) {
-        struct coll dev, host;
+        struct eng_coll dev, host;
         long bd = 0, bh = 0;
         run_one(1, (enum kind)k, &dev, &bd);
         run_one(0, (enum kind)k, &host, &bh);
@@ -176,7 +132,7 @@ static void test_alone_same_ids(void)
 
 static void test_batched_same_ids(void)
 {
-    struct coll alone[N_KINDS], mix[N_KINDS];
+    struct eng_coll alone[N_KINDS], mix[N_KINDS];
     long b = 0;
     for (int k = 0; k < N_KINDS; k++)
         run_one(0, (enum kind)k, &alone[k], &b);
@@ -191,18 +147,80 @@ static void test_batched_same_ids(void)
         if (!e)
             return;
         for (int k = 0; k < N_KINDS; k++) {
-            coll_init(&mix[k]);
+            eng_coll_init(&mix[k]);
             if (use[k])
                 CHECK(submit(e, PROMPT, (enum kind)k, 42, 60, &mix[k]) == 0);
         }
         for (int k = 0; k < N_KINDS; k++)
             if (use[k])
-                coll_wait(&mix[k]);
+                eng_coll_wait(&mix[k]);
         engine_free(e);
         for (int k = 0; k < N_KINDS; k++)
             CHECK_MSG(!use[k] || (mix[k].n == 60 &&
                                   memcmp(alone[k].ids, mix[k].ids, sizeof mix[k].ids) == 0),
                       "round %d kind %d: batched ids differ from alone", round, k);
+    }
+}
+
+/* Grammar rows decided by the op with their bitset (be_sample_row.mask_off, filled while
+ * the forward runs) against the host sampler masking the fetched row: the same ids, alone
+ * and batched with plain rows, and no row fetched its logits on the device path. */
+static void test_grammar_same_ids(void)
+{
+    static const char *const RE[] = {
+        "(Once|The|A) [a-z]{2,9}( [a-z]{1,9}){4,30}\\.",
+        "\\{\"name\": \"[A-Z][a-z]{1,12}\", \"age\": [1-9][0-9]?, \"tags\": \\[(\"[a-z ]{1,20}\"(, "
+        "\"[a-z ]{1,20}\"){0,3})?\\]\\}"};
+    static const enum kind KINDS[] = {K_GREEDY, K_TEMP, K_PENALTY, K_GREEDY_BIAS};
+    for (int gi = 0; gi < 2; gi++) {
+        struct cerr err = {0};
+        CHECK(gram_from_regex(&g_gram, RE[gi], strlen(RE[gi]), &err) == 0);
+        if (!g_gram) {
+            fprintf(stderr, "regex: %s\n", err.msg);
+            return;
+        }
+        struct eng_coll host[4], dev[4], mix[4];
+        for (int k = 0; k < 4; k++) {
+            long b = 0;
+            run_one(0, KINDS[k], &host[k], &b);
+            run_one(1, KINDS[k], &dev[k], &b);
+            CHECK_MSG(!dev[k].err && !host[k].err && dev[k].n > 3 && dev[k].n == host[k].n &&
+                          memcmp(dev[k].ids, host[k].ids, sizeof dev[k].ids) == 0,
+                      "grammar %d kind %d: device %d ids, host %d ids, or they differ", gi, k,
+                      dev[k].n, host[k].n);
+        }
+        /* batched: the four grammar rows beside two plain rows, on the op */
+        struct engine *e = mk_engine(6, 1);
+        CHECK(e != NULL);
+        if (!e)
+            return;
+        struct eng_coll plain[2];
+        for (int k = 0; k < 4; k++) {
+            eng_coll_init(&mix[k]);
+            CHECK(submit(e, PROMPT, KINDS[k], 42, 60, &mix[k]) == 0);
+        }
+        struct gram *keep = g_gram;
+        g_gram = NULL;
+        for (int k = 0; k < 2; k++) {
+            eng_coll_init(&plain[k]);
+            CHECK(submit(e, PROMPT, k ? K_TEMP : K_PENALTY, 7, 60, &plain[k]) == 0);
+        }
+        g_gram = keep;
+        for (int k = 0; k < 4; k++)
+            eng_coll_wait(&mix[k]);
+        for (int k = 0; k < 2; k++)
+            eng_coll_wait(&plain[k]);
+        struct engine_stats st;
+        engine_get_stats(e, &st);
+        engine_free(e);
+        CHECK_MSG(st.cand_full_rows == 0, "grammar %d: %ld rows fetched their logits", gi,
+                  st.cand_full_rows);
+        for (int k = 0; k < 4; k++)
+            CHECK_MSG(mix[k].n == host[k].n &&
+                          memcmp(mix[k].ids, host[k].ids, sizeof mix[k].ids) == 0,
+                      "grammar %d kind %d: batched ids differ from alone", gi, k);
+        gram_unref(g_gram);
+        g_gram = NULL;
     }
 }
 
@@ -225,6 +243,7 @@ int main(void)
     g_bias[3].bias = -INFINITY;
     RUN(test_alone_same_ids);
     RUN(test_batched_same_ids);
+    RUN(test_grammar_same_ids);
     tok_free(g_tk);
     model_free(g_m);
     be_free(g_be);

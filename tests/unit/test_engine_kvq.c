@@ -289,16 +289,25 @@ static int set_scheme(const char *v)
     size_t f = engine_kv_token_bytes(g_m, &c);
     printf("%s: %zu bytes per token (f16 %zu), %d quantized layers\n", v, q, f, info.n_quant);
     CHECK(q == info.bytes_per_token);
+    if (s.mode == KVQ_U4) { /* layer 0 keeps 8-bit keys; the others and /stats say 4 */
+        CHECK(kvq_fmt_of(g_ldt[0], 0) == KVF_A8 && kvq_fmt_of(g_ldt[0], 1) == KVF_A4);
+        for (int l = 1; l < g_m->hp.n_layer; l++)
+            CHECK(g_ldt[l] == g_code && kvq_fmt_of(g_ldt[l], 0) == KVF_A4);
+        CHECK(info.kbits == 4 && info.vbits == 4 && info.n_quant == g_m->hp.n_layer);
+    }
     CHECK(s.mode == KVQ_OFF ? q == f : q < f);
     return 0;
 }
 
 static void test_schemes(void)
 {
-    const char *schemes[] = {"8", "4", "turbo:k8v4", "turbo"};
+    /* "off" (f16) too on another backend: the same contracts without quantization, so a
+     * failure there is the backend's, not the scheme's */
+    const char *schemes[] = {"8", "4", "turbo:k8v4", "turbo", "off"};
     const char *only = getenv("KVQ_ONLY");
-    for (int i = 0; i < 4; i++) {
-        if (only && strcmp(only, schemes[i]))
+    for (int i = 0; i < 5; i++) {
+        if (only ? strcmp(only, schemes[i]) != 0
+                 : i == 4 && !strcmp(g_be->ops->name, "cpu"))
             continue;
         CHECK(set_scheme(schemes[i]) == 0);
         check_scheme(schemes[i]);
@@ -400,7 +409,9 @@ int main(void)
     snprintf(path, sizeof path, "%s/stories260K/stories260K.gguf", fx ? fx : "tests/data/fixtures");
     struct cerr e = {0};
     struct be_config bc = {.n_threads = 2};
-    g_be = be_new("cpu", &bc, &e);
+    /* CINFER_TEST_BACKEND=cuda runs the same contracts on the GPU backend (device runs) */
+    const char *bn = getenv("CINFER_TEST_BACKEND");
+    g_be = be_new(bn && *bn ? bn : "cpu", &bc, &e);
     if (!g_be || model_load(&g_m, path, g_be, &e) || tok_load(&g_tk, path, &e)) {
         fprintf(stderr, "setup: %s\n", e.msg);
         return 1;

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "eng_coll.h"
 #include "harness.h"
 #include "model/model.h"
 #include "tokenizer/tok.h"
@@ -23,53 +24,6 @@
 static struct be *g_be;
 static struct model *g_m;
 static struct tok *g_tk;
-
-enum { MAX_IDS = 256 };
-
-struct coll {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int32_t ids[MAX_IDS];
-    float lp[MAX_IDS], top_lp0[MAX_IDS];
-    int32_t top_id0[MAX_IDS];
-    int n, done, err;
-};
-
-static void coll_init(struct coll *c)
-{
-    memset(c, 0, sizeof *c);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-}
-
-static void coll_cb(void *ud, const struct engine_event *ev)
-{
-    struct coll *c = ud;
-    pthread_mutex_lock(&c->mu);
-    if (ev->type == ENGINE_EV_DELTA && c->n < MAX_IDS) {
-        c->ids[c->n] = ev->token;
-        if (ev->lp) {
-            c->lp[c->n] = ev->lp->logprob;
-            c->top_id0[c->n] = ev->lp->n_top > 0 ? ev->lp->top_id[0] : -1;
-            c->top_lp0[c->n] = ev->lp->n_top > 0 ? ev->lp->top_lp[0] : 0;
-        }
-        c->n++;
-    }
-    if (ev->type != ENGINE_EV_DELTA) {
-        c->done = 1;
-        c->err = ev->type == ENGINE_EV_ERROR;
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void coll_wait(struct coll *c)
-{
-    pthread_mutex_lock(&c->mu);
-    while (!c->done)
-        pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
-}
 
 /* An engine made under the given environment (read at creation): host_sample sets
  * CINFER_HOST_SAMPLE=1, cap > 0 sets CINFER_SAMPLE_CAP. */
@@ -101,13 +55,13 @@ static struct engine *mk_engine(int max_seqs, int host_sample, int cap)
 enum kind { K_TOP_P, K_GREEDY, K_PENALTY, K_GREEDY_LP, K_MIN_P_LP };
 
 static int submit(struct engine *e, const char *text, enum kind k, uint64_t seed, int max_tok,
-                  struct coll *c)
+                  struct eng_coll *c)
 {
     int32_t *ids = NULL;
     int n = 0;
     if (tok_encode(g_tk, text, strlen(text), TOK_ADD_SPECIAL, &ids, &n, NULL))
         return -1;
-    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = max_tok, .cb = coll_cb,
+    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = max_tok, .cb = eng_coll_cb,
                            .ud = c, .ignore_eos = 1};
     sampler_params_default(&q.sp);
     q.sp.seed = seed;
@@ -130,14 +84,14 @@ static int submit(struct engine *e, const char *text, enum kind k, uint64_t seed
 static const char *const PROMPT = "Once upon a time, there was a little girl named";
 
 /* One request alone on a fresh engine; returns its stats in *st. */
-static void run_one(int host_sample, int cap, enum kind k, struct coll *c, struct engine_stats *st)
+static void run_one(int host_sample, int cap, enum kind k, struct eng_coll *c, struct engine_stats *st)
 {
     struct engine *e = mk_engine(1, host_sample, cap);
-    coll_init(c);
+    eng_coll_init(c);
     CHECK(e && submit(e, PROMPT, k, 42, 60, c) == 0);
     if (!e)
         return;
-    coll_wait(c);
+    eng_coll_wait(c);
     /* the stats of the last step are published after it (bounded wait: 120 s) */
     for (double t0 = clock_now_s(); clock_now_s() - t0 < 120;) {
         engine_get_stats(e, st);
@@ -150,7 +104,7 @@ static void run_one(int host_sample, int cap, enum kind k, struct coll *c, struc
 
 static void test_host_sample_same_ids(void)
 {
-    struct coll a, b, t;
+    struct eng_coll a, b, t;
     struct engine_stats sa, sb, stiny;
     run_one(0, 0, K_TOP_P, &a, &sa);
     run_one(1, 0, K_TOP_P, &b, &sb);
@@ -168,7 +122,7 @@ static void test_host_sample_same_ids(void)
 
 static void test_logprobs_match_host(void)
 {
-    struct coll a, b;
+    struct eng_coll a, b;
     struct engine_stats sa, sb;
     for (int k = K_GREEDY_LP; k <= K_MIN_P_LP; k++) {
         run_one(0, 0, (enum kind)k, &a, &sa);
@@ -187,7 +141,7 @@ static void test_logprobs_match_host(void)
 /* The seeded request alone and batched with greedy, penalised and logprob requests. */
 static void test_batched_same_ids(void)
 {
-    struct coll alone, mix[5];
+    struct eng_coll alone, mix[5];
     struct engine_stats st;
     run_one(0, 0, K_TOP_P, &alone, &st);
     struct engine *e = mk_engine(5, 0, 0);
@@ -197,7 +151,7 @@ static void test_batched_same_ids(void)
     static const char *const other[4] = {"The cat sat", "Tom and Sue went to the park",
                                          "One day", "Lily had a red ball"};
     for (int i = 0; i < 5; i++)
-        coll_init(&mix[i]);
+        eng_coll_init(&mix[i]);
     for (int i = 0; i < 4; i++)
         CHECK(submit(e, other[i], (enum kind)(1 + i % 4), 7 + i, 50 + 3 * i, &mix[i]) == 0);
     /* the others started first (a step ran): the seeded one joins a running batch unless
@@ -209,7 +163,7 @@ static void test_batched_same_ids(void)
     }
     CHECK(submit(e, PROMPT, K_TOP_P, 42, 60, &mix[4]) == 0);
     for (int i = 0; i < 5; i++)
-        coll_wait(&mix[i]);
+        eng_coll_wait(&mix[i]);
     engine_get_stats(e, &st);
     engine_free(e);
     CHECK(mix[4].n == 60);

@@ -618,6 +618,16 @@ static void test_dtype16(void)
 
 /* ---- the registry ---------------------------------------------------------------------- */
 
+/* A free hook that only records what it was handed (the test frees it later). */
+static struct lora_adapter *g_hooked[4];
+static int g_n_hooked;
+static void hook_record(struct lora_adapter *a, void *ud)
+{
+    CHECK(ud == (void *)&g_n_hooked);
+    if (g_n_hooked < 4)
+        g_hooked[g_n_hooked++] = a;
+}
+
 static void test_registry(void)
 {
     struct cerr e = {0};
@@ -666,7 +676,11 @@ static void test_registry(void)
     CHECK_EQ_INT(lora_reg_list(r, ent, 4), 2);
     CHECK(ent[0].running == 1 && ent[1].running == 1);
     lora_reg_admit(r, &s, -1);
+    /* from now on the last reference of a mounted adapter goes to the hook (a server posts
+     * the free to its engine thread) */
+    lora_reg_set_free_hook(r, hook_record, &g_n_hooked);
     CHECK_EQ_INT(lora_reg_unmount(r, "sql", &e), 0);
+    CHECK_EQ_INT(g_n_hooked, 0); /* s still holds it */
     CHECK(lora_reg_unmount(r, "sql", &e) != 0);
     CHECK(!lora_reg_has(r, "sql") && lora_reg_has(r, "tone"));
     CHECK(lora_reg_resolve(r, "sql", &s2, NULL, 0, &e) != 0);
@@ -674,7 +688,13 @@ static void test_registry(void)
     CHECK(s.a[0]->targets == ALL_PATHS);
     lora_reg_count(r, &s, -1);
     lora_set_unref(&s);
-    lora_reg_free(r);
+    CHECK(g_n_hooked == 1 && g_hooked[0] == a); /* a's last reference: handed over, not freed */
+    if (g_n_hooked == 1)
+        lora_destroy(g_hooked[0]);
+    struct lora_adapter *c = load_ad(m, "qwen3", "a"); /* mounted after the hook was set */
+    CHECK(c && lora_reg_mount(r, "c", c, 1.0f, &e) == 0 && c->free_hook == hook_record);
+    lora_reg_free(r); /* after the engine: frees b and c at once (ASan: nothing leaks) */
+    CHECK_EQ_INT(g_n_hooked, 1);
     model_free(m);
 }
 

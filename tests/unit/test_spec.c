@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "engine/spec/spec.h"
 #include "engine/spec/spec_int.h" /* spec_q_draw, for the rejection rule's own test */
+#include "eng_coll.h"
 #include "harness.h"
 #include "model/model.h"
 #include "tokenizer/tok.h"
@@ -32,52 +33,6 @@ static float g_draft_scale; /* two-model engines: spec_config.draft_temp_scale *
 static struct model *g_m;
 static struct tok *g_tk;
 
-#define MAXG 512
-
-struct coll {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int32_t ids[MAXG];
-    float lp[MAXG];
-    int32_t top[MAXG];
-    int n, done, finish, n_cached, err, drafted, accepted, calls;
-    char text[4096];
-    size_t tlen;
-};
-
-static void coll_cb(void *ud, const struct engine_event *ev)
-{
-    struct coll *c = ud;
-    pthread_mutex_lock(&c->mu);
-    if (ev->type == ENGINE_EV_DELTA && c->n < MAXG) {
-        c->lp[c->n] = ev->lp ? ev->lp->logprob : 0;
-        c->top[c->n] = ev->lp && ev->lp->n_top ? ev->lp->top_id[ev->lp->n_top - 1] : -1;
-        c->ids[c->n++] = ev->token;
-    }
-    if (ev->len && c->tlen + ev->len < sizeof c->text) {
-        memcpy(c->text + c->tlen, ev->text, ev->len);
-        c->tlen += ev->len;
-    }
-    if (ev->type != ENGINE_EV_DELTA) {
-        c->done = 1;
-        c->err = ev->type == ENGINE_EV_ERROR;
-        c->finish = ev->finish;
-        c->n_cached = ev->n_cached;
-        c->drafted = ev->spec_drafted;
-        c->accepted = ev->spec_accepted;
-        c->calls = ev->spec_calls;
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void coll_wait(struct coll *c)
-{
-    pthread_mutex_lock(&c->mu);
-    while (!c->done)
-        pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
-}
 
 static struct engine *mk(int kind, int adaptive, int max_seqs, int n_blocks, int cache)
 {
@@ -125,18 +80,16 @@ struct job {
     const char *stop; /* or NULL */
 };
 
-static int submit(struct engine *e, const struct job *j, struct coll *c)
+static int submit(struct engine *e, const struct job *j, struct eng_coll *c)
 {
-    memset(c, 0, sizeof *c);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    eng_coll_init(c);
     int32_t *ids;
     int n = encode(j->prompt, &ids);
     const char *stops[1] = {j->stop};
     struct engine_req q = {.ids = ids,
                            .n_ids = n,
                            .max_tokens = j->max_tokens,
-                           .cb = coll_cb,
+                           .cb = eng_coll_cb,
                            .ud = c,
                            .ignore_eos = 1,
                            .stops = j->stop ? stops : NULL,
@@ -156,31 +109,10 @@ static int submit(struct engine *e, const struct job *j, struct coll *c)
     return rc;
 }
 
-static void wait_idle(struct engine *e)
-{
-    for (int i = 0; i < 100000; i++) {
-        struct engine_stats st;
-        engine_get_stats(e, &st);
-        if (st.running == 0 && st.waiting == 0 && st.finished + st.failed == st.submitted)
-            return;
-        usleep(500);
-    }
-}
-
-static long invariant_failures(struct engine *e)
-{
-    wait_idle(e);
-    struct engine_stats st;
-    engine_get_stats(e, &st);
-    if (st.invariant_failures)
-        fprintf(stderr, "invariant: %s\n", st.last_invariant_error);
-    return st.invariant_failures;
-}
-
 /* Runs jobs[0..n) on a fresh engine (all submitted at once), results into c[]. Returns the
  * engine's speculation counters through *st. */
 static void run_jobs(int kind, int adaptive, int max_seqs, int n_blocks, const struct job *jobs,
-                     int n, struct coll *c, struct engine_stats *st)
+                     int n, struct eng_coll *c, struct engine_stats *st)
 {
     struct engine *e = mk(kind, adaptive, max_seqs, n_blocks, -1);
     CHECK(e != NULL);
@@ -189,8 +121,8 @@ static void run_jobs(int kind, int adaptive, int max_seqs, int n_blocks, const s
     for (int i = 0; i < n; i++)
         CHECK(submit(e, &jobs[i], &c[i]) == 0);
     for (int i = 0; i < n; i++)
-        coll_wait(&c[i]);
-    CHECK(invariant_failures(e) == 0);
+        eng_coll_wait(&c[i]);
+    CHECK(eng_invariant_failures(e) == 0);
     engine_get_stats(e, st);
     engine_free(e);
 }
@@ -207,11 +139,11 @@ static const char *const PROMPTS[8] = {
     "Sara",
 };
 
-static int same_ids(const struct coll *a, const struct coll *b)
+static int same_ids(const struct eng_coll *a, const struct eng_coll *b)
 {
     return a->n == b->n && !memcmp(a->ids, b->ids, (size_t)a->n * sizeof a->ids[0]) &&
            !memcmp(a->lp, b->lp, (size_t)a->n * sizeof a->lp[0]) &&
-           !memcmp(a->top, b->top, (size_t)a->n * sizeof a->top[0]) && a->finish == b->finish &&
+           !memcmp(a->top_last, b->top_last, (size_t)a->n * sizeof a->top_last[0]) && a->finish == b->finish &&
            a->tlen == b->tlen && !memcmp(a->text, b->text, a->tlen);
 }
 
@@ -223,7 +155,7 @@ static void greedy_same(int kind, int adaptive)
     for (int i = 0; i < 8; i++)
         jobs[i] = (struct job){
             .prompt = PROMPTS[i], .max_tokens = 60 + 13 * i, .top_logprobs = i % 2 ? 3 : -1};
-    static struct coll ref[8], alone[8], conc[8];
+    static struct eng_coll ref[8], alone[8], conc[8];
     struct engine_stats st;
     for (int i = 0; i < 8; i++) {
         run_jobs(SPEC_NONE, 1, 1, 128, &jobs[i], 1, &ref[i], &st);
@@ -253,6 +185,52 @@ static void greedy_same(int kind, int adaptive)
     CHECK_EQ_INT(st.spec.kind, kind);
 }
 
+/* A backend that picks kernels by row count (be_ops.exact_rows; CUDA) is faked on this one:
+ * exact rows 6. The engine runs the one-token rows and the verify rows as the step's lead
+ * group (model_batch.n_lead, in tokens: a wrong count is refused by the forward) and the
+ * policy keeps that group within 6 tokens: alone a verify drafts at most 5, greedy ids as
+ * without speculation, alone and 8 at once (prompt chunks beside the lead group). */
+static int six_rows(struct be *b, int dtype)
+{
+    (void)b, (void)dtype;
+    return 6;
+}
+
+static void test_lead_group(void)
+{
+    static struct be_ops ops;
+    const struct be_ops *orig = g_be->ops;
+    ops = *orig;
+    ops.exact_rows = six_rows;
+    g_be->ops = &ops;
+    struct job jobs[8];
+    for (int i = 0; i < 8; i++)
+        jobs[i] = (struct job){.prompt = PROMPTS[i], .max_tokens = 48 + 7 * i, .top_logprobs = -1};
+    static struct eng_coll ref[8], alone[8], conc[8];
+    struct engine_stats st;
+    int same_alone = 0, same_conc = 0, over = 0;
+    long dr = 0, calls = 0;
+    for (int i = 0; i < 8; i++) {
+        run_jobs(SPEC_NONE, 1, 1, 128, &jobs[i], 1, &ref[i], &st);
+        run_jobs(SPEC_NGRAM, 0, 1, 128, &jobs[i], 1, &alone[i], &st);
+        same_alone += same_ids(&ref[i], &alone[i]);
+        dr += alone[i].drafted;
+        calls += alone[i].calls;
+        over += alone[i].drafted > 5 * alone[i].calls;
+    }
+    run_jobs(SPEC_NGRAM, 0, 8, 256, jobs, 8, conc, &st);
+    for (int i = 0; i < 8; i++)
+        same_conc += same_ids(&ref[i], &conc[i]);
+    g_be->ops = orig;
+    printf("lead group (exact rows 6): greedy alone %d/8, 8 concurrent %d/8 identical; alone "
+           "drafted %ld in %ld target calls (at most 5 a call: %s); concurrent drafted %ld\n",
+           same_alone, same_conc, dr, calls, over ? "no" : "yes", st.spec.drafted);
+    CHECK_EQ_INT(same_alone, 8);
+    CHECK_EQ_INT(same_conc, 8);
+    CHECK_EQ_INT(over, 0);
+    CHECK(dr > 50); /* speculation happened */
+}
+
 static void test_greedy_ngram(void)
 {
     greedy_same(SPEC_NGRAM, 0);
@@ -275,7 +253,7 @@ static void prefix_and_stop(int kind)
 {
     struct job j = {.prompt = PROMPTS[0], .max_tokens = 80, .top_logprobs = 2};
     struct job js = {.prompt = PROMPTS[2], .max_tokens = 200, .stop = "cat played"};
-    struct coll ref, refs, a, b, s;
+    struct eng_coll ref, refs, a, b, s;
     struct engine_stats st;
     run_jobs(SPEC_NONE, 1, 1, 128, &j, 1, &ref, &st);
     run_jobs(SPEC_NONE, 1, 1, 128, &js, 1, &refs, &st);
@@ -284,11 +262,11 @@ static void prefix_and_stop(int kind)
     if (!e)
         return;
     CHECK(submit(e, &j, &a) == 0);
-    coll_wait(&a);
+    eng_coll_wait(&a);
     CHECK(submit(e, &j, &b) == 0);
-    coll_wait(&b);
+    eng_coll_wait(&b);
     CHECK(submit(e, &js, &s) == 0);
-    coll_wait(&s);
+    eng_coll_wait(&s);
     printf("%s: cold %d ids, after a prefix hit (%d cached) %d ids, accepted %d; stop string "
            "finish %d after %d ids (plain: %d)\n",
            spec_kind_name(kind), a.n, b.n_cached, b.n, b.accepted, s.finish, s.n, refs.n);
@@ -299,7 +277,7 @@ static void prefix_and_stop(int kind)
     CHECK_EQ_INT(refs.finish, ENGINE_FINISH_STOP);
     CHECK(same_ids(&refs, &s));
     CHECK(s.accepted > 0);
-    CHECK(invariant_failures(e) == 0);
+    CHECK(eng_invariant_failures(e) == 0);
     engine_free(e);
 }
 
@@ -317,7 +295,7 @@ static void test_tight_pool(void)
     struct job jobs[6];
     for (int i = 0; i < 6; i++)
         jobs[i] = (struct job){.prompt = PROMPTS[i], .max_tokens = 90, .top_logprobs = -1};
-    static struct coll ref[6], got[6];
+    static struct eng_coll ref[6], got[6];
     struct engine_stats st;
     for (int i = 0; i < 6; i++)
         run_jobs(SPEC_NONE, 1, 1, 64, &jobs[i], 1, &ref[i], &st);
@@ -345,7 +323,7 @@ static void test_sampled_same_seed(void)
                                .top_p = 0.99f,
                                .seed = 1000 + (uint64_t)i,
                                .top_logprobs = i % 3 ? -1 : 1};
-    static struct coll ref[8], got[8];
+    static struct eng_coll ref[8], got[8];
     struct engine_stats st;
     run_jobs(SPEC_NONE, 1, 8, 256, jobs, 8, ref, &st);
     for (int kind = SPEC_NGRAM; kind <= SPEC_TWO_MODEL; kind++) {
@@ -385,7 +363,7 @@ static void chi_square_vs_plain(int kind, int with_lp)
         CHECK(e != NULL);
         if (!e)
             return;
-        static struct coll c[8];
+        static struct eng_coll c[8];
         for (int base = 0; base < N; base += 8) {
             for (int i = 0; i < 8; i++) {
                 struct job j = {.prompt = prompt,
@@ -396,14 +374,14 @@ static void chi_square_vs_plain(int kind, int with_lp)
                 CHECK(submit(e, &j, &c[i]) == 0);
             }
             for (int i = 0; i < 8; i++) {
-                coll_wait(&c[i]);
+                eng_coll_wait(&c[i]);
                 int key = ((c[i].ids[0] * 31 + c[i].ids[1]) * 17 + c[i].ids[2]) & (K - 1);
                 cnt[arm][key]++;
                 acc += arm ? c[i].accepted : 0;
                 dr += arm ? c[i].drafted : 0;
             }
         }
-        CHECK(invariant_failures(e) == 0);
+        CHECK(eng_invariant_failures(e) == 0);
         engine_free(e);
     }
     double chi = 0;
@@ -612,7 +590,7 @@ static void test_gemma_sliding(void)
     CHECK(m->hp.sliding_window == 8);
     enum { NP = 4, NGEN = 120 };
     static int32_t prompt[NP][40];
-    static struct coll c[3][NP];
+    static struct eng_coll c[3][NP];
     for (int i = 0; i < NP; i++)
         for (int j = 0; j < 40; j++) /* a repeated phrase: something to copy */
             prompt[i][j] = (j % 9) * 11 + i * 5 + 1;
@@ -631,7 +609,7 @@ static void test_gemma_sliding(void)
             struct engine_req q = {.ids = prompt[i],
                                    .n_ids = 40,
                                    .max_tokens = NGEN,
-                                   .cb = coll_cb,
+                                   .cb = eng_coll_cb,
                                    .ud = &c[arm][i],
                                    .ignore_eos = 1};
             sampler_params_default(&q.sp);
@@ -640,8 +618,8 @@ static void test_gemma_sliding(void)
             CHECK(engine_submit(e, &q, &id, &err) == 0);
         }
         for (int i = 0; i < NP; i++)
-            coll_wait(&c[arm][i]);
-        CHECK(invariant_failures(e) == 0);
+            eng_coll_wait(&c[arm][i]);
+        CHECK(eng_invariant_failures(e) == 0);
         struct engine_stats st;
         engine_get_stats(e, &st);
         drafted += st.spec.drafted;
@@ -751,6 +729,7 @@ int main(void)
     RUN(test_policy);
     RUN(test_step_cost);
     RUN(test_greedy_ngram);
+    RUN(test_lead_group);
     RUN(test_greedy_suffix);
     RUN(test_greedy_two_model);
     RUN(test_prefix_and_stop);

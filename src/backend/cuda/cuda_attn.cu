@@ -10,12 +10,19 @@
  * run one split per token, and a block serves a tile of up to AT_TQ consecutive tokens
  * (one warp per token and head): each run of tokens of one sequence in the tile loads a
  * K/V chunk once for all of them, each warp masking the positions its token does not see.
- * head_dim is limited to 256.
+ * head_dim is limited to 256. Steps of up to cu_be.inv_rows tokens (CINFER_CUDA_INVARIANT_ROWS)
+ * run as consecutive ranges of AT_SPLIT_MAX_TOK tokens on the short-step kernels (the decode
+ * kernel of cuda_attn_dec.cu or split mode here), so a verify row or a short prompt chunk
+ * gets a decode step's bits; only longer steps take the tensor-core or long-step paths.
  */
 #include <limits.h>
 #include <math.h>
 
 #include "backend/cuda/cuda_int.cuh"
+
+extern "C" {
+#include "backend/kvq.h"
+}
 
 enum {
     AT_CH = 32,              /* positions per shared-memory chunk */
@@ -252,6 +259,8 @@ cudaError_t cu_attn_init(struct cu_be *cb)
         rc = cu_attn_decode_init(cb);
     if (rc == cudaSuccess)
         rc = cu_attn_tc_init(cb);
+    if (rc == cudaSuccess)
+        rc = cu_kvq_init(cb);
     return rc;
 }
 
@@ -263,6 +272,24 @@ void cu_attention(struct be *b, float *out, const float *q, const struct be_attn
     if (a->head_dim > AT_MAX_HD || a->head_dim <= 0 || a->n_kv_head <= 0 ||
         a->n_head % a->n_kv_head) {
         cu_latch(cb, "attention (head_dim above 256 or bad head counts)", cudaErrorInvalidValue);
+        return;
+    }
+    if (a->n_tok > AT_SPLIT_MAX_TOK && a->n_tok <= cb->inv_rows) {
+        /* row invariant (cu_be.inv_rows): consecutive ranges of AT_SPLIT_MAX_TOK tokens, each
+         * on the kernels of short steps, whose result for a token depends only on that
+         * token (its position, sequence and the cache), never on the rest of the step */
+        const size_t qd = (size_t)a->n_head * a->head_dim;
+        for (int t0 = 0; t0 < a->n_tok; t0 += AT_SPLIT_MAX_TOK) {
+            struct be_attn s = *a;
+            s.n_tok = a->n_tok - t0 < AT_SPLIT_MAX_TOK ? a->n_tok - t0 : AT_SPLIT_MAX_TOK;
+            s.pos = a->pos + t0;
+            s.seq = a->seq + t0;
+            cu_attention(b, out + (size_t)t0 * qd, q + (size_t)t0 * qd, &s);
+        }
+        return;
+    }
+    if (kvq_is(a->kv_dtype)) { /* quantized KV blocks: cuda_kvq.cu */
+        cu_kvq_attention(cb, out, q, a);
         return;
     }
     if (cu_attn_decode(cb, out, q, a) || cu_attn_prefill_tc(cb, out, q, a))

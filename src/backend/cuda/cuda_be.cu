@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_int.cuh"
+#include "backend/cuda/cuda_lora.cuh"
 
 extern "C" {
 #include "backend/cpu/quant.h"
@@ -129,11 +130,14 @@ static int cu_download(struct be *b, void *dst, const void *src, size_t n, struc
     return 0;
 }
 
-/* be_ops.exact_rows: the skinny kernel serves 16-bit weights up to sg_max_n rows, the
- * matvec kernels the other types up to 8 (cuda_mm.cu); beyond, cuBLAS. */
+/* be_ops.exact_rows: steps of up to inv_rows rows are row invariant for every op (see
+ * CU_INV_DEFAULT); with inv_rows 0, the skinny kernel serves 16-bit weights up to sg_max_n
+ * rows, the matvec kernels the other types up to 8 (cuda_mm.cu); beyond, cuBLAS. */
 static int cu_exact_rows(struct be *b, int dtype)
 {
     const struct cu_be *cb = cu_be(b);
+    if (cb->inv_rows > 0)
+        return cb->inv_rows;
     if (dtype == DT_BF16 || dtype == DT_F16)
         return cb->sg_max_n > 0 ? cb->sg_max_n : 1;
     return 8;
@@ -393,7 +397,11 @@ static const struct be_ops g_cuda_ops = {
     .fetch_wait = cu_fetch_wait,
     .bind_thread = cu_bind_thread,
     .lora = cq_lora,
+    .lora_norm = cq_lora_norm,
 };
+/* The same without lora_norm (CINFER_CUDA_LORA=v1 or CINFER_CUDA_LORA_NORM=0: the forward
+ * norms into a buffer first), filled at the first backend creation. */
+static struct be_ops g_cuda_ops_nonorm;
 
 extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
 {
@@ -428,6 +436,11 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
         return NULL;
     }
     cb->base.ops = &g_cuda_ops;
+    if (!cu_lora_norm_on()) {
+        g_cuda_ops_nonorm = g_cuda_ops;
+        g_cuda_ops_nonorm.lora_norm = NULL;
+        cb->base.ops = &g_cuda_ops_nonorm;
+    }
     cb->device = dev;
     cb->n_sm = prop.multiProcessorCount;
     cb->smem_optin = prop.sharedMemPerBlockOptin;
@@ -475,11 +488,24 @@ extern "C" struct be *be_cuda_new(const struct be_config *cfg, struct cerr *e)
             cb->repeat |= 1 << i;
     const char *fn = getenv("CINFER_CUDA_FUSE_NORM");
     cb->fuse_norm = fn && (!strcmp(fn, "0") || !strcmp(fn, "2")) ? atoi(fn) : 1;
+    const char *iv = getenv("CINFER_CUDA_INVARIANT_ROWS");
+    cb->inv_rows = CU_INV_DEFAULT;
+    if (iv && !strcmp(iv, "all"))
+        cb->inv_rows = CU_INV_ALL;
+    else if (iv && *iv && atoi(iv) >= 0)
+        cb->inv_rows = atoi(iv) > 65536 ? 65536 : atoi(iv);
+    if (cb->inv_rows > 0 && cb->inv_rows < SG_MAX_N)
+        cb->inv_rows = SG_MAX_N; /* the skinny kernel's own limit already holds */
+    /* the chained norm's buffers hold ss_rows rows: a chain over more rows would change a
+     * row's arithmetic with the row count, so with every step invariant it is off */
+    cb->ss_rows = cb->inv_rows > SG_MAX_N ? cb->inv_rows : SG_MAX_N;
+    if (cb->inv_rows == CU_INV_ALL)
+        cb->fuse_norm = 0, cb->ss_rows = SG_MAX_N;
     /* the tile sums of squares, then the output times the next norm (16 rows a tile) */
     if (cudaMalloc((void **)&cb->ss_buf,
-                   (size_t)SG_MAX_N * CU_SS_TILES * (1 + 16) * sizeof(float)) != cudaSuccess)
+                   (size_t)cb->ss_rows * CU_SS_TILES * (1 + 16) * sizeof(float)) != cudaSuccess)
         cudaGetLastError(), cb->ss_buf = NULL; /* the norms then run on their own */
-    cb->xg_buf = cb->ss_buf ? cb->ss_buf + (size_t)SG_MAX_N * CU_SS_TILES : NULL;
+    cb->xg_buf = cb->ss_buf ? cb->ss_buf + (size_t)cb->ss_rows * CU_SS_TILES : NULL;
     const char *as = getenv("CINFER_CUDA_ARGMAX_SPLIT");
     cb->am_split = !(as && !strcmp(as, "0"));
     const char *ts = getenv("CINFER_CUDA_TOPCAND_SPLIT");

@@ -18,13 +18,15 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_int.cuh"
+#include "backend/cuda/cuda_lora.cuh"
 
 enum {
     CU_GRAPH_MIN = 8,     /* shorter lists are not worth a graph */
     CU_GRAPH_SEG = 32,    /* segment length: the GPU starts while later calls are recorded */
     CU_GRAPH_MAX_N = 128, /* lists with a matmul over more rows are never captured */
     CU_GRAPH_CACHE = 64,
-    CU_ARGS = 512, /* bytes of one recorded call's arguments (matmul_fused + rope: ~400) */
+    CU_ARGS = 1024, /* bytes of one recorded call's arguments (lora: ~960, matmul_fused +
+                     * rope: ~400) */
     CU_LOG = 64,   /* graph launches remembered for be_cuda_replay_last */
 };
 
@@ -384,14 +386,48 @@ static void r_lora(struct be *b, const void *p)
     const struct a_lora *a = (const struct a_lora *)p;
     cu_lora(b, a->y, a->x, a->K, a->M, a->g, a->n);
 }
+static_assert(sizeof(struct cu_lk) <= CU_ARGS, "a recorded lora call must fit a call");
+static void r_lk(struct be *b, const void *p)
+{
+    cu_lk_run(b, (const struct cu_lk *)p);
+}
+/* The deltas of one projection (x normed on the fly when norm is set); appended to the
+ * previous recorded call when that is a lora call reading the same x with the same groups
+ * (q, k, v; gate, up: cuda_lora.cuh). */
+static void lk_record(struct be *b, float *y, const float *x, const float *norm, float eps,
+                      int K, int M, const struct be_lora_grp *g, int n_grp)
+{
+    struct cu_graphs *gr = cu_be(b)->graphs;
+    if (gr && gr->n > 0 && gr->calls[gr->n - 1].run == r_lk &&
+        cu_lk_merge((struct cu_lk *)gr->calls[gr->n - 1].args, y, x, norm, eps, K, M, g,
+                    n_grp) == 0) {
+        cu_be(b)->ss_ok = 0;
+        return; /* (the list is hashed when it is flushed) */
+    }
+    for (int i = 0; i < n_grp;) {
+        int took = 0;
+        DEFER(r_lk, struct cu_lk,
+              took = cu_lk_first(&a_, y, x, norm, eps, K, M, g + i, n_grp - i));
+        i += took;
+    }
+}
 void cq_lora(struct be *b, float *y, const float *x, int K, int M, const struct be_lora_grp *g,
              int n_grp)
 {
-    for (int i = 0; i < n_grp; i += CU_LORA_GRP) { /* the groups by value, CU_LORA_GRP a call */
-        int n = n_grp - i < CU_LORA_GRP ? n_grp - i : CU_LORA_GRP;
-        DEFER(r_lora, struct a_lora, a_.y = y, a_.x = x, a_.K = K, a_.M = M, a_.n = n,
-              memcpy(a_.g, g + i, (size_t)n * sizeof *g));
+    if (cu_lora_v1()) {
+        for (int i = 0; i < n_grp; i += CU_LORA_GRP) { /* the groups by value */
+            int n = n_grp - i < CU_LORA_GRP ? n_grp - i : CU_LORA_GRP;
+            DEFER(r_lora, struct a_lora, a_.y = y, a_.x = x, a_.K = K, a_.M = M, a_.n = n,
+                  memcpy(a_.g, g + i, (size_t)n * sizeof *g));
+        }
+        return;
     }
+    lk_record(b, y, x, NULL, 0.0f, K, M, g, n_grp);
+}
+void cq_lora_norm(struct be *b, float *y, const float *x, const float *norm, float eps, int K,
+                  int M, const struct be_lora_grp *g, int n_grp)
+{
+    lk_record(b, y, x, norm, eps, K, M, g, n_grp);
 }
 
 struct a_mmf { struct be_mm m; struct be_tensor w[3]; struct be_rope_kv r; };

@@ -23,11 +23,26 @@ enum { CU_SCRATCH_X = 0, CU_SCRATCH_W = 1, CU_SCRATCH_ATT = 2, CU_SCRATCH_F = 3,
        CU_SCRATCH_DEC = 4, /* cuda_attn_dec.cu (fused merge: counters kept zero + partials) */
        CU_SCRATCH_N = 5,   /* matmul_fused: the normed x */
        CU_SCRATCH_TC = 6,  /* cuda_sample.cu: topcand's per-slice partials */
-       CU_N_SCRATCH = 7 };
+       CU_SCRATCH_LORA = 7, /* cuda_lora_sg.cu: the shrink's per-chunk partials */
+       CU_N_SCRATCH = 8 };
 
 /* Most rows of x the skinny tensor-core matmul (cuda_mmf.cu) takes; larger steps use cuBLAS.
  * CINFER_CUDA_SKINNY_MAX (0..SG_MAX_N) lowers it (0 = off), for measurements. */
 enum { SG_MAX_N = 16, CU_SS_TILES = 2048 /* widest chained ADD output: 16 * this */ };
+
+/* Row invariance (cu_be.inv_rows, CINFER_CUDA_INVARIANT_ROWS): steps of up to inv_rows rows
+ * (tokens) give every row the bits of a one-row step, so a speculative verify row of k + 1
+ * tokens, a prompt chunk and a decode row agree. Matmuls of up to inv_rows rows run the
+ * skinny tensor-core kernel (16-bit weights) or the matvec in groups of 8 rows (other
+ * types), both with a per-element arithmetic that depends only on K; attention of up to
+ * inv_rows tokens runs the <= 64-token kernels over consecutive 64-token ranges. Larger
+ * steps (long prompt chunks) take cuBLAS and the tensor-core attention (fast, not
+ * invariant). CU_INV_DEFAULT covers 8 rows with 10 drafts each plus their decode rows;
+ * CU_INV_ALL ("all") makes every step invariant (prompt chunks of any size: a prefix-cache
+ * hit gives the cold run's bits; prefill slower; the chained norm is then off, its
+ * buffers being sized by rows); 0 keeps the old limits (16 skinny rows, 8 matvec rows, 64
+ * attention tokens). */
+enum { CU_INV_DEFAULT = 128, CU_INV_ALL = 1 << 30 };
 
 struct cu_graphs;
 
@@ -53,6 +68,9 @@ struct cu_be {
     size_t peak_used;
     int precise;        /* CINFER_CUDA_PRECISE=1: 16-bit GEMM inputs split into hi + lo */
     int sg_max_n;       /* skinny matmul for steps of 1..sg_max_n rows (<= SG_MAX_N) */
+    int inv_rows;       /* row-invariant steps of up to this many rows (see CU_INV_DEFAULT;
+                         * 0: the old limits) */
+    int ss_rows;        /* rows ss_buf / xg_buf hold (SG_MAX_N, or inv_rows when larger) */
     int pdl;            /* launch the decode kernels with programmatic dependent launch */
     int sg_precise;     /* skinny matmul x as hi + lo 16-bit parts (CINFER_CUDA_SKINNY_PRECISE=1;
                          * CINFER_CUDA_PRECISE=1 implies it) */
@@ -87,6 +105,13 @@ struct cu_be {
 };
 
 static inline struct cu_be *cu_be(struct be *b) { return (struct cu_be *)b; }
+
+/* Most rows the skinny kernel takes (0: off), and most rows the matvec takes. */
+static inline int cu_sg_lim(const struct cu_be *cb)
+{
+    return cb->sg_max_n <= 0 ? 0 : cb->inv_rows > cb->sg_max_n ? cb->inv_rows : cb->sg_max_n;
+}
+static inline int cu_mv_lim(const struct cu_be *cb) { return cb->inv_rows > 8 ? cb->inv_rows : 8; }
 
 /* Programmatic dependent launch (sm_90): a kernel launched with cu_launch may start while
  * the previous kernel of the stream finishes; it must call cu_pdl_wait() before it reads
@@ -221,12 +246,16 @@ void cu_add_row(struct be *b, float *y, const float *bias, int rows, int dim);
 void cu_scale(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_softcap(struct be *b, float *y, const float *x, float s, int64_t n);
 void cu_matmul_fused(struct be *b, const struct be_mm *m);
-/* The op lora (cuda_lora.cu) for at most CU_LORA_GRP groups; cq_lora splits larger calls. */
+/* The op lora: cq_lora records it (cuda_lora.cuh, cuda_lora_sg.cu); cu_lora (cuda_lora.cu)
+ * is the previous one-kernel path for at most CU_LORA_GRP groups (CINFER_CUDA_LORA=v1). */
 enum { CU_LORA_GRP = 3 }; /* a recorded call (cuda_graph.cu) holds the groups by value */
 void cu_lora(struct be *b, float *y, const float *x, int K, int M, const struct be_lora_grp *g,
              int n_grp);
 void cq_lora(struct be *b, float *y, const float *x, int K, int M, const struct be_lora_grp *g,
              int n_grp);
+/* lora_norm (only in the ops table when cu_lora_norm_on(): not with v1) */
+void cq_lora_norm(struct be *b, float *y, const float *x, const float *norm, float eps, int K,
+                  int M, const struct be_lora_grp *g, int n_grp);
 /* 1 when cu_matmul_fused runs this call chained (be_mm.chain): an ADD that gathers the sums
  * of squares of its output's tiles, or a norm that reads them. A host-side function of the
  * arguments and the backend's settings only. */
@@ -276,6 +305,13 @@ void cq_argmax(struct be *b, int32_t *out, const float *x, int rows, int n);
 void cq_sample(struct be *b, int32_t *out, float *x, int rows, int n, const void *params,
                const int32_t *prev);
 void cq_topcand(struct be *b, void *out, const float *x, int rows, int n, float span, int cap);
+
+/* Quantized KV rows (cuda_kvq.cu, formats of backend/kvq.h): the store and the attention
+ * for a kv_dtype that is a scheme code (kvq_is); cu_kvq_init copies the codebooks in. */
+void cu_kvq_store(struct cu_be *cb, void *k_cache, void *v_cache, int kv_dtype, const float *k,
+                  const float *v, const int32_t *slots, int n_tok, int kv_dim);
+void cu_kvq_attention(struct cu_be *cb, float *out, const float *q, const struct be_attn *a);
+cudaError_t cu_kvq_init(struct cu_be *cb);
 
 /* One-time kernel attributes (shared-memory opt-in); 0 or a CUDA error. */
 cudaError_t cu_attn_init(struct cu_be *cb);

@@ -1,10 +1,12 @@
 /* cuda_mm.cu — matmul: y (n, M) = x (n, K) * w^T on the GPU.
  *
- * Steps of up to MV_MAX_N rows (decode) run the matvec kernel: one warp per weight row
- * streams the row once (16-byte loads for F16/BF16/F32) and keeps n float accumulators; a
- * row of y is computed with the same operation sequence for any n <= MV_MAX_N, so decode
- * is batch invariant. Quantized rows are decoded 32 weights at a time with the CPU's exact
- * dequantization and multiplied in float. Larger steps (prefill, big batches) use cuBLAS:
+ * Steps of up to cu_mv_lim rows (decode, speculative verify steps, short prompt chunks:
+ * CINFER_CUDA_INVARIANT_ROWS) run the matvec kernel: one warp per weight row streams the
+ * row once (16-byte loads for F16/BF16/F32) and keeps float accumulators for a group of up
+ * to MV_MAX_N rows of x (a step of more rows runs several groups); a row of y is computed
+ * with the same operation sequence for any n, so those steps are batch invariant. Quantized
+ * rows are decoded 32 weights at a time with the CPU's exact dequantization and multiplied
+ * in float. Larger steps (prefill, big batches) use cuBLAS:
  * SGEMM (no TF32) for F32 weights; for 16-bit weights x is rounded to the weight type and
  * GemmEx accumulates in F32; quantized weights are expanded to BF16 in row chunks first.
  * With CINFER_CUDA_PRECISE=1, x is split into hi + lo 16-bit parts and two GEMMs are
@@ -60,11 +62,17 @@ __device__ __forceinline__ void mv_acc8(float *acc, const float *wv, const float
 template <int DT, int N>
 __global__ void __launch_bounds__(MV_WARPS * 32)
     k_mv(float *__restrict__ y, const float *__restrict__ x, const uint8_t *__restrict__ w,
-         size_t rb, int K, int M, int vec)
+         size_t rb, int K, int M, int vec, int ng)
 {
-    int row = blockIdx.x * MV_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+    /* ng groups of N rows of x: block b serves group b % ng of weight rows MV_WARPS (b / ng)
+     * .. (the groups that read the same weights run together) */
+    const int grp = (int)(blockIdx.x % (unsigned)ng);
+    int row = (int)(blockIdx.x / (unsigned)ng) * MV_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31;
     if (row >= M)
         return;
+    x += (size_t)grp * N * K;
+    y += (size_t)grp * N * M;
     const uint8_t *wr = w + (size_t)row * rb;
     float acc[N];
 #pragma unroll
@@ -127,18 +135,29 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
 }
 
+/* Rows of x in groups of MV_MAX_N (one launch for the whole groups, one for the rest): a
+ * row's arithmetic is the same in any group size, so any n is row invariant. */
 template <int DT>
 static void mv_launch(struct cu_be *cb, float *y, const float *x, int n, const uint8_t *w,
                       size_t rb, int K, int M, int vec)
 {
-    dim3 grid((unsigned)((M + MV_WARPS - 1) / MV_WARPS)), blk(MV_WARPS * 32);
-    switch (n) {
+    const unsigned wb = (unsigned)((M + MV_WARPS - 1) / MV_WARPS);
+    dim3 blk(MV_WARPS * 32);
+    const int ng = n / MV_MAX_N, rest = n % MV_MAX_N;
+    if (ng > 0) {
+        k_mv<DT, MV_MAX_N><<<dim3(wb * (unsigned)ng), blk, 0, cb->stream>>>(y, x, w, rb, K, M,
+                                                                          vec, ng);
+        x += (size_t)ng * MV_MAX_N * K;
+        y += (size_t)ng * MV_MAX_N * M;
+    }
+    switch (rest) {
 #define MV_CASE(N)                                                                             \
     case N:                                                                                    \
-        k_mv<DT, N><<<grid, blk, 0, cb->stream>>>(y, x, w, rb, K, M, vec);                     \
+        k_mv<DT, N><<<dim3(wb), blk, 0, cb->stream>>>(y, x, w, rb, K, M, vec, 1);              \
         break;
-        MV_CASE(1) MV_CASE(2) MV_CASE(3) MV_CASE(4) MV_CASE(5) MV_CASE(6) MV_CASE(7) MV_CASE(8)
+        MV_CASE(1) MV_CASE(2) MV_CASE(3) MV_CASE(4) MV_CASE(5) MV_CASE(6) MV_CASE(7)
 #undef MV_CASE
+    default: break;
     }
 }
 
@@ -293,7 +312,8 @@ void cu_matmul(struct be *b, float *y, const float *x, int n, const struct be_te
         return;
     if (cu_matmul_skinny(cb, y, x, n, w))
         return;
-    if (n > MV_MAX_N || ((uintptr_t)x & 15) != 0) { /* the matvec's x loads are 16-byte */
+    /* the matvec's x loads are 16-byte; beyond cu_mv_lim rows (long prompt chunks), cuBLAS */
+    if (n > cu_mv_lim(cb) || ((uintptr_t)x & 15) != 0) {
         gemm(cb, y, x, n, w);
         return;
     }

@@ -10,7 +10,10 @@
  * (8, 16 or 32: sg_warps) owns one 16-row tile of W and one tile of up to SG_NT rows
  * of x; warp w takes the chunks w, w + W, ... and the partial sums are added in warp order. A
  * y element's arithmetic therefore depends only on K (never on n or on the other rows): steps
- * of 1..SG_MAX_N rows are batch invariant bit for bit. Weight tiles are walked with the x
+ * of 1..SG_MAX_N rows are batch invariant bit for bit, and so are longer steps, which take
+ * this kernel up to cu_be.inv_rows rows (CINFER_CUDA_INVARIANT_ROWS: a speculative verify
+ * step or a short prompt chunk gets a decode step's bits; each 16-row x tile re-reads its
+ * weight tile, mostly from L2). Weight tiles are walked with the x
  * tiles fastest, so the blocks that read the same weights run together (L2 hits).
  *
  * Chained norm (be_mm.chain): a residual ADD writes the sum of squares of each 16-row tile
@@ -417,7 +420,7 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
 /* 1 when the skinny kernel takes this projection. */
 static int sg_ok(const struct cu_be *cb, const struct be_mm *m)
 {
-    if (m->n <= 0 || m->n > cb->sg_max_n || m->n_w < 1 || m->n_w > 3 || ((uintptr_t)m->x & 15))
+    if (m->n <= 0 || m->n > cu_sg_lim(cb) || m->n_w < 1 || m->n_w > 3 || ((uintptr_t)m->x & 15))
         return 0;
     int dt = m->w[0]->dtype;
     if (dt != DT_BF16 && dt != DT_F16)
@@ -579,7 +582,8 @@ int cu_matmul_skinny(struct cu_be *cb, float *y, const float *x, int n, const st
 
 int cu_mm_chain_ok(const struct cu_be *cb, const struct be_mm *m)
 {
-    if (!cb->fuse_norm || !cb->ss_buf || cb->precise || cb->sg_precise || !sg_ok(cb, m))
+    if (!cb->fuse_norm || !cb->ss_buf || cb->precise || cb->sg_precise || !sg_ok(cb, m) ||
+        m->n > cb->ss_rows)
         return 0;
     if (m->mode == BE_MM_ADD)
         return !m->norm && m->next_norm && ((uintptr_t)m->next_norm & 15) == 0 &&
@@ -630,8 +634,10 @@ void cu_matmul_fused(struct be *b, const struct be_mm *m)
         cu_rope_kv_store(b, &r);
         return;
     }
-    /* 16-bit weights on cuBLAS: x converted once; the residual add as beta = 1 */
-    if (m->mode == BE_MM_PLAIN || m->mode == BE_MM_ADD) {
+    /* 16-bit weights on cuBLAS: x converted once; the residual add as beta = 1. Not for
+     * steps the matvec takes (cu_mv_lim: their rows must not depend on the row count) */
+    const int big = m->n > cu_mv_lim(cb);
+    if (big && (m->mode == BE_MM_PLAIN || m->mode == BE_MM_ADD)) {
         const float beta[3] = {m->mode == BE_MM_ADD ? 1.0f : 0.0f, 0.0f, 0.0f};
         if (cu_gemm16_shared_x(cb, m->x, m->n, m->n_w, m->w, m->y, beta))
             return;
@@ -649,7 +655,7 @@ void cu_matmul_fused(struct be *b, const struct be_mm *m)
     if (m->mode == BE_MM_GLU) {
         const float beta[2] = {0.0f, 0.0f};
         float *const ys[2] = {m->y[0], t};
-        if (!cu_gemm16_shared_x(cb, m->x, m->n, 2, m->w, ys, beta)) {
+        if (!big || !cu_gemm16_shared_x(cb, m->x, m->n, 2, m->w, ys, beta)) {
             cu_matmul(b, m->y[0], m->x, m->n, m->w[0]);
             cu_matmul(b, t, m->x, m->n, m->w[1]);
         }

@@ -8,6 +8,10 @@
  */
 #include "backend/cuda/cuda_int.cuh"
 
+extern "C" {
+#include "backend/kvq.h"
+}
+
 enum { EW_THREADS = 256 };
 
 static inline unsigned ew_blocks(int64_t n)
@@ -220,6 +224,10 @@ void cu_kv_store(struct be *b, void *k_cache, void *v_cache, int kv_dtype, const
                  const float *v, const int32_t *slots, int n_tok, int kv_dim)
 {
     struct cu_be *cb = cu_be(b);
+    if (kvq_is(kv_dtype)) { /* quantized rows: cuda_kvq.cu */
+        cu_kvq_store(cb, k_cache, v_cache, kv_dtype, k, v, slots, n_tok, kv_dim);
+        return;
+    }
     int64_t total = (int64_t)n_tok * kv_dim;
     if (total <= 0)
         return;
@@ -280,6 +288,15 @@ void cu_rope_kv_store(struct be *b, const struct be_rope_kv *r)
     struct cu_be *cb = cu_be(b);
     if (r->n_tok <= 0)
         return;
+    if (kvq_is(r->kv_dtype)) { /* quantized rows: rope, then cuda_kvq.cu's store */
+        cu_rope(b, r->q, r->pos, r->n_tok, r->n_head, r->head_dim, r->rot_dim, r->mode,
+                r->inv_freq, r->mscale);
+        cu_rope(b, r->k, r->pos, r->n_tok, r->n_kv_head, r->head_dim, r->rot_dim, r->mode,
+                r->inv_freq, r->mscale);
+        cu_kvq_store(cb, r->k_cache, r->v_cache, r->kv_dtype, r->k, r->v, r->slots, r->n_tok,
+                     r->n_kv_head * r->head_dim);
+        return;
+    }
     int th = r->head_dim < 32 ? 32 : r->head_dim > 256 ? 256 : (r->head_dim + 31) / 32 * 32;
     cu_launch(cb, k_rope_kv, dim3((unsigned)r->n_tok, (unsigned)(r->n_head + r->n_kv_head)),
               dim3(th), 0, *r);

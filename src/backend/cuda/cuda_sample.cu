@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "backend/be_sample.h"
+#include "backend/cuda/cuda_gmask.cuh"
 #include "backend/cuda/cuda_int.cuh"
 
 enum { AM_THREADS = 1024 };
@@ -767,6 +768,8 @@ __global__ void __launch_bounds__(SP_THREADS)
         }
         __syncthreads();
     }
+    if (cu_gmask_apply(lg, n, blob, p.mask_off, tid, SP_THREADS)) /* the grammar's bitset */
+        __syncthreads();
     /* 2. max and argmax */
     float bv = -INFINITY;
     int bi = 0x7fffffff;

@@ -212,6 +212,94 @@ int gb_push_ranges(struct gb *b, struct gseq *s, const uint32_t *lo, const uint3
 
 #define GRAM_MAX_REPEAT 50000
 
+/* Nullability of rule r from the rules defined so far: 1 yes, 0 no or not known (an
+ * undefined rule, or a cycle: the rule on the DFS path counts as not nullable, so the answer
+ * never says yes wrongly). memo (n_rules): 0 unknown, 1 on the path, 2 no, 3 yes. */
+static int rule_nullable(const struct gb *b, int r, uint8_t *memo, int depth)
+{
+    if (memo[r] >= 2)
+        return memo[r] == 3;
+    if (memo[r] == 1 || !b->rules[r].defined || depth > 200)
+        return 0;
+    memo[r] = 1;
+    int yes = 0;
+    for (int a = 0; a < b->rules[r].n_alts && !yes; a++) {
+        const struct gseq *q = &b->seqs[b->rules[r].alts[a]];
+        int ok = 1;
+        for (int i = 0; i < q->n && ok; i++)
+            ok = q->v[i].kind == GS_RULE && rule_nullable(b, (int)q->v[i].arg, memo, depth + 1);
+        yes = ok;
+    }
+    memo[r] = yes ? 3 : 2;
+    return yes;
+}
+
+/* The pieces of a nullable symbol that consume text, as alternatives of rule dst: under a
+ * star, (X)* = (X minus the empty string)*, and an alternative made only of nullable
+ * symbols s1 .. sk may be replaced by s1 | .. | sk there (each piece alone is the
+ * alternative with the others empty; a run of pieces is a run of alternatives). seen
+ * (n_rules) stops at rules already taken apart. */
+static int add_pieces(struct gb *b, int dst, struct gsym x, uint8_t *memo, uint8_t *seen)
+{
+    if (x.kind != GS_RULE || !rule_nullable(b, (int)x.arg, memo, 0)) {
+        struct gseq a = {0};
+        return gb_push(&a, (int)x.kind, (int)x.arg) || gb_add_alt(b, dst, &a);
+    }
+    if (seen[x.arg])
+        return 0;
+    seen[x.arg] = 1;
+    for (int i = 0; i < b->rules[x.arg].n_alts; i++) {
+        int ai = b->rules[x.arg].alts[i], all = 1;
+        for (int j = 0; j < b->seqs[ai].n && all; j++)
+            all = b->seqs[ai].v[j].kind == GS_RULE &&
+                  rule_nullable(b, (int)b->seqs[ai].v[j].arg, memo, 0);
+        if (!all) { /* consumes text whatever it matches: kept as it is */
+            struct gseq a = {0};
+            for (int j = 0; j < b->seqs[ai].n; j++)
+                if (gb_push(&a, (int)b->seqs[ai].v[j].kind, (int)b->seqs[ai].v[j].arg)) {
+                    free(a.v);
+                    return CERR_NOMEM;
+                }
+            if (gb_add_alt(b, dst, &a))
+                return CERR_NOMEM;
+            continue;
+        }
+        for (int j = 0; j < b->seqs[ai].n; j++) {
+            struct gsym y = b->seqs[ai].v[j]; /* (seqs may move as rules grow) */
+            if (add_pieces(b, dst, y, memo, seen))
+                return CERR_NOMEM;
+        }
+    }
+    return 0;
+}
+
+/* x* where x can match nothing: x becomes its text-consuming pieces (add_pieces), so the
+ * repetition's rule is not left-recursive. *x unchanged (0) when x is not known to be
+ * nullable; 1 when it was replaced (x->arg = the pieces' rule, or -1 when x matches only
+ * the empty string); negative on failure. */
+static int denull_star(struct gb *b, struct gsym *x)
+{
+    if (x->kind != GS_RULE)
+        return 0;
+    int n = b->n_rules;
+    uint8_t *memo = calloc((size_t)n + 1, 1), *seen = calloc((size_t)n + 1, 1);
+    if (!memo || !seen) {
+        free(memo), free(seen);
+        return CERR_NOMEM;
+    }
+    int rc = 0;
+    if (rule_nullable(b, (int)x->arg, memo, 0)) {
+        int w = gb_rule(b, NULL, 0);
+        rc = w < 0 ? CERR_NOMEM : add_pieces(b, w, *x, memo, seen);
+        if (!rc) {
+            x->arg = b->rules[w].n_alts ? (uint32_t)w : (uint32_t)0x3fffffff;
+            rc = 1;
+        }
+    }
+    free(memo), free(seen);
+    return rc;
+}
+
 int gb_push_repeat(struct gb *b, struct gseq *dst, struct gseq *item, int mn, int mx,
                    struct cerr *e)
 {
@@ -232,6 +320,15 @@ int gb_push_repeat(struct gb *b, struct gseq *dst, struct gseq *item, int mn, in
             return cerr_set(e, CERR_NOMEM, "out of memory");
         x.kind = GS_RULE;
         x.arg = (uint32_t)w;
+    }
+    if (mx < 0) { /* X{mn,} of a nullable X = X* = (X's pieces)* */
+        int dn = denull_star(b, &x);
+        if (dn < 0)
+            return cerr_set(e, CERR_NOMEM, "out of memory");
+        if (dn && x.arg == 0x3fffffff)
+            return 0; /* only the empty string */
+        if (dn)
+            mn = 0;
     }
     for (int i = 0; i < mn; i++)
         if (gb_push(dst, (int)x.kind, (int)x.arg))

@@ -110,6 +110,12 @@ int gram_regex_len_ebnf(const char *re, long lo, long hi, struct sbuf *rules, st
 struct sbuf;
 #define GRAM_BIG 100000000000000000LL /* 1e17: integer bounds beyond are treated as absent */
 void gram_int_range(struct sbuf *b, int has_lo, long long lo, int has_hi, long long hi);
+/* Appends to b the EBNF of the plain decimal numbers (no exponent) from lo to hi (has_*: the
+ * bound is given; *_excl: exclusive), bounds of any fraction, exact on the decimal text
+ * (gram_decrange.c). CERR_UNSUPPORTED: a bound beyond 1e17 or with more than 24 fraction
+ * digits; CERR_INVALID: nothing fits. */
+int gram_dec_range(struct sbuf *b, int has_lo, double lo, int lo_excl, int has_hi, double hi,
+                   int hi_excl);
 /* Appends an EBNF string literal of the bytes s[0..n) (escaped as \xHH where needed). */
 void gram_lit(struct sbuf *b, const char *s, size_t n);
 

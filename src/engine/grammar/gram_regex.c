@@ -554,9 +554,307 @@ static int parse_alt_re(struct rp *p)
     }
 }
 
+/* ---- `$` inside the pattern ----------------------------------------------------------
+ * A `$` that is not at the end of the pattern (or of a top-level alternative) asserts the end
+ * of the input where it stands. Each piece R of the pattern is then written twice: N(R),
+ * R where nothing may end the input (a `$` matches nothing), and E(R), R followed by the end
+ * (a `$` matches the empty string); the pattern is E of the whole. E(R1 R2) = N(R1) E(R2),
+ * or E(R1) when E(R2) takes the empty string; E(R*) = N(R)* E(R)?; E(R{m,n}) =
+ * N(R){m-1,n-1} E(R) (m = 0: optional). Without such a `$`, E = N and the plain writer runs. */
+struct piece {
+    struct sbuf n, e;
+    int n_none, e_none; /* the language is empty */
+    int e_null;         /* E takes the empty string */
+};
+
+static void pc_free(struct piece *x)
+{
+    sbuf_free(&x->n);
+    sbuf_free(&x->e);
+}
+
+static const char *pc_txt(const struct sbuf *b) { return b->p ? b->p : "\"\""; }
+
+static int pparse_alt(struct rp *p, struct piece *out);
+
+/* 1 when the pattern has a `$` other than at its end or before a top-level '|' */
+static int has_inner_end(const char *s, size_t n)
+{
+    int depth = 0, in_cls = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '\\') {
+            i++;
+            continue;
+        }
+        if (in_cls) {
+            in_cls = c != ']';
+            continue;
+        }
+        if (c == '[')
+            in_cls = 1;
+        else if (c == '(')
+            depth++;
+        else if (c == ')')
+            depth--;
+        else if (c == '$' && !(i + 1 == n || (depth == 0 && s[i + 1] == '|')))
+            return 1;
+    }
+    return 0;
+}
+
+/* one atom as a piece: a group recursively, `$`, or a leaf written by parse_atom */
+static int pparse_atom(struct rp *p, struct piece *x)
+{
+    memset(x, 0, sizeof *x);
+    int c = rpeek(p);
+    if (c == '$') {
+        p->i++;
+        x->n_none = 1, x->e_null = 1;
+        sbuf_puts(&x->e, "\"\"");
+        return 0;
+    }
+    if (c != '(') {
+        struct sbuf *save = p->o;
+        p->o = &x->n;
+        int rc = parse_atom(p);
+        p->o = save;
+        if (!rc && x->n.p)
+            sbuf_puts(&x->e, x->n.p);
+        return rc;
+    }
+    p->i++;
+    if (rpeek(p) == '?') {
+        p->i++;
+        int d = rpeek(p);
+        if (d == ':') {
+            p->i++;
+        } else if ((d == 'P' && p->i + 1 < p->n && p->s[p->i + 1] == '<') ||
+                   (d == '<' && p->i + 1 < p->n && p->s[p->i + 1] != '=' && p->s[p->i + 1] != '!')) {
+            while (rpeek(p) >= 0 && rpeek(p) != '>')
+                p->i++;
+            if (rpeek(p) != '>')
+                return rfail(p, CERR_FORMAT, "unterminated group name");
+            p->i++;
+        } else {
+            return rfail(p, CERR_UNSUPPORTED, "lookaround and inline flags are not supported");
+        }
+    }
+    if (++p->depth > 100)
+        return rfail(p, CERR_LIMIT, "groups nested too deeply");
+    struct piece g;
+    int rc = pparse_alt(p, &g);
+    p->depth--;
+    if (!rc && rpeek(p) != ')')
+        rc = rfail(p, CERR_FORMAT, "expected ')'");
+    if (!rc) {
+        p->i++;
+        x->n_none = g.n_none, x->e_none = g.e_none, x->e_null = g.e_null;
+        sbuf_printf(&x->n, "(%s)", pc_txt(&g.n));
+        sbuf_printf(&x->e, "(%s)", pc_txt(&g.e));
+    }
+    pc_free(&g);
+    return rc;
+}
+
+/* a{mn,mx} (mx < 0: unbounded) as a piece */
+static void pc_repeat(struct piece *a, long mn, long mx, struct piece *q)
+{
+    memset(q, 0, sizeof *q);
+    const char *n = pc_txt(&a->n), *e = pc_txt(&a->e);
+    char r0[48], r1[48];
+    if (mx < 0)
+        snprintf(r0, sizeof r0, "{%ld,}", mn), snprintf(r1, sizeof r1, "{%ld,}", mn ? mn - 1 : 0);
+    else
+        snprintf(r0, sizeof r0, "{%ld,%ld}", mn, mx), snprintf(r1, sizeof r1, "{%ld,%ld}", mn ? mn - 1 : 0, mx - 1);
+    /* N */
+    if (a->n_none) {
+        if (mn > 0)
+            q->n_none = 1;
+        else
+            sbuf_puts(&q->n, "\"\"");
+    } else {
+        sbuf_printf(&q->n, "(%s)%s", n, r0);
+    }
+    /* E: the last repetition at the end, the others not */
+    q->e_null = mn == 0 || a->e_null;
+    if (mx == 0) {
+        sbuf_puts(&q->e, "\"\"");
+        return;
+    }
+    int lead_ok = !a->n_none || mn <= 1; /* the N copies before the last */
+    if (a->e_none || !lead_ok) {
+        if (mn == 0)
+            sbuf_puts(&q->e, "\"\"");
+        else
+            q->e_none = 1;
+        return;
+    }
+    if (a->n_none)
+        sbuf_printf(&q->e, "(%s)%s", e, mn == 0 ? "?" : "");
+    else
+        sbuf_printf(&q->e, "((%s)%s (%s))%s", n, r1, e, mn == 0 ? "?" : "");
+}
+
+static int pparse_concat(struct rp *p, struct piece *out)
+{
+    struct piece *v = NULL;
+    int k = 0, cap = 0, rc = 0;
+    memset(out, 0, sizeof *out);
+    while (!rc) {
+        int c = rpeek(p);
+        if (c < 0 || c == '|' || c == ')')
+            break;
+        if (c == '^' && (p->i == 0 || (p->depth == 0 && !k && p->s[p->i - 1] == '|'))) {
+            p->i++;
+            continue;
+        }
+        if (c == '^') {
+            rc = rfail(p, CERR_UNSUPPORTED, "anchors inside a pattern are not supported");
+            break;
+        }
+        if (c == '*' || c == '+' || c == '?' || c == '{') {
+            rc = rfail(p, CERR_FORMAT, "a quantifier with nothing to repeat");
+            break;
+        }
+        if (k == cap) {
+            cap = cap ? cap * 2 : 8;
+            void *q = realloc(v, (size_t)cap * sizeof *v);
+            if (!q) {
+                rc = cerr_set(p->e, CERR_NOMEM, "out of memory");
+                break;
+            }
+            v = q;
+        }
+        struct piece a;
+        if ((rc = pparse_atom(p, &a))) {
+            pc_free(&a);
+            break;
+        }
+        long mn = 1, mx = 1;
+        c = rpeek(p);
+        if (c == '*' || c == '+' || c == '?') {
+            p->i++;
+            mn = c == '+', mx = c == '?' ? 1 : -1;
+        } else if (c == '{') {
+            size_t save = p->i;
+            p->i++;
+            int nd = 0;
+            mn = 0;
+            while (rpeek(p) >= '0' && rpeek(p) <= '9' && mn < 100000)
+                mn = mn * 10 + (rpeek(p) - '0'), p->i++, nd++;
+            mx = mn;
+            if (rpeek(p) == ',') {
+                p->i++;
+                mx = -1;
+                if (rpeek(p) >= '0' && rpeek(p) <= '9')
+                    for (mx = 0; rpeek(p) >= '0' && rpeek(p) <= '9' && mx < 100000; p->i++)
+                        mx = mx * 10 + (rpeek(p) - '0');
+            }
+            if (!nd || rpeek(p) != '}' || (mx >= 0 && mx < mn)) {
+                p->i = save;
+                pc_free(&a);
+                rc = rfail(p, CERR_FORMAT, "bad {m,n} quantifier");
+                break;
+            }
+            p->i++;
+        }
+        if (mn != 1 || mx != 1) {
+            if (rpeek(p) == '?' || rpeek(p) == '+')
+                p->i++; /* lazy / possessive: the same language */
+            c = rpeek(p);
+            if (c == '*' || c == '+' || c == '?' || c == '{') {
+                pc_free(&a);
+                rc = rfail(p, CERR_UNSUPPORTED, "a quantifier after a quantifier");
+                break;
+            }
+            struct piece q;
+            pc_repeat(&a, mn, mx, &q);
+            pc_free(&a);
+            a = q;
+        }
+        v[k++] = a;
+    }
+    if (!rc) {
+        /* N: every piece's N in turn; E: the alternatives N(v0..vj-1) E(vj) while the
+         * pieces after j take the empty string at the end */
+        out->e_null = 1;
+        for (int j = 0; j < k; j++) {
+            out->n_none |= v[j].n_none;
+            out->e_null &= v[j].e_null;
+            sbuf_printf(&out->n, "%s(%s)", j ? " " : "", pc_txt(&v[j].n));
+        }
+        if (!k)
+            sbuf_puts(&out->n, "\"\"");
+        int alts = 0;
+        for (int j = k - 1; j >= 0; j--) {
+            int ok = !v[j].e_none;
+            for (int i = 0; i < j && ok; i++)
+                ok = !v[i].n_none;
+            if (ok) {
+                sbuf_puts(&out->e, alts++ ? " | " : "(");
+                for (int i = 0; i < j; i++)
+                    sbuf_printf(&out->e, "(%s) ", pc_txt(&v[i].n));
+                sbuf_printf(&out->e, "(%s)", pc_txt(&v[j].e));
+            }
+            if (!v[j].e_null)
+                break;
+        }
+        if (!k)
+            sbuf_puts(&out->e, "\"\"");
+        else if (alts)
+            sbuf_puts(&out->e, ")");
+        else
+            out->e_none = 1;
+    }
+    for (int j = 0; j < k; j++)
+        pc_free(&v[j]);
+    free(v);
+    return rc;
+}
+
+static int pparse_alt(struct rp *p, struct piece *out)
+{
+    memset(out, 0, sizeof *out);
+    out->n_none = out->e_none = 1;
+    while (1) {
+        struct piece a;
+        int rc = pparse_concat(p, &a);
+        if (!rc) {
+            if (!a.n_none)
+                sbuf_printf(&out->n, "%s%s", out->n_none ? "" : " | ", pc_txt(&a.n)), out->n_none = 0;
+            if (!a.e_none)
+                sbuf_printf(&out->e, "%s%s", out->e_none ? "" : " | ", pc_txt(&a.e)), out->e_none = 0;
+            out->e_null |= a.e_null;
+        }
+        pc_free(&a);
+        if (rc) {
+            pc_free(out);
+            return rc;
+        }
+        if (rpeek(p) != '|')
+            return 0;
+        p->i++;
+    }
+}
+
 int gram_regex_to_ebnf(const char *re, size_t len, int json, struct sbuf *out, struct cerr *e)
 {
     struct rp p = {.s = re, .n = len, .json = json, .o = out, .e = e};
+    if (has_inner_end(re, len)) {
+        struct piece w;
+        int rc = pparse_alt(&p, &w);
+        if (rc)
+            return rc; /* w freed */
+        if (p.i < p.n)
+            rc = rfail(&p, CERR_FORMAT, "unmatched ')'");
+        else if (w.e_none)
+            rc = rfail(&p, CERR_INVALID, "the pattern matches nothing ('$' before more text)");
+        else
+            sbuf_printf(out, "(%s)", pc_txt(&w.e));
+        pc_free(&w);
+        return rc;
+    }
     sbuf_puts(out, "(");
     int rc = parse_alt_re(&p);
     if (!rc && p.i < p.n)

@@ -134,6 +134,8 @@ int gram_row_new(struct gram_row **out, struct gram_matcher *m, int n_vocab, con
         r->after = after;
     }
     *out = r;
+    if (r->on) /* the first mask (the slowest: a fresh state) while the prompt runs */
+        submit(r);
     return 0;
 oom:
     if (r)
@@ -246,4 +248,14 @@ int gram_row_forced(struct gram_row *r, int32_t *id)
             return 1;
         }
     return 0;
+}
+
+const uint32_t *gram_row_bits(struct gram_row *r)
+{
+    if (!gram_row_on(r))
+        return NULL;
+    int count = settle(r, 0) ? r->count : gram_matcher_mask(r->m, r->mask);
+    r->count = count;
+    r->job = 3; /* ready: gram_row_mask takes it, gram_row_accept drops it */
+    return count > 0 ? r->mask : NULL;
 }

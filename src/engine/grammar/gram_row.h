@@ -2,7 +2,8 @@
  * lazy grammar waits for (a tool call's opening, a reasoning block's end). The sampler
  * holds one and calls the hooks below, all on the thread that samples the row; after an
  * accepted token the next mask is computed on a shared worker thread, overlapping the
- * model's forward (CINFER_GRAMMAR_ASYNC=0: in gram_row_mask instead). */
+ * model's forward (CINFER_GRAMMAR_ASYNC=0: in gram_row_mask instead); the first mask is
+ * queued when the row is made, so it is computed while the prompt is fed. */
 #ifndef CINFER_ENGINE_GRAMMAR_GRAM_ROW_H
 #define CINFER_ENGINE_GRAMMAR_GRAM_ROW_H
 
@@ -29,5 +30,10 @@ void gram_row_accept(struct gram_row *r, int32_t id);
  * allows exactly one id; the mask stays ready for gram_row_mask. 0 when off or not forced. */
 int gram_row_forced(struct gram_row *r, int32_t *id);
 struct gram_matcher *gram_row_matcher(const struct gram_row *r);
+/* The bitset gram_row_mask applies ((n_vocab + 31) / 32 words; bit i % 32 of word i / 32
+ * set = id i allowed), for a device to apply: valid until the next gram_row_accept (the
+ * mask stays ready for gram_row_mask). NULL when no mask applies (not masking, or nothing
+ * allowed: gram_row_mask then leaves the row as it is). Waits for the worker's job. */
+const uint32_t *gram_row_bits(struct gram_row *r);
 
 #endif

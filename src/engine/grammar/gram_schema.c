@@ -173,12 +173,46 @@ static int rule_for(struct sc *c, const json_t *s, const char *path);
 
 /* merges src's keys into dst (properties merged, required unioned; else src wins when dst
  * lacks the key; a conflicting value is an error) */
+/* One side closed (additionalProperties false), the other open (true or a schema): the
+ * merge takes only the closed side's members (JSON Schema: both must hold). *names: a copy of those (NULL when
+ * no side or both are closed); refused when the open side's other members follow a schema
+ * or patterns the closed names would have to meet too. */
+static int closed_names(struct sc *c, const json_t *dst, const json_t *src, json_t **names,
+                        const char *path)
+{
+    json_t *da = json_object_get(dst, "additionalProperties"), *sa = json_object_get(src, "additionalProperties");
+    *names = NULL;
+    /* only where both sides say it and differ; a side that says nothing joins the closed
+     * one's members (the compiler's policy: the siblings and branches make one object) */
+    if (!da || !sa || json_is_false(da) == json_is_false(sa))
+        return 0;
+    const json_t *cl = json_is_false(da) ? dst : src, *op = json_is_false(da) ? src : dst;
+    const json_t *oa = json_is_false(da) ? sa : da, *op_props = json_object_get(op, "properties");
+    json_t *cp = json_object_get(cl, "properties");
+    if (json_object_get(op, "patternProperties"))
+        return gsc_unsupported(c, "allOf", path);
+    const char *k;
+    json_t *v;
+    if (oa && !json_is_true(oa))
+        json_object_foreach(cp, k, v) if (!json_object_get(op_props, k)) return gsc_unsupported(c, "allOf", path);
+    *names = json_is_object(cp) ? json_copy(cp) : json_object();
+    if (!*names)
+        return cerr_set(c->e, CERR_NOMEM, "out of memory");
+    json_array_append_new(c->keep, *names);
+    return 0;
+}
+
 static int merge_into(struct sc *c, json_t *dst, const json_t *src, const char *path)
 {
     const char *k;
-    json_t *v;
+    json_t *v, *names;
+    int rc0 = closed_names(c, dst, src, &names, path);
+    if (rc0)
+        return rc0;
     json_object_foreach((json_t *)src, k, v) {
         json_t *d = json_object_get(dst, k);
+        if (names && !strcmp(k, "additionalProperties"))
+            continue; /* closed: set below */
         if (!d) {
             json_object_set(dst, k, v);
         } else if (!strcmp(k, "properties") && json_is_object(d) && json_is_object(v)) {
@@ -211,6 +245,20 @@ static int merge_into(struct sc *c, json_t *dst, const json_t *src, const char *
             }
             return gsc_unsupported(c, "allOf", path);
         }
+    }
+    if (names) { /* only the closed side's members, as its own (JSON Schema's allOf) */
+        json_t *p = json_object_get(dst, "properties");
+        json_t *q = json_is_object(p) ? json_copy(p) : json_object();
+        if (!q)
+            return cerr_set(c->e, CERR_NOMEM, "out of memory");
+        json_object_foreach(p, k, v) if (!json_object_get(names, k)) json_object_del(q, k);
+        json_object_set_new(dst, "properties", q);
+        json_object_set_new(dst, "additionalProperties", json_false());
+        size_t i;
+        json_t *x;
+        json_array_foreach(json_object_get(dst, "required"), i, x) if (!json_is_string(x) ||
+                                                                      !json_object_get(q, json_string_value(x)))
+            return gsc_bad_schema(c, path, "a required property that a closed object refuses");
     }
     return 0;
 }
@@ -381,6 +429,19 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
             if (id < 0)
                 return id;
             snprintf(keyr, sizeof keyr, "r%d", id);
+        }
+    }
+    if (!deps_hold(s, "dependencies") || !deps_hold(s, "dependentRequired")) {
+        json_t *sp = NULL; /* a union of objects with and without the dependent members */
+        int rc = gsc_split_object(c, s, path, &sp);
+        if (rc)
+            return rc;
+        int id = sp ? rule_for(c, sp, path) : 0;
+        if (id < 0)
+            return id;
+        if (sp) {
+            sbuf_printf(b, "r%d", id);
+            return 0;
         }
     }
     if (!deps_hold(s, "dependencies") || !deps_hold(s, "dependentRequired") ||
@@ -667,7 +728,15 @@ static int gen_body(struct sc *c, const json_t *s, struct sbuf *b, const char *p
             c->excl = save;
             return rc;
         }
-        return gsc_unsupported(c, "not", path);
+        json_t *sp = NULL; /* not over required names: a union of objects */
+        int rc = gsc_split_object(c, s, path, &sp);
+        if (rc || !sp)
+            return rc ? rc : gsc_unsupported(c, "not", path);
+        int id = rule_for(c, sp, path);
+        if (id < 0)
+            return id;
+        sbuf_printf(b, "r%d", id);
+        return 0;
     }
     static const char *const never[] = {"if", "then", "else", "unevaluatedItems",
                                         "$dynamicRef", "$recursiveRef", "minContains", "maxContains", NULL};

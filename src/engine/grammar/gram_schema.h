@@ -5,9 +5,10 @@
  * additionalProperties, patternProperties), arrays (items, prefixItems, tuple items,
  * additionalItems, minItems/maxItems), strings (enum, const, pattern, minLength/maxLength,
  * format date, time, date-time, uuid, email, uri, ipv4, hostname), integers with bounds,
- * numbers with integral bounds, booleans, null, type unions, anyOf/oneOf/allOf, local
- * $ref/$defs/definitions with recursion. A validation keyword it cannot enforce (not,
- * multipleOf, uniqueItems, ...) is an error naming the keyword and where it is — never a
+ * numbers with bounds, multipleOf and not in the forms docs/grammar.md lists, property
+ * dependencies, booleans, null, type unions, anyOf/oneOf/allOf, local
+ * $ref/$defs/definitions with recursion. A validation keyword it cannot enforce (if,
+ * uniqueItems, other forms of not, ...) is an error naming the keyword and where it is — never a
  * silent acceptance. Unknown keywords are annotations, and so is an unlisted format.
  * Pure; any thread.
  */

@@ -39,4 +39,10 @@ int gsc_gen_string(struct sc *c, const json_t *s, struct sbuf *b, const char *pa
 int gsc_gen_integer(struct sc *c, const json_t *s, struct sbuf *b, const char *path);
 int gsc_gen_number(struct sc *c, const json_t *s, struct sbuf *b, const char *path);
 
+/* Member-presence constraints as a union of plain objects (gram_schema_split.c): `not` over
+ * required names and property dependencies that do not hold anyway, on a closed object.
+ * 0 with *out the anyOf schema to compile in s's place (kept in c->keep), 0 with *out NULL
+ * when s has no such form (the caller refuses the keyword), or an error. */
+int gsc_split_object(struct sc *c, const json_t *s, const char *path, json_t **out);
+
 #endif

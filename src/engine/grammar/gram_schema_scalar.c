@@ -197,13 +197,23 @@ int gsc_gen_number(struct sc *c, const json_t *s, struct sbuf *b, const char *pa
             sbuf_puts(b, "jnum");
         return 0;
     }
+    /* bounds with fractions, or exclusive ones: decimals compared digit by digit */
+    if ((hl && lo != floor(lo)) || (hh && hi != floor(hi)) || (hl && le && lo != 0) || (hh && he)) {
+        if (mul < 0)
+            return gsc_unsupported(c, "multipleOf", path);
+        rc = gram_dec_range(b, hl, lo, le, hh, hi, he);
+        if (rc == CERR_INVALID)
+            return gsc_bad_schema(c, path, "no number lies between the bounds");
+        if (rc)
+            return gsc_unsupported(c, hl && lo != floor(lo) ? (le ? "exclusiveMinimum" : "minimum")
+                                      : hh && hi != floor(hi) ? (he ? "exclusiveMaximum" : "maximum")
+                                      : hl && le ? "exclusiveMinimum" : "exclusiveMaximum", path);
+        return 0;
+    }
     /* integral inclusive bounds: an integer part in [lo, hi - 1] with any fraction, or the
      * bound itself with a zero fraction; an exclusive 0 lower bound is handled too */
-    if ((hl && (lo != floor(lo) || fabs(lo) >= (double)GRAM_BIG)) ||
-        (hh && (hi != floor(hi) || fabs(hi) >= (double)GRAM_BIG)))
-        return gsc_unsupported(c, hl && lo != floor(lo) ? "minimum" : "maximum", path);
-    if ((hl && le && lo != 0) || (hh && he))
-        return gsc_unsupported(c, hl && le ? "exclusiveMinimum" : "exclusiveMaximum", path);
+    if ((hl && fabs(lo) >= (double)GRAM_BIG) || (hh && fabs(hi) >= (double)GRAM_BIG))
+        return gsc_unsupported(c, hl && fabs(lo) >= (double)GRAM_BIG ? "minimum" : "maximum", path);
     long long L = (long long)lo, H = (long long)hi;
     if (hl && hh && L > H)
         return gsc_bad_schema(c, path, "minimum is above maximum");

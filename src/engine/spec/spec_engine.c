@@ -73,6 +73,17 @@ void eng_spec_plan(struct engine *g, int n_rows)
     int budget = g->c.max_step_tokens - used;
     if (budget > g->max_out - outs)
         budget = g->max_out - outs;
+    /* the one-token rows and the drafts run as the step's lead group (model_batch.n_lead):
+     * within the backend's exact rows their bits are a decode step's (CUDA: a greedy output
+     * does not change with speculation) */
+    const int exact = model_exact_rows(g->ws);
+    if (exact > 0) {
+        int n1 = 0;
+        for (int i = 0; i < n_rows; i++)
+            n1 += g->rows[i].n == 1;
+        if (budget > exact - n1)
+            budget = exact - n1;
+    }
     if (budget <= 0)
         return;
     struct offer *of = malloc((size_t)n_rows * sizeof *of);

@@ -65,36 +65,17 @@ static void *drain_main(void *arg)
 {
     struct drain_job *j = arg;
     struct iso *s = j->s;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0) {
-        struct timeval tv = {.tv_sec = DRAIN_REPLY_TIMEOUT_S};
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", j->sock);
-        static const char q[] = "POST /admin/drain HTTP/1.0\r\nHost: engine\r\n"
-                                "Content-Length: 0\r\n\r\n";
-        char buf[4096];
-        size_t got = 0;
-        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-            send(fd, q, sizeof q - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof q - 1))
-            while (got < sizeof buf - 1) {
-                ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
-                if (k <= 0)
-                    break;
-                got += (size_t)k;
-            }
-        close(fd);
-        buf[got] = 0;
-        const char *body = strstr(buf, "\r\n\r\n");
-        if (got >= 12 && !strncmp(buf, "HTTP/1.", 7) && !strncmp(buf + 8, " 200", 4) && body) {
-            json_t *r = json_loads(body + 4, 0, NULL);
-            json_t *d = json_object_get(r, "demotions");
-            j->ok = json_is_true(json_object_get(r, "drained"));
-            j->demotions = json_is_integer(d) ? (long)json_integer_value(d) : 0;
-            json_decref(r);
-        }
+    char *body = NULL;
+    if (iso_sock_exchange(j->sock, "POST /admin/drain HTTP/1.0\r\nHost: engine\r\n"
+                                   "Content-Length: 0\r\n\r\n",
+                          DRAIN_REPLY_TIMEOUT_S * 1000, 4096, &body) == 200 && body) {
+        json_t *r = json_loads(body, 0, NULL);
+        json_t *d = json_object_get(r, "demotions");
+        j->ok = json_is_true(json_object_get(r, "drained"));
+        j->demotions = json_is_integer(d) ? (long)json_integer_value(d) : 0;
+        json_decref(r);
     }
+    free(body);
     if (http_post(s->http, drain_done, j))
         free(j); /* the loop is gone: the shutdown stops the child */
     __atomic_sub_fetch(&s->drain_threads, 1, __ATOMIC_SEQ_CST);
@@ -473,32 +454,10 @@ struct metrics_job {
 /* One engine's /metrics body over its socket (malloc'd), or NULL. Bounded: 5 s, 16 MiB. */
 static char *fetch_metrics(const char *sock)
 {
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return NULL;
-    struct timeval tv = {.tv_sec = 5};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
-    static const char q[] = "GET /metrics HTTP/1.0\r\nHost: engine\r\n\r\n";
-    struct sbuf b = {0};
-    char buf[65536];
-    int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-             send(fd, q, sizeof q - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof q - 1);
-    while (ok && b.len < (16u << 20)) {
-        ssize_t k = recv(fd, buf, sizeof buf, 0);
-        if (k <= 0)
-            break;
-        ok = !sbuf_append(&b, buf, (size_t)k);
-    }
-    close(fd);
-    const char *body = ok && b.p ? strstr(b.p, "\r\n\r\n") : NULL;
-    char *res = NULL;
-    if (body && b.len >= 12 && !strncmp(b.p + 8, " 200", 4))
-        res = strdup(body + 4);
-    sbuf_free(&b);
-    return res;
+    char *body = NULL;
+    iso_sock_exchange(sock, "GET /metrics HTTP/1.0\r\nHost: engine\r\n\r\n", 5000, 16u << 20,
+                      &body);
+    return body;
 }
 
 static void metrics_reply(void *ud)

@@ -103,6 +103,13 @@ int iso_resident(const struct iso *s);
 struct iso_engine *iso_default_engine(struct iso *s);
 struct iso_engine *iso_engine_by_id(struct iso *s, const char *id);
 
+/* iso_sock.c: one blocking HTTP/1.0 exchange with the engine on unix socket sock: sends
+ * request, reads the reply to its end (at most max bytes; each send/recv bounded by
+ * timeout_ms). Returns the reply's status (0: no reply or not HTTP); with body set and a 200,
+ * *body is the reply body (malloc'd, NUL-terminated; NULL when out of memory). */
+int iso_sock_exchange(const char *sock, const char *request, int timeout_ms, size_t max,
+                      char **body);
+
 /* isolate.c */
 double iso_now(void);
 /* The supervisor's Prometheus lines (appended to the engine's /metrics body), malloc'd. */

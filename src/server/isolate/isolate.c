@@ -148,28 +148,8 @@ static int spawn(struct iso *s, struct iso_engine *e)
  * the exchange is bounded by 200 ms timeouts all the same. */
 static int sock_accepts(const char *path)
 {
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return 0;
-    struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    static const char q[] = "GET /health HTTP/1.0\r\nHost: engine\r\n\r\n";
-    char buf[64];
-    size_t got = 0;
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-        send(fd, q, sizeof q - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof q - 1))
-        while (got < 12) {
-            ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
-            if (k <= 0)
-                break;
-            got += (size_t)k;
-        }
-    close(fd);
-    buf[got] = 0;
-    return got >= 12 && !strncmp(buf, "HTTP/1.", 7) && !strncmp(buf + 8, " 200", 4);
+    return iso_sock_exchange(path, "GET /health HTTP/1.0\r\nHost: engine\r\n\r\n", 200, 4096,
+                             NULL) == 200;
 }
 
 static void announce(struct iso *s, struct iso_engine *e);

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# bench/lora/emu/run.sh — runs the CUDA LoRA kernels (src/backend/cuda/cuda_lora_sg.cu) on
+# the CPU, for machines without a GPU: the kernel source is compiled as C++ with a shim
+# (shim.h: a block's threads are std::threads, __syncthreads a barrier, warp shuffles an
+# exchange through a shared array) and test.cpp checks three projections merged into one
+# call (cu_lk_first + cu_lk_merge), 3 groups (10 rows: two expand chunks; ranks crossing the
+# shrink's 16-rank tiles; f32/bf16/f16 terms; 1-4 stacked terms), K not a multiple of the
+# K chunk, against a double-precision reference (relative 1e-5), rows outside the groups
+# untouched, and one group alone == the same rows in the full call bit for bit. Slow (one
+# OS thread per CUDA thread): ~1 min. Not a GPU test: timing, PDL, graphs and the real
+# compiler's code are not covered. Usage: bash bench/lora/emu/run.sh [K [norm]]
+#   (norm: x un-normed, the shrink norms each row on the fly: the op lora_norm)
+#   CINFER_CUDA_LORA_PART_MAX=1 bash bench/lora/emu/run.sh 600   # the row-slice path
+set -e
+cd "$(dirname "$0")"
+ROOT=$(cd ../../.. && pwd)
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+python3 - "$ROOT" "$T" <<'PY'
+import sys
+root, t = sys.argv[1], sys.argv[2]
+src = root + '/src/backend/cuda/'
+h = open(src + 'cuda_lora.cuh').read().replace('#include "backend/cuda/cuda_int.cuh"', '')
+c = open(src + 'cuda_lora_sg.cu').read().replace('#include "backend/cuda/cuda_lora.cuh"', '')
+c = c.replace('extern __shared__ float s_t[];', 'float *s_t = emu_dyn;').replace('__shared__ ', 'static ')
+open(t + '/emu_gen.cpp', 'w').write('#include "shim.h"\n' + h + c)
+PY
+cp shim.h test.cpp "$T/"
+g++ -std=c++17 -O1 -I"$ROOT/src" -o "$T/test" "$T/test.cpp" -lpthread
+"$T/test" "$@"

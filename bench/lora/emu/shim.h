@@ -1,0 +1,88 @@
+// host emulation shim for cuda_lora_sg.cu (threads = std::thread, __syncthreads = barrier)
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <pthread.h>
+#include <thread>
+#include <vector>
+extern "C" {
+#include "backend/backend.h"
+}
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+static thread_local dim3 threadIdx, blockIdx;
+static dim3 blockDim, gridDim;
+static pthread_barrier_t emu_bar;
+static float *emu_dyn;
+static float emu_xch[1024];
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+#define __grid_constant__
+static inline void __syncthreads() { pthread_barrier_wait(&emu_bar); }
+static inline void cu_pdl_wait() {}
+static inline void cu_pdl_trigger() {}
+static inline float cu_warp_sum(float v)
+{
+    int t = threadIdx.x;
+    for (int o = 16; o > 0; o >>= 1) {
+        emu_xch[t] = v;
+        __syncthreads();
+        float w = emu_xch[t ^ o];
+        __syncthreads();
+        v += w;
+    }
+    return v;
+}
+static inline float cu_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline float cu_f16(uint16_t h)
+{
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    float v = e == 0 ? ldexpf((float)m, -24) : ldexpf((float)(m | 1024), e - 25);
+    return s ? -v : v;
+}
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+struct cu_be { struct be base; };
+static inline struct cu_be *cu_be(struct be *b) { return (struct cu_be *)b; }
+enum { CU_SCRATCH_LORA = 7 };
+static std::vector<char> emu_scratch;
+static int emu_launches;
+static void *cu_scratch(struct cu_be *, int, size_t n)
+{
+    if (emu_scratch.size() < n)
+        emu_scratch.resize(n);
+    memset(emu_scratch.data(), 0x7f, n); /* garbage: unwritten partials show */
+    return emu_scratch.data();
+}
+static void cu_after_launch(struct cu_be *, const char *) {}
+template <typename... KArgs, typename... Args>
+static void cu_launch(struct cu_be *, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                      Args... args)
+{
+    std::vector<float> dyn(smem / 4 + 1, NAN);
+    emu_dyn = dyn.data();
+    blockDim = block, gridDim = grid;
+    emu_launches++;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                pthread_barrier_init(&emu_bar, NULL, block.x);
+                std::vector<std::thread> th;
+                for (unsigned t = 0; t < block.x; t++)
+                    th.emplace_back([=] {
+                        threadIdx = dim3(t);
+                        blockIdx = dim3(x, y, z);
+                        kernel(args...);
+                    });
+                for (auto &h : th)
+                    h.join();
+                pthread_barrier_destroy(&emu_bar);
+            }
+}

@@ -1,0 +1,752 @@
+/* cuda_kvq.cu — quantized KV cache rows on the GPU (the formats of backend/kvq.h): the K/V
+ * store that quantizes rows, and attention that reads the quantized blocks directly.
+ *
+ * Store: a block per (token, KV head, side). The head's row is rotated in shared memory when
+ * that side is rotated (the same sign diagonal, butterfly order and scale as kvq_rotate), a
+ * group leader computes the group's header (affine: f16 scale and minimum; Lloyd-Max: f16
+ * RMS, summed in double in element order), every thread codes one element, and a thread per
+ * 8 elements packs their codes (8 codes per b bytes, little-endian). Every operation is the
+ * CPU's (kvq_quant_group), IEEE-rounded, so the stored bytes equal kvq_store_row's.
+ *
+ * Attention: the general kernel's scheme (cuda_attn.cu: a block serves one token tile, one
+ * KV head and up to 8 of its query heads, one warp each; positions stream through shared
+ * memory in chunks of 32 rows; an online softmax per warp), with the chunk loader decoding
+ * the quantized rows into float in shared memory — no full-precision copy of the cache
+ * exists. A rotated K side is met by rotating the block's q rows once in shared memory
+ * (q.k = Hq.Hk); a rotated V side by unrotating each output row once (sum p Hv = H sum p v),
+ * in the warp's shared q row when the token has one split, else in the merge kernel. Steps
+ * of up to KQ_SPLIT_MAX_TOK tokens split every context into absolute position ranges of
+ * KQ_SPLIT positions (a token's result never depends on the batch or the context capacity),
+ * merged in split order by a second kernel; longer steps run one split per token, tiles of up
+ * to KQ_TQ tokens of one sequence sharing each decoded chunk. head_dim <= 256, a multiple of 8
+ * (kvq_code's rule).
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "backend/cuda/cuda_int.cuh"
+
+extern "C" {
+#include "backend/kvq.h"
+}
+
+enum {
+    KQ_CH = 32,            /* positions per shared-memory chunk */
+    KQ_MAX_HD = 256,       /* largest head_dim */
+    KQ_MAX_HG = 8,         /* query heads (warps) per block */
+    KQ_SPLIT = 128,        /* positions per split in split mode */
+    KQ_SPLIT_MAX_TOK = 64, /* steps of at most this many tokens use split mode */
+    KQ_TQ = 8,             /* most tokens per block in longer steps */
+    KQ_MAX_WARPS = 16,     /* warps (tokens x heads) per block */
+    KQ_LM_N = 4 + 8 + 16 + 32 + 256, /* the Lloyd-Max codebooks of 2, 3, 4, 5, 8 bits */
+};
+
+/* The codebooks, one after another (offsets: kq_lm_off), copied in at cu_kvq_init. */
+__constant__ float c_kq_lm[KQ_LM_N];
+
+static __host__ __device__ int kq_lm_off(int bits)
+{
+    return bits == 2 ? 0 : bits == 3 ? 4 : bits == 4 ? 12 : bits == 5 ? 28 : 60;
+}
+
+/* One side (K or V) of a scheme, resolved on the host. */
+struct kq_side {
+    int fmt;  /* KVF_* */
+    int bits; /* code bits (16 / 32 for the plain formats) */
+    int hdr;  /* group header bytes: 0 plain, 2 Lloyd-Max (RMS), 4 affine (scale, minimum) */
+    int gb;   /* bytes of one group */
+    int rot;  /* rows rotated */
+    int lmo;  /* offset of the codebook in c_kq_lm */
+    size_t rb; /* bytes of one cache row (all KV heads) */
+};
+
+static kq_side kq_side_of(int dt, int which, int kvd)
+{
+    kq_side s;
+    s.fmt = kvq_fmt_of(dt, which);
+    s.bits = kvq_fmt_bits(s.fmt);
+    s.hdr = s.fmt <= KVF_F16 ? 0 : kvq_fmt_is_lm(s.fmt) ? 2 : 4;
+    s.gb = (int)kvq_group_bytes(s.fmt, kvq_group_of(dt));
+    s.rot = kvq_rot_of(dt, which);
+    s.lmo = kq_lm_off(s.bits);
+    s.rb = kvq_row_bytes(dt, which, kvd);
+    return s;
+}
+
+/* The fixed ±1 diagonal of the rotation (kvq.c's sign_of). */
+__device__ __forceinline__ float kq_sign(int i)
+{
+    uint64_t z = 0x9E3779B97F4A7C15ull * (uint64_t)(i / 64 + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (z >> (i % 64)) & 1 ? -1.0f : 1.0f;
+}
+
+__device__ __forceinline__ float kq_h2f(const uint8_t *p) { return cu_f16(cu_ld16(p)); }
+
+/* Elements e .. e+7 (e a multiple of 8) of the head record hp (its first group) into y; cb:
+ * the side's codebook (Lloyd-Max formats), best in shared memory (lanes index it freely). */
+__device__ __forceinline__ void kq_dec8(const kq_side &s, int G, const uint8_t *hp, int e,
+                                        float *y, const float *cb)
+{
+    const uint8_t *gp = hp + (size_t)(e / G) * s.gb;
+    const int o = (e % G) / 8;
+    if (s.fmt == KVF_F32) {
+        const float *f = (const float *)gp + 8 * o;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            y[i] = f[i];
+        return;
+    }
+    if (s.fmt == KVF_F16) {
+        const uint16_t *h = (const uint16_t *)gp + 8 * o;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            y[i] = cu_f16(h[i]);
+        return;
+    }
+    const uint8_t *c = gp + s.hdr + o * s.bits;
+    uint64_t acc = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        if (j < s.bits)
+            acc |= (uint64_t)c[j] << (8 * j);
+    const uint32_t mask = (1u << s.bits) - 1u;
+    if (s.hdr == 2) {
+        const float sc = kq_h2f(gp);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            y[i] = __fmul_rn(sc, cb[(acc >> (i * s.bits)) & mask]);
+    } else {
+        const float d = kq_h2f(gp), m = kq_h2f(gp + 2);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            y[i] = __fadd_rn(m, __fmul_rn(d, (float)((acc >> (i * s.bits)) & mask)));
+    }
+}
+
+/* In place on n rows of hd floats in shared memory (every thread of the block calls it):
+ * x <- H D x (inv = 0, kvq_rotate) or x <- D H x (inv = 1, kvq_unrotate). */
+__device__ void kq_rotate_rows(float *x, int n, int hd, int inv)
+{
+    const int tid = threadIdx.x, nth = blockDim.x, half = hd / 2;
+    __syncthreads();
+    if (!inv)
+        for (int i = tid; i < n * hd; i += nth)
+            x[i] *= kq_sign(i % hd);
+    __syncthreads();
+    for (int h = 1; h < hd; h *= 2) {
+        for (int p = tid; p < n * half; p += nth) {
+            const int r = p / half, k = p - r * half;
+            const int j = r * hd + (k / h) * 2 * h + k % h;
+            const float a = x[j], b = x[j + h];
+            x[j] = a + b;
+            x[j + h] = a - b;
+        }
+        __syncthreads();
+    }
+    const float sc = 1.0f / sqrtf((float)hd);
+    for (int i = tid; i < n * hd; i += nth)
+        x[i] *= inv ? sc * kq_sign(i % hd) : sc;
+    __syncthreads();
+}
+
+/* ---- store ---- */
+
+struct kq_store_args {
+    uint8_t *kc, *vc;
+    const float *k, *v;
+    const int32_t *slots;
+    int kvd, hd, G;
+    kq_side s[2];
+};
+
+/* grid (n_tok, n_kv_head, 2: K then V), block: head_dim rounded up to 32 threads. */
+__global__ void k_kvq_store(kq_store_args a)
+{
+    __shared__ float x[KQ_MAX_HD];
+    __shared__ float par[2][KQ_MAX_HD / 8]; /* per group: minimum / RMS, reciprocal step */
+    __shared__ uint8_t q[KQ_MAX_HD];
+    const int t = blockIdx.x, g = blockIdx.y, w = blockIdx.z, i = threadIdx.x;
+    const int hd = a.hd, G = a.G, ng = hd / G;
+    const kq_side s = a.s[w];
+    const float *src = (w ? a.v : a.k) + (size_t)t * a.kvd + (size_t)g * hd;
+    uint8_t *dst = (w ? a.vc : a.kc) + (size_t)a.slots[t] * s.rb + (size_t)g * ng * s.gb;
+    if (i < hd)
+        x[i] = src[i];
+    if (s.rot)
+        kq_rotate_rows(x, 1, hd, 0);
+    else
+        __syncthreads();
+    if (s.hdr == 0) { /* a plain side: the row as it is (rotated or not) */
+        if (i < hd) {
+            if (s.fmt == KVF_F16)
+                ((__half *)dst)[i] = __float2half_rn(x[i]);
+            else
+                ((float *)dst)[i] = x[i];
+        }
+        return;
+    }
+    if (i < ng) { /* group leaders: the header */
+        const float *xg = x + i * G;
+        uint8_t *gp = dst + (size_t)i * s.gb;
+        if (s.hdr == 2) {
+            double ss = 0;
+            for (int k = 0; k < G; k++)
+                ss += (double)xg[k] * xg[k];
+            const __half sh = __float2half_rn((float)sqrt(ss / G));
+            const float sc = __half2float(sh);
+            par[0][i] = sc;
+            par[1][i] = sc > 0.0f ? 1.0f / sc : 0.0f;
+            const uint16_t u = __half_as_ushort(sh);
+            gp[0] = (uint8_t)u, gp[1] = (uint8_t)(u >> 8);
+        } else {
+            float mn = xg[0], mx = xg[0];
+            for (int k = 1; k < G; k++) {
+                mn = xg[k] < mn ? xg[k] : mn;
+                mx = xg[k] > mx ? xg[k] : mx;
+            }
+            const int top = (1 << s.bits) - 1;
+            const __half dh = __float2half_rn(__fdiv_rn(__fsub_rn(mx, mn), (float)top));
+            const __half mh = __float2half_rn(mn);
+            const float d = __half2float(dh);
+            par[0][i] = __half2float(mh);
+            par[1][i] = d > 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+            const uint16_t ud = __half_as_ushort(dh), um = __half_as_ushort(mh);
+            gp[0] = (uint8_t)ud, gp[1] = (uint8_t)(ud >> 8);
+            gp[2] = (uint8_t)um, gp[3] = (uint8_t)(um >> 8);
+        }
+    }
+    __syncthreads();
+    if (i < hd) {
+        const int gi = i / G;
+        if (s.hdr == 2) {
+            const float u = __fmul_rn(x[i], par[1][gi]);
+            const float *c = c_kq_lm + s.lmo;
+            int lo = 0, hi = (1 << s.bits) - 1;
+            while (lo < hi) { /* first level whose upper midpoint is not below u */
+                const int mid = (lo + hi) / 2;
+                if (u > __fmul_rn(0.5f, __fadd_rn(c[mid], c[mid + 1])))
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            q[i] = (uint8_t)lo;
+        } else {
+            const int top = (1 << s.bits) - 1;
+            const float v = rintf(__fmul_rn(__fsub_rn(x[i], par[0][gi]), par[1][gi]));
+            q[i] = (uint8_t)(v < 0.0f ? 0 : v > (float)top ? top : (int)v);
+        }
+    }
+    __syncthreads();
+    if (i < hd / 8) { /* octet i: its 8 codes into s.bits bytes */
+        const int e = 8 * i;
+        uint8_t *c = dst + (size_t)(e / G) * s.gb + s.hdr + ((e % G) / 8) * s.bits;
+        uint64_t acc = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            acc |= (uint64_t)q[e + j] << (j * s.bits);
+        for (int j = 0; j < s.bits; j++)
+            c[j] = (uint8_t)(acc >> (8 * j));
+    }
+}
+
+void cu_kvq_store(struct cu_be *cb, void *k_cache, void *v_cache, int kv_dtype, const float *k,
+                  const float *v, const int32_t *slots, int n_tok, int kv_dim)
+{
+    const int hd = kvq_head_dim_of(kv_dtype);
+    if (n_tok <= 0)
+        return;
+    if (hd <= 0 || hd > KQ_MAX_HD || kv_dim % hd) {
+        cu_latch(cb, "kv_store (quantized: bad head_dim)", cudaErrorInvalidValue);
+        return;
+    }
+    kq_store_args x;
+    x.kc = (uint8_t *)k_cache, x.vc = (uint8_t *)v_cache, x.k = k, x.v = v, x.slots = slots;
+    x.kvd = kv_dim, x.hd = hd, x.G = kvq_group_of(kv_dtype);
+    x.s[0] = kq_side_of(kv_dtype, 0, kv_dim);
+    x.s[1] = kq_side_of(kv_dtype, 1, kv_dim);
+    k_kvq_store<<<dim3((unsigned)n_tok, (unsigned)(kv_dim / hd), 2), (hd + 31) / 32 * 32, 0,
+                  cb->stream>>>(x);
+    cu_after_launch(cb, "kv_store (quantized)");
+}
+
+/* ---- attention ---- */
+
+struct kq_args {
+    int n_tok, n_head, n_kv_head, head_dim, G;
+    float scale, softcap;
+    int window;
+    const int32_t *pos, *seq, *block_tables;
+    int max_blocks, block_size;
+    const uint8_t *k_cache, *v_cache;
+    kq_side s[2];
+};
+
+/* Decodes positions c0 .. c0+nrow of kv head g into shared memory as float: K with rows hd+1
+ * apart (conflict-free row-wise dots), V with rows hd apart. A thread per 8 elements. */
+__device__ __forceinline__ void kq_load(float *ks, float *vs, int *rows, const kq_args &a,
+                                        const int32_t *bt, int c0, int nrow, int g,
+                                        const float *cbk, const float *cbv)
+{
+    const int hd = a.head_dim;
+    if (threadIdx.x < nrow) {
+        int p = c0 + threadIdx.x;
+        rows[threadIdx.x] = bt[p / a.block_size] * a.block_size + p % a.block_size;
+    }
+    __syncthreads();
+    const int vpr = hd / 8, nv = nrow * vpr, ng = hd / a.G;
+    const size_t kh = (size_t)g * ng * a.s[0].gb, vh = (size_t)g * ng * a.s[1].gb;
+    for (int idx = threadIdx.x; idx < nv; idx += blockDim.x) {
+        const int j = idx / vpr, c = idx - j * vpr;
+        float kf[8], vf[8];
+        kq_dec8(a.s[0], a.G, a.k_cache + (size_t)rows[j] * a.s[0].rb + kh, 8 * c, kf, cbk);
+        kq_dec8(a.s[1], a.G, a.v_cache + (size_t)rows[j] * a.s[1].rb + vh, 8 * c, vf, cbv);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            ks[j * (hd + 1) + 8 * c + i] = kf[i];
+            vs[j * hd + 8 * c + i] = vf[i];
+        }
+    }
+    __syncthreads();
+}
+
+__global__ void __launch_bounds__(KQ_MAX_WARPS * 32, 1)
+    k_kvq_attn(float *out, float *part, const float *q, struct kq_args a, int hg, int nsub,
+               int split_len, int n_split, int tq)
+{
+    extern __shared__ float sm[];
+    __shared__ int rows[KQ_CH];
+    __shared__ float cbs[2][256]; /* the sides' Lloyd-Max codebooks */
+    const int hd = a.head_dim;
+    for (int w2 = 0; w2 < 2; w2++)
+        if (a.s[w2].hdr == 2)
+            for (int i = threadIdx.x; i < (1 << a.s[w2].bits); i += blockDim.x)
+                cbs[w2][i] = c_kq_lm[a.s[w2].lmo + i];
+    const int g = blockIdx.y / nsub, sub = blockIdx.y % nsub, group = a.n_head / a.n_kv_head;
+    const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int u = w / hg, wh = w % hg; /* this warp: token t0 + u, query head h0 + wh */
+    const int t0 = blockIdx.x * tq, nt = a.n_tok - t0 < tq ? a.n_tok - t0 : tq;
+    const int t = t0 + u, h0 = g * group + sub * hg, h = h0 + wh;
+    const bool tok_ok = u < nt;
+    float *qs = sm, *ks = sm + tq * hg * hd, *vs = ks + KQ_CH * (hd + 1);
+    for (int i = threadIdx.x; i < nt * hg * hd; i += blockDim.x) {
+        int uu = i / (hg * hd), r = i - uu * hg * hd;
+        qs[i] = q[((size_t)(t0 + uu) * a.n_head + h0) * hd + r];
+    }
+    if (a.s[0].rot) /* keys are stored rotated: so is q, once */
+        kq_rotate_rows(qs, nt * hg, hd, 0);
+    /* this warp's positions in this split: [my0, my1) */
+    const int z0 = blockIdx.z * split_len;
+    int my0 = 0, my1 = 0;
+    if (tok_ok) {
+        int pos = a.pos[t], lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+        my0 = z0 > lo ? z0 : lo;
+        my1 = z0 + split_len < pos + 1 ? z0 + split_len : pos + 1;
+    }
+    float m = -INFINITY, l = 0.0f, acc[KQ_MAX_HD / 32];
+#pragma unroll
+    for (int i = 0; i < KQ_MAX_HD / 32; i++)
+        acc[i] = 0.0f;
+    for (int r0 = 0; r0 < nt;) { /* runs of tokens of one sequence share each chunk */
+        const int sq = a.seq[t0 + r0];
+        int r1 = r0 + 1;
+        while (r1 < nt && a.seq[t0 + r1] == sq)
+            r1++;
+        int b0 = INT_MAX, b1 = 0; /* union of the run's ranges (block-uniform) */
+        for (int k = r0; k < r1; k++) {
+            int p = a.pos[t0 + k], lo = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+            int s0 = z0 > lo ? z0 : lo, s1 = z0 + split_len < p + 1 ? z0 + split_len : p + 1;
+            if (s0 < s1)
+                b0 = s0 < b0 ? s0 : b0, b1 = s1 > b1 ? s1 : b1;
+        }
+        const bool active = tok_ok && u >= r0 && u < r1; /* warp-uniform */
+        const int32_t *bt = a.block_tables + (size_t)sq * a.max_blocks;
+        for (int c0 = b0; c0 < b1; c0 += KQ_CH) {
+            const int nrow = b1 - c0 < KQ_CH ? b1 - c0 : KQ_CH;
+            __syncthreads(); /* the previous chunk is consumed */
+            kq_load(ks, vs, rows, a, bt, c0, nrow, g, cbs[0], cbs[1]);
+            if (!active)
+                continue;
+            const int p = c0 + lane;
+            const bool valid = lane < nrow && p >= my0 && p < my1;
+            float s = -INFINITY;
+            if (valid) {
+                const float *kr = ks + lane * (hd + 1), *qr = qs + (u * hg + wh) * hd;
+                float dot = 0.0f;
+                for (int i = 0; i < hd; i++)
+                    dot = fmaf(qr[i], kr[i], dot);
+                s = dot * a.scale;
+                if (a.softcap > 0.0f)
+                    s = a.softcap * tanhf(s / a.softcap);
+            }
+            const float cm = cu_warp_max(s);
+            if (cm == -INFINITY) /* no position of this chunk for this token */
+                continue;
+            const float mn = fmaxf(m, cm);
+            const float f = expf(m - mn);
+            const float pw = valid ? expf(s - mn) : 0.0f;
+            l = l * f + cu_warp_sum(pw);
+#pragma unroll
+            for (int i = 0; i < KQ_MAX_HD / 32; i++)
+                acc[i] *= f;
+            for (int j = 0; j < nrow; j++) {
+                const float pj = __shfl_sync(0xffffffffu, pw, j);
+                const float *vr = vs + j * hd;
+#pragma unroll
+                for (int i = 0; i < KQ_MAX_HD / 32; i++)
+                    if (lane + 32 * i < hd)
+                        acc[i] = fmaf(pj, vr[lane + 32 * i], acc[i]);
+            }
+            m = mn;
+        }
+        r0 = r1;
+    }
+    if (!tok_ok)
+        return;
+    if (n_split == 1) {
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float *o = out + ((size_t)t * a.n_head + h) * hd;
+        if (!a.s[1].rot) {
+#pragma unroll
+            for (int i = 0; i < KQ_MAX_HD / 32; i++)
+                if (lane + 32 * i < hd)
+                    o[lane + 32 * i] = acc[i] * inv;
+            return;
+        }
+        /* values are stored rotated: unrotate the row in this warp's own q row (no other
+         * warp reads it, and no block-wide barrier follows) */
+        float *x = qs + (u * hg + wh) * hd;
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < KQ_MAX_HD / 32; i++)
+            if (lane + 32 * i < hd)
+                x[lane + 32 * i] = acc[i] * inv;
+        __syncwarp();
+        for (int hh = 1; hh < hd; hh *= 2) {
+            for (int p = lane; p < hd / 2; p += 32) {
+                const int j = (p / hh) * 2 * hh + p % hh;
+                const float av = x[j], bv = x[j + hh];
+                x[j] = av + bv;
+                x[j + hh] = av - bv;
+            }
+            __syncwarp();
+        }
+        const float sc = 1.0f / sqrtf((float)hd);
+        for (int d = lane; d < hd; d += 32)
+            o[d] = x[d] * (sc * kq_sign(d));
+        return;
+    }
+    float *pp = part + (((size_t)t * a.n_head + h) * n_split + blockIdx.z) * (hd + 2);
+    if (lane == 0)
+        pp[0] = m, pp[1] = l;
+#pragma unroll
+    for (int i = 0; i < KQ_MAX_HD / 32; i++)
+        if (lane + 32 * i < hd)
+            pp[2 + lane + 32 * i] = acc[i];
+}
+
+/* out row (t, h) = merge of its n_split partial softmaxes, in split order; unrotated when the
+ * values are stored rotated. A block per row. */
+__global__ void k_kvq_merge(float *out, const float *part, int hd, int n_split, int rot)
+{
+    __shared__ float x[KQ_MAX_HD];
+    const float *pp = part + (size_t)blockIdx.x * n_split * (hd + 2);
+    float mx = -INFINITY;
+    for (int z = 0; z < n_split; z++)
+        if (pp[z * (hd + 2) + 1] > 0.0f)
+            mx = fmaxf(mx, pp[z * (hd + 2)]);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float L = 0.0f, o = 0.0f;
+        for (int z = 0; z < n_split; z++) {
+            const float *pz = pp + z * (hd + 2);
+            if (pz[1] > 0.0f) {
+                float f = expf(pz[0] - mx);
+                L += f * pz[1];
+                o += f * pz[2 + d];
+            }
+        }
+        x[d] = L > 0.0f ? o * (1.0f / L) : 0.0f;
+    }
+    if (rot)
+        kq_rotate_rows(x, 1, hd, 1);
+    else
+        __syncthreads();
+    for (int d = threadIdx.x; d < hd; d += blockDim.x)
+        out[(size_t)blockIdx.x * hd + d] = x[d];
+}
+
+/* ---- decode steps: a team of head_dim/8 lanes per position (CINFER_KVQ_DEC=1) ----
+ *
+ * Steps of up to KD_MAX_TOK tokens, power-of-two head_dim 8..256. A block (KD_WARPS warps)
+ * serves one token, one KV head and hg of its query heads over one split of the token's
+ * positions. A team of hd/8 lanes owns one position at a time: each lane decodes its 8
+ * elements of K and V straight from the block (no shared-memory staging), holds 8 dims of
+ * each query head's q in registers, and the team's scores come from a butterfly over the
+ * team; every team keeps its own online softmax per head, and the teams are merged in team
+ * order at the end. A token's splits depend only on its own attended range (at most
+ * KD_TARGET splits of whole KD_ROUND-position rounds, as cuda_attn_dec.cu does), never on
+ * the batch or the context capacity; the splits are merged by k_kvq_merge. */
+enum { KD_WARPS = 4, KD_ROUND = 64, KD_TARGET = 32, KD_MAX_TOK = 64 };
+
+static int g_kd_on; /* CINFER_KVQ_DEC (read at cu_kvq_init): 1 = this path for decode steps */
+
+template <int HGT>
+__global__ void __launch_bounds__(KD_WARPS * 32)
+    k_kvq_dec(float *out, float *part, const float *q, struct kq_args a, int hg, int nsub,
+              int n_split)
+{
+    extern __shared__ float sm[]; /* q rows, then the teams' partial softmaxes */
+    __shared__ float cbs[2][256];
+    const int hd = a.head_dim, TL = hd / 8, NT = KD_WARPS * 32 / TL, ng = hd / a.G;
+    const int t = blockIdx.x, g = blockIdx.y / nsub, sub = blockIdx.y % nsub, z = blockIdx.z;
+    const int h0 = g * (a.n_head / a.n_kv_head) + sub * hg;
+    const int tid = threadIdx.x, team = tid / TL, tl = tid % TL;
+    for (int w = 0; w < 2; w++)
+        if (a.s[w].hdr == 2)
+            for (int i = tid; i < (1 << a.s[w].bits); i += blockDim.x)
+                cbs[w][i] = c_kq_lm[a.s[w].lmo + i];
+    /* this token's splits: rounds [k0, pos / KD_ROUND], per rounds a split */
+    const int pos = a.pos[t];
+    const int lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+    const int k0 = lo / KD_ROUND, nr = pos / KD_ROUND - k0 + 1;
+    const int per = (nr + KD_TARGET - 1) / KD_TARGET, ns = (nr + per - 1) / per;
+    if (z >= ns) { /* no positions in this split: an empty partial */
+        if (tid < hg)
+            part[(((size_t)t * a.n_head + h0 + tid) * n_split + z) * (hd + 2) + 1] = 0.0f;
+        return;
+    }
+    const int zb = (k0 + z * per) * KD_ROUND, ze = (k0 + (z + 1) * per) * KD_ROUND;
+    const int P0 = zb > lo ? zb : lo, P1 = ze < pos + 1 ? ze : pos + 1;
+    /* q: 8 dims of each head per lane (rotated when the keys are) */
+    float *qs = sm;
+    for (int i = tid; i < hg * hd; i += blockDim.x)
+        qs[i] = q[((size_t)t * a.n_head + h0) * hd + i];
+    if (a.s[0].rot)
+        kq_rotate_rows(qs, hg, hd, 0);
+    else
+        __syncthreads();
+    float qr[HGT][8], acc[HGT][8], m[HGT], l[HGT];
+#pragma unroll
+    for (int h = 0; h < HGT; h++) {
+        m[h] = -INFINITY, l[h] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            qr[h][i] = h < hg ? qs[h * hd + 8 * tl + i] : 0.0f;
+            acc[h][i] = 0.0f;
+        }
+    }
+    __syncthreads(); /* qs is reused below */
+    const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
+    const size_t kh = (size_t)g * ng * a.s[0].gb, vh = (size_t)g * ng * a.s[1].gb;
+    for (int pb = P0; pb < P1; pb += NT) { /* block-uniform trip count: shuffles stay whole */
+        const int p = pb + team;
+        const bool valid = p < P1;
+        float kf[8], vf[8];
+        if (valid) {
+            const size_t row = (size_t)bt[p / a.block_size] * a.block_size + p % a.block_size;
+            kq_dec8(a.s[0], a.G, a.k_cache + row * a.s[0].rb + kh, 8 * tl, kf, cbs[0]);
+            kq_dec8(a.s[1], a.G, a.v_cache + row * a.s[1].rb + vh, 8 * tl, vf, cbs[1]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                kf[i] = 0.0f, vf[i] = 0.0f;
+        }
+#pragma unroll
+        for (int h = 0; h < HGT; h++) {
+            if (h >= hg)
+                break;
+            float d = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                d = fmaf(qr[h][i], kf[i], d);
+            for (int o = TL / 2; o > 0; o >>= 1)
+                d += __shfl_xor_sync(0xffffffffu, d, o);
+            float s = d * a.scale;
+            if (a.softcap > 0.0f)
+                s = a.softcap * tanhf(s / a.softcap);
+            if (!valid)
+                s = -INFINITY;
+            const float mn = fmaxf(m[h], s);
+            const float f = mn == -INFINITY ? 1.0f : expf(m[h] - mn);
+            const float pw = valid ? expf(s - mn) : 0.0f;
+            l[h] = l[h] * f + pw;
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                acc[h][i] = fmaf(pw, vf[i], acc[h][i] * f);
+            m[h] = mn;
+        }
+    }
+    /* the teams' partials, then their merge in team order */
+    float *tp = sm; /* (NT, hg, hd + 2) */
+#pragma unroll
+    for (int h = 0; h < HGT; h++) {
+        if (h >= hg)
+            break;
+        float *r = tp + ((size_t)team * hg + h) * (hd + 2);
+        if (tl == 0)
+            r[0] = m[h], r[1] = l[h];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            r[2 + 8 * tl + i] = acc[h][i];
+    }
+    __syncthreads();
+    float *x = tp + (size_t)NT * hg * (hd + 2); /* (hg, hd): the merged rows (single split) */
+    for (int i = tid; i < hg * hd; i += blockDim.x) {
+        const int h = i / hd, d = i - h * hd;
+        float M = -INFINITY;
+        for (int k = 0; k < NT; k++) {
+            const float *r = tp + ((size_t)k * hg + h) * (hd + 2);
+            if (r[1] > 0.0f)
+                M = fmaxf(M, r[0]);
+        }
+        float L = 0.0f, O = 0.0f;
+        for (int k = 0; k < NT; k++) {
+            const float *r = tp + ((size_t)k * hg + h) * (hd + 2);
+            if (r[1] > 0.0f) {
+                const float f = expf(r[0] - M);
+                L += f * r[1];
+                O += f * r[2 + d];
+            }
+        }
+        if (n_split > 1) {
+            float *pp = part + (((size_t)t * a.n_head + h0 + h) * n_split + z) * (hd + 2);
+            if (d == 0)
+                pp[0] = M, pp[1] = L;
+            pp[2 + d] = O;
+        } else {
+            x[i] = L > 0.0f ? O * (1.0f / L) : 0.0f;
+        }
+    }
+    if (n_split > 1)
+        return;
+    if (a.s[1].rot)
+        kq_rotate_rows(x, hg, hd, 1);
+    else
+        __syncthreads();
+    for (int i = tid; i < hg * hd; i += blockDim.x)
+        out[((size_t)t * a.n_head + h0) * hd + i] = x[i];
+}
+
+/* The decode path when it takes the step (1), else 0. */
+static int kd_run(struct cu_be *cb, float *out, const float *q, const struct be_attn *a,
+                  const kq_args &x)
+{
+    const int hd = a->head_dim;
+    if (!g_kd_on || a->n_tok > KD_MAX_TOK || hd < 8 || hd > 256 || (hd & (hd - 1)))
+        return 0;
+    int group = a->n_head / a->n_kv_head, hg = KQ_MAX_HG < group ? KQ_MAX_HG : group;
+    while (group % hg)
+        hg--;
+    const int nsub = group / hg, ctx = a->max_blocks * a->block_size;
+    const int rounds = (ctx + KD_ROUND - 1) / KD_ROUND;
+    const int n_split = rounds < KD_TARGET ? rounds : KD_TARGET;
+    float *part = NULL;
+    if (n_split > 1) {
+        part = (float *)cu_scratch(cb, CU_SCRATCH_ATT, (size_t)a->n_tok * a->n_head * n_split *
+                                                          (hd + 2) * sizeof(float));
+        if (!part)
+            return 1;
+    }
+    const int NT = KD_WARPS * 32 / (hd / 8);
+    const size_t smem = ((size_t)NT * hg * (hd + 2) + (size_t)hg * hd) * sizeof(float);
+    dim3 grid((unsigned)a->n_tok, (unsigned)(a->n_kv_head * nsub), (unsigned)n_split);
+    if (hg <= 1)
+        k_kvq_dec<1><<<grid, KD_WARPS * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, n_split);
+    else if (hg <= 4) /* (no <2>: ptxas spilled it) */
+        k_kvq_dec<4><<<grid, KD_WARPS * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, n_split);
+    else
+        k_kvq_dec<8><<<grid, KD_WARPS * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, n_split);
+    cu_after_launch(cb, "attention (quantized KV, decode)");
+    if (n_split > 1) {
+        const int th = hd < 32 ? 32 : (hd + 31) / 32 * 32;
+        k_kvq_merge<<<(unsigned)(a->n_tok * a->n_head), th, 0, cb->stream>>>(out, part, hd, n_split,
+                                                                           x.s[1].rot);
+        cu_after_launch(cb, "attention merge (quantized KV)");
+    }
+    return 1;
+}
+
+static size_t kq_smem(int hg, int hd)
+{
+    return ((size_t)hg * hd + (size_t)KQ_CH * (2 * hd + 1)) * 4;
+}
+
+cudaError_t cu_kvq_init(struct cu_be *cb)
+{
+    size_t need = kq_smem(KQ_MAX_WARPS, KQ_MAX_HD);
+    if (need > cb->smem_optin)
+        need = cb->smem_optin;
+    cudaError_t rc = cudaFuncSetAttribute(k_kvq_attn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)need);
+    const char *kd = getenv("CINFER_KVQ_DEC");
+    g_kd_on = kd && atoi(kd) > 0;
+    for (int i = 0; rc == cudaSuccess && i < 3; i++) { /* the team merge area can pass 48 KB */
+        static void (*const fk[3])(float *, float *, const float *, struct kq_args, int, int, int) = {
+            k_kvq_dec<1>, k_kvq_dec<4>, k_kvq_dec<8>};
+        rc = cudaFuncSetAttribute(fk[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)(cb->smem_optin < 100000 ? cb->smem_optin : 100000));
+    }
+    float lm[KQ_LM_N];
+    static const int bits[5] = {2, 3, 4, 5, 8};
+    for (int i = 0; i < 5; i++) {
+        const float *c = kvq_lm_codebook(bits[i], NULL);
+        for (int k = 0; k < (1 << bits[i]); k++)
+            lm[kq_lm_off(bits[i]) + k] = c[k];
+    }
+    if (rc == cudaSuccess)
+        rc = cudaMemcpyToSymbol(c_kq_lm, lm, sizeof lm);
+    return rc;
+}
+
+void cu_kvq_attention(struct cu_be *cb, float *out, const float *q, const struct be_attn *a)
+{
+    const int hd = a->head_dim;
+    if (hd % 8 || hd != kvq_head_dim_of(a->kv_dtype)) {
+        cu_latch(cb, "attention (quantized KV: head_dim does not match the scheme)",
+                 cudaErrorInvalidValue);
+        return;
+    }
+    int group = a->n_head / a->n_kv_head, hg = KQ_MAX_HG < group ? KQ_MAX_HG : group;
+    while (group % hg)
+        hg--;
+    const int nsub = group / hg, ctx = a->max_blocks * a->block_size;
+    const int split_len = a->n_tok <= KQ_SPLIT_MAX_TOK ? KQ_SPLIT : ctx;
+    const int n_split = (ctx + split_len - 1) / split_len;
+    kq_args x;
+    x.n_tok = a->n_tok, x.n_head = a->n_head, x.n_kv_head = a->n_kv_head, x.head_dim = hd;
+    x.G = kvq_group_of(a->kv_dtype);
+    x.scale = a->scale, x.softcap = a->softcap, x.window = a->window;
+    x.pos = a->pos, x.seq = a->seq, x.block_tables = a->block_tables;
+    x.max_blocks = a->max_blocks, x.block_size = a->block_size;
+    x.k_cache = (const uint8_t *)a->k_cache, x.v_cache = (const uint8_t *)a->v_cache;
+    const int kvd = a->n_kv_head * hd;
+    x.s[0] = kq_side_of(a->kv_dtype, 0, kvd);
+    x.s[1] = kq_side_of(a->kv_dtype, 1, kvd);
+    if (kd_run(cb, out, q, a, x))
+        return;
+    float *part = NULL;
+    if (n_split > 1) {
+        part = (float *)cu_scratch(cb, CU_SCRATCH_ATT, (size_t)a->n_tok * a->n_head * n_split *
+                                                          (hd + 2) * sizeof(float));
+        if (!part)
+            return;
+    }
+    const int tq = n_split == 1 && a->n_tok > KQ_SPLIT_MAX_TOK
+                       ? (KQ_TQ < KQ_MAX_WARPS / hg ? KQ_TQ : KQ_MAX_WARPS / hg)
+                       : 1;
+    dim3 grid((unsigned)((a->n_tok + tq - 1) / tq), (unsigned)(a->n_kv_head * nsub),
+              (unsigned)n_split);
+    k_kvq_attn<<<grid, tq * hg * 32, kq_smem(tq * hg, hd), cb->stream>>>(out, part, q, x, hg,
+                                                                       nsub, split_len,
+                                                                       n_split, tq);
+    cu_after_launch(cb, "attention (quantized KV)");
+    if (n_split > 1) {
+        const int th = hd < 32 ? 32 : (hd + 31) / 32 * 32;
+        k_kvq_merge<<<(unsigned)(a->n_tok * a->n_head), th, 0, cb->stream>>>(
+            out, part, hd, n_split, x.s[1].rot);
+        cu_after_launch(cb, "attention merge (quantized KV)");
+    }
+}

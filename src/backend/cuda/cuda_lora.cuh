@@ -1,0 +1,69 @@
+/* cuda_lora.cuh — the recorded form of the op lora on the GPU (cuda_lora.cu, cuda_graph.cu).
+ *
+ * A struct cu_lk holds the LoRA deltas of up to CU_LK_PROJ projections that read the same x
+ * (q, k, v; or gate, up) for up to CU_LK_GRP groups of rows: one shrink launch (t = x a^T,
+ * split over K in fixed chunks) and one expand launch (y += t b^T) do all of them. The
+ * recorder (cq_lora) appends a projection to the previous recorded call when it reads the
+ * same x with the same groups (cu_lk_merge), so q, k and v cost two launches, not six.
+ * Everything in it is plain data (pointers, sizes), copied by value into the kernels.
+ */
+#ifndef CINFER_BACKEND_CUDA_LORA_CUH
+#define CINFER_BACKEND_CUDA_LORA_CUH
+
+#include "backend/cuda/cuda_int.cuh"
+
+enum {
+    CU_LK_PROJ = 3, /* projections of one call (q, k, v) */
+    CU_LK_GRP = 8,  /* groups of one call */
+    CU_LK_T = 22,   /* terms of one call over all its projections and groups */
+};
+
+struct cu_lk_term {
+    const void *a, *bt; /* (rank, K), (rank, M) of dtype */
+    float scale;
+    uint16_t rank;
+    uint16_t roff; /* first rank of this term in its group's t vector */
+    uint8_t dtype;
+    uint8_t pad_[3];
+};
+
+struct cu_lk_grp {
+    const int32_t *rows; /* (n_rows) device memory */
+    int n_rows;
+    uint16_t T;                  /* ranks of all its terms (its t vector's length) */
+    uint8_t t0[CU_LK_PROJ];      /* its terms of projection p: t[t0[p] .. t0[p] + nt[p]) */
+    uint8_t nt[CU_LK_PROJ];
+};
+
+struct cu_lk {
+    const float *x;
+    const float *norm; /* non-NULL: x is un-normed; the shrink norms each row (rmsnorm, eps) */
+    float eps;
+    float *y[CU_LK_PROJ];
+    int K;
+    int M[CU_LK_PROJ];
+    int n_proj, n_grp, n_t, pad_;
+    struct cu_lk_grp g[CU_LK_GRP];
+    struct cu_lk_term t[CU_LK_T];
+};
+
+/* Fills a zeroed d with the projection (y, x, K, M) for a prefix of the groups g[0..n_grp)
+ * (each with at least one term); returns how many groups it took (>= 1 when n_grp >= 1). */
+int cu_lk_first(struct cu_lk *d, float *y, const float *x, const float *norm, float eps, int K,
+                int M, const struct be_lora_grp *g, int n_grp);
+/* Appends the projection (y, x, K, M) to d when it reads the same x (and norm, eps) and K
+ * with the same groups (rows and counts), d has room for it, and y is none of d's outputs
+ * or x; returns 0, or -1 with d unchanged. */
+int cu_lk_merge(struct cu_lk *d, float *y, const float *x, const float *norm, float eps, int K,
+                int M, const struct be_lora_grp *g, int n_grp);
+/* Launches d (shrink + expand; more pairs when its rows' partial sums would not fit the
+ * scratch budget). */
+void cu_lk_run(struct be *b, const struct cu_lk *d);
+/* 1 when CINFER_CUDA_LORA=v1 asks for the previous one-kernel path (cu_lora), for
+ * side-by-side measurements. Read once. */
+int cu_lora_v1(void);
+/* 1 unless CINFER_CUDA_LORA=v1 or CINFER_CUDA_LORA_NORM=0: the backend offers lora_norm
+ * (the norm on the fly in the shrink). Read once. */
+int cu_lora_norm_on(void);
+
+#endif

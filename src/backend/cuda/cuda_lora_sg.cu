@@ -1,0 +1,372 @@
+/* cuda_lora_sg.cu — the op lora on the GPU as two launches per recorded call (SGMV-style):
+ * shrink t = x a^T, then expand y += (t * scale) b^T, for every row, group and projection
+ * of a struct cu_lk (cuda_lora.cuh) at once.
+ *
+ * Shrink: one block per (row, tile of CU_LK_TJ of its group's ranks, chunk of LK_KC of K).
+ * Each thread walks its chunk's columns (stride LK_ST, ascending) with one accumulator per
+ * rank of the tile (one x load feeds LK_TJ FMAs), then the block sums lane order (warp
+ * butterfly) and warp order (ascending) and writes the chunk's partial to scratch. The K
+ * chunks are fixed by K alone.
+ * Expand: one block per (LK_MT outputs of one projection, up to LK_RC rows of one group):
+ * t of its rows = the chunks' partials summed in chunk order, times the term's scale
+ * (shared memory); each thread then sums t_j * bt[j][m] over the terms and ranks in order
+ * for its output m of every row (one bt load feeds LK_RC FMAs) and adds it to y.
+ * A row's arithmetic depends only on its own row, its group's terms and K: batch
+ * invariant whatever the step's other rows, groups or the call's merged projections.
+ * Rows of a call beyond the scratch budget (LK_PART_MAX bytes of partials) run as more
+ * launch pairs over row slices of the groups; that changes no row's arithmetic.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_lora.cuh"
+
+enum {
+    LK_KC = 512,         /* columns of K per shrink block */
+    LK_TJ = 16,          /* ranks per shrink block */
+    LK_ST = 256,         /* shrink threads */
+    LK_MT = 128,         /* outputs (threads) per expand block */
+    LK_RC = 8,           /* rows per expand block */
+    LK_PART_MAX = 64 << 20,
+};
+
+/* element i of a (dtype dt: f32, f16, bf16) as float (exact) */
+static __device__ __forceinline__ float lk_ld(const void *a, int dt, int64_t i)
+{
+    if (dt == DT_F16)
+        return cu_f16(((const uint16_t *)a)[i]);
+    if (dt == DT_BF16)
+        return cu_bf16(((const uint16_t *)a)[i]);
+    return ((const float *)a)[i];
+}
+
+__global__ void __launch_bounds__(LK_ST)
+    k_lk_shrink(const __grid_constant__ struct cu_lk d, float *part, int R, int Tmax)
+{
+    cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
+    cu_pdl_wait();
+    __shared__ const char *s_a[LK_TJ];
+    __shared__ int s_dt[LK_TJ];
+    __shared__ float s_red[LK_ST / 32][LK_TJ];
+    __shared__ float s_inv;
+    int gi = 0, base = 0;
+    const int i = blockIdx.x;
+    while (gi + 1 < d.n_grp && i >= base + d.g[gi].n_rows)
+        base += d.g[gi].n_rows, gi++;
+    const struct cu_lk_grp &g = d.g[gi];
+    const int j0 = blockIdx.y * LK_TJ;
+    if (j0 >= g.T) /* (block-uniform) */
+        return;
+    const int nv = g.T - j0 < LK_TJ ? g.T - j0 : LK_TJ;
+    const int tid = threadIdx.x;
+    if (tid < LK_TJ) {
+        const char *ap = NULL;
+        int dt = DT_F32;
+        const int jj = j0 + tid;
+        for (int p = 0; tid < nv && p < d.n_proj; p++)
+            for (int k = g.t0[p]; k < g.t0[p] + g.nt[p]; k++) {
+                const struct cu_lk_term &t = d.t[k];
+                if (jj >= t.roff && jj < t.roff + t.rank) {
+                    const size_t es = t.dtype == DT_F32 ? 4 : 2;
+                    ap = (const char *)t.a + (size_t)(jj - t.roff) * (size_t)d.K * es;
+                    dt = t.dtype;
+                }
+            }
+        s_a[tid] = ap;
+        s_dt[tid] = dt;
+    }
+    const float *x = d.x + (int64_t)g.rows[i - base] * d.K;
+    const int lane = tid & 31, warp = tid >> 5;
+    float inv = 1.0f; /* with d.norm: 1 / rms of the whole row, as the op rmsnorm */
+    if (d.norm) {
+        float ss = 0.0f;
+        for (int e = tid; e < d.K; e += LK_ST)
+            ss = __fadd_rn(ss, __fmul_rn(x[e], x[e]));
+        ss = cu_warp_sum(ss);
+        if (lane == 0)
+            s_red[warp][0] = ss;
+        __syncthreads();
+        if (tid == 0) {
+            float s = s_red[0][0];
+            for (int w = 1; w < LK_ST / 32; w++)
+                s = __fadd_rn(s, s_red[w][0]);
+            s_inv = 1.0f / sqrtf(s / (float)d.K + d.eps);
+        }
+    }
+    __syncthreads();
+    if (d.norm)
+        inv = s_inv;
+    const int k0 = blockIdx.z * LK_KC, k1 = d.K < k0 + LK_KC ? d.K : k0 + LK_KC;
+    float acc[LK_TJ];
+    const char *ap[LK_TJ];
+    int dt[LK_TJ];
+#pragma unroll
+    for (int j = 0; j < LK_TJ; j++) {
+        acc[j] = 0.0f;
+        ap[j] = s_a[j];
+        dt[j] = s_dt[j];
+    }
+    for (int e = k0 + tid; e < k1; e += LK_ST) {
+        const float xv = d.norm ? __fmul_rn(__fmul_rn(x[e], inv), d.norm[e]) : x[e];
+#pragma unroll
+        for (int j = 0; j < LK_TJ; j++)
+            if (j < nv)
+                acc[j] = __fmaf_rn(xv, lk_ld(ap[j], dt[j], e), acc[j]);
+    }
+    __syncthreads(); /* (s_red is reused) */
+#pragma unroll
+    for (int j = 0; j < LK_TJ; j++) {
+        const float v = cu_warp_sum(acc[j]);
+        if (lane == 0)
+            s_red[warp][j] = v;
+    }
+    __syncthreads();
+    if (tid < nv) {
+        float s = s_red[0][tid];
+        for (int w = 1; w < LK_ST / 32; w++)
+            s = __fadd_rn(s, s_red[w][tid]);
+        part[((int64_t)blockIdx.z * R + i) * Tmax + j0 + tid] = s;
+    }
+}
+
+__global__ void __launch_bounds__(LK_MT)
+    k_lk_expand(const __grid_constant__ struct cu_lk d, const float *part, int R, int Tmax,
+                int ksplit, int rsmax)
+{
+    cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
+    cu_pdl_wait();
+    extern __shared__ float s_t[]; /* (LK_RC, rsmax) */
+    int sl = blockIdx.x, p = 0;
+    while (p + 1 < d.n_proj && sl >= (d.M[p] + LK_MT - 1) / LK_MT)
+        sl -= (d.M[p] + LK_MT - 1) / LK_MT, p++;
+    int c = blockIdx.y, gi = 0, base = 0;
+    while (gi + 1 < d.n_grp && c >= (d.g[gi].n_rows + LK_RC - 1) / LK_RC)
+        c -= (d.g[gi].n_rows + LK_RC - 1) / LK_RC, base += d.g[gi].n_rows, gi++;
+    const struct cu_lk_grp &g = d.g[gi];
+    if (g.nt[p] == 0) /* (block-uniform) */
+        return;
+    const int r0 = c * LK_RC, nr = g.n_rows - r0 < LK_RC ? g.n_rows - r0 : LK_RC;
+    const int tb = g.t0[p], te = g.t0[p] + g.nt[p];
+    int rs = 0;
+    for (int k = tb; k < te; k++)
+        rs += d.t[k].rank;
+    for (int idx = threadIdx.x; idx < nr * rs; idx += LK_MT) {
+        const int r = idx / rs, jr = idx - r * rs;
+        int j = jr, k = tb;
+        while (j >= d.t[k].rank)
+            j -= d.t[k].rank, k++;
+        const float *pp = part + (int64_t)(base + r0 + r) * Tmax + d.t[k].roff + j;
+        float s = pp[0];
+#pragma unroll 8 /* the loads go out together; the adds stay in chunk order */
+        for (int z = 1; z < ksplit; z++)
+            s = __fadd_rn(s, pp[(int64_t)z * R * Tmax]);
+        s_t[r * rsmax + jr] = __fmul_rn(s, d.t[k].scale);
+    }
+    __syncthreads();
+    const int M = d.M[p], m = sl * LK_MT + threadIdx.x;
+    if (m >= M)
+        return;
+    float acc[LK_RC];
+#pragma unroll
+    for (int r = 0; r < LK_RC; r++)
+        acc[r] = 0.0f;
+    int cj = 0;
+    for (int k = tb; k < te; k++) {
+        const struct cu_lk_term &t = d.t[k];
+#pragma unroll 4
+        for (int j = 0; j < t.rank; j++) {
+            const float bv = lk_ld(t.bt, t.dtype, (int64_t)j * M + m);
+            const float *tv = s_t + cj + j;
+#pragma unroll
+            for (int r = 0; r < LK_RC; r++)
+                if (r < nr)
+                    acc[r] = __fmaf_rn(tv[r * rsmax], bv, acc[r]);
+        }
+        cj += t.rank;
+    }
+    for (int r = 0; r < nr; r++) {
+        float *y = d.y[p] + (int64_t)g.rows[r0 + r] * M + m;
+        *y = __fadd_rn(*y, acc[r]);
+    }
+}
+
+/* ---- host side ---- */
+
+int cu_lora_v1(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CINFER_CUDA_LORA");
+        v = e && !strcmp(e, "v1");
+    }
+    return v;
+}
+
+int cu_lora_norm_on(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CINFER_CUDA_LORA_NORM");
+        v = !cu_lora_v1() && !(e && !strcmp(e, "0"));
+    }
+    return v;
+}
+
+static int n_terms_of(const struct be_lora_grp *g)
+{
+    return g->n_terms < BE_LORA_MAX_TERMS ? g->n_terms : BE_LORA_MAX_TERMS;
+}
+
+int cu_lk_first(struct cu_lk *d, float *y, const float *x, const float *norm, float eps, int K,
+                int M, const struct be_lora_grp *g, int n_grp)
+{
+    d->x = x, d->y[0] = y, d->K = K, d->M[0] = M, d->n_proj = 1;
+    d->norm = norm, d->eps = norm ? eps : 0.0f;
+    int i = 0;
+    for (; i < n_grp && i < CU_LK_GRP; i++) {
+        int nt = n_terms_of(&g[i]);
+        if (i > 0 && d->n_t + nt > CU_LK_T)
+            break;
+        struct cu_lk_grp *dg = &d->g[i];
+        dg->rows = g[i].rows;
+        dg->n_rows = g[i].n_rows;
+        dg->t0[0] = (uint8_t)d->n_t;
+        dg->nt[0] = (uint8_t)nt;
+        for (int k = 0; k < nt; k++) {
+            struct cu_lk_term *t = &d->t[d->n_t++];
+            t->a = g[i].t[k].a, t->bt = g[i].t[k].bt, t->scale = g[i].t[k].scale;
+            t->rank = (uint16_t)g[i].t[k].rank, t->dtype = (uint8_t)g[i].t[k].dtype;
+            t->roff = dg->T;
+            dg->T = (uint16_t)(dg->T + t->rank);
+        }
+    }
+    d->n_grp = i;
+    return i;
+}
+
+int cu_lk_merge(struct cu_lk *d, float *y, const float *x, const float *norm, float eps, int K,
+                int M, const struct be_lora_grp *g, int n_grp)
+{
+    if (d->x != x || d->K != K || d->n_proj >= CU_LK_PROJ || d->n_grp != n_grp ||
+        (const float *)y == x || d->norm != norm || (norm && d->eps != eps))
+        return -1;
+    for (int p = 0; p < d->n_proj; p++)
+        if (d->y[p] == y)
+            return -1;
+    int need = 0;
+    for (int i = 0; i < n_grp; i++) {
+        if (d->g[i].rows != g[i].rows || d->g[i].n_rows != g[i].n_rows)
+            return -1;
+        int T = d->g[i].T;
+        for (int k = 0; k < n_terms_of(&g[i]); k++)
+            T += g[i].t[k].rank;
+        if (T > 65535)
+            return -1;
+        need += n_terms_of(&g[i]);
+    }
+    if (d->n_t + need > CU_LK_T)
+        return -1;
+    const int p = d->n_proj++;
+    d->y[p] = y, d->M[p] = M;
+    for (int i = 0; i < n_grp; i++) {
+        struct cu_lk_grp *dg = &d->g[i];
+        dg->t0[p] = (uint8_t)d->n_t;
+        dg->nt[p] = (uint8_t)n_terms_of(&g[i]);
+        for (int k = 0; k < dg->nt[p]; k++) {
+            struct cu_lk_term *t = &d->t[d->n_t++];
+            t->a = g[i].t[k].a, t->bt = g[i].t[k].bt, t->scale = g[i].t[k].scale;
+            t->rank = (uint16_t)g[i].t[k].rank, t->dtype = (uint8_t)g[i].t[k].dtype;
+            t->roff = dg->T;
+            dg->T = (uint16_t)(dg->T + t->rank);
+        }
+    }
+    return 0;
+}
+
+/* Bytes of partials one launch pair may use: LK_PART_MAX, or CINFER_CUDA_LORA_PART_MAX (a
+ * test setting: a small value makes every call run as row slices). Read once. */
+static size_t lk_part_max(void)
+{
+    static size_t v = 0;
+    if (v == 0) {
+        const char *e = getenv("CINFER_CUDA_LORA_PART_MAX");
+        v = e && atol(e) > 0 ? (size_t)atol(e) : (size_t)LK_PART_MAX;
+    }
+    return v;
+}
+
+/* One shrink + expand pair over all of d's rows (their partials fit the budget). */
+static void lk_launch(struct cu_be *cb, const struct cu_lk *d)
+{
+    int R = 0, Tmax = 0, rsmax = 0, chunks = 0, slices = 0;
+    for (int i = 0; i < d->n_grp; i++) {
+        R += d->g[i].n_rows;
+        chunks += (d->g[i].n_rows + LK_RC - 1) / LK_RC;
+        Tmax = d->g[i].T > Tmax ? d->g[i].T : Tmax;
+        for (int p = 0; p < d->n_proj; p++) {
+            int rs = 0;
+            for (int k = d->g[i].t0[p]; k < d->g[i].t0[p] + d->g[i].nt[p]; k++)
+                rs += d->t[k].rank;
+            rsmax = rs > rsmax ? rs : rsmax;
+        }
+    }
+    for (int p = 0; p < d->n_proj; p++)
+        slices += (d->M[p] + LK_MT - 1) / LK_MT;
+    if (R == 0 || Tmax == 0 || rsmax == 0 || d->K <= 0)
+        return;
+    const int ksplit = (d->K + LK_KC - 1) / LK_KC;
+    float *part = (float *)cu_scratch(cb, CU_SCRATCH_LORA,
+                                      (size_t)ksplit * (size_t)R * (size_t)Tmax * sizeof(float));
+    if (!part)
+        return;
+    dim3 gs((unsigned)R, (unsigned)((Tmax + LK_TJ - 1) / LK_TJ), (unsigned)ksplit);
+    cu_launch(cb, k_lk_shrink, gs, dim3(LK_ST), 0, *d, part, R, Tmax);
+    cu_after_launch(cb, "lora shrink");
+    dim3 ge((unsigned)slices, (unsigned)chunks);
+    size_t smem = (size_t)LK_RC * (size_t)rsmax * sizeof(float); /* <= 32 KiB: ranks <= 1024 */
+    cu_launch(cb, k_lk_expand, ge, dim3(LK_MT), smem, *d, (const float *)part, R, Tmax, ksplit,
+              rsmax);
+    cu_after_launch(cb, "lora expand");
+}
+
+void cu_lk_run(struct be *b, const struct cu_lk *d)
+{
+    struct cu_be *cb = cu_be(b);
+    int R = 0, Tmax = 0;
+    for (int i = 0; i < d->n_grp; i++) {
+        R += d->g[i].n_rows;
+        Tmax = d->g[i].T > Tmax ? d->g[i].T : Tmax;
+    }
+    if (R == 0 || Tmax == 0 || d->K <= 0 || d->n_proj <= 0)
+        return;
+    const size_t row_bytes = (size_t)((d->K + LK_KC - 1) / LK_KC) * (size_t)Tmax * sizeof(float);
+    const size_t cap = lk_part_max() / row_bytes;
+    const int budget = cap < 1 ? 1 : cap > (1u << 30) ? (1 << 30) : (int)cap;
+    if (R <= budget) {
+        lk_launch(cb, d);
+        return;
+    }
+    /* a long prefill: slices of the groups' rows, at most budget rows a pair */
+    struct cu_lk s = *d;
+    s.n_grp = 0;
+    int rows = 0;
+    for (int i = 0; i < d->n_grp; i++)
+        for (int off = 0; off < d->g[i].n_rows;) {
+            int n = d->g[i].n_rows - off;
+            if (n > budget - rows)
+                n = budget - rows;
+            s.g[s.n_grp] = d->g[i];
+            s.g[s.n_grp].rows = d->g[i].rows + off;
+            s.g[s.n_grp].n_rows = n;
+            s.n_grp++;
+            rows += n;
+            off += n;
+            if (rows == budget || s.n_grp == CU_LK_GRP) {
+                lk_launch(cb, &s);
+                s.n_grp = 0;
+                rows = 0;
+            }
+        }
+    if (s.n_grp)
+        lk_launch(cb, &s);
+}

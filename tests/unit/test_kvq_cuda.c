@@ -1,0 +1,270 @@
+/* test_kvq_cuda.c — quantized KV blocks on the CUDA backend (src/backend/cuda/cuda_kvq.cu)
+ * against the CPU reference (backend/kvq.c and the CPU attention kernel), for every format:
+ * - the store: rows quantized by the GPU's kv_store are byte for byte kvq_store_row's;
+ * - attention over the same quantized blocks (the CPU's bytes uploaded) agrees with the CPU
+ *   kernel within 1e-4 of the output's scale: decode steps (split mode with the merge), a
+ *   few tokens of one sequence in a step, and a prefill step of more than 64 tokens (the
+ *   tiled mode), GQA 2:1 and 6:1, head_dim 64 / 128 / 256 and 80 (groups of 16, no
+ *   rotation), a sliding window, a softcap.
+ * On CUDA every case runs twice: with the default kernels, then with CINFER_KVQ_DEC=1 (the
+ * decode-step kernel for steps of up to 64 tokens).
+ * Skipped (status 77) where the CUDA backend cannot open (no GPU, or a build without it):
+ * the device run is bench/kv_quant/device_kvq.sh. CINFER_TEST_BACKEND names another backend
+ * to compare with the CPU. */
+#include "harness.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/dtype.h"
+#include "backend/kvq.h"
+
+static struct be *g_cpu, *g_dev;
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static double urand(void)
+{
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(g_rng >> 11) / 9007199254740992.0;
+}
+static float gauss(void)
+{
+    double u = urand() + 1e-12, v = urand();
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+static void *dev_from(const void *host, size_t n)
+{
+    struct cerr e = {0};
+    void *p = g_dev->ops->alloc(g_dev, n);
+    CHECK_MSG(p != NULL, "device alloc of %zu bytes failed", n);
+    if (p && host && g_dev->ops->upload(g_dev, p, host, n, &e))
+        CHECK_MSG(0, "upload failed: %s", e.msg);
+    return p;
+}
+
+static void host_from(void *host, const void *dev, size_t n)
+{
+    struct cerr e = {0};
+    int rc = g_dev->ops->download(g_dev, host, dev, n, &e);
+    if (!rc)
+        rc = g_dev->ops->sync(g_dev, &e);
+    CHECK_MSG(rc == 0, "download or sync failed: %s", e.msg);
+}
+
+struct scheme {
+    int kf, vf, rk, rv;
+};
+
+struct geom {
+    int hd, nkv, nh;
+    float softcap;
+    int window;
+};
+
+enum { BS = 16, NSEQ = 3, MAXB = 48 /* 768 positions a sequence */ };
+
+/* One scheme at one geometry: store on both, compare bytes; attention on both over the
+ * CPU's bytes, compare outputs. */
+static void run_case(const struct geom *gm, const struct scheme *sc)
+{
+    struct cerr e = {0};
+    int code;
+    if (kvq_code(sc->kf, sc->vf, sc->rk, sc->rv, gm->hd, &code, &e)) {
+        CHECK_MSG(0, "kvq_code: %s", e.msg);
+        return;
+    }
+    const int hd = gm->hd, kvd = hd * gm->nkv, lens[NSEQ] = {700, 150, 37};
+    const int nb = NSEQ * MAXB;
+    const size_t rk = kvq_row_bytes(code, 0, kvd), rv = kvq_row_bytes(code, 1, kvd);
+    int32_t *tables = malloc(sizeof(int32_t) * nb);
+    for (int i = 0; i < nb; i++)
+        tables[i] = i;
+    for (int i = nb - 1; i > 0; i--) { /* scattered blocks */
+        int j = (int)(urand() * (i + 1)), t = tables[i];
+        tables[i] = tables[j], tables[j] = t;
+    }
+    int ntot = 0;
+    for (int s = 0; s < NSEQ; s++)
+        ntot += lens[s];
+    float *K = malloc(sizeof(float) * (size_t)ntot * kvd), *V = malloc(sizeof(float) * (size_t)ntot * kvd);
+    int32_t *slots = malloc(sizeof(int32_t) * (size_t)ntot);
+    for (int s = 0, r = 0; s < NSEQ; s++)
+        for (int p = 0; p < lens[s]; p++, r++) {
+            slots[r] = tables[s * MAXB + p / BS] * BS + p % BS;
+            for (int i = 0; i < kvd; i++) {
+                /* an outlier channel, a per-head offset, mixed magnitudes */
+                K[(size_t)r * kvd + i] = gauss() * (i % 7 == 0 ? 3.0f : 1.0f) +
+                                         (i % hd == 3 ? 4.0f : 0.0f);
+                V[(size_t)r * kvd + i] = gauss() + 0.5f * (float)(i / hd);
+            }
+        }
+    size_t ckb = (size_t)nb * BS * rk, cvb = (size_t)nb * BS * rv;
+    char *kc = calloc(1, ckb), *vc = calloc(1, cvb);
+    g_cpu->ops->kv_store(g_cpu, kc, vc, code, K, V, slots, ntot, kvd);
+
+    /* the GPU's store, byte for byte */
+    void *dkc = dev_from(NULL, ckb), *dvc = dev_from(NULL, cvb);
+    float *dK = dev_from(K, sizeof(float) * (size_t)ntot * kvd);
+    float *dV = dev_from(V, sizeof(float) * (size_t)ntot * kvd);
+    int32_t *dslots = dev_from(slots, sizeof(int32_t) * (size_t)ntot);
+    if (!dkc || !dvc || !dK || !dV || !dslots)
+        return;
+    g_dev->ops->kv_store(g_dev, dkc, dvc, code, dK, dV, dslots, ntot, kvd);
+    char *gk = malloc(ckb), *gv = malloc(cvb);
+    host_from(gk, dkc, ckb);
+    host_from(gv, dvc, cvb);
+    long bad_k = 0, bad_v = 0;
+    for (int r = 0; r < ntot; r++) {
+        for (size_t i = 0; i < rk; i++)
+            bad_k += gk[(size_t)slots[r] * rk + i] != kc[(size_t)slots[r] * rk + i];
+        for (size_t i = 0; i < rv; i++)
+            bad_v += gv[(size_t)slots[r] * rv + i] != vc[(size_t)slots[r] * rv + i];
+    }
+    CHECK_MSG(bad_k == 0 && bad_v == 0,
+              "hd %d k %s v %s: the device store differs from kvq_store_row in %ld K / %ld V bytes",
+              hd, kvq_fmt_name(sc->kf), kvq_fmt_name(sc->vf), bad_k, bad_v);
+
+    /* attention over the CPU's bytes */
+    if (g_dev->ops->upload(g_dev, dkc, kc, ckb, &e) || g_dev->ops->upload(g_dev, dvc, vc, cvb, &e))
+        CHECK_MSG(0, "upload: %s", e.msg);
+    int32_t *dtab = dev_from(tables, sizeof(int32_t) * nb);
+    struct {
+        const char *name;
+        int n;
+        int32_t pos[256], seq[256];
+    } steps[3];
+    /* decode: the last position of every sequence, plus an earlier one of seq 0 */
+    steps[0].name = "decode";
+    steps[0].n = 0;
+    for (int s = 0; s < NSEQ; s++)
+        steps[0].pos[steps[0].n] = lens[s] - 1, steps[0].seq[steps[0].n++] = s;
+    steps[0].pos[steps[0].n] = 301, steps[0].seq[steps[0].n++] = 0;
+    /* a short run of one sequence and a token of another */
+    steps[1].name = "verify";
+    steps[1].n = 0;
+    for (int p = lens[0] - 6; p < lens[0]; p++)
+        steps[1].pos[steps[1].n] = p, steps[1].seq[steps[1].n++] = 0;
+    steps[1].pos[steps[1].n] = lens[2] - 1, steps[1].seq[steps[1].n++] = 2;
+    /* prefill: all of seq 1, then the last 40 of seq 0 */
+    steps[2].name = "prefill";
+    steps[2].n = 0;
+    for (int p = 0; p < lens[1]; p++)
+        steps[2].pos[steps[2].n] = p, steps[2].seq[steps[2].n++] = 1;
+    for (int p = lens[0] - 40; p < lens[0]; p++)
+        steps[2].pos[steps[2].n] = p, steps[2].seq[steps[2].n++] = 0;
+    for (int si = 0; si < 3; si++) {
+        const int n = steps[si].n, qn = gm->nh * hd;
+        float *q = malloc(sizeof(float) * (size_t)n * qn), *oc = malloc(sizeof(float) * (size_t)n * qn),
+              *od = malloc(sizeof(float) * (size_t)n * qn);
+        for (int i = 0; i < n * qn; i++)
+            q[i] = gauss();
+        struct be_attn a = {.n_tok = n, .n_head = gm->nh, .n_kv_head = gm->nkv, .head_dim = hd,
+                            .scale = 1.0f / sqrtf((float)hd), .softcap = gm->softcap,
+                            .window = gm->window, .pos = steps[si].pos, .seq = steps[si].seq,
+                            .block_tables = tables, .max_blocks = MAXB, .block_size = BS,
+                            .kv_dtype = code, .k_cache = kc, .v_cache = vc};
+        g_cpu->ops->attention(g_cpu, oc, q, &a);
+        struct be_attn d = a;
+        d.pos = dev_from(steps[si].pos, sizeof(int32_t) * (size_t)n);
+        d.seq = dev_from(steps[si].seq, sizeof(int32_t) * (size_t)n);
+        d.block_tables = dtab, d.k_cache = dkc, d.v_cache = dvc;
+        float *dq = dev_from(q, sizeof(float) * (size_t)n * qn), *dout = dev_from(NULL, sizeof(float) * (size_t)n * qn);
+        g_dev->ops->attention(g_dev, dout, dq, &d);
+        host_from(od, dout, sizeof(float) * (size_t)n * qn);
+        double err = 0, scale = 0;
+        for (int i = 0; i < n * qn; i++) {
+            err = fmax(err, fabs((double)od[i] - oc[i]));
+            scale = fmax(scale, fabs((double)oc[i]));
+        }
+        printf("hd %3d kv %d:%d k %-4s v %-4s rot %d%d window %d softcap %g %-7s: max err %.2g "
+               "(scale %.3g)\n",
+               hd, gm->nh, gm->nkv, kvq_fmt_name(sc->kf), kvq_fmt_name(sc->vf), kvq_rot_of(code, 0),
+               kvq_rot_of(code, 1), gm->window, gm->softcap, steps[si].name, err, scale);
+        CHECK_MSG(err <= 1e-4 * fmax(scale, 1.0) && scale > 0.0,
+                  "hd %d k %s v %s %s: device attention off by %g (scale %g)", hd,
+                  kvq_fmt_name(sc->kf), kvq_fmt_name(sc->vf), steps[si].name, err, scale);
+        g_dev->ops->free(g_dev, (void *)d.pos), g_dev->ops->free(g_dev, (void *)d.seq);
+        g_dev->ops->free(g_dev, dq), g_dev->ops->free(g_dev, dout);
+        free(q), free(oc), free(od);
+    }
+    g_dev->ops->free(g_dev, dtab), g_dev->ops->free(g_dev, dkc), g_dev->ops->free(g_dev, dvc);
+    g_dev->ops->free(g_dev, dK), g_dev->ops->free(g_dev, dV), g_dev->ops->free(g_dev, dslots);
+    free(gk), free(gv), free(kc), free(vc), free(K), free(V), free(slots), free(tables);
+}
+
+static const struct scheme SCHEMES[] = {
+    {KVF_A8, KVF_A8, 1, 0},  /* --kv-quant 8 (keys rotated) */
+    {KVF_A4, KVF_A4, 1, 1},  /* --kv-quant 4 */
+    {KVF_A8, KVF_L4, 1, 1},  /* turbo:k8v4 */
+    {KVF_A8, KVF_L3, 1, 1},  /* turbo (k8v3) */
+    {KVF_A2, KVF_L2, 0, 1},  /* the narrowest codes, unrotated keys */
+    {KVF_A5, KVF_L5, 1, 1},  /* 5-bit codes straddle bytes */
+    {KVF_F16, KVF_L8, 0, 1}, /* a plain side beside a quantized one */
+    {KVF_F32, KVF_F32, 1, 1}, /* plain but rotated: exact in both */
+};
+
+static void test_formats_hd128(void)
+{
+    const struct geom g = {128, 2, 12, 0.0f, 0}; /* Qwen2.5-1.5B's shape: 6 heads per KV head */
+    for (size_t i = 0; i < sizeof SCHEMES / sizeof *SCHEMES; i++)
+        run_case(&g, &SCHEMES[i]);
+}
+
+static void test_other_geometries(void)
+{
+    const struct geom gs[] = {
+        {64, 4, 8, 0.0f, 0},    /* l1b-like head_dim, GQA 2:1 */
+        {256, 1, 4, 30.0f, 0},  /* the widest heads, a softcap */
+        {128, 2, 4, 0.0f, 100}, /* a sliding window */
+    };
+    const struct scheme some[] = {{KVF_A8, KVF_A8, 1, 0}, {KVF_A8, KVF_L3, 1, 1}, {KVF_A4, KVF_A4, 1, 1}};
+    for (size_t i = 0; i < sizeof gs / sizeof *gs; i++)
+        for (size_t j = 0; j < sizeof some / sizeof *some; j++)
+            run_case(&gs[i], &some[j]);
+    /* head_dim 80: groups of 16, no rotation (not a power of two) */
+    const struct geom g80 = {80, 2, 4, 0.0f, 0};
+    const struct scheme s80[] = {{KVF_A8, KVF_A8, 0, 0}, {KVF_A4, KVF_A2, 0, 0}};
+    for (size_t j = 0; j < sizeof s80 / sizeof *s80; j++)
+        run_case(&g80, &s80[j]);
+}
+
+int main(void)
+{
+    struct cerr e = {0};
+    struct be_config bc = {.n_threads = 2};
+    const char *bn = getenv("CINFER_TEST_BACKEND");
+    bn = bn && *bn ? bn : "cuda";
+    g_dev = be_new(bn, &bc, &e);
+    if (!g_dev) {
+        char why[800];
+        snprintf(why, sizeof why, "no %s backend here (%s)", bn, e.msg);
+        return harness_skip(why);
+    }
+    g_cpu = be_new("cpu", &bc, &e);
+    if (!g_cpu) {
+        fprintf(stderr, "cpu backend: %s\n", e.msg);
+        return 1;
+    }
+    RUN(test_formats_hd128);
+    RUN(test_other_geometries);
+    if (!strcmp(bn, "cuda") && !getenv("CINFER_KVQ_DEC")) {
+        /* again with the decode-step kernel (cuda_kvq.cu's k_kvq_dec, read at backend
+         * creation): steps of up to 64 tokens take it, longer ones the general kernel */
+        be_free(g_dev);
+        setenv("CINFER_KVQ_DEC", "1", 1);
+        g_dev = be_new(bn, &bc, &e);
+        CHECK_MSG(g_dev != NULL, "%s", e.msg);
+        if (!g_dev)
+            return harness_done();
+        printf("-- CINFER_KVQ_DEC=1\n");
+        RUN(test_formats_hd128);
+        RUN(test_other_geometries);
+    }
+    be_free(g_dev);
+    be_free(g_cpu);
+    return harness_done();
+}
