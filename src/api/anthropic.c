@@ -255,6 +255,20 @@ int anth_to_chat(const char *body, size_t len, int for_count, json_t **out, char
             json_object_set(o, "tools", ft);
         json_decref(ft);
     }
+    /* as Anthropic checks them: metadata holds only user_id (a string), and service_tier
+     * is auto or standard_only; neither changes the output */
+    json_t *md = json_object_get(b, "metadata");
+    if (!rc && md && !json_is_null(md)) {
+        json_t *uid = json_object_get(md, "user_id");
+        if (!json_is_object(md) || json_object_size(md) != (uid ? 1u : 0u) ||
+            (uid && !json_is_null(uid) && !json_is_string(uid)))
+            rc = api_fail(err, 400, "metadata", "metadata: only user_id (a string) is allowed");
+    }
+    const char *tier = json_string_value(json_object_get(b, "service_tier"));
+    json_t *tierv = json_object_get(b, "service_tier");
+    if (!rc && tierv && !json_is_null(tierv) &&
+        (!tier || (strcmp(tier, "auto") && strcmp(tier, "standard_only"))))
+        rc = api_fail(err, 400, "service_tier", "service_tier must be auto or standard_only");
     static const char *const BETA[] = {"context_management", "container", "mcp_servers"};
     for (size_t k = 0; k < sizeof BETA / sizeof *BETA; k++) {
         json_t *v = json_object_get(b, BETA[k]);

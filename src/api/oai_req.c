@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "api/body.h"
+#include "api/openai/fields.h"
 #include "util/err.h"
 
 #define MAX_STOPS 64
@@ -756,6 +757,8 @@ int oai_parse(struct oai_req *r, int kind, const char *body, size_t len,
         rc = parse_thinking(r, o, err);
     if (!rc && kind == OAI_CHAT)
         rc = parse_tools(r, o, err);
+    if (!rc && kind == OAI_CHAT)
+        rc = oai_check_chat_fields(o, err); /* hints and refusals (openai/fields.h) */
     if (!rc && kind == OAI_CHAT && r->single_call && r->tools)
         rc = add_call_end_stops(r, err);
     if (!rc && kind == OAI_CHAT && get_bool(o, "continue_final_message", &b, &given, err))
@@ -771,6 +774,8 @@ int oai_parse(struct oai_req *r, int kind, const char *body, size_t len,
     }
     if (!rc && kind == OAI_COMPLETION)
         rc = parse_completion(r, o, n_vocab, err);
+    if (!rc && kind == OAI_COMPLETION)
+        rc = oai_check_completion_fields(o, err);
     if (rc)
         oai_req_deinit(r);
     return rc;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "api/body.h"
+#include "api/openai/fields.h"
 #include <time.h>
 
 /* ---- request mapping -------------------------------------------------------------------- */
@@ -161,6 +162,62 @@ static int map_item(json_t *it, size_t i, json_t *convo, struct sbuf *sys, struc
     return api_fail(err, 400, "input", "%s: unsupported item type \"%s\"", what, type);
 }
 
+/* The request fields the response object repeats (Codex and the Agents SDK send them):
+ * metadata (16 string pairs at most, keys up to 64 and values up to 512 characters, as
+ * OpenAI checks them), prompt_cache_key, safety_identifier, user, truncation ("auto":
+ * nothing is dropped here: a request over the context is refused either way), text
+ * (format and verbosity) and service_tier (always served as "default"). None of them
+ * changes the generation: the prefix cache is found by content, whatever the cache key. */
+static int echo_fields(json_t *b, json_t *echo, struct api_error *err)
+{
+    json_t *md = json_object_get(b, "metadata");
+    if (oai_check_metadata(md, err))
+        return -1;
+    if (json_is_object(md))
+        json_object_set(echo, "metadata", md);
+    static const char *const STR[] = {"prompt_cache_key", "safety_identifier", "user"};
+    for (size_t i = 0; i < sizeof STR / sizeof *STR; i++) {
+        json_t *v = json_object_get(b, STR[i]);
+        if (!v || json_is_null(v))
+            continue;
+        if (!json_is_string(v) || (i == 1 && json_string_length(v) > 64))
+            return api_fail(err, 400, STR[i], "%s must be a string%s", STR[i],
+                            i == 1 ? " of at most 64 characters" : "");
+        json_object_set(echo, STR[i], v);
+    }
+    const char *tr = json_string_value(json_object_get(b, "truncation"));
+    json_t *trv = json_object_get(b, "truncation");
+    if (trv && !json_is_null(trv) && (!tr || (strcmp(tr, "auto") && strcmp(tr, "disabled"))))
+        return api_fail(err, 400, "truncation", "truncation must be \"auto\" or \"disabled\"");
+    if (tr)
+        json_object_set_new(echo, "truncation", json_string(tr));
+    json_t *st = json_object_get(b, "service_tier");
+    const char *sts = json_string_value(st);
+    if (st && !json_is_null(st) &&
+        (!sts || (strcmp(sts, "auto") && strcmp(sts, "default") && strcmp(sts, "flex") &&
+                  strcmp(sts, "scale") && strcmp(sts, "priority"))))
+        return api_fail(err, 400, "service_tier",
+                        "service_tier must be one of auto, default, flex, scale, priority");
+    json_object_set_new(echo, "service_tier", json_string("default"));
+    json_t *tx = json_object_get(b, "text");
+    if (json_is_object(tx)) {
+        json_t *fmt = json_object_get(tx, "format");
+        json_t *vb = json_object_get(tx, "verbosity");
+        const char *vs = json_string_value(vb);
+        if (vb && !json_is_null(vb) &&
+            (!vs || (strcmp(vs, "low") && strcmp(vs, "medium") && strcmp(vs, "high"))))
+            return api_fail(err, 400, "text.verbosity",
+                            "text.verbosity must be low, medium or high");
+        json_t *t = json_pack("{s:o}", "format",
+                              json_is_object(fmt) ? json_incref(fmt)
+                                                  : json_pack("{s:s}", "type", "text"));
+        if (t && vs)
+            json_object_set_new(t, "verbosity", json_string(vs));
+        json_object_set_new(echo, "text", t);
+    }
+    return 0;
+}
+
 void resp_req_deinit(struct resp_req *q)
 {
     json_decref(q->chat);
@@ -283,7 +340,10 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, 
                 continue;
             }
             json_t *par = json_object_get(t, "parameters");
-            /* key order as an OpenAI chat client sends it: the template dumps the tools */
+            json_t *st = json_object_get(t, "strict");
+            /* the keys and their order as an OpenAI chat client sends the same tool (name,
+             * description, parameters, strict): the template dumps the tools into the prompt,
+             * so a Responses request renders as the chat request an agent SDK sends for it */
             json_t *fn = json_pack("{s:O}", "name", name);
             json_t *d = json_object_get(t, "description");
             if (fn && json_is_string(d))
@@ -291,8 +351,9 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, 
             if (fn)
                 json_object_set_new(fn, "parameters",
                                     json_is_object(par) ? json_incref(par) : json_object());
+            if (fn && json_is_boolean(st))
+                json_object_set(fn, "strict", st);
             json_array_append_new(ft, json_pack("{s:s, s:o}", "type", "function", "function", fn));
-            json_t *st = json_object_get(t, "strict");
             json_t *e = json_pack("{s:s, s:O, s:O, s:O}", "type", "function", "name", name,
                                   "parameters", json_is_object(par) ? par : json_null(), "strict",
                                   json_is_boolean(st) ? st : json_null());
@@ -332,6 +393,8 @@ int resp_to_chat(const char *body, size_t len, resp_lookup_fn lookup, void *ud, 
                         q->prev_id ? json_string(q->prev_id) : json_null());
     json_object_set_new(q->echo, "max_output_tokens", mo ? json_incref(mo) : json_null());
     json_object_set_new(q->echo, "reasoning", json_pack("{s:s?, s:n}", "effort", eff, "summary"));
+    if (!rc)
+        rc = echo_fields(b, q->echo, err);
     json_decref(stored);
     sbuf_free(&sys);
     json_decref(b);

@@ -78,7 +78,7 @@ static int burst_batch(struct engine *g, int n_rows, int ahead, int ds, struct m
 
 /* 1 when one more step may be queued behind the one in flight: every row continues past
  * the in-flight step's id (unless that id is EOS or a stop), holds one more position, and
- * no submission or cancellation waits. */
+ * no submission, cancellation or side work (side.c) waits. */
 static int burst_more(struct engine *g, int n_rows)
 {
     for (int s = 0; s < n_rows; s++) {
@@ -88,7 +88,7 @@ static int burst_more(struct engine *g, int n_rows)
             return 0;
     }
     pthread_mutex_lock(&g->mu);
-    int quiet = !g->quit && !g->in.n && !g->n_cancel;
+    int quiet = !g->quit && !g->in.n && !g->n_cancel && !g->side_due;
     pthread_mutex_unlock(&g->mu);
     return quiet;
 }

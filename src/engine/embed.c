@@ -1,8 +1,9 @@
 /* embed.c — the embedding scheduler's worker (contract in embed.h).
  *
- * One mutex guards the FIFO of jobs that still have untaken sequences. The worker plans a
- * forward under the lock (taking sequences in order until the token or sequence cap), runs
- * it without the lock, and hands results back. A job leaves the FIFO when its last
+ * One mutex guards the FIFO of jobs that still have untaken sequences. The worker (or, in
+ * driven mode, the driver's embedq_run_once) plans a forward under the lock (taking
+ * sequences in order until the token or sequence cap), runs it without the lock, and hands
+ * results back. A job leaves the FIFO when its last
  * sequence is taken; it is finished (done) when its last sequence is computed.
  */
 #include <pthread.h>
@@ -61,10 +62,41 @@ full:
     return n;
 }
 
+/* One forward of the sequences plan() takes (n of them), results handed back. */
+static void run_forward(struct embedq *q, int n, int n_tok)
+{
+    int d = q->em.n_embd;
+    struct cerr e = {0};
+    int rc = q->em.bert ? bert_embed(q->em.bert, q->ws, q->ids, q->lens, n, q->out, &e)
+                        : dec_embed(q->em.dec, q->ids, q->lens, n, q->out, &e);
+    pthread_mutex_lock(&q->mu);
+    q->st.forwards++;
+    q->st.seqs += n;
+    q->st.tokens += n_tok;
+    if (n > q->st.max_seqs_in_forward)
+        q->st.max_seqs_in_forward = n;
+    long fw = q->st.forwards;
+    pthread_mutex_unlock(&q->mu);
+    eng_test_step_hook(fw); /* tests: CINFER_TEST_STEP_DELAY_MS slows forwards */
+    for (int i = 0; i < n; i++) {
+        struct embed_job *j = q->slots[i].j;
+        pthread_mutex_lock(&q->mu); /* status and n_done: embedq_cancel too */
+        if (rc && !j->status) {
+            j->status = rc;
+            snprintf(j->error, sizeof j->error, "%s", e.msg);
+        } else if (!rc && !j->status)
+            memcpy(j->out + (size_t)q->slots[i].s * d, q->out + (size_t)i * d,
+                   (size_t)d * sizeof(float));
+        int fin = ++j->n_done == j->n_seq;
+        pthread_mutex_unlock(&q->mu);
+        if (fin)
+            j->done(j, j->ud);
+    }
+}
+
 static void *worker(void *arg)
 {
     struct embedq *q = arg;
-    int d = q->em.n_embd;
     for (;;) {
         pthread_mutex_lock(&q->mu);
         while (!q->stop && !q->head)
@@ -75,34 +107,22 @@ static void *worker(void *arg)
         }
         int n_tok, n = plan(q, &n_tok);
         pthread_mutex_unlock(&q->mu);
-        struct cerr e = {0};
-        int rc = q->em.bert ? bert_embed(q->em.bert, q->ws, q->ids, q->lens, n, q->out, &e)
-                            : dec_embed(q->em.dec, q->ids, q->lens, n, q->out, &e);
-        pthread_mutex_lock(&q->mu);
-        q->st.forwards++;
-        q->st.seqs += n;
-        q->st.tokens += n_tok;
-        if (n > q->st.max_seqs_in_forward)
-            q->st.max_seqs_in_forward = n;
-        long fw = q->st.forwards;
-        pthread_mutex_unlock(&q->mu);
-        eng_test_step_hook(fw); /* tests: CINFER_TEST_STEP_DELAY_MS slows forwards */
-        for (int i = 0; i < n; i++) {
-            struct embed_job *j = q->slots[i].j;
-            pthread_mutex_lock(&q->mu); /* status and n_done: embedq_cancel too */
-            if (rc && !j->status) {
-                j->status = rc;
-                snprintf(j->error, sizeof j->error, "%s", e.msg);
-            } else if (!rc && !j->status)
-                memcpy(j->out + (size_t)q->slots[i].s * d, q->out + (size_t)i * d,
-                       (size_t)d * sizeof(float));
-            int fin = ++j->n_done == j->n_seq;
-            pthread_mutex_unlock(&q->mu);
-            if (fin)
-                j->done(j, j->ud);
-        }
+        run_forward(q, n, n_tok);
     }
     return NULL;
+}
+
+int embedq_run_once(struct embedq *q)
+{
+    pthread_mutex_lock(&q->mu);
+    int n_tok = 0, n = q->stop ? 0 : plan(q, &n_tok);
+    pthread_mutex_unlock(&q->mu);
+    if (n > 0)
+        run_forward(q, n, n_tok);
+    pthread_mutex_lock(&q->mu);
+    int more = !q->stop && q->head != NULL;
+    pthread_mutex_unlock(&q->mu);
+    return more;
 }
 
 int embedq_new(struct embedq **out, const struct embed_model *em,
@@ -138,7 +158,7 @@ int embedq_new(struct embedq **out, const struct embed_model *em,
     }
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
-    if (pthread_create(&q->th, NULL, worker, q)) {
+    if (!c->wake && pthread_create(&q->th, NULL, worker, q)) {
         bert_ws_free(q->ws);
         free(q->slots), free(q->ids), free(q->lens), free(q->out);
         free(q);
@@ -169,6 +189,8 @@ int embedq_submit(struct embedq *q, struct embed_job *j)
     q->st.jobs++;
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
+    if (q->c.wake)
+        q->c.wake(q->c.wake_ud);
     return 0;
 }
 
@@ -220,7 +242,8 @@ void embedq_free(struct embedq *q)
     q->stop = 1;
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
-    pthread_join(q->th, NULL);
+    if (!q->c.wake)
+        pthread_join(q->th, NULL);
     /* jobs never fully taken: finish them with an error (a partly computed job too) */
     for (struct embed_job *j = q->head, *nx; j; j = nx) {
         nx = j->next;

@@ -10,6 +10,10 @@
  * Threads: embedq_submit from any thread; done runs on the worker thread; embedq_free
  * from the creating thread after no more submissions (it finishes queued jobs' callbacks
  * with an error first).
+ * Driven mode (embedq_config.wake set): no worker thread. A driver — the generation
+ * engine's thread for a decoder model, so that the model and backend it already owns do the
+ * forwards between its own steps (engine_set_side) — calls embedq_run_once; each
+ * submission calls wake so the driver knows there is work; done runs on the driver's thread.
  */
 #ifndef CINFER_ENGINE_EMBED_H
 #define CINFER_ENGINE_EMBED_H
@@ -23,8 +27,9 @@
 /* ---- decoder models (embed_dec.c) ----
  * Embeddings from a generative model: each input prefilled alone in chunks into a private
  * F32 KV cache, its final-normed hidden states pooled by the mean or the last token
- * (BERT_POOL_MEAN / BERT_POOL_LAST), then L2-normalized when normalize is set. The model
- * must be driven by this one thread only (its own backend, not the engine's). */
+ * (BERT_POOL_MEAN / BERT_POOL_LAST), then L2-normalized when normalize is set. Only one
+ * thread may run forwards of the model at a time: serve hands the queue to the engine as
+ * side work (driven mode below), so the engine's thread runs them between its steps. */
 struct dec_embedder;
 int dec_embedder_new(struct dec_embedder **out, const struct model *m, int pool, int normalize,
                      int max_len, struct cerr *e);
@@ -52,6 +57,10 @@ struct embed_job {
 struct embedq_config {
     int max_batch_tokens; /* tokens of one forward (>= the model's longest input) */
     int max_seqs;         /* sequences of one forward */
+    void (*wake)(void *ud); /* driven mode (see above): called after each submission, from
+                               the submitting thread, outside the queue's lock; NULL = own
+                               worker thread */
+    void *wake_ud;
 };
 
 /* What the worker runs: an encoder (bert) or a decoder (dec); exactly one is set. */
@@ -80,6 +89,11 @@ int embedq_submit(struct embedq *q, struct embed_job *j);
  * j already finished. Any thread. */
 void embedq_cancel(struct embedq *q, struct embed_job *j);
 void embedq_stats(struct embedq *q, struct embed_stats *out);
+/* Driven mode: runs one forward of queued sequences (if any) on the calling thread and
+ * calls the done of the jobs it finished. Returns 1 when sequences are still queued, else
+ * 0. One driver thread at a time; never after embedq_free started. */
+int embedq_run_once(struct embedq *q);
+/* In driven mode the driver must have stopped calling embedq_run_once first. */
 void embedq_free(struct embedq *q);
 
 #endif

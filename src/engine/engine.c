@@ -637,16 +637,20 @@ static void *engine_main(void *arg)
     for (;;) {
         struct queue dead = {0};
         pthread_mutex_lock(&g->mu);
-        while (!g->quit && !g->in.n && !g->n_cancel && !g->n_run && !g->wait.n && !g->calls) {
+        while (!g->quit && !g->in.n && !g->n_cancel && !g->n_run && !g->wait.n && !g->calls &&
+               !g->side_due) {
             if (g->ssd)
                 eng_tier_wait(g); /* the SSD tier's idle work, then a (timed) wait */
             else
                 pthread_cond_wait(&g->cv, &g->mu);
         }
-        int quit = g->quit;
+        int quit = g->quit, side = g->side_due;
+        g->side_due = 0;
         eng_take_inputs(g, &dead);
         pthread_mutex_unlock(&g->mu);
         eng_calls_run(g); /* engine_post / engine_call: adapter mounts and frees */
+        if (side && !quit)
+            eng_side_run(g); /* one embedding forward between steps (side.c) */
         if (g->ssd && !quit)
             eng_tier_busy(g);
         if (quit) {

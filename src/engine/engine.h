@@ -197,6 +197,14 @@ int engine_ssd_demote(struct engine *g, double timeout_s, long *blocks);
  * waits until fn has run; 0, or -1 when it could not queue it. */
 int engine_post(struct engine *g, void (*fn)(void *ud), void *ud);
 int engine_call(struct engine *g, void (*fn)(void *ud), void *ud);
+/* Side work on the engine thread (side.c): fn(ud) runs between steps after each
+ * engine_side_wake, and again one step later for as long as it returns 1 (more queued), so
+ * it takes turns with generation. Decoder embeddings use it (engine/embed.h, driven mode):
+ * their forwards run on the engine's own model and backend. Set once, before the first
+ * wake; fn runs on the engine thread only; at engine_free it is simply not called again. */
+void engine_set_side(struct engine *g, int (*fn)(void *ud), void *ud);
+/* Any thread: side work is queued. */
+void engine_side_wake(struct engine *g);
 /* KV bytes one position takes (all layers, K and V). */
 size_t engine_kv_bytes_per_token(const struct engine *g);
 

@@ -80,6 +80,9 @@ struct engine {
     int n_cancel, cap_cancel;
     uint64_t next_id;
     struct engine_stats st;
+    int (*side_fn)(void *ud); /* side work between steps (side.c), or NULL */
+    void *side_ud;
+    int side_due;             /* side work was announced and has not run since */
 
     /* engine thread only */
     struct ereq **run; /* (max_seqs) running, oldest first */
@@ -150,6 +153,8 @@ void eng_run_remove(struct engine *g, struct ereq *r);
 /* Moves submissions into the waiting queue and applies cancellations. Called with g->mu
  * held; cancelled requests go to *dead (the caller finishes them without the lock). */
 void eng_take_inputs(struct engine *g, struct queue *dead);
+/* side.c: runs the side work once (engine thread); re-announces it when more is queued. */
+void eng_side_run(struct engine *g);
 
 /* Plans this step's rows into g->rows (running decodes, then prefill chunks, then
  * admissions with prefix-cache lookups) and reserves their KV blocks, preempting the

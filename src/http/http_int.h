@@ -16,6 +16,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include "http/hscan.h"
 #include "http/http.h"
 
 #define HTTP_OUT_CAP ((size_t)8 << 20)  /* unsent bytes per connection before we cut it */
@@ -53,8 +54,12 @@ struct http_conn {
     char last_path[128];              /* path of the latest request line seen on the wire, so
                                          that evhttp's own error pages (413) get the route's
                                          error shape */
-    int discard;                      /* answered 413 before the body (early_413): every
-                                         further input byte is dropped until the close */
+    int discard;                      /* a 413 is due or sent before the body (early
+                                         413): every further input byte is dropped */
+    struct hscan scan;                /* framing of the input stream (early 413) */
+    unsigned n_dispatched;            /* requests evhttp handed to us on this connection */
+    int cut_pending;                  /* an oversized request waits behind earlier ones */
+    int owe_413;                      /* its 413 goes out once those are answered */
 };
 
 struct http_req {

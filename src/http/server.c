@@ -2,7 +2,7 @@
  *
  * Built on libevent's evhttp. evhttp parses requests and enforces the body cap (its own 413)
  * and the read timeout; this file adds what evhttp 2.1 lacks: a 413 at once for a declared
- * body over the cap (early_413), a connection bound (429),
+ * body over the cap (early 413, pipelined requests included), a connection bound (429),
  * api-key checks (401), routing with 404/405 through the caller's error formatter, close
  * detection while a handler holds a request, and a thread-safe FIFO of posted callbacks.
  * It is not a general web server: no TLS, no static files, no HTTP/2.
@@ -109,6 +109,7 @@ static void conn_deadline_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 static void in_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg);
+static void out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg);
 
 /* Closes the connection from the next loop turn (never inside a caller's write). */
 void http_conn_close_soon_(struct http_conn *c)
@@ -126,8 +127,11 @@ void http_conn_end_request_(struct http_conn *c)
     set_timeouts(c, 0);
 }
 
-/* Finds or creates the tracking record of evcon. Returns NULL when out of memory. */
-static struct http_conn *conn_track(struct http_server *s, struct evhttp_connection *evcon)
+/* Finds or creates the tracking record of evcon. first_bytes: called from the
+ * connection's first input, so its scan sees the whole stream (else the scan gives up).
+ * Returns NULL when out of memory. */
+static struct http_conn *conn_track(struct http_server *s, struct evhttp_connection *evcon,
+                                    int first_bytes)
 {
     struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
     int fd = bev ? (int)bufferevent_getfd(bev) : -1;
@@ -155,8 +159,15 @@ static struct http_conn *conn_track(struct http_server *s, struct evhttp_connect
     c->watch = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_watch_cb, c);
     c->close_ev = event_new(s->base, -1, 0, conn_close_cb, c);
     c->deadline = evtimer_new(s->base, conn_deadline_cb, c);
+    hscan_init(&c->scan);
+    if (!first_bytes)
+        hscan_lose(&c->scan);
+    struct evbuffer_cb_entry *ie = NULL;
     if (!c->watch || !c->close_ev || !c->deadline ||
-        evbuffer_add_cb(bufferevent_get_input(bev), in_cb, c) == NULL) {
+        !(ie = evbuffer_add_cb(bufferevent_get_input(bev), in_cb, c)) ||
+        evbuffer_add_cb(bufferevent_get_output(bev), out_cb, c) == NULL) {
+        if (ie)
+            evbuffer_remove_cb_entry(bufferevent_get_input(bev), ie);
         if (c->watch)
             event_free(c->watch);
         if (c->close_ev)
@@ -190,8 +201,10 @@ static void conn_closecb(struct evhttp_connection *evcon, void *arg)
         s->n_admitted--;
     stat_add(&s->st_conns_open, -1);
     struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
-    if (bev)
+    if (bev) {
         evbuffer_remove_cb(bufferevent_get_input(bev), in_cb, c);
+        evbuffer_remove_cb(bufferevent_get_output(bev), out_cb, c);
+    }
     c->evcon = NULL;
     event_free(c->watch);
     event_free(c->close_ev);
@@ -230,62 +243,36 @@ static void note_path(struct http_conn *c, struct evbuffer *buf)
     }
 }
 
-/* The value of a Content-Length header line (case-insensitive name) in h[0..n), or -1
- * when there is none; a value past 2^63 reads as INT64_MAX. */
-static int64_t declared_length(const char *h, size_t n)
-{
-    static const char K[] = "\r\ncontent-length:";
-    for (size_t i = 0; i + sizeof K - 1 <= n; i++) {
-        if (strncasecmp(h + i, K, sizeof K - 1) != 0)
-            continue;
-        size_t j = i + sizeof K - 1;
-        while (j < n && (h[j] == ' ' || h[j] == '\t'))
-            j++;
-        if (j >= n || h[j] < '0' || h[j] > '9')
-            return -1;
-        uint64_t v = 0;
-        for (; j < n && h[j] >= '0' && h[j] <= '9'; j++)
-            v = v > (uint64_t)INT64_MAX / 10 ? (uint64_t)INT64_MAX : v * 10 + (uint64_t)(h[j] - '0');
-        return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
-    }
-    return -1;
-}
-
-/* A request that declares a body over max_body (Content-Length, with or without Expect:
+/* ---------------------------------------------------------------- early 413
+ *
+ * A request that declares a body over max_body (Content-Length, with or without Expect:
  * 100-continue). evhttp 2.1 with its lingering close answers 413 only once the whole
  * declared body was read and dropped — never, for a client that declares 2^63 bytes and
- * sends nothing or waits for "100 Continue". When the unread input holds a whole header
- * block (the request line first: evhttp has not parsed it yet) over the limit, the 413 goes
- * out at once, straight to the socket (a few hundred bytes; only when nothing else is
- * queued to send), followed by our FIN; the input is dropped from then on, and evhttp frees
- * the connection when the client closes it or the header timeout passes. Returns 1 when
- * it answered. */
-static int early_413(struct http_conn *c, struct evbuffer *buf)
+ * sends nothing or waits for "100 Continue". So every byte a connection receives also
+ * goes through its hscan (hscan.h), which says where such a request starts in the stream
+ * as soon as its header block is whole. Its 413 is due once every earlier request on the
+ * connection (pipelined ones included) has been answered:
+ *   - the input from that request on is dropped (evhttp never parses it), now when evhttp
+ *     has consumed the earlier requests, else when its consumption reaches the request
+ *     (in_cb's drain branch: evhttp hands the earlier request over in that same call);
+ *   - the 413 is written straight to the socket (a few hundred bytes) once no request is
+ *     open, all earlier ones were dispatched and their replies have left the output
+ *     buffer (out_cb runs at that moment), then our FIN; evhttp frees the connection when
+ *     the client closes it or the header timeout passes.
+ * A connection whose framing hscan cannot follow is left to evhttp's own 413. */
+
+/* Sends the owed 413 when its turn has come (see above). */
+static void try_413(struct http_conn *c)
 {
     struct http_server *s = c->s;
     struct bufferevent *bev = c->evcon ? evhttp_connection_get_bufferevent(c->evcon) : NULL;
-    if (!bev || evbuffer_get_length(bufferevent_get_output(bev)) > 0)
-        return 0;
-    struct evbuffer_ptr end = evbuffer_search(buf, "\r\n\r\n", 4, NULL);
-    if (end.pos < 0 || end.pos > HTTP_MAX_HEADERS)
-        return 0;
-    size_t n = (size_t)end.pos + 2;
-    char *h = malloc(n);
-    if (!h || evbuffer_copyout(buf, h, n) != (ev_ssize_t)n) {
-        free(h);
-        return 0;
-    }
-    size_t sp = 0; /* a request line: METHOD SP /path */
-    while (sp < n && sp < 10 && h[sp] >= 'A' && h[sp] <= 'Z')
-        sp++;
-    int64_t cl = sp > 0 && sp + 1 < n && h[sp] == ' ' && h[sp + 1] == '/' ? declared_length(h, n)
-                                                                            : -1;
-    free(h);
-    if (cl < 0 || (uint64_t)cl <= (uint64_t)s->max_body)
-        return 0;
+    if (!c->owe_413 || c->cur || c->n_dispatched < c->scan.n_req || !bev ||
+        evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+        return;
+    c->owe_413 = 0;
     char msg[160];
     snprintf(msg, sizeof msg, "request too large (the body limit is %zu bytes)", s->max_body);
-    char *body = http_error_body_(s, c->last_path, 413, msg);
+    char *body = http_error_body_(s, c->scan.path, 413, msg);
     char *resp = NULL;
     int len = body ? asprintf(&resp,
                               "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\n"
@@ -293,33 +280,101 @@ static int early_413(struct http_conn *c, struct evbuffer *buf)
                               strlen(body), body)
                    : -1;
     free(body);
-    if (len < 0)
-        return 0; /* evhttp's own 413 then comes, later */
-    ssize_t w = send(c->fd, resp, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t w = len > 0 ? send(c->fd, resp, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT) : -1;
     free(resp);
-    if (w != len)
-        return 0; /* cannot happen on an idle socket; evhttp's own path then */
+    if (w != len) { /* out of memory, or a full socket right after a drain: just close */
+        log_warn("http: fd %d: could not send the 413 at once; closing", c->fd);
+        http_conn_close_soon_(c);
+        return;
+    }
     shutdown(c->fd, SHUT_WR);
     stat_add(&s->st_413, 1);
-    log_debug("http: fd %d declared a %lld-byte body over the %zu-byte limit: 413 at once",
-              c->fd, (long long)cl, s->max_body);
-    c->discard = 1;
-    return 1;
+    log_debug("http: fd %d: request %u declared a %llu-byte body over the %zu-byte limit: "
+              "413 before its body", c->fd, c->scan.n_req, (unsigned long long)c->scan.cl,
+              s->max_body);
+    if (!c->deadline_armed && c->deadline) { /* bounds the wait for the client's close */
+        struct timeval tv = {s->header_timeout_s, 0};
+        evtimer_add(c->deadline, &tv);
+        c->deadline_armed = 1;
+    }
+}
+
+/* The oversized request is at the front of the input: drop it and all after it. */
+static void cut_input(struct http_conn *c, struct evbuffer *buf)
+{
+    c->cut_pending = 0;
+    c->discard = 1; /* first: the drain below calls in_cb again */
+    c->owe_413 = 1;
+    evbuffer_drain(buf, evbuffer_get_length(buf));
+    try_413(c);
+}
+
+/* Bytes of the stream that evhttp has taken out of the input buffer so far. */
+static uint64_t consumed(struct http_conn *c, struct evbuffer *buf)
+{
+    return c->scan.pos - evbuffer_get_length(buf);
+}
+
+/* Feeds the n bytes just added at the end of buf to the connection's scan. */
+static void scan_added(struct http_conn *c, struct evbuffer *buf, size_t n)
+{
+    size_t len = evbuffer_get_length(buf);
+    struct evbuffer_ptr at;
+    if (n > len || evbuffer_ptr_set(buf, &at, len - n, EVBUFFER_PTR_SET) != 0) {
+        hscan_lose(&c->scan);
+        return;
+    }
+    int st = HSCAN_MORE;
+    while (n > 0 && st == HSCAN_MORE) {
+        struct evbuffer_iovec v[8];
+        int k = evbuffer_peek(buf, (ev_ssize_t)n, &at, v, 8);
+        if (k <= 0) {
+            hscan_lose(&c->scan);
+            return;
+        }
+        for (int i = 0; i < k && i < 8 && n > 0; i++) {
+            size_t m = v[i].iov_len < n ? v[i].iov_len : n;
+            st = hscan_feed(&c->scan, v[i].iov_base, m, c->s->max_body);
+            n -= m;
+            if (evbuffer_ptr_set(buf, &at, m, EVBUFFER_PTR_ADD) != 0 && n > 0) {
+                hscan_lose(&c->scan);
+                return;
+            }
+        }
+    }
+    if (n > 0) /* after BIG or LOST only the position counts */
+        c->scan.pos += n;
+    if (st != HSCAN_BIG)
+        return;
+    if (consumed(c, buf) >= c->scan.req_start)
+        cut_input(c, buf);
+    else
+        c->cut_pending = 1;
+}
+
+/* Output-buffer callback of a tracked connection: an owed 413 goes out once the replies
+ * before it have left. */
+static void out_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct http_conn *c = arg;
+    if (c->owe_413 && info->n_deleted > 0 && evbuffer_get_length(buf) == 0)
+        try_413(c);
 }
 
 static void in_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
     struct http_conn *c = arg;
-    if (c->discard) { /* answered 413 before the body: nothing more is read */
+    if (c->discard) { /* a 413 before the body: nothing more is read */
         if (info->n_added > 0)
             evbuffer_drain(buf, evbuffer_get_length(buf));
         return;
     }
     if (info->n_added > 0 && !c->cur)
         note_path(c, buf);
-    if (info->n_added > 0 && !c->cur && early_413(c, buf))
-        evbuffer_drain(buf, evbuffer_get_length(buf)); /* the deadline below bounds the wait
-                                                         * for the client's close */
+    if (info->n_added > 0)
+        scan_added(c, buf, info->n_added);
+    else if (c->cut_pending && info->n_deleted > 0 && consumed(c, buf) >= c->scan.req_start)
+        cut_input(c, buf);
     if (info->n_added == 0 || c->cur || c->deadline_armed || !c->deadline)
         return;
     struct timeval tv = {c->s->header_timeout_s, 0};
@@ -338,7 +393,7 @@ static void in_first_cb(struct evbuffer *buf, const struct evbuffer_cb_info *inf
     struct http_server *s = http_registry_find_(bufferevent_get_base(bev));
     void *cbarg = NULL;
     bufferevent_getcb(bev, NULL, NULL, NULL, &cbarg);
-    struct http_conn *c = s && cbarg ? conn_track(s, cbarg) : NULL;
+    struct http_conn *c = s && cbarg ? conn_track(s, cbarg, 1) : NULL;
     if (!c)
         return; /* tracked at dispatch instead */
     /* removing the running entry is safe: evbuffer saved the next one before the call */
@@ -444,11 +499,12 @@ static void gen_cb(struct evhttp_request *evreq, void *arg)
 {
     struct http_server *s = arg;
     struct evhttp_connection *evcon = evhttp_request_get_connection(evreq);
-    struct http_conn *c = evcon ? conn_track(s, evcon) : NULL;
+    struct http_conn *c = evcon ? conn_track(s, evcon, 0) : NULL;
     if (!c) {
         evhttp_send_error(evreq, 500, "out of memory");
         return;
     }
+    c->n_dispatched++;
     stat_add(&s->st_requests, 1);
     struct cerr e;
     struct http_req *r = http_req_new_(s, evreq, c, &e);

@@ -119,8 +119,8 @@ static void serve_usage(FILE *f)
             "                         (default 0: SIGTERM cancels in-flight requests at once)\n"
             "  --embeddings last|mean  also serve POST /v1/embeddings from this generative\n"
             "                         model: last-token or mean pooling of its final hidden\n"
-            "                         states, normalized (a second copy of the model on its\n"
-            "                         own backend; docs/embeddings.md)\n"
+            "                         states, normalized (forwards taking turns with the\n"
+            "                         engine's steps on its model; docs/embeddings.md)\n"
             "  --kv-events ENDPOINT   publish KV-cache block events in vLLM's ZMQ/msgpack format\n"
             "                         on a PUB socket, e.g. tcp://*:5557 (default off)\n"
             "  --kv-events-replay ENDPOINT  a ROUTER socket that replays past event batches\n"
@@ -806,7 +806,7 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "cinfer serve: %s\n", e.msg);
         goto done;
     }
-    if (serve_embed_decoder(sv, bname, &bc)) /* --embeddings */
+    if (serve_embed_decoder(sv)) /* --embeddings */
         goto done;
     /* the card first, then the routes open: a client that saw /health 200 finds the card in
      * the log (and nothing the card reads is touched concurrently) */

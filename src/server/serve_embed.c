@@ -6,7 +6,8 @@
  * generative engine; the generation routes answer a clear 400 (they are registered before
  * the generic routes, so they win), and /v1/models, /stats, /metrics describe the encoder.
  * With a generative model loaded, /v1/embeddings answers a 400 that says what to serve.
- * Loop thread, except the scheduler's done callback (its worker thread), which only posts.
+ * Loop thread, except the scheduler's done callback (its worker thread, or the engine's
+ * thread for a decoder), which only posts.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "api/embeddings/embeddings.h"
 #include "api/oai_out.h"
 #include "engine/embed.h"
+#include "engine/engine.h"
 #include "model/bert.h"
 #include "model/model.h"
 #include "server/serve.h"
@@ -29,9 +31,8 @@
 
 struct serve_embed {
     struct bert *m;            /* an encoder (embedding-only server), or NULL */
-    struct be *dbe;            /* a decoder (--embeddings): its own backend and copy of the */
-    struct model *dm;          /* model, driven by the embedding worker only */
-    struct dec_embedder *dec;
+    struct dec_embedder *dec;  /* a decoder (--embeddings) on the engine's model: its forwards
+                                  run on the engine thread, between steps (driven queue) */
     struct bert_hparams info;  /* what the API needs: n_embd, max_seq, n_vocab, pooling... */
     struct tok *tk;            /* the encoder's tokenizer (a decoder uses sv->tk) */
     const struct tok *utk;     /* the tokenizer in use */
@@ -116,8 +117,6 @@ void serve_embed_free(struct serve *sv)
     tok_free(x->tk);
     bert_free(x->m);
     dec_embedder_free(x->dec);
-    model_free(x->dm);
-    be_free(x->dbe);
     free(x);
     sv->emb = NULL;
 }
@@ -140,7 +139,10 @@ int serve_embed_flag(struct serve_opts *o, const char *a, const char *v)
 
 #define DEC_MAX_LEN 2048 /* longest input of decoder embeddings (its F32 KV is private) */
 
-int serve_embed_decoder(struct serve *sv, const char *backend, const struct be_config *bc)
+static void wake_engine(void *ud) { engine_side_wake(ud); }
+static int run_on_engine(void *ud) { return embedq_run_once(ud); }
+
+int serve_embed_decoder(struct serve *sv)
 {
     if (!sv->o.embed_pool)
         return 0;
@@ -155,10 +157,9 @@ int serve_embed_decoder(struct serve *sv, const char *backend, const struct be_c
     int pool = sv->o.embed_pool == 1 ? BERT_POOL_LAST : BERT_POOL_MEAN;
     int ctx = sv->m->hp.n_ctx_train > 0 ? sv->m->hp.n_ctx_train : DEC_MAX_LEN;
     int max_len = ctx < DEC_MAX_LEN ? ctx : DEC_MAX_LEN;
-    /* a second backend and copy of the weights (mmap'd pages are shared; a CPU repack is
-     * not): the engine thread owns the first, the embedding worker this one */
-    if (!(x->dbe = be_new(backend, bc, &e)) || model_load(&x->dm, sv->o.model, x->dbe, &e) ||
-        dec_embedder_new(&x->dec, x->dm, pool, 1, max_len, &e)) {
+    /* the engine's model and backend; its own small workspace and F32 KV, used on the
+     * engine thread only (engine_set_side below) */
+    if (dec_embedder_new(&x->dec, sv->m, pool, 1, max_len, &e)) {
         fprintf(stderr, "cinfer serve: --embeddings: %s\n", e.msg);
         return -1;
     }
@@ -168,14 +169,16 @@ int serve_embed_decoder(struct serve *sv, const char *backend, const struct be_c
         return -1;
     }
     x->utk = sv->tk;
-    x->info = (struct bert_hparams){.n_embd = x->dm->hp.n_embd, .n_vocab = x->dm->hp.n_vocab,
+    x->info = (struct bert_hparams){.n_embd = sv->m->hp.n_embd, .n_vocab = sv->m->hp.n_vocab,
                                     .max_seq = max_len, .pool = pool, .normalize = 1};
     struct embed_model em = {.dec = x->dec, .n_embd = x->info.n_embd, .max_len = max_len};
-    struct embedq_config qc = {.max_batch_tokens = max_len, .max_seqs = 64};
+    struct embedq_config qc = {.max_batch_tokens = max_len, .max_seqs = 64,
+                               .wake = wake_engine, .wake_ud = sv->eng};
     if (embedq_new(&x->q, &em, &qc, &e)) {
         fprintf(stderr, "cinfer serve: --embeddings: %s\n", e.msg);
         return -1;
     }
+    engine_set_side(sv->eng, run_on_engine, x->q);
     fprintf(stderr, "cinfer serve: POST /v1/embeddings: %s pooling of the final hidden states "
                     "(%d dimensions, normalized, at most %d tokens per input)\n",
             pool == BERT_POOL_LAST ? "last-token" : "mean", x->info.n_embd, max_len);
@@ -404,18 +407,30 @@ static void h_models(struct http_req *r, void *ud)
     serve_reply_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_entry(sv)));
 }
 
-static json_t *stats_json(struct serve *sv)
+/* The "embeddings" object of /stats. */
+static json_t *emb_counts(struct serve_embed *x)
 {
     struct embed_stats st;
-    embedq_stats(sv->emb->q, &st);
-    return json_pack("{s:s, s:s, s:f, s:{s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I}}", "model",
-                     sv->model_id, "kind", "embeddings", "uptime_s",
-                     clock_now_s() - sv->started_s, "embeddings", "requests",
-                     (json_int_t)sv->emb->requests, "failed", (json_int_t)sv->emb->failed,
-                     "inputs", (json_int_t)st.seqs, "tokens", (json_int_t)st.tokens,
-                     "forwards", (json_int_t)st.forwards, "max_inputs_in_forward",
-                     st.max_seqs_in_forward, "jobs", (json_int_t)st.jobs, "cancelled_inputs",
+    embedq_stats(x->q, &st);
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I}", "requests",
+                     (json_int_t)x->requests, "failed", (json_int_t)x->failed, "inputs",
+                     (json_int_t)st.seqs, "tokens", (json_int_t)st.tokens, "forwards",
+                     (json_int_t)st.forwards, "max_inputs_in_forward", st.max_seqs_in_forward,
+                     "jobs", (json_int_t)st.jobs, "cancelled_inputs",
                      (json_int_t)st.cancelled_seqs);
+}
+
+static json_t *stats_json(struct serve *sv)
+{
+    return json_pack("{s:s, s:s, s:f, s:o}", "model", sv->model_id, "kind", "embeddings",
+                     "uptime_s", clock_now_s() - sv->started_s, "embeddings",
+                     emb_counts(sv->emb));
+}
+
+void serve_embed_stats_json(struct serve *sv, json_t *j)
+{
+    if (sv->emb && sv->emb->q)
+        json_object_set_new(j, "embeddings", emb_counts(sv->emb));
 }
 
 static void h_stats(struct http_req *r, void *ud) { serve_reply_json(r, 200, stats_json(ud)); }

@@ -12,11 +12,17 @@ struct be_config;
 /* Parses --embeddings last|mean (a = the flag, v = its value) into o->embed_pool. Returns 1
  * when a is ours, 0 when not, -1 on a bad value (message printed). */
 int serve_embed_flag(struct serve_opts *o, const char *a, const char *v);
-/* Main thread, after the engine of a generative model is up: with --embeddings, loads a
- * second copy of the model on its own backend for the embedding worker (last-token or mean
- * pooling of the final-normed hidden states, L2-normalized). 0 (also when the flag is
- * off), or -1 with the message printed. */
-int serve_embed_decoder(struct serve *sv, const char *backend, const struct be_config *bc);
+/* Main thread, after the engine of a generative model is up: with --embeddings, gives the
+ * engine the embedding queue as side work (engine_set_side), so embedding forwards
+ * (last-token or mean pooling of the final-normed hidden states, L2-normalized) run on the
+ * engine's model and thread between generation steps. 0 (also when the flag is off), or -1
+ * with the message printed. */
+int serve_embed_decoder(struct serve *sv);
+
+/* A generative server's /stats (serve_metrics.c): adds the "embeddings" object (requests,
+ * inputs, forwards, ...) when --embeddings is on. Loop thread. */
+struct json_t;
+void serve_embed_stats_json(struct serve *sv, struct json_t *j);
 
 /* 1 when MODEL is an encoder directory that `serve` runs for embeddings only. */
 int serve_embed_wanted(const char *model);

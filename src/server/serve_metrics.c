@@ -9,6 +9,7 @@
 #include "http/http.h"
 #include "kv/kv_events.h"
 #include "server/serve.h"
+#include "server/serve_embed.h"
 #include "util/clock.h"
 #include "util/sbuf.h"
 #include "util/jsonfmt.h"
@@ -123,6 +124,7 @@ char *serve_stats_json(struct serve *sv)
     serve_ssd_stats_json(sv, j);
     serve_warm_stats_json(j);
     serve_kvq_stats_json(sv, j);
+    serve_embed_stats_json(sv, j); /* --embeddings */
     json_object_set_new(j, "speculation", serve_spec_stats_json(&es));
     json_object_set_new(j, "adapters", serve_lora_stats_json(sv));
     json_t *rq = json_object_get(j, "requests");

@@ -327,9 +327,10 @@ static void h_index(struct http_req *r, void *ud)
 {
     struct serve *sv = ud;
     serve_reply_json(r, 200,
-               json_pack("{s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]}", "name", "cinfer",
-                         "version", CINFER_VERSION, "model", sv->model_id, "endpoints",
+               json_pack("{s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]}", "name",
+                         "cinfer", "version", CINFER_VERSION, "model", sv->model_id, "endpoints",
                          "POST /v1/chat/completions", "POST /v1/completions", "POST /v1/messages",
+                         "POST /v1/embeddings",
                          "POST /v1/messages/count_tokens", "POST /v1/responses",
                          "GET /v1/responses/{id}", "DELETE /v1/responses/{id}",
                          "POST /apply-template", "POST /tokenize", "POST /detokenize",

@@ -75,3 +75,22 @@ def test_beta_fields_accepted_with_a_warning(stories):
     w = h.get("Warning", "")
     assert all(f in w for f in ("context_management", "container", "mcp_servers")), h
     assert json.loads(b)["type"] == "message"
+
+
+def test_metadata_and_service_tier_checked_as_anthropic_does(stories):
+    """metadata.user_id (what Claude Code sends) and service_tier are accepted and change
+    nothing; anything else in metadata, or another tier, is a 400 in Anthropic's shape."""
+    base = {"model": "x", "max_tokens": 3, "temperature": 0,
+            "messages": [{"role": "user", "content": "Hi"}]}
+    st, b0, _ = stories.post("/v1/messages", base)
+    assert st == 200, b0
+    ok = {"metadata": {"user_id": "user_" + "a" * 64 + "_session_1"}, "service_tier": "auto"}
+    st, b, _ = stories.post("/v1/messages", {**base, **ok})
+    assert st == 200, b
+    assert json.loads(b)["content"] == json.loads(b0)["content"]
+    for extra in ({"metadata": {"user_id": 5}}, {"metadata": {"tag": "x"}}, {"metadata": 3},
+                  {"service_tier": "priority"}):
+        st, b, _ = stories.post("/v1/messages", {**base, **extra})
+        j = json.loads(b)
+        assert st == 400 and j["type"] == "error", (extra, b)
+        assert j["error"]["type"] == "invalid_request_error", j

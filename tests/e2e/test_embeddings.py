@@ -222,6 +222,43 @@ def test_generative_model_with_embeddings_flag(pool):
         assert s.stop() == 0, s.output()
 
 
+def test_decoder_embeddings_beside_a_stream():
+    """--embeddings runs its forwards on the engine's thread between generation steps: an
+    embedding request made while a long greedy stream runs is answered with the same vector
+    as when the server is idle, and the stream is the same tokens as a stream alone."""
+    import threading
+    s = Server(STORIES, "--embeddings", "mean")
+    try:
+        c = client(s)
+        text = "The little dog ran home."
+        idle = c.embeddings.create(model="m", input=text, encoding_format="float")
+
+        def stream():
+            parts = []
+            for ch in c.completions.create(model="m", prompt="Once upon a time", max_tokens=200,
+                                           temperature=0, stream=True,
+                                           extra_body={"ignore_eos": True}):
+                if ch.choices:
+                    parts.append(ch.choices[0].text)
+            return "".join(parts)
+
+        alone = stream()
+        got = {}
+        th = threading.Thread(target=lambda: got.update(text=stream()))
+        th.start()
+        busy = [c.embeddings.create(model="m", input=[text, "hello"], encoding_format="float")
+                for _ in range(3)]
+        th.join(timeout=300)
+        assert not th.is_alive()
+        for r in busy:
+            assert r.data[0].embedding == idle.data[0].embedding
+        assert got["text"] == alone and len(alone) > 0
+        st = s.stats()["embeddings"]  # a generative server's /stats has them too
+        assert st["requests"] == 4 and st["inputs"] == 7 and st["failed"] == 0, st
+    finally:
+        assert s.stop() == 0, s.output()
+
+
 def test_bad_embeddings_flag():
     import subprocess
     from conftest import BIN
@@ -256,15 +293,17 @@ def test_matryoshka_model_allows_dimensions(tmp_path):
         assert s.stop() == 0, s.output()
 
 
-def test_sigterm_drain_finishes_embeddings():
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_sigterm_drain_finishes_embeddings(kind):
     """With --drain-timeout, a SIGTERM lets an embedding request in flight finish (200, its
-    vectors) before the server exits 0; new ones get 503. The worker is slowed with the
-    engine's test hook (CINFER_TEST_STEP_DELAY_MS, per encoder forward) so the request is
-    surely in flight when the signal lands."""
+    vectors) before the server exits 0; new ones get 503. The worker (for a decoder: the
+    engine's thread) is slowed with the engine's test hook (CINFER_TEST_STEP_DELAY_MS, per
+    forward) so the request is surely in flight when the signal lands."""
     import signal
     import threading
     from conftest import wait_until
-    s = Server(TINY, "--drain-timeout", "60", env={"CINFER_TEST_STEP_DELAY_MS": "3000"})
+    model = [TINY] if kind == "encoder" else [STORIES, "--embeddings", "last"]
+    s = Server(*model, "--drain-timeout", "60", env={"CINFER_TEST_STEP_DELAY_MS": "3000"})
     got = {}
 
     def call():

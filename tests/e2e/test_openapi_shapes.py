@@ -176,6 +176,58 @@ def test_responses_object(stories, spec):
     check(spec, "Response", j)
 
 
+CODEX_FIELDS = {"metadata": {"session": "s1", "k": "v" * 512}, "prompt_cache_key": "conv-7",
+                "safety_identifier": "u-1", "user": "legacy-user", "truncation": "auto",
+                "service_tier": "auto", "text": {"verbosity": "low"},
+                "include": ["reasoning.encrypted_content"], "reasoning": {"summary": "auto"},
+                "store": False, "parallel_tool_calls": False}
+
+
+def test_responses_echo_codex_fields(stories, spec):
+    """The request fields Codex and the Agents SDK send are accepted and repeated in the
+    response object as OpenAI repeats them (service_tier: the tier used); the output is
+    the same as without them."""
+    base = {"input": "Once upon a time", "max_output_tokens": 8, "temperature": 0}
+    st, b, _ = post(stories, "/v1/responses", {**base, **CODEX_FIELDS})
+    assert st == 200, b
+    j = json.loads(b)
+    check(spec, "Response", j)
+    assert j["metadata"] == CODEX_FIELDS["metadata"]
+    assert j["prompt_cache_key"] == "conv-7" and j["safety_identifier"] == "u-1"
+    assert j["user"] == "legacy-user" and j["truncation"] == "auto"
+    assert j["service_tier"] == "default" and j["store"] is False
+    assert j["text"] == {"format": {"type": "text"}, "verbosity": "low"}
+    assert j["parallel_tool_calls"] is False
+    st, b0, _ = post(stories, "/v1/responses", base)
+    j0 = json.loads(b0)
+    assert j0["output"][0]["content"][0]["text"] == j["output"][0]["content"][0]["text"]
+    assert j0["metadata"] == {} and j0["truncation"] == "disabled" and "prompt_cache_key" not in j0
+    # streamed: the final response object carries them too
+    st, raw, _ = post(stories, "/v1/responses", {**base, **CODEX_FIELDS, "stream": True})
+    done = [json.loads(e) for e in sse_events(raw) if '"response.completed"' in e]
+    assert done and done[-1]["response"]["prompt_cache_key"] == "conv-7"
+
+
+BAD_RESPONSES = [
+    ({"metadata": {"k": 1}}, "metadata"), ({"metadata": [1]}, "metadata"),
+    ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
+    ({"metadata": {"k" * 65: "v"}}, "metadata"), ({"metadata": {"k": "v" * 513}}, "metadata"),
+    ({"prompt_cache_key": 5}, "prompt_cache_key"), ({"safety_identifier": "s" * 65},
+                                                     "safety_identifier"),
+    ({"truncation": "sometimes"}, "truncation"), ({"service_tier": "gold"}, "service_tier"),
+    ({"text": {"verbosity": "loud"}}, "text.verbosity"),
+]
+
+
+@pytest.mark.parametrize("extra,param", BAD_RESPONSES)
+def test_responses_field_refusals(stories, spec, extra, param):
+    st, b, _ = post(stories, "/v1/responses", {"input": "Once", "max_output_tokens": 2, **extra})
+    assert st == 400, b
+    j = json.loads(b)
+    check(spec, "ErrorResponse", j)
+    assert j["error"]["param"] == param, j
+
+
 # ---- refused as OpenAI refuses --------------------------------------------------------
 
 BAD_CHAT = [
@@ -192,7 +244,34 @@ BAD_CHAT = [
      "tool_choice"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"stream": True, "stream_options": 3}, "stream_options"),
+    # what cinfer cannot do: refused, never a silent no-op
+    ({"modalities": ["text", "audio"]}, "modalities"), ({"modalities": ["video"]}, "modalities"),
+    ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
+    ({"web_search_options": {}}, "web_search_options"),
+    ({"functions": [{"name": "f", "parameters": {}}]}, "functions"),
+    ({"function_call": "auto"}, "function_call"),
+    # hints, checked as OpenAI checks them
+    ({"metadata": {"a": 1}}, "metadata"), ({"metadata": {"k" * 65: "v"}}, "metadata"),
+    ({"service_tier": "gold"}, "service_tier"), ({"verbosity": "loud"}, "verbosity"),
+    ({"prediction": {"type": "x"}}, "prediction"),
+    ({"prediction": {"type": "content", "content": [{"type": "image"}]}}, "prediction"),
+    ({"store": "yes"}, "store"), ({"safety_identifier": "s" * 65}, "safety_identifier"),
+    ({"prompt_cache_key": 3}, "prompt_cache_key"),
 ]
+
+HINTS = {"metadata": {"a": "b"}, "prompt_cache_key": "k", "safety_identifier": "s",
+         "user": "u", "store": True, "service_tier": "flex", "verbosity": "low",
+         "modalities": ["text"], "prediction": {"type": "content", "content": "Once upon"}}
+
+
+def test_chat_hints_are_accepted_and_change_nothing(stories, spec):
+    base = {"messages": MSG, "max_tokens": 6, "temperature": 0}
+    st, b, _ = post(stories, "/v1/chat/completions", {**base, **HINTS})
+    assert st == 200, b
+    j = json.loads(b)
+    check(spec, "CreateChatCompletionResponse", j)
+    st, b0, _ = post(stories, "/v1/chat/completions", base)
+    assert json.loads(b0)["choices"][0]["message"] == j["choices"][0]["message"]
 
 
 @pytest.mark.parametrize("extra,param", BAD_CHAT)
@@ -209,6 +288,7 @@ BAD_COMPLETION = [
     ({"echo": True, "logprobs": True}, "logprobs"), ({"prompt": [1, 2, 99999999]}, "prompt"),
     ({"prompt": [1.5]}, "prompt"), ({"prompt": ["a", 3]}, "prompt"), ({"prompt": ""}, "prompt"),
     ({"logprobs": 99}, "logprobs"), ({"logprobs": "x"}, "logprobs"), ({"n": 0}, "n"),
+    ({"user": 5}, "user"),
 ]
 
 
@@ -225,7 +305,7 @@ def test_completion_refusals(stories, extra, param):
 def test_nul_escape_and_big_integers_are_valid_json(stories):
     raw = (b'{"messages": [{"role": "user", "content": "bin\\u0000ary"}], "max_tokens": 2, '
            b'"temperature": 0, "x_ignored": 123456789012345678901234567890, '
-           b'"metadata": {"n": -99999999999999999999999}}')
+           b'"x_extra": {"n": -99999999999999999999999}}')
     st, b, _ = post(stories, "/v1/chat/completions", raw, raw=True)
     assert st == 200, b
     # the NUL is data: the prompt has one more token than without it

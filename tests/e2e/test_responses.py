@@ -72,6 +72,41 @@ def test_items_and_instructions_map_like_chat(qwen):
     assert r.instructions == "You are terse.\n\nAnswer briefly."
 
 
+def test_function_tools_render_like_chat(qwen):
+    """A Responses request with function tools and a call round trip renders as the chat
+    request an agent SDK sends for the same turn (openai-agents: its chat and Responses
+    models), `strict` included: the template dumps the tools into the prompt, and a
+    different prompt made the 1.5B write another call instead of the answer."""
+    par = {"type": "object", "properties": {"city": {"type": "string"}},
+           "required": ["city"], "additionalProperties": False}
+    for strict in (True, False, None):
+        flat = {"type": "function", "name": "get_temperature", "parameters": par,
+                "description": "Get the temperature of a city in Celsius."}
+        fn = {"name": "get_temperature", "description": flat["description"], "parameters": par}
+        if strict is not None:
+            flat["strict"] = fn["strict"] = strict
+        items = [{"role": "user", "content": "How warm is Paris?"},
+                 {"type": "function_call", "call_id": "call_1", "name": "get_temperature",
+                  "arguments": "{\"city\":\"Paris\"}"},
+                 {"type": "function_call_output", "call_id": "call_1", "output": "20.0"}]
+        st, raw, _ = qwen.post("/v1/responses", {"input": items, "tools": [flat],
+                                                 "instructions": "Use the tools.",
+                                                 "max_output_tokens": 8, "temperature": 0})
+        assert st == 200, raw
+        r = json.loads(raw)
+        ref = chat(qwen, [{"role": "system", "content": "Use the tools."},
+                          {"role": "user", "content": "How warm is Paris?"},
+                          {"role": "assistant", "content": None, "tool_calls": [
+                              {"id": "call_1", "type": "function",
+                               "function": {"name": "get_temperature",
+                                            "arguments": "{\"city\":\"Paris\"}"}}]},
+                          {"role": "tool", "tool_call_id": "call_1", "content": "20.0"}],
+                   tools=[{"type": "function", "function": fn}], max_tokens=8)
+        assert r["usage"]["input_tokens"] == ref["usage"]["prompt_tokens"], strict
+        assert r["output"][0]["content"][0]["text"] == ref["choices"][0]["message"]["content"]
+        assert r["tools"][0]["strict"] == strict
+
+
 def test_previous_response_id_chain(qwen):
     c = client(qwen)
     before = qwen.stats()["response_store"]

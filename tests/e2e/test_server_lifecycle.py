@@ -115,6 +115,25 @@ def test_body_limit_413():
                 assert j["error"]["type"] == "request_too_large", j
             else:
                 assert "too large" in j["error"]["message"], j
+        # pipelined behind a generation, in one send: the completion's reply first, then the
+        # 413 in the second request's route shape, then the server's close
+        ok = json.dumps({"prompt": "Once", "max_tokens": 4, "temperature": 0}).encode()
+        c = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: %d\r\n\r\n%s" % (len(ok), ok) +
+                  b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: 99999999999\r\n\r\n{\"model\"")
+        got = b""
+        while True:
+            k = c.recv(65536)
+            if not k:
+                break
+            got += k
+        c.close()
+        first, _, rest = got.partition(b"HTTP/1.1 413")
+        assert first.startswith(b"HTTP/1.1 200") and b'"text_completion"' in first, got
+        j = json.loads(rest.partition(b"\r\n\r\n")[2])
+        assert j["type"] == "error" and j["error"]["type"] == "request_too_large", got
     finally:
         assert srv.stop() == 0
 

@@ -45,6 +45,7 @@ def test_index_models(stories):
     j = json.loads(body)
     assert st == 200 and j["name"] == "cinfer" and j["model"] == "stories260K"
     assert "POST /v1/chat/completions" in j["endpoints"]
+    assert "POST /v1/embeddings" in j["endpoints"]
     st, body, _ = stories.get("/v1/models")
     j = json.loads(body)
     m = j["data"][0]

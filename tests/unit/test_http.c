@@ -850,6 +850,321 @@ static void test_429(void)
     srv_stop(&t);
 }
 
+/* ---- 413 at once for pipelined and split requests ---- */
+
+static struct http_req *g_stream_held;
+
+static void h_stream_hold(struct http_req *r, void *ud)
+{
+    http_stream_begin(r, 200, NULL);
+    http_stream_write(r, "data: a\n\n", 9);
+    g_stream_held = r;
+    atomic_fetch_add(&g_nheld, 1);
+}
+
+static void post_stream_end(void *ud)
+{
+    http_stream_write(g_stream_held, "data: b\n\n", 9);
+    http_stream_end(g_stream_held);
+    g_stream_held = NULL;
+}
+
+/* A connection with a longer receive bound than cl_connect's: a 413 that waits for the
+ * declared body never comes, and that must read as a failed check, not a slow machine. */
+static int cl_connect_slow(int port)
+{
+    int fd = cl_connect(port);
+    struct timeval tv = {30, 0};
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+/* Reads the 413 of the oversized request, then the server's close. */
+static void expect_413_close(struct rd *r)
+{
+    struct resp p;
+    CHECK_EQ_INT(read_resp(r, &p), 0);
+    CHECK_EQ_INT(p.status, 413);
+    CHECK_STR(p.body, "{\"err\":413,\"msg\":\"request too large (the body limit is 1024 "
+                      "bytes)\",\"path\":\"/echo\"}");
+    CHECK_STR(resp_header(&p, "connection"), "close");
+    resp_free(&p);
+    while (rd_more(r) > 0) {
+    }
+    CHECK_MSG(r->eof && r->len == 0, "after the 413: eof %d, %zu more bytes: %s", r->eof, r->len,
+              r->buf ? r->buf : "");
+}
+
+static void test_413_pipelined(void)
+{
+    struct tsrv t;
+    struct http_config c = {.host = "127.0.0.1", .port = 0, .max_body = 1024,
+                            .header_timeout_s = 120};
+    if (srv_new(&t, &c) != 0) {
+        CHECK(0);
+        return;
+    }
+    http_route(t.s, "POST", "/echo", 0, h_echo_body, NULL);
+    http_route(t.s, "GET", "/now", 0, h_text, "now");
+    http_route(t.s, "GET", "/hold", 0, h_hold, NULL);
+    http_route(t.s, "GET", "/sh", 0, h_stream_hold, NULL);
+    srv_start(&t);
+    atomic_store(&g_calls, 0);
+    static const char BIG[] = "POST /echo HTTP/1.1\r\nHost: x\r\n"
+                              "Content-Length: 9223372036854775807\r\n\r\n";
+    struct resp p;
+    struct rd r;
+
+    /* behind a request with a body, in one send; what follows the oversized header (its
+     * first body bytes, another request) is never parsed */
+    int fd = cl_connect_slow(t.port);
+    rd_init(&r, fd);
+    char all[512];
+    snprintf(all, sizeof all, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc%s"
+             "xxxxGET /now HTTP/1.1\r\nHost: x\r\n\r\n", BIG);
+    cl_sends(fd, all);
+    CHECK_EQ_INT(read_resp(&r, &p), 0);
+    CHECK_EQ_INT(p.status, 200);
+    CHECK_STR(p.body, "abc");
+    resp_free(&p);
+    expect_413_close(&r);
+    rd_free(&r);
+    close(fd);
+
+    /* behind two body-less requests, LF-only line ends */
+    fd = cl_connect_slow(t.port);
+    rd_init(&r, fd);
+    cl_sends(fd, "GET /now HTTP/1.1\nHost: x\n\nGET /now HTTP/1.1\nHost: x\n\n"
+                 "POST /echo?x=1 HTTP/1.1\nHost: x\nContent-Length:  5000 \n\n");
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(read_resp(&r, &p), 0);
+        CHECK_EQ_INT(p.status, 200);
+        CHECK_STR(p.body, "now");
+        resp_free(&p);
+    }
+    expect_413_close(&r);
+    rd_free(&r);
+    close(fd);
+
+    /* behind a request whose handler answers later: its reply first, then the 413 */
+    atomic_store(&g_nheld, 0);
+    fd = cl_connect_slow(t.port);
+    rd_init(&r, fd);
+    snprintf(all, sizeof all, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n%s", BIG);
+    cl_sends(fd, all);
+    CHECK(wait_int(&g_nheld, 1, 5000));
+    CHECK_EQ_INT(http_post(t.s, post_reply_held, NULL), 0);
+    CHECK_EQ_INT(read_resp(&r, &p), 0);
+    CHECK_EQ_INT(p.status, 200);
+    CHECK_STR(p.body, "late");
+    resp_free(&p);
+    expect_413_close(&r);
+    rd_free(&r);
+    close(fd);
+
+    /* sent while a stream is open on the connection: the stream ends first */
+    atomic_store(&g_nheld, 0);
+    fd = cl_connect_slow(t.port);
+    rd_init(&r, fd);
+    cl_sends(fd, "GET /sh HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK(wait_int(&g_nheld, 1, 5000));
+    CHECK_EQ_INT(read_head(&r, &p), 0);
+    CHECK_EQ_INT(p.status, 200);
+    char *ch = NULL;
+    CHECK_EQ_INT(read_chunk(&r, &ch), 9);
+    free(ch);
+    cl_sends(fd, BIG);
+    cl_sends(fd, "more body bytes");
+    CHECK_EQ_INT(http_post(t.s, post_stream_end, NULL), 0);
+    ch = NULL;
+    CHECK_EQ_INT(read_chunk(&r, &ch), 9);
+    CHECK_STR(ch, "data: b\n\n");
+    free(ch);
+    CHECK_EQ_INT(read_chunk(&r, NULL), 0);
+    expect_413_close(&r);
+    rd_free(&r);
+    close(fd);
+
+    /* a header block that arrives in pieces (evhttp has consumed its first lines when the
+     * last one comes) */
+    static const char *const PIECES[] = {"POST /echo HTTP/1.1\r\n", "Host: x\r\nContent-Le",
+                                         "ngth: 1025\r\n", "\r", "\n"};
+    fd = cl_connect_slow(t.port);
+    rd_init(&r, fd);
+    for (size_t i = 0; i < sizeof PIECES / sizeof *PIECES; i++) {
+        cl_sends(fd, PIECES[i]);
+        sleep_ms(30); /* lets the server read each piece alone; any split must work */
+    }
+    expect_413_close(&r);
+    rd_free(&r);
+    close(fd);
+
+    /* behind a chunked request (blank lines between chunks, as evhttp allows) */
+    fd = cl_connect_slow(t.port);
+    rd_init(&r, fd);
+    snprintf(all, sizeof all, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+             "\r\n3\r\nabc\r\n\r\nb\r\n0\r\nGET /x\r\n\r\n0\r\n\r\n%s", BIG);
+    cl_sends(fd, all);
+    CHECK_EQ_INT(read_resp(&r, &p), 0);
+    CHECK_EQ_INT(p.status, 200);
+    CHECK_STR(p.body, "abc0\r\nGET /x\r\n");
+    resp_free(&p);
+    expect_413_close(&r);
+    rd_free(&r);
+    close(fd);
+
+    /* a connection whose framing the scan cannot follow (a chunked request with a trailer
+     * first) is left to evhttp: the pipelined request within the limit is still served */
+    fd = cl_connect_slow(t.port);
+    rd_init(&r, fd);
+    cl_sends(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 "3\r\nabc\r\n0\r\nX-Trailer: t\r\n\r\n"
+                 "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok");
+    CHECK_EQ_INT(read_resp(&r, &p), 0);
+    CHECK_STR(p.body, "abc");
+    resp_free(&p);
+    CHECK_EQ_INT(read_resp(&r, &p), 0);
+    CHECK_STR(p.body, "ok");
+    resp_free(&p);
+    rd_free(&r);
+    close(fd);
+
+    CHECK_EQ_INT(atomic_load(&g_calls), 6); /* abc, now x2, chunked x2, ok:
+                                               never the GET /now after a 413 */
+    struct http_stats st;
+    http_get_stats(t.s, &st);
+    CHECK_EQ_INT(st.rejected_413, 6);
+    srv_stop(&t);
+}
+
+/* Random pipelines: sequences of GET and POST requests (CRLF or LF line ends, bodies of
+ * 0..1024 bytes, headers in random case and order) in which a request may declare a body over
+ * the limit, sent in random pieces. Every request before the oversized one must be answered
+ * in order with its own body; the oversized one gets its 413, then the close; nothing after
+ * it is answered. A disagreement between the framing scan and evhttp would drop, misorder
+ * or cut a valid request here. */
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static unsigned rnd(unsigned n)
+{
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    return (unsigned)(g_rng % n);
+}
+
+static void test_413_random(void)
+{
+    struct tsrv t;
+    struct http_config c = {.host = "127.0.0.1", .port = 0, .max_body = 1024,
+                            .header_timeout_s = 120};
+    if (srv_new(&t, &c) != 0) {
+        CHECK(0);
+        return;
+    }
+    http_route(t.s, "POST", "/echo", 0, h_echo_body, NULL);
+    http_route(t.s, "GET", "/now", 0, h_text, "now");
+    srv_start(&t);
+    int bad = 0, n413 = 0;
+    for (int conn = 0; conn < 150 && !bad; conn++) {
+        char *buf = malloc(16384);
+        size_t n = 0;
+        char want[6][1100];
+        int n_req = 1 + (int)rnd(5), big_at = rnd(3) ? (int)rnd((unsigned)n_req) : -1;
+        for (int i = 0; i < n_req; i++) {
+            const char *eol = rnd(2) ? "\r\n" : "\n";
+            if (i == big_at) {
+                static const char *const CL[] = {"1025", "5000", "9223372036854775807",
+                                                 "99999999999999999999999"};
+                n += (size_t)sprintf(buf + n, "POST /echo HTTP/1.1%sHost: x%s%s: %s%s%s",
+                                     eol, eol, rnd(2) ? "Content-Length" : "content-LENGTH",
+                                     CL[rnd(4)], eol, eol);
+                n += (size_t)sprintf(buf + n, "GET /now HTTP/1.1%s%s", eol, eol); /* unread */
+                break;
+            }
+            if (rnd(3) == 0) {
+                n += (size_t)sprintf(buf + n, "GET /now HTTP/1.1%sHost: x%s%s", eol, eol, eol);
+                strcpy(want[i], "now");
+                continue;
+            }
+            if (rnd(4) == 0) { /* chunked: 0..3 chunks, sizes in either hex case */
+                n += (size_t)sprintf(buf + n, "POST /echo HTTP/1.1%sTransfer-Encoding: %s%s%s",
+                                     eol, rnd(2) ? "chunked" : "Chunked", eol, eol);
+                int got = 0, nc = (int)rnd(4);
+                static const char CA[] = "0\r\nPOST /x\n";
+                for (int ch = 0; ch < nc; ch++) {
+                    int cs = 1 + (int)rnd(300);
+                    n += (size_t)sprintf(buf + n, rnd(2) ? "%x%s" : "%X%s", cs, eol);
+                    for (int k = 0; k < cs; k++)
+                        buf[n++] = want[i][got++] = CA[rnd(sizeof CA - 1)];
+                    n += (size_t)sprintf(buf + n, "%s%s", eol, rnd(4) ? "" : eol);
+                }
+                want[i][got] = 0;
+                n += (size_t)sprintf(buf + n, "0%s%s", eol, eol);
+                continue;
+            }
+            int len = rnd(4) == 0 ? 0 : (int)rnd(1025);
+            static const char ALPHA[] = "GET /x HTTP/1.1\r\n\r\nPOST";
+            for (int k = 0; k < len; k++) /* a body that looks like requests and lines */
+                want[i][k] = ALPHA[rnd(sizeof ALPHA - 1)];
+            want[i][len] = 0;
+            if (rnd(2))
+                n += (size_t)sprintf(buf + n, "POST /echo HTTP/1.1%sContent-Length: %d%sX-A: b%s%s",
+                                     eol, len, eol, eol, eol);
+            else
+                n += (size_t)sprintf(buf + n, "POST /echo HTTP/1.1%sx-a: b%scontent-length:%d%s%s",
+                                     eol, eol, len, eol, eol);
+            memcpy(buf + n, want[i], (size_t)len);
+            n += (size_t)len;
+        }
+        int fd = cl_connect_slow(t.port);
+        struct rd r;
+        rd_init(&r, fd);
+        for (size_t off = 0; off < n;) { /* random pieces */
+            size_t k = 1 + rnd(rnd(4) == 0 ? 400 : 40);
+            if (k > n - off)
+                k = n - off;
+            if (cl_send(fd, buf + off, k) != 0)
+                break; /* the server may close once it answered the 413 */
+            off += k;
+        }
+        int answered = big_at < 0 ? n_req : big_at;
+        for (int i = 0; i < answered && !bad; i++) {
+            struct resp p;
+            if (read_resp(&r, &p) != 0 || p.status != 200 || !p.body || strcmp(p.body, want[i])) {
+                fprintf(stderr, "conn %d request %d of %d (413 at %d): status %d body %.40s\n",
+                        conn, i, n_req, big_at, p.status, p.body ? p.body : "(none)");
+                bad = 1;
+            }
+            resp_free(&p);
+        }
+        if (!bad && big_at >= 0) {
+            struct resp p;
+            if (read_resp(&r, &p) != 0 || p.status != 413) {
+                fprintf(stderr, "conn %d: no 413 for request %d (status %d)\n", conn, big_at,
+                        p.status);
+                bad = 1;
+            } else {
+                n413++;
+                while (rd_more(&r) > 0) {
+                }
+                if (!r.eof || r.len) {
+                    fprintf(stderr, "conn %d: %zu bytes after the 413\n", conn, r.len);
+                    bad = 1;
+                }
+            }
+            resp_free(&p);
+        }
+        rd_free(&r);
+        close(fd);
+        free(buf);
+    }
+    CHECK(!bad);
+    CHECK(n413 > 20);
+    struct http_stats st;
+    http_get_stats(t.s, &st);
+    CHECK_EQ_INT(st.rejected_413, n413);
+    srv_stop(&t);
+}
+
 /* ---- SSE from a producer thread ---- */
 
 struct sse_state {
@@ -1635,6 +1950,8 @@ int main(void)
     RUN(test_routing);
     RUN(test_body_keepalive);
     RUN(test_413);
+    RUN(test_413_pipelined);
+    RUN(test_413_random);
     RUN(test_401);
     RUN(test_429);
     RUN(test_sse);
