@@ -102,20 +102,30 @@ static int isa_has_gfni(void)
 #endif
 }
 
-int cpu_qbuf_reserve(struct cpu_be *cb, size_t n)
+static int buf_reserve(void **buf, size_t *have, size_t n, const char *what)
 {
-    if (n <= cb->qbuf_cap)
+    if (n <= *have)
         return 0;
     size_t cap = (n + 4095) & ~(size_t)4095;
     void *p = aligned_alloc(64, cap);
     if (!p) {
-        log_error("cpu: out of memory for a %zu-byte activation buffer", cap);
+        log_error("cpu: out of memory for a %zu-byte %s buffer", cap, what);
         return -1;
     }
-    free(cb->qbuf);
-    cb->qbuf = p;
-    cb->qbuf_cap = cap;
+    free(*buf);
+    *buf = p;
+    *have = cap;
     return 0;
+}
+
+int cpu_qbuf_reserve(struct cpu_be *cb, size_t n)
+{
+    return buf_reserve(&cb->qbuf, &cb->qbuf_cap, n, "activation");
+}
+
+int cpu_abuf_reserve(struct cpu_be *cb, size_t n)
+{
+    return buf_reserve(&cb->abuf, &cb->abuf_cap, n, "attention");
 }
 
 /* ---- memory ---- */
@@ -413,6 +423,7 @@ static void cpu_destroy(struct be *b)
     struct cpu_be *cb = cpu_be(b);
     cpu_pool_free(cb->pool);
     free(cb->qbuf);
+    free(cb->abuf);
     for (int i = 0; i < cb->n_rp; i++)
         free(cb->rp[i]);
     free(cb->rp);

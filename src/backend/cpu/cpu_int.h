@@ -80,6 +80,8 @@ struct cpu_be {
     struct cpu_kernels k;
     void *qbuf; /* quantized activations, grown on demand, kept */
     size_t qbuf_cap;
+    void *abuf; /* attention: partial softmax states of a split step (attn.c), grown, kept */
+    size_t abuf_cap;
     int repack;             /* repack weights at weight_prepare (CINFER_CPU_REPACK) */
     uint32_t repack_types;  /* bit dt: dtype dt may be repacked */
     struct rp_hdr **rp;     /* repacked copies owned by the backend */
@@ -92,6 +94,8 @@ static inline struct cpu_be *cpu_be(struct be *b) { return (struct cpu_be *)b; }
 
 /* Grows cb->qbuf to at least n bytes. 0, or -1 when the allocation fails. */
 int cpu_qbuf_reserve(struct cpu_be *cb, size_t n);
+/* The same for cb->abuf. */
+int cpu_abuf_reserve(struct cpu_be *cb, size_t n);
 
 /* Ops (matmul.c, attn.c, ops.c). */
 void cpu_get_rows(struct be *b, float *out, const struct be_tensor *w, const int32_t *ids, int n);
