@@ -7,7 +7,8 @@
  *
  *  - a mixed step (a 20-token prefill run crossing a segment edge, decode tokens of three
  *    sequences at 1100 / 600 / 257 positions) at 1 thread vs each token alone and the decode
- *    tokens together at 1, 2 and 3 threads (those take the split schedule): bit-identical;
+ *    tokens together at 1, 2 and 3 threads (those take the split schedule), and at 2 threads
+ *    with CINFER_CPU_ATTN_SPLIT=0 (never split): bit-identical;
  *  - every output against a double-precision softmax over the rows as the kernel reads them
  *    (dequantized, in the rotated domain unrotated back): within 5e-6 of the output scale
  *    (seen: at most 2.6e-7; a segment weighted 1.001 too much gives 6e-5), so the merge of
@@ -40,15 +41,19 @@ static float gauss(void)
     return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
 }
 
-static struct be *open_cpu(const char *isa, int threads)
+/* split: 0 = CINFER_CPU_ATTN_SPLIT=0 (never the split schedule) */
+static struct be *open_cpu(const char *isa, int threads, int split)
 {
     if (!be_cpu_isa_supported(isa))
         return NULL;
     setenv("CINFER_CPU_ISA", isa, 1);
+    if (!split)
+        setenv("CINFER_CPU_ATTN_SPLIT", "0", 1);
     struct be_config cfg = {.n_threads = threads};
     struct cerr e = {0};
     struct be *b = be_new("cpu", &cfg, &e);
     unsetenv("CINFER_CPU_ISA");
+    unsetenv("CINFER_CPU_ATTN_SPLIT");
     CHECK_MSG(b != NULL, "cpu:%s: %s", isa, e.msg);
     return b;
 }
@@ -175,8 +180,9 @@ static double ref_err(const struct setup *s, int window, const float *out)
 
 static void check_level(const char *isa)
 {
-    struct be *bs[3] = {open_cpu(isa, 1), open_cpu(isa, 2), open_cpu(isa, 3)};
-    if (!bs[0] || !bs[1] || !bs[2]) {
+    struct be *bs[4] = {open_cpu(isa, 1, 1), open_cpu(isa, 2, 1), open_cpu(isa, 3, 1),
+                        open_cpu(isa, 2, 0)};
+    if (!bs[0] || !bs[1] || !bs[2] || !bs[3]) {
         printf("  cpu:%s not on this CPU\n", isa);
         goto out;
     }
@@ -211,29 +217,31 @@ static void check_level(const char *isa)
                 printf("  %s (scheme %d): %.3g of the output scale from double\n", what, ci, err);
             CHECK_MSG(err <= 5e-6, "%s (scheme %d): off by %.3g of the output scale from double",
                       what, ci, err);
-            for (int th = 0; th < 3; th++) {
+            static const char *const lab[4] = {"1 thread", "2 threads", "3 threads",
+                                               "2 threads, split off"};
+            for (int th = 0; th < 4; th++) {
                 int bad = -1;
                 for (int t = 0; t < NTOK && bad < 0; t++) {
                     run(bs[th], &s, w, &t, 1, got);
                     if (memcmp(got, want + (size_t)t * qn, sizeof(float) * qn))
                         bad = t;
                 }
-                CHECK_MSG(bad < 0, "%s (scheme %d), %d threads: token %d alone differs from the batch",
-                          what, ci, th + 1, bad);
+                CHECK_MSG(bad < 0, "%s (scheme %d), %s: token %d alone differs from the batch", what,
+                          ci, lab[th], bad);
                 run(bs[th], &s, w, dec, NSEQ, got);
                 CHECK_MSG(!memcmp(got, want + (size_t)20 * qn, sizeof(float) * NSEQ * qn),
-                          "%s (scheme %d), %d threads: the decode tokens together differ", what, ci,
-                          th + 1);
+                          "%s (scheme %d), %s: the decode tokens together differ", what, ci,
+                          lab[th]);
                 run(bs[th], &s, w, all, NTOK, got);
                 CHECK_MSG(!memcmp(got, want, sizeof(float) * NTOK * qn),
-                          "%s (scheme %d), %d threads: the batch differs from 1 thread", what, ci,
-                          th + 1);
+                          "%s (scheme %d), %s: the batch differs from 1 thread", what, ci,
+                          lab[th]);
             }
             free(s.kc), free(s.vc), free(s.q);
         }
     free(want), free(got);
 out:
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         be_free(bs[i]);
 }
 

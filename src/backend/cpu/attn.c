@@ -387,7 +387,8 @@ void cpu_attention(struct be *b, float *out, const float *q, const struct be_att
         hg--;
     /* a step with few work items for the threads (a decode step, a short chunk): split the
      * long contexts by segment when some token has several (same arithmetic either way) */
-    if (at_items(a, 1, hg) < 4 * (int64_t)cb->n_threads && at_split(cb, out, q, a, hg) == 0)
+    if (cb->attn_split && at_items(a, 1, hg) < 4 * (int64_t)cb->n_threads &&
+        at_split(cb, out, q, a, hg) == 0)
         return;
     int tq = AT_ACC / (hg * a->head_dim);
     tq = tq > AT_TQ ? AT_TQ : tq < 1 ? 1 : tq;

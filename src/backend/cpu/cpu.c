@@ -485,6 +485,10 @@ struct be *be_cpu_new(const struct be_config *cfg, struct cerr *e)
         cpu_kernels_avx512(&cb->k);
     if (cb->isa >= CPU_ISA_AVX512 && isa_has_vbmi())
         cpu_kernels_rp512(&cb->k, isa_has_gfni());
+    /* CINFER_CPU_ATTN_SPLIT=0: attention never splits a step's segments over the threads
+     * (for comparison; the bits are the same either way) */
+    const char *asp = getenv("CINFER_CPU_ATTN_SPLIT");
+    cb->attn_split = !(asp && !strcmp(asp, "0"));
     /* CINFER_CPU_REPACK: unset, 1 or all = every type with repacked kernels (Q4_K, Q5_K,
      * Q6_K, Q8_0, Q5_0, Q4_0, Q4_1), 0 = none, or a comma-separated list of dtype names (e.g.
      * q4_k,q8_0). */

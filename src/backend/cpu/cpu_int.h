@@ -82,6 +82,7 @@ struct cpu_be {
     size_t qbuf_cap;
     void *abuf; /* attention: partial softmax states of a split step (attn.c), grown, kept */
     size_t abuf_cap;
+    int attn_split; /* attention may split a step's segments over the pool (CINFER_CPU_ATTN_SPLIT) */
     int repack;             /* repack weights at weight_prepare (CINFER_CPU_REPACK) */
     uint32_t repack_types;  /* bit dt: dtype dt may be repacked */
     struct rp_hdr **rp;     /* repacked copies owned by the backend */
