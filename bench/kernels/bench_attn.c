@@ -9,7 +9,8 @@
  * off / on wall-time ratios (> 1: the split is faster). Build and run: BENCH=attn bench/kernels/run.sh [threads [ctx ...]].
  *
  * Usage: bench_attn [threads [ctx ...]]  (threads default 2, contexts default 2048 8192);
- * env BENCH_LAYERS (default 24).
+ * env BENCH_LAYERS (default 24), BENCH_NTOK (tokens of the step, default 1: a decode step;
+ * e.g. 64: the last chunk of a long prefill, whose K/V rows are shared in cache).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -85,13 +86,14 @@ int main(int argc, char **argv)
         for (nctx = 0; nctx < 8 && nctx + 2 < argc; nctx++)
             ctxs[nctx] = atoi(argv[nctx + 2]);
     int layers = getenv("BENCH_LAYERS") ? atoi(getenv("BENCH_LAYERS")) : 24;
+    int ntok = getenv("BENCH_NTOK") ? atoi(getenv("BENCH_NTOK")) : 1;
     static const struct shape shapes[3] = {
         {"qwen2.5-0.5b", 14, 2, 64}, {"qwen2.5-1.5b", 12, 2, 128}, {"gemma3-270m", 4, 1, 256}};
     struct be *bes[2] = {open_cpu(threads, 0), open_cpu(threads, 1)};
     if (!bes[0] || !bes[1])
         return 1;
-    printf("attention, 1 decode token, F16 KV, %d threads, %d layers; split off vs on\n", threads,
-           layers);
+    printf("attention, %d token%s of one sequence ending at ctx, F16 KV, %d threads, %d layers; "
+           "split off vs on\n", ntok, ntok > 1 ? "s" : "", threads, layers);
     for (int si = 0; si < 3; si++)
         for (int ci = 0; ci < nctx; ci++) {
             const struct shape *sh = &shapes[si];
@@ -105,15 +107,18 @@ int main(int argc, char **argv)
                     ((uint16_t *)vc[l])[i] = (uint16_t)(0x2000 + (i * 40503u >> 4) % 2048);
                 }
             }
-            int32_t *bt = malloc(sizeof(int32_t) * nb), pos = ctx - 1, seq = 0;
+            int32_t *bt = malloc(sizeof(int32_t) * nb), *pos = malloc(sizeof(int32_t) * ntok),
+                    *seq = calloc((size_t)ntok, sizeof(int32_t));
             for (int i = 0; i < nb; i++)
                 bt[i] = i;
-            float *q = malloc(sizeof(float) * sh->n_head * sh->hd),
-                  *out = malloc(sizeof(float) * sh->n_head * sh->hd);
-            for (int i = 0; i < sh->n_head * sh->hd; i++)
+            for (int t = 0; t < ntok; t++)
+                pos[t] = ctx - ntok + t;
+            size_t qn = (size_t)ntok * sh->n_head * sh->hd;
+            float *q = malloc(sizeof(float) * qn), *out = malloc(sizeof(float) * qn);
+            for (size_t i = 0; i < qn; i++)
                 q[i] = (float)((i * 7919) % 200 - 100) / 400.0f;
-            struct be_attn a = {.n_tok = 1, .n_head = sh->n_head, .n_kv_head = sh->n_kv,
-                                .head_dim = sh->hd, .scale = 0.125f, .pos = &pos, .seq = &seq,
+            struct be_attn a = {.n_tok = ntok, .n_head = sh->n_head, .n_kv_head = sh->n_kv,
+                                .head_dim = sh->hd, .scale = 0.125f, .pos = pos, .seq = seq,
                                 .block_tables = bt, .max_blocks = nb, .block_size = bs,
                                 .kv_dtype = DT_F16};
             double t[2][3], c[2][3], r[3], dummy;
@@ -134,7 +139,7 @@ int main(int argc, char **argv)
             fflush(stdout);
             for (int l = 0; l < layers; l++)
                 free(kc[l]), free(vc[l]);
-            free(kc), free(vc), free(bt), free(q), free(out);
+            free(kc), free(vc), free(bt), free(q), free(out), free(pos), free(seq);
         }
     be_free(bes[0]);
     be_free(bes[1]);

@@ -25,7 +25,7 @@ enum {
     AT_SEG = 256,   /* positions per segment (a multiple of AT_CH) */
     AT_ACC = 16384, /* floats of accumulator per work item, on the stack (64 KiB) */
     AT_TQ = 8,      /* most batch tokens per work item */
-    AT_CVT = 256,   /* most head_dim whose F16 K/V chunk is widened once per item */
+    AT_HD = 512,    /* most head_dim (chunk buffers of AT_CH rows, thread-local) */
 };
 #define AT_SPLIT_MAX ((size_t)64 << 20) /* most bytes of partial states of a split step */
 
@@ -147,7 +147,6 @@ static void attend_run(const struct at_task *tk, int t0, int nt, int g, int h0, 
     int rotk = qz && kvq_rot_of(a->kv_dtype, 0), rotv = qz && kvq_rot_of(a->kv_dtype, 1);
     static _Thread_local float qrot[AT_ACC], sacc[AT_ACC];
     float acc[AT_ACC];
-    float sc[AT_CH];
     float mx[AT_TQ * 32], l[AT_TQ * 32], smx[AT_TQ * 32], sl[AT_TQ * 32];
     int hi = 0;
     for (int u = 0; u < nt; u++)
@@ -156,12 +155,11 @@ static void attend_run(const struct at_task *tk, int t0, int nt, int g, int h0, 
     int k0 = kseg < 0 ? 0 : kseg, k1 = kseg < 0 ? nseg : kseg + 1;
     const int32_t *bt = a->block_tables + (int64_t)a->seq[t0] * a->max_blocks;
     const char *kc = a->k_cache, *vc = a->v_cache;
-    const void *kr[AT_CH], *vr[AT_CH];
-    /* F16 rows used by several (token, head) pairs are widened to F32 once per chunk; the
-     * F32 kernels on them give the bits the F16 kernels give on the F16 rows */
-    int widen = f16 && nt * nh > 1 && hd <= AT_CVT;
-    static _Thread_local float kf[AT_CH * AT_CVT], vf[AT_CH * AT_CVT];
-    int kv16 = f16 && !widen;
+    const void *kr[AT_CH];
+    const float *vr[AT_CH];
+    /* per chunk: K transposed into kt (a score per lane), V rows as F32 (fp16 rows widened,
+     * quantized rows dequantized), once for every (token, head) of the item */
+    static _Thread_local float kf[AT_CH * AT_HD], vf[AT_CH * AT_HD], kt[AT_CH * AT_HD];
     if (rotk)
         for (int u = 0; u < nt; u++)
             for (int i = 0; i < nh; i++) {
@@ -193,48 +191,38 @@ static void attend_run(const struct at_task *tk, int t0, int nt, int g, int h0, 
                 } else {
                     size_t off = (row * (size_t)kv_dim + (size_t)g * hd) * es;
                     kr[j] = kc + off;
-                    vr[j] = vc + off;
+                    vr[j] = (const float *)(vc + off); /* fp16 rows: widened below */
                 }
                 if (++in == a->block_size)
                     in = 0, blk++;
             }
-            if (widen)
+            if (f16) /* widened row by row first: the cache is read in order */
                 for (int j = 0; j < nrow; j++) {
                     kk->f16_to_f32(kf + j * hd, kr[j], hd);
-                    kk->f16_to_f32(vf + j * hd, vr[j], hd);
+                    kk->f16_to_f32(vf + j * hd, (const uint16_t *)vr[j], hd);
                     kr[j] = kf + j * hd;
                     vr[j] = vf + j * hd;
                 }
+            kk->kt_pack(kt, kr, nrow, hd, 0);
+            struct cpu_at_row rr[4];
+            int nr = 0;
             for (int u = 0; u < nt; u++) {
                 int t = t0 + u, np = a->pos[t] + 1 - p0 < AT_CH ? a->pos[t] + 1 - p0 : AT_CH;
                 if (np <= 0)
                     continue;
                 for (int i = 0; i < nh; i++) {
-                    const float *qv = rotk ? qrot + (u * nh + i) * hd
-                                           : tk->q + ((int64_t)t * a->n_head + h0 + i) * hd;
-                    float *ac = A + (u * nh + i) * hd;
-                    float *ms = &M[u * nh + i], *ls = &L[u * nh + i];
-                    kk->dots_kv[kv16](qv, kr, np, hd, sc);
-                    for (int j = 0; j < np; j++) {
-                        sc[j] *= a->scale;
-                        if (a->softcap > 0.0f)
-                            sc[j] = a->softcap * tanhf(sc[j] / a->softcap);
+                    int ui = u * nh + i;
+                    rr[nr++] = (struct cpu_at_row){
+                        .q = rotk ? qrot + ui * hd : tk->q + ((int64_t)t * a->n_head + h0 + i) * hd,
+                        .acc = A + ui * hd, .m = &M[ui], .l = &L[ui], .np = np};
+                    if (nr == 4) {
+                        kk->at_chunk(rr, nr, kt, vr, hd, a->scale, a->softcap);
+                        nr = 0;
                     }
-                    float m = *ms;
-                    for (int j = 0; j < np; j++)
-                        m = sc[j] > m ? sc[j] : m;
-                    if (m != *ms) {
-                        float f = expf(*ms - m);
-                        *ls *= f;
-                        kk->scale_inplace(ac, f, hd);
-                        *ms = m;
-                    }
-                    kk->exp_shift(sc, m, np);
-                    for (int j = 0; j < np; j++)
-                        *ls += sc[j];
-                    kk->axpys_kv[kv16](ac, sc, vr, np, hd);
                 }
             }
+            if (nr)
+                kk->at_chunk(rr, nr, kt, vr, hd, a->scale, a->softcap);
         }
         if (!into)
             for (int u = 0; u < nt; u++)
@@ -375,8 +363,8 @@ void cpu_attention(struct be *b, float *out, const float *q, const struct be_att
     struct cpu_be *cb = cpu_be(b);
     if (a->n_tok <= 0)
         return;
-    if (a->head_dim > AT_ACC) { /* no real model comes near; refuse rather than overflow */
-        log_error("cpu: attention head_dim %d exceeds %d", a->head_dim, AT_ACC);
+    if (a->head_dim > AT_HD) { /* no real model comes near; refuse rather than overflow */
+        log_error("cpu: attention head_dim %d exceeds %d", a->head_dim, AT_HD);
         memset(out, 0, (size_t)a->n_tok * (size_t)a->n_head * (size_t)a->head_dim * 4);
         return;
     }

@@ -31,6 +31,15 @@ typedef void (*cpu_mm_fn)(int dt, int64_t k, const void *w, size_t w_stride, int
 typedef void (*cpu_mmrp_fn)(const struct rp_hdr *h, int64_t j0, int nw, const void *x,
                             size_t x_stride, int nx, float *y, int64_t ldy);
 
+/* Attention over one chunk of at most CPU_AT_CH positions (attn.c): one query row's state. */
+enum { CPU_AT_CH = 32 };
+struct cpu_at_row {
+    const float *q; /* head_dim floats */
+    float *acc;     /* head_dim floats: sum of p_j v_j so far (unnormalized) */
+    float *m, *l;   /* running max of the scores and sum of p_j */
+    int np;         /* positions of the chunk this row attends: 1 .. CPU_AT_CH */
+};
+
 struct cpu_kernels {
     cpu_mm_fn mm[DT_COUNT];
     /* kernels on repacked weights (repack.h); NULL: that dtype is not repacked */
@@ -40,6 +49,18 @@ struct cpu_kernels {
     void (*dots_kv[2])(const float *q, const void *const *rows, int np, int n, float *out);
     /* For j = 0 .. np-1 in order: acc[i] = acc[i] + p[j] * rows[j][i] (multiply, then add). */
     void (*axpys_kv[2])(float *acc, const float *p, const void *const *rows, int np, int n);
+    /* kt[d * CPU_AT_CH + j] = float(rows[j][d]) for d < n, j < np; 0 for np <= j < CPU_AT_CH
+     * (rows F32, or fp16 when f16): the chunk's K rows transposed, so a score is a lane. */
+    void (*kt_pack)(float *kt, const void *const *rows, int np, int n, int f16);
+    /* One chunk for rows r[0 .. nr) (nr <= 4), K packed in kt, V in F32 rows v[0 .. max np),
+     * n = head_dim. Per row: s_j = (sum of q[d] k_j[d] over even d, in d order) + (the same
+     * over odd d), times scale, then cap tanh(s_j / cap) (libm tanhf) when cap > 0; cm =
+     * max of s_j over j < np; when cm > m: f = expf(m - cm) (libm), l *= f, acc *= f, m = cm;
+     * p_j = exp(s_j - m) (the level's exp); l += the sum of the p_j (a fixed order);
+     * acc[d] += p_j v_j[d] for j = 0 .. np-1 in order (SIMD: fused). A row's arithmetic
+     * never depends on nr, its slot or the other rows (batch invariance). */
+    void (*at_chunk)(const struct cpu_at_row *r, int nr, const float *kt, const float *const *v,
+                     int n, float scale, float cap);
     /* s[j] = exp(s[j] - m) for j < n (s[j] <= m). SIMD levels use a polynomial exp
      * (within 2 ulp of expf). */
     void (*exp_shift)(float *s, float m, int n);

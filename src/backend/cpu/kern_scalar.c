@@ -62,6 +62,50 @@ static void exp_shift(float *s, float m, int n)
         s[j] = expf(s[j] - m);
 }
 
+static void kt_pack(float *kt, const void *const *rows, int np, int n, int f16)
+{
+    for (int d = 0; d < n; d++)
+        for (int j = 0; j < CPU_AT_CH; j++)
+            kt[d * CPU_AT_CH + j] = j >= np ? 0.0f
+                                   : f16   ? half_f16_to_f32(((const uint16_t *)rows[j])[d])
+                                           : ((const float *)rows[j])[d];
+}
+
+static void at_chunk(const struct cpu_at_row *r, int nr, const float *kt, const float *const *v,
+                     int n, float scale, float cap)
+{
+    for (int i = 0; i < nr; i++) {
+        const struct cpu_at_row *w = &r[i];
+        float s[CPU_AT_CH], cm = -INFINITY, sum = 0.0f;
+        for (int j = 0; j < w->np; j++) {
+            float e = 0.0f, o = 0.0f;
+            for (int d = 0; d < n; d += 2)
+                e += w->q[d] * kt[d * CPU_AT_CH + j];
+            for (int d = 1; d < n; d += 2)
+                o += w->q[d] * kt[d * CPU_AT_CH + j];
+            s[j] = (e + o) * scale;
+            if (cap > 0.0f)
+                s[j] = cap * tanhf(s[j] / cap);
+            cm = s[j] > cm ? s[j] : cm;
+        }
+        if (cm > *w->m) {
+            float f = expf(*w->m - cm);
+            *w->l *= f;
+            for (int d = 0; d < n; d++)
+                w->acc[d] *= f;
+            *w->m = cm;
+        }
+        for (int j = 0; j < w->np; j++) {
+            s[j] = expf(s[j] - *w->m);
+            sum += s[j];
+        }
+        *w->l += sum;
+        for (int j = 0; j < w->np; j++)
+            for (int d = 0; d < n; d++)
+                w->acc[d] += s[j] * v[j][d];
+    }
+}
+
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
 static inline float gelu_tanh(float x)
@@ -124,6 +168,8 @@ void cpu_kernels_scalar(struct cpu_kernels *k)
     k->axpys_kv[0] = axpys_kv_f32;
     k->axpys_kv[1] = axpys_kv_f16;
     k->exp_shift = exp_shift;
+    k->kt_pack = kt_pack;
+    k->at_chunk = at_chunk;
     k->f32_to_f16 = f32_to_f16;
     k->f16_to_f32 = f16_to_f32;
     k->act_mul = act_mul;
