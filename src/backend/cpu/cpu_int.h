@@ -44,11 +44,6 @@ struct cpu_kernels {
     cpu_mm_fn mm[DT_COUNT];
     /* kernels on repacked weights (repack.h); NULL: that dtype is not repacked */
     cpu_mmrp_fn mm_rp[DT_COUNT];
-    /* out[j] = q . rows[j] (n elements each) for j < np, rows in F32 or F16 (index 0 / 1).
-     * The arithmetic of out[j] may depend on j % 4 but on nothing else. */
-    void (*dots_kv[2])(const float *q, const void *const *rows, int np, int n, float *out);
-    /* For j = 0 .. np-1 in order: acc[i] = acc[i] + p[j] * rows[j][i] (multiply, then add). */
-    void (*axpys_kv[2])(float *acc, const float *p, const void *const *rows, int np, int n);
     /* kt[d * CPU_AT_CH + j] = float(rows[j][d]) for d < n, j < np; 0 for np <= j < CPU_AT_CH
      * (rows F32, or fp16 when f16): the chunk's K rows transposed, so a score is a lane. */
     void (*kt_pack)(float *kt, const void *const *rows, int np, int n, int f16);
@@ -71,9 +66,7 @@ struct cpu_kernels {
      * 0.044715 x^3) for GELU-tanh, the same function); an element's arithmetic never depends
      * on its index or on n. */
     void (*act_mul)(float *y, const float *gate, const float *up, int64_t n, int act);
-    /* dst[i] = float(src[i]) for fp16 src (exact; the conversion the F16 entries of
-     * dots_kv / axpys_kv apply to their rows, so those on converted rows give the same bits
-     * as on the fp16 rows). */
+    /* dst[i] = float(src[i]) for fp16 src (exact). */
     void (*f16_to_f32)(float *dst, const uint16_t *src, int n);
     /* dst[i] = fp16(src[i]), round to nearest even (bit-identical at every level). */
     void (*f32_to_f16)(uint16_t *dst, const float *src, int n);

@@ -247,73 +247,6 @@ static void quant_act(int kind, const float *x, void *dst, int64_t k)
 
 /* ---- attention and norm primitives ---- */
 
-/* Four dot products at once: one 8-lane accumulator each, a fixed hadd tree, then the
- * scalar tail; missing rows of a short group are zero vectors, so slot r's arithmetic is
- * the same in every group. */
-QK_INLINE void dots4(int dt, const float *q, const void *const *rows, int nr, int n, float *out)
-{
-    __m256 a[4];
-    const void *r[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-        a[j] = _mm256_setzero_ps(), r[j] = rows[j < nr ? j : 0];
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 qv = _mm256_loadu_ps(q + i);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            if (j < nr)
-                a[j] = _mm256_fmadd_ps(qv, fw_load8(dt, r[j], i), a[j]);
-    }
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    float o[4];
-    _mm_storeu_ps(o, s);
-    for (int j = 0; j < nr; j++) {
-        for (int ii = i; ii < n; ii++)
-            o[j] += q[ii] * fw_get(dt, r[j], ii);
-        out[j] = o[j];
-    }
-}
-
-static void dots_kv_f32(const float *q, const void *const *rows, int np, int n, float *out)
-{
-    for (int j = 0; j < np; j += 4)
-        dots4(DT_F32, q, rows + j, np - j < 4 ? np - j : 4, n, out + j);
-}
-
-static void dots_kv_f16(const float *q, const void *const *rows, int np, int n, float *out)
-{
-    for (int j = 0; j < np; j += 4)
-        dots4(DT_F16, q, rows + j, np - j < 4 ? np - j : 4, n, out + j);
-}
-
-/* acc += p[j] * row j for j in order, multiply then add (unfused): the same per-element
- * arithmetic as the scalar reference, with the accumulator kept in a register. */
-QK_INLINE void axpys(int dt, float *acc, const float *p, const void *const *rows, int np, int n)
-{
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 a = _mm256_loadu_ps(acc + i);
-        for (int j = 0; j < np; j++)
-            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(p[j]), fw_load8(dt, rows[j], i)));
-        _mm256_storeu_ps(acc + i, a);
-    }
-    for (; i < n; i++)
-        for (int j = 0; j < np; j++)
-            acc[i] += p[j] * fw_get(dt, rows[j], i);
-}
-
-static void axpys_kv_f32(float *acc, const float *p, const void *const *rows, int np, int n)
-{
-    axpys(DT_F32, acc, p, rows, np, n);
-}
-
-static void axpys_kv_f16(float *acc, const float *p, const void *const *rows, int np, int n)
-{
-    axpys(DT_F16, acc, p, rows, np, n);
-}
-
 /* exp(x): n = round(x log2 e), r = x - n ln 2 (two-part ln 2), a degree-6 polynomial for
  * e^r (Cephes coefficients), times 2^n; x is clamped to 88.3 above and gives 0 below -87.3. */
 static inline __m256 exp8(__m256 x)
@@ -641,10 +574,6 @@ void cpu_kernels_avx2(struct cpu_kernels *k)
     k->mm[DT_F16] = mm_f16;
     k->mm[DT_BF16] = mm_bf16;
     qk_install(k);
-    k->dots_kv[0] = dots_kv_f32;
-    k->dots_kv[1] = dots_kv_f16;
-    k->axpys_kv[0] = axpys_kv_f32;
-    k->axpys_kv[1] = axpys_kv_f16;
     k->exp_shift = exp_shift;
     k->kt_pack = kt_pack;
     k->at_chunk = at_chunk;

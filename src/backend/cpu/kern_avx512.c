@@ -254,75 +254,6 @@ static void zk_mm_q6_k(int dt, int64_t k, const void *w, size_t ws, int nw, cons
     zk_mm(DT_Q6_K, k, w, ws, nw, x, xs, nx, y, ldy);
 }
 
-/* ---- attention and norm primitives ---- */
-
-/* Four dot products at once: one 16-lane accumulator each (masked tail), halves added,
- * then a fixed hadd tree; missing rows of a short group are zero vectors. */
-QK_INLINE void dots4(int dt, const float *q, const void *const *rows, int nr, int n, float *out)
-{
-    __m512 a[4];
-    const void *r[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-        a[j] = _mm512_setzero_ps(), r[j] = rows[j < nr ? j : 0];
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 qv = _mm512_maskz_loadu_ps(m, q + i);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            if (j < nr)
-                a[j] = _mm512_fmadd_ps(qv, fw_load16_mask(dt, r[j], i, m), a[j]);
-    }
-    __m256 b[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-        b[j] = _mm256_add_ps(_mm512_castps512_ps256(a[j]), _mm512_extractf32x8_ps(a[j], 1));
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(b[0], b[1]), _mm256_hadd_ps(b[2], b[3]));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    if (nr == 4) {
-        _mm_storeu_ps(out, s);
-    } else {
-        float o[4];
-        _mm_storeu_ps(o, s);
-        for (int j = 0; j < nr; j++)
-            out[j] = o[j];
-    }
-}
-
-static void dots_kv_f32(const float *q, const void *const *rows, int np, int n, float *out)
-{
-    for (int j = 0; j < np; j += 4)
-        dots4(DT_F32, q, rows + j, np - j < 4 ? np - j : 4, n, out + j);
-}
-
-static void dots_kv_f16(const float *q, const void *const *rows, int np, int n, float *out)
-{
-    for (int j = 0; j < np; j += 4)
-        dots4(DT_F16, q, rows + j, np - j < 4 ? np - j : 4, n, out + j);
-}
-
-/* acc += p[j] * row j for j in order, multiply then add (unfused), as the reference. */
-QK_INLINE void axpys(int dt, float *acc, const float *p, const void *const *rows, int np, int n)
-{
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 a = _mm512_maskz_loadu_ps(m, acc + i);
-        for (int j = 0; j < np; j++)
-            a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(p[j]), fw_load16_mask(dt, rows[j], i, m)));
-        _mm512_mask_storeu_ps(acc + i, m, a);
-    }
-}
-
-static void axpys_kv_f32(float *acc, const float *p, const void *const *rows, int np, int n)
-{
-    axpys(DT_F32, acc, p, rows, np, n);
-}
-
-static void axpys_kv_f16(float *acc, const float *p, const void *const *rows, int np, int n)
-{
-    axpys(DT_F16, acc, p, rows, np, n);
-}
-
 /* ---- attention chunks (cpu_int.h: kt_pack, at_chunk): one score per lane ---- */
 
 /* exp(x) on 16 lanes: the steps of exp8 in kern_avx2.c (Cephes polynomial, 2^n by exponent
@@ -532,10 +463,6 @@ void cpu_kernels_avx512(struct cpu_kernels *k)
     k->mm[DT_Q4_K] = zk_mm_q4_k;
     k->mm[DT_Q5_K] = zk_mm_q5_k;
     k->mm[DT_Q6_K] = zk_mm_q6_k;
-    k->dots_kv[0] = dots_kv_f32;
-    k->dots_kv[1] = dots_kv_f16;
-    k->axpys_kv[0] = axpys_kv_f32;
-    k->axpys_kv[1] = axpys_kv_f16;
     k->kt_pack = kt_pack;
     k->at_chunk = at_chunk;
 }

@@ -16,46 +16,6 @@ static void mm_ref(int dt, int64_t k, const void *w, size_t w_stride, int nw, co
                                            (const char *)x + (size_t)i * x_stride);
 }
 
-static void dots_kv_f32(const float *q, const void *const *rows, int np, int n, float *out)
-{
-    for (int j = 0; j < np; j++) {
-        const float *k = rows[j];
-        float s = 0.0f;
-        for (int i = 0; i < n; i++)
-            s += q[i] * k[i];
-        out[j] = s;
-    }
-}
-
-static void dots_kv_f16(const float *q, const void *const *rows, int np, int n, float *out)
-{
-    for (int j = 0; j < np; j++) {
-        const uint16_t *k = rows[j];
-        float s = 0.0f;
-        for (int i = 0; i < n; i++)
-            s += q[i] * half_f16_to_f32(k[i]);
-        out[j] = s;
-    }
-}
-
-static void axpys_kv_f32(float *acc, const float *p, const void *const *rows, int np, int n)
-{
-    for (int j = 0; j < np; j++) {
-        const float *v = rows[j];
-        for (int i = 0; i < n; i++)
-            acc[i] += p[j] * v[i];
-    }
-}
-
-static void axpys_kv_f16(float *acc, const float *p, const void *const *rows, int np, int n)
-{
-    for (int j = 0; j < np; j++) {
-        const uint16_t *v = rows[j];
-        for (int i = 0; i < n; i++)
-            acc[i] += p[j] * half_f16_to_f32(v[i]);
-    }
-}
-
 static void exp_shift(float *s, float m, int n)
 {
     for (int j = 0; j < n; j++)
@@ -163,10 +123,6 @@ void cpu_kernels_scalar(struct cpu_kernels *k)
 {
     for (int dt = 0; dt < DT_COUNT; dt++)
         k->mm[dt] = dtype_is_weight_type(dt) ? mm_ref : NULL;
-    k->dots_kv[0] = dots_kv_f32;
-    k->dots_kv[1] = dots_kv_f16;
-    k->axpys_kv[0] = axpys_kv_f32;
-    k->axpys_kv[1] = axpys_kv_f16;
     k->exp_shift = exp_shift;
     k->kt_pack = kt_pack;
     k->at_chunk = at_chunk;
