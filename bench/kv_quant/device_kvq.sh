@@ -16,7 +16,7 @@
 #     general kernel the quantized path is built like), to separate kernel from bytes; and
 #     the schemes again with CINFER_KVQ_DEC=1 (cuda_kvq.cu's decode-step kernel).
 # Everything lands in $OUT: gpu.txt, test_kvq_cuda.log, test_engine_kvq.log, serve.log,
-# bench_<model>.json (+ .err), summary.txt.
+# bench_<model>.json (+ .err), kv_quant_gpu_<model>.json (the "gpu" half), summary.txt.
 # Usage (repo root on the device):  BIN=.gpubin bash .gpubin/src/bench/kv_quant/device_kvq.sh
 # PARTS (default "test engine serve bench"), MODELS (default "l1b l8b"), GENERAL_MODELS (the
 # models also run with CINFER_ATTN_DEC=0; default l1b), CTX (default 4096,16384,32768), REPS
@@ -96,7 +96,8 @@ if want bench; then
             --schemes 8,4,turbo:k8v4,turbo --decode-ctx ${CTX:-4096,16384,32768} \
             --steps ${STEPS:-16} --reps ${REPS:-3} > "$OUT/bench_$m.json" 2> "$OUT/bench_$m.err"
         echo "kvq_bench $m rc=$? ($(( $(date +%s) - t4 )) s)" | tee -a "$S"
-        python3 "$SRC/bench/kv_quant/device_summary.py" "$OUT/bench_$m.json" | tee -a "$S"
+        python3 "$SRC/bench/kv_quant/device_summary.py" "$OUT/bench_$m.json" \
+            --gpu-json "$OUT/kv_quant_gpu_$m.json" | tee -a "$S"
         # the decode-step kernel for quantized KV (CINFER_KVQ_DEC=1, not the default yet)
         t6=$(date +%s)
         CINFER_KVQ_DEC=1 bin timeout ${BENCH_TIMEOUT:-240} "$B/cinfer_kvq_bench" "$MD/$m" --backend $BE \

@@ -491,7 +491,10 @@ __global__ void k_kvq_merge(float *out, const float *part, int hd, int n_split, 
  * the batch or the context capacity; the splits are merged by k_kvq_merge. */
 enum { KD_WARPS = 4, KD_ROUND = 64, KD_TARGET = 32, KD_MAX_TOK = 64 };
 
-static int g_kd_on; /* CINFER_KVQ_DEC (read at cu_kvq_init): 1 = this path for decode steps */
+/* CINFER_KVQ_DEC (read at cu_kvq_init): 1 = this path for decode steps. Off by default: it
+ * passed test_kvq_cuda on an H100 (session 3), but its speed against the general kernel is
+ * not measured yet (bench/kv_quant/device_kvq.sh). */
+static int g_kd_on;
 
 template <int HGT>
 __global__ void __launch_bounds__(KD_WARPS * 32)
