@@ -4,7 +4,8 @@
 # Usage: bench/kernels/run.sh [isa]   (isa = scalar|avx2|avx512; default: best available)
 # Env: CC (default cc), OUT (build folder, default /tmp/cinfer-bench-kernels), BENCH=rp
 # builds and runs bench_rp.c instead (repacked vs file layout; its arguments: [threads
-# [dtype ...]]).
+# [dtype ...]]); BENCH=attn builds and runs bench_attn.c (attention split over threads vs
+# in place; arguments: [threads [ctx ...]]).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -25,6 +26,10 @@ for f in "$root"/src/backend/*.c "$root"/src/backend/cpu/*.c "$root"/src/util/er
 done
 wait
 # the streaming-read loop is plain C; -O3 lets the compiler vectorize it
+if [ "${BENCH:-}" = attn ]; then
+    "$cc" "${flags[@]}" "$here/bench_attn.c" "${objs[@]}" -lm -lpthread -o "$out/bench_attn"
+    exec "$out/bench_attn" "$@"
+fi
 if [ "${BENCH:-}" = rp ]; then
     "$cc" "${flags[@]}" "$here/bench_rp.c" "${objs[@]}" -lm -lpthread -o "$out/bench_rp"
     exec "$out/bench_rp" "$@"

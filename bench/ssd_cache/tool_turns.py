@@ -5,12 +5,13 @@ Every third turn forces a call (tool_choice naming the function); the model may 
 on its own; after three calls the turn ends with tool_choice "none". Prints, per request, the
 prompt tokens, cached_tokens and the previous request's prompt + completion tokens (what
 could be reused) and their ratio; then the worst. Not a test: a probe (see bench/RESULTS.md).
+Extra arguments go to `cinfer serve` (e.g. --tool-choice-none-keeps-tools).
 """
 import sys, json, os, tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "e2e"))
 from conftest import Server, QWEN
 d = tempfile.mkdtemp()
-s = Server(QWEN, "--ssd-cache", d)
+s = Server(QWEN, "--ssd-cache", d, *sys.argv[1:])
 tools = [{"type": "function", "function": {"name": "man_page", "description": "Look up a C library function's man page summary.",
           "parameters": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}}]
 msgs = [{"role": "system", "content": "You are a terse assistant for a C programmer. Answer in one or two sentences. " * 3}]
@@ -41,5 +42,5 @@ for i, t in enumerate(topics):
             continue
         msgs.append({"role": "assistant", "content": m["content"]})
         break
-print("worst", worst, "requests", n_req, "tool calls", n_tool)
+print("worst", worst, "requests", n_req, "tool calls", n_tool, "warm-ups", s.stats()["next_turn_warm"])
 s.stop()

@@ -408,6 +408,8 @@ static void on_turn(int kind, const struct tc_event *tc, const char *t, size_t n
                 o->err = CERR_NOMEM;
         return;
     }
+    if (kind == TURN_CONTENT && o->turn.tc && sbuf_append(&o->text, t, n)) /* anth_out_rerendered */
+        o->err = CERR_NOMEM;
     switch (kind) {
     case TURN_REASONING:
         if (!n)
@@ -474,6 +476,17 @@ int anth_out_new(struct anth_out **out, const struct api_model *m, const struct 
     }
     *out = o;
     return 0;
+}
+
+json_t *anth_out_rerendered(const struct anth_out *o)
+{
+    if (!o->finished || o->err)
+        return NULL;
+    int ws_only = 1; /* as done_body: whitespace alone is no text block */
+    for (size_t i = 0; i < o->text.len; i++)
+        ws_only &= o->text.p[i] == ' ' || o->text.p[i] == '\n' || o->text.p[i] == '\t' ||
+                   o->text.p[i] == '\r';
+    return api_turn_rerendered(&o->turn, ws_only ? "" : o->text.p, ws_only ? 0 : o->text.len);
 }
 
 void anth_out_free(struct anth_out *o)

@@ -37,6 +37,9 @@ struct anth_out;
 int anth_out_new(struct anth_out **out, const struct api_model *m, const struct oai_req *r,
                  const struct api_prompt *p, int family, struct cerr *e);
 void anth_out_free(struct anth_out *o);
+/* oai_out_rerendered for a Messages turn: the assistant message as the client's tool_use
+ * blocks come back through anth_to_chat (thinking dropped, whitespace-only text dropped). */
+json_t *anth_out_rerendered(const struct anth_out *o);
 /* Streaming: message_start and a ping. */
 int anth_out_begin(struct anth_out *o, struct sbuf *sse);
 /* One engine event: SSE events, or at DONE the whole JSON message (non-streaming). At

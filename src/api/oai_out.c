@@ -167,10 +167,11 @@ static int emit_chunk(struct oai_out *o, json_t *delta_or_text, const char *fini
 static void emit_text(int kind, const char *t, size_t n, void *ud)
 {
     struct oai_out *o = ud;
-    if (!o->stream) {
+    if (!o->stream || o->turn.tc) { /* a stream with tools keeps it too (oai_out_rerendered) */
         if (sbuf_append(kind == RSN_REASONING ? &o->reasoning : &o->content, t, n))
             o->err = CERR_NOMEM;
-        return;
+        if (!o->stream)
+            return;
     }
     json_t *s = api_json_text(t, n);
     json_t *d;
@@ -349,6 +350,39 @@ double oai_out_mean_logprob(const struct oai_out *o)
 }
 
 int oai_out_finished(const struct oai_out *o) { return o->finished; }
+
+json_t *oai_out_rerendered(const struct oai_out *o)
+{
+    if (!o->finished || o->err || o->kind != OAI_CHAT || !o->turn_on || o->reasoning.len)
+        return NULL;
+    return api_turn_rerendered(&o->turn, o->content.p, o->content.len);
+}
+
+json_t *api_turn_rerendered(const struct api_turn *t, const char *content, size_t n)
+{
+    int nc = t->tc ? api_turn_calls(t) : 0, native = 1;
+    for (int i = 0; i < nc; i++)
+        native &= tc_call_native(t->tc, i);
+    if (!nc || native)
+        return NULL;
+    json_t *calls = json_array();
+    for (int i = 0; calls && i < nc; i++) {
+        const char *a = tc_call_args(t->tc, i);
+        json_t *args = json_loads(a ? a : "", JSON_DECODE_ANY, NULL); /* as oai_req does */
+        json_t *c = json_pack("{s:s, s:s, s:{s:s, s:o}}", "id", tc_call_id(t->tc, i), "type",
+                              "function", "function", "name", tc_call_name(t->tc, i),
+                              "arguments", args ? args : json_string(a ? a : ""));
+        if (!c || json_array_append_new(calls, c)) {
+            json_decref(calls);
+            return NULL;
+        }
+    }
+    json_t *m = calls ? json_pack("{s:s, s:o, s:o}", "role", "assistant", "content",
+                                  api_json_text(content ? content : "", content ? n : 0),
+                                  "tool_calls", calls)
+                      : NULL;
+    return m;
+}
 
 int oai_out_tools(struct oai_out *o, int family, const json_t *tools, struct cerr *e)
 {

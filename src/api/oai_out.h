@@ -44,6 +44,14 @@ json_t *oai_out_choice(const struct oai_out *o);
 double oai_out_mean_logprob(const struct oai_out *o);
 /* 1 once DONE or ERROR was fed. */
 int oai_out_finished(const struct oai_out *o);
+/* After DONE: the assistant message the client sends back with the next turn, in the
+ * normalised chat shape (oai_req.h: content text, tool_calls[].function.arguments an
+ * object), when this turn ended with a tool call that the chat template renders otherwise
+ * than the model wrote it (a call the parser recovered from another format, such as a bare
+ * JSON object: tc_call_native 0) — the next prompt then leaves the cached ids at that call.
+ * NULL otherwise (no call, every call native, reasoning text in the turn, no memory).
+ * New reference. */
+json_t *oai_out_rerendered(const struct oai_out *o);
 /* Turns on tool-call parsing (call before the first event): `family` is an enum tc_family,
  * `tools` the request's tools array (OpenAI chat shape). Calls become message.tool_calls
  * (content null when there is no other text) and finish_reason "tool_calls"; streaming sends
@@ -106,6 +114,8 @@ void api_turn_max_calls(struct api_turn *t, int n);
  * the replay store when the turn produced calls. Returns 0 or CERR_NOMEM. */
 int api_turn_finish(struct api_turn *t);
 int api_turn_calls(const struct api_turn *t); /* calls parsed so far */
+/* oai_out_rerendered for any protocol: content[0..n) is the turn's content text. */
+json_t *api_turn_rerendered(const struct api_turn *t, const char *content, size_t n);
 void api_turn_deinit(struct api_turn *t);
 /* Anthropic's stop_reason / OpenAI's finish_reason helpers need the matched stop string:
  * the stop string of a DONE event (NULL unless finish is STOP and the index is valid). */

@@ -154,6 +154,20 @@ static int parse_logit_bias(struct oai_req *r, json_t *o, int n_vocab, struct ap
     return 0;
 }
 
+int oai_req_ban(struct oai_req *r, int32_t id)
+{
+    if (id < 0)
+        return 0;
+    struct sampler_bias *b = realloc(r->bias, (size_t)(r->sp.n_logit_bias + 1) * sizeof *b);
+    if (!b)
+        return -1;
+    b[r->sp.n_logit_bias] = (struct sampler_bias){id, -INFINITY};
+    r->bias = b;
+    r->sp.logit_bias = b;
+    r->sp.n_logit_bias++;
+    return 0;
+}
+
 static int parse_sampling(struct oai_req *r, json_t *o, int n_vocab, struct api_error *err)
 {
     struct sampler_params *p = &r->sp;
@@ -527,8 +541,10 @@ static int parse_tools(struct oai_req *r, json_t *o, struct api_error *err)
     if (get_bool(o, "parallel_tool_calls", &b, &given, err))
         return -1;
     r->single_call = given && !b;
-    if (json_is_string(tc) && !strcmp(json_string_value(tc), "none"))
+    if (json_is_string(tc) && !strcmp(json_string_value(tc), "none")) {
+        r->none_tools = json_array_size(t) ? t : NULL;
         return 0;
+    }
     if (json_array_size(t))
         r->tools = t;
     if (json_is_string(tc) && !strcmp(json_string_value(tc), "required"))

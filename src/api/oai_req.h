@@ -72,6 +72,7 @@ struct oai_req {
     char **stops;          /* owned; n_stops entries */
     int n_stops;
     json_t *tools;         /* borrowed from body, NULL when absent or tool_choice "none" */
+    json_t *none_tools;    /* tool_choice "none" with tools: those tools (borrowed), else NULL */
     int tool_choice;       /* 0 auto, 1 "required" (some call), 2 a named function */
     const char *tool_name; /* tool_choice 2: the function (points into body) */
     json_t *template_kwargs; /* borrowed: chat_template_kwargs object or NULL */
@@ -87,5 +88,7 @@ struct oai_req {
 int oai_parse(struct oai_req *r, int kind, const char *body, size_t len,
               const struct sampler_params *defaults, int n_vocab, struct api_error *err);
 void oai_req_deinit(struct oai_req *r);
+/* Adds a logit_bias entry that bans id (no-op for id < 0). 0, or -1 out of memory. */
+int oai_req_ban(struct oai_req *r, int32_t id);
 
 #endif

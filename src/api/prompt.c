@@ -65,11 +65,34 @@ static int encode(const struct api_model *m, const char *text, size_t len, int f
     return 0;
 }
 
+/* The token that opens a call in the template's family when the markup's first tag is one
+ * token (<tool_call>, [TOOL_CALLS]), else -1 (a JSON-object call has no such token). */
+static int32_t call_open_id(const struct api_model *m)
+{
+    char *pre = api_forced_call_prefix(m->tc_template_family, NULL);
+    int32_t id = -1;
+    size_t k = pre && (pre[0] == '<' || pre[0] == '[') ? strcspn(pre, ">]") : 0;
+    if (k && pre[k]) {
+        pre[k + 1] = 0;
+        id = tok_find(m->tk, pre);
+    }
+    free(pre);
+    return id;
+}
+
 int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct api_prompt *out,
                     struct api_error *err)
 {
     memset(out, 0, sizeof *out);
+    out->ban = -1;
     out->thinking = r->thinking >= 0 ? r->thinking : m->default_thinking;
+    const json_t *tools = r->tools;
+    if (!tools && r->none_tools && m->keep_tools_on_none) {
+        /* tool_choice "none", tools kept: the prompt is the one the other turns render (their
+         * cached prefix stays usable); no call is parsed and none can open */
+        tools = r->none_tools;
+        out->ban = call_open_id(m);
+    }
     char *text;
     const json_t *msgs = r->messages;
     json_t *head = NULL;
@@ -87,8 +110,7 @@ int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct a
         prefill = json_string_value(json_object_get(json_array_get(r->messages, n - 1), "content"));
     }
     size_t tl = 0;
-    int rr = api_chat_render(m, msgs, r->tools, r->template_kwargs, out->thinking, &text, &tl,
-                             err);
+    int rr = api_chat_render(m, msgs, tools, r->template_kwargs, out->thinking, &text, &tl, err);
     json_decref(head);
     if (rr)
         return -1;
@@ -139,6 +161,26 @@ int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct a
     return rc;
 }
 
+int api_chat_ids(const struct api_model *m, const json_t *messages, const json_t *tools,
+                 const json_t *kwargs, int thinking, int32_t **ids, int *n,
+                 struct api_error *err)
+{
+    *ids = NULL;
+    *n = 0;
+    char *text;
+    size_t tl = 0;
+    if (api_chat_render(m, messages, tools, kwargs, thinking, &text, &tl, err))
+        return -1;
+    struct api_prompt p = {0};
+    int rc = encode(m, text, tl, TOK_PARSE_SPECIAL, &p, err, 1);
+    free(text);
+    if (!rc) {
+        *ids = p.ids;
+        *n = p.n;
+    }
+    return rc;
+}
+
 char *api_forced_call_prefix(int family, const char *name)
 {
     struct sbuf b = {0};
@@ -182,5 +224,6 @@ int api_completion_prompt(const struct api_model *m, const char *prompt, size_t 
 {
     memset(out, 0, sizeof *out);
     out->thinking = -1;
+    out->ban = -1;
     return encode(m, prompt, len, TOK_ADD_SPECIAL, out, err, 0);
 }

@@ -24,6 +24,8 @@ struct api_model {
     const char *think_open, *think_close; /* NULL: no think tags */
     int default_thinking;    /* server --thinking: -1 unset, 0, 1 */
     int tc_template_family;  /* enum tc_family the chat template teaches (forced calls) */
+    int keep_tools_on_none;  /* tool_choice "none": render the tools anyway (no parsing; the
+                                call markup's opening token is banned: api_prompt.ban) */
     int n_ctx;
 };
 
@@ -36,6 +38,8 @@ struct api_prompt {
                                 to the prompt, which the output parser must see first
                                 (malloc'd, or NULL) */
     int n_replayed;          /* ids spliced in from the exact generated history (genhist.h) */
+    int32_t ban;             /* an id the sampler must never pick (tool_choice "none" with the
+                                tools kept: the token that opens a call), or -1 */
 };
 
 /* The opening markup that forces a tool call in the given template family (named: that
@@ -54,5 +58,11 @@ int api_completion_prompt(const struct api_model *m, const char *prompt, size_t 
 int api_chat_render(const struct api_model *m, const json_t *messages, const json_t *tools,
                     const json_t *kwargs, int thinking, char **text, size_t *text_len,
                     struct api_error *err);
+/* The ids a chat request of these messages would get (render with the generation prompt,
+ * then the same tokenization as api_chat_prompt: exact generated history spliced, a doubled
+ * BOS dropped), without tool_choice forcing or continue_final_message. *ids malloc'd. */
+int api_chat_ids(const struct api_model *m, const json_t *messages, const json_t *tools,
+                 const json_t *kwargs, int thinking, int32_t **ids, int *n,
+                 struct api_error *err);
 
 #endif

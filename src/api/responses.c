@@ -817,6 +817,13 @@ json_t *resp_out_message(const struct resp_out *o)
     return m;
 }
 
+json_t *resp_out_rerendered(const struct resp_out *o)
+{
+    if (!o->finished || o->err)
+        return NULL;
+    return api_turn_rerendered(&o->turn, o->text.p, o->text.len);
+}
+
 int resp_error_frame(struct sbuf *out, const char *message)
 {
     json_t *j = json_pack("{s:s, s:s, s:o, s:n}", "type", "error", "code", "server_error",

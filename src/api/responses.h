@@ -56,6 +56,9 @@ const char *resp_out_id(const struct resp_out *o);
 /* After DONE: the assistant turn as a chat message {role, content, tool_calls?} (new
  * reference) for the store, or NULL. */
 json_t *resp_out_message(const struct resp_out *o);
+/* oai_out_rerendered for a Responses turn (the message as resp_out_message gives it, in the
+ * normalised chat shape). */
+json_t *resp_out_rerendered(const struct resp_out *o);
 /* The whole response object once the turn is done (borrowed; NULL before). */
 json_t *resp_out_object(const struct resp_out *o);
 /* The SSE error event (type "error"). */

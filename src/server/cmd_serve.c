@@ -92,6 +92,11 @@ static void serve_usage(FILE *f)
             "                         pool blocks, while idle (default 300; 0 disables)\n"
             "  --generation-checkpoint N  with --ssd-cache: a running request's KV is written\n"
             "                         every N tokens, so a retry after a crash resumes from it\n"
+            "  --tool-choice-none-keeps-tools  a request with tools and tool_choice \"none\"\n"
+            "                         still renders the tools (no call is parsed, the call\n"
+            "                         markup's token is banned), so its prompt keeps the\n"
+            "                         conversation's cached prefix (default: the tools are\n"
+            "                         left out of the prompt, as the reference server does)\n"
             "  --kv-block-size N      KV positions per block (default 16; alias\n"
             "                         --paged-kv-block-size; --paged-kv is accepted: paging is\n"
             "                         always on)\n"
@@ -300,6 +305,8 @@ static int parse_args(int argc, char **argv, struct serve_opts *o)
             rc = kv < 0 ? -1 : 0, used = kv - 1, o->kv_f32 = kvd == DT_F32;
         else if (!strcmp(a, "--no-open"))
             o->no_open = 1, used = 0;
+        else if (!strcmp(a, "--tool-choice-none-keeps-tools"))
+            o->keep_tools_none = 1, used = 0;
         else if ((rc = serve_ssd_flag(a, v, o, &used)) != 0)
             rc = rc < 0 ? -1 : 0;
         else if ((rc = serve_embed_flag(o, a, v)) != 0) /* --embeddings (serve_embed.c) */

@@ -24,6 +24,7 @@
 struct serve_opts {
     const char *model, *host, *chat_template, *api_key;
     int port, threads, no_open;
+    int keep_tools_none;     /* --tool-choice-none-keeps-tools (prompt.h) */
     int max_tokens;          /* 0 = per-route default */
     float temperature, top_p;
     int top_k;
@@ -88,6 +89,7 @@ struct serve_metrics {
 
 struct job;
 struct kv_events;
+struct lora_set;
 
 /* Readiness as routers see it (serve_ready.c). */
 enum { SERVE_LOADING = 0, SERVE_READY, SERVE_DRAINING };
@@ -167,6 +169,10 @@ struct serve_gen {
      * its first token, so that they take its prompt from the prefix cache. n_q <= 1: q. */
     struct engine_req *qs;
     int n_q, share_n;
+    /* Optional: called on the loop thread when the job's one choice ended normally (an
+     * end-of-generation id or max_tokens) and its reply went out, before ctx and enc are
+     * freed; ls is the request's adapter set (the next turn's warm-up, serve_warm.h). */
+    void (*after)(struct serve *sv, void *ctx, void *enc, const struct lora_set *ls);
 };
 
 struct oai_req;
@@ -329,6 +335,26 @@ const struct api_model *serve_lora_am(struct serve *sv, struct http_req *r);
 void serve_lora_models(struct serve *sv, json_t *data, const char *only);
 json_t *serve_lora_stats_json(struct serve *sv);
 void serve_lora_metrics(struct serve *sv, struct sbuf *b);
+
+/* ---- the next turn's warm-up (serve_warm.c) ----
+ * When a chat turn ends with a tool call that the chat template renders otherwise than the
+ * model wrote it (a bare JSON object or a fenced block the parser recovered: the template
+ * must render it, api/genhist.h cannot replay those ids), the next request's prompt leaves
+ * the cached ids at that call. So once the reply is out, the prompt the next turn starts
+ * with — the conversation, the assistant message as the client sends it back, the tool
+ * results' markup up to their text — is rendered and tokenized as a request would be and
+ * submitted as a prefill-only engine request (max_tokens 1, its token dropped). Its KV is
+ * in the prefix cache (and the SSD tier) while the client runs the tool; the next turn
+ * reuses it. The prefix taken is common to two renderings with different tool results, so
+ * no id depends on text the client has not sent. CINFER_WARM_NEXT_TURN=0 turns it off. */
+/* serve_gen.after of a chat completion (ctx an oai_req owner, see serve_routes.c): rq the
+ * request as rendered, thinking the resolved enable_thinking, n_prompt its prompt's ids,
+ * msg the assistant message (oai_out_rerendered; NULL: nothing to do; borrowed). */
+struct oai_req;
+void serve_warm_chat(struct serve *sv, const struct oai_req *rq, int thinking, int n_prompt,
+                     struct json_t *msg, const struct lora_set *ls);
+/* Adds "next_turn_warm" {submitted, finished, tokens} to a /stats object. */
+void serve_warm_stats_json(struct json_t *j);
 
 /* ---- the SSD cold tier (serve_ssd.c) ---- */
 /* Parses an --ssd-* flag at argv a (value v). Returns 0 when a is not one, 1 when it took

@@ -47,6 +47,15 @@ static void a_free(void *enc)
     anth_out_free(enc);
 }
 
+/* serve_gen.after: the next turn's warm-up (serve_warm.c). */
+static void a_after(struct serve *sv, void *ctx, void *enc, const struct lora_set *ls)
+{
+    struct anth_ctx *c = ctx;
+    json_t *msg = anth_out_rerendered(enc);
+    serve_warm_chat(sv, &c->rq, c->pr.thinking, c->pr.n, msg, ls);
+    json_decref(msg);
+}
+
 static const struct proto_ops ANTH_OPS = {.begin = a_begin,
                                           .event = a_event,
                                           .error_body = anth_error_body,
@@ -80,7 +89,11 @@ static int prepare(struct serve *sv, struct http_req *r, int for_count, struct a
     if (rc)
         return -1;
     replay_apply(c->rq.messages);
-    return api_chat_prompt(&sv->am, &c->rq, &c->pr, err);
+    if (api_chat_prompt(&sv->am, &c->rq, &c->pr, err))
+        return -1;
+    if (oai_req_ban(&c->rq, c->pr.ban)) /* tools kept under tool_choice none */
+        return api_fail(err, 500, NULL, "out of memory");
+    return 0;
 }
 
 static void h_messages(struct http_req *r, void *ud)
@@ -110,7 +123,8 @@ static void h_messages(struct http_req *r, void *ud)
                           .enc = enc,
                           .q = serve_engine_req(&c->rq, &c->pr, &c->st, max_tokens),
                           .cleanup = ctx_free,
-                          .ctx = c};
+                          .ctx = c,
+                          .after = c->st.instruction || c->rq.continue_final ? NULL : a_after};
     if (c->st.degraded)
         http_add_header(r, "Warning", API_STRUCTURED_WARNING);
     serve_generate(sv, r, &g, EP_MESSAGES);

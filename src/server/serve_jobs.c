@@ -46,6 +46,7 @@ struct job {
     char *fail_msg;       /* a late submission's refusal (owned) */
     int fail_status;
     int ended, gone;
+    int done_ok; /* the one choice ended at an end-of-generation id or max_tokens */
     double t_start, t_last;
     int n_gen;
     struct sbuf buf;
@@ -255,6 +256,8 @@ static void job_deliver(void *ud)
         j->any_cancelled |= ev->type == ENGINE_EV_DONE && ev->finish == ENGINE_FINISH_CANCELLED;
     } else if (ev->type == ENGINE_EV_PROMPT)
         s->seen--; /* prompt logprobs come before the first token */
+    j->done_ok |= !multi && ev->type == ENGINE_EV_DONE &&
+                  (ev->finish == ENGINE_FINISH_EOS || ev->finish == ENGINE_FINISH_LENGTH);
     if (!multi && ev->type == ENGINE_EV_DELTA)
         genhist_acc_token(&j->gh, ev->token, ev->text, ev->len);
     else if (!multi && sub_end) /* kept when the ids are exactly the text: an end-of-generation
@@ -338,6 +341,8 @@ static void job_end(struct job *j, double now)
             job_fail(j, 500, "generation failed");
     }
     j->ended = 1;
+    if (j->g.after && j->done_ok && !j->failed && !j->any_error && !j->any_cancelled)
+        j->g.after(sv, j->g.ctx, j->g.enc, &j->ls);
     hist_add(&sv->met.e2e, now - j->t_start);
     if (j->g.stream)
         sv->met.streams_open--;

@@ -122,6 +122,7 @@ char *serve_stats_json(struct serve *sv)
                                       (json_int_t)ks.replays));
     }
     serve_ssd_stats_json(sv, j);
+    serve_warm_stats_json(j);
     serve_kvq_stats_json(sv, j);
     serve_embed_stats_json(sv, j); /* --embeddings */
     json_object_set_new(j, "speculation", serve_spec_stats_json(&es));

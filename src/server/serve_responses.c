@@ -75,6 +75,15 @@ static void r_free(void *enc)
     free(h);
 }
 
+/* serve_gen.after: the next turn's warm-up (serve_warm.c). */
+static void r_after(struct serve *sv, void *ctx, void *enc, const struct lora_set *ls)
+{
+    struct resp_ctx *c = ctx;
+    json_t *msg = resp_out_rerendered(((struct resp_enc *)enc)->o);
+    serve_warm_chat(sv, &c->rq, c->pr.thinking, c->pr.n, msg, ls);
+    json_decref(msg);
+}
+
 static const struct proto_ops RESP_OPS = {.begin = r_begin,
                                           .event = r_event,
                                           .error_body = oai_error_body,
@@ -113,6 +122,10 @@ static void h_responses(struct http_req *r, void *ud)
     replay_apply(c->rq.messages);
     if (api_chat_prompt(&sv->am, &c->rq, &c->pr, &err))
         goto fail;
+    if (oai_req_ban(&c->rq, c->pr.ban)) { /* tools kept under tool_choice none */
+        api_fail(&err, 500, NULL, "out of memory");
+        goto fail;
+    }
     if (serve_structured(sv, r, api_structured_responses, &c->rq, &c->pr, &c->st, &err))
         goto fail;
     int max_tokens;
@@ -135,7 +148,8 @@ static void h_responses(struct http_req *r, void *ud)
                           .enc = h,
                           .q = serve_engine_req(&c->rq, &c->pr, &c->st, max_tokens),
                           .cleanup = ctx_free,
-                          .ctx = c};
+                          .ctx = c,
+                          .after = c->st.instruction || c->rq.continue_final ? NULL : r_after};
     if (c->st.degraded)
         http_add_header(r, "Warning", API_STRUCTURED_WARNING);
     serve_generate(sv, r, &g, EP_RESPONSES);

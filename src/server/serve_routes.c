@@ -48,6 +48,15 @@ static void oai_ctx_free(void *p)
     free(c);
 }
 
+/* serve_gen.after of a chat completion: the next turn's warm-up (serve_warm.c). */
+static void oai_after(struct serve *sv, void *ctx, void *enc, const struct lora_set *ls)
+{
+    struct oai_ctx *c = ctx;
+    json_t *msg = oai_out_rerendered(enc);
+    serve_warm_chat(sv, &c->rq, c->pr.thinking, c->pr.n, msg, ls);
+    json_decref(msg);
+}
+
 static int oai_begin(void *enc, struct sbuf *out) { return oai_out_begin(enc, out); }
 static int oai_event(void *enc, const struct engine_event *ev, struct sbuf *out)
 {
@@ -185,6 +194,10 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
         rc = completion_prompt(sv, &c->rq.prompts[0], &c->pr, &err);
     if (rc)
         goto fail;
+    if (kind == OAI_CHAT && oai_req_ban(&c->rq, c->pr.ban)) { /* tools kept under "none" */
+        api_fail(&err, 500, NULL, "out of memory");
+        goto fail;
+    }
     if (np > 1 && !(c->more = calloc((size_t)np - 1, sizeof *c->more))) {
         api_fail(&err, 500, NULL, "out of memory");
         goto fail;
@@ -221,6 +234,8 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
         if (choice_encoder(sv, c, NULL, &c->pr, &enc, &err))
             goto fail;
         g.enc = enc;
+        if (kind == OAI_CHAT && !c->st.instruction && !c->rq.continue_final)
+            g.after = oai_after;
     }
     free(mts);
     if (c->st.degraded)
@@ -384,6 +399,7 @@ int serve_routes_install(struct serve *sv)
      * declared tools an undeclared name stays content) */
     sv->tc_family = tc_family_detect(sv->tmpl_src, sv->m ? sv->m->arch_name : NULL);
     sv->am.tc_template_family = sv->tc_family; /* what tool_choice forcing writes */
+    sv->am.keep_tools_on_none = sv->o.keep_tools_none;
     if (sv->tc_family == TC_HERMES)
         sv->tc_family = TC_GENERIC;
     rc |= serve_anthropic_install(sv);

@@ -7,9 +7,10 @@
  *    bytes (weights of 130 rows: many work items and a repacked tail group);
  *  - model: a prompt prefilled in one step, as a prefix and then its tail (what a prefix-cache
  *    hit recomputes), in small chunks, and with its last tokens decoded one by one give the
- *    same logits bytes, with an F32 and an F16 KV cache (stories260K at every level; Qwen2.5-
- *    Coder-0.5B Q4_K_M, whose Q4_K/Q6_K/Q5_0/Q8_0 weights take the repacked kernels, at the
- *    best level when ./models has it).
+ *    same logits bytes, with an F32 and an F16 KV cache (stories260K at every level, also
+ *    past the attention's 256-position segments; Qwen2.5-Coder-0.5B Q4_K_M, whose
+ *    Q4_K/Q6_K/Q5_0/Q8_0 weights take the repacked kernels, at the best level when
+ *    ./models has it).
  */
 #include "harness.h"
 
@@ -361,6 +362,12 @@ static void test_stories_chunkings(void)
         for (int th = 1; th <= 2; th++)
             model_case(fixture_path("stories260K/stories260K.gguf"), g_isas[li], "all", th, 80,
                        splits, sizeof splits / sizeof splits[0]);
+    /* past the attention's 256-position segments (folded in one work item for a long step,
+     * split over threads with a merge pass for a decode step: the same arithmetic) */
+    static const int long_splits[] = {255, 256, 257, 300, 513};
+    for (int li = 0; li < 3; li++)
+        model_case(fixture_path("stories260K/stories260K.gguf"), g_isas[li], "all", 2, 530,
+                   long_splits, sizeof long_splits / sizeof long_splits[0]);
 }
 
 static void test_qwen_chunkings(void)

@@ -427,6 +427,80 @@ static void turn_split(const char *text, size_t cut, struct turn_log *L, int *n_
     json_decref(tools);
 }
 
+/* A turn of text fed whole to protocol p (family fam); returns oai_out_rerendered /
+ * anth_out_rerendered / resp_out_rerendered after DONE (new reference or NULL). */
+static json_t *rerendered(int p, const struct oai_req *r, int stream, const char *text, int fam)
+{
+    struct oai_req rr = *r;
+    rr.stream = stream;
+    struct api_prompt pr = {.n = 3};
+    struct sbuf out = {0};
+    void *enc = NULL;
+    json_t *echo = json_object(), *m = NULL;
+    int rc = p == P_CHAT ? oai_out_new((struct oai_out **)&enc, &MODEL, &rr, &pr, "serial", NULL)
+             : p == P_ANTH ? anth_out_new((struct anth_out **)&enc, &MODEL, &rr, &pr, fam, NULL)
+                           : resp_out_new((struct resp_out **)&enc, &MODEL, &rr, &pr, fam, echo, NULL);
+    json_decref(echo);
+    if (rc)
+        return NULL;
+    if (p == P_CHAT)
+        oai_out_tools(enc, fam, r->tools, NULL);
+    if (stream)
+        p == P_CHAT   ? oai_out_begin(enc, &out)
+        : p == P_ANTH ? anth_out_begin(enc, &out)
+                      : resp_out_begin(enc, &out);
+    struct engine_event ev = {.type = ENGINE_EV_DELTA, .text = text, .len = strlen(text)};
+    struct engine_event done = {.type = ENGINE_EV_DONE, .finish = ENGINE_FINISH_EOS, .text = "",
+                                .n_prompt = 3, .n_gen = 20};
+    for (int k = 0; k < 2; k++) {
+        const struct engine_event *e = k ? &done : &ev;
+        p == P_CHAT   ? oai_out_event(enc, e, &out)
+        : p == P_ANTH ? anth_out_event(enc, e, &out)
+                      : resp_out_event(enc, e, &out);
+        if (!k) /* before DONE: nothing yet */
+            CHECK(!(p == P_CHAT   ? oai_out_rerendered(enc)
+                    : p == P_ANTH ? anth_out_rerendered(enc)
+                                  : resp_out_rerendered(enc)));
+    }
+    m = p == P_CHAT   ? oai_out_rerendered(enc)
+        : p == P_ANTH ? anth_out_rerendered(enc)
+                      : resp_out_rerendered(enc);
+    p == P_CHAT ? oai_out_free(enc) : p == P_ANTH ? anth_out_free(enc) : resp_out_free(enc);
+    sbuf_free(&out);
+    return m;
+}
+
+/* The next turn's warm-up input (serve_warm.c): a call written as a bare JSON object, which
+ * the template re-renders, gives the assistant message as the client sends it back, on every
+ * protocol, streamed or not; a call in the template's own markup gives none. */
+static void test_rerendered(void)
+{
+    struct oai_req r;
+    struct api_error err;
+    struct sampler_params d;
+    sampler_params_default(&d);
+    CHECK(oai_parse(&r, OAI_CHAT, CHAT_BODY, strlen(CHAT_BODY), &d, 100, &err) == 0);
+    static const char BARE[] = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
+    static const char NATIVE[] = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+    for (int p = P_CHAT; p <= P_RESP; p++)
+        for (int stream = 0; stream < 2; stream++) {
+            json_t *m = rerendered(p, &r, stream, BARE, TC_GENERIC);
+            CHECK(m != NULL);
+            CHECK_STR(json_string_value(json_object_get(m, "role")), "assistant");
+            CHECK_STR(json_string_value(json_object_get(m, "content")), "");
+            json_t *c = json_array_get(json_object_get(m, "tool_calls"), 0);
+            CHECK(json_string_length(json_object_get(c, "id")) > 0);
+            json_t *f = json_object_get(c, "function");
+            CHECK_STR(json_string_value(json_object_get(f, "name")), "get_weather");
+            CHECK_STR(json_string_value(json_object_get(json_object_get(f, "arguments"), "city")),
+                      "Paris"); /* an object, as oai_req normalises a sent-back call */
+            json_decref(m);
+            CHECK(rerendered(p, &r, stream, NATIVE, TC_GENERIC) == NULL);
+            CHECK(rerendered(p, &r, stream, "Just text, no call at all.", TC_GENERIC) == NULL);
+        }
+    oai_req_deinit(&r);
+}
+
 static void test_call_inside_think(void)
 {
     static const char *const TEXTS[] = {
@@ -471,5 +545,6 @@ int main(void)
     RUN(test_every_split);
     RUN(test_finish_and_replay);
     RUN(test_replay_lru);
+    RUN(test_rerendered);
     return harness_done();
 }

@@ -102,20 +102,30 @@ static int isa_has_gfni(void)
 #endif
 }
 
-int cpu_qbuf_reserve(struct cpu_be *cb, size_t n)
+static int buf_reserve(void **buf, size_t *have, size_t n, const char *what)
 {
-    if (n <= cb->qbuf_cap)
+    if (n <= *have)
         return 0;
     size_t cap = (n + 4095) & ~(size_t)4095;
     void *p = aligned_alloc(64, cap);
     if (!p) {
-        log_error("cpu: out of memory for a %zu-byte activation buffer", cap);
+        log_error("cpu: out of memory for a %zu-byte %s buffer", cap, what);
         return -1;
     }
-    free(cb->qbuf);
-    cb->qbuf = p;
-    cb->qbuf_cap = cap;
+    free(*buf);
+    *buf = p;
+    *have = cap;
     return 0;
+}
+
+int cpu_qbuf_reserve(struct cpu_be *cb, size_t n)
+{
+    return buf_reserve(&cb->qbuf, &cb->qbuf_cap, n, "activation");
+}
+
+int cpu_abuf_reserve(struct cpu_be *cb, size_t n)
+{
+    return buf_reserve(&cb->abuf, &cb->abuf_cap, n, "attention");
 }
 
 /* ---- memory ---- */
@@ -413,6 +423,7 @@ static void cpu_destroy(struct be *b)
     struct cpu_be *cb = cpu_be(b);
     cpu_pool_free(cb->pool);
     free(cb->qbuf);
+    free(cb->abuf);
     for (int i = 0; i < cb->n_rp; i++)
         free(cb->rp[i]);
     free(cb->rp);
@@ -474,6 +485,10 @@ struct be *be_cpu_new(const struct be_config *cfg, struct cerr *e)
         cpu_kernels_avx512(&cb->k);
     if (cb->isa >= CPU_ISA_AVX512 && isa_has_vbmi())
         cpu_kernels_rp512(&cb->k, isa_has_gfni());
+    /* CINFER_CPU_ATTN_SPLIT=0: attention never splits a step's segments over the threads
+     * (for comparison; the bits are the same either way) */
+    const char *asp = getenv("CINFER_CPU_ATTN_SPLIT");
+    cb->attn_split = !(asp && !strcmp(asp, "0"));
     /* CINFER_CPU_REPACK: unset, 1 or all = every type with repacked kernels (Q4_K, Q5_K,
      * Q6_K, Q8_0, Q5_0, Q4_0, Q4_1), 0 = none, or a comma-separated list of dtype names (e.g.
      * q4_k,q8_0). */

@@ -31,15 +31,31 @@ typedef void (*cpu_mm_fn)(int dt, int64_t k, const void *w, size_t w_stride, int
 typedef void (*cpu_mmrp_fn)(const struct rp_hdr *h, int64_t j0, int nw, const void *x,
                             size_t x_stride, int nx, float *y, int64_t ldy);
 
+/* Attention over one chunk of at most CPU_AT_CH positions (attn.c): one query row's state. */
+enum { CPU_AT_CH = 32 };
+struct cpu_at_row {
+    const float *q; /* head_dim floats */
+    float *acc;     /* head_dim floats: sum of p_j v_j so far (unnormalized) */
+    float *m, *l;   /* running max of the scores and sum of p_j */
+    int np;         /* positions of the chunk this row attends: 1 .. CPU_AT_CH */
+};
+
 struct cpu_kernels {
     cpu_mm_fn mm[DT_COUNT];
     /* kernels on repacked weights (repack.h); NULL: that dtype is not repacked */
     cpu_mmrp_fn mm_rp[DT_COUNT];
-    /* out[j] = q . rows[j] (n elements each) for j < np, rows in F32 or F16 (index 0 / 1).
-     * The arithmetic of out[j] may depend on j % 4 but on nothing else. */
-    void (*dots_kv[2])(const float *q, const void *const *rows, int np, int n, float *out);
-    /* For j = 0 .. np-1 in order: acc[i] = acc[i] + p[j] * rows[j][i] (multiply, then add). */
-    void (*axpys_kv[2])(float *acc, const float *p, const void *const *rows, int np, int n);
+    /* kt[d * CPU_AT_CH + j] = float(rows[j][d]) for d < n, j < np; 0 for np <= j < CPU_AT_CH
+     * (rows F32, or fp16 when f16): the chunk's K rows transposed, so a score is a lane. */
+    void (*kt_pack)(float *kt, const void *const *rows, int np, int n, int f16);
+    /* One chunk for rows r[0 .. nr) (nr <= 4), K packed in kt, V in F32 rows v[0 .. max np),
+     * n = head_dim. Per row: s_j = (sum of q[d] k_j[d] over even d, in d order) + (the same
+     * over odd d), times scale, then cap tanh(s_j / cap) (libm tanhf) when cap > 0; cm =
+     * max of s_j over j < np; when cm > m: f = expf(m - cm) (libm), l *= f, acc *= f, m = cm;
+     * p_j = exp(s_j - m) (the level's exp); l += the sum of the p_j (a fixed order);
+     * acc[d] += p_j v_j[d] for j = 0 .. np-1 in order (SIMD: fused). A row's arithmetic
+     * never depends on nr, its slot or the other rows (batch invariance). */
+    void (*at_chunk)(const struct cpu_at_row *r, int nr, const float *kt, const float *const *v,
+                     int n, float scale, float cap);
     /* s[j] = exp(s[j] - m) for j < n (s[j] <= m). SIMD levels use a polynomial exp
      * (within 2 ulp of expf). */
     void (*exp_shift)(float *s, float m, int n);
@@ -50,9 +66,7 @@ struct cpu_kernels {
      * 0.044715 x^3) for GELU-tanh, the same function); an element's arithmetic never depends
      * on its index or on n. */
     void (*act_mul)(float *y, const float *gate, const float *up, int64_t n, int act);
-    /* dst[i] = float(src[i]) for fp16 src (exact; the conversion the F16 entries of
-     * dots_kv / axpys_kv apply to their rows, so those on converted rows give the same bits
-     * as on the fp16 rows). */
+    /* dst[i] = float(src[i]) for fp16 src (exact). */
     void (*f16_to_f32)(float *dst, const uint16_t *src, int n);
     /* dst[i] = fp16(src[i]), round to nearest even (bit-identical at every level). */
     void (*f32_to_f16)(uint16_t *dst, const float *src, int n);
@@ -80,6 +94,9 @@ struct cpu_be {
     struct cpu_kernels k;
     void *qbuf; /* quantized activations, grown on demand, kept */
     size_t qbuf_cap;
+    void *abuf; /* attention: partial softmax states of a split step (attn.c), grown, kept */
+    size_t abuf_cap;
+    int attn_split; /* attention may split a step's segments over the pool (CINFER_CPU_ATTN_SPLIT) */
     int repack;             /* repack weights at weight_prepare (CINFER_CPU_REPACK) */
     uint32_t repack_types;  /* bit dt: dtype dt may be repacked */
     struct rp_hdr **rp;     /* repacked copies owned by the backend */
@@ -92,6 +109,8 @@ static inline struct cpu_be *cpu_be(struct be *b) { return (struct cpu_be *)b; }
 
 /* Grows cb->qbuf to at least n bytes. 0, or -1 when the allocation fails. */
 int cpu_qbuf_reserve(struct cpu_be *cb, size_t n);
+/* The same for cb->abuf. */
+int cpu_abuf_reserve(struct cpu_be *cb, size_t n);
 
 /* Ops (matmul.c, attn.c, ops.c). */
 void cpu_get_rows(struct be *b, float *out, const struct be_tensor *w, const int32_t *ids, int n);

@@ -247,73 +247,6 @@ static void quant_act(int kind, const float *x, void *dst, int64_t k)
 
 /* ---- attention and norm primitives ---- */
 
-/* Four dot products at once: one 8-lane accumulator each, a fixed hadd tree, then the
- * scalar tail; missing rows of a short group are zero vectors, so slot r's arithmetic is
- * the same in every group. */
-QK_INLINE void dots4(int dt, const float *q, const void *const *rows, int nr, int n, float *out)
-{
-    __m256 a[4];
-    const void *r[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-        a[j] = _mm256_setzero_ps(), r[j] = rows[j < nr ? j : 0];
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 qv = _mm256_loadu_ps(q + i);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            if (j < nr)
-                a[j] = _mm256_fmadd_ps(qv, fw_load8(dt, r[j], i), a[j]);
-    }
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    float o[4];
-    _mm_storeu_ps(o, s);
-    for (int j = 0; j < nr; j++) {
-        for (int ii = i; ii < n; ii++)
-            o[j] += q[ii] * fw_get(dt, r[j], ii);
-        out[j] = o[j];
-    }
-}
-
-static void dots_kv_f32(const float *q, const void *const *rows, int np, int n, float *out)
-{
-    for (int j = 0; j < np; j += 4)
-        dots4(DT_F32, q, rows + j, np - j < 4 ? np - j : 4, n, out + j);
-}
-
-static void dots_kv_f16(const float *q, const void *const *rows, int np, int n, float *out)
-{
-    for (int j = 0; j < np; j += 4)
-        dots4(DT_F16, q, rows + j, np - j < 4 ? np - j : 4, n, out + j);
-}
-
-/* acc += p[j] * row j for j in order, multiply then add (unfused): the same per-element
- * arithmetic as the scalar reference, with the accumulator kept in a register. */
-QK_INLINE void axpys(int dt, float *acc, const float *p, const void *const *rows, int np, int n)
-{
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 a = _mm256_loadu_ps(acc + i);
-        for (int j = 0; j < np; j++)
-            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(p[j]), fw_load8(dt, rows[j], i)));
-        _mm256_storeu_ps(acc + i, a);
-    }
-    for (; i < n; i++)
-        for (int j = 0; j < np; j++)
-            acc[i] += p[j] * fw_get(dt, rows[j], i);
-}
-
-static void axpys_kv_f32(float *acc, const float *p, const void *const *rows, int np, int n)
-{
-    axpys(DT_F32, acc, p, rows, np, n);
-}
-
-static void axpys_kv_f16(float *acc, const float *p, const void *const *rows, int np, int n)
-{
-    axpys(DT_F16, acc, p, rows, np, n);
-}
-
 /* exp(x): n = round(x log2 e), r = x - n ln 2 (two-part ln 2), a degree-6 polynomial for
  * e^r (Cephes coefficients), times 2^n; x is clamped to 88.3 above and gives 0 below -87.3. */
 static inline __m256 exp8(__m256 x)
@@ -423,17 +356,227 @@ static void norm_mul(float *y, const float *x, float s, const float *w, int n)
         y[i] = (x[i] * s) * w[i];
 }
 
+/* ---- attention chunks (cpu_int.h: kt_pack, at_chunk): one score per lane ---- */
+
+/* 8 x 8 transpose: r[i] becomes column i. */
+QK_INLINE void tr8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+static void kt_pack(float *kt, const void *const *rows, int np, int n, int f16)
+{
+    for (int j0 = 0; j0 < CPU_AT_CH; j0 += 8)
+        for (int d0 = 0; d0 < n; d0 += 8) {
+            int nd = n - d0 < 8 ? n - d0 : 8;
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                if (j0 + j >= np) {
+                    r[j] = _mm256_setzero_ps();
+                } else if (nd == 8) {
+                    r[j] = f16 ? fw_load8(DT_F16, rows[j0 + j], d0) : fw_load8(DT_F32, rows[j0 + j], d0);
+                } else {
+                    float t[8] = {0};
+                    for (int i = 0; i < nd; i++)
+                        t[i] = f16 ? fw_get(DT_F16, rows[j0 + j], d0 + i)
+                                   : fw_get(DT_F32, rows[j0 + j], d0 + i);
+                    r[j] = _mm256_loadu_ps(t);
+                }
+            }
+            tr8(r);
+            for (int i = 0; i < nd; i++)
+                _mm256_storeu_ps(kt + (d0 + i) * CPU_AT_CH + j0, r[i]);
+        }
+}
+
+/* Lanes (1 << k) - 1 of 8 as a blend mask, k in 0 .. 8. */
+static inline __m256 lanes8(int k)
+{
+    static const int32_t ones[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    k = k < 0 ? 0 : k > 8 ? 8 : k;
+    return _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(ones + 8 - k)));
+}
+
+/* Scores of NR rows (<= 2) over positions 16 h .. 16 h + 15 (two vectors a row). */
+QK_INLINE void at_scores(const struct cpu_at_row *r, const int nr, const float *kt, int n, int h,
+                         float s[2][CPU_AT_CH])
+{
+    __m256 ea[2], eb[2], oa[2], ob[2];
+#pragma GCC unroll 2
+    for (int i = 0; i < nr; i++)
+        ea[i] = eb[i] = oa[i] = ob[i] = _mm256_setzero_ps();
+    const float *k = kt + 16 * h;
+    int d = 0;
+    for (; d + 2 <= n; d += 2, k += 2 * CPU_AT_CH) {
+        __m256 k0 = _mm256_loadu_ps(k), k1 = _mm256_loadu_ps(k + 8);
+        __m256 k2 = _mm256_loadu_ps(k + CPU_AT_CH), k3 = _mm256_loadu_ps(k + CPU_AT_CH + 8);
+#pragma GCC unroll 2
+        for (int i = 0; i < nr; i++) {
+            __m256 qe = _mm256_set1_ps(r[i].q[d]), qo = _mm256_set1_ps(r[i].q[d + 1]);
+            ea[i] = _mm256_fmadd_ps(qe, k0, ea[i]);
+            eb[i] = _mm256_fmadd_ps(qe, k1, eb[i]);
+            oa[i] = _mm256_fmadd_ps(qo, k2, oa[i]);
+            ob[i] = _mm256_fmadd_ps(qo, k3, ob[i]);
+        }
+    }
+    if (d < n) {
+        __m256 k0 = _mm256_loadu_ps(k), k1 = _mm256_loadu_ps(k + 8);
+#pragma GCC unroll 2
+        for (int i = 0; i < nr; i++) {
+            __m256 qe = _mm256_set1_ps(r[i].q[d]);
+            ea[i] = _mm256_fmadd_ps(qe, k0, ea[i]);
+            eb[i] = _mm256_fmadd_ps(qe, k1, eb[i]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < nr; i++) {
+        _mm256_storeu_ps(s[i] + 16 * h, _mm256_add_ps(ea[i], oa[i]));
+        _mm256_storeu_ps(s[i] + 16 * h + 8, _mm256_add_ps(eb[i], ob[i]));
+    }
+}
+
+/* at_chunk for NR rows (<= 2): scores a half at a time, V rows loaded once for both rows. */
+QK_INLINE void at_tile(const struct cpu_at_row *r, const int nr, const float *kt,
+                       const float *const *v, int n, float scale, float cap)
+{
+    float s[2][CPU_AT_CH];
+    at_scores(r, nr, kt, n, 0, s);
+    at_scores(r, nr, kt, n, 1, s);
+    int jmin = CPU_AT_CH;
+    const __m256 vs = _mm256_set1_ps(scale);
+#pragma GCC unroll 2
+    for (int i = 0; i < nr; i++) {
+        const struct cpu_at_row *w = &r[i];
+        int np = w->np;
+        __m256 x[4], mk[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            x[c] = _mm256_mul_ps(_mm256_loadu_ps(s[i] + 8 * c), vs), mk[c] = lanes8(np - 8 * c);
+        if (cap > 0.0f) {
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                _mm256_storeu_ps(s[i] + 8 * c, x[c]);
+            for (int j = 0; j < np; j++)
+                s[i][j] = cap * tanhf(s[i][j] / cap);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                x[c] = _mm256_loadu_ps(s[i] + 8 * c);
+        }
+        const __m256 ninf = _mm256_set1_ps(-INFINITY);
+        __m256 mv = ninf;
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            mv = _mm256_max_ps(mv, _mm256_blendv_ps(ninf, x[c], mk[c]));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        float cm = _mm_cvtss_f32(m4);
+        if (cm > *w->m) {
+            float f = expf(*w->m - cm);
+            *w->l *= f;
+            scale_inplace(w->acc, f, n);
+            *w->m = cm;
+        }
+        __m256 vm = _mm256_set1_ps(*w->m), sum = _mm256_setzero_ps();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m256 p = _mm256_and_ps(exp8(_mm256_sub_ps(x[c], vm)), mk[c]);
+            sum = _mm256_add_ps(sum, p);
+            _mm256_storeu_ps(s[i] + 8 * c, p);
+        }
+        *w->l += qk_hsum(sum);
+        jmin = np < jmin ? np : jmin;
+    }
+    for (int d0 = 0; d0 < n; d0 += 32) {
+        int nv = n - d0 >= 32 ? 4 : (n - d0) / 8, tail = n - d0 < 32 ? (n - d0) % 8 : 0;
+        __m256 a[2][4];
+        if (nv == 4) {
+#pragma GCC unroll 2
+            for (int i = 0; i < nr; i++)
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    a[i][c] = _mm256_loadu_ps(r[i].acc + d0 + 8 * c);
+            for (int j = 0; j < jmin; j++) {
+                __m256 vv[4];
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    vv[c] = _mm256_loadu_ps(v[j] + d0 + 8 * c);
+#pragma GCC unroll 2
+                for (int i = 0; i < nr; i++) {
+                    __m256 pb = _mm256_set1_ps(s[i][j]);
+#pragma GCC unroll 4
+                    for (int c = 0; c < 4; c++)
+                        a[i][c] = _mm256_fmadd_ps(pb, vv[c], a[i][c]);
+                }
+            }
+#pragma GCC unroll 2
+            for (int i = 0; i < nr; i++)
+                for (int j = jmin; j < r[i].np; j++) {
+                    __m256 pb = _mm256_set1_ps(s[i][j]);
+#pragma GCC unroll 4
+                    for (int c = 0; c < 4; c++)
+                        a[i][c] = _mm256_fmadd_ps(pb, _mm256_loadu_ps(v[j] + d0 + 8 * c), a[i][c]);
+                }
+#pragma GCC unroll 2
+            for (int i = 0; i < nr; i++)
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    _mm256_storeu_ps(r[i].acc + d0 + 8 * c, a[i][c]);
+            continue;
+        }
+        /* the last d < 32 of a row: whole vectors, then single elements (fmaf: the same
+         * fused step as a lane) */
+        for (int i = 0; i < nr; i++)
+            for (int j = 0; j < r[i].np; j++) {
+                __m256 pb = _mm256_set1_ps(s[i][j]);
+                for (int c = 0; c < nv; c++)
+                    _mm256_storeu_ps(r[i].acc + d0 + 8 * c,
+                                     _mm256_fmadd_ps(pb, _mm256_loadu_ps(v[j] + d0 + 8 * c),
+                                                     _mm256_loadu_ps(r[i].acc + d0 + 8 * c)));
+                for (int e = d0 + 8 * nv; e < d0 + 8 * nv + tail; e++)
+                    r[i].acc[e] = fmaf(s[i][j], v[j][e], r[i].acc[e]);
+            }
+    }
+}
+
+static void at_chunk(const struct cpu_at_row *r, int nr, const float *kt, const float *const *v,
+                     int n, float scale, float cap)
+{
+    for (int i = 0; i < nr; i += 2) {
+        if (nr - i >= 2)
+            at_tile(r + i, 2, kt, v, n, scale, cap);
+        else
+            at_tile(r + i, 1, kt, v, n, scale, cap);
+    }
+}
+
 void cpu_kernels_avx2(struct cpu_kernels *k)
 {
     k->mm[DT_F32] = mm_f32;
     k->mm[DT_F16] = mm_f16;
     k->mm[DT_BF16] = mm_bf16;
     qk_install(k);
-    k->dots_kv[0] = dots_kv_f32;
-    k->dots_kv[1] = dots_kv_f16;
-    k->axpys_kv[0] = axpys_kv_f32;
-    k->axpys_kv[1] = axpys_kv_f16;
     k->exp_shift = exp_shift;
+    k->kt_pack = kt_pack;
+    k->at_chunk = at_chunk;
     k->f32_to_f16 = f32_to_f16;
     k->f16_to_f32 = f16_to_f32;
     k->act_mul = act_mul;

@@ -4,6 +4,7 @@
  * tiles, and 512-bit attention primitives. Entries not set here keep the AVX2 ones.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "backend/cpu/cpu_int.h"
@@ -253,73 +254,204 @@ static void zk_mm_q6_k(int dt, int64_t k, const void *w, size_t ws, int nw, cons
     zk_mm(DT_Q6_K, k, w, ws, nw, x, xs, nx, y, ldy);
 }
 
-/* ---- attention and norm primitives ---- */
+/* ---- attention chunks (cpu_int.h: kt_pack, at_chunk): one score per lane ---- */
 
-/* Four dot products at once: one 16-lane accumulator each (masked tail), halves added,
- * then a fixed hadd tree; missing rows of a short group are zero vectors. */
-QK_INLINE void dots4(int dt, const float *q, const void *const *rows, int nr, int n, float *out)
+/* exp(x) on 16 lanes: the steps of exp8 in kern_avx2.c (Cephes polynomial, 2^n by exponent
+ * bits, 0 below -87.3), at 512 bits. */
+static inline __m512 exp16(__m512 x)
 {
-    __m512 a[4];
-    const void *r[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-        a[j] = _mm512_setzero_ps(), r[j] = rows[j < nr ? j : 0];
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 qv = _mm512_maskz_loadu_ps(m, q + i);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            if (j < nr)
-                a[j] = _mm512_fmadd_ps(qv, fw_load16_mask(dt, r[j], i, m), a[j]);
+    const __m512 lo = _mm512_set1_ps(-87.3f);
+    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.3f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
+}
+
+/* 8 x 8 transpose: r[i] becomes column i. */
+QK_INLINE void tr8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
-    __m256 b[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-        b[j] = _mm256_add_ps(_mm512_castps512_ps256(a[j]), _mm512_extractf32x8_ps(a[j], 1));
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(b[0], b[1]), _mm256_hadd_ps(b[2], b[3]));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    if (nr == 4) {
-        _mm_storeu_ps(out, s);
-    } else {
-        float o[4];
-        _mm_storeu_ps(o, s);
-        for (int j = 0; j < nr; j++)
-            out[j] = o[j];
+    #pragma GCC unroll 4
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
     }
-}
-
-static void dots_kv_f32(const float *q, const void *const *rows, int np, int n, float *out)
-{
-    for (int j = 0; j < np; j += 4)
-        dots4(DT_F32, q, rows + j, np - j < 4 ? np - j : 4, n, out + j);
-}
-
-static void dots_kv_f16(const float *q, const void *const *rows, int np, int n, float *out)
-{
-    for (int j = 0; j < np; j += 4)
-        dots4(DT_F16, q, rows + j, np - j < 4 ? np - j : 4, n, out + j);
-}
-
-/* acc += p[j] * row j for j in order, multiply then add (unfused), as the reference. */
-QK_INLINE void axpys(int dt, float *acc, const float *p, const void *const *rows, int np, int n)
-{
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 a = _mm512_maskz_loadu_ps(m, acc + i);
-        for (int j = 0; j < np; j++)
-            a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(p[j]), fw_load16_mask(dt, rows[j], i, m)));
-        _mm512_mask_storeu_ps(acc + i, m, a);
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
     }
 }
 
-static void axpys_kv_f32(float *acc, const float *p, const void *const *rows, int np, int n)
+static void kt_pack(float *kt, const void *const *rows, int np, int n, int f16)
 {
-    axpys(DT_F32, acc, p, rows, np, n);
+    for (int j0 = 0; j0 < CPU_AT_CH; j0 += 8)
+        for (int d0 = 0; d0 < n; d0 += 8) {
+            int nd = n - d0 < 8 ? n - d0 : 8;
+            __mmask8 m = (__mmask8)((1u << nd) - 1);
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                const void *src = rows[j0 + j < np ? j0 + j : 0];
+                if (j0 + j >= np)
+                    r[j] = _mm256_setzero_ps();
+                else if (f16)
+                    r[j] = _mm256_cvtph_ps(_mm_maskz_loadu_epi16(m, (const uint16_t *)src + d0));
+                else
+                    r[j] = _mm256_maskz_loadu_ps(m, (const float *)src + d0);
+            }
+            tr8(r);
+            for (int i = 0; i < nd; i++)
+                _mm256_storeu_ps(kt + (d0 + i) * CPU_AT_CH + j0, r[i]);
+        }
 }
 
-static void axpys_kv_f16(float *acc, const float *p, const void *const *rows, int np, int n)
+/* at_chunk for NR rows (a compile-time constant after inlining): the K lanes and V rows
+ * are loaded once for all rows; each row keeps its own accumulators. */
+QK_INLINE void at_tile(const struct cpu_at_row *r, const int nr, const float *kt,
+                       const float *const *v, int n, float scale, float cap)
 {
-    axpys(DT_F16, acc, p, rows, np, n);
+    __m512 e0[4], e1[4], o0[4], o1[4];
+    #pragma GCC unroll 4
+    for (int i = 0; i < nr; i++)
+        e0[i] = e1[i] = o0[i] = o1[i] = _mm512_setzero_ps();
+    int d = 0;
+    for (; d + 2 <= n; d += 2) {
+        const float *k = kt + d * CPU_AT_CH;
+        __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16);
+        __m512 k2 = _mm512_loadu_ps(k + 32), k3 = _mm512_loadu_ps(k + 48);
+        #pragma GCC unroll 4
+        for (int i = 0; i < nr; i++) {
+            __m512 qe = _mm512_set1_ps(r[i].q[d]), qo = _mm512_set1_ps(r[i].q[d + 1]);
+            e0[i] = _mm512_fmadd_ps(qe, k0, e0[i]);
+            e1[i] = _mm512_fmadd_ps(qe, k1, e1[i]);
+            o0[i] = _mm512_fmadd_ps(qo, k2, o0[i]);
+            o1[i] = _mm512_fmadd_ps(qo, k3, o1[i]);
+        }
+    }
+    if (d < n) {
+        const float *k = kt + d * CPU_AT_CH;
+        __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16);
+        #pragma GCC unroll 4
+        for (int i = 0; i < nr; i++) {
+            __m512 qe = _mm512_set1_ps(r[i].q[d]);
+            e0[i] = _mm512_fmadd_ps(qe, k0, e0[i]);
+            e1[i] = _mm512_fmadd_ps(qe, k1, e1[i]);
+        }
+    }
+    float p[4][CPU_AT_CH];
+    int jmin = CPU_AT_CH;
+    const __m512 vs = _mm512_set1_ps(scale);
+    #pragma GCC unroll 4
+    for (int i = 0; i < nr; i++) {
+        const struct cpu_at_row *w = &r[i];
+        int np = w->np;
+        __m512 s0 = _mm512_mul_ps(_mm512_add_ps(e0[i], o0[i]), vs);
+        __m512 s1 = _mm512_mul_ps(_mm512_add_ps(e1[i], o1[i]), vs);
+        if (cap > 0.0f) {
+            float t[CPU_AT_CH];
+            _mm512_storeu_ps(t, s0);
+            _mm512_storeu_ps(t + 16, s1);
+            for (int j = 0; j < np; j++)
+                t[j] = cap * tanhf(t[j] / cap);
+            s0 = _mm512_loadu_ps(t);
+            s1 = _mm512_loadu_ps(t + 16);
+        }
+        __mmask16 m0 = np >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << np) - 1);
+        __mmask16 m1 = np >= 32 ? (__mmask16)0xffff
+                       : np > 16 ? (__mmask16)((1u << (np - 16)) - 1)
+                                 : (__mmask16)0;
+        float c0 = _mm512_mask_reduce_max_ps(m0, s0), c1 = _mm512_mask_reduce_max_ps(m1, s1);
+        float cm = c1 > c0 ? c1 : c0;
+        if (cm > *w->m) {
+            float f = expf(*w->m - cm);
+            *w->l *= f;
+            __m512 vf = _mm512_set1_ps(f);
+            for (int x = 0; x < n; x += 16) {
+                __mmask16 mk = n - x >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - x)) - 1);
+                _mm512_mask_storeu_ps(w->acc + x, mk,
+                                      _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, w->acc + x), vf));
+            }
+            *w->m = cm;
+        }
+        __m512 vm = _mm512_set1_ps(*w->m);
+        __m512 p0 = _mm512_maskz_mov_ps(m0, exp16(_mm512_sub_ps(s0, vm)));
+        __m512 p1 = _mm512_maskz_mov_ps(m1, exp16(_mm512_sub_ps(s1, vm)));
+        *w->l += _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+        _mm512_storeu_ps(p[i], p0);
+        _mm512_storeu_ps(p[i] + 16, p1);
+        jmin = np < jmin ? np : jmin;
+    }
+    for (int d0 = 0; d0 < n; d0 += 64) {
+        __mmask16 mk[4];
+        #pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            int rem = n - d0 - 16 * c;
+            mk[c] = rem >= 16 ? (__mmask16)0xffff : rem > 0 ? (__mmask16)((1u << rem) - 1) : 0;
+        }
+        __m512 a[4][4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < nr; i++)
+            #pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                a[i][c] = _mm512_maskz_loadu_ps(mk[c], r[i].acc + d0 + 16 * c);
+        for (int j = 0; j < jmin; j++) {
+            __m512 vv[4];
+            #pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                vv[c] = _mm512_maskz_loadu_ps(mk[c], v[j] + d0 + 16 * c);
+            #pragma GCC unroll 4
+            for (int i = 0; i < nr; i++) {
+                __m512 pb = _mm512_set1_ps(p[i][j]);
+                #pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    a[i][c] = _mm512_fmadd_ps(pb, vv[c], a[i][c]);
+            }
+        }
+        #pragma GCC unroll 4
+        for (int i = 0; i < nr; i++)
+            for (int j = jmin; j < r[i].np; j++) {
+                __m512 pb = _mm512_set1_ps(p[i][j]);
+                #pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    a[i][c] = _mm512_fmadd_ps(pb, _mm512_maskz_loadu_ps(mk[c], v[j] + d0 + 16 * c),
+                                              a[i][c]);
+            }
+        #pragma GCC unroll 4
+        for (int i = 0; i < nr; i++)
+            #pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                _mm512_mask_storeu_ps(r[i].acc + d0 + 16 * c, mk[c], a[i][c]);
+    }
+}
+
+static void at_chunk(const struct cpu_at_row *r, int nr, const float *kt, const float *const *v,
+                     int n, float scale, float cap)
+{
+    switch (nr) {
+    case 4: at_tile(r, 4, kt, v, n, scale, cap); break;
+    case 3: at_tile(r, 3, kt, v, n, scale, cap); break;
+    case 2: at_tile(r, 2, kt, v, n, scale, cap); break;
+    default: at_tile(r, 1, kt, v, n, scale, cap); break;
+    }
 }
 
 void cpu_kernels_avx512(struct cpu_kernels *k)
@@ -331,8 +463,6 @@ void cpu_kernels_avx512(struct cpu_kernels *k)
     k->mm[DT_Q4_K] = zk_mm_q4_k;
     k->mm[DT_Q5_K] = zk_mm_q5_k;
     k->mm[DT_Q6_K] = zk_mm_q6_k;
-    k->dots_kv[0] = dots_kv_f32;
-    k->dots_kv[1] = dots_kv_f16;
-    k->axpys_kv[0] = axpys_kv_f32;
-    k->axpys_kv[1] = axpys_kv_f16;
+    k->kt_pack = kt_pack;
+    k->at_chunk = at_chunk;
 }

@@ -16,50 +16,54 @@ static void mm_ref(int dt, int64_t k, const void *w, size_t w_stride, int nw, co
                                            (const char *)x + (size_t)i * x_stride);
 }
 
-static void dots_kv_f32(const float *q, const void *const *rows, int np, int n, float *out)
-{
-    for (int j = 0; j < np; j++) {
-        const float *k = rows[j];
-        float s = 0.0f;
-        for (int i = 0; i < n; i++)
-            s += q[i] * k[i];
-        out[j] = s;
-    }
-}
-
-static void dots_kv_f16(const float *q, const void *const *rows, int np, int n, float *out)
-{
-    for (int j = 0; j < np; j++) {
-        const uint16_t *k = rows[j];
-        float s = 0.0f;
-        for (int i = 0; i < n; i++)
-            s += q[i] * half_f16_to_f32(k[i]);
-        out[j] = s;
-    }
-}
-
-static void axpys_kv_f32(float *acc, const float *p, const void *const *rows, int np, int n)
-{
-    for (int j = 0; j < np; j++) {
-        const float *v = rows[j];
-        for (int i = 0; i < n; i++)
-            acc[i] += p[j] * v[i];
-    }
-}
-
-static void axpys_kv_f16(float *acc, const float *p, const void *const *rows, int np, int n)
-{
-    for (int j = 0; j < np; j++) {
-        const uint16_t *v = rows[j];
-        for (int i = 0; i < n; i++)
-            acc[i] += p[j] * half_f16_to_f32(v[i]);
-    }
-}
-
 static void exp_shift(float *s, float m, int n)
 {
     for (int j = 0; j < n; j++)
         s[j] = expf(s[j] - m);
+}
+
+static void kt_pack(float *kt, const void *const *rows, int np, int n, int f16)
+{
+    for (int d = 0; d < n; d++)
+        for (int j = 0; j < CPU_AT_CH; j++)
+            kt[d * CPU_AT_CH + j] = j >= np ? 0.0f
+                                   : f16   ? half_f16_to_f32(((const uint16_t *)rows[j])[d])
+                                           : ((const float *)rows[j])[d];
+}
+
+static void at_chunk(const struct cpu_at_row *r, int nr, const float *kt, const float *const *v,
+                     int n, float scale, float cap)
+{
+    for (int i = 0; i < nr; i++) {
+        const struct cpu_at_row *w = &r[i];
+        float s[CPU_AT_CH], cm = -INFINITY, sum = 0.0f;
+        for (int j = 0; j < w->np; j++) {
+            float e = 0.0f, o = 0.0f;
+            for (int d = 0; d < n; d += 2)
+                e += w->q[d] * kt[d * CPU_AT_CH + j];
+            for (int d = 1; d < n; d += 2)
+                o += w->q[d] * kt[d * CPU_AT_CH + j];
+            s[j] = (e + o) * scale;
+            if (cap > 0.0f)
+                s[j] = cap * tanhf(s[j] / cap);
+            cm = s[j] > cm ? s[j] : cm;
+        }
+        if (cm > *w->m) {
+            float f = expf(*w->m - cm);
+            *w->l *= f;
+            for (int d = 0; d < n; d++)
+                w->acc[d] *= f;
+            *w->m = cm;
+        }
+        for (int j = 0; j < w->np; j++) {
+            s[j] = expf(s[j] - *w->m);
+            sum += s[j];
+        }
+        *w->l += sum;
+        for (int j = 0; j < w->np; j++)
+            for (int d = 0; d < n; d++)
+                w->acc[d] += s[j] * v[j][d];
+    }
 }
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -119,11 +123,9 @@ void cpu_kernels_scalar(struct cpu_kernels *k)
 {
     for (int dt = 0; dt < DT_COUNT; dt++)
         k->mm[dt] = dtype_is_weight_type(dt) ? mm_ref : NULL;
-    k->dots_kv[0] = dots_kv_f32;
-    k->dots_kv[1] = dots_kv_f16;
-    k->axpys_kv[0] = axpys_kv_f32;
-    k->axpys_kv[1] = axpys_kv_f16;
     k->exp_shift = exp_shift;
+    k->kt_pack = kt_pack;
+    k->at_chunk = at_chunk;
     k->f32_to_f16 = f32_to_f16;
     k->f16_to_f32 = f16_to_f32;
     k->act_mul = act_mul;
