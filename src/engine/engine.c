@@ -85,7 +85,8 @@ static int is_eog(const struct engine *g, int32_t id)
 /* A matcher for the request's grammar on its sampler; the vocabulary's bytes are built
  * once, by the first grammar request (engine/grammar/gram_tok.h). */
 static int grammar_attach(struct engine *g, struct sampler *smp, struct gram *gr,
-                          const char *prime, const char *trigger, int after, struct cerr *e)
+                          const char *prime, const char *trigger, int after, const char *open,
+                          struct cerr *e)
 {
     int V = g->m->hp.n_vocab, rc = 0;
     pthread_mutex_lock(&g->mu);
@@ -109,7 +110,9 @@ static int grammar_attach(struct engine *g, struct sampler *smp, struct gram *gr
         gm = NULL;
         rc = cerr_set(e, CERR_INVALID, "the grammar does not accept the text the prompt ends with");
     }
-    if (!rc && (trigger ? sampler_set_grammar_lazy(smp, gm, trigger, after) : sampler_set_grammar(smp, gm)))
+    if (!rc && (trigger && open ? sampler_set_grammar_reasoning(smp, gm, open, trigger)
+                : trigger   ? sampler_set_grammar_lazy(smp, gm, trigger, after)
+                            : sampler_set_grammar(smp, gm)))
         rc = cerr_set(e, CERR_NOMEM, "out of memory");
     return rc;
 }
@@ -159,7 +162,7 @@ int engine_submit(struct engine *g, const struct engine_req *q, uint64_t *id, st
         rc = stop_new(&r->stop, q->stops, q->n_stops, e);
     if (!rc && q->grammar)
         rc = grammar_attach(g, r->smp, q->grammar, q->grammar_prime, q->grammar_trigger,
-                            q->grammar_after, e);
+                            q->grammar_after, q->grammar_open, e);
     if (!rc && g->spec && !(r->spec = spec_req_new(g->spec, &q->sp)))
         rc = cerr_set(e, CERR_NOMEM, "out of memory");
     if (!rc)

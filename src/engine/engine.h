@@ -121,6 +121,10 @@ struct engine_req {
                                     this text (a tool call's opening), see
                                     sampler_set_grammar_lazy */
     int grammar_after;           /* the grammar starts after the trigger (reasoning end) */
+    const char *grammar_open;    /* non-NULL (with grammar_trigger = the block's end): the
+                                    output may open a reasoning block with this text first
+                                    (free until the trigger); else the grammar applies from
+                                    the first token; see sampler_set_grammar_reasoning */
     /* the adapter set every step of the request runs (model/lora.h; the engine takes its
      * own references; NULL or n == 0 = none); its KV never shares the prefix cache with
      * another set's (the chain root includes it) */

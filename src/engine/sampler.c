@@ -790,7 +790,15 @@ int sampler_set_grammar_lazy(struct sampler *s, struct gram_matcher *m, const ch
 {
     gram_row_free(s->gram);
     s->gram = NULL;
-    return m ? gram_row_new(&s->gram, m, s->n_vocab, trigger, after) : 0;
+    return m ? gram_row_new(&s->gram, m, s->n_vocab, trigger, after, NULL) : 0;
+}
+
+int sampler_set_grammar_reasoning(struct sampler *s, struct gram_matcher *m, const char *open,
+                                  const char *close)
+{
+    gram_row_free(s->gram);
+    s->gram = NULL;
+    return m ? gram_row_new(&s->gram, m, s->n_vocab, close, 1, open) : 0;
 }
 
 int sampler_grammar_forced(struct sampler *s, int32_t *id)

@@ -102,6 +102,12 @@ int sampler_set_grammar_lazy(struct sampler *s, struct gram_matcher *m, const ch
                              int after);
 /* after = 1: the matcher takes only the text after the trigger (a reasoning block's end:
  * the constraint starts when the reasoning is over). */
+/* Attaches m with an optional reasoning block the model opens itself: masking from the
+ * first token, with the ids that start `open` allowed besides; a first token that starts
+ * `open` makes the block free until `close`, and m then takes what follows close (see
+ * gram_row_new). Ownership as above. */
+int sampler_set_grammar_reasoning(struct sampler *s, struct gram_matcher *m, const char *open,
+                                  const char *close);
 /* The attached matcher or NULL. */
 struct gram_matcher *sampler_grammar(const struct sampler *s);
 

@@ -522,7 +522,8 @@ struct engine_req serve_engine_req(const struct oai_req *rq, const struct api_pr
                                .grammar = st->grammar,
                                .grammar_prime = st->prime,
                                .grammar_trigger = st->trigger,
-                               .grammar_after = st->trigger_after};
+                               .grammar_after = st->trigger_after,
+                               .grammar_open = st->open};
 }
 
 int serve_structured(const struct serve *sv, struct http_req *r,
@@ -540,7 +541,7 @@ int serve_structured(const struct serve *sv, struct http_req *r,
         rc = api_structured_tools(sv->am.tc_template_family, rq->tools, rq->tool_choice,
                                   rq->tool_name, pr->forced, st, err);
     if (!rc)
-        rc = api_structured_after_reasoning(st, pr->start_in_reasoning, sv->am.think_close,
-                                            err);
+        rc = api_structured_after_reasoning(st, pr->start_in_reasoning, pr->thinking,
+                                            sv->am.think_open, sv->am.think_close, err);
     return rc;
 }

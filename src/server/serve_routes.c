@@ -209,7 +209,9 @@ static void generate(struct serve *sv, struct http_req *r, int kind)
                                                  c->rq.tool_choice, c->rq.tool_name,
                                                  c->pr.forced, &c->st, &err))
         goto fail;
-    if (api_structured_after_reasoning(&c->st, c->pr.start_in_reasoning, sv->am.think_close, &err))
+    if (api_structured_after_reasoning(&c->st, c->pr.start_in_reasoning, c->pr.thinking,
+                                       kind == OAI_CHAT ? sv->am.think_open : NULL,
+                                       sv->am.think_close, &err))
         goto fail;
     if (!(mts = calloc((size_t)np, sizeof *mts))) {
         api_fail(&err, 500, NULL, "out of memory");

@@ -41,6 +41,32 @@ def test_thinking_precedence(qwen3_tmpl):
     assert m["reasoning"] is True
 
 
+def test_constrained_optional_think_block(qwen3_tmpl):
+    """Qwen3's prompt leaves no block open: under a constraint the model may still open one
+    itself as its first output (issue 26). "<" (stories id 504) is pushed to the top: with
+    thinking on it starts "<think>" (the mask then allows only the marker's rest) and the
+    block's text is free (it never closes here: all reasoning); with thinking off the
+    opening is not allowed and the output is one of the choices."""
+    body = {"messages": MSGS, "max_tokens": 12, "temperature": 0,
+            "guided_choice": ["yes", "no"], "logit_bias": {"504": 100}}
+    st, raw, _ = qwen3_tmpl.post("/v1/chat/completions", body)
+    assert st == 200, raw
+    msg = json.loads(raw)["choices"][0]["message"]
+    assert not msg["content"] and msg["reasoning_content"].startswith("<<"), msg
+    for off in ({"chat_template_kwargs": {"enable_thinking": False}},
+                {"reasoning_effort": "none"}):
+        st, raw, _ = qwen3_tmpl.post("/v1/chat/completions", {**body, **off})
+        assert st == 200, raw
+        ch = json.loads(raw)["choices"][0]
+        assert ch["message"]["content"] in ("yes", "no") and ch["finish_reason"] == "stop", ch
+        assert not ch["message"].get("reasoning_content"), ch
+    body["stream"] = True  # streamed: the same split
+    st, raw, _ = qwen3_tmpl.post("/v1/chat/completions", body)
+    deltas = [json.loads(e)["choices"][0]["delta"] for e in sse_events(raw)[:-1]]
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == msg["reasoning_content"]
+    assert not "".join(d.get("content") or "" for d in deltas)
+
+
 def test_server_thinking_flag():
     s = Server(STORIES, "--chat-template", os.path.join(T, "Qwen-Qwen3-0.6B.jinja"),
                "--thinking", "false")

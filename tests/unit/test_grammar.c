@@ -836,7 +836,7 @@ static void check_real_vocab(const char *model, int steps)
         struct gram_matcher *rm = NULL;
         struct gram_row *row = NULL;
         CHECK(gram_matcher_new(&rm, g, v, &e) == 0);
-        CHECK(gram_row_new(&row, rm, V, NULL, 0) == 0);
+        CHECK(gram_row_new(&row, rm, V, NULL, 0, NULL) == 0);
         float *lg = malloc((size_t)V * sizeof *lg);
         for (int step = 0; step < steps; step++) {
             int cw = gram_matcher_mask_naive(ref, want);

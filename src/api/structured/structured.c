@@ -422,12 +422,16 @@ int api_structured_tools(int family, const json_t *tools, int tool_choice, const
 }
 
 int api_structured_after_reasoning(struct api_structured *s, int start_in_reasoning,
+                                   int thinking, const char *think_open,
                                    const char *think_close, struct api_error *err)
 {
-    if (!s->grammar || s->prime || s->trigger || !start_in_reasoning || !think_close || !*think_close)
+    if (!s->grammar || s->prime || s->trigger || !think_close || !*think_close)
+        return 0;
+    int optional = !start_in_reasoning && think_open && *think_open && thinking != 0;
+    if (!start_in_reasoning && !optional)
         return 0;
     s->trigger = strdup(think_close);
-    if (!s->trigger)
+    if (!s->trigger || (optional && !(s->open = strdup(think_open))))
         return api_fail(err, 500, NULL, "out of memory");
     s->trigger_after = 1;
     return 0;
@@ -456,6 +460,7 @@ void api_structured_deinit(struct api_structured *s)
     gram_unref(s->grammar);
     free(s->prime);
     free(s->trigger);
+    free(s->open);
     free(s->instruction);
     memset(s, 0, sizeof *s);
 }

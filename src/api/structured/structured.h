@@ -27,6 +27,9 @@ struct api_structured {
     char *trigger;        /* tool_choice auto with strict tools: the grammar waits for this
                              text (the call's opening), malloc'd or NULL */
     int trigger_after;    /* the grammar starts after the trigger (a reasoning block's end) */
+    char *open;           /* with trigger (the block's end): the output may open a reasoning
+                             block with this first, else the grammar applies from the first
+                             token (engine_req.grammar_open), malloc'd or NULL */
     char *instruction;    /* degraded: the constraint in words, malloc'd */
     int degraded;         /* a constraint was asked for but CINFER_GRAMMAR=0 */
 };
@@ -49,9 +52,13 @@ int api_structured_anthropic(const json_t *body, struct api_structured *out, str
 int api_structured_tools(int family, const json_t *tools, int tool_choice, const char *name,
                          const char *forced, struct api_structured *out, struct api_error *err);
 /* A reasoning model whose prompt leaves a think block open: the constraint starts when the
- * block ends (the trigger is think_close; the grammar takes what follows it). No-op
- * without a grammar, with a tool-call grammar, or when the prompt is not in reasoning. */
+ * block ends (the trigger is think_close; the grammar takes what follows it). A prompt
+ * that leaves no block open, with think_open given and thinking not off (0): the model
+ * may open the block itself as its first output (out->open = think_open), else the
+ * constraint applies from the first token. No-op without a grammar, with a tool-call
+ * grammar (a prime or a trigger), or without think_close. */
 int api_structured_after_reasoning(struct api_structured *s, int start_in_reasoning,
+                                   int thinking, const char *think_open,
                                    const char *think_close, struct api_error *err);
 /* Chat: puts s->instruction into a system message of messages (degraded requests). */
 int api_structured_instruct(json_t *messages, const struct api_structured *s);

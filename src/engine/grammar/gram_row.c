@@ -20,6 +20,9 @@ struct gram_row {
     char *trig, *seen; /* lazy: the trigger; the text so far that may still start it */
     size_t trig_len, n_seen;
     int after;
+    char *open; /* optional opening (a reasoning block the model may open itself), or NULL */
+    size_t open_len, n_open; /* its length; its bytes the output has matched so far */
+    int opt;    /* 1 until the first token decides: the opening, or the constrained answer */
     int job;   /* 0 none, 1 queued, 2 running, 3 done (the mask and count are ready) */
     int count; /* the ready mask's gram_matcher_mask result */
     struct gram_row *next; /* the worker's queue */
@@ -116,7 +119,7 @@ static int settle(struct gram_row *r, int drop)
 }
 
 int gram_row_new(struct gram_row **out, struct gram_matcher *m, int n_vocab, const char *trigger,
-                 int after)
+                 int after, const char *open)
 {
     *out = NULL;
     struct gram_row *r = calloc(1, sizeof *r);
@@ -132,6 +135,14 @@ int gram_row_new(struct gram_row **out, struct gram_matcher *m, int n_vocab, con
             goto oom;
         r->on = 0;
         r->after = after;
+        if (open && *open) { /* masking from the first token, the opening allowed besides */
+            r->open_len = strlen(open);
+            if (!(r->open = strdup(open)))
+                goto oom;
+            r->on = 1;
+            r->opt = 1;
+            r->after = 1;
+        }
     }
     *out = r;
     if (r->on) /* the first mask (the slowest: a fresh state) while the prompt runs */
@@ -155,6 +166,7 @@ void gram_row_free(struct gram_row *r)
     free(r->mask);
     free(r->trig);
     free(r->seen);
+    free(r->open);
     free(r);
 }
 
@@ -166,11 +178,50 @@ struct gram_matcher *gram_row_matcher(const struct gram_row *r)
     return r->m;
 }
 
+/* Optional opening: sets the bits of the ids whose bytes go on with the opening's unmatched
+ * rest (a prefix of it, or all of it and then reasoning text); returns how many were not
+ * set yet. */
+static int allow_open(struct gram_row *r)
+{
+    const struct gram_vocab *v = gram_matcher_vocab(r->m);
+    const char *rest = r->open + r->n_open;
+    size_t nr = r->open_len - r->n_open;
+    int V = gram_vocab_size(v), added = 0;
+    for (int32_t id = 0; id < V; id++) {
+        int n;
+        const char *b = gram_vocab_token(v, id, &n);
+        if (n <= 0 || memcmp(b, rest, (size_t)n < nr ? (size_t)n : nr))
+            continue;
+        uint32_t bit = 1u << (id & 31);
+        if (!(r->mask[id / 32] & bit)) {
+            r->mask[id / 32] |= bit;
+            added++;
+        }
+    }
+    return added;
+}
+
+/* This step's mask into r->mask; gram_matcher_mask's count (plus the opening's ids). */
+static int ready(struct gram_row *r)
+{
+    int count;
+    if (r->n_open) { /* partway through the opening: only its rest */
+        settle(r, 1);
+        memset(r->mask, 0, ((size_t)gram_vocab_size(gram_matcher_vocab(r->m)) + 31) / 32 *
+                               sizeof *r->mask);
+        count = 0;
+    } else
+        count = settle(r, 0) ? r->count : gram_matcher_mask(r->m, r->mask);
+    if (r->opt && count >= 0)
+        count += allow_open(r);
+    return count;
+}
+
 void gram_row_mask(struct gram_row *r, float *logits, int n_vocab)
 {
     if (!gram_row_on(r))
         return;
-    int count = settle(r, 0) ? r->count : gram_matcher_mask(r->m, r->mask);
+    int count = ready(r);
     if (count <= 0)
         return;
     for (int w = 0; w < (n_vocab + 31) / 32; w++) {
@@ -185,10 +236,8 @@ void gram_row_mask(struct gram_row *r, float *logits, int n_vocab)
 }
 
 /* lazy: append the token's bytes, look for the trigger, keep only a possible start */
-static void watch(struct gram_row *r, int32_t id)
+static void watch(struct gram_row *r, const char *b, int n)
 {
-    int n;
-    const char *b = gram_vocab_token(gram_matcher_vocab(r->m), id, &n);
     if (n <= 0)
         return;
     if (n > 1000)
@@ -217,11 +266,35 @@ void gram_row_accept(struct gram_row *r, int32_t id)
     if (!r->m)
         return;
     settle(r, 1); /* a mask nobody asked for (a forced or prompt token) */
+    int n;
+    const char *b = gram_vocab_token(gram_matcher_vocab(r->m), id, &n);
+    if (r->opt) { /* the opening, or the first token of the answer */
+        size_t nr = r->open_len - r->n_open;
+        if (n > 0 && !memcmp(b, r->open + r->n_open, (size_t)n < nr ? (size_t)n : nr)) {
+            if ((size_t)n < nr) {
+                r->n_open += (size_t)n; /* the next mask: only the opening's rest */
+                return;
+            }
+            r->opt = 0; /* a reasoning block: free until the trigger (its end) */
+            r->n_open = 0;
+            r->on = 0;
+            watch(r, b + nr, n - (int)nr);
+            if (r->m && r->on)
+                submit(r);
+            return;
+        }
+        if (r->n_open) { /* an unmasked fallback broke the opening: free from here on */
+            gram_matcher_free(r->m);
+            r->m = NULL;
+            return;
+        }
+        r->opt = 0; /* no reasoning: the constraint from this token on */
+    }
     if (r->on) {
         gram_matcher_accept(r->m, id); /* a refused id (an unmasked fallback) leaves it */
         submit(r);
     } else {
-        watch(r, id);
+        watch(r, b, n);
         if (r->m && r->on)
             submit(r);
     }
@@ -234,7 +307,7 @@ int gram_row_forced(struct gram_row *r, int32_t *id)
         const char *e = getenv("CINFER_GRAMMAR_JUMP");
         on = e && !strcmp(e, "1");
     }
-    if (!on || !gram_row_on(r))
+    if (!on || !gram_row_on(r) || r->opt) /* the opening is never forced */
         return 0;
     int count = settle(r, 0) ? r->count : gram_matcher_mask(r->m, r->mask);
     r->count = count;
@@ -254,7 +327,7 @@ const uint32_t *gram_row_bits(struct gram_row *r)
 {
     if (!gram_row_on(r))
         return NULL;
-    int count = settle(r, 0) ? r->count : gram_matcher_mask(r->m, r->mask);
+    int count = ready(r);
     r->count = count;
     r->job = 3; /* ready: gram_row_mask takes it, gram_row_accept drops it */
     return count > 0 ? r->mask : NULL;

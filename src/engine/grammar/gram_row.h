@@ -15,9 +15,16 @@ struct gram_row;
 
 /* Takes ownership of m (freed on failure too). trigger NULL: masking from the first token;
  * else none until the generated text contains trigger, then the matcher takes the text from
- * the trigger on (after = 1: only what follows it). Returns 0 or CERR_NOMEM. */
+ * the trigger on (after = 1: only what follows it). open (with trigger: a reasoning block
+ * the model may open itself, trigger its end): masking from the first token, where the ids
+ * that spell the start of open are allowed besides the grammar's; a first token that starts
+ * open (the opening wins where the grammar could take it too) leaves only open's rest
+ * allowed until it is complete, and then the row is free until trigger, after which the
+ * grammar takes what follows (as after = 1); any other first token is the grammar's, and
+ * the opening is no longer possible. Never forced (gram_row_forced) while undecided.
+ * Returns 0 or CERR_NOMEM. */
 int gram_row_new(struct gram_row **out, struct gram_matcher *m, int n_vocab, const char *trigger,
-                 int after);
+                 int after, const char *open);
 void gram_row_free(struct gram_row *r);
 /* 1 while masking (a lazy grammar that has seen its trigger, and was not dropped). */
 int gram_row_on(const struct gram_row *r);
