@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # device_grammar.sh — issue 26's CUDA slice in one device call: grammar bitsets applied by
 # the op sample on the device (be_sample_row.mask_off). Prebuilt binaries in $BIN (.gpubin:
-# cinfer, test_backend_conformance and the shared libraries they need; see
-# /work/notes/t26-device.md). Steps:
+# cinfer, test_backend_conformance and the shared libraries they need, as bench/gpu/README.md
+# describes). Steps:
 #   1. the backend conformance tests of the op sample (CINFER_TEST_ONLY=sample: test_sample,
 #      the draw's distribution, test_sample_mask: masked rows on CUDA = the reference, ids
 #      and processed logits bit for bit);

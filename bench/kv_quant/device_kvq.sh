@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # device_kvq.sh — issue 19's CUDA part (quantized KV blocks read by the CUDA attention,
 # src/backend/cuda/cuda_kvq.cu) in one device call. Binaries are built on the CPU machine
-# with the CUDA backend and carried in $BIN (see /work/notes/t19-device.md for the list):
+# with the CUDA backend and carried in $BIN (test_kvq_cuda, test_engine_kvq, cinfer, cinfer_kvq_bench, lib/):
 #  1. test_kvq_cuda (twice over: default kernels, then CINFER_KVQ_DEC=1): the GPU's quantized store equals kvq_store_row byte for byte, and the
 #     GPU attention over quantized blocks equals the CPU kernel's within 1e-4 of the output
 #     scale (every format; decode / verify / prefill steps; several geometries);

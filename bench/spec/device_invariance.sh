@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # device_invariance.sh — CUDA row invariance (issue 17: a row's logits must not depend on how
 # many rows the step holds) in one device call, with binaries built on the CPU machine
-# (-DCINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90) and carried in $BIN (see
-# /work/notes/t17-device.md): cinfer, test_spec, test_backend_conformance, cinfer_gpu_bench,
+# (-DCINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90) and carried in $BIN: cinfer, test_spec, test_backend_conformance, cinfer_gpu_bench,
 # libutf8proc.so.2*, libcrypto.so.3, fixtures/stories260K.
 # Parts (env PARTS, default all, in this order):
 #  test   test_spec with CINFER_TEST_BACKEND=cuda: greedy ids and logprobs identical with and
