@@ -19,6 +19,7 @@
 #include "backend/kvq.h"
 #include "engine/engine.h"
 #include "engine/plan.h"
+#include "eng_coll.h"
 #include "harness.h"
 #include "kv/kvq_scheme.h"
 #include "model/model.h"
@@ -32,51 +33,6 @@ static int g_ldt[64];
 static int g_code;            /* the scheme under test */
 static const int *g_layers;   /* per-layer dtypes or NULL */
 static const char *g_ssd;     /* SSD dir or NULL */
-
-struct coll {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int32_t ids[512];
-    int n, done, err, n_cached;
-};
-
-static void coll_init(struct coll *c)
-{
-    memset(c, 0, sizeof *c);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-}
-
-static void coll_cb(void *ud, const struct engine_event *ev)
-{
-    struct coll *c = ud;
-    pthread_mutex_lock(&c->mu);
-    if (ev->type == ENGINE_EV_DELTA && c->n < 512)
-        c->ids[c->n++] = ev->token;
-    if (ev->type != ENGINE_EV_DELTA) {
-        c->done = 1;
-        c->err = ev->type == ENGINE_EV_ERROR;
-        c->n_cached = ev->n_cached;
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void coll_wait(struct coll *c)
-{
-    pthread_mutex_lock(&c->mu);
-    while (!c->done)
-        pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
-}
-
-static int coll_count(struct coll *c)
-{
-    pthread_mutex_lock(&c->mu);
-    int n = c->n;
-    pthread_mutex_unlock(&c->mu);
-    return n;
-}
 
 static struct engine *mk_engine(int max_seqs, int n_blocks, int cache_blocks)
 {
@@ -110,9 +66,9 @@ static int encode(const char *text, int32_t **ids)
     return n;
 }
 
-static int submit(struct engine *e, const int32_t *ids, int n, int max_tokens, struct coll *c)
+static int submit(struct engine *e, const int32_t *ids, int n, int max_tokens, struct eng_coll *c)
 {
-    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = max_tokens, .cb = coll_cb,
+    struct engine_req q = {.ids = ids, .n_ids = n, .max_tokens = max_tokens, .cb = eng_coll_cb,
                            .ud = c, .ignore_eos = 1};
     sampler_params_default(&q.sp);
     q.sp.temperature = 0;
@@ -125,30 +81,16 @@ static int submit(struct engine *e, const int32_t *ids, int n, int max_tokens, s
     return rc;
 }
 
-static long invariant_failures(struct engine *e)
-{
-    for (double t0 = clock_now_s(); clock_now_s() - t0 < 120;) {
-        struct engine_stats st;
-        engine_get_stats(e, &st);
-        if (st.running == 0 && st.waiting == 0 && st.finished + st.failed == st.submitted)
-            break;
-        usleep(500);
-    }
-    struct engine_stats st;
-    engine_get_stats(e, &st);
-    return st.invariant_failures;
-}
-
 static int run_alone(const int32_t *ids, int n, int max_tokens, int32_t *out)
 {
     struct engine *e = mk_engine(1, 64, -1);
-    struct coll c;
-    coll_init(&c);
+    struct eng_coll c;
+    eng_coll_init(&c);
     if (!e || submit(e, ids, n, max_tokens, &c)) {
         engine_free(e);
         return -1;
     }
-    coll_wait(&c);
+    eng_coll_wait(&c);
     memcpy(out, c.ids, (size_t)c.n * sizeof *out);
     engine_free(e);
     return c.n;
@@ -179,23 +121,23 @@ static void check_scheme(const char *name)
     /* batched == solo */
     struct engine *e = mk_engine(8, 256, -1);
     CHECK(e != NULL);
-    static struct coll c[8];
+    static struct eng_coll c[8];
     for (int i = 0; i < 8; i++)
-        coll_init(&c[i]);
+        eng_coll_init(&c[i]);
     for (int i = 0; i < 8; i++) {
         if (i >= 3)
-            while (coll_count(&c[i - 1]) < i % 4 && !c[i - 1].done)
+            while (eng_coll_count(&c[i - 1]) < i % 4 && !c[i - 1].done)
                 usleep(200);
         CHECK(submit(e, ids[i], n[i], mt[i], &c[i]) == 0);
     }
     int same = 0;
     for (int i = 0; i < 8; i++) {
-        coll_wait(&c[i]);
+        eng_coll_wait(&c[i]);
         same += c[i].n == nref[i] && !memcmp(c[i].ids, ref[i], (size_t)nref[i] * 4);
     }
     printf("%s: batched == solo %d/8\n", name, same);
     CHECK_MSG(same == 8, "%s: batched != solo", name);
-    CHECK(invariant_failures(e) == 0);
+    CHECK(eng_invariant_failures(e) == 0);
     engine_free(e);
 
     /* prefix cache: the same long prompt again (full blocks shared), then the next turn
@@ -211,23 +153,23 @@ static void check_scheme(const char *name)
     int nt2 = na + nc;
     int nc2 = run_alone(t2, nt2, 20, cold2);
     e = mk_engine(4, 128, 128);
-    struct coll a1, a2, a3;
-    coll_init(&a1);
-    coll_init(&a2);
-    coll_init(&a3);
+    struct eng_coll a1, a2, a3;
+    eng_coll_init(&a1);
+    eng_coll_init(&a2);
+    eng_coll_init(&a3);
     CHECK(submit(e, ia, na, 30, &a1) == 0);
-    coll_wait(&a1);
+    eng_coll_wait(&a1);
     CHECK(submit(e, ia, na, 30, &a2) == 0);
-    coll_wait(&a2);
+    eng_coll_wait(&a2);
     CHECK(submit(e, t2, nt2, 20, &a3) == 0);
-    coll_wait(&a3);
+    eng_coll_wait(&a3);
     printf("%s: prefix hit %d and next turn %d tokens cached\n", name, a2.n_cached, a3.n_cached);
     CHECK(a2.n_cached > 0 && a3.n_cached >= na + nc - 1);
     CHECK(a1.n == nc && !memcmp(a1.ids, cold, (size_t)nc * 4));
     CHECK_MSG(a2.n == nc && !memcmp(a2.ids, cold, (size_t)nc * 4), "%s: hit != cold", name);
     CHECK_MSG(a3.n == nc2 && !memcmp(a3.ids, cold2, (size_t)nc2 * 4), "%s: tail hit != cold",
               name);
-    CHECK(invariant_failures(e) == 0);
+    CHECK(eng_invariant_failures(e) == 0);
     engine_free(e);
     free(ia);
 
@@ -238,7 +180,7 @@ static void check_scheme(const char *name)
     for (int attempt = 0; attempt < 3; attempt++) {
     e = mk_engine(4, 12, 12);
     for (int i = 0; i < 4; i++) {
-        coll_init(&c[i]);
+        eng_coll_init(&c[i]);
         CHECK(submit(e, ids[i * 2 + 1], n[i * 2 + 1], mt[i * 2 + 1], &c[i]) == 0);
     }
     same = 0;
@@ -247,14 +189,14 @@ static void check_scheme(const char *name)
             struct engine_stats s2;
             engine_get_stats(e, &s2);
             fprintf(stderr, "req %d: %d ids, running %d waiting %d preempted %ld\n", i,
-                    coll_count(&c[i]), s2.running, s2.waiting, s2.preempted);
+                    eng_coll_count(&c[i]), s2.running, s2.waiting, s2.preempted);
             sleep(1);
         }
-        coll_wait(&c[i]);
+        eng_coll_wait(&c[i]);
         int k = i * 2 + 1; /* the solo ids from above */
         same += !c[i].err && c[i].n == nref[k] && !memcmp(c[i].ids, ref[k], (size_t)nref[k] * 4);
     }
-    invariant_failures(e);
+    eng_invariant_failures(e);
     engine_get_stats(e, &st);
     printf("%s: preemption %d/4 correct, %ld preemptions\n", name, same, st.preempted);
     CHECK(same == 4);
@@ -364,10 +306,10 @@ static void test_scheme_isolation(void)
     g_ssd = dir;
     struct engine *e = mk_engine(2, 64, 64);
     CHECK(e != NULL);
-    struct coll c;
-    coll_init(&c);
+    struct eng_coll c;
+    eng_coll_init(&c);
     CHECK(submit(e, ia, na, mt, &c) == 0);
-    coll_wait(&c);
+    eng_coll_wait(&c);
     CHECK(c.n == nt && !memcmp(c.ids, coldt, (size_t)nt * 4));
     engine_free(e); /* writes what is cached to the directory */
     if (getenv("KVQ_DEBUG")) {
@@ -378,9 +320,9 @@ static void test_scheme_isolation(void)
     /* opened under 8: nothing served from it */
     CHECK(set_scheme("8") == 0);
     e = mk_engine(2, 64, 64);
-    coll_init(&c);
+    eng_coll_init(&c);
     CHECK(submit(e, ia, na, mt, &c) == 0);
-    coll_wait(&c);
+    eng_coll_wait(&c);
     printf("ssd written under turbo, read under 8: %d cached\n", c.n_cached);
     CHECK_EQ_INT(c.n_cached, 0);
     CHECK(c.n == n8 && !memcmp(c.ids, cold8, (size_t)n8 * 4));
@@ -388,9 +330,9 @@ static void test_scheme_isolation(void)
     /* under turbo again: served (the check above can fail) */
     CHECK(set_scheme("turbo") == 0);
     e = mk_engine(2, 64, 64);
-    coll_init(&c);
+    eng_coll_init(&c);
     CHECK(submit(e, ia, na, mt, &c) == 0);
-    coll_wait(&c);
+    eng_coll_wait(&c);
     printf("ssd read under turbo again: %d cached\n", c.n_cached);
     CHECK(c.n_cached > 0);
     CHECK(c.n == nt && !memcmp(c.ids, coldt, (size_t)nt * 4));
