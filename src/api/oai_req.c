@@ -293,7 +293,9 @@ static int parse_stops(struct oai_req *r, json_t *o, const char *key, struct api
 
 /* parallel_tool_calls: false with tools: generation ends at the first call's end tag (a
  * stop string, not part of the output: the parser takes a call without its end tag). Small
- * models otherwise write call after call to max_tokens, of which only the first is kept. */
+ * models otherwise write call after call to max_tokens, of which only the first is kept.
+ * They come last (n_call_stops) and stop only outside a think block (engine_req
+ * n_stops_outside): an end tag in the reasoning is no call. */
 static int add_call_end_stops(struct oai_req *r, struct api_error *err)
 {
     static const char *const ENDS[] = {"</tool_call>", "</tools>"};
@@ -305,7 +307,7 @@ static int add_call_end_stops(struct oai_req *r, struct api_error *err)
         if (!(r->stops[r->n_stops] = strdup(ENDS[i])))
             return api_fail(err, 500, NULL, "out of memory");
         else
-            r->n_stops++;
+            r->n_stops++, r->n_call_stops++;
     return 0;
 }
 

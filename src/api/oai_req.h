@@ -71,6 +71,8 @@ struct oai_req {
     int top_logprobs;      /* -1 unset, else 0..11 */
     char **stops;          /* owned; n_stops entries */
     int n_stops;
+    int n_call_stops;      /* the last of stops: the call end tags of single_call, which
+                              apply only outside the reasoning block */
     json_t *tools;         /* borrowed from body, NULL when absent or tool_choice "none" */
     json_t *none_tools;    /* tool_choice "none" with tools: those tools (borrowed), else NULL */
     int tool_choice;       /* 0 auto, 1 "required" (some call), 2 a named function */

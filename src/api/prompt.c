@@ -153,6 +153,8 @@ int api_chat_prompt(const struct api_model *m, const struct oai_req *r, struct a
     int rc = encode(m, text, tl, TOK_PARSE_SPECIAL, out, err, 1);
     if (!rc && m->think_open && !out->forced)
         out->start_in_reasoning = reasoning_prompt_open(text, m->think_open);
+    out->think_open = m->think_open;
+    out->think_close = m->think_close;
     free(text);
     if (rc) {
         free(out->forced);

@@ -33,6 +33,8 @@ struct api_prompt {
     int32_t *ids;            /* malloc'd */
     int n;
     int start_in_reasoning;  /* the rendered prompt leaves a think block open */
+    const char *think_open, *think_close; /* chat: the model's think tags (api_model's), or
+                                             NULL */
     int thinking;            /* resolved enable_thinking: -1 unset, 0, 1 */
     char *forced;            /* tool_choice required/named: the call's opening markup appended
                                 to the prompt, which the output parser must see first

@@ -160,6 +160,10 @@ int engine_submit(struct engine *g, const struct engine_req *q, uint64_t *id, st
         rc = cerr_set(e, CERR_NOMEM, "out of memory");
     if (!rc)
         rc = stop_new(&r->stop, q->stops, q->n_stops, e);
+    if (!rc && q->n_stops_outside > 0 &&
+        stop_gate_block(r->stop, q->n_stops - q->n_stops_outside, q->think_open,
+                        q->think_close, q->think_inside))
+        rc = cerr_set(e, CERR_NOMEM, "out of memory");
     if (!rc && q->grammar)
         rc = grammar_attach(g, r->smp, q->grammar, q->grammar_prime, q->grammar_trigger,
                             q->grammar_after, q->grammar_open, e);

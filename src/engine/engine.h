@@ -112,6 +112,10 @@ struct engine_req {
     int max_tokens;
     const char *const *stops; /* copied */
     int n_stops;
+    int n_stops_outside; /* the last n of stops fire only outside the reasoning block that
+                            think_open/think_close/think_inside describe (stop_gate_block) */
+    const char *think_open, *think_close; /* the block's tags (NULL: none) */
+    int think_inside;    /* the prompt leaves the block open */
     int ignore_eos;
     struct gram *grammar; /* constrained decoding (engine/grammar/gram.h): the engine takes
                              its own reference; NULL = none */

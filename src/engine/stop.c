@@ -29,7 +29,56 @@ struct stop_matcher {
     char *held; /* (max stop length) the state's string */
     size_t hn;
     int fired, which;
+    /* stop_gate_block: stops from gate_first on are off inside the block */
+    int gate_first;       /* INT32_MAX: no gate */
+    char *tag[2];         /* the block's open and close tags (malloc'd; tag[0] may be NULL) */
+    size_t tag_k;         /* bytes of the awaited tag matched so far */
+    int blk;              /* 0 before the block, 1 inside, 2 after */
 };
+
+/* The longest prefix of t that is a suffix of t[0..k) followed by c. */
+static size_t tag_step(const char *t, size_t k, unsigned char c)
+{
+    for (;;) {
+        if ((unsigned char)t[k] == c)
+            return k + 1;
+        if (k == 0)
+            return 0;
+        size_t j = k - 1; /* the longest proper border of t[0..k) */
+        while (j > 0 && memcmp(t, t + k - j, j))
+            j--;
+        k = j;
+    }
+}
+
+/* Moves the block state over byte c. */
+static void blk_step(struct stop_matcher *m, unsigned char c)
+{
+    if (m->blk == 2 || !m->tag[m->blk])
+        return;
+    const char *t = m->tag[m->blk];
+    m->tag_k = tag_step(t, m->tag_k, c);
+    if (!t[m->tag_k]) {
+        m->blk++;
+        m->tag_k = 0;
+    }
+}
+
+/* The stop to fire at node u (-1: none): the longest whose gate is open; *mlen its length. */
+static int32_t match_at(const struct stop_matcher *m, int32_t u, int32_t *mlen)
+{
+    const struct node *nu = &m->nodes[u];
+    if (nu->match < 0 || m->blk != 1 || nu->match < m->gate_first) {
+        *mlen = nu->mlen;
+        return nu->match;
+    }
+    for (int32_t v = u; v; v = m->nodes[v].fail)
+        if (m->nodes[v].term >= 0 && m->nodes[v].term < m->gate_first) {
+            *mlen = m->nodes[v].depth;
+            return m->nodes[v].term;
+        }
+    return -1;
+}
 
 static int32_t child_of(const struct stop_matcher *m, int32_t u, unsigned char c)
 {
@@ -75,6 +124,8 @@ int stop_new(struct stop_matcher **out, const char *const *stops, int n, struct 
         stop_free(m);
         return cerr_set(e, CERR_NOMEM, "out of memory");
     }
+    m->gate_first = INT32_MAX;
+    m->blk = 2;
     m->n_nodes = 1;
     m->nodes[0].term = m->nodes[0].match = -1;
     for (int i = 0; i < n; i++) {
@@ -129,7 +180,29 @@ void stop_free(struct stop_matcher *m)
         return;
     free(m->nodes);
     free(m->held);
+    free(m->tag[0]);
+    free(m->tag[1]);
     free(m);
+}
+
+int stop_gate_block(struct stop_matcher *m, int first, const char *open, const char *close,
+                    int inside)
+{
+    int has_open = open && *open;
+    if ((!has_open && !inside) || !close || !*close)
+        return 0; /* no block */
+    char *o = has_open && !inside ? strdup(open) : NULL, *c = strdup(close);
+    if ((has_open && !inside && !o) || !c) {
+        free(o);
+        free(c);
+        return CERR_NOMEM;
+    }
+    m->tag[0] = o;
+    m->tag[1] = c;
+    m->tag_k = 0;
+    m->blk = inside ? 1 : 0;
+    m->gate_first = first < 0 ? 0 : first;
+    return 0;
 }
 
 static int reserve(char **out, size_t *len, size_t *cap, size_t extra)
@@ -173,13 +246,14 @@ int stop_push(struct stop_matcher *m, const char *text, size_t n, char **out, si
     int32_t u = m->state;
     for (size_t i = 0; i < n; i++) {
         u = step(m, u, (unsigned char)text[i]);
-        const struct node *nu = &m->nodes[u];
-        if (nu->match >= 0) {
-            size_t start = h + i + 1 - (size_t)nu->mlen; /* in held + text */
+        blk_step(m, (unsigned char)text[i]);
+        int32_t mlen, hit = match_at(m, u, &mlen);
+        if (hit >= 0) {
+            size_t start = h + i + 1 - (size_t)mlen; /* in held + text */
             emit(*out + *len, m->held, h, text, start);
             *len += start;
             m->fired = 1;
-            m->which = *which = nu->match;
+            m->which = *which = hit;
             m->hn = 0;
             m->state = 0;
             return 1;

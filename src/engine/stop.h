@@ -20,6 +20,14 @@ struct stop_matcher;
  * the lowest index); the strings are copied. n = 0 gives a pass-through matcher.
  * Returns 0 and *out, or CERR_NOMEM (*out = NULL). */
 int stop_new(struct stop_matcher **out, const char *const *stops, int n, struct cerr *e);
+/* Gates stops[first..) on a reasoning block: they fire only where the text is outside it
+ * (a stop completing inside the block is matched no further; its text passes through; a
+ * shorter ungated stop ending at the same byte still fires). The block follows the rules of
+ * api/reasoning.h: it is open from the start when inside != 0, else `open` opens it at its
+ * first occurrence (NULL or "": never); `close` ends it, and it never opens again. Call once,
+ * before the first push. Returns 0, or CERR_NOMEM (m unchanged). */
+int stop_gate_block(struct stop_matcher *m, int first, const char *open, const char *close,
+                    int inside);
 /* Frees m; NULL is a no-op. */
 void stop_free(struct stop_matcher *m);
 

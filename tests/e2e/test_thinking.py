@@ -67,6 +67,33 @@ def test_constrained_optional_think_block(qwen3_tmpl):
     assert not "".join(d.get("content") or "" for d in deltas)
 
 
+def test_single_call_stop_skips_the_think_block(qwen3_tmpl):
+    """parallel_tool_calls false ends the generation at the first call's "</tool_call>", but
+    not at one inside a think block: there it is reasoning, not a call. The text is forced
+    by a choice; with thinking off the constraint applies from the first token, so it can
+    open the block itself (the output splitter, and so the stop, still take it as
+    reasoning). With parallel calls on, the whole text is written: more tokens, two calls."""
+    call = lambda n: '<tool_call>\n{"name": "%s", "arguments": {}}\n</tool_call>' % n
+    text = "<think>a</tool_call>b</tools>c</think>\n" + call("f") + "\n" + call("g")
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+             for n in "fg"]
+    out = {}
+    for ptc in (False, True):
+        body = {"messages": MSGS, "tools": tools, "max_tokens": 200, "temperature": 0,
+                "guided_choice": [text], "parallel_tool_calls": ptc,
+                "chat_template_kwargs": {"enable_thinking": False}}
+        st, raw, _ = qwen3_tmpl.post("/v1/chat/completions", body)
+        assert st == 200, raw
+        out[ptc] = j = json.loads(raw)
+        ch = j["choices"][0]
+        assert ch["message"]["reasoning_content"] == "a</tool_call>b</tools>c", ch
+        assert ch["finish_reason"] == "tool_calls", ch
+        names = [c["function"]["name"] for c in ch["message"]["tool_calls"]]
+        assert names == (["f", "g"] if ptc else ["f"]), ch
+    # the stop fired after the first call: the second was never written
+    assert out[False]["usage"]["completion_tokens"] < out[True]["usage"]["completion_tokens"]
+
+
 def test_server_thinking_flag():
     s = Server(STORIES, "--chat-template", os.path.join(T, "Qwen-Qwen3-0.6B.jinja"),
                "--thinking", "false")

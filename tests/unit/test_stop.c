@@ -9,16 +9,50 @@
 
 #include "engine/stop.h"
 
+/* stop_gate_block's arguments for the checks below (on = 0: not called) */
+static struct {
+    int on, first, inside;
+    const char *open, *close;
+} G;
+
+/* The end of the first occurrence of tag in t[from..to), or 0 when none. */
+static size_t first_end(const char *t, size_t from, size_t to, const char *tag)
+{
+    size_t l = tag && *tag ? strlen(tag) : 0;
+    for (size_t e = from + l; l && e <= to; e++)
+        if (!memcmp(t + e - l, tag, l))
+            return e;
+    return 0;
+}
+
+/* 1 when t[0..end) leaves the block of G open (the definition of stop_gate_block). */
+static int inside_at(const char *t, size_t end)
+{
+    if (!G.on || !G.close || !*G.close)
+        return 0;
+    size_t o = 0;
+    if (!G.inside && !(o = first_end(t, 0, end, G.open)))
+        return 0;
+    return first_end(t, o, end, G.close) == 0;
+}
+
 /* The definition. Returns the index of the stop that fires (or -1) and its start in *at. */
 static int oracle(const char *const *stops, int n, const char *t, size_t tn, size_t *at)
 {
     for (size_t end = 1; end <= tn; end++) {
-        int best = -1;
+        int best = -1, in = inside_at(t, end);
         size_t blen = 0;
         for (int i = 0; i < n; i++) {
             size_t l = stops[i] ? strlen(stops[i]) : 0;
             if (l == 0 || l > end || l <= blen || memcmp(t + end - l, stops[i], l) != 0)
                 continue;
+            if (in && i >= G.first) {
+                int dup = 0; /* a lower-indexed ungated copy of the same stop fires */
+                for (int k = 0; k < G.first && k < n; k++)
+                    dup |= stops[k] && !strcmp(stops[k], stops[i]);
+                if (!dup)
+                    continue;
+            }
             best = i, blen = l;
         }
         if (best >= 0) {
@@ -85,6 +119,10 @@ static int check_all_splits(const char *const *stops, int n, const char *t)
                 struct cerr e;
                 if (stop_new(&m, stops, n, &e))
                     return 1;
+                if (G.on && stop_gate_block(m, G.first, G.open, G.close, G.inside)) {
+                    stop_free(m);
+                    return 1;
+                }
                 struct run r;
                 run_cuts(m, t, tn, cuts, nc, &r);
                 int ok = r.held_ok && r.fired == (want >= 0) && r.len == at &&
@@ -258,6 +296,68 @@ static void test_random(void)
     CHECK_EQ_INT(failures, 0);
 }
 
+/* Gated stops (parallel_tool_calls: false's call-end tags) do not fire inside a think block:
+ * one the prompt leaves open, one the output opens itself, and none at all. */
+static void test_gate(void)
+{
+    const char *s[] = {"<|end|>", "</tool_call>", "</tools>"};
+    const char *t1 = "<think>\nplan: <tool_call>{}</tool_call> then </tools>\n</think>\n\n"
+                     "<tool_call>\n{\"name\": \"f\"}\n</tool_call>\n<tool_call>";
+    const char *t2 = "\nplan: </tool_call> ok <|end|> more </think> <tool_call></tool_call>x";
+    G.on = 1, G.first = 1, G.open = "<think>", G.close = "</think>", G.inside = 0;
+    CHECK_EQ_INT(check_all_splits(s, 3, t1), 0);
+    CHECK_EQ_INT(check_all_splits(s, 3, t2), 0); /* no block opened: the first call ends it */
+    size_t at;
+    CHECK_EQ_INT(oracle(s, 3, t1, strlen(t1), &at), 1);
+    CHECK(at > 14 && !memcmp(t1 + at - 14, "{\"name\": \"f\"}\n", 14));
+    G.inside = 1; /* the prompt left the block open: only the close ends it */
+    CHECK_EQ_INT(check_all_splits(s, 3, t2), 0);
+    CHECK_EQ_INT(oracle(s, 3, t2, strlen(t2), &at), 0); /* the ungated stop inside fires */
+    const char *t3 = "\nplan: </tool_call> more </think> <tool_call></tool_call>x";
+    CHECK_EQ_INT(check_all_splits(s, 3, t3), 0);
+    CHECK_EQ_INT(oracle(s, 3, t3, strlen(t3), &at), 1);
+    CHECK_EQ_INT((long long)at, (long long)(strlen(t3) - strlen("</tool_call>x")));
+    G.open = NULL, G.inside = 0; /* no think tags: nothing gated */
+    CHECK_EQ_INT(check_all_splits(s, 3, t1), 0);
+    CHECK_EQ_INT(oracle(s, 3, t1, strlen(t1), &at), 1);
+    CHECK_EQ_INT((long long)at, (long long)strlen("<think>\nplan: <tool_call>{}"));
+    /* a gated stop duplicating an ungated one, and a shorter ungated one at the same end */
+    const char *d[] = {"ll>", "</tool_call>", "</tool_call>"};
+    G.open = "<think>", G.first = 1;
+    CHECK_EQ_INT(check_all_splits(d, 3, "<think></tool_call>"), 0);
+    const char *d2[] = {"</tool_call>", "</tool_call>"};
+    CHECK_EQ_INT(check_all_splits(d2, 2, "<think></tool_call>"), 0);
+    CHECK_EQ_INT(oracle(d2, 2, "<think></tool_call>", 19, &at), 0);
+    /* random stops, tags and texts over a tiny alphabet */
+    uint64_t x = 29;
+    int failures = 0;
+    static const char *const opens[] = {"ab", "aab", "b", NULL};
+    static const char *const closes[] = {"ba", "bb", "abc"};
+    for (int it = 0; it < 600; it++) {
+        char sb[4][8], t[40];
+        const char *st[4];
+        int n = 1 + (int)((x = x * 6364136223846793005ull + 1) >> 60) % 4;
+        for (int i = 0; i < n; i++) {
+            int l = 1 + (int)((x = x * 6364136223846793005ull + 1) >> 61) % 5;
+            for (int j = 0; j < l; j++)
+                sb[i][j] = (char)('a' + ((x = x * 6364136223846793005ull + 1) >> 62) % 3);
+            sb[i][l] = 0;
+            st[i] = sb[i];
+        }
+        int tl = (int)((x = x * 6364136223846793005ull + 1) >> 59) % 24;
+        for (int j = 0; j < tl; j++)
+            t[j] = (char)('a' + ((x = x * 6364136223846793005ull + 1) >> 62) % 3);
+        t[tl] = 0;
+        G.first = (int)((x = x * 6364136223846793005ull + 1) >> 62) % (n + 1);
+        G.open = opens[it % 4];
+        G.close = closes[(it / 4) % 3];
+        G.inside = (it / 12) % 2;
+        failures += check_all_splits(st, n, t) != 0;
+    }
+    CHECK_EQ_INT(failures, 0);
+    G.on = 0;
+}
+
 /* A long generation: the work per push stays proportional to the new bytes. */
 static void test_long(void)
 {
@@ -294,5 +394,6 @@ int main(void)
     RUN(test_utf8);
     RUN(test_random);
     RUN(test_long);
+    RUN(test_gate);
     return harness_done();
 }
