@@ -20,8 +20,8 @@
 #   4. test_lora again without the norm on the fly (CINFER_CUDA_LORA_NORM=0: rmsnorm into a
 #      buffer, then the deltas), with graphs off (no merging), with every call split into
 #      one-row slices (CINFER_CUDA_LORA_PART_MAX=1) and with v1;
-#   5. ncu's per-kernel durations of a few one-adapter batch-1 steps, default and v1
-#      (PROFILE= skips);
+#   5. ncu's per-kernel durations of ~1.5 one-adapter batch-1 steps (PROFILE= skips;
+#      NCU_VARIANTS="default CINFER_CUDA_LORA=v1" adds the old kernel);
 #   6. with GOLDEN=1, the goldens regenerated with scripts/lora_reference.py (the device's
 #      torch/transformers/peft) and compared with the committed ones.
 # Everything lands in $OUT.
@@ -109,11 +109,13 @@ TESTS="CINFER_CUDA_LORA_NORM=0 CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA_PART_MAX=1 
 # where a step's time goes with one adapter at batch 1: ncu's per-kernel durations of a few
 # steps (graphs on: ncu times each kernel node), new kernels and v1
 if [ -n "${PROFILE-1}" ] && command -v ncu > /dev/null; then
-    for v in default CINFER_CUDA_LORA=v1; do
+    for v in ${NCU_VARIANTS:-default}; do
         sfx=; [ "$v" != default ] && sfx=_v1
-        env ${v/default/CINFER_X=} timeout ${NCU_T:-150} ncu --clock-control none --launch-skip ${SKIP:-600} \
-            --launch-count ${CNT:-400} --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
-            --csv "$B/cinfer_lora_bench" /tmp/m/${first:-l1b} --backend cuda --only one_b1 -n 8 \
+        # 2 warm-up steps + 12 timed ones of ~300-400 kernels each: skip into the 4th step,
+        # then ~2 steps (ncu_sum's counts per kernel say how many launches a step has)
+        env ${v/default/CINFER_X=} timeout ${NCU_T:-120} ncu --clock-control none --launch-skip ${SKIP:-1200} \
+            --launch-count ${CNT:-500} --metrics gpu__time_duration.sum \
+            --csv "$B/cinfer_lora_bench" /tmp/m/${first:-l1b} --backend cuda --only one_b1 -n 12 \
             > "$OUT/ncu_one_b1$sfx.csv" 2> /dev/null
         echo "ncu one_b1 $v rc=$?"
         python3 bench/gpu/ncu_sum.py "$OUT/ncu_one_b1$sfx.csv" > "$OUT/ncu_one_b1$sfx.txt" 2>&1

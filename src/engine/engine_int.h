@@ -39,6 +39,7 @@ struct ereq {
     engine_cb cb;
     void *ud;
     struct lora_set lora;      /* adapters (n == 0: none), referenced (lora_eng.c) */
+    int lora_run;              /* its adapters count as running (admitted, not preempted) */
     uint8_t root[KV_KEY_BYTES]; /* prefix-cache chain root: the engine's, + the adapter set */
 };
 
@@ -225,8 +226,11 @@ void eng_check_pool(struct engine *g);
  * the engine has no registry. */
 int eng_lora_submit(struct engine *g, struct ereq *r, const struct engine_req *q,
                     struct cerr *e);
-/* r starts running for the first time (the registry's waiting -> running). */
+/* r enters the running batch (the registry's waiting -> running; a no-op when it counts
+ * as running already). */
 void eng_lora_admitted(struct engine *g, struct ereq *r);
+/* r was preempted: it waits again (running -> waiting) until it is admitted again. */
+void eng_lora_preempted(struct engine *g, struct ereq *r);
 /* Drops r's references (request end). */
 void eng_lora_release(struct engine *g, struct ereq *r);
 /* Sets b->lora and b->lora_paths for a step whose sequence s is g->rows[s]. */

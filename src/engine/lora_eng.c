@@ -37,16 +37,25 @@ int eng_lora_submit(struct engine *g, struct ereq *r, const struct engine_req *q
 
 void eng_lora_admitted(struct engine *g, struct ereq *r)
 {
-    if (g->c.lora)
+    if (g->c.lora && r->lora.n && !r->lora_run) {
         lora_reg_admit(g->c.lora, &r->lora, 1);
+        r->lora_run = 1;
+    }
+}
+
+void eng_lora_preempted(struct engine *g, struct ereq *r)
+{
+    if (g->c.lora && r->lora_run) {
+        lora_reg_admit(g->c.lora, &r->lora, -1);
+        r->lora_run = 0;
+    }
 }
 
 void eng_lora_release(struct engine *g, struct ereq *r)
 {
     if (r->lora.n == 0)
         return;
-    if (g->c.lora && r->admitted)
-        lora_reg_admit(g->c.lora, &r->lora, -1);
+    eng_lora_preempted(g, r); /* running -> gone */
     if (g->c.lora)
         lora_reg_count(g->c.lora, &r->lora, -1);
     lora_set_unref(&r->lora);

@@ -141,8 +141,7 @@ static int plan(struct engine *g, int admit)
                     r->n_cached = hit < r->n_prompt ? hit : r->n_prompt;
             }
         }
-        if (!r->admitted && r->lora.n)
-            eng_lora_admitted(g, r); /* its adapters count as running */
+        eng_lora_admitted(g, r); /* its adapters count as running (again, after a preemption) */
         r->admitted = 1;
         pthread_mutex_lock(&g->mu);
         g->st.waiting = g->wait.n;
@@ -165,6 +164,7 @@ static void preempt_youngest(struct engine *g)
     if (g->kv_swa)
         kv_seq_release(g->kv_swa, &r->seq_swa);
     r->n_past = 0;
+    eng_lora_preempted(g, r); /* its adapters count as waiting again */
     eng_q_push_front(&g->wait, r);
     pthread_mutex_lock(&g->mu);
     g->st.waiting = g->wait.n;

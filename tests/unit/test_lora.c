@@ -20,6 +20,7 @@
 #include "engine/gen.h"
 #include "engine/sampler.h"
 #include "kv/kv_pool.h"
+#include "engine/engine_int.h"
 #include "model/lora.h"
 #include "model/model.h"
 #include "format/safetensors.h"
@@ -698,6 +699,57 @@ static void test_registry(void)
     model_free(m);
 }
 
+/* The engine's running/waiting accounting per adapter (lora_eng.c, the router metric's
+ * running_lora_adapters / waiting_lora_adapters): admitted -> running; preempted -> waiting
+ * again; admitted again -> running once (not twice); a request ending while preempted
+ * leaves nothing counted. */
+static void test_running_accounting(void)
+{
+    struct cerr e = {0};
+    struct model *m = NULL;
+    CHECK_EQ_INT(model_load(&m, repo_path("tests/data/parity/qwen3"), g_be, &e), 0);
+    struct lora_reg *reg = NULL;
+    CHECK_EQ_INT(lora_reg_new(&reg, &e), 0);
+    struct lora_adapter *a = m ? load_ad(m, "qwen3", "a") : NULL;
+    if (!m || !reg || !a)
+        return;
+    CHECK_EQ_INT(lora_reg_mount(reg, "a", a, 1.0f, &e), 0);
+    struct engine *g = calloc(1, sizeof *g);
+    struct ereq *r1 = calloc(1, sizeof *r1), *r2 = calloc(1, sizeof *r2);
+    if (!g || !r1 || !r2)
+        return;
+    g->c.lora = reg;
+    g->m = m;
+    struct lora_reg_entry ent[2];
+#define RUNNING() (lora_reg_list(reg, ent, 2) == 1 ? ent[0].running : -1)
+#define WAITING() (lora_reg_list(reg, ent, 2) == 1 ? ent[0].active - ent[0].running : -1)
+    struct lora_set one = {1, {a}, {1}};
+    struct engine_req q = {.lora = &one};
+    CHECK_EQ_INT(eng_lora_submit(g, r1, &q, &e), 0);
+    CHECK_EQ_INT(eng_lora_submit(g, r2, &q, &e), 0);
+    CHECK(RUNNING() == 0 && WAITING() == 2);
+    eng_lora_admitted(g, r1);
+    eng_lora_admitted(g, r2);
+    eng_lora_admitted(g, r2); /* admitted again while running: no double count */
+    CHECK(RUNNING() == 2 && WAITING() == 0);
+    eng_lora_preempted(g, r2); /* back in the waiting queue */
+    CHECK(RUNNING() == 1 && WAITING() == 1);
+    eng_lora_admitted(g, r2);
+    CHECK(RUNNING() == 2 && WAITING() == 0);
+    eng_lora_preempted(g, r1);
+    eng_lora_release(g, r1); /* ends while preempted (e.g. cancelled) */
+    CHECK(RUNNING() == 1 && WAITING() == 0);
+    eng_lora_release(g, r2);
+    CHECK(RUNNING() == 0 && WAITING() == 0);
+#undef RUNNING
+#undef WAITING
+    free(r1);
+    free(r2);
+    free(g);
+    lora_reg_free(reg);
+    model_free(m);
+}
+
 int main(void)
 {
     struct cerr e = {0};
@@ -717,6 +769,7 @@ int main(void)
     RUN(test_malformed);
     RUN(test_dtype16);
     RUN(test_registry);
+    RUN(test_running_accounting);
     be_free(g_be);
     return harness_done();
 }
