@@ -30,19 +30,14 @@ enum {
     LK_PART_MAX = 64 << 20,
 };
 
-/* Element i of a (dtype dt: f32, f16, bf16) in two steps, so that a thread issues all of
- * its loads before it uses any (a load used at once stalls the thread for a memory round
- * trip; 16 of those in a row were most of a step on the H100): lk_raw loads the bits,
- * lk_cvt turns them into the float (exact). */
-static __device__ __forceinline__ uint32_t lk_raw(const void *a, int dt, int64_t i)
+/* element i of a (dtype dt: f32, f16, bf16) as float (exact) */
+static __device__ __forceinline__ float lk_ld(const void *a, int dt, int64_t i)
 {
-    return dt == DT_F32 ? __float_as_uint(((const float *)a)[i]) : ((const uint16_t *)a)[i];
-}
-static __device__ __forceinline__ float lk_cvt(uint32_t v, int dt)
-{
-    return dt == DT_F32    ? __uint_as_float(v)
-           : dt == DT_BF16 ? cu_bf16((uint16_t)v)
-                           : cu_f16((uint16_t)v);
+    if (dt == DT_F16)
+        return cu_f16(((const uint16_t *)a)[i]);
+    if (dt == DT_BF16)
+        return cu_bf16(((const uint16_t *)a)[i]);
+    return ((const float *)a)[i];
 }
 
 __global__ void __launch_bounds__(LK_ST)
@@ -85,16 +80,8 @@ __global__ void __launch_bounds__(LK_ST)
     float inv = 1.0f; /* with d.norm: 1 / rms of the whole row, as the op rmsnorm */
     if (d.norm) {
         float ss = 0.0f;
-        for (int e0 = tid; e0 < d.K; e0 += 8 * LK_ST) { /* 8 loads out, then the sums */
-            float v[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++)
-                v[u] = e0 + u * LK_ST < d.K ? x[e0 + u * LK_ST] : 0.0f;
-#pragma unroll
-            for (int u = 0; u < 8; u++)
-                if (e0 + u * LK_ST < d.K)
-                    ss = __fadd_rn(ss, __fmul_rn(v[u], v[u]));
-        }
+        for (int e = tid; e < d.K; e += LK_ST)
+            ss = __fadd_rn(ss, __fmul_rn(x[e], x[e]));
         ss = cu_warp_sum(ss);
         if (lane == 0)
             s_red[warp][0] = ss;
@@ -119,30 +106,12 @@ __global__ void __launch_bounds__(LK_ST)
         ap[j] = s_a[j];
         dt[j] = s_dt[j];
     }
-    for (int e = k0 + tid; e < k1; e += 2 * LK_ST) { /* two columns a step (e, e + LK_ST) */
-        const int e2 = e + LK_ST, has2 = e2 < k1;
-        uint32_t raw[LK_TJ], raw2[LK_TJ]; /* every load of both columns first */
-#pragma unroll
-        for (int j = 0; j < LK_TJ; j++) {
-            raw[j] = j < nv ? lk_raw(ap[j], dt[j], e) : 0u;
-            raw2[j] = j < nv && has2 ? lk_raw(ap[j], dt[j], e2) : 0u;
-        }
-        float xv = x[e], xv2 = has2 ? x[e2] : 0.0f;
-        if (d.norm) {
-            xv = __fmul_rn(__fmul_rn(xv, inv), d.norm[e]);
-            if (has2)
-                xv2 = __fmul_rn(__fmul_rn(xv2, inv), d.norm[e2]);
-        }
+    for (int e = k0 + tid; e < k1; e += LK_ST) {
+        const float xv = d.norm ? __fmul_rn(__fmul_rn(x[e], inv), d.norm[e]) : x[e];
 #pragma unroll
         for (int j = 0; j < LK_TJ; j++)
             if (j < nv)
-                acc[j] = __fmaf_rn(xv, lk_cvt(raw[j], dt[j]), acc[j]);
-        if (has2) {
-#pragma unroll
-            for (int j = 0; j < LK_TJ; j++)
-                if (j < nv)
-                    acc[j] = __fmaf_rn(xv2, lk_cvt(raw2[j], dt[j]), acc[j]);
-        }
+                acc[j] = __fmaf_rn(xv, lk_ld(ap[j], dt[j], e), acc[j]);
     }
     __syncthreads(); /* (s_red is reused) */
 #pragma unroll
@@ -178,11 +147,6 @@ __global__ void __launch_bounds__(LK_MT)
         return;
     const int r0 = c * LK_RC, nr = g.n_rows - r0 < LK_RC ? g.n_rows - r0 : LK_RC;
     const int tb = g.t0[p], te = g.t0[p] + g.nt[p];
-    const int M = d.M[p], m = sl * LK_MT + threadIdx.x;
-    float yv[LK_RC]; /* y's current values, loaded while the partials are summed */
-#pragma unroll
-    for (int r = 0; r < LK_RC; r++)
-        yv[r] = r < nr && m < M ? d.y[p][(int64_t)g.rows[r0 + r] * M + m] : 0.0f;
     int rs = 0;
     for (int k = tb; k < te; k++)
         rs += d.t[k].rank;
@@ -192,21 +156,14 @@ __global__ void __launch_bounds__(LK_MT)
         while (j >= d.t[k].rank)
             j -= d.t[k].rank, k++;
         const float *pp = part + (int64_t)(base + r0 + r) * Tmax + d.t[k].roff + j;
-        const int64_t zs = (int64_t)R * Tmax;
         float s = pp[0];
-        for (int z0 = 1; z0 < ksplit; z0 += 8) { /* 8 loads out, then the adds in order */
-            float v[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++)
-                v[u] = z0 + u < ksplit ? pp[(z0 + u) * zs] : 0.0f;
-#pragma unroll
-            for (int u = 0; u < 8; u++)
-                if (z0 + u < ksplit)
-                    s = __fadd_rn(s, v[u]);
-        }
+#pragma unroll 8 /* the loads go out together; the adds stay in chunk order */
+        for (int z = 1; z < ksplit; z++)
+            s = __fadd_rn(s, pp[(int64_t)z * R * Tmax]);
         s_t[r * rsmax + jr] = __fmul_rn(s, d.t[k].scale);
     }
     __syncthreads();
+    const int M = d.M[p], m = sl * LK_MT + threadIdx.x;
     if (m >= M)
         return;
     float acc[LK_RC];
@@ -216,30 +173,21 @@ __global__ void __launch_bounds__(LK_MT)
     int cj = 0;
     for (int k = tb; k < te; k++) {
         const struct cu_lk_term &t = d.t[k];
-        const int dtk = t.dtype;
-        for (int j0 = 0; j0 < t.rank; j0 += 16) { /* 16 ranks' loads out, then their FMAs */
-            uint32_t raw[16];
+#pragma unroll 4
+        for (int j = 0; j < t.rank; j++) {
+            const float bv = lk_ld(t.bt, t.dtype, (int64_t)j * M + m);
+            const float *tv = s_t + cj + j;
 #pragma unroll
-            for (int u = 0; u < 16; u++)
-                raw[u] = j0 + u < t.rank ? lk_raw(t.bt, dtk, (int64_t)(j0 + u) * M + m) : 0u;
-#pragma unroll
-            for (int u = 0; u < 16; u++) {
-                if (j0 + u < t.rank) { /* (no break: the arrays stay in registers) */
-                    const float bv = lk_cvt(raw[u], dtk);
-                    const float *tv = s_t + cj + j0 + u;
-#pragma unroll
-                    for (int r = 0; r < LK_RC; r++)
-                        if (r < nr)
-                            acc[r] = __fmaf_rn(tv[r * rsmax], bv, acc[r]);
-                }
-            }
+            for (int r = 0; r < LK_RC; r++)
+                if (r < nr)
+                    acc[r] = __fmaf_rn(tv[r * rsmax], bv, acc[r]);
         }
         cj += t.rank;
     }
-#pragma unroll
-    for (int r = 0; r < LK_RC; r++)
-        if (r < nr)
-            d.y[p][(int64_t)g.rows[r0 + r] * M + m] = __fadd_rn(yv[r], acc[r]);
+    for (int r = 0; r < nr; r++) {
+        float *y = d.y[p] + (int64_t)g.rows[r0 + r] * M + m;
+        *y = __fadd_rn(*y, acc[r]);
+    }
 }
 
 /* ---- host side ---- */
