@@ -128,8 +128,9 @@ int main(int argc, char **argv)
         tok_encode(t, text, strlen(text), 0, &ids, &n, &e);
         struct gram_matcher *m;
         gram_matcher_new(&m, g, v, &e);
-        if (m && getenv("BENCH_WALK_BUDGET")) /* the lever's A/B (gram_matcher_tune) */
-            gram_matcher_tune(m, atol(getenv("BENCH_WALK_BUDGET")), -1);
+        if (m && (getenv("BENCH_WALK_BUDGET") || getenv("BENCH_UNC_LIMIT"))) /* levers' A/B */
+            gram_matcher_tune(m, getenv("BENCH_WALK_BUDGET") ? atol(getenv("BENCH_WALK_BUDGET")) : -1,
+                              getenv("BENCH_UNC_LIMIT") ? atol(getenv("BENCH_UNC_LIMIT")) : -1);
         json_t *times = json_array(), *jids = json_array();
         int ok = 1;
         for (int k = 0; k <= n; k++) {

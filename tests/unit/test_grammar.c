@@ -418,6 +418,10 @@ static void test_schema_presence(void)
          {"{\"b\":2}", "{\"c\":3}", "{\"a\":1,\"c\":3}", "{\"b\":2,\"c\":3}"}},
         {"{\"properties\":{\"a\":{},\"c\":{}},\"required\":[\"a\"],\"dependentRequired\":{\"a\":[\"c\"]}}",
          {"{\"a\":1,\"c\":3}", NULL}, {"{\"a\":1}", "{\"c\":3}", NULL}},
+        /* allOf: a member both sides declare meets both schemas */
+        {"{\"allOf\":[{\"properties\":{\"a\":{\"type\":\"string\",\"maxLength\":3}},\"required\":[\"a\"]},"
+         "{\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^[a-z]+$\"},\"b\":{}}}]}",
+         {"{\"a\":\"abc\"}", "{\"a\":\"x\",\"b\":1}", NULL}, {"{\"a\":\"abcd\"}", "{\"a\":\"AB\"}", "{\"a\":5}", NULL}},
         /* a closed side merged with an explicitly open one: the closed side's members only */
         {"{\"type\":\"object\",\"additionalProperties\":false,\"anyOf\":[{\"properties\":{\"x\":{}},"
          "\"additionalProperties\":true}]}", {"{}", NULL}, {"{\"x\":1}", NULL}},

@@ -216,8 +216,18 @@ static int merge_into(struct sc *c, json_t *dst, const json_t *src, const char *
         if (!d) {
             json_object_set(dst, k, v);
         } else if (!strcmp(k, "properties") && json_is_object(d) && json_is_object(v)) {
+            /* a member both sides declare must meet both schemas: allOf of the two */
             json_t *m = json_deep_copy(d);
-            json_object_update(m, v);
+            const char *pk;
+            json_t *pv;
+            json_object_foreach((json_t *)v, pk, pv) {
+                json_t *old = json_object_get(m, pk);
+                if (old && !json_equal(old, pv) && !json_is_true(pv))
+                    json_object_set_new(m, pk, json_is_true(old) ? json_incref(pv)
+                                                                 : json_pack("{s:[OO]}", "allOf", old, pv));
+                else if (!old)
+                    json_object_set(m, pk, pv);
+            }
             json_object_set_new(dst, k, m);
         } else if (!strcmp(k, "required") && json_is_array(d) && json_is_array(v)) {
             json_t *m = json_copy(d);
