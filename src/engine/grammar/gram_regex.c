@@ -398,29 +398,39 @@ static int parse_class_re(struct rp *p)
 
 static int parse_alt_re(struct rp *p);
 
+/* After a group's '(': its (?:, (?P<name>, (?<name> prefix (lookaround and inline flags
+ * refused) and the nesting limit. 0, or the rfail code. */
+static int group_open(struct rp *p)
+{
+    if (rpeek(p) == '?') {
+        p->i++;
+        int d = rpeek(p);
+        if (d == ':') {
+            p->i++;
+        } else if ((d == 'P' && p->i + 1 < p->n && p->s[p->i + 1] == '<') ||
+                   (d == '<' && p->i + 1 < p->n && p->s[p->i + 1] != '=' && p->s[p->i + 1] != '!')) {
+            while (rpeek(p) >= 0 && rpeek(p) != '>')
+                p->i++;
+            if (rpeek(p) != '>')
+                return rfail(p, CERR_FORMAT, "unterminated group name");
+            p->i++;
+        } else {
+            return rfail(p, CERR_UNSUPPORTED, "lookaround and inline flags are not supported");
+        }
+    }
+    if (++p->depth > 100)
+        return rfail(p, CERR_LIMIT, "groups nested too deeply");
+    return 0;
+}
+
 static int parse_atom(struct rp *p)
 {
     int c = rpeek(p);
     if (c == '(') {
         p->i++;
-        if (rpeek(p) == '?') {
-            p->i++;
-            int d = rpeek(p);
-            if (d == ':') {
-                p->i++;
-            } else if ((d == 'P' && p->i + 1 < p->n && p->s[p->i + 1] == '<') ||
-                       (d == '<' && p->i + 1 < p->n && p->s[p->i + 1] != '=' && p->s[p->i + 1] != '!')) {
-                while (rpeek(p) >= 0 && rpeek(p) != '>')
-                    p->i++;
-                if (rpeek(p) != '>')
-                    return rfail(p, CERR_FORMAT, "unterminated group name");
-                p->i++;
-            } else {
-                return rfail(p, CERR_UNSUPPORTED, "lookaround and inline flags are not supported");
-            }
-        }
-        if (++p->depth > 100)
-            return rfail(p, CERR_LIMIT, "groups nested too deeply");
+        int go = group_open(p);
+        if (go)
+            return go;
         sbuf_puts(p->o, "(");
         int rc = parse_alt_re(p);
         p->depth--;
@@ -624,24 +634,9 @@ static int pparse_atom(struct rp *p, struct piece *x)
         return rc;
     }
     p->i++;
-    if (rpeek(p) == '?') {
-        p->i++;
-        int d = rpeek(p);
-        if (d == ':') {
-            p->i++;
-        } else if ((d == 'P' && p->i + 1 < p->n && p->s[p->i + 1] == '<') ||
-                   (d == '<' && p->i + 1 < p->n && p->s[p->i + 1] != '=' && p->s[p->i + 1] != '!')) {
-            while (rpeek(p) >= 0 && rpeek(p) != '>')
-                p->i++;
-            if (rpeek(p) != '>')
-                return rfail(p, CERR_FORMAT, "unterminated group name");
-            p->i++;
-        } else {
-            return rfail(p, CERR_UNSUPPORTED, "lookaround and inline flags are not supported");
-        }
-    }
-    if (++p->depth > 100)
-        return rfail(p, CERR_LIMIT, "groups nested too deeply");
+    int go = group_open(p);
+    if (go)
+        return go;
     struct piece g;
     int rc = pparse_alt(p, &g);
     p->depth--;
