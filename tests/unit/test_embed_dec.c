@@ -7,7 +7,8 @@
  * in 256-token chunks; gemma3's sliding window is shorter than them). Both the Hugging Face
  * directory and the GGUF of each model must give cosine >= 0.9999 and max |delta| <= 1e-4;
  * each input embedded alone gives the same bits as packed, and so does the embedding
- * scheduler; bad input is refused.
+ * scheduler; bad input is refused. CINFER_TEST_BACKEND=cuda runs the same checks on the GPU
+ * backend (device runs: bench/gpu/device_s4.sh).
  */
 #include "harness.h"
 
@@ -283,7 +284,8 @@ int main(void)
     struct cerr e = {0};
     json_error_t je;
     g_gold = json_load_file(repo_path("tests/data/embeddings/decoders.json"), 0, &je);
-    g_be = be_new("cpu", &(struct be_config){.n_threads = 2}, &e);
+    const char *bn = getenv("CINFER_TEST_BACKEND");
+    g_be = be_new(bn && *bn ? bn : "cpu", &(struct be_config){.n_threads = 2}, &e);
     if (!g_be || !g_gold) {
         fprintf(stderr, "setup: %s %s\n", e.msg, je.text);
         return 1;
