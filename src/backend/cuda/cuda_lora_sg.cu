@@ -30,14 +30,19 @@ enum {
     LK_PART_MAX = 64 << 20,
 };
 
-/* element i of a (dtype dt: f32, f16, bf16) as float (exact) */
-static __device__ __forceinline__ float lk_ld(const void *a, int dt, int64_t i)
+/* Element i of a (dtype dt: f32, f16, bf16) in two steps, so that a thread issues all of
+ * its loads before it uses any (a load used at once stalls the thread for a memory round
+ * trip; 16 of those in a row were most of a step on the H100): lk_raw loads the bits,
+ * lk_cvt turns them into the float (exact). */
+static __device__ __forceinline__ uint32_t lk_raw(const void *a, int dt, int64_t i)
 {
-    if (dt == DT_F16)
-        return cu_f16(((const uint16_t *)a)[i]);
-    if (dt == DT_BF16)
-        return cu_bf16(((const uint16_t *)a)[i]);
-    return ((const float *)a)[i];
+    return dt == DT_F32 ? __float_as_uint(((const float *)a)[i]) : ((const uint16_t *)a)[i];
+}
+static __device__ __forceinline__ float lk_cvt(uint32_t v, int dt)
+{
+    return dt == DT_F32    ? __uint_as_float(v)
+           : dt == DT_BF16 ? cu_bf16((uint16_t)v)
+                           : cu_f16((uint16_t)v);
 }
 
 __global__ void __launch_bounds__(LK_ST)
@@ -80,8 +85,16 @@ __global__ void __launch_bounds__(LK_ST)
     float inv = 1.0f; /* with d.norm: 1 / rms of the whole row, as the op rmsnorm */
     if (d.norm) {
         float ss = 0.0f;
-        for (int e = tid; e < d.K; e += LK_ST)
-            ss = __fadd_rn(ss, __fmul_rn(x[e], x[e]));
+        for (int e0 = tid; e0 < d.K; e0 += 8 * LK_ST) { /* 8 loads out, then the sums */
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                v[u] = e0 + u * LK_ST < d.K ? x[e0 + u * LK_ST] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (e0 + u * LK_ST < d.K)
+                    ss = __fadd_rn(ss, __fmul_rn(v[u], v[u]));
+        }
         ss = cu_warp_sum(ss);
         if (lane == 0)
             s_red[warp][0] = ss;
@@ -107,11 +120,15 @@ __global__ void __launch_bounds__(LK_ST)
         dt[j] = s_dt[j];
     }
     for (int e = k0 + tid; e < k1; e += LK_ST) {
+        uint32_t raw[LK_TJ]; /* every load of the column first */
+#pragma unroll
+        for (int j = 0; j < LK_TJ; j++)
+            raw[j] = j < nv ? lk_raw(ap[j], dt[j], e) : 0u;
         const float xv = d.norm ? __fmul_rn(__fmul_rn(x[e], inv), d.norm[e]) : x[e];
 #pragma unroll
         for (int j = 0; j < LK_TJ; j++)
             if (j < nv)
-                acc[j] = __fmaf_rn(xv, lk_ld(ap[j], dt[j], e), acc[j]);
+                acc[j] = __fmaf_rn(xv, lk_cvt(raw[j], dt[j]), acc[j]);
     }
     __syncthreads(); /* (s_red is reused) */
 #pragma unroll
@@ -156,10 +173,18 @@ __global__ void __launch_bounds__(LK_MT)
         while (j >= d.t[k].rank)
             j -= d.t[k].rank, k++;
         const float *pp = part + (int64_t)(base + r0 + r) * Tmax + d.t[k].roff + j;
+        const int64_t zs = (int64_t)R * Tmax;
         float s = pp[0];
-#pragma unroll 8 /* the loads go out together; the adds stay in chunk order */
-        for (int z = 1; z < ksplit; z++)
-            s = __fadd_rn(s, pp[(int64_t)z * R * Tmax]);
+        for (int z0 = 1; z0 < ksplit; z0 += 8) { /* 8 loads out, then the adds in order */
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                v[u] = z0 + u < ksplit ? pp[(z0 + u) * zs] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (z0 + u < ksplit)
+                    s = __fadd_rn(s, v[u]);
+        }
         s_t[r * rsmax + jr] = __fmul_rn(s, d.t[k].scale);
     }
     __syncthreads();
@@ -173,14 +198,23 @@ __global__ void __launch_bounds__(LK_MT)
     int cj = 0;
     for (int k = tb; k < te; k++) {
         const struct cu_lk_term &t = d.t[k];
-#pragma unroll 4
-        for (int j = 0; j < t.rank; j++) {
-            const float bv = lk_ld(t.bt, t.dtype, (int64_t)j * M + m);
-            const float *tv = s_t + cj + j;
+        const int dtk = t.dtype;
+        for (int j0 = 0; j0 < t.rank; j0 += 8) { /* 8 ranks' loads out, then their FMAs */
+            uint32_t raw[8];
 #pragma unroll
-            for (int r = 0; r < LK_RC; r++)
-                if (r < nr)
-                    acc[r] = __fmaf_rn(tv[r * rsmax], bv, acc[r]);
+            for (int u = 0; u < 8; u++)
+                raw[u] = j0 + u < t.rank ? lk_raw(t.bt, dtk, (int64_t)(j0 + u) * M + m) : 0u;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                if (j0 + u >= t.rank)
+                    break;
+                const float bv = lk_cvt(raw[u], dtk);
+                const float *tv = s_t + cj + j0 + u;
+#pragma unroll
+                for (int r = 0; r < LK_RC; r++)
+                    if (r < nr)
+                        acc[r] = __fmaf_rn(tv[r * rsmax], bv, acc[r]);
+            }
         }
         cj += t.rank;
     }
