@@ -119,16 +119,30 @@ __global__ void __launch_bounds__(LK_ST)
         ap[j] = s_a[j];
         dt[j] = s_dt[j];
     }
-    for (int e = k0 + tid; e < k1; e += LK_ST) {
-        uint32_t raw[LK_TJ]; /* every load of the column first */
+    for (int e = k0 + tid; e < k1; e += 2 * LK_ST) { /* two columns a step (e, e + LK_ST) */
+        const int e2 = e + LK_ST, has2 = e2 < k1;
+        uint32_t raw[LK_TJ], raw2[LK_TJ]; /* every load of both columns first */
 #pragma unroll
-        for (int j = 0; j < LK_TJ; j++)
+        for (int j = 0; j < LK_TJ; j++) {
             raw[j] = j < nv ? lk_raw(ap[j], dt[j], e) : 0u;
-        const float xv = d.norm ? __fmul_rn(__fmul_rn(x[e], inv), d.norm[e]) : x[e];
+            raw2[j] = j < nv && has2 ? lk_raw(ap[j], dt[j], e2) : 0u;
+        }
+        float xv = x[e], xv2 = has2 ? x[e2] : 0.0f;
+        if (d.norm) {
+            xv = __fmul_rn(__fmul_rn(xv, inv), d.norm[e]);
+            if (has2)
+                xv2 = __fmul_rn(__fmul_rn(xv2, inv), d.norm[e2]);
+        }
 #pragma unroll
         for (int j = 0; j < LK_TJ; j++)
             if (j < nv)
                 acc[j] = __fmaf_rn(xv, lk_cvt(raw[j], dt[j]), acc[j]);
+        if (has2) {
+#pragma unroll
+            for (int j = 0; j < LK_TJ; j++)
+                if (j < nv)
+                    acc[j] = __fmaf_rn(xv2, lk_cvt(raw2[j], dt[j]), acc[j]);
+        }
     }
     __syncthreads(); /* (s_red is reused) */
 #pragma unroll
@@ -164,6 +178,11 @@ __global__ void __launch_bounds__(LK_MT)
         return;
     const int r0 = c * LK_RC, nr = g.n_rows - r0 < LK_RC ? g.n_rows - r0 : LK_RC;
     const int tb = g.t0[p], te = g.t0[p] + g.nt[p];
+    const int M = d.M[p], m = sl * LK_MT + threadIdx.x;
+    float yv[LK_RC]; /* y's current values, loaded while the partials are summed */
+#pragma unroll
+    for (int r = 0; r < LK_RC; r++)
+        yv[r] = r < nr && m < M ? d.y[p][(int64_t)g.rows[r0 + r] * M + m] : 0.0f;
     int rs = 0;
     for (int k = tb; k < te; k++)
         rs += d.t[k].rank;
@@ -188,7 +207,6 @@ __global__ void __launch_bounds__(LK_MT)
         s_t[r * rsmax + jr] = __fmul_rn(s, d.t[k].scale);
     }
     __syncthreads();
-    const int M = d.M[p], m = sl * LK_MT + threadIdx.x;
     if (m >= M)
         return;
     float acc[LK_RC];
@@ -199,29 +217,29 @@ __global__ void __launch_bounds__(LK_MT)
     for (int k = tb; k < te; k++) {
         const struct cu_lk_term &t = d.t[k];
         const int dtk = t.dtype;
-        for (int j0 = 0; j0 < t.rank; j0 += 8) { /* 8 ranks' loads out, then their FMAs */
-            uint32_t raw[8];
+        for (int j0 = 0; j0 < t.rank; j0 += 16) { /* 16 ranks' loads out, then their FMAs */
+            uint32_t raw[16];
 #pragma unroll
-            for (int u = 0; u < 8; u++)
+            for (int u = 0; u < 16; u++)
                 raw[u] = j0 + u < t.rank ? lk_raw(t.bt, dtk, (int64_t)(j0 + u) * M + m) : 0u;
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
-                if (j0 + u >= t.rank)
-                    break;
-                const float bv = lk_cvt(raw[u], dtk);
-                const float *tv = s_t + cj + j0 + u;
+            for (int u = 0; u < 16; u++) {
+                if (j0 + u < t.rank) { /* (no break: the arrays stay in registers) */
+                    const float bv = lk_cvt(raw[u], dtk);
+                    const float *tv = s_t + cj + j0 + u;
 #pragma unroll
-                for (int r = 0; r < LK_RC; r++)
-                    if (r < nr)
-                        acc[r] = __fmaf_rn(tv[r * rsmax], bv, acc[r]);
+                    for (int r = 0; r < LK_RC; r++)
+                        if (r < nr)
+                            acc[r] = __fmaf_rn(tv[r * rsmax], bv, acc[r]);
+                }
             }
         }
         cj += t.rank;
     }
-    for (int r = 0; r < nr; r++) {
-        float *y = d.y[p] + (int64_t)g.rows[r0 + r] * M + m;
-        *y = __fadd_rn(*y, acc[r]);
-    }
+#pragma unroll
+    for (int r = 0; r < LK_RC; r++)
+        if (r < nr)
+            d.y[p][(int64_t)g.rows[r0 + r] * M + m] = __fadd_rn(yv[r], acc[r]);
 }
 
 /* ---- host side ---- */
