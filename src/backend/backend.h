@@ -175,6 +175,11 @@ struct be_ops {
     /* host -> backend and backend -> host copies of n bytes. */
     int (*upload)(struct be *b, void *dst, const void *src, size_t n, struct cerr *e);
     int (*download)(struct be *b, void *dst, const void *src, size_t n, struct cerr *e);
+    /* OPTIONAL (with host_free). Page-locked host memory of n bytes (NULL on failure). An
+     * upload from it is asynchronous: the source must stay unchanged until the next sync
+     * (the SSD tier double-buffers its restores in it). NULL: the caller uses malloc. */
+    void *(*host_alloc)(struct be *b, size_t n);
+    void (*host_free)(struct be *b, void *p);
     /* Makes t->data usable by the ops: the CPU backend keeps the host (mmap) pointer, a
      * device backend copies to device memory and replaces t->data. */
     int (*weight_prepare)(struct be *b, struct be_tensor *t, struct cerr *e);

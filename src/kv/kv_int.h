@@ -41,5 +41,7 @@ int32_t kv_tier_restore_block(struct kv_pool *p, const uint8_t key[KV_KEY_BYTES]
                               const uint8_t *parent, const int32_t *ids);
 /* Hands the listener's disk_gone to the attached SSD tier (after either changes). */
 void kv_tier_wire_listener(struct kv_pool *p);
+/* Frees the restore buffers (waiting for uploads from them first). */
+void kv_tier_free_bufs(struct kv_pool *p);
 
 #endif

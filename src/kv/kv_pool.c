@@ -110,6 +110,7 @@ void kv_pool_free(struct kv_pool *p)
 {
     if (!p)
         return;
+    kv_tier_free_bufs(p); /* first: an upload from them may still be in flight */
     for (int l = 0; p->k && l < p->n_layer; l++) {
         if (p->k[l])
             p->be->ops->free(p->be, p->k[l]);
@@ -123,7 +124,6 @@ void kv_pool_free(struct kv_pool *p)
     free(p->meta);
     free(p->table);
     free(p->scratch);
-    free(p->ssd_buf);
     free(p->ldt);
     free(p);
 }

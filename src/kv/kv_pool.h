@@ -76,7 +76,10 @@ struct kv_pool {
     int lis_group;
     /* SSD tier (kv_tier.c), NULL when off */
     struct kv_ssd *ssd;
-    void *ssd_buf;           /* host buffer of one block's payload (every layer's K and V) */
+    void *ssd_buf[2];        /* restore staging: two block payloads (every layer's K and V) */
+    int ssd_slot;            /* the buffer the next restore reads into */
+    int ssd_pinned;          /* the buffers are the backend's host_alloc (uploads async) */
+    int ssd_busy[2];         /* an upload from that buffer may still be in flight */
     long dirty;              /* blocks registered since the last complete snapshot */
 };
 

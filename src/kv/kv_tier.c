@@ -5,6 +5,12 @@
  * (n_layer, 2, block_size, row) in each layer's KV dtype (kvq_row_bytes: quantized rows are smaller). Moving one block touches only one block's
  * worth of host memory (p->ssd_buf, or the spill's own buffer): a restore streams a prefix
  * in bounded memory, on any backend (download/upload are the backend's copies).
+ *
+ * Restores alternate between two buffers. Where the backend has page-locked host memory
+ * (be_ops.host_alloc: CUDA) an upload from it is asynchronous, so block i's copy to the
+ * device runs while block i+1's file is read into the other buffer; a buffer is rewritten
+ * only after a sync that follows its last upload (the H100 restored ~2.5 GB/s of an 8B
+ * shape's KV with one pageable buffer, where every upload waited for its staging copy).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -22,15 +28,44 @@ size_t kv_pool_block_payload(const struct kv_pool *p)
     return n;
 }
 
+void kv_tier_free_bufs(struct kv_pool *p)
+{
+    if (p->ssd_pinned && (p->ssd_busy[0] || p->ssd_busy[1]))
+        p->be->ops->sync(p->be, NULL);
+    for (int i = 0; i < 2; i++) {
+        if (p->ssd_pinned)
+            p->be->ops->host_free(p->be, p->ssd_buf[i]);
+        else
+            free(p->ssd_buf[i]);
+        p->ssd_buf[i] = NULL;
+        p->ssd_busy[i] = 0;
+    }
+    p->ssd_pinned = 0;
+    p->ssd_slot = 0;
+}
+
 int kv_pool_attach_ssd(struct kv_pool *p, struct kv_ssd *ssd, struct cerr *e)
 {
-    free(p->ssd_buf);
-    p->ssd_buf = NULL;
+    kv_tier_free_bufs(p);
     p->ssd = NULL;
     if (!ssd)
         return 0;
-    if (!(p->ssd_buf = malloc(kv_pool_block_payload(p))))
+    size_t n = kv_pool_block_payload(p);
+    const struct be_ops *o = p->be->ops;
+    if (o->host_alloc && o->host_free) {
+        p->ssd_buf[0] = o->host_alloc(p->be, n);
+        p->ssd_buf[1] = p->ssd_buf[0] ? o->host_alloc(p->be, n) : NULL;
+        if (p->ssd_buf[0] && p->ssd_buf[1])
+            p->ssd_pinned = 1;
+        else { /* no page-locked memory to spare: the plain buffers below */
+            o->host_free(p->be, p->ssd_buf[0]);
+            p->ssd_buf[0] = NULL;
+        }
+    }
+    if (!p->ssd_pinned && (!(p->ssd_buf[0] = malloc(n)) || !(p->ssd_buf[1] = malloc(n)))) {
+        kv_tier_free_bufs(p);
         return cerr_set(e, CERR_NOMEM, "out of memory");
+    }
     p->ssd = ssd;
     kv_tier_wire_listener(p);
     return 0;
@@ -97,8 +132,20 @@ int kv_tier_has(struct kv_pool *p, const uint8_t key[KV_KEY_BYTES], int n_tok)
 
 int kv_tier_read_into(struct kv_pool *p, int32_t id, const uint8_t key[KV_KEY_BYTES], int n_tok)
 {
-    if (!p->ssd || kv_ssd_read(p->ssd, key, n_tok, p->ssd_buf, NULL) ||
-        upload_block(p, id, p->ssd_buf))
+    if (!p->ssd)
+        return -1;
+    int s = p->ssd_slot;
+    if (p->ssd_busy[s]) { /* its last upload may still be reading it */
+        struct cerr se = {0};
+        if (p->be->ops->sync(p->be, &se))
+            log_warn("ssd-cache: restore: %s", se.msg);
+        p->ssd_busy[0] = p->ssd_busy[1] = 0;
+    }
+    if (kv_ssd_read(p->ssd, key, n_tok, p->ssd_buf[s], NULL))
+        return -1;
+    p->ssd_busy[s] = p->ssd_pinned; /* set before: a failed upload may have queued a part */
+    p->ssd_slot = s ^ 1;
+    if (upload_block(p, id, p->ssd_buf[s]))
         return -1;
     kv_ssd_count(p->ssd, 0, n_tok, 1, 0);
     return 0;

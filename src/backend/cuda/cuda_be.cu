@@ -112,6 +112,24 @@ static int cu_upload(struct be *b, void *dst, const void *src, size_t n, struct 
     return 0;
 }
 
+static void *cu_host_alloc(struct be *b, size_t n)
+{
+    (void)b;
+    void *p = NULL;
+    if (cudaMallocHost(&p, n ? n : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_host_free(struct be *b, void *p)
+{
+    (void)b;
+    if (p)
+        cudaFreeHost(p);
+}
+
 static int cu_download(struct be *b, void *dst, const void *src, size_t n, struct cerr *e)
 {
     struct cu_be *cb = cu_be(b);
@@ -374,6 +392,8 @@ static const struct be_ops g_cuda_ops = {
     .free = cu_free,
     .upload = cu_upload,
     .download = cu_download,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
     .weight_prepare = cu_weight_prepare,
     .sync = cu_sync,
     .get_rows = cq_get_rows,
