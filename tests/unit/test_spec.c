@@ -711,6 +711,146 @@ static void test_policy(void)
     spec_free(s);
 }
 
+/* A fresh model-free spec that measures its step cost (nothing pinned). */
+static struct spec *mk_spec(void)
+{
+    struct spec_config c;
+    spec_config_default(&c, SPEC_NGRAM);
+    struct spec *s = NULL;
+    struct cerr e = {0};
+    CHECK(spec_new(&s, &c, 512, &e) == 0);
+    return s;
+}
+
+/* Feeds decode steps of sizes 1..nmax, `reps` each, timed by t(n) = a + b n for n <= knee
+ * and by t(knee) + b2 (n - knee) above it. */
+static void feed(struct spec *s, int nmax, int reps, double a, double b, int knee, double b2)
+{
+    for (int r = 0; r < reps; r++)
+        for (int n = 1; n <= nmax; n++)
+            spec_step_time(s, n, n <= knee ? a + b * n : a + b * knee + b2 * (n - knee));
+}
+
+static int kept(struct spec *s, int rows, const float *pj, int m, int budget)
+{
+    const float *pp[16];
+    int mm[16], k[16], tot = 0;
+    for (int i = 0; i < rows; i++)
+        pp[i] = pj, mm[i] = m;
+    spec_policy(s, rows, mm, pp, rows, budget, k);
+    for (int i = 0; i < rows; i++)
+        tot += k[i];
+    return tot;
+}
+
+/* The policy on measured (synthetic) step times: what a token costs is read on the curve at
+ * the step's size, not on one line through every size. */
+static void test_policy_curve(void)
+{
+    float p9[10], p95[10], p99[10];
+    for (int j = 0; j < 10; j++) {
+        p9[j] = powf(0.9f, (float)(j + 1));
+        p95[j] = powf(0.95f, (float)(j + 1));
+        p99[j] = powf(0.99f, (float)(j + 1));
+    }
+    /* a fixed part and a per-token part (a one-token step 36 ms, a token 6 ms): one row
+     * drafts deep; 8 rows keep only tokens of p >= 8 b / T(8) = 0.62 (0.9, 0.81, 0.73, 0.66) */
+    struct spec *s = mk_spec();
+    if (!s)
+        return;
+    feed(s, 16, 4, 0.030, 0.006, 64, 0);
+    int one = kept(s, 1, p9, 10, 100), eight = kept(s, 8, p9, 10, 100);
+    printf("fixed + per token: one row keeps %d of 0.9^j, 8 rows %d\n", one, eight);
+    CHECK(one >= 5);
+    CHECK(eight >= 8 && eight <= 8 * 4);
+    spec_free(s);
+    /* compute-bound (no fixed part): a draft token costs what a decoded one does, so even
+     * p = 0.95^j drafts nothing, alone or 8 rows: plain steps */
+    s = mk_spec();
+    if (!s)
+        return;
+    feed(s, 16, 4, 0, 0.010, 64, 0);
+    one = kept(s, 1, p95, 10, 100);
+    eight = kept(s, 8, p95, 10, 100);
+    printf("compute-bound: one row keeps %d of 0.95^j, 8 rows %d\n", one, eight);
+    CHECK_EQ_INT(one, 0);
+    CHECK_EQ_INT(eight, 0);
+    spec_free(s);
+    /* cheap up to 8 tokens, then a token costs a full decode (a one-line fit through every
+     * size would read a small slope everywhere): one row keeps 7 (fills the cheap part); 8
+     * rows, already at the knee, keep none */
+    s = mk_spec();
+    if (!s)
+        return;
+    feed(s, 12, 4, 0.040, 0.001, 8, 0.041);
+    one = kept(s, 1, p99, 10, 100);
+    eight = kept(s, 8, p9, 10, 100);
+    printf("knee at 8 tokens: one row keeps %d of 0.99^j, 8 rows %d of 0.9^j\n", one, eight);
+    CHECK_EQ_INT(one, 7);
+    CHECK_EQ_INT(eight, 0);
+    spec_free(s);
+}
+
+/* A simulated 2-core CPU: up to 4 tokens a step reads the weights and waits (a token 2 ms
+ * over 30 ms), beyond that every token costs 12 ms of compute. */
+static double sim_step(int n)
+{
+    return n <= 4 ? 0.030 + 0.002 * n : 0.038 + 0.012 * (n - 4);
+}
+
+/* The loop the engine runs on that machine, rows whose drafts are right 90% of the time:
+ * first one row (drafts pay: it drafts), then 8 rows, where a token costs 0.012 s over a
+ * 0.086 s step (pays only at p > 1.1): from the steps it measures, the policy converges to
+ * plain steps; the probes of idle rows are spaced by the rows. A line through every size
+ * measured (the old estimate) reads a slope of ~0.2 and keeps drafting. */
+static void test_policy_converges(void)
+{
+    struct spec *s = mk_spec();
+    if (!s)
+        return;
+    struct spec_req *q[8];
+    for (int i = 0; i < 8; i++)
+        q[i] = spec_req_new(s, NULL);
+    /* a row that repeats itself: ngram offers up to 10 tokens */
+    int32_t toks[64];
+    for (int i = 0; i < 64; i++)
+        toks[i] = (int32_t)(i % 8);
+    long drafted_one = 0, drafted_late = 0, steps_late = 0;
+    for (int step = 0; step < 900; step++) {
+        int rows = step < 300 ? 1 : 8;
+        int32_t out[8][SPEC_MAX_DRAFT];
+        float pr[8][SPEC_MAX_DRAFT];
+        const float *pp[8];
+        int m[8], k[8], tot = 0;
+        for (int i = 0; i < rows; i++) {
+            m[i] = spec_propose(s, q[i], toks, 40, 10, out[i], pr[i]);
+            pp[i] = pr[i];
+        }
+        spec_policy(s, rows, m, pp, rows, 100, k);
+        for (int i = 0; i < rows; i++) {
+            /* the first rejection at a draft token drawn with 10% odds each */
+            int acc = 0;
+            while (acc < k[i] && (step * 7 + i * 13 + acc * 5) % 10 != 0)
+                acc++;
+            spec_observe(s, q[i], k[i], acc, 40);
+            tot += k[i];
+        }
+        spec_step_time(s, rows + tot, sim_step(rows + tot));
+        if (step < 300)
+            drafted_one += tot;
+        if (step >= 500)
+            drafted_late += tot, steps_late++;
+    }
+    double late = (double)drafted_late / (double)steps_late;
+    printf("simulated CPU: one row drafted %.2f tokens a step; 8 rows %.3f after 200 steps "
+           "(slope %.2f)\n", drafted_one / 300.0, late, spec_step_cost(s));
+    CHECK(drafted_one > 300);
+    CHECK(late < 0.2);
+    for (int i = 0; i < 8; i++)
+        spec_req_free(s, q[i]);
+    spec_free(s);
+}
+
 int main(void)
 {
     const char *fx = getenv("CINFER_FIXTURES");
@@ -728,6 +868,8 @@ int main(void)
     RUN(test_refusals);
     RUN(test_policy);
     RUN(test_step_cost);
+    RUN(test_policy_curve);
+    RUN(test_policy_converges);
     RUN(test_greedy_ngram);
     RUN(test_lead_group);
     RUN(test_greedy_suffix);

@@ -109,8 +109,13 @@ float spec_step_cost(const struct spec *s);
  * of one-token draft forwards over the fitted target step at n = 1 — once both are known,
  * else draft_cost_default. */
 float spec_draft_cost(const struct spec *s);
-/* A decode-only step of n_tok tokens took `seconds` (feeds the measured step cost). */
+/* A decode-only step of n_tok tokens took `seconds` (feeds the measured step cost and the
+ * step-time curve the policy reads: per size a low quantile of its recent times; a size not
+ * seen for 512 decode steps is forgotten, so a machine whose load changed is re-measured). */
 void spec_step_time(struct spec *s, int n_tok, double seconds);
+/* What one more token costs in a step of n tokens, relative to a one-token step, read on
+ * the measured curve (the linear model's slope before it is known); clamped to [0.01, 4]. */
+float spec_step_marginal(const struct spec *s, int n);
 
 /* Per-request state; sp: the request's sampling parameters (NULL = greedy). NULL from
  * spec_req_new means out of memory. A two-model request whose sampler draws from the whole
@@ -154,12 +159,15 @@ void spec_req_done(struct spec *s, struct spec_req *q, const int32_t *tokens, in
 int spec_step_wants(const struct spec *s, int n_decode, int n_tok);
 
 /* The policy: rows' candidate drafts (row i offers m[i] tokens whose prefix acceptance
- * probabilities are p[i][0..m[i])) on top of a step that already has n_tok tokens; writes
- * the kept count of each row into k[i]. Greedy by probability: a token is kept while
- * p / cost >= (value so far) / (step cost so far), where value counts every fed token as 1
- * and each kept draft token as its p, and the step cost is 1 + cost * (tokens - 1). A row
- * keeps a prefix of its offer; budget caps the kept total. */
-void spec_policy(const struct spec *s, int n_rows, const int *m, const float *const *p, int n_tok,
+ * probabilities are p[i][0..m[i]), non-increasing) on top of a step that already has n_tok
+ * tokens; writes the kept count of each row into k[i] (a prefix of its offer; budget caps
+ * the kept total). Taking draft tokens in order of probability, it keeps the count D that
+ * maximises the expected tokens per second of the step, value(D) / T(n_tok + D): every fed
+ * token is worth 1 and each kept draft its p; T is the measured step-time curve
+ * (spec_step_at), so a token is kept only while its p pays for what a token costs at this
+ * step's size. Nothing to gain: no drafts (a plain step). Not adaptive: as many as budget
+ * allows. Remembers n_rows (the probe interval scales with it). */
+void spec_policy(struct spec *s, int n_rows, const int *m, const float *const *p, int n_tok,
                  int budget, int *k);
 
 #endif

@@ -24,7 +24,11 @@ struct spec {
      * t = a + b n is fitted through them */
     double st[SPEC_STEP_SIZES + 1];
     int sc[SPEC_STEP_SIZES + 1];
+    long st_last[SPEC_STEP_SIZES + 1]; /* step_no when the size was last seen */
+    long step_no;                      /* decode-only steps timed */
     float beta;    /* the measured slope (0 = not yet) */
+    double bsec;   /* the same in seconds per token */
+    int n_rows;    /* rows offered drafts at the last policy call (probe interval) */
     double t1;     /* the fitted one-token step time a + b (0 = not yet) */
     double dw, dt; /* two-model: decayed count and time of one-token draft forwards */
     /* suffix corpus: recent finished outputs, oldest first (a ring of segments) */
@@ -56,6 +60,11 @@ struct spec_req {
     int32_t qid[SPEC_MAX_DRAFT][SPEC_Q_TOP];
     float qp[SPEC_MAX_DRAFT][SPEC_Q_TOP];
 };
+
+/* spec_cost.c */
+/* T(n): the measured step-time curve at n tokens (seconds), or the linear model
+ * 1 + c (n - 1) in one-token steps while the curve is not known (spec_cost.c). */
+double spec_step_at(const struct spec *s, int n);
 
 /* spec_suffix.c */
 int spec_suffix_propose(struct spec *s, const int32_t *t, int n, int max, int32_t *out,
