@@ -272,6 +272,7 @@ static int propose_ngram(struct spec *s, struct spec_req *q, const int32_t *t, i
 int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int n, int max,
                  int32_t *out, float *p)
 {
+    int left = max; /* what the request may still generate after the next token */
     if (max > s->c.n_draft)
         max = s->c.n_draft;
     if (max <= 0 || n <= 0)
@@ -304,6 +305,16 @@ int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int 
         }
         if (s->c.adaptive)
             max = k > 0 ? k : probe_due(s, q) ? 1 : 0;
+        /* a draft that lags the request (a new request, or one that did not draft while
+         * more rows decoded) first computes the tokens it lacks: only when what drafting
+         * can save over the tokens left pays for that (saving per token: a round's expected
+         * tokens against its cost, both in one-token target steps) */
+        if (s->c.adaptive && max > 0) {
+            int pend = spec_draft_pending(s, q, tokens, n);
+            double save = k > 0 ? 1 - cost / value : 1 - (1 + beta) / (1 + a);
+            if (pend > 1 && (double)left * save <= pend * spec_draft_catchup_cost(s))
+                max = 0;
+        }
         m = max > 0 ? spec_draft_propose(s, q, tokens, n, max, out) : 0;
         fill_p(s, q, 0, m, p);
         break;

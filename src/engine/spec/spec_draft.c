@@ -130,6 +130,9 @@ static int step(struct spec *s, struct spec_req *q, const int32_t *toks, int n, 
     if (n == 1) { /* the draft's cost, as the policy sees it (spec_draft_cost) */
         s->dw = s->dw * 0.98 + 1;
         s->dt = s->dt * 0.98 + (clock_now_s() - t0);
+    } else { /* catching up (spec_draft_catchup_cost) */
+        s->pw = s->pw * 0.9 + n;
+        s->pt = s->pt * 0.9 + (clock_now_s() - t0);
     }
     s->draft_calls++;
     if (out && q->sampled)
@@ -146,14 +149,7 @@ int spec_draft_propose(struct spec *s, struct spec_req *q, const int32_t *t, int
     q->qn = 0;
     if (!d || n <= 0 || max <= 0)
         return 0;
-    if (q->dseq.n_blocks == 0 && q->dpast == 0 && n > 1) {
-        struct cerr e = {0};
-        int hit = kv_cache_lookup(d->kv, &q->dseq, d->root, t, n, &e);
-        q->dpast = hit > 0 ? hit : 0;
-        q->dlive = q->dseq.n_blocks > 0;
-    }
-    if (q->dpast >= n)
-        q->dpast = n - 1;
+    spec_draft_pending(s, q, t, n);
     /* catch up with the final tokens; the last chunk's last row is the first draft */
     int32_t id = -1;
     while (q->dpast < n) {
@@ -175,6 +171,29 @@ int spec_draft_propose(struct spec *s, struct spec_req *q, const int32_t *t, int
     }
     q->qn = q->sampled ? m : 0;
     return m;
+}
+
+int spec_draft_pending(struct spec *s, struct spec_req *q, const int32_t *t, int n)
+{
+    struct spec_draft *d = s->dm;
+    if (!d || n <= 0)
+        return 0;
+    if (q->dseq.n_blocks == 0 && q->dpast == 0 && n > 1) {
+        struct cerr e = {0};
+        int hit = kv_cache_lookup(d->kv, &q->dseq, d->root, t, n, &e);
+        q->dpast = hit > 0 ? hit : 0;
+        q->dlive = q->dseq.n_blocks > 0;
+    }
+    if (q->dpast >= n)
+        q->dpast = n - 1;
+    return n - q->dpast;
+}
+
+double spec_draft_catchup_cost(const struct spec *s)
+{
+    if (s->pw >= 64 && s->t1 > 0)
+        return s->pt / s->pw / s->t1;
+    return (double)spec_draft_cost(s) * spec_step_cost(s);
 }
 
 void spec_draft_rollback(struct spec *s, struct spec_req *q, int n_valid)

@@ -97,12 +97,11 @@ void eng_spec_plan(struct engine *g, int n_rows)
         struct ereq *r = w->r;
         if (w->n != 1 || r->n_tokens - r->n_past != 1 || !r->spec)
             continue;
-        /* never past max_tokens or the context: the last token emitted is never a draft */
+        /* never past max_tokens or the context: the last token emitted is never a draft
+         * (spec_propose drafts at most --num-draft-tokens <= SPEC_MAX_DRAFT of these) */
         int max = r->max_tokens - r->n_gen - 1;
         if (max > g->c.n_ctx - r->n_tokens - 1)
             max = g->c.n_ctx - r->n_tokens - 1;
-        if (max > SPEC_MAX_DRAFT)
-            max = SPEC_MAX_DRAFT;
         struct offer *o = &of[n_of];
         o->row = i;
         o->m = max > 0 ? spec_propose(g->spec, r->spec, r->tokens, r->n_tokens, max,

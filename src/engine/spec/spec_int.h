@@ -31,6 +31,7 @@ struct spec {
     int n_rows;    /* rows offered drafts at the last policy call (probe interval) */
     double t1;     /* the fitted one-token step time a + b (0 = not yet) */
     double dw, dt; /* two-model: decayed count and time of one-token draft forwards */
+    double pw, pt; /* two-model: decayed tokens and time of the draft's catch-up chunks */
     /* suffix corpus: recent finished outputs, oldest first (a ring of segments) */
     int32_t *seg[SPEC_CORPUS_MAX_SEGS];
     int seg_len[SPEC_CORPUS_MAX_SEGS];
@@ -79,6 +80,13 @@ int spec_draft_propose(struct spec *s, struct spec_req *q, const int32_t *t, int
                        int32_t *out);
 void spec_draft_rollback(struct spec *s, struct spec_req *q, int n_valid);
 void spec_draft_release(struct spec *s, struct spec_req *q);
+/* Tokens of t[0..n) the draft must compute before its first draft token (a new request looks
+ * its prompt up in the draft's prefix cache first). */
+int spec_draft_pending(struct spec *s, struct spec_req *q, const int32_t *t, int n);
+/* What the draft's computing one such token costs, in one-token target steps: measured (the
+ * catch-up chunks' time per token over the target's one-token step), else the draft's cost
+ * ratio times the target's per-token slope. */
+double spec_draft_catchup_cost(const struct spec *s);
 
 /* spec_reject.c: draws draft j of q from the draft's logits lg (softmax at q->temp x scale
  * over its SPEC_Q_TOP largest logits), recording q; pos: the drafted token's position. */
