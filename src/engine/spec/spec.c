@@ -289,36 +289,9 @@ int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int 
         fill_p(s, q, b, m, p);
         break;
     }
-    case SPEC_TWO_MODEL: {
-        /* each draft token costs a draft forward: draft only as far as it pays for one row */
-        float a = alpha(s, q, 0), pj = 1;
-        float beta = spec_step_marginal(s, s->n_rows > 0 ? s->n_rows : 1) + spec_draft_cost(s);
-        double value = 1, cost = 1;
-        int k = 0;
-        while (k < max && s->c.adaptive) {
-            pj *= a;
-            if (pj * cost < beta * value)
-                break;
-            value += pj;
-            cost += beta;
-            k++;
-        }
-        if (s->c.adaptive)
-            max = k > 0 ? k : probe_due(s, q) ? 1 : 0;
-        /* a draft that lags the request (a new request, or one that did not draft while
-         * more rows decoded) first computes the tokens it lacks: only when what drafting
-         * can save over the tokens left pays for that (saving per token: a round's expected
-         * tokens against its cost, both in one-token target steps) */
-        if (s->c.adaptive && max > 0) {
-            int pend = spec_draft_pending(s, q, tokens, n);
-            double save = k > 0 ? 1 - cost / value : 1 - (1 + beta) / (1 + a);
-            if (pend > 1 && (double)left * save <= pend * spec_draft_catchup_cost(s))
-                max = 0;
-        }
-        m = max > 0 ? spec_draft_propose(s, q, tokens, n, max, out) : 0;
-        fill_p(s, q, 0, m, p);
-        break;
-    }
+    case SPEC_TWO_MODEL:
+        spec_propose_rows(s, 1, &q, &tokens, &n, &left, &out, &p, &m, 1);
+        return m;
     default:
         break;
     }
@@ -332,5 +305,100 @@ int spec_step_wants(const struct spec *s, int n_decode, int n_tok)
 {
     if (s->c.kind != SPEC_TWO_MODEL || !s->c.adaptive)
         return 1;
-    return n_decode <= 2 && n_tok == n_decode;
+    return n_decode > 0 && n_tok == n_decode;
+}
+
+/* ---- two-model: the rows' draft plan ------------------------------------------------ */
+
+/* The two-model plan: which rows draft and how deep. Every draft position is one draft
+ * forward over the rows that draft, so the rows are taken in order of acceptance and the
+ * plan (the r best rows, depth K) maximises the expected tokens per second of the step:
+ * (n_tok + sum over the rows of a^1 + .. + a^K) / (T(n_tok + their drafts) + K D(r)), with T
+ * the target's measured step curve and D(r) a draft forward of r rows. Nothing pays: no
+ * draft (a row due to probe drafts one token). A row whose draft lags (its prompt not
+ * computed yet) drafts only when the plan's saving over the tokens it may still generate
+ * pays for the catch-up. Writes each row's depth into kk. */
+static void plan_two_model(struct spec *s, int n, struct spec_req *const *q,
+                           const int32_t *const *t, const int *nt, const int *left, int n_tok,
+                           int *kk)
+{
+    int ord[SPEC_DRAFT_ROWS], lim[SPEC_DRAFT_ROWS];
+    float a[SPEC_DRAFT_ROWS];
+    int nr = 0;
+    for (int i = 0; i < n; i++) {
+        kk[i] = 0;
+        int l = left[i] < s->c.n_draft ? left[i] : s->c.n_draft;
+        if (l <= 0 || nr >= SPEC_DRAFT_ROWS)
+            continue;
+        if (!s->c.adaptive) {
+            kk[i] = l;
+            continue;
+        }
+        float ai = alpha(s, q[i], 0);
+        int at = nr++;
+        while (at > 0 && a[at - 1] < ai) { /* insertion: by acceptance, highest first */
+            a[at] = a[at - 1], lim[at] = lim[at - 1], ord[at] = ord[at - 1];
+            at--;
+        }
+        a[at] = ai, lim[at] = l, ord[at] = i;
+    }
+    if (!s->c.adaptive || nr == 0)
+        return;
+    double unit = spec_step_at(s, 1), base = n_tok / spec_step_at(s, n_tok), best = base;
+    int best_r = 0, best_k = 0;
+    for (int r = 1; r <= nr; r++) {
+        double dr = spec_draft_cost_rows(s, r) * unit;
+        for (int k = 1; k <= s->c.n_draft; k++) {
+            double value = n_tok;
+            int toks = 0;
+            for (int x = 0; x < r; x++) {
+                double pj = 1;
+                for (int j = 0; j < k && j < lim[x]; j++)
+                    value += pj *= a[x];
+                toks += k < lim[x] ? k : lim[x];
+            }
+            double v = value / (spec_step_at(s, n_tok + toks) + k * dr);
+            if (v > best * (1 + 1e-9))
+                best = v, best_r = r, best_k = k;
+        }
+    }
+    for (int x = 0; x < best_r; x++)
+        kk[ord[x]] = best_k < lim[x] ? best_k : lim[x];
+    if (best_r == 0)
+        for (int x = 0; x < nr; x++)
+            kk[ord[x]] = probe_due(s, q[ord[x]]) ? 1 : 0;
+    /* the catch-up: time saved per token of the step's rows against computing what the
+     * draft lacks */
+    double save_tok = spec_step_at(s, n_tok) / n_tok * (1 - base / best);
+    for (int i = 0; i < n; i++) {
+        if (!kk[i])
+            continue;
+        int pend = spec_draft_pending(s, q[i], t[i], nt[i]);
+        if (pend > 1 && left[i] * save_tok <= pend * spec_draft_catchup_cost(s) * unit)
+            kk[i] = 0;
+    }
+}
+
+void spec_propose_rows(struct spec *s, int n, struct spec_req *const *q, const int32_t *const *t,
+                       const int *nt, const int *max, int32_t *const *out, float *const *p,
+                       int *m, int n_tok)
+{
+    if (s->c.kind != SPEC_TWO_MODEL) {
+        for (int i = 0; i < n; i++)
+            m[i] = max[i] > 0 ? spec_propose(s, q[i], t[i], nt[i], max[i], out[i], p[i]) : 0;
+        return;
+    }
+    int kk[SPEC_DRAFT_ROWS] = {0};
+    for (int i = SPEC_DRAFT_ROWS; i < n; i++)
+        m[i] = 0; /* rows beyond one draft forward's: no drafts */
+    if (n > SPEC_DRAFT_ROWS)
+        n = SPEC_DRAFT_ROWS;
+    plan_two_model(s, n, q, t, nt, max, n_tok, kk);
+    spec_draft_propose_rows(s, n, q, t, nt, kk, out, m);
+    for (int i = 0; i < n; i++) {
+        fill_p(s, q[i], 0, m[i], p[i]);
+        if (!s->c.adaptive)
+            for (int j = 0; j < m[i]; j++)
+                p[i][j] = 1;
+    }
 }

@@ -155,10 +155,19 @@ void spec_observe(struct spec *s, struct spec_req *q, int drafted, int accepted,
  * corpus. */
 void spec_req_done(struct spec *s, struct spec_req *q, const int32_t *tokens, int n_prompt, int n);
 
+/* spec_propose for the decode rows i < n of a step that holds n_tok tokens: request q[i],
+ * its tokens t[i][0..nt[i]), max[i] as spec_propose's; the drafts into out[i], their prefix
+ * probabilities into p[i], the counts into m[i]. Two-model drafts the rows together (one
+ * draft forward a draft position over the rows that draft; which rows and how deep: the
+ * plan that maximises the step's expected tokens per second, the draft's forwards counted;
+ * at most SPEC_DRAFT_ROWS (64) rows draft, the rest get m[i] = 0). */
+void spec_propose_rows(struct spec *s, int n, struct spec_req *const *q, const int32_t *const *t,
+                       const int *nt, const int *max, int32_t *const *out, float *const *p,
+                       int *m, int n_tok);
+
 /* Whether to ask for drafts at all this step, with n_decode decode rows in a step of n_tok
- * tokens: always for the model-free kinds (the policy sizes them); two-model drafts row by
- * row on the draft model, which pays only while at most 2 rows decode and no prompt is being
- * computed — under load it backs off entirely. */
+ * tokens: always for the model-free kinds (the policy sizes them); two-model while no prompt
+ * is being computed in the step (its plan, spec_propose_rows, decides the rest). */
 int spec_step_wants(const struct spec *s, int n_decode, int n_tok);
 
 /* The policy: rows' candidate drafts (row i offers m[i] tokens whose prefix acceptance

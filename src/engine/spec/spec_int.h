@@ -11,6 +11,7 @@
 #define SPEC_CORPUS_MAX_SEGS 256
 #define SPEC_STEP_SIZES 64 /* step sizes (tokens) whose times are kept */
 #define SPEC_Q_TOP 32      /* two-model, sampled: q is the draft's softmax over its top 32 ids */
+#define SPEC_DRAFT_ROWS 64 /* two-model: most rows in one draft forward */
 
 struct spec_draft; /* spec_draft.c */
 
@@ -32,6 +33,9 @@ struct spec {
     double t1;     /* the fitted one-token step time a + b (0 = not yet) */
     double dw, dt; /* two-model: decayed count and time of one-token draft forwards */
     double pw, pt; /* two-model: decayed tokens and time of the draft's catch-up chunks */
+    double drw[SPEC_DRAFT_ROWS + 1], drt[SPEC_DRAFT_ROWS + 1]; /* two-model: decayed count and
+                                                                * time of draft forwards of
+                                                                * one token a row, by rows */
     /* suffix corpus: recent finished outputs, oldest first (a ring of segments) */
     int32_t *seg[SPEC_CORPUS_MAX_SEGS];
     int seg_len[SPEC_CORPUS_MAX_SEGS];
@@ -76,8 +80,16 @@ void spec_corpus_free(struct spec *s);
 /* spec_draft.c */
 int spec_draft_new(struct spec *s, struct cerr *e);
 void spec_draft_free(struct spec *s);
-int spec_draft_propose(struct spec *s, struct spec_req *q, const int32_t *t, int n, int max,
-                       int32_t *out);
+/* Drafts for rows i < n together: up to max[i] tokens to follow t[i][0..nt[i]) into
+ * out[i], the count into m[i] (rows with max[i] <= 0 draft nothing). Returns the total. */
+int spec_draft_propose_rows(struct spec *s, int n, struct spec_req *const *q,
+                            const int32_t *const *t, const int *nt, const int *max,
+                            int32_t *const *out, int *m);
+/* A draft forward of one token for each of n rows took dt seconds. */
+void spec_draft_time(struct spec *s, int n, double dt);
+/* What a draft forward of one token for each of n rows costs, in one-token target steps:
+ * measured for n rows, else the one-row cost scaled by the target's slope. */
+double spec_draft_cost_rows(const struct spec *s, int n);
 void spec_draft_rollback(struct spec *s, struct spec_req *q, int n_valid);
 void spec_draft_release(struct spec *s, struct spec_req *q);
 /* Tokens of t[0..n) the draft must compute before its first draft token (a new request looks
