@@ -380,8 +380,8 @@ static void plan_two_model(struct spec *s, int n, struct spec_req *const *q,
 }
 
 void spec_propose_rows(struct spec *s, int n, struct spec_req *const *q, const int32_t *const *t,
-                       const int *nt, const int *max, int32_t *const *out, float *const *p,
-                       int *m, int n_tok)
+                       const int *nt, const int *max, int32_t *const *out, float *const *p, int *m,
+                       int n_tok)
 {
     if (s->c.kind != SPEC_TWO_MODEL) {
         for (int i = 0; i < n; i++)

@@ -162,8 +162,8 @@ void spec_req_done(struct spec *s, struct spec_req *q, const int32_t *tokens, in
  * plan that maximises the step's expected tokens per second, the draft's forwards counted;
  * at most SPEC_DRAFT_ROWS (64) rows draft, the rest get m[i] = 0). */
 void spec_propose_rows(struct spec *s, int n, struct spec_req *const *q, const int32_t *const *t,
-                       const int *nt, const int *max, int32_t *const *out, float *const *p,
-                       int *m, int n_tok);
+                       const int *nt, const int *max, int32_t *const *out, float *const *p, int *m,
+                       int n_tok);
 
 /* Whether to ask for drafts at all this step, with n_decode decode rows in a step of n_tok
  * tokens: always for the model-free kinds (the policy sizes them); two-model while no prompt

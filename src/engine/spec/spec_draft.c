@@ -60,7 +60,9 @@ int spec_draft_new(struct spec *s, struct cerr *e)
     if (want < d->max_blocks)
         want = d->max_blocks;
     int kv_dim = m->hp.n_kv_head * m->hp.head_dim;
-    int kv_dtype = c->kv_dtype && !kvq_is(c->kv_dtype) ? c->kv_dtype : DT_F16; /* a quantized target keeps an f16 draft */
+    int kv_dtype = c->kv_dtype && !kvq_is(c->kv_dtype)
+                       ? c->kv_dtype
+                       : DT_F16; /* a quantized target keeps an f16 draft */
     int rc =
         kv_pool_new(&d->kv, m->be, m->hp.n_layer, kv_dim, bs, (int)want, kv_dtype, (int)want, e);
     if (!rc)
@@ -172,9 +174,10 @@ static int step(struct spec *s, int n, struct spec_req *const *q, const int32_t 
     int V = d->m->hp.n_vocab;
     for (int i = 0; i < n; i++) {
         const float *lg = d->logits + (size_t)i * V;
-        id[i] = q[i]->sampled ? spec_q_draw(q[i], j[i], lg, V, s->c.draft_temp_scale, p0[i] + cnt[i])
-                : use_am      ? d->am[i]
-                              : sampler_argmax(lg, V);
+        id[i] = q[i]->sampled
+                    ? spec_q_draw(q[i], j[i], lg, V, s->c.draft_temp_scale, p0[i] + cnt[i])
+                : use_am ? d->am[i]
+                         : sampler_argmax(lg, V);
     }
     return 0;
 }

@@ -27,8 +27,8 @@ struct spec {
     int sc[SPEC_STEP_SIZES + 1];
     long st_last[SPEC_STEP_SIZES + 1]; /* step_no when the size was last seen */
     long step_no;                      /* decode-only steps timed */
-    float beta;    /* the measured slope (0 = not yet) */
-    double bsec;   /* the same in seconds per token */
+    float beta;                        /* the measured slope (0 = not yet) */
+    double bsec;                       /* the same in seconds per token */
     int n_rows;    /* rows offered drafts at the last policy call (probe interval) */
     double t1;     /* the fitted one-token step time a + b (0 = not yet) */
     double dw, dt; /* two-model: decayed count and time of one-token draft forwards */
