@@ -814,12 +814,13 @@ static struct spec *mk_two_model(int adaptive)
     return s;
 }
 
-/* Two-model's plan on rows with 300-token prompts the draft has not seen: computing one
- * costs 300 x 0.1 x 0.25 = 7.5 steps, drafting saves ~0.3 of a step a token, so a request
- * with 10 tokens left does not start drafting and one with 100 does; once caught up, 10
- * left drafts. Four rows draft together (3 drafts each, not adaptive): 2 catch-up chunks
- * each, then 3 forwards for all (not 4 x 5), and their drafts equal each row's drafted
- * alone. */
+/* Two-model's plan on a request that generated 280 tokens while its draft sat out (its
+ * first proposal at 20 tokens): computing them costs 280 x 0.1 x 0.25 = 7 steps, drafting
+ * saves ~0.3 of a step a token, so with 10 tokens left it does not catch up and with 100 it
+ * does; once caught up, 10 left drafts; a 300-token prompt is computed in any case (as a
+ * prefill: the draft's prefix cache keeps it). Four rows draft together (3 drafts each, not
+ * adaptive): 2 catch-up chunks each, then 3 forwards for all (not 4 x 5), and their drafts
+ * equal each row's drafted alone. */
 static void test_two_model_plan(void)
 {
     enum { NP = 300, R = 4 };
@@ -833,16 +834,24 @@ static void test_two_model_plan(void)
     struct spec_req *q = spec_req_new(s, NULL);
     int32_t out[SPEC_MAX_DRAFT];
     float p[SPEC_MAX_DRAFT];
+    int first = spec_propose(s, q, toks[0], 20, 100, out, p);
+    spec_observe(s, q, 0, 0, 20); /* a plain step: the draft keeps the 20 */
     int few = spec_propose(s, q, toks[0], NP, 10, out, p);
     int many = spec_propose(s, q, toks[0], NP, 100, out, p);
-    spec_observe(s, q, 0, 0, NP); /* a plain step: the draft keeps the prompt */
+    spec_observe(s, q, 0, 0, NP);
     int after = spec_propose(s, q, toks[0], NP, 10, out, p);
-    printf("two-model catch-up: 10 left drafts %d, 100 left %d, caught up with 10 left %d\n",
-           few, many, after);
+    struct spec_req *q2 = spec_req_new(s, NULL);
+    int prompt = spec_propose(s, q2, toks[1], NP, 10, out, p);
+    printf("two-model catch-up of 280 generated tokens: 10 left drafts %d, 100 left %d, caught "
+           "up with 10 left %d (first proposal %d; a 300-token prompt, 10 left: %d)\n",
+           few, many, after, first, prompt);
+    CHECK(first > 0);
     CHECK_EQ_INT(few, 0);
     CHECK(many > 0);
     CHECK(after > 0);
+    CHECK(prompt > 0);
     spec_req_free(s, q);
+    spec_req_free(s, q2);
     spec_free(s);
     /* four rows at once against each alone (not adaptive: 3 drafts each) */
     s = mk_two_model(0);

@@ -315,9 +315,10 @@ int spec_step_wants(const struct spec *s, int n_decode, int n_tok)
  * plan (the r best rows, depth K) maximises the expected tokens per second of the step:
  * (n_tok + sum over the rows of a^1 + .. + a^K) / (T(n_tok + their drafts) + K D(r)), with T
  * the target's measured step curve and D(r) a draft forward of r rows. Nothing pays: no
- * draft (a row due to probe drafts one token). A row whose draft lags (its prompt not
- * computed yet) drafts only when the plan's saving over the tokens it may still generate
- * pays for the catch-up. Writes each row's depth into kk. */
+ * draft (a row due to probe drafts one token). A row whose draft lags behind what the
+ * request generated since its first proposal (it sat out while drafting did not pay) drafts
+ * only when the plan's saving over the tokens it may still generate pays for computing
+ * those. Writes each row's depth into kk. */
 static void plan_two_model(struct spec *s, int n, struct spec_req *const *q,
                            const int32_t *const *t, const int *nt, const int *left, int n_tok,
                            int *kk)
@@ -367,14 +368,16 @@ static void plan_two_model(struct spec *s, int n, struct spec_req *const *q,
     if (best_r == 0)
         for (int x = 0; x < nr; x++)
             kk[ord[x]] = probe_due(s, q[ord[x]]) ? 1 : 0;
-    /* the catch-up: time saved per token of the step's rows against computing what the
-     * draft lacks */
+    /* the catch-up of what the request generated while its draft sat out: time saved per
+     * token of the step's rows against computing it (a prompt is computed in any case, as
+     * a prefill: the draft's prefix cache keeps it for the request's next turns) */
     double save_tok = spec_step_at(s, n_tok) / n_tok * (1 - base / best);
     for (int i = 0; i < n; i++) {
         if (!kk[i])
             continue;
-        int pend = spec_draft_pending(s, q[i], t[i], nt[i]);
-        if (pend > 1 && left[i] * save_tok <= pend * spec_draft_catchup_cost(s) * unit)
+        spec_draft_pending(s, q[i], t[i], nt[i]);
+        int gen = nt[i] - (q[i]->dpast > q[i]->n0 ? q[i]->dpast : q[i]->n0);
+        if (gen > 1 && left[i] * save_tok <= gen * spec_draft_catchup_cost(s) * unit)
             kk[i] = 0;
     }
 }
@@ -389,6 +392,9 @@ void spec_propose_rows(struct spec *s, int n, struct spec_req *const *q, const i
         return;
     }
     int kk[SPEC_DRAFT_ROWS] = {0};
+    for (int i = 0; i < n; i++)
+        if (!q[i]->n0)
+            q[i]->n0 = nt[i];
     for (int i = SPEC_DRAFT_ROWS; i < n; i++)
         m[i] = 0; /* rows beyond one draft forward's: no drafts */
     if (n > SPEC_DRAFT_ROWS)

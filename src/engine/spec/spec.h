@@ -142,9 +142,9 @@ void spec_req_free(struct spec *s, struct spec_req *q);
 /* Proposes draft tokens to follow tokens[0..n) into out (at most --num-draft-tokens and at
  * most max: the tokens the request may still generate after the next one), and the
  * probability that each prefix out[0..j] is accepted into p[j] (non-increasing). Returns the
- * count (0: nothing to propose). For two-model this runs the draft model — for a request the
- * draft lags (its prompt not computed yet), only when drafting over the max tokens left is
- * expected to pay for computing what it lacks. */
+ * count (0: nothing to propose). For two-model this runs the draft model — for a request
+ * whose draft lags behind what it generated (the draft sat out), only when drafting over the
+ * max tokens left is expected to pay for computing those tokens. */
 int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int n, int max,
                  int32_t *out, float *p);
 /* The verify result of the last proposal: drafted tokens scored, accepted of them; n_valid =

@@ -54,6 +54,8 @@ struct spec_req {
     int dpast;
     int dfed;  /* draft tokens of the last proposal fed to the draft model (at dpast ..) */
     int dlive; /* dseq holds blocks of the draft pool */
+    int n0;    /* two-model: the request's tokens at its first proposal (its prompt and the
+                * first token; 0 = none yet) */
     /* two-model, sampled rows (spec_req_new): drafts drawn from q; per draft of the last
      * proposal its q as (id, probability) pairs, the support of q */
     int sampled;
