@@ -272,11 +272,18 @@ def main():
     ap.add_argument("--sequential", action="store_true",
                     help="one server at a time (a GPU that cannot hold every configuration's "
                     "weights at once; its load is its own, so interleaving is not needed)")
+    ap.add_argument("--not-measured", action="append", default=[], metavar="KIND=REASON",
+                    help="record KIND as not measured, with the reason (its workloads get "
+                    "speedup and acceptance_rate null and a not_measured string); repeatable")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "spec.json"))
     args = ap.parse_args()
-    kinds = args.kinds.split(",")
+    kinds = [k for k in args.kinds.split(",") if k]
     res = {k: {} for k in kinds}
-    raw = {"machine": platform.node(), "threads": args.threads,
+    for nm in args.not_measured:
+        kind, _, why = nm.partition("=")
+        res[kind] = {wl: {"speedup": None, "acceptance_rate": None, "not_measured": why}
+                     for wl in WORKLOADS}
+    raw = {"machine": platform.node(), "threads": args.threads, "backend": args.backend,
            "max_tokens": args.max_tokens, "target": os.path.basename(args.target),
            "draft": os.path.basename(args.draft), "runs": []}
     for wl in [w for w in args.workloads.split(",") if w]:
@@ -323,6 +330,7 @@ def main():
                              "load_1m": round(l0, 2), "baseline_load_1m": round(best["none"][3], 2)}
             if cpu_best.get(kind) and "none" in cpu_best:  # CPU time per token, none over kind
                 res[kind][wl]["cpu_time_speedup"] = round(cpu_best["none"] / cpu_best[kind], 3)
+        save(args, res, raw)
     if not args.no_aggregate:
         confs = ["none"] + kinds
         srvs = Servers(args, confs, 8, lambda srv: [srv.chat(m, 3) for m in AGG_REQS()])
@@ -359,16 +367,24 @@ def main():
         if agg_cpu.get("none") and all(agg_cpu.get(k) for k in kinds):
             res["aggregate_cpu_time_ratio_at_8_by_kind"] = {
                 k: round(agg_cpu["none"] / agg_cpu[k], 3) for k in kinds if k in agg_cpu}
+    save(args, res, raw)
+    print(json.dumps({k: v for k, v in res.items() if k != "raw"}, indent=1))
+
+
+def save(args, res, raw):
+    """Writes res (with raw) as args.section of args.out, keeping the other sections; called
+    after every workload too, so that a run cut short by a time limit leaves what it did."""
     res["raw"] = raw
     data = {}
     if os.path.exists(args.out):
         data = json.load(open(args.out))
     data[args.section] = res
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
         json.dump(data, f, indent=1)
         f.write("\n")
-    print(json.dumps({k: v for k, v in res.items() if k != "raw"}, indent=1))
+    os.replace(tmp, args.out)
 
 
 if __name__ == "__main__":

@@ -154,74 +154,6 @@ void spec_get_stats(const struct spec *s, struct spec_stats *out)
     out->draft_ms = s->dw > 0 ? (float)(s->dt / s->dw * 1e3) : 0;
 }
 
-float spec_draft_cost(const struct spec *s)
-{
-    if (s->c.draft_cost > 0)
-        return s->c.draft_cost;
-    if (s->t1 > 0 && s->dw >= 8) {
-        double r = s->dt / s->dw / s->t1;
-        return (float)(r < 0.02 ? 0.02 : r > 4 ? 4 : r);
-    }
-    return s->c.draft_cost_default > 0 ? s->c.draft_cost_default : 0.5f;
-}
-
-float spec_step_cost(const struct spec *s)
-{
-    if (s->c.step_cost > 0)
-        return s->c.step_cost;
-    if (s->beta > 0)
-        return s->beta;
-    return s->c.step_cost_default > 0 ? s->c.step_cost_default : 0.25f;
-}
-
-void spec_step_time(struct spec *s, int n_tok, double sec)
-{
-    if (n_tok <= 0 || n_tok > SPEC_STEP_SIZES || !(sec > 0))
-        return;
-    log_debug("spec: decode step of %d tokens: %.2f ms", n_tok, sec * 1e3);
-    /* a robust per-size estimate, a low quantile of the recent times: down quickly, up
-     * slowly and by at most 2% a step (a step the OS stalled on a shared machine must not
-     * read as the cost of its size; a lasting slowdown is followed within ~35 steps) */
-    double *t = &s->st[n_tok];
-    if (s->sc[n_tok] == 0)
-        *t = sec;
-    else if (sec < *t)
-        *t -= 0.2 * (*t - sec);
-    else
-        *t += 0.02 * ((sec < 2 * *t ? sec : 2 * *t) - *t);
-    if (s->sc[n_tok] < 64)
-        s->sc[n_tok]++;
-    /* weighted least squares through the sizes seen at least twice */
-    double w = 0, sn = 0, stt = 0, snn = 0, snt = 0;
-    for (int n = 1; n <= SPEC_STEP_SIZES; n++) {
-        if (s->sc[n] < 2)
-            continue;
-        double wi = s->sc[n] < 16 ? s->sc[n] : 16;
-        w += wi;
-        sn += wi * n;
-        stt += wi * s->st[n];
-        snn += wi * n * (double)n;
-        snt += wi * n * s->st[n];
-    }
-    if (s->sc[1] >= 2)
-        s->t1 = s->st[1];
-    if (w <= 0)
-        return;
-    double var = snn / w - (sn / w) * (sn / w);
-    if (var < 0.25) { /* one size only: no slope to see */
-        if (!(s->sc[1] >= 2) && sn / w < 1.5)
-            s->t1 = stt / w;
-        return;
-    }
-    double b = (snt / w - (sn / w) * (stt / w)) / var;
-    double a = stt / w - b * sn / w;
-    if (!(s->sc[1] >= 2))
-        s->t1 = a + b > 0 ? a + b : stt / w;
-    double t1 = s->t1 > 0 ? s->t1 : a + b;
-    double beta = t1 > 0 ? b / t1 : 1;
-    s->beta = (float)(beta < 0.05 ? 0.05 : beta > 1 ? 1 : beta);
-}
-
 struct spec_req *spec_req_new(struct spec *s, const struct sampler_params *sp)
 {
     struct spec_req *q = calloc(1, sizeof *q);
@@ -259,15 +191,23 @@ static float alpha(const struct spec *s, const struct spec_req *q, int b)
     return (float)(a > 0.99 ? 0.99 : a);
 }
 
-/* Fills p[0..m) with alpha^(j+1); the probe: a row that has not drafted for SPEC_PROBE
- * steps offers its first token at probability 1, so a request whose text turns copyable is
- * noticed (one token every SPEC_PROBE steps at most). */
+/* A row that has not drafted for SPEC_PROBE steps times the rows of the last step probes:
+ * it offers one token at probability 1, so a request whose text turns copyable is noticed.
+ * Scaled by the rows, a full batch of rows with nothing to copy spends about one token per
+ * SPEC_PROBE steps on probes in all (a token each per SPEC_PROBE steps would cost ~1/16 of
+ * a token per row and step, a few % of a compute-bound step). */
+static int probe_due(const struct spec *s, const struct spec_req *q)
+{
+    return q->idle >= SPEC_PROBE * (s->n_rows > 1 ? s->n_rows : 1);
+}
+
+/* Fills p[0..m) with alpha^(j+1), or the probe (probe_due). */
 static void fill_p(const struct spec *s, struct spec_req *q, int b, int m, float *p)
 {
     float a = alpha(s, q, b), c = 1;
     for (int j = 0; j < m; j++)
         p[j] = c *= a;
-    if (m > 0 && q->idle >= SPEC_PROBE)
+    if (m > 0 && probe_due(s, q))
         p[0] = 1;
     q->bucket = b;
 }
@@ -332,6 +272,7 @@ static int propose_ngram(struct spec *s, struct spec_req *q, const int32_t *t, i
 int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int n, int max,
                  int32_t *out, float *p)
 {
+    int left = max; /* what the request may still generate after the next token */
     if (max > s->c.n_draft)
         max = s->c.n_draft;
     if (max <= 0 || n <= 0)
@@ -348,25 +289,9 @@ int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int 
         fill_p(s, q, b, m, p);
         break;
     }
-    case SPEC_TWO_MODEL: {
-        /* each draft token costs a draft forward: draft only as far as it pays for one row */
-        float a = alpha(s, q, 0), beta = spec_step_cost(s) + spec_draft_cost(s), pj = 1;
-        double value = 1, cost = 1;
-        int k = 0;
-        while (k < max && s->c.adaptive) {
-            pj *= a;
-            if (pj * cost < beta * value)
-                break;
-            value += pj;
-            cost += beta;
-            k++;
-        }
-        if (s->c.adaptive)
-            max = k > 0 ? k : q->idle >= SPEC_PROBE ? 1 : 0;
-        m = max > 0 ? spec_draft_propose(s, q, tokens, n, max, out) : 0;
-        fill_p(s, q, 0, m, p);
-        break;
-    }
+    case SPEC_TWO_MODEL:
+        spec_propose_rows(s, 1, &q, &tokens, &n, &left, &out, &p, &m, 1);
+        return m;
     default:
         break;
     }
@@ -380,33 +305,106 @@ int spec_step_wants(const struct spec *s, int n_decode, int n_tok)
 {
     if (s->c.kind != SPEC_TWO_MODEL || !s->c.adaptive)
         return 1;
-    return n_decode <= 2 && n_tok == n_decode;
+    return n_decode > 0 && n_tok == n_decode;
 }
 
-/* ---- the policy ----------------------------------------------------------------------- */
+/* ---- two-model: the rows' draft plan ------------------------------------------------ */
 
-void spec_policy(const struct spec *s, int n_rows, const int *m, const float *const *p, int n_tok,
-                 int budget, int *k)
+/* The two-model plan: which rows draft and how deep. Every draft position is one draft
+ * forward over the rows that draft, so the rows are taken in order of acceptance and the
+ * plan (the r best rows, depth K) maximises the expected tokens per second of the step:
+ * (n_tok + sum over the rows of a^1 + .. + a^K) / (T(n_tok + their drafts) + K D(r)), with T
+ * the target's measured step curve and D(r) a draft forward of r rows. Nothing pays: no
+ * draft (a row due to probe drafts one token). A row whose draft lags behind what the
+ * request generated since its first proposal (it sat out while drafting did not pay) drafts
+ * only when the plan's saving over the tokens it may still generate pays for computing
+ * those. Writes each row's depth into kk. */
+static void plan_two_model(struct spec *s, int n, struct spec_req *const *q,
+                           const int32_t *const *t, const int *nt, const int *left, int n_tok,
+                           int *kk)
 {
-    float beta = spec_step_cost(s);
-    double value = n_tok, tokens = n_tok;
-    for (int i = 0; i < n_rows; i++)
-        k[i] = 0;
-    while (budget > 0) {
-        int best = -1;
-        float bp = 0;
-        for (int i = 0; i < n_rows; i++)
-            if (k[i] < m[i] && p[i][k[i]] > bp)
-                bp = p[i][k[i]], best = i;
-        if (best < 0)
-            break;
-        /* keep it while its yield per unit of cost is at least the step's average */
-        double cost = 1 + beta * (tokens - 1);
-        if (s->c.adaptive && bp * cost < beta * value)
-            break;
-        k[best]++;
-        value += bp;
-        tokens += 1;
-        budget--;
+    int ord[SPEC_DRAFT_ROWS], lim[SPEC_DRAFT_ROWS];
+    float a[SPEC_DRAFT_ROWS];
+    int nr = 0;
+    for (int i = 0; i < n; i++) {
+        kk[i] = 0;
+        int l = left[i] < s->c.n_draft ? left[i] : s->c.n_draft;
+        if (l <= 0 || nr >= SPEC_DRAFT_ROWS)
+            continue;
+        if (!s->c.adaptive) {
+            kk[i] = l;
+            continue;
+        }
+        float ai = alpha(s, q[i], 0);
+        int at = nr++;
+        while (at > 0 && a[at - 1] < ai) { /* insertion: by acceptance, highest first */
+            a[at] = a[at - 1], lim[at] = lim[at - 1], ord[at] = ord[at - 1];
+            at--;
+        }
+        a[at] = ai, lim[at] = l, ord[at] = i;
+    }
+    if (!s->c.adaptive || nr == 0)
+        return;
+    double unit = spec_step_at(s, 1), base = n_tok / spec_step_at(s, n_tok), best = base;
+    int best_r = 0, best_k = 0;
+    for (int r = 1; r <= nr; r++) {
+        double dr = spec_draft_cost_rows(s, r) * unit;
+        for (int k = 1; k <= s->c.n_draft; k++) {
+            double value = n_tok;
+            int toks = 0;
+            for (int x = 0; x < r; x++) {
+                double pj = 1;
+                for (int j = 0; j < k && j < lim[x]; j++)
+                    value += pj *= a[x];
+                toks += k < lim[x] ? k : lim[x];
+            }
+            double v = value / (spec_step_at(s, n_tok + toks) + k * dr);
+            if (v > best * (1 + 1e-9))
+                best = v, best_r = r, best_k = k;
+        }
+    }
+    for (int x = 0; x < best_r; x++)
+        kk[ord[x]] = best_k < lim[x] ? best_k : lim[x];
+    if (best_r == 0)
+        for (int x = 0; x < nr; x++)
+            kk[ord[x]] = probe_due(s, q[ord[x]]) ? 1 : 0;
+    /* the catch-up of what the request generated while its draft sat out: time saved per
+     * token of the step's rows against computing it (a prompt is computed in any case, as
+     * a prefill: the draft's prefix cache keeps it for the request's next turns) */
+    double save_tok = spec_step_at(s, n_tok) / n_tok * (1 - base / best);
+    for (int i = 0; i < n; i++) {
+        if (!kk[i])
+            continue;
+        spec_draft_pending(s, q[i], t[i], nt[i]);
+        int gen = nt[i] - (q[i]->dpast > q[i]->n0 ? q[i]->dpast : q[i]->n0);
+        if (gen > 1 && left[i] * save_tok <= gen * spec_draft_catchup_cost(s) * unit)
+            kk[i] = 0;
+    }
+}
+
+void spec_propose_rows(struct spec *s, int n, struct spec_req *const *q, const int32_t *const *t,
+                       const int *nt, const int *max, int32_t *const *out, float *const *p, int *m,
+                       int n_tok)
+{
+    if (s->c.kind != SPEC_TWO_MODEL) {
+        for (int i = 0; i < n; i++)
+            m[i] = max[i] > 0 ? spec_propose(s, q[i], t[i], nt[i], max[i], out[i], p[i]) : 0;
+        return;
+    }
+    int kk[SPEC_DRAFT_ROWS] = {0};
+    for (int i = 0; i < n; i++)
+        if (!q[i]->n0)
+            q[i]->n0 = nt[i];
+    for (int i = SPEC_DRAFT_ROWS; i < n; i++)
+        m[i] = 0; /* rows beyond one draft forward's: no drafts */
+    if (n > SPEC_DRAFT_ROWS)
+        n = SPEC_DRAFT_ROWS;
+    plan_two_model(s, n, q, t, nt, max, n_tok, kk);
+    spec_draft_propose_rows(s, n, q, t, nt, kk, out, m);
+    for (int i = 0; i < n; i++) {
+        fill_p(s, q[i], 0, m[i], p[i]);
+        if (!s->c.adaptive)
+            for (int j = 0; j < m[i]; j++)
+                p[i][j] = 1;
     }
 }

@@ -109,8 +109,13 @@ float spec_step_cost(const struct spec *s);
  * of one-token draft forwards over the fitted target step at n = 1 — once both are known,
  * else draft_cost_default. */
 float spec_draft_cost(const struct spec *s);
-/* A decode-only step of n_tok tokens took `seconds` (feeds the measured step cost). */
+/* A decode-only step of n_tok tokens took `seconds` (feeds the measured step cost and the
+ * step-time curve the policy reads: per size a low quantile of its recent times; a size not
+ * seen for 512 decode steps is forgotten, so a machine whose load changed is re-measured). */
 void spec_step_time(struct spec *s, int n_tok, double seconds);
+/* What one more token costs in a step of n tokens, relative to a one-token step, read on
+ * the measured curve (the linear model's slope before it is known); clamped to [0.01, 4]. */
+float spec_step_marginal(const struct spec *s, int n);
 
 /* Per-request state; sp: the request's sampling parameters (NULL = greedy). NULL from
  * spec_req_new means out of memory. A two-model request whose sampler draws from the whole
@@ -134,9 +139,12 @@ int32_t spec_reject(const struct spec_req *q, int j, const float *lg, int n_voca
 /* Releases the request's state (and its draft-model KV). */
 void spec_req_free(struct spec *s, struct spec_req *q);
 
-/* Proposes up to max draft tokens to follow tokens[0..n) into out, and the probability
- * that each prefix out[0..j] is accepted into p[j] (non-increasing). Returns the count
- * (0: nothing to propose). For two-model this runs the draft model. */
+/* Proposes draft tokens to follow tokens[0..n) into out (at most --num-draft-tokens and at
+ * most max: the tokens the request may still generate after the next one), and the
+ * probability that each prefix out[0..j] is accepted into p[j] (non-increasing). Returns the
+ * count (0: nothing to propose). For two-model this runs the draft model — for a request
+ * whose draft lags behind what it generated (the draft sat out), only when drafting over the
+ * max tokens left is expected to pay for computing those tokens. */
 int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int n, int max,
                  int32_t *out, float *p);
 /* The verify result of the last proposal: drafted tokens scored, accepted of them; n_valid =
@@ -147,19 +155,31 @@ void spec_observe(struct spec *s, struct spec_req *q, int drafted, int accepted,
  * corpus. */
 void spec_req_done(struct spec *s, struct spec_req *q, const int32_t *tokens, int n_prompt, int n);
 
+/* spec_propose for the decode rows i < n of a step that holds n_tok tokens: request q[i],
+ * its tokens t[i][0..nt[i]), max[i] as spec_propose's; the drafts into out[i], their prefix
+ * probabilities into p[i], the counts into m[i]. Two-model drafts the rows together (one
+ * draft forward a draft position over the rows that draft; which rows and how deep: the
+ * plan that maximises the step's expected tokens per second, the draft's forwards counted;
+ * at most SPEC_DRAFT_ROWS (64) rows draft, the rest get m[i] = 0). */
+void spec_propose_rows(struct spec *s, int n, struct spec_req *const *q, const int32_t *const *t,
+                       const int *nt, const int *max, int32_t *const *out, float *const *p, int *m,
+                       int n_tok);
+
 /* Whether to ask for drafts at all this step, with n_decode decode rows in a step of n_tok
- * tokens: always for the model-free kinds (the policy sizes them); two-model drafts row by
- * row on the draft model, which pays only while at most 2 rows decode and no prompt is being
- * computed — under load it backs off entirely. */
+ * tokens: always for the model-free kinds (the policy sizes them); two-model while no prompt
+ * is being computed in the step (its plan, spec_propose_rows, decides the rest). */
 int spec_step_wants(const struct spec *s, int n_decode, int n_tok);
 
 /* The policy: rows' candidate drafts (row i offers m[i] tokens whose prefix acceptance
- * probabilities are p[i][0..m[i])) on top of a step that already has n_tok tokens; writes
- * the kept count of each row into k[i]. Greedy by probability: a token is kept while
- * p / cost >= (value so far) / (step cost so far), where value counts every fed token as 1
- * and each kept draft token as its p, and the step cost is 1 + cost * (tokens - 1). A row
- * keeps a prefix of its offer; budget caps the kept total. */
-void spec_policy(const struct spec *s, int n_rows, const int *m, const float *const *p, int n_tok,
+ * probabilities are p[i][0..m[i]), non-increasing) on top of a step that already has n_tok
+ * tokens; writes the kept count of each row into k[i] (a prefix of its offer; budget caps
+ * the kept total). Taking draft tokens in order of probability, it keeps the count D that
+ * maximises the expected tokens per second of the step, value(D) / T(n_tok + D): every fed
+ * token is worth 1 and each kept draft its p; T is the measured step-time curve
+ * (spec_step_at), so a token is kept only while its p pays for what a token costs at this
+ * step's size. Nothing to gain: no drafts (a plain step). Not adaptive: as many as budget
+ * allows. Remembers n_rows (the probe interval scales with it). */
+void spec_policy(struct spec *s, int n_rows, const int *m, const float *const *p, int n_tok,
                  int budget, int *k);
 
 #endif

@@ -86,32 +86,41 @@ void eng_spec_plan(struct engine *g, int n_rows)
     }
     if (budget <= 0)
         return;
-    struct offer *of = malloc((size_t)n_rows * sizeof *of);
-    int *m = malloc((size_t)n_rows * sizeof *m), *k = malloc((size_t)n_rows * sizeof *k);
-    const float **pp = malloc((size_t)n_rows * sizeof *pp);
-    if (!of || !m || !k || !pp)
-        goto out;
+    size_t nr = (size_t)n_rows;
+    struct offer *of = malloc(nr * sizeof *of);
+    int *m = malloc(nr * sizeof *m), *k = malloc(nr * sizeof *k);
+    const float **pp = malloc(nr * sizeof *pp);
+    struct spec_req **rq = malloc(nr * sizeof *rq);
+    const int32_t **tk = malloc(nr * sizeof *tk);
+    int32_t **ob = malloc(nr * sizeof *ob);
+    float **pw = malloc(nr * sizeof *pw);
+    int *nt = malloc(nr * sizeof *nt), *mx = malloc(nr * sizeof *mx);
     int n_of = 0;
+    if (!of || !m || !k || !pp || !rq || !tk || !ob || !pw || !nt || !mx)
+        goto out;
     for (int i = 0; i < n_rows; i++) {
         struct row *w = &g->rows[i];
         struct ereq *r = w->r;
         if (w->n != 1 || r->n_tokens - r->n_past != 1 || !r->spec)
             continue;
-        /* never past max_tokens or the context: the last token emitted is never a draft */
+        /* never past max_tokens or the context: the last token emitted is never a draft
+         * (spec_propose drafts at most --num-draft-tokens <= SPEC_MAX_DRAFT of these) */
         int max = r->max_tokens - r->n_gen - 1;
         if (max > g->c.n_ctx - r->n_tokens - 1)
             max = g->c.n_ctx - r->n_tokens - 1;
-        if (max > SPEC_MAX_DRAFT)
-            max = SPEC_MAX_DRAFT;
-        struct offer *o = &of[n_of];
-        o->row = i;
-        o->m = max > 0 ? spec_propose(g->spec, r->spec, r->tokens, r->n_tokens, max,
-                                      r->tokens + r->n_tokens, o->p)
-                       : 0;
-        m[n_of] = o->m;
-        pp[n_of] = o->p;
+        of[n_of].row = i;
+        rq[n_of] = r->spec;
+        tk[n_of] = r->tokens;
+        nt[n_of] = r->n_tokens;
+        mx[n_of] = max;
+        ob[n_of] = r->tokens + r->n_tokens;
+        pw[n_of] = of[n_of].p;
+        pp[n_of] = of[n_of].p;
         n_of++;
     }
+    spec_propose_rows(g->spec, n_of, rq, tk, nt, mx, ob, pw, m, used);
+    for (int j = 0; j < n_of; j++)
+        of[j].m = m[j];
     spec_policy(g->spec, n_of, m, pp, used, budget, k);
     for (int j = 0; j < n_of; j++) {
         struct row *w = &g->rows[of[j].row];
@@ -141,6 +150,12 @@ out:
     free(m);
     free(k);
     free(pp);
+    free(rq);
+    free(tk);
+    free(ob);
+    free(pw);
+    free(nt);
+    free(mx);
 }
 
 int eng_spec_unplan(struct engine *g, int n_rows)

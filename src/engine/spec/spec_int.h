@@ -11,6 +11,7 @@
 #define SPEC_CORPUS_MAX_SEGS 256
 #define SPEC_STEP_SIZES 64 /* step sizes (tokens) whose times are kept */
 #define SPEC_Q_TOP 32      /* two-model, sampled: q is the draft's softmax over its top 32 ids */
+#define SPEC_DRAFT_ROWS 64 /* two-model: most rows in one draft forward */
 
 struct spec_draft; /* spec_draft.c */
 
@@ -24,9 +25,17 @@ struct spec {
      * t = a + b n is fitted through them */
     double st[SPEC_STEP_SIZES + 1];
     int sc[SPEC_STEP_SIZES + 1];
-    float beta;    /* the measured slope (0 = not yet) */
+    long st_last[SPEC_STEP_SIZES + 1]; /* step_no when the size was last seen */
+    long step_no;                      /* decode-only steps timed */
+    float beta;                        /* the measured slope (0 = not yet) */
+    double bsec;                       /* the same in seconds per token */
+    int n_rows;    /* rows offered drafts at the last policy call (probe interval) */
     double t1;     /* the fitted one-token step time a + b (0 = not yet) */
     double dw, dt; /* two-model: decayed count and time of one-token draft forwards */
+    double pw, pt; /* two-model: decayed tokens and time of the draft's catch-up chunks */
+    double drw[SPEC_DRAFT_ROWS + 1], drt[SPEC_DRAFT_ROWS + 1]; /* two-model: decayed count and
+                                                                * time of draft forwards of
+                                                                * one token a row, by rows */
     /* suffix corpus: recent finished outputs, oldest first (a ring of segments) */
     int32_t *seg[SPEC_CORPUS_MAX_SEGS];
     int seg_len[SPEC_CORPUS_MAX_SEGS];
@@ -45,6 +54,8 @@ struct spec_req {
     int dpast;
     int dfed;  /* draft tokens of the last proposal fed to the draft model (at dpast ..) */
     int dlive; /* dseq holds blocks of the draft pool */
+    int n0;    /* two-model: the request's tokens at its first proposal (its prompt and the
+                * first token; 0 = none yet) */
     /* two-model, sampled rows (spec_req_new): drafts drawn from q; per draft of the last
      * proposal its q as (id, probability) pairs, the support of q */
     int sampled;
@@ -57,6 +68,11 @@ struct spec_req {
     float qp[SPEC_MAX_DRAFT][SPEC_Q_TOP];
 };
 
+/* spec_cost.c */
+/* T(n): the measured step-time curve at n tokens (seconds), or the linear model
+ * 1 + c (n - 1) in one-token steps while the curve is not known (spec_cost.c). */
+double spec_step_at(const struct spec *s, int n);
+
 /* spec_suffix.c */
 int spec_suffix_propose(struct spec *s, const int32_t *t, int n, int max, int32_t *out,
                         int *match_len);
@@ -66,10 +82,25 @@ void spec_corpus_free(struct spec *s);
 /* spec_draft.c */
 int spec_draft_new(struct spec *s, struct cerr *e);
 void spec_draft_free(struct spec *s);
-int spec_draft_propose(struct spec *s, struct spec_req *q, const int32_t *t, int n, int max,
-                       int32_t *out);
+/* Drafts for rows i < n together: up to max[i] tokens to follow t[i][0..nt[i]) into
+ * out[i], the count into m[i] (rows with max[i] <= 0 draft nothing). Returns the total. */
+int spec_draft_propose_rows(struct spec *s, int n, struct spec_req *const *q,
+                            const int32_t *const *t, const int *nt, const int *max,
+                            int32_t *const *out, int *m);
+/* A draft forward of one token for each of n rows took dt seconds. */
+void spec_draft_time(struct spec *s, int n, double dt);
+/* What a draft forward of one token for each of n rows costs, in one-token target steps:
+ * measured for n rows, else the one-row cost scaled by the target's slope. */
+double spec_draft_cost_rows(const struct spec *s, int n);
 void spec_draft_rollback(struct spec *s, struct spec_req *q, int n_valid);
 void spec_draft_release(struct spec *s, struct spec_req *q);
+/* Tokens of t[0..n) the draft must compute before its first draft token (a new request looks
+ * its prompt up in the draft's prefix cache first). */
+int spec_draft_pending(struct spec *s, struct spec_req *q, const int32_t *t, int n);
+/* What the draft's computing one such token costs, in one-token target steps: measured (the
+ * catch-up chunks' time per token over the target's one-token step), else the draft's cost
+ * ratio times the target's per-token slope. */
+double spec_draft_catchup_cost(const struct spec *s);
 
 /* spec_reject.c: draws draft j of q from the draft's logits lg (softmax at q->temp x scale
  * over its SPEC_Q_TOP largest logits), recording q; pos: the drafted token's position. */
