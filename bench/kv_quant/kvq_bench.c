@@ -28,7 +28,7 @@
 #include "tokenizer/tok.h"
 #include "util/fs.h"
 
-#define MAXS 8
+#define MAXS 64
 #define MAXT 8
 
 static double now_s(void)
@@ -61,6 +61,42 @@ static void log_softmax(const float *x, int V, float *lp)
     float ls = (float)log(s);
     for (int i = 0; i < V; i++)
         lp[i] = x[i] - mx - ls;
+}
+
+
+/* What the report needs besides the schemes. */
+struct run_info {
+    const char *model, *backend;
+    int threads, tokens, window, nt;
+    const char *const *labels;
+};
+
+/* Prints the JSON object (one line) of the results so far to f. */
+static void report(FILE *f, const struct run_info *R, const struct scheme *S, int ns, const int *dc, int nd)
+{
+    fprintf(f, "{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"tokens_per_text\": %d, \"window\": %d, \"texts\": [",
+            R->model, R->backend, R->threads, R->tokens, R->window);
+    for (int ti = 0; ti < R->nt; ti++)
+        fprintf(f, "%s\"%s\"", ti ? ", " : "", R->labels[ti]);
+    fprintf(f, "], \"schemes\": {");
+    for (int s = 0; s < ns; s++) {
+        fprintf(f, "%s\"%s\": {\"bytes_per_token\": %zu, \"compression\": %.4f", s ? ", " : "", S[s].name,
+                S[s].bpt, (double)S[0].bpt / S[s].bpt);
+        for (int ti = 0; ti < R->nt; ti++) {
+            const char *lb = R->labels[ti];
+            double ppl = exp(S[s].nll[ti] / (S[s].n[ti] ? S[s].n[ti] : 1));
+            double ppl0 = exp(S[0].nll[ti] / (S[0].n[ti] ? S[0].n[ti] : 1));
+            fprintf(f, ", \"ppl_%s\": %.6f, \"ppl_delta_frac_%s\": %.6f, \"kl_mean_%s\": %.6g, \"n_%s\": %ld",
+                    lb, ppl, lb, ppl / ppl0 - 1, lb, s ? S[s].kl[ti] / (S[s].n[ti] ? S[s].n[ti] : 1) : 0.0, lb,
+                    S[s].n[ti]);
+        }
+        for (int di = 0; di < nd; di++)
+            fprintf(f, ", \"decode_tok_s_%d\": %.4f, \"decode_ratio_%d\": %.4f", dc[di], 1.0 / S[s].dec_s[di],
+                    dc[di], S[0].dec_s[di] / S[s].dec_s[di]);
+        fprintf(f, "}");
+    }
+    fprintf(f, "}}\n");
+    fflush(f);
 }
 
 int main(int argc, char **argv)
@@ -105,6 +141,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvq_bench: %s\n", e.msg);
         return 1;
     }
+    struct run_info R = {model, backend, threads, tokens, window, nt, labels};
     int V = m->hp.n_vocab, kvd = m->hp.n_kv_head * m->hp.head_dim;
     /* schemes: [0] = f16 reference */
     static struct scheme S[MAXS];
@@ -189,7 +226,8 @@ int main(int argc, char **argv)
                     }
                 }
             }
-            fprintf(stderr, "  window at %d: %d positions (%.0f s so far)\n", w0, wl, now_s() - t_q0);
+            fprintf(stderr, "  window at %d: %d positions (%.0f s so far)\npartial: ", w0, wl, now_s() - t_q0);
+            report(stderr, &R, S, ns, NULL, 0); /* the results so far, should the run be cut off */
         }
         for (int s = 0; s < ns; s++)
             gen_free(g[s]);
@@ -273,26 +311,7 @@ int main(int argc, char **argv)
     }
 
     /* ---- report ---- */
-    printf("{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"tokens_per_text\": %d, \"window\": %d, \"texts\": [", model, backend, threads, tokens, window);
-    for (int ti = 0; ti < nt; ti++)
-        printf("%s\"%s\"", ti ? ", " : "", labels[ti]);
-    printf("], \"schemes\": {");
-    for (int s = 0; s < ns; s++) {
-        printf("%s\"%s\": {\"bytes_per_token\": %zu, \"compression\": %.4f", s ? ", " : "", S[s].name,
-               S[s].bpt, (double)S[0].bpt / S[s].bpt);
-        for (int ti = 0; ti < nt; ti++) {
-            double ppl = exp(S[s].nll[ti] / (S[s].n[ti] ? S[s].n[ti] : 1));
-            double ppl0 = exp(S[0].nll[ti] / (S[0].n[ti] ? S[0].n[ti] : 1));
-            printf(", \"ppl_%s\": %.6f, \"ppl_delta_frac_%s\": %.6f, \"kl_mean_%s\": %.6g, \"n_%s\": %ld",
-                   labels[ti], ppl, labels[ti], ppl / ppl0 - 1, labels[ti],
-                   s ? S[s].kl[ti] / (S[s].n[ti] ? S[s].n[ti] : 1) : 0.0, labels[ti], S[s].n[ti]);
-        }
-        for (int di = 0; di < nd; di++)
-            printf(", \"decode_tok_s_%d\": %.4f, \"decode_ratio_%d\": %.4f", dc[di], 1.0 / S[s].dec_s[di],
-                   dc[di], S[0].dec_s[di] / S[s].dec_s[di]);
-        printf("}");
-    }
-    printf("}}\n");
+    report(stdout, &R, S, ns, dc, nd);
     tok_free(tk);
     model_free(m);
     be_free(be);
