@@ -11,10 +11,11 @@
  * - bytes per KV token and the compression vs f16.
  * Prints one JSON object.
  *
- * usage: cinfer_kvq_bench MODEL [-t THREADS] [--backend cpu|cuda] [--schemes 8,4,turbo:k8v4,turbo] [--text LABEL=FILE]...
+ * usage: cinfer_kvq_bench MODEL [-t THREADS] [--score-threads N (default THREADS)] [--backend cpu|cuda] [--schemes 8,4,turbo:k8v4,turbo] [--text LABEL=FILE]...
  *          [--rotate on|off] [--tokens N] [--window W] [--chunk C] [--decode-ctx 4096,16384] [--steps S] [--reps R]
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,7 @@
 #include "tokenizer/tok.h"
 #include "util/fs.h"
 
-#define MAXS 8
+#define MAXS 64
 #define MAXT 8
 
 static double now_s(void)
@@ -49,8 +50,20 @@ struct scheme {
     int per_layer; /* layers differ (config, or plain sliding-window layers) */
 };
 
-/* log-softmax of row x (V) into lp; returns nothing */
-static void log_softmax(const float *x, int V, float *lp)
+/* ---- scoring: per row, in parallel over the chunk's rows ----
+ * The f16 row x0 becomes p0 = softmax(x0) in place, with nll = -log p0[tgt] and
+ * a = sum p0 log p0; a scheme's row x gives nll = lse(x) - x[tgt] and
+ * KL(p0 || p) = a - sum p0 (x - lse(x)). Per-row results land in arrays and are summed in
+ * row order (the same totals whatever the thread count). */
+struct score_job {
+    float *x;          /* chunk rows (V floats each); the f16 rows become p0 */
+    const float *p0;   /* NULL when scoring the f16 rows */
+    const int32_t *tgt;
+    double *nll, *kl, *a; /* per row; a: the f16 rows' sum p0 log p0 (written / read) */
+    int V, r0, r1;
+};
+
+static double row_lse(const float *x, int V)
 {
     float mx = x[0];
     for (int i = 1; i < V; i++)
@@ -58,9 +71,89 @@ static void log_softmax(const float *x, int V, float *lp)
     double s = 0;
     for (int i = 0; i < V; i++)
         s += exp((double)x[i] - mx);
-    float ls = (float)log(s);
-    for (int i = 0; i < V; i++)
-        lp[i] = x[i] - mx - ls;
+    return mx + log(s);
+}
+
+static void *score_rows(void *arg)
+{
+    struct score_job *j = arg;
+    for (int r = j->r0; r < j->r1; r++) {
+        float *x = j->x + (size_t)r * j->V;
+        double lse = row_lse(x, j->V);
+        j->nll[r] = lse - x[j->tgt[r]];
+        if (!j->p0) {
+            double a = 0;
+            for (int i = 0; i < j->V; i++) {
+                double lp = x[i] - lse, p = exp(lp);
+                a += p * lp;
+                x[i] = (float)p;
+            }
+            j->a[r] = a;
+            continue;
+        }
+        const float *p0 = j->p0 + (size_t)r * j->V;
+        double c = 0, ps = 0;
+        for (int i = 0; i < j->V; i++)
+            c += (double)p0[i] * x[i], ps += p0[i];
+        j->kl[r] = j->a[r] - (c - lse * ps);
+    }
+    return NULL;
+}
+
+/* Scores rows [0, n) with up to nth threads. */
+static void score_chunk(struct score_job base, int n, int nth)
+{
+    pthread_t th[64];
+    struct score_job jb[64];
+    if (nth > 64)
+        nth = 64;
+    if (nth > n)
+        nth = n > 0 ? n : 1;
+    for (int t = 0; t < nth; t++) {
+        jb[t] = base;
+        jb[t].r0 = n * t / nth, jb[t].r1 = n * (t + 1) / nth;
+        if (t && pthread_create(&th[t], NULL, score_rows, &jb[t]))
+            score_rows(&jb[t]), th[t] = 0;
+    }
+    score_rows(&jb[0]);
+    for (int t = 1; t < nth; t++)
+        if (th[t])
+            pthread_join(th[t], NULL);
+}
+
+/* What the report needs besides the schemes. */
+struct run_info {
+    const char *model, *backend;
+    int threads, tokens, window, nt;
+    const char *const *labels;
+};
+
+/* Prints the JSON object (one line) of the results so far to f. */
+static void report(FILE *f, const struct run_info *R, const struct scheme *S, int ns, const int *dc, int nd)
+{
+    fprintf(f, "{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"tokens_per_text\": %d, \"window\": %d, \"texts\": [",
+            R->model, R->backend, R->threads, R->tokens, R->window);
+    for (int ti = 0; ti < R->nt; ti++)
+        fprintf(f, "%s\"%s\"", ti ? ", " : "", R->labels[ti]);
+    fprintf(f, "], \"schemes\": {");
+    for (int s = 0; s < ns; s++) {
+        fprintf(f, "%s\"%s\": {\"bytes_per_token\": %zu, \"compression\": %.4f", s ? ", " : "", S[s].name,
+                S[s].bpt, (double)S[0].bpt / S[s].bpt);
+        for (int ti = 0; ti < R->nt; ti++) {
+            const char *lb = R->labels[ti];
+            double ppl = exp(S[s].nll[ti] / (S[s].n[ti] ? S[s].n[ti] : 1));
+            double ppl0 = exp(S[0].nll[ti] / (S[0].n[ti] ? S[0].n[ti] : 1));
+            fprintf(f, ", \"ppl_%s\": %.6f, \"ppl_delta_frac_%s\": %.6f, \"kl_mean_%s\": %.6g, \"n_%s\": %ld",
+                    lb, ppl, lb, ppl / ppl0 - 1, lb, s ? S[s].kl[ti] / (S[s].n[ti] ? S[s].n[ti] : 1) : 0.0, lb,
+                    S[s].n[ti]);
+        }
+        for (int di = 0; di < nd; di++)
+            fprintf(f, ", \"decode_tok_s_%d\": %.4f, \"decode_ratio_%d\": %.4f", dc[di], 1.0 / S[s].dec_s[di],
+                    dc[di], S[0].dec_s[di] / S[s].dec_s[di]);
+        fprintf(f, "}");
+    }
+    fprintf(f, "}}\n");
+    fflush(f);
 }
 
 int main(int argc, char **argv)
@@ -69,13 +162,14 @@ int main(int argc, char **argv)
     const char *backend = "cpu";
     const char *labels[MAXT], *files[MAXT];
     int rotate = -1;
-    int nt = 0, threads = 2, tokens = 4096, window = 2048, chunk = 256, steps = 8, reps = 3;
+    int score_threads = 0, nt = 0, threads = 2, tokens = 4096, window = 2048, chunk = 256, steps = 8, reps = 3;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-t") && v) threads = atoi(v), i++;
         else if (!strcmp(a, "--schemes") && v) schemes = v, i++;
         else if (!strcmp(a, "--backend") && v) backend = v, i++;
         else if (!strcmp(a, "--rotate") && v) rotate = !strcmp(v, "on"), i++;
+        else if (!strcmp(a, "--score-threads") && v) score_threads = atoi(v), i++;
         else if (!strcmp(a, "--tokens") && v) tokens = atoi(v), i++;
         else if (!strcmp(a, "--window") && v) window = atoi(v), i++;
         else if (!strcmp(a, "--chunk") && v) chunk = atoi(v), i++;
@@ -105,6 +199,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "kvq_bench: %s\n", e.msg);
         return 1;
     }
+    if (score_threads <= 0)
+        score_threads = threads;
+    struct run_info R = {model, backend, threads, tokens, window, nt, labels};
     int V = m->hp.n_vocab, kvd = m->hp.n_kv_head * m->hp.head_dim;
     /* schemes: [0] = f16 reference */
     static struct scheme S[MAXS];
@@ -133,7 +230,8 @@ int main(int argc, char **argv)
 
     /* ---- quality ---- */
     float *lr = malloc((size_t)chunk * V * sizeof(float)), *lq = malloc((size_t)chunk * V * sizeof(float));
-    float *pr = malloc((size_t)V * sizeof(float)), *pq = malloc((size_t)V * sizeof(float));
+    double *rnll = calloc((size_t)chunk, sizeof(double)), *rkl = calloc((size_t)chunk, sizeof(double)),
+           *ra = calloc((size_t)chunk, sizeof(double));
     double t_q0 = now_s();
     for (int ti = 0; ti < nt; ti++) {
         size_t len = 0;
@@ -169,27 +267,18 @@ int main(int argc, char **argv)
                         fprintf(stderr, "kvq_bench: %s\n", e.msg);
                         return 1;
                     }
+                    struct score_job jb = {.x = L, .p0 = s ? lr : NULL, .tgt = ids + w0 + c0 + 1,
+                                           .nll = rnll, .kl = rkl, .a = ra, .V = V};
+                    score_chunk(jb, cl, score_threads);
                     for (int r = 0; r < cl; r++) {
-                        int tgt = ids[w0 + c0 + r + 1];
-                        if (!s) {
-                            log_softmax(lr + (size_t)r * V, V, pr);
-                            S[0].nll[ti] -= pr[tgt];
-                            S[0].n[ti]++;
-                            memcpy(lr + (size_t)r * V, pr, (size_t)V * sizeof(float));
-                            continue;
-                        }
-                        log_softmax(lq + (size_t)r * V, V, pq);
-                        const float *ref = lr + (size_t)r * V;
-                        double kl = 0;
-                        for (int i = 0; i < V; i++)
-                            kl += exp((double)ref[i]) * ((double)ref[i] - pq[i]);
-                        S[s].nll[ti] -= pq[tgt];
-                        S[s].kl[ti] += kl;
+                        S[s].nll[ti] += rnll[r];
+                        S[s].kl[ti] += s ? rkl[r] : 0.0;
                         S[s].n[ti]++;
                     }
                 }
             }
-            fprintf(stderr, "  window at %d: %d positions (%.0f s so far)\n", w0, wl, now_s() - t_q0);
+            fprintf(stderr, "  window at %d: %d positions (%.0f s so far)\npartial: ", w0, wl, now_s() - t_q0);
+            report(stderr, &R, S, ns, NULL, 0); /* the results so far, should the run be cut off */
         }
         for (int s = 0; s < ns; s++)
             gen_free(g[s]);
@@ -273,26 +362,7 @@ int main(int argc, char **argv)
     }
 
     /* ---- report ---- */
-    printf("{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": %d, \"tokens_per_text\": %d, \"window\": %d, \"texts\": [", model, backend, threads, tokens, window);
-    for (int ti = 0; ti < nt; ti++)
-        printf("%s\"%s\"", ti ? ", " : "", labels[ti]);
-    printf("], \"schemes\": {");
-    for (int s = 0; s < ns; s++) {
-        printf("%s\"%s\": {\"bytes_per_token\": %zu, \"compression\": %.4f", s ? ", " : "", S[s].name,
-               S[s].bpt, (double)S[0].bpt / S[s].bpt);
-        for (int ti = 0; ti < nt; ti++) {
-            double ppl = exp(S[s].nll[ti] / (S[s].n[ti] ? S[s].n[ti] : 1));
-            double ppl0 = exp(S[0].nll[ti] / (S[0].n[ti] ? S[0].n[ti] : 1));
-            printf(", \"ppl_%s\": %.6f, \"ppl_delta_frac_%s\": %.6f, \"kl_mean_%s\": %.6g, \"n_%s\": %ld",
-                   labels[ti], ppl, labels[ti], ppl / ppl0 - 1, labels[ti],
-                   s ? S[s].kl[ti] / (S[s].n[ti] ? S[s].n[ti] : 1) : 0.0, labels[ti], S[s].n[ti]);
-        }
-        for (int di = 0; di < nd; di++)
-            printf(", \"decode_tok_s_%d\": %.4f, \"decode_ratio_%d\": %.4f", dc[di], 1.0 / S[s].dec_s[di],
-                   dc[di], S[0].dec_s[di] / S[s].dec_s[di]);
-        printf("}");
-    }
-    printf("}}\n");
+    report(stdout, &R, S, ns, dc, nd);
     tok_free(tk);
     model_free(m);
     be_free(be);

@@ -11,14 +11,18 @@ perplexity change vs f16 KV over all scored tokens of both texts (prose and code
 the mean KL(p_f16 || p_scheme) over the same positions; decode_ratio_N = decode tok/s at
 context N over f16's, measured side by side (best of the repetitions).
 
-Texts (Debian ships them; read in place, not copied into the repository):
-  prose: /usr/share/common-licenses/GPL-3 (package base-files; the GNU GPL v3 text, which
-         may be copied verbatim),
-  code:  /usr/lib/python3.11/argparse.py (package libpython3.11-stdlib; Python Software
-         Foundation License 2).
+Texts (copied from Debian packages into bench/kv_quant/texts/, sources and licenses in its
+README.md): prose = the Vim user manual, chapters 1-5 (OPL); code = CPython 3.11's
+argparse.py (PSF License 2). The first --tokens (16384) + 1 tokens of each are scored, in
+windows of --window tokens (each window starts a fresh context).
 
 usage: bench/kv_quant/run.py [--bin build/cinfer_kvq_bench] [--model M] [--tokens N]
-                              [--window W] [--raw OUT.json] [--from-raw IN.json]
+                              [--window W] [--schemes 8,4,turbo:k8v4,turbo]
+                              [--decode-ctx 4096,16384 | ''] [--raw OUT.json]
+                              [--from-raw IN.json | --from-log STDERR.log] [--merge]
+--from-log converts the last "partial:" line of a (possibly cut-off) run's stderr.
+--merge keeps the fields of --out that this run did not measure (e.g. the decode ratios
+of an earlier run, the gpu half), replacing only what it measured.
 """
 import argparse
 import json
@@ -37,6 +41,7 @@ def rnd(x):
 
 
 def convert(raw, load_start, load_end, commit):
+    """The issue's layout from a raw kvq_bench object (quality and/or decode fields)."""
     s0 = raw["schemes"]["f16"]
     texts = raw["texts"]
     out = {}
@@ -44,21 +49,21 @@ def convert(raw, load_start, load_end, commit):
         s = raw["schemes"].get(name)
         if not s:
             continue
-        nll0 = sum(math.log(s0["ppl_" + t]) * s0["n_" + t] for t in texts)
-        nll = sum(math.log(s["ppl_" + t]) * s["n_" + t] for t in texts)
+        row = {"bytes_per_token": s["bytes_per_token"],
+               "compression": round(s["compression"], 4)}
         n = sum(s["n_" + t] for t in texts)
-        kl = sum(s["kl_mean_" + t] * s["n_" + t] for t in texts) / n
-        row = {
-            "bytes_per_token": s["bytes_per_token"],
-            "compression": round(s["compression"], 4),
-            "ppl_delta_frac": round(math.exp(nll / n) / math.exp(nll0 / n) - 1, 6),
-            "kl_mean": round(kl, 6),
-            "decode_ratio_16k": rnd(s.get("decode_ratio_16384")),
-            "decode_ratio_4k": rnd(s.get("decode_ratio_4096")),
-        }
-        for t in texts:
-            row["ppl_delta_frac_" + t] = round(s["ppl_delta_frac_" + t], 6)
-            row["kl_mean_" + t] = round(s["kl_mean_" + t], 6)
+        if n:
+            nll0 = sum(math.log(s0["ppl_" + t]) * s0["n_" + t] for t in texts)
+            nll = sum(math.log(s["ppl_" + t]) * s["n_" + t] for t in texts)
+            row["ppl_delta_frac"] = round(math.exp(nll / n) / math.exp(nll0 / n) - 1, 6)
+            row["kl_mean"] = round(sum(s["kl_mean_" + t] * s["n_" + t] for t in texts) / n, 6)
+            for t in texts:
+                row["ppl_delta_frac_" + t] = round(s["ppl_delta_frac_" + t], 6)
+                row["kl_mean_" + t] = round(s["kl_mean_" + t], 6)
+        for ctx, name in ((16384, "decode_ratio_16k"), (4096, "decode_ratio_4k"),
+                          (32768, "decode_ratio_32k")):
+            if "decode_ratio_%d" % ctx in s:
+                row[name] = rnd(s["decode_ratio_%d" % ctx])
         out[key] = row
     meta = {"model": os.path.basename(raw["model"]), "threads": raw["threads"],
             "tokens_scored_per_text": {t: s0["n_" + t] for t in texts},
@@ -66,9 +71,25 @@ def convert(raw, load_start, load_end, commit):
             "f16_decode_tok_s": {k[len("decode_tok_s_"):]: v for k, v in s0.items()
                                  if k.startswith("decode_tok_s_")},
             "load_start": load_start, "load_end": load_end, "commit": commit}
-    return {"cpu": {"schemes": out, "meta": meta},
-            "gpu": {"schemes": {}, "meta": {"note": "not measured: the CUDA backend has no "
-                                            "quantized-KV attention yet (docs/kv-quant.md)"}}}
+    return {"cpu": {"schemes": out, "meta": meta}}
+
+
+def merge(old, new):
+    """new's measured fields over old's (per scheme row; meta under a run-specific key)."""
+    res = dict(old)
+    cpu = dict(old.get("cpu", {}))
+    rows = {k: dict(v) for k, v in cpu.get("schemes", {}).items()}
+    for k, v in new["cpu"]["schemes"].items():
+        rows.setdefault(k, {}).update(v)
+    cpu["schemes"] = rows
+    meta = dict(cpu.get("meta", {}))
+    m = new["cpu"]["meta"]
+    run = "quality_run" if any("ppl_delta_frac" in v for v in new["cpu"]["schemes"].values()) \
+        else "decode_run"
+    meta[run] = m
+    cpu["meta"] = meta
+    res["cpu"] = cpu
+    return res
 
 
 def main():
@@ -77,6 +98,11 @@ def main():
     ap.add_argument("--model", default=os.path.join(ROOT, "models",
                                                     "qwen2.5-coder-1.5b-instruct-Q4_K_M.gguf"))
     ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--schemes", default="8,4,turbo:k8v4,turbo")
+    ap.add_argument("--decode-ctx", default="4096,16384")
+    ap.add_argument("--chunk", type=int, default=256)
+    ap.add_argument("--from-log")
+    ap.add_argument("--merge", action="store_true")
     ap.add_argument("--window", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--raw")
@@ -88,14 +114,21 @@ def main():
     a = ap.parse_args()
     if a.from_raw:
         raw = json.load(open(a.from_raw))
+    elif a.from_log:
+        lines = [l for l in open(a.from_log) if l.startswith("partial: ")]
+        if not lines:
+            sys.exit("run.py: no 'partial:' line in " + a.from_log)
+        raw = json.loads(lines[-1][len("partial: "):])
     else:
         up = lambda: open("/proc/loadavg").read().split()[:3]
         a.load_start = " ".join(up())
-        p = subprocess.run([a.bin, a.model, "-t", str(a.threads),
-                            "--text", "prose=/usr/share/common-licenses/GPL-3",
-                            "--text", "code=/usr/lib/python3.11/argparse.py",
+        texts = os.path.join(HERE, "texts")
+        p = subprocess.run([a.bin, a.model, "-t", str(a.threads), "--schemes", a.schemes,
+                            "--text", "prose=" + os.path.join(texts, "prose_vim_usr_01-05.txt"),
+                            "--text", "code=" + os.path.join(texts, "code_argparse.py"),
                             "--tokens", str(a.tokens), "--window", str(a.window),
-                            "--decode-ctx", "4096,16384"], capture_output=True, text=True)
+                            "--chunk", str(a.chunk), "--decode-ctx", a.decode_ctx],
+                           capture_output=True, text=True)
         if p.returncode:
             sys.exit(p.stderr)
         raw = json.loads(p.stdout)
@@ -105,6 +138,8 @@ def main():
         if a.raw:
             json.dump(raw, open(a.raw, "w"), indent=1)
     res = convert(raw, a.load_start, a.load_end, a.commit)
+    if a.merge and os.path.exists(a.out):
+        res = merge(json.load(open(a.out)), res)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=2)

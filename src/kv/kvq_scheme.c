@@ -109,6 +109,39 @@ static int value_scheme(const char *v, int rotate, struct kvq_scheme *out, struc
     return 0;
 }
 
+/* "k<fmt>v<fmt>" with format names (kvq_fmt_name: f16, a2, a4, a5, a8, lm2 ... lm8), e.g.
+ * "ka8va4": 1 and the formats, else 0. */
+static int explicit_fmts(const char *v, int *kf, int *vf)
+{
+    if (v[0] != 'k')
+        return 0;
+    const char *vv = strchr(v + 1, 'v');
+    for (int a = KVF_F16; vv && a < KVF_N; a++) {
+        size_t la = strlen(kvq_fmt_name(a));
+        if ((size_t)(vv - v - 1) != la || strncmp(v + 1, kvq_fmt_name(a), la))
+            continue;
+        for (int b = KVF_F16; b < KVF_N; b++)
+            if (!strcmp(vv + 1, kvq_fmt_name(b)))
+                return *kf = a, *vf = b, 1;
+    }
+    return 0;
+}
+
+/* A kv_config.json value (value_scheme's, or explicit formats) to the layer's dtype. */
+static int layer_code(const char *v, int rotate, int hd, int base, int *code, struct cerr *e)
+{
+    int kf, vf;
+    if (explicit_fmts(v, &kf, &vf)) {
+        struct cerr e2 = {0};
+        if (kvq_code(kf, vf, rotate != 0, rotate != 0, hd, code, &e2))
+            return cerr_set(e, CERR_INVALID, "%s", e2.msg);
+        return 0;
+    }
+    struct kvq_scheme ls;
+    int rc = value_scheme(v, rotate, &ls, e);
+    return rc ? rc : uniform_code(&ls, hd, base, code, e);
+}
+
 /* kv_config.json: {"default": SCHEME, "rotate": bool, "layers": {"<i>": SCHEME, ...}} with
  * negative indices counted from the last layer. */
 static int read_config(const struct kvq_scheme *s, const struct model_hparams *hp,
@@ -164,8 +197,7 @@ static int read_config(const struct kvq_scheme *s, const struct model_hparams *h
         rotate = json_is_true(jr);
     struct cerr e2 = {0};
     for (int l = 0; l < hp->n_layer && !rc; l++)
-        if ((rc = value_scheme(def, rotate, &ls, &e2)) ||
-            (rc = uniform_code(&ls, hp->head_dim, base, &ldt[l], &e2)))
+        if ((rc = layer_code(def, rotate, hp->head_dim, base, &ldt[l], &e2)))
             cerr_set(e, CERR_INVALID, "%s: \"default\": %s", path, e2.msg);
     const char *k;
     json_t *v;
@@ -182,8 +214,7 @@ static int read_config(const struct kvq_scheme *s, const struct model_hparams *h
             break;
         }
         int l = (int)(i < 0 ? hp->n_layer + i : i);
-        if ((rc = value_scheme(json_string_value(v), rotate, &ls, &e2)) ||
-            (rc = uniform_code(&ls, hp->head_dim, base, &ldt[l], &e2)))
+        if ((rc = layer_code(json_string_value(v), rotate, hp->head_dim, base, &ldt[l], &e2)))
             cerr_set(e, CERR_INVALID, "%s: layer \"%s\": %s", path, k, e2.msg);
     }
     json_decref(root);

@@ -264,11 +264,17 @@ static void test_config(void)
     snprintf(path, sizeof path, "%s/kv_config.json", dir);
     FILE *f = fopen(path, "w");
     CHECK(f != NULL);
-    fputs("{\"default\": \"k8v3\", \"layers\": {\"0\": \"f16\", \"-1\": \"off\"}}\n", f);
+    fputs("{\"default\": \"k8v3\", \"layers\": {\"0\": \"f16\", \"-1\": \"off\", \"1\": \"ka8va4\", "
+          "\"2\": \"kf16vlm3\"}}\n",
+          f);
     fclose(f);
     snprintf(arg, sizeof arg, "config:%s", path);
     CHECK(set_scheme(arg) == 0);
     CHECK(!kvq_is(g_ldt[0]) && kvq_is(g_ldt[1]) && !kvq_is(g_ldt[g_m->hp.n_layer - 1]));
+    /* explicit formats per side: "k<fmt>v<fmt>" */
+    CHECK(kvq_fmt_of(g_ldt[1], 0) == KVF_A8 && kvq_fmt_of(g_ldt[1], 1) == KVF_A4);
+    CHECK(kvq_fmt_of(g_ldt[2], 0) == KVF_F16 && kvq_fmt_of(g_ldt[2], 1) == KVF_L3);
+    CHECK(kvq_fmt_of(g_ldt[3], 0) == KVF_A8 && kvq_fmt_of(g_ldt[3], 1) == KVF_L3);
     check_scheme("config");
     /* a bad file is refused naming it */
     f = fopen(path, "w");
@@ -280,6 +286,12 @@ static void test_config(void)
     CHECK(kvq_scheme_parse(arg, &s, &e) == 0);
     CHECK(kvq_scheme_layers(&s, &g_m->hp, g_m->path, DT_F16, g_ldt, &g_code, &info, &e) != 0);
     CHECK(strstr(e.msg, "kv_config.json") && strstr(e.msg, "99"));
+    f = fopen(path, "w"); /* an unknown format name */
+    fputs("{\"layers\": {\"1\": \"ka9va4\"}}", f);
+    fclose(f);
+    CHECK(kvq_scheme_parse(arg, &s, &e) == 0);
+    CHECK(kvq_scheme_layers(&s, &g_m->hp, g_m->path, DT_F16, g_ldt, &g_code, &info, &e) != 0);
+    CHECK(strstr(e.msg, "kv_config.json") && strstr(e.msg, "ka9va4"));
     unlink(path);
     rmdir(dir);
 }

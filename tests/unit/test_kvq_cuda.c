@@ -6,8 +6,9 @@
  *   few tokens of one sequence in a step, and a prefill step of more than 64 tokens (the
  *   tiled mode), GQA 2:1 and 6:1, head_dim 64 / 128 / 256 and 80 (groups of 16, no
  *   rotation), a sliding window, a softcap.
- * On CUDA every case runs twice: with the default kernels, then with CINFER_KVQ_DEC=1 (the
- * decode-step kernel for steps of up to 64 tokens).
+ * On CUDA every case runs twice: with the general kernel (CINFER_KVQ_DEC=0), then with
+ * CINFER_KVQ_DEC=1 (the decode-step kernel for steps of up to 64 tokens), whichever is the
+ * default; a CINFER_KVQ_DEC set by the caller runs that kernel only.
  * Skipped (status 77) where the CUDA backend cannot open (no GPU, or a build without it):
  * the device run is bench/kv_quant/device_kvq.sh. CINFER_TEST_BACKEND names another backend
  * to compare with the CPU. */
@@ -238,6 +239,11 @@ int main(void)
     struct be_config bc = {.n_threads = 2};
     const char *bn = getenv("CINFER_TEST_BACKEND");
     bn = bn && *bn ? bn : "cuda";
+    /* on CUDA, both attention kernels: the general one first, then the decode-step one
+     * (whichever is the default), unless CINFER_KVQ_DEC names one */
+    int both = !strcmp(bn, "cuda") && !getenv("CINFER_KVQ_DEC");
+    if (both)
+        setenv("CINFER_KVQ_DEC", "0", 1);
     g_dev = be_new(bn, &bc, &e);
     if (!g_dev) {
         char why[800];
@@ -251,7 +257,7 @@ int main(void)
     }
     RUN(test_formats_hd128);
     RUN(test_other_geometries);
-    if (!strcmp(bn, "cuda") && !getenv("CINFER_KVQ_DEC")) {
+    if (both) {
         /* again with the decode-step kernel (cuda_kvq.cu's k_kvq_dec, read at backend
          * creation): steps of up to 64 tokens take it, longer ones the general kernel */
         be_free(g_dev);

@@ -491,9 +491,12 @@ __global__ void k_kvq_merge(float *out, const float *part, int hd, int n_split, 
  * the batch or the context capacity; the splits are merged by k_kvq_merge. */
 enum { KD_WARPS = 4, KD_ROUND = 64, KD_TARGET = 32, KD_MAX_TOK = 64 };
 
-/* CINFER_KVQ_DEC (read at cu_kvq_init): 1 = this path for decode steps. Off by default: it
- * passed test_kvq_cuda on an H100 (session 3), but its speed against the general kernel is
- * not measured yet (bench/kv_quant/device_kvq.sh). */
+/* CINFER_KVQ_DEC (read at cu_kvq_init): 1 = this path for decode steps, 0 = the general
+ * kernel; unset = KVQ_DEC_DEFAULT. Off by default: it passed test_kvq_cuda on an H100
+ * (session 3), but its speed against the general kernel is not measured yet
+ * (bench/kv_quant/device_kvq.sh measures both, setting the variable either way). Making it
+ * the default is this one line. */
+#define KVQ_DEC_DEFAULT 0
 static int g_kd_on;
 
 template <int HGT>
@@ -685,7 +688,7 @@ cudaError_t cu_kvq_init(struct cu_be *cb)
     cudaError_t rc = cudaFuncSetAttribute(k_kvq_attn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           (int)need);
     const char *kd = getenv("CINFER_KVQ_DEC");
-    g_kd_on = kd && atoi(kd) > 0;
+    g_kd_on = kd && *kd ? atoi(kd) > 0 : KVQ_DEC_DEFAULT;
     for (int i = 0; rc == cudaSuccess && i < 3; i++) { /* the team merge area can pass 48 KB */
         static void (*const fk[3])(float *, float *, const float *, struct kq_args, int, int, int) = {
             k_kvq_dec<1>, k_kvq_dec<4>, k_kvq_dec<8>};
