@@ -75,9 +75,16 @@ int main(int argc, char **argv)
     d3.n_proj = 1; /* room again: a different norm must still be refused */
     if (cu_lk_merge(&d3, y[1].data(), x.data(), norm ? NULL : nw.data(), eps, K, M[1], G[1], NG) == 0) { printf("merge across norms accepted\n"); return 1; }
     if (memcmp(&d2, &d, sizeof d)) { printf("refused merge changed d\n"); return 1; }
-    be be0; cu_lk_run(&be0, &d);
+    struct cu_be cb0; memset(&cb0, 0, sizeof cb0);
+    struct be &be0 = cb0.base;
+    const int fused = cu_lora_mode() == CU_LK_FUSED;
+    cu_lk_run(&be0, &d);
     printf("launches %d\n", emu_launches);
-    double maxrel = 0; int bad = 0;
+    int bad = 0;
+    if (fused && emu_launches != 1) { printf("fused: %d launches, want 1\n", emu_launches); bad++; }
+    auto counters_zero = [&]() { for (int i = 0; i < 64; i++) if (((unsigned *)emu_scratch)[i]) { printf("counter %d = %u after a call\n", i, ((unsigned *)emu_scratch)[i]); return false; } return true; };
+    if (fused && !counters_zero()) bad++;
+    double maxrel = 0;
     for (int p = 0; p < NP; p++) {
         std::vector<char> touched(NROW, 0);
         for (int g = 0; g < NG; g++) for (int r : rows[g]) {
@@ -100,6 +107,7 @@ int main(int argc, char **argv)
     cu_lk e; memset(&e, 0, sizeof e);
     cu_lk_first(&e, ya.data(), x.data(), norm, eps, K, M[1], &G[1][0], 1);
     cu_lk_run(&be0, &e);
+    if (fused && !counters_zero()) bad++;
     for (int r : rows[0]) if (memcmp(&ya[(size_t)r * M[1]], &y[1][(size_t)r * M[1]], (size_t)M[1] * 4)) { printf("row %d of group 0 alone differs\n", r); bad++; }
     printf("max rel %.3g, bad %d\n", maxrel, bad);
     return bad != 0;

@@ -394,10 +394,12 @@ static void r_lk(struct be *b, const void *p)
 /* The deltas of one projection (x normed on the fly when norm is set); appended to the
  * previous recorded call when that is a lora call reading the same x with the same groups
  * (q, k, v; gate, up: cuda_lora.cuh). */
+static int lk_pre(const struct cu_graphs *gr, const float *x);
 static void lk_record(struct be *b, float *y, const float *x, const float *norm, float eps,
                       int K, int M, const struct be_lora_grp *g, int n_grp)
 {
     struct cu_graphs *gr = cu_be(b)->graphs;
+    const int pre = lk_pre(gr, x);
     if (gr && gr->n > 0 && gr->calls[gr->n - 1].run == r_lk &&
         cu_lk_merge((struct cu_lk *)gr->calls[gr->n - 1].args, y, x, norm, eps, K, M, g,
                     n_grp) == 0) {
@@ -407,7 +409,8 @@ static void lk_record(struct be *b, float *y, const float *x, const float *norm,
     for (int i = 0; i < n_grp;) {
         int took = 0;
         DEFER(r_lk, struct cu_lk,
-              took = cu_lk_first(&a_, y, x, norm, eps, K, M, g + i, n_grp - i));
+              took = cu_lk_first(&a_, y, x, norm, eps, K, M, g + i, n_grp - i);
+              a_.pre = i == 0 ? pre : 0); /* (after a lora call: no) */
         i += took;
     }
 }
@@ -442,6 +445,23 @@ static void r_mmf(struct be *b, const void *p)
         m.rope = &a->r;
     cu_matmul_fused(b, &m);
 }
+/* 1 when a lora call recorded next may read x before its PDL wait (cuda_lora_fu.cu): the
+ * previous recorded call is a projection without rope (its last kernel waits for the ones
+ * before it before it lets the next launch, or never lets it launch early) that does not
+ * write x. */
+static int lk_pre(const struct cu_graphs *gr, const float *x)
+{
+    if (!gr || gr->n == 0)
+        return 0;
+    const struct cu_call *c = &gr->calls[gr->n - 1];
+    if (c->run == r_mm)
+        return ((const struct a_mm *)c->args)->y != x;
+    if (c->run != r_mmf)
+        return 0;
+    const struct a_mmf *a = (const struct a_mmf *)c->args;
+    return !a->m.rope && a->m.y[0] != x && a->m.y[1] != x && a->m.y[2] != x;
+}
+
 void cq_matmul_fused(struct be *b, const struct be_mm *m)
 {
     if (m->n > CU_GRAPH_MAX_N && cu_be(b)->graphs)

@@ -16,6 +16,8 @@ enum {
     CU_LK_PROJ = 3, /* projections of one call (q, k, v) */
     CU_LK_GRP = 8,  /* groups of one call */
     CU_LK_T = 22,   /* terms of one call over all its projections and groups */
+    CU_LK_HDR = 256, /* bytes of counters at the front of scratch CU_SCRATCH_LORA (the fused
+                      * kernel's; zero between launches); the partials follow */
 };
 
 struct cu_lk_term {
@@ -42,7 +44,8 @@ struct cu_lk {
     float *y[CU_LK_PROJ];
     int K;
     int M[CU_LK_PROJ];
-    int n_proj, n_grp, n_t, pad_;
+    int n_proj, n_grp, n_t;
+    int pre; /* the recorder's: x may be read before the PDL wait (cuda_lora_fu.cu) */
     struct cu_lk_grp g[CU_LK_GRP];
     struct cu_lk_term t[CU_LK_T];
 };
@@ -59,6 +62,14 @@ int cu_lk_merge(struct cu_lk *d, float *y, const float *x, const float *norm, fl
 /* Launches d (shrink + expand; more pairs when its rows' partial sums would not fit the
  * scratch budget). */
 void cu_lk_run(struct be *b, const struct cu_lk *d);
+/* The fused one-launch form of cu_lk_run (cuda_lora_fu.cu): 0 when launched (or an error
+ * latched), -1 when d does not fit it (the caller runs the two-launch path). */
+int cu_lkf_run(struct be *b, const struct cu_lk *d);
+/* The kernel path of the op lora, from CINFER_CUDA_LORA (read once): CU_LK_SG (default: two
+ * launches a call, cuda_lora_sg.cu), CU_LK_V1 ("v1": the one-kernel-per-projection path,
+ * cuda_lora.cu), CU_LK_FUSED ("fused": one launch a call, cuda_lora_fu.cu). */
+enum { CU_LK_SG = 0, CU_LK_V1 = 1, CU_LK_FUSED = 2 };
+int cu_lora_mode(void);
 /* 1 when CINFER_CUDA_LORA=v1 asks for the previous one-kernel path (cu_lora), for
  * side-by-side measurements. Read once. */
 int cu_lora_v1(void);

@@ -1,0 +1,332 @@
+/* cuda_lora_fu.cu — the op lora on the GPU as ONE launch per recorded call
+ * (CINFER_CUDA_LORA=fused): shrink t = x a^T and expand y += (t * scale) b^T for every row,
+ * group and projection of a struct cu_lk (cuda_lora.cuh).
+ *
+ * Why: the two-launch path (cuda_lora_sg.cu) adds ~14 µs a launch at batch 1 and 8 on the
+ * H100 (two dependent kernels, each waiting for the previous one to finish). Here one grid
+ * of LF_T-thread blocks takes both roles, assigned by a ticket (an atomic counter, in the
+ * order the blocks really start, so a block that waits never waits for one not yet
+ * running): the first S tickets are shrink blocks (one per row, tile of LF_TJ ranks, chunk
+ * of LF_KC columns of K, as the two-launch shrink), the rest expand blocks (LF_T outputs
+ * of one projection x up to LF_RC rows of one group). An expand block loads its B values
+ * first, waits until the S shrink blocks have published their partials (a second
+ * counter), sums them in chunk order into t (shared memory), and only then waits for the
+ * previous kernel (PDL: the base projection that wrote y) and adds its delta to y with
+ * one atomic add per element (a single addend: the same value as a load, add and store).
+ * The last block to finish sets the counters back to zero.
+ *
+ * pre (struct cu_lk, set by the recorder): x may be read before the PDL wait. The recorder
+ * sets it only when the previous recorded call is a projection (its kernel waits for the
+ * kernels before it before it lets this one launch, or never lets it launch early) that
+ * does not write x; then the whole shrink and the expand's loads overlap the base
+ * projection, and what is left after it is one atomic add per output. Otherwise every
+ * block waits first.
+ *
+ * With a norm (op lora_norm) the shrink sums each chunk's x * norm * a and x^2; the expand
+ * turns the chunks' x^2 into 1/rms (chunk order) and scales t by it. A row's arithmetic
+ * depends only on its row, its group's terms and K: batch invariant.
+ * Scratch CU_SCRATCH_LORA: CU_LK_HDR bytes of counters (zero between launches), then the
+ * partials (and the x^2 partials). cu_lkf_run returns -1 when a call does not fit (ranks of
+ * one projection > LF_RS, partials over the budget, a new buffer while a graph is being
+ * captured): the caller runs the two-launch path.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_lora.cuh"
+
+enum {
+    LF_KC = 512, /* columns of K per shrink block */
+    LF_TJ = 16,  /* ranks per shrink block */
+    LF_T = 256,  /* threads of every block */
+    LF_RC = 8,   /* rows per expand block */
+    LF_BP = 32,  /* B values an expand thread loads before the wait (ranks of a projection) */
+    LF_RS = 128, /* most ranks of one projection of one group (stacked terms summed) */
+    LF_PART_MAX = 64 << 20,
+};
+
+/* element i of a (dtype dt: f32, f16, bf16) as float (exact) */
+static __device__ __forceinline__ float lf_ld(const void *a, int dt, int64_t i)
+{
+    if (dt == DT_F16)
+        return cu_f16(((const uint16_t *)a)[i]);
+    if (dt == DT_BF16)
+        return cu_bf16(((const uint16_t *)a)[i]);
+    return ((const float *)a)[i];
+}
+
+/* Shrink block s: row i, ranks [j0, j0 + LF_TJ) of its group, columns of chunk z. */
+static __device__ __forceinline__ void lf_shrink(const struct cu_lk &d, int s, float *part,
+                                                 float *pss, int R, int Tmax, int ntile, int ksplit)
+{
+    __shared__ const char *s_a[LF_TJ];
+    __shared__ int s_dt[LF_TJ];
+    __shared__ float s_red[LF_T / 32][LF_TJ + 1];
+    const int z = s % ksplit, jt = (s / ksplit) % ntile, i = s / (ksplit * ntile);
+    int gi = 0, base = 0;
+    while (gi + 1 < d.n_grp && i >= base + d.g[gi].n_rows)
+        base += d.g[gi].n_rows, gi++;
+    const struct cu_lk_grp &g = d.g[gi];
+    const int j0 = jt * LF_TJ;
+    if (j0 >= g.T) /* (block-uniform) */
+        return;
+    const int nv = g.T - j0 < LF_TJ ? g.T - j0 : LF_TJ;
+    const int tid = threadIdx.x;
+    if (tid < LF_TJ) {
+        const char *ap = NULL;
+        int dt = DT_F32;
+        const int jj = j0 + tid;
+        for (int p = 0; tid < nv && p < d.n_proj; p++)
+            for (int k = g.t0[p]; k < g.t0[p] + g.nt[p]; k++) {
+                const struct cu_lk_term &t = d.t[k];
+                if (jj >= t.roff && jj < t.roff + t.rank) {
+                    const size_t es = t.dtype == DT_F32 ? 4 : 2;
+                    ap = (const char *)t.a + (size_t)(jj - t.roff) * (size_t)d.K * es;
+                    dt = t.dtype;
+                }
+            }
+        s_a[tid] = ap;
+        s_dt[tid] = dt;
+    }
+    __syncthreads();
+    const float *x = d.x + (int64_t)g.rows[i - base] * d.K;
+    const int k0 = z * LF_KC, k1 = d.K < k0 + LF_KC ? d.K : k0 + LF_KC;
+    const int e0 = k0 + tid, e1 = k0 + tid + LF_T;
+    const int h0 = e0 < k1, h1 = e1 < k1;
+    /* every load first: x (from L2: another kernel wrote it), norm, the ranks' a */
+    float x0 = h0 ? __ldcg(x + e0) : 0.0f, x1 = h1 ? __ldcg(x + e1) : 0.0f;
+    float g0 = 1.0f, g1 = 1.0f;
+    if (d.norm) {
+        g0 = h0 ? d.norm[e0] : 0.0f;
+        g1 = h1 ? d.norm[e1] : 0.0f;
+    }
+    float a0[LF_TJ], a1[LF_TJ];
+#pragma unroll
+    for (int j = 0; j < LF_TJ; j++) {
+        a0[j] = j < nv && h0 ? lf_ld(s_a[j], s_dt[j], e0) : 0.0f;
+        a1[j] = j < nv && h1 ? lf_ld(s_a[j], s_dt[j], e1) : 0.0f;
+    }
+    float ss = __fadd_rn(__fmul_rn(x0, x0), __fmul_rn(x1, x1));
+    const float xv0 = d.norm ? __fmul_rn(x0, g0) : x0, xv1 = d.norm ? __fmul_rn(x1, g1) : x1;
+    const int lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+    for (int j = 0; j < LF_TJ; j++) {
+        const float v = cu_warp_sum(__fmaf_rn(xv1, a1[j], __fmul_rn(xv0, a0[j])));
+        if (lane == 0)
+            s_red[warp][j] = v;
+    }
+    if (d.norm) {
+        ss = cu_warp_sum(ss);
+        if (lane == 0)
+            s_red[warp][LF_TJ] = ss;
+    }
+    __syncthreads();
+    if (tid < nv || (tid == LF_TJ && d.norm && jt == 0)) {
+        const int c = tid < nv ? tid : LF_TJ;
+        float v = s_red[0][c];
+        for (int w = 1; w < LF_T / 32; w++)
+            v = __fadd_rn(v, s_red[w][c]);
+        if (tid < nv)
+            part[((int64_t)z * R + i) * Tmax + j0 + tid] = v;
+        else
+            pss[(int64_t)z * R + i] = v;
+        __threadfence(); /* published before the block counts itself done */
+    }
+}
+
+/* Expand block e: LF_T outputs of projection p x up to LF_RC rows of group gi. */
+static __device__ __forceinline__ void lf_expand(const struct cu_lk &d, int e, const float *part,
+                                                 const float *pss, unsigned *cnt, int R,
+                                                 int Tmax, int ksplit, int S, int slices)
+{
+    __shared__ const char *s_bp[LF_RS];
+    __shared__ int s_bdt[LF_RS], s_tj[LF_RS];
+    __shared__ float s_sc[LF_RS];
+    __shared__ float s_t[LF_RC][LF_RS];
+    __shared__ float s_inv[LF_RC];
+    int sl = e % slices, p = 0;
+    while (p + 1 < d.n_proj && sl >= (d.M[p] + LF_T - 1) / LF_T)
+        sl -= (d.M[p] + LF_T - 1) / LF_T, p++;
+    int c = e / slices, gi = 0, base = 0;
+    while (gi + 1 < d.n_grp && c >= (d.g[gi].n_rows + LF_RC - 1) / LF_RC)
+        c -= (d.g[gi].n_rows + LF_RC - 1) / LF_RC, base += d.g[gi].n_rows, gi++;
+    const struct cu_lk_grp &g = d.g[gi];
+    if (g.nt[p] == 0) /* (block-uniform) */
+        return;
+    const int r0 = c * LF_RC, nr = g.n_rows - r0 < LF_RC ? g.n_rows - r0 : LF_RC;
+    const int tb = g.t0[p], te = g.t0[p] + g.nt[p];
+    const int tid = threadIdx.x, M = d.M[p], m = sl * LF_T + tid;
+    if (tid == 0) { /* the block's ranks in term order: B row, dtype, t index, scale */
+        int j = 0;
+        for (int k = tb; k < te; k++)
+            for (int jj = 0; jj < d.t[k].rank; jj++, j++) {
+                const struct cu_lk_term &t = d.t[k];
+                const size_t es = t.dtype == DT_F32 ? 4 : 2;
+                s_bp[j] = (const char *)t.bt + (size_t)jj * (size_t)M * es;
+                s_bdt[j] = t.dtype;
+                s_tj[j] = t.roff + jj;
+                s_sc[j] = t.scale;
+            }
+    }
+    __syncthreads();
+    int rs = 0;
+    for (int k = tb; k < te; k++)
+        rs += d.t[k].rank;
+    float bv[LF_BP];
+#pragma unroll
+    for (int j = 0; j < LF_BP; j++)
+        bv[j] = j < rs && m < M ? lf_ld(s_bp[j], s_bdt[j], m) : 0.0f;
+    if (tid == 0) { /* the shrink blocks started before this one (tickets): no deadlock */
+        while (atomicAdd(cnt + 1, 0u) < (unsigned)S)
+            __nanosleep(32);
+        __threadfence(); /* (their partials are read after the count) */
+    }
+    __syncthreads();
+    const int row0 = base + r0;
+    if (d.norm && tid < nr) {
+        float s = __ldcg(pss + row0 + tid);
+        for (int z = 1; z < ksplit; z++)
+            s = __fadd_rn(s, __ldcg(pss + (int64_t)z * R + row0 + tid));
+        s_inv[tid] = 1.0f / sqrtf(s / (float)d.K + d.eps);
+    }
+    __syncthreads();
+    for (int idx = tid; idx < nr * rs; idx += LF_T) {
+        const int r = idx / rs, j = idx - r * rs;
+        const float *pp = part + (int64_t)(row0 + r) * Tmax + s_tj[j];
+        float s = __ldcg(pp);
+        for (int z = 1; z < ksplit; z++)
+            s = __fadd_rn(s, __ldcg(pp + (int64_t)z * R * Tmax));
+        if (d.norm)
+            s = __fmul_rn(s, s_inv[r]);
+        s_t[r][j] = __fmul_rn(s, s_sc[j]);
+    }
+    __syncthreads();
+    cu_pdl_wait(); /* the base projection has written y */
+    if (m >= M)
+        return;
+    float acc[LF_RC];
+#pragma unroll
+    for (int r = 0; r < LF_RC; r++)
+        acc[r] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < LF_BP; j++)
+        if (j < rs) {
+#pragma unroll
+            for (int r = 0; r < LF_RC; r++)
+                acc[r] = __fmaf_rn(s_t[r][j], bv[j], acc[r]);
+        }
+    for (int j = LF_BP; j < rs; j++) { /* more ranks than were loaded early */
+        const float b = lf_ld(s_bp[j], s_bdt[j], m);
+#pragma unroll
+        for (int r = 0; r < LF_RC; r++)
+            acc[r] = __fmaf_rn(s_t[r][j], b, acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < LF_RC; r++)
+        if (r < nr)
+            atomicAdd(d.y[p] + (int64_t)g.rows[r0 + r] * M + m, acc[r]);
+}
+
+__global__ void __launch_bounds__(LF_T)
+    k_lkf(const __grid_constant__ struct cu_lk d, float *part, unsigned *cnt, int R, int Tmax,
+          int ntile, int ksplit, int S, int slices)
+{
+    cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
+    if (!d.pre)
+        cu_pdl_wait();
+    __shared__ unsigned s_ticket;
+    if (threadIdx.x == 0)
+        s_ticket = atomicAdd(cnt, 1u);
+    __syncthreads();
+    const int tk = (int)s_ticket;
+    float *pss = part + (int64_t)ksplit * R * Tmax;
+    if (tk < S)
+        lf_shrink(d, tk, part, pss, R, Tmax, ntile, ksplit);
+    else
+        lf_expand(d, tk - S, part, pss, cnt, R, Tmax, ksplit, S, slices);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        if (tk < S) {
+            __threadfence();
+            atomicAdd(cnt + 1, 1u); /* this shrink block's partials are out */
+        }
+        if (atomicAdd(cnt + 2, 1u) == gridDim.x - 1) { /* the last block: all have tickets */
+            cnt[0] = 0;
+            cnt[1] = 0;
+            cnt[2] = 0;
+        }
+    }
+}
+
+/* ---- host side ---- */
+
+/* The header of the scratch buffer whose counters were zeroed, per backend (a few). */
+static struct {
+    const void *cb, *buf;
+    size_t cap; /* (a regrown buffer may come back at the same address) */
+} g_lf_zeroed[8];
+
+int cu_lkf_run(struct be *b, const struct cu_lk *d)
+{
+    struct cu_be *cb = cu_be(b);
+    int R = 0, Tmax = 0, rsmax = 0, chunks = 0, slices = 0;
+    for (int i = 0; i < d->n_grp; i++) {
+        R += d->g[i].n_rows;
+        chunks += (d->g[i].n_rows + LF_RC - 1) / LF_RC;
+        Tmax = d->g[i].T > Tmax ? d->g[i].T : Tmax;
+        for (int p = 0; p < d->n_proj; p++) {
+            int rs = 0;
+            for (int k = d->g[i].t0[p]; k < d->g[i].t0[p] + d->g[i].nt[p]; k++)
+                rs += d->t[k].rank;
+            rsmax = rs > rsmax ? rs : rsmax;
+        }
+    }
+    for (int p = 0; p < d->n_proj; p++)
+        slices += (d->M[p] + LF_T - 1) / LF_T;
+    if (R == 0 || Tmax == 0 || rsmax == 0 || d->K <= 0)
+        return 0;
+    if (rsmax > LF_RS)
+        return -1;
+    const int ksplit = (d->K + LF_KC - 1) / LF_KC, ntile = (Tmax + LF_TJ - 1) / LF_TJ;
+    const size_t pbytes = (size_t)ksplit * (size_t)R * ((size_t)Tmax + 1) * sizeof(float);
+    if (pbytes > LF_PART_MAX)
+        return -1;
+    const int64_t S = (int64_t)R * ntile * ksplit, E = (int64_t)slices * chunks;
+    if (S + E > (1 << 30))
+        return -1;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(cb->stream, &cs) != cudaSuccess)
+        cudaGetLastError(), cs = cudaStreamCaptureStatusActive;
+    const size_t cap0 = cb->scratch_cap[CU_SCRATCH_LORA];
+    if (cap0 < CU_LK_HDR + pbytes && cs != cudaStreamCaptureStatusNone)
+        return -1; /* (no allocation inside a capture) */
+    char *buf = (char *)cu_scratch(cb, CU_SCRATCH_LORA, CU_LK_HDR + pbytes);
+    if (!buf)
+        return 0; /* out of memory: latched */
+    int slot = -1;
+    for (int i = 0; i < 8 && slot < 0; i++)
+        if (g_lf_zeroed[i].cb == cb || !g_lf_zeroed[i].cb)
+            slot = i;
+    if (slot < 0)
+        return -1;
+    const size_t cap = cb->scratch_cap[CU_SCRATCH_LORA];
+    if (g_lf_zeroed[slot].cb != cb || g_lf_zeroed[slot].buf != buf ||
+        g_lf_zeroed[slot].cap != cap) {
+        if (cs != cudaStreamCaptureStatusNone)
+            return -1;
+        cb->last_kernel = 0;
+        cudaError_t rc = cudaMemsetAsync(buf, 0, CU_LK_HDR, cb->stream);
+        if (rc != cudaSuccess) {
+            cudaGetLastError();
+            cu_latch(cb, "lora counters", rc);
+            return 0;
+        }
+        g_lf_zeroed[slot].cb = cb;
+        g_lf_zeroed[slot].buf = buf;
+        g_lf_zeroed[slot].cap = cap;
+    }
+    cu_launch(cb, k_lkf, dim3((unsigned)(S + E)), dim3(LF_T), 0, *d, (float *)(buf + CU_LK_HDR),
+              (unsigned *)buf, R, Tmax, ntile, ksplit, (int)S, slices);
+    cu_after_launch(cb, "lora (fused)");
+    return 0;
+}
