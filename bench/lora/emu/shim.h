@@ -60,6 +60,7 @@ static inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetc
 static inline float atomicAdd(float *p, float v) { std::lock_guard<std::mutex> l(emu_amu); float o = *p; *p = o + v; return o; }
 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __nanosleep(unsigned) { std::this_thread::yield(); }
+static inline void __trap() { printf("trap\n"); abort(); }
 static inline float __ldcg(const float *p) { return *p; }
 typedef int cudaStreamCaptureStatus;
 typedef int cudaError_t;
