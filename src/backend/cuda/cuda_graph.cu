@@ -451,7 +451,7 @@ static void r_mmf(struct be *b, const void *p)
  * write x. */
 static int lk_pre(const struct cu_graphs *gr, const float *x)
 {
-    if (!gr || gr->n == 0)
+    if (!gr || gr->n == 0 || !cu_lkf_pre_on())
         return 0;
     const struct cu_call *c = &gr->calls[gr->n - 1];
     if (c->run == r_mm)

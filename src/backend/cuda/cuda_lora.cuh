@@ -65,6 +65,9 @@ void cu_lk_run(struct be *b, const struct cu_lk *d);
 /* The fused one-launch form of cu_lk_run (cuda_lora_fu.cu): 0 when launched (or an error
  * latched), -1 when d does not fit it (the caller runs the two-launch path). */
 int cu_lkf_run(struct be *b, const struct cu_lk *d);
+/* 0 when CINFER_CUDA_LORA_PRE=0 (measurements): the fused kernel never reads x before its
+ * PDL wait. Read once. */
+int cu_lkf_pre_on(void);
 /* The kernel path of the op lora, from CINFER_CUDA_LORA (read once): CU_LK_SG (default: two
  * launches a call, cuda_lora_sg.cu), CU_LK_V1 ("v1": the one-kernel-per-projection path,
  * cuda_lora.cu), CU_LK_FUSED ("fused": one launch a call, cuda_lora_fu.cu). */

@@ -2,8 +2,9 @@
  * (CINFER_CUDA_LORA=fused): shrink t = x a^T and expand y += (t * scale) b^T for every row,
  * group and projection of a struct cu_lk (cuda_lora.cuh).
  *
- * Why: the two-launch path (cuda_lora_sg.cu) adds ~14 µs a launch at batch 1 and 8 on the
- * H100 (two dependent kernels, each waiting for the previous one to finish). Here one grid
+ * Why: with the two-launch path (cuda_lora_sg.cu) one rank-16 adapter on all projections
+ * still costs 0.38 of l1b's decode tok/s at batch 1 and 8 on the H100 (session 4): a fixed
+ * cost per dependent launch, not bandwidth (the adapter is a few MB). Here one grid
  * of LF_T-thread blocks takes both roles, assigned by a ticket (an atomic counter, in the
  * order the blocks really start, so a block that waits never waits for one not yet
  * running): the first S tickets are shrink blocks (one per row, tile of LF_TJ ranks, chunk
@@ -262,6 +263,16 @@ __global__ void __launch_bounds__(LF_T)
 }
 
 /* ---- host side ---- */
+
+int cu_lkf_pre_on(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CINFER_CUDA_LORA_PRE");
+        v = !(e && !strcmp(e, "0"));
+    }
+    return v;
+}
 
 /* The header of the scratch buffer whose counters were zeroed, per backend (a few). */
 static struct {
