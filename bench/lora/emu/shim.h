@@ -39,6 +39,15 @@ static inline float cu_warp_sum(float v)
     }
     return v;
 }
+static inline float __shfl_xor_sync(unsigned, float v, int o)
+{
+    int t = threadIdx.x;
+    emu_xch[t] = v;
+    __syncthreads();
+    float w = emu_xch[t ^ o];
+    __syncthreads();
+    return w;
+}
 static inline float cu_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
 static inline float cu_f16(uint16_t h)
 {

@@ -109,6 +109,54 @@ int main(int argc, char **argv)
     cu_lk_run(&be0, &e);
     if (fused && !counters_zero()) bad++;
     for (int r : rows[0]) if (memcmp(&ya[(size_t)r * M[1]], &y[1][(size_t)r * M[1]], (size_t)M[1] * 4)) { printf("row %d of group 0 alone differs\n", r); bad++; }
+    /* a chained call (one projection whose delta goes into a gathering ADD's output): the
+     * rows it changes get xg = y * gnext and 16-output tile sums of squares; the other rows'
+     * stay. Fused, and the two-launch path + the fix kernel (the fused one declining a new
+     * buffer during a capture). */
+    for (int via = 0; via < 2; via++) {
+        const int MC = 320; /* 16-output tiles; not a multiple of the 256-output block */
+        std::vector<term> TC[NG];
+        for (int g = 0; g < NG; g++) for (auto &s : spec[g]) TC[g].push_back(mk(s.first, s.second, K, MC));
+        std::vector<float> yc((size_t)NROW * MC), xg((size_t)NROW * MC, 7.0f), ss((size_t)NROW * MC / 16, 7.0f), gn(MC);
+        for (auto &v : yc) v = rnd();
+        for (auto &v : gn) v = 0.5f + rnd();
+        std::vector<float> yc0 = yc;
+        be_lora_grp GC[NG];
+        for (int g = 0; g < NG; g++) { memset(&GC[g], 0, sizeof GC[g]); GC[g].rows = rows[g].data(); GC[g].n_rows = (int)rows[g].size(); GC[g].n_terms = (int)TC[g].size();
+            for (int k = 0; k < GC[g].n_terms; k++) GC[g].t[k] = be_lora_term{TC[g][k].da, TC[g][k].dbt, TC[g][k].rank, TC[g][k].dt, TC[g][k].scale}; }
+        cu_lk c; memset(&c, 0, sizeof c);
+        cu_lk_first(&c, yc.data(), x.data(), norm, eps, K, MC, GC, NG);
+        c.ss_out = ss.data(), c.xg_out = xg.data(), c.gnext = gn.data();
+        struct cu_be cb1; memset(&cb1, 0, sizeof cb1);
+        emu_capturing = via; /* 1: a fresh backend during a capture: the fused kernel declines */
+        int l0 = emu_launches;
+        cu_lk_run(&cb1.base, &c);
+        emu_capturing = 0;
+        printf("chained (%s): %d launches\n", via ? "two-launch + fix" : "fused", emu_launches - l0);
+        std::vector<char> in(NROW, 0);
+        for (int g = 0; g < NG; g++) for (int r : rows[g]) {
+            in[r] = 1;
+            for (int mm = 0; mm < MC; mm++) {
+                double acc = yc0[(size_t)r * MC + mm], mag = fabs(acc);
+                for (auto &t : TC[g]) for (int j = 0; j < t.rank; j++) {
+                    double s2 = 0; for (int k = 0; k < K; k++) s2 += xr[(size_t)r * K + k] * t.a[(size_t)j * K + k];
+                    double tv = (float)s2 * t.scale; acc += tv * t.b[(size_t)j * MC + mm]; mag += fabs(tv * t.b[(size_t)j * MC + mm]);
+                }
+                double got = yc[(size_t)r * MC + mm];
+                if (!(fabs(got - acc) / (mag + 1e-6) < 1e-5)) { if (bad++ < 5) printf("chained row %d m %d got %g want %g\n", r, mm, got, acc); }
+                if (xg[(size_t)r * MC + mm] != yc[(size_t)r * MC + mm] * gn[mm]) { if (bad++ < 5) printf("xg row %d m %d\n", r, mm); }
+            }
+            for (int tt = 0; tt < MC / 16; tt++) {
+                double want = 0; for (int i = 0; i < 16; i++) want += (double)yc[(size_t)r * MC + tt * 16 + i] * yc[(size_t)r * MC + tt * 16 + i];
+                if (!(fabs(ss[(size_t)r * (MC / 16) + tt] - want) <= 1e-5 * want)) { if (bad++ < 5) printf("ss row %d tile %d got %g want %g\n", r, tt, ss[(size_t)r * (MC / 16) + tt], want); }
+            }
+        }
+        for (int r = 0; r < NROW; r++) if (!in[r]) {
+            for (int mm = 0; mm < MC; mm++) if (xg[(size_t)r * MC + mm] != 7.0f || yc[(size_t)r * MC + mm] != yc0[(size_t)r * MC + mm]) { printf("chained: untouched row %d changed\n", r); bad++; break; }
+            for (int tt = 0; tt < MC / 16; tt++) if (ss[(size_t)r * (MC / 16) + tt] != 7.0f) { printf("chained: ss of untouched row %d\n", r); bad++; break; }
+        }
+        if (!fused) break; /* (the two-launch path has no chained calls of its own) */
+    }
     printf("max rel %.3g, bad %d\n", maxrel, bad);
     return bad != 0;
 }

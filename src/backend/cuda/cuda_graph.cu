@@ -462,6 +462,37 @@ static int lk_pre(const struct cu_graphs *gr, const float *x)
     return !a->m.rope && a->m.y[0] != x && a->m.y[1] != x && a->m.y[2] != x;
 }
 
+/* A norm chain across an adapter's delta (CINFER_CUDA_LORA=fused; cuda_lora.cuh): m is a
+ * projection that norms x with m->norm, x is the output of the residual ADD two calls back
+ * (not gathering: the forward turns the chain off on the adapter path), and the call in
+ * between is a one-projection lora call adding its delta to x. Then the ADD gathers for m
+ * after all, the lora call rewrites the chained values of the rows it changes, and m takes
+ * the chain (returns 1). */
+static int lk_chain(struct cu_be *cb, const struct be_mm *m)
+{
+    struct cu_graphs *gr = cb->graphs;
+    if (!gr || gr->n < 2 || cu_lora_mode() != CU_LK_FUSED || !cu_lkf_chain_on() ||
+        m->mode != BE_MM_PLAIN || !m->norm || m->rope || m->chain)
+        return 0;
+    struct cu_call *c1 = &gr->calls[gr->n - 1], *c2 = &gr->calls[gr->n - 2];
+    if (c1->run != r_lk || c2->run != r_mmf)
+        return 0;
+    struct cu_lk *l = (struct cu_lk *)c1->args;
+    struct a_mmf *a = (struct a_mmf *)c2->args;
+    if (a->m.mode != BE_MM_ADD || a->m.chain || a->m.norm || a->m.rope || a->m.y[0] != m->x ||
+        a->m.n != m->n || l->n_proj != 1 || l->y[0] != m->x || l->ss_out ||
+        l->M[0] != (int)m->w[0]->ne[0] || l->M[0] % 16)
+        return 0;
+    struct be_mm am = a->m; /* the ADD as it would gather */
+    am.w[0] = &a->w[0];
+    am.chain = 1, am.next_norm = m->norm;
+    if (!cu_mm_chain_ok(cb, &am) || !cu_mm_chain_ok(cb, m))
+        return 0;
+    a->m.chain = 1, a->m.next_norm = m->norm;
+    l->ss_out = cb->ss_buf, l->xg_out = cb->xg_buf, l->gnext = m->norm;
+    return 1;
+}
+
 void cq_matmul_fused(struct be *b, const struct be_mm *m)
 {
     if (m->n > CU_GRAPH_MAX_N && cu_be(b)->graphs)
@@ -480,7 +511,7 @@ void cq_matmul_fused(struct be *b, const struct be_mm *m)
     } else {
         const int claimed = m->chain && cb->ss_ok && m->x == cb->ss_y && m->n == cb->ss_n &&
                             m->w[0]->ne[0] == cb->ss_m && m->norm == cb->ss_g;
-        a_.m.chain = claimed && cu_mm_chain_ok(cb, m);
+        a_.m.chain = (claimed && cu_mm_chain_ok(cb, m)) || lk_chain(cb, m);
         cb->n_chained += a_.m.chain;
         cb->ss_ok = 0;
         struct cu_graphs *g = cb->graphs;

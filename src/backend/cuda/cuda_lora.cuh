@@ -46,6 +46,13 @@ struct cu_lk {
     int M[CU_LK_PROJ];
     int n_proj, n_grp, n_t;
     int pre; /* the recorder's: x may be read before the PDL wait (cuda_lora_fu.cu) */
+    /* chained norm (cuda_mmf.cu, be_mm.chain), set by the recorder (lk_chain in
+     * cuda_graph.cu) when this call (one projection, M % 16 == 0) adds its delta to the
+     * output of a residual ADD that gathers for the next projection's norm: the rows it
+     * changes also get their xg_out (y * gnext, (rows, M)) and their 16-output tile sums of
+     * squares (ss_out, (rows, M / 16)) rewritten */
+    float *ss_out, *xg_out;
+    const float *gnext;
     struct cu_lk_grp g[CU_LK_GRP];
     struct cu_lk_term t[CU_LK_T];
 };
@@ -65,6 +72,12 @@ void cu_lk_run(struct be *b, const struct cu_lk *d);
 /* The fused one-launch form of cu_lk_run (cuda_lora_fu.cu): 0 when launched (or an error
  * latched), -1 when d does not fit it (the caller runs the two-launch path). */
 int cu_lkf_run(struct be *b, const struct cu_lk *d);
+/* After a two-launch run of a call with ss_out: rewrites its rows' xg_out and ss_out from
+ * y (one launch). */
+void cu_lkf_fix(struct be *b, const struct cu_lk *d);
+/* 0 when CINFER_CUDA_LORA_CHAIN=0 (measurements): the recorder never keeps a norm chain
+ * across an adapter's delta. Read once. */
+int cu_lkf_chain_on(void);
 /* 0 when CINFER_CUDA_LORA_PRE=0 (measurements): the fused kernel never reads x before its
  * PDL wait. Read once. */
 int cu_lkf_pre_on(void);

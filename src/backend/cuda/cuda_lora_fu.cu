@@ -206,8 +206,7 @@ static __device__ __forceinline__ void lf_expand(const struct cu_lk &d, int e, c
     }
     __syncthreads();
     cu_pdl_wait(); /* the base projection has written y */
-    if (m >= M)
-        return;
+    const int on = m < M;
     float acc[LF_RC];
 #pragma unroll
     for (int r = 0; r < LF_RC; r++)
@@ -220,15 +219,62 @@ static __device__ __forceinline__ void lf_expand(const struct cu_lk &d, int e, c
                 acc[r] = __fmaf_rn(s_t[r][j], bv[j], acc[r]);
         }
     for (int j = LF_BP; j < rs; j++) { /* more ranks than were loaded early */
-        const float b = lf_ld(s_bp[j], s_bdt[j], m);
+        const float b = on ? lf_ld(s_bp[j], s_bdt[j], m) : 0.0f;
 #pragma unroll
         for (int r = 0; r < LF_RC; r++)
             acc[r] = __fmaf_rn(s_t[r][j], b, acc[r]);
     }
+    if (!d.ss_out) {
+#pragma unroll
+        for (int r = 0; r < LF_RC; r++)
+            if (r < nr && on)
+                atomicAdd(d.y[p] + (int64_t)g.rows[r0 + r] * M + m, acc[r]);
+        return;
+    }
+    /* a chained call (n_proj 1): y, then the next norm's xg and tile sums of its rows (every
+     * thread of the block takes part in the shuffles: nr is the block's) */
 #pragma unroll
     for (int r = 0; r < LF_RC; r++)
-        if (r < nr)
-            atomicAdd(d.y[p] + (int64_t)g.rows[r0 + r] * M + m, acc[r]);
+        if (r < nr) {
+            const int64_t row = g.rows[r0 + r];
+            float v = 0.0f;
+            if (on) {
+                float *yp = d.y[0] + row * M + m;
+                v = __fadd_rn(*yp, acc[r]);
+                *yp = v;
+                d.xg_out[row * M + m] = __fmul_rn(v, d.gnext[m]);
+            }
+            float q = __fmul_rn(v, v);
+#pragma unroll
+            for (int o = 1; o < 16; o <<= 1)
+                q = __fadd_rn(q, __shfl_xor_sync(0xffffffffu, q, o));
+            if ((tid & 15) == 0 && on)
+                d.ss_out[row * (M / 16) + m / 16] = q;
+        }
+}
+
+/* After the two-launch path ran a chained call: xg and the tile sums of every row of its
+ * groups from the final y (block: LF_T outputs x one row; M % 16 == 0). */
+__global__ void __launch_bounds__(LF_T) k_lkf_fix(const __grid_constant__ struct cu_lk d)
+{
+    cu_pdl_trigger();
+    cu_pdl_wait();
+    int i = blockIdx.y, gi = 0;
+    while (gi + 1 < d.n_grp && i >= d.g[gi].n_rows)
+        i -= d.g[gi].n_rows, gi++;
+    const int M = d.M[0], m = blockIdx.x * LF_T + threadIdx.x, on = m < M;
+    const int64_t row = d.g[gi].rows[i];
+    float v = 0.0f;
+    if (on) {
+        v = d.y[0][row * M + m];
+        d.xg_out[row * M + m] = __fmul_rn(v, d.gnext[m]);
+    }
+    float q = __fmul_rn(v, v);
+#pragma unroll
+    for (int o = 1; o < 16; o <<= 1)
+        q = __fadd_rn(q, __shfl_xor_sync(0xffffffffu, q, o));
+    if ((threadIdx.x & 15) == 0 && on)
+        d.ss_out[row * (M / 16) + m / 16] = q;
 }
 
 __global__ void __launch_bounds__(LF_T)
@@ -263,6 +309,29 @@ __global__ void __launch_bounds__(LF_T)
 }
 
 /* ---- host side ---- */
+
+int cu_lkf_chain_on(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CINFER_CUDA_LORA_CHAIN");
+        v = !(e && !strcmp(e, "0"));
+    }
+    return v;
+}
+
+void cu_lkf_fix(struct be *b, const struct cu_lk *d)
+{
+    struct cu_be *cb = cu_be(b);
+    int R = 0;
+    for (int i = 0; i < d->n_grp; i++)
+        R += d->g[i].n_rows;
+    if (!d->ss_out || R == 0 || d->M[0] <= 0)
+        return;
+    cu_launch(cb, k_lkf_fix, dim3((unsigned)((d->M[0] + LF_T - 1) / LF_T), (unsigned)R),
+              dim3(LF_T), 0, *d);
+    cu_after_launch(cb, "lora (chained norm)");
+}
 
 int cu_lkf_pre_on(void)
 {

@@ -399,6 +399,14 @@ void cu_lk_run(struct be *b, const struct cu_lk *d)
         return;
     if (cu_lora_mode() == CU_LK_FUSED && cu_lkf_run(b, d) == 0)
         return;
+    if (d->ss_out) { /* a chained call the fused kernel declined: the pairs, then the norm's
+                      * values of its rows */
+        struct cu_lk e = *d;
+        e.ss_out = NULL;
+        cu_lk_run(b, &e);
+        cu_lkf_fix(b, d);
+        return;
+    }
     const size_t row_bytes = (size_t)((d->K + LK_KC - 1) / LK_KC) * (size_t)Tmax * sizeof(float);
     const size_t cap = lk_part_max() / row_bytes;
     const int budget = cap < 1 ? 1 : cap > (1u << 30) ? (1 << 30) : (int)cap;
