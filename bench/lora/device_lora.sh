@@ -11,16 +11,20 @@
 #      llama/qwen2/qwen3/gemma3 parity models (HF and GGUF bases, PEFT and GGUF adapters),
 #      the mixed batch (4 sets + none) vs each row alone, malformed adapters, the registry;
 #   2. cinfer_lora_bench --backend cuda on a random l1b model (bench/gpu/models.py; and l8b
-#      with MODELS="l1b l8b") per variant in $VARIANTS (default: default, fused,
-#      fused without the early shrink (CINFER_CUDA_LORA_PRE=0), fused with bf16 adapters;
-#      add CINFER_CUDA_LORA=v1 for the old kernel) -> lora_bench_<model>_<variant>.json and
-#      lora_gpu.json (the "gpu" object of bench/results/lora.json, every variant inside);
+#      with MODELS="l1b l8b") per variant in $VARIANTS (default: default, fused, fused
+#      without the norm chain across the delta (CINFER_CUDA_LORA_CHAIN=0), fused with bf16
+#      adapters; e.g. add fused_nopre=CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_PRE=0, or
+#      v1=CINFER_CUDA_LORA=v1) -> lora_bench_<model>_<variant>.json and lora_gpu.json (the
+#      "gpu" object of bench/results/lora.json, every variant inside); each run first dumps
+#      the logits of fixed steps (--dump), and lora_gpu.json's probe_rel_vs_default compares
+#      every variant's with the default kernels' (the bf16 model runs the skinny kernels and
+#      the norm chain, which test_lora's f32 models do not);
 #   3. bench/lora/device_serve.py with $B/cinfer and the fused kernels: `cinfer serve
 #      --backend cuda` mounts adapters with POST /v1/adapters, unmounts one while requests
 #      run with it, outputs equal a server that mounted them at start-up -> serve_cuda.json;
-#   4. test_lora with the fused kernels and graphs off, without the norm on the fly
-#      (CINFER_CUDA_LORA_NORM=0), without PDL (CINFER_CUDA_PDL=0), and the default kernels
-#      split into one-row slices (CINFER_CUDA_LORA_PART_MAX=1);
+#   4. test_lora with the fused kernels without the norm chain across the delta
+#      (CINFER_CUDA_LORA_CHAIN=0), with graphs off, without the norm on the fly
+#      (CINFER_CUDA_LORA_NORM=0) and without PDL (CINFER_CUDA_PDL=0) (TESTS2 overrides);
 #   5. when there is time left (under LEFT seconds used, 270 by default) and ncu is there:
 #      per-kernel durations of ~2 one-adapter batch-1 steps with the fused kernels
 #      (PROFILE= skips; NCU_VARIANTS adds others);
@@ -63,14 +67,14 @@ timeout 300 python3 bench/gpu/models.py bench /tmp/m ${MODELS:-l1b} > "$OUT/mode
 echo "models rc=$? ($(( $(date +%s) - t2 )) s)"; tail -2 "$OUT/models.log"
 # the bench per kernel variant on the same card (a variant: name=VAR=VAL[:VAR=VAL]; "bf16"
 # in the name adds --dtype bf16)
-VARIANTS=${VARIANTS:-"default fused=CINFER_CUDA_LORA=fused fused_nopre=CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_PRE=0 fused_bf16=CINFER_CUDA_LORA=fused"}
+VARIANTS=${VARIANTS:-"default fused=CINFER_CUDA_LORA=fused fused_nochain=CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_CHAIN=0 fused_bf16=CINFER_CUDA_LORA=fused"}
 for m in ${MODELS:-l1b}; do
     for vv in $VARIANTS; do
         t3=$(date +%s)
         name=${vv%%=*}; ev=CINFER_X=1; [ "$name" != "$vv" ] && ev=${vv#*=}
         args=; case $name in *bf16*) args="--dtype bf16";; esac
         env ${ev//:/ } timeout 200 "$B/cinfer_lora_bench" /tmp/m/$m \
-            --backend cuda -n ${STEPS:-32} --reps ${REPS:-3} $args \
+            --backend cuda -n ${STEPS:-32} --reps ${REPS:-3} $args --dump "$OUT/probe_${m}_$name" \
             > "$OUT/lora_bench_${m}_$name.json" 2> "$OUT/lora_bench_${m}_$name.err"
         echo "lora_bench $m $name ($ev $args) rc=$? ($(( $(date +%s) - t3 )) s)"
         cat "$OUT/lora_bench_${m}_$name.json"; tail -2 "$OUT/lora_bench_${m}_$name.err"
@@ -95,6 +99,25 @@ if ok:  # the issue's three names at the top: the variant with the lowest overhe
     best = min(ok, key=lambda k: ok[k]["overhead_b1"])
     g.update({k: ok[best][k] for k in ("overhead_b1", "overhead_b8", "mixed_vs_single_at_8")})
     g["kernel"] = best
+# correctness of each variant on the bf16 model (test_lora's models are f32: the skinny
+# kernels and the norm chain do not run there): the logits of fixed steps (--dump) against
+# the default kernels', relative to the largest |logit|; "adapter_effect" = one adapter vs
+# none with the default kernels (what a variant that dropped the delta would show)
+import numpy as np
+def probe(name, conf):
+    try:
+        return np.fromfile(f"{out}/probe_{m}_{name}_{conf}.f32", "<f4")
+    except Exception:
+        return None
+ref = {c: probe("default", c) for c in ("none_b8", "paths_b8", "one_b1", "one_b8", "mixed_b8")}
+def rel(a, b):
+    return None if a is None or b is None or a.shape != b.shape else \
+        float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+g["probe_rel_vs_default"] = {vv.split("=", 1)[0]: {c: rel(probe(vv.split("=", 1)[0], c), ref[c]) for c in ref}
+                             for vv in variants if vv.split("=", 1)[0] != "default"}
+g["probe_adapter_effect"] = rel(ref["one_b8"], ref["paths_b8"])
+print("probe (max |logit diff| / max |logit| vs default):", json.dumps(g["probe_rel_vs_default"]),
+      "adapter effect:", g["probe_adapter_effect"])
 json.dump(g, open(f"{out}/lora_gpu.json", "w"), indent=1)
 print(json.dumps({k: v for k, v in g.items() if k != "variants"}))
 for k, v in g["variants"].items():
@@ -111,7 +134,7 @@ if [ -x "$B/cinfer" ]; then
     cp /tmp/lora-device-serve-*.log "$OUT/" 2> /dev/null
 fi
 
-TESTS=${TESTS2:-"CINFER_CUDA_LORA=fused:CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_NORM=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_PDL=0 CINFER_CUDA_LORA_PART_MAX=1"} run_tests
+TESTS=${TESTS2:-"CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_CHAIN=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_NORM=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_PDL=0"} run_tests
 
 # where a step's time goes with one adapter at batch 1: ncu's per-kernel durations of a few
 # steps (graphs on: ncu times each kernel node), new kernels and v1

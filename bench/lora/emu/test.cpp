@@ -132,7 +132,7 @@ int main(int argc, char **argv)
         int l0 = emu_launches;
         cu_lk_run(&cb1.base, &c);
         emu_capturing = 0;
-        printf("chained (%s): %d launches\n", via ? "two-launch + fix" : "fused", emu_launches - l0);
+        printf("chained (%s): %d launches\n", fused && !via ? "fused" : "two-launch + fix", emu_launches - l0);
         std::vector<char> in(NROW, 0);
         for (int g = 0; g < NG; g++) for (int r : rows[g]) {
             in[r] = 1;

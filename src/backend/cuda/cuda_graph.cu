@@ -394,12 +394,12 @@ static void r_lk(struct be *b, const void *p)
 /* The deltas of one projection (x normed on the fly when norm is set); appended to the
  * previous recorded call when that is a lora call reading the same x with the same groups
  * (q, k, v; gate, up: cuda_lora.cuh). */
-static int lk_pre(const struct cu_graphs *gr, const float *x);
+static int lk_pre(const struct cu_be *cb, const float *x);
 static void lk_record(struct be *b, float *y, const float *x, const float *norm, float eps,
                       int K, int M, const struct be_lora_grp *g, int n_grp)
 {
     struct cu_graphs *gr = cu_be(b)->graphs;
-    const int pre = lk_pre(gr, x);
+    const int pre = lk_pre(cu_be(b), x);
     if (gr && gr->n > 0 && gr->calls[gr->n - 1].run == r_lk &&
         cu_lk_merge((struct cu_lk *)gr->calls[gr->n - 1].args, y, x, norm, eps, K, M, g,
                     n_grp) == 0) {
@@ -446,20 +446,25 @@ static void r_mmf(struct be *b, const void *p)
     cu_matmul_fused(b, &m);
 }
 /* 1 when a lora call recorded next may read x before its PDL wait (cuda_lora_fu.cu): the
- * previous recorded call is a projection without rope (its last kernel waits for the ones
- * before it before it lets the next launch, or never lets it launch early) that does not
- * write x. */
-static int lk_pre(const struct cu_graphs *gr, const float *x)
+ * previous recorded call is a projection of at most cu_mv_lim rows without rope (its last
+ * kernel is the skinny kernel, which waits for the kernels before it before it lets the next
+ * one launch, or a matvec or element-wise kernel, which never lets it launch early; never
+ * cuBLAS: more rows, or an x not 16-byte aligned) that does not write x. */
+static int lk_pre(const struct cu_be *cb, const float *x)
 {
+    const struct cu_graphs *gr = cb->graphs;
     if (!gr || gr->n == 0 || !cu_lkf_pre_on())
         return 0;
     const struct cu_call *c = &gr->calls[gr->n - 1];
-    if (c->run == r_mm)
-        return ((const struct a_mm *)c->args)->y != x;
+    if (c->run == r_mm) {
+        const struct a_mm *a = (const struct a_mm *)c->args;
+        return a->y != x && a->n <= cu_mv_lim(cb) && ((uintptr_t)a->x & 15) == 0;
+    }
     if (c->run != r_mmf)
         return 0;
     const struct a_mmf *a = (const struct a_mmf *)c->args;
-    return !a->m.rope && a->m.y[0] != x && a->m.y[1] != x && a->m.y[2] != x;
+    return !a->m.rope && a->m.n <= cu_mv_lim(cb) && ((uintptr_t)a->m.x & 15) == 0 &&
+           a->m.y[0] != x && a->m.y[1] != x && a->m.y[2] != x;
 }
 
 /* A norm chain across an adapter's delta (CINFER_CUDA_LORA=fused; cuda_lora.cuh): m is a
