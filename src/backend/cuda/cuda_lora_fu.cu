@@ -178,7 +178,7 @@ static __device__ __forceinline__ void lf_expand(const struct cu_lk &d, int e, c
     for (int j = 0; j < LF_BP; j++)
         bv[j] = j < rs && m < M ? lf_ld(s_bp[j], s_bdt[j], m) : 0.0f;
     if (tid == 0) { /* the shrink blocks started before this one (tickets): no deadlock */
-        for (long n = 0; atomicAdd(cnt + 1, 0u) < (unsigned)S; n++) {
+        for (long n = 0; *(volatile unsigned *)(cnt + 1) < (unsigned)S; n++) { /* (L2) */
             if (n > (1l << 26)) /* seconds: counters not zero at the launch; fail, never hang */
                 __trap();
             __nanosleep(32);
