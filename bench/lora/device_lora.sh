@@ -40,7 +40,7 @@ cd "$SRC" || exit 1
 export LD_LIBRARY_PATH=$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
 t0=$(date +%s)
 
 # test_lora on CUDA under the settings in $TESTS (space-separated; a setting joins
@@ -51,9 +51,9 @@ run_tests() {
         tag=$(echo "$v" | sed -e 's/CINFER_CUDA_//g' -e 's/[=:]/_/g')
         log=$OUT/test_lora_$tag.log
         ev=$v; [ "$v" = default ] && ev=CINFER_X=1
-        env ${ev//:/ } CINFER_LORA_BACKEND=cuda CINFER_SRC=$SRC \
+        env ${ev//:/ } CINFER_LORA_BACKEND=${BACKEND:-cuda} CINFER_SRC=$SRC \
             timeout 150 "$B/test_lora" > "$log" 2>&1
-        echo "test_lora (cuda, $v) rc=$? ($(( $(date +%s) - t1 )) s) -> $(basename "$log")"
+        echo "test_lora (${BACKEND:-cuda}, $v) rc=$? ($(( $(date +%s) - t1 )) s) -> $(basename "$log")"
         grep -E "FAIL|failed|mixed batch|passed" "$log" | head -12
         grep -oE "max \|dlogit\| [0-9.e+-]+" "$log" | sort -g -k3 | tail -1
     done
@@ -63,8 +63,14 @@ TESTS="default CINFER_CUDA_LORA=fused" run_tests
 
 first=${MODELS:-l1b}; first=${first%% *}
 t2=$(date +%s)
-timeout 300 python3 bench/gpu/models.py bench /tmp/m ${MODELS:-l1b} > "$OUT/models.log" 2>&1
-echo "models rc=$? ($(( $(date +%s) - t2 )) s)"; tail -2 "$OUT/models.log"
+# (MDIR: a folder that already holds the models, e.g. for a dry run of this script on the
+# CPU: BACKEND=cpu MDIR=tests/data/fixtures/stories260K MODELS=stories260K.gguf)
+if [ -z "${MDIR:-}" ]; then
+    MDIR=/tmp/m
+    timeout 300 python3 bench/gpu/models.py bench /tmp/m ${MODELS:-l1b} > "$OUT/models.log" 2>&1
+    echo "models rc=$? ($(( $(date +%s) - t2 )) s)"; tail -2 "$OUT/models.log"
+fi
+MDIR=$(cd "$MDIR" 2> /dev/null && pwd || echo "$MDIR")
 # the bench per kernel variant on the same card (a variant: name=VAR=VAL[:VAR=VAL]; "bf16"
 # in the name adds --dtype bf16)
 VARIANTS=${VARIANTS:-"default fused=CINFER_CUDA_LORA=fused fused_nochain=CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_CHAIN=0 fused_bf16=CINFER_CUDA_LORA=fused"}
@@ -73,8 +79,8 @@ for m in ${MODELS:-l1b}; do
         t3=$(date +%s)
         name=${vv%%=*}; ev=CINFER_X=1; [ "$name" != "$vv" ] && ev=${vv#*=}
         args=; case $name in *bf16*) args="--dtype bf16";; esac
-        env ${ev//:/ } timeout 200 "$B/cinfer_lora_bench" /tmp/m/$m \
-            --backend cuda -n ${STEPS:-32} --reps ${REPS:-3} $args --dump "$OUT/probe_${m}_$name" \
+        env ${ev//:/ } timeout 200 "$B/cinfer_lora_bench" "$MDIR/$m" \
+            --backend ${BACKEND:-cuda} -n ${STEPS:-32} --reps ${REPS:-3} $args --dump "$OUT/probe_${m}_$name" \
             > "$OUT/lora_bench_${m}_$name.json" 2> "$OUT/lora_bench_${m}_$name.err"
         echo "lora_bench $m $name ($ev $args) rc=$? ($(( $(date +%s) - t3 )) s)"
         cat "$OUT/lora_bench_${m}_$name.json"; tail -2 "$OUT/lora_bench_${m}_$name.err"
@@ -128,9 +134,9 @@ PY
 if [ -x "$B/cinfer" ]; then
     t4=$(date +%s)
     CINFER_CUDA_LORA=${SERVE_LORA:-fused} CINFER_LIBS=$B/lib timeout 200 \
-        python3 bench/lora/device_serve.py "$B/cinfer" cuda "$OUT/serve_cuda.json" \
+        python3 bench/lora/device_serve.py "$B/cinfer" ${BACKEND:-cuda} "$OUT/serve_cuda.json" \
         > "$OUT/serve_cuda.log" 2>&1
-    echo "device_serve (cuda) rc=$? ($(( $(date +%s) - t4 )) s)"; tail -c 1500 "$OUT/serve_cuda.log"
+    echo "device_serve (${BACKEND:-cuda}) rc=$? ($(( $(date +%s) - t4 )) s)"; tail -c 1500 "$OUT/serve_cuda.log"
     cp /tmp/lora-device-serve-*.log "$OUT/" 2> /dev/null
 fi
 
@@ -145,7 +151,7 @@ if [ -n "${PROFILE-1}" ] && [ $(( $(date +%s) - t0 )) -lt ${LEFT:-270} ] && comm
         # then ~2 steps (ncu_sum's counts per kernel say how many launches a step has)
         env ${v//:/ } timeout ${NCU_T:-90} ncu --clock-control none --launch-skip ${SKIP:-1200} \
             --launch-count ${CNT:-500} --metrics gpu__time_duration.sum \
-            --csv "$B/cinfer_lora_bench" /tmp/m/${first:-l1b} --backend cuda --only one_b1 -n 12 \
+            --csv "$B/cinfer_lora_bench" "$MDIR/${first:-l1b}" --backend cuda --only one_b1 -n 12 \
             > "$OUT/ncu_one_b1$sfx.csv" 2> /dev/null
         echo "ncu one_b1 $v rc=$?"
         python3 bench/gpu/ncu_sum.py "$OUT/ncu_one_b1$sfx.csv" > "$OUT/ncu_one_b1$sfx.txt" 2>&1

@@ -15,7 +15,7 @@ rm -rf "$OUT" && mkdir -p "$OUT/lib" "$OUT/src"
 for b in test_lora cinfer_lora_bench cinfer; do
     cp "$BUILD/$b" "$OUT/" && strip "$OUT/$b"
 done
-sys='linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt|ld-linux|libstdc|libgcc_s|libcublas|libcudart|libcuda\.so'
+sys='linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt|libresolv|ld-linux|libstdc|libgcc_s|libcublas|libcudart|libcuda\.so'
 for l in $(ldd "$OUT/test_lora" "$OUT/cinfer_lora_bench" | awk '$3 ~ /^\// {print $3}' | grep -vE "$sys" | sort -u); do
     cp -L "$l" "$OUT/"
 done
