@@ -11,10 +11,11 @@
 #      llama/qwen2/qwen3/gemma3 parity models (HF and GGUF bases, PEFT and GGUF adapters),
 #      the mixed batch (4 sets + none) vs each row alone, malformed adapters, the registry;
 #   2. cinfer_lora_bench --backend cuda on a random l1b model (bench/gpu/models.py; and l8b
-#      with MODELS="l1b l8b") per variant in $VARIANTS (default: default, fused, fused
-#      without the norm chain across the delta (CINFER_CUDA_LORA_CHAIN=0), fused with bf16
-#      adapters; e.g. add fused_nopre=CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_PRE=0, or
-#      v1=CINFER_CUDA_LORA=v1) -> lora_bench_<model>_<variant>.json and lora_gpu.json (the
+#      with MODELS="l1b l8b") per variant in $VARIANTS (default: default, fused, fused_plain
+#      = the fused kernel alone, without the norm chain across the delta and without the
+#      act_mul folded into the gate/up call (CINFER_CUDA_LORA_CHAIN=0, CINFER_CUDA_LORA_ACT=0),
+#      fused with bf16 adapters; e.g. add fused_nopre=CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_PRE=0,
+#      or v1=CINFER_CUDA_LORA=v1) -> lora_bench_<model>_<variant>.json and lora_gpu.json (the
 #      "gpu" object of bench/results/lora.json, every variant inside); each run first dumps
 #      the logits of fixed steps (--dump), and lora_gpu.json's probe_rel_vs_default compares
 #      every variant's with the default kernels' (the bf16 model runs the skinny kernels and
@@ -22,8 +23,8 @@
 #   3. bench/lora/device_serve.py with $B/cinfer and the fused kernels: `cinfer serve
 #      --backend cuda` mounts adapters with POST /v1/adapters, unmounts one while requests
 #      run with it, outputs equal a server that mounted them at start-up -> serve_cuda.json;
-#   4. test_lora with the fused kernels without the norm chain across the delta
-#      (CINFER_CUDA_LORA_CHAIN=0), with graphs off, without the norm on the fly
+#   4. test_lora with the fused kernel alone (CINFER_CUDA_LORA_CHAIN=0,
+#      CINFER_CUDA_LORA_ACT=0), with graphs off, without the norm on the fly
 #      (CINFER_CUDA_LORA_NORM=0) and without PDL (CINFER_CUDA_PDL=0) (TESTS2 overrides);
 #   5. when there is time left (under LEFT seconds used, 270 by default) and ncu is there:
 #      per-kernel durations of ~2 one-adapter batch-1 steps with the fused kernels
@@ -73,7 +74,7 @@ fi
 MDIR=$(cd "$MDIR" 2> /dev/null && pwd || echo "$MDIR")
 # the bench per kernel variant on the same card (a variant: name=VAR=VAL[:VAR=VAL]; "bf16"
 # in the name adds --dtype bf16)
-VARIANTS=${VARIANTS:-"default fused=CINFER_CUDA_LORA=fused fused_nochain=CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_CHAIN=0 fused_bf16=CINFER_CUDA_LORA=fused"}
+VARIANTS=${VARIANTS:-"default fused=CINFER_CUDA_LORA=fused fused_plain=CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_CHAIN=0:CINFER_CUDA_LORA_ACT=0 fused_bf16=CINFER_CUDA_LORA=fused"}
 for m in ${MODELS:-l1b}; do
     for vv in $VARIANTS; do
         t3=$(date +%s)
@@ -140,7 +141,7 @@ if [ -x "$B/cinfer" ]; then
     cp /tmp/lora-device-serve-*.log "$OUT/" 2> /dev/null
 fi
 
-TESTS=${TESTS2:-"CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_CHAIN=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_NORM=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_PDL=0"} run_tests
+TESTS=${TESTS2:-"CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_CHAIN=0:CINFER_CUDA_LORA_ACT=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_NORM=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_PDL=0"} run_tests
 
 # where a step's time goes with one adapter at batch 1: ncu's per-kernel durations of a few
 # steps (graphs on: ncu times each kernel node), new kernels and v1

@@ -60,6 +60,19 @@ static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4);
 static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+/* the op act_mul as cuda_ops.cu's k_ew computes it (the two-launch fallback of an
+ * activated call) */
+static void cu_act_mul(struct be *, float *y, const float *g, const float *u, int64_t n, int act)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float a = g[i];
+        if (act != BE_ACT_GELU_TANH)
+            y[i] = a / (1.0f + expf(-a)) * u[i];
+        else
+            y[i] = 0.5f * a * (1.0f + tanhf(0.7978845608028654f * (a + 0.044715f * a * a * a))) * u[i];
+    }
+}
 struct cu_be { struct be base; int stream, last_kernel; size_t scratch_cap[8]; };
 /* the fused kernel's device-side pieces: atomics on the host, fences and sleeps as no-ops
  * (blocks run one after another in ticket order) */

@@ -157,6 +157,48 @@ int main(int argc, char **argv)
         }
         if (!fused) break; /* (the two-launch path has no chained calls of its own) */
     }
+    /* an activated call (gate and up, the act_mul folded in): act(gate + dg) * (up + du) for
+     * the grouped rows, act(gate) * up for rows of no group (13, 14), SiLU and GELU-tanh;
+     * fused, and the two-launch path + the op (the fused kernel declining) */
+    for (int via = 0; via < 2; via++)
+        for (int act = 0; act < 2; act++) {
+            const int MA = 300, NA_ = NROW + 2;
+            const int bact = act ? BE_ACT_GELU_TANH : BE_ACT_GELU_TANH + 1;
+            std::vector<term> TA[2][NG];
+            for (int p = 0; p < 2; p++) for (int g = 0; g < NG; g++) for (auto &s : spec[g]) TA[p][g].push_back(mk(s.first, s.second, K, MA));
+            std::vector<float> ya[2], out((size_t)NA_ * MA, 7.0f);
+            for (int p = 0; p < 2; p++) { ya[p].resize((size_t)NA_ * MA); for (auto &v : ya[p]) v = rnd(); }
+            std::vector<float> ya0[2] = {ya[0], ya[1]};
+            be_lora_grp GA[2][NG];
+            for (int p = 0; p < 2; p++) for (int g = 0; g < NG; g++) { memset(&GA[p][g], 0, sizeof GA[p][g]); GA[p][g].rows = rows[g].data(); GA[p][g].n_rows = (int)rows[g].size(); GA[p][g].n_terms = (int)TA[p][g].size();
+                for (int k = 0; k < GA[p][g].n_terms; k++) GA[p][g].t[k] = be_lora_term{TA[p][g][k].da, TA[p][g][k].dbt, TA[p][g][k].rank, TA[p][g][k].dt, TA[p][g][k].scale}; }
+            cu_lk c; memset(&c, 0, sizeof c);
+            cu_lk_first(&c, ya[0].data(), x.data(), norm, eps, K, MA, GA[0], NG);
+            if (cu_lk_merge(&c, ya[1].data(), x.data(), norm, eps, K, MA, GA[1], NG)) { printf("act: merge failed\n"); return 1; }
+            c.act_y = out.data(), c.act = bact, c.act_rows = NA_;
+            struct cu_be cb1; memset(&cb1, 0, sizeof cb1);
+            emu_capturing = via;
+            int l0 = emu_launches;
+            cu_lk_run(&cb1.base, &c);
+            emu_capturing = 0;
+            printf("activated (%s, %s): %d launches\n", fused && !via ? "fused" : "two-launch + op", act ? "gelu" : "silu", emu_launches - l0);
+            auto glu = [&](double g, double u) { return act ? 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u : g / (1 + exp(-g)) * u; };
+            std::vector<char> in(NA_, 0);
+            for (int g = 0; g < NG; g++) for (int r : rows[g]) in[r] = 1;
+            for (int r = 0; r < NA_; r++) for (int mm = 0; mm < MA; mm++) {
+                double v[2], mag[2];
+                for (int p = 0; p < 2; p++) { v[p] = ya0[p][(size_t)r * MA + mm]; mag[p] = fabs(v[p]); }
+                for (int g = 0; g < NG && in[r]; g++) for (int rr : rows[g]) if (rr == r)
+                    for (int p = 0; p < 2; p++) for (auto &t : TA[p][g]) for (int j = 0; j < t.rank; j++) {
+                        double s2 = 0; for (int k = 0; k < K; k++) s2 += xr[(size_t)r * K + k] * t.a[(size_t)j * K + k];
+                        double tv = (float)s2 * t.scale; v[p] += tv * t.b[(size_t)j * MA + mm]; mag[p] += fabs(tv * t.b[(size_t)j * MA + mm]);
+                    }
+                double want = glu(v[0], v[1]), got = out[(size_t)r * MA + mm];
+                double tol = 1e-5 * (fabs(want) + (mag[0] + 1) * (mag[1] + 1));
+                if (!(fabs(got - want) <= tol)) { if (bad++ < 5) printf("act row %d m %d got %g want %g\n", r, mm, got, want); }
+            }
+            if (!fused) break;
+        }
     printf("max rel %.3g, bad %d\n", maxrel, bad);
     return bad != 0;
 }

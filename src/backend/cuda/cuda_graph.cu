@@ -353,8 +353,30 @@ static void r_ew(struct be *b, const void *p)
     default: cu_add_row(b, a->y, a->a, (int)a->n, a->act); break;
     }
 }
+static void r_lk(struct be *b, const void *p);
+/* The act_mul of a gate/up pair whose deltas the previous recorded call adds (fused, one
+ * lora call with gate and up: cuda_lora.cuh act_y) rides on that call: returns 1. */
+static int lk_act(struct cu_be *cb, float *y, const float *gate, const float *up, int64_t n,
+                  int act)
+{
+    struct cu_graphs *gr = cb->graphs;
+    if (!gr || gr->n < 1 || n <= 0 || cu_lora_mode() != CU_LK_FUSED || !cu_lkf_act_on() ||
+        gr->calls[gr->n - 1].run != r_lk)
+        return 0;
+    struct cu_lk *l = (struct cu_lk *)gr->calls[gr->n - 1].args;
+    if (l->n_proj != 2 || l->y[0] != gate || l->y[1] != up || l->M[0] != l->M[1] ||
+        l->M[0] <= 0 || n % l->M[0] || n / l->M[0] > (1 << 24) || l->act_y || l->ss_out ||
+        (const float *)y == up)
+        return 0;
+    l->act_y = y, l->act = act, l->act_rows = (int)(n / l->M[0]);
+    cb->ss_ok = 0;
+    return 1;
+}
+
 void cq_act_mul(struct be *b, float *y, const float *gate, const float *up, int64_t n, int act)
 {
+    if (lk_act(cu_be(b), y, gate, up, n, act))
+        return;
     DEFER(r_ew, struct a_ew, a_.kind = 0, a_.y = y, a_.a = gate, a_.x = up, a_.n = n, a_.act = act);
 }
 void cq_add(struct be *b, float *y, const float *a, const float *x, int64_t n)

@@ -53,6 +53,12 @@ struct cu_lk {
      * squares (ss_out, (rows, M / 16)) rewritten */
     float *ss_out, *xg_out;
     const float *gnext;
+    /* the activation (cuda_graph.cu lk_act) when act_y is set: this call is gate (y[0]) and
+     * up (y[1]) with M[0] == M[1], and the act_mul recorded after it rides on it: act_y =
+     * act(gate) * up for all act_rows rows (those of no group too), with the op's arithmetic
+     * (enum be_act: BE_ACT_GELU_TANH, else SiLU) */
+    float *act_y;
+    int act, act_rows;
     struct cu_lk_grp g[CU_LK_GRP];
     struct cu_lk_term t[CU_LK_T];
 };
@@ -75,6 +81,9 @@ int cu_lkf_run(struct be *b, const struct cu_lk *d);
 /* After a two-launch run of a call with ss_out: rewrites its rows' xg_out and ss_out from
  * y (one launch). */
 void cu_lkf_fix(struct be *b, const struct cu_lk *d);
+/* 0 when CINFER_CUDA_LORA_ACT=0 (measurements): the recorder never folds an act_mul into
+ * the gate/up lora call. Read once. */
+int cu_lkf_act_on(void);
 /* 0 when CINFER_CUDA_LORA_CHAIN=0 (measurements): the recorder never keeps a norm chain
  * across an adapter's delta. Read once. */
 int cu_lkf_chain_on(void);

@@ -135,28 +135,27 @@ static __device__ __forceinline__ void lf_shrink(const struct cu_lk &d, int s, f
     }
 }
 
-/* Expand block e: LF_T outputs of projection p x up to LF_RC rows of group gi. */
-static __device__ __forceinline__ void lf_expand(const struct cu_lk &d, int e, const float *part,
-                                                 const float *pss, unsigned *cnt, int R,
-                                                 int Tmax, int ksplit, int S, int slices)
+/* The delta of projection p at output m for the rows [r0, r0 + nr) of group g (global row
+ * index row0 = their first) into acc[LF_RC] (0 beyond nr or M; every thread of the block
+ * calls it). Loads its B values first, waits until the S shrink blocks are done, sums their
+ * partials in chunk order into t; no y is read (before the PDL wait). */
+static __device__ __forceinline__ void lf_delta(const struct cu_lk &d, int p,
+                                                const struct cu_lk_grp &g, int row0, int nr,
+                                                int m, const float *part, const float *pss,
+                                                const unsigned *cnt, int R, int Tmax,
+                                                int ksplit, int S, float *acc)
 {
     __shared__ const char *s_bp[LF_RS];
     __shared__ int s_bdt[LF_RS], s_tj[LF_RS];
     __shared__ float s_sc[LF_RS];
     __shared__ float s_t[LF_RC][LF_RS];
     __shared__ float s_inv[LF_RC];
-    int sl = e % slices, p = 0;
-    while (p + 1 < d.n_proj && sl >= (d.M[p] + LF_T - 1) / LF_T)
-        sl -= (d.M[p] + LF_T - 1) / LF_T, p++;
-    int c = e / slices, gi = 0, base = 0;
-    while (gi + 1 < d.n_grp && c >= (d.g[gi].n_rows + LF_RC - 1) / LF_RC)
-        c -= (d.g[gi].n_rows + LF_RC - 1) / LF_RC, base += d.g[gi].n_rows, gi++;
-    const struct cu_lk_grp &g = d.g[gi];
-    if (g.nt[p] == 0) /* (block-uniform) */
-        return;
-    const int r0 = c * LF_RC, nr = g.n_rows - r0 < LF_RC ? g.n_rows - r0 : LF_RC;
     const int tb = g.t0[p], te = g.t0[p] + g.nt[p];
-    const int tid = threadIdx.x, M = d.M[p], m = sl * LF_T + tid;
+    const int tid = threadIdx.x, M = d.M[p], on = m < M;
+#pragma unroll
+    for (int r = 0; r < LF_RC; r++)
+        acc[r] = 0.0f;
+    __syncthreads(); /* (the tables of a previous call are read) */
     if (tid == 0) { /* the block's ranks in term order: B row, dtype, t index, scale */
         int j = 0;
         for (int k = tb; k < te; k++)
@@ -173,12 +172,14 @@ static __device__ __forceinline__ void lf_expand(const struct cu_lk &d, int e, c
     int rs = 0;
     for (int k = tb; k < te; k++)
         rs += d.t[k].rank;
+    if (rs == 0) /* (block-uniform: this group has no term on p) */
+        return;
     float bv[LF_BP];
 #pragma unroll
     for (int j = 0; j < LF_BP; j++)
-        bv[j] = j < rs && m < M ? lf_ld(s_bp[j], s_bdt[j], m) : 0.0f;
+        bv[j] = j < rs && on ? lf_ld(s_bp[j], s_bdt[j], m) : 0.0f;
     if (tid == 0) { /* the shrink blocks started before this one (tickets): no deadlock */
-        for (long n = 0; *(volatile unsigned *)(cnt + 1) < (unsigned)S; n++) { /* (L2) */
+        for (long n = 0; *(const volatile unsigned *)(cnt + 1) < (unsigned)S; n++) { /* (L2) */
             if (n > (1l << 26)) /* seconds: counters not zero at the launch; fail, never hang */
                 __trap();
             __nanosleep(32);
@@ -186,7 +187,6 @@ static __device__ __forceinline__ void lf_expand(const struct cu_lk &d, int e, c
         __threadfence(); /* (their partials are read after the count) */
     }
     __syncthreads();
-    const int row0 = base + r0;
     if (d.norm && tid < nr) {
         float s = __ldcg(pss + row0 + tid);
         for (int z = 1; z < ksplit; z++)
@@ -205,12 +205,6 @@ static __device__ __forceinline__ void lf_expand(const struct cu_lk &d, int e, c
         s_t[r][j] = __fmul_rn(s, s_sc[j]);
     }
     __syncthreads();
-    cu_pdl_wait(); /* the base projection has written y */
-    const int on = m < M;
-    float acc[LF_RC];
-#pragma unroll
-    for (int r = 0; r < LF_RC; r++)
-        acc[r] = 0.0f;
 #pragma unroll
     for (int j = 0; j < LF_BP; j++)
         if (j < rs) {
@@ -223,6 +217,50 @@ static __device__ __forceinline__ void lf_expand(const struct cu_lk &d, int e, c
 #pragma unroll
         for (int r = 0; r < LF_RC; r++)
             acc[r] = __fmaf_rn(s_t[r][j], b, acc[r]);
+    }
+}
+
+/* act(g) * u with the arithmetic of the op act_mul (cuda_ops.cu k_ew). */
+static __device__ __forceinline__ float lf_glu(float g, float u, int act)
+{
+    if (act != BE_ACT_GELU_TANH)
+        return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+    const float in = __fmul_rn(0.7978845608028654f,
+                               __fadd_rn(g, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, g), g), g)));
+    return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(in))), u);
+}
+
+/* Expand block e: LF_T outputs of projection p (with act_y: of gate and up both) x up to
+ * LF_RC rows of group gi. */
+static __device__ __forceinline__ void lf_expand(const struct cu_lk &d, int e, const float *part,
+                                                 const float *pss, const unsigned *cnt, int R,
+                                                 int Tmax, int ksplit, int S, int slices)
+{
+    int sl = e % slices, p = 0;
+    while (!d.act_y && p + 1 < d.n_proj && sl >= (d.M[p] + LF_T - 1) / LF_T)
+        sl -= (d.M[p] + LF_T - 1) / LF_T, p++;
+    int c = e / slices, gi = 0, base = 0;
+    while (gi + 1 < d.n_grp && c >= (d.g[gi].n_rows + LF_RC - 1) / LF_RC)
+        c -= (d.g[gi].n_rows + LF_RC - 1) / LF_RC, base += d.g[gi].n_rows, gi++;
+    const struct cu_lk_grp &g = d.g[gi];
+    if (!d.act_y && g.nt[p] == 0) /* (block-uniform) */
+        return;
+    const int r0 = c * LF_RC, nr = g.n_rows - r0 < LF_RC ? g.n_rows - r0 : LF_RC;
+    const int tid = threadIdx.x, M = d.M[p], m = sl * LF_T + tid, on = m < M;
+    float acc[LF_RC], acc1[LF_RC];
+    lf_delta(d, p, g, base + r0, nr, m, part, pss, cnt, R, Tmax, ksplit, S, acc);
+    if (d.act_y)
+        lf_delta(d, 1, g, base + r0, nr, m, part, pss, cnt, R, Tmax, ksplit, S, acc1);
+    cu_pdl_wait(); /* the base projection has written y */
+    if (d.act_y) { /* gate and up plus their deltas, then the activation */
+#pragma unroll
+        for (int r = 0; r < LF_RC; r++)
+            if (r < nr && on) {
+                const int64_t o = (int64_t)g.rows[r0 + r] * M + m;
+                d.act_y[o] = lf_glu(__fadd_rn(d.y[0][o], acc[r]), __fadd_rn(d.y[1][o], acc1[r]),
+                                    d.act);
+            }
+        return;
     }
     if (!d.ss_out) {
 #pragma unroll
@@ -253,6 +291,31 @@ static __device__ __forceinline__ void lf_expand(const struct cu_lk &d, int e, c
         }
 }
 
+/* With act_y, plain block e: the activation of LF_T outputs x up to LF_RC of the act_rows
+ * rows that are in no group (those in a group are their expand blocks'). */
+static __device__ __forceinline__ void lf_plain(const struct cu_lk &d, int e, int slices)
+{
+    __shared__ int s_skip[LF_RC];
+    const int sl = e % slices, r0 = (e / slices) * LF_RC, tid = threadIdx.x;
+    const int M = d.M[0], m = sl * LF_T + tid;
+    if (tid < LF_RC) {
+        int in = r0 + tid >= d.act_rows;
+        for (int gi = 0; gi < d.n_grp && !in; gi++)
+            for (int i = 0; i < d.g[gi].n_rows && !in; i++)
+                in = d.g[gi].rows[i] == r0 + tid;
+        s_skip[tid] = in;
+    }
+    __syncthreads();
+    cu_pdl_wait(); /* the base projection has written y */
+    if (m >= M)
+        return;
+    for (int r = 0; r < LF_RC; r++)
+        if (!s_skip[r]) {
+            const int64_t o = (int64_t)(r0 + r) * M + m;
+            d.act_y[o] = lf_glu(d.y[0][o], d.y[1][o], d.act);
+        }
+}
+
 /* After the two-launch path ran a chained call: xg and the tile sums of every row of its
  * groups from the final y (block: LF_T outputs x one row; M % 16 == 0). */
 __global__ void __launch_bounds__(LF_T) k_lkf_fix(const __grid_constant__ struct cu_lk d)
@@ -279,7 +342,7 @@ __global__ void __launch_bounds__(LF_T) k_lkf_fix(const __grid_constant__ struct
 
 __global__ void __launch_bounds__(LF_T)
     k_lkf(const __grid_constant__ struct cu_lk d, float *part, unsigned *cnt, int R, int Tmax,
-          int ntile, int ksplit, int S, int slices)
+          int ntile, int ksplit, int S, int E, int slices)
 {
     cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
     if (!d.pre)
@@ -292,8 +355,10 @@ __global__ void __launch_bounds__(LF_T)
     float *pss = part + (int64_t)ksplit * R * Tmax;
     if (tk < S)
         lf_shrink(d, tk, part, pss, R, Tmax, ntile, ksplit);
-    else
+    else if (tk < S + E)
         lf_expand(d, tk - S, part, pss, cnt, R, Tmax, ksplit, S, slices);
+    else
+        lf_plain(d, tk - S - E, slices);
     __syncthreads();
     if (threadIdx.x == 0) {
         if (tk < S) {
@@ -309,6 +374,16 @@ __global__ void __launch_bounds__(LF_T)
 }
 
 /* ---- host side ---- */
+
+int cu_lkf_act_on(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CINFER_CUDA_LORA_ACT");
+        v = !(e && !strcmp(e, "0"));
+    }
+    return v;
+}
 
 int cu_lkf_chain_on(void)
 {
@@ -364,18 +439,19 @@ int cu_lkf_run(struct be *b, const struct cu_lk *d)
             rsmax = rs > rsmax ? rs : rsmax;
         }
     }
-    for (int p = 0; p < d->n_proj; p++)
+    for (int p = 0; p < (d->act_y ? 1 : d->n_proj); p++) /* (act: a block does gate and up) */
         slices += (d->M[p] + LF_T - 1) / LF_T;
     if (R == 0 || Tmax == 0 || rsmax == 0 || d->K <= 0)
         return 0;
-    if (rsmax > LF_RS)
+    if (rsmax > LF_RS || (d->act_y && (d->n_proj != 2 || d->M[0] != d->M[1])))
         return -1;
     const int ksplit = (d->K + LF_KC - 1) / LF_KC, ntile = (Tmax + LF_TJ - 1) / LF_TJ;
     const size_t pbytes = (size_t)ksplit * (size_t)R * ((size_t)Tmax + 1) * sizeof(float);
     if (pbytes > LF_PART_MAX)
         return -1;
     const int64_t S = (int64_t)R * ntile * ksplit, E = (int64_t)slices * chunks;
-    if (S + E > (1 << 30))
+    const int64_t P = d->act_y ? (int64_t)slices * ((d->act_rows + LF_RC - 1) / LF_RC) : 0;
+    if (S + E + P > (1 << 30))
         return -1;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(cb->stream, &cs) != cudaSuccess)
@@ -408,8 +484,9 @@ int cu_lkf_run(struct be *b, const struct cu_lk *d)
         g_lf_zeroed[slot].buf = buf;
         g_lf_zeroed[slot].cap = cap;
     }
-    cu_launch(cb, k_lkf, dim3((unsigned)(S + E)), dim3(LF_T), 0, *d, (float *)(buf + CU_LK_HDR),
-              (unsigned *)buf, R, Tmax, ntile, ksplit, (int)S, slices);
+    cu_launch(cb, k_lkf, dim3((unsigned)(S + E + P)), dim3(LF_T), 0, *d,
+              (float *)(buf + CU_LK_HDR), (unsigned *)buf, R, Tmax, ntile, ksplit, (int)S, (int)E,
+              slices);
     cu_after_launch(cb, "lora (fused)");
     return 0;
 }

@@ -399,6 +399,13 @@ void cu_lk_run(struct be *b, const struct cu_lk *d)
         return;
     if (cu_lora_mode() == CU_LK_FUSED && cu_lkf_run(b, d) == 0)
         return;
+    if (d->act_y) { /* an activated call the fused kernel declined: the pairs, then the op */
+        struct cu_lk e = *d;
+        e.act_y = NULL;
+        cu_lk_run(b, &e);
+        cu_act_mul(b, d->act_y, d->y[0], d->y[1], (int64_t)d->act_rows * d->M[0], d->act);
+        return;
+    }
     if (d->ss_out) { /* a chained call the fused kernel declined: the pairs, then the norm's
                       * values of its rows */
         struct cu_lk e = *d;
