@@ -25,7 +25,7 @@ enum {
     CU_GRAPH_SEG = 32,    /* segment length: the GPU starts while later calls are recorded */
     CU_GRAPH_MAX_N = 128, /* lists with a matmul over more rows are never captured */
     CU_GRAPH_CACHE = 64,
-    CU_ARGS = 1024, /* bytes of one recorded call's arguments (lora: ~960, matmul_fused +
+    CU_ARGS = 1088, /* bytes of one recorded call's arguments (lora: 1080, matmul_fused +
                      * rope: ~400) */
     CU_LOG = 64,   /* graph launches remembered for be_cuda_replay_last */
 };

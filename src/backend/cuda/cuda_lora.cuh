@@ -15,7 +15,7 @@
 enum {
     CU_LK_PROJ = 3, /* projections of one call (q, k, v) */
     CU_LK_GRP = 8,  /* groups of one call */
-    CU_LK_T = 22,   /* terms of one call over all its projections and groups */
+    CU_LK_T = 24,   /* terms of one call over all its projections and groups (3 x 8 groups) */
     CU_LK_HDR = 256, /* bytes of counters at the front of scratch CU_SCRATCH_LORA (the fused
                       * kernel's; zero between launches); the partials follow */
 };
@@ -78,6 +78,12 @@ void cu_lk_run(struct be *b, const struct cu_lk *d);
 /* The fused one-launch form of cu_lk_run (cuda_lora_fu.cu): 0 when launched (or an error
  * latched), -1 when d does not fit it (the caller runs the two-launch path). */
 int cu_lkf_run(struct be *b, const struct cu_lk *d);
+/* Scratch CU_SCRATCH_LORA of at least bytes (CU_LK_HDR bytes of the fused kernel's
+ * counters, then partials), for both paths. The counters of a buffer this call allocates are
+ * zeroed (in stream order), or, during a graph capture, zeroed by a later call outside one.
+ * need_hdr: the counters must be zero now, else NULL with *declined = 1. NULL with *declined
+ * = 0: out of memory (latched). */
+char *cu_lk_scratch(struct cu_be *cb, size_t bytes, int need_hdr, int *declined);
 /* After a two-launch run of a call with ss_out: rewrites its rows' xg_out and ss_out from
  * y (one launch). */
 void cu_lkf_fix(struct be *b, const struct cu_lk *d);

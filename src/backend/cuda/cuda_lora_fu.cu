@@ -418,11 +418,60 @@ int cu_lkf_pre_on(void)
     return v;
 }
 
-/* The header of the scratch buffer whose counters were zeroed, per backend (a few). */
+/* Whether the counters of a backend's CU_SCRATCH_LORA buffer are known to be zero (a few
+ * backends; one not listed: not known). */
 static struct {
-    const void *cb, *buf;
-    size_t cap; /* (a regrown buffer may come back at the same address) */
-} g_lf_zeroed[8];
+    const void *cb;
+    int clean;
+} g_lf_hdr[8];
+
+static int lf_hdr_slot(const void *cb)
+{
+    for (int i = 0; i < 8; i++)
+        if (g_lf_hdr[i].cb == cb)
+            return i;
+    int s = 0; /* (full: the first entry's backend will zero its counters again) */
+    for (int i = 7; i >= 0; i--)
+        if (!g_lf_hdr[i].cb)
+            s = i;
+    g_lf_hdr[s].cb = cb, g_lf_hdr[s].clean = 0;
+    return s;
+}
+
+char *cu_lk_scratch(struct cu_be *cb, size_t bytes, int need_hdr, int *declined)
+{
+    *declined = 0;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(cb->stream, &cs) != cudaSuccess)
+        cudaGetLastError(), cs = cudaStreamCaptureStatusActive;
+    const int capturing = cs != cudaStreamCaptureStatusNone;
+    const size_t cap0 = cb->scratch_cap[CU_SCRATCH_LORA];
+    if (need_hdr && capturing && cap0 < bytes) {
+        *declined = 1; /* (no allocation inside a capture) */
+        return NULL;
+    }
+    char *buf = (char *)cu_scratch(cb, CU_SCRATCH_LORA, bytes);
+    if (!buf)
+        return NULL; /* out of memory: latched */
+    const int s = lf_hdr_slot(cb);
+    if (cb->scratch_cap[CU_SCRATCH_LORA] != cap0) /* a new buffer: its counters are garbage */
+        g_lf_hdr[s].clean = 0;
+    if (!g_lf_hdr[s].clean && !capturing) {
+        cb->last_kernel = 0; /* (no PDL launch right after a memset) */
+        cudaError_t rc = cudaMemsetAsync(buf, 0, CU_LK_HDR, cb->stream);
+        if (rc != cudaSuccess) {
+            cudaGetLastError();
+            cu_latch(cb, "lora counters", rc);
+            return NULL;
+        }
+        g_lf_hdr[s].clean = 1;
+    }
+    if (need_hdr && !g_lf_hdr[s].clean) {
+        *declined = 1;
+        return NULL;
+    }
+    return buf;
+}
 
 int cu_lkf_run(struct be *b, const struct cu_lk *d)
 {
@@ -453,37 +502,10 @@ int cu_lkf_run(struct be *b, const struct cu_lk *d)
     const int64_t P = d->act_y ? (int64_t)slices * ((d->act_rows + LF_RC - 1) / LF_RC) : 0;
     if (S + E + P > (1 << 30))
         return -1;
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(cb->stream, &cs) != cudaSuccess)
-        cudaGetLastError(), cs = cudaStreamCaptureStatusActive;
-    const size_t cap0 = cb->scratch_cap[CU_SCRATCH_LORA];
-    if (cap0 < CU_LK_HDR + pbytes && cs != cudaStreamCaptureStatusNone)
-        return -1; /* (no allocation inside a capture) */
-    char *buf = (char *)cu_scratch(cb, CU_SCRATCH_LORA, CU_LK_HDR + pbytes);
+    int declined = 0;
+    char *buf = cu_lk_scratch(cb, CU_LK_HDR + pbytes, 1, &declined);
     if (!buf)
-        return 0; /* out of memory: latched */
-    int slot = -1;
-    for (int i = 0; i < 8 && slot < 0; i++)
-        if (g_lf_zeroed[i].cb == cb || !g_lf_zeroed[i].cb)
-            slot = i;
-    if (slot < 0)
-        return -1;
-    const size_t cap = cb->scratch_cap[CU_SCRATCH_LORA];
-    if (g_lf_zeroed[slot].cb != cb || g_lf_zeroed[slot].buf != buf ||
-        g_lf_zeroed[slot].cap != cap) {
-        if (cs != cudaStreamCaptureStatusNone)
-            return -1;
-        cb->last_kernel = 0;
-        cudaError_t rc = cudaMemsetAsync(buf, 0, CU_LK_HDR, cb->stream);
-        if (rc != cudaSuccess) {
-            cudaGetLastError();
-            cu_latch(cb, "lora counters", rc);
-            return 0;
-        }
-        g_lf_zeroed[slot].cb = cb;
-        g_lf_zeroed[slot].buf = buf;
-        g_lf_zeroed[slot].cap = cap;
-    }
+        return declined ? -1 : 0; /* (0: out of memory, latched) */
     cu_launch(cb, k_lkf, dim3((unsigned)(S + E + P)), dim3(LF_T), 0, *d,
               (float *)(buf + CU_LK_HDR), (unsigned *)buf, R, Tmax, ntile, ksplit, (int)S, (int)E,
               slices);

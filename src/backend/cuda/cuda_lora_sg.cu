@@ -372,8 +372,9 @@ static void lk_launch(struct cu_be *cb, const struct cu_lk *d)
     if (R == 0 || Tmax == 0 || rsmax == 0 || d->K <= 0)
         return;
     const int ksplit = (d->K + LK_KC - 1) / LK_KC;
-    char *buf = (char *)cu_scratch(cb, CU_SCRATCH_LORA,
-                                   CU_LK_HDR + (size_t)ksplit * (size_t)R * (size_t)Tmax * 4);
+    int declined = 0;
+    char *buf = cu_lk_scratch(cb, CU_LK_HDR + (size_t)ksplit * (size_t)R * (size_t)Tmax * 4, 0,
+                              &declined);
     if (!buf)
         return;
     float *part = (float *)(buf + CU_LK_HDR); /* (the fused path's counters stay) */
