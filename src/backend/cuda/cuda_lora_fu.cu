@@ -180,7 +180,7 @@ static __device__ __forceinline__ void lf_delta(const struct cu_lk &d, int p,
         bv[j] = j < rs && on ? lf_ld(s_bp[j], s_bdt[j], m) : 0.0f;
     if (tid == 0) { /* the shrink blocks started before this one (tickets): no deadlock */
         for (long n = 0; *(const volatile unsigned *)(cnt + 1) < (unsigned)S; n++) { /* (L2) */
-            if (n > (1l << 26)) /* seconds: counters not zero at the launch; fail, never hang */
+            if (n > (1l << 24)) /* seconds: counters not zero at the launch; fail, never hang */
                 __trap();
             __nanosleep(32);
         }
