@@ -1,27 +1,34 @@
 #!/usr/bin/env bash
 # device_lora.sh — issue 21's LoRA checks and benchmark on the GPU machine, in one call.
 # Binaries are prebuilt on the CPU machine in build-gpu (-DCINFER_CUDA=ON) and carried in
-# $BIN (default .gpubin): test_lora, cinfer_lora_bench and the shared libraries they need
-# (binaries built on a CPU machine with nvcc and carried; bench/gpu/README.md). In the
-# order that matters most if the call runs out of time:
-#   1. test_lora on CUDA (CINFER_LORA_BACKEND=cuda) with the default kernels (cuda_lora_sg.cu:
-#      shrink/expand, q/k/v and gate/up merged into one recorded call): adapters a, b, a+b
-#      vs the committed transformers + peft goldens on the llama/qwen2/qwen3/gemma3 parity
-#      models (HF and GGUF bases, PEFT and GGUF adapters), the mixed batch (4 sets + none)
-#      vs each row alone, malformed adapters, the registry;
+# $BIN (default .gpubin): test_lora, cinfer_lora_bench, cinfer and the shared libraries they
+# need (bench/gpu/README.md). Kernel variants (CINFER_CUDA_LORA): default = the two-launch
+# shrink/expand (cuda_lora_sg.cu), fused = one launch per recorded call (cuda_lora_fu.cu),
+# v1 = one kernel per projection (cuda_lora.cu). In the order that matters most if the call
+# runs out of time (every step has its own timeout; ~5-6 min in all):
+#   1. test_lora on CUDA (CINFER_LORA_BACKEND=cuda) with the default and the fused kernels:
+#      adapters a, b, a+b vs the committed transformers + peft goldens on the
+#      llama/qwen2/qwen3/gemma3 parity models (HF and GGUF bases, PEFT and GGUF adapters),
+#      the mixed batch (4 sets + none) vs each row alone, malformed adapters, the registry;
 #   2. cinfer_lora_bench --backend cuda on a random l1b model (bench/gpu/models.py; and l8b
-#      with MODELS="l1b l8b"): the default kernels with f32 adapters, the previous kernel
-#      (CINFER_CUDA_LORA=v1) in the same call, then bf16 adapters -> lora_gpu.json (the "gpu"
-#      object of bench/results/lora.json);
-#   3. bench/lora/device_serve.py with $B/cinfer (when carried): `cinfer serve --backend cuda`
-#      mounts adapters with POST /v1/adapters (on the engine thread), unmounts one while
-#      requests run with it, and its outputs equal a server that mounted them at start-up
-#      -> serve_cuda.json;
-#   4. test_lora again without the norm on the fly (CINFER_CUDA_LORA_NORM=0: rmsnorm into a
-#      buffer, then the deltas), with graphs off (no merging), with every call split into
-#      one-row slices (CINFER_CUDA_LORA_PART_MAX=1) and with v1;
-#   5. ncu's per-kernel durations of ~1.5 one-adapter batch-1 steps (PROFILE= skips;
-#      NCU_VARIANTS="default CINFER_CUDA_LORA=v1" adds the old kernel);
+#      with MODELS="l1b l8b") per variant in $VARIANTS (default: default, fused, fused_plain
+#      = the fused kernel alone, without the norm chain across the delta and without the
+#      act_mul folded into the gate/up call (CINFER_CUDA_LORA_CHAIN=0, CINFER_CUDA_LORA_ACT=0),
+#      fused with bf16 adapters; e.g. add fused_nopre=CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_PRE=0,
+#      or v1=CINFER_CUDA_LORA=v1) -> lora_bench_<model>_<variant>.json and lora_gpu.json (the
+#      "gpu" object of bench/results/lora.json, every variant inside); each run first dumps
+#      the logits of fixed steps (--dump), and lora_gpu.json's probe_rel_vs_default compares
+#      every variant's with the default kernels' (the bf16 model runs the skinny kernels and
+#      the norm chain, which test_lora's f32 models do not);
+#   3. bench/lora/device_serve.py with $B/cinfer and the fused kernels: `cinfer serve
+#      --backend cuda` mounts adapters with POST /v1/adapters, unmounts one while requests
+#      run with it, outputs equal a server that mounted them at start-up -> serve_cuda.json;
+#   4. test_lora with the fused kernel alone (CINFER_CUDA_LORA_CHAIN=0,
+#      CINFER_CUDA_LORA_ACT=0), with graphs off, without the norm on the fly
+#      (CINFER_CUDA_LORA_NORM=0) and without PDL (CINFER_CUDA_PDL=0) (TESTS2 overrides);
+#   5. when there is time left (under LEFT seconds used, 270 by default) and ncu is there:
+#      per-kernel durations of ~2 one-adapter batch-1 steps with the fused kernels
+#      (PROFILE= skips; NCU_VARIANTS adds others);
 #   6. with GOLDEN=1, the goldens regenerated with scripts/lora_reference.py (the device's
 #      torch/transformers/peft) and compared with the committed ones.
 # Everything lands in $OUT.
@@ -34,88 +41,118 @@ cd "$SRC" || exit 1
 export LD_LIBRARY_PATH=$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
 t0=$(date +%s)
 
-# test_lora on CUDA under the settings in $TESTS (log: test_lora[_SETTING].log)
+# test_lora on CUDA under the settings in $TESTS (space-separated; a setting joins
+# variables with ':'; log: test_lora_<setting>.log)
 run_tests() {
     for v in ${TESTS:-default}; do
         t1=$(date +%s)
-        log=$OUT/test_lora${v/default/}.log; log=${log/CINFER_CUDA_/_}; log=${log/=/_}
-        env ${v/default/CINFER_LORA_BACKEND=cuda} CINFER_LORA_BACKEND=cuda CINFER_SRC=$SRC \
+        tag=$(echo "$v" | sed -e 's/CINFER_CUDA_//g' -e 's/[=:]/_/g')
+        log=$OUT/test_lora_$tag.log
+        ev=$v; [ "$v" = default ] && ev=CINFER_X=1
+        env ${ev//:/ } CINFER_LORA_BACKEND=${BACKEND:-cuda} CINFER_SRC=$SRC \
             timeout 150 "$B/test_lora" > "$log" 2>&1
-        echo "test_lora (cuda, $v) rc=$? ($(( $(date +%s) - t1 )) s) -> $(basename "$log")"
+        echo "test_lora (${BACKEND:-cuda}, $v) rc=$? ($(( $(date +%s) - t1 )) s) -> $(basename "$log")"
         grep -E "FAIL|failed|mixed batch|passed" "$log" | head -12
         grep -oE "max \|dlogit\| [0-9.e+-]+" "$log" | sort -g -k3 | tail -1
     done
 }
 
-TESTS=default run_tests
+TESTS="default CINFER_CUDA_LORA=fused" run_tests
 
 first=${MODELS:-l1b}; first=${first%% *}
 t2=$(date +%s)
-timeout 300 python3 bench/gpu/models.py bench /tmp/m ${MODELS:-l1b} > "$OUT/models.log" 2>&1
-echo "models rc=$? ($(( $(date +%s) - t2 )) s)"; tail -2 "$OUT/models.log"
-# the bench: the default kernels (f32 adapters, then bf16), and the previous kernel (v1) in
-# the same call on the same card, for the before/after ratio
+# (MDIR: a folder that already holds the models, e.g. for a dry run of this script on the
+# CPU: BACKEND=cpu MDIR=tests/data/fixtures/stories260K MODELS=stories260K.gguf)
+if [ -z "${MDIR:-}" ]; then
+    MDIR=/tmp/m
+    timeout 300 python3 bench/gpu/models.py bench /tmp/m ${MODELS:-l1b} > "$OUT/models.log" 2>&1
+    echo "models rc=$? ($(( $(date +%s) - t2 )) s)"; tail -2 "$OUT/models.log"
+fi
+MDIR=$(cd "$MDIR" 2> /dev/null && pwd || echo "$MDIR")
+# the bench per kernel variant on the same card (a variant: name=VAR=VAL[:VAR=VAL]; "bf16"
+# in the name adds --dtype bf16)
+VARIANTS=${VARIANTS:-"default fused=CINFER_CUDA_LORA=fused fused_plain=CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_CHAIN=0:CINFER_CUDA_LORA_ACT=0 fused_bf16=CINFER_CUDA_LORA=fused"}
 for m in ${MODELS:-l1b}; do
-    for v in default CINFER_CUDA_LORA=v1 bf16; do
+    for vv in $VARIANTS; do
         t3=$(date +%s)
-        sfx=; args=; ev=CINFER_X=
-        [ "$v" = bf16 ] && sfx=_bf16 args="--dtype bf16"
-        [ "$v" = CINFER_CUDA_LORA=v1 ] && sfx=_v1 ev=$v
-        env $ev timeout 240 "$B/cinfer_lora_bench" /tmp/m/$m \
-            --backend cuda -n ${STEPS:-64} --reps ${REPS:-5} $args \
-            > "$OUT/lora_bench_$m$sfx.json" 2> "$OUT/lora_bench_$m$sfx.err"
-        echo "lora_bench $m $v rc=$? ($(( $(date +%s) - t3 )) s)"
-        cat "$OUT/lora_bench_$m$sfx.json"; tail -2 "$OUT/lora_bench_$m$sfx.err"
+        name=${vv%%=*}; ev=CINFER_X=1; [ "$name" != "$vv" ] && ev=${vv#*=}
+        args=; case $name in *bf16*) args="--dtype bf16";; esac
+        env ${ev//:/ } timeout 200 "$B/cinfer_lora_bench" "$MDIR/$m" \
+            --backend ${BACKEND:-cuda} -n ${STEPS:-32} --reps ${REPS:-3} $args --dump "$OUT/probe_${m}_$name" \
+            > "$OUT/lora_bench_${m}_$name.json" 2> "$OUT/lora_bench_${m}_$name.err"
+        echo "lora_bench $m $name ($ev $args) rc=$? ($(( $(date +%s) - t3 )) s)"
+        cat "$OUT/lora_bench_${m}_$name.json"; tail -2 "$OUT/lora_bench_${m}_$name.err"
     done
 done
-python3 - "$OUT" "$first" <<'PY'
+python3 - "$OUT" "$first" "$VARIANTS" <<'PY'
 import json, sys
-out, m = sys.argv[1], sys.argv[2]
-try:
-    d = json.load(open(f"{out}/lora_bench_{m}.json"))
-    g = {k: d[k] for k in ("overhead_b1", "overhead_b8", "mixed_vs_single_at_8")}
-    g.update(model=m, device=open(f"{out}/gpu.txt").read().strip(), tok_s_median=d["tok_s_median"],
-             rank=d["rank"], adapter_dtype=d["adapter_dtype"], clock=d["clock"],
-             steps=d["steps"], reps=d["reps"], kernel="shrink/expand (cuda_lora_sg.cu)")
-    if "overhead_paths_b1" in d:
-        g["overhead_paths_b1"] = d["overhead_paths_b1"]
-    for sfx, key in (("_bf16", "bf16"), ("_v1", "v1_same_run")):
-        try:
-            e = json.load(open(f"{out}/lora_bench_{m}{sfx}.json"))
-            g[key] = {k: e[k] for k in ("overhead_b1", "overhead_b8", "mixed_vs_single_at_8",
-                                        "tok_s_median", "adapter_dtype")}
-        except Exception as ex:
-            g[key] = "missing: %s" % ex
-    json.dump(g, open(f"{out}/lora_gpu.json", "w"), indent=1)
-    print(json.dumps(g))
-except Exception as e:
-    print("no GPU bench result:", e)
+out, m, variants = sys.argv[1], sys.argv[2], sys.argv[3].split()
+keys = ("overhead_b1", "overhead_b8", "mixed_vs_single_at_8", "overhead_paths_b1",
+        "tok_s_median", "adapter_dtype", "rank", "clock", "steps", "reps")
+g = {"model": m, "device": open(f"{out}/gpu.txt").read().strip(), "variants": {}}
+for vv in variants:
+    name = vv.split("=", 1)[0]
+    try:
+        d = json.load(open(f"{out}/lora_bench_{m}_{name}.json"))
+        g["variants"][name] = {k: d[k] for k in keys if k in d}
+        g["variants"][name]["env"] = vv.split("=", 1)[1] if "=" in vv else ""
+    except Exception as ex:
+        g["variants"][name] = "missing: %s" % ex
+ok = {k: v for k, v in g["variants"].items() if isinstance(v, dict) and "bf16" not in k}
+if ok:  # the issue's three names at the top: the variant with the lowest overhead_b1
+    best = min(ok, key=lambda k: ok[k]["overhead_b1"])
+    g.update({k: ok[best][k] for k in ("overhead_b1", "overhead_b8", "mixed_vs_single_at_8")})
+    g["kernel"] = best
+# correctness of each variant on the bf16 model (test_lora's models are f32: the skinny
+# kernels and the norm chain do not run there): the logits of fixed steps (--dump) against
+# the default kernels', relative to the largest |logit|; "adapter_effect" = one adapter vs
+# none with the default kernels (what a variant that dropped the delta would show)
+import numpy as np
+def probe(name, conf):
+    try:
+        return np.fromfile(f"{out}/probe_{m}_{name}_{conf}.f32", "<f4")
+    except Exception:
+        return None
+ref = {c: probe("default", c) for c in ("none_b8", "paths_b8", "one_b1", "one_b8", "mixed_b8")}
+def rel(a, b):
+    return None if a is None or b is None or a.shape != b.shape else \
+        float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+g["probe_rel_vs_default"] = {vv.split("=", 1)[0]: {c: rel(probe(vv.split("=", 1)[0], c), ref[c]) for c in ref}
+                             for vv in variants if vv.split("=", 1)[0] != "default"}
+g["probe_adapter_effect"] = rel(ref["one_b8"], ref["paths_b8"])
+print("probe (max |logit diff| / max |logit| vs default):", json.dumps(g["probe_rel_vs_default"]),
+      "adapter effect:", g["probe_adapter_effect"])
+json.dump(g, open(f"{out}/lora_gpu.json", "w"), indent=1)
+print(json.dumps({k: v for k, v in g.items() if k != "variants"}))
+for k, v in g["variants"].items():
+    print(k, v if isinstance(v, str) else {x: v.get(x) for x in keys[:4]})
 PY
 
 # mount / unmount while serving on CUDA (the engine thread loads and frees), vs start-up mounts
 if [ -x "$B/cinfer" ]; then
     t4=$(date +%s)
-    CINFER_LIBS=$B/lib timeout 240 python3 bench/lora/device_serve.py "$B/cinfer" cuda "$OUT/serve_cuda.json" \
+    CINFER_CUDA_LORA=${SERVE_LORA:-fused} CINFER_LIBS=$B/lib timeout 200 \
+        python3 bench/lora/device_serve.py "$B/cinfer" ${BACKEND:-cuda} "$OUT/serve_cuda.json" \
         > "$OUT/serve_cuda.log" 2>&1
-    echo "device_serve (cuda) rc=$? ($(( $(date +%s) - t4 )) s)"; tail -c 1500 "$OUT/serve_cuda.log"
+    echo "device_serve (${BACKEND:-cuda}) rc=$? ($(( $(date +%s) - t4 )) s)"; tail -c 1500 "$OUT/serve_cuda.log"
     cp /tmp/lora-device-serve-*.log "$OUT/" 2> /dev/null
 fi
 
-TESTS="CINFER_CUDA_LORA_NORM=0 CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA_PART_MAX=1 CINFER_CUDA_LORA=v1" run_tests
+TESTS=${TESTS2:-"CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_CHAIN=0:CINFER_CUDA_LORA_ACT=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_NORM=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_PDL=0"} run_tests
 
 # where a step's time goes with one adapter at batch 1: ncu's per-kernel durations of a few
 # steps (graphs on: ncu times each kernel node), new kernels and v1
-if [ -n "${PROFILE-1}" ] && command -v ncu > /dev/null; then
-    for v in ${NCU_VARIANTS:-default}; do
-        sfx=; [ "$v" != default ] && sfx=_v1
+if [ -n "${PROFILE-1}" ] && [ $(( $(date +%s) - t0 )) -lt ${LEFT:-270} ] && command -v ncu > /dev/null; then
+    for v in ${NCU_VARIANTS:-CINFER_CUDA_LORA=fused}; do
+        sfx=_$(echo "$v" | sed -e 's/CINFER_CUDA_//g' -e 's/[=:]/_/g')
         # 2 warm-up steps + 12 timed ones of ~300-400 kernels each: skip into the 4th step,
         # then ~2 steps (ncu_sum's counts per kernel say how many launches a step has)
-        env ${v/default/CINFER_X=} timeout ${NCU_T:-120} ncu --clock-control none --launch-skip ${SKIP:-1200} \
+        env ${v//:/ } timeout ${NCU_T:-90} ncu --clock-control none --launch-skip ${SKIP:-1200} \
             --launch-count ${CNT:-500} --metrics gpu__time_duration.sum \
-            --csv "$B/cinfer_lora_bench" /tmp/m/${first:-l1b} --backend cuda --only one_b1 -n 12 \
+            --csv "$B/cinfer_lora_bench" "$MDIR/${first:-l1b}" --backend cuda --only one_b1 -n 12 \
             > "$OUT/ncu_one_b1$sfx.csv" 2> /dev/null
         echo "ncu one_b1 $v rc=$?"
         python3 bench/gpu/ncu_sum.py "$OUT/ncu_one_b1$sfx.csv" > "$OUT/ncu_one_b1$sfx.txt" 2>&1

@@ -13,6 +13,8 @@
  * Usage: cinfer_lora_bench MODEL [-t THREADS] [--backend cpu|cuda] [-n STEPS] [--reps N]
  *        [--rank R] [--clock wall|cpu] [--dtype f32|f16|bf16]      (prints one JSON object)
  * --dtype: the adapters' stored element type (as an adapter file holds it; default f32).
+ * --dump PREFIX: first the logits of 3 fixed steps per configuration to PREFIX_<conf>.f32
+ * (none_b8, paths_b8, one_b1, one_b8, mixed_b8), for comparing kernel variants.
  * --clock cpu times the process's CPU time instead of wall time: on a machine shared with
  * other loads (where wall times of one configuration vary 2-3x between repetitions) the
  * CPU time of a one-thread run (-t 1) measures the work itself.
@@ -149,6 +151,44 @@ static double timed(struct run *R, int rows, const struct lora_set *const *sets,
     return rows * steps / (now() - t0);
 }
 
+/* --dump PREFIX: 3 steps of `rows` rows at positions 0..2 with fixed tokens (no greedy
+ * feedback, nothing read from before position 0), the last step's logits (rows, n_vocab)
+ * written raw (f32) to PREFIX_<name>.f32: the same numbers from two kernel variants (two
+ * processes) can be compared (bench/lora/device_lora.sh). */
+static void dump(struct run *R, const char *prefix, const char *name, int rows,
+                 const struct lora_set *const *sets, unsigned paths)
+{
+    struct cerr e = {0};
+    const int nv = R->m->hp.n_vocab;
+    float *lg = malloc((size_t)rows * nv * sizeof *lg);
+    for (int s = 0; s < 3 && lg; s++) {
+        for (int i = 0; i < rows; i++) {
+            R->tok[i] = 100 + 7 * i + 13 * s;
+            R->pos[i] = s;
+            R->sq[i] = i;
+            R->slot[i] = kv_seq_slot(R->kv, &R->seq[i], s);
+            R->out[i] = i;
+        }
+        struct model_kv_view view = kv_pool_view(R->kv);
+        struct model_batch b = {.n_tok = rows, .tokens = R->tok, .pos = R->pos, .seq = R->sq,
+                                .slots = R->slot, .n_seq = rows, .max_blocks = 8,
+                                .block_tables = R->tab, .n_out = rows, .out_idx = R->out,
+                                .lora = sets, .lora_paths = paths};
+        if (model_forward(R->m, R->ws, &view, &b, lg, &e)) {
+            fprintf(stderr, "lora_bench: %s\n", e.msg);
+            exit(1);
+        }
+    }
+    char fn[1024];
+    snprintf(fn, sizeof fn, "%s_%s.f32", prefix, name);
+    FILE *f = lg ? fopen(fn, "wb") : NULL;
+    if (!f || fwrite(lg, sizeof *lg, (size_t)rows * nv, f) != (size_t)rows * nv || fclose(f)) {
+        fprintf(stderr, "lora_bench: cannot write %s\n", fn);
+        exit(1);
+    }
+    free(lg);
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -163,7 +203,7 @@ static double median(double *v, int n)
 
 int main(int argc, char **argv)
 {
-    const char *path = NULL, *backend = "cpu", *only = NULL;
+    const char *path = NULL, *backend = "cpu", *only = NULL, *dump_to = NULL;
     int threads = 0, steps = 16, reps = 5, rank = 16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -181,6 +221,8 @@ int main(int argc, char **argv)
             g_dt16 = !strcmp(v, "f16") ? 1 : !strcmp(v, "bf16") ? 2 : 0, i++;
         else if (!strcmp(a, "--only") && v)
             only = v, i++;
+        else if (!strcmp(a, "--dump") && v)
+            dump_to = v, i++;
         else if (!strcmp(a, "--clock") && v)
             g_cpu_clock = !strcmp(v, "cpu"), i++;
         else if (a[0] != '-' && !path)
@@ -189,7 +231,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: cinfer_lora_bench MODEL [-t N] [--backend cpu|cuda] [-n STEPS] "
                             "[--reps N] [--rank R] [--clock wall|cpu] [--dtype f32|f16|bf16]\n"
                             "  [--only none_b1|one_b1|one_b8|mixed_b8] (just those steps, for a "
-                            "profiler)\n");
+                            "profiler) [--dump PREFIX] (logits of fixed steps first)\n");
             return 2;
         }
     }
@@ -232,6 +274,13 @@ int main(int argc, char **argv)
         s_mixed[i] = &each[i];
     }
     const unsigned all = (1u << LORA_NT) - 1;
+    if (dump_to) { /* before any timing: the logits of fixed steps per configuration */
+        dump(&R, dump_to, "none_b8", NR, NULL, 0);
+        dump(&R, dump_to, "paths_b8", NR, NULL, all);
+        dump(&R, dump_to, "one_b1", 1, s_one, all);
+        dump(&R, dump_to, "one_b8", NR, s_one, all);
+        dump(&R, dump_to, "mixed_b8", NR, s_mixed, all);
+    }
     if (only) { /* one configuration's steps and nothing else (e.g. under ncu): 2 warm-up
                  * steps (graph capture), then `steps` */
         int b8 = strstr(only, "b8") != NULL;

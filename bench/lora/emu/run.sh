@@ -11,6 +11,8 @@
 # compiler's code are not covered. Usage: bash bench/lora/emu/run.sh [K [norm]]
 #   (norm: x un-normed, the shrink norms each row on the fly: the op lora_norm)
 #   CINFER_CUDA_LORA_PART_MAX=1 bash bench/lora/emu/run.sh 600   # the row-slice path
+#   CINFER_CUDA_LORA=fused bash bench/lora/emu/run.sh 600 norm    # the one-launch kernel
+#     (cuda_lora_fu.cu; blocks run in ticket order; the counters must be zero after each call)
 set -e
 cd "$(dirname "$0")"
 ROOT=$(cd ../../.. && pwd)
@@ -23,7 +25,9 @@ src = root + '/src/backend/cuda/'
 h = open(src + 'cuda_lora.cuh').read().replace('#include "backend/cuda/cuda_int.cuh"', '')
 c = open(src + 'cuda_lora_sg.cu').read().replace('#include "backend/cuda/cuda_lora.cuh"', '')
 c = c.replace('extern __shared__ float s_t[];', 'float *s_t = emu_dyn;').replace('__shared__ ', 'static ')
-open(t + '/emu_gen.cpp', 'w').write('#include "shim.h"\n' + h + c)
+f = open(src + 'cuda_lora_fu.cu').read().replace('#include "backend/cuda/cuda_lora.cuh"', '')
+f = f.replace('__shared__ ', 'static ')
+open(t + '/emu_gen.cpp', 'w').write('#include "shim.h"\n' + h + c + f)
 PY
 cp shim.h test.cpp "$T/"
 g++ -std=c++17 -O1 -I"$ROOT/src" -o "$T/test" "$T/test.cpp" -lpthread

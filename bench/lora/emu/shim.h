@@ -39,6 +39,15 @@ static inline float cu_warp_sum(float v)
     }
     return v;
 }
+static inline float __shfl_xor_sync(unsigned, float v, int o)
+{
+    int t = threadIdx.x;
+    emu_xch[t] = v;
+    __syncthreads();
+    float w = emu_xch[t ^ o];
+    __syncthreads();
+    return w;
+}
 static inline float cu_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
 static inline float cu_f16(uint16_t h)
 {
@@ -51,19 +60,56 @@ static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4);
 static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
-struct cu_be { struct be base; };
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+/* the op act_mul as cuda_ops.cu's k_ew computes it (the two-launch fallback of an
+ * activated call) */
+static void cu_act_mul(struct be *, float *y, const float *g, const float *u, int64_t n, int act)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float a = g[i];
+        if (act != BE_ACT_GELU_TANH)
+            y[i] = a / (1.0f + expf(-a)) * u[i];
+        else
+            y[i] = 0.5f * a * (1.0f + tanhf(0.7978845608028654f * (a + 0.044715f * a * a * a))) * u[i];
+    }
+}
+struct cu_be { struct be base; int stream, last_kernel; size_t scratch_cap[8]; };
+/* the fused kernel's device-side pieces: atomics on the host, fences and sleeps as no-ops
+ * (blocks run one after another in ticket order) */
+#include <mutex>
+static std::mutex emu_amu;
+static inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline float atomicAdd(float *p, float v) { std::lock_guard<std::mutex> l(emu_amu); float o = *p; *p = o + v; return o; }
+static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline void __nanosleep(unsigned) { std::this_thread::yield(); }
+static inline void __trap() { printf("trap\n"); abort(); }
+static inline float __ldcg(const float *p) { return *p; }
+typedef int cudaStreamCaptureStatus;
+typedef int cudaError_t;
+enum { cudaSuccess = 0, cudaStreamCaptureStatusNone = 0, cudaStreamCaptureStatusActive = 1 };
+static int emu_capturing; /* tests: a capture in progress (the fused path must decline a new buffer) */
+static inline cudaError_t cudaStreamIsCapturing(int, cudaStreamCaptureStatus *s) { *s = emu_capturing; return cudaSuccess; }
+static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, int) { memset(p, v, n); return cudaSuccess; }
 static inline struct cu_be *cu_be(struct be *b) { return (struct cu_be *)b; }
 enum { CU_SCRATCH_LORA = 7 };
-static std::vector<char> emu_scratch;
+static char *emu_scratch;
 static int emu_launches;
-static void *cu_scratch(struct cu_be *, int, size_t n)
+static void cu_latch(struct cu_be *, const char *what, cudaError_t) { printf("latched: %s\n", what); exit(1); }
+/* as the backend's: grown (contents lost: garbage here) when too small; besides, the
+ * partials past the counters' header are garbage at every call (unwritten ones show) */
+static void *cu_scratch(struct cu_be *cb, int i, size_t n)
 {
-    if (emu_scratch.size() < n)
-        emu_scratch.resize(n);
-    memset(emu_scratch.data(), 0x7f, n); /* garbage: unwritten partials show */
-    return emu_scratch.data();
+    if (cb->scratch_cap[i] < n) {
+        free(emu_scratch);
+        cb->scratch_cap[i] = n + n / 4 + 4096;
+        emu_scratch = (char *)malloc(cb->scratch_cap[i]);
+        memset(emu_scratch, 0x7f, cb->scratch_cap[i]);
+    }
+    memset(emu_scratch + 256, 0x7f, n - 256);
+    return emu_scratch;
 }
-static void cu_after_launch(struct cu_be *, const char *) {}
+static void cu_after_launch(struct cu_be *cb, const char *) { cb->last_kernel = 1; }
 template <typename... KArgs, typename... Args>
 static void cu_launch(struct cu_be *, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                       Args... args)

@@ -75,9 +75,16 @@ int main(int argc, char **argv)
     d3.n_proj = 1; /* room again: a different norm must still be refused */
     if (cu_lk_merge(&d3, y[1].data(), x.data(), norm ? NULL : nw.data(), eps, K, M[1], G[1], NG) == 0) { printf("merge across norms accepted\n"); return 1; }
     if (memcmp(&d2, &d, sizeof d)) { printf("refused merge changed d\n"); return 1; }
-    be be0; cu_lk_run(&be0, &d);
+    struct cu_be cb0; memset(&cb0, 0, sizeof cb0);
+    struct be &be0 = cb0.base;
+    const int fused = cu_lora_mode() == CU_LK_FUSED;
+    cu_lk_run(&be0, &d);
     printf("launches %d\n", emu_launches);
-    double maxrel = 0; int bad = 0;
+    int bad = 0;
+    if (fused && emu_launches != 1) { printf("fused: %d launches, want 1\n", emu_launches); bad++; }
+    auto counters_zero = [&]() { for (int i = 0; i < 64; i++) if (((unsigned *)emu_scratch)[i]) { printf("counter %d = %u after a call\n", i, ((unsigned *)emu_scratch)[i]); return false; } return true; };
+    if (fused && !counters_zero()) bad++;
+    double maxrel = 0;
     for (int p = 0; p < NP; p++) {
         std::vector<char> touched(NROW, 0);
         for (int g = 0; g < NG; g++) for (int r : rows[g]) {
@@ -100,7 +107,98 @@ int main(int argc, char **argv)
     cu_lk e; memset(&e, 0, sizeof e);
     cu_lk_first(&e, ya.data(), x.data(), norm, eps, K, M[1], &G[1][0], 1);
     cu_lk_run(&be0, &e);
+    if (fused && !counters_zero()) bad++;
     for (int r : rows[0]) if (memcmp(&ya[(size_t)r * M[1]], &y[1][(size_t)r * M[1]], (size_t)M[1] * 4)) { printf("row %d of group 0 alone differs\n", r); bad++; }
+    /* a chained call (one projection whose delta goes into a gathering ADD's output): the
+     * rows it changes get xg = y * gnext and 16-output tile sums of squares; the other rows'
+     * stay. Fused, and the two-launch path + the fix kernel (the fused one declining a new
+     * buffer during a capture). */
+    for (int via = 0; via < 2; via++) {
+        const int MC = 320; /* 16-output tiles; not a multiple of the 256-output block */
+        std::vector<term> TC[NG];
+        for (int g = 0; g < NG; g++) for (auto &s : spec[g]) TC[g].push_back(mk(s.first, s.second, K, MC));
+        std::vector<float> yc((size_t)NROW * MC), xg((size_t)NROW * MC, 7.0f), ss((size_t)NROW * MC / 16, 7.0f), gn(MC);
+        for (auto &v : yc) v = rnd();
+        for (auto &v : gn) v = 0.5f + rnd();
+        std::vector<float> yc0 = yc;
+        be_lora_grp GC[NG];
+        for (int g = 0; g < NG; g++) { memset(&GC[g], 0, sizeof GC[g]); GC[g].rows = rows[g].data(); GC[g].n_rows = (int)rows[g].size(); GC[g].n_terms = (int)TC[g].size();
+            for (int k = 0; k < GC[g].n_terms; k++) GC[g].t[k] = be_lora_term{TC[g][k].da, TC[g][k].dbt, TC[g][k].rank, TC[g][k].dt, TC[g][k].scale}; }
+        cu_lk c; memset(&c, 0, sizeof c);
+        cu_lk_first(&c, yc.data(), x.data(), norm, eps, K, MC, GC, NG);
+        c.ss_out = ss.data(), c.xg_out = xg.data(), c.gnext = gn.data();
+        struct cu_be cb1; memset(&cb1, 0, sizeof cb1);
+        emu_capturing = via; /* 1: a fresh backend during a capture: the fused kernel declines */
+        int l0 = emu_launches;
+        cu_lk_run(&cb1.base, &c);
+        emu_capturing = 0;
+        printf("chained (%s): %d launches\n", fused && !via ? "fused" : "two-launch + fix", emu_launches - l0);
+        std::vector<char> in(NROW, 0);
+        for (int g = 0; g < NG; g++) for (int r : rows[g]) {
+            in[r] = 1;
+            for (int mm = 0; mm < MC; mm++) {
+                double acc = yc0[(size_t)r * MC + mm], mag = fabs(acc);
+                for (auto &t : TC[g]) for (int j = 0; j < t.rank; j++) {
+                    double s2 = 0; for (int k = 0; k < K; k++) s2 += xr[(size_t)r * K + k] * t.a[(size_t)j * K + k];
+                    double tv = (float)s2 * t.scale; acc += tv * t.b[(size_t)j * MC + mm]; mag += fabs(tv * t.b[(size_t)j * MC + mm]);
+                }
+                double got = yc[(size_t)r * MC + mm];
+                if (!(fabs(got - acc) / (mag + 1e-6) < 1e-5)) { if (bad++ < 5) printf("chained row %d m %d got %g want %g\n", r, mm, got, acc); }
+                if (xg[(size_t)r * MC + mm] != yc[(size_t)r * MC + mm] * gn[mm]) { if (bad++ < 5) printf("xg row %d m %d\n", r, mm); }
+            }
+            for (int tt = 0; tt < MC / 16; tt++) {
+                double want = 0; for (int i = 0; i < 16; i++) want += (double)yc[(size_t)r * MC + tt * 16 + i] * yc[(size_t)r * MC + tt * 16 + i];
+                if (!(fabs(ss[(size_t)r * (MC / 16) + tt] - want) <= 1e-5 * want)) { if (bad++ < 5) printf("ss row %d tile %d got %g want %g\n", r, tt, ss[(size_t)r * (MC / 16) + tt], want); }
+            }
+        }
+        for (int r = 0; r < NROW; r++) if (!in[r]) {
+            for (int mm = 0; mm < MC; mm++) if (xg[(size_t)r * MC + mm] != 7.0f || yc[(size_t)r * MC + mm] != yc0[(size_t)r * MC + mm]) { printf("chained: untouched row %d changed\n", r); bad++; break; }
+            for (int tt = 0; tt < MC / 16; tt++) if (ss[(size_t)r * (MC / 16) + tt] != 7.0f) { printf("chained: ss of untouched row %d\n", r); bad++; break; }
+        }
+        if (!fused) break; /* (the two-launch path has no chained calls of its own) */
+    }
+    /* an activated call (gate and up, the act_mul folded in): act(gate + dg) * (up + du) for
+     * the grouped rows, act(gate) * up for rows of no group (13, 14), SiLU and GELU-tanh;
+     * fused, and the two-launch path + the op (the fused kernel declining) */
+    for (int via = 0; via < 2; via++)
+        for (int act = 0; act < 2; act++) {
+            const int MA = 300, NA_ = NROW + 2;
+            const int bact = act ? BE_ACT_GELU_TANH : BE_ACT_GELU_TANH + 1;
+            std::vector<term> TA[2][NG];
+            for (int p = 0; p < 2; p++) for (int g = 0; g < NG; g++) for (auto &s : spec[g]) TA[p][g].push_back(mk(s.first, s.second, K, MA));
+            std::vector<float> ya[2], out((size_t)NA_ * MA, 7.0f);
+            for (int p = 0; p < 2; p++) { ya[p].resize((size_t)NA_ * MA); for (auto &v : ya[p]) v = rnd(); }
+            std::vector<float> ya0[2] = {ya[0], ya[1]};
+            be_lora_grp GA[2][NG];
+            for (int p = 0; p < 2; p++) for (int g = 0; g < NG; g++) { memset(&GA[p][g], 0, sizeof GA[p][g]); GA[p][g].rows = rows[g].data(); GA[p][g].n_rows = (int)rows[g].size(); GA[p][g].n_terms = (int)TA[p][g].size();
+                for (int k = 0; k < GA[p][g].n_terms; k++) GA[p][g].t[k] = be_lora_term{TA[p][g][k].da, TA[p][g][k].dbt, TA[p][g][k].rank, TA[p][g][k].dt, TA[p][g][k].scale}; }
+            cu_lk c; memset(&c, 0, sizeof c);
+            cu_lk_first(&c, ya[0].data(), x.data(), norm, eps, K, MA, GA[0], NG);
+            if (cu_lk_merge(&c, ya[1].data(), x.data(), norm, eps, K, MA, GA[1], NG)) { printf("act: merge failed\n"); return 1; }
+            c.act_y = out.data(), c.act = bact, c.act_rows = NA_;
+            struct cu_be cb1; memset(&cb1, 0, sizeof cb1);
+            emu_capturing = via;
+            int l0 = emu_launches;
+            cu_lk_run(&cb1.base, &c);
+            emu_capturing = 0;
+            printf("activated (%s, %s): %d launches\n", fused && !via ? "fused" : "two-launch + op", act ? "gelu" : "silu", emu_launches - l0);
+            auto glu = [&](double g, double u) { return act ? 0.5 * g * (1 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u : g / (1 + exp(-g)) * u; };
+            std::vector<char> in(NA_, 0);
+            for (int g = 0; g < NG; g++) for (int r : rows[g]) in[r] = 1;
+            for (int r = 0; r < NA_; r++) for (int mm = 0; mm < MA; mm++) {
+                double v[2], mag[2];
+                for (int p = 0; p < 2; p++) { v[p] = ya0[p][(size_t)r * MA + mm]; mag[p] = fabs(v[p]); }
+                for (int g = 0; g < NG && in[r]; g++) for (int rr : rows[g]) if (rr == r)
+                    for (int p = 0; p < 2; p++) for (auto &t : TA[p][g]) for (int j = 0; j < t.rank; j++) {
+                        double s2 = 0; for (int k = 0; k < K; k++) s2 += xr[(size_t)r * K + k] * t.a[(size_t)j * K + k];
+                        double tv = (float)s2 * t.scale; v[p] += tv * t.b[(size_t)j * MA + mm]; mag[p] += fabs(tv * t.b[(size_t)j * MA + mm]);
+                    }
+                double want = glu(v[0], v[1]), got = out[(size_t)r * MA + mm];
+                double tol = 1e-5 * (fabs(want) + (mag[0] + 1) * (mag[1] + 1));
+                if (!(fabs(got - want) <= tol)) { if (bad++ < 5) printf("act row %d m %d got %g want %g\n", r, mm, got, want); }
+            }
+            if (!fused) break;
+        }
     printf("max rel %.3g, bad %d\n", maxrel, bad);
     return bad != 0;
 }

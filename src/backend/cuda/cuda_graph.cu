@@ -25,7 +25,7 @@ enum {
     CU_GRAPH_SEG = 32,    /* segment length: the GPU starts while later calls are recorded */
     CU_GRAPH_MAX_N = 128, /* lists with a matmul over more rows are never captured */
     CU_GRAPH_CACHE = 64,
-    CU_ARGS = 1024, /* bytes of one recorded call's arguments (lora: ~960, matmul_fused +
+    CU_ARGS = 1088, /* bytes of one recorded call's arguments (lora: 1080, matmul_fused +
                      * rope: ~400) */
     CU_LOG = 64,   /* graph launches remembered for be_cuda_replay_last */
 };
@@ -353,8 +353,30 @@ static void r_ew(struct be *b, const void *p)
     default: cu_add_row(b, a->y, a->a, (int)a->n, a->act); break;
     }
 }
+static void r_lk(struct be *b, const void *p);
+/* The act_mul of a gate/up pair whose deltas the previous recorded call adds (fused, one
+ * lora call with gate and up: cuda_lora.cuh act_y) rides on that call: returns 1. */
+static int lk_act(struct cu_be *cb, float *y, const float *gate, const float *up, int64_t n,
+                  int act)
+{
+    struct cu_graphs *gr = cb->graphs;
+    if (!gr || gr->n < 1 || n <= 0 || cu_lora_mode() != CU_LK_FUSED || !cu_lkf_act_on() ||
+        gr->calls[gr->n - 1].run != r_lk)
+        return 0;
+    struct cu_lk *l = (struct cu_lk *)gr->calls[gr->n - 1].args;
+    if (l->n_proj != 2 || l->y[0] != gate || l->y[1] != up || l->M[0] != l->M[1] ||
+        l->M[0] <= 0 || n % l->M[0] || n / l->M[0] > (1 << 24) || l->act_y || l->ss_out ||
+        (const float *)y == up)
+        return 0;
+    l->act_y = y, l->act = act, l->act_rows = (int)(n / l->M[0]);
+    cb->ss_ok = 0;
+    return 1;
+}
+
 void cq_act_mul(struct be *b, float *y, const float *gate, const float *up, int64_t n, int act)
 {
+    if (lk_act(cu_be(b), y, gate, up, n, act))
+        return;
     DEFER(r_ew, struct a_ew, a_.kind = 0, a_.y = y, a_.a = gate, a_.x = up, a_.n = n, a_.act = act);
 }
 void cq_add(struct be *b, float *y, const float *a, const float *x, int64_t n)
@@ -394,10 +416,12 @@ static void r_lk(struct be *b, const void *p)
 /* The deltas of one projection (x normed on the fly when norm is set); appended to the
  * previous recorded call when that is a lora call reading the same x with the same groups
  * (q, k, v; gate, up: cuda_lora.cuh). */
+static int lk_pre(const struct cu_be *cb, const float *x);
 static void lk_record(struct be *b, float *y, const float *x, const float *norm, float eps,
                       int K, int M, const struct be_lora_grp *g, int n_grp)
 {
     struct cu_graphs *gr = cu_be(b)->graphs;
+    const int pre = lk_pre(cu_be(b), x);
     if (gr && gr->n > 0 && gr->calls[gr->n - 1].run == r_lk &&
         cu_lk_merge((struct cu_lk *)gr->calls[gr->n - 1].args, y, x, norm, eps, K, M, g,
                     n_grp) == 0) {
@@ -407,7 +431,8 @@ static void lk_record(struct be *b, float *y, const float *x, const float *norm,
     for (int i = 0; i < n_grp;) {
         int took = 0;
         DEFER(r_lk, struct cu_lk,
-              took = cu_lk_first(&a_, y, x, norm, eps, K, M, g + i, n_grp - i));
+              took = cu_lk_first(&a_, y, x, norm, eps, K, M, g + i, n_grp - i);
+              a_.pre = i == 0 ? pre : 0); /* (after a lora call: no) */
         i += took;
     }
 }
@@ -442,6 +467,59 @@ static void r_mmf(struct be *b, const void *p)
         m.rope = &a->r;
     cu_matmul_fused(b, &m);
 }
+/* 1 when a lora call recorded next may read x before its PDL wait (cuda_lora_fu.cu): the
+ * previous recorded call is a projection of at most cu_mv_lim rows without rope (its last
+ * kernel is the skinny kernel, which waits for the kernels before it before it lets the next
+ * one launch, or a matvec or element-wise kernel, which never lets it launch early; never
+ * cuBLAS: more rows, or an x not 16-byte aligned) that does not write x. */
+static int lk_pre(const struct cu_be *cb, const float *x)
+{
+    const struct cu_graphs *gr = cb->graphs;
+    if (!gr || gr->n == 0 || !cu_lkf_pre_on())
+        return 0;
+    const struct cu_call *c = &gr->calls[gr->n - 1];
+    if (c->run == r_mm) {
+        const struct a_mm *a = (const struct a_mm *)c->args;
+        return a->y != x && a->n <= cu_mv_lim(cb) && ((uintptr_t)a->x & 15) == 0;
+    }
+    if (c->run != r_mmf)
+        return 0;
+    const struct a_mmf *a = (const struct a_mmf *)c->args;
+    return !a->m.rope && a->m.n <= cu_mv_lim(cb) && ((uintptr_t)a->m.x & 15) == 0 &&
+           a->m.y[0] != x && a->m.y[1] != x && a->m.y[2] != x;
+}
+
+/* A norm chain across an adapter's delta (CINFER_CUDA_LORA=fused; cuda_lora.cuh): m is a
+ * projection that norms x with m->norm, x is the output of the residual ADD two calls back
+ * (not gathering: the forward turns the chain off on the adapter path), and the call in
+ * between is a one-projection lora call adding its delta to x. Then the ADD gathers for m
+ * after all, the lora call rewrites the chained values of the rows it changes, and m takes
+ * the chain (returns 1). */
+static int lk_chain(struct cu_be *cb, const struct be_mm *m)
+{
+    struct cu_graphs *gr = cb->graphs;
+    if (!gr || gr->n < 2 || cu_lora_mode() != CU_LK_FUSED || !cu_lkf_chain_on() ||
+        m->mode != BE_MM_PLAIN || !m->norm || m->rope || m->chain)
+        return 0;
+    struct cu_call *c1 = &gr->calls[gr->n - 1], *c2 = &gr->calls[gr->n - 2];
+    if (c1->run != r_lk || c2->run != r_mmf)
+        return 0;
+    struct cu_lk *l = (struct cu_lk *)c1->args;
+    struct a_mmf *a = (struct a_mmf *)c2->args;
+    if (a->m.mode != BE_MM_ADD || a->m.chain || a->m.norm || a->m.rope || a->m.y[0] != m->x ||
+        a->m.n != m->n || l->n_proj != 1 || l->y[0] != m->x || l->ss_out ||
+        l->M[0] != (int)m->w[0]->ne[0] || l->M[0] % 16)
+        return 0;
+    struct be_mm am = a->m; /* the ADD as it would gather */
+    am.w[0] = &a->w[0];
+    am.chain = 1, am.next_norm = m->norm;
+    if (!cu_mm_chain_ok(cb, &am) || !cu_mm_chain_ok(cb, m))
+        return 0;
+    a->m.chain = 1, a->m.next_norm = m->norm;
+    l->ss_out = cb->ss_buf, l->xg_out = cb->xg_buf, l->gnext = m->norm;
+    return 1;
+}
+
 void cq_matmul_fused(struct be *b, const struct be_mm *m)
 {
     if (m->n > CU_GRAPH_MAX_N && cu_be(b)->graphs)
@@ -460,7 +538,7 @@ void cq_matmul_fused(struct be *b, const struct be_mm *m)
     } else {
         const int claimed = m->chain && cb->ss_ok && m->x == cb->ss_y && m->n == cb->ss_n &&
                             m->w[0]->ne[0] == cb->ss_m && m->norm == cb->ss_g;
-        a_.m.chain = claimed && cu_mm_chain_ok(cb, m);
+        a_.m.chain = (claimed && cu_mm_chain_ok(cb, m)) || lk_chain(cb, m);
         cb->n_chained += a_.m.chain;
         cb->ss_ok = 0;
         struct cu_graphs *g = cb->graphs;

@@ -244,14 +244,19 @@ __global__ void __launch_bounds__(LK_MT)
 
 /* ---- host side ---- */
 
-int cu_lora_v1(void)
+int cu_lora_mode(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("CINFER_CUDA_LORA");
-        v = e && !strcmp(e, "v1");
+        v = e && !strcmp(e, "v1") ? CU_LK_V1 : e && !strcmp(e, "fused") ? CU_LK_FUSED : CU_LK_SG;
     }
     return v;
+}
+
+int cu_lora_v1(void)
+{
+    return cu_lora_mode() == CU_LK_V1;
 }
 
 int cu_lora_norm_on(void)
@@ -367,10 +372,12 @@ static void lk_launch(struct cu_be *cb, const struct cu_lk *d)
     if (R == 0 || Tmax == 0 || rsmax == 0 || d->K <= 0)
         return;
     const int ksplit = (d->K + LK_KC - 1) / LK_KC;
-    float *part = (float *)cu_scratch(cb, CU_SCRATCH_LORA,
-                                      (size_t)ksplit * (size_t)R * (size_t)Tmax * sizeof(float));
-    if (!part)
+    int declined = 0;
+    char *buf = cu_lk_scratch(cb, CU_LK_HDR + (size_t)ksplit * (size_t)R * (size_t)Tmax * 4, 0,
+                              &declined);
+    if (!buf)
         return;
+    float *part = (float *)(buf + CU_LK_HDR); /* (the fused path's counters stay) */
     dim3 gs((unsigned)R, (unsigned)((Tmax + LK_TJ - 1) / LK_TJ), (unsigned)ksplit);
     cu_launch(cb, k_lk_shrink, gs, dim3(LK_ST), 0, *d, part, R, Tmax);
     cu_after_launch(cb, "lora shrink");
@@ -391,6 +398,23 @@ void cu_lk_run(struct be *b, const struct cu_lk *d)
     }
     if (R == 0 || Tmax == 0 || d->K <= 0 || d->n_proj <= 0)
         return;
+    if (cu_lora_mode() == CU_LK_FUSED && cu_lkf_run(b, d) == 0)
+        return;
+    if (d->act_y) { /* an activated call the fused kernel declined: the pairs, then the op */
+        struct cu_lk e = *d;
+        e.act_y = NULL;
+        cu_lk_run(b, &e);
+        cu_act_mul(b, d->act_y, d->y[0], d->y[1], (int64_t)d->act_rows * d->M[0], d->act);
+        return;
+    }
+    if (d->ss_out) { /* a chained call the fused kernel declined: the pairs, then the norm's
+                      * values of its rows */
+        struct cu_lk e = *d;
+        e.ss_out = NULL;
+        cu_lk_run(b, &e);
+        cu_lkf_fix(b, d);
+        return;
+    }
     const size_t row_bytes = (size_t)((d->K + LK_KC - 1) / LK_KC) * (size_t)Tmax * sizeof(float);
     const size_t cap = lk_part_max() / row_bytes;
     const int budget = cap < 1 ? 1 : cap > (1u << 30) ? (1 << 30) : (int)cap;
