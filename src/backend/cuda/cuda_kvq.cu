@@ -321,6 +321,15 @@ __global__ void __launch_bounds__(KQ_MAX_WARPS * 32, 1)
     __shared__ int rows[KQ_CH];
     __shared__ float cbs[2][256]; /* the sides' Lloyd-Max codebooks */
     const int hd = a.head_dim;
+    if (n_split > 1) { /* a split past every token of the block: k_kvq_merge never reads it
+                        * (the grid follows the capacity, the tokens are often far shorter) */
+        const int tb = blockIdx.x * tq, ne = a.n_tok - tb < tq ? a.n_tok - tb : tq;
+        bool any = false;
+        for (int k = 0; k < ne; k++)
+            any = any || (int)blockIdx.z * split_len <= a.pos[tb + k];
+        if (!any)
+            return;
+    }
     for (int w2 = 0; w2 < 2; w2++)
         if (a.s[w2].hdr == 2)
             for (int i = threadIdx.x; i < (1 << a.s[w2].bits); i += blockDim.x)
@@ -449,18 +458,30 @@ __global__ void __launch_bounds__(KQ_MAX_WARPS * 32, 1)
 }
 
 /* out row (t, h) = merge of its n_split partial softmaxes, in split order; unrotated when the
- * values are stored rotated. A block per row. */
-__global__ void k_kvq_merge(float *out, const float *part, int hd, int n_split, int rot)
+ * values are stored rotated. A block per row. With split_len > 0 (the general kernel's fixed
+ * position ranges) only the splits up to the token's own position are read: the grid is
+ * sized by the context capacity (a captured graph replays it at every position), the splits
+ * past the token are empty (l = 0, skipped anyway), and reading them made the merge cost
+ * grow with the capacity, one dependent load after another. The sum order is unchanged. */
+__global__ void k_kvq_merge(float *out, const float *part, int hd, int n_split, int rot,
+                            const int32_t *pos, int n_head, int split_len)
 {
     __shared__ float x[KQ_MAX_HD];
     const float *pp = part + (size_t)blockIdx.x * n_split * (hd + 2);
+    int ns = n_split;
+    if (split_len > 0) {
+        const int last = pos[blockIdx.x / n_head] / split_len + 1;
+        ns = last < ns ? last : ns;
+    }
     float mx = -INFINITY;
-    for (int z = 0; z < n_split; z++)
+#pragma unroll 8
+    for (int z = 0; z < ns; z++)
         if (pp[z * (hd + 2) + 1] > 0.0f)
             mx = fmaxf(mx, pp[z * (hd + 2)]);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float L = 0.0f, o = 0.0f;
-        for (int z = 0; z < n_split; z++) {
+#pragma unroll 8
+        for (int z = 0; z < ns; z++) {
             const float *pz = pp + z * (hd + 2);
             if (pz[1] > 0.0f) {
                 float f = expf(pz[0] - mx);
@@ -668,8 +689,8 @@ static int kd_run(struct cu_be *cb, float *out, const float *q, const struct be_
     cu_after_launch(cb, "attention (quantized KV, decode)");
     if (n_split > 1) {
         const int th = hd < 32 ? 32 : (hd + 31) / 32 * 32;
-        k_kvq_merge<<<(unsigned)(a->n_tok * a->n_head), th, 0, cb->stream>>>(out, part, hd, n_split,
-                                                                           x.s[1].rot);
+        k_kvq_merge<<<(unsigned)(a->n_tok * a->n_head), th, 0, cb->stream>>>(
+            out, part, hd, n_split, x.s[1].rot, x.pos, x.n_head, 0);
         cu_after_launch(cb, "attention merge (quantized KV)");
     }
     return 1;
@@ -752,7 +773,7 @@ void cu_kvq_attention(struct cu_be *cb, float *out, const float *q, const struct
     if (n_split > 1) {
         const int th = hd < 32 ? 32 : (hd + 31) / 32 * 32;
         k_kvq_merge<<<(unsigned)(a->n_tok * a->n_head), th, 0, cb->stream>>>(
-            out, part, hd, n_split, x.s[1].rot);
+            out, part, hd, n_split, x.s[1].rot, x.pos, x.n_head, split_len);
         cu_after_launch(cb, "attention merge (quantized KV)");
     }
 }
