@@ -12,7 +12,8 @@
  *   mixed_vs_single_at_8 = mixed_b8 / one_b8.
  * Usage: cinfer_lora_bench MODEL [-t THREADS] [--backend cpu|cuda] [-n STEPS] [--reps N]
  *        [--rank R] [--clock wall|cpu] [--dtype f32|f16|bf16]      (prints one JSON object)
- * --dtype: the adapters' stored element type (as an adapter file holds it; default f32).
+ * --dtype: the element type of the adapter files (default f32); what the loader keeps them
+ * in (CINFER_LORA_DTYPE: f16 by default) is printed as "store_dtype".
  * --clock cpu times the process's CPU time instead of wall time: on a machine shared with
  * other loads (where wall times of one configuration vary 2-3x between repetitions) the
  * CPU time of a one-thread run (-t 1) measures the work itself.
@@ -264,7 +265,9 @@ int main(int argc, char **argv)
     }
     (void)s_none;
     size_t abytes = ad[0]->bytes;
+    int sd = ad[0]->p[0].dtype;
     printf("{\"backend\": \"%s\", \"clock\": \"%s\", \"adapter_dtype\": \"%s\", "
+           "\"store_dtype\": \"%s\", "
            "\"model\": \"%s\", \"rank\": %d, "
            "\"steps\": %d, \"reps\": %d, "
            "\"adapter_bytes\": %zu, \"weight_bytes\": %zu, "
@@ -272,7 +275,8 @@ int main(int argc, char **argv)
            "\"one_b8\": %.3f, \"mixed_b8\": %.3f, \"paths_b1\": %.3f}, "
            "\"overhead_paths_b1\": %.4f, ",
            be->ops->name, g_cpu_clock ? "cpu" : "wall",
-           g_dt16 == 1 ? "f16" : g_dt16 == 2 ? "bf16" : "f32", path, rank, steps, reps, abytes,
+           g_dt16 == 1 ? "f16" : g_dt16 == 2 ? "bf16" : "f32",
+           sd == DT_F16 ? "f16" : sd == DT_BF16 ? "bf16" : "f32", path, rank, steps, reps, abytes,
            model_weight_bytes(m), median(none1, reps), median(one1, reps), median(none8, reps),
            median(one8, reps), median(mix8, reps), median(path1, reps), median(op1, reps));
     printf("\"overhead_b1\": %.4f, \"overhead_b8\": %.4f, \"mixed_vs_single_at_8\": %.4f}\n",
