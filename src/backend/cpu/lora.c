@@ -23,6 +23,7 @@ struct lora_task {
     int n_grp;
     int64_t *row0; /* (n_grp + 1) first pass-1 item of each group (rows * grp_slots) */
     int64_t *toff; /* (n_grp) offset of each group's t in tbuf */
+    int pf_ahead;  /* groups ahead whose matrices a one-row group prefetches (pool threads) */
     float *tbuf;   /* t values: per group, per row, the terms' ranks in order */
     int n_slices;
 };
@@ -44,6 +45,20 @@ static int grp_slots(const struct be_lora_grp *g)
     for (int i = 0; i < g->n_terms; i++)
         s += (g->t[i].rank + LORA_JB - 1) / LORA_JB;
     return s;
+}
+
+/* The matrix a one-row group gi prefetches while it reads term ti's (lora_kern.h's pf): the
+ * same term of the group pf_ahead further on (the one the thread is likely to read next:
+ * items are claimed in order), when that group has one row too (a group of several rows
+ * reads its matrices from cache after the first row) and at least that rank; else NULL. */
+static const struct be_lora_term *pf_term(const struct lora_task *t, int gi, int ti, int rank)
+{
+    const struct be_lora_grp *g = &t->g[gi];
+    int gn = gi + t->pf_ahead;
+    if (g->n_rows != 1 || gn >= t->n_grp || t->g[gn].n_rows != 1 || ti >= t->g[gn].n_terms ||
+        t->g[gn].t[ti].rank < rank || t->g[gn].t[ti].dtype != g->t[ti].dtype)
+        return NULL;
+    return &t->g[gn].t[ti];
 }
 
 /* Pass 1, item c: group gi, row r, then a block of LORA_JB ranks of one term. */
@@ -68,8 +83,13 @@ static void lora_pass1(void *arg, int64_t c)
     int j1 = (s + 1) * LORA_JB < tm->rank ? (s + 1) * LORA_JB : tm->rank;
     const int d = lora_kern_dt(tm->dtype);
     const size_t es = d ? 2 : 4;
-    for (int j = s * LORA_JB; j < j1; j++)
-        out[j] = t->k->dot[d](x, (const char *)tm->a + (size_t)j * t->K * es, t->K) * tm->scale;
+    const struct be_lora_term *pn = pf_term(t, gi, ti, j1);
+    for (int j = s * LORA_JB; j < j1; j++) {
+        const size_t o = (size_t)j * t->K * es;
+        out[j] = t->k->dot[d](x, (const char *)tm->a + o, t->K,
+                              pn ? (const char *)pn->a + o : NULL) *
+                 tm->scale;
+    }
 }
 
 /* Pass 2, item c: group c / n_slices, outputs of slice c % n_slices. */
@@ -88,8 +108,10 @@ static void lora_pass2(void *arg, int64_t c)
         for (int i = 0; i < g->n_terms; i++) {
             const struct be_lora_term *tm = &g->t[i];
             const int d = lora_kern_dt(tm->dtype);
-            t->k->expand[d](acc, tv, (const char *)tm->bt + (size_t)m0 * (d ? 2 : 4),
-                            (size_t)t->M, tm->rank, nm);
+            const size_t o = (size_t)m0 * (d ? 2 : 4);
+            const struct be_lora_term *pn = pf_term(t, gi, i, tm->rank);
+            t->k->expand[d](acc, tv, (const char *)tm->bt + o, (size_t)t->M, tm->rank, nm,
+                            pn ? (const char *)pn->bt + o : NULL);
             tv += tm->rank;
         }
         float *y = t->y + (int64_t)g->rows[r] * t->M + m0;
@@ -127,6 +149,7 @@ void cpu_lora(struct be *b, float *y, const float *x, int K, int M, const struct
                               .n_grp = ng,
                               .row0 = row0,
                               .toff = toff,
+                              .pf_ahead = cpu_pool_size(cb->pool),
                               .n_slices = (M + LORA_MSLICE - 1) / LORA_MSLICE};
         if (cpu_qbuf_reserve(cb, (size_t)floats * sizeof(float)) != 0) {
             /* no scratch: one row at a time through a stack buffer */
