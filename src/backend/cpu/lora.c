@@ -6,6 +6,10 @@
  * chunked by (group, a slice of M) so a slice of bt stays in cache while every row of its group
  * reads it. Each output element is one chain of multiply-adds in a fixed order (terms in
  * order, j from 0), so a row's bits depend only on its own x row and terms.
+ * Memory: a step with n distinct adapters reads n of them, each matrix a short stream far
+ * from the others; the kernels prefetch ahead of their reads, and a group of one row (the
+ * rows of a mixed batch) also prefetches the next group's matrices while it reads its own
+ * (pf_term), so the next stream starts in cache.
  */
 #include <string.h>
 
