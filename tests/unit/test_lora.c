@@ -7,7 +7,7 @@
  *     kept in f32 (CINFER_LORA_DTYPE=f32); kept in f16 (the default) the same greedy ids and
  *     the logits within 1e-2 x scale (f16's rounding of the adapter, nothing else: an f16
  *     copy computes what an f32 adapter of the rounded values does, bit for bit);
- *   - 8 sequences with 4 different sets and none in one batched step == each alone, bit
+ *   - 8 sequences with 6 different sets and none in one batched step == each alone, bit
  *     for bit (CPU);
  *   - malformed adapters -> errors naming the tensor or the file;
  *   - the registry: "a+b", "a,b", "none", unknown ids, unmount while a set holds it.
@@ -232,7 +232,7 @@ static void test_gguf_equals_peft(void)
         }
 }
 
-/* ---- 8 rows, 4 sets + none, in one step == each alone ------------------------------ */
+/* ---- 8 rows, 6 sets + none, in one step == each alone ------------------------------ */
 
 #define NS 8
 #define NP 9
@@ -252,7 +252,10 @@ static void test_mixed_batch(void)
     }
     struct lora_set none = {0}, sa = {1, {a}, {1}}, sb = {1, {b}, {1}}, sab = {2, {a, b}, {1, 1}};
     struct lora_set sa2 = {1, {a}, {0.5f}}; /* a with another weight: a set of its own */
-    const struct lora_set *set[NS] = {&sa, &none, &sb, &sab, &sa2, &sa, &none, &sb};
+    struct lora_set sb2 = {1, {b}, {0.5f}}, sab2 = {2, {a, b}, {1, 0.5f}};
+    /* decode steps: groups of 2 rows (b) and of one row (a, a+b, a/2, b/2, a+b/2), so one-row
+     * groups run next to one-row groups (the CPU op's prefetch of the next group) */
+    const struct lora_set *set[NS] = {&sa, &none, &sb, &sab, &sa2, &sb2, &sab2, &sb};
     int V = m->hp.n_vocab;
     /* alone: each sequence through gen (prefill NP, then ND greedy decode steps) */
     float *alone = malloc((size_t)NS * (ND + 1) * V * 4);
