@@ -12,8 +12,7 @@
  *   mixed_vs_single_at_8 = mixed_b8 / one_b8.
  * Usage: cinfer_lora_bench MODEL [-t THREADS] [--backend cpu|cuda] [-n STEPS] [--reps N]
  *        [--rank R] [--clock wall|cpu] [--dtype f32|f16|bf16]      (prints one JSON object)
- * --dtype: the element type of the adapter files (default f32); what the loader keeps them
- * in (CINFER_LORA_DTYPE: f16 by default) is printed as "store_dtype".
+ * --dtype: the adapters' stored element type (as an adapter file holds it; default f32).
  * --clock cpu times the process's CPU time instead of wall time: on a machine shared with
  * other loads (where wall times of one configuration vary 2-3x between repetitions) the
  * CPU time of a one-thread run (-t 1) measures the work itself.
@@ -265,6 +264,8 @@ int main(int argc, char **argv)
     }
     (void)s_none;
     size_t abytes = ad[0]->bytes;
+    /* --dtype is the files' type; the loader keeps f32 files as CINFER_LORA_DTYPE says (f16
+     * by default): "store_dtype" */
     int sd = ad[0]->p[0].dtype;
     printf("{\"backend\": \"%s\", \"clock\": \"%s\", \"adapter_dtype\": \"%s\", "
            "\"store_dtype\": \"%s\", "
