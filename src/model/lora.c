@@ -133,8 +133,10 @@ static int store_dtype(void)
 }
 
 /* The power-of-two exponent k that brings the largest |v| of the n values into [2^14, 2^15)
- * (0 for all zeros): v * 2^k then uses f16's normal range, which ends at 65504, without
- * flushing small values to subnormals. Multiplying by 2^k is exact in float. */
+ * (0 for all zeros or a non-finite value; |k| <= 40): v * 2^k then uses the top of f16's
+ * normal range (which ends at 65504), so only values 2^29 times smaller than the largest
+ * become f16 subnormals (without the shift a typical adapter's 1e-5 would). Multiplying by
+ * 2^k is exact in float. */
 static int half_shift(const float *v, size_t n)
 {
     float mx = 0;
