@@ -4,7 +4,8 @@
  * ("base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight", A (r, in), B (out, r));
  * a llama.cpp GGUF LoRA after the GGUF ones ("blk.3.attn_q.weight.lora_a", the same
  * shapes). Both are converted to f32, B transposed, checked against the base model's
- * projection shapes, and kept in f16 unless CINFER_LORA_DTYPE says otherwise (store_dtype). llama's GGUF q/k rows are permuted for interleaved RoPE: a PEFT
+ * projection shapes, and kept in f16 unless CINFER_LORA_DTYPE says otherwise (store_dtype).
+ * llama's GGUF q/k rows are permuted for interleaved RoPE: a PEFT
  * adapter on a GGUF llama base gets the same permutation of B's rows (and a GGUF adapter
  * on a Hugging Face llama base the inverse), as llama.cpp's converter does.
  * The registry of mounted adapters is in lora_reg.c.

@@ -90,9 +90,9 @@ static void lora_pass1(void *arg, int64_t c)
     const struct be_lora_term *pn = pf_term(t, gi, ti, j1);
     for (int j = s * LORA_JB; j < j1; j++) {
         const size_t o = (size_t)j * t->K * es;
-        out[j] = t->k->dot[d](x, (const char *)tm->a + o, t->K,
-                              pn ? (const char *)pn->a + o : NULL) *
-                 tm->scale;
+        out[j] =
+            t->k->dot[d](x, (const char *)tm->a + o, t->K, pn ? (const char *)pn->a + o : NULL) *
+            tm->scale;
     }
 }
 
