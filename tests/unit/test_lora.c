@@ -586,6 +586,11 @@ static uint8_t *st_rounded(const char *dir, int dt16, size_t *len)
     return b;
 }
 
+static void test_mixed_batch_1thread(void)
+{
+    test_mixed_batch();
+}
+
 /* 16-bit adapters: a 16-bit file stays as it is; an f32 file of the same (rounded) values
  * kept in f32 (CINFER_LORA_DTYPE=f32) and kept in f16 (the default: scaled by powers of
  * two, folded into the scale) all give the same bits. An unknown CINFER_LORA_DTYPE fails. */
@@ -814,5 +819,15 @@ int main(void)
     RUN(test_registry);
     RUN(test_running_accounting);
     be_free(g_be);
+    if (g_exact) { /* the CPU op with one thread: a one-row group prefetches the next group's
+                    * matrices (only then), and the bits stay the same */
+        bc.n_threads = 1;
+        g_be = be_new("cpu", &bc, &e);
+        CHECK(g_be != NULL);
+        if (g_be) {
+            RUN(test_mixed_batch_1thread);
+            be_free(g_be);
+        }
+    }
     return harness_done();
 }

@@ -7,9 +7,9 @@
  * reads it. Each output element is one chain of multiply-adds in a fixed order (terms in
  * order, j from 0), so a row's bits depend only on its own x row and terms.
  * Memory: a step with n distinct adapters reads n of them, each matrix a short stream far
- * from the others; the kernels prefetch ahead of their reads, and a group of one row (the
- * rows of a mixed batch) also prefetches the next group's matrices while it reads its own
- * (pf_term), so the next stream starts in cache.
+ * from the others; the kernels prefetch ahead of their reads, and with one thread a group
+ * of one row (the rows of a mixed batch) also prefetches the next group's matrices while it
+ * reads its own (pf_term), so the next stream starts in cache.
  */
 #include <string.h>
 
@@ -27,7 +27,7 @@ struct lora_task {
     int n_grp;
     int64_t *row0; /* (n_grp + 1) first pass-1 item of each group (rows * grp_slots) */
     int64_t *toff; /* (n_grp) offset of each group's t in tbuf */
-    int pf_ahead;  /* groups ahead whose matrices a one-row group prefetches (pool threads) */
+    int pf_ahead;  /* 1: a one-row group prefetches the next group's matrices; 0: not */
     float *tbuf;   /* t values: per group, per row, the terms' ranks in order */
     int n_slices;
 };
@@ -52,15 +52,18 @@ static int grp_slots(const struct be_lora_grp *g)
 }
 
 /* The matrix a one-row group gi prefetches while it reads term ti's (lora_kern.h's pf): the
- * same term of the group pf_ahead further on (the one the thread is likely to read next:
- * items are claimed in order), when that group has one row too (a group of several rows
- * reads its matrices from cache after the first row) and at least that rank; else NULL. */
+ * same term of the next group, when that group has one row too (a group of several rows
+ * reads its matrices from cache after the first row) and at least that rank; else NULL.
+ * Only with one thread (pf_ahead): with more, the next group's items go to any thread, so
+ * the lines could land in another core's cache; each thread then prefetches ahead in the
+ * matrix it reads (the 2-thread case is unmeasured: wall times were noise this session). */
 static const struct be_lora_term *pf_term(const struct lora_task *t, int gi, int ti, int rank)
 {
     const struct be_lora_grp *g = &t->g[gi];
-    int gn = gi + t->pf_ahead;
-    if (g->n_rows != 1 || gn >= t->n_grp || t->g[gn].n_rows != 1 || ti >= t->g[gn].n_terms ||
-        t->g[gn].t[ti].rank < rank || t->g[gn].t[ti].dtype != g->t[ti].dtype)
+    int gn = gi + 1;
+    if (!t->pf_ahead || g->n_rows != 1 || gn >= t->n_grp || t->g[gn].n_rows != 1 ||
+        ti >= t->g[gn].n_terms || t->g[gn].t[ti].rank < rank ||
+        t->g[gn].t[ti].dtype != g->t[ti].dtype)
         return NULL;
     return &t->g[gn].t[ti];
 }
@@ -153,7 +156,7 @@ void cpu_lora(struct be *b, float *y, const float *x, int K, int M, const struct
                               .n_grp = ng,
                               .row0 = row0,
                               .toff = toff,
-                              .pf_ahead = cpu_pool_size(cb->pool),
+                              .pf_ahead = cpu_pool_size(cb->pool) == 1,
                               .n_slices = (M + LORA_MSLICE - 1) / LORA_MSLICE};
         if (cpu_qbuf_reserve(cb, (size_t)floats * sizeof(float)) != 0) {
             /* no scratch: one row at a time through a stack buffer */
