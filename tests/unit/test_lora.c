@@ -36,6 +36,7 @@ static int g_exact = 1;  /* the CPU: a mixed batch is bit-identical to each row 
 static const char *g_archs[] = {"llama", "qwen2", "qwen3", "gemma3"};
 static const unsigned ALL_PATHS = (1u << LORA_NT) - 1;
 static double g_tol = 1e-4; /* golden logits: the tolerance x max(1, max |logit|) */
+static int g_distinct;      /* test_mixed_batch: 7 distinct sets (one row each) and none */
 
 /* Sets CINFER_LORA_DTYPE for the adapters loaded from now on (NULL: the default, f16). */
 static void store_as(const char *dt)
@@ -253,9 +254,13 @@ static void test_mixed_batch(void)
     struct lora_set none = {0}, sa = {1, {a}, {1}}, sb = {1, {b}, {1}}, sab = {2, {a, b}, {1, 1}};
     struct lora_set sa2 = {1, {a}, {0.5f}}; /* a with another weight: a set of its own */
     struct lora_set sb2 = {1, {b}, {0.5f}}, sab2 = {2, {a, b}, {1, 0.5f}};
-    /* decode steps: groups of 2 rows (b) and of one row (a, a+b, a/2, b/2, a+b/2), so one-row
-     * groups run next to one-row groups (the CPU op's prefetch of the next group) */
-    const struct lora_set *set[NS] = {&sa, &none, &sb, &sab, &sa2, &sb2, &sab2, &sb};
+    struct lora_set sba = {2, {b, a}, {1, 1}}; /* the other order: a set of its own */
+    /* decode steps: groups of 2 rows (b) and of one row (a, a+b, a/2, b/2, a+b/2); with
+     * g_distinct 7 one-row groups and none (the CPU op then runs each group's two passes in
+     * one item, and with one thread prefetches the next group) */
+    const struct lora_set *set2[NS] = {&sa, &none, &sb, &sab, &sa2, &sb2, &sab2, &sb};
+    const struct lora_set *set1[NS] = {&sa, &none, &sb, &sab, &sa2, &sb2, &sab2, &sba};
+    const struct lora_set *const *set = g_distinct ? set1 : set2;
     int V = m->hp.n_vocab;
     /* alone: each sequence through gen (prefill NP, then ND greedy decode steps) */
     float *alone = malloc((size_t)NS * (ND + 1) * V * 4);
@@ -588,7 +593,9 @@ static uint8_t *st_rounded(const char *dir, int dt16, size_t *len)
 
 static void test_mixed_batch_1thread(void)
 {
+    g_distinct = 1;
     test_mixed_batch();
+    g_distinct = 0;
 }
 
 /* 16-bit adapters: a 16-bit file stays as it is; an f32 file of the same (rounded) values
@@ -819,8 +826,9 @@ int main(void)
     RUN(test_registry);
     RUN(test_running_accounting);
     be_free(g_be);
-    if (g_exact) { /* the CPU op with one thread: a one-row group prefetches the next group's
-                    * matrices (only then), and the bits stay the same */
+    if (g_exact) { /* the CPU op with one thread and 7 one-row groups: both passes per group
+                    * in one item, the next group's matrices prefetched (only with one
+                    * thread); the bits stay the same */
         bc.n_threads = 1;
         g_be = be_new("cpu", &bc, &e);
         CHECK(g_be != NULL);

@@ -6,6 +6,8 @@
  * chunked by (group, a slice of M) so a slice of bt stays in cache while every row of its group
  * reads it. Each output element is one chain of multiply-adds in a fixed order (terms in
  * order, j from 0), so a row's bits depend only on its own x row and terms.
+ * A call whose groups are all of one row, at least one per thread, runs both passes per
+ * group in one pool run (lora_group).
  * Memory: a step with n distinct adapters reads n of them, each matrix a short stream far
  * from the others; the kernels prefetch ahead of their reads, and with one thread a group
  * of one row (the rows of a mixed batch) also prefetches the next group's matrices while it
@@ -126,6 +128,19 @@ static void lora_pass2(void *arg, int64_t c)
     }
 }
 
+/* Both passes of group c, when every group of the call has one row and there are groups
+ * enough for every thread (a mixed batch; with one thread also one row alone): one pool run
+ * instead of two, each item reading its group's A, then its B^T. The same sums in the same
+ * order as the two passes (the same bits). */
+static void lora_group(void *arg, int64_t c)
+{
+    const struct lora_task *t = arg;
+    for (int64_t i = t->row0[c]; i < t->row0[c + 1]; i++)
+        lora_pass1(arg, i);
+    for (int s = 0; s < t->n_slices; s++)
+        lora_pass2(arg, c * t->n_slices + s);
+}
+
 void cpu_lora(struct be *b, float *y, const float *x, int K, int M, const struct be_lora_grp *g,
               int n_grp)
 {
@@ -138,7 +153,9 @@ void cpu_lora(struct be *b, float *y, const float *x, int K, int M, const struct
         int ng = n_grp - base < 64 ? n_grp - base : 64;
         const struct be_lora_grp *gg = g + base;
         int64_t items = 0, floats = 0;
+        int one_rows = 1;
         for (int i = 0; i < ng; i++) {
+            one_rows &= gg[i].n_rows == 1;
             row0[i] = items;
             toff[i] = floats;
             items += (int64_t)gg[i].n_rows * grp_slots(&gg[i]);
@@ -179,6 +196,10 @@ void cpu_lora(struct be *b, float *y, const float *x, int K, int M, const struct
             continue;
         }
         t.tbuf = cb->qbuf;
+        if (one_rows && ng >= cpu_pool_size(cb->pool)) {
+            cpu_pool_run(cb->pool, lora_group, &t, ng);
+            continue;
+        }
         cpu_pool_run(cb->pool, lora_pass1, &t, items);
         cpu_pool_run(cb->pool, lora_pass2, &t, (int64_t)ng * t.n_slices);
     }
