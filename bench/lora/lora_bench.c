@@ -313,7 +313,11 @@ int main(int argc, char **argv)
     }
     (void)s_none;
     size_t abytes = ad[0]->bytes;
+    /* --dtype is the files' type; the loader keeps f32 files as CINFER_LORA_DTYPE says (f16
+     * by default): "store_dtype" */
+    int sd = ad[0]->p[0].dtype;
     printf("{\"backend\": \"%s\", \"clock\": \"%s\", \"adapter_dtype\": \"%s\", "
+           "\"store_dtype\": \"%s\", "
            "\"model\": \"%s\", \"rank\": %d, "
            "\"steps\": %d, \"reps\": %d, "
            "\"adapter_bytes\": %zu, \"weight_bytes\": %zu, "
@@ -321,9 +325,15 @@ int main(int argc, char **argv)
            "\"one_b8\": %.3f, \"mixed_b8\": %.3f, \"paths_b1\": %.3f}, "
            "\"overhead_paths_b1\": %.4f, ",
            be->ops->name, g_cpu_clock ? "cpu" : "wall",
-           g_dt16 == 1 ? "f16" : g_dt16 == 2 ? "bf16" : "f32", path, rank, steps, reps, abytes,
-           model_weight_bytes(m), median(none1, reps), median(one1, reps), median(none8, reps),
-           median(one8, reps), median(mix8, reps), median(path1, reps), median(op1, reps));
+           g_dt16 == 1   ? "f16"
+           : g_dt16 == 2 ? "bf16"
+                         : "f32",
+           sd == DT_F16    ? "f16"
+           : sd == DT_BF16 ? "bf16"
+                           : "f32",
+           path, rank, steps, reps, abytes, model_weight_bytes(m), median(none1, reps),
+           median(one1, reps), median(none8, reps), median(one8, reps), median(mix8, reps),
+           median(path1, reps), median(op1, reps));
     printf("\"overhead_b1\": %.4f, \"overhead_b8\": %.4f, \"mixed_vs_single_at_8\": %.4f}\n",
            median(ob1, reps), median(ob8, reps), median(mx, reps));
     for (int i = 0; i < NR; i++)

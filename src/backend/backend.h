@@ -131,15 +131,15 @@ static inline float be_topcand_cut(float mx, float span, int k)
 
 /* The OPTIONAL op lora (unmerged low-rank adapters, model/lora.h): rows of one step grouped
  * by adapter set. A group's rows (indices into x and y, backend memory) all take the same
- * terms; term i is a (rank, K) and bt (rank, M), both f32 in backend memory (bt is B
+ * terms; term i is a (rank, K) and bt (rank, M), both in backend memory (bt is B
  * transposed, so both are rank rows), and scale. For each row r of a group:
  *   t_i = (x[r] a_i^T) * scale_i  (rank floats; each a dot over K in a fixed order),
  *   d   = sum over i in order of t_i bt_i (each element summed over j in order from 0),
  *   y[r] += d.
  * The arithmetic of a row depends only on its x row and its group's terms (batch
  * invariant). Rows of different groups are disjoint. A term's a and bt hold dtype elements
- * (DT_F32, DT_F16 or DT_BF16, an adapter file's own precision), each converted to float
- * exactly before its multiply. */
+ * (DT_F32, DT_F16 or DT_BF16: model/lora.h's storage), each converted to float exactly
+ * before its multiply. */
 #define BE_LORA_MAX_TERMS 4
 struct be_lora_term {
     const void *a, *bt;

@@ -3,8 +3,9 @@
  * A PEFT directory names its tensors after the Hugging Face modules
  * ("base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight", A (r, in), B (out, r));
  * a llama.cpp GGUF LoRA after the GGUF ones ("blk.3.attn_q.weight.lora_a", the same
- * shapes). Both are converted to f32, B transposed, and checked against the base model's
- * projection shapes. llama's GGUF q/k rows are permuted for interleaved RoPE: a PEFT
+ * shapes). Both are converted to f32, B transposed, checked against the base model's
+ * projection shapes, and kept in f16 unless CINFER_LORA_DTYPE says otherwise (store_dtype).
+ * llama's GGUF q/k rows are permuted for interleaved RoPE: a PEFT
  * adapter on a GGUF llama base gets the same permutation of B's rows (and a GGUF adapter
  * on a Hugging Face llama base the inverse), as llama.cpp's converter does.
  * The registry of mounted adapters is in lora_reg.c.
@@ -119,6 +120,45 @@ static void permute_rows(float *b, int rows, int r, int n_head, int inverse, flo
     memcpy(b, tmp, (size_t)rows * r * 4);
 }
 
+/* The element type an adapter's f32 tensors are kept in: CINFER_LORA_DTYPE = f16 (default),
+ * bf16 or f32. 16-bit memory halves what a step streams per adapter (8 distinct adapters in
+ * one batch read 8 of them), as vLLM keeps adapters in the model's 16-bit type; f16's 11-bit
+ * significand with the power-of-two range shift of to_half() loses less than bf16's 8.
+ * Returns DT_F16 / DT_BF16 / DT_F32, or -1 for a value it does not know. */
+static int store_dtype(void)
+{
+    const char *v = getenv("CINFER_LORA_DTYPE");
+    if (!v || !*v || !strcmp(v, "f16"))
+        return DT_F16;
+    return !strcmp(v, "bf16") ? DT_BF16 : !strcmp(v, "f32") ? DT_F32 : -1;
+}
+
+/* The power-of-two exponent k that brings the largest |v| of the n values into [2^14, 2^15)
+ * (0 for all zeros or a non-finite value; |k| <= 40): v * 2^k then uses the top of f16's
+ * normal range (which ends at 65504), so only values 2^29 times smaller than the largest
+ * become f16 subnormals (without the shift a typical adapter's 1e-5 would). Multiplying by
+ * 2^k is exact in float. */
+static int half_shift(const float *v, size_t n)
+{
+    float mx = 0;
+    for (size_t i = 0; i < n; i++)
+        mx = fabsf(v[i]) > mx ? fabsf(v[i]) : mx;
+    if (!(mx > 0) || !isfinite(mx))
+        return 0;
+    int k = 14 - ilogbf(mx);
+    return k < -40 ? -40 : k > 40 ? 40 : k;
+}
+
+/* Converts n f32 values in place to dt (f16 / bf16; the 16-bit results packed at the start
+ * of v), f16 after scaling by 2^k. */
+static void to_half(float *v, size_t n, int dt, int k)
+{
+    uint16_t *h = (uint16_t *)(void *)v;
+    const float p2 = ldexpf(1.0f, k); /* |k| <= 40: a normal float, so v * p2 is exact */
+    for (size_t i = 0; i < n; i++)
+        h[i] = dt == DT_F16 ? half_f32_to_f16(v[i] * p2) : half_f32_to_bf16(v[i]);
+}
+
 /* Checks and converts one (layer, target) pair into ad->p. */
 static int bind_pair(struct lctx *c, int il, int t, float alpha, int rslora, struct cerr *e)
 {
@@ -171,22 +211,25 @@ static int bind_pair(struct lctx *c, int il, int t, float alpha, int rslora, str
                 hbt[j * out + i] = hb[i * r + j];
     struct lora_proj *p = &c->ad->p[il * LORA_NT + t];
     struct be *be = c->m->be;
-    /* 16-bit files stay 16-bit (the f32 values came from them: converting back is exact) */
-    int dt = A->dtype == B->dtype && (A->dtype == DT_F16 || A->dtype == DT_BF16) ? A->dtype
-                                                                                 : DT_F32;
+    /* 16-bit files stay 16-bit as they are (the f32 values came from them: converting back
+     * is exact); f32 files are kept as store_dtype() says. An f16 copy of A and B is scaled
+     * by 2^ka and 2^kb, and the scale by 2^-(ka + kb): the products are the same. */
+    int file16 = A->dtype == B->dtype && (A->dtype == DT_F16 || A->dtype == DT_BF16);
+    int dt = file16 ? A->dtype : store_dtype(), ka = 0, kb = 0;
+    if (!rc && dt < 0)
+        rc = cerr_set(e, CERR_INVALID, "CINFER_LORA_DTYPE is '%s' (f16, bf16 or f32)",
+                      getenv("CINFER_LORA_DTYPE"));
+    if (!rc && dt == DT_F16 && !file16)
+        ka = half_shift(ha, na), kb = half_shift(hbt, nb);
     size_t es = dt == DT_F32 ? 4 : 2;
     if (!rc && dt != DT_F32) {
-        uint16_t *a16 = (uint16_t *)(void *)ha, *b16 = (uint16_t *)(void *)hb;
-        for (size_t i = 0; i < na; i++)
-            a16[i] = dt == DT_F16 ? half_f32_to_f16(ha[i]) : half_f32_to_bf16(ha[i]);
-        for (size_t i = 0; i < nb; i++)
-            b16[i] = dt == DT_F16 ? half_f32_to_f16(hbt[i]) : half_f32_to_bf16(hbt[i]);
-        memcpy(hbt, hb, nb * 2);
+        to_half(ha, na, dt, ka);
+        to_half(hbt, nb, dt, kb);
     }
     if (!rc) {
         p->rank = (int)r;
         p->dtype = dt;
-        p->scale = rslora ? alpha / sqrtf((float)r) : alpha / (float)r;
+        p->scale = ldexpf(rslora ? alpha / sqrtf((float)r) : alpha / (float)r, -(ka + kb));
         p->a = be->ops->alloc(be, na * es);
         p->bt = be->ops->alloc(be, nb * es);
         if (!p->a || !p->bt)

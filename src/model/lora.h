@@ -2,7 +2,8 @@
  * LoRA files), stacked sets, and the registry of mounted adapters.
  *
  * An adapter is kept unmerged: per layer and projection (q, k, v, o, gate, up, down) its A
- * (rank, in) and B^T (rank, out) in f32 backend memory; the forward adds
+ * (rank, in) and B^T (rank, out) in backend memory (f16 by default: CINFER_LORA_DTYPE, see
+ * lora_proj); the forward adds
  * scale * (x A^T) B^T to the base projection of the rows whose sequence runs it
  * (model_batch.lora; the backend op lora). The base weights are never touched, so any
  * number of adapters share one model and rows of different adapters share a step.
@@ -26,14 +27,15 @@ enum lora_target { LORA_Q = 0, LORA_K, LORA_V, LORA_O, LORA_GATE, LORA_UP, LORA_
 #define LORA_MAX_STACK 4 /* adapters in one stacked set ("a+b") */
 #define LORA_ID_MAX 64
 
-/* One adapted projection: a (rank, in), bt (rank, out) in backend memory, dtype elements
- * (F32, or F16 / BF16 when the file stores both A and B so: no precision is added or lost);
+/* One adapted projection: a (rank, in), bt (rank, out) in backend memory, dtype elements:
+ * a 16-bit file's F16 / BF16 as they are; an F32 file's as CINFER_LORA_DTYPE says (F16 by
+ * default, A and B each scaled by a power of two folded into scale; BF16; F32).
  * a == NULL when the adapter leaves this projection alone. */
 struct lora_proj {
     void *a, *bt;
     int rank;
     int dtype;
-    float scale; /* alpha / rank, or alpha / sqrt(rank) with rsLoRA */
+    float scale; /* alpha / rank, or alpha / sqrt(rank) with rsLoRA (x 2^-k of the f16 copy) */
 };
 
 struct lora_adapter {

@@ -6,6 +6,12 @@
  * chunked by (group, a slice of M) so a slice of bt stays in cache while every row of its group
  * reads it. Each output element is one chain of multiply-adds in a fixed order (terms in
  * order, j from 0), so a row's bits depend only on its own x row and terms.
+ * A call whose groups are all of one row, at least one per thread, runs both passes per
+ * group in one pool run (lora_group).
+ * Memory: a step with n distinct adapters reads n of them, each matrix a short stream far
+ * from the others; the kernels prefetch ahead of their reads, and with one thread a group
+ * of one row (the rows of a mixed batch) also prefetches the next group's matrices while it
+ * reads its own (pf_term), so the next stream starts in cache.
  */
 #include <string.h>
 
@@ -23,6 +29,7 @@ struct lora_task {
     int n_grp;
     int64_t *row0; /* (n_grp + 1) first pass-1 item of each group (rows * grp_slots) */
     int64_t *toff; /* (n_grp) offset of each group's t in tbuf */
+    int pf_ahead;  /* 1: a one-row group prefetches the next group's matrices; 0: not */
     float *tbuf;   /* t values: per group, per row, the terms' ranks in order */
     int n_slices;
 };
@@ -44,6 +51,23 @@ static int grp_slots(const struct be_lora_grp *g)
     for (int i = 0; i < g->n_terms; i++)
         s += (g->t[i].rank + LORA_JB - 1) / LORA_JB;
     return s;
+}
+
+/* The matrix a one-row group gi prefetches while it reads term ti's (lora_kern.h's pf): the
+ * same term of the next group, when that group has one row too (a group of several rows
+ * reads its matrices from cache after the first row) and at least that rank; else NULL.
+ * Only with one thread (pf_ahead): with more, the next group's items go to any thread, so
+ * the lines could land in another core's cache; each thread then prefetches ahead in the
+ * matrix it reads (the 2-thread case is unmeasured: wall times were noise this session). */
+static const struct be_lora_term *pf_term(const struct lora_task *t, int gi, int ti, int rank)
+{
+    const struct be_lora_grp *g = &t->g[gi];
+    int gn = gi + 1;
+    if (!t->pf_ahead || g->n_rows != 1 || gn >= t->n_grp || t->g[gn].n_rows != 1 ||
+        ti >= t->g[gn].n_terms || t->g[gn].t[ti].rank < rank ||
+        t->g[gn].t[ti].dtype != g->t[ti].dtype)
+        return NULL;
+    return &t->g[gn].t[ti];
 }
 
 /* Pass 1, item c: group gi, row r, then a block of LORA_JB ranks of one term. */
@@ -68,8 +92,13 @@ static void lora_pass1(void *arg, int64_t c)
     int j1 = (s + 1) * LORA_JB < tm->rank ? (s + 1) * LORA_JB : tm->rank;
     const int d = lora_kern_dt(tm->dtype);
     const size_t es = d ? 2 : 4;
-    for (int j = s * LORA_JB; j < j1; j++)
-        out[j] = t->k->dot[d](x, (const char *)tm->a + (size_t)j * t->K * es, t->K) * tm->scale;
+    const struct be_lora_term *pn = pf_term(t, gi, ti, j1);
+    for (int j = s * LORA_JB; j < j1; j++) {
+        const size_t o = (size_t)j * t->K * es;
+        out[j] =
+            t->k->dot[d](x, (const char *)tm->a + o, t->K, pn ? (const char *)pn->a + o : NULL) *
+            tm->scale;
+    }
 }
 
 /* Pass 2, item c: group c / n_slices, outputs of slice c % n_slices. */
@@ -88,13 +117,28 @@ static void lora_pass2(void *arg, int64_t c)
         for (int i = 0; i < g->n_terms; i++) {
             const struct be_lora_term *tm = &g->t[i];
             const int d = lora_kern_dt(tm->dtype);
-            t->k->expand[d](acc, tv, (const char *)tm->bt + (size_t)m0 * (d ? 2 : 4),
-                            (size_t)t->M, tm->rank, nm);
+            const size_t o = (size_t)m0 * (d ? 2 : 4);
+            const struct be_lora_term *pn = pf_term(t, gi, i, tm->rank);
+            t->k->expand[d](acc, tv, (const char *)tm->bt + o, (size_t)t->M, tm->rank, nm,
+                            pn ? (const char *)pn->bt + o : NULL);
             tv += tm->rank;
         }
         float *y = t->y + (int64_t)g->rows[r] * t->M + m0;
         t->k->add(y, acc, nm);
     }
+}
+
+/* Both passes of group c, when every group of the call has one row and there are groups
+ * enough for every thread (a mixed batch; with one thread also one row alone): one pool run
+ * instead of two, each item reading its group's A, then its B^T. The same sums in the same
+ * order as the two passes (the same bits). */
+static void lora_group(void *arg, int64_t c)
+{
+    const struct lora_task *t = arg;
+    for (int64_t i = t->row0[c]; i < t->row0[c + 1]; i++)
+        lora_pass1(arg, i);
+    for (int s = 0; s < t->n_slices; s++)
+        lora_pass2(arg, c * t->n_slices + s);
 }
 
 void cpu_lora(struct be *b, float *y, const float *x, int K, int M, const struct be_lora_grp *g,
@@ -109,7 +153,9 @@ void cpu_lora(struct be *b, float *y, const float *x, int K, int M, const struct
         int ng = n_grp - base < 64 ? n_grp - base : 64;
         const struct be_lora_grp *gg = g + base;
         int64_t items = 0, floats = 0;
+        int one_rows = 1;
         for (int i = 0; i < ng; i++) {
+            one_rows &= gg[i].n_rows == 1;
             row0[i] = items;
             toff[i] = floats;
             items += (int64_t)gg[i].n_rows * grp_slots(&gg[i]);
@@ -127,6 +173,7 @@ void cpu_lora(struct be *b, float *y, const float *x, int K, int M, const struct
                               .n_grp = ng,
                               .row0 = row0,
                               .toff = toff,
+                              .pf_ahead = cpu_pool_size(cb->pool) == 1,
                               .n_slices = (M + LORA_MSLICE - 1) / LORA_MSLICE};
         if (cpu_qbuf_reserve(cb, (size_t)floats * sizeof(float)) != 0) {
             /* no scratch: one row at a time through a stack buffer */
@@ -149,6 +196,10 @@ void cpu_lora(struct be *b, float *y, const float *x, int K, int M, const struct
             continue;
         }
         t.tbuf = cb->qbuf;
+        if (one_rows && ng >= cpu_pool_size(cb->pool)) {
+            cpu_pool_run(cb->pool, lora_group, &t, ng);
+            continue;
+        }
         cpu_pool_run(cb->pool, lora_pass1, &t, items);
         cpu_pool_run(cb->pool, lora_pass2, &t, (int64_t)ng * t.n_slices);
     }

@@ -7,6 +7,29 @@
 #include "backend/cpu/lora_kern.h"
 #include "util/half.h"
 
+/* Software prefetch distances, in elements ahead of the one being read. The stream of one
+ * adapter matrix is short (A: rank rows of K; B^T: rank rows of M, read 32 outputs of every
+ * rank at once) and every distinct adapter of a step starts a new one, which the hardware
+ * prefetcher ramps up on too late: 8 distinct adapters read 8x the bytes of one. */
+enum { PF_DOT = 1024, PF_EXP = 512 };
+
+/* Prefetches the cache line(s) of element i of p (es-byte elements): the 32 elements the
+ * caller will read at i (one line of 16-bit elements, two of f32). */
+static inline void pf32(const void *p, int i, size_t es)
+{
+    _mm_prefetch((const char *)p + (size_t)i * es, _MM_HINT_T0);
+    if (es == 4)
+        _mm_prefetch((const char *)p + (size_t)i * es + 64, _MM_HINT_T0);
+}
+
+/* The same into L2 for a read a whole call ahead (lora_kern.h's pf). */
+static inline void pf32_l2(const void *p, int i, size_t es)
+{
+    _mm_prefetch((const char *)p + (size_t)i * es, _MM_HINT_T1);
+    if (es == 4)
+        _mm_prefetch((const char *)p + (size_t)i * es + 64, _MM_HINT_T1);
+}
+
 /* 8 elements of type d (0 f32, 1 f16, 2 bf16) at element i, as floats */
 static inline __m256 ld8(const void *p, int d, int i)
 {
@@ -27,12 +50,16 @@ static inline float ld1(const void *p, int d, int i)
     return d == 1 ? half_f16_to_f32(h) : half_bf16_to_f32(h);
 }
 
-static inline float dot_any(const float *x, const void *a, int n, int d)
+static inline float dot_any(const float *x, const void *a, int n, int d, const void *pf)
 {
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
     __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
     int i = 0;
     for (; i + 32 <= n; i += 32) {
+        if (pf)
+            pf32_l2(pf, i, d ? 2 : 4);
+        else
+            pf32(a, i + PF_DOT, d ? 2 : 4);
         s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), ld8(a, d, i), s0);
         s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), ld8(a, d, i + 8), s1);
         s2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), ld8(a, d, i + 16), s2);
@@ -51,7 +78,7 @@ static inline float dot_any(const float *x, const void *a, int n, int d)
 
 /* acc stays in registers over the ranks: 32 outputs at a time, then 8, then one */
 static inline void expand_any(float *acc, const float *t, const void *b, size_t ldb, int rank,
-                              int n, int d)
+                              int n, int d, const void *pf)
 {
     const size_t es = d ? 2 : 4;
     int i = 0;
@@ -60,6 +87,10 @@ static inline void expand_any(float *acc, const float *t, const void *b, size_t 
         __m256 a2 = _mm256_loadu_ps(acc + i + 16), a3 = _mm256_loadu_ps(acc + i + 24);
         for (int j = 0; j < rank; j++) {
             const void *bj = (const char *)b + (size_t)j * ldb * es;
+            if (pf)
+                pf32_l2((const char *)pf + (size_t)j * ldb * es, i, es);
+            else
+                pf32(bj, i + PF_EXP, es);
             __m256 tj = _mm256_set1_ps(t[j]);
             a0 = _mm256_fmadd_ps(tj, ld8(bj, d, i), a0);
             a1 = _mm256_fmadd_ps(tj, ld8(bj, d, i + 8), a1);
@@ -84,20 +115,32 @@ static inline void expand_any(float *acc, const float *t, const void *b, size_t 
     }
 }
 
-static float dot_f32(const float *x, const void *a, int n) { return dot_any(x, a, n, 0); }
-static float dot_f16(const float *x, const void *a, int n) { return dot_any(x, a, n, 1); }
-static float dot_bf16(const float *x, const void *a, int n) { return dot_any(x, a, n, 2); }
-static void exp_f32(float *acc, const float *t, const void *b, size_t l, int r, int n)
+static float dot_f32(const float *x, const void *a, int n, const void *pf)
 {
-    expand_any(acc, t, b, l, r, n, 0);
+    return dot_any(x, a, n, 0, pf);
 }
-static void exp_f16(float *acc, const float *t, const void *b, size_t l, int r, int n)
+static float dot_f16(const float *x, const void *a, int n, const void *pf)
 {
-    expand_any(acc, t, b, l, r, n, 1);
+    return dot_any(x, a, n, 1, pf);
 }
-static void exp_bf16(float *acc, const float *t, const void *b, size_t l, int r, int n)
+static float dot_bf16(const float *x, const void *a, int n, const void *pf)
 {
-    expand_any(acc, t, b, l, r, n, 2);
+    return dot_any(x, a, n, 2, pf);
+}
+static void exp_f32(float *acc, const float *t, const void *b, size_t l, int r, int n,
+                    const void *pf)
+{
+    expand_any(acc, t, b, l, r, n, 0, pf);
+}
+static void exp_f16(float *acc, const float *t, const void *b, size_t l, int r, int n,
+                    const void *pf)
+{
+    expand_any(acc, t, b, l, r, n, 1, pf);
+}
+static void exp_bf16(float *acc, const float *t, const void *b, size_t l, int r, int n,
+                     const void *pf)
+{
+    expand_any(acc, t, b, l, r, n, 2, pf);
 }
 
 static void add_avx2(float *y, const float *d, int n)

@@ -10,10 +10,15 @@
 
 #include "backend/dtype.h"
 
+/* pf: where the caller reads next (the next group's matrix at the same offsets: a distinct
+ * adapter far away in memory), prefetched in step with the reads of a / b, one call's worth
+ * ahead; NULL: the kernel prefetches a fixed distance ahead in a / b itself. Only a hint:
+ * the results never depend on it. */
 struct lora_kern {
-    float (*dot[3])(const float *x, const void *a, int n);      /* sum x[i] a[i] */
+    float (*dot[3])(const float *x, const void *a, int n, const void *pf); /* sum x[i] a[i] */
     /* for j < rank in order: acc[i] += t[j] b[j * ld + i] (one fused multiply-add each) */
-    void (*expand[3])(float *acc, const float *t, const void *b, size_t ld, int rank, int n);
+    void (*expand[3])(float *acc, const float *t, const void *b, size_t ld, int rank, int n,
+                      const void *pf);
     void (*add)(float *y, const float *d, int n);               /* y[i] += d[i] */
 };
 

@@ -41,19 +41,38 @@ static inline void expand_any(float *acc, const float *t, const void *b, size_t 
     }
 }
 
-static float dot_f32(const float *x, const void *a, int n) { return dot_any(x, a, n, 0); }
-static float dot_f16(const float *x, const void *a, int n) { return dot_any(x, a, n, 1); }
-static float dot_bf16(const float *x, const void *a, int n) { return dot_any(x, a, n, 2); }
-static void exp_f32(float *acc, const float *t, const void *b, size_t l, int r, int n)
+/* (the scalar reference prefetches nothing: pf is only a hint) */
+static float dot_f32(const float *x, const void *a, int n, const void *pf)
 {
+    (void)pf;
+    return dot_any(x, a, n, 0);
+}
+static float dot_f16(const float *x, const void *a, int n, const void *pf)
+{
+    (void)pf;
+    return dot_any(x, a, n, 1);
+}
+static float dot_bf16(const float *x, const void *a, int n, const void *pf)
+{
+    (void)pf;
+    return dot_any(x, a, n, 2);
+}
+static void exp_f32(float *acc, const float *t, const void *b, size_t l, int r, int n,
+                    const void *pf)
+{
+    (void)pf;
     expand_any(acc, t, b, l, r, n, 0);
 }
-static void exp_f16(float *acc, const float *t, const void *b, size_t l, int r, int n)
+static void exp_f16(float *acc, const float *t, const void *b, size_t l, int r, int n,
+                    const void *pf)
 {
+    (void)pf;
     expand_any(acc, t, b, l, r, n, 1);
 }
-static void exp_bf16(float *acc, const float *t, const void *b, size_t l, int r, int n)
+static void exp_bf16(float *acc, const float *t, const void *b, size_t l, int r, int n,
+                     const void *pf)
 {
+    (void)pf;
     expand_any(acc, t, b, l, r, n, 2);
 }
 
