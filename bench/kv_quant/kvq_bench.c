@@ -12,6 +12,7 @@
  * Prints one JSON object.
  *
  * usage: cinfer_kvq_bench MODEL [-t THREADS] [--score-threads N (default THREADS)] [--backend cpu|cuda] [--schemes 8,4,turbo:k8v4,turbo] [--text LABEL=FILE]...
+ *          [--start N (skip each text's first N tokens)]
  *          [--rotate on|off] [--tokens N] [--window W] [--chunk C] [--decode-ctx 4096,16384] [--steps S] [--reps R]
  */
 #include <math.h>
@@ -162,7 +163,7 @@ int main(int argc, char **argv)
     const char *backend = "cpu";
     const char *labels[MAXT], *files[MAXT];
     int rotate = -1;
-    int score_threads = 0, nt = 0, threads = 2, tokens = 4096, window = 2048, chunk = 256, steps = 8, reps = 3;
+    int start = 0, score_threads = 0, nt = 0, threads = 2, tokens = 4096, window = 2048, chunk = 256, steps = 8, reps = 3;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-t") && v) threads = atoi(v), i++;
@@ -170,6 +171,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--backend") && v) backend = v, i++;
         else if (!strcmp(a, "--rotate") && v) rotate = !strcmp(v, "on"), i++;
         else if (!strcmp(a, "--score-threads") && v) score_threads = atoi(v), i++;
+        else if (!strcmp(a, "--start") && v) start = atoi(v), i++;
         else if (!strcmp(a, "--tokens") && v) tokens = atoi(v), i++;
         else if (!strcmp(a, "--window") && v) window = atoi(v), i++;
         else if (!strcmp(a, "--chunk") && v) chunk = atoi(v), i++;
@@ -245,6 +247,11 @@ int main(int argc, char **argv)
         if (tok_encode(tk, text, len, 0, &ids, &n, &e)) {
             fprintf(stderr, "kvq_bench: %s\n", e.msg);
             return 1;
+        }
+        if (start > 0) { /* score from token `start` on (a run split in parts) */
+            int sk = start < n ? start : n;
+            memmove(ids, ids + sk, (size_t)(n - sk) * sizeof *ids);
+            n -= sk;
         }
         if (n > tokens + 1)
             n = tokens + 1;

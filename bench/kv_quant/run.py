@@ -20,7 +20,9 @@ usage: bench/kv_quant/run.py [--bin build/cinfer_kvq_bench] [--model M] [--token
                               [--window W] [--schemes 8,4,turbo:k8v4,turbo]
                               [--decode-ctx 4096,16384 | ''] [--raw OUT.json]
                               [--from-raw IN.json | --from-log STDERR.log] [--merge]
---from-log converts the last "partial:" line of a (possibly cut-off) run's stderr.
+--from-log F... combines runs: each F a raw JSON or a (possibly cut-off) run's stderr (its
+last "partial:" line); their scored positions add up per scheme and text (other texts, or
+other windows of a text via the bench's --start).
 --merge keeps the fields of --out that this run did not measure (e.g. the decode ratios
 of an earlier run, the gpu half), replacing only what it measured.
 """
@@ -74,6 +76,45 @@ def convert(raw, load_start, load_end, commit):
     return {"cpu": {"schemes": out, "meta": meta}}
 
 
+def read_part(path):
+    """A raw kvq_bench object: a JSON file, or the last 'partial:' line of a stderr log."""
+    text = open(path).read()
+    if text.lstrip().startswith("{"):
+        return json.loads(text)
+    lines = [l for l in text.splitlines() if l.startswith("partial: ")]
+    if not lines:
+        sys.exit("run.py: no 'partial:' line in " + path)
+    return json.loads(lines[-1][len("partial: "):])
+
+
+def combine(parts):
+    """Sums the scored positions of several runs (other texts, or other windows of a text
+    via --start) into one raw object: per scheme and text, NLL, KL and counts add up."""
+    out = json.loads(json.dumps(parts[0]))
+    out["texts"] = []
+    acc = {}
+    for p in parts:
+        for t in p["texts"]:
+            if t not in out["texts"]:
+                out["texts"].append(t)
+            for name, s in p["schemes"].items():
+                a = acc.setdefault(name, {}).setdefault(t, [0.0, 0.0, 0])
+                n = s["n_" + t]
+                a[0] += math.log(s["ppl_" + t]) * n
+                a[1] += s["kl_mean_" + t] * n
+                a[2] += n
+    for name, per in acc.items():
+        s = out["schemes"].setdefault(name, dict(parts[0]["schemes"].get(name, {})))
+        for t, (nll, kl, n) in per.items():
+            s["n_" + t] = n
+            s["ppl_" + t] = math.exp(nll / n) if n else 1.0
+            s["kl_mean_" + t] = kl / n if n else 0.0
+    for name, s in out["schemes"].items():
+        for t in out["texts"]:
+            s["ppl_delta_frac_" + t] = s["ppl_" + t] / out["schemes"]["f16"]["ppl_" + t] - 1
+    return out
+
+
 def merge(old, new):
     """new's measured fields over old's (per scheme row; meta under a run-specific key)."""
     res = dict(old)
@@ -101,7 +142,7 @@ def main():
     ap.add_argument("--schemes", default="8,4,turbo:k8v4,turbo")
     ap.add_argument("--decode-ctx", default="4096,16384")
     ap.add_argument("--chunk", type=int, default=256)
-    ap.add_argument("--from-log")
+    ap.add_argument("--from-log", nargs="+")
     ap.add_argument("--merge", action="store_true")
     ap.add_argument("--window", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=2)
@@ -115,10 +156,7 @@ def main():
     if a.from_raw:
         raw = json.load(open(a.from_raw))
     elif a.from_log:
-        lines = [l for l in open(a.from_log) if l.startswith("partial: ")]
-        if not lines:
-            sys.exit("run.py: no 'partial:' line in " + a.from_log)
-        raw = json.loads(lines[-1][len("partial: "):])
+        raw = combine([read_part(f) for f in a.from_log])
     else:
         up = lambda: open("/proc/loadavg").read().split()[:3]
         a.load_start = " ".join(up())
