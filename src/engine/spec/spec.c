@@ -151,7 +151,7 @@ void spec_get_stats(const struct spec *s, struct spec_stats *out)
     out->step_cost = spec_step_cost(s);
     out->draft_cost = s->c.kind == SPEC_TWO_MODEL ? spec_draft_cost(s) : 0;
     out->step_ms = (float)(s->t1 * 1e3);
-    out->draft_ms = s->dw > 0 ? (float)(s->dt / s->dw * 1e3) : 0;
+    out->draft_ms = s->dqc[1] > 0 ? (float)(s->dq[1] * 1e3) : 0;
 }
 
 struct spec_req *spec_req_new(struct spec *s, const struct sampler_params *sp)
