@@ -15,9 +15,10 @@ that drafts):
 aggregate_ratio_at_8: 8 concurrent requests (a mix of the three) with --batch 8, generated
 tokens / wall time, speculation over none.
 All configurations' servers are up at once per workload and run interleaved repetitions
-(none, then each kind, --reps times) so that they see the same load; each reports its best
-repetition (suffix: its first only, since its corpus of finished outputs then holds the very
-answer); the 1-minute load average is recorded beside each figure.
+(none, then each kind, --reps times) so that they see the same load; a kind's figure is its
+best repetition over none's best in the same repetitions (suffix runs its first only, since
+its corpus of finished outputs then holds the very answer, and is held to none's first);
+the 1-minute load average is recorded beside each figure.
 
 Writes the "cpu" (or --section) half of bench/results/spec.json:
   {SECTION: {KIND: {WORKLOAD: {"speedup", "acceptance_rate", ...}}, "aggregate_ratio_at_8": ..}}
@@ -294,7 +295,7 @@ def main():
         # (none, kind1, kind2, ... again): they see the same load; best of --reps each
         srvs = Servers(args, confs, 1, lambda srv: [srv.chat(m, 3, tools) for m in turns])
         try:
-            best, cpu_best = {}, {}
+            by_rep = {}
             for rep, kind in srvs.order():
                 if kind == "suffix" and rep > 0:
                     continue  # its corpus now holds this very output: one rep only
@@ -315,26 +316,29 @@ def main():
                                                        "verify_rows") if k in sp}
                 print(json.dumps(row), flush=True)
                 raw["runs"].append(row)
-                if kind not in best or tps > best[kind][0]:
-                    best[kind] = (tps, dr, acc, l0)
-                if n and (kind not in cpu_best or cpu / n < cpu_best[kind]):
-                    cpu_best[kind] = cpu / n
+                by_rep[(kind, rep)] = (tps, dr, acc, l0, cpu / n if n else None)
         finally:
             srvs.stop()
-        base = best["none"][0]
         for kind in kinds:
-            tps, dr, acc, l0 = best[kind]
-            res[kind][wl] = {"speedup": round(tps / base, 3) if base else None,
+            # best of the kind's repetitions over the best of none's in the same repetitions
+            # (suffix runs only the first: it is held to none's first, not to none's best)
+            reps = [r for (k, r) in by_rep if k == kind]
+            tps, dr, acc, l0, cpu = max((by_rep[(kind, r)] for r in reps), key=lambda x: x[0])
+            b = max((by_rep[("none", r)] for r in reps), key=lambda x: x[0])
+            cpus = [by_rep[(kind, r)][4] for r in reps if by_rep[(kind, r)][4]]
+            cpub = [by_rep[("none", r)][4] for r in reps if by_rep[("none", r)][4]]
+            res[kind][wl] = {"speedup": round(tps / b[0], 3) if b[0] else None,
                              "acceptance_rate": round(acc / dr, 3) if dr else 0.0,
-                             "tok_s": round(tps, 2), "baseline_tok_s": round(base, 2),
-                             "load_1m": round(l0, 2), "baseline_load_1m": round(best["none"][3], 2)}
-            if cpu_best.get(kind) and "none" in cpu_best:  # CPU time per token, none over kind
-                res[kind][wl]["cpu_time_speedup"] = round(cpu_best["none"] / cpu_best[kind], 3)
+                             "tok_s": round(tps, 2), "baseline_tok_s": round(b[0], 2),
+                             "load_1m": round(l0, 2), "baseline_load_1m": round(b[3], 2),
+                             "reps": len(reps)}
+            if cpus and cpub:  # CPU time per token, none over kind (least of each)
+                res[kind][wl]["cpu_time_speedup"] = round(min(cpub) / min(cpus), 3)
         save(args, res, raw)
     if not args.no_aggregate:
         confs = ["none"] + kinds
         srvs = Servers(args, confs, 8, lambda srv: [srv.chat(m, 3) for m in AGG_REQS()])
-        agg, agg_cpu = {}, {}
+        agg, agg_rep = {}, {}
         try:
             for rep, kind in srvs.order():
                 if kind == "suffix" and rep > 0:
@@ -348,8 +352,7 @@ def main():
                 row = {"aggregate_at_8": kind, "rep": rep, "tok_s": round(v, 3),
                        "cpu_s_per_token": round(cpu_tok, 4) if cpu_tok else None,
                        "load_1m_before": round(l0, 2)}
-                if cpu_tok and (kind not in agg_cpu or cpu_tok < agg_cpu[kind]):
-                    agg_cpu[kind] = cpu_tok
+                agg_rep[(kind, rep)] = (v, cpu_tok)
                 if kind != "none":
                     sp = srvs[kind].stats().get("speculation", {})
                     row["stats"] = {k: sp[k] for k in ("step_cost", "step_ms", "draft_cost",
@@ -360,13 +363,19 @@ def main():
                 agg[kind] = max(agg.get(kind, 0), v)
         finally:
             srvs.stop()
-        ratios = {k: round(agg[k] / agg["none"], 3) for k in kinds}
+        ratios, cpu_ratios = {}, {}
+        for k in kinds:  # best over none's best in the same repetitions (as above)
+            reps = [r for (kk, r) in agg_rep if kk == k]
+            ratios[k] = round(agg[k] / max(agg_rep[("none", r)][0] for r in reps), 3)
+            ck = [agg_rep[(k, r)][1] for r in reps if agg_rep[(k, r)][1]]
+            cn = [agg_rep[("none", r)][1] for r in reps if agg_rep[("none", r)][1]]
+            if ck and cn:
+                cpu_ratios[k] = round(min(cn) / min(ck), 3)
         res["aggregate_ratio_at_8"] = min(ratios.values())
         res["aggregate_ratio_at_8_by_kind"] = ratios
         res["aggregate_tok_s_at_8"] = {k: round(v, 2) for k, v in agg.items()}
-        if agg_cpu.get("none") and all(agg_cpu.get(k) for k in kinds):
-            res["aggregate_cpu_time_ratio_at_8_by_kind"] = {
-                k: round(agg_cpu["none"] / agg_cpu[k], 3) for k in kinds if k in agg_cpu}
+        if cpu_ratios:
+            res["aggregate_cpu_time_ratio_at_8_by_kind"] = cpu_ratios
     save(args, res, raw)
     print(json.dumps({k: v for k, v in res.items() if k != "raw"}, indent=1))
 

@@ -29,7 +29,9 @@ def check_kv(monkeypatch):
     monkeypatch.setenv("CINFER_CHECK_KV", "1")
     # a fixed step cost: how much is drafted must not depend on measured step times
     monkeypatch.setenv("CINFER_SPEC_STEP_COST", "0.25")
-    monkeypatch.setenv("CINFER_SPEC_DRAFT_COST", "1")
+    # two-model: the draft (stories260K drafting for itself) priced at a tenth of the target:
+    # at 1 drafting could never pay, and the policy would not even probe
+    monkeypatch.setenv("CINFER_SPEC_DRAFT_COST", "0.1")
 
 
 def gen(srv, prompt, n=60, **kw):
@@ -51,8 +53,8 @@ def plain():
 
 @pytest.mark.parametrize("kind", ["ngram", "suffix", "two-model"])
 def test_greedy_identical(plain, kind):
-    # two-model: stories260K drafts for itself (same tokenizer; every greedy draft is kept,
-    # and the policy finds drafting with a draft as costly as the target rarely pays)
+    # two-model: stories260K drafts for itself (same tokenizer; every greedy draft is kept;
+    # the fixture prices the draft at a tenth of the target)
     args = ["--draft-model", STORIES] if kind == "two-model" else ["--draft-kind", kind]
     srv = Server(STORIES, "--kv-f32", *args)
     try:
@@ -97,7 +99,7 @@ def test_greedy_identical(plain, kind):
         assert 0 < sp["acceptance_rate"] <= 1
         assert sp["step_ms"] >= 0 and sp["step_cost"] == 0.25  # pinned by the fixture
         if kind == "two-model":  # a draft forward's cost: pinned too; its time measured
-            assert sp["draft_cost"] == 1 and sp["draft_ms"] >= 0
+            assert sp["draft_cost"] == pytest.approx(0.1) and sp["draft_ms"] >= 0
         assert st["batch"]["invariant_failures"] == 0
         m = srv.get("/metrics")[1].decode()
         assert f"cinfer_spec_accepted_tokens_total {sp['accepted']}" in m

@@ -151,7 +151,7 @@ void spec_get_stats(const struct spec *s, struct spec_stats *out)
     out->step_cost = spec_step_cost(s);
     out->draft_cost = s->c.kind == SPEC_TWO_MODEL ? spec_draft_cost(s) : 0;
     out->step_ms = (float)(s->t1 * 1e3);
-    out->draft_ms = s->dw > 0 ? (float)(s->dt / s->dw * 1e3) : 0;
+    out->draft_ms = s->dqc[1] > 0 ? (float)(s->dq[1] * 1e3) : 0;
 }
 
 struct spec_req *spec_req_new(struct spec *s, const struct sampler_params *sp)
@@ -315,9 +315,9 @@ int spec_step_wants(const struct spec *s, int n_decode, int n_tok)
  * plan (the r best rows, depth K) maximises the expected tokens per second of the step:
  * (n_tok + sum over the rows of a^1 + .. + a^K) / (T(n_tok + their drafts) + K D(r)), with T
  * the target's measured step curve and D(r) a draft forward of r rows. Nothing pays: no
- * draft (a row due to probe drafts one token). A row whose draft lags behind what the
- * request generated since its first proposal (it sat out while drafting did not pay) drafts
- * only when the plan's saving over the tokens it may still generate pays for computing
+ * draft (a row due to probe drafts one token, where a sure token would pay). A row whose draft lags
+ * behind what the request generated since its first proposal (it sat out while drafting did not
+ * pay) drafts only when the plan's saving over the tokens it may still generate pays for computing
  * those. Writes each row's depth into kk. */
 static void plan_two_model(struct spec *s, int n, struct spec_req *const *q,
                            const int32_t *const *t, const int *nt, const int *left, int n_tok,
@@ -365,9 +365,17 @@ static void plan_two_model(struct spec *s, int n, struct spec_req *const *q,
     }
     for (int x = 0; x < best_r; x++)
         kk[ord[x]] = best_k < lim[x] ? best_k : lim[x];
-    if (best_r == 0)
-        for (int x = 0; x < nr; x++)
-            kk[ord[x]] = probe_due(s, q[ord[x]]) ? 1 : 0;
+    if (best_r == 0) {
+        /* a row due to probe drafts one token, if a sure one would pay (else probing cannot
+         * find a gain: a draft as costly as the target); the catch-up is held to that */
+        double sure =
+            (n_tok + 0.99) / (spec_step_at(s, n_tok + 1) + spec_draft_cost_rows(s, 1) * unit);
+        if (sure > base * (1 + 1e-9)) {
+            best = sure;
+            for (int x = 0; x < nr; x++)
+                kk[ord[x]] = probe_due(s, q[ord[x]]) ? 1 : 0;
+        }
+    }
     /* the catch-up of what the request generated while its draft sat out: time saved per
      * token of the step's rows against computing it (a prompt is computed in any case, as
      * a prefill: the draft's prefix cache keeps it for the request's next turns) */

@@ -105,9 +105,9 @@ void spec_get_stats(const struct spec *s, struct spec_stats *out);
  * default. */
 float spec_step_cost(const struct spec *s);
 /* Two-model: a draft forward's cost relative to a one-token target step: spec_config's
- * draft_cost when given (or CINFER_SPEC_DRAFT_COST), else measured — the decayed mean time
- * of one-token draft forwards over the fitted target step at n = 1 — once both are known,
- * else draft_cost_default. */
+ * draft_cost when given (or CINFER_SPEC_DRAFT_COST), else measured — a low quantile of the
+ * one-row one-token draft forwards' times (robust as the step times are) over the target's
+ * one-token step — once both are known, else draft_cost_default. */
 float spec_draft_cost(const struct spec *s);
 /* A decode-only step of n_tok tokens took `seconds` (feeds the measured step cost and the
  * step-time curve the policy reads: per size a low quantile of its recent times; a size not

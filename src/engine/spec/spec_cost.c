@@ -23,8 +23,8 @@ float spec_draft_cost(const struct spec *s)
 {
     if (s->c.draft_cost > 0)
         return s->c.draft_cost;
-    if (s->t1 > 0 && s->dw >= 8) {
-        double r = s->dt / s->dw / s->t1;
+    if (s->t1 > 0 && s->dqc[1] >= 4) {
+        double r = s->dq[1] / s->t1;
         return (float)(r < 0.02 ? 0.02 : r > 4 ? 4 : r);
     }
     return s->c.draft_cost_default > 0 ? s->c.draft_cost_default : 0.5f;
@@ -37,6 +37,18 @@ float spec_step_cost(const struct spec *s)
     if (s->beta > 0)
         return s->beta;
     return s->c.step_cost_default > 0 ? s->c.step_cost_default : 0.25f;
+}
+
+void spec_lowq(double *t, int *cnt, double sec)
+{
+    if (*cnt == 0)
+        *t = sec;
+    else if (sec < *t)
+        *t -= 0.2 * (*t - sec);
+    else
+        *t += 0.02 * ((sec < 2 * *t ? sec : 2 * *t) - *t);
+    if (*cnt < 64)
+        (*cnt)++;
 }
 
 /* Whether size n's time is recent and seen at least twice. */
@@ -57,15 +69,7 @@ void spec_step_time(struct spec *s, int n_tok, double sec)
     /* a robust per-size estimate, a low quantile of the recent times: down quickly, up
      * slowly and by at most 2% a step (a step the OS stalled on a shared machine must not
      * read as the cost of its size; a lasting slowdown is followed within ~35 steps) */
-    double *t = &s->st[n_tok];
-    if (s->sc[n_tok] == 0)
-        *t = sec;
-    else if (sec < *t)
-        *t -= 0.2 * (*t - sec);
-    else
-        *t += 0.02 * ((sec < 2 * *t ? sec : 2 * *t) - *t);
-    if (s->sc[n_tok] < 64)
-        s->sc[n_tok]++;
+    spec_lowq(&s->st[n_tok], &s->sc[n_tok], sec);
     /* weighted least squares through the live sizes */
     double w = 0, sn = 0, stt = 0, snn = 0, snt = 0;
     for (int n = 1; n <= SPEC_STEP_SIZES; n++) {

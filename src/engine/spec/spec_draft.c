@@ -165,8 +165,7 @@ static int step(struct spec *s, int n, struct spec_req *const *q, const int32_t 
     if (nt == n) /* one token a row: what a draft forward of n rows costs (spec_draft_cost) */
         spec_draft_time(s, n, dt);
     else if (n == 1) { /* catching up (spec_draft_catchup_cost) */
-        s->pw = s->pw * 0.9 + nt;
-        s->pt = s->pt * 0.9 + dt;
+        spec_lowq(&s->cq, &s->cqc, dt / nt);
     }
     s->draft_calls++;
     if (!out)
@@ -286,29 +285,23 @@ int spec_draft_pending(struct spec *s, struct spec_req *q, const int32_t *t, int
 
 void spec_draft_time(struct spec *s, int n, double dt)
 {
-    if (n == 1) { /* the one-row cost, as /stats shows it (spec_draft_cost) */
-        s->dw = s->dw * 0.98 + 1;
-        s->dt = s->dt * 0.98 + dt;
-    }
-    if (n >= 1 && n <= SPEC_DRAFT_ROWS) {
-        s->drw[n] = s->drw[n] * 0.95 + 1;
-        s->drt[n] = s->drt[n] * 0.95 + dt;
-    }
+    if (n >= 1 && n <= SPEC_DRAFT_ROWS)
+        spec_lowq(&s->dq[n], &s->dqc[n], dt);
 }
 
 double spec_draft_cost_rows(const struct spec *s, int n)
 {
     if (s->c.draft_cost > 0 || n <= 1 || n > SPEC_DRAFT_ROWS)
         return spec_draft_cost(s) * (n > 1 ? 1 + spec_step_cost(s) * (n - 1) : 1);
-    if (s->drw[n] >= 4 && s->t1 > 0)
-        return s->drt[n] / s->drw[n] / s->t1;
+    if (s->dqc[n] >= 4 && s->t1 > 0)
+        return s->dq[n] / s->t1;
     return spec_draft_cost(s) * (1 + spec_step_cost(s) * (n - 1));
 }
 
 double spec_draft_catchup_cost(const struct spec *s)
 {
-    if (s->pw >= 64 && s->t1 > 0)
-        return s->pt / s->pw / s->t1;
+    if (s->cqc >= 2 && s->t1 > 0)
+        return s->cq / s->t1;
     return (double)spec_draft_cost(s) * spec_step_cost(s);
 }
 

@@ -31,11 +31,11 @@ struct spec {
     double bsec;                       /* the same in seconds per token */
     int n_rows;    /* rows offered drafts at the last policy call (probe interval) */
     double t1;     /* the fitted one-token step time a + b (0 = not yet) */
-    double dw, dt; /* two-model: decayed count and time of one-token draft forwards */
-    double pw, pt; /* two-model: decayed tokens and time of the draft's catch-up chunks */
-    double drw[SPEC_DRAFT_ROWS + 1], drt[SPEC_DRAFT_ROWS + 1]; /* two-model: decayed count and
-                                                                * time of draft forwards of
-                                                                * one token a row, by rows */
+    /* two-model, the draft's forwards, with the same robust low quantile as the step times
+     * (spec_lowq): of one token a row, by rows (dq[n], count dqc[n]); of the catch-up
+     * chunks, per token (cq, count cqc) */
+    double dq[SPEC_DRAFT_ROWS + 1], cq;
+    int dqc[SPEC_DRAFT_ROWS + 1], cqc;
     /* suffix corpus: recent finished outputs, oldest first (a ring of segments) */
     int32_t *seg[SPEC_CORPUS_MAX_SEGS];
     int seg_len[SPEC_CORPUS_MAX_SEGS];
@@ -69,6 +69,10 @@ struct spec_req {
 };
 
 /* spec_cost.c */
+/* A robust low quantile of a recurring time: *t follows sec down quickly and up slowly (at
+ * most 2% a sample, a sample counted at most twice *t), so a sample the OS stalled on a
+ * shared machine barely moves it; *cnt counts samples (up to 64; 0: *t is unset). */
+void spec_lowq(double *t, int *cnt, double sec);
 /* T(n): the measured step-time curve at n tokens (seconds), or the linear model
  * 1 + c (n - 1) in one-token steps while the curve is not known (spec_cost.c). */
 double spec_step_at(const struct spec *s, int n);
