@@ -43,6 +43,9 @@ void spec_lowq(double *t, int *cnt, double sec)
 {
     if (*cnt == 0)
         *t = sec;
+    else if (*cnt < 3 && sec < *t)
+        *t = sec; /* a size's first steps carry one-time costs (on CUDA a new shape's first
+                   * launches: 10x a step on the H100): the least of them */
     else if (sec < *t)
         *t -= 0.2 * (*t - sec);
     else
@@ -223,6 +226,13 @@ void spec_policy(struct spec *s, int n_rows, const int *m, const float *const *p
     }
     for (int j = 0; j < n_best; j++)
         k[order[j]]++;
+    /* a row due to probe (its first probability is exactly 1: spec.c probe_due; alpha stops
+     * at 0.99) drafts that token even where the curve says no: the probe re-measures the
+     * curve too, which otherwise keeps a bad reading of a size it never tries again (on the
+     * H100 a slow first verify step stopped all drafting for a whole 514-token request) */
+    for (int i = 0; s->c.adaptive && i < n_rows && n_best < budget; i++)
+        if (k[i] == 0 && m[i] > 0 && p[i][0] >= 1.0f)
+            k[i] = 1, n_best++;
     free(take);
     free(order);
 }
