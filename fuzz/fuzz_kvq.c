@@ -36,7 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int fd = mkstemp(path);
     if (fd < 0)
         return 0;
-    if (nl && write(fd, nl + 1, size - n1 - 1) < 0) {
+    /* the config is what follows the newline (n1 may have been cut to the flag buffer) */
+    if (nl && write(fd, nl + 1, size - (size_t)(nl + 1 - data)) < 0) {
         close(fd);
         unlink(path);
         return 0;
