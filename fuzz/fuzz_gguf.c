@@ -46,7 +46,8 @@ static void walk_kv(const struct gguf *g, const struct gguf_kv *kv)
             memcpy(&ty, a->arr_data + a->arr_offs[k], 4);
             g_sink += ty;
         } else {
-            g_sink += (uint64_t)gguf_arr_num(a, k);
+            double v = gguf_arr_num(a, k); /* any double: only a finite, small one converts */
+            g_sink += v > -1e18 && v < 1e18 ? (uint64_t)(int64_t)v : 1;
         }
     }
 }
