@@ -280,6 +280,7 @@ static void try_413(struct http_conn *c)
                               strlen(body), body)
                    : -1;
     free(body);
+    stat_add(&s->st_413, 1); /* before the reply: a client that reads it sees it counted */
     ssize_t w = len > 0 ? send(c->fd, resp, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT) : -1;
     free(resp);
     if (w != len) { /* out of memory, or a full socket right after a drain: just close */
@@ -288,7 +289,6 @@ static void try_413(struct http_conn *c)
         return;
     }
     shutdown(c->fd, SHUT_WR);
-    stat_add(&s->st_413, 1);
     log_debug("http: fd %d: request %u declared a %llu-byte body over the %zu-byte limit: "
               "413 before its body", c->fd, c->scan.n_req, (unsigned long long)c->scan.cl,
               s->max_body);
