@@ -242,7 +242,20 @@ def test_vllm_router_kv_aware_credits_published_blocks():
                     assert cached >= 16, (c, t, cached)
                 messages.append({"role": "assistant", "content": text})
         hits = router_metric(router, "vllm_router_kv_placement_lookups_total", 'result="hit"')
-        assert hits >= 1, router.output()
+        # the router reads the events on its own thread: under load a turn can be routed
+        # before the previous turn's events arrived (a miss). Then more turns, until a hit
+        # or 60 s: the published blocks must be credited eventually.
+        extra_turns, deadline = 0, time.time() + 60
+        while hits < 1 and time.time() < deadline:
+            time.sleep(0.5)
+            messages.append({"role": "user", "content": f"One more story, number {extra_turns}."})
+            st, _, _, text = turn(router.base, messages)
+            assert st == 200, router.output()
+            messages.append({"role": "assistant", "content": text})
+            extra_turns += 1
+            hits = router_metric(router, "vllm_router_kv_placement_lookups_total",
+                                 'result="hit"')
+        assert hits >= 1, (extra_turns, router.output())
         toks = router_metric(router, "vllm_router_kv_routing_inputs_total", 'result="tokenize"')
         assert toks >= N_CLIENTS * turns
     finally:
