@@ -25,13 +25,19 @@
  * queued then also ran for it, and its id is dropped (its K/V at a position past the end is
  * never read: a later sequence writes that position before attending to it). A burst also
  * ends before a step whose sampling the backend cannot decide (XTC firing at that step,
- * history past the op's room). The ids are those of run_step: the same forward, the same
- * argmax or op sample. Returns 0 (no burst), 1 (argmax) or 2 (op sample). */
+ * history past the op's room). With model-free speculation (ngram, suffix) a step whose
+ * plan gave no row drafts may start a burst; before each further step is queued the host
+ * plans the drafts again on the newest ids it has read (the step in flight's are not known
+ * yet) and ends the burst where a row would draft (spec_engine.c eng_spec_burst_more), so
+ * the next plain plan drafts one step later than it would without the burst: the ids stay
+ * those of plain decoding (drafts never change them). The ids are those of run_step: the
+ * same forward, the same argmax or op sample. Returns 0 (no burst), 1 (argmax) or 2 (op
+ * sample). */
 int eng_burst_ok(struct engine *g, int n_rows)
 {
     /* requests may be waiting: the plan admitted none of them, and only an end (which
      * ends the burst) or new input (which ends it too) can make room */
-    if (!g->overlap || !g->can_argmax || g->kv_swa || g->spec)
+    if (!g->overlap || !g->can_argmax || g->kv_swa || (g->spec && !eng_spec_burst_ok(g)))
         return 0;
     int greedy = 1;
     for (int s = 0; s < n_rows; s++) {
@@ -108,7 +114,8 @@ int eng_run_burst(struct engine *g, int n_rows, int ds)
     }
     while (queued) {
         /* the next step first, while the device runs the one in flight */
-        int next = alive == n_rows && burst_more(g, n_rows);
+        int next = alive == n_rows && burst_more(g, n_rows) &&
+                   (!g->spec || eng_spec_burst_more(g, n_rows));
         if (next && burst_batch(g, n_rows, 1, ds, &b))
             next = 0; /* a row's next id needs the host: the burst ends */
         if (next) {

@@ -193,6 +193,15 @@ int eng_spec_init(struct engine *g, struct cerr *e);
 void eng_spec_plan(struct engine *g, int n_rows);
 /* Drops every planned row's drafts (the pool could not hold them). Returns 1 if any. */
 int eng_spec_unplan(struct engine *g, int n_rows);
+/* Whether decode bursts may run with this kind of speculation (the model-free kinds, whose
+ * proposal the host makes between steps). */
+int eng_spec_burst_ok(const struct engine *g);
+/* In a decode burst of g->rows[0..n_rows) (each row's newest token read, the next step in
+ * flight): 1 when the step after it may be queued without drafts — the plan eng_spec_plan
+ * would make now takes none (counted as a plain step, as the plan counts one); 0 when a row
+ * would draft (a match the policy takes, or a probe due): the burst ends and the next plan
+ * drafts. */
+int eng_spec_burst_more(struct engine *g, int n_rows);
 /* Publishes the module's counters into g->st (call with g->mu held). */
 void eng_spec_stats(struct engine *g);
 /* After the step: row w fed its last token and w->k drafts; samples the k + 1 rows in order,

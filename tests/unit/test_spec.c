@@ -232,6 +232,56 @@ static void test_lead_group(void)
     CHECK(dr > 50); /* speculation happened */
 }
 
+/* Decode bursts with speculation (burst.c; forced here: the CPU backend would not burst by
+ * itself): a step whose plan drafts nothing starts a burst, and the burst ends where a row
+ * would draft again. Greedy ids (and logprobs) equal plain decoding's, alone and 8 at once;
+ * steps ran in bursts, and the rows still drafted about as much as without bursts (a burst
+ * that never ended for a draft would leave them drafting far less). */
+static void bursts_same(int kind)
+{
+    struct job jobs[8];
+    for (int i = 0; i < 8; i++)
+        jobs[i] = (struct job){.prompt = PROMPTS[i], .max_tokens = 60 + 13 * i,
+                               .top_logprobs = i == 3 ? 2 : -1};
+    static struct eng_coll ref[8], alone[8], nob[8], conc[8];
+    struct engine_stats st;
+    long bursts = 0, dr = 0, dr_nob = 0, acc = 0;
+    int same_alone = 0, same_conc = 0;
+    for (int i = 0; i < 8; i++) {
+        run_jobs(SPEC_NONE, 1, 1, 128, &jobs[i], 1, &ref[i], &st);
+        run_jobs(kind, 1, 1, 128, &jobs[i], 1, &nob[i], &st);
+        dr_nob += nob[i].drafted;
+    }
+    setenv("CINFER_ENGINE_OVERLAP", "1", 1);
+    for (int i = 0; i < 8; i++) {
+        run_jobs(kind, 1, 1, 128, &jobs[i], 1, &alone[i], &st);
+        same_alone += same_ids(&ref[i], &alone[i]);
+        bursts += st.burst_steps;
+        dr += alone[i].drafted;
+        acc += alone[i].accepted;
+    }
+    run_jobs(kind, 1, 8, 256, jobs, 8, conc, &st);
+    unsetenv("CINFER_ENGINE_OVERLAP");
+    for (int i = 0; i < 8; i++)
+        same_conc += same_ids(&ref[i], &conc[i]);
+    printf("%s with bursts: greedy alone %d/8, 8 concurrent %d/8 identical; alone %ld burst "
+           "steps, drafted %ld (accepted %ld; without bursts drafted %ld); concurrent %ld burst "
+           "steps, drafted %ld\n",
+           spec_kind_name(kind), same_alone, same_conc, bursts, dr, acc, dr_nob, st.burst_steps,
+           st.spec.drafted);
+    CHECK_EQ_INT(same_alone, 8);
+    CHECK_EQ_INT(same_conc, 8);
+    CHECK(bursts > 20);
+    CHECK(acc > 50);
+    CHECK(2 * dr > dr_nob);
+}
+
+static void test_bursts(void)
+{
+    bursts_same(SPEC_NGRAM);
+    bursts_same(SPEC_SUFFIX);
+}
+
 static void test_greedy_ngram(void)
 {
     greedy_same(SPEC_NGRAM, 0);
@@ -977,6 +1027,7 @@ int main(void)
     RUN(test_greedy_ngram);
     RUN(test_lead_group);
     RUN(test_greedy_suffix);
+    RUN(test_bursts);
     RUN(test_greedy_two_model);
     RUN(test_prefix_and_stop);
     RUN(test_tight_pool);

@@ -54,10 +54,15 @@ struct offer {
     float p[SPEC_MAX_DRAFT];
 };
 
-void eng_spec_plan(struct engine *g, int n_rows)
+/* The draft plan of a step of g->rows[0..n_rows) as eng_spec_plan makes it, without
+ * changing the rows: k[i] = the drafts row i would take (0 for rows that are not decode
+ * rows). drafts: where row i's proposal goes (NULL: after its tokens, r->tokens +
+ * r->n_tokens, where the verify step reads it; else drafts + i * SPEC_MAX_DRAFT). Returns
+ * the rows that take drafts, or -1 when nothing was planned (no budget, out of memory). */
+static int plan_drafts(struct engine *g, int n_rows, int32_t *drafts, int *k)
 {
-    if (!g->spec || n_rows <= 0)
-        return;
+    for (int i = 0; i < n_rows; i++)
+        k[i] = 0;
     int used = 0, outs = 0;
     for (int i = 0; i < n_rows; i++) {
         const struct row *w = &g->rows[i];
@@ -69,7 +74,7 @@ void eng_spec_plan(struct engine *g, int n_rows)
     for (int i = 0; i < n_rows; i++)
         n_dec += g->rows[i].n == 1 && g->rows[i].r->n_tokens - g->rows[i].r->n_past == 1;
     if (!spec_step_wants(g->spec, n_dec, used))
-        return;
+        return -1;
     int budget = g->c.max_step_tokens - used;
     if (budget > g->max_out - outs)
         budget = g->max_out - outs;
@@ -85,18 +90,18 @@ void eng_spec_plan(struct engine *g, int n_rows)
             budget = exact - n1;
     }
     if (budget <= 0)
-        return;
+        return -1;
     size_t nr = (size_t)n_rows;
     struct offer *of = malloc(nr * sizeof *of);
-    int *m = malloc(nr * sizeof *m), *k = malloc(nr * sizeof *k);
+    int *m = malloc(nr * sizeof *m), *kk = malloc(nr * sizeof *kk);
     const float **pp = malloc(nr * sizeof *pp);
     struct spec_req **rq = malloc(nr * sizeof *rq);
     const int32_t **tk = malloc(nr * sizeof *tk);
     int32_t **ob = malloc(nr * sizeof *ob);
     float **pw = malloc(nr * sizeof *pw);
     int *nt = malloc(nr * sizeof *nt), *mx = malloc(nr * sizeof *mx);
-    int n_of = 0;
-    if (!of || !m || !k || !pp || !rq || !tk || !ob || !pw || !nt || !mx)
+    int n_of = 0, n_k = -1;
+    if (!of || !m || !kk || !pp || !rq || !tk || !ob || !pw || !nt || !mx)
         goto out;
     for (int i = 0; i < n_rows; i++) {
         struct row *w = &g->rows[i];
@@ -113,22 +118,51 @@ void eng_spec_plan(struct engine *g, int n_rows)
         tk[n_of] = r->tokens;
         nt[n_of] = r->n_tokens;
         mx[n_of] = max;
-        ob[n_of] = r->tokens + r->n_tokens;
+        ob[n_of] = drafts ? drafts + (size_t)i * SPEC_MAX_DRAFT : r->tokens + r->n_tokens;
         pw[n_of] = of[n_of].p;
         pp[n_of] = of[n_of].p;
         n_of++;
     }
     spec_propose_rows(g->spec, n_of, rq, tk, nt, mx, ob, pw, m, used);
-    for (int j = 0; j < n_of; j++)
-        of[j].m = m[j];
-    spec_policy(g->spec, n_of, m, pp, used, budget, k);
+    spec_policy(g->spec, n_of, m, pp, used, budget, kk);
+    n_k = 0;
     for (int j = 0; j < n_of; j++) {
-        struct row *w = &g->rows[of[j].row];
-        w->k = k[j];
-        w->n = 1 + k[j];
-        if (!k[j]) /* a plain step: the draft model forgets what it drafted */
+        k[of[j].row] = kk[j];
+        n_k += kk[j] > 0;
+    }
+out:
+    free(of);
+    free(m);
+    free(kk);
+    free(pp);
+    free(rq);
+    free(tk);
+    free(ob);
+    free(pw);
+    free(nt);
+    free(mx);
+    return n_k;
+}
+
+void eng_spec_plan(struct engine *g, int n_rows)
+{
+    if (!g->spec || n_rows <= 0)
+        return;
+    int *k = malloc((size_t)n_rows * sizeof *k);
+    if (!k || plan_drafts(g, n_rows, NULL, k) < 0) {
+        free(k);
+        return;
+    }
+    for (int i = 0; i < n_rows; i++) {
+        struct row *w = &g->rows[i];
+        if (w->n != 1 || w->r->n_tokens - w->r->n_past != 1 || !w->r->spec)
+            continue; /* not a decode row: no offer */
+        w->k = k[i];
+        w->n = 1 + k[i];
+        if (!k[i]) /* a plain step: the draft model forgets what it drafted */
             spec_observe(g->spec, w->r->spec, 0, 0, w->r->n_tokens);
     }
+    free(k);
     /* plain decode rows first, then the rows with drafts, then prompt chunks: the leading
      * one-token rows run as a group of their own where the backend's kernels depend on the
      * row count (model_batch.n_lead), as they would without speculation */
@@ -145,17 +179,28 @@ void eng_spec_plan(struct engine *g, int n_rows)
         memcpy(g->rows, tmp, (size_t)n_rows * sizeof *tmp);
         free(tmp);
     }
-out:
-    free(of);
-    free(m);
+}
+
+int eng_spec_burst_ok(const struct engine *g)
+{
+    /* the model-free kinds: their proposal is a lookup the host can make between steps
+     * (a draft model's would be a forward of its own) */
+    int kind = spec_config_of(g->spec)->kind;
+    return kind == SPEC_NGRAM || kind == SPEC_SUFFIX;
+}
+
+int eng_spec_burst_more(struct engine *g, int n_rows)
+{
+    int *k = malloc((size_t)n_rows * sizeof *k);
+    int32_t *d = malloc((size_t)n_rows * SPEC_MAX_DRAFT * sizeof *d);
+    int n_k = k && d ? plan_drafts(g, n_rows, d, k) : 1;
+    if (n_k == 0) /* a step without drafts, as eng_spec_plan counts it */
+        for (int i = 0; i < n_rows; i++)
+            if (g->rows[i].r->spec)
+                spec_observe(g->spec, g->rows[i].r->spec, 0, 0, g->rows[i].r->n_tokens);
     free(k);
-    free(pp);
-    free(rq);
-    free(tk);
-    free(ob);
-    free(pw);
-    free(nt);
-    free(mx);
+    free(d);
+    return n_k <= 0;
 }
 
 int eng_spec_unplan(struct engine *g, int n_rows)
