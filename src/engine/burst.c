@@ -5,10 +5,19 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "engine/spec/step_prof.h"
 #include "engine/testhook.h"
 #include "kv/kv_pool.h"
 #include "util/clock.h"
 #include "util/log.h"
+
+int eng_table_width(const struct engine *g, int mb)
+{
+    const int r = g->table_round;
+    if (r > 1 && mb % r)
+        mb += r - mb % r;
+    return mb < g->max_blocks ? mb : g->max_blocks;
+}
 
 /* ---- decode bursts ---------------------------------------------------------------- */
 
@@ -72,6 +81,7 @@ static int burst_batch(struct engine *g, int n_rows, int ahead, int ds, struct m
         if (r->seq.n_blocks > mb)
             mb = r->seq.n_blocks;
     }
+    mb = eng_table_width(g, mb);
     eng_fill_tables(g, n_rows, mb);
     *b = (struct model_batch){.n_tok = n_rows, .tokens = ahead ? NULL : g->tokens,
                               .pos = g->pos, .seq = g->seqv, .slots = g->slots,
@@ -105,6 +115,7 @@ int eng_run_burst(struct engine *g, int n_rows, int ds)
     struct cerr e = {0};
     int alive = n_rows, queued = 1;
     unsigned char *gone = calloc((size_t)n_rows, 1); /* row finished: its ids are dropped */
+    double t_prev = clock_now_s(); /* step_prof: a step's time runs from the one before */
     if (burst_batch(g, n_rows, 0, ds, &b))
         cerr_set(&e, CERR_INVALID, "a burst's first step cannot be sampled on the backend");
     if (!gone || e.code || model_forward_queue(g->m, g->ws, &g->view, &b, &e)) {
@@ -127,6 +138,11 @@ int eng_run_burst(struct engine *g, int n_rows, int ds)
         if (model_forward_wait(g->m, g->ws, g->am, &e))
             goto failed;
         queued = model_queued(g->ws);
+        if (g->prof) {
+            double t = clock_now_s();
+            step_prof_step(g->prof, STEP_BURST, n_rows, 0, t_prev, t);
+            t_prev = t;
+        }
         g->steps++;
         eng_test_step_hook(g->steps);
         g->burst_steps++;

@@ -54,6 +54,8 @@ struct row {
     int out;  /* logits row (a row with drafts: the first of its k + 1), or -1 */
     int k;    /* draft tokens, at r->tokens[n_tokens ..] (speculation; 0 = none) */
     int plp;  /* prompt logprobs: the logits row of its first token (one per token), or -1 */
+    int pad;  /* of the k drafts: filler tokens that only round the step's size up to one
+               * the backend has seen (speculation, spec_engine.c; not proposals) */
 };
 
 struct engine {
@@ -101,6 +103,10 @@ struct engine {
                         * ids (engine.c run_burst): on an asynchronous backend, or forced
                         * (CINFER_ENGINE_OVERLAP=1; =0: never) */
     long burst_steps;  /* steps run in decode bursts (stats) */
+    int table_round;   /* a step's block tables are a multiple of this many blocks wide
+                        * (eng_table_width; CINFER_KV_TABLE_ROUND, default 1) */
+    int spec_bucket;   /* speculation pads a verify step to a bucketed size (spec_engine.c;
+                        * CINFER_SPEC_BUCKET, default on where steps are queued: a GPU) */
     void *cands;       /* (max_seqs, be_topcand_stride(cand_cap)) bytes: sampling candidates
                         * from the backend (steps with a row that can sample from them) */
     int cand_cap;      /* 0 = never (no topcand op, CINFER_HOST_ARGMAX=1 or CINFER_HOST_SAMPLE=1) */
@@ -130,6 +136,7 @@ struct engine {
     long demote_req, demoted;   /* under mu: engine_ssd_demote requests (flush_req ids), blocks */
     pthread_cond_t flush_cv;    /* with mu: flush_done moved */
     struct spec *spec; /* speculation, or NULL */
+    struct step_prof *prof; /* step times by class and size (CINFER_STEP_PROF), or NULL */
     int max_out;       /* logits rows per step: max_seqs + the draft tokens a step may hold */
     long spec_gen;     /* tokens emitted beyond one per row by verify rows (stats) */
     const struct lora_set **lsets; /* (max_seqs) a step's sets (lora_eng.c), or NULL */
@@ -262,6 +269,11 @@ void eng_plp_emit(struct engine *g, const struct row *w);
 
 /* ---- burst.c: decode bursts ---- */
 
+/* The width of a step's block tables whose longest row holds mb blocks: mb rounded up to a
+ * multiple of g->table_round (at most g->max_blocks). The tables past a row's blocks read
+ * block 0 and are never attended to; a width that changes less often lets a device replay
+ * the step's recorded graph (the width is part of it) across more positions. */
+int eng_table_width(const struct engine *g, int mb);
 /* Whether the planned step can run as a burst: 0 no, 1 argmax rows, 2 op-sample rows. */
 int eng_burst_ok(struct engine *g, int n_rows);
 /* Runs the burst (ds: eng_burst_ok's answer) until a row or the queue ends it. 0 or -1. */

@@ -58,11 +58,17 @@ struct offer {
  * changing the rows: k[i] = the drafts row i would take (0 for rows that are not decode
  * rows). drafts: where row i's proposal goes (NULL: after its tokens, r->tokens +
  * r->n_tokens, where the verify step reads it; else drafts + i * SPEC_MAX_DRAFT). Returns
- * the rows that take drafts, or -1 when nothing was planned (no budget, out of memory). */
-static int plan_drafts(struct engine *g, int n_rows, int32_t *drafts, int *k)
+ * the rows that take drafts, or -1 when nothing was planned (no budget, out of memory).
+ * offered (or NULL): each row's proposal (its k a prefix of it); *budget_left (or NULL):
+ * the tokens the step could still take. */
+static int plan_drafts(struct engine *g, int n_rows, int32_t *drafts, int *k, int *offered,
+                       int *budget_left)
 {
     for (int i = 0; i < n_rows; i++)
         k[i] = 0;
+    if (offered)
+        for (int i = 0; i < n_rows; i++)
+            offered[i] = 0;
     int used = 0, outs = 0;
     for (int i = 0; i < n_rows; i++) {
         const struct row *w = &g->rows[i];
@@ -129,7 +135,12 @@ static int plan_drafts(struct engine *g, int n_rows, int32_t *drafts, int *k)
     for (int j = 0; j < n_of; j++) {
         k[of[j].row] = kk[j];
         n_k += kk[j] > 0;
+        budget -= kk[j];
+        if (offered)
+            offered[of[j].row] = m[j];
     }
+    if (budget_left)
+        *budget_left = budget;
 out:
     free(of);
     free(m);
@@ -144,25 +155,102 @@ out:
     return n_k;
 }
 
+/* The step sizes a verify step is padded to (spec_bucket): powers of two, so that a
+ * device sees few shapes of verify step and replays each as a recorded graph. */
+static int bucket_of(int n)
+{
+    int b = 2;
+    while (b < n)
+        b *= 2;
+    return b;
+}
+
+/* Pads a decode-only step with drafts (rows i, k[i] planned, offered[i] proposed) to its
+ * bucket: first with the rows' own further proposals (real drafts, in row order), then
+ * with filler tokens (a row's last draft repeated, or its last token; counted in pad[i]),
+ * each row up to its most drafts (--num-draft-tokens, and what it may still generate),
+ * within budget. Where the bucket is out of reach the step is padded to the most it can
+ * take (a size of its own that repeats too). Verification keeps only the drafts the target
+ * reproduces, so any padding leaves the ids unchanged. */
+static void pad_to_bucket(struct engine *g, int n_rows, int *k, const int *offered, int *pad,
+                          int budget)
+{
+    int n_tok = 0, any = 0;
+    for (int i = 0; i < n_rows; i++) {
+        const struct row *w = &g->rows[i];
+        if (w->n != 1 || w->r->n_tokens - w->r->n_past != 1)
+            return; /* a prompt chunk: the step's shape will not repeat anyway */
+        n_tok += 1 + k[i];
+        any |= k[i] > 0;
+    }
+    if (!any)
+        return; /* a plain step (bursts and graphs take it as it is) */
+    const int n_draft = spec_config_of(g->spec)->n_draft;
+    int room = 0, *cap = malloc((size_t)n_rows * sizeof *cap);
+    if (!cap)
+        return;
+    for (int i = 0; i < n_rows; i++) {
+        const struct ereq *r = g->rows[i].r;
+        int c = r->max_tokens - r->n_gen - 1;
+        if (c > g->c.n_ctx - r->n_tokens - 1)
+            c = g->c.n_ctx - r->n_tokens - 1;
+        if (c > n_draft)
+            c = n_draft;
+        cap[i] = r->spec && c > k[i] ? c : k[i];
+        room += cap[i] - k[i];
+    }
+    int want = bucket_of(n_tok) - n_tok;
+    if (want > room)
+        want = room;
+    if (want > budget)
+        want = 0; /* (a partial pad would be a shape of its own) */
+    for (int i = 0; i < n_rows && want > 0; i++) { /* the rows' own proposals first */
+        int t = offered[i] - k[i];
+        t = t < cap[i] - k[i] ? t : cap[i] - k[i];
+        t = t < want ? t : want;
+        if (t > 0)
+            k[i] += t, want -= t;
+    }
+    for (int i = 0; i < n_rows && want > 0; i++) { /* then filler */
+        int t = cap[i] - k[i] < want ? cap[i] - k[i] : want;
+        if (t <= 0)
+            continue;
+        int32_t *d = g->rows[i].r->tokens + g->rows[i].r->n_tokens;
+        int32_t fill = k[i] > 0 ? d[k[i] - 1] : d[-1];
+        for (int j = 0; j < t; j++)
+            d[k[i] + j] = fill;
+        k[i] += t, pad[i] += t, want -= t;
+    }
+    free(cap);
+}
+
 void eng_spec_plan(struct engine *g, int n_rows)
 {
     if (!g->spec || n_rows <= 0)
         return;
-    int *k = malloc((size_t)n_rows * sizeof *k);
-    if (!k || plan_drafts(g, n_rows, NULL, k) < 0) {
+    int *k = malloc((size_t)n_rows * sizeof *k), *off = malloc((size_t)n_rows * sizeof *off);
+    int *pad = calloc((size_t)n_rows, sizeof *pad), budget = 0;
+    if (!k || !off || !pad || plan_drafts(g, n_rows, NULL, k, off, &budget) < 0) {
         free(k);
+        free(off);
+        free(pad);
         return;
     }
+    if (g->spec_bucket)
+        pad_to_bucket(g, n_rows, k, off, pad, budget);
     for (int i = 0; i < n_rows; i++) {
         struct row *w = &g->rows[i];
         if (w->n != 1 || w->r->n_tokens - w->r->n_past != 1 || !w->r->spec)
             continue; /* not a decode row: no offer */
         w->k = k[i];
         w->n = 1 + k[i];
+        w->pad = pad[i];
         if (!k[i]) /* a plain step: the draft model forgets what it drafted */
             spec_observe(g->spec, w->r->spec, 0, 0, w->r->n_tokens);
     }
     free(k);
+    free(off);
+    free(pad);
     /* plain decode rows first, then the rows with drafts, then prompt chunks: the leading
      * one-token rows run as a group of their own where the backend's kernels depend on the
      * row count (model_batch.n_lead), as they would without speculation */
@@ -193,7 +281,7 @@ int eng_spec_burst_more(struct engine *g, int n_rows)
 {
     int *k = malloc((size_t)n_rows * sizeof *k);
     int32_t *d = malloc((size_t)n_rows * SPEC_MAX_DRAFT * sizeof *d);
-    int n_k = k && d ? plan_drafts(g, n_rows, d, k) : 1;
+    int n_k = k && d ? plan_drafts(g, n_rows, d, k, NULL, NULL) : 1;
     if (n_k == 0) /* a step without drafts, as eng_spec_plan counts it */
         for (int i = 0; i < n_rows; i++)
             if (g->rows[i].r->spec)
@@ -216,7 +304,7 @@ int eng_spec_unplan(struct engine *g, int n_rows)
         if (g->kv_swa)
             kv_seq_trim(g->kv_swa, &w->r->seq_swa, w->r->n_past);
         w->n = 1;
-        w->k = 0;
+        w->k = w->pad = 0;
     }
     return any;
 }
@@ -239,6 +327,8 @@ void eng_spec_verify(struct engine *g, struct row *w, int use_am, int use_tc)
 {
     struct ereq *r = w->r;
     int k = w->k, base = r->n_past, acc = 0;
+    const int real = k - w->pad; /* the proposed drafts: the acceptance estimates learn from
+                                  * those (filler after them is scored, not learnt from) */
     int32_t d[SPEC_MAX_DRAFT];
     memcpy(d, r->tokens + r->n_tokens, (size_t)k * sizeof *d);
     r->spec_drafted += k;
@@ -252,7 +342,7 @@ void eng_spec_verify(struct engine *g, struct row *w, int use_am, int use_tc)
         struct sampler_logprob lp;
         int32_t id = eng_sample_row(g, r, w->out + j, use_am, use_tc, &lp);
         if (id < 0) {
-            spec_observe(g->spec, NULL, k, acc, 0);
+            spec_observe(g->spec, NULL, real, acc < real ? acc : real, 0);
             return; /* the request failed */
         }
         int hit = j < k && id == d[j];
@@ -270,7 +360,7 @@ void eng_spec_verify(struct engine *g, struct row *w, int use_am, int use_tc)
         r->spec_accepted += hit;
         g->spec_gen += j > 0;
         if (eng_on_token(g, r, id, &lp)) {
-            spec_observe(g->spec, NULL, k, acc, 0); /* r finished */
+            spec_observe(g->spec, NULL, real, acc < real ? acc : real, 0); /* r finished */
             return;
         }
         if (!hit)
@@ -282,5 +372,5 @@ void eng_spec_verify(struct engine *g, struct row *w, int use_am, int use_tc)
         kv_seq_trim(g->kv_swa, &r->seq_swa, r->n_past);
         kv_seq_drop_before(g->kv_swa, &r->seq_swa, r->n_past - g->window + 1);
     }
-    spec_observe(g->spec, r->spec, k, acc, r->n_past);
+    spec_observe(g->spec, r->spec, real, acc < real ? acc : real, r->n_past);
 }
