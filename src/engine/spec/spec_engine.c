@@ -274,7 +274,7 @@ int eng_spec_burst_ok(const struct engine *g)
     /* the model-free kinds: their proposal is a lookup the host can make between steps
      * (a draft model's would be a forward of its own) */
     int kind = spec_config_of(g->spec)->kind;
-    return kind == SPEC_NGRAM || kind == SPEC_SUFFIX;
+    return g->spec_burst && (kind == SPEC_NGRAM || kind == SPEC_SUFFIX);
 }
 
 int eng_spec_burst_more(struct engine *g, int n_rows)
