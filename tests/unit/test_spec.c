@@ -282,6 +282,83 @@ static void test_bursts(void)
     bursts_same(SPEC_SUFFIX);
 }
 
+/* Verify steps at the sizes of the step profile in prefix's file (step_prof.h): *at_bucket
+ * of them at a power of two or at 11 (one row's most: 1 + --num-draft-tokens), of *all. */
+static void verify_sizes(const char *prefix, long *at_bucket, long *all)
+{
+    char path[600], line[256];
+    snprintf(path, sizeof path, "%s.%ld.txt", prefix, (long)getpid());
+    *at_bucket = *all = 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        int size;
+        long n;
+        if (sscanf(line, " verify %d: %ld,", &size, &n) != 2)
+            continue;
+        *all += n;
+        if (size == 11 || (size & (size - 1)) == 0)
+            *at_bucket += n;
+    }
+    fclose(f);
+    remove(path);
+}
+
+/* Verify steps padded to bucketed sizes (CINFER_SPEC_BUCKET=1, the default where steps are
+ * queued: spec_engine.c pad_to_bucket; forced here): greedy ids as plain decoding's, alone
+ * and 8 at once, and the verify steps (measured by the step profile, CINFER_STEP_PROF) sit
+ * at 2, 4, 8, 16 .. tokens or at a row's most, where without the padding they spread. */
+static void test_bucket(void)
+{
+    char dir[] = "/tmp/cinfer-test-spec-XXXXXX", on[128], off[128];
+    if (!mkdtemp(dir)) {
+        CHECK(0);
+        return;
+    }
+    snprintf(on, sizeof on, "%s/on", dir);
+    snprintf(off, sizeof off, "%s/off", dir);
+    struct job jobs[8];
+    for (int i = 0; i < 8; i++)
+        jobs[i] = (struct job){.prompt = PROMPTS[i], .max_tokens = 60 + 13 * i,
+                               .top_logprobs = i == 5 ? 2 : -1};
+    static struct eng_coll ref[8], alone[8], conc[8], alone0[8];
+    struct engine_stats st;
+    for (int i = 0; i < 8; i++)
+        run_jobs(SPEC_NONE, 1, 1, 128, &jobs[i], 1, &ref[i], &st);
+    setenv("CINFER_SPEC_BUCKET", "0", 1);
+    setenv("CINFER_STEP_PROF", off, 1);
+    for (int i = 0; i < 8; i++)
+        run_jobs(SPEC_NGRAM, 1, 1, 128, &jobs[i], 1, &alone0[i], &st);
+    setenv("CINFER_SPEC_BUCKET", "1", 1);
+    setenv("CINFER_STEP_PROF", on, 1);
+    int same_alone = 0, same_conc = 0;
+    for (int i = 0; i < 8; i++) {
+        run_jobs(SPEC_NGRAM, 1, 1, 128, &jobs[i], 1, &alone[i], &st);
+        same_alone += same_ids(&ref[i], &alone[i]);
+    }
+    long b_on, n_on, b_off, n_off;
+    verify_sizes(on, &b_on, &n_on);
+    run_jobs(SPEC_NGRAM, 1, 8, 256, jobs, 8, conc, &st);
+    unsetenv("CINFER_SPEC_BUCKET");
+    unsetenv("CINFER_STEP_PROF");
+    verify_sizes(off, &b_off, &n_off);
+    char path[600];
+    snprintf(path, sizeof path, "%s.%ld.txt", on, (long)getpid());
+    remove(path);
+    rmdir(dir);
+    for (int i = 0; i < 8; i++)
+        same_conc += same_ids(&ref[i], &conc[i]);
+    printf("padded verify steps: greedy alone %d/8, 8 concurrent %d/8 identical; alone %ld of "
+           "%ld verify steps at a bucketed size (without padding %ld of %ld)\n",
+           same_alone, same_conc, b_on, n_on, b_off, n_off);
+    CHECK_EQ_INT(same_alone, 8);
+    CHECK_EQ_INT(same_conc, 8);
+    CHECK(n_on > 50 && n_off > 50);
+    CHECK(b_on >= n_on * 9 / 10);
+    CHECK(n_off - b_off >= 2 * (n_on - b_on) + 10);
+}
+
 static void test_greedy_ngram(void)
 {
     greedy_same(SPEC_NGRAM, 0);
@@ -1028,6 +1105,7 @@ int main(void)
     RUN(test_lead_group);
     RUN(test_greedy_suffix);
     RUN(test_bursts);
+    RUN(test_bucket);
     RUN(test_greedy_two_model);
     RUN(test_prefix_and_stop);
     RUN(test_tight_pool);
