@@ -1081,6 +1081,43 @@ static void test_policy_converges(void)
     spec_free(s);
 }
 
+/* Probes back off where nothing is kept (spec.c probe_due): one row with a match every
+ * step (ngram offers tokens) on a curve where no draft pays (T proportional to the tokens)
+ * drafts only on its probes. While none is kept: every 16 steps at first, then 32, then
+ * every 64 (steps 200..600: ~7 probes, not 25). Once they are kept (from step 600) the
+ * interval is 16 again (steps 600..800: ~12, not ~3). */
+static void test_probe_backoff(void)
+{
+    struct spec *s = mk_spec();
+    if (!s)
+        return;
+    struct spec_req *q = spec_req_new(s, NULL);
+    int32_t toks[64];
+    for (int i = 0; i < 64; i++)
+        toks[i] = (int32_t)(i % 8);
+    feed(s, 12, 8, 0.0, 0.040, 12, 0.040);
+    int late = 0, after = 0;
+    for (int step = 0; step < 800; step++) {
+        int32_t out[SPEC_MAX_DRAFT];
+        float pr[SPEC_MAX_DRAFT];
+        const float *pp[1] = {pr};
+        int m = spec_propose(s, q, toks, 40, 10, out, pr), k = 0;
+        spec_policy(s, 1, &m, pp, 1, 100, &k);
+        spec_observe(s, q, k, step >= 600 && k > 0 ? 1 : 0, 40);
+        feed(s, 2, 1, 0.0, 0.040, 12, 0.040);
+        if (step >= 200 && step < 600)
+            late += k > 0;
+        if (step >= 600)
+            after += k > 0;
+    }
+    printf("probe backoff: %d probes in 400 steps of rejected probes; %d in the 200 steps of "
+           "kept ones\n", late, after);
+    CHECK(late >= 5 && late <= 8);
+    CHECK(after >= 9 && after <= 14);
+    spec_req_free(s, q);
+    spec_free(s);
+}
+
 int main(void)
 {
     const char *fx = getenv("CINFER_FIXTURES");
@@ -1100,6 +1137,7 @@ int main(void)
     RUN(test_step_cost);
     RUN(test_policy_curve);
     RUN(test_policy_converges);
+    RUN(test_probe_backoff);
     RUN(test_two_model_plan);
     RUN(test_greedy_ngram);
     RUN(test_lead_group);

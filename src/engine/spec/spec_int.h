@@ -7,6 +7,8 @@
 #include "engine/spec/spec.h"
 
 #define SPEC_PROBE 16 /* steps without a draft before a row probes with one token */
+#define SPEC_PROBE_BACKOFF 2 /* the interval doubles after each probe nothing of which was
+                              * kept, up to 2^this times SPEC_PROBE */
 #define SPEC_CORPUS_MAX_TOKENS (1 << 18) /* suffix: finished-output tokens kept */
 #define SPEC_CORPUS_MAX_SEGS 256
 #define SPEC_STEP_SIZES 64 /* step sizes (tokens) whose times are kept */
@@ -48,6 +50,8 @@ struct spec_req {
     double acc[SPEC_BUCKETS], rej[SPEC_BUCKETS];
     int bucket; /* of the last proposal */
     int idle;   /* decode steps since the row last drafted */
+    int probing;     /* the last proposal was a probe (spec.c fill_p) */
+    int probe_fails; /* probes in a row nothing of which was accepted (the interval backs off) */
     /* two-model: the draft model's sequence; positions [0, dpast) hold the request's
      * tokens[0, dpast) */
     struct kv_seq dseq;
