@@ -920,8 +920,6 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
                                               : model_queue_async(g->m);
         const char *tr = getenv("CINFER_KV_TABLE_ROUND"); /* eng_table_width */
         g->table_round = tr && atoi(tr) > 1 ? atoi(tr) : 1;
-        const char *sb = getenv("CINFER_SPEC_BUCKET"); /* spec_engine.c */
-        g->spec_bucket = sb && *sb ? strcmp(sb, "0") != 0 : model_queue_async(g->m);
         const char *sbu = getenv("CINFER_SPEC_BURST"); /* burst.c */
         g->spec_burst = !(sbu && !strcmp(sbu, "0"));
         g->tables = malloc((size_t)S * g->max_blocks * sizeof(int32_t));

@@ -105,8 +105,6 @@ struct engine {
     long burst_steps;  /* steps run in decode bursts (stats) */
     int table_round;   /* a step's block tables are a multiple of this many blocks wide
                         * (eng_table_width; CINFER_KV_TABLE_ROUND, default 1) */
-    int spec_bucket;   /* speculation pads a verify step to a bucketed size (spec_engine.c;
-                        * CINFER_SPEC_BUCKET, default on where steps are queued: a GPU) */
     int spec_burst;    /* decode bursts with model-free speculation (CINFER_SPEC_BURST=0: off) */
     void *cands;       /* (max_seqs, be_topcand_stride(cand_cap)) bytes: sampling candidates
                         * from the backend (steps with a row that can sample from them) */

@@ -1081,6 +1081,39 @@ static void test_policy_converges(void)
     spec_free(s);
 }
 
+/* With bucketing (spec_config.bucket: verify steps are padded to 2, 4, 8, 16 .. tokens) the
+ * policy prices drafts at the padded size: 8 decode rows on a curve where a token costs 5%
+ * of a one-token step, one row offering a draft at 0.9 — worth it at 9 tokens, not at the
+ * 16 the step would run at; one row alone offering 3 at 0.9 keeps them (4 tokens, no
+ * padding) either way. */
+static void test_policy_bucket(void)
+{
+    for (int bk = 0; bk < 2; bk++) {
+        struct spec_config c;
+        spec_config_default(&c, SPEC_NGRAM);
+        c.bucket = bk;
+        struct spec *s = NULL;
+        struct cerr e = {0};
+        CHECK(spec_new(&s, &c, 512, &e) == 0);
+        if (!s)
+            return;
+        feed(s, 16, 8, 0.0010, 0.00005, 16, 0.00005);
+        const float one[1] = {0.9f}, three[3] = {0.9f, 0.81f, 0.729f};
+        const float *pp[8] = {one, one, one, one, one, one, one, one};
+        int m[8] = {1, 0, 0, 0, 0, 0, 0, 0}, k[8];
+        spec_policy(s, 8, m, pp, 8, 100, k);
+        int k8 = k[0];
+        const float *p1[1] = {three};
+        int m1[1] = {3}, k1[1];
+        spec_policy(s, 1, m1, p1, 1, 100, k1);
+        printf("policy, bucketing %s: 8 rows keep %d of a 0.9 draft; one row keeps %d of 3\n",
+               bk ? "on" : "off", k8, k1[0]);
+        CHECK_EQ_INT(k8, bk ? 0 : 1);
+        CHECK_EQ_INT(k1[0], 3);
+        spec_free(s);
+    }
+}
+
 /* Probes back off where nothing is kept (spec.c probe_due): one row with a match every
  * step (ngram offers tokens) on a curve where no draft pays (T proportional to the tokens)
  * drafts only on its probes. While none is kept: every 16 steps at first, then 32, then
@@ -1138,6 +1171,7 @@ int main(void)
     RUN(test_policy_curve);
     RUN(test_policy_converges);
     RUN(test_probe_backoff);
+    RUN(test_policy_bucket);
     RUN(test_two_model_plan);
     RUN(test_greedy_ngram);
     RUN(test_lead_group);

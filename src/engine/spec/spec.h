@@ -61,7 +61,15 @@ struct spec_config {
     int kv_dtype, block_size;  /* two-model: the draft pool's KV layout */
     int draft_blocks;          /* two-model: its pool size in blocks */
     int max_seqs, n_ctx;       /* two-model: sequences and context it must hold */
+    int bucket;                /* verify steps are padded to spec_bucket_size tokens (the
+                                * engine's CINFER_SPEC_BUCKET; default on where steps are
+                                * queued: a GPU): the policy prices a draft at the padded size */
 };
+
+/* The size a decode-only step of n tokens that holds drafts is padded to when
+ * spec_config.bucket is on: the next power of two, at least 2 (few shapes of verify step, so
+ * a device replays each as a recorded graph). */
+int spec_bucket_size(int n);
 
 /* Fills c for kind: n_draft 10 for ngram and suffix, 3 for two-model; ngram 1..3;
  * adaptive on; step_cost 0 (the backend's default). */
@@ -177,7 +185,7 @@ int spec_step_wants(const struct spec *s, int n_decode, int n_tok);
  * maximises the expected tokens per second of the step, value(D) / T(n_tok + D): every fed
  * token is worth 1 and each kept draft its p; T is the measured step-time curve
  * (spec_step_at), so a token is kept only while its p pays for what a token costs at this
- * step's size. Nothing to gain: no drafts (a plain step). Not adaptive: as many as budget
+ * step's size (with spec_config.bucket, T is read at the size the step is padded to). Nothing to gain: no drafts (a plain step). Not adaptive: as many as budget
  * allows. Remembers n_rows (the probe interval scales with it). */
 void spec_policy(struct spec *s, int n_rows, const int *m, const float *const *p, int n_tok,
                  int budget, int *k);

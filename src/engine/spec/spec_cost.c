@@ -182,6 +182,24 @@ float spec_step_marginal(const struct spec *s, int n)
 
 /* ---- the policy ----------------------------------------------------------------------- */
 
+int spec_bucket_size(int n)
+{
+    int b = 2;
+    while (b < n)
+        b *= 2;
+    return b;
+}
+
+/* The size a step of n_tok fed tokens and d drafts runs at: padded to its bucket when
+ * bucketing is on (at most the step's budget, as spec_engine.c pads), else n_tok + d. */
+static int run_size(const struct spec *s, int n_tok, int d, int budget)
+{
+    if (!s->c.bucket || d <= 0)
+        return n_tok + d;
+    int b = spec_bucket_size(n_tok + d);
+    return b < n_tok + budget ? b : n_tok + budget;
+}
+
 void spec_policy(struct spec *s, int n_rows, const int *m, const float *const *p, int n_tok,
                  int budget, int *k)
 {
@@ -220,7 +238,7 @@ void spec_policy(struct spec *s, int n_rows, const int *m, const float *const *p
         order[n_ord++] = bi;
         take[bi]++;
         value += bp;
-        double r = value / curve_at(s, x, y, np, n_tok + n_ord);
+        double r = value / curve_at(s, x, y, np, run_size(s, n_tok, n_ord, budget));
         if (!s->c.adaptive || r > best * (1 + 1e-9))
             best = r, n_best = n_ord;
     }

@@ -39,6 +39,10 @@ int eng_spec_init(struct engine *g, struct cerr *e)
         c.draft_cost_default = (float)model_weight_bytes(c.draft) / (float)model_weight_bytes(g->m);
     c.max_seqs = g->c.max_seqs;
     c.n_ctx = g->c.n_ctx;
+    /* verify steps padded to bucketed sizes (pad_to_bucket): where steps are queued (a GPU,
+     * whose recorded graphs are keyed by the step's shape); CINFER_SPEC_BUCKET=0/1 */
+    const char *sb = getenv("CINFER_SPEC_BUCKET");
+    c.bucket = sb && *sb ? strcmp(sb, "0") != 0 : model_queue_async(g->m);
     int rc = spec_new(&g->spec, &c, g->m->hp.n_vocab, e);
     if (rc)
         return rc;
@@ -155,16 +159,6 @@ out:
     return n_k;
 }
 
-/* The step sizes a verify step is padded to (spec_bucket): powers of two, so that a
- * device sees few shapes of verify step and replays each as a recorded graph. */
-static int bucket_of(int n)
-{
-    int b = 2;
-    while (b < n)
-        b *= 2;
-    return b;
-}
-
 /* Pads a decode-only step with drafts (rows i, k[i] planned, offered[i] proposed) to its
  * bucket: first with the rows' own further proposals (real drafts, in row order), then
  * with filler tokens (a row's last draft repeated, or its last token; counted in pad[i]),
@@ -199,7 +193,7 @@ static void pad_to_bucket(struct engine *g, int n_rows, int *k, const int *offer
         cap[i] = r->spec && c > k[i] ? c : k[i];
         room += cap[i] - k[i];
     }
-    int want = bucket_of(n_tok) - n_tok;
+    int want = spec_bucket_size(n_tok) - n_tok;
     if (want > room)
         want = room;
     if (want > budget)
@@ -236,7 +230,7 @@ void eng_spec_plan(struct engine *g, int n_rows)
         free(pad);
         return;
     }
-    if (g->spec_bucket)
+    if (spec_config_of(g->spec)->bucket)
         pad_to_bucket(g, n_rows, k, off, pad, budget);
     for (int i = 0; i < n_rows; i++) {
         struct row *w = &g->rows[i];
