@@ -9,19 +9,22 @@
 #     per set of switches (VARIANTS), each with the step profile on (CINFER_STEP_PROF:
 #     per class and size of step its mean time and the host's gap before it, and the CUDA
 #     graph counters: replays, captures, plain-launch lists, evictions):
-#       base    the session-4 behaviour: no bursts with speculation, no padding, tables as
-#               wide as the longest row, 64 graphs kept
-#       burst   + decode bursts while no row drafts (CINFER_SPEC_BURST)
-#       bucket  + verify steps padded to 2/4/8/16.. tokens (CINFER_SPEC_BUCKET)
-#       round   + block tables a multiple of 8 blocks wide (CINFER_KV_TABLE_ROUND=8)
-#       cache   + 256 graphs kept (CINFER_CUDA_GRAPH_CACHE=256)
-#       nobucket  round + cache without the padding
+#       base     the session-4 engine: no bursts with speculation, no padding, no burst
+#                cost in the policy, tables as wide as the longest row, 64 graphs kept
+#       default  the binary's defaults on a GPU: decode bursts while no row drafts
+#                (CINFER_SPEC_BURST), verify steps padded to 2/4/8/16.. tokens
+#                (CINFER_SPEC_BUCKET), the policy holding drafts to a burst step
+#                (CINFER_SPEC_BURST_COST)
+#       all      default + block tables a multiple of 8 blocks wide (CINFER_KV_TABLE_ROUND=8)
+#                + 256 graphs kept (CINFER_CUDA_GRAPH_CACHE=256)
+#       nobcost / nobucket / noburst   all without one of the three
+#       round    default + the rounded tables only
 # Results in $OUT: summary.txt (read this: per variant the speed-ups, the aggregate, none's
 # tok/s, then one profile line per server), check_real.json/.err, VARIANT/spec.json (the
 # whole file with the "gpu" half of that variant), VARIANT/spec_gpu.log, VARIANT/prof/.
 # Usage (BIN: a dir with cinfer and its libraries, bench/spec/pack_device.sh):
 #   OUT=$OUT BIN=dir MODEL=/tmp/smol.gguf bash bench/spec/device_spec_gpu.sh
-# Knobs: VARIANTS (default "base burst bucket round cache nobucket"), PARTS ("check bench"),
+# Knobs: VARIANTS (default "base default all nobcost nobucket noburst round"), PARTS,
 # BACKEND (cuda; cpu to dry-run it here), TOKENS (256), AGG_TOKENS (120), REPS (2),
 # CHECK_TOKENS (128), BUDGET (220 s: a variant is not started past it), VAR_TIMEOUT (50 s).
 set -u
@@ -34,7 +37,7 @@ cd "$(dirname "$0")/../.."
 PARTS=" ${PARTS:-check bench} "
 want() { case "$PARTS" in *" $1 "*) return 0 ;; esac; return 1; }
 BACKEND=${BACKEND:-cuda}
-VARIANTS=${VARIANTS:-base burst bucket round cache nobucket}
+VARIANTS=${VARIANTS:-base default all nobcost nobucket noburst round}
 BUDGET=${BUDGET:-220}
 LDP=$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 W=$(mktemp -d /tmp/specgpu.XXXXXX)
@@ -53,24 +56,25 @@ cat "$B/COMMIT" 2>/dev/null | head -3 | tee -a "$S"
 t0=$(date +%s)
 
 venv() { # the switches of variant $1
+    local d="CINFER_SPEC_BURST=1 CINFER_SPEC_BUCKET=1 CINFER_SPEC_BURST_COST=1"
     case "$1" in
-    base) echo "CINFER_SPEC_BURST=0 CINFER_SPEC_BUCKET=0 CINFER_KV_TABLE_ROUND=1 CINFER_CUDA_GRAPH_CACHE=64" ;;
-    burst) echo "CINFER_SPEC_BURST=1 CINFER_SPEC_BUCKET=0 CINFER_KV_TABLE_ROUND=1 CINFER_CUDA_GRAPH_CACHE=64" ;;
-    bucket) echo "CINFER_SPEC_BURST=1 CINFER_SPEC_BUCKET=1 CINFER_KV_TABLE_ROUND=1 CINFER_CUDA_GRAPH_CACHE=64" ;;
-    round) echo "CINFER_SPEC_BURST=1 CINFER_SPEC_BUCKET=1 CINFER_KV_TABLE_ROUND=8 CINFER_CUDA_GRAPH_CACHE=64" ;;
-    cache) echo "CINFER_SPEC_BURST=1 CINFER_SPEC_BUCKET=1 CINFER_KV_TABLE_ROUND=8 CINFER_CUDA_GRAPH_CACHE=256" ;;
-    nobucket) echo "CINFER_SPEC_BURST=1 CINFER_SPEC_BUCKET=0 CINFER_KV_TABLE_ROUND=8 CINFER_CUDA_GRAPH_CACHE=256" ;;
-    default) echo "" ;; # the binary's own defaults
+    base) echo "CINFER_SPEC_BURST=0 CINFER_SPEC_BUCKET=0 CINFER_SPEC_BURST_COST=0 CINFER_KV_TABLE_ROUND=1 CINFER_CUDA_GRAPH_CACHE=64" ;;
+    default) echo "$d CINFER_KV_TABLE_ROUND=1 CINFER_CUDA_GRAPH_CACHE=64" ;;
+    all) echo "$d CINFER_KV_TABLE_ROUND=8 CINFER_CUDA_GRAPH_CACHE=256" ;;
+    nobcost) echo "CINFER_SPEC_BURST=1 CINFER_SPEC_BUCKET=1 CINFER_SPEC_BURST_COST=0 CINFER_KV_TABLE_ROUND=8 CINFER_CUDA_GRAPH_CACHE=256" ;;
+    nobucket) echo "CINFER_SPEC_BURST=1 CINFER_SPEC_BUCKET=0 CINFER_SPEC_BURST_COST=1 CINFER_KV_TABLE_ROUND=8 CINFER_CUDA_GRAPH_CACHE=256" ;;
+    noburst) echo "CINFER_SPEC_BURST=0 CINFER_SPEC_BUCKET=1 CINFER_SPEC_BURST_COST=1 CINFER_KV_TABLE_ROUND=8 CINFER_CUDA_GRAPH_CACHE=256" ;;
+    round) echo "$d CINFER_KV_TABLE_ROUND=8 CINFER_CUDA_GRAPH_CACHE=64" ;;
     *) echo "UNKNOWN" ;;
     esac
 }
 
 # 1. lossless with every switch on
 if want check; then
-    env $(venv cache) BIN=$W timeout -s INT -k 10 "${CHECK_TIMEOUT:-60}" python3 bench/spec/device_check.py \
+    env $(venv all) BIN=$W timeout -s INT -k 10 "${CHECK_TIMEOUT:-60}" python3 bench/spec/device_check.py \
         "$MODEL" "$MODEL" --backend "$BACKEND" --kinds ngram,suffix --tokens "${CHECK_TOKENS:-128}" \
         --server-args "-c 4096" > "$OUT/check_real.json" 2> "$OUT/check_real.err"
-    echo "check (switches of 'cache') rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$S"
+    echo "check (switches of 'all') rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$S"
     tail -c 1500 "$OUT/check_real.err" | tail -3 | tee -a "$S"
     python3 - "$OUT/check_real.json" <<'EOF' | tee -a "$S"
 import json, sys

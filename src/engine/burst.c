@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "engine/spec/spec.h"
 #include "engine/spec/step_prof.h"
 #include "engine/testhook.h"
 #include "kv/kv_pool.h"
@@ -115,7 +116,8 @@ int eng_run_burst(struct engine *g, int n_rows, int ds)
     struct cerr e = {0};
     int alive = n_rows, queued = 1;
     unsigned char *gone = calloc((size_t)n_rows, 1); /* row finished: its ids are dropped */
-    double t_prev = clock_now_s(); /* step_prof: a step's time runs from the one before */
+    double t_prev = clock_now_s(); /* a step's time runs from the one before */
+    const long burst0 = g->burst_steps; /* the first step's time holds the host's queueing */
     if (burst_batch(g, n_rows, 0, ds, &b))
         cerr_set(&e, CERR_INVALID, "a burst's first step cannot be sampled on the backend");
     if (!gone || e.code || model_forward_queue(g->m, g->ws, &g->view, &b, &e)) {
@@ -138,11 +140,11 @@ int eng_run_burst(struct engine *g, int n_rows, int ds)
         if (model_forward_wait(g->m, g->ws, g->am, &e))
             goto failed;
         queued = model_queued(g->ws);
-        if (g->prof) {
-            double t = clock_now_s();
-            step_prof_step(g->prof, STEP_BURST, n_rows, 0, t_prev, t);
-            t_prev = t;
-        }
+        double t = clock_now_s();
+        step_prof_step(g->prof, STEP_BURST, n_rows, 0, t_prev, t);
+        if (g->spec && g->burst_steps > burst0) /* a step queued behind the one before */
+            spec_burst_time(g->spec, n_rows, t - t_prev);
+        t_prev = g->t_end = t;
         g->steps++;
         eng_test_step_hook(g->steps);
         g->burst_steps++;

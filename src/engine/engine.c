@@ -592,8 +592,12 @@ static int run_step(struct engine *g, int n_rows)
         return -1;
     }
     double t1 = clock_now_s();
-    if (g->spec && decode_only)
+    if (g->spec && decode_only) {
         spec_step_time(g->spec, nt, t1 - t0);
+        if (g->t_end > 0) /* the host's work since the last step's results */
+            spec_gap_time(g->spec, t0 - g->t_end);
+    }
+    g->t_end = t1;
     if (g->prof) /* step_prof.h */
         step_prof_step(g->prof, !decode_only ? STEP_PROMPT : nt > n_rows ? STEP_VERIFY : STEP_PLAIN,
                        nt, decode_only ? nt - n_rows : 0, t0, t1);

@@ -136,6 +136,7 @@ struct engine {
     pthread_cond_t flush_cv;    /* with mu: flush_done moved */
     struct spec *spec; /* speculation, or NULL */
     struct step_prof *prof; /* step times by class and size (CINFER_STEP_PROF), or NULL */
+    double t_end;      /* when the last forward's results were back (speculation: the gap) */
     int max_out;       /* logits rows per step: max_seqs + the draft tokens a step may hold */
     long spec_gen;     /* tokens emitted beyond one per row by verify rows (stats) */
     const struct lora_set **lsets; /* (max_seqs) a step's sets (lora_eng.c), or NULL */

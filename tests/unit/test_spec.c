@@ -1114,6 +1114,45 @@ static void test_policy_bucket(void)
     }
 }
 
+/* Where the step would run in a decode burst without drafts (spec_set_burst_base), the
+ * policy holds drafting to a burst step: a step with drafts costs the host's gap on top of
+ * its time. A GPU-like curve (1.3 ms a step, 0.01 ms a token more), burst steps of 1.25 ms,
+ * a 0.2 ms gap: one row keeps a draft at 0.1 against a step it waits for (1.1 / 1.31 >
+ * 1 / 1.3) but not against a burst (1.1 / 1.51 < 1 / 1.25); a draft at 0.6 pays either
+ * way; with burst_cost off the burst is not looked at. */
+static void test_policy_burst(void)
+{
+    for (int on = 0; on < 2; on++) {
+        struct spec_config c;
+        spec_config_default(&c, SPEC_NGRAM);
+        c.burst_cost = on;
+        struct spec *s = NULL;
+        struct cerr e = {0};
+        CHECK(spec_new(&s, &c, 512, &e) == 0);
+        if (!s)
+            return;
+        feed(s, 8, 8, 0.00129, 0.00001, 8, 0.00001);
+        for (int i = 0; i < 8; i++) {
+            spec_burst_time(s, 1, 0.00125);
+            spec_gap_time(s, 0.0002);
+        }
+        const float lo[1] = {0.1f}, hi[1] = {0.6f};
+        const float *pl[1] = {lo}, *ph[1] = {hi};
+        int m[1] = {1}, k_wait, k_burst, k_hi;
+        spec_set_burst_base(s, 0);
+        spec_policy(s, 1, m, pl, 1, 100, &k_wait);
+        spec_set_burst_base(s, 1);
+        spec_policy(s, 1, m, pl, 1, 100, &k_burst);
+        spec_policy(s, 1, m, ph, 1, 100, &k_hi);
+        printf("policy, burst cost %s: a 0.1 draft kept %d (waited step) / %d (burst); a 0.6 "
+               "draft %d\n", on ? "on" : "off", k_wait, k_burst, k_hi);
+        CHECK_EQ_INT(k_wait, 1);
+        CHECK_EQ_INT(k_burst, on ? 0 : 1);
+        CHECK_EQ_INT(k_hi, 1);
+        spec_free(s);
+    }
+}
+
 /* Probes back off where nothing is kept (spec.c probe_due): one row with a match every
  * step (ngram offers tokens) on a curve where no draft pays (T proportional to the tokens)
  * drafts only on its probes. While none is kept: every 16 steps at first, then 32, then
@@ -1172,6 +1211,7 @@ int main(void)
     RUN(test_policy_converges);
     RUN(test_probe_backoff);
     RUN(test_policy_bucket);
+    RUN(test_policy_burst);
     RUN(test_two_model_plan);
     RUN(test_greedy_ngram);
     RUN(test_lead_group);

@@ -20,6 +20,7 @@ void spec_config_default(struct spec_config *c, int kind)
     c->ngram_min = 1;
     c->ngram_max = 3;
     c->adaptive = 1;
+    c->burst_cost = 1;
     c->kv_dtype = DT_F16;
     c->block_size = 16;
 }

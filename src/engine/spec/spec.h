@@ -61,6 +61,9 @@ struct spec_config {
     int kv_dtype, block_size;  /* two-model: the draft pool's KV layout */
     int draft_blocks;          /* two-model: its pool size in blocks */
     int max_seqs, n_ctx;       /* two-model: sequences and context it must hold */
+    int burst_cost;            /* the policy compares drafting with a decode burst where the
+                                * step would burst (spec_set_burst_base; CINFER_SPEC_BURST_COST,
+                                * default 1) */
     int bucket;                /* verify steps are padded to spec_bucket_size tokens (the
                                 * engine's CINFER_SPEC_BUCKET; default on where steps are
                                 * queued: a GPU): the policy prices a draft at the padded size */
@@ -121,6 +124,17 @@ float spec_draft_cost(const struct spec *s);
  * step-time curve the policy reads: per size a low quantile of its recent times; a size not
  * seen for 512 decode steps is forgotten, so a machine whose load changed is re-measured). */
 void spec_step_time(struct spec *s, int n_tok, double seconds);
+/* A step of a decode burst with n_tok rows took `seconds` from the end of the step before
+ * (queued behind it: the device's time, no host gap). */
+void spec_burst_time(struct spec *s, int n_tok, double seconds);
+/* The host spent `seconds` between the end of a step it waited for and the next step's
+ * start (sampling, verifying, streaming, planning: what a burst hides). */
+void spec_gap_time(struct spec *s, double seconds);
+/* Whether the step about to be planned would run in a decode burst without drafts (every
+ * row a plain decode row the backend can decide). Then, once burst steps and gaps were
+ * measured (spec_config.burst_cost), the policy holds drafts to that: a step with drafts
+ * costs T(n_tok + D) plus the host's gap, a step without them a burst step's time. */
+void spec_set_burst_base(struct spec *s, int on);
 /* What one more token costs in a step of n tokens, relative to a one-token step, read on
  * the measured curve (the linear model's slope before it is known); clamped to [0.01, 4]. */
 float spec_step_marginal(const struct spec *s, int n);

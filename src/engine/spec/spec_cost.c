@@ -180,6 +180,26 @@ float spec_step_marginal(const struct spec *s, int n)
     return (float)(c < 0.01 ? 0.01 : c > 4 ? 4 : c);
 }
 
+/* ---- decode bursts ----------------------------------------------------------------------- */
+
+void spec_burst_time(struct spec *s, int n_tok, double sec)
+{
+    if (n_tok <= 0 || n_tok > SPEC_STEP_SIZES || !(sec > 0))
+        return;
+    spec_lowq(&s->bt[n_tok], &s->bc[n_tok], sec);
+}
+
+void spec_gap_time(struct spec *s, double sec)
+{
+    if (sec >= 0 && sec < 0.25) /* longer: the engine was idle, not working */
+        spec_lowq(&s->gap, &s->gapc, sec > 1e-7 ? sec : 1e-7);
+}
+
+void spec_set_burst_base(struct spec *s, int on)
+{
+    s->burst_base = on;
+}
+
 /* ---- the policy ----------------------------------------------------------------------- */
 
 int spec_bucket_size(int n)
@@ -225,7 +245,15 @@ void spec_policy(struct spec *s, int n_rows, const int *m, const float *const *p
     /* expected tokens emitted per unit of step time: every fed token is worth 1 (a decode
      * row's token is emitted, a prompt token is work done), each draft token its
      * probability of being accepted; keep the count of drafts that maximises it */
-    double value = n_tok, best = value / curve_at(s, x, y, np, n_tok);
+    double value = n_tok, best = value / curve_at(s, x, y, np, n_tok), gap = 0;
+    if (np > 0 && s->c.burst_cost && s->burst_base && n_tok <= SPEC_STEP_SIZES &&
+        s->bc[n_tok] >= 4 && s->gapc >= 4) {
+        /* without drafts the step would run in a burst (no host gap before it); with
+         * drafts the host waits for it and then works before the next (np > 0: the
+         * curve is in seconds, as the burst times are) */
+        best = value / s->bt[n_tok];
+        gap = s->gap;
+    }
     int n_best = 0, n_ord = 0;
     while (n_ord < budget) {
         int bi = -1;
@@ -238,7 +266,7 @@ void spec_policy(struct spec *s, int n_rows, const int *m, const float *const *p
         order[n_ord++] = bi;
         take[bi]++;
         value += bp;
-        double r = value / curve_at(s, x, y, np, run_size(s, n_tok, n_ord, budget));
+        double r = value / (curve_at(s, x, y, np, run_size(s, n_tok, n_ord, budget)) + gap);
         if (!s->c.adaptive || r > best * (1 + 1e-9))
             best = r, n_best = n_ord;
     }

@@ -43,6 +43,8 @@ int eng_spec_init(struct engine *g, struct cerr *e)
      * whose recorded graphs are keyed by the step's shape); CINFER_SPEC_BUCKET=0/1 */
     const char *sb = getenv("CINFER_SPEC_BUCKET");
     c.bucket = sb && *sb ? strcmp(sb, "0") != 0 : model_queue_async(g->m);
+    const char *bc = getenv("CINFER_SPEC_BURST_COST"); /* spec_set_burst_base */
+    c.burst_cost = !(bc && !strcmp(bc, "0"));
     int rc = spec_new(&g->spec, &c, g->m->hp.n_vocab, e);
     if (rc)
         return rc;
@@ -64,9 +66,10 @@ struct offer {
  * r->n_tokens, where the verify step reads it; else drafts + i * SPEC_MAX_DRAFT). Returns
  * the rows that take drafts, or -1 when nothing was planned (no budget, out of memory).
  * offered (or NULL): each row's proposal (its k a prefix of it); *budget_left (or NULL):
- * the tokens the step could still take. */
+ * the tokens the step could still take. burst_base: without drafts the step would run in
+ * a decode burst (the policy then holds drafts to a burst step, spec_set_burst_base). */
 static int plan_drafts(struct engine *g, int n_rows, int32_t *drafts, int *k, int *offered,
-                       int *budget_left)
+                       int *budget_left, int burst_base)
 {
     for (int i = 0; i < n_rows; i++)
         k[i] = 0;
@@ -134,6 +137,7 @@ static int plan_drafts(struct engine *g, int n_rows, int32_t *drafts, int *k, in
         n_of++;
     }
     spec_propose_rows(g->spec, n_of, rq, tk, nt, mx, ob, pw, m, used);
+    spec_set_burst_base(g->spec, burst_base);
     spec_policy(g->spec, n_of, m, pp, used, budget, kk);
     n_k = 0;
     for (int j = 0; j < n_of; j++) {
@@ -224,7 +228,8 @@ void eng_spec_plan(struct engine *g, int n_rows)
         return;
     int *k = malloc((size_t)n_rows * sizeof *k), *off = malloc((size_t)n_rows * sizeof *off);
     int *pad = calloc((size_t)n_rows, sizeof *pad), budget = 0;
-    if (!k || !off || !pad || plan_drafts(g, n_rows, NULL, k, off, &budget) < 0) {
+    const int burst = eng_burst_ok(g, n_rows) != 0; /* (rows without drafts yet) */
+    if (!k || !off || !pad || plan_drafts(g, n_rows, NULL, k, off, &budget, burst) < 0) {
         free(k);
         free(off);
         free(pad);
@@ -275,7 +280,7 @@ int eng_spec_burst_more(struct engine *g, int n_rows)
 {
     int *k = malloc((size_t)n_rows * sizeof *k);
     int32_t *d = malloc((size_t)n_rows * SPEC_MAX_DRAFT * sizeof *d);
-    int n_k = k && d ? plan_drafts(g, n_rows, d, k, NULL, NULL) : 1;
+    int n_k = k && d ? plan_drafts(g, n_rows, d, k, NULL, NULL, 1) : 1;
     if (n_k == 0) /* a step without drafts, as eng_spec_plan counts it */
         for (int i = 0; i < n_rows; i++)
             if (g->rows[i].r->spec)

@@ -32,6 +32,12 @@ struct spec {
     float beta;                        /* the measured slope (0 = not yet) */
     double bsec;                       /* the same in seconds per token */
     int n_rows;    /* rows offered drafts at the last policy call (probe interval) */
+    /* decode bursts (the engine queues a step behind the one in flight: no host gap): per
+     * size the low quantile of a burst step's time (bt, count bc), and of the host's time
+     * between two steps it waited for (gap, count gapc); burst_base: the step being planned
+     * would run in a burst without drafts */
+    double bt[SPEC_STEP_SIZES + 1], gap;
+    int bc[SPEC_STEP_SIZES + 1], gapc, burst_base;
     double t1;     /* the fitted one-token step time a + b (0 = not yet) */
     /* two-model, the draft's forwards, with the same robust low quantile as the step times
      * (spec_lowq): of one token a row, by rows (dq[n], count dqc[n]); of the catch-up
