@@ -4,6 +4,7 @@
 # a real model (SmolLM2-135M-Instruct, launch-bound on an H100: ~1.3 ms a step).
 #  1. check: bench/spec/device_check.py with every switch on — greedy outputs (text, finish,
 #     tokens, logprobs) with ngram and suffix equal the plain server's, alone and 8 at once;
+#     then again without logprobs (text, finish), so that the requests run in decode bursts;
 #  2. variants: bench/spec/run.py --section gpu (code_edit, agent, prose at batch 1 and the
 #     aggregate at 8; ngram and suffix; none in the same environment as the baseline), once
 #     per set of switches (VARIANTS), each with the step profile on (CINFER_STEP_PROF:
@@ -76,16 +77,23 @@ if want check; then
         --server-args "-c 4096" > "$OUT/check_real.json" 2> "$OUT/check_real.err"
     echo "check (switches of 'all') rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$S"
     tail -c 1500 "$OUT/check_real.err" | tail -3 | tee -a "$S"
-    python3 - "$OUT/check_real.json" <<'EOF' | tee -a "$S"
+    # without logprobs (text + finish compared): the requests run in decode bursts
+    env $(venv all) BIN=$W timeout -s INT -k 10 "${CHECK_TIMEOUT:-60}" python3 bench/spec/device_check.py \
+        "$MODEL" "$MODEL" --backend "$BACKEND" --kinds ngram,suffix --tokens "${CHECK_TOKENS:-128}" \
+        --no-logprobs --server-args "-c 4096" > "$OUT/check_nolp.json" 2> "$OUT/check_nolp.err"
+    echo "check without logprobs (bursts) rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$S"
+    tail -c 1500 "$OUT/check_nolp.err" | tail -3 | tee -a "$S"
+    for f in check_real check_nolp; do python3 - "$OUT/$f.json" <<'EOF' | tee -a "$S"; done
 import json, sys
 try:
     j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 except Exception as ex:
     print("check: no result", ex); sys.exit()
-print("check plain concurrent=alone", j.get("plain_concurrent_same_as_alone"),
+print(sys.argv[1].split("/")[-1], "plain concurrent=alone", j.get("plain_concurrent_same_as_alone"),
       {k: {f: j[k].get(f) for f in ("alone_same", "concurrent_same_as_alone_ref",
                                     "concurrent_same_as_plain_concurrent", "drafted_alone",
-                                    "accepted_alone")} for k in ("ngram", "suffix") if k in j})
+                                    "accepted_alone", "overlapped_alone",
+                                    "overlapped_concurrent")} for k in ("ngram", "suffix") if k in j})
 EOF
 fi
 
