@@ -359,6 +359,42 @@ static void test_bucket(void)
     CHECK(n_off - b_off >= 2 * (n_on - b_on) + 10);
 }
 
+/* Block tables rounded up to a multiple of 8 blocks (CINFER_KV_TABLE_ROUND=8: the step's
+ * shape changes every 128 positions, not 16; burst.c eng_table_width), with bursts and
+ * padded verify steps: greedy ids as plain decoding's, alone and 8 at once. */
+static void test_table_round(void)
+{
+    struct job jobs[8];
+    for (int i = 0; i < 8; i++)
+        jobs[i] = (struct job){.prompt = PROMPTS[i], .max_tokens = 40 + 11 * i,
+                               .top_logprobs = -1};
+    static struct eng_coll ref[8], alone[8], conc[8];
+    struct engine_stats st;
+    for (int i = 0; i < 8; i++)
+        run_jobs(SPEC_NONE, 1, 1, 128, &jobs[i], 1, &ref[i], &st);
+    setenv("CINFER_KV_TABLE_ROUND", "8", 1);
+    setenv("CINFER_ENGINE_OVERLAP", "1", 1);
+    setenv("CINFER_SPEC_BUCKET", "1", 1);
+    int same_alone = 0, same_conc = 0;
+    long dr = 0;
+    for (int i = 0; i < 8; i++) {
+        run_jobs(SPEC_NGRAM, 1, 1, 128, &jobs[i], 1, &alone[i], &st);
+        same_alone += same_ids(&ref[i], &alone[i]);
+        dr += alone[i].drafted;
+    }
+    run_jobs(SPEC_SUFFIX, 1, 8, 256, jobs, 8, conc, &st);
+    unsetenv("CINFER_KV_TABLE_ROUND");
+    unsetenv("CINFER_ENGINE_OVERLAP");
+    unsetenv("CINFER_SPEC_BUCKET");
+    for (int i = 0; i < 8; i++)
+        same_conc += same_ids(&ref[i], &conc[i]);
+    printf("tables 8 blocks wide: greedy alone %d/8 (ngram, drafted %ld), 8 concurrent %d/8 "
+           "(suffix) identical\n", same_alone, dr, same_conc);
+    CHECK_EQ_INT(same_alone, 8);
+    CHECK_EQ_INT(same_conc, 8);
+    CHECK(dr > 20);
+}
+
 static void test_greedy_ngram(void)
 {
     greedy_same(SPEC_NGRAM, 0);
@@ -1218,6 +1254,7 @@ int main(void)
     RUN(test_greedy_suffix);
     RUN(test_bursts);
     RUN(test_bucket);
+    RUN(test_table_round);
     RUN(test_greedy_two_model);
     RUN(test_prefix_and_stop);
     RUN(test_tight_pool);
