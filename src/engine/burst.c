@@ -158,6 +158,7 @@ int eng_run_burst(struct engine *g, int n_rows, int ds)
             kv_cache_commit(g->kv, &r->seq, r->root, r->tokens, r->n_past);
             sampler_skip(r->smp);
             g->dev_rows += ds;
+            r->spec_calls++; /* (usage.speculation.target_calls) */
             gen++;
             if (eng_on_token(g, r, g->am[s], NULL))
                 gone[s] = 1, alive--;

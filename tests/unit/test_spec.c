@@ -246,7 +246,7 @@ static void bursts_same(int kind)
     static struct eng_coll ref[8], alone[8], nob[8], conc[8];
     struct engine_stats st;
     long bursts = 0, dr = 0, dr_nob = 0, acc = 0;
-    int same_alone = 0, same_conc = 0;
+    int same_alone = 0, same_conc = 0, calls_ok = 0;
     for (int i = 0; i < 8; i++) {
         run_jobs(SPEC_NONE, 1, 1, 128, &jobs[i], 1, &ref[i], &st);
         run_jobs(kind, 1, 1, 128, &jobs[i], 1, &nob[i], &st);
@@ -256,6 +256,7 @@ static void bursts_same(int kind)
     for (int i = 0; i < 8; i++) {
         run_jobs(kind, 1, 1, 128, &jobs[i], 1, &alone[i], &st);
         same_alone += same_ids(&ref[i], &alone[i]);
+        calls_ok += alone[i].calls + alone[i].accepted == alone[i].n; /* burst steps count */
         bursts += st.burst_steps;
         dr += alone[i].drafted;
         acc += alone[i].accepted;
@@ -271,6 +272,7 @@ static void bursts_same(int kind)
            st.spec.drafted);
     CHECK_EQ_INT(same_alone, 8);
     CHECK_EQ_INT(same_conc, 8);
+    CHECK_EQ_INT(calls_ok, 8); /* usage: target_calls + accepted = tokens */
     CHECK(bursts > 20);
     CHECK(acc > 50);
     CHECK(2 * dr > dr_nob);
