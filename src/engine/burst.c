@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/spec/spec.h"
 #include "engine/spec/step_prof.h"
@@ -11,6 +12,34 @@
 #include "kv/kv_pool.h"
 #include "util/clock.h"
 #include "util/log.h"
+
+void eng_burst_init(struct engine *g)
+{
+    g->prof = step_prof_new(spec_kind_name(g->c.spec.kind));
+    const char *tr = getenv("CINFER_KV_TABLE_ROUND"); /* eng_table_width */
+    g->table_round = tr && atoi(tr) > 1 ? atoi(tr) : 1;
+    const char *sb = getenv("CINFER_SPEC_BURST"); /* bursts with speculation */
+    g->spec_burst = !(sb && !strcmp(sb, "0"));
+}
+
+void eng_burst_deinit(struct engine *g)
+{
+    step_prof_free(g->prof);
+    g->prof = NULL;
+}
+
+void eng_step_timed(struct engine *g, int decode_only, int n_tok, int n_rows, double t0)
+{
+    double t1 = clock_now_s();
+    if (g->spec && decode_only) {
+        spec_step_time(g->spec, n_tok, t1 - t0);
+        if (g->t_end > 0) /* the host's work since the last step's results */
+            spec_gap_time(g->spec, t0 - g->t_end);
+    }
+    g->t_end = t1;
+    step_prof_step(g->prof, !decode_only ? STEP_PROMPT : n_tok > n_rows ? STEP_VERIFY : STEP_PLAIN,
+                   n_tok, decode_only ? n_tok - n_rows : 0, t0, t1);
+}
 
 int eng_table_width(const struct engine *g, int mb)
 {

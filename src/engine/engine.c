@@ -22,8 +22,6 @@
 #include "engine/grammar/gram_tok.h"
 #include "engine/stop.h"
 #include "engine/plan.h"
-#include "engine/spec/spec.h"
-#include "engine/spec/step_prof.h"
 #include "engine/testhook.h"
 #include "kv/kv_pool.h"
 #include "kv/kvq_scheme.h"
@@ -591,16 +589,7 @@ static int run_step(struct engine *g, int n_rows)
         }
         return -1;
     }
-    double t1 = clock_now_s();
-    if (g->spec && decode_only) {
-        spec_step_time(g->spec, nt, t1 - t0);
-        if (g->t_end > 0) /* the host's work since the last step's results */
-            spec_gap_time(g->spec, t0 - g->t_end);
-    }
-    g->t_end = t1;
-    if (g->prof) /* step_prof.h */
-        step_prof_step(g->prof, !decode_only ? STEP_PROMPT : nt > n_rows ? STEP_VERIFY : STEP_PLAIN,
-                       nt, decode_only ? nt - n_rows : 0, t0, t1);
+    eng_step_timed(g, decode_only, nt, n_rows, t0); /* speculation's costs, step_prof */
     g->steps++;
     eng_test_step_hook(g->steps);
     long n_prompt_fed = 0;
@@ -898,7 +887,6 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         rc = eng_tier_open(g, e);
     if (!rc)
         rc = eng_spec_init(g, e); /* may widen max_out */
-    g->prof = step_prof_new(spec_kind_name(c->spec.kind));
     g->max_out += ENG_PLP_ROWS; /* prompt scoring's rows (promptlp.c) */
     if (g->max_out > T)            /* a logits row is a token of the step */
         g->max_out = T;
@@ -922,10 +910,7 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->overlap = ov && !strcmp(ov, "1")   ? 1
                      : ov && !strcmp(ov, "0") ? 0
                                               : model_queue_async(g->m);
-        const char *tr = getenv("CINFER_KV_TABLE_ROUND"); /* eng_table_width */
-        g->table_round = tr && atoi(tr) > 1 ? atoi(tr) : 1;
-        const char *sbu = getenv("CINFER_SPEC_BURST"); /* burst.c */
-        g->spec_burst = !(sbu && !strcmp(sbu, "0"));
+        eng_burst_init(g);
         g->tables = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
         g->slots_swa = malloc((size_t)T * sizeof(int32_t));
         g->tables_swa = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
@@ -983,7 +968,7 @@ void engine_free(struct engine *g)
     gram_vocab_free(g->gvocab);
     model_ws_free(g->ws);
     spec_free(g->spec);
-    step_prof_free(g->prof);
+    eng_burst_deinit(g);
     kv_pool_free(g->kv);
     kv_pool_free(g->kv_swa);
     free(g->view_k);

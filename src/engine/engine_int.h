@@ -269,6 +269,14 @@ void eng_plp_emit(struct engine *g, const struct row *w);
 
 /* ---- burst.c: decode bursts ---- */
 
+/* Reads the switches of burst.c (CINFER_KV_TABLE_ROUND, CINFER_SPEC_BURST) and opens the
+ * step profile (CINFER_STEP_PROF); engine_new. eng_burst_deinit closes the profile. */
+void eng_burst_init(struct engine *g);
+void eng_burst_deinit(struct engine *g);
+/* A run_step forward of n_tok tokens (n_rows rows; decode_only: no prompt chunk) began at
+ * t0 and its results are back now: feeds speculation's step curve and host gap and the
+ * step profile. */
+void eng_step_timed(struct engine *g, int decode_only, int n_tok, int n_rows, double t0);
 /* The width of a step's block tables whose longest row holds mb blocks: mb rounded up to a
  * multiple of g->table_round (at most g->max_blocks). The tables past a row's blocks read
  * block 0 and are never attended to; a width that changes less often lets a device replay
