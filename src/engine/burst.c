@@ -16,8 +16,18 @@
 void eng_burst_init(struct engine *g)
 {
     g->prof = step_prof_new(spec_kind_name(g->c.spec.kind));
-    const char *tr = getenv("CINFER_KV_TABLE_ROUND"); /* eng_table_width */
-    g->table_round = tr && atoi(tr) > 1 ? atoi(tr) : 1;
+    /* eng_table_width: CINFER_KV_TABLE_ROUND=N (a multiple of N blocks), =pow2, or 1 (as
+     * wide as the longest row); default pow2 where steps are queued (a GPU: its recorded
+     * graphs are keyed by the width) unless a layer's KV is quantized (its decode kernel
+     * splits the context by the width), else 1 */
+    const char *tr = getenv("CINFER_KV_TABLE_ROUND");
+    int plain_kv = 1;
+    for (int l = 0; l < g->m->hp.n_layer; l++)
+        plain_kv &= g->ldt[l] == DT_F16 || g->ldt[l] == DT_F32 || g->ldt[l] == DT_BF16;
+    if (tr && *tr)
+        g->table_round = !strcmp(tr, "pow2") ? -1 : atoi(tr) > 1 ? atoi(tr) : 1;
+    else
+        g->table_round = model_queue_async(g->m) && plain_kv ? -1 : 1;
     const char *sb = getenv("CINFER_SPEC_BURST"); /* bursts with speculation */
     g->spec_burst = !(sb && !strcmp(sb, "0"));
 }
@@ -41,11 +51,20 @@ void eng_step_timed(struct engine *g, int decode_only, int n_tok, int n_rows, do
                    n_tok, decode_only ? n_tok - n_rows : 0, t0, t1);
 }
 
-int eng_table_width(const struct engine *g, int mb)
+int eng_table_width(const struct engine *g, int n_rows, int mb)
 {
     const int r = g->table_round;
+    for (int s = 0; s < n_rows && r != 1; s++)
+        if (g->rows[s].r->n_tokens - g->rows[s].r->n_past != 1)
+            return mb; /* a prompt chunk: such a step's shape does not repeat anyway */
     if (r > 1 && mb % r)
         mb += r - mb % r;
+    else if (r < 0)
+        for (int p = 1;; p *= 2)
+            if (p >= mb) {
+                mb = p;
+                break;
+            }
     return mb < g->max_blocks ? mb : g->max_blocks;
 }
 
@@ -111,7 +130,7 @@ static int burst_batch(struct engine *g, int n_rows, int ahead, int ds, struct m
         if (r->seq.n_blocks > mb)
             mb = r->seq.n_blocks;
     }
-    mb = eng_table_width(g, mb);
+    mb = eng_table_width(g, n_rows, mb);
     eng_fill_tables(g, n_rows, mb);
     *b = (struct model_batch){.n_tok = n_rows, .tokens = ahead ? NULL : g->tokens,
                               .pos = g->pos, .seq = g->seqv, .slots = g->slots,

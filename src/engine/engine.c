@@ -523,7 +523,7 @@ static int run_step(struct engine *g, int n_rows)
         if (r->seq.n_blocks > mb)
             mb = r->seq.n_blocks;
     }
-    mb = eng_table_width(g, mb);
+    mb = eng_table_width(g, n_rows, mb);
     eng_fill_tables(g, n_rows, mb);
     /* the decode rows (one token each, or 1 + k with drafts: planned first) run apart from
      * the prompt chunks, so a decode row's bits are those of a decode step

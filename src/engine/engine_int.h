@@ -103,8 +103,8 @@ struct engine {
                         * ids (engine.c run_burst): on an asynchronous backend, or forced
                         * (CINFER_ENGINE_OVERLAP=1; =0: never) */
     long burst_steps;  /* steps run in decode bursts (stats) */
-    int table_round;   /* a step's block tables are a multiple of this many blocks wide
-                        * (eng_table_width; CINFER_KV_TABLE_ROUND, default 1) */
+    int table_round;   /* a decode step's block tables are a multiple of this many blocks
+                        * wide, -1: a power of two (eng_table_width; CINFER_KV_TABLE_ROUND) */
     int spec_burst;    /* decode bursts with model-free speculation (CINFER_SPEC_BURST=0: off) */
     void *cands;       /* (max_seqs, be_topcand_stride(cand_cap)) bytes: sampling candidates
                         * from the backend (steps with a row that can sample from them) */
@@ -277,11 +277,12 @@ void eng_burst_deinit(struct engine *g);
  * t0 and its results are back now: feeds speculation's step curve and host gap and the
  * step profile. */
 void eng_step_timed(struct engine *g, int decode_only, int n_tok, int n_rows, double t0);
-/* The width of a step's block tables whose longest row holds mb blocks: mb rounded up to a
- * multiple of g->table_round (at most g->max_blocks). The tables past a row's blocks read
+/* The width of the block tables of a step of g->rows[0..n_rows) whose longest row holds mb
+ * blocks: for a step of decode rows only, mb rounded up to a multiple of g->table_round (-1:
+ * to a power of two), at most g->max_blocks; else mb. The tables past a row's blocks read
  * block 0 and are never attended to; a width that changes less often lets a device replay
  * the step's recorded graph (the width is part of it) across more positions. */
-int eng_table_width(const struct engine *g, int mb);
+int eng_table_width(const struct engine *g, int n_rows, int mb);
 /* Whether the planned step can run as a burst: 0 no, 1 argmax rows, 2 op-sample rows. */
 int eng_burst_ok(struct engine *g, int n_rows);
 /* Runs the burst (ds: eng_burst_ok's answer) until a row or the queue ends it. 0 or -1. */

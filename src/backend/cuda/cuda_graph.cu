@@ -27,7 +27,9 @@ enum {
     CU_GRAPH_MIN = 8,     /* shorter lists are not worth a graph */
     CU_GRAPH_SEG = 32,    /* segment length: the GPU starts while later calls are recorded */
     CU_GRAPH_MAX_N = 128, /* lists with a matmul over more rows are never captured */
-    CU_GRAPH_CACHE = 64,   /* graphs kept (CINFER_CUDA_GRAPH_CACHE: 1 .. CU_GRAPH_CACHE_MAX) */
+    CU_GRAPH_CACHE = 256,  /* graphs kept (CINFER_CUDA_GRAPH_CACHE: 1 .. CU_GRAPH_CACHE_MAX;
+                            * 64 thrashed with speculation: verify steps of a few sizes, burst
+                            * and waited steps, ~5 segments a step) */
     CU_GRAPH_CACHE_MAX = 512,
     CU_ARGS = 1088, /* bytes of one recorded call's arguments (lora: 1080, matmul_fused +
                      * rope: ~400) */
