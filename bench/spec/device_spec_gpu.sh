@@ -2,31 +2,34 @@
 # device_spec_gpu.sh — speculation on the GPU (issue 17), one device call of <= 5 minutes:
 # where a step's time goes with speculation on, and which of the engine's switches pays, on
 # a real model (SmolLM2-135M-Instruct, launch-bound on an H100: ~1.3 ms a step).
-#  1. check: bench/spec/device_check.py with every switch on — greedy outputs (text, finish,
-#     tokens, logprobs) with ngram and suffix equal the plain server's, alone and 8 at once;
-#     then again without logprobs (text, finish), so that the requests run in decode bursts;
+#  1. check: bench/spec/device_check.py with the binary's defaults — greedy outputs (text,
+#     finish, tokens, logprobs) with ngram and suffix equal the plain server's, alone and 8
+#     at once; then again without logprobs (text, finish), so that the requests run in decode
+#     bursts;
 #  2. variants: bench/spec/run.py --section gpu (code_edit, agent, prose at batch 1 and the
-#     aggregate at 8; ngram and suffix; none in the same environment as the baseline), once
-#     per set of switches (VARIANTS), each with the step profile on (CINFER_STEP_PROF:
-#     per class and size of step its mean time and the host's gap before it, and the CUDA
-#     graph counters: replays, captures, plain-launch lists, evictions):
-#       base     the session-4 engine: no bursts with speculation, no padding, no burst
-#                cost in the policy, tables as wide as the longest row, 64 graphs kept
-#       default  the binary's defaults on a GPU: decode bursts while no row drafts
-#                (CINFER_SPEC_BURST), verify steps padded to 2/4/8/16.. tokens
-#                (CINFER_SPEC_BUCKET), the policy holding drafts to a burst step
-#                (CINFER_SPEC_BURST_COST)
-#       all      default + block tables a multiple of 8 blocks wide (CINFER_KV_TABLE_ROUND=8)
-#                + 256 graphs kept (CINFER_CUDA_GRAPH_CACHE=256)
-#       nobcost / nobucket / noburst   all without one of the three
-#       round    default + the rounded tables only
+#     aggregate at 8; ngram and suffix; none in the same environment as the baseline; REPS
+#     interleaved repetitions, suffix its first only), once per set of switches (VARIANTS),
+#     each with the step profile on (CINFER_STEP_PROF: per class and size of step its mean
+#     time and the host's gap before it, and the CUDA graph counters: replays, captures,
+#     plain-launch lists, evictions):
+#       default   the binary's defaults on a GPU: decode bursts while no row drafts
+#                 (CINFER_SPEC_BURST), verify steps padded to 2/4/8/16.. tokens
+#                 (CINFER_SPEC_BUCKET), the policy holding drafts to a burst step
+#                 (CINFER_SPEC_BURST_COST), decode steps' block tables a power of two wide
+#                 (CINFER_KV_TABLE_ROUND=pow2), 256 graphs kept (CINFER_CUDA_GRAPH_CACHE)
+#       base      the session-4 engine: none of these (tables as wide as the longest row,
+#                 64 graphs)
+#       r8 / nobcost / nobucket / noburst / cache64 / round1   default with one switch
+#                 changed (tables a multiple of 8 blocks; no burst cost; no padding; no
+#                 bursts; 64 graphs; tables unrounded)
+#       default2  default again (the spread between two runs of the same binary)
 # Results in $OUT: summary.txt (read this: per variant the speed-ups, the aggregate, none's
 # tok/s, then one profile line per server), check_real.json/.err, VARIANT/spec.json (the
 # whole file with the "gpu" half of that variant), VARIANT/spec_gpu.log, VARIANT/prof/.
 # Usage (BIN: a dir with cinfer and its libraries, bench/spec/pack_device.sh):
 #   OUT=$OUT BIN=dir MODEL=/tmp/smol.gguf bash bench/spec/device_spec_gpu.sh
-# Knobs: VARIANTS (default "base default all nobcost nobucket noburst round"), PARTS,
-# BACKEND (cuda; cpu to dry-run it here), TOKENS (256), AGG_TOKENS (120), REPS (2),
+# Knobs: VARIANTS (default "default base r8 nobcost default2"), PARTS,
+# BACKEND (cuda; cpu to dry-run it here), TOKENS (256), AGG_TOKENS (120), REPS (4),
 # CHECK_TOKENS (128), BUDGET (220 s: a variant is not started past it), VAR_TIMEOUT (50 s).
 set -u
 B=$(cd "${BIN:?BIN=dir holding cinfer}" && pwd)
@@ -38,7 +41,7 @@ cd "$(dirname "$0")/../.."
 PARTS=" ${PARTS:-check bench} "
 want() { case "$PARTS" in *" $1 "*) return 0 ;; esac; return 1; }
 BACKEND=${BACKEND:-cuda}
-VARIANTS=${VARIANTS:-base default all nobcost nobucket noburst round}
+VARIANTS=${VARIANTS:-default base r8 nobcost default2}
 BUDGET=${BUDGET:-220}
 LDP=$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 W=$(mktemp -d /tmp/specgpu.XXXXXX)
@@ -56,29 +59,29 @@ fi
 cat "$B/COMMIT" 2>/dev/null | head -3 | tee -a "$S"
 t0=$(date +%s)
 
-venv() { # the switches of variant $1
-    local d="CINFER_SPEC_BURST=1 CINFER_SPEC_BUCKET=1 CINFER_SPEC_BURST_COST=1"
+venv() { # the switches of variant $1 (default: the binary's own defaults on a GPU)
     case "$1" in
+    default | default2) echo "" ;;
     base) echo "CINFER_SPEC_BURST=0 CINFER_SPEC_BUCKET=0 CINFER_SPEC_BURST_COST=0 CINFER_KV_TABLE_ROUND=1 CINFER_CUDA_GRAPH_CACHE=64" ;;
-    default) echo "$d CINFER_KV_TABLE_ROUND=1 CINFER_CUDA_GRAPH_CACHE=64" ;;
-    all) echo "$d CINFER_KV_TABLE_ROUND=8 CINFER_CUDA_GRAPH_CACHE=256" ;;
-    nobcost) echo "CINFER_SPEC_BURST=1 CINFER_SPEC_BUCKET=1 CINFER_SPEC_BURST_COST=0 CINFER_KV_TABLE_ROUND=8 CINFER_CUDA_GRAPH_CACHE=256" ;;
-    nobucket) echo "CINFER_SPEC_BURST=1 CINFER_SPEC_BUCKET=0 CINFER_SPEC_BURST_COST=1 CINFER_KV_TABLE_ROUND=8 CINFER_CUDA_GRAPH_CACHE=256" ;;
-    noburst) echo "CINFER_SPEC_BURST=0 CINFER_SPEC_BUCKET=1 CINFER_SPEC_BURST_COST=1 CINFER_KV_TABLE_ROUND=8 CINFER_CUDA_GRAPH_CACHE=256" ;;
-    round) echo "$d CINFER_KV_TABLE_ROUND=8 CINFER_CUDA_GRAPH_CACHE=64" ;;
+    r8) echo "CINFER_KV_TABLE_ROUND=8" ;;
+    nobcost) echo "CINFER_SPEC_BURST_COST=0" ;;
+    nobucket) echo "CINFER_SPEC_BUCKET=0" ;;
+    noburst) echo "CINFER_SPEC_BURST=0" ;;
+    cache64) echo "CINFER_CUDA_GRAPH_CACHE=64" ;;
+    round1) echo "CINFER_KV_TABLE_ROUND=1" ;;
     *) echo "UNKNOWN" ;;
     esac
 }
 
 # 1. lossless with every switch on
 if want check; then
-    env $(venv all) BIN=$W timeout -s INT -k 10 "${CHECK_TIMEOUT:-60}" python3 bench/spec/device_check.py \
+    BIN=$W timeout -s INT -k 10 "${CHECK_TIMEOUT:-60}" python3 bench/spec/device_check.py \
         "$MODEL" "$MODEL" --backend "$BACKEND" --kinds ngram,suffix --tokens "${CHECK_TOKENS:-128}" \
         --server-args "-c 4096" > "$OUT/check_real.json" 2> "$OUT/check_real.err"
-    echo "check (switches of 'all') rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$S"
+    echo "check (the binary's defaults) rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$S"
     tail -c 1500 "$OUT/check_real.err" | tail -3 | tee -a "$S"
     # without logprobs (text + finish compared): the requests run in decode bursts
-    env $(venv all) BIN=$W timeout -s INT -k 10 "${CHECK_TIMEOUT:-60}" python3 bench/spec/device_check.py \
+    BIN=$W timeout -s INT -k 10 "${CHECK_TIMEOUT:-60}" python3 bench/spec/device_check.py \
         "$MODEL" "$MODEL" --backend "$BACKEND" --kinds ngram,suffix --tokens "${CHECK_TOKENS:-128}" \
         --no-logprobs --server-args "-c 4096" > "$OUT/check_nolp.json" 2> "$OUT/check_nolp.err"
     echo "check without logprobs (bursts) rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$S"
@@ -101,7 +104,7 @@ fi
 if want bench; then
     for v in $VARIANTS; do
         el=$(( $(date +%s) - t0 ))
-        if [ "$el" -gt "$BUDGET" ]; then
+        if [ "$el" -gt "$BUDGET" ]; then # (not started: the call must end within ~5 min)
             echo "variant $v skipped: $el s spent (BUDGET $BUDGET)" | tee -a "$S"
             continue
         fi
@@ -115,7 +118,7 @@ if want bench; then
             --kinds ngram,suffix \
             --not-measured "two_model=no smaller model shares SmolLM2's tokenizer (135M is the smallest SmolLM2; a random-weight draft would measure no acceptance)" \
             --server-args "-c 8192" --threads 2 --max-tokens "${TOKENS:-256}" \
-            --agg-tokens "${AGG_TOKENS:-120}" --reps "${REPS:-2}" \
+            --agg-tokens "${AGG_TOKENS:-120}" --reps "${REPS:-4}" \
             --out "$OUT/$v/spec.json" > "$OUT/$v/spec_gpu.log" 2>&1
         rc=$?
         echo "== $v [$ev] rc=$rc ($(( $(date +%s) - t1 )) s)" | tee -a "$S"
