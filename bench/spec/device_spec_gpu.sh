@@ -28,9 +28,9 @@
 # whole file with the "gpu" half of that variant), VARIANT/spec_gpu.log, VARIANT/prof/.
 # Usage (BIN: a dir with cinfer and its libraries, bench/spec/pack_device.sh):
 #   OUT=$OUT BIN=dir MODEL=/tmp/smol.gguf bash bench/spec/device_spec_gpu.sh
-# Knobs: VARIANTS (default "default base r8 nobcost default2"), PARTS,
+# Knobs: VARIANTS (default "default nobcost default2"), PARTS,
 # BACKEND (cuda; cpu to dry-run it here), TOKENS (256), AGG_TOKENS (120), REPS (4),
-# CHECK_TOKENS (128), BUDGET (220 s: a variant is not started past it), VAR_TIMEOUT (50 s).
+# CHECK_TOKENS (128), BUDGET (100 s: a variant is not started past it), VAR_TIMEOUT (40 s).
 set -u
 B=$(cd "${BIN:?BIN=dir holding cinfer}" && pwd)
 MODEL=$(cd "$(dirname "${MODEL:?MODEL=path of the gguf}")" && pwd)/$(basename "$MODEL")
@@ -41,8 +41,8 @@ cd "$(dirname "$0")/../.."
 PARTS=" ${PARTS:-check bench} "
 want() { case "$PARTS" in *" $1 "*) return 0 ;; esac; return 1; }
 BACKEND=${BACKEND:-cuda}
-VARIANTS=${VARIANTS:-default base r8 nobcost default2}
-BUDGET=${BUDGET:-220}
+VARIANTS=${VARIANTS:-default nobcost default2}
+BUDGET=${BUDGET:-100}
 LDP=$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 W=$(mktemp -d /tmp/specgpu.XXXXXX)
 printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s/cinfer "$@"\n' "$LDP" "$B" > "$W/cinfer"
@@ -113,7 +113,7 @@ if want bench; then
         mkdir -p "$OUT/$v/prof"
         cp bench/results/spec.json "$OUT/$v/spec.json" 2>/dev/null || echo '{}' > "$OUT/$v/spec.json"
         t1=$(date +%s)
-        env $ev CINFER_STEP_PROF_DIR="$OUT/$v/prof" BIN=$W timeout -s INT -k 10 "${VAR_TIMEOUT:-50}" \
+        env $ev CINFER_STEP_PROF_DIR="$OUT/$v/prof" BIN=$W timeout -s INT -k 10 "${VAR_TIMEOUT:-40}" \
             python3 bench/spec/run.py --backend "$BACKEND" --section gpu --target "$MODEL" \
             --kinds ngram,suffix \
             --not-measured "two_model=no smaller model shares SmolLM2's tokenizer (135M is the smallest SmolLM2; a random-weight draft would measure no acceptance)" \

@@ -72,10 +72,13 @@ void spec_step_time(struct spec *s, int n_tok, double sec)
     /* a robust per-size estimate, a low quantile of the recent times: down quickly, up
      * slowly and by at most 2% a step (a step the OS stalled on a shared machine must not
      * read as the cost of its size; a lasting slowdown is followed within ~35 steps) */
-    if (s->sc[n_tok] == 0)
-        s->sm[n_tok] = sec;
-    else
-        s->sm[n_tok] += 0.1 * ((sec < 3 * s->sm[n_tok] ? sec : 3 * s->sm[n_tok]) - s->sm[n_tok]);
+    if (s->sc[n_tok] >= 3) { /* (a size's first steps carry one-time costs: a new shape's
+                              * plain launches and its graph capture) */
+        double ex = sec - s->st[n_tok];
+        ex = ex < 0 ? 0 : ex > s->st[n_tok] ? s->st[n_tok] : ex;
+        s->jit = s->jitc ? s->jit + 0.05 * (ex - s->jit) : ex;
+        s->jitc++;
+    }
     spec_lowq(&s->st[n_tok], &s->sc[n_tok], sec);
     /* weighted least squares through the live sizes */
     double w = 0, sn = 0, stt = 0, snn = 0, snt = 0;
@@ -204,22 +207,15 @@ void spec_set_burst_base(struct spec *s, int on)
     s->burst_base = on;
 }
 
-/* What a waited step of n tokens costs on average: its size's mean where seen at least 4
- * times, else the curve plus the mean's excess over the low quantile at the live sizes (a
- * waited step on a GPU scatters above its least: mean 1.39-1.54 ms where the least is
- * 1.24-1.46 on the H100). */
+/* What a waited step of n tokens costs on average: the curve (the sizes' low quantiles)
+ * plus the mean excess of waited steps over it (a waited step on a GPU scatters above its
+ * least: mean 1.39-1.54 ms where the least is 1.24-1.46 on the H100). One excess for all
+ * sizes, measured on every waited step: a size the policy stopped drafting at cannot keep
+ * an old reading (a per-size mean did: a cold server's first 4- and 8-token steps, graph
+ * captures included, held suffix to plain steps through a whole code edit). */
 static double waited_at(const struct spec *s, const int *x, const double *y, int np, int n)
 {
-    if (n <= SPEC_STEP_SIZES && live(s, n) && s->sc[n] >= 4)
-        return s->sm[n];
-    double w = 0, ex = 0;
-    for (int i = 1; i <= SPEC_STEP_SIZES; i++)
-        if (live(s, i) && s->sc[i] >= 4) {
-            double wi = s->sc[i] < 16 ? s->sc[i] : 16;
-            w += wi;
-            ex += wi * (s->sm[i] > s->st[i] ? s->sm[i] - s->st[i] : 0);
-        }
-    return curve_at(s, x, y, np, n) + (w > 0 ? ex / w : 0);
+    return curve_at(s, x, y, np, n) + (s->jitc >= 8 ? s->jit : 0);
 }
 
 /* ---- the policy ----------------------------------------------------------------------- */

@@ -26,9 +26,11 @@ struct spec {
      * clipped: a step the OS stalled does not move it far) and a capped count; the line
      * t = a + b n is fitted through them */
     double st[SPEC_STEP_SIZES + 1];
-    double sm[SPEC_STEP_SIZES + 1]; /* per size the mean time (a moving average, a sample
-                                     * clipped at 3x): what a waited step costs on average,
-                                     * for the comparison with a burst */
+    double jit;    /* a waited decode step's mean excess over its size's low quantile (a
+                    * moving average of every step after its size's third, each clipped to
+                    * [0, the low quantile]): what a waited step costs above its least, for
+                    * the comparison with a burst; jitc: samples (0: none yet) */
+    long jitc;
     int sc[SPEC_STEP_SIZES + 1];
     long st_last[SPEC_STEP_SIZES + 1]; /* step_no when the size was last seen */
     long step_no;                      /* decode-only steps timed */
