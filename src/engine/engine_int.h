@@ -279,7 +279,7 @@ void eng_burst_deinit(struct engine *g);
 void eng_step_timed(struct engine *g, int decode_only, int n_tok, int n_rows, double t0);
 /* The width of the block tables of a step of g->rows[0..n_rows) whose longest row holds mb
  * blocks: for a step of decode rows only, mb rounded up to a multiple of g->table_round (-1:
- * to a power of two), at most g->max_blocks; else mb. The tables past a row's blocks read
+ * to a power of two, at least 32), at most g->max_blocks; else mb. The tables past a row's blocks read
  * block 0 and are never attended to; a width that changes less often lets a device replay
  * the step's recorded graph (the width is part of it) across more positions. */
 int eng_table_width(const struct engine *g, int n_rows, int mb);
