@@ -22,6 +22,7 @@ import time
 import urllib.request
 
 BIN = os.environ.get("BIN", "build")
+NO_LP = False  # --no-logprobs
 
 PROMPTS = [
     "the cat sat on the mat. the cat sat on the mat. the cat sat on",
@@ -63,7 +64,9 @@ class Server:
         raise SystemExit("server not ready")
 
     def gen(self, prompt, n):
-        body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "logprobs": 1}
+        body = {"prompt": prompt, "max_tokens": n, "temperature": 0}
+        if not NO_LP:  # (a request with logprobs never runs in a decode burst)
+            body["logprobs"] = 1
         req = urllib.request.Request(self.base + "/v1/completions", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
         j = json.loads(urllib.request.urlopen(req, timeout=600).read())
@@ -89,7 +92,9 @@ def run(model, args, extra):
     s = Server(model, args, 1, extra)
     try:
         alone = [s.gen(p, args.tokens) for p in PROMPTS]
-        st1 = s.stats().get("speculation", {})
+        full = s.stats()
+        st1 = dict(full.get("speculation", {}),
+                   overlapped_steps=full.get("batch", {}).get("overlapped_steps"))
     finally:
         s.stop()
     s = Server(model, args, 8, extra)
@@ -104,7 +109,9 @@ def run(model, args, extra):
             t.start()
         for t in th:
             t.join()
-        st8 = s.stats().get("speculation", {})
+        full = s.stats()
+        st8 = dict(full.get("speculation", {}),
+                   overlapped_steps=full.get("batch", {}).get("overlapped_steps"))
     finally:
         s.stop()
     return alone, conc, st1, st8
@@ -128,7 +135,12 @@ def main():
     ap.add_argument("--tokens", type=int, default=160)
     ap.add_argument("--kinds", default="ngram,suffix,two-model")
     ap.add_argument("--server-args", default="-c 4096")
+    ap.add_argument("--no-logprobs", action="store_true",
+                    help="greedy requests without logprobs (text and finish compared), so that "
+                    "decode bursts run")
     args = ap.parse_args()
+    global NO_LP
+    NO_LP = args.no_logprobs
     out = {"target": args.target, "draft": args.draft, "backend": args.backend,
            "tokens": args.tokens, "prompts": len(PROMPTS)}
     ref, ref_conc, _, _ = run(args.target, args, [])
@@ -145,7 +157,9 @@ def main():
                                             if d is not None), default=None),
              "drafted_alone": st1.get("drafted"), "accepted_alone": st1.get("accepted"),
              "drafted_concurrent": st8.get("drafted"), "accepted_concurrent": st8.get("accepted"),
-             "step_cost": st1.get("step_cost"), "draft_cost": st1.get("draft_cost")}
+             "step_cost": st1.get("step_cost"), "draft_cost": st1.get("draft_cost"),
+             "overlapped_alone": st1.get("overlapped_steps"),
+             "overlapped_concurrent": st8.get("overlapped_steps")}
         r["first_diff_alone"] = next((i for i, (a, b) in enumerate(zip(ref, alone))
                                       if not same(a, b)), None)
         out[kind] = r

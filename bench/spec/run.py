@@ -56,7 +56,7 @@ def free_port():
 
 
 class Server:
-    def __init__(self, args, kind, threads, batch, backend):
+    def __init__(self, args, kind, threads, batch, backend, tag=""):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         cmd = [BIN, "serve", args.target, "--port", str(self.port), "-t", str(threads),
@@ -69,7 +69,11 @@ class Server:
         elif kind != "none":
             cmd += ["--draft-kind", kind]
         self.log = open(f"/tmp/cinfer-spec-bench-{self.port}.log", "w+")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        env = dict(os.environ)
+        if os.environ.get("CINFER_STEP_PROF_DIR"):  # step profiles: DIR/TAG-KIND.PID.txt
+            env["CINFER_STEP_PROF"] = os.path.join(os.environ["CINFER_STEP_PROF_DIR"],
+                                                   f"{tag or 'run'}-{kind}")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         t0 = time.time()
         while time.time() - t0 < 600:
             if self.proc.poll() is not None:
@@ -221,12 +225,13 @@ class Servers:
     each), or with --sequential one at a time. order() yields (rep, kind); srvs[kind] is the
     server, started and warmed (warm(srv): the prompts sent once) before its first use."""
 
-    def __init__(self, args, confs, batch, warm):
+    def __init__(self, args, confs, batch, warm, tag=""):
         self.args, self.confs, self.batch, self.warm = args, confs, batch, warm
+        self.tag = tag
         self.live = {}
         if not args.sequential:
             for k in confs:
-                self.live[k] = Server(args, k, args.threads, batch, args.backend)
+                self.live[k] = Server(args, k, args.threads, batch, args.backend, tag)
             for k in confs:
                 warm(self.live[k])
 
@@ -238,7 +243,7 @@ class Servers:
             return
         for kind in self.confs:
             self.live[kind] = Server(self.args, kind, self.args.threads, self.batch,
-                                     self.args.backend)
+                                     self.args.backend, self.tag)
             try:
                 self.warm(self.live[kind])
                 for rep in range(self.args.reps):
@@ -293,7 +298,7 @@ def main():
         confs = ["none"] + kinds
         # every configuration's server up and warm at once, then interleaved repetitions
         # (none, kind1, kind2, ... again): they see the same load; best of --reps each
-        srvs = Servers(args, confs, 1, lambda srv: [srv.chat(m, 3, tools) for m in turns])
+        srvs = Servers(args, confs, 1, lambda srv: [srv.chat(m, 3, tools) for m in turns], wl)
         try:
             by_rep = {}
             for rep, kind in srvs.order():
@@ -309,8 +314,11 @@ def main():
                        "cpu_s_per_token": round(cpu / n, 4) if n else None, "drafted": dr,
                        "accepted": acc, "load_1m_before": round(l0, 2),
                        "load_1m_after": round(load(), 2)}
+                st = srvs[kind].stats()  # steps and burst steps so far (the server's)
+                row["steps"] = {k: st.get("batch", {}).get(k) for k in ("steps",
+                                                                       "overlapped_steps")}
                 if kind != "none":  # the policy's measured costs (speculation's /stats)
-                    sp = srvs[kind].stats().get("speculation", {})
+                    sp = st.get("speculation", {})
                     row["stats"] = {k: sp[k] for k in ("step_cost", "step_ms", "draft_cost",
                                                        "draft_ms", "acceptance_rate",
                                                        "verify_rows") if k in sp}
@@ -337,7 +345,7 @@ def main():
         save(args, res, raw)
     if not args.no_aggregate:
         confs = ["none"] + kinds
-        srvs = Servers(args, confs, 8, lambda srv: [srv.chat(m, 3) for m in AGG_REQS()])
+        srvs = Servers(args, confs, 8, lambda srv: [srv.chat(m, 3) for m in AGG_REQS()], "agg8")
         agg, agg_rep = {}, {}
         try:
             for rep, kind in srvs.order():
@@ -353,8 +361,11 @@ def main():
                        "cpu_s_per_token": round(cpu_tok, 4) if cpu_tok else None,
                        "load_1m_before": round(l0, 2)}
                 agg_rep[(kind, rep)] = (v, cpu_tok)
+                st = srvs[kind].stats()
+                row["steps"] = {k: st.get("batch", {}).get(k) for k in ("steps",
+                                                                       "overlapped_steps")}
                 if kind != "none":
-                    sp = srvs[kind].stats().get("speculation", {})
+                    sp = st.get("speculation", {})
                     row["stats"] = {k: sp[k] for k in ("step_cost", "step_ms", "draft_cost",
                                                        "draft_ms", "drafted", "accepted",
                                                        "verify_rows") if k in sp}

@@ -523,6 +523,7 @@ static int run_step(struct engine *g, int n_rows)
         if (r->seq.n_blocks > mb)
             mb = r->seq.n_blocks;
     }
+    mb = eng_table_width(g, n_rows, mb);
     eng_fill_tables(g, n_rows, mb);
     /* the decode rows (one token each, or 1 + k with drafts: planned first) run apart from
      * the prompt chunks, so a decode row's bits are those of a decode step
@@ -588,8 +589,7 @@ static int run_step(struct engine *g, int n_rows)
         }
         return -1;
     }
-    if (g->spec && decode_only)
-        spec_step_time(g->spec, nt, clock_now_s() - t0);
+    eng_step_timed(g, decode_only, nt, n_rows, t0); /* speculation's costs, step_prof */
     g->steps++;
     eng_test_step_hook(g->steps);
     long n_prompt_fed = 0;
@@ -910,6 +910,7 @@ int engine_new(struct engine **out, const struct model *m, const struct tok *t,
         g->overlap = ov && !strcmp(ov, "1")   ? 1
                      : ov && !strcmp(ov, "0") ? 0
                                               : model_queue_async(g->m);
+        eng_burst_init(g);
         g->tables = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
         g->slots_swa = malloc((size_t)T * sizeof(int32_t));
         g->tables_swa = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
@@ -967,6 +968,7 @@ void engine_free(struct engine *g)
     gram_vocab_free(g->gvocab);
     model_ws_free(g->ws);
     spec_free(g->spec);
+    eng_burst_deinit(g);
     kv_pool_free(g->kv);
     kv_pool_free(g->kv_swa);
     free(g->view_k);

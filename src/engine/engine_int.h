@@ -54,6 +54,8 @@ struct row {
     int out;  /* logits row (a row with drafts: the first of its k + 1), or -1 */
     int k;    /* draft tokens, at r->tokens[n_tokens ..] (speculation; 0 = none) */
     int plp;  /* prompt logprobs: the logits row of its first token (one per token), or -1 */
+    int pad;  /* of the k drafts: filler tokens that only round the step's size up to one
+               * the backend has seen (speculation, spec_engine.c; not proposals) */
 };
 
 struct engine {
@@ -101,6 +103,9 @@ struct engine {
                         * ids (engine.c run_burst): on an asynchronous backend, or forced
                         * (CINFER_ENGINE_OVERLAP=1; =0: never) */
     long burst_steps;  /* steps run in decode bursts (stats) */
+    int table_round;   /* a decode step's block tables are a multiple of this many blocks
+                        * wide, -1: a power of two (eng_table_width; CINFER_KV_TABLE_ROUND) */
+    int spec_burst;    /* decode bursts with model-free speculation (CINFER_SPEC_BURST=0: off) */
     void *cands;       /* (max_seqs, be_topcand_stride(cand_cap)) bytes: sampling candidates
                         * from the backend (steps with a row that can sample from them) */
     int cand_cap;      /* 0 = never (no topcand op, CINFER_HOST_ARGMAX=1 or CINFER_HOST_SAMPLE=1) */
@@ -130,6 +135,8 @@ struct engine {
     long demote_req, demoted;   /* under mu: engine_ssd_demote requests (flush_req ids), blocks */
     pthread_cond_t flush_cv;    /* with mu: flush_done moved */
     struct spec *spec; /* speculation, or NULL */
+    struct step_prof *prof; /* step times by class and size (CINFER_STEP_PROF), or NULL */
+    double t_end;      /* when the last forward's results were back (speculation: the gap) */
     int max_out;       /* logits rows per step: max_seqs + the draft tokens a step may hold */
     long spec_gen;     /* tokens emitted beyond one per row by verify rows (stats) */
     const struct lora_set **lsets; /* (max_seqs) a step's sets (lora_eng.c), or NULL */
@@ -193,6 +200,15 @@ int eng_spec_init(struct engine *g, struct cerr *e);
 void eng_spec_plan(struct engine *g, int n_rows);
 /* Drops every planned row's drafts (the pool could not hold them). Returns 1 if any. */
 int eng_spec_unplan(struct engine *g, int n_rows);
+/* Whether decode bursts may run with this kind of speculation (the model-free kinds, whose
+ * proposal the host makes between steps). */
+int eng_spec_burst_ok(const struct engine *g);
+/* In a decode burst of g->rows[0..n_rows) (each row's newest token read, the next step in
+ * flight): 1 when the step after it may be queued without drafts — the plan eng_spec_plan
+ * would make now takes none (counted as a plain step, as the plan counts one); 0 when a row
+ * would draft (a match the policy takes, or a probe due): the burst ends and the next plan
+ * drafts. */
+int eng_spec_burst_more(struct engine *g, int n_rows);
 /* Publishes the module's counters into g->st (call with g->mu held). */
 void eng_spec_stats(struct engine *g);
 /* After the step: row w fed its last token and w->k drafts; samples the k + 1 rows in order,
@@ -253,6 +269,20 @@ void eng_plp_emit(struct engine *g, const struct row *w);
 
 /* ---- burst.c: decode bursts ---- */
 
+/* Reads the switches of burst.c (CINFER_KV_TABLE_ROUND, CINFER_SPEC_BURST) and opens the
+ * step profile (CINFER_STEP_PROF); engine_new. eng_burst_deinit closes the profile. */
+void eng_burst_init(struct engine *g);
+void eng_burst_deinit(struct engine *g);
+/* A run_step forward of n_tok tokens (n_rows rows; decode_only: no prompt chunk) began at
+ * t0 and its results are back now: feeds speculation's step curve and host gap and the
+ * step profile. */
+void eng_step_timed(struct engine *g, int decode_only, int n_tok, int n_rows, double t0);
+/* The width of the block tables of a step of g->rows[0..n_rows) whose longest row holds mb
+ * blocks: for a step of decode rows only, mb rounded up to a multiple of g->table_round (-1:
+ * to a power of two, at least 32), at most g->max_blocks; else mb. The tables past a row's blocks read
+ * block 0 and are never attended to; a width that changes less often lets a device replay
+ * the step's recorded graph (the width is part of it) across more positions. */
+int eng_table_width(const struct engine *g, int n_rows, int mb);
 /* Whether the planned step can run as a burst: 0 no, 1 argmax rows, 2 op-sample rows. */
 int eng_burst_ok(struct engine *g, int n_rows);
 /* Runs the burst (ds: eng_burst_ok's answer) until a row or the queue ends it. 0 or -1. */

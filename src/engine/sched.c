@@ -94,7 +94,7 @@ static int plan(struct engine *g, int admit)
     for (int i = 0; i < g->n_run && budget > 0; i++) {
         struct ereq *r = g->run[i];
         if (r->n_tokens - r->n_past == 1) {
-            g->rows[n++] = (struct row){r, 1, -1, 0, -1};
+            g->rows[n++] = (struct row){r, 1, -1, 0, -1, 0};
             budget--;
         }
     }
@@ -105,7 +105,7 @@ static int plan(struct engine *g, int admit)
             int c = eng_plp_chunk(r, left < budget ? left : budget, &plp_left);
             if (c == 0)
                 continue; /* scoring its prompt: no rows left this step */
-            g->rows[n++] = (struct row){r, c, -1, 0, -1};
+            g->rows[n++] = (struct row){r, c, -1, 0, -1, 0};
             budget -= c;
         }
     }
@@ -149,7 +149,7 @@ static int plan(struct engine *g, int admit)
         pthread_mutex_unlock(&g->mu);
         int left = r->n_tokens - r->n_past;
         int c = eng_plp_chunk(r, left < budget ? left : budget, &plp_left);
-        g->rows[n++] = (struct row){r, c, -1, 0, -1};
+        g->rows[n++] = (struct row){r, c, -1, 0, -1, 0};
         budget -= c;
     }
     return n;

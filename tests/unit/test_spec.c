@@ -232,6 +232,175 @@ static void test_lead_group(void)
     CHECK(dr > 50); /* speculation happened */
 }
 
+/* Decode bursts with speculation (burst.c; forced here: the CPU backend would not burst by
+ * itself): a step whose plan drafts nothing starts a burst, and the burst ends where a row
+ * would draft again. Greedy ids (and logprobs) equal plain decoding's, alone and 8 at once;
+ * steps ran in bursts, and the rows still drafted about as much as without bursts (a burst
+ * that never ended for a draft would leave them drafting far less). */
+static void bursts_same(int kind)
+{
+    struct job jobs[8];
+    for (int i = 0; i < 8; i++)
+        jobs[i] = (struct job){.prompt = PROMPTS[i], .max_tokens = 60 + 13 * i,
+                               .top_logprobs = i == 3 ? 2 : -1};
+    static struct eng_coll ref[8], alone[8], nob[8], conc[8];
+    struct engine_stats st;
+    long bursts = 0, dr = 0, dr_nob = 0, acc = 0;
+    int same_alone = 0, same_conc = 0, calls_ok = 0;
+    for (int i = 0; i < 8; i++) {
+        run_jobs(SPEC_NONE, 1, 1, 128, &jobs[i], 1, &ref[i], &st);
+        run_jobs(kind, 1, 1, 128, &jobs[i], 1, &nob[i], &st);
+        dr_nob += nob[i].drafted;
+    }
+    setenv("CINFER_ENGINE_OVERLAP", "1", 1);
+    for (int i = 0; i < 8; i++) {
+        run_jobs(kind, 1, 1, 128, &jobs[i], 1, &alone[i], &st);
+        same_alone += same_ids(&ref[i], &alone[i]);
+        calls_ok += alone[i].calls + alone[i].accepted == alone[i].n; /* burst steps count */
+        bursts += st.burst_steps;
+        dr += alone[i].drafted;
+        acc += alone[i].accepted;
+    }
+    run_jobs(kind, 1, 8, 256, jobs, 8, conc, &st);
+    unsetenv("CINFER_ENGINE_OVERLAP");
+    for (int i = 0; i < 8; i++)
+        same_conc += same_ids(&ref[i], &conc[i]);
+    printf("%s with bursts: greedy alone %d/8, 8 concurrent %d/8 identical; alone %ld burst "
+           "steps, drafted %ld (accepted %ld; without bursts drafted %ld); concurrent %ld burst "
+           "steps, drafted %ld\n",
+           spec_kind_name(kind), same_alone, same_conc, bursts, dr, acc, dr_nob, st.burst_steps,
+           st.spec.drafted);
+    CHECK_EQ_INT(same_alone, 8);
+    CHECK_EQ_INT(same_conc, 8);
+    CHECK_EQ_INT(calls_ok, 8); /* usage: target_calls + accepted = tokens */
+    CHECK(bursts > 20);
+    CHECK(acc > 50);
+    CHECK(2 * dr > dr_nob);
+}
+
+static void test_bursts(void)
+{
+    bursts_same(SPEC_NGRAM);
+    bursts_same(SPEC_SUFFIX);
+}
+
+/* Verify steps at the sizes of the step profile in prefix's file (step_prof.h): *at_bucket
+ * of them at a power of two or at 11 (one row's most: 1 + --num-draft-tokens), of *all. */
+static void verify_sizes(const char *prefix, long *at_bucket, long *all)
+{
+    char path[600], line[256];
+    snprintf(path, sizeof path, "%s.%ld.txt", prefix, (long)getpid());
+    *at_bucket = *all = 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        int size;
+        long n;
+        if (sscanf(line, " verify %d: %ld,", &size, &n) != 2)
+            continue;
+        *all += n;
+        if (size == 11 || (size & (size - 1)) == 0)
+            *at_bucket += n;
+    }
+    fclose(f);
+    remove(path);
+}
+
+/* Verify steps padded to bucketed sizes (CINFER_SPEC_BUCKET=1, the default where steps are
+ * queued: spec_engine.c pad_to_bucket; forced here): greedy ids as plain decoding's, alone
+ * and 8 at once, and the verify steps (measured by the step profile, CINFER_STEP_PROF) sit
+ * at 2, 4, 8, 16 .. tokens or at a row's most, where without the padding they spread. */
+static void test_bucket(void)
+{
+    char dir[] = "/tmp/cinfer-test-spec-XXXXXX", on[128], off[128];
+    if (!mkdtemp(dir)) {
+        CHECK(0);
+        return;
+    }
+    snprintf(on, sizeof on, "%s/on", dir);
+    snprintf(off, sizeof off, "%s/off", dir);
+    struct job jobs[8];
+    for (int i = 0; i < 8; i++)
+        jobs[i] = (struct job){.prompt = PROMPTS[i], .max_tokens = 60 + 13 * i,
+                               .top_logprobs = i == 5 ? 2 : -1};
+    static struct eng_coll ref[8], alone[8], conc[8], alone0[8];
+    struct engine_stats st;
+    for (int i = 0; i < 8; i++)
+        run_jobs(SPEC_NONE, 1, 1, 128, &jobs[i], 1, &ref[i], &st);
+    setenv("CINFER_SPEC_BUCKET", "0", 1);
+    setenv("CINFER_STEP_PROF", off, 1);
+    for (int i = 0; i < 8; i++)
+        run_jobs(SPEC_NGRAM, 1, 1, 128, &jobs[i], 1, &alone0[i], &st);
+    setenv("CINFER_SPEC_BUCKET", "1", 1);
+    setenv("CINFER_STEP_PROF", on, 1);
+    int same_alone = 0, same_conc = 0;
+    for (int i = 0; i < 8; i++) {
+        run_jobs(SPEC_NGRAM, 1, 1, 128, &jobs[i], 1, &alone[i], &st);
+        same_alone += same_ids(&ref[i], &alone[i]);
+    }
+    long b_on, n_on, b_off, n_off;
+    verify_sizes(on, &b_on, &n_on);
+    run_jobs(SPEC_NGRAM, 1, 8, 256, jobs, 8, conc, &st);
+    unsetenv("CINFER_SPEC_BUCKET");
+    unsetenv("CINFER_STEP_PROF");
+    verify_sizes(off, &b_off, &n_off);
+    char path[600];
+    snprintf(path, sizeof path, "%s.%ld.txt", on, (long)getpid());
+    remove(path);
+    rmdir(dir);
+    for (int i = 0; i < 8; i++)
+        same_conc += same_ids(&ref[i], &conc[i]);
+    printf("padded verify steps: greedy alone %d/8, 8 concurrent %d/8 identical; alone %ld of "
+           "%ld verify steps at a bucketed size (without padding %ld of %ld)\n",
+           same_alone, same_conc, b_on, n_on, b_off, n_off);
+    CHECK_EQ_INT(same_alone, 8);
+    CHECK_EQ_INT(same_conc, 8);
+    CHECK(n_on > 50 && n_off > 50);
+    CHECK(b_on >= n_on * 9 / 10);
+    CHECK(n_off - b_off >= 2 * (n_on - b_on) + 10);
+}
+
+/* Block tables of decode steps rounded up (CINFER_KV_TABLE_ROUND=8: a multiple of 8 blocks,
+ * the step's shape changes every 128 positions, not 16; =pow2: a power of two, the GPU's
+ * default; burst.c eng_table_width), with bursts and padded verify steps: greedy ids as
+ * plain decoding's, alone and 8 at once. */
+static void test_table_round(void)
+{
+    struct job jobs[8];
+    for (int i = 0; i < 8; i++)
+        jobs[i] = (struct job){.prompt = PROMPTS[i], .max_tokens = 40 + 11 * i,
+                               .top_logprobs = -1};
+    static struct eng_coll ref[8], alone[8], conc[8];
+    struct engine_stats st;
+    for (int i = 0; i < 8; i++)
+        run_jobs(SPEC_NONE, 1, 1, 128, &jobs[i], 1, &ref[i], &st);
+    const char *modes[2] = {"8", "pow2"};
+    for (int md = 0; md < 2; md++) {
+        setenv("CINFER_KV_TABLE_ROUND", modes[md], 1);
+        setenv("CINFER_ENGINE_OVERLAP", "1", 1);
+        setenv("CINFER_SPEC_BUCKET", "1", 1);
+        int same_alone = 0, same_conc = 0;
+        long dr = 0;
+        for (int i = 0; i < 8; i++) {
+            run_jobs(SPEC_NGRAM, 1, 1, 128, &jobs[i], 1, &alone[i], &st);
+            same_alone += same_ids(&ref[i], &alone[i]);
+            dr += alone[i].drafted;
+        }
+        run_jobs(SPEC_SUFFIX, 1, 8, 256, jobs, 8, conc, &st);
+        unsetenv("CINFER_KV_TABLE_ROUND");
+        unsetenv("CINFER_ENGINE_OVERLAP");
+        unsetenv("CINFER_SPEC_BUCKET");
+        for (int i = 0; i < 8; i++)
+            same_conc += same_ids(&ref[i], &conc[i]);
+        printf("tables rounded (%s): greedy alone %d/8 (ngram, drafted %ld), 8 concurrent %d/8 "
+               "(suffix) identical\n", modes[md], same_alone, dr, same_conc);
+        CHECK_EQ_INT(same_alone, 8);
+        CHECK_EQ_INT(same_conc, 8);
+        CHECK(dr > 20);
+    }
+}
+
 static void test_greedy_ngram(void)
 {
     greedy_same(SPEC_NGRAM, 0);
@@ -954,6 +1123,146 @@ static void test_policy_converges(void)
     spec_free(s);
 }
 
+/* With bucketing (spec_config.bucket: verify steps are padded to 2, 4, 8, 16 .. tokens) the
+ * policy prices drafts at the padded size: 8 decode rows on a curve where a token costs 5%
+ * of a one-token step, one row offering a draft at 0.9 — worth it at 9 tokens, not at the
+ * 16 the step would run at; one row alone offering 3 at 0.9 keeps them (4 tokens, no
+ * padding) either way. */
+static void test_policy_bucket(void)
+{
+    for (int bk = 0; bk < 2; bk++) {
+        struct spec_config c;
+        spec_config_default(&c, SPEC_NGRAM);
+        c.bucket = bk;
+        struct spec *s = NULL;
+        struct cerr e = {0};
+        CHECK(spec_new(&s, &c, 512, &e) == 0);
+        if (!s)
+            return;
+        feed(s, 16, 8, 0.0010, 0.00005, 16, 0.00005);
+        const float one[1] = {0.9f}, three[3] = {0.9f, 0.81f, 0.729f};
+        const float *pp[8] = {one, one, one, one, one, one, one, one};
+        int m[8] = {1, 0, 0, 0, 0, 0, 0, 0}, k[8];
+        spec_policy(s, 8, m, pp, 8, 100, k);
+        int k8 = k[0];
+        const float *p1[1] = {three};
+        int m1[1] = {3}, k1[1];
+        spec_policy(s, 1, m1, p1, 1, 100, k1);
+        printf("policy, bucketing %s: 8 rows keep %d of a 0.9 draft; one row keeps %d of 3\n",
+               bk ? "on" : "off", k8, k1[0]);
+        CHECK_EQ_INT(k8, bk ? 0 : 1);
+        CHECK_EQ_INT(k1[0], 3);
+        spec_free(s);
+    }
+}
+
+/* Where the step would run in a decode burst without drafts (spec_set_burst_base), the
+ * policy holds drafting to a burst step: a step with drafts costs the host's gap on top of
+ * its time. A GPU-like curve (1.3 ms a step, 0.01 ms a token more), burst steps of 1.25 ms,
+ * a 0.2 ms gap: one row keeps a draft at 0.1 against a step it waits for (1.1 / 1.31 >
+ * 1 / 1.3) but not against a burst (1.1 / 1.51 < 1 / 1.25); a draft at 0.6 pays either
+ * way; with burst_cost off the burst is not looked at. */
+static void test_policy_burst(void)
+{
+    for (int on = 0; on < 2; on++) {
+        struct spec_config c;
+        spec_config_default(&c, SPEC_NGRAM);
+        c.burst_cost = on;
+        struct spec *s = NULL;
+        struct cerr e = {0};
+        CHECK(spec_new(&s, &c, 512, &e) == 0);
+        if (!s)
+            return;
+        feed(s, 8, 8, 0.00129, 0.00001, 8, 0.00001);
+        for (int i = 0; i < 8; i++) {
+            spec_burst_time(s, 1, 0.00125);
+            spec_gap_time(s, 0.0002);
+        }
+        const float lo[1] = {0.1f}, hi[1] = {0.6f};
+        const float *pl[1] = {lo}, *ph[1] = {hi};
+        int m[1] = {1}, k_wait, k_burst, k_hi;
+        spec_set_burst_base(s, 0);
+        spec_policy(s, 1, m, pl, 1, 100, &k_wait);
+        spec_set_burst_base(s, 1);
+        spec_policy(s, 1, m, pl, 1, 100, &k_burst);
+        spec_policy(s, 1, m, ph, 1, 100, &k_hi);
+        printf("policy, burst cost %s: a 0.1 draft kept %d (waited step) / %d (burst); a 0.6 "
+               "draft %d\n", on ? "on" : "off", k_wait, k_burst, k_hi);
+        CHECK_EQ_INT(k_wait, 1);
+        CHECK_EQ_INT(k_burst, on ? 0 : 1);
+        CHECK_EQ_INT(k_hi, 1);
+        spec_free(s);
+    }
+    /* waited steps that scatter (as on the H100: least 1.24 ms, mean ~1.45) are priced
+     * at their mean against a burst: a 0.15 draft pays against the least (1.15 / 1.25 >
+     * 1 / 1.23), not against the mean (1.15 / ~1.48 < 1 / 1.23); a 0.4 draft does. And a
+     * size whose first steps were dear (a cold server: plain launches, then a graph
+     * capture: 4 ms twice) is not held to them: a 0.6 draft of 3 tokens is kept at 4 */
+    struct spec *s = mk_spec();
+    if (!s)
+        return;
+    spec_step_time(s, 4, 0.004);
+    spec_step_time(s, 4, 0.004);
+    for (int i = 0; i < 40; i++) {
+        spec_step_time(s, 1, i % 2 ? 0.00124 : 0.00170);
+        spec_step_time(s, 2, i % 2 ? 0.00124 : 0.00170);
+        spec_burst_time(s, 1, 0.00123);
+        spec_gap_time(s, 0.00001);
+    }
+    spec_step_time(s, 4, 0.0015);
+    spec_step_time(s, 4, 0.0014);
+    const float p15[1] = {0.15f}, p40[1] = {0.4f}, p60[3] = {0.6f, 0.36f, 0.216f};
+    const float *q15[1] = {p15}, *q40[1] = {p40}, *q60[1] = {p60};
+    int m[1] = {1}, m3[1] = {3}, k15, k40, k60;
+    spec_set_burst_base(s, 1);
+    spec_policy(s, 1, m, q15, 1, 100, &k15);
+    spec_policy(s, 1, m, q40, 1, 100, &k40);
+    spec_policy(s, 1, m3, q60, 1, 100, &k60);
+    printf("policy against a burst, scattered waited steps: a 0.15 draft kept %d, a 0.4 draft "
+           "%d; after two 4 ms steps at 4 tokens, a 0.6 draft keeps %d of 3\n", k15, k40, k60);
+    CHECK_EQ_INT(k15, 0);
+    CHECK_EQ_INT(k40, 1);
+    CHECK_EQ_INT(k60, 3);
+    spec_free(s);
+}
+
+/* Probes back off where nothing is kept (spec.c probe_due): one row with a match every
+ * step (ngram offers tokens) on a curve where no draft pays (T proportional to the tokens)
+ * drafts only on its probes. While none is kept: every 16 steps at first, then 32, then
+ * every 64 (steps 200..600: ~7 probes, not 25). Once they are kept (from step 600) the
+ * interval is 16 again (steps 600..800: ~12, not ~3). */
+static void test_probe_backoff(void)
+{
+    struct spec *s = mk_spec();
+    if (!s)
+        return;
+    struct spec_req *q = spec_req_new(s, NULL);
+    int32_t toks[64];
+    for (int i = 0; i < 64; i++)
+        toks[i] = (int32_t)(i % 8);
+    feed(s, 12, 8, 0.0, 0.040, 12, 0.040);
+    int late = 0, after = 0;
+    for (int step = 0; step < 800; step++) {
+        int32_t out[SPEC_MAX_DRAFT];
+        float pr[SPEC_MAX_DRAFT];
+        const float *pp[1] = {pr};
+        int m = spec_propose(s, q, toks, 40, 10, out, pr), k = 0;
+        spec_policy(s, 1, &m, pp, 1, 100, &k);
+        spec_observe(s, q, k, step >= 600 && k > 0 ? 1 : 0, 40);
+        feed(s, 2, 1, 0.0, 0.040, 12, 0.040);
+        if (step >= 200 && step < 600)
+            late += k > 0;
+        if (step >= 600)
+            after += k > 0;
+    }
+    printf("probe backoff: %d probes in 400 steps of rejected probes; %d in the 200 steps of "
+           "kept ones\n", late, after);
+    CHECK(late >= 5 && late <= 8);
+    CHECK(after >= 9 && after <= 14);
+    spec_req_free(s, q);
+    spec_free(s);
+}
+
 int main(void)
 {
     const char *fx = getenv("CINFER_FIXTURES");
@@ -973,10 +1282,16 @@ int main(void)
     RUN(test_step_cost);
     RUN(test_policy_curve);
     RUN(test_policy_converges);
+    RUN(test_probe_backoff);
+    RUN(test_policy_bucket);
+    RUN(test_policy_burst);
     RUN(test_two_model_plan);
     RUN(test_greedy_ngram);
     RUN(test_lead_group);
     RUN(test_greedy_suffix);
+    RUN(test_bursts);
+    RUN(test_bucket);
+    RUN(test_table_round);
     RUN(test_greedy_two_model);
     RUN(test_prefix_and_stop);
     RUN(test_tight_pool);

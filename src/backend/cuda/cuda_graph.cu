@@ -14,8 +14,11 @@
  * a step runs as a few graph segments and the GPU starts on the first while the rest of
  * the step is still being recorded; the segments of a repeated step repeat too.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend/cuda/cuda_int.cuh"
 #include "backend/cuda/cuda_lora.cuh"
@@ -24,7 +27,10 @@ enum {
     CU_GRAPH_MIN = 8,     /* shorter lists are not worth a graph */
     CU_GRAPH_SEG = 32,    /* segment length: the GPU starts while later calls are recorded */
     CU_GRAPH_MAX_N = 128, /* lists with a matmul over more rows are never captured */
-    CU_GRAPH_CACHE = 64,
+    CU_GRAPH_CACHE = 256,  /* graphs kept (CINFER_CUDA_GRAPH_CACHE: 1 .. CU_GRAPH_CACHE_MAX;
+                            * 64 thrashed with speculation: verify steps of a few sizes, burst
+                            * and waited steps, ~5 segments a step) */
+    CU_GRAPH_CACHE_MAX = 512,
     CU_ARGS = 1088, /* bytes of one recorded call's arguments (lora: 1080, matmul_fused +
                      * rope: ~400) */
     CU_LOG = 64,   /* graph launches remembered for be_cuda_replay_last */
@@ -48,9 +54,14 @@ struct cu_graph_ent {
 struct cu_graphs {
     struct cu_call *calls;
     int n, cap;
-    struct cu_graph_ent ent[CU_GRAPH_CACHE];
+    struct cu_graph_ent ent[CU_GRAPH_CACHE_MAX];
+    int n_ent; /* entries in use: CU_GRAPH_CACHE or CINFER_CUDA_GRAPH_CACHE */
     uint64_t tick;
     int64_t replays, captures;
+    /* CINFER_STEP_PROF (engine/spec/step_prof.h): lists run as plain launches and their
+     * calls, graphs evicted while they held a capture, seconds spent capturing */
+    int64_t eager, eager_calls, evicted, failed;
+    double capture_s;
     int nocapture; /* the pending list has a prefill-sized GEMM: shapes rarely repeat */
     int seg;       /* flush every seg calls (0: only when the stream is needed) */
     int min;       /* shortest list captured (CU_GRAPH_MIN; CINFER_CUDA_GRAPH_MIN) */
@@ -73,6 +84,9 @@ int cu_graphs_init(struct cu_be *cb, int want)
         cb->graphs->seg = 0;
     const char *mn = getenv("CINFER_CUDA_GRAPH_MIN");
     cb->graphs->min = mn && atoi(mn) >= 1 ? atoi(mn) : CU_GRAPH_MIN;
+    const char *nc = getenv("CINFER_CUDA_GRAPH_CACHE");
+    const int n_ent = nc && *nc ? atoi(nc) : CU_GRAPH_CACHE;
+    cb->graphs->n_ent = n_ent < 1 ? 1 : n_ent > CU_GRAPH_CACHE_MAX ? CU_GRAPH_CACHE_MAX : n_ent;
     return 0;
 }
 
@@ -103,15 +117,17 @@ static uint64_t list_key(const struct cu_graphs *g)
 static struct cu_graph_ent *find_or_add(struct cu_graphs *g, uint64_t key, int n)
 {
     struct cu_graph_ent *lru = &g->ent[0];
-    for (int i = 0; i < CU_GRAPH_CACHE; i++) {
+    for (int i = 0; i < g->n_ent; i++) {
         struct cu_graph_ent *e = &g->ent[i];
         if (e->last_use && e->key == key && e->n_calls == n)
             return e;
         if (e->last_use < lru->last_use)
             lru = e;
     }
-    if (lru->exec)
+    if (lru->exec) {
         cudaGraphExecDestroy(lru->exec);
+        g->evicted++;
+    }
     memset(lru, 0, sizeof *lru);
     lru->key = key;
     lru->n_calls = n;
@@ -152,7 +168,7 @@ void cu_flush(struct cu_be *cb)
         return;
     if (g->epoch != cb->scratch_epoch) { /* a scratch buffer moved: graphs hold old pointers */
         cudaStreamSynchronize(cb->stream);
-        for (int i = 0; i < CU_GRAPH_CACHE; i++)
+        for (int i = 0; i < g->n_ent; i++)
             if (g->ent[i].exec)
                 cudaGraphExecDestroy(g->ent[i].exec);
         memset(g->ent, 0, sizeof g->ent);
@@ -161,10 +177,14 @@ void cu_flush(struct cu_be *cb)
     struct cu_graph_ent *e = find_or_add(g, list_key(g), g->n);
     e->last_use = ++g->tick;
     if (!e->exec && !e->failed && !g->nocapture && e->seen >= 1 && g->n >= g->min) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         if (capture(cb, e) == 0)
             g->captures++;
         else
-            e->failed = 1;
+            e->failed = 1, g->failed++;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        g->capture_s += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     }
     if (e->exec) {
         cudaError_t rc = cudaGraphLaunch(e->exec, cb->stream);
@@ -175,6 +195,8 @@ void cu_flush(struct cu_be *cb)
     } else {
         run_all(cb);
         e->seen++;
+        g->eager++;
+        g->eager_calls += g->n;
     }
     g->n = 0;
     g->nocapture = 0;
@@ -185,7 +207,21 @@ void cu_graphs_free(struct cu_be *cb)
     struct cu_graphs *g = cb->graphs;
     if (!g)
         return;
-    for (int i = 0; i < CU_GRAPH_CACHE; i++)
+    const char *pv = getenv("CINFER_STEP_PROF"); /* engine/spec/step_prof.h: the same file */
+    if (pv && *pv && strcmp(pv, "0")) {
+        char path[600];
+        snprintf(path, sizeof path, "%s.%ld.txt", pv, (long)getpid());
+        FILE *f = strcmp(pv, "1") ? fopen(path, "a") : NULL;
+        fprintf(f ? f : stderr,
+                "cuda graphs: %lld replays, %lld captures (%.1f ms capturing, %lld failed), "
+                "%lld lists run as plain launches (%lld calls), %lld graphs evicted (cache %d)\n",
+                (long long)g->replays, (long long)g->captures, 1e3 * g->capture_s,
+                (long long)g->failed, (long long)g->eager, (long long)g->eager_calls,
+                (long long)g->evicted, g->n_ent);
+        if (f)
+            fclose(f);
+    }
+    for (int i = 0; i < g->n_ent; i++)
         if (g->ent[i].exec)
             cudaGraphExecDestroy(g->ent[i].exec);
     free(g->calls);
@@ -618,7 +654,7 @@ int cu_graph_replay_last(struct cu_be *cb, int k, int reps, double *us)
     for (int i = 0; i < k; i++) { /* by key: an evicted graph is not replayed */
         const uint64_t key = g->log[(g->log_n - k + i) % CU_LOG];
         ex[i] = NULL;
-        for (int j = 0; j < CU_GRAPH_CACHE; j++)
+        for (int j = 0; j < g->n_ent; j++)
             if (g->ent[j].last_use && g->ent[j].key == key && g->ent[j].exec)
                 ex[i] = g->ent[j].exec;
         if (!ex[i])

@@ -20,6 +20,7 @@ void spec_config_default(struct spec_config *c, int kind)
     c->ngram_min = 1;
     c->ngram_max = 3;
     c->adaptive = 1;
+    c->burst_cost = 1;
     c->kv_dtype = DT_F16;
     c->block_size = 16;
 }
@@ -195,10 +196,14 @@ static float alpha(const struct spec *s, const struct spec_req *q, int b)
  * it offers one token at probability 1, so a request whose text turns copyable is noticed.
  * Scaled by the rows, a full batch of rows with nothing to copy spends about one token per
  * SPEC_PROBE steps on probes in all (a token each per SPEC_PROBE steps would cost ~1/16 of
- * a token per row and step, a few % of a compute-bound step). */
+ * a token per row and step, a few % of a compute-bound step). A probe nothing of which was
+ * kept doubles the row's interval (up to 2^SPEC_PROBE_BACKOFF times): prose with nothing to
+ * copy probes every 64 steps, not 16 (on a GPU a probe also ends a decode burst); a kept
+ * draft resets it. */
 static int probe_due(const struct spec *s, const struct spec_req *q)
 {
-    return q->idle >= SPEC_PROBE * (s->n_rows > 1 ? s->n_rows : 1);
+    int f = q->probe_fails < SPEC_PROBE_BACKOFF ? q->probe_fails : SPEC_PROBE_BACKOFF;
+    return q->idle >= (SPEC_PROBE << f) * (s->n_rows > 1 ? s->n_rows : 1);
 }
 
 /* Fills p[0..m) with alpha^(j+1), or the probe (probe_due). */
@@ -207,7 +212,8 @@ static void fill_p(const struct spec *s, struct spec_req *q, int b, int m, float
     float a = alpha(s, q, b), c = 1;
     for (int j = 0; j < m; j++)
         p[j] = c *= a;
-    if (m > 0 && probe_due(s, q))
+    q->probing = m > 0 && probe_due(s, q);
+    if (q->probing)
         p[0] = 1;
     q->bucket = b;
 }
@@ -218,11 +224,16 @@ void spec_observe(struct spec *s, struct spec_req *q, int drafted, int accepted,
         spec_draft_rollback(s, q, n_valid);
     if (drafted <= 0) {
         if (q)
-            q->idle++;
+            q->idle++, q->probing = 0;
         return;
     }
     int b = q ? q->bucket : 0, rej = accepted < drafted;
     if (q) {
+        if (accepted > 0)
+            q->probe_fails = 0;
+        else if (q->probing)
+            q->probe_fails++;
+        q->probing = 0;
         q->idle = 0;
         q->acc[b] += accepted;
         q->rej[b] += rej;

@@ -61,7 +61,18 @@ struct spec_config {
     int kv_dtype, block_size;  /* two-model: the draft pool's KV layout */
     int draft_blocks;          /* two-model: its pool size in blocks */
     int max_seqs, n_ctx;       /* two-model: sequences and context it must hold */
+    int burst_cost;            /* the policy compares drafting with a decode burst where the
+                                * step would burst (spec_set_burst_base; CINFER_SPEC_BURST_COST,
+                                * default 1) */
+    int bucket;                /* verify steps are padded to spec_bucket_size tokens (the
+                                * engine's CINFER_SPEC_BUCKET; default on where steps are
+                                * queued: a GPU): the policy prices a draft at the padded size */
 };
+
+/* The size a decode-only step of n tokens that holds drafts is padded to when
+ * spec_config.bucket is on: the next power of two, at least 2 (few shapes of verify step, so
+ * a device replays each as a recorded graph). */
+int spec_bucket_size(int n);
 
 /* Fills c for kind: n_draft 10 for ngram and suffix, 3 for two-model; ngram 1..3;
  * adaptive on; step_cost 0 (the backend's default). */
@@ -113,6 +124,17 @@ float spec_draft_cost(const struct spec *s);
  * step-time curve the policy reads: per size a low quantile of its recent times; a size not
  * seen for 512 decode steps is forgotten, so a machine whose load changed is re-measured). */
 void spec_step_time(struct spec *s, int n_tok, double seconds);
+/* A step of a decode burst with n_tok rows took `seconds` from the end of the step before
+ * (queued behind it: the device's time, no host gap). */
+void spec_burst_time(struct spec *s, int n_tok, double seconds);
+/* The host spent `seconds` between the end of a step it waited for and the next step's
+ * start (sampling, verifying, streaming, planning: what a burst hides). */
+void spec_gap_time(struct spec *s, double seconds);
+/* Whether the step about to be planned would run in a decode burst without drafts (every
+ * row a plain decode row the backend can decide). Then, once burst steps and gaps were
+ * measured (spec_config.burst_cost), the policy holds drafts to that: a step with drafts
+ * costs T(n_tok + D) plus the host's gap, a step without them a burst step's time. */
+void spec_set_burst_base(struct spec *s, int on);
 /* What one more token costs in a step of n tokens, relative to a one-token step, read on
  * the measured curve (the linear model's slope before it is known); clamped to [0.01, 4]. */
 float spec_step_marginal(const struct spec *s, int n);
@@ -177,7 +199,7 @@ int spec_step_wants(const struct spec *s, int n_decode, int n_tok);
  * maximises the expected tokens per second of the step, value(D) / T(n_tok + D): every fed
  * token is worth 1 and each kept draft its p; T is the measured step-time curve
  * (spec_step_at), so a token is kept only while its p pays for what a token costs at this
- * step's size. Nothing to gain: no drafts (a plain step). Not adaptive: as many as budget
+ * step's size (with spec_config.bucket, T is read at the size the step is padded to). Nothing to gain: no drafts (a plain step). Not adaptive: as many as budget
  * allows. Remembers n_rows (the probe interval scales with it). */
 void spec_policy(struct spec *s, int n_rows, const int *m, const float *const *p, int n_tok,
                  int budget, int *k);

@@ -72,6 +72,13 @@ void spec_step_time(struct spec *s, int n_tok, double sec)
     /* a robust per-size estimate, a low quantile of the recent times: down quickly, up
      * slowly and by at most 2% a step (a step the OS stalled on a shared machine must not
      * read as the cost of its size; a lasting slowdown is followed within ~35 steps) */
+    if (s->sc[n_tok] >= 3) { /* (a size's first steps carry one-time costs: a new shape's
+                              * plain launches and its graph capture) */
+        double ex = sec - s->st[n_tok];
+        ex = ex < 0 ? 0 : ex > s->st[n_tok] ? s->st[n_tok] : ex;
+        s->jit = s->jitc ? s->jit + 0.05 * (ex - s->jit) : ex;
+        s->jitc++;
+    }
     spec_lowq(&s->st[n_tok], &s->sc[n_tok], sec);
     /* weighted least squares through the live sizes */
     double w = 0, sn = 0, stt = 0, snn = 0, snt = 0;
@@ -180,7 +187,56 @@ float spec_step_marginal(const struct spec *s, int n)
     return (float)(c < 0.01 ? 0.01 : c > 4 ? 4 : c);
 }
 
+/* ---- decode bursts ----------------------------------------------------------------------- */
+
+void spec_burst_time(struct spec *s, int n_tok, double sec)
+{
+    if (n_tok <= 0 || n_tok > SPEC_STEP_SIZES || !(sec > 0))
+        return;
+    spec_lowq(&s->bt[n_tok], &s->bc[n_tok], sec);
+}
+
+void spec_gap_time(struct spec *s, double sec)
+{
+    if (sec >= 0 && sec < 0.25) /* longer: the engine was idle, not working */
+        spec_lowq(&s->gap, &s->gapc, sec > 1e-7 ? sec : 1e-7);
+}
+
+void spec_set_burst_base(struct spec *s, int on)
+{
+    s->burst_base = on;
+}
+
+/* What a waited step of n tokens costs on average: the curve (the sizes' low quantiles)
+ * plus the mean excess of waited steps over it (a waited step on a GPU scatters above its
+ * least: mean 1.39-1.54 ms where the least is 1.24-1.46 on the H100). One excess for all
+ * sizes, measured on every waited step: a size the policy stopped drafting at cannot keep
+ * an old reading (a per-size mean did: a cold server's first 4- and 8-token steps, graph
+ * captures included, held suffix to plain steps through a whole code edit). */
+static double waited_at(const struct spec *s, const int *x, const double *y, int np, int n)
+{
+    return curve_at(s, x, y, np, n) + (s->jitc >= 8 ? s->jit : 0);
+}
+
 /* ---- the policy ----------------------------------------------------------------------- */
+
+int spec_bucket_size(int n)
+{
+    int b = 2;
+    while (b < n)
+        b *= 2;
+    return b;
+}
+
+/* The size a step of n_tok fed tokens and d drafts runs at: padded to its bucket when
+ * bucketing is on (at most the step's budget, as spec_engine.c pads), else n_tok + d. */
+static int run_size(const struct spec *s, int n_tok, int d, int budget)
+{
+    if (!s->c.bucket || d <= 0)
+        return n_tok + d;
+    int b = spec_bucket_size(n_tok + d);
+    return b < n_tok + budget ? b : n_tok + budget;
+}
 
 void spec_policy(struct spec *s, int n_rows, const int *m, const float *const *p, int n_tok,
                  int budget, int *k)
@@ -207,7 +263,17 @@ void spec_policy(struct spec *s, int n_rows, const int *m, const float *const *p
     /* expected tokens emitted per unit of step time: every fed token is worth 1 (a decode
      * row's token is emitted, a prompt token is work done), each draft token its
      * probability of being accepted; keep the count of drafts that maximises it */
-    double value = n_tok, best = value / curve_at(s, x, y, np, n_tok);
+    double value = n_tok, best = value / curve_at(s, x, y, np, n_tok), gap = 0;
+    const int vs_burst = np > 0 && s->c.burst_cost && s->burst_base && n_tok <= SPEC_STEP_SIZES &&
+                         s->bc[n_tok] >= 4 && s->gapc >= 4;
+    if (vs_burst) {
+        /* without drafts the step would run in a burst (no host gap before it, at its
+         * steady time); with drafts the host waits for it (at a waited step's mean) and
+         * then works before the next (np > 0: the curve is in seconds, as the burst times
+         * are) */
+        best = value / s->bt[n_tok];
+        gap = s->gap;
+    }
     int n_best = 0, n_ord = 0;
     while (n_ord < budget) {
         int bi = -1;
@@ -220,7 +286,9 @@ void spec_policy(struct spec *s, int n_rows, const int *m, const float *const *p
         order[n_ord++] = bi;
         take[bi]++;
         value += bp;
-        double r = value / curve_at(s, x, y, np, n_tok + n_ord);
+        const int sz = run_size(s, n_tok, n_ord, budget);
+        double r = value / ((vs_burst ? waited_at(s, x, y, np, sz) : curve_at(s, x, y, np, sz)) +
+                            gap);
         if (!s->c.adaptive || r > best * (1 + 1e-9))
             best = r, n_best = n_ord;
     }

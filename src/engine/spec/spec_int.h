@@ -7,6 +7,8 @@
 #include "engine/spec/spec.h"
 
 #define SPEC_PROBE 16 /* steps without a draft before a row probes with one token */
+#define SPEC_PROBE_BACKOFF 2 /* the interval doubles after each probe nothing of which was
+                              * kept, up to 2^this times SPEC_PROBE */
 #define SPEC_CORPUS_MAX_TOKENS (1 << 18) /* suffix: finished-output tokens kept */
 #define SPEC_CORPUS_MAX_SEGS 256
 #define SPEC_STEP_SIZES 64 /* step sizes (tokens) whose times are kept */
@@ -24,12 +26,23 @@ struct spec {
      * clipped: a step the OS stalled does not move it far) and a capped count; the line
      * t = a + b n is fitted through them */
     double st[SPEC_STEP_SIZES + 1];
+    double jit;    /* a waited decode step's mean excess over its size's low quantile (a
+                    * moving average of every step after its size's third, each clipped to
+                    * [0, the low quantile]): what a waited step costs above its least, for
+                    * the comparison with a burst; jitc: samples (0: none yet) */
+    long jitc;
     int sc[SPEC_STEP_SIZES + 1];
     long st_last[SPEC_STEP_SIZES + 1]; /* step_no when the size was last seen */
     long step_no;                      /* decode-only steps timed */
     float beta;                        /* the measured slope (0 = not yet) */
     double bsec;                       /* the same in seconds per token */
     int n_rows;    /* rows offered drafts at the last policy call (probe interval) */
+    /* decode bursts (the engine queues a step behind the one in flight: no host gap): per
+     * size the low quantile of a burst step's time (bt, count bc), and of the host's time
+     * between two steps it waited for (gap, count gapc); burst_base: the step being planned
+     * would run in a burst without drafts */
+    double bt[SPEC_STEP_SIZES + 1], gap;
+    int bc[SPEC_STEP_SIZES + 1], gapc, burst_base;
     double t1;     /* the fitted one-token step time a + b (0 = not yet) */
     /* two-model, the draft's forwards, with the same robust low quantile as the step times
      * (spec_lowq): of one token a row, by rows (dq[n], count dqc[n]); of the catch-up
@@ -48,6 +61,8 @@ struct spec_req {
     double acc[SPEC_BUCKETS], rej[SPEC_BUCKETS];
     int bucket; /* of the last proposal */
     int idle;   /* decode steps since the row last drafted */
+    int probing;     /* the last proposal was a probe (spec.c fill_p) */
+    int probe_fails; /* probes in a row nothing of which was accepted (the interval backs off) */
     /* two-model: the draft model's sequence; positions [0, dpast) hold the request's
      * tokens[0, dpast) */
     struct kv_seq dseq;

@@ -18,6 +18,14 @@
 #define SUFFIX_MIN_PROB 0.1f
 #define SUFFIX_MAX_OCC 256 /* occurrences that vote (the most recent ones) */
 
+#define VOTE_BITS 10 /* hash slots for a vote: more than SUFFIX_MAX_OCC ids, never full */
+#define VOTE_SLOTS (1 << VOTE_BITS)
+
+struct vote {
+    int32_t id;
+    int n, first; /* votes; the first (most recent) occurrence voting for id */
+};
+
 struct occ {
     const int32_t *t; /* the text holding it */
     int pos, end;     /* next token index, text length */
@@ -72,22 +80,28 @@ int spec_suffix_propose(struct spec *s, const int32_t *t, int n, int max, int32_
     int m = 0;
     float prob = 1;
     while (m < max && no > 0) {
-        /* vote: the most frequent next token (first seen = most recent on ties) */
-        int win = -1, wc = 0;
+        /* vote: the most frequent next token (first seen = most recent on ties), counted in
+         * one pass over a small hash of the ids (a short match, e.g. one common token, has
+         * hundreds of occurrences: counting each against all was ~no^2 a draft token) */
+        struct vote v[VOTE_SLOTS];
+        memset(v, 0, sizeof v);
+        int win = -1, wc = 0, alive = 0;
         for (int a = 0; a < no; a++) {
             if (o[a].pos >= o[a].end)
                 continue;
-            int32_t id = o[a].t[o[a].pos], c = 0;
-            for (int b = 0; b < no; b++)
-                c += o[b].pos < o[b].end && o[b].t[o[b].pos] == id;
-            if (c > wc)
-                wc = c, win = a;
+            alive++;
+            int32_t id = o[a].t[o[a].pos];
+            unsigned h = ((uint32_t)id * 2654435761u) >> (32 - VOTE_BITS);
+            while (v[h].n && v[h].id != id)
+                h = (h + 1) & (VOTE_SLOTS - 1);
+            if (!v[h].n)
+                v[h].id = id, v[h].first = a;
+            v[h].n++;
+            if (v[h].n > wc || (v[h].n == wc && v[h].first < win))
+                wc = v[h].n, win = v[h].first;
         }
         if (win < 0)
             break;
-        int alive = 0;
-        for (int a = 0; a < no; a++)
-            alive += o[a].pos < o[a].end;
         prob *= (float)wc / (float)alive;
         if (m > 0 && prob < SUFFIX_MIN_PROB)
             break;
