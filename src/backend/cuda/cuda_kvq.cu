@@ -25,64 +25,19 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "backend/cuda/cuda_int.cuh"
-
-extern "C" {
-#include "backend/kvq.h"
-}
+#include "backend/cuda/cuda_kvq.cuh"
 
 enum {
     KQ_CH = 32,            /* positions per shared-memory chunk */
-    KQ_MAX_HD = 256,       /* largest head_dim */
     KQ_MAX_HG = 8,         /* query heads (warps) per block */
     KQ_SPLIT = 128,        /* positions per split in split mode */
     KQ_SPLIT_MAX_TOK = 64, /* steps of at most this many tokens use split mode */
     KQ_TQ = 8,             /* most tokens per block in longer steps */
     KQ_MAX_WARPS = 16,     /* warps (tokens x heads) per block */
-    KQ_LM_N = 4 + 8 + 16 + 32 + 256, /* the Lloyd-Max codebooks of 2, 3, 4, 5, 8 bits */
 };
 
 /* The codebooks, one after another (offsets: kq_lm_off), copied in at cu_kvq_init. */
 __constant__ float c_kq_lm[KQ_LM_N];
-
-static __host__ __device__ int kq_lm_off(int bits)
-{
-    return bits == 2 ? 0 : bits == 3 ? 4 : bits == 4 ? 12 : bits == 5 ? 28 : 60;
-}
-
-/* One side (K or V) of a scheme, resolved on the host. */
-struct kq_side {
-    int fmt;  /* KVF_* */
-    int bits; /* code bits (16 / 32 for the plain formats) */
-    int hdr;  /* group header bytes: 0 plain, 2 Lloyd-Max (RMS), 4 affine (scale, minimum) */
-    int gb;   /* bytes of one group */
-    int rot;  /* rows rotated */
-    int lmo;  /* offset of the codebook in c_kq_lm */
-    size_t rb; /* bytes of one cache row (all KV heads) */
-};
-
-static kq_side kq_side_of(int dt, int which, int kvd)
-{
-    kq_side s;
-    s.fmt = kvq_fmt_of(dt, which);
-    s.bits = kvq_fmt_bits(s.fmt);
-    s.hdr = s.fmt <= KVF_F16 ? 0 : kvq_fmt_is_lm(s.fmt) ? 2 : 4;
-    s.gb = (int)kvq_group_bytes(s.fmt, kvq_group_of(dt));
-    s.rot = kvq_rot_of(dt, which);
-    s.lmo = kq_lm_off(s.bits);
-    s.rb = kvq_row_bytes(dt, which, kvd);
-    return s;
-}
-
-/* The fixed ±1 diagonal of the rotation (kvq.c's sign_of). */
-__device__ __forceinline__ float kq_sign(int i)
-{
-    uint64_t z = 0x9E3779B97F4A7C15ull * (uint64_t)(i / 64 + 1);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (z >> (i % 64)) & 1 ? -1.0f : 1.0f;
-}
 
 __device__ __forceinline__ float kq_h2f(const uint8_t *p) { return cu_f16(cu_ld16(p)); }
 
@@ -125,32 +80,6 @@ __device__ __forceinline__ void kq_dec8(const kq_side &s, int G, const uint8_t *
         for (int i = 0; i < 8; i++)
             y[i] = __fadd_rn(m, __fmul_rn(d, (float)((acc >> (i * s.bits)) & mask)));
     }
-}
-
-/* In place on n rows of hd floats in shared memory (every thread of the block calls it):
- * x <- H D x (inv = 0, kvq_rotate) or x <- D H x (inv = 1, kvq_unrotate). */
-__device__ void kq_rotate_rows(float *x, int n, int hd, int inv)
-{
-    const int tid = threadIdx.x, nth = blockDim.x, half = hd / 2;
-    __syncthreads();
-    if (!inv)
-        for (int i = tid; i < n * hd; i += nth)
-            x[i] *= kq_sign(i % hd);
-    __syncthreads();
-    for (int h = 1; h < hd; h *= 2) {
-        for (int p = tid; p < n * half; p += nth) {
-            const int r = p / half, k = p - r * half;
-            const int j = r * hd + (k / h) * 2 * h + k % h;
-            const float a = x[j], b = x[j + h];
-            x[j] = a + b;
-            x[j + h] = a - b;
-        }
-        __syncthreads();
-    }
-    const float sc = 1.0f / sqrtf((float)hd);
-    for (int i = tid; i < n * hd; i += nth)
-        x[i] *= inv ? sc * kq_sign(i % hd) : sc;
-    __syncthreads();
 }
 
 /* ---- store ---- */
@@ -499,203 +428,6 @@ __global__ void k_kvq_merge(float *out, const float *part, int hd, int n_split, 
         out[(size_t)blockIdx.x * hd + d] = x[d];
 }
 
-/* ---- decode steps: a team of head_dim/8 lanes per position (CINFER_KVQ_DEC=1) ----
- *
- * Steps of up to KD_MAX_TOK tokens, power-of-two head_dim 8..256. A block (KD_WARPS warps)
- * serves one token, one KV head and hg of its query heads over one split of the token's
- * positions. A team of hd/8 lanes owns one position at a time: each lane decodes its 8
- * elements of K and V straight from the block (no shared-memory staging), holds 8 dims of
- * each query head's q in registers, and the team's scores come from a butterfly over the
- * team; every team keeps its own online softmax per head, and the teams are merged in team
- * order at the end. A token's splits depend only on its own attended range (at most
- * KD_TARGET splits of whole KD_ROUND-position rounds, as cuda_attn_dec.cu does), never on
- * the batch or the context capacity; the splits are merged by k_kvq_merge. */
-enum { KD_WARPS = 4, KD_ROUND = 64, KD_TARGET = 32, KD_MAX_TOK = 64 };
-
-/* CINFER_KVQ_DEC (read at cu_kvq_init): 1 = this path for decode steps, 0 = the general
- * kernel; unset = KVQ_DEC_DEFAULT. Off by default: it passed test_kvq_cuda on an H100
- * (session 3), but its speed against the general kernel is not measured yet
- * (bench/kv_quant/device_kvq.sh measures both, setting the variable either way). Making it
- * the default is this one line. */
-#define KVQ_DEC_DEFAULT 0
-static int g_kd_on;
-
-template <int HGT>
-__global__ void __launch_bounds__(KD_WARPS * 32)
-    k_kvq_dec(float *out, float *part, const float *q, struct kq_args a, int hg, int nsub,
-              int n_split)
-{
-    extern __shared__ float sm[]; /* q rows, then the teams' partial softmaxes */
-    __shared__ float cbs[2][256];
-    const int hd = a.head_dim, TL = hd / 8, NT = KD_WARPS * 32 / TL, ng = hd / a.G;
-    const int t = blockIdx.x, g = blockIdx.y / nsub, sub = blockIdx.y % nsub, z = blockIdx.z;
-    const int h0 = g * (a.n_head / a.n_kv_head) + sub * hg;
-    const int tid = threadIdx.x, team = tid / TL, tl = tid % TL;
-    for (int w = 0; w < 2; w++)
-        if (a.s[w].hdr == 2)
-            for (int i = tid; i < (1 << a.s[w].bits); i += blockDim.x)
-                cbs[w][i] = c_kq_lm[a.s[w].lmo + i];
-    /* this token's splits: rounds [k0, pos / KD_ROUND], per rounds a split */
-    const int pos = a.pos[t];
-    const int lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
-    const int k0 = lo / KD_ROUND, nr = pos / KD_ROUND - k0 + 1;
-    const int per = (nr + KD_TARGET - 1) / KD_TARGET, ns = (nr + per - 1) / per;
-    if (z >= ns) { /* no positions in this split: an empty partial */
-        if (tid < hg)
-            part[(((size_t)t * a.n_head + h0 + tid) * n_split + z) * (hd + 2) + 1] = 0.0f;
-        return;
-    }
-    const int zb = (k0 + z * per) * KD_ROUND, ze = (k0 + (z + 1) * per) * KD_ROUND;
-    const int P0 = zb > lo ? zb : lo, P1 = ze < pos + 1 ? ze : pos + 1;
-    /* q: 8 dims of each head per lane (rotated when the keys are) */
-    float *qs = sm;
-    for (int i = tid; i < hg * hd; i += blockDim.x)
-        qs[i] = q[((size_t)t * a.n_head + h0) * hd + i];
-    if (a.s[0].rot)
-        kq_rotate_rows(qs, hg, hd, 0);
-    else
-        __syncthreads();
-    float qr[HGT][8], acc[HGT][8], m[HGT], l[HGT];
-#pragma unroll
-    for (int h = 0; h < HGT; h++) {
-        m[h] = -INFINITY, l[h] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            qr[h][i] = h < hg ? qs[h * hd + 8 * tl + i] : 0.0f;
-            acc[h][i] = 0.0f;
-        }
-    }
-    __syncthreads(); /* qs is reused below */
-    const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
-    const size_t kh = (size_t)g * ng * a.s[0].gb, vh = (size_t)g * ng * a.s[1].gb;
-    for (int pb = P0; pb < P1; pb += NT) { /* block-uniform trip count: shuffles stay whole */
-        const int p = pb + team;
-        const bool valid = p < P1;
-        float kf[8], vf[8];
-        if (valid) {
-            const size_t row = (size_t)bt[p / a.block_size] * a.block_size + p % a.block_size;
-            kq_dec8(a.s[0], a.G, a.k_cache + row * a.s[0].rb + kh, 8 * tl, kf, cbs[0]);
-            kq_dec8(a.s[1], a.G, a.v_cache + row * a.s[1].rb + vh, 8 * tl, vf, cbs[1]);
-        } else {
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                kf[i] = 0.0f, vf[i] = 0.0f;
-        }
-#pragma unroll
-        for (int h = 0; h < HGT; h++) {
-            if (h >= hg)
-                break;
-            float d = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                d = fmaf(qr[h][i], kf[i], d);
-            for (int o = TL / 2; o > 0; o >>= 1)
-                d += __shfl_xor_sync(0xffffffffu, d, o);
-            float s = d * a.scale;
-            if (a.softcap > 0.0f)
-                s = a.softcap * tanhf(s / a.softcap);
-            if (!valid)
-                s = -INFINITY;
-            const float mn = fmaxf(m[h], s);
-            const float f = mn == -INFINITY ? 1.0f : expf(m[h] - mn);
-            const float pw = valid ? expf(s - mn) : 0.0f;
-            l[h] = l[h] * f + pw;
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                acc[h][i] = fmaf(pw, vf[i], acc[h][i] * f);
-            m[h] = mn;
-        }
-    }
-    /* the teams' partials, then their merge in team order */
-    float *tp = sm; /* (NT, hg, hd + 2) */
-#pragma unroll
-    for (int h = 0; h < HGT; h++) {
-        if (h >= hg)
-            break;
-        float *r = tp + ((size_t)team * hg + h) * (hd + 2);
-        if (tl == 0)
-            r[0] = m[h], r[1] = l[h];
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            r[2 + 8 * tl + i] = acc[h][i];
-    }
-    __syncthreads();
-    float *x = tp + (size_t)NT * hg * (hd + 2); /* (hg, hd): the merged rows (single split) */
-    for (int i = tid; i < hg * hd; i += blockDim.x) {
-        const int h = i / hd, d = i - h * hd;
-        float M = -INFINITY;
-        for (int k = 0; k < NT; k++) {
-            const float *r = tp + ((size_t)k * hg + h) * (hd + 2);
-            if (r[1] > 0.0f)
-                M = fmaxf(M, r[0]);
-        }
-        float L = 0.0f, O = 0.0f;
-        for (int k = 0; k < NT; k++) {
-            const float *r = tp + ((size_t)k * hg + h) * (hd + 2);
-            if (r[1] > 0.0f) {
-                const float f = expf(r[0] - M);
-                L += f * r[1];
-                O += f * r[2 + d];
-            }
-        }
-        if (n_split > 1) {
-            float *pp = part + (((size_t)t * a.n_head + h0 + h) * n_split + z) * (hd + 2);
-            if (d == 0)
-                pp[0] = M, pp[1] = L;
-            pp[2 + d] = O;
-        } else {
-            x[i] = L > 0.0f ? O * (1.0f / L) : 0.0f;
-        }
-    }
-    if (n_split > 1)
-        return;
-    if (a.s[1].rot)
-        kq_rotate_rows(x, hg, hd, 1);
-    else
-        __syncthreads();
-    for (int i = tid; i < hg * hd; i += blockDim.x)
-        out[((size_t)t * a.n_head + h0) * hd + i] = x[i];
-}
-
-/* The decode path when it takes the step (1), else 0. */
-static int kd_run(struct cu_be *cb, float *out, const float *q, const struct be_attn *a,
-                  const kq_args &x)
-{
-    const int hd = a->head_dim;
-    if (!g_kd_on || a->n_tok > KD_MAX_TOK || hd < 8 || hd > 256 || (hd & (hd - 1)))
-        return 0;
-    int group = a->n_head / a->n_kv_head, hg = KQ_MAX_HG < group ? KQ_MAX_HG : group;
-    while (group % hg)
-        hg--;
-    const int nsub = group / hg, ctx = a->max_blocks * a->block_size;
-    const int rounds = (ctx + KD_ROUND - 1) / KD_ROUND;
-    const int n_split = rounds < KD_TARGET ? rounds : KD_TARGET;
-    float *part = NULL;
-    if (n_split > 1) {
-        part = (float *)cu_scratch(cb, CU_SCRATCH_ATT, (size_t)a->n_tok * a->n_head * n_split *
-                                                          (hd + 2) * sizeof(float));
-        if (!part)
-            return 1;
-    }
-    const int NT = KD_WARPS * 32 / (hd / 8);
-    const size_t smem = ((size_t)NT * hg * (hd + 2) + (size_t)hg * hd) * sizeof(float);
-    dim3 grid((unsigned)a->n_tok, (unsigned)(a->n_kv_head * nsub), (unsigned)n_split);
-    if (hg <= 1)
-        k_kvq_dec<1><<<grid, KD_WARPS * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, n_split);
-    else if (hg <= 4) /* (no <2>: ptxas spilled it) */
-        k_kvq_dec<4><<<grid, KD_WARPS * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, n_split);
-    else
-        k_kvq_dec<8><<<grid, KD_WARPS * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, n_split);
-    cu_after_launch(cb, "attention (quantized KV, decode)");
-    if (n_split > 1) {
-        const int th = hd < 32 ? 32 : (hd + 31) / 32 * 32;
-        k_kvq_merge<<<(unsigned)(a->n_tok * a->n_head), th, 0, cb->stream>>>(
-            out, part, hd, n_split, x.s[1].rot, x.pos, x.n_head, 0);
-        cu_after_launch(cb, "attention merge (quantized KV)");
-    }
-    return 1;
-}
-
 static size_t kq_smem(int hg, int hd)
 {
     return ((size_t)hg * hd + (size_t)KQ_CH * (2 * hd + 1)) * 4;
@@ -708,14 +440,8 @@ cudaError_t cu_kvq_init(struct cu_be *cb)
         need = cb->smem_optin;
     cudaError_t rc = cudaFuncSetAttribute(k_kvq_attn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           (int)need);
-    const char *kd = getenv("CINFER_KVQ_DEC");
-    g_kd_on = kd && *kd ? atoi(kd) > 0 : KVQ_DEC_DEFAULT;
-    for (int i = 0; rc == cudaSuccess && i < 3; i++) { /* the team merge area can pass 48 KB */
-        static void (*const fk[3])(float *, float *, const float *, struct kq_args, int, int, int) = {
-            k_kvq_dec<1>, k_kvq_dec<4>, k_kvq_dec<8>};
-        rc = cudaFuncSetAttribute(fk[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)(cb->smem_optin < 100000 ? cb->smem_optin : 100000));
-    }
+    if (rc == cudaSuccess)
+        rc = cu_kvq_decode_init(cb);
     float lm[KQ_LM_N];
     static const int bits[5] = {2, 3, 4, 5, 8};
     for (int i = 0; i < 5; i++) {
@@ -736,6 +462,8 @@ void cu_kvq_attention(struct cu_be *cb, float *out, const float *q, const struct
                  cudaErrorInvalidValue);
         return;
     }
+    if (a->n_tok <= KQ_SPLIT_MAX_TOK && cu_kvq_decode(cb, out, q, a))
+        return; /* the decode path (cuda_kvq_dec.cu) */
     int group = a->n_head / a->n_kv_head, hg = KQ_MAX_HG < group ? KQ_MAX_HG : group;
     while (group % hg)
         hg--;
@@ -752,8 +480,6 @@ void cu_kvq_attention(struct cu_be *cb, float *out, const float *q, const struct
     const int kvd = a->n_kv_head * hd;
     x.s[0] = kq_side_of(a->kv_dtype, 0, kvd);
     x.s[1] = kq_side_of(a->kv_dtype, 1, kvd);
-    if (kd_run(cb, out, q, a, x))
-        return;
     float *part = NULL;
     if (n_split > 1) {
         part = (float *)cu_scratch(cb, CU_SCRATCH_ATT, (size_t)a->n_tok * a->n_head * n_split *
