@@ -16,7 +16,8 @@
  * plain f16 sides have their own decoders; every other width is extracted with a funnel
  * shift from three 32-bit words. The row of each position (block table lookup) is computed
  * a round ahead. A rotated K side is met by rotating q once, a rotated V side by unrotating
- * the output once (in the block for a one-split token, in the merge kernel otherwise).
+ * the output once (in the block for a one-split token, in the merge kernel otherwise); q's
+ * rotation is a warp's shuffles (kq_rotate's operations in its order: the same bits).
  *
  * A token's splits depend only on its own attended range (at most CINFER_KVQ_SPLITS,
  * default 32, splits of whole rounds), never on the batch or the context capacity (the grid
@@ -110,6 +111,37 @@ __device__ __forceinline__ void kd_team_sum(float *v, int lane, int *base)
             kd_team_sum<1, O / 2>(v, lane, base);
         }
     }
+}
+
+/* x <- H D x (kvq_rotate) on one row held by a warp, element lane + 32 k in v[k]: the sign
+ * diagonal, the butterflies in kq_rotate_rows' order (strides 1, 2, 4, ...; a + b below, a - b
+ * above: the same operations, so the same bits), then the scale. */
+template <int HD>
+__device__ __forceinline__ void kd_rot_warp(float *v, int lane)
+{
+    constexpr int R = HD / 32;
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        v[k] *= kq_sign(lane + 32 * k);
+#pragma unroll
+    for (int h = 1; h < 32; h <<= 1)
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            const float o = __shfl_xor_sync(0xffffffffu, v[k], h);
+            v[k] = (lane & h) ? o - v[k] : v[k] + o;
+        }
+#pragma unroll
+    for (int h = 1; h < R; h <<= 1)
+#pragma unroll
+        for (int k = 0; k < R; k++)
+            if (!(k & h)) {
+                const float x = v[k], y = v[k + h];
+                v[k] = x + y, v[k + h] = x - y;
+            }
+    const float sc = 1.0f / sqrtf((float)HD);
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        v[k] *= sc;
 }
 
 /* ---- cp.async (sm_80+; a plain copy before) ---- */
@@ -312,19 +344,24 @@ __global__ void __launch_bounds__(kd_nt(HD), HD == 256 ? 1 : 3) k_kvq_sd(struct 
     __syncthreads();
     kd_issue<NT>(a, vw, kd_sm, kd_sm + kbo, rows[r0 & 1], hk, hv); /* round r0 into buffer 0 */
     /* q (rotated when the keys are), the codebooks, the lane's offsets */
-    for (int i = tid; i < HG * HD / 4; i += NT) {
-        const int h = i / (HD / 4), d = i % (HD / 4);
-        ((float4 *)qs)[i] = ((const float4 *)(a.q + ((size_t)t * a.n_head + h0 + h) * HD))[d];
+    if (warp < HG) { /* warp h: head h0 + h's row */
+        float v[HD / 32];
+        const float *qr = a.q + ((size_t)t * a.n_head + h0 + warp) * HD;
+#pragma unroll
+        for (int k = 0; k < HD / 32; k++)
+            v[k] = qr[lane + 32 * k];
+        if (a.rot_k)
+            kd_rot_warp<HD>(v, lane);
+#pragma unroll
+        for (int k = 0; k < HD / 32; k++)
+            qs[warp * HD + lane + 32 * k] = v[k];
     }
     if (KC == KC_ANY || KC == KC_LM || VC == KC_ANY || VC == KC_LM)
         for (int w = 0; w < 2; w++)
             if (a.s[w].hdr == 2)
                 for (int i = tid; i < (1 << a.s[w].bits); i += NT)
                     cbs[w][i] = c_kd_lm[a.s[w].lmo + i];
-    if (a.rot_k)
-        kq_rotate_rows(qs, HG, HD, 0);
-    else
-        __syncthreads();
+    __syncthreads();
     float qv[HG][8];
 #pragma unroll
     for (int h = 0; h < HG; h++)
@@ -576,7 +613,7 @@ int cu_kvq_decode(struct cu_be *cb, float *out, const float *q, const struct be_
     const int hd = a->head_dim, dt = a->kv_dtype;
     if (!g_kd.on || a->n_tok > KD_MAX_TOK || !(hd == 64 || hd == 128 || hd == 256))
         return 0;
-    if (a->block_size <= 0 || a->max_blocks <= 0 || ((uintptr_t)q & 15) || ((uintptr_t)out & 15))
+    if (a->block_size <= 0 || a->max_blocks <= 0)
         return 0;
     const long long cap = (long long)a->max_blocks * a->block_size;
     if (cap > (1ll << 30))
