@@ -195,19 +195,24 @@ __device__ __forceinline__ void kd_issue_side(uint8_t *dst, const uint8_t *cache
 }
 
 template <int NT>
+__device__ __forceinline__ void kd_issue_w(int w, uint8_t *dst, const uint8_t *cache, size_t rb,
+                                           size_t hoff, int hb, const int *rows)
+{
+    if (w == 16)
+        kd_issue_side<16, NT>(dst, cache, rb, hoff, hb, rows);
+    else if (w == 8)
+        kd_issue_side<8, NT>(dst, cache, rb, hoff, hb, rows);
+    else
+        kd_issue_side<4, NT>(dst, cache, rb, hoff, hb, rows);
+}
+
+/* One round: K's records into kb, V's into vb; vw: the pieces' widths, K's | V's << 8. */
+template <int NT>
 __device__ __forceinline__ void kd_issue(const kd_args &a, int vw, uint8_t *kb, uint8_t *vb,
                                          const int *rows, size_t hk, size_t hv)
 {
-    if (vw == 16) {
-        kd_issue_side<16, NT>(kb, a.kc, a.s[0].rb, hk, a.s[0].hb, rows);
-        kd_issue_side<16, NT>(vb, a.vc, a.s[1].rb, hv, a.s[1].hb, rows);
-    } else if (vw == 8) {
-        kd_issue_side<8, NT>(kb, a.kc, a.s[0].rb, hk, a.s[0].hb, rows);
-        kd_issue_side<8, NT>(vb, a.vc, a.s[1].rb, hv, a.s[1].hb, rows);
-    } else {
-        kd_issue_side<4, NT>(kb, a.kc, a.s[0].rb, hk, a.s[0].hb, rows);
-        kd_issue_side<4, NT>(vb, a.vc, a.s[1].rb, hv, a.s[1].hb, rows);
-    }
+    kd_issue_w<NT>(vw & 255, kb, a.kc, a.s[0].rb, hk, a.s[0].hb, rows);
+    kd_issue_w<NT>(vw >> 8, vb, a.vc, a.s[1].rb, hv, a.s[1].hb, rows);
     kd_cp_commit();
 }
 
@@ -630,13 +635,18 @@ int cu_kvq_decode(struct cu_be *cb, float *out, const float *q, const struct be_
             (k.hdr == 4 && k.gb % 4) || (k.hdr == 2 && k.gb % 2) || G % 8)
             return 0; /* (the decoders read headers as aligned words) */
     }
-    /* the widest piece every record, row and cache base allows */
-    int vw = 16;
-    while (vw > 4 && !(kd_pow2_div((size_t)s[0].hb, vw) && kd_pow2_div((size_t)s[1].hb, vw) &&
-                       kd_pow2_div((uintptr_t)a->k_cache, vw) && kd_pow2_div((uintptr_t)a->v_cache, vw)))
-        vw /= 2;
-    if (!kd_pow2_div((uintptr_t)a->k_cache, vw) || !kd_pow2_div((uintptr_t)a->v_cache, vw))
-        return 0;
+    /* per side, the widest piece its records, rows and cache base allow (V records start
+     * 64 K records into a buffer: 16-byte aligned whenever K's are 4-byte multiples) */
+    int vw = 0;
+    for (int w = 0; w < 2; w++) {
+        const uintptr_t base = (uintptr_t)(w ? a->v_cache : a->k_cache);
+        int pw = 16;
+        while (pw > 4 && !(kd_pow2_div((size_t)s[w].hb, pw) && kd_pow2_div(base, pw)))
+            pw /= 2;
+        if (!kd_pow2_div(base, pw))
+            return 0;
+        vw |= pw << (8 * w);
+    }
     const int group = a->n_head / a->n_kv_head;
     const int hg = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1, nsub = group / hg;
     if ((long long)a->n_kv_head * nsub > 65535)
