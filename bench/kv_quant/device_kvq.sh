@@ -22,7 +22,9 @@
 #           SPLITS (default "64"; "" skips); bytes per token;
 #  PROFILE=1 (extra, after bench) ncu on one decode step's attention kernels at 16k, scheme
 #           8 and f16, per kernel: duration, DRAM bytes read and GB/s — the decode path, the
-#           general kernel and the f16 decode kernel (cuda_attn_dec.cu): $OUT/ncu_*.csv;
+#           general kernel, the f16 decode kernel (cuda_attn_dec.cu) and the quantizing
+#           store: $OUT/ncu_*.csv; then nsys over 16 decode steps (f16 and 8): the
+#           per-kernel sums (the top 25 in the summary, all in $OUT/nsys_8*.csv);
 #  serve    (extra) cinfer serve --backend cuda --kv-quant turbo on stories260K: /stats and
 #           one greedy completion beside the CPU backend's.
 # Then device_summary.py writes $OUT/kv_quant_gpu.json: the issue's "gpu" object
@@ -138,16 +140,40 @@ if want bench; then
         # and f16; ncu replays each profiled kernel for its metrics
         NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2> /dev/null | head -1)
         MET=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_read.sum.per_second,dram__throughput.avg.pct_of_peak_sustained_elapsed
-        for pr in "split:k_kvq" "general:k_kvq" "split:k_attn_dec"; do
-            km=${pr%%:*} kn=${pr#*:}
+        # (the bench's setup stores 16384 synthetic rows per layer through k_kvq_store in
+        # 2048 launches before the first step: the store is profiled after skipping them)
+        for pr in "split:k_kvq_sd:0" "general:k_kvq_attn|k_kvq_merge:0" "split:k_attn_dec:0" "split:k_kvq_store:2048"; do
+            km=${pr%%:*} kn=${pr#*:} sk=${pr##*:}
+            kn=${kn%:*}
+            fn=$(printf %s "${km}_$kn" | tr -c 'A-Za-z0-9_' '_')
             T=$(lim 90)
             if [ -z "$NCU" ] || [ "$T" -le 0 ]; then echo "ncu $km $kn: skipped (no ncu or budget)" | tee -a "$S"; continue; fi
-            CINFER_KVQ_ATTN=$km bin timeout "$T" "$NCU" --csv --page raw --print-units base --metrics "$MET" -k "regex:$kn" -c 6 \
+            CINFER_KVQ_ATTN=$km bin timeout "$T" "$NCU" --csv --page raw --print-units base --metrics "$MET" -k "regex:$kn" -s $sk -c 6 \
                 "$B/cinfer_kvq_bench" "$m" --backend $BE --schemes 8 --decode-ctx 16384 --steps 1 --reps 1 \
-                > "$OUT/ncu_${km}_$kn.csv" 2> "$OUT/ncu_${km}_$kn.err"
+                > "$OUT/ncu_$fn.csv" 2> "$OUT/ncu_$fn.err"
             echo "ncu $km $kn rc=$?" | tee -a "$S"
-            python3 "$SRC/bench/kv_quant/device_summary.py" --ncu "$OUT/ncu_${km}_$kn.csv" 2>&1 | tee -a "$S"
+            python3 "$SRC/bench/kv_quant/device_summary.py" --ncu "$OUT/ncu_$fn.csv" 2>&1 | tee -a "$S"
         done
+        # every kernel of 16 decode steps at 16k, f16 and scheme 8 (the decode path) in one
+        # process: nsys' per-kernel sums (the setup's stores are in k_kvq_store's count)
+        NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2> /dev/null | head -1)
+        T=$(lim 120)
+        if [ -n "$NSYS" ] && [ "$T" -gt 0 ]; then
+            bin timeout "$T" "$NSYS" profile -o "$OUT/nsys_8" --force-overwrite true -t cuda \
+                "$B/cinfer_kvq_bench" "$m" --backend $BE --schemes 8 --decode-ctx 16384 --steps 16 --reps 1 \
+                > "$OUT/nsys_8.log" 2>&1
+            echo "nsys rc=$?" | tee -a "$S"
+            "$NSYS" stats --report cuda_gpu_kern_sum --format csv -o "$OUT/nsys_8" "$OUT/nsys_8.nsys-rep" > /dev/null 2>&1
+            f=$(ls "$OUT"/nsys_8*kern_sum*.csv 2> /dev/null | head -1)
+            [ -n "$f" ] && python3 -c "
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+for r in rows[:25]:
+    print('  nsys %-70s n %6s avg %10s ns  total %5s%%' % (r.get('Name', '?')[:70], r.get('Instances', '?'),
+          r.get('Avg (ns)', '?'), r.get('Time (%)', '?')))
+" "$f" 2>&1 | tee -a "$S"
+            rm -f "$OUT"/nsys_8.sqlite "$OUT"/nsys_8.nsys-rep # (large; the CSVs stay)
+        else echo "nsys: skipped (no nsys or budget)" | tee -a "$S"; fi
     fi
 fi
 
