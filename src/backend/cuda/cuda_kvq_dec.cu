@@ -12,9 +12,10 @@
  * 16-byte pieces (8 or 4 when the record size needs it), double-buffered so the next round
  * streams in while this one is computed; a lane then decodes its 8 elements from shared
  * memory into registers (affine: m + d q; Lloyd-Max: s c[q]; f16 as is) — no byte loads from
- * global memory, no float copy of the cache anywhere. 8-bit and 4-bit affine codes and
- * plain f16 sides have their own decoders; every other width is extracted with a funnel
- * shift from three 32-bit words. The row of each position (block table lookup) is computed
+ * global memory, no float copy of the cache anywhere. 8-bit and 4-bit affine codes have their
+ * own decoders; other codes are extracted with a funnel shift from three 32-bit words (the
+ * widths of 3- and 4-bit Lloyd-Max values fixed at compile time beside 8-bit keys: k8v3,
+ * k8v4; any other pair reads its formats at run time). The row of each position (block table lookup) is computed
  * a round ahead. A rotated K side is met by rotating q once, a rotated V side by unrotating
  * the output once (in the block for a one-split token, in the merge kernel otherwise); q's
  * rotation is a warp's shuffles (kq_rotate's operations in its order: the same bits).
@@ -43,7 +44,7 @@ enum {
 
 /* How a side's 8 elements are decoded: KC_ANY reads the side's format at run time (every
  * quantized format and f16); the others are fixed at compile time. */
-enum { KC_ANY = 0, KC_F16 = 1, KC_A8 = 2, KC_A4 = 3, KC_LM = 4 };
+enum { KC_ANY = 0, KC_F16 = 1, KC_A8 = 2, KC_A4 = 3, KC_LM = 4, KC_L3 = 5, KC_L4 = 6 };
 
 __constant__ float c_kd_lm[KQ_LM_N];
 
@@ -258,9 +259,9 @@ __device__ __forceinline__ void kd_dec(const uint8_t *rec, const kd_side &s, int
         const uint32_t w0 = wp[0], w1 = wp[1], w2 = wp[2];
         const uint64_t v = (uint64_t)__funnelshift_r(w0, w1, sh) |
                            ((uint64_t)__funnelshift_r(w1, w2, sh) << 32);
-        const int b = s.bits;
+        const int b = C == KC_L3 ? 3 : C == KC_L4 ? 4 : s.bits;
         const uint32_t mask = (1u << b) - 1u;
-        if (C == KC_LM || (C == KC_ANY && s.hdr == 2)) {
+        if (C == KC_LM || C == KC_L3 || C == KC_L4 || (C == KC_ANY && s.hdr == 2)) {
             const float sc = kd_h(*(const uint16_t *)(rec + hoff));
 #pragma unroll
             for (int i = 0; i < 8; i++)
@@ -308,7 +309,8 @@ __global__ void __launch_bounds__(kd_nt(HD), HD == 256 ? 1 : 3) k_kvq_sd(struct 
     __shared__ float msh[HG], lsh[HG];
     __shared__ int rows[2][KD_ROUND]; /* cache rows of a round's positions (by parity) */
     __shared__ __align__(16) float qs[HG * HD];
-    __shared__ float cbs[2][KC == KC_ANY || KC == KC_LM || VC == KC_ANY || VC == KC_LM ? 256 : 1];
+    constexpr bool LMS = KC == KC_ANY || KC >= KC_LM || VC == KC_ANY || VC >= KC_LM;
+    __shared__ float cbs[2][LMS ? 256 : 1];
 
     cu_pdl_trigger();
     cu_pdl_wait(); /* launched with PDL: the previous kernel (q, K/V) is complete */
@@ -361,7 +363,7 @@ __global__ void __launch_bounds__(kd_nt(HD), HD == 256 ? 1 : 3) k_kvq_sd(struct 
         for (int k = 0; k < HD / 32; k++)
             qs[warp * HD + lane + 32 * k] = v[k];
     }
-    if (KC == KC_ANY || KC == KC_LM || VC == KC_ANY || VC == KC_LM)
+    if (LMS)
         for (int w = 0; w < 2; w++)
             if (a.s[w].hdr == 2)
                 for (int i = tid; i < (1 << a.s[w].bits); i += NT)
@@ -551,8 +553,10 @@ static kd_kernel kd_pick(int kc, int vc)
         return k_kvq_sd<HD, HG, KC_A8, KC_A8>;
     if (kc == KC_A4 && vc == KC_A4)
         return k_kvq_sd<HD, HG, KC_A4, KC_A4>;
-    if (kc == KC_A8 && vc == KC_LM)
-        return k_kvq_sd<HD, HG, KC_A8, KC_LM>;
+    if (kc == KC_A8 && vc == KC_L4)
+        return k_kvq_sd<HD, HG, KC_A8, KC_L4>;
+    if (kc == KC_A8 && vc == KC_L3)
+        return k_kvq_sd<HD, HG, KC_A8, KC_L3>;
     return k_kvq_sd<HD, HG, KC_ANY, KC_ANY>;
 }
 
@@ -576,7 +580,11 @@ static int kd_class(const kd_side &s, int which)
         return KC_A8;
     if (s.fmt == KVF_A4)
         return KC_A4;
-    return which && s.hdr == 2 ? KC_LM : KC_ANY;
+    if (which && s.fmt == KVF_L4)
+        return KC_L4;
+    if (which && s.fmt == KVF_L3)
+        return KC_L3;
+    return KC_ANY;
 }
 
 cudaError_t cu_kvq_decode_init(struct cu_be *cb)
@@ -600,12 +608,13 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
     /* every instance may take up to ~92 KB (its static arrays beside it stay under the
      * opt-in limit); a scheme needing more (f16 sides at head_dim 256) runs the general kernel */
     static const int hds[3] = {64, 128, 256}, hgs[3] = {1, 2, 4};
-    static const int kcs[4][2] = {{KC_A8, KC_A8}, {KC_A4, KC_A4}, {KC_A8, KC_LM}, {KC_ANY, KC_ANY}};
+    static const int kcs[5][2] = {{KC_A8, KC_A8}, {KC_A4, KC_A4}, {KC_A8, KC_L4}, {KC_A8, KC_L3},
+                                  {KC_ANY, KC_ANY}};
     const int lim = (int)(cb->smem_optin < 100000 ? cb->smem_optin : 100000) - 8192;
     g_kd.smem_lim = lim;
     for (int i = 0; rc == cudaSuccess && i < 3; i++)
         for (int j = 0; rc == cudaSuccess && j < 3; j++)
-            for (int k = 0; rc == cudaSuccess && k < 4; k++)
+            for (int k = 0; rc == cudaSuccess && k < 5; k++)
                 rc = cudaFuncSetAttribute(kd_kernel_of(hds[i], hgs[j], kcs[k][0], kcs[k][1]),
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, lim);
     return rc;
