@@ -92,36 +92,53 @@ struct kq_store_args {
     kq_side s[2];
 };
 
-/* grid (n_tok, n_kv_head, 2: K then V), block: head_dim rounded up to 32 threads. */
+/* grid (n_tok, n_kv_head, 2: K then V), block: head_dim rounded up to 32 threads; thread i
+ * holds element i. The rotation is kq_rotate_rows' operations in its order (the same bits):
+ * strides below 32 by shuffles within a warp, the longer ones through shared memory. An
+ * affine group's minimum and maximum come from a butterfly over its G lanes that keeps, of
+ * equal values, the one of the lowest index — the CPU loop's choice (so a -0 / +0 tie gives
+ * the same header bytes); every lane of the group then computes the header itself. */
 __global__ void k_kvq_store(kq_store_args a)
 {
     __shared__ float x[KQ_MAX_HD];
-    __shared__ float par[2][KQ_MAX_HD / 8]; /* per group: minimum / RMS, reciprocal step */
+    __shared__ float par[2][KQ_MAX_HD / 8]; /* Lloyd-Max groups: RMS, its reciprocal */
     __shared__ uint8_t q[KQ_MAX_HD];
     const int t = blockIdx.x, g = blockIdx.y, w = blockIdx.z, i = threadIdx.x;
-    const int hd = a.hd, G = a.G, ng = hd / G;
-    const kq_side s = a.s[w];
+    const int hd = a.hd, G = a.G, ng = hd / G, gi = i / G;
+    const kq_side s = w ? a.s[1] : a.s[0]; /* (not a.s[w]: no local copy of the array) */
     const float *src = (w ? a.v : a.k) + (size_t)t * a.kvd + (size_t)g * hd;
     uint8_t *dst = (w ? a.vc : a.kc) + (size_t)a.slots[t] * s.rb + (size_t)g * ng * s.gb;
-    if (i < hd)
-        x[i] = src[i];
-    if (s.rot)
-        kq_rotate_rows(x, 1, hd, 0);
-    else
-        __syncthreads();
+    float v = i < hd ? src[i] : 0.0f;
+    if (s.rot) { /* x <- H D x (head_dim a power of two) */
+        v *= kq_sign(i);
+        for (int h = 1; h < 32 && h < hd; h <<= 1) {
+            const float o = __shfl_xor_sync(0xffffffffu, v, h);
+            v = (i & h) ? o - v : v + o;
+        }
+        for (int h = 32; h < hd; h <<= 1) { /* (blockDim == hd here) */
+            x[i] = v;
+            __syncthreads();
+            const float o = x[i ^ h];
+            __syncthreads();
+            v = (i & h) ? o - v : v + o;
+        }
+        v *= 1.0f / sqrtf((float)hd);
+    }
     if (s.hdr == 0) { /* a plain side: the row as it is (rotated or not) */
         if (i < hd) {
             if (s.fmt == KVF_F16)
-                ((__half *)dst)[i] = __float2half_rn(x[i]);
+                ((__half *)dst)[i] = __float2half_rn(v);
             else
-                ((float *)dst)[i] = x[i];
+                ((float *)dst)[i] = v;
         }
         return;
     }
-    if (i < ng) { /* group leaders: the header */
-        const float *xg = x + i * G;
-        uint8_t *gp = dst + (size_t)i * s.gb;
-        if (s.hdr == 2) {
+    if (s.hdr == 2) { /* Lloyd-Max: the group leader sums the squares in element order */
+        x[i] = v;
+        __syncthreads();
+        if (i < ng) {
+            const float *xg = x + i * G;
+            uint8_t *gp = dst + (size_t)i * s.gb;
             double ss = 0;
             for (int k = 0; k < G; k++)
                 ss += (double)xg[k] * xg[k];
@@ -131,28 +148,10 @@ __global__ void k_kvq_store(kq_store_args a)
             par[1][i] = sc > 0.0f ? 1.0f / sc : 0.0f;
             const uint16_t u = __half_as_ushort(sh);
             gp[0] = (uint8_t)u, gp[1] = (uint8_t)(u >> 8);
-        } else {
-            float mn = xg[0], mx = xg[0];
-            for (int k = 1; k < G; k++) {
-                mn = xg[k] < mn ? xg[k] : mn;
-                mx = xg[k] > mx ? xg[k] : mx;
-            }
-            const int top = (1 << s.bits) - 1;
-            const __half dh = __float2half_rn(__fdiv_rn(__fsub_rn(mx, mn), (float)top));
-            const __half mh = __float2half_rn(mn);
-            const float d = __half2float(dh);
-            par[0][i] = __half2float(mh);
-            par[1][i] = d > 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-            const uint16_t ud = __half_as_ushort(dh), um = __half_as_ushort(mh);
-            gp[0] = (uint8_t)ud, gp[1] = (uint8_t)(ud >> 8);
-            gp[2] = (uint8_t)um, gp[3] = (uint8_t)(um >> 8);
         }
-    }
-    __syncthreads();
-    if (i < hd) {
-        const int gi = i / G;
-        if (s.hdr == 2) {
-            const float u = __fmul_rn(x[i], par[1][gi]);
+        __syncthreads();
+        if (i < hd) {
+            const float u = __fmul_rn(v, par[1][gi]);
             const float *c = c_kq_lm + s.lmo;
             int lo = 0, hi = (1 << s.bits) - 1;
             while (lo < hi) { /* first level whose upper midpoint is not below u */
@@ -163,10 +162,34 @@ __global__ void k_kvq_store(kq_store_args a)
                     hi = mid;
             }
             q[i] = (uint8_t)lo;
-        } else {
-            const int top = (1 << s.bits) - 1;
-            const float v = rintf(__fmul_rn(__fsub_rn(x[i], par[0][gi]), par[1][gi]));
-            q[i] = (uint8_t)(v < 0.0f ? 0 : v > (float)top ? top : (int)v);
+        }
+    } else { /* affine: minimum and maximum over the group's lanes */
+        float mn = v, mx = v;
+        int imn = i, imx = i;
+        for (int o = 1; o < G; o <<= 1) {
+            const float omn = __shfl_xor_sync(0xffffffffu, mn, o);
+            const float omx = __shfl_xor_sync(0xffffffffu, mx, o);
+            const int jmn = __shfl_xor_sync(0xffffffffu, imn, o);
+            const int jmx = __shfl_xor_sync(0xffffffffu, imx, o);
+            if (omn < mn || (omn == mn && jmn < imn))
+                mn = omn, imn = jmn;
+            if (omx > mx || (omx == mx && jmx < imx))
+                mx = omx, imx = jmx;
+        }
+        const int top = (1 << s.bits) - 1;
+        const __half dh = __float2half_rn(__fdiv_rn(__fsub_rn(mx, mn), (float)top));
+        const __half mh = __float2half_rn(mn);
+        const float d = __half2float(dh), m = __half2float(mh);
+        const float rd = d > 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        if (i < hd) {
+            if (i % G == 0) {
+                uint8_t *gp = dst + (size_t)gi * s.gb;
+                const uint16_t ud = __half_as_ushort(dh), um = __half_as_ushort(mh);
+                gp[0] = (uint8_t)ud, gp[1] = (uint8_t)(ud >> 8);
+                gp[2] = (uint8_t)um, gp[3] = (uint8_t)(um >> 8);
+            }
+            const float c = rintf(__fmul_rn(__fsub_rn(v, m), rd));
+            q[i] = (uint8_t)(c < 0.0f ? 0 : c > (float)top ? top : (int)c);
         }
     }
     __syncthreads();
