@@ -139,7 +139,7 @@ if want bench; then
         # one decode step's attention kernels at 16k (the warm step's first layers), scheme 8
         # and f16; ncu replays each profiled kernel for its metrics
         NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2> /dev/null | head -1)
-        MET=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_read.sum.per_second,dram__throughput.avg.pct_of_peak_sustained_elapsed
+        MET=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_read.sum.per_second,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,launch__grid_size,launch__registers_per_thread
         # (the bench's setup stores 16384 synthetic rows per layer through k_kvq_store in
         # 2048 launches before the first step: the store is profiled after skipping them)
         for pr in "split:k_kvq_sd:0" "general:k_kvq_attn|k_kvq_merge:0" "split:k_attn_dec:0" "split:k_kvq_store:2048"; do

@@ -138,10 +138,16 @@ def ncu_summary(path):
         return r[i] if i is not None and i < len(r) else "?"
     for r in rows[2:]:  # rows[1]: units
         name = val(r, "Kernel Name")[:60]
-        print("  ncu %-60s time %s ns  dram read %s B  %s B/s  (%s%% of peak)" % (
-            name, val(r, "gpu__time_duration.sum"), val(r, "dram__bytes_read.sum"),
-            val(r, "dram__bytes_read.sum.per_second"),
-            val(r, "dram__throughput.avg.pct_of_peak_sustained_elapsed")))
+        print("  ncu %-40s time %s ns  dram read %s B  %s B/s  (dram %s%%, sm %s%%, issue %s%%, "
+              "warps %s%%, smem conflicts %s, grid %s, regs %s)" % (
+                  name[:40], val(r, "gpu__time_duration.sum"), val(r, "dram__bytes_read.sum"),
+                  val(r, "dram__bytes_read.sum.per_second"),
+                  val(r, "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+                  val(r, "sm__throughput.avg.pct_of_peak_sustained_elapsed"),
+                  val(r, "smsp__issue_active.avg.pct_of_peak_sustained_active"),
+                  val(r, "sm__warps_active.avg.pct_of_peak_sustained_active"),
+                  val(r, "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum"),
+                  val(r, "launch__grid_size"), val(r, "launch__registers_per_thread")))
 
 
 main()
