@@ -18,8 +18,8 @@
 #           any model path): decode tok/s at CTX (4096,16384,32768) per scheme vs f16, best of
 #           REPS (3) runs of STEPS (16) steps, once per KMODES (default "split general":
 #           CINFER_KVQ_ATTN=split, the decode path of cuda_kvq_dec.cu, the default; =general,
-#           the old kernel), then the decode path at 16k with CINFER_KVQ_SPLITS=each of
-#           SPLITS (default "64"; "" skips); bytes per token;
+#           the old kernel), then the decode path at 16k once per EXTRA word (default
+#           "CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64"; "" skips); bytes per token;
 #  PROFILE=1 (extra, after bench) ncu on one decode step's attention kernels at 16k, scheme
 #           8 and f16, per kernel: duration, DRAM bytes read and GB/s — the decode path, the
 #           general kernel, the f16 decode kernel (cuda_attn_dec.cu) and the quantizing
@@ -125,15 +125,18 @@ if want bench; then
         [ $km = split ] && DJ=$f
         [ $km = general ] && DK=$f
     done
-    for sp in ${SPLITS-64}; do
+    # variants of the decode path at 16k, one run each: VAR=VALUE words (label: the
+    # variable's last word and the value, e.g. CINFER_KVQ_NT=128 -> nt128)
+    for ev in ${EXTRA-CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64}; do
         T=$(lim 60)
-        if [ "$T" -le 0 ]; then echo "kvq_bench CINFER_KVQ_SPLITS=$sp: skipped (budget)" | tee -a "$S"; continue; fi
+        lab=$(printf %s "${ev%%=*}" | sed 's/.*_//' | tr 'A-Z' 'a-z')${ev#*=}
+        if [ "$T" -le 0 ]; then echo "kvq_bench $ev: skipped (budget)" | tee -a "$S"; continue; fi
         t4=$(date +%s)
-        f=$OUT/decode_splits$sp.json
-        CINFER_KVQ_SPLITS=$sp bin timeout "$T" "$B/cinfer_kvq_bench" "$m" --backend $BE --schemes "$SCHEMES" \
+        f=$OUT/decode_$lab.json
+        env "$ev" LD_LIBRARY_PATH=$LDP timeout "$T" "$B/cinfer_kvq_bench" "$m" --backend $BE --schemes "$SCHEMES" \
             --decode-ctx 16384 --steps ${STEPS:-16} --reps ${REPS:-3} > "$f" 2> "${f%.json}.err"
-        echo "kvq_bench $(basename "$m") decode 16k CINFER_KVQ_SPLITS=$sp rc=$? ($(( $(date +%s) - t4 )) s)" | tee -a "$S"
-        DS="$DS $sp=$f"
+        echo "kvq_bench $(basename "$m") decode 16k $ev rc=$? ($(( $(date +%s) - t4 )) s)" | tee -a "$S"
+        DS="$DS $lab=$f"
     done
     if [ "${PROFILE:-0}" = 1 ]; then
         # one decode step's attention kernels at 16k (the warm step's first layers), scheme 8
@@ -203,6 +206,6 @@ if want serve; then
 fi
 
 python3 "$SRC/bench/kv_quant/device_summary.py" --decode "$DJ" --decode-general "$DK" --quality "$QJ" \
-    --splits "$DS" \
+    --extra "$DS" \
     --gpu-json "$OUT/kv_quant_gpu.json" --device "$(head -1 "$OUT/gpu.txt")" 2>&1 | tee -a "$S"
 echo "total $(( $(date +%s) - t0 )) s" | tee -a "$S"

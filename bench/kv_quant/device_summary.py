@@ -2,12 +2,13 @@
 """device_summary.py — device_kvq.sh's summary and the issue's "gpu" object.
 
   device_summary.py [--decode SPLIT.json] [--decode-general GENERAL.json] [--quality Q.json]
-                    [--splits "N=FILE ..."] [--gpu-json OUT.json] [--device NAME]
+                    [--extra "LABEL=FILE ..."] [--gpu-json OUT.json] [--device NAME]
   device_summary.py --ncu NCU.csv     (one ncu --csv --page raw output: a line per kernel)
 
 Inputs are cinfer_kvq_bench outputs (an empty or missing path is skipped): the decode runs
 with the decode path (CINFER_KVQ_ATTN=split, cuda_kvq_dec.cu, the default) and the general
-kernel (CINFER_KVQ_ATTN=general), 16k runs of the decode path with CINFER_KVQ_SPLITS=N, and
+kernel (CINFER_KVQ_ATTN=general), 16k runs of variants of the decode path (device_kvq.sh's
+EXTRA: e.g. nt128 = CINFER_KVQ_NT=128, splits64 = CINFER_KVQ_SPLITS=64), and
 the quality run on a real model. Prints one line per scheme and writes
 {"gpu": {"schemes": {8|4|k8v4|k8v3: {...}}, "meta": {...}}}:
   bytes_per_token, compression       the decode model's (l8b: head_dim 128),
@@ -15,7 +16,7 @@ the quality run on a real model. Prints one line per scheme and writes
                                      (+ _<text> per text),
   decode_ratio_4k / _16k / _32k      the scheme's decode tok/s over f16's, the decode path,
   decode_ratio_*_general             the general kernel (CINFER_KVQ_ATTN=general),
-  decode_ratio_16k_splits<N>         the decode path with CINFER_KVQ_SPLITS=N.
+  decode_ratio_16k_<label>           a variant of the decode path.
 """
 import argparse
 import json
@@ -43,7 +44,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--decode")
     ap.add_argument("--decode-general")
-    ap.add_argument("--splits", default="")
+    ap.add_argument("--extra", default="")
     ap.add_argument("--ncu")
     ap.add_argument("--quality")
     ap.add_argument("--gpu-json")
@@ -53,9 +54,9 @@ def main():
         return ncu_summary(a.ncu)
     dg, dk, q = load(a.decode), load(a.decode_general), load(a.quality)
     runs = [(dg, ""), (dk, "_general")]
-    for item in a.splits.split():
-        n, _, path = item.partition("=")
-        runs.append((load(path), "_splits" + n))
+    for item in a.extra.split():
+        lab, _, path = item.partition("=")
+        runs.append((load(path), "_" + lab))
     rows, meta = {}, {"device": a.device}
     for name, key in NAMES.items():
         row = {}

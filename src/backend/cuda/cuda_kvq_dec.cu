@@ -5,8 +5,12 @@
  * head and HG (<= 4) of its query heads over one split of the token's positions; positions
  * go in rounds of KD_ROUND (64, absolute); a team of head_dim/8 lanes owns one position at
  * a time, a lane 8 elements; a score is 8 FMAs per lane and head plus a butterfly
- * reduce-scatter over the team; warp h keeps head h's online softmax; each team accumulates
- * its own positions' V and the teams are summed in a fixed order at the end.
+ * reduce-scatter over the team; every warp runs each head's online softmax over the round
+ * itself (the same operations, so the same bits in every warp: no block barrier between the
+ * scores and V); each team accumulates its own positions' V and the teams are summed in a
+ * fixed order at the end. NT threads a block: 256 by default (head_dim 128: 16 teams of 16,
+ * 4 positions a lane per round, 128 registers, two blocks an SM), CINFER_KVQ_NT=128 for 8
+ * teams (the first version; 3 blocks an SM of 168 registers).
  * What differs is the load: a round's head records (K and V of 64 positions, the raw bytes:
  * f16 group headers and packed codes) are copied into shared memory with cp.async in
  * 16-byte pieces (8 or 4 when the record size needs it), double-buffered so the next round
@@ -49,8 +53,8 @@ enum { KC_ANY = 0, KC_F16 = 1, KC_A8 = 2, KC_A4 = 3, KC_LM = 4, KC_L3 = 5, KC_L4
 __constant__ float c_kd_lm[KQ_LM_N];
 
 static struct {
-    int on, target, smem_lim; /* smem_lim: the dynamic shared memory every instance may take */
-} g_kd = {1, KD_TARGET, 0};
+    int on, target, nt, smem_lim; /* smem_lim: the dynamic shared memory any instance may take */
+} g_kd = {1, KD_TARGET, 256, 0};
 
 struct kd_side {
     int fmt, bits, hdr, gb, hb; /* hb: bytes of one head record */
@@ -71,8 +75,9 @@ struct kd_args {
     kd_side s[2];
 };
 
-/* Threads per block: teams of head_dim/8 lanes, 64 / TEAMS positions a lane per round. */
-__host__ __device__ constexpr int kd_nt(int hd) { return hd == 256 ? 256 : 128; }
+/* Threads per block: teams of head_dim/8 lanes, 64 / TEAMS positions a lane per round;
+ * head_dim 256 always 256, the others CINFER_KVQ_NT (256 by default, or 128). */
+static int kd_nt_of(int hd, int nt) { return hd == 256 ? 256 : nt; }
 
 /* Splits of token position pos (cuda_attn_dec.cu's rule): its attended range is [*lo,
  * pos], rounds [*r0, pos / KD_ROUND]; split z takes *per rounds from *r0 + z * *per.
@@ -290,23 +295,24 @@ __device__ __forceinline__ void kd_offs(const kd_side &s, int G, int e0, int *ho
 
 /* Dynamic shared memory: two buffers of a round's K and V records (16 bytes of slack after
  * each: the any-width decoder reads a word past a record), or the team sums at the end. */
-static size_t kd_smem(const kd_side *s, int hd, int hg)
+static size_t kd_smem(const kd_side *s, int hd, int hg, int nt)
 {
     const size_t buf = (size_t)KD_ROUND * (s[0].hb + s[1].hb) + 32;
-    const size_t red = (size_t)(kd_nt(hd) / (hd / 8)) * hg * hd * sizeof(float);
+    const size_t red = (size_t)(nt / (hd / 8)) * hg * hd * sizeof(float);
     return 2 * buf > red ? 2 * buf : red;
 }
 
-template <int HD, int HG, int KC, int VC>
-__global__ void __launch_bounds__(kd_nt(HD), HD == 256 ? 1 : 3) k_kvq_sd(struct kd_args a, int vw)
+template <int HD, int HG, int KC, int VC, int NT>
+__global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
+    k_kvq_sd(struct kd_args a, int vw)
 {
-    constexpr int NT = kd_nt(HD), TS = HD / 8, TEAMS = NT / TS, RPT = KD_ROUND / TEAMS;
+    constexpr int TS = HD / 8, TEAMS = NT / TS, RPT = KD_ROUND / TEAMS;
     constexpr int N = RPT * HG, NF = N >= TS ? N / TS : 1;
     static_assert(TEAMS * RPT == KD_ROUND && NT / 32 >= HG && TS <= 32, "layout");
     extern __shared__ __align__(16) uint8_t kd_sm[];
-    __shared__ float sc[2][HG][KD_ROUND]; /* scores, then probabilities (by round parity) */
-    __shared__ float fsh[2][HG];          /* rescale factor of the round */
-    __shared__ float msh[HG], lsh[HG];
+    __shared__ float sc[2][HG][KD_ROUND]; /* scores (by round parity) */
+    __shared__ float pws[NT / 32][HG][KD_ROUND]; /* each warp's copy of the probabilities */
+    __shared__ float mls[NT / 32][2][HG]; /* each warp's copy of each head's max and sum */
     __shared__ int rows[2][KD_ROUND]; /* cache rows of a round's positions (by parity) */
     __shared__ __align__(16) float qs[HG * HD];
     constexpr bool LMS = KC == KC_ANY || KC >= KC_LM || VC == KC_ANY || VC >= KC_LM;
@@ -343,10 +349,13 @@ __global__ void __launch_bounds__(kd_nt(HD), HD == 256 ? 1 : 3) k_kvq_sd(struct 
         const int bi = bsh >= 0 ? pc >> bsh : pc / bs, in = bsh >= 0 ? pc & (bs - 1) : pc % bs;
         return bt[bi] * bs + in;
     };
+    int nrow = 0; /* tid < 64: the row of round rd + 2's position tid, loaded a round early */
     if (tid < KD_ROUND) {
         rows[r0 & 1][tid] = row_of(r0, tid);
         if (r0 + 1 < r1)
             rows[(r0 + 1) & 1][tid] = row_of(r0 + 1, tid);
+        if (r0 + 2 < r1)
+            nrow = row_of(r0 + 2, tid);
     }
     __syncthreads();
     kd_issue<NT>(a, vw, kd_sm, kd_sm + kbo, rows[r0 & 1], hk, hv); /* round r0 into buffer 0 */
@@ -363,6 +372,8 @@ __global__ void __launch_bounds__(kd_nt(HD), HD == 256 ? 1 : 3) k_kvq_sd(struct 
         for (int k = 0; k < HD / 32; k++)
             qs[warp * HD + lane + 32 * k] = v[k];
     }
+    for (int i = tid; i < NT / 32 * HG; i += NT)
+        mls[i / HG][0][i % HG] = -INFINITY, mls[i / HG][1][i % HG] = 0.0f;
     if (LMS)
         for (int w = 0; w < 2; w++)
             if (a.s[w].hdr == 2)
@@ -385,7 +396,6 @@ __global__ void __launch_bounds__(kd_nt(HD), HD == 256 ? 1 : 3) k_kvq_sd(struct 
 #pragma unroll
         for (int k = 0; k < 8; k++)
             acc[h][k] = 0.0f;
-    float m = -INFINITY, l = 0.0f; /* warp h < HG: head h's running max and sum */
     int buf = 0;
     for (int rd = r0; rd < r1; rd++, buf ^= 1) {
         kd_cp_wait_all(); /* this thread's copies of round rd have landed */
@@ -395,8 +405,11 @@ __global__ void __launch_bounds__(kd_nt(HD), HD == 256 ? 1 : 3) k_kvq_sd(struct 
             uint8_t *nb = kd_sm + (buf ^ 1) * bufsz;
             kd_issue<NT>(a, vw, nb, nb + kbo, rows[(rd + 1) & 1], hk, hv);
         }
-        if (rd + 2 < r1 && tid < KD_ROUND) /* rows[rd & 1] was read by round rd's issue */
-            rows[rd & 1][tid] = row_of(rd + 2, tid);
+        if (rd + 2 < r1 && tid < KD_ROUND) { /* rows[rd & 1] was read by round rd's issue */
+            rows[rd & 1][tid] = nrow;
+            if (rd + 3 < r1)
+                nrow = row_of(rd + 3, tid); /* used next round: its latency is hidden */
+        }
         /* partial dots of this lane's 8 dims, then summed over the team */
         float s[N];
 #pragma unroll
@@ -424,42 +437,44 @@ __global__ void __launch_bounds__(kd_nt(HD), HD == 256 ? 1 : 3) k_kvq_sd(struct 
             sc[buf][h][j] = p >= lo && p <= pos ? x : -INFINITY;
         }
         __syncthreads();
-        if (warp < HG) {
-            const float s0 = sc[buf][warp][lane], s1 = sc[buf][warp][lane + 32];
-            const float mn = fmaxf(m, cu_warp_max(fmaxf(s0, s1)));
-            float f = 1.0f, p0 = 0.0f, p1 = 0.0f;
-            if (mn != -INFINITY)
-                f = expf(m - mn), p0 = expf(s0 - mn), p1 = expf(s1 - mn);
-            l = l * f + cu_warp_sum(p0 + p1);
-            m = mn;
-            sc[buf][warp][lane] = p0, sc[buf][warp][lane + 32] = p1;
-            if (lane == 0)
-                fsh[buf][warp] = f;
-        }
-        __syncthreads();
+        /* every warp runs each head's online softmax over the round (the same operations in
+         * every warp, so the same bits) into its own copy of the probabilities: no barrier
+         * between the scores and V */
+        float *pw = &pws[warp][0][0];
 #pragma unroll
         for (int h = 0; h < HG; h++) {
-            const float f = fsh[buf][h];
+            const float s0 = sc[buf][h][lane], s1 = sc[buf][h][lane + 32];
+            const float mo = mls[warp][0][h], lo_ = mls[warp][1][h];
+            const float mn = fmaxf(mo, cu_warp_max(fmaxf(s0, s1)));
+            float f = 1.0f, p0 = 0.0f, p1 = 0.0f;
+            if (mn != -INFINITY)
+                f = expf(mo - mn), p0 = expf(s0 - mn), p1 = expf(s1 - mn);
+            const float ln = lo_ * f + cu_warp_sum(p0 + p1);
+            __syncwarp(); /* every lane has read mls before lane 0 writes it */
+            if (lane == 0)
+                mls[warp][0][h] = mn, mls[warp][1][h] = ln;
+            pw[h * KD_ROUND + lane] = p0, pw[h * KD_ROUND + lane + 32] = p1;
 #pragma unroll
             for (int k = 0; k < 8; k++)
                 acc[h][k] *= f;
         }
+        __syncwarp();
 #pragma unroll
         for (int r = 0; r < RPT; r++) {
             float vf[8];
-            kd_dec<VC>(vb + (r * TEAMS + team) * a.s[1].hb, a.s[1], vhoff, vcoff, cbv, vf);
+            const int j = r * TEAMS + team;
+            kd_dec<VC>(vb + j * a.s[1].hb, a.s[1], vhoff, vcoff, cbv, vf);
 #pragma unroll
             for (int h = 0; h < HG; h++) {
-                const float pr = sc[buf][h][r * TEAMS + team];
+                const float pr = pw[h * KD_ROUND + j];
 #pragma unroll
                 for (int k = 0; k < 8; k++)
                     acc[h][k] = fmaf(pr, vf[k], acc[h][k]);
             }
         }
     }
-    if (warp < HG && lane == 0)
-        msh[warp] = m, lsh[warp] = l;
     __syncthreads(); /* the buffers are free: the team sums go there */
+    const float *msh = mls[0][0], *lsh = mls[0][1]; /* (every warp holds the same) */
     float *red = (float *)kd_sm; /* (TEAMS, HG, HD) */
 #pragma unroll
     for (int h = 0; h < HG; h++) {
@@ -546,30 +561,34 @@ __global__ void __launch_bounds__(HD) k_kvq_sd_merge(struct kd_args a)
 
 typedef void (*kd_kernel)(struct kd_args, int);
 
-template <int HD, int HG>
+template <int HD, int HG, int NT>
 static kd_kernel kd_pick(int kc, int vc)
 {
     if (kc == KC_A8 && vc == KC_A8) /* the fixed decoders; any other pair: the any-width one */
-        return k_kvq_sd<HD, HG, KC_A8, KC_A8>;
+        return k_kvq_sd<HD, HG, KC_A8, KC_A8, NT>;
     if (kc == KC_A4 && vc == KC_A4)
-        return k_kvq_sd<HD, HG, KC_A4, KC_A4>;
+        return k_kvq_sd<HD, HG, KC_A4, KC_A4, NT>;
     if (kc == KC_A8 && vc == KC_L4)
-        return k_kvq_sd<HD, HG, KC_A8, KC_L4>;
+        return k_kvq_sd<HD, HG, KC_A8, KC_L4, NT>;
     if (kc == KC_A8 && vc == KC_L3)
-        return k_kvq_sd<HD, HG, KC_A8, KC_L3>;
-    return k_kvq_sd<HD, HG, KC_ANY, KC_ANY>;
+        return k_kvq_sd<HD, HG, KC_A8, KC_L3, NT>;
+    return k_kvq_sd<HD, HG, KC_ANY, KC_ANY, NT>;
 }
 
-template <int HD>
+template <int HD, int NT>
 static kd_kernel kd_pick_hg(int hg, int kc, int vc)
 {
-    return hg == 4 ? kd_pick<HD, 4>(kc, vc) : hg == 2 ? kd_pick<HD, 2>(kc, vc) : kd_pick<HD, 1>(kc, vc);
+    return hg == 4 ? kd_pick<HD, 4, NT>(kc, vc) : hg == 2 ? kd_pick<HD, 2, NT>(kc, vc)
+                                                   : kd_pick<HD, 1, NT>(kc, vc);
 }
 
-static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc)
+static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt)
 {
-    return hd == 64 ? kd_pick_hg<64>(hg, kc, vc) : hd == 128 ? kd_pick_hg<128>(hg, kc, vc)
-                                                  : kd_pick_hg<256>(hg, kc, vc);
+    if (hd == 256)
+        return kd_pick_hg<256, 256>(hg, kc, vc);
+    if (nt == 128)
+        return hd == 64 ? kd_pick_hg<64, 128>(hg, kc, vc) : kd_pick_hg<128, 128>(hg, kc, vc);
+    return hd == 64 ? kd_pick_hg<64, 256>(hg, kc, vc) : kd_pick_hg<128, 256>(hg, kc, vc);
 }
 
 static int kd_class(const kd_side &s, int which)
@@ -590,7 +609,9 @@ static int kd_class(const kd_side &s, int which)
 cudaError_t cu_kvq_decode_init(struct cu_be *cb)
 {
     const char *m = getenv("CINFER_KVQ_ATTN"), *sp = getenv("CINFER_KVQ_SPLITS");
+    const char *nt = getenv("CINFER_KVQ_NT");
     g_kd.on = !(m && !strcmp(m, "general"));
+    g_kd.nt = nt && !strcmp(nt, "128") ? 128 : 256;
     g_kd.target = KD_TARGET;
     if (sp) {
         const long v = strtol(sp, NULL, 10);
@@ -615,8 +636,9 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
     for (int i = 0; rc == cudaSuccess && i < 3; i++)
         for (int j = 0; rc == cudaSuccess && j < 3; j++)
             for (int k = 0; rc == cudaSuccess && k < 5; k++)
-                rc = cudaFuncSetAttribute(kd_kernel_of(hds[i], hgs[j], kcs[k][0], kcs[k][1]),
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, lim);
+                for (int n = 128; rc == cudaSuccess && n <= 256; n += 128)
+                    rc = cudaFuncSetAttribute(kd_kernel_of(hds[i], hgs[j], kcs[k][0], kcs[k][1], n),
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, lim);
     return rc;
 }
 
@@ -660,7 +682,8 @@ int cu_kvq_decode(struct cu_be *cb, float *out, const float *q, const struct be_
     const int hg = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1, nsub = group / hg;
     if ((long long)a->n_kv_head * nsub > 65535)
         return 0;
-    const size_t smem = kd_smem(s, hd, hg);
+    const int nt = kd_nt_of(hd, g_kd.nt);
+    const size_t smem = kd_smem(s, hd, hg, nt);
     if (smem > (size_t)g_kd.smem_lim)
         return 0;
     const int rounds = (int)((cap + KD_ROUND - 1) / KD_ROUND);
@@ -687,9 +710,9 @@ int cu_kvq_decode(struct cu_be *cb, float *out, const float *q, const struct be_
         x.part = (float *)p;
         x.ml = (float2 *)(p + rows * (size_t)hd * sizeof(float));
     }
-    const kd_kernel k = kd_kernel_of(hd, hg, kd_class(s[0], 0), kd_class(s[1], 1));
+    const kd_kernel k = kd_kernel_of(hd, hg, kd_class(s[0], 0), kd_class(s[1], 1), nt);
     cu_launch(cb, k, dim3((unsigned)maxs, (unsigned)(a->n_kv_head * nsub), (unsigned)a->n_tok),
-              dim3((unsigned)kd_nt(hd)), smem, x, vw);
+              dim3((unsigned)nt), smem, x, vw);
     cu_after_launch(cb, "attention (quantized KV, decode)");
     if (maxs > 1) {
         void (*mk)(struct kd_args) = hd == 64    ? k_kvq_sd_merge<64>
