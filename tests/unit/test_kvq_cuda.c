@@ -9,9 +9,10 @@
  * - the decode path (cuda_kvq_dec.cu, steps of <= 64 tokens): a token 4000 positions in
  *   (many rounds per split) within tolerance, and its output bit for bit the same alone
  *   (context capacity 4096) and in a step of three tokens with a capacity of 5120.
- * On CUDA every case runs twice: with the default kernels (the decode path for steps of up to
- * 64 tokens), then with CINFER_KVQ_ATTN=general (the general kernel for every step); a
- * CINFER_KVQ_ATTN set by the caller runs that choice only.
+ * On CUDA every case runs three times: with the default kernels (the decode path for steps of
+ * up to 64 tokens), with CINFER_KVQ_ATTN=general (the general kernel for every step), and
+ * with CINFER_KVQ_NT=128 (the decode path's 128-thread layout); a CINFER_KVQ_ATTN set by the
+ * caller runs that choice only.
  * Skipped (status 77) where the CUDA backend cannot open (no GPU, or a build without it):
  * the device run is bench/kv_quant/device_kvq.sh. CINFER_TEST_BACKEND names another backend
  * to compare with the CPU. */
@@ -374,6 +375,18 @@ int main(void)
         if (!g_dev)
             return harness_done();
         printf("-- CINFER_KVQ_ATTN=general\n");
+        RUN(test_formats_hd128);
+        RUN(test_other_geometries);
+        RUN(test_long_invariant);
+        /* and the decode path's other block layout (8 teams of a head: CINFER_KVQ_NT=128) */
+        be_free(g_dev);
+        unsetenv("CINFER_KVQ_ATTN");
+        setenv("CINFER_KVQ_NT", "128", 1);
+        g_dev = be_new(bn, &bc, &e);
+        CHECK_MSG(g_dev != NULL, "%s", e.msg);
+        if (!g_dev)
+            return harness_done();
+        printf("-- CINFER_KVQ_NT=128\n");
         RUN(test_formats_hd128);
         RUN(test_other_geometries);
         RUN(test_long_invariant);
