@@ -6,6 +6,8 @@
  *   few tokens of one sequence in a step, and a prefill step of more than 64 tokens (the
  *   tiled mode), GQA 2:1 and 6:1, head_dim 64 / 128 / 256 and 80 (groups of 16, no
  *   rotation), a sliding window, a softcap.
+ * - rope_kv_store on a quantized cache (CUDA: one launch, cuda_kvq.cu) gives the bits of
+ *   rope(q), rope(k) and kv_store(k, v);
  * - the decode path (cuda_kvq_dec.cu, steps of <= 64 tokens): a token 4000 positions in
  *   (many rounds per split) within tolerance, and its output bit for bit the same alone
  *   (context capacity 4096) and in a step of three tokens with a capacity of 5120.
@@ -343,6 +345,88 @@ static void test_long_invariant(void)
         run_long(&some[j]);
 }
 
+/* The backend's rope_kv_store on a quantized cache (CUDA: one launch) gives the bits of
+ * rope(q), rope(k) and kv_store(k, v): q, k and every cache byte compared. */
+static void run_rope_store(const struct scheme *sc, int rot_dim, int mode)
+{
+    struct cerr e = {0};
+    int code;
+    const int hd = 128, nkv = 2, nh = 8, kvd = hd * nkv, n = 5, nslot = 64;
+    if (kvq_code(sc->kf, sc->vf, sc->rk, sc->rv, hd, &code, &e)) {
+        CHECK_MSG(0, "kvq_code: %s", e.msg);
+        return;
+    }
+    const size_t rk = kvq_row_bytes(code, 0, kvd), rv = kvq_row_bytes(code, 1, kvd);
+    const int32_t pos[5] = {0, 7, 100, 1000, 3}, slots[5] = {3, 17, 40, 2, 60};
+    float *q = malloc(sizeof(float) * n * nh * hd), *k = malloc(sizeof(float) * n * kvd),
+          *v = malloc(sizeof(float) * n * kvd), *inv = malloc(sizeof(float) * (size_t)rot_dim / 2);
+    for (int i = 0; i < n * nh * hd; i++)
+        q[i] = gauss();
+    for (int i = 0; i < n * kvd; i++)
+        k[i] = gauss() + (i % hd == 5 ? 3.0f : 0.0f), v[i] = gauss();
+    for (int i = 0; i < rot_dim / 2; i++)
+        inv[i] = (float)pow(10000.0, -2.0 * i / rot_dim);
+    float *dq[2], *dk[2];
+    void *kc[2], *vc[2];
+    float *dv = dev_from(v, sizeof(float) * n * kvd), *dinv = dev_from(inv, sizeof(float) * (size_t)rot_dim / 2);
+    int32_t *dpos = dev_from(pos, sizeof pos), *dslots = dev_from(slots, sizeof slots);
+    char *zk = calloc(1, nslot * rk), *zv = calloc(1, nslot * rv);
+    for (int p = 0; p < 2; p++) {
+        dq[p] = dev_from(q, sizeof(float) * n * nh * hd), dk[p] = dev_from(k, sizeof(float) * n * kvd);
+        kc[p] = dev_from(zk, nslot * rk), vc[p] = dev_from(zv, nslot * rv);
+    }
+    /* 0: the fused op; 1: its three parts */
+    struct be_rope_kv r = {.q = dq[0], .k = dk[0], .v = dv, .pos = dpos, .slots = dslots,
+                           .n_tok = n, .n_head = nh, .n_kv_head = nkv, .head_dim = hd,
+                           .rot_dim = rot_dim, .mode = mode, .inv_freq = dinv, .mscale = 1.0f,
+                           .k_cache = kc[0], .v_cache = vc[0], .kv_dtype = code};
+    g_dev->ops->rope_kv_store(g_dev, &r);
+    g_dev->ops->rope(g_dev, dq[1], dpos, n, nh, hd, rot_dim, mode, dinv, 1.0f);
+    g_dev->ops->rope(g_dev, dk[1], dpos, n, nkv, hd, rot_dim, mode, dinv, 1.0f);
+    g_dev->ops->kv_store(g_dev, kc[1], vc[1], code, dk[1], dv, dslots, n, kvd);
+    float *hq[2], *hk[2];
+    char *hkc[2], *hvc[2];
+    for (int p = 0; p < 2; p++) {
+        hq[p] = malloc(sizeof(float) * n * nh * hd), hk[p] = malloc(sizeof(float) * n * kvd);
+        hkc[p] = malloc(nslot * rk), hvc[p] = malloc(nslot * rv);
+        host_from(hq[p], dq[p], sizeof(float) * n * nh * hd);
+        host_from(hk[p], dk[p], sizeof(float) * n * kvd);
+        host_from(hkc[p], kc[p], nslot * rk);
+        host_from(hvc[p], vc[p], nslot * rv);
+    }
+    const int same_q = !memcmp(hq[0], hq[1], sizeof(float) * n * nh * hd);
+    const int same_k = !memcmp(hk[0], hk[1], sizeof(float) * n * kvd);
+    const int same_c = !memcmp(hkc[0], hkc[1], nslot * rk) && !memcmp(hvc[0], hvc[1], nslot * rv);
+    const int moved = memcmp(hq[1], q, sizeof(float) * n * nh * hd) != 0; /* rope did something */
+    printf("rope_kv_store k %-4s v %-4s rot_dim %d mode %d: q %s, k %s, cache %s\n",
+           kvq_fmt_name(sc->kf), kvq_fmt_name(sc->vf), rot_dim, mode, same_q ? "same" : "DIFFERS",
+           same_k ? "same" : "DIFFERS", same_c ? "same" : "DIFFERS");
+    CHECK_MSG(same_q && same_k && same_c && moved,
+              "k %s v %s: rope_kv_store differs from rope + rope + kv_store (q %d k %d cache %d)",
+              kvq_fmt_name(sc->kf), kvq_fmt_name(sc->vf), same_q, same_k, same_c);
+    for (int p = 0; p < 2; p++) {
+        g_dev->ops->free(g_dev, dq[p]), g_dev->ops->free(g_dev, dk[p]);
+        g_dev->ops->free(g_dev, kc[p]), g_dev->ops->free(g_dev, vc[p]);
+        free(hq[p]), free(hk[p]), free(hkc[p]), free(hvc[p]);
+    }
+    g_dev->ops->free(g_dev, dv), g_dev->ops->free(g_dev, dinv);
+    g_dev->ops->free(g_dev, dpos), g_dev->ops->free(g_dev, dslots);
+    free(q), free(k), free(v), free(inv), free(zk), free(zv);
+}
+
+static void test_rope_store(void)
+{
+    if (!g_dev->ops->rope_kv_store) {
+        printf("rope_kv_store: not an op of this backend (nothing to compare)\n");
+        return;
+    }
+    const struct scheme some[] = {{KVF_A8, KVF_A8, 1, 0}, {KVF_A4, KVF_A4, 1, 1},
+                                  {KVF_A8, KVF_L3, 1, 1}, {KVF_F16, KVF_L8, 0, 1}};
+    for (size_t j = 0; j < sizeof some / sizeof *some; j++)
+        run_rope_store(&some[j], 128, 0);
+    run_rope_store(&some[2], 64, 1); /* partial rotation, NEOX pairs */
+}
+
 int main(void)
 {
     struct cerr e = {0};
@@ -366,6 +450,7 @@ int main(void)
     RUN(test_formats_hd128);
     RUN(test_other_geometries);
     RUN(test_long_invariant);
+    RUN(test_rope_store);
     if (both) {
         /* again with the general kernel (CINFER_KVQ_ATTN is read at backend creation) */
         be_free(g_dev);

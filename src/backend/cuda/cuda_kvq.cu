@@ -24,6 +24,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_kvq.cuh"
 
@@ -98,17 +99,26 @@ struct kq_store_args {
  * affine group's minimum and maximum come from a butterfly over its G lanes that keeps, of
  * equal values, the one of the lowest index — the CPU loop's choice (so a -0 / +0 tie gives
  * the same header bytes); every lane of the group then computes the header itself. */
-__global__ void k_kvq_store(kq_store_args a)
+struct kq_store_sm {
+    float x[KQ_MAX_HD];
+    float par[2][KQ_MAX_HD / 8]; /* Lloyd-Max groups: RMS, its reciprocal */
+    uint8_t q[KQ_MAX_HD];
+};
+
+/* Token t's KV head g of side w (0 K, 1 V) quantized into the cache (every thread of the
+ * block calls it; the source row is read through L2: it may have been written by this
+ * block just before, behind a barrier). */
+__device__ void kq_store_head(const kq_store_args &a, int t, int g, int w, kq_store_sm &sm)
 {
-    __shared__ float x[KQ_MAX_HD];
-    __shared__ float par[2][KQ_MAX_HD / 8]; /* Lloyd-Max groups: RMS, its reciprocal */
-    __shared__ uint8_t q[KQ_MAX_HD];
-    const int t = blockIdx.x, g = blockIdx.y, w = blockIdx.z, i = threadIdx.x;
+    float *x = sm.x;
+    float(*par)[KQ_MAX_HD / 8] = sm.par;
+    uint8_t *q = sm.q;
+    const int i = threadIdx.x;
     const int hd = a.hd, G = a.G, ng = hd / G, gi = i / G;
     const kq_side s = w ? a.s[1] : a.s[0]; /* (not a.s[w]: no local copy of the array) */
     const float *src = (w ? a.v : a.k) + (size_t)t * a.kvd + (size_t)g * hd;
     uint8_t *dst = (w ? a.vc : a.kc) + (size_t)a.slots[t] * s.rb + (size_t)g * ng * s.gb;
-    float v = i < hd ? src[i] : 0.0f;
+    float v = i < hd ? __ldcg(src + i) : 0.0f;
     if (s.rot) { /* x <- H D x (head_dim a power of two) */
         v *= kq_sign(i);
         for (int h = 1; h < 32 && h < hd; h <<= 1) {
@@ -203,6 +213,79 @@ __global__ void k_kvq_store(kq_store_args a)
         for (int j = 0; j < s.bits; j++)
             c[j] = (uint8_t)(acc >> (8 * j));
     }
+}
+
+__global__ void k_kvq_store(kq_store_args a)
+{
+    __shared__ kq_store_sm sm;
+    kq_store_head(a, blockIdx.x, blockIdx.y, blockIdx.z, sm);
+}
+
+/* rope of one pair (cuda_ops.cu's k_rope / rope_pair arithmetic: the same bits) */
+struct kq_rope_args {
+    float *q, *k;
+    const int32_t *pos;
+    int n_head, half, neox;
+    const float *inv_freq;
+    float mscale;
+};
+
+__device__ __forceinline__ void kq_rope_pair(float *v, int i, const kq_rope_args &r, float pos)
+{
+    const float ang = __fmul_rn(pos, r.inv_freq[i]);
+    const float c = __fmul_rn(cosf(ang), r.mscale), sn = __fmul_rn(sinf(ang), r.mscale);
+    const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + r.half : 2 * i + 1;
+    const float x0 = v[i0], x1 = v[i1];
+    v[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+    v[i1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
+}
+
+/* rope(q), rope(k), kv_store(k, v) in one launch. grid (n_tok, n_head + n_kv_head), block:
+ * head_dim rounded up to 32 threads. Block (t, h < n_head) rotates q head h in place; block
+ * (t, n_head + g) rotates k head g in place, then quantizes and stores that head's K and V. */
+__global__ void k_kvq_rope_store(kq_store_args a, kq_rope_args r)
+{
+    __shared__ kq_store_sm sm;
+    const int t = blockIdx.x, hh = blockIdx.y;
+    const float pos = (float)r.pos[t];
+    if (hh < r.n_head) {
+        float *qh = r.q + ((size_t)t * r.n_head + hh) * a.hd;
+        for (int i = threadIdx.x; i < r.half; i += blockDim.x)
+            kq_rope_pair(qh, i, r, pos);
+        return;
+    }
+    const int g = hh - r.n_head;
+    float *kh = r.k + (size_t)t * a.kvd + (size_t)g * a.hd;
+    for (int i = threadIdx.x; i < r.half; i += blockDim.x)
+        kq_rope_pair(kh, i, r, pos);
+    __syncthreads(); /* this head's k rotated (read back through L2 by the store) */
+    kq_store_head(a, t, g, 0, sm);
+    __syncthreads();
+    kq_store_head(a, t, g, 1, sm);
+}
+
+static int g_kq_fuse_rope = 1; /* CINFER_KVQ_ROPE_STORE=split: three launches (measurement) */
+
+int cu_kvq_rope_store(struct cu_be *cb, const struct be_rope_kv *r)
+{
+    const int hd = kvq_head_dim_of(r->kv_dtype), kvd = r->n_kv_head * r->head_dim;
+    if (!g_kq_fuse_rope || hd != r->head_dim || hd > KQ_MAX_HD || r->rot_dim > hd ||
+        r->rot_dim % 2 || (long long)r->n_head + r->n_kv_head > 65535)
+        return 0;
+    if (r->n_tok <= 0)
+        return 1;
+    kq_store_args x;
+    x.kc = (uint8_t *)r->k_cache, x.vc = (uint8_t *)r->v_cache, x.k = r->k, x.v = r->v;
+    x.slots = r->slots, x.kvd = kvd, x.hd = hd, x.G = kvq_group_of(r->kv_dtype);
+    x.s[0] = kq_side_of(r->kv_dtype, 0, kvd);
+    x.s[1] = kq_side_of(r->kv_dtype, 1, kvd);
+    kq_rope_args ra;
+    ra.q = r->q, ra.k = r->k, ra.pos = r->pos, ra.n_head = r->n_head, ra.half = r->rot_dim / 2;
+    ra.neox = r->mode == BE_ROPE_NEOX, ra.inv_freq = r->inv_freq, ra.mscale = r->mscale;
+    k_kvq_rope_store<<<dim3((unsigned)r->n_tok, (unsigned)(r->n_head + r->n_kv_head)),
+                       (hd + 31) / 32 * 32, 0, cb->stream>>>(x, ra);
+    cu_after_launch(cb, "rope + kv_store (quantized)");
+    return 1;
 }
 
 void cu_kvq_store(struct cu_be *cb, void *k_cache, void *v_cache, int kv_dtype, const float *k,
@@ -463,6 +546,8 @@ cudaError_t cu_kvq_init(struct cu_be *cb)
         need = cb->smem_optin;
     cudaError_t rc = cudaFuncSetAttribute(k_kvq_attn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           (int)need);
+    const char *rs = getenv("CINFER_KVQ_ROPE_STORE");
+    g_kq_fuse_rope = !(rs && !strcmp(rs, "split"));
     if (rc == cudaSuccess)
         rc = cu_kvq_decode_init(cb);
     float lm[KQ_LM_N];
