@@ -19,7 +19,8 @@
 #           REPS (3) runs of STEPS (16) steps, once per KMODES (default "split general":
 #           CINFER_KVQ_ATTN=split, the decode path of cuda_kvq_dec.cu, the default; =general,
 #           the old kernel), then the decode path at 16k once per EXTRA word (default
-#           "CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64"; "" skips); bytes per token;
+#           "CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64 CINFER_KVQ_ROPE_STORE=split"; "" skips);
+#           bytes per token;
 #  PROFILE=1 (extra, after bench) ncu on one decode step's attention kernels at 16k, scheme
 #           8 and f16, per kernel: duration, DRAM bytes read and GB/s — the decode path, the
 #           general kernel, the f16 decode kernel (cuda_attn_dec.cu) and the quantizing
@@ -127,7 +128,7 @@ if want bench; then
     done
     # variants of the decode path at 16k, one run each: VAR=VALUE words (label: the
     # variable's last word and the value, e.g. CINFER_KVQ_NT=128 -> nt128)
-    for ev in ${EXTRA-CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64}; do
+    for ev in ${EXTRA-CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64 CINFER_KVQ_ROPE_STORE=split}; do
         T=$(lim 60)
         lab=$(printf %s "${ev%%=*}" | sed 's/.*_//' | tr 'A-Z' 'a-z')${ev#*=}
         if [ "$T" -le 0 ]; then echo "kvq_bench $ev: skipped (budget)" | tee -a "$S"; continue; fi
@@ -144,8 +145,9 @@ if want bench; then
         NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2> /dev/null | head -1)
         MET=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_read.sum.per_second,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,launch__grid_size,launch__registers_per_thread
         # (the bench's setup stores 16384 synthetic rows per layer through k_kvq_store in
-        # 2048 launches before the first step: the store is profiled after skipping them)
-        for pr in "split:k_kvq_sd:0" "general:k_kvq_attn|k_kvq_merge:0" "split:k_attn_dec:0" "split:k_kvq_store:2048"; do
+        # 2048 launches before the first step: the decode's rope + store (k_kvq_rope_store)
+        # is profiled after skipping them)
+        for pr in "split:k_kvq_sd:0" "general:k_kvq_attn|k_kvq_merge:0" "split:k_attn_dec:0" "split:k_kvq_rope_store|k_kvq_store:2048"; do
             km=${pr%%:*} kn=${pr#*:} sk=${pr##*:}
             kn=${kn%:*}
             fn=$(printf %s "${km}_$kn" | tr -c 'A-Za-z0-9_' '_')
