@@ -25,7 +25,8 @@
 #           8 and f16, per kernel: duration, DRAM bytes read and GB/s — the decode path, the
 #           general kernel, the f16 decode kernel (cuda_attn_dec.cu) and the quantizing
 #           store: $OUT/ncu_*.csv; then nsys over 16 decode steps (f16 and 8): the
-#           per-kernel sums (the top 25 in the summary, all in $OUT/nsys_8*.csv);
+#           per-kernel sums (the top 25 in the summary, all in $OUT/nsys_8*.csv); NCU_SET
+#           picks the ncu runs ("MODE:KERNEL_REGEX:SKIP ..."), NSYS_ON=0 skips nsys;
 #  serve    (extra) cinfer serve --backend cuda --kv-quant turbo on stories260K: /stats and
 #           one greedy completion beside the CPU backend's.
 # Then device_summary.py writes $OUT/kv_quant_gpu.json: the issue's "gpu" object
@@ -147,7 +148,7 @@ if want bench; then
         # (the bench's setup stores 16384 synthetic rows per layer through k_kvq_store in
         # 2048 launches before the first step: the decode's rope + store (k_kvq_rope_store)
         # is profiled after skipping them)
-        for pr in "split:k_kvq_sd:0" "general:k_kvq_attn|k_kvq_merge:0" "split:k_attn_dec:0" "split:k_kvq_rope_store|k_kvq_store:2048"; do
+        for pr in ${NCU_SET:-split:k_kvq_sd:0 general:k_kvq_attn|k_kvq_merge:0 split:k_attn_dec:0 split:k_kvq_rope_store|k_kvq_store:2048}; do
             km=${pr%%:*} kn=${pr#*:} sk=${pr##*:}
             kn=${kn%:*}
             fn=$(printf %s "${km}_$kn" | tr -c 'A-Za-z0-9_' '_')
@@ -162,6 +163,7 @@ if want bench; then
         # every kernel of 16 decode steps at 16k, f16 and scheme 8 (the decode path) in one
         # process: nsys' per-kernel sums (the setup's stores are in k_kvq_store's count)
         NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2> /dev/null | head -1)
+        [ "${NSYS_ON:-1}" = 1 ] || NSYS=""
         T=$(lim 120)
         if [ -n "$NSYS" ] && [ "$T" -gt 0 ]; then
             bin timeout "$T" "$NSYS" profile -o "$OUT/nsys_8" --force-overwrite true -t cuda \
