@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
 """device_summary.py — device_kvq.sh's summary and the issue's "gpu" object.
 
-  device_summary.py [--decode GENERAL.json] [--decode-kvqdec KVQDEC.json] [--quality Q.json]
-                    [--gpu-json OUT.json] [--device NAME]
+  device_summary.py [--decode SPLIT.json] [--decode-general GENERAL.json] [--quality Q.json]
+                    [--extra "LABEL=FILE ..."] [--gpu-json OUT.json] [--device NAME]
+  device_summary.py --ncu NCU.csv     (one ncu --csv --page raw output: a line per kernel)
 
 Inputs are cinfer_kvq_bench outputs (an empty or missing path is skipped): the decode runs
-with the general attention kernel (CINFER_KVQ_DEC=0) and the decode-step kernel
-(CINFER_KVQ_DEC=1), and the quality run on a real model. Prints one line per scheme and
-writes {"gpu": {"schemes": {8|4|k8v4|k8v3: {...}}, "meta": {...}}}:
+with the decode path (CINFER_KVQ_ATTN=split, cuda_kvq_dec.cu, the default) and the general
+kernel (CINFER_KVQ_ATTN=general), 16k runs of variants of the decode path (device_kvq.sh's
+EXTRA: e.g. nt128 = CINFER_KVQ_NT=128, splits64 = CINFER_KVQ_SPLITS=64), and
+the quality run on a real model. Prints one line per scheme and writes
+{"gpu": {"schemes": {8|4|k8v4|k8v3: {...}}, "meta": {...}}}:
   bytes_per_token, compression       the decode model's (l8b: head_dim 128),
   ppl_delta_frac, kl_mean            the quality model's, over all scored tokens of all texts
                                      (+ _<text> per text),
-  decode_ratio_4k / _16k / _32k      the general kernel (the default unless KVQ_DEC_DEFAULT
-                                     is 1 in cuda_kvq.cu), f16 tok/s over the scheme's,
-  decode_ratio_*_kvq_dec             the decode-step kernel.
+  decode_ratio_4k / _16k / _32k      the scheme's decode tok/s over f16's, the decode path,
+  decode_ratio_*_general             the general kernel (CINFER_KVQ_ATTN=general),
+  decode_ratio_16k_<label>           a variant of the decode path.
 """
 import argparse
 import json
@@ -40,12 +43,20 @@ def load(p):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--decode")
-    ap.add_argument("--decode-kvqdec")
+    ap.add_argument("--decode-general")
+    ap.add_argument("--extra", default="")
+    ap.add_argument("--ncu")
     ap.add_argument("--quality")
     ap.add_argument("--gpu-json")
     ap.add_argument("--device", default="")
     a = ap.parse_args()
-    dg, dk, q = load(a.decode), load(a.decode_kvqdec), load(a.quality)
+    if a.ncu:
+        return ncu_summary(a.ncu)
+    dg, dk, q = load(a.decode), load(a.decode_general), load(a.quality)
+    runs = [(dg, ""), (dk, "_general")]
+    for item in a.extra.split():
+        lab, _, path = item.partition("=")
+        runs.append((load(path), "_" + lab))
     rows, meta = {}, {"device": a.device}
     for name, key in NAMES.items():
         row = {}
@@ -67,7 +78,7 @@ def main():
             if "bytes_per_token" not in row:
                 row["bytes_per_token"] = s["bytes_per_token"]
                 row["compression"] = round(s["compression"], 4)
-        for d, suffix in ((dg, ""), (dk, "_kvq_dec")):
+        for d, suffix in runs:
             if d and name in d["schemes"]:
                 sd = d["schemes"][name]
                 for k in sorted((k for k in sd if k.startswith("decode_ratio_")),
@@ -80,7 +91,8 @@ def main():
             rows[key] = row
             print("  %-5s " % key + "  ".join("%s %s" % (k, v) for k, v in row.items()
                                               if not k.endswith(("_prose", "_code"))))
-    for d, label in ((dg, "decode"), (dk, "decode_kvq_dec"), (q, "quality")):
+    for d, label in [(dg, "decode"), (dk, "decode_general"), (q, "quality")] + [
+            (d, "decode" + sfx) for d, sfx in runs[2:]]:
         if d:
             f16 = d["schemes"].get("f16", {})
             meta[label] = {"model": os.path.basename(d["model"].rstrip("/")),
@@ -92,20 +104,51 @@ def main():
                                     "f16_ppl": {t: f16["ppl_" + t] for t in d["texts"]},
                                     "bytes_per_token": {NAMES.get(k, k): v["bytes_per_token"]
                                                         for k, v in d["schemes"].items()}})
-    # the decode-step kernel wins where it is at least as fast at 16k and 32k for every scheme
-    wins = None
-    pairs = [(rows[k]["decode_tok_s_%s" % c], rows[k].get("decode_tok_s_%s_kvq_dec" % c, 0))
-             for k in rows for c in ("16k", "32k") if "decode_tok_s_%s" % c in rows[k]]
-    if pairs:
-        wins = all(b >= a for a, b in pairs)
-        print("  CINFER_KVQ_DEC=1 at least as fast at 16k and 32k for every scheme: %s%s" % (
-            "yes" if wins else "no",
-            " -> make it the default: KVQ_DEC_DEFAULT 1 in src/backend/cuda/cuda_kvq.cu" if wins else ""))
-    meta["kvq_dec_wins"] = wins
+    # the issue's target: decode_ratio_16k >= 1.0 for 8 and k8v4 (the decode path)
+    met = None
+    r16 = {k: rows[k].get("decode_ratio_16k") for k in ("8", "k8v4") if k in rows}
+    if r16 and all(v is not None for v in r16.values()):
+        met = all(v >= 1.0 for v in r16.values())
+        print("  decode_ratio_16k >= 1.0 for 8 and k8v4 (decode path): %s (%s)" % (
+            "yes" if met else "NO", ", ".join("%s %.3f" % kv for kv in r16.items())))
+    meta["target_16k_met"] = met
     if a.gpu_json:
         with open(a.gpu_json, "w") as f:
             json.dump({"gpu": {"schemes": rows, "meta": meta}}, f, indent=1)
             f.write("\n")
+
+
+def ncu_summary(path):
+    """One line per profiled kernel: name, duration, DRAM bytes read, GB/s."""
+    import csv
+    try:
+        lines = [l for l in open(path) if l.startswith('"')]
+    except OSError as ex:
+        print("  ncu: %s" % ex)
+        return
+    rows = list(csv.reader(lines))
+    if len(rows) < 3:
+        print("  ncu: no kernel rows in %s" % path)
+        return
+    hdr = rows[0]
+    rows = [r for r in rows if len(r) == len(hdr)]
+    col = {h: i for i, h in enumerate(hdr)}
+
+    def val(r, name):
+        i = col.get(name)
+        return r[i] if i is not None and i < len(r) else "?"
+    for r in rows[2:]:  # rows[1]: units
+        name = val(r, "Kernel Name")[:60]
+        print("  ncu %-40s time %s ns  dram read %s B  %s B/s  (dram %s%%, sm %s%%, issue %s%%, "
+              "warps %s%%, smem conflicts %s, grid %s, regs %s)" % (
+                  name[:40], val(r, "gpu__time_duration.sum"), val(r, "dram__bytes_read.sum"),
+                  val(r, "dram__bytes_read.sum.per_second"),
+                  val(r, "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+                  val(r, "sm__throughput.avg.pct_of_peak_sustained_elapsed"),
+                  val(r, "smsp__issue_active.avg.pct_of_peak_sustained_active"),
+                  val(r, "sm__warps_active.avg.pct_of_peak_sustained_active"),
+                  val(r, "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum"),
+                  val(r, "launch__grid_size"), val(r, "launch__registers_per_thread")))
 
 
 main()

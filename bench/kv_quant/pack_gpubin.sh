@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pack_gpubin.sh [BUILD_DIR] [DEST] — the folder device_kvq.sh runs from, built on the CPU
+# pack_gpubin.sh [BUILD_DIR] [DEST] [TARBALL] — the folder device_kvq.sh runs from, built on the CPU
 # machine: the CUDA build's test_kvq_cuda, test_engine_kvq, cinfer, cinfer_kvq_bench
 # (stripped), lib/ (the shared libraries they need that a bare device image lacks; never
 # put on python's path), fixtures/stories260K, and src/ with the scripts and eval texts.
@@ -26,3 +26,10 @@ cp "$ROOT"/bench/kv_quant/{device_kvq.sh,device_summary.py} "$G/src/bench/kv_qua
 cp -r "$ROOT/bench/kv_quant/texts" "$G/src/bench/kv_quant/"
 cp "$ROOT"/bench/gpu/{models.py,synth_tokenizer.py} "$G/src/bench/gpu/"
 du -sh "$G"
+# TARBALL: also the .tar.xz of it (xz -9: its 64 MB window finds the four binaries' shared
+# CUDA code, ~15 MB instead of ~36)
+if [ -n "${3:-}" ]; then
+    rm -f "$3"
+    (cd "$(dirname "$G")" && XZ_OPT="-9 -T1" tar cJf - "$(basename "$G")") > "$3"
+    ls -la "$3"
+fi

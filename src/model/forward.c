@@ -322,7 +322,7 @@ static void attention_block(const struct model *m, struct model_ws *ws,
     }
     if (fuse_rope) {
         /* done by the projection */
-    } else if (op->rope_kv_store && !qkv) {
+    } else if (op->rope_kv_store && !(qkv && ws->kcenter[il])) { /* (quantized: uncentred) */
         op->rope_kv_store(b, &r);
     } else {
         op->rope(b, ws->q, ws->d_pos, n, hp->n_head, hp->head_dim, hp->rot_dim, hp->rope_mode,

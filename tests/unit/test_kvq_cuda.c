@@ -6,9 +6,15 @@
  *   few tokens of one sequence in a step, and a prefill step of more than 64 tokens (the
  *   tiled mode), GQA 2:1 and 6:1, head_dim 64 / 128 / 256 and 80 (groups of 16, no
  *   rotation), a sliding window, a softcap.
- * On CUDA every case runs twice: with the general kernel (CINFER_KVQ_DEC=0), then with
- * CINFER_KVQ_DEC=1 (the decode-step kernel for steps of up to 64 tokens), whichever is the
- * default; a CINFER_KVQ_DEC set by the caller runs that kernel only.
+ * - rope_kv_store on a quantized cache (CUDA: one launch, cuda_kvq.cu) gives the bits of
+ *   rope(q), rope(k) and kv_store(k, v);
+ * - the decode path (cuda_kvq_dec.cu, steps of <= 64 tokens): a token 4000 positions in
+ *   (many rounds per split) within tolerance, and its output bit for bit the same alone
+ *   (context capacity 4096) and in a step of three tokens with a capacity of 5120.
+ * On CUDA every case runs four times: with the default kernels (the decode path for steps of
+ * up to 64 tokens), with CINFER_KVQ_ATTN=general (the general kernel for every step), with
+ * CINFER_KVQ_NT=128 (the decode path's 128-thread layout) and with CINFER_KVQ_SOFTMAX=team
+ * (its per-team softmax); a CINFER_KVQ_ATTN set by the caller runs that choice only.
  * Skipped (status 77) where the CUDA backend cannot open (no GPU, or a build without it):
  * the device run is bench/kv_quant/device_kvq.sh. CINFER_TEST_BACKEND names another backend
  * to compare with the CPU. */
@@ -233,17 +239,203 @@ static void test_other_geometries(void)
         run_case(&g80, &s80[j]);
 }
 
+/* A long context and the decode path's invariance: token (0, 3999) alone with a capacity of
+ * 4096 positions, then in a step of three tokens (another sequence first) with a capacity
+ * of 5120: the same bits both times, and the CPU's result within tolerance. */
+static void run_long(const struct scheme *sc)
+{
+    struct cerr e = {0};
+    int code;
+    if (kvq_code(sc->kf, sc->vf, sc->rk, sc->rv, 128, &code, &e)) {
+        CHECK_MSG(0, "kvq_code: %s", e.msg);
+        return;
+    }
+    enum { NS = 2, MB0 = 256, MB1 = 320 };
+    const int hd = 128, nkv = 2, nh = 8, kvd = hd * nkv, qn = nh * hd, lens[NS] = {4000, 300};
+    const int nb = NS * MB0;
+    const size_t rk = kvq_row_bytes(code, 0, kvd), rv = kvq_row_bytes(code, 1, kvd);
+    int32_t *t0 = malloc(sizeof(int32_t) * nb), *t1 = calloc((size_t)NS * MB1, sizeof(int32_t));
+    for (int i = 0; i < nb; i++)
+        t0[i] = i;
+    for (int i = nb - 1; i > 0; i--) {
+        int j = (int)(urand() * (i + 1)), t = t0[i];
+        t0[i] = t0[j], t0[j] = t;
+    }
+    for (int s = 0; s < NS; s++) /* the same blocks, a wider table */
+        memcpy(t1 + s * MB1, t0 + s * MB0, sizeof(int32_t) * MB0);
+    const int ntot = lens[0] + lens[1];
+    float *K = malloc(sizeof(float) * (size_t)ntot * kvd), *V = malloc(sizeof(float) * (size_t)ntot * kvd);
+    int32_t *slots = malloc(sizeof(int32_t) * (size_t)ntot);
+    for (int s = 0, r = 0; s < NS; s++)
+        for (int p = 0; p < lens[s]; p++, r++) {
+            slots[r] = t0[s * MB0 + p / BS] * BS + p % BS;
+            for (int i = 0; i < kvd; i++) {
+                K[(size_t)r * kvd + i] = gauss() * (i % 7 == 0 ? 3.0f : 1.0f) + (i % hd == 3 ? 4.0f : 0.0f);
+                V[(size_t)r * kvd + i] = gauss() + 0.5f * (float)(i / hd);
+            }
+        }
+    const size_t ckb = (size_t)nb * BS * rk, cvb = (size_t)nb * BS * rv;
+    char *kc = calloc(1, ckb), *vc = calloc(1, cvb);
+    g_cpu->ops->kv_store(g_cpu, kc, vc, code, K, V, slots, ntot, kvd);
+    void *dkc = dev_from(kc, ckb), *dvc = dev_from(vc, cvb);
+    int32_t *dt0 = dev_from(t0, sizeof(int32_t) * nb), *dt1 = dev_from(t1, sizeof(int32_t) * NS * MB1);
+    float *q = malloc(sizeof(float) * 3 * qn);
+    for (int i = 0; i < 3 * qn; i++)
+        q[i] = gauss();
+    /* step A: token (0, 3999) alone; step B: (1, 299), (0, 3999), (0, 2047) */
+    const int32_t pa[1] = {lens[0] - 1}, sa[1] = {0};
+    const int32_t pb[3] = {lens[1] - 1, lens[0] - 1, 2047}, sb[3] = {1, 0, 0};
+    float *qa = malloc(sizeof(float) * qn), *qb = malloc(sizeof(float) * 3 * qn);
+    memcpy(qa, q, sizeof(float) * qn);
+    memcpy(qb, q + qn, sizeof(float) * qn);
+    memcpy(qb + qn, q, sizeof(float) * qn);
+    memcpy(qb + 2 * qn, q + 2 * qn, sizeof(float) * qn);
+    float *oa = malloc(sizeof(float) * qn), *ob = malloc(sizeof(float) * 3 * qn);
+    float *ca = malloc(sizeof(float) * qn), *cbo = malloc(sizeof(float) * 3 * qn);
+    struct be_attn a = {.n_tok = 1, .n_head = nh, .n_kv_head = nkv, .head_dim = hd,
+                        .scale = 1.0f / sqrtf((float)hd), .pos = pa, .seq = sa,
+                        .block_tables = t0, .max_blocks = MB0, .block_size = BS,
+                        .kv_dtype = code, .k_cache = kc, .v_cache = vc};
+    g_cpu->ops->attention(g_cpu, ca, qa, &a);
+    struct be_attn b = a;
+    b.n_tok = 3, b.pos = pb, b.seq = sb, b.block_tables = t1, b.max_blocks = MB1;
+    g_cpu->ops->attention(g_cpu, cbo, qb, &b);
+    struct be_attn da = a, db = b;
+    da.pos = dev_from(pa, sizeof pa), da.seq = dev_from(sa, sizeof sa), da.block_tables = dt0;
+    db.pos = dev_from(pb, sizeof pb), db.seq = dev_from(sb, sizeof sb), db.block_tables = dt1;
+    da.k_cache = db.k_cache = dkc, da.v_cache = db.v_cache = dvc;
+    float *dqa = dev_from(qa, sizeof(float) * qn), *dqb = dev_from(qb, sizeof(float) * 3 * qn);
+    float *doa = dev_from(NULL, sizeof(float) * qn), *dob = dev_from(NULL, sizeof(float) * 3 * qn);
+    g_dev->ops->attention(g_dev, doa, dqa, &da);
+    g_dev->ops->attention(g_dev, dob, dqb, &db);
+    host_from(oa, doa, sizeof(float) * qn);
+    host_from(ob, dob, sizeof(float) * 3 * qn);
+    double err = 0, scale = 0;
+    for (int i = 0; i < qn; i++) {
+        err = fmax(err, fabs((double)oa[i] - ca[i]));
+        scale = fmax(scale, fabs((double)ca[i]));
+    }
+    for (int i = 0; i < 3 * qn; i++) {
+        err = fmax(err, fabs((double)ob[i] - cbo[i]));
+        scale = fmax(scale, fabs((double)cbo[i]));
+    }
+    const int same = !memcmp(oa, ob + qn, sizeof(float) * qn);
+    printf("hd 128 kv 8:2 k %-4s v %-4s long (pos 3999, capacities 4096 / 5120): max err %.2g "
+           "(scale %.3g), alone == in a step: %s\n",
+           kvq_fmt_name(sc->kf), kvq_fmt_name(sc->vf), err, scale, same ? "yes" : "NO");
+    CHECK_MSG(err <= 1e-4 * fmax(scale, 1.0) && scale > 0.0,
+              "k %s v %s long: device attention off by %g (scale %g)", kvq_fmt_name(sc->kf),
+              kvq_fmt_name(sc->vf), err, scale);
+    CHECK_MSG(same, "k %s v %s: token (0, 3999) differs alone and in a step with another capacity",
+              kvq_fmt_name(sc->kf), kvq_fmt_name(sc->vf));
+    g_dev->ops->free(g_dev, (void *)da.pos), g_dev->ops->free(g_dev, (void *)da.seq);
+    g_dev->ops->free(g_dev, (void *)db.pos), g_dev->ops->free(g_dev, (void *)db.seq);
+    g_dev->ops->free(g_dev, dqa), g_dev->ops->free(g_dev, dqb), g_dev->ops->free(g_dev, doa);
+    g_dev->ops->free(g_dev, dob), g_dev->ops->free(g_dev, dt0), g_dev->ops->free(g_dev, dt1);
+    g_dev->ops->free(g_dev, dkc), g_dev->ops->free(g_dev, dvc);
+    free(t0), free(t1), free(K), free(V), free(slots), free(kc), free(vc), free(q), free(qa);
+    free(qb), free(oa), free(ob), free(ca), free(cbo);
+}
+
+static void test_long_invariant(void)
+{
+    const struct scheme some[] = {{KVF_A8, KVF_A8, 1, 0}, {KVF_A4, KVF_A4, 1, 1},
+                                  {KVF_A8, KVF_L4, 1, 1}, {KVF_A8, KVF_L3, 1, 1}};
+    for (size_t j = 0; j < sizeof some / sizeof *some; j++)
+        run_long(&some[j]);
+}
+
+/* The backend's rope_kv_store on a quantized cache (CUDA: one launch) gives the bits of
+ * rope(q), rope(k) and kv_store(k, v): q, k and every cache byte compared. */
+static void run_rope_store(const struct scheme *sc, int rot_dim, int mode)
+{
+    struct cerr e = {0};
+    int code;
+    const int hd = 128, nkv = 2, nh = 8, kvd = hd * nkv, n = 5, nslot = 64;
+    if (kvq_code(sc->kf, sc->vf, sc->rk, sc->rv, hd, &code, &e)) {
+        CHECK_MSG(0, "kvq_code: %s", e.msg);
+        return;
+    }
+    const size_t rk = kvq_row_bytes(code, 0, kvd), rv = kvq_row_bytes(code, 1, kvd);
+    const int32_t pos[5] = {0, 7, 100, 1000, 3}, slots[5] = {3, 17, 40, 2, 60};
+    float *q = malloc(sizeof(float) * n * nh * hd), *k = malloc(sizeof(float) * n * kvd),
+          *v = malloc(sizeof(float) * n * kvd), *inv = malloc(sizeof(float) * (size_t)rot_dim / 2);
+    for (int i = 0; i < n * nh * hd; i++)
+        q[i] = gauss();
+    for (int i = 0; i < n * kvd; i++)
+        k[i] = gauss() + (i % hd == 5 ? 3.0f : 0.0f), v[i] = gauss();
+    for (int i = 0; i < rot_dim / 2; i++)
+        inv[i] = (float)pow(10000.0, -2.0 * i / rot_dim);
+    float *dq[2], *dk[2];
+    void *kc[2], *vc[2];
+    float *dv = dev_from(v, sizeof(float) * n * kvd), *dinv = dev_from(inv, sizeof(float) * (size_t)rot_dim / 2);
+    int32_t *dpos = dev_from(pos, sizeof pos), *dslots = dev_from(slots, sizeof slots);
+    char *zk = calloc(1, nslot * rk), *zv = calloc(1, nslot * rv);
+    for (int p = 0; p < 2; p++) {
+        dq[p] = dev_from(q, sizeof(float) * n * nh * hd), dk[p] = dev_from(k, sizeof(float) * n * kvd);
+        kc[p] = dev_from(zk, nslot * rk), vc[p] = dev_from(zv, nslot * rv);
+    }
+    /* 0: the fused op; 1: its three parts */
+    struct be_rope_kv r = {.q = dq[0], .k = dk[0], .v = dv, .pos = dpos, .slots = dslots,
+                           .n_tok = n, .n_head = nh, .n_kv_head = nkv, .head_dim = hd,
+                           .rot_dim = rot_dim, .mode = mode, .inv_freq = dinv, .mscale = 1.0f,
+                           .k_cache = kc[0], .v_cache = vc[0], .kv_dtype = code};
+    g_dev->ops->rope_kv_store(g_dev, &r);
+    g_dev->ops->rope(g_dev, dq[1], dpos, n, nh, hd, rot_dim, mode, dinv, 1.0f);
+    g_dev->ops->rope(g_dev, dk[1], dpos, n, nkv, hd, rot_dim, mode, dinv, 1.0f);
+    g_dev->ops->kv_store(g_dev, kc[1], vc[1], code, dk[1], dv, dslots, n, kvd);
+    float *hq[2], *hk[2];
+    char *hkc[2], *hvc[2];
+    for (int p = 0; p < 2; p++) {
+        hq[p] = malloc(sizeof(float) * n * nh * hd), hk[p] = malloc(sizeof(float) * n * kvd);
+        hkc[p] = malloc(nslot * rk), hvc[p] = malloc(nslot * rv);
+        host_from(hq[p], dq[p], sizeof(float) * n * nh * hd);
+        host_from(hk[p], dk[p], sizeof(float) * n * kvd);
+        host_from(hkc[p], kc[p], nslot * rk);
+        host_from(hvc[p], vc[p], nslot * rv);
+    }
+    const int same_q = !memcmp(hq[0], hq[1], sizeof(float) * n * nh * hd);
+    const int same_k = !memcmp(hk[0], hk[1], sizeof(float) * n * kvd);
+    const int same_c = !memcmp(hkc[0], hkc[1], nslot * rk) && !memcmp(hvc[0], hvc[1], nslot * rv);
+    const int moved = memcmp(hq[1], q, sizeof(float) * n * nh * hd) != 0; /* rope did something */
+    printf("rope_kv_store k %-4s v %-4s rot_dim %d mode %d: q %s, k %s, cache %s\n",
+           kvq_fmt_name(sc->kf), kvq_fmt_name(sc->vf), rot_dim, mode, same_q ? "same" : "DIFFERS",
+           same_k ? "same" : "DIFFERS", same_c ? "same" : "DIFFERS");
+    CHECK_MSG(same_q && same_k && same_c && moved,
+              "k %s v %s: rope_kv_store differs from rope + rope + kv_store (q %d k %d cache %d)",
+              kvq_fmt_name(sc->kf), kvq_fmt_name(sc->vf), same_q, same_k, same_c);
+    for (int p = 0; p < 2; p++) {
+        g_dev->ops->free(g_dev, dq[p]), g_dev->ops->free(g_dev, dk[p]);
+        g_dev->ops->free(g_dev, kc[p]), g_dev->ops->free(g_dev, vc[p]);
+        free(hq[p]), free(hk[p]), free(hkc[p]), free(hvc[p]);
+    }
+    g_dev->ops->free(g_dev, dv), g_dev->ops->free(g_dev, dinv);
+    g_dev->ops->free(g_dev, dpos), g_dev->ops->free(g_dev, dslots);
+    free(q), free(k), free(v), free(inv), free(zk), free(zv);
+}
+
+static void test_rope_store(void)
+{
+    if (!g_dev->ops->rope_kv_store) {
+        printf("rope_kv_store: not an op of this backend (nothing to compare)\n");
+        return;
+    }
+    const struct scheme some[] = {{KVF_A8, KVF_A8, 1, 0}, {KVF_A4, KVF_A4, 1, 1},
+                                  {KVF_A8, KVF_L3, 1, 1}, {KVF_F16, KVF_L8, 0, 1}};
+    for (size_t j = 0; j < sizeof some / sizeof *some; j++)
+        run_rope_store(&some[j], 128, 0);
+    run_rope_store(&some[2], 64, 1); /* partial rotation, NEOX pairs */
+}
+
 int main(void)
 {
     struct cerr e = {0};
     struct be_config bc = {.n_threads = 2};
     const char *bn = getenv("CINFER_TEST_BACKEND");
     bn = bn && *bn ? bn : "cuda";
-    /* on CUDA, both attention kernels: the general one first, then the decode-step one
-     * (whichever is the default), unless CINFER_KVQ_DEC names one */
-    int both = !strcmp(bn, "cuda") && !getenv("CINFER_KVQ_DEC");
-    if (both)
-        setenv("CINFER_KVQ_DEC", "0", 1);
+    /* on CUDA, both choices: the default kernels, then the general kernel for every step,
+     * unless CINFER_KVQ_ATTN names one */
+    int both = !strcmp(bn, "cuda") && !getenv("CINFER_KVQ_ATTN");
     g_dev = be_new(bn, &bc, &e);
     if (!g_dev) {
         char why[800];
@@ -257,18 +449,44 @@ int main(void)
     }
     RUN(test_formats_hd128);
     RUN(test_other_geometries);
+    RUN(test_long_invariant);
+    RUN(test_rope_store);
     if (both) {
-        /* again with the decode-step kernel (cuda_kvq.cu's k_kvq_dec, read at backend
-         * creation): steps of up to 64 tokens take it, longer ones the general kernel */
+        /* again with the general kernel (CINFER_KVQ_ATTN is read at backend creation) */
         be_free(g_dev);
-        setenv("CINFER_KVQ_DEC", "1", 1);
+        setenv("CINFER_KVQ_ATTN", "general", 1);
         g_dev = be_new(bn, &bc, &e);
         CHECK_MSG(g_dev != NULL, "%s", e.msg);
         if (!g_dev)
             return harness_done();
-        printf("-- CINFER_KVQ_DEC=1\n");
+        printf("-- CINFER_KVQ_ATTN=general\n");
         RUN(test_formats_hd128);
         RUN(test_other_geometries);
+        RUN(test_long_invariant);
+        /* and the decode path's other block layout (8 teams of a head: CINFER_KVQ_NT=128) */
+        be_free(g_dev);
+        unsetenv("CINFER_KVQ_ATTN");
+        setenv("CINFER_KVQ_NT", "128", 1);
+        g_dev = be_new(bn, &bc, &e);
+        CHECK_MSG(g_dev != NULL, "%s", e.msg);
+        if (!g_dev)
+            return harness_done();
+        printf("-- CINFER_KVQ_NT=128\n");
+        RUN(test_formats_hd128);
+        RUN(test_other_geometries);
+        RUN(test_long_invariant);
+        /* and the opt-in team softmax (CINFER_KVQ_SOFTMAX=team) */
+        be_free(g_dev);
+        unsetenv("CINFER_KVQ_NT");
+        setenv("CINFER_KVQ_SOFTMAX", "team", 1);
+        g_dev = be_new(bn, &bc, &e);
+        CHECK_MSG(g_dev != NULL, "%s", e.msg);
+        if (!g_dev)
+            return harness_done();
+        printf("-- CINFER_KVQ_SOFTMAX=team\n");
+        RUN(test_formats_hd128);
+        RUN(test_other_geometries);
+        RUN(test_long_invariant);
     }
     be_free(g_dev);
     be_free(g_cpu);

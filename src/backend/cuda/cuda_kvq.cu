@@ -24,65 +24,21 @@
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "backend/cuda/cuda_int.cuh"
-
-extern "C" {
-#include "backend/kvq.h"
-}
+#include "backend/cuda/cuda_kvq.cuh"
 
 enum {
     KQ_CH = 32,            /* positions per shared-memory chunk */
-    KQ_MAX_HD = 256,       /* largest head_dim */
     KQ_MAX_HG = 8,         /* query heads (warps) per block */
     KQ_SPLIT = 128,        /* positions per split in split mode */
     KQ_SPLIT_MAX_TOK = 64, /* steps of at most this many tokens use split mode */
     KQ_TQ = 8,             /* most tokens per block in longer steps */
     KQ_MAX_WARPS = 16,     /* warps (tokens x heads) per block */
-    KQ_LM_N = 4 + 8 + 16 + 32 + 256, /* the Lloyd-Max codebooks of 2, 3, 4, 5, 8 bits */
 };
 
 /* The codebooks, one after another (offsets: kq_lm_off), copied in at cu_kvq_init. */
 __constant__ float c_kq_lm[KQ_LM_N];
-
-static __host__ __device__ int kq_lm_off(int bits)
-{
-    return bits == 2 ? 0 : bits == 3 ? 4 : bits == 4 ? 12 : bits == 5 ? 28 : 60;
-}
-
-/* One side (K or V) of a scheme, resolved on the host. */
-struct kq_side {
-    int fmt;  /* KVF_* */
-    int bits; /* code bits (16 / 32 for the plain formats) */
-    int hdr;  /* group header bytes: 0 plain, 2 Lloyd-Max (RMS), 4 affine (scale, minimum) */
-    int gb;   /* bytes of one group */
-    int rot;  /* rows rotated */
-    int lmo;  /* offset of the codebook in c_kq_lm */
-    size_t rb; /* bytes of one cache row (all KV heads) */
-};
-
-static kq_side kq_side_of(int dt, int which, int kvd)
-{
-    kq_side s;
-    s.fmt = kvq_fmt_of(dt, which);
-    s.bits = kvq_fmt_bits(s.fmt);
-    s.hdr = s.fmt <= KVF_F16 ? 0 : kvq_fmt_is_lm(s.fmt) ? 2 : 4;
-    s.gb = (int)kvq_group_bytes(s.fmt, kvq_group_of(dt));
-    s.rot = kvq_rot_of(dt, which);
-    s.lmo = kq_lm_off(s.bits);
-    s.rb = kvq_row_bytes(dt, which, kvd);
-    return s;
-}
-
-/* The fixed ±1 diagonal of the rotation (kvq.c's sign_of). */
-__device__ __forceinline__ float kq_sign(int i)
-{
-    uint64_t z = 0x9E3779B97F4A7C15ull * (uint64_t)(i / 64 + 1);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (z >> (i % 64)) & 1 ? -1.0f : 1.0f;
-}
 
 __device__ __forceinline__ float kq_h2f(const uint8_t *p) { return cu_f16(cu_ld16(p)); }
 
@@ -127,32 +83,6 @@ __device__ __forceinline__ void kq_dec8(const kq_side &s, int G, const uint8_t *
     }
 }
 
-/* In place on n rows of hd floats in shared memory (every thread of the block calls it):
- * x <- H D x (inv = 0, kvq_rotate) or x <- D H x (inv = 1, kvq_unrotate). */
-__device__ void kq_rotate_rows(float *x, int n, int hd, int inv)
-{
-    const int tid = threadIdx.x, nth = blockDim.x, half = hd / 2;
-    __syncthreads();
-    if (!inv)
-        for (int i = tid; i < n * hd; i += nth)
-            x[i] *= kq_sign(i % hd);
-    __syncthreads();
-    for (int h = 1; h < hd; h *= 2) {
-        for (int p = tid; p < n * half; p += nth) {
-            const int r = p / half, k = p - r * half;
-            const int j = r * hd + (k / h) * 2 * h + k % h;
-            const float a = x[j], b = x[j + h];
-            x[j] = a + b;
-            x[j + h] = a - b;
-        }
-        __syncthreads();
-    }
-    const float sc = 1.0f / sqrtf((float)hd);
-    for (int i = tid; i < n * hd; i += nth)
-        x[i] *= inv ? sc * kq_sign(i % hd) : sc;
-    __syncthreads();
-}
-
 /* ---- store ---- */
 
 struct kq_store_args {
@@ -163,36 +93,62 @@ struct kq_store_args {
     kq_side s[2];
 };
 
-/* grid (n_tok, n_kv_head, 2: K then V), block: head_dim rounded up to 32 threads. */
-__global__ void k_kvq_store(kq_store_args a)
+/* grid (n_tok, n_kv_head, 2: K then V), block: head_dim rounded up to 32 threads; thread i
+ * holds element i. The rotation is kq_rotate_rows' operations in its order (the same bits):
+ * strides below 32 by shuffles within a warp, the longer ones through shared memory. An
+ * affine group's minimum and maximum come from a butterfly over its G lanes that keeps, of
+ * equal values, the one of the lowest index — the CPU loop's choice (so a -0 / +0 tie gives
+ * the same header bytes); every lane of the group then computes the header itself. */
+struct kq_store_sm {
+    float x[KQ_MAX_HD];
+    float par[2][KQ_MAX_HD / 8]; /* Lloyd-Max groups: RMS, its reciprocal */
+    uint8_t q[KQ_MAX_HD];
+};
+
+/* Token t's KV head g of side w (0 K, 1 V) quantized into the cache (every thread of the
+ * block calls it; the source row is read through L2: it may have been written by this
+ * block just before, behind a barrier). */
+__device__ void kq_store_head(const kq_store_args &a, int t, int g, int w, kq_store_sm &sm)
 {
-    __shared__ float x[KQ_MAX_HD];
-    __shared__ float par[2][KQ_MAX_HD / 8]; /* per group: minimum / RMS, reciprocal step */
-    __shared__ uint8_t q[KQ_MAX_HD];
-    const int t = blockIdx.x, g = blockIdx.y, w = blockIdx.z, i = threadIdx.x;
-    const int hd = a.hd, G = a.G, ng = hd / G;
-    const kq_side s = a.s[w];
+    float *x = sm.x;
+    float(*par)[KQ_MAX_HD / 8] = sm.par;
+    uint8_t *q = sm.q;
+    const int i = threadIdx.x;
+    const int hd = a.hd, G = a.G, ng = hd / G, gi = i / G;
+    const kq_side s = w ? a.s[1] : a.s[0]; /* (not a.s[w]: no local copy of the array) */
     const float *src = (w ? a.v : a.k) + (size_t)t * a.kvd + (size_t)g * hd;
     uint8_t *dst = (w ? a.vc : a.kc) + (size_t)a.slots[t] * s.rb + (size_t)g * ng * s.gb;
-    if (i < hd)
-        x[i] = src[i];
-    if (s.rot)
-        kq_rotate_rows(x, 1, hd, 0);
-    else
-        __syncthreads();
+    float v = i < hd ? __ldcg(src + i) : 0.0f;
+    if (s.rot) { /* x <- H D x (head_dim a power of two) */
+        v *= kq_sign(i);
+        for (int h = 1; h < 32 && h < hd; h <<= 1) {
+            const float o = __shfl_xor_sync(0xffffffffu, v, h);
+            v = (i & h) ? o - v : v + o;
+        }
+        for (int h = 32; h < hd; h <<= 1) { /* (blockDim == hd here) */
+            x[i] = v;
+            __syncthreads();
+            const float o = x[i ^ h];
+            __syncthreads();
+            v = (i & h) ? o - v : v + o;
+        }
+        v *= 1.0f / sqrtf((float)hd);
+    }
     if (s.hdr == 0) { /* a plain side: the row as it is (rotated or not) */
         if (i < hd) {
             if (s.fmt == KVF_F16)
-                ((__half *)dst)[i] = __float2half_rn(x[i]);
+                ((__half *)dst)[i] = __float2half_rn(v);
             else
-                ((float *)dst)[i] = x[i];
+                ((float *)dst)[i] = v;
         }
         return;
     }
-    if (i < ng) { /* group leaders: the header */
-        const float *xg = x + i * G;
-        uint8_t *gp = dst + (size_t)i * s.gb;
-        if (s.hdr == 2) {
+    if (s.hdr == 2) { /* Lloyd-Max: the group leader sums the squares in element order */
+        x[i] = v;
+        __syncthreads();
+        if (i < ng) {
+            const float *xg = x + i * G;
+            uint8_t *gp = dst + (size_t)i * s.gb;
             double ss = 0;
             for (int k = 0; k < G; k++)
                 ss += (double)xg[k] * xg[k];
@@ -202,28 +158,10 @@ __global__ void k_kvq_store(kq_store_args a)
             par[1][i] = sc > 0.0f ? 1.0f / sc : 0.0f;
             const uint16_t u = __half_as_ushort(sh);
             gp[0] = (uint8_t)u, gp[1] = (uint8_t)(u >> 8);
-        } else {
-            float mn = xg[0], mx = xg[0];
-            for (int k = 1; k < G; k++) {
-                mn = xg[k] < mn ? xg[k] : mn;
-                mx = xg[k] > mx ? xg[k] : mx;
-            }
-            const int top = (1 << s.bits) - 1;
-            const __half dh = __float2half_rn(__fdiv_rn(__fsub_rn(mx, mn), (float)top));
-            const __half mh = __float2half_rn(mn);
-            const float d = __half2float(dh);
-            par[0][i] = __half2float(mh);
-            par[1][i] = d > 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-            const uint16_t ud = __half_as_ushort(dh), um = __half_as_ushort(mh);
-            gp[0] = (uint8_t)ud, gp[1] = (uint8_t)(ud >> 8);
-            gp[2] = (uint8_t)um, gp[3] = (uint8_t)(um >> 8);
         }
-    }
-    __syncthreads();
-    if (i < hd) {
-        const int gi = i / G;
-        if (s.hdr == 2) {
-            const float u = __fmul_rn(x[i], par[1][gi]);
+        __syncthreads();
+        if (i < hd) {
+            const float u = __fmul_rn(v, par[1][gi]);
             const float *c = c_kq_lm + s.lmo;
             int lo = 0, hi = (1 << s.bits) - 1;
             while (lo < hi) { /* first level whose upper midpoint is not below u */
@@ -234,10 +172,34 @@ __global__ void k_kvq_store(kq_store_args a)
                     hi = mid;
             }
             q[i] = (uint8_t)lo;
-        } else {
-            const int top = (1 << s.bits) - 1;
-            const float v = rintf(__fmul_rn(__fsub_rn(x[i], par[0][gi]), par[1][gi]));
-            q[i] = (uint8_t)(v < 0.0f ? 0 : v > (float)top ? top : (int)v);
+        }
+    } else { /* affine: minimum and maximum over the group's lanes */
+        float mn = v, mx = v;
+        int imn = i, imx = i;
+        for (int o = 1; o < G; o <<= 1) {
+            const float omn = __shfl_xor_sync(0xffffffffu, mn, o);
+            const float omx = __shfl_xor_sync(0xffffffffu, mx, o);
+            const int jmn = __shfl_xor_sync(0xffffffffu, imn, o);
+            const int jmx = __shfl_xor_sync(0xffffffffu, imx, o);
+            if (omn < mn || (omn == mn && jmn < imn))
+                mn = omn, imn = jmn;
+            if (omx > mx || (omx == mx && jmx < imx))
+                mx = omx, imx = jmx;
+        }
+        const int top = (1 << s.bits) - 1;
+        const __half dh = __float2half_rn(__fdiv_rn(__fsub_rn(mx, mn), (float)top));
+        const __half mh = __float2half_rn(mn);
+        const float d = __half2float(dh), m = __half2float(mh);
+        const float rd = d > 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        if (i < hd) {
+            if (i % G == 0) {
+                uint8_t *gp = dst + (size_t)gi * s.gb;
+                const uint16_t ud = __half_as_ushort(dh), um = __half_as_ushort(mh);
+                gp[0] = (uint8_t)ud, gp[1] = (uint8_t)(ud >> 8);
+                gp[2] = (uint8_t)um, gp[3] = (uint8_t)(um >> 8);
+            }
+            const float c = rintf(__fmul_rn(__fsub_rn(v, m), rd));
+            q[i] = (uint8_t)(c < 0.0f ? 0 : c > (float)top ? top : (int)c);
         }
     }
     __syncthreads();
@@ -251,6 +213,80 @@ __global__ void k_kvq_store(kq_store_args a)
         for (int j = 0; j < s.bits; j++)
             c[j] = (uint8_t)(acc >> (8 * j));
     }
+}
+
+__global__ void k_kvq_store(kq_store_args a)
+{
+    __shared__ kq_store_sm sm;
+    kq_store_head(a, blockIdx.x, blockIdx.y, blockIdx.z, sm);
+}
+
+/* rope of one pair (cuda_ops.cu's k_rope / rope_pair arithmetic: the same bits) */
+struct kq_rope_args {
+    float *q, *k;
+    const int32_t *pos;
+    int n_head, half, neox;
+    const float *inv_freq;
+    float mscale;
+};
+
+__device__ __forceinline__ void kq_rope_pair(float *v, int i, const kq_rope_args &r, float pos)
+{
+    const float ang = __fmul_rn(pos, r.inv_freq[i]);
+    const float c = __fmul_rn(cosf(ang), r.mscale), sn = __fmul_rn(sinf(ang), r.mscale);
+    const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + r.half : 2 * i + 1;
+    const float x0 = v[i0], x1 = v[i1];
+    v[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+    v[i1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
+}
+
+/* rope(q), rope(k), kv_store(k, v) in one launch. grid (n_tok, n_head + n_kv_head), block:
+ * head_dim rounded up to 32 threads. Block (t, h < n_head) rotates q head h in place; block
+ * (t, n_head + g) rotates k head g in place, then quantizes and stores that head's K and V. */
+__global__ void k_kvq_rope_store(kq_store_args a, kq_rope_args r)
+{
+    __shared__ kq_store_sm sm;
+    cu_pdl_trigger(); /* the attention may launch now (it waits for this kernel's end) */
+    const int t = blockIdx.x, hh = blockIdx.y;
+    const float pos = (float)r.pos[t];
+    if (hh < r.n_head) {
+        float *qh = r.q + ((size_t)t * r.n_head + hh) * a.hd;
+        for (int i = threadIdx.x; i < r.half; i += blockDim.x)
+            kq_rope_pair(qh, i, r, pos);
+        return;
+    }
+    const int g = hh - r.n_head;
+    float *kh = r.k + (size_t)t * a.kvd + (size_t)g * a.hd;
+    for (int i = threadIdx.x; i < r.half; i += blockDim.x)
+        kq_rope_pair(kh, i, r, pos);
+    __syncthreads(); /* this head's k rotated (read back through L2 by the store) */
+    kq_store_head(a, t, g, 0, sm);
+    __syncthreads();
+    kq_store_head(a, t, g, 1, sm);
+}
+
+static int g_kq_fuse_rope = 1; /* CINFER_KVQ_ROPE_STORE=split: three launches (measurement) */
+
+int cu_kvq_rope_store(struct cu_be *cb, const struct be_rope_kv *r)
+{
+    const int hd = kvq_head_dim_of(r->kv_dtype), kvd = r->n_kv_head * r->head_dim;
+    if (!g_kq_fuse_rope || hd != r->head_dim || hd > KQ_MAX_HD || r->rot_dim > hd ||
+        r->rot_dim % 2 || (long long)r->n_head + r->n_kv_head > 65535)
+        return 0;
+    if (r->n_tok <= 0)
+        return 1;
+    kq_store_args x;
+    x.kc = (uint8_t *)r->k_cache, x.vc = (uint8_t *)r->v_cache, x.k = r->k, x.v = r->v;
+    x.slots = r->slots, x.kvd = kvd, x.hd = hd, x.G = kvq_group_of(r->kv_dtype);
+    x.s[0] = kq_side_of(r->kv_dtype, 0, kvd);
+    x.s[1] = kq_side_of(r->kv_dtype, 1, kvd);
+    kq_rope_args ra;
+    ra.q = r->q, ra.k = r->k, ra.pos = r->pos, ra.n_head = r->n_head, ra.half = r->rot_dim / 2;
+    ra.neox = r->mode == BE_ROPE_NEOX, ra.inv_freq = r->inv_freq, ra.mscale = r->mscale;
+    k_kvq_rope_store<<<dim3((unsigned)r->n_tok, (unsigned)(r->n_head + r->n_kv_head)),
+                       (hd + 31) / 32 * 32, 0, cb->stream>>>(x, ra);
+    cu_after_launch(cb, "rope + kv_store (quantized)");
+    return 1;
 }
 
 void cu_kvq_store(struct cu_be *cb, void *k_cache, void *v_cache, int kv_dtype, const float *k,
@@ -499,203 +535,6 @@ __global__ void k_kvq_merge(float *out, const float *part, int hd, int n_split, 
         out[(size_t)blockIdx.x * hd + d] = x[d];
 }
 
-/* ---- decode steps: a team of head_dim/8 lanes per position (CINFER_KVQ_DEC=1) ----
- *
- * Steps of up to KD_MAX_TOK tokens, power-of-two head_dim 8..256. A block (KD_WARPS warps)
- * serves one token, one KV head and hg of its query heads over one split of the token's
- * positions. A team of hd/8 lanes owns one position at a time: each lane decodes its 8
- * elements of K and V straight from the block (no shared-memory staging), holds 8 dims of
- * each query head's q in registers, and the team's scores come from a butterfly over the
- * team; every team keeps its own online softmax per head, and the teams are merged in team
- * order at the end. A token's splits depend only on its own attended range (at most
- * KD_TARGET splits of whole KD_ROUND-position rounds, as cuda_attn_dec.cu does), never on
- * the batch or the context capacity; the splits are merged by k_kvq_merge. */
-enum { KD_WARPS = 4, KD_ROUND = 64, KD_TARGET = 32, KD_MAX_TOK = 64 };
-
-/* CINFER_KVQ_DEC (read at cu_kvq_init): 1 = this path for decode steps, 0 = the general
- * kernel; unset = KVQ_DEC_DEFAULT. Off by default: it passed test_kvq_cuda on an H100
- * (session 3), but its speed against the general kernel is not measured yet
- * (bench/kv_quant/device_kvq.sh measures both, setting the variable either way). Making it
- * the default is this one line. */
-#define KVQ_DEC_DEFAULT 0
-static int g_kd_on;
-
-template <int HGT>
-__global__ void __launch_bounds__(KD_WARPS * 32)
-    k_kvq_dec(float *out, float *part, const float *q, struct kq_args a, int hg, int nsub,
-              int n_split)
-{
-    extern __shared__ float sm[]; /* q rows, then the teams' partial softmaxes */
-    __shared__ float cbs[2][256];
-    const int hd = a.head_dim, TL = hd / 8, NT = KD_WARPS * 32 / TL, ng = hd / a.G;
-    const int t = blockIdx.x, g = blockIdx.y / nsub, sub = blockIdx.y % nsub, z = blockIdx.z;
-    const int h0 = g * (a.n_head / a.n_kv_head) + sub * hg;
-    const int tid = threadIdx.x, team = tid / TL, tl = tid % TL;
-    for (int w = 0; w < 2; w++)
-        if (a.s[w].hdr == 2)
-            for (int i = tid; i < (1 << a.s[w].bits); i += blockDim.x)
-                cbs[w][i] = c_kq_lm[a.s[w].lmo + i];
-    /* this token's splits: rounds [k0, pos / KD_ROUND], per rounds a split */
-    const int pos = a.pos[t];
-    const int lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
-    const int k0 = lo / KD_ROUND, nr = pos / KD_ROUND - k0 + 1;
-    const int per = (nr + KD_TARGET - 1) / KD_TARGET, ns = (nr + per - 1) / per;
-    if (z >= ns) { /* no positions in this split: an empty partial */
-        if (tid < hg)
-            part[(((size_t)t * a.n_head + h0 + tid) * n_split + z) * (hd + 2) + 1] = 0.0f;
-        return;
-    }
-    const int zb = (k0 + z * per) * KD_ROUND, ze = (k0 + (z + 1) * per) * KD_ROUND;
-    const int P0 = zb > lo ? zb : lo, P1 = ze < pos + 1 ? ze : pos + 1;
-    /* q: 8 dims of each head per lane (rotated when the keys are) */
-    float *qs = sm;
-    for (int i = tid; i < hg * hd; i += blockDim.x)
-        qs[i] = q[((size_t)t * a.n_head + h0) * hd + i];
-    if (a.s[0].rot)
-        kq_rotate_rows(qs, hg, hd, 0);
-    else
-        __syncthreads();
-    float qr[HGT][8], acc[HGT][8], m[HGT], l[HGT];
-#pragma unroll
-    for (int h = 0; h < HGT; h++) {
-        m[h] = -INFINITY, l[h] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            qr[h][i] = h < hg ? qs[h * hd + 8 * tl + i] : 0.0f;
-            acc[h][i] = 0.0f;
-        }
-    }
-    __syncthreads(); /* qs is reused below */
-    const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
-    const size_t kh = (size_t)g * ng * a.s[0].gb, vh = (size_t)g * ng * a.s[1].gb;
-    for (int pb = P0; pb < P1; pb += NT) { /* block-uniform trip count: shuffles stay whole */
-        const int p = pb + team;
-        const bool valid = p < P1;
-        float kf[8], vf[8];
-        if (valid) {
-            const size_t row = (size_t)bt[p / a.block_size] * a.block_size + p % a.block_size;
-            kq_dec8(a.s[0], a.G, a.k_cache + row * a.s[0].rb + kh, 8 * tl, kf, cbs[0]);
-            kq_dec8(a.s[1], a.G, a.v_cache + row * a.s[1].rb + vh, 8 * tl, vf, cbs[1]);
-        } else {
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                kf[i] = 0.0f, vf[i] = 0.0f;
-        }
-#pragma unroll
-        for (int h = 0; h < HGT; h++) {
-            if (h >= hg)
-                break;
-            float d = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                d = fmaf(qr[h][i], kf[i], d);
-            for (int o = TL / 2; o > 0; o >>= 1)
-                d += __shfl_xor_sync(0xffffffffu, d, o);
-            float s = d * a.scale;
-            if (a.softcap > 0.0f)
-                s = a.softcap * tanhf(s / a.softcap);
-            if (!valid)
-                s = -INFINITY;
-            const float mn = fmaxf(m[h], s);
-            const float f = mn == -INFINITY ? 1.0f : expf(m[h] - mn);
-            const float pw = valid ? expf(s - mn) : 0.0f;
-            l[h] = l[h] * f + pw;
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                acc[h][i] = fmaf(pw, vf[i], acc[h][i] * f);
-            m[h] = mn;
-        }
-    }
-    /* the teams' partials, then their merge in team order */
-    float *tp = sm; /* (NT, hg, hd + 2) */
-#pragma unroll
-    for (int h = 0; h < HGT; h++) {
-        if (h >= hg)
-            break;
-        float *r = tp + ((size_t)team * hg + h) * (hd + 2);
-        if (tl == 0)
-            r[0] = m[h], r[1] = l[h];
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            r[2 + 8 * tl + i] = acc[h][i];
-    }
-    __syncthreads();
-    float *x = tp + (size_t)NT * hg * (hd + 2); /* (hg, hd): the merged rows (single split) */
-    for (int i = tid; i < hg * hd; i += blockDim.x) {
-        const int h = i / hd, d = i - h * hd;
-        float M = -INFINITY;
-        for (int k = 0; k < NT; k++) {
-            const float *r = tp + ((size_t)k * hg + h) * (hd + 2);
-            if (r[1] > 0.0f)
-                M = fmaxf(M, r[0]);
-        }
-        float L = 0.0f, O = 0.0f;
-        for (int k = 0; k < NT; k++) {
-            const float *r = tp + ((size_t)k * hg + h) * (hd + 2);
-            if (r[1] > 0.0f) {
-                const float f = expf(r[0] - M);
-                L += f * r[1];
-                O += f * r[2 + d];
-            }
-        }
-        if (n_split > 1) {
-            float *pp = part + (((size_t)t * a.n_head + h0 + h) * n_split + z) * (hd + 2);
-            if (d == 0)
-                pp[0] = M, pp[1] = L;
-            pp[2 + d] = O;
-        } else {
-            x[i] = L > 0.0f ? O * (1.0f / L) : 0.0f;
-        }
-    }
-    if (n_split > 1)
-        return;
-    if (a.s[1].rot)
-        kq_rotate_rows(x, hg, hd, 1);
-    else
-        __syncthreads();
-    for (int i = tid; i < hg * hd; i += blockDim.x)
-        out[((size_t)t * a.n_head + h0) * hd + i] = x[i];
-}
-
-/* The decode path when it takes the step (1), else 0. */
-static int kd_run(struct cu_be *cb, float *out, const float *q, const struct be_attn *a,
-                  const kq_args &x)
-{
-    const int hd = a->head_dim;
-    if (!g_kd_on || a->n_tok > KD_MAX_TOK || hd < 8 || hd > 256 || (hd & (hd - 1)))
-        return 0;
-    int group = a->n_head / a->n_kv_head, hg = KQ_MAX_HG < group ? KQ_MAX_HG : group;
-    while (group % hg)
-        hg--;
-    const int nsub = group / hg, ctx = a->max_blocks * a->block_size;
-    const int rounds = (ctx + KD_ROUND - 1) / KD_ROUND;
-    const int n_split = rounds < KD_TARGET ? rounds : KD_TARGET;
-    float *part = NULL;
-    if (n_split > 1) {
-        part = (float *)cu_scratch(cb, CU_SCRATCH_ATT, (size_t)a->n_tok * a->n_head * n_split *
-                                                          (hd + 2) * sizeof(float));
-        if (!part)
-            return 1;
-    }
-    const int NT = KD_WARPS * 32 / (hd / 8);
-    const size_t smem = ((size_t)NT * hg * (hd + 2) + (size_t)hg * hd) * sizeof(float);
-    dim3 grid((unsigned)a->n_tok, (unsigned)(a->n_kv_head * nsub), (unsigned)n_split);
-    if (hg <= 1)
-        k_kvq_dec<1><<<grid, KD_WARPS * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, n_split);
-    else if (hg <= 4) /* (no <2>: ptxas spilled it) */
-        k_kvq_dec<4><<<grid, KD_WARPS * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, n_split);
-    else
-        k_kvq_dec<8><<<grid, KD_WARPS * 32, smem, cb->stream>>>(out, part, q, x, hg, nsub, n_split);
-    cu_after_launch(cb, "attention (quantized KV, decode)");
-    if (n_split > 1) {
-        const int th = hd < 32 ? 32 : (hd + 31) / 32 * 32;
-        k_kvq_merge<<<(unsigned)(a->n_tok * a->n_head), th, 0, cb->stream>>>(
-            out, part, hd, n_split, x.s[1].rot, x.pos, x.n_head, 0);
-        cu_after_launch(cb, "attention merge (quantized KV)");
-    }
-    return 1;
-}
-
 static size_t kq_smem(int hg, int hd)
 {
     return ((size_t)hg * hd + (size_t)KQ_CH * (2 * hd + 1)) * 4;
@@ -708,14 +547,10 @@ cudaError_t cu_kvq_init(struct cu_be *cb)
         need = cb->smem_optin;
     cudaError_t rc = cudaFuncSetAttribute(k_kvq_attn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           (int)need);
-    const char *kd = getenv("CINFER_KVQ_DEC");
-    g_kd_on = kd && *kd ? atoi(kd) > 0 : KVQ_DEC_DEFAULT;
-    for (int i = 0; rc == cudaSuccess && i < 3; i++) { /* the team merge area can pass 48 KB */
-        static void (*const fk[3])(float *, float *, const float *, struct kq_args, int, int, int) = {
-            k_kvq_dec<1>, k_kvq_dec<4>, k_kvq_dec<8>};
-        rc = cudaFuncSetAttribute(fk[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)(cb->smem_optin < 100000 ? cb->smem_optin : 100000));
-    }
+    const char *rs = getenv("CINFER_KVQ_ROPE_STORE");
+    g_kq_fuse_rope = !(rs && !strcmp(rs, "split"));
+    if (rc == cudaSuccess)
+        rc = cu_kvq_decode_init(cb);
     float lm[KQ_LM_N];
     static const int bits[5] = {2, 3, 4, 5, 8};
     for (int i = 0; i < 5; i++) {
@@ -736,6 +571,8 @@ void cu_kvq_attention(struct cu_be *cb, float *out, const float *q, const struct
                  cudaErrorInvalidValue);
         return;
     }
+    if (a->n_tok <= KQ_SPLIT_MAX_TOK && cu_kvq_decode(cb, out, q, a))
+        return; /* the decode path (cuda_kvq_dec.cu) */
     int group = a->n_head / a->n_kv_head, hg = KQ_MAX_HG < group ? KQ_MAX_HG : group;
     while (group % hg)
         hg--;
@@ -752,8 +589,6 @@ void cu_kvq_attention(struct cu_be *cb, float *out, const float *q, const struct
     const int kvd = a->n_kv_head * hd;
     x.s[0] = kq_side_of(a->kv_dtype, 0, kvd);
     x.s[1] = kq_side_of(a->kv_dtype, 1, kvd);
-    if (kd_run(cb, out, q, a, x))
-        return;
     float *part = NULL;
     if (n_split > 1) {
         part = (float *)cu_scratch(cb, CU_SCRATCH_ATT, (size_t)a->n_tok * a->n_head * n_split *

@@ -283,12 +283,16 @@ __global__ void k_rope_kv(struct be_rope_kv r)
     }
 }
 
+int cu_kvq_rope_store(struct cu_be *cb, const struct be_rope_kv *r); /* cuda_kvq.cu */
+
 void cu_rope_kv_store(struct be *b, const struct be_rope_kv *r)
 {
     struct cu_be *cb = cu_be(b);
     if (r->n_tok <= 0)
         return;
     if (kvq_is(r->kv_dtype)) { /* quantized rows: rope, then cuda_kvq.cu's store */
+        if (cu_kvq_rope_store(cb, r)) /* one launch (cuda_kvq.cu) */
+            return;
         cu_rope(b, r->q, r->pos, r->n_tok, r->n_head, r->head_dim, r->rot_dim, r->mode,
                 r->inv_freq, r->mscale);
         cu_rope(b, r->k, r->pos, r->n_tok, r->n_kv_head, r->head_dim, r->rot_dim, r->mode,

@@ -1,0 +1,810 @@
+/* cuda_kvq_dec.cu — decode-step attention over quantized KV blocks (steps of <= 64 tokens:
+ * batch-1 and small-batch decode, verify), built to stream the blocks at memory bandwidth.
+ *
+ * The layout of cuda_attn_dec.cu (the f16 decode kernel): a block serves one token, one KV
+ * head and HG (<= 4) of its query heads over one split of the token's positions; positions
+ * go in rounds of KD_ROUND (64, absolute); a team of head_dim/8 lanes owns one position at
+ * a time, a lane 8 elements; a score is 8 FMAs per lane and head plus a butterfly
+ * reduce-scatter over the team; every warp runs each head's online softmax over the round
+ * itself (the same operations, so the same bits in every warp: no block barrier between the
+ * scores and V); each team accumulates its own positions' V and the teams are summed in a
+ * fixed order at the end. NT threads a block: 256 by default (head_dim 128: 16 teams of 16,
+ * 4 positions a lane per round, 128 registers, two blocks an SM), CINFER_KVQ_NT=128 for 8
+ * teams (the first version; 3 blocks an SM of 168 registers). CINFER_KVQ_SOFTMAX=team (opt-in,
+ * 256 threads): each team keeps its own online softmax over its own positions (no block
+ * barrier and no shared scores a round; the teams' softmaxes merged in team order at the
+ * end) — a different summation order, so a process-wide choice like the others.
+ * What differs is the load: a round's head records (K and V of 64 positions, the raw bytes:
+ * f16 group headers and packed codes) are copied into shared memory with cp.async in
+ * 16-byte pieces (8 or 4 when the record size needs it), double-buffered so the next round
+ * streams in while this one is computed; a lane then decodes its 8 elements from shared
+ * memory into registers (affine: m + d q; Lloyd-Max: s c[q]; f16 as is) — no byte loads from
+ * global memory, no float copy of the cache anywhere. 8-bit and 4-bit affine codes have their
+ * own decoders; other codes are extracted with a funnel shift from three 32-bit words (the
+ * widths of 3- and 4-bit Lloyd-Max values fixed at compile time beside 8-bit keys: k8v3,
+ * k8v4; any other pair reads its formats at run time). The row of each position (block table lookup) is computed
+ * a round ahead. A rotated K side is met by rotating q once, a rotated V side by unrotating
+ * the output once (in the block for a one-split token, in the merge kernel otherwise); q's
+ * rotation is a warp's shuffles (kq_rotate's operations in its order: the same bits).
+ *
+ * A token's splits depend only on its own attended range (at most CINFER_KVQ_SPLITS,
+ * default 32, splits of whole rounds), never on the batch or the context capacity (the grid
+ * follows the capacity: a captured graph replays it at every position); the splits are
+ * merged in split order by k_kvq_sd_merge. So a token's result is the same alone or in any
+ * step. Taken for head_dim 64 / 128 / 256 when both sides are quantized or f16 and every
+ * head record is a multiple of 4 bytes (groups of 32: every scheme); anything else, and
+ * CINFER_KVQ_ATTN=general, runs the general kernel (cuda_kvq.cu).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_kvq.cuh"
+
+enum {
+    KD_ROUND = 64,      /* positions per round */
+    KD_MAX_TOK = 64,    /* longer steps: the general kernel */
+    KD_TARGET = 32,     /* default: most splits of one token's positions */
+    KD_MAX_TARGET = 64, /* CINFER_KVQ_SPLITS' largest */
+    KD_MCH = 16,        /* merge: partial outputs loaded ahead */
+};
+
+/* How a side's 8 elements are decoded: KC_ANY reads the side's format at run time (every
+ * quantized format and f16); the others are fixed at compile time. */
+enum { KC_ANY = 0, KC_F16 = 1, KC_A8 = 2, KC_A4 = 3, KC_LM = 4, KC_L3 = 5, KC_L4 = 6 };
+
+__constant__ float c_kd_lm[KQ_LM_N];
+
+static struct {
+    int on, target, nt, tsm, smem_lim; /* smem_lim: the dynamic shared memory any instance may take */
+} g_kd = {1, KD_TARGET, 256, 0, 0};
+
+struct kd_side {
+    int fmt, bits, hdr, gb, hb; /* hb: bytes of one head record */
+    int lmo;
+    size_t rb;
+};
+
+struct kd_args {
+    const float *q;
+    float *out;
+    float *part; /* (n_tok, n_head, maxs, hd) unnormalised split outputs */
+    float2 *ml;  /* (n_tok, n_head, maxs) split max and sum */
+    const int32_t *pos, *seq, *bt;
+    const uint8_t *kc, *vc;
+    int n_head, n_kv_head, nsub, max_blocks, block_size, bs_shift, window, maxs, target, G;
+    int rot_k, rot_v;
+    float scale, softcap;
+    kd_side s[2];
+};
+
+/* Threads per block: teams of head_dim/8 lanes, 64 / TEAMS positions a lane per round;
+ * head_dim 256 always 256, the others CINFER_KVQ_NT (256 by default, or 128). */
+static int kd_nt_of(int hd, int nt) { return hd == 256 ? 256 : nt; }
+
+/* Splits of token position pos (cuda_attn_dec.cu's rule): its attended range is [*lo,
+ * pos], rounds [*r0, pos / KD_ROUND]; split z takes *per rounds from *r0 + z * *per.
+ * Returns the number of splits, 0 for a position outside the context (output zero). */
+__device__ __forceinline__ int kd_splits(int pos, int window, int target, int cap, int *lo,
+                                         int *r0, int *per)
+{
+    if (pos < 0 || pos >= cap)
+        return 0;
+    const int l0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    const int k0 = l0 / KD_ROUND, nr = pos / KD_ROUND - k0 + 1;
+    const int c = (nr + target - 1) / target;
+    *lo = l0, *r0 = k0, *per = c;
+    return (nr + c - 1) / c;
+}
+
+/* Sums v[0..N) over the lanes of a team (xor offsets O .. 1), a reduce-scatter while more
+ * than one value is left: afterwards v[i] holds the team's sum of element *base + i
+ * (cuda_attn_dec.cu's ad_team_sum). */
+template <int N, int O>
+__device__ __forceinline__ void kd_team_sum(float *v, int lane, int *base)
+{
+    if constexpr (O >= 1) {
+        if constexpr (N > 1) {
+            constexpr int H = N / 2;
+            const bool up = (lane & O) != 0;
+#pragma unroll
+            for (int i = 0; i < H; i++) {
+                const float send = up ? v[i] : v[i + H], keep = up ? v[i + H] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+            }
+            if (up)
+                *base += H;
+            kd_team_sum<H, O / 2>(v, lane, base);
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], O);
+            kd_team_sum<1, O / 2>(v, lane, base);
+        }
+    }
+}
+
+/* x <- H D x (kvq_rotate) on one row held by a warp, element lane + 32 k in v[k]: the sign
+ * diagonal, the butterflies in kq_rotate_rows' order (strides 1, 2, 4, ...; a + b below, a - b
+ * above: the same operations, so the same bits), then the scale. */
+template <int HD>
+__device__ __forceinline__ void kd_rot_warp(float *v, int lane)
+{
+    constexpr int R = HD / 32;
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        v[k] *= kq_sign(lane + 32 * k);
+#pragma unroll
+    for (int h = 1; h < 32; h <<= 1)
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            const float o = __shfl_xor_sync(0xffffffffu, v[k], h);
+            v[k] = (lane & h) ? o - v[k] : v[k] + o;
+        }
+#pragma unroll
+    for (int h = 1; h < R; h <<= 1)
+#pragma unroll
+        for (int k = 0; k < R; k++)
+            if (!(k & h)) {
+                const float x = v[k], y = v[k + h];
+                v[k] = x + y, v[k + h] = x - y;
+            }
+    const float sc = 1.0f / sqrtf((float)HD);
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        v[k] *= sc;
+}
+
+/* ---- cp.async (sm_80+; a plain copy before) ---- */
+
+template <int W>
+__device__ __forceinline__ void kd_cp(void *dst, const void *src)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
+    if constexpr (W == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(src));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(sa), "l"(src), "n"(W));
+#else
+    if constexpr (W == 16)
+        *(uint4 *)dst = *(const uint4 *)src;
+    else if constexpr (W == 8)
+        *(uint2 *)dst = *(const uint2 *)src;
+    else
+        *(uint32_t *)dst = *(const uint32_t *)src;
+#endif
+}
+__device__ __forceinline__ void kd_cp_commit()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+__device__ __forceinline__ void kd_cp_wait_all()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
+
+/* Copies the head records of the 64 positions whose cache rows are rows[] (one side: rb
+ * bytes a row, the head at byte hoff, hb bytes) into dst, hb bytes apart, W bytes a piece. */
+template <int W, int NT>
+__device__ __forceinline__ void kd_issue_side(uint8_t *dst, const uint8_t *cache, size_t rb,
+                                              size_t hoff, int hb, const int *rows)
+{
+    const int cpr = hb / W, tot = KD_ROUND * cpr;
+    const int dj = NT / cpr, dc = NT - dj * cpr;
+    int j = threadIdx.x / cpr, c = threadIdx.x - j * cpr;
+    for (int i = threadIdx.x; i < tot; i += NT) {
+        kd_cp<W>(dst + j * hb + c * W, cache + (size_t)rows[j] * rb + hoff + (size_t)c * W);
+        j += dj, c += dc;
+        if (c >= cpr)
+            c -= cpr, j++;
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void kd_issue_w(int w, uint8_t *dst, const uint8_t *cache, size_t rb,
+                                           size_t hoff, int hb, const int *rows)
+{
+    if (w == 16)
+        kd_issue_side<16, NT>(dst, cache, rb, hoff, hb, rows);
+    else if (w == 8)
+        kd_issue_side<8, NT>(dst, cache, rb, hoff, hb, rows);
+    else
+        kd_issue_side<4, NT>(dst, cache, rb, hoff, hb, rows);
+}
+
+/* One round: K's records into kb, V's into vb; vw: the pieces' widths, K's | V's << 8. */
+template <int NT>
+__device__ __forceinline__ void kd_issue(const kd_args &a, int vw, uint8_t *kb, uint8_t *vb,
+                                         const int *rows, size_t hk, size_t hv)
+{
+    kd_issue_w<NT>(vw & 255, kb, a.kc, a.s[0].rb, hk, a.s[0].hb, rows);
+    kd_issue_w<NT>(vw >> 8, vb, a.vc, a.s[1].rb, hv, a.s[1].hb, rows);
+    kd_cp_commit();
+}
+
+/* ---- decoding a lane's 8 elements from a head record in shared memory ---- */
+
+__device__ __forceinline__ float kd_h(uint32_t u16) { return __half2float(__ushort_as_half((unsigned short)u16)); }
+/* code c (< 2^23) as a float: its bits under the exponent of 2^23, minus 2^23 */
+__device__ __forceinline__ float kd_u2f(uint32_t c) { return __uint_as_float(c | 0x4B000000u) - 8388608.0f; }
+
+/* hoff: the lane's group header, coff: its 8 codes (f16: its 8 halves), both relative to
+ * the record rec; cb: the side's codebook (Lloyd-Max). */
+template <int C>
+__device__ __forceinline__ void kd_dec(const uint8_t *rec, const kd_side &s, int hoff, int coff,
+                                       const float *cb, float *y)
+{
+    if (C == KC_F16 || (C == KC_ANY && s.fmt == KVF_F16)) {
+        const uint4 raw = *(const uint4 *)(rec + coff);
+        const __half2 *h = (const __half2 *)&raw;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 x = __half22float2(h[i]);
+            y[2 * i] = x.x, y[2 * i + 1] = x.y;
+        }
+    } else if (C == KC_A8) { /* header and codes 4-byte aligned */
+        const uint32_t hw = *(const uint32_t *)(rec + hoff);
+        const uint32_t w0 = *(const uint32_t *)(rec + coff), w1 = *(const uint32_t *)(rec + coff + 4);
+        const float d = kd_h(hw & 0xFFFFu), m = kd_h(hw >> 16);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            y[i] = fmaf(d, __uint_as_float(__byte_perm(w0, 0x4B000000u, 0x7440 + i)) - 8388608.0f, m);
+            y[4 + i] = fmaf(d, __uint_as_float(__byte_perm(w1, 0x4B000000u, 0x7440 + i)) - 8388608.0f, m);
+        }
+    } else if (C == KC_A4) {
+        const uint32_t hw = *(const uint32_t *)(rec + hoff);
+        const uint32_t w = *(const uint32_t *)(rec + coff);
+        const float d = kd_h(hw & 0xFFFFu), m = kd_h(hw >> 16);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            y[i] = fmaf(d, kd_u2f((w >> (4 * i)) & 15u), m);
+    } else { /* any width: three words around the codes, shifted into one 64-bit run */
+        const int sh = (coff & 3) * 8;
+        const uint32_t *wp = (const uint32_t *)(rec + (coff & ~3));
+        const uint32_t w0 = wp[0], w1 = wp[1], w2 = wp[2];
+        const uint64_t v = (uint64_t)__funnelshift_r(w0, w1, sh) |
+                           ((uint64_t)__funnelshift_r(w1, w2, sh) << 32);
+        const int b = C == KC_L3 ? 3 : C == KC_L4 ? 4 : s.bits;
+        const uint32_t mask = (1u << b) - 1u;
+        if (C == KC_LM || C == KC_L3 || C == KC_L4 || (C == KC_ANY && s.hdr == 2)) {
+            const float sc = kd_h(*(const uint16_t *)(rec + hoff));
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                y[i] = __fmul_rn(sc, cb[(uint32_t)(v >> (i * b)) & mask]);
+        } else {
+            const uint32_t hw = *(const uint32_t *)(rec + hoff);
+            const float d = kd_h(hw & 0xFFFFu), m = kd_h(hw >> 16);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                y[i] = fmaf(d, kd_u2f((uint32_t)(v >> (i * b)) & mask), m);
+        }
+    }
+}
+
+/* The lane's header and code offsets in a head record (element e0 = 8 * team lane). */
+__device__ __forceinline__ void kd_offs(const kd_side &s, int G, int e0, int *hoff, int *coff)
+{
+    if (s.hdr == 0) {
+        *hoff = 0, *coff = e0 * 2;
+        return;
+    }
+    const int gi = e0 / G, o = (e0 % G) / 8;
+    *hoff = gi * s.gb;
+    *coff = gi * s.gb + s.hdr + o * s.bits;
+}
+
+/* Dynamic shared memory: two buffers of a round's K and V records (16 bytes of slack after
+ * each: the any-width decoder reads a word past a record), or the team sums at the end. */
+static size_t kd_smem(const kd_side *s, int hd, int hg, int nt)
+{
+    const size_t buf = (size_t)KD_ROUND * (s[0].hb + s[1].hb) + 32;
+    const size_t red = (size_t)(nt / (hd / 8)) * hg * hd * sizeof(float);
+    return 2 * buf > red ? 2 * buf : red;
+}
+
+template <int HD, int HG, int KC, int VC, int NT, int TSM>
+__global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
+    k_kvq_sd(struct kd_args a, int vw)
+{
+    constexpr int TS = HD / 8, TEAMS = NT / TS, RPT = KD_ROUND / TEAMS;
+    constexpr int N = RPT * HG, NF = N >= TS ? N / TS : 1;
+    static_assert(TEAMS * RPT == KD_ROUND && NT / 32 >= HG && TS <= 32, "layout");
+    extern __shared__ __align__(16) uint8_t kd_sm[];
+    /* TSM 0: scores (by round parity), each warp's copy of the probabilities and of each
+     * head's max and sum; TSM 1: each team's scores of the round, max and sum per head */
+    __shared__ float sc[TSM ? 1 : 2][HG][TSM ? 1 : KD_ROUND];
+    __shared__ float pws[TSM ? 1 : NT / 32][HG][TSM ? 1 : KD_ROUND];
+    __shared__ float mls[TSM ? NT / HD * 8 : NT / 32][2][HG];
+    __shared__ float tsc[TSM ? NT / HD * 8 : 1][HG][TSM ? RPT : 1];
+    __shared__ int rows[2][KD_ROUND]; /* cache rows of a round's positions (by parity) */
+    __shared__ __align__(16) float qs[HG * HD];
+    constexpr bool LMS = KC == KC_ANY || KC >= KC_LM || VC == KC_ANY || VC >= KC_LM;
+    __shared__ float cbs[2][LMS ? 256 : 1];
+
+    cu_pdl_trigger();
+    const int z = blockIdx.x, t = blockIdx.z;
+    const int g = blockIdx.y / a.nsub, sub = blockIdx.y % a.nsub;
+    const int h0 = g * (a.n_head / a.n_kv_head) + sub * HG;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, team = tid / TS;
+    const int e0 = (tid % TS) * 8;
+    const int pos = a.pos[t], sq = a.seq[t]; /* written before the step: read before the wait */
+    int lo = 0, rb = 0, per = 1;
+    const int n = kd_splits(pos, a.window, a.target, a.max_blocks * a.block_size, &lo, &rb, &per);
+    if (z >= n && !(n == 0 && z == 0))
+        return; /* a split past the token's positions */
+    cu_pdl_wait(); /* launched with PDL: the previous kernel (q, K/V) is complete */
+    float *orow = a.out + ((size_t)t * a.n_head + h0) * HD; /* head h0 + h at orow + h * HD */
+    if (n == 0) {
+        for (int i = tid; i < HG * HD; i += NT)
+            orow[i] = 0.0f;
+        return;
+    }
+    const int last = pos / KD_ROUND + 1, r0 = rb + z * per;
+    const int r1 = rb + (z + 1) * per < last ? rb + (z + 1) * per : last;
+    const int32_t *bt = a.bt + (size_t)sq * a.max_blocks;
+    const int bs = a.block_size, bsh = a.bs_shift;
+    const size_t hk = (size_t)g * a.s[0].hb, hv = (size_t)g * a.s[1].hb;
+    const size_t bufsz = ((size_t)KD_ROUND * (a.s[0].hb + a.s[1].hb) + 32) & ~(size_t)15;
+    const int kbo = KD_ROUND * a.s[0].hb; /* V records after K's in a buffer */
+    /* row of round rd's position j: a position outside [lo, pos] reads pos's row (finite
+     * bytes, weighted by zero) */
+    auto row_of = [&](int rd, int j) {
+        const int p = rd * KD_ROUND + j;
+        const int pc = p >= lo && p <= pos ? p : pos;
+        const int bi = bsh >= 0 ? pc >> bsh : pc / bs, in = bsh >= 0 ? pc & (bs - 1) : pc % bs;
+        return bt[bi] * bs + in;
+    };
+    int nrow = 0; /* tid < 64: the row of round rd + 2's position tid, loaded a round early */
+    if (tid < KD_ROUND) {
+        rows[r0 & 1][tid] = row_of(r0, tid);
+        if (r0 + 1 < r1)
+            rows[(r0 + 1) & 1][tid] = row_of(r0 + 1, tid);
+        if (r0 + 2 < r1)
+            nrow = row_of(r0 + 2, tid);
+    }
+    __syncthreads();
+    kd_issue<NT>(a, vw, kd_sm, kd_sm + kbo, rows[r0 & 1], hk, hv); /* round r0 into buffer 0 */
+    /* q (rotated when the keys are), the codebooks, the lane's offsets */
+    if (warp < HG) { /* warp h: head h0 + h's row */
+        float v[HD / 32];
+        const float *qr = a.q + ((size_t)t * a.n_head + h0 + warp) * HD;
+#pragma unroll
+        for (int k = 0; k < HD / 32; k++)
+            v[k] = qr[lane + 32 * k];
+        if (a.rot_k)
+            kd_rot_warp<HD>(v, lane);
+#pragma unroll
+        for (int k = 0; k < HD / 32; k++)
+            qs[warp * HD + lane + 32 * k] = v[k];
+    }
+    for (int i = tid; i < (TSM ? TEAMS : NT / 32) * HG; i += NT)
+        mls[i / HG][0][i % HG] = -INFINITY, mls[i / HG][1][i % HG] = 0.0f;
+    if (LMS)
+        for (int w = 0; w < 2; w++)
+            if (a.s[w].hdr == 2)
+                for (int i = tid; i < (1 << a.s[w].bits); i += NT)
+                    cbs[w][i] = c_kd_lm[a.s[w].lmo + i];
+    __syncthreads();
+    float qv[HG][8];
+#pragma unroll
+    for (int h = 0; h < HG; h++)
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            qv[h][k] = qs[h * HD + e0 + k];
+    int khoff, kcoff, vhoff, vcoff;
+    kd_offs(a.s[0], a.G, e0, &khoff, &kcoff);
+    kd_offs(a.s[1], a.G, e0, &vhoff, &vcoff);
+    const float *cbk = cbs[0], *cbv = cbs[1];
+    float acc[HG][8];
+#pragma unroll
+    for (int h = 0; h < HG; h++)
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            acc[h][k] = 0.0f;
+    int buf = 0;
+    for (int rd = r0; rd < r1; rd++, buf ^= 1) {
+        kd_cp_wait_all(); /* this thread's copies of round rd have landed */
+        __syncthreads();  /* everyone's; and round rd - 1's buffer is free */
+        uint8_t *kb = kd_sm + buf * bufsz, *vb = kb + kbo;
+        if (rd + 1 < r1) { /* round rd + 1 streams in while rd is computed */
+            uint8_t *nb = kd_sm + (buf ^ 1) * bufsz;
+            kd_issue<NT>(a, vw, nb, nb + kbo, rows[(rd + 1) & 1], hk, hv);
+        }
+        if (rd + 2 < r1 && tid < KD_ROUND) { /* rows[rd & 1] was read by round rd's issue */
+            rows[rd & 1][tid] = nrow;
+            if (rd + 3 < r1)
+                nrow = row_of(rd + 3, tid); /* used next round: its latency is hidden */
+        }
+        /* partial dots of this lane's 8 dims, then summed over the team */
+        float s[N];
+#pragma unroll
+        for (int r = 0; r < RPT; r++) {
+            float kf[8];
+            kd_dec<KC>(kb + (r * TEAMS + team) * a.s[0].hb, a.s[0], khoff, kcoff, cbk, kf);
+#pragma unroll
+            for (int h = 0; h < HG; h++) {
+                float d = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    d = fmaf(qv[h][k], kf[k], d);
+                s[r * HG + h] = d;
+            }
+        }
+        int base = 0;
+        kd_team_sum<N, TS / 2>(s, lane, &base);
+        if constexpr (TSM) { /* the team's own online softmax over its RPT positions */
+            float *ts = &tsc[team][0][0];
+#pragma unroll
+            for (int i = 0; i < NF; i++) {
+                const int f = base + i, h = f % HG, r = f / HG;
+                const int p = rd * KD_ROUND + r * TEAMS + team;
+                float x = s[i] * a.scale;
+                if (a.softcap > 0.0f)
+                    x = a.softcap * tanhf(x / a.softcap);
+                ts[h * RPT + r] = p >= lo && p <= pos ? x : -INFINITY;
+            }
+            __syncwarp();
+#pragma unroll
+            for (int h = 0; h < HG; h++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int r = 0; r < RPT; r++)
+                    mx = fmaxf(mx, ts[h * RPT + r]);
+                const float mo = mls[team][0][h], mn = fmaxf(mo, mx);
+                const float f = mn == -INFINITY ? 1.0f : expf(mo - mn);
+                if (f != 1.0f) /* (the same in the whole team) */
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        acc[h][k] *= f;
+                float lsum = mls[team][1][h] * f, pr[RPT];
+#pragma unroll
+                for (int r = 0; r < RPT; r++) {
+                    pr[r] = mn == -INFINITY ? 0.0f : expf(ts[h * RPT + r] - mn);
+                    lsum += pr[r];
+                }
+                __syncwarp(); /* the team's lanes have read mls and the scores */
+                if (e0 == 0) { /* the scores become the probabilities */
+                    mls[team][0][h] = mn, mls[team][1][h] = lsum;
+#pragma unroll
+                    for (int r = 0; r < RPT; r++)
+                        ts[h * RPT + r] = pr[r];
+                }
+            }
+            __syncwarp();
+#pragma unroll
+            for (int r = 0; r < RPT; r++) {
+                float vf[8];
+                const int j = r * TEAMS + team;
+                kd_dec<VC>(vb + j * a.s[1].hb, a.s[1], vhoff, vcoff, cbv, vf);
+#pragma unroll
+                for (int h = 0; h < HG; h++) {
+                    const float p = ts[h * RPT + r];
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        acc[h][k] = fmaf(p, vf[k], acc[h][k]);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < NF; i++) {
+                const int f = base + i, h = f % HG, j = (f / HG) * TEAMS + team;
+                const int p = rd * KD_ROUND + j;
+                float x = s[i] * a.scale;
+                if (a.softcap > 0.0f)
+                    x = a.softcap * tanhf(x / a.softcap);
+                sc[buf][h][j] = p >= lo && p <= pos ? x : -INFINITY;
+            }
+            __syncthreads();
+            /* every warp runs each head's online softmax over the round (the same operations in
+             * every warp, so the same bits) into its own copy of the probabilities: no barrier
+             * between the scores and V */
+            float *pw = &pws[warp][0][0];
+#pragma unroll
+            for (int h = 0; h < HG; h++) {
+                const float s0 = sc[buf][h][lane], s1 = sc[buf][h][lane + 32];
+                const float mo = mls[warp][0][h], lo_ = mls[warp][1][h];
+                const float mn = fmaxf(mo, cu_warp_max(fmaxf(s0, s1)));
+                float f = 1.0f, p0 = 0.0f, p1 = 0.0f;
+                if (mn != -INFINITY)
+                    f = expf(mo - mn), p0 = expf(s0 - mn), p1 = expf(s1 - mn);
+                const float ln = lo_ * f + cu_warp_sum(p0 + p1);
+                __syncwarp(); /* every lane has read mls before lane 0 writes it */
+                if (lane == 0)
+                    mls[warp][0][h] = mn, mls[warp][1][h] = ln;
+                pw[h * KD_ROUND + lane] = p0, pw[h * KD_ROUND + lane + 32] = p1;
+                if (f != 1.0f) /* (the same in every warp) */
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        acc[h][k] *= f;
+            }
+            __syncwarp();
+#pragma unroll
+            for (int r = 0; r < RPT; r++) {
+                float vf[8];
+                const int j = r * TEAMS + team;
+                kd_dec<VC>(vb + j * a.s[1].hb, a.s[1], vhoff, vcoff, cbv, vf);
+#pragma unroll
+                for (int h = 0; h < HG; h++) {
+                    const float pr = pw[h * KD_ROUND + j];
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        acc[h][k] = fmaf(pr, vf[k], acc[h][k]);
+                }
+            }
+        }
+    }
+    __syncthreads(); /* the buffers are free: the team sums go there */
+    const float *msh = mls[0][0], *lsh = mls[0][1]; /* (every warp holds the same) */
+    float *red = (float *)kd_sm; /* (TEAMS, HG, HD) */
+#pragma unroll
+    for (int h = 0; h < HG; h++) {
+        float4 *rp = (float4 *)&red[((size_t)team * HG + h) * HD + e0];
+        rp[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+        rp[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
+    }
+    __syncthreads();
+    for (int i = tid; i < HG * HD; i += NT) {
+        const int h = i / HD, d = i % HD;
+        float o = 0.0f, M = msh[h], L = lsh[h];
+        if constexpr (TSM) { /* the teams' softmaxes merged in team order */
+            M = -INFINITY, L = 0.0f;
+#pragma unroll
+            for (int tm = 0; tm < TEAMS; tm++)
+                if (mls[tm][1][h] > 0.0f)
+                    M = fmaxf(M, mls[tm][0][h]);
+#pragma unroll
+            for (int tm = 0; tm < TEAMS; tm++)
+                if (mls[tm][1][h] > 0.0f) {
+                    const float f = expf(mls[tm][0][h] - M);
+                    o = fmaf(f, red[((size_t)tm * HG + h) * HD + d], o);
+                    L = fmaf(f, mls[tm][1][h], L);
+                }
+        } else {
+#pragma unroll
+            for (int tm = 0; tm < TEAMS; tm++)
+                o += red[((size_t)tm * HG + h) * HD + d];
+        }
+        if (n == 1) {
+            qs[i] = L > 0.0f ? o * (1.0f / L) : 0.0f;
+        } else {
+            const size_t pr = ((size_t)t * a.n_head + h0 + h) * a.maxs + z;
+            a.part[pr * HD + d] = o;
+            if (d == 0)
+                a.ml[pr] = make_float2(M, L);
+        }
+    }
+    if (n > 1)
+        return;
+    if (a.rot_v) /* values are stored rotated: unrotate the rows once */
+        kq_rotate_rows(qs, HG, HD, 1);
+    else
+        __syncthreads();
+    for (int i = tid; i < HG * HD; i += NT)
+        orow[i] = qs[i];
+}
+
+/* out row (t, h) = the merge of the token's splits in split order (unrotated when the
+ * values are stored rotated); tokens of one split were written by k_kvq_sd itself. */
+template <int HD>
+__global__ void __launch_bounds__(HD) k_kvq_sd_merge(struct kd_args a)
+{
+    __shared__ float sm[KD_MAX_TARGET], sl[KD_MAX_TARGET], x[HD];
+    const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
+    int lo = 0, rb = 0, per = 1;
+    const int n = kd_splits(a.pos[t], a.window, a.target, a.max_blocks * a.block_size, &lo, &rb,
+                            &per); /* pos was written before the step: readable now */
+    cu_pdl_trigger();
+    cu_pdl_wait();
+    if (n <= 1)
+        return;
+    const size_t row = ((size_t)t * a.n_head + h) * a.maxs;
+    if (d < n) { /* n <= KD_MAX_TARGET <= HD */
+        const float2 v = a.ml[row + d];
+        sm[d] = v.x, sl[d] = v.y;
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int z = 0; z < n; z++)
+        if (sl[z] > 0.0f)
+            mx = fmaxf(mx, sm[z]);
+    float L = 0.0f, o = 0.0f;
+    for (int z0 = 0; z0 < n; z0 += KD_MCH) {
+        float ov[KD_MCH];
+#pragma unroll
+        for (int k = 0; k < KD_MCH; k++)
+            ov[k] = z0 + k < n ? a.part[(row + z0 + k) * HD + d] : 0.0f;
+#pragma unroll
+        for (int k = 0; k < KD_MCH; k++) {
+            const int z = z0 + k;
+            if (z < n && sl[z] > 0.0f) {
+                const float f = expf(sm[z] - mx);
+                L = fmaf(f, sl[z], L);
+                o = fmaf(f, ov[k], o);
+            }
+        }
+    }
+    x[d] = L > 0.0f ? o * (1.0f / L) : 0.0f;
+    if (a.rot_v)
+        kq_rotate_rows(x, 1, HD, 1);
+    else
+        __syncthreads();
+    a.out[((size_t)t * a.n_head + h) * HD + d] = x[d];
+}
+
+/* ---- host side ---- */
+
+typedef void (*kd_kernel)(struct kd_args, int);
+
+template <int HD, int HG, int NT, int TSM>
+static kd_kernel kd_pick(int kc, int vc)
+{
+    if (kc == KC_A8 && vc == KC_A8) /* the fixed decoders; any other pair: the any-width one */
+        return k_kvq_sd<HD, HG, KC_A8, KC_A8, NT, TSM>;
+    if (kc == KC_A4 && vc == KC_A4)
+        return k_kvq_sd<HD, HG, KC_A4, KC_A4, NT, TSM>;
+    if (kc == KC_A8 && vc == KC_L4)
+        return k_kvq_sd<HD, HG, KC_A8, KC_L4, NT, TSM>;
+    if (kc == KC_A8 && vc == KC_L3)
+        return k_kvq_sd<HD, HG, KC_A8, KC_L3, NT, TSM>;
+    return k_kvq_sd<HD, HG, KC_ANY, KC_ANY, NT, TSM>;
+}
+
+template <int HD, int NT, int TSM>
+static kd_kernel kd_pick_hg(int hg, int kc, int vc)
+{
+    return hg == 4   ? kd_pick<HD, 4, NT, TSM>(kc, vc)
+           : hg == 2 ? kd_pick<HD, 2, NT, TSM>(kc, vc)
+                     : kd_pick<HD, 1, NT, TSM>(kc, vc);
+}
+
+/* tsm: the team-softmax variant (256 threads only) */
+static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt, int tsm)
+{
+    if (tsm)
+        return hd == 64    ? kd_pick_hg<64, 256, 1>(hg, kc, vc)
+               : hd == 128 ? kd_pick_hg<128, 256, 1>(hg, kc, vc)
+                           : kd_pick_hg<256, 256, 1>(hg, kc, vc);
+    if (hd == 256)
+        return kd_pick_hg<256, 256, 0>(hg, kc, vc);
+    if (nt == 128)
+        return hd == 64 ? kd_pick_hg<64, 128, 0>(hg, kc, vc) : kd_pick_hg<128, 128, 0>(hg, kc, vc);
+    return hd == 64 ? kd_pick_hg<64, 256, 0>(hg, kc, vc) : kd_pick_hg<128, 256, 0>(hg, kc, vc);
+}
+
+static int kd_class(const kd_side &s, int which)
+{
+    if (s.fmt == KVF_F16)
+        return KC_F16;
+    if (s.fmt == KVF_A8)
+        return KC_A8;
+    if (s.fmt == KVF_A4)
+        return KC_A4;
+    if (which && s.fmt == KVF_L4)
+        return KC_L4;
+    if (which && s.fmt == KVF_L3)
+        return KC_L3;
+    return KC_ANY;
+}
+
+cudaError_t cu_kvq_decode_init(struct cu_be *cb)
+{
+    const char *m = getenv("CINFER_KVQ_ATTN"), *sp = getenv("CINFER_KVQ_SPLITS");
+    const char *nt = getenv("CINFER_KVQ_NT"), *sm = getenv("CINFER_KVQ_SOFTMAX");
+    g_kd.on = !(m && !strcmp(m, "general"));
+    g_kd.nt = nt && !strcmp(nt, "128") ? 128 : 256;
+    g_kd.tsm = sm && !strcmp(sm, "team");
+    g_kd.target = KD_TARGET;
+    if (sp) {
+        const long v = strtol(sp, NULL, 10);
+        if (v >= 1 && v <= KD_MAX_TARGET)
+            g_kd.target = (int)v;
+    }
+    float lm[KQ_LM_N];
+    static const int bits[5] = {2, 3, 4, 5, 8};
+    for (int i = 0; i < 5; i++) {
+        const float *c = kvq_lm_codebook(bits[i], NULL);
+        for (int k = 0; k < (1 << bits[i]); k++)
+            lm[kq_lm_off(bits[i]) + k] = c[k];
+    }
+    cudaError_t rc = cudaMemcpyToSymbol(c_kd_lm, lm, sizeof lm);
+    /* every instance may take up to ~92 KB (its static arrays beside it stay under the
+     * opt-in limit); a scheme needing more (f16 sides at head_dim 256) runs the general kernel */
+    static const int hds[3] = {64, 128, 256}, hgs[3] = {1, 2, 4};
+    static const int kcs[5][2] = {{KC_A8, KC_A8}, {KC_A4, KC_A4}, {KC_A8, KC_L4}, {KC_A8, KC_L3},
+                                  {KC_ANY, KC_ANY}};
+    const int lim = (int)(cb->smem_optin < 100000 ? cb->smem_optin : 100000) - 8192;
+    g_kd.smem_lim = lim;
+    for (int i = 0; rc == cudaSuccess && i < 3; i++)
+        for (int j = 0; rc == cudaSuccess && j < 3; j++)
+            for (int k = 0; rc == cudaSuccess && k < 5; k++)
+                for (int n = 0; rc == cudaSuccess && n < 3; n++) /* 128, 256, team softmax */
+                    rc = cudaFuncSetAttribute(
+                        kd_kernel_of(hds[i], hgs[j], kcs[k][0], kcs[k][1], n ? 256 : 128, n == 2),
+                        cudaFuncAttributeMaxDynamicSharedMemorySize, lim);
+    return rc;
+}
+
+static int kd_pow2_div(size_t x, int w) { return x % (size_t)w == 0; }
+
+int cu_kvq_decode(struct cu_be *cb, float *out, const float *q, const struct be_attn *a)
+{
+    const int hd = a->head_dim, dt = a->kv_dtype;
+    if (!g_kd.on || a->n_tok > KD_MAX_TOK || !(hd == 64 || hd == 128 || hd == 256))
+        return 0;
+    if (a->block_size <= 0 || a->max_blocks <= 0)
+        return 0;
+    const long long cap = (long long)a->max_blocks * a->block_size;
+    if (cap > (1ll << 30))
+        return 0;
+    const int kvd = a->n_kv_head * hd, G = kvq_group_of(dt);
+    kd_side s[2];
+    for (int w = 0; w < 2; w++) {
+        const kq_side k = kq_side_of(dt, w, kvd);
+        if (k.fmt == KVF_F32)
+            return 0;
+        s[w].fmt = k.fmt, s[w].bits = k.bits, s[w].hdr = k.hdr, s[w].gb = k.gb;
+        s[w].hb = (int)(k.rb / (size_t)a->n_kv_head), s[w].lmo = k.lmo, s[w].rb = k.rb;
+        if (s[w].hb % 4 || (size_t)s[w].hb * a->n_kv_head != k.rb ||
+            (k.hdr == 4 && k.gb % 4) || (k.hdr == 2 && k.gb % 2) || G % 8)
+            return 0; /* (the decoders read headers as aligned words) */
+    }
+    /* per side, the widest piece its records, rows and cache base allow (V records start
+     * 64 K records into a buffer: 16-byte aligned whenever K's are 4-byte multiples) */
+    int vw = 0;
+    for (int w = 0; w < 2; w++) {
+        const uintptr_t base = (uintptr_t)(w ? a->v_cache : a->k_cache);
+        int pw = 16;
+        while (pw > 4 && !(kd_pow2_div((size_t)s[w].hb, pw) && kd_pow2_div(base, pw)))
+            pw /= 2;
+        if (!kd_pow2_div(base, pw))
+            return 0;
+        vw |= pw << (8 * w);
+    }
+    const int group = a->n_head / a->n_kv_head;
+    const int hg = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1, nsub = group / hg;
+    if ((long long)a->n_kv_head * nsub > 65535)
+        return 0;
+    const int nt = g_kd.tsm ? 256 : kd_nt_of(hd, g_kd.nt);
+    const size_t smem = kd_smem(s, hd, hg, nt);
+    if (smem > (size_t)g_kd.smem_lim)
+        return 0;
+    const int rounds = (int)((cap + KD_ROUND - 1) / KD_ROUND);
+    const int maxs = g_kd.target < rounds ? g_kd.target : rounds;
+    struct kd_args x;
+    x.q = q, x.out = out, x.part = NULL, x.ml = NULL;
+    x.pos = a->pos, x.seq = a->seq, x.bt = a->block_tables;
+    x.kc = (const uint8_t *)a->k_cache, x.vc = (const uint8_t *)a->v_cache;
+    x.n_head = a->n_head, x.n_kv_head = a->n_kv_head, x.nsub = nsub;
+    x.max_blocks = a->max_blocks, x.block_size = a->block_size, x.window = a->window;
+    x.bs_shift = -1;
+    for (int sh = 0; sh < 30; sh++)
+        if (a->block_size == 1 << sh)
+            x.bs_shift = sh;
+    x.maxs = maxs, x.target = g_kd.target, x.G = G;
+    x.rot_k = kvq_rot_of(dt, 0), x.rot_v = kvq_rot_of(dt, 1);
+    x.scale = a->scale, x.softcap = a->softcap;
+    x.s[0] = s[0], x.s[1] = s[1];
+    if (maxs > 1) {
+        const size_t rows = (size_t)a->n_tok * a->n_head * maxs;
+        char *p = (char *)cu_scratch(cb, CU_SCRATCH_ATT, rows * ((size_t)hd + 2) * sizeof(float));
+        if (!p)
+            return 1; /* out of memory: latched */
+        x.part = (float *)p;
+        x.ml = (float2 *)(p + rows * (size_t)hd * sizeof(float));
+    }
+    const kd_kernel k = kd_kernel_of(hd, hg, kd_class(s[0], 0), kd_class(s[1], 1), nt, g_kd.tsm);
+    cu_launch(cb, k, dim3((unsigned)maxs, (unsigned)(a->n_kv_head * nsub), (unsigned)a->n_tok),
+              dim3((unsigned)nt), smem, x, vw);
+    cu_after_launch(cb, "attention (quantized KV, decode)");
+    if (maxs > 1) {
+        void (*mk)(struct kd_args) = hd == 64    ? k_kvq_sd_merge<64>
+                                     : hd == 128 ? k_kvq_sd_merge<128>
+                                                 : k_kvq_sd_merge<256>;
+        cu_launch(cb, mk, dim3((unsigned)a->n_head, (unsigned)a->n_tok), dim3((unsigned)hd), 0, x);
+        cu_after_launch(cb, "attention merge (quantized KV, decode)");
+    }
+    return 1;
+}
