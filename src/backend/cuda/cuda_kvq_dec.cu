@@ -447,6 +447,7 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
                 ts[h * RPT + r] = p >= lo && p <= pos ? x : -INFINITY;
             }
             __syncwarp();
+            float mt[HG];
 #pragma unroll
             for (int h = 0; h < HG; h++) {
                 float mx = -INFINITY;
@@ -455,25 +456,18 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
                     mx = fmaxf(mx, ts[h * RPT + r]);
                 const float mo = mls[team][0][h], mn = fmaxf(mo, mx);
                 const float f = mn == -INFINITY ? 1.0f : expf(mo - mn);
-                if (f != 1.0f) /* (the same in the whole team) */
+                mt[h] = mn;
 #pragma unroll
-                    for (int k = 0; k < 8; k++)
-                        acc[h][k] *= f;
-                float lsum = mls[team][1][h] * f, pr[RPT];
+                for (int k = 0; k < 8; k++)
+                    acc[h][k] *= f;
+                float lsum = mls[team][1][h] * f;
 #pragma unroll
-                for (int r = 0; r < RPT; r++) {
-                    pr[r] = mn == -INFINITY ? 0.0f : expf(ts[h * RPT + r] - mn);
-                    lsum += pr[r];
-                }
-                __syncwarp(); /* the team's lanes have read mls and the scores */
-                if (e0 == 0) { /* the scores become the probabilities */
+                for (int r = 0; r < RPT; r++)
+                    lsum += mn == -INFINITY ? 0.0f : expf(ts[h * RPT + r] - mn);
+                __syncwarp(); /* the team's lanes have read mls */
+                if (e0 == 0)
                     mls[team][0][h] = mn, mls[team][1][h] = lsum;
-#pragma unroll
-                    for (int r = 0; r < RPT; r++)
-                        ts[h * RPT + r] = pr[r];
-                }
             }
-            __syncwarp();
 #pragma unroll
             for (int r = 0; r < RPT; r++) {
                 float vf[8];
@@ -481,10 +475,10 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
                 kd_dec<VC>(vb + j * a.s[1].hb, a.s[1], vhoff, vcoff, cbv, vf);
 #pragma unroll
                 for (int h = 0; h < HG; h++) {
-                    const float p = ts[h * RPT + r];
+                    const float pr = mt[h] == -INFINITY ? 0.0f : expf(ts[h * RPT + r] - mt[h]);
 #pragma unroll
                     for (int k = 0; k < 8; k++)
-                        acc[h][k] = fmaf(p, vf[k], acc[h][k]);
+                        acc[h][k] = fmaf(pr, vf[k], acc[h][k]);
                 }
             }
         } else {
@@ -515,10 +509,9 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
                 if (lane == 0)
                     mls[warp][0][h] = mn, mls[warp][1][h] = ln;
                 pw[h * KD_ROUND + lane] = p0, pw[h * KD_ROUND + lane + 32] = p1;
-                if (f != 1.0f) /* (the same in every warp) */
 #pragma unroll
-                    for (int k = 0; k < 8; k++)
-                        acc[h][k] *= f;
+                for (int k = 0; k < 8; k++)
+                    acc[h][k] *= f;
             }
             __syncwarp();
 #pragma unroll
