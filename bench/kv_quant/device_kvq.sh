@@ -19,8 +19,7 @@
 #           REPS (3) runs of STEPS (16) steps, once per KMODES (default "split general":
 #           CINFER_KVQ_ATTN=split, the decode path of cuda_kvq_dec.cu, the default; =general,
 #           the old kernel), then the decode path at 16k once per EXTRA word (default
-#           "CINFER_KVQ_SOFTMAX=team CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64
-#           CINFER_KVQ_ROPE_STORE=split"; "" skips);
+#           "CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64 CINFER_KVQ_ROPE_STORE=split"; "" skips);
 #           bytes per token;
 #  PROFILE=1 (extra, after bench) ncu on one decode step's attention kernels at 16k, scheme
 #           8 and f16, per kernel: duration, DRAM bytes read and GB/s — the decode path, the
@@ -130,7 +129,7 @@ if want bench; then
     done
     # variants of the decode path at 16k, one run each: VAR=VALUE words (label: the
     # variable's last word and the value, e.g. CINFER_KVQ_NT=128 -> nt128)
-    for ev in ${EXTRA-CINFER_KVQ_SOFTMAX=team CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64 CINFER_KVQ_ROPE_STORE=split}; do
+    for ev in ${EXTRA-CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64 CINFER_KVQ_ROPE_STORE=split}; do
         T=$(lim 60)
         lab=$(printf %s "${ev%%=*}" | sed 's/.*_//' | tr 'A-Z' 'a-z')${ev#*=}
         if [ "$T" -le 0 ]; then echo "kvq_bench $ev: skipped (budget)" | tee -a "$S"; continue; fi

@@ -11,10 +11,10 @@
  * - the decode path (cuda_kvq_dec.cu, steps of <= 64 tokens): a token 4000 positions in
  *   (many rounds per split) within tolerance, and its output bit for bit the same alone
  *   (context capacity 4096) and in a step of three tokens with a capacity of 5120.
- * On CUDA every case runs four times: with the default kernels (the decode path for steps of
- * up to 64 tokens), with CINFER_KVQ_ATTN=general (the general kernel for every step), with
- * CINFER_KVQ_NT=128 (the decode path's 128-thread layout) and with CINFER_KVQ_SOFTMAX=team
- * (its per-team softmax); a CINFER_KVQ_ATTN set by the caller runs that choice only.
+ * On CUDA every case runs three times: with the default kernels (the decode path for steps of
+ * up to 64 tokens), with CINFER_KVQ_ATTN=general (the general kernel for every step), and
+ * with CINFER_KVQ_NT=128 (the decode path's 128-thread layout); a CINFER_KVQ_ATTN set by the
+ * caller runs that choice only.
  * Skipped (status 77) where the CUDA backend cannot open (no GPU, or a build without it):
  * the device run is bench/kv_quant/device_kvq.sh. CINFER_TEST_BACKEND names another backend
  * to compare with the CPU. */
@@ -472,18 +472,6 @@ int main(void)
         if (!g_dev)
             return harness_done();
         printf("-- CINFER_KVQ_NT=128\n");
-        RUN(test_formats_hd128);
-        RUN(test_other_geometries);
-        RUN(test_long_invariant);
-        /* and the opt-in team softmax (CINFER_KVQ_SOFTMAX=team) */
-        be_free(g_dev);
-        unsetenv("CINFER_KVQ_NT");
-        setenv("CINFER_KVQ_SOFTMAX", "team", 1);
-        g_dev = be_new(bn, &bc, &e);
-        CHECK_MSG(g_dev != NULL, "%s", e.msg);
-        if (!g_dev)
-            return harness_done();
-        printf("-- CINFER_KVQ_SOFTMAX=team\n");
         RUN(test_formats_hd128);
         RUN(test_other_geometries);
         RUN(test_long_invariant);

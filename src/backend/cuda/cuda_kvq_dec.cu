@@ -10,10 +10,7 @@
  * scores and V); each team accumulates its own positions' V and the teams are summed in a
  * fixed order at the end. NT threads a block: 256 by default (head_dim 128: 16 teams of 16,
  * 4 positions a lane per round, 128 registers, two blocks an SM), CINFER_KVQ_NT=128 for 8
- * teams (the first version; 3 blocks an SM of 168 registers). CINFER_KVQ_SOFTMAX=team (opt-in,
- * 256 threads): each team keeps its own online softmax over its own positions (no block
- * barrier and no shared scores a round; the teams' softmaxes merged in team order at the
- * end) — a different summation order, so a process-wide choice like the others.
+ * teams (the first version; 3 blocks an SM of 168 registers).
  * What differs is the load: a round's head records (K and V of 64 positions, the raw bytes:
  * f16 group headers and packed codes) are copied into shared memory with cp.async in
  * 16-byte pieces (8 or 4 when the record size needs it), double-buffered so the next round
@@ -56,8 +53,8 @@ enum { KC_ANY = 0, KC_F16 = 1, KC_A8 = 2, KC_A4 = 3, KC_LM = 4, KC_L3 = 5, KC_L4
 __constant__ float c_kd_lm[KQ_LM_N];
 
 static struct {
-    int on, target, nt, tsm, smem_lim; /* smem_lim: the dynamic shared memory any instance may take */
-} g_kd = {1, KD_TARGET, 256, 0, 0};
+    int on, target, nt, smem_lim; /* smem_lim: the dynamic shared memory any instance may take */
+} g_kd = {1, KD_TARGET, 256, 0};
 
 struct kd_side {
     int fmt, bits, hdr, gb, hb; /* hb: bytes of one head record */
@@ -305,7 +302,7 @@ static size_t kd_smem(const kd_side *s, int hd, int hg, int nt)
     return 2 * buf > red ? 2 * buf : red;
 }
 
-template <int HD, int HG, int KC, int VC, int NT, int TSM>
+template <int HD, int HG, int KC, int VC, int NT>
 __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     k_kvq_sd(struct kd_args a, int vw)
 {
@@ -313,12 +310,9 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     constexpr int N = RPT * HG, NF = N >= TS ? N / TS : 1;
     static_assert(TEAMS * RPT == KD_ROUND && NT / 32 >= HG && TS <= 32, "layout");
     extern __shared__ __align__(16) uint8_t kd_sm[];
-    /* TSM 0: scores (by round parity), each warp's copy of the probabilities and of each
-     * head's max and sum; TSM 1: each team's scores of the round, max and sum per head */
-    __shared__ float sc[TSM ? 1 : 2][HG][TSM ? 1 : KD_ROUND];
-    __shared__ float pws[TSM ? 1 : NT / 32][HG][TSM ? 1 : KD_ROUND];
-    __shared__ float mls[TSM ? NT / HD * 8 : NT / 32][2][HG];
-    __shared__ float tsc[TSM ? NT / HD * 8 : 1][HG][TSM ? RPT : 1];
+    __shared__ float sc[2][HG][KD_ROUND]; /* scores (by round parity) */
+    __shared__ float pws[NT / 32][HG][KD_ROUND]; /* each warp's copy of the probabilities */
+    __shared__ float mls[NT / 32][2][HG]; /* each warp's copy of each head's max and sum */
     __shared__ int rows[2][KD_ROUND]; /* cache rows of a round's positions (by parity) */
     __shared__ __align__(16) float qs[HG * HD];
     constexpr bool LMS = KC == KC_ANY || KC >= KC_LM || VC == KC_ANY || VC >= KC_LM;
@@ -380,7 +374,7 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
         for (int k = 0; k < HD / 32; k++)
             qs[warp * HD + lane + 32 * k] = v[k];
     }
-    for (int i = tid; i < (TSM ? TEAMS : NT / 32) * HG; i += NT)
+    for (int i = tid; i < NT / 32 * HG; i += NT)
         mls[i / HG][0][i % HG] = -INFINITY, mls[i / HG][1][i % HG] = 0.0f;
     if (LMS)
         for (int w = 0; w < 2; w++)
@@ -435,97 +429,49 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
         }
         int base = 0;
         kd_team_sum<N, TS / 2>(s, lane, &base);
-        if constexpr (TSM) { /* the team's own online softmax over its RPT positions */
-            float *ts = &tsc[team][0][0];
 #pragma unroll
-            for (int i = 0; i < NF; i++) {
-                const int f = base + i, h = f % HG, r = f / HG;
-                const int p = rd * KD_ROUND + r * TEAMS + team;
-                float x = s[i] * a.scale;
-                if (a.softcap > 0.0f)
-                    x = a.softcap * tanhf(x / a.softcap);
-                ts[h * RPT + r] = p >= lo && p <= pos ? x : -INFINITY;
-            }
-            __syncwarp();
-            float mt[HG];
+        for (int i = 0; i < NF; i++) {
+            const int f = base + i, h = f % HG, j = (f / HG) * TEAMS + team;
+            const int p = rd * KD_ROUND + j;
+            float x = s[i] * a.scale;
+            if (a.softcap > 0.0f)
+                x = a.softcap * tanhf(x / a.softcap);
+            sc[buf][h][j] = p >= lo && p <= pos ? x : -INFINITY;
+        }
+        __syncthreads();
+        /* every warp runs each head's online softmax over the round (the same operations in
+         * every warp, so the same bits) into its own copy of the probabilities: no barrier
+         * between the scores and V */
+        float *pw = &pws[warp][0][0];
 #pragma unroll
-            for (int h = 0; h < HG; h++) {
-                float mx = -INFINITY;
+        for (int h = 0; h < HG; h++) {
+            const float s0 = sc[buf][h][lane], s1 = sc[buf][h][lane + 32];
+            const float mo = mls[warp][0][h], lo_ = mls[warp][1][h];
+            const float mn = fmaxf(mo, cu_warp_max(fmaxf(s0, s1)));
+            float f = 1.0f, p0 = 0.0f, p1 = 0.0f;
+            if (mn != -INFINITY)
+                f = expf(mo - mn), p0 = expf(s0 - mn), p1 = expf(s1 - mn);
+            const float ln = lo_ * f + cu_warp_sum(p0 + p1);
+            __syncwarp(); /* every lane has read mls before lane 0 writes it */
+            if (lane == 0)
+                mls[warp][0][h] = mn, mls[warp][1][h] = ln;
+            pw[h * KD_ROUND + lane] = p0, pw[h * KD_ROUND + lane + 32] = p1;
 #pragma unroll
-                for (int r = 0; r < RPT; r++)
-                    mx = fmaxf(mx, ts[h * RPT + r]);
-                const float mo = mls[team][0][h], mn = fmaxf(mo, mx);
-                const float f = mn == -INFINITY ? 1.0f : expf(mo - mn);
-                mt[h] = mn;
+            for (int k = 0; k < 8; k++)
+                acc[h][k] *= f;
+        }
+        __syncwarp();
 #pragma unroll
-                for (int k = 0; k < 8; k++)
-                    acc[h][k] *= f;
-                float lsum = mls[team][1][h] * f;
-#pragma unroll
-                for (int r = 0; r < RPT; r++)
-                    lsum += mn == -INFINITY ? 0.0f : expf(ts[h * RPT + r] - mn);
-                __syncwarp(); /* the team's lanes have read mls */
-                if (e0 == 0)
-                    mls[team][0][h] = mn, mls[team][1][h] = lsum;
-            }
-#pragma unroll
-            for (int r = 0; r < RPT; r++) {
-                float vf[8];
-                const int j = r * TEAMS + team;
-                kd_dec<VC>(vb + j * a.s[1].hb, a.s[1], vhoff, vcoff, cbv, vf);
-#pragma unroll
-                for (int h = 0; h < HG; h++) {
-                    const float pr = mt[h] == -INFINITY ? 0.0f : expf(ts[h * RPT + r] - mt[h]);
-#pragma unroll
-                    for (int k = 0; k < 8; k++)
-                        acc[h][k] = fmaf(pr, vf[k], acc[h][k]);
-                }
-            }
-        } else {
-#pragma unroll
-            for (int i = 0; i < NF; i++) {
-                const int f = base + i, h = f % HG, j = (f / HG) * TEAMS + team;
-                const int p = rd * KD_ROUND + j;
-                float x = s[i] * a.scale;
-                if (a.softcap > 0.0f)
-                    x = a.softcap * tanhf(x / a.softcap);
-                sc[buf][h][j] = p >= lo && p <= pos ? x : -INFINITY;
-            }
-            __syncthreads();
-            /* every warp runs each head's online softmax over the round (the same operations in
-             * every warp, so the same bits) into its own copy of the probabilities: no barrier
-             * between the scores and V */
-            float *pw = &pws[warp][0][0];
+        for (int r = 0; r < RPT; r++) {
+            float vf[8];
+            const int j = r * TEAMS + team;
+            kd_dec<VC>(vb + j * a.s[1].hb, a.s[1], vhoff, vcoff, cbv, vf);
 #pragma unroll
             for (int h = 0; h < HG; h++) {
-                const float s0 = sc[buf][h][lane], s1 = sc[buf][h][lane + 32];
-                const float mo = mls[warp][0][h], lo_ = mls[warp][1][h];
-                const float mn = fmaxf(mo, cu_warp_max(fmaxf(s0, s1)));
-                float f = 1.0f, p0 = 0.0f, p1 = 0.0f;
-                if (mn != -INFINITY)
-                    f = expf(mo - mn), p0 = expf(s0 - mn), p1 = expf(s1 - mn);
-                const float ln = lo_ * f + cu_warp_sum(p0 + p1);
-                __syncwarp(); /* every lane has read mls before lane 0 writes it */
-                if (lane == 0)
-                    mls[warp][0][h] = mn, mls[warp][1][h] = ln;
-                pw[h * KD_ROUND + lane] = p0, pw[h * KD_ROUND + lane + 32] = p1;
+                const float pr = pw[h * KD_ROUND + j];
 #pragma unroll
                 for (int k = 0; k < 8; k++)
-                    acc[h][k] *= f;
-            }
-            __syncwarp();
-#pragma unroll
-            for (int r = 0; r < RPT; r++) {
-                float vf[8];
-                const int j = r * TEAMS + team;
-                kd_dec<VC>(vb + j * a.s[1].hb, a.s[1], vhoff, vcoff, cbv, vf);
-#pragma unroll
-                for (int h = 0; h < HG; h++) {
-                    const float pr = pw[h * KD_ROUND + j];
-#pragma unroll
-                    for (int k = 0; k < 8; k++)
-                        acc[h][k] = fmaf(pr, vf[k], acc[h][k]);
-                }
+                    acc[h][k] = fmaf(pr, vf[k], acc[h][k]);
             }
         }
     }
@@ -541,32 +487,18 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     __syncthreads();
     for (int i = tid; i < HG * HD; i += NT) {
         const int h = i / HD, d = i % HD;
-        float o = 0.0f, M = msh[h], L = lsh[h];
-        if constexpr (TSM) { /* the teams' softmaxes merged in team order */
-            M = -INFINITY, L = 0.0f;
+        float o = 0.0f;
 #pragma unroll
-            for (int tm = 0; tm < TEAMS; tm++)
-                if (mls[tm][1][h] > 0.0f)
-                    M = fmaxf(M, mls[tm][0][h]);
-#pragma unroll
-            for (int tm = 0; tm < TEAMS; tm++)
-                if (mls[tm][1][h] > 0.0f) {
-                    const float f = expf(mls[tm][0][h] - M);
-                    o = fmaf(f, red[((size_t)tm * HG + h) * HD + d], o);
-                    L = fmaf(f, mls[tm][1][h], L);
-                }
-        } else {
-#pragma unroll
-            for (int tm = 0; tm < TEAMS; tm++)
-                o += red[((size_t)tm * HG + h) * HD + d];
-        }
+        for (int tm = 0; tm < TEAMS; tm++)
+            o += red[((size_t)tm * HG + h) * HD + d];
         if (n == 1) {
+            const float L = lsh[h];
             qs[i] = L > 0.0f ? o * (1.0f / L) : 0.0f;
         } else {
             const size_t pr = ((size_t)t * a.n_head + h0 + h) * a.maxs + z;
             a.part[pr * HD + d] = o;
             if (d == 0)
-                a.ml[pr] = make_float2(M, L);
+                a.ml[pr] = make_float2(msh[h], lsh[h]);
         }
     }
     if (n > 1)
@@ -631,40 +563,34 @@ __global__ void __launch_bounds__(HD) k_kvq_sd_merge(struct kd_args a)
 
 typedef void (*kd_kernel)(struct kd_args, int);
 
-template <int HD, int HG, int NT, int TSM>
+template <int HD, int HG, int NT>
 static kd_kernel kd_pick(int kc, int vc)
 {
     if (kc == KC_A8 && vc == KC_A8) /* the fixed decoders; any other pair: the any-width one */
-        return k_kvq_sd<HD, HG, KC_A8, KC_A8, NT, TSM>;
+        return k_kvq_sd<HD, HG, KC_A8, KC_A8, NT>;
     if (kc == KC_A4 && vc == KC_A4)
-        return k_kvq_sd<HD, HG, KC_A4, KC_A4, NT, TSM>;
+        return k_kvq_sd<HD, HG, KC_A4, KC_A4, NT>;
     if (kc == KC_A8 && vc == KC_L4)
-        return k_kvq_sd<HD, HG, KC_A8, KC_L4, NT, TSM>;
+        return k_kvq_sd<HD, HG, KC_A8, KC_L4, NT>;
     if (kc == KC_A8 && vc == KC_L3)
-        return k_kvq_sd<HD, HG, KC_A8, KC_L3, NT, TSM>;
-    return k_kvq_sd<HD, HG, KC_ANY, KC_ANY, NT, TSM>;
+        return k_kvq_sd<HD, HG, KC_A8, KC_L3, NT>;
+    return k_kvq_sd<HD, HG, KC_ANY, KC_ANY, NT>;
 }
 
-template <int HD, int NT, int TSM>
+template <int HD, int NT>
 static kd_kernel kd_pick_hg(int hg, int kc, int vc)
 {
-    return hg == 4   ? kd_pick<HD, 4, NT, TSM>(kc, vc)
-           : hg == 2 ? kd_pick<HD, 2, NT, TSM>(kc, vc)
-                     : kd_pick<HD, 1, NT, TSM>(kc, vc);
+    return hg == 4 ? kd_pick<HD, 4, NT>(kc, vc) : hg == 2 ? kd_pick<HD, 2, NT>(kc, vc)
+                                                   : kd_pick<HD, 1, NT>(kc, vc);
 }
 
-/* tsm: the team-softmax variant (256 threads only) */
-static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt, int tsm)
+static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt)
 {
-    if (tsm)
-        return hd == 64    ? kd_pick_hg<64, 256, 1>(hg, kc, vc)
-               : hd == 128 ? kd_pick_hg<128, 256, 1>(hg, kc, vc)
-                           : kd_pick_hg<256, 256, 1>(hg, kc, vc);
     if (hd == 256)
-        return kd_pick_hg<256, 256, 0>(hg, kc, vc);
+        return kd_pick_hg<256, 256>(hg, kc, vc);
     if (nt == 128)
-        return hd == 64 ? kd_pick_hg<64, 128, 0>(hg, kc, vc) : kd_pick_hg<128, 128, 0>(hg, kc, vc);
-    return hd == 64 ? kd_pick_hg<64, 256, 0>(hg, kc, vc) : kd_pick_hg<128, 256, 0>(hg, kc, vc);
+        return hd == 64 ? kd_pick_hg<64, 128>(hg, kc, vc) : kd_pick_hg<128, 128>(hg, kc, vc);
+    return hd == 64 ? kd_pick_hg<64, 256>(hg, kc, vc) : kd_pick_hg<128, 256>(hg, kc, vc);
 }
 
 static int kd_class(const kd_side &s, int which)
@@ -685,10 +611,9 @@ static int kd_class(const kd_side &s, int which)
 cudaError_t cu_kvq_decode_init(struct cu_be *cb)
 {
     const char *m = getenv("CINFER_KVQ_ATTN"), *sp = getenv("CINFER_KVQ_SPLITS");
-    const char *nt = getenv("CINFER_KVQ_NT"), *sm = getenv("CINFER_KVQ_SOFTMAX");
+    const char *nt = getenv("CINFER_KVQ_NT");
     g_kd.on = !(m && !strcmp(m, "general"));
     g_kd.nt = nt && !strcmp(nt, "128") ? 128 : 256;
-    g_kd.tsm = sm && !strcmp(sm, "team");
     g_kd.target = KD_TARGET;
     if (sp) {
         const long v = strtol(sp, NULL, 10);
@@ -713,10 +638,9 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
     for (int i = 0; rc == cudaSuccess && i < 3; i++)
         for (int j = 0; rc == cudaSuccess && j < 3; j++)
             for (int k = 0; rc == cudaSuccess && k < 5; k++)
-                for (int n = 0; rc == cudaSuccess && n < 3; n++) /* 128, 256, team softmax */
-                    rc = cudaFuncSetAttribute(
-                        kd_kernel_of(hds[i], hgs[j], kcs[k][0], kcs[k][1], n ? 256 : 128, n == 2),
-                        cudaFuncAttributeMaxDynamicSharedMemorySize, lim);
+                for (int n = 128; rc == cudaSuccess && n <= 256; n += 128)
+                    rc = cudaFuncSetAttribute(kd_kernel_of(hds[i], hgs[j], kcs[k][0], kcs[k][1], n),
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, lim);
     return rc;
 }
 
@@ -760,7 +684,7 @@ int cu_kvq_decode(struct cu_be *cb, float *out, const float *q, const struct be_
     const int hg = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1, nsub = group / hg;
     if ((long long)a->n_kv_head * nsub > 65535)
         return 0;
-    const int nt = g_kd.tsm ? 256 : kd_nt_of(hd, g_kd.nt);
+    const int nt = kd_nt_of(hd, g_kd.nt);
     const size_t smem = kd_smem(s, hd, hg, nt);
     if (smem > (size_t)g_kd.smem_lim)
         return 0;
@@ -788,7 +712,7 @@ int cu_kvq_decode(struct cu_be *cb, float *out, const float *q, const struct be_
         x.part = (float *)p;
         x.ml = (float2 *)(p + rows * (size_t)hd * sizeof(float));
     }
-    const kd_kernel k = kd_kernel_of(hd, hg, kd_class(s[0], 0), kd_class(s[1], 1), nt, g_kd.tsm);
+    const kd_kernel k = kd_kernel_of(hd, hg, kd_class(s[0], 0), kd_class(s[1], 1), nt);
     cu_launch(cb, k, dim3((unsigned)maxs, (unsigned)(a->n_kv_head * nsub), (unsigned)a->n_tok),
               dim3((unsigned)nt), smem, x, vw);
     cu_after_launch(cb, "attention (quantized KV, decode)");
