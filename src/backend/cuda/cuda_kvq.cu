@@ -246,7 +246,6 @@ __device__ __forceinline__ void kq_rope_pair(float *v, int i, const kq_rope_args
 __global__ void k_kvq_rope_store(kq_store_args a, kq_rope_args r)
 {
     __shared__ kq_store_sm sm;
-    cu_pdl_trigger(); /* the attention may launch now (it waits for this kernel's end) */
     const int t = blockIdx.x, hh = blockIdx.y;
     const float pos = (float)r.pos[t];
     if (hh < r.n_head) {

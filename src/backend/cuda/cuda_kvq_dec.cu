@@ -319,23 +319,21 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     __shared__ float cbs[2][LMS ? 256 : 1];
 
     cu_pdl_trigger();
+    cu_pdl_wait(); /* launched with PDL: the previous kernel (q, K/V) is complete */
     const int z = blockIdx.x, t = blockIdx.z;
     const int g = blockIdx.y / a.nsub, sub = blockIdx.y % a.nsub;
     const int h0 = g * (a.n_head / a.n_kv_head) + sub * HG;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, team = tid / TS;
     const int e0 = (tid % TS) * 8;
-    const int pos = a.pos[t], sq = a.seq[t]; /* written before the step: read before the wait */
+    const int pos = a.pos[t], sq = a.seq[t];
     int lo = 0, rb = 0, per = 1;
     const int n = kd_splits(pos, a.window, a.target, a.max_blocks * a.block_size, &lo, &rb, &per);
-    if (z >= n && !(n == 0 && z == 0))
-        return; /* a split past the token's positions */
-    cu_pdl_wait(); /* launched with PDL: the previous kernel (q, K/V) is complete */
     float *orow = a.out + ((size_t)t * a.n_head + h0) * HD; /* head h0 + h at orow + h * HD */
-    if (n == 0) {
+    if (n == 0 && z == 0)
         for (int i = tid; i < HG * HD; i += NT)
             orow[i] = 0.0f;
+    if (z >= n)
         return;
-    }
     const int last = pos / KD_ROUND + 1, r0 = rb + z * per;
     const int r1 = rb + (z + 1) * per < last ? rb + (z + 1) * per : last;
     const int32_t *bt = a.bt + (size_t)sq * a.max_blocks;
