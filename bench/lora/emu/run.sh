@@ -23,7 +23,11 @@ import sys
 root, t = sys.argv[1], sys.argv[2]
 src = root + '/src/backend/cuda/'
 h = open(src + 'cuda_lora.cuh').read().replace('#include "backend/cuda/cuda_int.cuh"', '')
-c = open(src + 'cuda_lora_sg.cu').read().replace('#include "backend/cuda/cuda_lora.cuh"', '')
+mm = open(src + 'cuda_lora_mm.cuh').read().replace('#include "backend/cuda/cuda_lora.cuh"', '')
+mm = mm[:mm.index('/* ---- the fold')] + '#endif\n'  # (the fold's device side: not emulated)
+mm = mm.replace('#define LK_BAR(sg) asm', '#define LK_BAR(sg) __syncthreads(); if (0) asm')
+h += mm.replace('__shared__ ', 'static ')
+c = open(src + 'cuda_lora_sg.cu').read().replace('#include "backend/cuda/cuda_lora_mm.cuh"', '')
 c = c.replace('extern __shared__ float s_t[];', 'float *s_t = emu_dyn;').replace('__shared__ ', 'static ')
 f = open(src + 'cuda_lora_fu.cu').read().replace('#include "backend/cuda/cuda_lora.cuh"', '')
 f = f.replace('__shared__ ', 'static ')

@@ -18,15 +18,15 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_int.cuh"
-#include "backend/cuda/cuda_lora.cuh"
+#include "backend/cuda/cuda_lora_mm.cuh"
 
 enum {
     CU_GRAPH_MIN = 8,     /* shorter lists are not worth a graph */
     CU_GRAPH_SEG = 32,    /* segment length: the GPU starts while later calls are recorded */
     CU_GRAPH_MAX_N = 128, /* lists with a matmul over more rows are never captured */
     CU_GRAPH_CACHE = 64,
-    CU_ARGS = 1088, /* bytes of one recorded call's arguments (lora: 1080, matmul_fused +
-                     * rope: ~400) */
+    CU_ARGS = 1600, /* bytes of one recorded call's arguments (lora: 1080, matmul_fused +
+                     * rope: ~400, both folded: ~1500) */
     CU_LOG = 64,   /* graph launches remembered for be_cuda_replay_last */
 };
 
@@ -417,18 +417,20 @@ static void r_lk(struct be *b, const void *p)
  * previous recorded call when that is a lora call reading the same x with the same groups
  * (q, k, v; gate, up: cuda_lora.cuh). */
 static int lk_pre(const struct cu_be *cb, const float *x);
+static int lk_fold(struct be *b, float *y, const float *x, const float *norm, float eps, int K,
+                   int M, const struct be_lora_grp *g, int n_grp);
+static struct cu_lk *lk_prev(struct cu_graphs *gr);
 static void lk_record(struct be *b, float *y, const float *x, const float *norm, float eps,
                       int K, int M, const struct be_lora_grp *g, int n_grp)
 {
     struct cu_graphs *gr = cu_be(b)->graphs;
     const int pre = lk_pre(cu_be(b), x);
-    if (gr && gr->n > 0 && gr->calls[gr->n - 1].run == r_lk &&
-        cu_lk_merge((struct cu_lk *)gr->calls[gr->n - 1].args, y, x, norm, eps, K, M, g,
-                    n_grp) == 0) {
+    struct cu_lk *prev = lk_prev(gr);
+    if (prev && cu_lk_merge(prev, y, x, norm, eps, K, M, g, n_grp) == 0) {
         cu_be(b)->ss_ok = 0;
         return; /* (the list is hashed when it is flushed) */
     }
-    for (int i = 0; i < n_grp;) {
+    for (int i = lk_fold(b, y, x, norm, eps, K, M, g, n_grp); i < n_grp;) {
         int took = 0;
         DEFER(r_lk, struct cu_lk,
               took = cu_lk_first(&a_, y, x, norm, eps, K, M, g + i, n_grp - i);
@@ -467,6 +469,67 @@ static void r_mmf(struct be *b, const void *p)
         m.rope = &a->r;
     cu_matmul_fused(b, &m);
 }
+/* ---- the lora call folded into the projection before it (cuda_lora_mm.cuh) ---- */
+
+struct a_mmlk { struct a_mmf f; struct cu_lk l; };
+static_assert(sizeof(struct a_mmlk) <= CU_ARGS, "a folded projection must fit a call");
+static void r_mmlk(struct be *b, const void *p)
+{
+    const struct a_mmlk *a = (const struct a_mmlk *)p;
+    struct be_mm m = a->f.m;
+    for (int i = 0; i < m.n_w && i < 3; i++)
+        m.w[i] = &a->f.w[i];
+    if (!cu_matmul_fused_lk(b, &m, &a->l)) { /* the same bits, apart */
+        cu_matmul_fused(b, &m);
+        cu_lk_run(b, &a->l);
+    }
+}
+
+/* The lora call the previous recorded call holds (to append a projection to), or NULL. */
+static struct cu_lk *lk_prev(struct cu_graphs *gr)
+{
+    if (!gr || gr->n == 0)
+        return NULL;
+    struct cu_call *c = &gr->calls[gr->n - 1];
+    return c->run == r_lk ? (struct cu_lk *)c->args
+           : c->run == r_mmlk ? &((struct a_mmlk *)c->args)->l
+                              : NULL;
+}
+
+/* With CINFER_CUDA_LORA_FOLD=1: when the previous recorded call is a projection (PLAIN or
+ * ADD, no rope, no chain, at most LKM_COLS rows) that reads x (and norms it the same way)
+ * and writes y, the first groups' deltas become part of that call (r_mmlk: one kernel at run
+ * time when cu_matmul_fused_lk takes it). Returns the groups taken (0: none). */
+static int lk_fold(struct be *b, float *y, const float *x, const float *norm, float eps, int K,
+                   int M, const struct be_lora_grp *g, int n_grp)
+{
+    struct cu_graphs *gr = cu_be(b)->graphs;
+    if (!gr || gr->n == 0 || !cu_lkm_on() || gr->calls[gr->n - 1].run != r_mmf || n_grp < 1)
+        return 0;
+    struct cu_call *c = &gr->calls[gr->n - 1];
+    const struct a_mmf *f = (const struct a_mmf *)c->args;
+    const struct be_mm *m = &f->m;
+    int w = 0;
+    while (w < m->n_w && w < 3 && m->y[w] != y)
+        w++;
+    if (w == m->n_w || w == 3 || m->x != x || m->norm != norm || (norm && m->eps != eps) ||
+        m->rope || m->chain || (m->mode != BE_MM_PLAIN && m->mode != BE_MM_ADD) ||
+        m->n > LKM_COLS || (const float *)y == x || f->w[0].ne[0] != K || f->w[w].ne[1] != M)
+        return 0;
+    struct a_mmlk *t = (struct a_mmlk *)calloc(1, sizeof *t);
+    if (!t)
+        return 0;
+    memcpy(&t->f, f, sizeof *f); /* (zeroed storage: the padding stays zero) */
+    const int took = cu_lk_first(&t->l, y, x, norm, eps, K, M, g, n_grp);
+    c->run = r_mmlk;
+    c->size = sizeof *t;
+    c->args[(sizeof *t + 7) / 8 - 1] = 0;
+    memcpy(c->args, t, sizeof *t);
+    free(t);
+    cu_be(b)->ss_ok = 0;
+    return took;
+}
+
 /* 1 when a lora call recorded next may read x before its PDL wait (cuda_lora_fu.cu): the
  * previous recorded call is a projection of at most cu_mv_lim rows without rope (its last
  * kernel is the skinny kernel, which waits for the kernels before it before it lets the next

@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_int.cuh"
+#include "backend/cuda/cuda_lora_mm.cuh"
 
 enum {
     SG_ROPE = 3, /* kernel MODE beyond enum be_mm_mode: PLAIN q/k/v with rope + K/V store */
@@ -186,9 +187,9 @@ __device__ __forceinline__ void sg_norm_r(const sg_args &a, int col0, int warp, 
  * r = 1 / sqrt(ss / K + eps) of their row before the epilogue: rmsnorm(x) * gamma with the
  * row's scalar r taken out of the dot product; ss = the producer's tile sums added in a
  * fixed order (sg_norm_r) that depends only on K. */
-template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI>
-__global__ void __launch_bounds__(SG_WARPS * 32)
-    k_sg(struct sg_args a, int act)
+template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI, int LK>
+__device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const struct cu_lkm *L,
+                                        struct lkm_smem *lsm, const unsigned bid)
 {
     constexpr int NA = MODE == BE_MM_GLU ? 2 : 1; /* accumulators (gate, up) */
     /* chunks in flight: GLU reads two weights, so half as many (two blocks fit an SM) */
@@ -196,7 +197,7 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
     __shared__ float red[SG_WARPS - 1][NA * NS * 4][32];
     __shared__ float rsh[NS * 8]; /* NI: 1/rms of the block's x rows */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int tile = blockIdx.x / a.ny, xt = blockIdx.x % a.ny;
+    const int tile = bid / a.ny, xt = bid % a.ny;
     /* which weight (no dynamic indexing of the parameter arrays: it would go to the stack) */
     const int wi = tile >= a.tiles[1] ? (tile >= a.tiles[2] ? 2 : 1) : 0;
     const int t0 = wi == 0 ? 0 : wi == 1 ? a.tiles[1] : a.tiles[2];
@@ -235,10 +236,17 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
             for (int i = 0; i < 4; i++)
                 acc[q][s][i] = 0.0f;
 
+    int lp = -1; /* LK: the lora projection of this weight (k_sgl) */
+    if constexpr (LK) {
+        lp = wi == 0 ? L->pw[0] : wi == 1 ? L->pw[1] : L->pw[2];
+        lkm_load_b(*L, lp, row0, M, lsm);
+    }
     cu_pdl_wait();
     cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
     const int nc = K / 32;
     int c = warp;
+    if constexpr (LK) /* the extra warp takes no chunks */
+        c = warp >= SG_WARPS ? nc : warp;
     static_assert(!NI || P == 0, "no normed x in the precise mode");
     /* one chunk: A = rows g, g+8 at 8tq..8tq+7 (uint4 each); B = x rows at the same k */
 #define SG_CHUNK(AW0, AW1, AU0, AU1, XB)                                                       \
@@ -313,8 +321,11 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
 #undef SG_CHUNK
     if constexpr (NI) /* the rows' 1/rms, read by warp 0 after the barrier below */
         sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, rsh);
+    if constexpr (LK) /* t of the block's x rows (the extra warp, or the last one) */
+        if (warp == (SG_WARPS < 32 ? SG_WARPS : SG_WARPS - 1))
+            lkm_t(*L, lp, col0, a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
     /* partial sums of warps 1.. to shared memory; warp 0 adds them in warp order */
-    if (warp > 0) {
+    if (warp > 0 && (!LK || warp < SG_WARPS)) {
 #pragma unroll
         for (int q = 0; q < NA; q++)
 #pragma unroll
@@ -392,10 +403,16 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
                 if (MODE == BE_MM_GLU)
                     *yp = sg_glu(acc[0][s][i], acc[NA - 1][s][i], act);
                 else if (MODE == BE_MM_ADD) {
-                    *yp = yv[s][i] = __fadd_rn(*yp, acc[0][s][i]);
+                    float v = __fadd_rn(*yp, acc[0][s][i]);
+                    if constexpr (LK) /* + the adapters' delta, after the add (as unfolded) */
+                        v = lkm_add(*L, lp, lsm, s * 8 + 2 * tq + (i & 1), g + (i >> 1) * 8, v);
+                    *yp = yv[s][i] = v;
                     if (a.xg_out) /* the next projection's x: this output times its norm */
                         a.xg_out[(size_t)col * M + row] = __fmul_rn(yv[s][i], a.gnext[row]);
                 }
+                else if constexpr (LK)
+                    *yp = lkm_add(*L, lp, lsm, s * 8 + 2 * tq + (i & 1), g + (i >> 1) * 8,
+                                  acc[0][s][i]);
                 else
                     *yp = acc[0][s][i];
             }
@@ -415,6 +432,31 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
                 }
         }
     }
+    if constexpr (LK)
+        if (lane == 0)
+            lkm_done(*L);
+}
+
+template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI>
+__global__ void __launch_bounds__(SG_WARPS * 32)
+    k_sg(const __grid_constant__ struct sg_args a, int act)
+{
+    sg_body<BF, MODE, NS, P, SG_WARPS, NI, 0>(a, act, nullptr, nullptr, blockIdx.x);
+}
+
+/* A PLAIN or ADD projection with its adapters' deltas folded in (cuda_lora_mm.cuh): the
+ * first L.S blocks run shrink items, the rest are k_sg's tiles plus one warp (8 or 16 warps)
+ * that gathers t. */
+template <int BF, int MODE, int NS, int SG_WARPS>
+__global__ void __launch_bounds__((SG_WARPS + (SG_WARPS < 32)) * 32)
+    k_sgl(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L)
+{
+    if ((int)blockIdx.x < L.S) {
+        lkm_shrink_block(L, (int)blockIdx.x);
+        return;
+    }
+    __shared__ struct lkm_smem lsm;
+    sg_body<BF, MODE, NS, 0, SG_WARPS, 0, 1>(a, 0, &L, &lsm, blockIdx.x - (unsigned)L.S);
 }
 
 /* 1 when the skinny kernel takes this projection. */
@@ -510,9 +552,9 @@ template <int BF, int P> static void sg_mode(struct cu_be *cb, const struct sg_a
  * squares and its output times m->next_norm (cb->ss_buf, cb->xg_buf); SG_CHAIN_IN, the
  * projection takes those as its normed x. */
 enum { SG_CHAIN_NONE, SG_CHAIN_OUT, SG_CHAIN_IN };
-static void sg_run(struct cu_be *cb, const struct be_mm *m, int chain)
+static void sg_fill(struct cu_be *cb, const struct be_mm *m, int chain, struct sg_args &a,
+                    int &ns, int &mode)
 {
-    struct sg_args a;
     memset(&a, 0, sizeof a);
     a.eps = m->eps;
     if (chain == SG_CHAIN_OUT)
@@ -535,9 +577,9 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m, int chain)
     a.x = chain == SG_CHAIN_IN ? cb->xg_buf : m->x;
     a.n = m->n;
     a.K = (int)m->w[0]->ne[0];
-    int ns = m->n <= 8 ? 1 : 2;
+    ns = m->n <= 8 ? 1 : 2;
     a.ny = (m->n + ns * 8 - 1) / (ns * 8);
-    int mode = m->mode;
+    mode = m->mode;
     if (m->rope) {
         const struct be_rope_kv *r = m->rope;
         mode = SG_ROPE;
@@ -546,6 +588,13 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m, int chain)
         a.kvd = r->n_kv_head * r->head_dim, a.kv_dtype = r->kv_dtype;
         a.k_cache = r->k_cache, a.v_cache = r->v_cache;
     }
+}
+
+static void sg_run(struct cu_be *cb, const struct be_mm *m, int chain)
+{
+    struct sg_args a;
+    int ns, mode;
+    sg_fill(cb, m, chain, a, ns, mode);
     int bf = m->w[0]->dtype == DT_BF16, precise = cb->precise || cb->sg_precise;
     const int rep = m->mode == BE_MM_GLU                ? CU_REP_GLU
                     : m->mode == BE_MM_ADD              ? (a.K > a.m[0] ? CU_REP_DOWN : CU_REP_OUT)
@@ -562,6 +611,78 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m, int chain)
             sg_mode<0, 0>(cb, a, ns, mode, m->act);
         cu_after_launch(cb, "skinny matmul");
     }
+}
+
+/* ---- the folded lora (cuda_lora_mm.cuh) ---- */
+
+template <int BF, int MODE, int W>
+static void sgl_launch_w(struct cu_be *cb, const struct sg_args &a, int ns, const struct cu_lkm &L)
+{
+    const unsigned grid = (unsigned)L.S + (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
+    const dim3 blk((W + (W < 32)) * 32);
+    if (ns == 1)
+        cu_launch(cb, k_sgl<BF, MODE, 1, W>, dim3(grid), blk, 0, a, L);
+    else
+        cu_launch(cb, k_sgl<BF, MODE, 2, W>, dim3(grid), blk, 0, a, L);
+}
+
+/* The warps sg_launch gives a (the same, so the projection's bits do not change). */
+static int sgl_warps(const struct cu_be *cb, const struct sg_args &a, int mode)
+{
+    const int wf = mode == BE_MM_PLAIN ? cb->sg_warps_qkv : 0;
+    const int kind = mode == BE_MM_PLAIN && a.n_w > 1 ? SG_ROPE : mode;
+    const int w = wf ? wf : sg_warps(a.K, a.tiles[a.n_w], kind, cb->sg_wave, cb->n_sm, 0);
+    return mode == BE_MM_ADD && w == 32 ? 32 : w == 8 ? 8 : 16;
+}
+
+template <int BF>
+static void sgl_launch(struct cu_be *cb, const struct sg_args &a, int ns, int mode, int w,
+                       const struct cu_lkm &L)
+{
+    if (mode == BE_MM_ADD) {
+        if (w == 32)
+            sgl_launch_w<BF, BE_MM_ADD, 32>(cb, a, ns, L);
+        else if (w == 8)
+            sgl_launch_w<BF, BE_MM_ADD, 8>(cb, a, ns, L);
+        else
+            sgl_launch_w<BF, BE_MM_ADD, 16>(cb, a, ns, L);
+    } else if (w == 8)
+        sgl_launch_w<BF, BE_MM_PLAIN, 8>(cb, a, ns, L);
+    else
+        sgl_launch_w<BF, BE_MM_PLAIN, 16>(cb, a, ns, L);
+}
+
+int cu_matmul_fused_lk(struct be *b, const struct be_mm *m, const struct cu_lk *d)
+{
+    struct cu_be *cb = cu_be(b);
+    if (m->n <= 0 || m->n > LKM_COLS || m->chain || m->rope || cb->precise || cb->sg_precise ||
+        cb->repeat || (m->mode != BE_MM_PLAIN && m->mode != BE_MM_ADD) ||
+        (m->mode == BE_MM_ADD && m->norm) || !sg_ok(cb, m) || d->x != m->x ||
+        d->norm != m->norm || (m->norm && d->eps != m->eps) || d->K != (int)m->w[0]->ne[0])
+        return 0;
+    struct sg_args a;
+    int ns, mode;
+    sg_fill(cb, m, SG_CHAIN_NONE, a, ns, mode);
+    const int w = sgl_warps(cb, a, mode);
+    struct cu_lkm L;
+    const int rc = cu_lkm_prep(cb, d, a.y, a.m, a.n_w, w / 8, a.tiles[a.n_w] * a.ny, &L);
+    if (rc == -1)
+        return 0;
+    if (rc < 0)
+        return 1; /* out of memory: latched */
+    if (m->norm) { /* the norm on its own, as cu_matmul_fused (the deltas norm on the fly) */
+        float *xn = (float *)cu_scratch(cb, CU_SCRATCH_N, (size_t)m->n * a.K * sizeof(float));
+        if (!xn)
+            return 1;
+        cu_rmsnorm(b, xn, m->x, m->norm, m->n, a.K, m->eps);
+        a.x = xn;
+    }
+    if (m->w[0]->dtype == DT_BF16)
+        sgl_launch<1>(cb, a, ns, mode, w, L);
+    else
+        sgl_launch<0>(cb, a, ns, mode, w, L);
+    cu_after_launch(cb, "skinny matmul + lora");
+    return 1;
 }
 
 int cu_matmul_skinny(struct cu_be *cb, float *y, const float *x, int n, const struct be_tensor *w)
