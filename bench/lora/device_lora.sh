@@ -32,12 +32,13 @@
 #   6. with GOLDEN=1, the goldens regenerated with scripts/lora_reference.py (the device's
 #      torch/transformers/peft) and compared with the committed ones.
 # Session 5 (the batch-1 overhead): the default variants are default (two launches a lora
-# call) and fold (CINFER_CUDA_LORA_FOLD=1: each lora call folded into the skinny projection
-# kernel before it, cuda_lora_mm.cuh), fold without PDL and fold without graphs; the probe
-# then also says whether fold's logits equal the default's bit for bit (they must: the
-# fold runs the same arithmetic) and whether row 0 of one_b8 equals one_b1 (batch
-# invariance). PROFILE=1: per-kernel GPU time of one_b1 and none_b1 steps for default and
-# fold, with nsys (CUDA graph nodes traced) when the device has it, else ncu.
+# call), fold (CINFER_CUDA_LORA_FOLD=1: each lora call folded into the skinny projection
+# kernel before it, cuda_lora_mm.cuh), fold2 (=2: also the act_mul and the norm chain across
+# the o/down delta), each without PDL too; the probe then also says whether fold's logits
+# equal the default's bit for bit (they must: the fold runs the same arithmetic; fold2
+# differs by the chained norm's rounding) and whether row 0 of one_b8 equals one_b1 (batch
+# invariance). PROFILE=1: per-kernel GPU time of one_b1 (default, fold, fold2) and none_b1
+# (default) steps, with nsys (CUDA graph nodes traced) when the device has it, else ncu.
 # Everything lands in $OUT.
 B=$(cd "${BIN:-$PWD/.gpubin}" && pwd)
 # the tree the tests read (tests/data/{lora,parity}, scripts/, bench/gpu/models.py): $B/src
@@ -67,7 +68,7 @@ run_tests() {
     done
 }
 
-TESTS=${TESTS1:-"default CINFER_CUDA_LORA_FOLD=1"} run_tests
+TESTS=${TESTS1:-"default CINFER_CUDA_LORA_FOLD=1 CINFER_CUDA_LORA_FOLD=2"} run_tests
 
 first=${MODELS:-l1b}; first=${first%% *}
 t2=$(date +%s)
@@ -81,7 +82,7 @@ fi
 MDIR=$(cd "$MDIR" 2> /dev/null && pwd || echo "$MDIR")
 # the bench per kernel variant on the same card (a variant: name=VAR=VAL[:VAR=VAL]; "bf16"
 # in the name adds --dtype bf16)
-VARIANTS=${VARIANTS:-"default fold=CINFER_CUDA_LORA_FOLD=1 fold_nopdl=CINFER_CUDA_LORA_FOLD=1:CINFER_CUDA_PDL=0 fold_nograph=CINFER_CUDA_LORA_FOLD=1:CINFER_CUDA_GRAPHS=0 default_nograph=CINFER_CUDA_GRAPHS=0"}
+VARIANTS=${VARIANTS:-"default fold=CINFER_CUDA_LORA_FOLD=1 fold2=CINFER_CUDA_LORA_FOLD=2 fold_nopdl=CINFER_CUDA_LORA_FOLD=1:CINFER_CUDA_PDL=0 fold2_nopdl=CINFER_CUDA_LORA_FOLD=2:CINFER_CUDA_PDL=0"}
 for m in ${MODELS:-l1b}; do
     for vv in $VARIANTS; do
         t3=$(date +%s)
@@ -152,23 +153,24 @@ PY
 # mount / unmount while serving on CUDA (the engine thread loads and frees), vs start-up mounts
 if [ -x "$B/cinfer" ]; then
     t4=$(date +%s)
-    env ${SERVE_ENV:-CINFER_CUDA_LORA_FOLD=1} CINFER_LIBS=$B/lib timeout 200 \
+    env ${SERVE_ENV:-CINFER_CUDA_LORA_FOLD=2} CINFER_LIBS=$B/lib timeout 200 \
         python3 bench/lora/device_serve.py "$B/cinfer" ${BACKEND:-cuda} "$OUT/serve_cuda.json" \
         > "$OUT/serve_cuda.log" 2>&1
     echo "device_serve (${BACKEND:-cuda}) rc=$? ($(( $(date +%s) - t4 )) s)"; tail -c 1500 "$OUT/serve_cuda.log"
     cp /tmp/lora-device-serve-*.log "$OUT/" 2> /dev/null
 fi
 
-TESTS=${TESTS2:-"CINFER_CUDA_LORA_FOLD=1:CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA_FOLD=1:CINFER_CUDA_PDL=0"} run_tests
+TESTS=${TESTS2:-"CINFER_CUDA_LORA_FOLD=2:CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA_FOLD=2:CINFER_CUDA_PDL=0"} run_tests
 
-# PROFILE=1: where a step's time goes (per-kernel GPU time, one_b1 and none_b1, default and
-# fold). nsys traces every CUDA graph node; its kern_sum report (total ns, launches, name per
-# kernel) over the 12 timed + 2 warm-up steps -> nsys_<conf>_<variant>.csv / .txt
+# PROFILE=1: where a step's time goes (per-kernel GPU time of --only steps: a run is
+# conf:variant). nsys traces every CUDA graph node; its kern_sum report (total ns, launches,
+# name per kernel) over the 12 timed + 2 warm-up steps -> nsys_<conf>_<variant>.csv / .txt
 if [ "${PROFILE:-}" = 1 ]; then
     NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2> /dev/null | head -1)
-    for v in ${PROF_VARIANTS:-default fold=CINFER_CUDA_LORA_FOLD=1}; do
+    for run in ${PROF_RUNS:-one_b1:default one_b1:fold=CINFER_CUDA_LORA_FOLD=1 one_b1:fold2=CINFER_CUDA_LORA_FOLD=2 none_b1:default}; do
+        conf=${run%%:*}; v=${run#*:}
         name=${v%%=*}; ev=CINFER_X=1; [ "$name" != "$v" ] && ev=${v#*=}
-        for conf in one_b1 none_b1; do
+        for conf in $conf; do
             t5=$(date +%s)
             if [ -n "$NSYS" ]; then
                 rm -f "$OUT/nsys_${conf}_$name.nsys-rep" "$OUT/nsys_${conf}_$name.sqlite"

@@ -373,9 +373,11 @@ static int lk_act(struct cu_be *cb, float *y, const float *gate, const float *up
     return 1;
 }
 
+static int lkm_act(struct cu_be *cb, float *y, const float *gate, const float *up, int64_t n,
+                   int act);
 void cq_act_mul(struct be *b, float *y, const float *gate, const float *up, int64_t n, int act)
 {
-    if (lk_act(cu_be(b), y, gate, up, n, act))
+    if (lk_act(cu_be(b), y, gate, up, n, act) || lkm_act(cu_be(b), y, gate, up, n, act))
         return;
     DEFER(r_ew, struct a_ew, a_.kind = 0, a_.y = y, a_.a = gate, a_.x = up, a_.n = n, a_.act = act);
 }
@@ -497,7 +499,8 @@ static struct cu_lk *lk_prev(struct cu_graphs *gr)
 }
 
 /* With CINFER_CUDA_LORA_FOLD=1: when the previous recorded call is a projection (PLAIN or
- * ADD, no rope, no chain, at most LKM_COLS rows) that reads x (and norms it the same way)
+ * ADD, no rope, no chain (2: a PLAIN one may take a chain), at most LKM_COLS rows) that
+ * reads x (and norms it the same way)
  * and writes y, the first groups' deltas become part of that call (r_mmlk: one kernel at run
  * time when cu_matmul_fused_lk takes it). Returns the groups taken (0: none). */
 static int lk_fold(struct be *b, float *y, const float *x, const float *norm, float eps, int K,
@@ -513,7 +516,8 @@ static int lk_fold(struct be *b, float *y, const float *x, const float *norm, fl
     while (w < m->n_w && w < 3 && m->y[w] != y)
         w++;
     if (w == m->n_w || w == 3 || m->x != x || m->norm != norm || (norm && m->eps != eps) ||
-        m->rope || m->chain || (m->mode != BE_MM_PLAIN && m->mode != BE_MM_ADD) ||
+        m->rope || (m->chain && (cu_lkm_on() < 2 || m->mode != BE_MM_PLAIN)) ||
+        (m->mode != BE_MM_PLAIN && m->mode != BE_MM_ADD) ||
         m->n > LKM_COLS || (const float *)y == x || f->w[0].ne[0] != K || f->w[w].ne[1] != M)
         return 0;
     struct a_mmlk *t = (struct a_mmlk *)calloc(1, sizeof *t);
@@ -528,6 +532,28 @@ static int lk_fold(struct be *b, float *y, const float *x, const float *norm, fl
     free(t);
     cu_be(b)->ss_ok = 0;
     return took;
+}
+
+/* CINFER_CUDA_LORA_FOLD=2: the act_mul of a gate/up pair whose projection and deltas the
+ * previous recorded call holds (r_mmlk) rides on it (one GLU pass at run time; its fallback
+ * runs the act_mul after the deltas, cu_lk_run): returns 1. */
+static int lkm_act(struct cu_be *cb, float *y, const float *gate, const float *up, int64_t n,
+                   int act)
+{
+    struct cu_graphs *gr = cb->graphs;
+    if (!gr || gr->n < 1 || n <= 0 || cu_lkm_on() < 2 || gr->calls[gr->n - 1].run != r_mmlk)
+        return 0;
+    struct a_mmlk *t = (struct a_mmlk *)gr->calls[gr->n - 1].args;
+    struct cu_lk *l = &t->l;
+    const struct be_mm *m = &t->f.m;
+    if (m->mode != BE_MM_PLAIN || m->n_w != 2 || m->y[0] != gate || m->y[1] != up ||
+        l->n_proj != 2 || l->y[0] != gate || l->y[1] != up || l->M[0] != l->M[1] ||
+        l->M[0] <= 0 || t->f.w[0].ne[1] != l->M[0] || t->f.w[1].ne[1] != l->M[0] ||
+        n != (int64_t)l->M[0] * m->n || l->act_y || l->ss_out || y != gate)
+        return 0;
+    l->act_y = y, l->act = act, l->act_rows = m->n;
+    cb->ss_ok = 0;
+    return 1;
 }
 
 /* 1 when a lora call recorded next may read x before its PDL wait (cuda_lora_fu.cu): the
@@ -583,6 +609,33 @@ static int lk_chain(struct cu_be *cb, const struct be_mm *m)
     return 1;
 }
 
+/* CINFER_CUDA_LORA_FOLD=2 (cuda_lora_mm.cuh): m norms x (q/k/v or gate/up), x is the output
+ * of the residual ADD just recorded with its o/down delta folded in (r_mmlk, not gathering:
+ * the forward turns the chain off on the adapter path). Then that ADD gathers for m after
+ * all (after its delta; its fallback rewrites the gathered values of the rows it changes,
+ * cu_lkf_fix) and m takes the chain (returns 1). */
+static int lkm_chain(struct cu_be *cb, const struct be_mm *m)
+{
+    struct cu_graphs *gr = cb->graphs;
+    if (!gr || gr->n < 1 || cu_lkm_on() < 2 || m->mode != BE_MM_PLAIN || !m->norm || m->rope ||
+        m->chain || m->n_w < 2 || gr->calls[gr->n - 1].run != r_mmlk)
+        return 0;
+    struct a_mmlk *t = (struct a_mmlk *)gr->calls[gr->n - 1].args;
+    struct cu_lk *l = &t->l;
+    if (t->f.m.mode != BE_MM_ADD || t->f.m.chain || t->f.m.norm || t->f.m.rope ||
+        t->f.m.y[0] != m->x || t->f.m.n != m->n || l->n_proj != 1 || l->y[0] != m->x ||
+        l->ss_out || l->act_y || l->M[0] != (int)m->w[0]->ne[0] || l->M[0] % 16)
+        return 0;
+    struct be_mm am = t->f.m; /* the ADD as it would gather */
+    am.w[0] = &t->f.w[0];
+    am.chain = 1, am.next_norm = m->norm;
+    if (!cu_mm_chain_ok(cb, &am) || !cu_mm_chain_ok(cb, m))
+        return 0;
+    t->f.m.chain = 1, t->f.m.next_norm = m->norm;
+    l->ss_out = cb->ss_buf, l->xg_out = cb->xg_buf, l->gnext = m->norm;
+    return 1;
+}
+
 void cq_matmul_fused(struct be *b, const struct be_mm *m)
 {
     if (m->n > CU_GRAPH_MAX_N && cu_be(b)->graphs)
@@ -601,7 +654,7 @@ void cq_matmul_fused(struct be *b, const struct be_mm *m)
     } else {
         const int claimed = m->chain && cb->ss_ok && m->x == cb->ss_y && m->n == cb->ss_n &&
                             m->w[0]->ne[0] == cb->ss_m && m->norm == cb->ss_g;
-        a_.m.chain = (claimed && cu_mm_chain_ok(cb, m)) || lk_chain(cb, m);
+        a_.m.chain = (claimed && cu_mm_chain_ok(cb, m)) || lk_chain(cb, m) || lkm_chain(cb, m);
         cb->n_chained += a_.m.chain;
         cb->ss_ok = 0;
         struct cu_graphs *g = cb->graphs;

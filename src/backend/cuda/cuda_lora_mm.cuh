@@ -35,8 +35,8 @@ enum {
     LKM_NG = 4,  /* shrink items a block runs at once (1024 threads) */
     LKM_R = 32,  /* most group rows of a folded call (one warp's lanes) */
     LKM_RS = 64, /* most ranks of one projection of one group */
-    LKM_BS = 128, /* most ranks of one projection over all groups (the B slab) */
-    LKM_COLS = 16, /* x rows of a tile block (SG_NT) */
+    LKM_BS = 128, /* most ranks of a tile's projections over all groups (its B slab) */
+    LKM_COLS = 8,  /* x rows of a tile block (k_sgl: steps of up to 8 rows, one n8 tile) */
     LKM_C0 = 40,   /* first counter (unsigned index into the header; the fused kernel's are
                     * at the front) */
 };
@@ -134,22 +134,24 @@ static __device__ __forceinline__ void lk_shrink_item(const struct cu_lk &d, flo
         inv = s_inv[sg];
     const int k0 = bz * LK_KC, k1 = d.K < k0 + LK_KC ? d.K : k0 + LK_KC;
     float acc[LK_TJ];
-    const char *ap[LK_TJ];
+    const char *ap[LK_TJ]; /* WIDE: the rank rows in registers (else read from shared memory) */
     int dt[LK_TJ];
 #pragma unroll
     for (int j = 0; j < LK_TJ; j++) {
         acc[j] = 0.0f;
-        ap[j] = s_a[sg][j];
-        dt[j] = s_dt[sg][j];
+        ap[j] = WIDE ? s_a[sg][j] : NULL;
+        dt[j] = WIDE ? s_dt[sg][j] : 0;
     }
+#define LK_AP(j) (WIDE ? ap[j] : s_a[sg][j])
+#define LK_DT(j) (WIDE ? dt[j] : s_dt[sg][j])
     for (int e = k0 + tid; e < k1; e += 2 * LK_ST) { /* two columns a step (e, e + LK_ST) */
         const int e2 = e + LK_ST, has2 = e2 < k1;
         uint32_t raw[LK_TJ], raw2[LK_TJ]; /* WIDE: every load of both columns first */
 #pragma unroll
         for (int j = 0; j < LK_TJ; j++) {
-            raw[j] = j < nv ? lk_raw(ap[j], dt[j], e) : 0u;
+            raw[j] = j < nv ? lk_raw(LK_AP(j), LK_DT(j), e) : 0u;
             if (WIDE)
-                raw2[j] = j < nv && has2 ? lk_raw(ap[j], dt[j], e2) : 0u;
+                raw2[j] = j < nv && has2 ? lk_raw(LK_AP(j), LK_DT(j), e2) : 0u;
         }
         float xv = x[e], xv2 = has2 ? x[e2] : 0.0f;
         if (d.norm) {
@@ -160,18 +162,20 @@ static __device__ __forceinline__ void lk_shrink_item(const struct cu_lk &d, flo
 #pragma unroll
         for (int j = 0; j < LK_TJ; j++)
             if (j < nv)
-                acc[j] = __fmaf_rn(xv, lk_cvt(raw[j], dt[j]), acc[j]);
+                acc[j] = __fmaf_rn(xv, lk_cvt(raw[j], LK_DT(j)), acc[j]);
         if (has2) {
             if (!WIDE)
 #pragma unroll
                 for (int j = 0; j < LK_TJ; j++)
-                    raw2[j] = j < nv ? lk_raw(ap[j], dt[j], e2) : 0u;
+                    raw2[j] = j < nv ? lk_raw(LK_AP(j), LK_DT(j), e2) : 0u;
 #pragma unroll
             for (int j = 0; j < LK_TJ; j++)
                 if (j < nv)
-                    acc[j] = __fmaf_rn(xv2, lk_cvt(raw2[j], dt[j]), acc[j]);
+                    acc[j] = __fmaf_rn(xv2, lk_cvt(raw2[j], LK_DT(j)), acc[j]);
         }
     }
+#undef LK_AP
+#undef LK_DT
     LK_BAR(sg); /* (s_red is reused) */
 #pragma unroll
     for (int j = 0; j < LK_TJ; j++) {
@@ -206,15 +210,18 @@ struct cu_lkm {
     int16_t rst[CU_LK_PROJ];           /* ranks of projection p's B slab */
 };
 
-/* Shared memory of a tile block. */
+/* Shared memory of a tile block; slot 0, or 0 and 1 for the two weights of a GLU tile
+ * (gate, up: their slabs one after the other). */
 struct lkm_smem {
-    float b[LKM_BS * 16];    /* B slab: (rank of the slab, the tile's 16 outputs) */
-    float t[LKM_COLS][LKM_RS]; /* t * scale of each x row of the block (its group's ranks) */
-    int gi[LKM_COLS];        /* the x row's group, -1: no delta */
+    float b[LKM_BS * 16];         /* B slab: (rank of the slab, the tile's 16 outputs) */
+    float t[2][LKM_COLS][LKM_RS]; /* t * scale of each x row of the block (its group's ranks) */
+    int gi[2][LKM_COLS];          /* the x row's group, -1: no delta */
 };
 
-/* 1 when CINFER_CUDA_LORA_FOLD=1 (and the default two-launch kernels): the recorder folds a
- * lora call into the projection recorded just before it (cuda_graph.cu). Read once. */
+/* CINFER_CUDA_LORA_FOLD (with the default two-launch kernels; read once): 1, the recorder
+ * folds a lora call into the projection recorded just before it (cuda_graph.cu); 2, also
+ * the act_mul after a gate/up call (one GLU pass) and the norm chain across an o/down delta
+ * (the ADD gathers after its delta; the next q/k/v or gate/up takes the chain); 0 neither. */
 int cu_lkm_on(void);
 /* Fills L for d folded into a skinny projection with outputs ys[0..n_w) of ms rows, blocks
  * of nvs * 256 threads (or more) and tiles tile blocks; takes the scratch. 0, or -1 when d
@@ -266,13 +273,15 @@ static __device__ __forceinline__ void lkm_shrink_block(const struct cu_lkm &L, 
 }
 
 /* Tile block of projection p (-1: none), outputs [row0, row0 + 16) of M: its B slab into
- * sm->b (before the PDL wait: adapters are never written by a kernel). All threads. */
+ * sm->b from rank sb on (before the PDL wait: adapters are never written by a kernel). All
+ * threads. */
 static __device__ __forceinline__ void lkm_load_b(const struct cu_lkm &L, int p, int row0, int M,
-                                                  struct lkm_smem *sm)
+                                                  int sb, struct lkm_smem *sm)
 {
     if (p < 0)
         return;
     const int n = L.rst[p] * 16;
+    float *const b = sm->b + sb * 16;
     for (int idx = threadIdx.x; idx < n; idx += blockDim.x) {
         const int jt = idx >> 4, r = idx & 15;
         int gi = 0;
@@ -282,20 +291,20 @@ static __device__ __forceinline__ void lkm_load_b(const struct cu_lkm &L, int p,
         while (j >= L.d.t[k].rank)
             j -= L.d.t[k].rank, k++;
         const struct cu_lk_term &t = L.d.t[k];
-        sm->b[idx] = lk_cvt(lk_raw(t.bt, t.dtype, (int64_t)j * M + row0 + r), t.dtype);
+        b[idx] = lk_cvt(lk_raw(t.bt, t.dtype, (int64_t)j * M + row0 + r), t.dtype);
     }
 }
 
 /* One warp of a tile block of projection p whose x rows are col0 .. col0 + ncol - 1 (< n):
- * after the shrink items are published, t of each x row into sm (chunk order, then the
- * scale: the two-launch expand's arithmetic). */
+ * after the shrink items are published, t of each x row into sm slot sl (chunk order, then
+ * the scale: the two-launch expand's arithmetic). */
 static __device__ __forceinline__ void lkm_t(const struct cu_lkm &L, int p, int col0, int ncol,
-                                             struct lkm_smem *sm)
+                                             int sl, struct lkm_smem *sm)
 {
     const int lane = threadIdx.x & 31;
     if (p < 0) {
         if (lane < LKM_COLS)
-            sm->gi[lane] = -1;
+            sm->gi[sl][lane] = -1;
         return;
     }
     int row = -1;
@@ -315,7 +324,7 @@ static __device__ __forceinline__ void lkm_t(const struct cu_lkm &L, int p, int 
         const unsigned m = __ballot_sync(0xffffffffu, cc < ncol && lane < L.R && row == col0 + cc);
         if (!m) {
             if (lane == 0)
-                sm->gi[cc] = -1;
+                sm->gi[sl][cc] = -1;
             continue;
         }
         const int i = __ffs(m) - 1, gi = L.eg[i], rs = L.rs[p][gi];
@@ -336,23 +345,25 @@ static __device__ __forceinline__ void lkm_t(const struct cu_lkm &L, int p, int 
                     if (z0 + u < L.ksplit)
                         s = __fadd_rn(s, v[u]);
             }
-            sm->t[cc][jr] = __fmul_rn(s, L.d.t[k].scale);
+            sm->t[sl][cc][jr] = __fmul_rn(s, L.d.t[k].scale);
         }
         if (lane == 0)
-            sm->gi[cc] = rs > 0 ? gi : -1;
+            sm->gi[sl][cc] = rs > 0 ? gi : -1;
     }
 }
 
-/* v plus the delta of output r (0..15) of the tile for its x row cc (sm filled): the
- * two-launch expand's FMA chain (terms, then ranks, in order), then one add. */
+/* v plus the delta of output r (0..15) of the tile for its x row cc (sm slot sl filled, the
+ * projection's slab from rank sb): the two-launch expand's FMA chain (terms, then ranks,
+ * in order), then one add. */
 static __device__ __forceinline__ float lkm_add(const struct cu_lkm &L, int p,
-                                                const struct lkm_smem *sm, int cc, int r, float v)
+                                                const struct lkm_smem *sm, int sl, int sb, int cc,
+                                                int r, float v)
 {
-    const int gi = sm->gi[cc];
+    const int gi = sm->gi[sl][cc];
     if (gi < 0)
         return v;
     const int rs = L.rs[p][gi];
-    const float *b = sm->b + (int)L.bo[p][gi] * 16 + r, *t = sm->t[cc];
+    const float *b = sm->b + (sb + (int)L.bo[p][gi]) * 16 + r, *t = sm->t[sl][cc];
     float acc = 0.0f;
     for (int j = 0; j < rs; j++)
         acc = __fmaf_rn(t[j], b[j * 16], acc);

@@ -236,10 +236,17 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
             for (int i = 0; i < 4; i++)
                 acc[q][s][i] = 0.0f;
 
-    int lp = -1; /* LK: the lora projection of this weight (k_sgl) */
+    int lp = -1, lq = -1, lqb = 0; /* LK (k_sgl): the lora projections of this tile's weight
+                                    * (GLU: gate lp, up lq, its slab from rank lqb) */
     if constexpr (LK) {
-        lp = wi == 0 ? L->pw[0] : wi == 1 ? L->pw[1] : L->pw[2];
-        lkm_load_b(*L, lp, row0, M, lsm);
+        if (MODE == BE_MM_GLU) {
+            lp = L->pw[0], lq = L->pw[1], lqb = lp >= 0 ? L->rst[lp] : 0;
+            lkm_load_b(*L, lp, row0, M, 0, lsm);
+            lkm_load_b(*L, lq, row0, M, lqb, lsm);
+        } else {
+            lp = wi == 0 ? L->pw[0] : wi == 1 ? L->pw[1] : L->pw[2];
+            lkm_load_b(*L, lp, row0, M, 0, lsm);
+        }
     }
     cu_pdl_wait();
     cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
@@ -322,8 +329,11 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
     if constexpr (NI) /* the rows' 1/rms, read by warp 0 after the barrier below */
         sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, rsh);
     if constexpr (LK) /* t of the block's x rows (the extra warp, or the last one) */
-        if (warp == (SG_WARPS < 32 ? SG_WARPS : SG_WARPS - 1))
-            lkm_t(*L, lp, col0, a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
+        if (warp == (SG_WARPS < 32 ? SG_WARPS : SG_WARPS - 1)) {
+            lkm_t(*L, lp, col0, a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, 0, lsm);
+            if (MODE == BE_MM_GLU)
+                lkm_t(*L, lq, col0, a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, 1, lsm);
+        }
     /* partial sums of warps 1.. to shared memory; warp 0 adds them in warp order */
     if (warp > 0 && (!LK || warp < SG_WARPS)) {
 #pragma unroll
@@ -400,18 +410,25 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
                 if (col >= a.n)
                     continue;
                 float *yp = Y + (size_t)col * M + row;
-                if (MODE == BE_MM_GLU)
-                    *yp = sg_glu(acc[0][s][i], acc[NA - 1][s][i], act);
+                if (MODE == BE_MM_GLU) {
+                    float gv = acc[0][s][i], uv = acc[NA - 1][s][i];
+                    if constexpr (LK) { /* + the deltas of gate and up, before the activation */
+                        const int cc = s * 8 + 2 * tq + (i & 1), rr = g + (i >> 1) * 8;
+                        gv = lkm_add(*L, lp, lsm, 0, 0, cc, rr, gv);
+                        uv = lkm_add(*L, lq, lsm, 1, lqb, cc, rr, uv);
+                    }
+                    *yp = sg_glu(gv, uv, act);
+                }
                 else if (MODE == BE_MM_ADD) {
                     float v = __fadd_rn(*yp, acc[0][s][i]);
                     if constexpr (LK) /* + the adapters' delta, after the add (as unfolded) */
-                        v = lkm_add(*L, lp, lsm, s * 8 + 2 * tq + (i & 1), g + (i >> 1) * 8, v);
+                        v = lkm_add(*L, lp, lsm, 0, 0, s * 8 + 2 * tq + (i & 1), g + (i >> 1) * 8, v);
                     *yp = yv[s][i] = v;
                     if (a.xg_out) /* the next projection's x: this output times its norm */
                         a.xg_out[(size_t)col * M + row] = __fmul_rn(yv[s][i], a.gnext[row]);
                 }
                 else if constexpr (LK)
-                    *yp = lkm_add(*L, lp, lsm, s * 8 + 2 * tq + (i & 1), g + (i >> 1) * 8,
+                    *yp = lkm_add(*L, lp, lsm, 0, 0, s * 8 + 2 * tq + (i & 1), g + (i >> 1) * 8,
                                   acc[0][s][i]);
                 else
                     *yp = acc[0][s][i];
@@ -444,19 +461,20 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
     sg_body<BF, MODE, NS, P, SG_WARPS, NI, 0>(a, act, nullptr, nullptr, blockIdx.x);
 }
 
-/* A PLAIN or ADD projection with its adapters' deltas folded in (cuda_lora_mm.cuh): the
- * first L.S blocks run shrink items, the rest are k_sg's tiles plus one warp (8 or 16 warps)
- * that gathers t. */
-template <int BF, int MODE, int NS, int SG_WARPS>
+/* A PLAIN, GLU or ADD projection with its adapters' deltas folded in (cuda_lora_mm.cuh):
+ * the first L.S blocks run shrink items, the rest are k_sg's tiles plus one warp (8 or 16
+ * warps) that gathers t. */
+template <int BF, int MODE, int NS, int SG_WARPS, int NI>
 __global__ void __launch_bounds__((SG_WARPS + (SG_WARPS < 32)) * 32)
-    k_sgl(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L)
+    k_sgl(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
+          int act)
 {
     if ((int)blockIdx.x < L.S) {
         lkm_shrink_block(L, (int)blockIdx.x);
         return;
     }
     __shared__ struct lkm_smem lsm;
-    sg_body<BF, MODE, NS, 0, SG_WARPS, 0, 1>(a, 0, &L, &lsm, blockIdx.x - (unsigned)L.S);
+    sg_body<BF, MODE, NS, 0, SG_WARPS, NI, 1>(a, act, &L, &lsm, blockIdx.x - (unsigned)L.S);
 }
 
 /* 1 when the skinny kernel takes this projection. */
@@ -615,72 +633,114 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m, int chain)
 
 /* ---- the folded lora (cuda_lora_mm.cuh) ---- */
 
-template <int BF, int MODE, int W>
-static void sgl_launch_w(struct cu_be *cb, const struct sg_args &a, int ns, const struct cu_lkm &L)
+template <int BF, int MODE, int W, int NI>
+static void sgl_launch_w(struct cu_be *cb, const struct sg_args &a, const struct cu_lkm &L,
+                         int act)
 {
     const unsigned grid = (unsigned)L.S + (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
-    const dim3 blk((W + (W < 32)) * 32);
-    if (ns == 1)
-        cu_launch(cb, k_sgl<BF, MODE, 1, W>, dim3(grid), blk, 0, a, L);
-    else
-        cu_launch(cb, k_sgl<BF, MODE, 2, W>, dim3(grid), blk, 0, a, L);
+    cu_launch(cb, k_sgl<BF, MODE, 1, W, NI>, dim3(grid), dim3((W + (W < 32)) * 32), 0, a, L, act);
 }
 
 /* The warps sg_launch gives a (the same, so the projection's bits do not change). */
 static int sgl_warps(const struct cu_be *cb, const struct sg_args &a, int mode)
 {
-    const int wf = mode == BE_MM_PLAIN ? cb->sg_warps_qkv : 0;
+    const int wf = mode == BE_MM_PLAIN ? cb->sg_warps_qkv : mode == BE_MM_GLU ? cb->sg_warps_glu : 0;
     const int kind = mode == BE_MM_PLAIN && a.n_w > 1 ? SG_ROPE : mode;
     const int w = wf ? wf : sg_warps(a.K, a.tiles[a.n_w], kind, cb->sg_wave, cb->n_sm, 0);
     return mode == BE_MM_ADD && w == 32 ? 32 : w == 8 ? 8 : 16;
 }
 
-template <int BF>
-static void sgl_launch(struct cu_be *cb, const struct sg_args &a, int ns, int mode, int w,
-                       const struct cu_lkm &L)
+template <int BF, int MODE>
+static void sgl_launch_m(struct cu_be *cb, const struct sg_args &a, int w, int ni,
+                         const struct cu_lkm &L, int act)
 {
-    if (mode == BE_MM_ADD) {
+    if constexpr (MODE == BE_MM_ADD) {
         if (w == 32)
-            sgl_launch_w<BF, BE_MM_ADD, 32>(cb, a, ns, L);
+            sgl_launch_w<BF, MODE, 32, 0>(cb, a, L, act);
         else if (w == 8)
-            sgl_launch_w<BF, BE_MM_ADD, 8>(cb, a, ns, L);
+            sgl_launch_w<BF, MODE, 8, 0>(cb, a, L, act);
         else
-            sgl_launch_w<BF, BE_MM_ADD, 16>(cb, a, ns, L);
-    } else if (w == 8)
-        sgl_launch_w<BF, BE_MM_PLAIN, 8>(cb, a, ns, L);
+            sgl_launch_w<BF, MODE, 16, 0>(cb, a, L, act);
+    } else if (w == 8 && ni)
+        sgl_launch_w<BF, MODE, 8, 1>(cb, a, L, act);
+    else if (w == 8)
+        sgl_launch_w<BF, MODE, 8, 0>(cb, a, L, act);
+    else if (ni)
+        sgl_launch_w<BF, MODE, 16, 1>(cb, a, L, act);
     else
-        sgl_launch_w<BF, BE_MM_PLAIN, 16>(cb, a, ns, L);
+        sgl_launch_w<BF, MODE, 16, 0>(cb, a, L, act);
 }
 
-int cu_matmul_fused_lk(struct be *b, const struct be_mm *m, const struct cu_lk *d)
+template <int BF>
+static void sgl_launch(struct cu_be *cb, const struct sg_args &a, int mode, int w, int ni,
+                       const struct cu_lkm &L, int act)
+{
+    if (mode == BE_MM_ADD)
+        sgl_launch_m<BF, BE_MM_ADD>(cb, a, w, ni, L, act);
+    else if (mode == BE_MM_GLU)
+        sgl_launch_m<BF, BE_MM_GLU>(cb, a, w, ni, L, act);
+    else
+        sgl_launch_m<BF, BE_MM_PLAIN>(cb, a, w, ni, L, act);
+}
+
+int cu_matmul_fused_lk(struct be *b, const struct be_mm *m0, const struct cu_lk *d)
 {
     struct cu_be *cb = cu_be(b);
-    if (m->n <= 0 || m->n > LKM_COLS || m->chain || m->rope || cb->precise || cb->sg_precise ||
-        cb->repeat || (m->mode != BE_MM_PLAIN && m->mode != BE_MM_ADD) ||
-        (m->mode == BE_MM_ADD && m->norm) || !sg_ok(cb, m) || d->x != m->x ||
-        d->norm != m->norm || (m->norm && d->eps != m->eps) || d->K != (int)m->w[0]->ne[0])
+    if (m0->n <= 0 || m0->n > LKM_COLS || m0->rope || cb->precise || cb->sg_precise ||
+        cb->repeat || (m0->mode != BE_MM_PLAIN && m0->mode != BE_MM_ADD) ||
+        (m0->mode == BE_MM_ADD && m0->norm) || !sg_ok(cb, m0) || d->x != m0->x ||
+        d->norm != m0->norm || (m0->norm && d->eps != m0->eps) ||
+        d->K != (int)m0->w[0]->ne[0])
         return 0;
+    /* chain: an ADD that gathers for the next norm (its delta first: d->ss_out, set by the
+     * recorder, is what the fallback rewrites), or a projection that takes the gathered x */
+    int chain = SG_CHAIN_NONE;
+    if (m0->chain) {
+        if (!cu_mm_chain_ok(cb, m0) || (m0->mode == BE_MM_ADD && !d->ss_out))
+            return 0;
+        chain = m0->mode == BE_MM_ADD ? SG_CHAIN_OUT : SG_CHAIN_IN;
+    } else if (d->ss_out)
+        return 0;
+    struct be_mm m = *m0;
+    if (d->act_y) { /* gate/up + act_mul (recorder: lkm_act): one GLU pass into act_y */
+        if (m.mode != BE_MM_PLAIN || m.n_w != 2 || d->n_proj != 2 || d->y[0] != m.y[0] ||
+            d->y[1] != m.y[1] || d->act_y != m.y[0] || d->act_rows != m.n ||
+            m.w[0]->ne[1] != m.w[1]->ne[1])
+            return 0;
+        m.mode = BE_MM_GLU, m.act = d->act;
+        if (!sg_ok(cb, &m) || (chain == SG_CHAIN_IN && !cu_mm_chain_ok(cb, &m)))
+            return 0;
+    }
     struct sg_args a;
     int ns, mode;
-    sg_fill(cb, m, SG_CHAIN_NONE, a, ns, mode);
+    sg_fill(cb, &m, chain, a, ns, mode);
     const int w = sgl_warps(cb, a, mode);
+    float *const ys[3] = {m.y[0], m.y[1], m.y[2]};
+    int ms[3] = {0, 0, 0};
+    for (int i = 0; i < m.n_w && i < 3; i++)
+        ms[i] = (int)m.w[i]->ne[1];
+    struct cu_lk dd = *d; /* (the fold writes the chained values and the activation itself) */
+    dd.act_y = NULL, dd.ss_out = NULL, dd.xg_out = NULL, dd.gnext = NULL;
     struct cu_lkm L;
-    const int rc = cu_lkm_prep(cb, d, a.y, a.m, a.n_w, w / 8, a.tiles[a.n_w] * a.ny, &L);
+    const int rc = cu_lkm_prep(cb, &dd, ys, ms, m.n_w, w / 8, a.tiles[a.n_w] * a.ny, &L);
     if (rc == -1)
         return 0;
     if (rc < 0)
         return 1; /* out of memory: latched */
-    if (m->norm) { /* the norm on its own, as cu_matmul_fused (the deltas norm on the fly) */
-        float *xn = (float *)cu_scratch(cb, CU_SCRATCH_N, (size_t)m->n * a.K * sizeof(float));
+    if (mode == BE_MM_GLU && (L.pw[0] >= 0 ? L.rst[L.pw[0]] : 0) + (L.pw[1] >= 0 ? L.rst[L.pw[1]] : 0) > LKM_BS)
+        return 0;
+    if (m.norm && chain == SG_CHAIN_NONE) { /* the norm on its own, as cu_matmul_fused (the
+                                             * deltas norm on the fly) */
+        float *xn = (float *)cu_scratch(cb, CU_SCRATCH_N, (size_t)m.n * a.K * sizeof(float));
         if (!xn)
             return 1;
-        cu_rmsnorm(b, xn, m->x, m->norm, m->n, a.K, m->eps);
+        cu_rmsnorm(b, xn, m.x, m.norm, m.n, a.K, m.eps);
         a.x = xn;
     }
-    if (m->w[0]->dtype == DT_BF16)
-        sgl_launch<1>(cb, a, ns, mode, w, L);
+    if (m.w[0]->dtype == DT_BF16)
+        sgl_launch<1>(cb, a, mode, w, chain == SG_CHAIN_IN, L, m.act);
     else
-        sgl_launch<0>(cb, a, ns, mode, w, L);
+        sgl_launch<0>(cb, a, mode, w, chain == SG_CHAIN_IN, L, m.act);
     cu_after_launch(cb, "skinny matmul + lora");
     return 1;
 }
