@@ -240,7 +240,11 @@ int cu_matmul_fused_lk(struct be *b, const struct be_mm *m, const struct cu_lk *
 static __device__ __forceinline__ unsigned lkm_ld_acquire(const unsigned *p)
 {
     unsigned v;
+#ifdef LKM_EMU /* (bench/lora/emu: on the host) */
+    v = __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#else
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#endif
     return v;
 }
 
