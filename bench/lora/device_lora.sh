@@ -34,10 +34,10 @@
 # Session 5 (the batch-1 overhead): the default variants are default (two launches a lora
 # call), fold (CINFER_CUDA_LORA_FOLD=1: each lora call folded into the skinny projection
 # kernel before it, cuda_lora_mm.cuh), fold2 (=2: also the act_mul and the norm chain across
-# the o/down delta), each without PDL too; the probe then also says whether fold's logits
+# the o/down delta), fold3 (=3: also the rope + K/V store), fold and fold3 without PDL too; the probe then also says whether fold's logits
 # equal the default's bit for bit (they must: the fold runs the same arithmetic; fold2
 # differs by the chained norm's rounding) and whether row 0 of one_b8 equals one_b1 (batch
-# invariance). PROFILE=1: per-kernel GPU time of one_b1 (default, fold, fold2) and none_b1
+# invariance). PROFILE=1: per-kernel GPU time of one_b1 (default, fold, fold2, fold3) and none_b1
 # (default) steps, with nsys (CUDA graph nodes traced) when the device has it, else ncu.
 # Everything lands in $OUT.
 B=$(cd "${BIN:-$PWD/.gpubin}" && pwd)
@@ -68,7 +68,7 @@ run_tests() {
     done
 }
 
-TESTS=${TESTS1:-"default CINFER_CUDA_LORA_FOLD=1 CINFER_CUDA_LORA_FOLD=2"} run_tests
+TESTS=${TESTS1:-"default CINFER_CUDA_LORA_FOLD=1 CINFER_CUDA_LORA_FOLD=3"} run_tests
 
 first=${MODELS:-l1b}; first=${first%% *}
 t2=$(date +%s)
@@ -82,7 +82,7 @@ fi
 MDIR=$(cd "$MDIR" 2> /dev/null && pwd || echo "$MDIR")
 # the bench per kernel variant on the same card (a variant: name=VAR=VAL[:VAR=VAL]; "bf16"
 # in the name adds --dtype bf16)
-VARIANTS=${VARIANTS:-"default fold=CINFER_CUDA_LORA_FOLD=1 fold2=CINFER_CUDA_LORA_FOLD=2 fold_nopdl=CINFER_CUDA_LORA_FOLD=1:CINFER_CUDA_PDL=0 fold2_nopdl=CINFER_CUDA_LORA_FOLD=2:CINFER_CUDA_PDL=0"}
+VARIANTS=${VARIANTS:-"default fold=CINFER_CUDA_LORA_FOLD=1 fold2=CINFER_CUDA_LORA_FOLD=2 fold3=CINFER_CUDA_LORA_FOLD=3 fold_nopdl=CINFER_CUDA_LORA_FOLD=1:CINFER_CUDA_PDL=0 fold3_nopdl=CINFER_CUDA_LORA_FOLD=3:CINFER_CUDA_PDL=0"}
 for m in ${MODELS:-l1b}; do
     for vv in $VARIANTS; do
         t3=$(date +%s)
@@ -153,21 +153,21 @@ PY
 # mount / unmount while serving on CUDA (the engine thread loads and frees), vs start-up mounts
 if [ -x "$B/cinfer" ]; then
     t4=$(date +%s)
-    env ${SERVE_ENV:-CINFER_CUDA_LORA_FOLD=2} CINFER_LIBS=$B/lib timeout 200 \
+    env ${SERVE_ENV:-CINFER_CUDA_LORA_FOLD=3} CINFER_LIBS=$B/lib timeout 200 \
         python3 bench/lora/device_serve.py "$B/cinfer" ${BACKEND:-cuda} "$OUT/serve_cuda.json" \
         > "$OUT/serve_cuda.log" 2>&1
     echo "device_serve (${BACKEND:-cuda}) rc=$? ($(( $(date +%s) - t4 )) s)"; tail -c 1500 "$OUT/serve_cuda.log"
     cp /tmp/lora-device-serve-*.log "$OUT/" 2> /dev/null
 fi
 
-TESTS=${TESTS2:-"CINFER_CUDA_LORA_FOLD=2:CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA_FOLD=2:CINFER_CUDA_PDL=0"} run_tests
+TESTS=${TESTS2:-"CINFER_CUDA_LORA_FOLD=3:CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA_FOLD=3:CINFER_CUDA_PDL=0"} run_tests
 
 # PROFILE=1: where a step's time goes (per-kernel GPU time of --only steps: a run is
 # conf:variant). nsys traces every CUDA graph node; its kern_sum report (total ns, launches,
 # name per kernel) over the 12 timed + 2 warm-up steps -> nsys_<conf>_<variant>.csv / .txt
 if [ "${PROFILE:-}" = 1 ]; then
     NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2> /dev/null | head -1)
-    for run in ${PROF_RUNS:-one_b1:default one_b1:fold=CINFER_CUDA_LORA_FOLD=1 one_b1:fold2=CINFER_CUDA_LORA_FOLD=2 none_b1:default}; do
+    for run in ${PROF_RUNS:-one_b1:default one_b1:fold=CINFER_CUDA_LORA_FOLD=1 one_b1:fold2=CINFER_CUDA_LORA_FOLD=2 one_b1:fold3=CINFER_CUDA_LORA_FOLD=3 none_b1:default}; do
         conf=${run%%:*}; v=${run#*:}
         name=${v%%=*}; ev=CINFER_X=1; [ "$name" != "$v" ] && ev=${v#*=}
         for conf in $conf; do

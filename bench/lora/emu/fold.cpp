@@ -44,9 +44,10 @@ static void k_emu_fold()
     int lp = L.pw[wi], lq = -1, lqb = 0;
     if (g_glu)
         lp = L.pw[0], lq = L.pw[1], lqb = lp >= 0 ? L.rst[lp] : 0;
-    lkm_load_b(L, lp, row0, M, 0, &sm);
+    auto rowf = [row0](int r) { return row0 + r; };
+    lkm_load_b(L, lp, rowf, M, 0, &sm);
     if (g_glu)
-        lkm_load_b(L, lq, row0, M, lqb, &sm);
+        lkm_load_b(L, lq, rowf, M, lqb, &sm);
     __syncthreads();
     lkm_t(L, lp, 0, g_n, 0, &sm); /* (every emulated warp: the same values) */
     if (g_glu)

@@ -473,7 +473,8 @@ static void r_mmf(struct be *b, const void *p)
 }
 /* ---- the lora call folded into the projection before it (cuda_lora_mm.cuh) ---- */
 
-struct a_mmlk { struct a_mmf f; struct cu_lk l; };
+/* rope (CINFER_CUDA_LORA_FOLD=3, lkm_rope): f.r is the rope + K/V store after the deltas */
+struct a_mmlk { struct a_mmf f; struct cu_lk l; int rope; };
 static_assert(sizeof(struct a_mmlk) <= CU_ARGS, "a folded projection must fit a call");
 static void r_mmlk(struct be *b, const void *p)
 {
@@ -481,10 +482,14 @@ static void r_mmlk(struct be *b, const void *p)
     struct be_mm m = a->f.m;
     for (int i = 0; i < m.n_w && i < 3; i++)
         m.w[i] = &a->f.w[i];
-    if (!cu_matmul_fused_lk(b, &m, &a->l)) { /* the same bits, apart */
-        cu_matmul_fused(b, &m);
-        cu_lk_run(b, &a->l);
-    }
+    m.rope = a->rope ? &a->f.r : NULL;
+    if (cu_matmul_fused_lk(b, &m, &a->l))
+        return;
+    m.rope = NULL; /* apart: the projection, the deltas, then the rope */
+    cu_matmul_fused(b, &m);
+    cu_lk_run(b, &a->l);
+    if (a->rope)
+        cu_rope_kv_store(b, &a->f.r);
 }
 
 /* The lora call the previous recorded call holds (to append a projection to), or NULL. */
@@ -683,8 +688,29 @@ static void r_rkv(struct be *b, const void *p)
 {
     cu_rope_kv_store(b, &((const struct a_rkv *)p)->r);
 }
+/* CINFER_CUDA_LORA_FOLD=3: the rope + K/V store of a q/k/v projection whose deltas the
+ * previous recorded call holds (r_mmlk) rides on it (the RoPE epilogue after the deltas at
+ * run time; apart, after them): returns 1. */
+static int lkm_rope(struct cu_be *cb, const struct be_rope_kv *r)
+{
+    struct cu_graphs *gr = cb->graphs;
+    if (!gr || gr->n < 1 || cu_lkm_on() < 3 || gr->calls[gr->n - 1].run != r_mmlk)
+        return 0;
+    struct a_mmlk *t = (struct a_mmlk *)gr->calls[gr->n - 1].args;
+    const struct be_mm *m = &t->f.m;
+    if (t->rope || m->rope || m->mode != BE_MM_PLAIN || m->n_w != 3 || m->y[0] != r->q ||
+        m->y[1] != r->k || m->y[2] != r->v || m->n != r->n_tok || t->l.act_y)
+        return 0;
+    canon_rkv(&t->f.r, r);
+    t->rope = 1;
+    cb->ss_ok = 0;
+    return 1;
+}
+
 void cq_rope_kv_store(struct be *b, const struct be_rope_kv *r)
 {
+    if (lkm_rope(cu_be(b), r))
+        return;
     DEFER(r_rkv, struct a_rkv, canon_rkv(&a_.r, r));
 }
 

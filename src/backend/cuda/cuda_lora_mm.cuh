@@ -221,7 +221,8 @@ struct lkm_smem {
 /* CINFER_CUDA_LORA_FOLD (with the default two-launch kernels; read once): 1, the recorder
  * folds a lora call into the projection recorded just before it (cuda_graph.cu); 2, also
  * the act_mul after a gate/up call (one GLU pass) and the norm chain across an o/down delta
- * (the ADD gathers after its delta; the next q/k/v or gate/up takes the chain); 0 neither. */
+ * (the ADD gathers after its delta; the next q/k/v or gate/up takes the chain); 3, also
+ * the rope + K/V store after a q/k/v call (the RoPE epilogue after the deltas); 0 none. */
 int cu_lkm_on(void);
 /* Fills L for d folded into a skinny projection with outputs ys[0..n_w) of ms rows, blocks
  * of nvs * 256 threads (or more) and tiles tile blocks; takes the scratch. 0, or -1 when d
@@ -230,9 +231,10 @@ int cu_lkm_on(void);
 int cu_lkm_prep(struct cu_be *cb, const struct cu_lk *d, float *const ys[3], const int ms[3],
                 int n_w, int nvs, int tiles, struct cu_lkm *L);
 
-/* The projection m (matmul_fused) with the call d's deltas folded in: 1 when launched (or
- * an error latched), 0 when it does not fit (the caller runs cu_matmul_fused(m), then
- * cu_lk_run(d): the same bits). cuda_mmf.cu. */
+/* The projection m (matmul_fused) with the call d's deltas folded in (m->rope: the rope and
+ * K/V store after the deltas): 1 when launched (or an error latched), 0 when it does not
+ * fit (the caller runs cu_matmul_fused(m without rope), cu_lk_run(d), then
+ * cu_rope_kv_store). cuda_mmf.cu. */
 int cu_matmul_fused_lk(struct be *b, const struct be_mm *m, const struct cu_lk *d);
 
 /* ---- the fold's device side (bench/lora/emu/run.sh leaves it out from here) ---- */
@@ -276,10 +278,11 @@ static __device__ __forceinline__ void lkm_shrink_block(const struct cu_lkm &L, 
     }
 }
 
-/* Tile block of projection p (-1: none), outputs [row0, row0 + 16) of M: its B slab into
- * sm->b from rank sb on (before the PDL wait: adapters are never written by a kernel). All
- * threads. */
-static __device__ __forceinline__ void lkm_load_b(const struct cu_lkm &L, int p, int row0, int M,
+/* Tile block of projection p (-1: none), outputs row(0) .. row(15) of M (row0 + r; a RoPE
+ * tile's are its rope pairs): its B slab into sm->b from rank sb on (before the PDL wait:
+ * adapters are never written by a kernel). All threads. */
+template <typename RowF>
+static __device__ __forceinline__ void lkm_load_b(const struct cu_lkm &L, int p, RowF row, int M,
                                                   int sb, struct lkm_smem *sm)
 {
     if (p < 0)
@@ -295,7 +298,7 @@ static __device__ __forceinline__ void lkm_load_b(const struct cu_lkm &L, int p,
         while (j >= L.d.t[k].rank)
             j -= L.d.t[k].rank, k++;
         const struct cu_lk_term &t = L.d.t[k];
-        b[idx] = lk_cvt(lk_raw(t.bt, t.dtype, (int64_t)j * M + row0 + r), t.dtype);
+        b[idx] = lk_cvt(lk_raw(t.bt, t.dtype, (int64_t)j * M + row(r)), t.dtype);
     }
 }
 

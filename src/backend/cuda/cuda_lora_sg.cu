@@ -330,7 +330,7 @@ int cu_lkm_on(void)
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("CINFER_CUDA_LORA_FOLD");
-        v = cu_lora_mode() == CU_LK_SG && e && (!strcmp(e, "1") || !strcmp(e, "2")) ? atoi(e) : 0;
+        v = cu_lora_mode() == CU_LK_SG && e && e[0] >= '1' && e[0] <= '3' && !e[1] ? e[0] - '0' : 0;
     }
     return v;
 }

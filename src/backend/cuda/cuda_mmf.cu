@@ -239,13 +239,23 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
     int lp = -1, lq = -1, lqb = 0; /* LK (k_sgl): the lora projections of this tile's weight
                                     * (GLU: gate lp, up lq, its slab from rank lqb) */
     if constexpr (LK) {
+        auto rowf = [&](int r) { /* output r of the tile: mma row r (g, g + 8) */
+            if (MODE == SG_ROPE && wi < 2) {
+                const int base = row0 - row0 % a.hd, k16 = (row0 % a.hd) / 16;
+                if (k16 * 16 < a.rot) {
+                    const int p2 = 8 * k16 + (r & 7), r0 = base + (a.neox ? p2 : 2 * p2);
+                    return r < 8 ? r0 : a.neox ? r0 + a.rot / 2 : r0 + 1;
+                }
+            }
+            return row0 + r;
+        };
         if (MODE == BE_MM_GLU) {
             lp = L->pw[0], lq = L->pw[1], lqb = lp >= 0 ? L->rst[lp] : 0;
-            lkm_load_b(*L, lp, row0, M, 0, lsm);
-            lkm_load_b(*L, lq, row0, M, lqb, lsm);
+            lkm_load_b(*L, lp, rowf, M, 0, lsm);
+            lkm_load_b(*L, lq, rowf, M, lqb, lsm);
         } else {
             lp = wi == 0 ? L->pw[0] : wi == 1 ? L->pw[1] : L->pw[2];
-            lkm_load_b(*L, lp, row0, M, 0, lsm);
+            lkm_load_b(*L, lp, rowf, M, 0, lsm);
         }
     }
     cu_pdl_wait();
@@ -378,6 +388,10 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
                 if (col >= a.n)
                     continue;
                 float v0 = acc[0][s][c2], v1 = acc[0][s][2 + c2];
+                if constexpr (LK) { /* + the deltas of rows ra, rz (slab rows g, g + 8) */
+                    v0 = lkm_add(*L, lp, lsm, 0, 0, s * 8 + 2 * tq + c2, g, v0);
+                    v1 = lkm_add(*L, lp, lsm, 0, 0, s * 8 + 2 * tq + c2, g + 8, v1);
+                }
                 if (pj >= 0) {
                     float ang = __fmul_rn((float)a.pos[col], a.inv_freq[pj]);
                     float cs = __fmul_rn(cosf(ang), a.mscale), sn = __fmul_rn(sinf(ang), a.mscale);
@@ -644,8 +658,10 @@ static void sgl_launch_w(struct cu_be *cb, const struct sg_args &a, const struct
 /* The warps sg_launch gives a (the same, so the projection's bits do not change). */
 static int sgl_warps(const struct cu_be *cb, const struct sg_args &a, int mode)
 {
-    const int wf = mode == BE_MM_PLAIN ? cb->sg_warps_qkv : mode == BE_MM_GLU ? cb->sg_warps_glu : 0;
-    const int kind = mode == BE_MM_PLAIN && a.n_w > 1 ? SG_ROPE : mode;
+    const int wf = mode == BE_MM_PLAIN || mode == SG_ROPE ? cb->sg_warps_qkv
+                   : mode == BE_MM_GLU                  ? cb->sg_warps_glu
+                                                        : 0;
+    const int kind = mode == SG_ROPE || (mode == BE_MM_PLAIN && a.n_w > 1) ? SG_ROPE : mode;
     const int w = wf ? wf : sg_warps(a.K, a.tiles[a.n_w], kind, cb->sg_wave, cb->n_sm, 0);
     return mode == BE_MM_ADD && w == 32 ? 32 : w == 8 ? 8 : 16;
 }
@@ -679,6 +695,8 @@ static void sgl_launch(struct cu_be *cb, const struct sg_args &a, int mode, int 
         sgl_launch_m<BF, BE_MM_ADD>(cb, a, w, ni, L, act);
     else if (mode == BE_MM_GLU)
         sgl_launch_m<BF, BE_MM_GLU>(cb, a, w, ni, L, act);
+    else if (mode == SG_ROPE)
+        sgl_launch_m<BF, SG_ROPE>(cb, a, w, ni, L, act);
     else
         sgl_launch_m<BF, BE_MM_PLAIN>(cb, a, w, ni, L, act);
 }
@@ -686,7 +704,7 @@ static void sgl_launch(struct cu_be *cb, const struct sg_args &a, int mode, int 
 int cu_matmul_fused_lk(struct be *b, const struct be_mm *m0, const struct cu_lk *d)
 {
     struct cu_be *cb = cu_be(b);
-    if (m0->n <= 0 || m0->n > LKM_COLS || m0->rope || cb->precise || cb->sg_precise ||
+    if (m0->n <= 0 || m0->n > LKM_COLS || cb->precise || cb->sg_precise ||
         cb->repeat || (m0->mode != BE_MM_PLAIN && m0->mode != BE_MM_ADD) ||
         (m0->mode == BE_MM_ADD && m0->norm) || !sg_ok(cb, m0) || d->x != m0->x ||
         d->norm != m0->norm || (m0->norm && d->eps != m0->eps) ||
@@ -702,6 +720,8 @@ int cu_matmul_fused_lk(struct be *b, const struct be_mm *m0, const struct cu_lk 
     } else if (d->ss_out)
         return 0;
     struct be_mm m = *m0;
+    if (m.rope && (d->act_y || m.mode != BE_MM_PLAIN || m.n_w != 3))
+        return 0;
     if (d->act_y) { /* gate/up + act_mul (recorder: lkm_act): one GLU pass into act_y */
         if (m.mode != BE_MM_PLAIN || m.n_w != 2 || d->n_proj != 2 || d->y[0] != m.y[0] ||
             d->y[1] != m.y[1] || d->act_y != m.y[0] || d->act_rows != m.n ||
