@@ -49,9 +49,9 @@ static void k_emu_fold()
     if (g_glu)
         lkm_load_b(L, lq, rowf, M, lqb, &sm);
     __syncthreads();
-    lkm_t(L, lp, 0, g_n, 0, &sm); /* (every emulated warp: the same values) */
-    if (g_glu)
-        lkm_t(L, lq, 0, g_n, 1, &sm);
+    /* every emulated warp gathers (the shim's warp exchanges are block-wide), so each counts
+     * as a unit: g_L.units below */
+    lkm_gather(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
     __syncthreads();
     const int t = threadIdx.x;
     if (t < 16 * g_n) {
@@ -63,9 +63,6 @@ static void k_emu_fold()
             *y1 = lkm_add(L, lq, &sm, 1, lqb, cc, r, *y1);
         }
     }
-    __syncthreads();
-    if (t == 0)
-        lkm_done(L);
 }
 int main(int argc, char **argv)
 {
@@ -107,6 +104,7 @@ int main(int argc, char **argv)
             for (int p = 0; p < (glu ? 1 : NP); p++) g_tiles[p + 1] = g_tiles[p] + M[p] / 16;
             const int tiles = g_tiles[glu ? 1 : NP];
             if (cu_lkm_prep(&cb0, &df, ys, ms, NP, 1, tiles, &g_L)) { printf("prep declined\n"); return 1; }
+            g_L.units = g_L.nsv + tiles * 8; /* (8 gathering warps a tile block here) */
             for (int p = 0; p < NP; p++) g_y[p] = yf[p].data(), g_M[p] = M[p];
             g_nw = glu ? 1 : NP, g_n = N, g_glu = glu;
             cu_launch(&cb0, k_emu_fold, dim3((unsigned)(g_L.S + tiles)), dim3(256), 0);

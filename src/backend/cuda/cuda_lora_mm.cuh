@@ -302,9 +302,9 @@ static __device__ __forceinline__ void lkm_load_b(const struct cu_lkm &L, int p,
     }
 }
 
-/* One warp of a tile block of projection p whose x rows are col0 .. col0 + ncol - 1 (< n):
- * after the shrink items are published, t of each x row into sm slot sl (chunk order, then
- * the scale: the two-launch expand's arithmetic). */
+/* One warp of a tile block of projection p whose x rows are col0 .. col0 + ncol - 1 (< n),
+ * once the shrink items are published (lkm_gather): t of each x row into sm slot sl (chunk
+ * order, then the scale: the two-launch expand's arithmetic). */
 static __device__ __forceinline__ void lkm_t(const struct cu_lkm &L, int p, int col0, int ncol,
                                              int sl, struct lkm_smem *sm)
 {
@@ -317,15 +317,6 @@ static __device__ __forceinline__ void lkm_t(const struct cu_lkm &L, int p, int 
     int row = -1;
     if (lane < L.R)
         row = L.d.g[L.eg[lane]].rows[L.ei[lane]];
-    if (lane == 0) {
-        long long spins = 0;
-        while (lkm_ld_acquire(&L.cnt[LKM_C0]) < (unsigned)L.nsv) {
-            __nanosleep(32);
-            if (++spins > (1ll << 26))
-                __trap();
-        }
-    }
-    __syncwarp();
     const int64_t zs = (int64_t)L.R * L.Tmax;
     for (int cc = 0; cc < LKM_COLS; cc++) {
         const unsigned m = __ballot_sync(0xffffffffu, cc < ncol && lane < L.R && row == col0 + cc);
@@ -356,6 +347,36 @@ static __device__ __forceinline__ void lkm_t(const struct cu_lkm &L, int p, int 
         }
         if (lane == 0)
             sm->gi[sl][cc] = rs > 0 ? gi : -1;
+    }
+}
+
+/* The gathering warp of a tile block (projections lp, and lq for a GLU tile's up; -1:
+ * none): waits until every shrink item is published, counts the block as finished with
+ * the counters (the last unit sets them back to zero: every tile block has passed its wait
+ * by then; the atomic's reply is awaited only after the loads of t are out), then t into
+ * sm (slots 0 and 1). */
+static __device__ __forceinline__ void lkm_gather(const struct cu_lkm &L, int lp, int lq,
+                                                  int col0, int ncol, struct lkm_smem *sm)
+{
+    const int lane = threadIdx.x & 31;
+    if (lane == 0 && (lp >= 0 || lq >= 0)) {
+        long long spins = 0;
+        while (lkm_ld_acquire(&L.cnt[LKM_C0]) < (unsigned)L.nsv) {
+            __nanosleep(32);
+            if (++spins > (1ll << 26))
+                __trap();
+        }
+    }
+    __syncwarp();
+    unsigned old = 0;
+    if (lane == 0)
+        old = atomicAdd(&L.cnt[LKM_C0 + 1], 1u);
+    lkm_t(L, lp, col0, ncol, 0, sm);
+    if (lq >= 0)
+        lkm_t(L, lq, col0, ncol, 1, sm);
+    if (lane == 0 && old == (unsigned)L.units - 1u) {
+        atomicExch(&L.cnt[LKM_C0], 0u);
+        atomicExch(&L.cnt[LKM_C0 + 1], 0u);
     }
 }
 

@@ -339,11 +339,9 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
     if constexpr (NI) /* the rows' 1/rms, read by warp 0 after the barrier below */
         sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, rsh);
     if constexpr (LK) /* t of the block's x rows (the extra warp, or the last one) */
-        if (warp == (SG_WARPS < 32 ? SG_WARPS : SG_WARPS - 1)) {
-            lkm_t(*L, lp, col0, a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, 0, lsm);
-            if (MODE == BE_MM_GLU)
-                lkm_t(*L, lq, col0, a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, 1, lsm);
-        }
+        if (warp == (SG_WARPS < 32 ? SG_WARPS : SG_WARPS - 1))
+            lkm_gather(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
+                       a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
     /* partial sums of warps 1.. to shared memory; warp 0 adds them in warp order */
     if (warp > 0 && (!LK || warp < SG_WARPS)) {
 #pragma unroll
@@ -463,9 +461,6 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
                 }
         }
     }
-    if constexpr (LK)
-        if (lane == 0)
-            lkm_done(*L);
 }
 
 template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI>
