@@ -35,7 +35,7 @@ enum {
     LKM_NG = 4,  /* shrink items a block runs at once (1024 threads) */
     LKM_R = 32,  /* most group rows of a folded call (one warp's lanes) */
     LKM_RS = 64, /* most ranks of one projection of one group */
-    LKM_BS = 128, /* most ranks of a tile's projections over all groups (its B slab) */
+    LKM_BS = 256, /* most ranks of a tile's projections over all groups (its B slab: 16 KiB) */
     LKM_COLS = 8,  /* x rows of a tile block (k_sgl: steps of up to 8 rows, one n8 tile) */
     LKM_C0 = 40,   /* first counter (unsigned index into the header; the fused kernel's are
                     * at the front) */

@@ -742,8 +742,17 @@ int cu_matmul_fused_lk(struct be *b, const struct be_mm *m0, const struct cu_lk 
         return 0;
     if (rc < 0)
         return 1; /* out of memory: latched */
-    if (mode == BE_MM_GLU && (L.pw[0] >= 0 ? L.rst[L.pw[0]] : 0) + (L.pw[1] >= 0 ? L.rst[L.pw[1]] : 0) > LKM_BS)
-        return 0;
+    if (mode == BE_MM_GLU &&
+        (L.pw[0] >= 0 ? L.rst[L.pw[0]] : 0) + (L.pw[1] >= 0 ? L.rst[L.pw[1]] : 0) > LKM_BS) {
+        /* gate's and up's slabs do not fit one tile: the two folded apart, then the act_mul
+         * (the same bits) */
+        struct cu_lk e = *d;
+        e.act_y = NULL;
+        if (!cu_matmul_fused_lk(b, m0, &e))
+            return 0;
+        cu_act_mul(b, d->act_y, m0->y[0], m0->y[1], (int64_t)d->act_rows * d->M[0], d->act);
+        return 1;
+    }
     if (m.norm && chain == SG_CHAIN_NONE) { /* the norm on its own, as cu_matmul_fused (the
                                              * deltas norm on the fly) */
         float *xn = (float *)cu_scratch(cb, CU_SCRATCH_N, (size_t)m.n * a.K * sizeof(float));
