@@ -194,6 +194,7 @@ for r in rows[1:26]:
           float(r[ix["Avg (ns)"]]) / 1e3, r[ix["Name"]][:90]))
 PY
                 rm -f "$OUT/nsys_${conf}_$name.sqlite"
+                [ -n "${KEEP_REP:-}" ] || rm -f "$OUT/nsys_${conf}_$name.nsys-rep" # (KEEP_REP=1 keeps it)
             elif command -v ncu > /dev/null; then
                 env ${ev//:/ } timeout ${NCU_T:-90} ncu --clock-control none --launch-skip ${SKIP:-1200} \
                     --launch-count ${CNT:-500} --metrics gpu__time_duration.sum \
