@@ -31,6 +31,14 @@
 #      (PROFILE= skips; NCU_VARIANTS adds others);
 #   6. with GOLDEN=1, the goldens regenerated with scripts/lora_reference.py (the device's
 #      torch/transformers/peft) and compared with the committed ones.
+# Session 5 (the batch-1 overhead): the default variants are default (two launches a lora
+# call), fold (CINFER_CUDA_LORA_FOLD=1: each lora call folded into the skinny projection
+# kernel before it, cuda_lora_mm.cuh), fold2 (=2: also the act_mul and the norm chain across
+# the o/down delta), fold3 (=3: also the rope + K/V store), fold and fold3 without PDL too; the probe then also says whether fold's logits
+# equal the default's bit for bit (they must: the fold runs the same arithmetic; fold2
+# differs by the chained norm's rounding) and whether row 0 of one_b8 equals one_b1 (batch
+# invariance). PROFILE=1: per-kernel GPU time of one_b1 (default, fold, fold2, fold3) and none_b1
+# (default) steps, with nsys (CUDA graph nodes traced) when the device has it, else ncu.
 # Everything lands in $OUT.
 B=$(cd "${BIN:-$PWD/.gpubin}" && pwd)
 # the tree the tests read (tests/data/{lora,parity}, scripts/, bench/gpu/models.py): $B/src
@@ -60,7 +68,7 @@ run_tests() {
     done
 }
 
-TESTS="default CINFER_CUDA_LORA=fused" run_tests
+TESTS=${TESTS1:-"default CINFER_CUDA_LORA_FOLD=1 CINFER_CUDA_LORA_FOLD=3"} run_tests
 
 first=${MODELS:-l1b}; first=${first%% *}
 t2=$(date +%s)
@@ -74,7 +82,7 @@ fi
 MDIR=$(cd "$MDIR" 2> /dev/null && pwd || echo "$MDIR")
 # the bench per kernel variant on the same card (a variant: name=VAR=VAL[:VAR=VAL]; "bf16"
 # in the name adds --dtype bf16)
-VARIANTS=${VARIANTS:-"default fused=CINFER_CUDA_LORA=fused fused_plain=CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_CHAIN=0:CINFER_CUDA_LORA_ACT=0 fused_bf16=CINFER_CUDA_LORA=fused"}
+VARIANTS=${VARIANTS:-"default fold=CINFER_CUDA_LORA_FOLD=1 fold2=CINFER_CUDA_LORA_FOLD=2 fold3=CINFER_CUDA_LORA_FOLD=3 fold_nopdl=CINFER_CUDA_LORA_FOLD=1:CINFER_CUDA_PDL=0 fold3_nopdl=CINFER_CUDA_LORA_FOLD=3:CINFER_CUDA_PDL=0"}
 for m in ${MODELS:-l1b}; do
     for vv in $VARIANTS; do
         t3=$(date +%s)
@@ -123,6 +131,17 @@ def rel(a, b):
 g["probe_rel_vs_default"] = {vv.split("=", 1)[0]: {c: rel(probe(vv.split("=", 1)[0], c), ref[c]) for c in ref}
                              for vv in variants if vv.split("=", 1)[0] != "default"}
 g["probe_adapter_effect"] = rel(ref["one_b8"], ref["paths_b8"])
+# bit for bit: each variant vs default (fold must be 0.0), and row 0 of one_b8 vs one_b1
+def same(a, b):
+    return None if a is None or b is None else bool(a.shape == b.shape and (a.view("<u4") == b.view("<u4")).all())
+g["probe_bitequal_vs_default"] = {vv.split("=", 1)[0]: {c: same(probe(vv.split("=", 1)[0], c), ref[c]) for c in ref}
+                                  for vv in variants if vv.split("=", 1)[0] != "default"}
+def inv(name):
+    a, b = probe(name, "one_b1"), probe(name, "one_b8")
+    return None if a is None or b is None else same(a, b[:a.size])
+g["probe_b1_eq_b8row0"] = {vv.split("=", 1)[0]: inv(vv.split("=", 1)[0]) for vv in variants}
+print("bit-equal vs default:", json.dumps(g["probe_bitequal_vs_default"]))
+print("one_b1 == one_b8 row 0:", json.dumps(g["probe_b1_eq_b8row0"]))
 print("probe (max |logit diff| / max |logit| vs default):", json.dumps(g["probe_rel_vs_default"]),
       "adapter effect:", g["probe_adapter_effect"])
 json.dump(g, open(f"{out}/lora_gpu.json", "w"), indent=1)
@@ -134,18 +153,66 @@ PY
 # mount / unmount while serving on CUDA (the engine thread loads and frees), vs start-up mounts
 if [ -x "$B/cinfer" ]; then
     t4=$(date +%s)
-    CINFER_CUDA_LORA=${SERVE_LORA:-fused} CINFER_LIBS=$B/lib timeout 200 \
+    env ${SERVE_ENV:-CINFER_CUDA_LORA_FOLD=3} CINFER_LIBS=$B/lib timeout 200 \
         python3 bench/lora/device_serve.py "$B/cinfer" ${BACKEND:-cuda} "$OUT/serve_cuda.json" \
         > "$OUT/serve_cuda.log" 2>&1
     echo "device_serve (${BACKEND:-cuda}) rc=$? ($(( $(date +%s) - t4 )) s)"; tail -c 1500 "$OUT/serve_cuda.log"
     cp /tmp/lora-device-serve-*.log "$OUT/" 2> /dev/null
 fi
 
-TESTS=${TESTS2:-"CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_CHAIN=0:CINFER_CUDA_LORA_ACT=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_LORA_NORM=0 CINFER_CUDA_LORA=fused:CINFER_CUDA_PDL=0"} run_tests
+TESTS=${TESTS2:-"CINFER_CUDA_LORA_FOLD=3:CINFER_CUDA_GRAPHS=0 CINFER_CUDA_LORA_FOLD=3:CINFER_CUDA_PDL=0"} run_tests
+
+# PROFILE=1: where a step's time goes (per-kernel GPU time of --only steps: a run is
+# conf:variant). nsys traces every CUDA graph node; its kern_sum report (total ns, launches,
+# name per kernel) over the 12 timed + 2 warm-up steps -> nsys_<conf>_<variant>.csv / .txt
+if [ "${PROFILE:-}" = 1 ]; then
+    NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2> /dev/null | head -1)
+    for run in ${PROF_RUNS:-one_b1:default one_b1:fold=CINFER_CUDA_LORA_FOLD=1 one_b1:fold2=CINFER_CUDA_LORA_FOLD=2 one_b1:fold3=CINFER_CUDA_LORA_FOLD=3 none_b1:default}; do
+        conf=${run%%:*}; v=${run#*:}
+        name=${v%%=*}; ev=CINFER_X=1; [ "$name" != "$v" ] && ev=${v#*=}
+        for conf in $conf; do
+            t5=$(date +%s)
+            if [ -n "$NSYS" ]; then
+                rm -f "$OUT/nsys_${conf}_$name.nsys-rep" "$OUT/nsys_${conf}_$name.sqlite"
+                env ${ev//:/ } timeout 120 "$NSYS" profile --cuda-graph-trace=node -t cuda \
+                    -o "$OUT/nsys_${conf}_$name" "$B/cinfer_lora_bench" "$MDIR/${first:-l1b}" \
+                    --backend cuda --only $conf -n 12 > "$OUT/nsys_${conf}_$name.log" 2>&1
+                echo "nsys $conf $name rc=$? ($(( $(date +%s) - t5 )) s)"
+                timeout 90 "$NSYS" stats -q -r cuda_gpu_kern_sum -f csv \
+                    "$OUT/nsys_${conf}_$name.nsys-rep" > "$OUT/nsys_${conf}_$name.csv" 2>> "$OUT/nsys_${conf}_$name.log"
+                python3 - "$OUT/nsys_${conf}_$name.csv" <<'PY' | tee "$OUT/nsys_${conf}_$name.txt"
+import csv, sys
+rows = list(csv.reader(l for l in open(sys.argv[1]) if l.count(",") > 3))
+if not rows:
+    print("no kernel rows"); sys.exit(0)
+h = rows[0]
+ix = {k: h.index(k) for k in ("Total Time (ns)", "Instances", "Avg (ns)", "Name") if k in h}
+tot = sum(float(r[ix["Total Time (ns)"]]) for r in rows[1:])
+print("total kernel time %.1f us over all steps (14 steps: 2 warm-up + 12)" % (tot / 1e3))
+for r in rows[1:26]:
+    print("%9.1f us %6s x  avg %7.2f us  %s" % (float(r[ix["Total Time (ns)"]]) / 1e3, r[ix["Instances"]],
+          float(r[ix["Avg (ns)"]]) / 1e3, r[ix["Name"]][:90]))
+PY
+                rm -f "$OUT/nsys_${conf}_$name.sqlite"
+                [ -n "${KEEP_REP:-}" ] || rm -f "$OUT/nsys_${conf}_$name.nsys-rep" # (KEEP_REP=1 keeps it)
+            elif command -v ncu > /dev/null; then
+                env ${ev//:/ } timeout ${NCU_T:-90} ncu --clock-control none --launch-skip ${SKIP:-1200} \
+                    --launch-count ${CNT:-500} --metrics gpu__time_duration.sum \
+                    --csv "$B/cinfer_lora_bench" "$MDIR/${first:-l1b}" --backend cuda --only $conf -n 12 \
+                    > "$OUT/ncu_${conf}_$name.csv" 2> /dev/null
+                echo "ncu $conf $name rc=$?"
+                python3 bench/gpu/ncu_sum.py "$OUT/ncu_${conf}_$name.csv" > "$OUT/ncu_${conf}_$name.txt" 2>&1
+                head -24 "$OUT/ncu_${conf}_$name.txt"
+            else
+                echo "neither nsys nor ncu here: no profile"
+            fi
+        done
+    done
+fi
 
 # where a step's time goes with one adapter at batch 1: ncu's per-kernel durations of a few
 # steps (graphs on: ncu times each kernel node), new kernels and v1
-if [ -n "${PROFILE-1}" ] && [ $(( $(date +%s) - t0 )) -lt ${LEFT:-270} ] && command -v ncu > /dev/null; then
+if [ "${PROFILE:-}" = ncu ] && command -v ncu > /dev/null; then
     for v in ${NCU_VARIANTS:-CINFER_CUDA_LORA=fused}; do
         sfx=_$(echo "$v" | sed -e 's/CINFER_CUDA_//g' -e 's/[=:]/_/g')
         # 2 warm-up steps + 12 timed ones of ~300-400 kernels each: skip into the 4th step,

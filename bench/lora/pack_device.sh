@@ -4,13 +4,13 @@
 # from a CUDA build (-DCINFER_CUDA=ON), the non-system shared libraries they link (jansson and
 # libcrypto beside the binaries; cinfer's others in lib/, put on LD_LIBRARY_PATH only for the
 # server; cuBLAS comes from the device's CUDA), and src/ = the files the script reads.
-# Usage: bash bench/lora/pack_device.sh [BUILD_DIR (build-gpu)] [OUT_DIR (BUILD_DIR/t21g)]
+# Usage: bash bench/lora/pack_device.sh [BUILD_DIR (build-gpu)] [OUT_DIR (BUILD_DIR/t21)]
 #   -> OUT_DIR/ and OUT_DIR.tar.xz; run there as
 #   BIN=OUT_DIR bash OUT_DIR/src/bench/lora/device_lora.sh
 set -eu
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build-gpu}
-OUT=${2:-$BUILD/t21g}
+OUT=${2:-$BUILD/t21}
 rm -rf "$OUT" && mkdir -p "$OUT/lib" "$OUT/src"
 for b in test_lora cinfer_lora_bench cinfer; do
     cp "$BUILD/$b" "$OUT/" && strip "$OUT/$b"

@@ -13,22 +13,34 @@
 #   CINFER_CUDA_LORA_PART_MAX=1 bash bench/lora/emu/run.sh 600   # the row-slice path
 #   CINFER_CUDA_LORA=fused bash bench/lora/emu/run.sh 600 norm    # the one-launch kernel
 #     (cuda_lora_fu.cu; blocks run in ticket order; the counters must be zero after each call)
+#   bash bench/lora/emu/run.sh fold [K]   # the folded path's pieces (cuda_lora_mm.cuh,
+#     fold.cpp) against the two-launch path, bit for bit
 set -e
 cd "$(dirname "$0")"
 ROOT=$(cd ../../.. && pwd)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-python3 - "$ROOT" "$T" <<'PY'
+FOLD=0
+[ "${1:-}" = fold ] && FOLD=1 && shift
+python3 - "$ROOT" "$T" "$FOLD" <<'PY'
 import sys
-root, t = sys.argv[1], sys.argv[2]
+root, t, fold = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 src = root + '/src/backend/cuda/'
 h = open(src + 'cuda_lora.cuh').read().replace('#include "backend/cuda/cuda_int.cuh"', '')
-c = open(src + 'cuda_lora_sg.cu').read().replace('#include "backend/cuda/cuda_lora.cuh"', '')
+mm = open(src + 'cuda_lora_mm.cuh').read().replace('#include "backend/cuda/cuda_lora.cuh"', '')
+if fold:  # the fold's device side too (fold.cpp)
+    mm = '#define LKM_EMU 1\n' + mm
+else:
+    mm = mm[:mm.index('/* ---- the fold')] + '#endif\n'  # (not used by test.cpp)
+mm = mm.replace('#define LK_BAR(sg) asm', '#define LK_BAR(sg) __syncthreads(); if (0) asm')
+h += mm.replace('__shared__ ', 'static ')
+c = open(src + 'cuda_lora_sg.cu').read().replace('#include "backend/cuda/cuda_lora_mm.cuh"', '')
 c = c.replace('extern __shared__ float s_t[];', 'float *s_t = emu_dyn;').replace('__shared__ ', 'static ')
 f = open(src + 'cuda_lora_fu.cu').read().replace('#include "backend/cuda/cuda_lora.cuh"', '')
 f = f.replace('__shared__ ', 'static ')
 open(t + '/emu_gen.cpp', 'w').write('#include "shim.h"\n' + h + c + f)
 PY
-cp shim.h test.cpp "$T/"
-g++ -std=c++17 -O1 -I"$ROOT/src" -o "$T/test" "$T/test.cpp" -lpthread
+cp shim.h test.cpp fold.cpp "$T/"
+SRC=test.cpp; [ $FOLD = 1 ] && SRC=fold.cpp
+g++ -std=c++17 -O1 -I"$ROOT/src" -o "$T/test" "$T/$SRC" -lpthread
 "$T/test" "$@"

@@ -134,3 +134,20 @@ static void cu_launch(struct cu_be *, void (*kernel)(KArgs...), dim3 grid, dim3 
                 pthread_barrier_destroy(&emu_bar);
             }
 }
+/* the folded path's warp pieces (fold.cpp: every emulated warp of a block runs them alike,
+ * so a block-wide exchange stands for the warp's) */
+static unsigned char emu_pred[1024];
+static inline void __syncwarp() { __syncthreads(); }
+static inline unsigned __ballot_sync(unsigned, int p)
+{
+    const int t = threadIdx.x, w0 = t & ~31;
+    emu_pred[t] = p != 0;
+    __syncthreads();
+    unsigned m = 0;
+    for (int i = 0; i < 32 && w0 + i < (int)blockDim.x; i++)
+        m |= (unsigned)emu_pred[w0 + i] << i;
+    __syncthreads();
+    return m;
+}
+static inline int __ffs(unsigned m) { return __builtin_ffs((int)m); }
+static inline unsigned atomicExch(unsigned *p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "backend/cuda/cuda_int.cuh"
-#include "backend/cuda/cuda_lora.cuh"
+#include "backend/cuda/cuda_lora_mm.cuh"
 
 enum {
     CU_GRAPH_MIN = 8,     /* shorter lists are not worth a graph */
@@ -31,8 +31,8 @@ enum {
                             * 64 thrashed with speculation: verify steps of a few sizes, burst
                             * and waited steps, ~5 segments a step) */
     CU_GRAPH_CACHE_MAX = 512,
-    CU_ARGS = 1088, /* bytes of one recorded call's arguments (lora: 1080, matmul_fused +
-                     * rope: ~400) */
+    CU_ARGS = 1600, /* bytes of one recorded call's arguments (lora: 1080, matmul_fused +
+                     * rope: ~400, both folded: ~1500) */
     CU_LOG = 64,   /* graph launches remembered for be_cuda_replay_last */
 };
 
@@ -409,9 +409,11 @@ static int lk_act(struct cu_be *cb, float *y, const float *gate, const float *up
     return 1;
 }
 
+static int lkm_act(struct cu_be *cb, float *y, const float *gate, const float *up, int64_t n,
+                   int act);
 void cq_act_mul(struct be *b, float *y, const float *gate, const float *up, int64_t n, int act)
 {
-    if (lk_act(cu_be(b), y, gate, up, n, act))
+    if (lk_act(cu_be(b), y, gate, up, n, act) || lkm_act(cu_be(b), y, gate, up, n, act))
         return;
     DEFER(r_ew, struct a_ew, a_.kind = 0, a_.y = y, a_.a = gate, a_.x = up, a_.n = n, a_.act = act);
 }
@@ -453,18 +455,20 @@ static void r_lk(struct be *b, const void *p)
  * previous recorded call when that is a lora call reading the same x with the same groups
  * (q, k, v; gate, up: cuda_lora.cuh). */
 static int lk_pre(const struct cu_be *cb, const float *x);
+static int lk_fold(struct be *b, float *y, const float *x, const float *norm, float eps, int K,
+                   int M, const struct be_lora_grp *g, int n_grp);
+static struct cu_lk *lk_prev(struct cu_graphs *gr);
 static void lk_record(struct be *b, float *y, const float *x, const float *norm, float eps,
                       int K, int M, const struct be_lora_grp *g, int n_grp)
 {
     struct cu_graphs *gr = cu_be(b)->graphs;
     const int pre = lk_pre(cu_be(b), x);
-    if (gr && gr->n > 0 && gr->calls[gr->n - 1].run == r_lk &&
-        cu_lk_merge((struct cu_lk *)gr->calls[gr->n - 1].args, y, x, norm, eps, K, M, g,
-                    n_grp) == 0) {
+    struct cu_lk *prev = lk_prev(gr);
+    if (prev && cu_lk_merge(prev, y, x, norm, eps, K, M, g, n_grp) == 0) {
         cu_be(b)->ss_ok = 0;
         return; /* (the list is hashed when it is flushed) */
     }
-    for (int i = 0; i < n_grp;) {
+    for (int i = lk_fold(b, y, x, norm, eps, K, M, g, n_grp); i < n_grp;) {
         int took = 0;
         DEFER(r_lk, struct cu_lk,
               took = cu_lk_first(&a_, y, x, norm, eps, K, M, g + i, n_grp - i);
@@ -503,6 +507,96 @@ static void r_mmf(struct be *b, const void *p)
         m.rope = &a->r;
     cu_matmul_fused(b, &m);
 }
+/* ---- the lora call folded into the projection before it (cuda_lora_mm.cuh) ---- */
+
+/* rope (CINFER_CUDA_LORA_FOLD=3, lkm_rope): f.r is the rope + K/V store after the deltas */
+struct a_mmlk { struct a_mmf f; struct cu_lk l; int rope; };
+static_assert(sizeof(struct a_mmlk) <= CU_ARGS, "a folded projection must fit a call");
+static void r_mmlk(struct be *b, const void *p)
+{
+    const struct a_mmlk *a = (const struct a_mmlk *)p;
+    struct be_mm m = a->f.m;
+    for (int i = 0; i < m.n_w && i < 3; i++)
+        m.w[i] = &a->f.w[i];
+    m.rope = a->rope ? &a->f.r : NULL;
+    if (cu_matmul_fused_lk(b, &m, &a->l))
+        return;
+    m.rope = NULL; /* apart: the projection, the deltas, then the rope */
+    cu_matmul_fused(b, &m);
+    cu_lk_run(b, &a->l);
+    if (a->rope)
+        cu_rope_kv_store(b, &a->f.r);
+}
+
+/* The lora call the previous recorded call holds (to append a projection to), or NULL. */
+static struct cu_lk *lk_prev(struct cu_graphs *gr)
+{
+    if (!gr || gr->n == 0)
+        return NULL;
+    struct cu_call *c = &gr->calls[gr->n - 1];
+    return c->run == r_lk ? (struct cu_lk *)c->args
+           : c->run == r_mmlk ? &((struct a_mmlk *)c->args)->l
+                              : NULL;
+}
+
+/* With CINFER_CUDA_LORA_FOLD=1: when the previous recorded call is a projection (PLAIN or
+ * ADD, no rope, no chain (2: a PLAIN one may take a chain), at most LKM_COLS rows) that
+ * reads x (and norms it the same way)
+ * and writes y, the first groups' deltas become part of that call (r_mmlk: one kernel at run
+ * time when cu_matmul_fused_lk takes it). Returns the groups taken (0: none). */
+static int lk_fold(struct be *b, float *y, const float *x, const float *norm, float eps, int K,
+                   int M, const struct be_lora_grp *g, int n_grp)
+{
+    struct cu_graphs *gr = cu_be(b)->graphs;
+    if (!gr || gr->n == 0 || !cu_lkm_on() || gr->calls[gr->n - 1].run != r_mmf || n_grp < 1)
+        return 0;
+    struct cu_call *c = &gr->calls[gr->n - 1];
+    const struct a_mmf *f = (const struct a_mmf *)c->args;
+    const struct be_mm *m = &f->m;
+    int w = 0;
+    while (w < m->n_w && w < 3 && m->y[w] != y)
+        w++;
+    if (w == m->n_w || w == 3 || m->x != x || m->norm != norm || (norm && m->eps != eps) ||
+        m->rope || (m->chain && (cu_lkm_on() < 2 || m->mode != BE_MM_PLAIN)) ||
+        (m->mode != BE_MM_PLAIN && m->mode != BE_MM_ADD) ||
+        m->n > LKM_COLS || (const float *)y == x || f->w[0].ne[0] != K || f->w[w].ne[1] != M)
+        return 0;
+    struct a_mmlk *t = (struct a_mmlk *)calloc(1, sizeof *t);
+    if (!t)
+        return 0;
+    memcpy(&t->f, f, sizeof *f); /* (zeroed storage: the padding stays zero) */
+    const int took = cu_lk_first(&t->l, y, x, norm, eps, K, M, g, n_grp);
+    c->run = r_mmlk;
+    c->size = sizeof *t;
+    c->args[(sizeof *t + 7) / 8 - 1] = 0;
+    memcpy(c->args, t, sizeof *t);
+    free(t);
+    cu_be(b)->ss_ok = 0;
+    return took;
+}
+
+/* CINFER_CUDA_LORA_FOLD=2: the act_mul of a gate/up pair whose projection and deltas the
+ * previous recorded call holds (r_mmlk) rides on it (one GLU pass at run time; its fallback
+ * runs the act_mul after the deltas, cu_lk_run): returns 1. */
+static int lkm_act(struct cu_be *cb, float *y, const float *gate, const float *up, int64_t n,
+                   int act)
+{
+    struct cu_graphs *gr = cb->graphs;
+    if (!gr || gr->n < 1 || n <= 0 || cu_lkm_on() < 2 || gr->calls[gr->n - 1].run != r_mmlk)
+        return 0;
+    struct a_mmlk *t = (struct a_mmlk *)gr->calls[gr->n - 1].args;
+    struct cu_lk *l = &t->l;
+    const struct be_mm *m = &t->f.m;
+    if (m->mode != BE_MM_PLAIN || m->n_w != 2 || m->y[0] != gate || m->y[1] != up ||
+        l->n_proj != 2 || l->y[0] != gate || l->y[1] != up || l->M[0] != l->M[1] ||
+        l->M[0] <= 0 || t->f.w[0].ne[1] != l->M[0] || t->f.w[1].ne[1] != l->M[0] ||
+        n != (int64_t)l->M[0] * m->n || l->act_y || l->ss_out || y != gate)
+        return 0;
+    l->act_y = y, l->act = act, l->act_rows = m->n;
+    cb->ss_ok = 0;
+    return 1;
+}
+
 /* 1 when a lora call recorded next may read x before its PDL wait (cuda_lora_fu.cu): the
  * previous recorded call is a projection of at most cu_mv_lim rows without rope (its last
  * kernel is the skinny kernel, which waits for the kernels before it before it lets the next
@@ -556,6 +650,33 @@ static int lk_chain(struct cu_be *cb, const struct be_mm *m)
     return 1;
 }
 
+/* CINFER_CUDA_LORA_FOLD=2 (cuda_lora_mm.cuh): m norms x (q/k/v or gate/up), x is the output
+ * of the residual ADD just recorded with its o/down delta folded in (r_mmlk, not gathering:
+ * the forward turns the chain off on the adapter path). Then that ADD gathers for m after
+ * all (after its delta; its fallback rewrites the gathered values of the rows it changes,
+ * cu_lkf_fix) and m takes the chain (returns 1). */
+static int lkm_chain(struct cu_be *cb, const struct be_mm *m)
+{
+    struct cu_graphs *gr = cb->graphs;
+    if (!gr || gr->n < 1 || cu_lkm_on() < 2 || m->mode != BE_MM_PLAIN || !m->norm || m->rope ||
+        m->chain || m->n_w < 2 || gr->calls[gr->n - 1].run != r_mmlk)
+        return 0;
+    struct a_mmlk *t = (struct a_mmlk *)gr->calls[gr->n - 1].args;
+    struct cu_lk *l = &t->l;
+    if (t->f.m.mode != BE_MM_ADD || t->f.m.chain || t->f.m.norm || t->f.m.rope ||
+        t->f.m.y[0] != m->x || t->f.m.n != m->n || l->n_proj != 1 || l->y[0] != m->x ||
+        l->ss_out || l->act_y || l->M[0] != (int)m->w[0]->ne[0] || l->M[0] % 16)
+        return 0;
+    struct be_mm am = t->f.m; /* the ADD as it would gather */
+    am.w[0] = &t->f.w[0];
+    am.chain = 1, am.next_norm = m->norm;
+    if (!cu_mm_chain_ok(cb, &am) || !cu_mm_chain_ok(cb, m))
+        return 0;
+    t->f.m.chain = 1, t->f.m.next_norm = m->norm;
+    l->ss_out = cb->ss_buf, l->xg_out = cb->xg_buf, l->gnext = m->norm;
+    return 1;
+}
+
 void cq_matmul_fused(struct be *b, const struct be_mm *m)
 {
     if (m->n > CU_GRAPH_MAX_N && cu_be(b)->graphs)
@@ -574,7 +695,7 @@ void cq_matmul_fused(struct be *b, const struct be_mm *m)
     } else {
         const int claimed = m->chain && cb->ss_ok && m->x == cb->ss_y && m->n == cb->ss_n &&
                             m->w[0]->ne[0] == cb->ss_m && m->norm == cb->ss_g;
-        a_.m.chain = (claimed && cu_mm_chain_ok(cb, m)) || lk_chain(cb, m);
+        a_.m.chain = (claimed && cu_mm_chain_ok(cb, m)) || lk_chain(cb, m) || lkm_chain(cb, m);
         cb->n_chained += a_.m.chain;
         cb->ss_ok = 0;
         struct cu_graphs *g = cb->graphs;
@@ -603,8 +724,29 @@ static void r_rkv(struct be *b, const void *p)
 {
     cu_rope_kv_store(b, &((const struct a_rkv *)p)->r);
 }
+/* CINFER_CUDA_LORA_FOLD=3: the rope + K/V store of a q/k/v projection whose deltas the
+ * previous recorded call holds (r_mmlk) rides on it (the RoPE epilogue after the deltas at
+ * run time; apart, after them): returns 1. */
+static int lkm_rope(struct cu_be *cb, const struct be_rope_kv *r)
+{
+    struct cu_graphs *gr = cb->graphs;
+    if (!gr || gr->n < 1 || cu_lkm_on() < 3 || gr->calls[gr->n - 1].run != r_mmlk)
+        return 0;
+    struct a_mmlk *t = (struct a_mmlk *)gr->calls[gr->n - 1].args;
+    const struct be_mm *m = &t->f.m;
+    if (t->rope || m->rope || m->mode != BE_MM_PLAIN || m->n_w != 3 || m->y[0] != r->q ||
+        m->y[1] != r->k || m->y[2] != r->v || m->n != r->n_tok || t->l.act_y)
+        return 0;
+    canon_rkv(&t->f.r, r);
+    t->rope = 1;
+    cb->ss_ok = 0;
+    return 1;
+}
+
 void cq_rope_kv_store(struct be *b, const struct be_rope_kv *r)
 {
+    if (lkm_rope(cu_be(b), r))
+        return;
     DEFER(r_rkv, struct a_rkv, canon_rkv(&a_.r, r));
 }
 

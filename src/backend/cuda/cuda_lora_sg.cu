@@ -19,145 +19,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_lora.cuh"
+#include "backend/cuda/cuda_lora_mm.cuh"
 
 enum {
-    LK_KC = 512,         /* columns of K per shrink block */
-    LK_TJ = 16,          /* ranks per shrink block */
-    LK_ST = 256,         /* shrink threads */
     LK_MT = 128,         /* outputs (threads) per expand block */
     LK_RC = 8,           /* rows per expand block */
     LK_PART_MAX = 64 << 20,
 };
 
-/* Element i of a (dtype dt: f32, f16, bf16) in two steps, so that a thread issues all of
- * its loads before it uses any (a load used at once stalls the thread for a memory round
- * trip; 16 of those in a row were most of a step on the H100): lk_raw loads the bits,
- * lk_cvt turns them into the float (exact). */
-static __device__ __forceinline__ uint32_t lk_raw(const void *a, int dt, int64_t i)
-{
-    return dt == DT_F32 ? __float_as_uint(((const float *)a)[i]) : ((const uint16_t *)a)[i];
-}
-static __device__ __forceinline__ float lk_cvt(uint32_t v, int dt)
-{
-    return dt == DT_F32    ? __uint_as_float(v)
-           : dt == DT_BF16 ? cu_bf16((uint16_t)v)
-                           : cu_f16((uint16_t)v);
-}
-
+/* Shrink: one block per item (cuda_lora_mm.cuh lk_shrink_item). */
 __global__ void __launch_bounds__(LK_ST)
     k_lk_shrink(const __grid_constant__ struct cu_lk d, float *part, int R, int Tmax)
 {
     cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
     cu_pdl_wait();
-    __shared__ const char *s_a[LK_TJ];
-    __shared__ int s_dt[LK_TJ];
-    __shared__ float s_red[LK_ST / 32][LK_TJ];
-    __shared__ float s_inv;
-    int gi = 0, base = 0;
-    const int i = blockIdx.x;
-    while (gi + 1 < d.n_grp && i >= base + d.g[gi].n_rows)
-        base += d.g[gi].n_rows, gi++;
-    const struct cu_lk_grp &g = d.g[gi];
-    const int j0 = blockIdx.y * LK_TJ;
-    if (j0 >= g.T) /* (block-uniform) */
-        return;
-    const int nv = g.T - j0 < LK_TJ ? g.T - j0 : LK_TJ;
-    const int tid = threadIdx.x;
-    if (tid < LK_TJ) {
-        const char *ap = NULL;
-        int dt = DT_F32;
-        const int jj = j0 + tid;
-        for (int p = 0; tid < nv && p < d.n_proj; p++)
-            for (int k = g.t0[p]; k < g.t0[p] + g.nt[p]; k++) {
-                const struct cu_lk_term &t = d.t[k];
-                if (jj >= t.roff && jj < t.roff + t.rank) {
-                    const size_t es = t.dtype == DT_F32 ? 4 : 2;
-                    ap = (const char *)t.a + (size_t)(jj - t.roff) * (size_t)d.K * es;
-                    dt = t.dtype;
-                }
-            }
-        s_a[tid] = ap;
-        s_dt[tid] = dt;
-    }
-    const float *x = d.x + (int64_t)g.rows[i - base] * d.K;
-    const int lane = tid & 31, warp = tid >> 5;
-    float inv = 1.0f; /* with d.norm: 1 / rms of the whole row, as the op rmsnorm */
-    if (d.norm) {
-        float ss = 0.0f;
-        for (int e0 = tid; e0 < d.K; e0 += 8 * LK_ST) { /* 8 loads out, then the sums */
-            float v[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++)
-                v[u] = e0 + u * LK_ST < d.K ? x[e0 + u * LK_ST] : 0.0f;
-#pragma unroll
-            for (int u = 0; u < 8; u++)
-                if (e0 + u * LK_ST < d.K)
-                    ss = __fadd_rn(ss, __fmul_rn(v[u], v[u]));
-        }
-        ss = cu_warp_sum(ss);
-        if (lane == 0)
-            s_red[warp][0] = ss;
-        __syncthreads();
-        if (tid == 0) {
-            float s = s_red[0][0];
-            for (int w = 1; w < LK_ST / 32; w++)
-                s = __fadd_rn(s, s_red[w][0]);
-            s_inv = 1.0f / sqrtf(s / (float)d.K + d.eps);
-        }
-    }
-    __syncthreads();
-    if (d.norm)
-        inv = s_inv;
-    const int k0 = blockIdx.z * LK_KC, k1 = d.K < k0 + LK_KC ? d.K : k0 + LK_KC;
-    float acc[LK_TJ];
-    const char *ap[LK_TJ];
-    int dt[LK_TJ];
-#pragma unroll
-    for (int j = 0; j < LK_TJ; j++) {
-        acc[j] = 0.0f;
-        ap[j] = s_a[j];
-        dt[j] = s_dt[j];
-    }
-    for (int e = k0 + tid; e < k1; e += 2 * LK_ST) { /* two columns a step (e, e + LK_ST) */
-        const int e2 = e + LK_ST, has2 = e2 < k1;
-        uint32_t raw[LK_TJ], raw2[LK_TJ]; /* every load of both columns first */
-#pragma unroll
-        for (int j = 0; j < LK_TJ; j++) {
-            raw[j] = j < nv ? lk_raw(ap[j], dt[j], e) : 0u;
-            raw2[j] = j < nv && has2 ? lk_raw(ap[j], dt[j], e2) : 0u;
-        }
-        float xv = x[e], xv2 = has2 ? x[e2] : 0.0f;
-        if (d.norm) {
-            xv = __fmul_rn(__fmul_rn(xv, inv), d.norm[e]);
-            if (has2)
-                xv2 = __fmul_rn(__fmul_rn(xv2, inv), d.norm[e2]);
-        }
-#pragma unroll
-        for (int j = 0; j < LK_TJ; j++)
-            if (j < nv)
-                acc[j] = __fmaf_rn(xv, lk_cvt(raw[j], dt[j]), acc[j]);
-        if (has2) {
-#pragma unroll
-            for (int j = 0; j < LK_TJ; j++)
-                if (j < nv)
-                    acc[j] = __fmaf_rn(xv2, lk_cvt(raw2[j], dt[j]), acc[j]);
-        }
-    }
-    __syncthreads(); /* (s_red is reused) */
-#pragma unroll
-    for (int j = 0; j < LK_TJ; j++) {
-        const float v = cu_warp_sum(acc[j]);
-        if (lane == 0)
-            s_red[warp][j] = v;
-    }
-    __syncthreads();
-    if (tid < nv) {
-        float s = s_red[0][tid];
-        for (int w = 1; w < LK_ST / 32; w++)
-            s = __fadd_rn(s, s_red[w][tid]);
-        part[((int64_t)blockIdx.z * R + i) * Tmax + j0 + tid] = s;
-    }
+    lk_shrink_item<1>(d, part, R, Tmax, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, 0);
 }
 
 __global__ void __launch_bounds__(LK_MT)
@@ -445,4 +321,74 @@ void cu_lk_run(struct be *b, const struct cu_lk *d)
         }
     if (s.n_grp)
         lk_launch(cb, &s);
+}
+
+/* ---- the folded path's host side (cuda_lora_mm.cuh; the kernel is cuda_mmf.cu k_sgl) ---- */
+
+int cu_lkm_on(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CINFER_CUDA_LORA_FOLD");
+        v = cu_lora_mode() == CU_LK_SG && e && e[0] >= '1' && e[0] <= '3' && !e[1] ? e[0] - '0' : 0;
+    }
+    return v;
+}
+
+int cu_lkm_prep(struct cu_be *cb, const struct cu_lk *d, float *const ys[3], const int ms[3],
+                int n_w, int nvs, int tiles, struct cu_lkm *L)
+{
+    memset(L, 0, sizeof *L);
+    if (d->act_y || d->ss_out || d->n_grp < 1 || d->n_proj < 1 || d->K <= 0 || nvs < 1 ||
+        nvs > LKM_NG)
+        return -1;
+    L->d = *d;
+    L->pw[0] = L->pw[1] = L->pw[2] = -1;
+    for (int p = 0; p < d->n_proj; p++) {
+        int w = 0;
+        while (w < n_w && ys[w] != d->y[p])
+            w++;
+        if (w == n_w || ms[w] != d->M[p] || L->pw[w] >= 0)
+            return -1; /* a delta the projection does not write */
+        L->pw[w] = (int8_t)p;
+    }
+    int R = 0, Tmax = 0;
+    for (int i = 0; i < d->n_grp; i++) {
+        const struct cu_lk_grp *g = &d->g[i];
+        if (g->n_rows <= 0 || R + g->n_rows > LKM_R)
+            return -1;
+        for (int r = 0; r < g->n_rows; r++)
+            L->eg[R + r] = (uint8_t)i, L->ei[R + r] = (uint8_t)r;
+        R += g->n_rows;
+        Tmax = g->T > Tmax ? g->T : Tmax;
+        for (int p = 0; p < d->n_proj; p++) {
+            int rs = 0;
+            for (int k = g->t0[p]; k < g->t0[p] + g->nt[p]; k++)
+                rs += d->t[k].rank;
+            if (rs > LKM_RS || L->rst[p] + rs > LKM_BS)
+                return -1;
+            L->rs[p][i] = (int16_t)rs;
+            L->bo[p][i] = L->rst[p];
+            L->rst[p] = (int16_t)(L->rst[p] + rs);
+        }
+    }
+    if (Tmax == 0)
+        return -1;
+    const int ksplit = (d->K + LK_KC - 1) / LK_KC;
+    const size_t pbytes = (size_t)ksplit * (size_t)R * (size_t)Tmax * sizeof(float);
+    if (pbytes > (size_t)lk_part_max())
+        return -1;
+    int declined = 0;
+    char *buf = cu_lk_scratch(cb, CU_LK_HDR + pbytes, 1, &declined);
+    if (!buf)
+        return declined ? -1 : -2; /* -2: out of memory, latched */
+    L->part = (float *)(buf + CU_LK_HDR);
+    L->cnt = (unsigned *)buf;
+    L->R = R, L->Tmax = Tmax, L->ksplit = ksplit;
+    L->nty = (Tmax + LK_TJ - 1) / LK_TJ;
+    L->nsv = R * L->nty * ksplit;
+    L->nvs = nvs;
+    L->S = (L->nsv + nvs - 1) / nvs;
+    L->units = L->nsv + tiles;
+    return 0;
 }

@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_int.cuh"
+#include "backend/cuda/cuda_lora_mm.cuh"
 
 enum {
     SG_ROPE = 3, /* kernel MODE beyond enum be_mm_mode: PLAIN q/k/v with rope + K/V store */
@@ -186,9 +187,9 @@ __device__ __forceinline__ void sg_norm_r(const sg_args &a, int col0, int warp, 
  * r = 1 / sqrt(ss / K + eps) of their row before the epilogue: rmsnorm(x) * gamma with the
  * row's scalar r taken out of the dot product; ss = the producer's tile sums added in a
  * fixed order (sg_norm_r) that depends only on K. */
-template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI>
-__global__ void __launch_bounds__(SG_WARPS * 32)
-    k_sg(struct sg_args a, int act)
+template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI, int LK>
+__device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const struct cu_lkm *L,
+                                        struct lkm_smem *lsm, const unsigned bid)
 {
     constexpr int NA = MODE == BE_MM_GLU ? 2 : 1; /* accumulators (gate, up) */
     /* chunks in flight: GLU reads two weights, so half as many (two blocks fit an SM) */
@@ -196,7 +197,7 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
     __shared__ float red[SG_WARPS - 1][NA * NS * 4][32];
     __shared__ float rsh[NS * 8]; /* NI: 1/rms of the block's x rows */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-    const int tile = blockIdx.x / a.ny, xt = blockIdx.x % a.ny;
+    const int tile = bid / a.ny, xt = bid % a.ny;
     /* which weight (no dynamic indexing of the parameter arrays: it would go to the stack) */
     const int wi = tile >= a.tiles[1] ? (tile >= a.tiles[2] ? 2 : 1) : 0;
     const int t0 = wi == 0 ? 0 : wi == 1 ? a.tiles[1] : a.tiles[2];
@@ -235,10 +236,34 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
             for (int i = 0; i < 4; i++)
                 acc[q][s][i] = 0.0f;
 
+    int lp = -1, lq = -1, lqb = 0; /* LK (k_sgl): the lora projections of this tile's weight
+                                    * (GLU: gate lp, up lq, its slab from rank lqb) */
+    if constexpr (LK) {
+        auto rowf = [&](int r) { /* output r of the tile: mma row r (g, g + 8) */
+            if (MODE == SG_ROPE && wi < 2) {
+                const int base = row0 - row0 % a.hd, k16 = (row0 % a.hd) / 16;
+                if (k16 * 16 < a.rot) {
+                    const int p2 = 8 * k16 + (r & 7), r0 = base + (a.neox ? p2 : 2 * p2);
+                    return r < 8 ? r0 : a.neox ? r0 + a.rot / 2 : r0 + 1;
+                }
+            }
+            return row0 + r;
+        };
+        if (MODE == BE_MM_GLU) {
+            lp = L->pw[0], lq = L->pw[1], lqb = lp >= 0 ? L->rst[lp] : 0;
+            lkm_load_b(*L, lp, rowf, M, 0, lsm);
+            lkm_load_b(*L, lq, rowf, M, lqb, lsm);
+        } else {
+            lp = wi == 0 ? L->pw[0] : wi == 1 ? L->pw[1] : L->pw[2];
+            lkm_load_b(*L, lp, rowf, M, 0, lsm);
+        }
+    }
     cu_pdl_wait();
     cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
     const int nc = K / 32;
     int c = warp;
+    if constexpr (LK) /* the extra warp takes no chunks */
+        c = warp >= SG_WARPS ? nc : warp;
     static_assert(!NI || P == 0, "no normed x in the precise mode");
     /* one chunk: A = rows g, g+8 at 8tq..8tq+7 (uint4 each); B = x rows at the same k */
 #define SG_CHUNK(AW0, AW1, AU0, AU1, XB)                                                       \
@@ -313,8 +338,12 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
 #undef SG_CHUNK
     if constexpr (NI) /* the rows' 1/rms, read by warp 0 after the barrier below */
         sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, rsh);
+    if constexpr (LK) /* t of the block's x rows (the extra warp, or the last one) */
+        if (warp == (SG_WARPS < 32 ? SG_WARPS : SG_WARPS - 1))
+            lkm_gather(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
+                       a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
     /* partial sums of warps 1.. to shared memory; warp 0 adds them in warp order */
-    if (warp > 0) {
+    if (warp > 0 && (!LK || warp < SG_WARPS)) {
 #pragma unroll
         for (int q = 0; q < NA; q++)
 #pragma unroll
@@ -357,6 +386,10 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
                 if (col >= a.n)
                     continue;
                 float v0 = acc[0][s][c2], v1 = acc[0][s][2 + c2];
+                if constexpr (LK) { /* + the deltas of rows ra, rz (slab rows g, g + 8) */
+                    v0 = lkm_add(*L, lp, lsm, 0, 0, s * 8 + 2 * tq + c2, g, v0);
+                    v1 = lkm_add(*L, lp, lsm, 0, 0, s * 8 + 2 * tq + c2, g + 8, v1);
+                }
                 if (pj >= 0) {
                     float ang = __fmul_rn((float)a.pos[col], a.inv_freq[pj]);
                     float cs = __fmul_rn(cosf(ang), a.mscale), sn = __fmul_rn(sinf(ang), a.mscale);
@@ -389,13 +422,26 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
                 if (col >= a.n)
                     continue;
                 float *yp = Y + (size_t)col * M + row;
-                if (MODE == BE_MM_GLU)
-                    *yp = sg_glu(acc[0][s][i], acc[NA - 1][s][i], act);
+                if (MODE == BE_MM_GLU) {
+                    float gv = acc[0][s][i], uv = acc[NA - 1][s][i];
+                    if constexpr (LK) { /* + the deltas of gate and up, before the activation */
+                        const int cc = s * 8 + 2 * tq + (i & 1), rr = g + (i >> 1) * 8;
+                        gv = lkm_add(*L, lp, lsm, 0, 0, cc, rr, gv);
+                        uv = lkm_add(*L, lq, lsm, 1, lqb, cc, rr, uv);
+                    }
+                    *yp = sg_glu(gv, uv, act);
+                }
                 else if (MODE == BE_MM_ADD) {
-                    *yp = yv[s][i] = __fadd_rn(*yp, acc[0][s][i]);
+                    float v = __fadd_rn(*yp, acc[0][s][i]);
+                    if constexpr (LK) /* + the adapters' delta, after the add (as unfolded) */
+                        v = lkm_add(*L, lp, lsm, 0, 0, s * 8 + 2 * tq + (i & 1), g + (i >> 1) * 8, v);
+                    *yp = yv[s][i] = v;
                     if (a.xg_out) /* the next projection's x: this output times its norm */
                         a.xg_out[(size_t)col * M + row] = __fmul_rn(yv[s][i], a.gnext[row]);
                 }
+                else if constexpr (LK)
+                    *yp = lkm_add(*L, lp, lsm, 0, 0, s * 8 + 2 * tq + (i & 1), g + (i >> 1) * 8,
+                                  acc[0][s][i]);
                 else
                     *yp = acc[0][s][i];
             }
@@ -415,6 +461,29 @@ __global__ void __launch_bounds__(SG_WARPS * 32)
                 }
         }
     }
+}
+
+template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI>
+__global__ void __launch_bounds__(SG_WARPS * 32)
+    k_sg(const __grid_constant__ struct sg_args a, int act)
+{
+    sg_body<BF, MODE, NS, P, SG_WARPS, NI, 0>(a, act, nullptr, nullptr, blockIdx.x);
+}
+
+/* A PLAIN, GLU or ADD projection with its adapters' deltas folded in (cuda_lora_mm.cuh):
+ * the first L.S blocks run shrink items, the rest are k_sg's tiles plus one warp (8 or 16
+ * warps) that gathers t. */
+template <int BF, int MODE, int NS, int SG_WARPS, int NI>
+__global__ void __launch_bounds__((SG_WARPS + (SG_WARPS < 32)) * 32)
+    k_sgl(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
+          int act)
+{
+    if ((int)blockIdx.x < L.S) {
+        lkm_shrink_block(L, (int)blockIdx.x);
+        return;
+    }
+    __shared__ struct lkm_smem lsm;
+    sg_body<BF, MODE, NS, 0, SG_WARPS, NI, 1>(a, act, &L, &lsm, blockIdx.x - (unsigned)L.S);
 }
 
 /* 1 when the skinny kernel takes this projection. */
@@ -510,9 +579,9 @@ template <int BF, int P> static void sg_mode(struct cu_be *cb, const struct sg_a
  * squares and its output times m->next_norm (cb->ss_buf, cb->xg_buf); SG_CHAIN_IN, the
  * projection takes those as its normed x. */
 enum { SG_CHAIN_NONE, SG_CHAIN_OUT, SG_CHAIN_IN };
-static void sg_run(struct cu_be *cb, const struct be_mm *m, int chain)
+static void sg_fill(struct cu_be *cb, const struct be_mm *m, int chain, struct sg_args &a,
+                    int &ns, int &mode)
 {
-    struct sg_args a;
     memset(&a, 0, sizeof a);
     a.eps = m->eps;
     if (chain == SG_CHAIN_OUT)
@@ -535,9 +604,9 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m, int chain)
     a.x = chain == SG_CHAIN_IN ? cb->xg_buf : m->x;
     a.n = m->n;
     a.K = (int)m->w[0]->ne[0];
-    int ns = m->n <= 8 ? 1 : 2;
+    ns = m->n <= 8 ? 1 : 2;
     a.ny = (m->n + ns * 8 - 1) / (ns * 8);
-    int mode = m->mode;
+    mode = m->mode;
     if (m->rope) {
         const struct be_rope_kv *r = m->rope;
         mode = SG_ROPE;
@@ -546,6 +615,13 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m, int chain)
         a.kvd = r->n_kv_head * r->head_dim, a.kv_dtype = r->kv_dtype;
         a.k_cache = r->k_cache, a.v_cache = r->v_cache;
     }
+}
+
+static void sg_run(struct cu_be *cb, const struct be_mm *m, int chain)
+{
+    struct sg_args a;
+    int ns, mode;
+    sg_fill(cb, m, chain, a, ns, mode);
     int bf = m->w[0]->dtype == DT_BF16, precise = cb->precise || cb->sg_precise;
     const int rep = m->mode == BE_MM_GLU                ? CU_REP_GLU
                     : m->mode == BE_MM_ADD              ? (a.K > a.m[0] ? CU_REP_DOWN : CU_REP_OUT)
@@ -562,6 +638,135 @@ static void sg_run(struct cu_be *cb, const struct be_mm *m, int chain)
             sg_mode<0, 0>(cb, a, ns, mode, m->act);
         cu_after_launch(cb, "skinny matmul");
     }
+}
+
+/* ---- the folded lora (cuda_lora_mm.cuh) ---- */
+
+template <int BF, int MODE, int W, int NI>
+static void sgl_launch_w(struct cu_be *cb, const struct sg_args &a, const struct cu_lkm &L,
+                         int act)
+{
+    const unsigned grid = (unsigned)L.S + (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
+    cu_launch(cb, k_sgl<BF, MODE, 1, W, NI>, dim3(grid), dim3((W + (W < 32)) * 32), 0, a, L, act);
+}
+
+/* The warps sg_launch gives a (the same, so the projection's bits do not change). */
+static int sgl_warps(const struct cu_be *cb, const struct sg_args &a, int mode)
+{
+    const int wf = mode == BE_MM_PLAIN || mode == SG_ROPE ? cb->sg_warps_qkv
+                   : mode == BE_MM_GLU                  ? cb->sg_warps_glu
+                                                        : 0;
+    const int kind = mode == SG_ROPE || (mode == BE_MM_PLAIN && a.n_w > 1) ? SG_ROPE : mode;
+    const int w = wf ? wf : sg_warps(a.K, a.tiles[a.n_w], kind, cb->sg_wave, cb->n_sm, 0);
+    return mode == BE_MM_ADD && w == 32 ? 32 : w == 8 ? 8 : 16;
+}
+
+template <int BF, int MODE>
+static void sgl_launch_m(struct cu_be *cb, const struct sg_args &a, int w, int ni,
+                         const struct cu_lkm &L, int act)
+{
+    if constexpr (MODE == BE_MM_ADD) {
+        if (w == 32)
+            sgl_launch_w<BF, MODE, 32, 0>(cb, a, L, act);
+        else if (w == 8)
+            sgl_launch_w<BF, MODE, 8, 0>(cb, a, L, act);
+        else
+            sgl_launch_w<BF, MODE, 16, 0>(cb, a, L, act);
+    } else if (w == 8 && ni)
+        sgl_launch_w<BF, MODE, 8, 1>(cb, a, L, act);
+    else if (w == 8)
+        sgl_launch_w<BF, MODE, 8, 0>(cb, a, L, act);
+    else if (ni)
+        sgl_launch_w<BF, MODE, 16, 1>(cb, a, L, act);
+    else
+        sgl_launch_w<BF, MODE, 16, 0>(cb, a, L, act);
+}
+
+template <int BF>
+static void sgl_launch(struct cu_be *cb, const struct sg_args &a, int mode, int w, int ni,
+                       const struct cu_lkm &L, int act)
+{
+    if (mode == BE_MM_ADD)
+        sgl_launch_m<BF, BE_MM_ADD>(cb, a, w, ni, L, act);
+    else if (mode == BE_MM_GLU)
+        sgl_launch_m<BF, BE_MM_GLU>(cb, a, w, ni, L, act);
+    else if (mode == SG_ROPE)
+        sgl_launch_m<BF, SG_ROPE>(cb, a, w, ni, L, act);
+    else
+        sgl_launch_m<BF, BE_MM_PLAIN>(cb, a, w, ni, L, act);
+}
+
+int cu_matmul_fused_lk(struct be *b, const struct be_mm *m0, const struct cu_lk *d)
+{
+    struct cu_be *cb = cu_be(b);
+    if (m0->n <= 0 || m0->n > LKM_COLS || cb->precise || cb->sg_precise ||
+        cb->repeat || (m0->mode != BE_MM_PLAIN && m0->mode != BE_MM_ADD) ||
+        (m0->mode == BE_MM_ADD && m0->norm) || !sg_ok(cb, m0) || d->x != m0->x ||
+        d->norm != m0->norm || (m0->norm && d->eps != m0->eps) ||
+        d->K != (int)m0->w[0]->ne[0])
+        return 0;
+    /* chain: an ADD that gathers for the next norm (its delta first: d->ss_out, set by the
+     * recorder, is what the fallback rewrites), or a projection that takes the gathered x */
+    int chain = SG_CHAIN_NONE;
+    if (m0->chain) {
+        if (!cu_mm_chain_ok(cb, m0) || (m0->mode == BE_MM_ADD && !d->ss_out))
+            return 0;
+        chain = m0->mode == BE_MM_ADD ? SG_CHAIN_OUT : SG_CHAIN_IN;
+    } else if (d->ss_out)
+        return 0;
+    struct be_mm m = *m0;
+    if (m.rope && (d->act_y || m.mode != BE_MM_PLAIN || m.n_w != 3))
+        return 0;
+    if (d->act_y) { /* gate/up + act_mul (recorder: lkm_act): one GLU pass into act_y */
+        if (m.mode != BE_MM_PLAIN || m.n_w != 2 || d->n_proj != 2 || d->y[0] != m.y[0] ||
+            d->y[1] != m.y[1] || d->act_y != m.y[0] || d->act_rows != m.n ||
+            m.w[0]->ne[1] != m.w[1]->ne[1])
+            return 0;
+        m.mode = BE_MM_GLU, m.act = d->act;
+        if (!sg_ok(cb, &m) || (chain == SG_CHAIN_IN && !cu_mm_chain_ok(cb, &m)))
+            return 0;
+    }
+    struct sg_args a;
+    int ns, mode;
+    sg_fill(cb, &m, chain, a, ns, mode);
+    const int w = sgl_warps(cb, a, mode);
+    float *const ys[3] = {m.y[0], m.y[1], m.y[2]};
+    int ms[3] = {0, 0, 0};
+    for (int i = 0; i < m.n_w && i < 3; i++)
+        ms[i] = (int)m.w[i]->ne[1];
+    struct cu_lk dd = *d; /* (the fold writes the chained values and the activation itself) */
+    dd.act_y = NULL, dd.ss_out = NULL, dd.xg_out = NULL, dd.gnext = NULL;
+    struct cu_lkm L;
+    const int rc = cu_lkm_prep(cb, &dd, ys, ms, m.n_w, w / 8, a.tiles[a.n_w] * a.ny, &L);
+    if (rc == -1)
+        return 0;
+    if (rc < 0)
+        return 1; /* out of memory: latched */
+    if (mode == BE_MM_GLU &&
+        (L.pw[0] >= 0 ? L.rst[L.pw[0]] : 0) + (L.pw[1] >= 0 ? L.rst[L.pw[1]] : 0) > LKM_BS) {
+        /* gate's and up's slabs do not fit one tile: the two folded apart, then the act_mul
+         * (the same bits) */
+        struct cu_lk e = *d;
+        e.act_y = NULL;
+        if (!cu_matmul_fused_lk(b, m0, &e))
+            return 0;
+        cu_act_mul(b, d->act_y, m0->y[0], m0->y[1], (int64_t)d->act_rows * d->M[0], d->act);
+        return 1;
+    }
+    if (m.norm && chain == SG_CHAIN_NONE) { /* the norm on its own, as cu_matmul_fused (the
+                                             * deltas norm on the fly) */
+        float *xn = (float *)cu_scratch(cb, CU_SCRATCH_N, (size_t)m.n * a.K * sizeof(float));
+        if (!xn)
+            return 1;
+        cu_rmsnorm(b, xn, m.x, m.norm, m.n, a.K, m.eps);
+        a.x = xn;
+    }
+    if (m.w[0]->dtype == DT_BF16)
+        sgl_launch<1>(cb, a, mode, w, chain == SG_CHAIN_IN, L, m.act);
+    else
+        sgl_launch<0>(cb, a, mode, w, chain == SG_CHAIN_IN, L, m.act);
+    cu_after_launch(cb, "skinny matmul + lora");
+    return 1;
 }
 
 int cu_matmul_skinny(struct cu_be *cb, float *y, const float *x, int n, const struct be_tensor *w)

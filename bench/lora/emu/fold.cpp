@@ -1,0 +1,124 @@
+// The folded path's device pieces (cuda_lora_mm.cuh: shrink items as the grid's first
+// blocks, the B slab, t gathered after the counter, the epilogue's delta) run on the CPU
+// against the two-launch path (cu_lk_run): every output bit for bit, rows of no group
+// untouched, both slots of a GLU tile (gate, up), the counters back at zero after each call.
+// The projection itself (k_sg's tensor-core loop) is not emulated: the base values are y's.
+#include "emu_gen.cpp"
+#include <random>
+static std::mt19937 rng(7);
+static float rnd() { return std::uniform_real_distribution<float>(-1, 1)(rng); }
+struct term { int rank, dt; float scale; std::vector<uint16_t> a16, b16; std::vector<float> a32, b32; };
+static term mk(int rank, int dt, int K, int M)
+{
+    term t; t.rank = rank; t.dt = dt; t.scale = 0.5f + rnd() * 0.25f;
+    if (dt == DT_F32) {
+        t.a32.resize((size_t)rank * K); t.b32.resize((size_t)rank * M);
+        for (auto &v : t.a32) v = rnd();
+        for (auto &v : t.b32) v = rnd();
+    } else { /* random 16-bit patterns of small normal values */
+        t.a16.resize((size_t)rank * K); t.b16.resize((size_t)rank * M);
+        for (auto &v : t.a16) v = (uint16_t)((rng() & 0x8000) | (dt == DT_BF16 ? 0x3c00 + (rng() & 0x3ff) : 0x3000 + (rng() & 0xfff)));
+        for (auto &v : t.b16) v = (uint16_t)((rng() & 0x8000) | (dt == DT_BF16 ? 0x3c00 + (rng() & 0x3ff) : 0x3000 + (rng() & 0xfff)));
+    }
+    return t;
+}
+static const void *ta(const term &t) { return t.dt == DT_F32 ? (const void *)t.a32.data() : (const void *)t.a16.data(); }
+static const void *tb(const term &t) { return t.dt == DT_F32 ? (const void *)t.b32.data() : (const void *)t.b16.data(); }
+static struct cu_lkm g_L;
+static float *g_y[3];
+static int g_tiles[4], g_M[3], g_nw, g_n, g_glu;
+/* the fold kernel's structure without the projection: shrink blocks, then 16-output tiles */
+static void k_emu_fold()
+{
+    const struct cu_lkm &L = g_L;
+    if ((int)blockIdx.x < L.S) {
+        lkm_shrink_block(L, (int)blockIdx.x);
+        return;
+    }
+    static struct lkm_smem sm;
+    const int tile = (int)blockIdx.x - L.S;
+    int wi = 0;
+    while (wi + 1 < g_nw && tile >= g_tiles[wi + 1])
+        wi++;
+    const int row0 = (tile - g_tiles[wi]) * 16, M = g_M[wi];
+    int lp = L.pw[wi], lq = -1, lqb = 0;
+    if (g_glu)
+        lp = L.pw[0], lq = L.pw[1], lqb = lp >= 0 ? L.rst[lp] : 0;
+    auto rowf = [row0](int r) { return row0 + r; };
+    lkm_load_b(L, lp, rowf, M, 0, &sm);
+    if (g_glu)
+        lkm_load_b(L, lq, rowf, M, lqb, &sm);
+    __syncthreads();
+    /* every emulated warp gathers (the shim's warp exchanges are block-wide), so each counts
+     * as a unit: g_L.units below */
+    lkm_gather(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
+    __syncthreads();
+    const int t = threadIdx.x;
+    if (t < 16 * g_n) {
+        const int cc = t / 16, r = t % 16;
+        float *y0 = g_y[g_glu ? 0 : wi] + (size_t)cc * M + row0 + r;
+        *y0 = lkm_add(L, lp, &sm, 0, 0, cc, r, *y0);
+        if (g_glu) {
+            float *y1 = g_y[1] + (size_t)cc * M + row0 + r;
+            *y1 = lkm_add(L, lq, &sm, 1, lqb, cc, r, *y1);
+        }
+    }
+}
+int main(int argc, char **argv)
+{
+    const int K = argc > 1 ? atoi(argv[1]) : 1100, N = 8;
+    int bad = 0;
+    for (int glu = 0; glu < 2; glu++)
+        for (int use_norm = 0; use_norm < 2; use_norm++) {
+            const int NP = glu ? 2 : 3;
+            const int M[3] = {glu ? 64 : 80, glu ? 64 : 32, 32};
+            std::vector<float> x((size_t)N * K), nw(K);
+            for (auto &v : x) v = rnd();
+            for (auto &v : nw) v = 0.5f + rnd();
+            const float *norm = use_norm ? nw.data() : NULL;
+            /* groups: rows 1 and 4 have none; ranks cross the 16-rank shrink tiles */
+            std::vector<std::vector<int32_t>> rows = {{0, 5, 7}, {2}, {6, 3}};
+            std::vector<std::vector<std::pair<int, int>>> spec = {{{5, DT_F32}, {20, DT_BF16}}, {{16, DT_F16}}, {{1, DT_F32}, {9, DT_BF16}, {2, DT_F16}}};
+            const int NG = 3;
+            std::vector<term> T[3][3];
+            for (int p = 0; p < NP; p++) for (int g = 0; g < NG; g++) for (auto &s : spec[g]) T[p][g].push_back(mk(s.first, s.second, K, M[p]));
+            std::vector<float> y0[3], yr[3], yf[3];
+            for (int p = 0; p < NP; p++) { y0[p].resize((size_t)N * M[p]); for (auto &v : y0[p]) v = rnd(); yr[p] = y0[p]; yf[p] = y0[p]; }
+            auto grp = [&](int p, int g) { be_lora_grp G; memset(&G, 0, sizeof G); G.rows = rows[g].data(); G.n_rows = (int)rows[g].size(); G.n_terms = (int)T[p][g].size();
+                for (int k = 0; k < G.n_terms; k++) G.t[k] = be_lora_term{ta(T[p][g][k]), tb(T[p][g][k]), T[p][g][k].rank, T[p][g][k].dt, T[p][g][k].scale}; return G; };
+            be_lora_grp G[3][3];
+            for (int p = 0; p < NP; p++) for (int g = 0; g < NG; g++) G[p][g] = grp(p, g);
+            auto build = [&](cu_lk &d, std::vector<float> *y) {
+                memset(&d, 0, sizeof d);
+                cu_lk_first(&d, y[0].data(), x.data(), norm, 1e-5f, K, M[0], G[0], NG);
+                for (int p = 1; p < NP; p++)
+                    if (cu_lk_merge(&d, y[p].data(), x.data(), norm, 1e-5f, K, M[p], G[p], NG)) { printf("merge failed\n"); exit(1); }
+            };
+            struct cu_be cb0; memset(&cb0, 0, sizeof cb0);
+            cu_lk dr; build(dr, yr);
+            cu_lk_run(&cb0.base, &dr); /* the two-launch reference */
+            cu_lk df; build(df, yf);
+            float *ys[3] = {yf[0].data(), yf[1].data(), NP > 2 ? yf[2].data() : NULL};
+            int ms[3] = {M[0], M[1], NP > 2 ? M[2] : 0};
+            g_tiles[0] = 0;
+            for (int p = 0; p < (glu ? 1 : NP); p++) g_tiles[p + 1] = g_tiles[p] + M[p] / 16;
+            const int tiles = g_tiles[glu ? 1 : NP];
+            if (cu_lkm_prep(&cb0, &df, ys, ms, NP, 1, tiles, &g_L)) { printf("prep declined\n"); return 1; }
+            g_L.units = g_L.nsv + tiles * 8; /* (8 gathering warps a tile block here) */
+            for (int p = 0; p < NP; p++) g_y[p] = yf[p].data(), g_M[p] = M[p];
+            g_nw = glu ? 1 : NP, g_n = N, g_glu = glu;
+            cu_launch(&cb0, k_emu_fold, dim3((unsigned)(g_L.S + tiles)), dim3(256), 0);
+            for (int i = 0; i < 64; i++) if (((unsigned *)emu_scratch)[i]) { printf("counter %d = %u after the fold\n", i, ((unsigned *)emu_scratch)[i]); bad++; }
+            int diff = 0, changed = 0;
+            for (int p = 0; p < NP; p++) {
+                if (memcmp(yf[p].data(), yr[p].data(), yf[p].size() * 4)) diff++;
+                for (int r : {1, 4}) if (memcmp(&yf[p][(size_t)r * M[p]], &y0[p][(size_t)r * M[p]], (size_t)M[p] * 4)) changed++;
+                for (int r : {0, 2, 3}) if (!memcmp(&yf[p][(size_t)r * M[p]], &y0[p][(size_t)r * M[p]], (size_t)M[p] * 4)) changed++;
+            }
+            printf("fold %s%s: %d shrink blocks, %d tiles: %s\n", glu ? "glu" : "qkv", use_norm ? " norm" : "", g_L.S, tiles,
+                   diff || changed ? "DIFFERS from the two-launch path" : "bit-identical to the two-launch path");
+            bad += diff + changed;
+        }
+    printf("bad %d\n", bad);
+    return bad != 0;
+}

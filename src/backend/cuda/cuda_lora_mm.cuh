@@ -1,0 +1,401 @@
+/* cuda_lora_mm.cuh — the op lora folded into the skinny projection kernel (cuda_mmf.cu
+ * k_sgl; CINFER_CUDA_LORA_FOLD): the device side shared by cuda_lora_sg.cu (the two-launch
+ * path) and cuda_mmf.cu (the folded path), so that both compute every delta with the same
+ * arithmetic, bit for bit.
+ *
+ * Why: at batch 1 on the H100 each of the two-launch path's kernels costs ~5 µs of
+ * dependent latency (load a, reduce, publish, load b, add), 8 a layer with an adapter on
+ * every projection: 0.38 of l1b's decode tok/s (session 4). Folded, a projection and its
+ * deltas are ONE launch: the grid's first S blocks are shrink blocks (each runs nvs copies of
+ * the two-launch shrink, one per 256-thread group, on the same (row, 16-rank tile, K chunk)
+ * work items), the rest are the projection's tiles. A tile block loads its slice of B (16
+ * outputs x the ranks of its projection) into shared memory before it waits for the
+ * previous kernel; one warp (an extra one when the block has 8 or 16 warps) waits until
+ * every shrink item has published its partials, sums them in chunk order into t; after the
+ * block's reduction warp 0 adds each output's delta (sum over terms and ranks in order of
+ * t * b, then one add) to the value it stores. The shrink items are the two-launch path's
+ * (same blocks of work, same order of sums) and the expand is its FMA chain, so a folded
+ * delta is bit-identical to the two-launch one: a call the fold declines (too many rows or
+ * ranks, a graph capture before the counters are known clean) gives the same bits.
+ * Counters (scratch CU_SCRATCH_LORA, CU_LK_HDR bytes at its front; zero between launches):
+ * [LKM_C0] shrink items published, [LKM_C0 + 1] blocks (and items) finished; the last one
+ * sets both back to zero. Shrink blocks have the lowest block indices, so they are dispatched
+ * before any tile block that waits for them; a wait that lasts ~2^26 polls traps (a CUDA
+ * error, never a hang).
+ */
+#ifndef CINFER_BACKEND_CUDA_LORA_MM_CUH
+#define CINFER_BACKEND_CUDA_LORA_MM_CUH
+
+#include "backend/cuda/cuda_lora.cuh"
+
+enum {
+    LK_KC = 512, /* columns of K per shrink item */
+    LK_TJ = 16,  /* ranks per shrink item */
+    LK_ST = 256, /* threads of a shrink item */
+    LKM_NG = 4,  /* shrink items a block runs at once (1024 threads) */
+    LKM_R = 32,  /* most group rows of a folded call (one warp's lanes) */
+    LKM_RS = 64, /* most ranks of one projection of one group */
+    LKM_BS = 256, /* most ranks of a tile's projections over all groups (its B slab: 16 KiB) */
+    LKM_COLS = 8,  /* x rows of a tile block (k_sgl: steps of up to 8 rows, one n8 tile) */
+    LKM_C0 = 40,   /* first counter (unsigned index into the header; the fused kernel's are
+                    * at the front) */
+};
+
+/* Barrier of the 256 threads of shrink item group sg (named barrier 1 + sg). */
+#ifndef LK_BAR
+#define LK_BAR(sg) asm volatile("bar.sync %0, 256;" ::"r"(1 + (sg)) : "memory") /* (256 = LK_ST) */
+#endif
+
+/* Element i of a (dtype dt: f32, f16, bf16) in two steps, so that a thread issues all of
+ * its loads before it uses any (a load used at once stalls the thread for a memory round
+ * trip; 16 of those in a row were most of a step on the H100): lk_raw loads the bits,
+ * lk_cvt turns them into the float (exact). */
+static __device__ __forceinline__ uint32_t lk_raw(const void *a, int dt, int64_t i)
+{
+    return dt == DT_F32 ? __float_as_uint(((const float *)a)[i]) : ((const uint16_t *)a)[i];
+}
+static __device__ __forceinline__ float lk_cvt(uint32_t v, int dt)
+{
+    return dt == DT_F32    ? __uint_as_float(v)
+           : dt == DT_BF16 ? cu_bf16((uint16_t)v)
+                           : cu_f16((uint16_t)v);
+}
+
+/* One shrink item: row bi of the call (groups in order), ranks [by * LK_TJ, + LK_TJ) of its
+ * group, columns [bz * LK_KC, + LK_KC) of K, by the 256 threads tid of group sg (barrier
+ * LK_BAR(sg)); writes part[(bz * R + bi) * Tmax + j]. Each thread walks its chunk's columns
+ * (stride LK_ST, ascending) with one accumulator per rank of the tile (one x load feeds
+ * LK_TJ FMAs), then the group sums lane order (warp butterfly) and warp order (ascending).
+ * With d.norm, x is normed on the fly (1 / rms of the whole row, as the op rmsnorm).
+ * WIDE: both columns' loads before their FMAs (fewer round trips, more registers); the
+ * arithmetic is the same either way. */
+template <int WIDE>
+static __device__ __forceinline__ void lk_shrink_item(const struct cu_lk &d, float *part, int R,
+                                                      int Tmax, int bi, int by, int bz, int tid,
+                                                      int sg)
+{
+    __shared__ const char *s_a[LKM_NG][LK_TJ];
+    __shared__ int s_dt[LKM_NG][LK_TJ];
+    __shared__ float s_red[LKM_NG][LK_ST / 32][LK_TJ];
+    __shared__ float s_inv[LKM_NG];
+    int gi = 0, base = 0;
+    const int i = bi;
+    while (gi + 1 < d.n_grp && i >= base + d.g[gi].n_rows)
+        base += d.g[gi].n_rows, gi++;
+    const struct cu_lk_grp &g = d.g[gi];
+    const int j0 = by * LK_TJ;
+    if (j0 >= g.T) /* (uniform in the group) */
+        return;
+    const int nv = g.T - j0 < LK_TJ ? g.T - j0 : LK_TJ;
+    if (tid < LK_TJ) {
+        const char *ap = NULL;
+        int dt = DT_F32;
+        const int jj = j0 + tid;
+        for (int p = 0; tid < nv && p < d.n_proj; p++)
+            for (int k = g.t0[p]; k < g.t0[p] + g.nt[p]; k++) {
+                const struct cu_lk_term &t = d.t[k];
+                if (jj >= t.roff && jj < t.roff + t.rank) {
+                    const size_t es = t.dtype == DT_F32 ? 4 : 2;
+                    ap = (const char *)t.a + (size_t)(jj - t.roff) * (size_t)d.K * es;
+                    dt = t.dtype;
+                }
+            }
+        s_a[sg][tid] = ap;
+        s_dt[sg][tid] = dt;
+    }
+    const float *x = d.x + (int64_t)g.rows[i - base] * d.K;
+    const int lane = tid & 31, warp = tid >> 5;
+    float inv = 1.0f; /* with d.norm: 1 / rms of the whole row, as the op rmsnorm */
+    if (d.norm) {
+        float ss = 0.0f;
+        for (int e0 = tid; e0 < d.K; e0 += 8 * LK_ST) { /* 8 loads out, then the sums */
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                v[u] = e0 + u * LK_ST < d.K ? x[e0 + u * LK_ST] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (e0 + u * LK_ST < d.K)
+                    ss = __fadd_rn(ss, __fmul_rn(v[u], v[u]));
+        }
+        ss = cu_warp_sum(ss);
+        if (lane == 0)
+            s_red[sg][warp][0] = ss;
+        LK_BAR(sg);
+        if (tid == 0) {
+            float s = s_red[sg][0][0];
+            for (int w = 1; w < LK_ST / 32; w++)
+                s = __fadd_rn(s, s_red[sg][w][0]);
+            s_inv[sg] = 1.0f / sqrtf(s / (float)d.K + d.eps);
+        }
+    }
+    LK_BAR(sg);
+    if (d.norm)
+        inv = s_inv[sg];
+    const int k0 = bz * LK_KC, k1 = d.K < k0 + LK_KC ? d.K : k0 + LK_KC;
+    float acc[LK_TJ];
+    const char *ap[LK_TJ]; /* WIDE: the rank rows in registers (else read from shared memory) */
+    int dt[LK_TJ];
+#pragma unroll
+    for (int j = 0; j < LK_TJ; j++) {
+        acc[j] = 0.0f;
+        ap[j] = WIDE ? s_a[sg][j] : NULL;
+        dt[j] = WIDE ? s_dt[sg][j] : 0;
+    }
+#define LK_AP(j) (WIDE ? ap[j] : s_a[sg][j])
+#define LK_DT(j) (WIDE ? dt[j] : s_dt[sg][j])
+    for (int e = k0 + tid; e < k1; e += 2 * LK_ST) { /* two columns a step (e, e + LK_ST) */
+        const int e2 = e + LK_ST, has2 = e2 < k1;
+        uint32_t raw[LK_TJ], raw2[LK_TJ]; /* WIDE: every load of both columns first */
+#pragma unroll
+        for (int j = 0; j < LK_TJ; j++) {
+            raw[j] = j < nv ? lk_raw(LK_AP(j), LK_DT(j), e) : 0u;
+            if (WIDE)
+                raw2[j] = j < nv && has2 ? lk_raw(LK_AP(j), LK_DT(j), e2) : 0u;
+        }
+        float xv = x[e], xv2 = has2 ? x[e2] : 0.0f;
+        if (d.norm) {
+            xv = __fmul_rn(__fmul_rn(xv, inv), d.norm[e]);
+            if (has2)
+                xv2 = __fmul_rn(__fmul_rn(xv2, inv), d.norm[e2]);
+        }
+#pragma unroll
+        for (int j = 0; j < LK_TJ; j++)
+            if (j < nv)
+                acc[j] = __fmaf_rn(xv, lk_cvt(raw[j], LK_DT(j)), acc[j]);
+        if (has2) {
+            if (!WIDE)
+#pragma unroll
+                for (int j = 0; j < LK_TJ; j++)
+                    raw2[j] = j < nv ? lk_raw(LK_AP(j), LK_DT(j), e2) : 0u;
+#pragma unroll
+            for (int j = 0; j < LK_TJ; j++)
+                if (j < nv)
+                    acc[j] = __fmaf_rn(xv2, lk_cvt(raw2[j], LK_DT(j)), acc[j]);
+        }
+    }
+#undef LK_AP
+#undef LK_DT
+    LK_BAR(sg); /* (s_red is reused) */
+#pragma unroll
+    for (int j = 0; j < LK_TJ; j++) {
+        const float v = cu_warp_sum(acc[j]);
+        if (lane == 0)
+            s_red[sg][warp][j] = v;
+    }
+    LK_BAR(sg);
+    if (tid < nv) {
+        float s = s_red[sg][0][tid];
+        for (int w = 1; w < LK_ST / 32; w++)
+            s = __fadd_rn(s, s_red[sg][w][tid]);
+        part[((int64_t)bz * R + i) * Tmax + j0 + tid] = s;
+    }
+}
+
+/* The folded call (the kernel's parameter; cu_lkm_prep fills it). */
+struct cu_lkm {
+    struct cu_lk d;
+    float *part;   /* (ksplit, R, Tmax) partials */
+    unsigned *cnt; /* the two counters (CU_LK_HDR header of the scratch) */
+    int R, Tmax, nty, ksplit;
+    int nsv;   /* shrink items: R * nty * ksplit */
+    int nvs;   /* shrink items a block runs at once (its threads / 256) */
+    int S;     /* shrink blocks (the grid's first) */
+    int units; /* nsv + tile blocks: what finishes before the counters go back to zero */
+    int8_t pw[3];                   /* projection of d of the kernel's weight w (-1: none) */
+    uint8_t eg[LKM_R];              /* group of row entry i (groups in order) */
+    uint8_t ei[LKM_R];              /* its index in its group's rows */
+    int16_t rs[CU_LK_PROJ][CU_LK_GRP]; /* ranks of projection p in group gi */
+    int16_t bo[CU_LK_PROJ][CU_LK_GRP]; /* their first rank in projection p's B slab */
+    int16_t rst[CU_LK_PROJ];           /* ranks of projection p's B slab */
+};
+
+/* Shared memory of a tile block; slot 0, or 0 and 1 for the two weights of a GLU tile
+ * (gate, up: their slabs one after the other). */
+struct lkm_smem {
+    float b[LKM_BS * 16];         /* B slab: (rank of the slab, the tile's 16 outputs) */
+    float t[2][LKM_COLS][LKM_RS]; /* t * scale of each x row of the block (its group's ranks) */
+    int gi[2][LKM_COLS];          /* the x row's group, -1: no delta */
+};
+
+/* CINFER_CUDA_LORA_FOLD (with the default two-launch kernels; read once): 1, the recorder
+ * folds a lora call into the projection recorded just before it (cuda_graph.cu); 2, also
+ * the act_mul after a gate/up call (one GLU pass) and the norm chain across an o/down delta
+ * (the ADD gathers after its delta; the next q/k/v or gate/up takes the chain); 3, also
+ * the rope + K/V store after a q/k/v call (the RoPE epilogue after the deltas); 0 none. */
+int cu_lkm_on(void);
+/* Fills L for d folded into a skinny projection with outputs ys[0..n_w) of ms rows, blocks
+ * of nvs * 256 threads (or more) and tiles tile blocks; takes the scratch. 0, or -1 when d
+ * does not fit the fold (the caller runs the projection, then cu_lk_run), -2 out of memory
+ * (latched). */
+int cu_lkm_prep(struct cu_be *cb, const struct cu_lk *d, float *const ys[3], const int ms[3],
+                int n_w, int nvs, int tiles, struct cu_lkm *L);
+
+/* The projection m (matmul_fused) with the call d's deltas folded in (m->rope: the rope and
+ * K/V store after the deltas): 1 when launched (or an error latched), 0 when it does not
+ * fit (the caller runs cu_matmul_fused(m without rope), cu_lk_run(d), then
+ * cu_rope_kv_store). cuda_mmf.cu. */
+int cu_matmul_fused_lk(struct be *b, const struct be_mm *m, const struct cu_lk *d);
+
+/* ---- the fold's device side (bench/lora/emu/run.sh leaves it out from here) ---- */
+
+static __device__ __forceinline__ unsigned lkm_ld_acquire(const unsigned *p)
+{
+    unsigned v;
+#ifdef LKM_EMU /* (bench/lora/emu: on the host) */
+    v = __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#else
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#endif
+    return v;
+}
+
+/* A unit (shrink item or tile block) is finished: the last one resets the counters. */
+static __device__ __forceinline__ void lkm_done(const struct cu_lkm &L)
+{
+    if (atomicAdd(&L.cnt[LKM_C0 + 1], 1u) == (unsigned)L.units - 1u) {
+        atomicExch(&L.cnt[LKM_C0], 0u);
+        atomicExch(&L.cnt[LKM_C0 + 1], 0u);
+    }
+}
+
+/* The shrink role of block blk (< L.S), all its threads. */
+static __device__ __forceinline__ void lkm_shrink_block(const struct cu_lkm &L, int blk)
+{
+    cu_pdl_trigger();
+    cu_pdl_wait();
+    const int sg = threadIdx.x / LK_ST, vb = blk * L.nvs + sg;
+    if (sg >= L.nvs || vb >= L.nsv) /* (whole 256-thread groups) */
+        return;
+    const int tid = threadIdx.x % LK_ST;
+    lk_shrink_item<0>(L.d, L.part, L.R, L.Tmax, vb % L.R, (vb / L.R) % L.nty, vb / (L.R * L.nty),
+                   tid, sg);
+    __threadfence();
+    LK_BAR(sg);
+    if (tid == 0) {
+        atomicAdd(&L.cnt[LKM_C0], 1u);
+        lkm_done(L);
+    }
+}
+
+/* Tile block of projection p (-1: none), outputs row(0) .. row(15) of M (row0 + r; a RoPE
+ * tile's are its rope pairs): its B slab into sm->b from rank sb on (before the PDL wait:
+ * adapters are never written by a kernel). All threads. */
+template <typename RowF>
+static __device__ __forceinline__ void lkm_load_b(const struct cu_lkm &L, int p, RowF row, int M,
+                                                  int sb, struct lkm_smem *sm)
+{
+    if (p < 0)
+        return;
+    const int n = L.rst[p] * 16;
+    float *const b = sm->b + sb * 16;
+    for (int idx = threadIdx.x; idx < n; idx += blockDim.x) {
+        const int jt = idx >> 4, r = idx & 15;
+        int gi = 0;
+        while (gi + 1 < L.d.n_grp && jt >= L.bo[p][gi + 1])
+            gi++;
+        int j = jt - L.bo[p][gi], k = L.d.g[gi].t0[p];
+        while (j >= L.d.t[k].rank)
+            j -= L.d.t[k].rank, k++;
+        const struct cu_lk_term &t = L.d.t[k];
+        b[idx] = lk_cvt(lk_raw(t.bt, t.dtype, (int64_t)j * M + row(r)), t.dtype);
+    }
+}
+
+/* One warp of a tile block of projection p whose x rows are col0 .. col0 + ncol - 1 (< n),
+ * once the shrink items are published (lkm_gather): t of each x row into sm slot sl (chunk
+ * order, then the scale: the two-launch expand's arithmetic). */
+static __device__ __forceinline__ void lkm_t(const struct cu_lkm &L, int p, int col0, int ncol,
+                                             int sl, struct lkm_smem *sm)
+{
+    const int lane = threadIdx.x & 31;
+    if (p < 0) {
+        if (lane < LKM_COLS)
+            sm->gi[sl][lane] = -1;
+        return;
+    }
+    int row = -1;
+    if (lane < L.R)
+        row = L.d.g[L.eg[lane]].rows[L.ei[lane]];
+    const int64_t zs = (int64_t)L.R * L.Tmax;
+    for (int cc = 0; cc < LKM_COLS; cc++) {
+        const unsigned m = __ballot_sync(0xffffffffu, cc < ncol && lane < L.R && row == col0 + cc);
+        if (!m) {
+            if (lane == 0)
+                sm->gi[sl][cc] = -1;
+            continue;
+        }
+        const int i = __ffs(m) - 1, gi = L.eg[i], rs = L.rs[p][gi];
+        const struct cu_lk_grp &g = L.d.g[gi];
+        for (int jr = lane; jr < rs; jr += 32) {
+            int j = jr, k = g.t0[p];
+            while (j >= L.d.t[k].rank)
+                j -= L.d.t[k].rank, k++;
+            const float *pp = L.part + (int64_t)i * L.Tmax + L.d.t[k].roff + j;
+            float s = __ldcg(pp);
+            for (int z0 = 1; z0 < L.ksplit; z0 += 8) { /* 8 loads out, then the adds in order */
+                float v[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    v[u] = z0 + u < L.ksplit ? __ldcg(pp + (z0 + u) * zs) : 0.0f;
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    if (z0 + u < L.ksplit)
+                        s = __fadd_rn(s, v[u]);
+            }
+            sm->t[sl][cc][jr] = __fmul_rn(s, L.d.t[k].scale);
+        }
+        if (lane == 0)
+            sm->gi[sl][cc] = rs > 0 ? gi : -1;
+    }
+}
+
+/* The gathering warp of a tile block (projections lp, and lq for a GLU tile's up; -1:
+ * none): waits until every shrink item is published, counts the block as finished with
+ * the counters (the last unit sets them back to zero: every tile block has passed its wait
+ * by then; the atomic's reply is awaited only after the loads of t are out), then t into
+ * sm (slots 0 and 1). */
+static __device__ __forceinline__ void lkm_gather(const struct cu_lkm &L, int lp, int lq,
+                                                  int col0, int ncol, struct lkm_smem *sm)
+{
+    const int lane = threadIdx.x & 31;
+    if (lane == 0 && (lp >= 0 || lq >= 0)) {
+        long long spins = 0;
+        while (lkm_ld_acquire(&L.cnt[LKM_C0]) < (unsigned)L.nsv) {
+            __nanosleep(32);
+            if (++spins > (1ll << 26))
+                __trap();
+        }
+    }
+    __syncwarp();
+    unsigned old = 0;
+    if (lane == 0)
+        old = atomicAdd(&L.cnt[LKM_C0 + 1], 1u);
+    lkm_t(L, lp, col0, ncol, 0, sm);
+    if (lq >= 0)
+        lkm_t(L, lq, col0, ncol, 1, sm);
+    if (lane == 0 && old == (unsigned)L.units - 1u) {
+        atomicExch(&L.cnt[LKM_C0], 0u);
+        atomicExch(&L.cnt[LKM_C0 + 1], 0u);
+    }
+}
+
+/* v plus the delta of output r (0..15) of the tile for its x row cc (sm slot sl filled, the
+ * projection's slab from rank sb): the two-launch expand's FMA chain (terms, then ranks,
+ * in order), then one add. */
+static __device__ __forceinline__ float lkm_add(const struct cu_lkm &L, int p,
+                                                const struct lkm_smem *sm, int sl, int sb, int cc,
+                                                int r, float v)
+{
+    const int gi = sm->gi[sl][cc];
+    if (gi < 0)
+        return v;
+    const int rs = L.rs[p][gi];
+    const float *b = sm->b + (sb + (int)L.bo[p][gi]) * 16 + r, *t = sm->t[sl][cc];
+    float acc = 0.0f;
+    for (int j = 0; j < rs; j++)
+        acc = __fmaf_rn(t[j], b[j * 16], acc);
+    return __fadd_rn(v, acc);
+}
+
+#endif
