@@ -118,34 +118,42 @@ static void test_batch_invariance(void)
         n_ref[i] = run_alone(ids[i], n[i], max_tok[i], ref[i]);
         CHECK(n_ref[i] == max_tok[i]);
     }
-    struct engine *e = mk_engine(16, 512, -1, 0);
-    CHECK(e != NULL);
-    static struct eng_coll c[16];
-    for (int i = 0; i < 16; i++) {
-        eng_coll_init(&c[i]);
-        c[i].eng = e;
+    /* Every attempt must be identical to the solo runs. Whether 6 requests overlapped is a
+     * matter of scheduling (under heavy load the engine can finish the early requests
+     * before the submitting thread wakes up), so that condition gets up to 5 attempts. */
+    int maxrun = 0;
+    for (int attempt = 0; attempt < 5 && maxrun < 6; attempt++) {
+        struct engine *e = mk_engine(16, 512, -1, 0);
+        CHECK(e != NULL);
+        static struct eng_coll c[16];
+        for (int i = 0; i < 16; i++) {
+            eng_coll_init(&c[i]);
+            c[i].eng = e;
+        }
+        /* join at different steps: a first wave, then one more each time the previous one
+         * has produced a few tokens */
+        for (int i = 0; i < 4; i++)
+            CHECK(submit(e, ids[i], n[i], max_tok[i], &c[i]) == 0);
+        for (int i = 4; i < 16; i++) {
+            while (eng_coll_count(&c[i - 1]) < (i % 5) && !c[i - 1].done)
+                usleep(200);
+            CHECK(submit(e, ids[i], n[i], max_tok[i], &c[i]) == 0);
+        }
+        int same = 0;
+        maxrun = 0;
+        for (int i = 0; i < 16; i++) {
+            eng_coll_wait(&c[i]);
+            same += c[i].n == n_ref[i] && !memcmp(c[i].ids, ref[i], (size_t)c[i].n * 4);
+            if (c[i].max_running > maxrun)
+                maxrun = c[i].max_running;
+        }
+        printf("batch invariance: %d/16 identical, up to %d running together (attempt %d)\n",
+               same, maxrun, attempt + 1);
+        CHECK(same == 16);
+        CHECK(eng_invariant_failures(e) == 0);
+        engine_free(e);
     }
-    /* join at different steps: a first wave, then one more each time the previous one has
-     * produced a few tokens */
-    for (int i = 0; i < 4; i++)
-        CHECK(submit(e, ids[i], n[i], max_tok[i], &c[i]) == 0);
-    for (int i = 4; i < 16; i++) {
-        while (eng_coll_count(&c[i - 1]) < (i % 5) && !c[i - 1].done)
-            usleep(200);
-        CHECK(submit(e, ids[i], n[i], max_tok[i], &c[i]) == 0);
-    }
-    int same = 0, maxrun = 0;
-    for (int i = 0; i < 16; i++) {
-        eng_coll_wait(&c[i]);
-        same += c[i].n == n_ref[i] && !memcmp(c[i].ids, ref[i], (size_t)c[i].n * 4);
-        if (c[i].max_running > maxrun)
-            maxrun = c[i].max_running;
-    }
-    printf("batch invariance: %d/16 identical, up to %d running together\n", same, maxrun);
-    CHECK(same == 16);
     CHECK(maxrun >= 6);
-    CHECK(eng_invariant_failures(e) == 0);
-    engine_free(e);
     for (int i = 0; i < 16; i++)
         free(ids[i]);
 }
