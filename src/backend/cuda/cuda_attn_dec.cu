@@ -31,6 +31,7 @@
 
 #include <cooperative_groups.h>
 
+#include "backend/cuda/cuda_dec_split.cuh"
 #include "backend/cuda/cuda_int.cuh"
 
 enum {
@@ -65,46 +66,6 @@ struct ad_args {
 __host__ __device__ constexpr int ad_nt(int hd, int f16)
 {
     return hd == 64 ? 128 : hd == 128 ? (f16 ? 128 : 256) : 256;
-}
-
-/* Splits of token position pos: its attended range is [*lo, pos], covering rounds
- * [*r0, pos / AD_ROUND]; split z takes *per rounds from *r0 + z * *per. Returns the number
- * of splits, 0 for a position outside the context (the output is zero). */
-__device__ __forceinline__ int ad_splits(int pos, int window, int target, int cap, int *lo,
-                                         int *r0, int *per)
-{
-    if (pos < 0 || pos >= cap)
-        return 0;
-    const int l0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-    const int k0 = l0 / AD_ROUND, nr = pos / AD_ROUND - k0 + 1;
-    const int c = (nr + target - 1) / target;
-    *lo = l0, *r0 = k0, *per = c;
-    return (nr + c - 1) / c;
-}
-
-/* Sums v[0..N) over the lanes of a team (xor offsets O, O/2 .. 1): while more than one
- * value is left each step halves them (the lane with bit O set keeps the upper half), then
- * the rest is an all-reduce. Afterwards v[i] holds the team's sum of element *base + i. */
-template <int N, int O>
-__device__ __forceinline__ void ad_team_sum(float *v, int lane, int *base)
-{
-    if constexpr (O >= 1) {
-        if constexpr (N > 1) {
-            constexpr int H = N / 2;
-            const bool up = (lane & O) != 0;
-#pragma unroll
-            for (int i = 0; i < H; i++) {
-                const float send = up ? v[i] : v[i + H], keep = up ? v[i + H] : v[i];
-                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
-            }
-            if (up)
-                *base += H;
-            ad_team_sum<H, O / 2>(v, lane, base);
-        } else {
-            v[0] += __shfl_xor_sync(0xffffffffu, v[0], O);
-            ad_team_sum<1, O / 2>(v, lane, base);
-        }
-    }
 }
 
 /* 8 cache elements (raw 16-byte words) as floats. */
@@ -194,7 +155,8 @@ __global__ void __launch_bounds__(ad_nt(HD, F16), ad_nt(HD, F16) == 128 ? 3 : 1)
         qv[h][4] = x1.x, qv[h][5] = x1.y, qv[h][6] = x1.z, qv[h][7] = x1.w;
     }
     int lo = 0, rb = 0, per = 1;
-    const int n = ad_splits(pos, a.window, a.target, a.max_blocks * a.block_size, &lo, &rb, &per);
+    const int n = cu_dec_splits<AD_ROUND>(pos, a.window, a.target,
+                                         a.max_blocks * a.block_size, &lo, &rb, &per);
     float *orow = a.out + ((size_t)t * a.n_head + h0) * HD; /* head h0 + h at orow + h * HD */
     if (n == 0 && z == 0)
         for (int i = tid; i < HG * HD; i += NT)
@@ -259,7 +221,7 @@ __global__ void __launch_bounds__(ad_nt(HD, F16), ad_nt(HD, F16) == 128 ? 3 : 1)
             }
         }
         int base = 0;
-        ad_team_sum<N, TS / 2>(s, lane, &base);
+        cu_team_sum<N, TS / 2>(s, lane, &base);
 #pragma unroll
         for (int i = 0; i < NF; i++) {
             const int f = base + i, h = f % HG, j = (f / HG) * TEAMS + team;
@@ -391,8 +353,8 @@ __global__ void __launch_bounds__(HD, 1) k_attn_dec_merge(struct ad_args a)
     const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     int lo = 0, rb = 0, per = 1;
     /* pos was written before k_attn_dec started: readable before the wait */
-    const int n = ad_splits(a.pos[t], a.window, a.target, a.max_blocks * a.block_size, &lo, &rb,
-                            &per);
+    const int n = cu_dec_splits<AD_ROUND>(a.pos[t], a.window, a.target,
+                                         a.max_blocks * a.block_size, &lo, &rb, &per);
     cu_pdl_trigger();
     cu_pdl_wait();
     if (n <= 1)

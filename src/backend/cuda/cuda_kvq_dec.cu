@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_dec_split.cuh"
 #include "backend/cuda/cuda_kvq.cuh"
 
 enum {
@@ -78,46 +79,6 @@ struct kd_args {
 /* Threads per block: teams of head_dim/8 lanes, 64 / TEAMS positions a lane per round;
  * head_dim 256 always 256, the others CINFER_KVQ_NT (256 by default, or 128). */
 static int kd_nt_of(int hd, int nt) { return hd == 256 ? 256 : nt; }
-
-/* Splits of token position pos (cuda_attn_dec.cu's rule): its attended range is [*lo,
- * pos], rounds [*r0, pos / KD_ROUND]; split z takes *per rounds from *r0 + z * *per.
- * Returns the number of splits, 0 for a position outside the context (output zero). */
-__device__ __forceinline__ int kd_splits(int pos, int window, int target, int cap, int *lo,
-                                         int *r0, int *per)
-{
-    if (pos < 0 || pos >= cap)
-        return 0;
-    const int l0 = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-    const int k0 = l0 / KD_ROUND, nr = pos / KD_ROUND - k0 + 1;
-    const int c = (nr + target - 1) / target;
-    *lo = l0, *r0 = k0, *per = c;
-    return (nr + c - 1) / c;
-}
-
-/* Sums v[0..N) over the lanes of a team (xor offsets O .. 1), a reduce-scatter while more
- * than one value is left: afterwards v[i] holds the team's sum of element *base + i
- * (cuda_attn_dec.cu's ad_team_sum). */
-template <int N, int O>
-__device__ __forceinline__ void kd_team_sum(float *v, int lane, int *base)
-{
-    if constexpr (O >= 1) {
-        if constexpr (N > 1) {
-            constexpr int H = N / 2;
-            const bool up = (lane & O) != 0;
-#pragma unroll
-            for (int i = 0; i < H; i++) {
-                const float send = up ? v[i] : v[i + H], keep = up ? v[i + H] : v[i];
-                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
-            }
-            if (up)
-                *base += H;
-            kd_team_sum<H, O / 2>(v, lane, base);
-        } else {
-            v[0] += __shfl_xor_sync(0xffffffffu, v[0], O);
-            kd_team_sum<1, O / 2>(v, lane, base);
-        }
-    }
-}
 
 /* x <- H D x (kvq_rotate) on one row held by a warp, element lane + 32 k in v[k]: the sign
  * diagonal, the butterflies in kq_rotate_rows' order (strides 1, 2, 4, ...; a + b below, a - b
@@ -327,7 +288,8 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     const int e0 = (tid % TS) * 8;
     const int pos = a.pos[t], sq = a.seq[t];
     int lo = 0, rb = 0, per = 1;
-    const int n = kd_splits(pos, a.window, a.target, a.max_blocks * a.block_size, &lo, &rb, &per);
+    const int n = cu_dec_splits<KD_ROUND>(pos, a.window, a.target,
+                                         a.max_blocks * a.block_size, &lo, &rb, &per);
     float *orow = a.out + ((size_t)t * a.n_head + h0) * HD; /* head h0 + h at orow + h * HD */
     if (n == 0 && z == 0)
         for (int i = tid; i < HG * HD; i += NT)
@@ -426,7 +388,7 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
             }
         }
         int base = 0;
-        kd_team_sum<N, TS / 2>(s, lane, &base);
+        cu_team_sum<N, TS / 2>(s, lane, &base);
 #pragma unroll
         for (int i = 0; i < NF; i++) {
             const int f = base + i, h = f % HG, j = (f / HG) * TEAMS + team;
@@ -517,8 +479,9 @@ __global__ void __launch_bounds__(HD) k_kvq_sd_merge(struct kd_args a)
     __shared__ float sm[KD_MAX_TARGET], sl[KD_MAX_TARGET], x[HD];
     const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     int lo = 0, rb = 0, per = 1;
-    const int n = kd_splits(a.pos[t], a.window, a.target, a.max_blocks * a.block_size, &lo, &rb,
-                            &per); /* pos was written before the step: readable now */
+    const int n = cu_dec_splits<KD_ROUND>(a.pos[t], a.window, a.target,
+                                         a.max_blocks * a.block_size, &lo, &rb, &per);
+    /* pos was written before the step: readable now */
     cu_pdl_trigger();
     cu_pdl_wait();
     if (n <= 1)
