@@ -562,6 +562,11 @@ static void serve_replay(struct kv_events *k)
                 start = start << 8 | p[i];
             const void *id = zmq_msg_data(&fr[0]);
             size_t idlen = zmq_msg_size(&fr[0]);
+            /* counted before the answer goes out, so a client that has read the end marker
+             * sees its replay in the stats */
+            pthread_mutex_lock(&k->mu);
+            k->st.replays++;
+            pthread_mutex_unlock(&k->mu);
             for (int i = 0; i < k->ring_n; i++) {
                 const struct ring_ent *r = &k->ring[(k->ring_head + i) % k->ring_cap];
                 if (r->seq < start)
@@ -578,9 +583,6 @@ static void serve_replay(struct kv_events *k)
             zmq_send(k->rep, "", 0, ZMQ_SNDMORE);
             zmq_send(k->rep, end, 8, ZMQ_SNDMORE);
             zmq_send(k->rep, "", 0, 0);
-            pthread_mutex_lock(&k->mu);
-            k->st.replays++;
-            pthread_mutex_unlock(&k->mu);
         }
         for (int i = 0; i < (n < 3 ? n : 3); i++)
             zmq_msg_close(&fr[i]);
