@@ -17,7 +17,7 @@ sys='linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt|libresolv|ld-linux|
 for l in $(ldd "$OUT/cinfer" | awk '$3 ~ /^\// {print $3}' | grep -vE "$sys" | sort -u); do
     cp -L "$l" "$OUT/"
 done
-for f in bench/spec/run.py bench/spec/device_check.py bench/spec/prof_sum.py \
+for f in bench/spec/run.py bench/spec/device_check.py bench/spec/prof_sum.py bench/spec/trim_gguf.py \
     bench/spec/device_spec_gpu.sh bench/spec/data bench/results/spec.json; do
     mkdir -p "$OUT/src/$(dirname "$f")" && cp -r "$f" "$OUT/src/$f"
 done
