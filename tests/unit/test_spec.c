@@ -967,20 +967,25 @@ static void test_policy_curve(void)
 
 /* A two-model spec over stories260K drafting for itself, costs pinned (step 0.25, draft
  * 0.1): what the catch-up rule and the batched draft forwards do. */
-static struct spec *mk_two_model(int adaptive)
+static struct spec *mk_two_model_cost(int adaptive, float draft_cost)
 {
     struct spec_config c;
     spec_config_default(&c, SPEC_TWO_MODEL);
     c.adaptive = adaptive;
     c.draft = g_m;
     c.step_cost = 0.25f;
-    c.draft_cost = 0.1f;
+    c.draft_cost = draft_cost;
     c.max_seqs = 8;
     c.n_ctx = 512;
     struct spec *s = NULL;
     struct cerr e = {0};
     CHECK(spec_new(&s, &c, g_m->hp.n_vocab, &e) == 0);
     return s;
+}
+
+static struct spec *mk_two_model(int adaptive)
+{
+    return mk_two_model_cost(adaptive, 0.1f);
 }
 
 /* Two-model's plan on a request that generated 280 tokens while its draft sat out (its
@@ -1061,6 +1066,43 @@ static void test_two_model_plan(void)
         spec_req_free(s, rq[i]);
     spec_free(s);
     spec_free(s1);
+}
+
+/* Two-model probes are priced at the row's own acceptance (spec.c plan_two_model): a
+ * request whose draft is right half the time, where a drafted token pays only above ~0.75
+ * (draft 0.5 of a step, a token more 0.25), drafts at first on the server's prior, stops,
+ * and then makes one probe whose catch-up it does not pay for, not one every 16-32 tokens
+ * (each would make the draft compute every token generated since: ~6% of a CPU decode). */
+static void test_two_model_probe_priced(void)
+{
+    enum { NP = 440 };
+    static int32_t toks[NP + SPEC_MAX_DRAFT];
+    for (int j = 0; j < NP; j++)
+        toks[j] = (int32_t)(3 + (j * 7 + (j * j) % 13) % (g_m->hp.n_vocab - 3));
+    struct spec *s = mk_two_model_cost(1, 0.5f);
+    if (!s)
+        return;
+    struct spec_req *q = spec_req_new(s, NULL);
+    int early = 0, late = 0, rounds = 0;
+    for (int n = 20; n < NP; n++) {
+        int32_t out[SPEC_MAX_DRAFT];
+        float p[SPEC_MAX_DRAFT];
+        int m = spec_propose(s, q, toks, n, 1000, out, p);
+        if (m > 0) {
+            spec_observe(s, q, m, rounds++ % 2, n); /* a token kept every other round */
+            if (n < 120)
+                early++;
+            else
+                late++;
+        } else
+            spec_observe(s, q, 0, 0, n);
+    }
+    printf("two-model draft right half the time: %d drafting rounds in its first 100 tokens, "
+           "%d in the next 320\n", early, late);
+    CHECK(early >= 1);
+    CHECK(late <= 1);
+    spec_req_free(s, q);
+    spec_free(s);
 }
 
 /* A simulated 2-core CPU: up to 4 tokens a step reads the weights and waits (a token 2 ms
@@ -1283,6 +1325,7 @@ int main(void)
     RUN(test_policy_curve);
     RUN(test_policy_converges);
     RUN(test_probe_backoff);
+    RUN(test_two_model_probe_priced);
     RUN(test_policy_bucket);
     RUN(test_policy_burst);
     RUN(test_two_model_plan);

@@ -396,8 +396,28 @@ static void plan_two_model(struct spec *s, int n, struct spec_req *const *q,
             continue;
         spec_draft_pending(s, q[i], t[i], nt[i]);
         int gen = nt[i] - (q[i]->dpast > q[i]->n0 ? q[i]->dpast : q[i]->n0);
-        if (gen > 1 && left[i] * save_tok <= gen * spec_draft_catchup_cost(s) * unit)
+        double save = save_tok;
+        int unpaid = 0;
+        if (best_r == 0) {
+            /* a probe: the draft must first see every token since it last drafted, which
+             * costs the same per token whatever the probe interval, so a probe is priced at
+             * the row's own acceptance, not at a sure token (a probe accepted now and then,
+             * as prose gives a same-family draft, kept the draft catching up every ~20
+             * tokens: ~6% of a CPU decode). One probe a request that does not pay is let
+             * through with its catch-up held to the probe interval, so a request still
+             * learns its own acceptance. */
+            double ar = alpha(s, q[i], 0),
+                   v = (n_tok + ar) / (spec_step_at(s, n_tok + 1) +
+                                       spec_draft_cost_rows(s, 1) * unit);
+            save = v > base ? spec_step_at(s, n_tok) / n_tok * (1 - base / v) : 0;
+            unpaid = left[i] * save <= gen * spec_draft_catchup_cost(s) * unit;
+            const int held = 2 * SPEC_PROBE * (s->n_rows > 1 ? s->n_rows : 1);
+            if (unpaid && (q[i]->probes > 0 || gen > held))
+                kk[i] = 0;
+        } else if (gen > 1 && left[i] * save <= gen * spec_draft_catchup_cost(s) * unit)
             kk[i] = 0;
+        if (kk[i] && unpaid)
+            q[i]->probes++;
     }
 }
 

@@ -71,6 +71,8 @@ struct spec_req {
     int dlive; /* dseq holds blocks of the draft pool */
     int n0;    /* two-model: the request's tokens at its first proposal (its prompt and the
                 * first token; 0 = none yet) */
+    int probes; /* two-model: probes this request made whose catch-up its own acceptance did
+                 * not pay for (spec.c plan_two_model) */
     /* two-model, sampled rows (spec_req_new): drafts drawn from q; per draft of the last
      * proposal its q as (id, probability) pairs, the support of q */
     int sampled;
