@@ -404,7 +404,7 @@ static void plan_two_model(struct spec *s, int n, struct spec_req *const *q,
              * the row's own acceptance, not at a sure token (a probe accepted now and then,
              * as prose gives a same-family draft, kept the draft catching up every ~20
              * tokens: ~6% of a CPU decode). One probe a request that does not pay is let
-             * through with its catch-up held to the probe interval, so a request still
+             * through with its catch-up held to twice the probe interval, so a request still
              * learns its own acceptance. */
             double ar = alpha(s, q[i], 0),
                    v = (n_tok + ar) / (spec_step_at(s, n_tok + 1) +
