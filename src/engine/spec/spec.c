@@ -406,9 +406,8 @@ static void plan_two_model(struct spec *s, int n, struct spec_req *const *q,
              * tokens: ~6% of a CPU decode). One probe a request that does not pay is let
              * through with its catch-up held to twice the probe interval, so a request still
              * learns its own acceptance. */
-            double ar = alpha(s, q[i], 0),
-                   v = (n_tok + ar) / (spec_step_at(s, n_tok + 1) +
-                                       spec_draft_cost_rows(s, 1) * unit);
+            double ar = alpha(s, q[i], 0), v = (n_tok + ar) / (spec_step_at(s, n_tok + 1) +
+                                                               spec_draft_cost_rows(s, 1) * unit);
             save = v > base ? spec_step_at(s, n_tok) / n_tok * (1 - base / v) : 0;
             unpaid = left[i] * save <= gen * spec_draft_catchup_cost(s) * unit;
             const int held = 2 * SPEC_PROBE * (s->n_rows > 1 ? s->n_rows : 1);
