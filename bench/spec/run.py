@@ -19,6 +19,12 @@ All configurations' servers are up at once per workload and run interleaved repe
 best repetition over none's best in the same repetitions (suffix runs its first only, since
 its corpus of finished outputs then holds the very answer, and is held to none's first);
 the 1-minute load average is recorded beside each figure.
+--warm-shapes (on by default with --backend cuda): before the measured repetitions each server
+also answers one unmeasured request of the same shape about something else (tally.c, another
+story; 8 at once for the aggregate), so that its CUDA graphs and block-table widths exist as on
+a server that has been up a while (a cold GPU server captures a graph for each new step shape:
+~0.5 ms each, up to 10% of a 256-token reply), without putting a measured answer into suffix's
+corpus.
 
 Writes the "cpu" (or --section) half of bench/results/spec.json:
   {SECTION: {KIND: {WORKLOAD: {"speedup", "acceptance_rate", ...}}, "aggregate_ratio_at_8": ..}}
@@ -41,6 +47,7 @@ BIN = os.path.join(os.environ["BIN"], "cinfer") if os.environ.get("BIN") else \
 TARGET = os.path.join(REPO, "models", "qwen2.5-coder-1.5b-instruct-Q4_K_M.gguf")
 DRAFT = os.path.join(REPO, "models", "qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf")
 CODE_FILE = os.path.join(REPO, "bench", "spec", "data", "ring.c")
+WARM_FILE = os.path.join(REPO, "bench", "spec", "data", "tally.c")
 
 
 def load():
@@ -198,6 +205,42 @@ def run_workload(srv, turns, max_tokens, tools=None):
     return n_tot, t_tot, dr, acc
 
 
+def warm_reqs():
+    """Unmeasured requests shaped like the workloads but about other things (another C file,
+    another story): --warm-shapes sends them before the measured repetitions, so that every
+    server's step shapes (CUDA graphs, block-table widths) exist, as on a server that has
+    been up a while, while no measured answer enters suffix's corpus of finished outputs."""
+    src = open(WARM_FILE).read()
+    code = [{"role": "user", "content": "Rename the function `tally_add` to `tally_bump` "
+             "everywhere in this file (its definition, its comment and every call). Return the "
+             "whole file with this one change and nothing else.\n\n```c\n" + src + "```"}]
+    agent = [{"role": "system", "content": "You are a coding agent. Use the edit_file tool "
+              "to change files; quote old_text exactly as it appears in the file."},
+             {"role": "user", "content": "In tally.c, make tally_get return -1 for a word "
+              "that was never added, and update its comment. Here is the file:\n\n```c\n" +
+              "\n".join(src.splitlines()[60:120]) + "\n```"}]
+    story = [{"role": "user", "content": "Write a short original story (about 250 words) "
+              "about a baker who wakes up to find the town's clocks have all stopped. Plain "
+              "prose, no title."}]
+    return code, agent, story
+
+
+def warm_shapes(srv, wl, max_tokens):
+    """One unmeasured round of warm_reqs(): workload wl's kind alone, or for "agg8" 8 at once
+    (the aggregate's mix: 2 code, 3 agent, 3 prose)."""
+    code, agent, story = warm_reqs()
+    if wl != "agg8":
+        m = {"code_edit": code, "agent": agent, "prose": story}[wl]
+        srv.chat(m, max_tokens, TOOLS if wl == "agent" else None)
+        return
+    reqs = [code, agent, story, code, agent, story, agent, story]
+    th = [threading.Thread(target=srv.chat, args=(m, max_tokens)) for m in reqs]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+
+
 def AGG_REQS():
     reqs = code_edit() + agent_turns()[:2] + prose() + code_edit() + agent_turns()[2:] + \
         prose() + prose()
@@ -262,6 +305,10 @@ class Servers:
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--warm-shapes", choices=("auto", "on", "off"), default="auto",
+                    help="before the measured repetitions, one unmeasured round of unrelated "
+                    "requests of the same shapes per server (auto: on with --backend cuda, "
+                    "whose first steps of each shape capture CUDA graphs)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=320)
     ap.add_argument("--agg-tokens", type=int, default=120)
@@ -283,6 +330,15 @@ def main():
                     "speedup and acceptance_rate null and a not_measured string); repeatable")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "spec.json"))
     args = ap.parse_args()
+    if args.warm_shapes == "auto":
+        args.warm_shapes = "on" if args.backend == "cuda" else "off"
+
+    def warm(srv, wl, max_tokens, prompts, tools):
+        for m in prompts:  # the measured prompts once (3 tokens): the prefix caches hold them
+            srv.chat(m, 3, tools)
+        if args.warm_shapes == "on":
+            warm_shapes(srv, wl, max_tokens)
+
     kinds = [k for k in args.kinds.split(",") if k]
     res = {k: {} for k in kinds}
     for nm in args.not_measured:
@@ -291,14 +347,16 @@ def main():
                      for wl in WORKLOADS}
     raw = {"machine": platform.node(), "threads": args.threads, "backend": args.backend,
            "max_tokens": args.max_tokens, "target": os.path.basename(args.target),
-           "draft": os.path.basename(args.draft), "runs": []}
+           "draft": os.path.basename(args.draft), "warm_shapes": args.warm_shapes,
+           "runs": []}
     for wl in [w for w in args.workloads.split(",") if w]:
         turns = WORKLOADS[wl]()
         tools = TOOLS if wl == "agent" else None
         confs = ["none"] + kinds
         # every configuration's server up and warm at once, then interleaved repetitions
         # (none, kind1, kind2, ... again): they see the same load; best of --reps each
-        srvs = Servers(args, confs, 1, lambda srv: [srv.chat(m, 3, tools) for m in turns], wl)
+        srvs = Servers(args, confs, 1, lambda srv: warm(srv, wl, args.max_tokens, turns, tools),
+                       wl)
         try:
             by_rep = {}
             for rep, kind in srvs.order():
@@ -345,7 +403,8 @@ def main():
         save(args, res, raw)
     if not args.no_aggregate:
         confs = ["none"] + kinds
-        srvs = Servers(args, confs, 8, lambda srv: [srv.chat(m, 3) for m in AGG_REQS()], "agg8")
+        srvs = Servers(args, confs, 8,
+                       lambda srv: warm(srv, "agg8", args.agg_tokens, AGG_REQS(), None), "agg8")
         agg, agg_rep = {}, {}
         try:
             for rep, kind in srvs.order():
