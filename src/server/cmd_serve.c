@@ -595,9 +595,11 @@ static void ready_card(struct serve *sv, double t_ready)
     else
         printf("  Backend   %s, device %d\n", sv->m->be->ops->name, o->device);
     const struct mem_plan *pl = &sv->plan;
+    char kvl[96];
     printf("  Perf      batch %d · %d tokens/step · KV %s, %d blocks of %d · queue %d\n",
-           c->max_seqs, c->max_step_tokens, c->kv_dtype == DT_F16 ? "f16" : "f32", c->n_blocks,
-           c->block_size, c->max_queue);
+           c->max_seqs, c->max_step_tokens,
+           serve_kvq_pool_label(sv, c->kv_dtype == DT_F16 ? "f16" : "f32", kvl, sizeof kvl),
+           c->n_blocks, c->block_size, c->max_queue);
     printf("  Memory    budget %.1f GB%s = weights %.2f GB + transient %.2f GB + KV (%.1f KB/token)"
            " · max safe context %d%s · prompt cache %s\n",
            pl->budget_bytes / 1e9,

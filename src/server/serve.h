@@ -302,6 +302,9 @@ void serve_spec_free(struct serve *sv);
 int serve_kvq_flag(struct serve_opts *o, const char *a, const char *v, int *used);
 int serve_kvq_setup(struct serve *sv, struct engine_config *ec);
 void serve_kvq_card(struct serve *sv);
+/* The KV pool's storage for the ready card: plain (the unquantized dtype's name) when no
+ * layer is quantized, else the scheme's name (with the plain layers' count); may use buf. */
+const char *serve_kvq_pool_label(struct serve *sv, const char *plain, char *buf, size_t n);
 void serve_kvq_stats_json(struct serve *sv, struct json_t *j);
 void serve_kvq_free(struct serve *sv);
 

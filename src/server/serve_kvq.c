@@ -237,6 +237,21 @@ static const char *group_route(const struct serve *sv, const struct serve_kvq *q
     return buf;
 }
 
+const char *serve_kvq_pool_label(struct serve *sv, const char *plain, char *buf, size_t n)
+{
+    struct serve_kvq *q = sv->kvq;
+    if (!q || !q->info.n_quant)
+        return plain;
+    char name[64];
+    kvq_scheme_name(&q->s, name, sizeof name);
+    const char *bit = strspn(name, "0123456789") == strlen(name) ? "-bit" : ""; /* "8", "4" */
+    if (q->info.n_plain)
+        snprintf(buf, n, "%s%s (%d layers %s)", name, bit, q->info.n_plain, plain);
+    else
+        snprintf(buf, n, "%s%s", name, bit);
+    return buf;
+}
+
 void serve_kvq_card(struct serve *sv)
 {
     struct serve_kvq *q = sv->kvq;
