@@ -843,6 +843,8 @@ void sampler_cands_build(struct sampler *s, const float *logits, int cap,
 
 /* ---- sampling on the device (the backend op sample) ---- */
 
+int sampler_grammar_over(const struct sampler *s) { return s->gram && gram_row_over(s->gram); }
+
 int sampler_device_masked(const struct sampler *s) { return s->gram && gram_row_on(s->gram); }
 
 void sampler_device_mask(struct sampler *s, uint32_t *dst)

@@ -196,6 +196,30 @@ def test_unsupported_keyword_400_everywhere(st):
         assert code == 400, (body, raw)
 
 
+def test_ambiguous_grammar_fails_alone(st):
+    """A grammar whose parse stacks grow with the text (`root ::= . root*`) ends its own
+    request with an error naming the cause once the matcher passes its work bound, instead
+    of stalling the engine thread; a request running beside it is not held up."""
+    msgs = [{"role": "user", "content": "Once"}]
+    res = {}
+
+    def bad():
+        res["bad"] = st.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 2000,
+                                                      "temperature": 0, "ignore_eos": True,
+                                                      "guided_grammar": "root ::= . root*"})
+    th = threading.Thread(target=bad)
+    th.start()
+    out, fin, _ = content(st, {"messages": msgs, "max_tokens": 24, "temperature": 0})
+    assert fin == "length" and out
+    th.join(timeout=300)
+    assert not th.is_alive()
+    code, raw, _ = res["bad"]
+    assert code == 500, raw
+    assert "too ambiguous" in json.loads(raw)["error"]["message"], raw
+    out2, fin2, _ = content(st, {"messages": msgs, "max_tokens": 24, "temperature": 0})
+    assert (out2, fin2) == (out, fin)
+
+
 def test_responses_and_messages_constrained(st):
     s = SMALL[0]
     code, raw, _ = st.post("/v1/responses", {"input": "Once", "max_output_tokens": 60, "temperature": 0,

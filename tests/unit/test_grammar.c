@@ -672,6 +672,46 @@ static void test_matcher_tokens(void)
     gram_vocab_free(v);
 }
 
+/* An ambiguous grammar whose parse stacks grow with the text (`root ::= . root*`: n bytes
+ * parse in ever more ways) must not stall the engine: past the matcher's work bound a mask
+ * or accept call returns CERR_LIMIT, and so does every later call; a plain repetition of
+ * the same language never gets there. */
+static void test_work_bound(void)
+{
+    const char *bytes[] = {"a", "b", "ab", "<eos>"};
+    int len[] = {1, 1, 2, -1};
+    int32_t eos = 3;
+    struct gram_vocab *v = NULL;
+    struct cerr e = {0};
+    CHECK(gram_vocab_new(&v, 4, bytes, len, &eos, 1, &e) == 0);
+    const char *srcs[] = {"root ::= . root*", "root ::= .+"};
+    for (int k = 0; k < 2; k++) {
+        struct gram *g = ebnf(srcs[k]);
+        struct gram_matcher *m = NULL;
+        CHECK(gram_matcher_new(&m, g, v, &e) == 0);
+        uint32_t mask[1];
+        int rc = 0, n = 0;
+        for (; n < 4000 && rc >= 0; n++) {
+            rc = gram_matcher_mask(m, mask);
+            if (rc >= 0)
+                rc = gram_matcher_accept(m, 0);
+        }
+        if (k == 0) { /* spent within a few hundred bytes, and stays spent */
+            CHECK_EQ_INT(rc, CERR_LIMIT);
+            CHECK(n < 1000);
+            CHECK_EQ_INT(gram_matcher_mask(m, mask), CERR_LIMIT);
+            CHECK_EQ_INT(gram_matcher_accept(m, 1), CERR_LIMIT);
+        } else {
+            CHECK_EQ_INT(rc, 0);
+            CHECK_EQ_INT(n, 4000);
+            CHECK(gram_matcher_complete(m));
+        }
+        gram_matcher_free(m);
+        gram_unref(g);
+    }
+    gram_vocab_free(v);
+}
+
 /* ---- the sampler's grammar hook: masking, the prompt not advancing it, lazy triggers ---------- */
 
 static void test_sampler_grammar(void)
@@ -968,6 +1008,7 @@ int main(void)
     RUN(test_schema_presence);
     RUN(test_schema_number_bounds);
     RUN(test_matcher_tokens);
+    RUN(test_work_bound);
     RUN(test_mask_bruteforce);
     RUN(test_mask_real_vocab);
     RUN(test_sampler_grammar);

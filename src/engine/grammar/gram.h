@@ -64,10 +64,14 @@ int gram_matcher_new(struct gram_matcher **out, struct gram *g, const struct gra
                      struct cerr *e);
 void gram_matcher_free(struct gram_matcher *m);
 /* Fills mask (ceil(n_vocab / 32) words, bit i = id i allowed). Returns the number of
- * allowed ids (0 only when the matcher is dead), or CERR_NOMEM. */
+ * allowed ids (0 only when the matcher is dead), CERR_NOMEM, or CERR_LIMIT when the call
+ * passed the matcher's work bound (an ambiguous grammar whose parse stacks grow with the
+ * text, e.g. `root ::= . root*`): the matcher is then spent, and every later mask and
+ * accept call returns CERR_LIMIT too. */
 int gram_matcher_mask(struct gram_matcher *m, uint32_t *mask);
 /* Advances over token id. Returns 0, or CERR_INVALID when the grammar does not take it
- * (the matcher is then unchanged). An end-of-generation id is taken where complete. */
+ * (the matcher is then unchanged), or CERR_LIMIT (spent, as above). An end-of-generation id
+ * is taken where complete. */
 int gram_matcher_accept(struct gram_matcher *m, int32_t id);
 /* Advances over raw bytes (tests, jump-forward). 0 or CERR_INVALID (unchanged). */
 int gram_matcher_accept_bytes(struct gram_matcher *m, const char *s, size_t n);

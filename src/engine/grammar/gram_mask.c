@@ -583,8 +583,11 @@ int gram_matcher_mask(struct gram_matcher *m, uint32_t *mask)
     size_t words = ((size_t)v->n_vocab + 31) / 32;
     m->masks++;
     m->tick++;
+    if (m->over)
+        return CERR_LIMIT;
+    m->work = 0;
     if (gm_over_caps(m) && gm_rebuild(m))
-        return CERR_NOMEM;
+        return m->over ? CERR_LIMIT : CERR_NOMEM;
     if (m->cache_gen != m->gen) { /* set ids changed meaning */
         for (int i = 0; i < NCACHE; i++)
             m->cache[i].count = -1;
@@ -622,7 +625,7 @@ int gram_matcher_mask(struct gram_matcher *m, uint32_t *mask)
         rc = mask_by_stack(m, mask, !known);
     if (rc || m->bad) {
         m->bad = 0;
-        return CERR_NOMEM;
+        return m->over ? CERR_LIMIT : CERR_NOMEM;
     }
     int count = popcount_mask(mask, words);
     struct mcache *c = &m->cache[0];

@@ -91,6 +91,11 @@ uint32_t gm_node(struct gram_matcher *m, uint32_t pos, uint32_t parent)
 
 void gm_tmp_add(struct gram_matcher *m, size_t start, uint32_t id)
 {
+    m->work += (long)(m->n_tmp - start) + 1;
+    if (m->work > m->work_max) {
+        m->bad = m->over = 1;
+        return;
+    }
     for (size_t k = start; k < m->n_tmp; k++)
         if (m->tmp[k] == id)
             return;
@@ -328,6 +333,7 @@ int gram_matcher_new(struct gram_matcher **out, struct gram *g, const struct gra
     m->at = calloc((size_t)ml + 3, sizeof *m->at);
     m->ctx = calloc((size_t)ml + 3, 1);
     m->walk_budget = 4096;
+    m->work_max = GM_WORK_MAX;
     m->tabs_ok = -1;
     m->unc_limit = 1000;
     if (!m->at || !m->ctx || tables_init(m)) {
@@ -380,14 +386,17 @@ int gm_over_caps(const struct gram_matcher *m)
 
 int gram_matcher_accept_bytes(struct gram_matcher *m, const char *s, size_t n)
 {
+    if (m->over)
+        return CERR_LIMIT;
+    m->work = 0;
     if (gm_over_caps(m) && gm_rebuild(m))
-        return CERR_NOMEM;
+        return m->over ? CERR_LIMIT : CERR_NOMEM;
     uint32_t sid = m->cur;
     for (size_t i = 0; i < n && sid; i++)
         sid = gm_step(m, sid, (uint8_t)s[i]);
     if (m->bad) {
         m->bad = 0;
-        return CERR_NOMEM;
+        return m->over ? CERR_LIMIT : CERR_NOMEM;
     }
     if (!sid)
         return CERR_INVALID;

@@ -80,6 +80,10 @@ struct gset {
 };
 
 #define NCACHE 16
+/* The most work (gram_matcher.work: stacks expanded plus duplicate checks) one mask or
+ * accept call may take, ~0.05-0.2 s: test_grammar's schemas and real vocabularies peak at
+ * ~0.5 M; `root ::= . root*` (stacks grow with the text) passes it after ~100 bytes */
+#define GM_WORK_MAX 256000000L
 /* Token tables classify ids of up to HORIZON bytes (longer ones are uncertain), so they
  * depend on the grammar only as far as HORIZON bytes ahead: counted repetitions (a
  * maxLength string) share one table while more than HORIZON remain. */
@@ -143,6 +147,11 @@ struct gram_matcher {
     long walk_budget; /* trie nodes a direct walk may visit before tables are used */
     long unc_limit;   /* uncertain ids a table may leave before a deeper one is tried */
     int tabs_ok;      /* -1 unknown; 0: a rule without alternatives (tables assume none) */
+    /* The work bound (GM_WORK_MAX): stack expansions and duplicate checks since the mask or
+     * accept call began; over it the call fails with CERR_LIMIT and so does every later
+     * one (an ambiguous grammar's stacks grow with the text: `root ::= . root*`) */
+    long work, work_max;
+    int over;
 };
 
 uint32_t gm_step_slow(struct gram_matcher *m, uint32_t sid, unsigned b);

@@ -25,6 +25,7 @@ struct gram_row {
     int opt;    /* 1 until the first token decides: the opening, or the constrained answer */
     int job;   /* 0 none, 1 queued, 2 running, 3 done (the mask and count are ready) */
     int count; /* the ready mask's gram_matcher_mask result */
+    int over;  /* the matcher passed its work bound (CERR_LIMIT): gram_row_over */
     struct gram_row *next; /* the worker's queue */
 };
 
@@ -212,6 +213,8 @@ static int ready(struct gram_row *r)
         count = 0;
     } else
         count = settle(r, 0) ? r->count : gram_matcher_mask(r->m, r->mask);
+    if (count == CERR_LIMIT)
+        r->over = 1;
     if (r->opt && count >= 0)
         count += allow_open(r);
     return count;
@@ -291,7 +294,8 @@ void gram_row_accept(struct gram_row *r, int32_t id)
         r->opt = 0; /* no reasoning: the constraint from this token on */
     }
     if (r->on) {
-        gram_matcher_accept(r->m, id); /* a refused id (an unmasked fallback) leaves it */
+        if (gram_matcher_accept(r->m, id) == CERR_LIMIT) /* a refused id (an unmasked */
+            r->over = 1;                                 /* fallback) leaves it */
         submit(r);
     } else {
         watch(r, b, n);
@@ -322,6 +326,8 @@ int gram_row_forced(struct gram_row *r, int32_t *id)
         }
     return 0;
 }
+
+int gram_row_over(const struct gram_row *r) { return r && r->over; }
 
 const uint32_t *gram_row_bits(struct gram_row *r)
 {

@@ -37,6 +37,9 @@ void gram_row_accept(struct gram_row *r, int32_t id);
  * allows exactly one id; the mask stays ready for gram_row_mask. 0 when off or not forced. */
 int gram_row_forced(struct gram_row *r, int32_t *id);
 struct gram_matcher *gram_row_matcher(const struct gram_row *r);
+/* 1 once the matcher passed its work bound (gram.h: CERR_LIMIT, a grammar too ambiguous to
+ * enforce): its masks no longer apply, and the caller must end the row with an error. */
+int gram_row_over(const struct gram_row *r);
 /* The bitset gram_row_mask applies ((n_vocab + 31) / 32 words; bit i % 32 of word i / 32
  * set = id i allowed), for a device to apply: valid until the next gram_row_accept (the
  * mask stays ready for gram_row_mask). NULL when no mask applies (not masking, or nothing
