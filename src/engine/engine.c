@@ -316,12 +316,10 @@ void eng_fail(struct engine *g, struct ereq *r, const char *msg)
  * Returns 1 when r finished (and was freed). */
 int eng_on_token(struct engine *g, struct ereq *r, int32_t id, const struct sampler_logprob *lp)
 {
-    if (sampler_grammar_over(r->smp)) { /* its mask no longer held: id was not constrained */
+    const char *gerr = sampler_grammar_error(r->smp); /* (id was sampled unconstrained) */
+    if (gerr) {
         eng_run_remove(g, r);
-        eng_fail(g, r, "the grammar is too ambiguous to enforce: its parse stacks grew past "
-                       "cinfer's work bound (a rule repeated inside its own repetition, like "
-                       "`root ::= . root*`, parses the same text in ever more ways); write it "
-                       "so that each text parses one way");
+        eng_fail(g, r, gerr);
         return 1;
     }
     r->tokens[r->n_tokens++] = id;

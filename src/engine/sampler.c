@@ -843,7 +843,14 @@ void sampler_cands_build(struct sampler *s, const float *logits, int cap,
 
 /* ---- sampling on the device (the backend op sample) ---- */
 
-int sampler_grammar_over(const struct sampler *s) { return s->gram && gram_row_over(s->gram); }
+const char *sampler_grammar_error(const struct sampler *s)
+{
+    if (!s->gram || !gram_row_over(s->gram))
+        return NULL;
+    return "the grammar is too ambiguous to enforce: its parse stacks grew past cinfer's work "
+           "bound (a rule repeated inside its own repetition, like `root ::= . root*`, parses "
+           "the same text in ever more ways); write it so that each text parses one way";
+}
 
 int sampler_device_masked(const struct sampler *s) { return s->gram && gram_row_on(s->gram); }
 

@@ -110,9 +110,9 @@ int sampler_set_grammar_reasoning(struct sampler *s, struct gram_matcher *m, con
                                   const char *close);
 /* The attached matcher or NULL. */
 struct gram_matcher *sampler_grammar(const struct sampler *s);
-/* 1 when the row's grammar passed its matcher's work bound (gram_row_over): the engine ends
- * the request with an error instead of generating unconstrained text. */
-int sampler_grammar_over(const struct sampler *s);
+/* The error that ends the request when the row's grammar passed its matcher's work bound
+ * (gram_row_over: its masks no longer apply), else NULL; a static string. */
+const char *sampler_grammar_error(const struct sampler *s);
 
 /* Samples one token from logits (n_vocab floats). MODIFIES logits in place: on return they
  * hold the processed logits (after logit_bias and the penalties; truncation, XTC and

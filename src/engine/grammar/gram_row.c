@@ -327,7 +327,10 @@ int gram_row_forced(struct gram_row *r, int32_t *id)
     return 0;
 }
 
-int gram_row_over(const struct gram_row *r) { return r && r->over; }
+int gram_row_over(const struct gram_row *r)
+{
+    return r && r->over;
+}
 
 const uint32_t *gram_row_bits(struct gram_row *r)
 {
