@@ -45,9 +45,15 @@ void engine_config_default(struct engine_config *c, const struct model *m)
     c->prompt_cache_blocks = c->n_blocks;
 }
 
-size_t engine_kv_bytes_per_token(const struct engine *g) { return g->kv_per_token; }
+size_t engine_kv_bytes_per_token(const struct engine *g)
+{
+    return g->kv_per_token;
+}
 
-const struct engine_config *engine_config_of(const struct engine *g) { return &g->c; }
+const struct engine_config *engine_config_of(const struct engine *g)
+{
+    return &g->c;
+}
 
 /* ---- requests --------------------------------------------------------------------- */
 
@@ -69,7 +75,7 @@ static void req_free(struct engine *g, struct ereq *r)
     free(r);
 }
 
-static int is_eog(const struct engine *g, int32_t id)
+int eng_is_eog(const struct engine *g, int32_t id)
 {
     if (g->tk && tok_is_eog(g->tk, id))
         return 1;
@@ -84,9 +90,8 @@ static int is_eog(const struct engine *g, int32_t id)
 
 /* A matcher for the request's grammar on its sampler; the vocabulary's bytes are built
  * once, by the first grammar request (engine/grammar/gram_tok.h). */
-static int grammar_attach(struct engine *g, struct sampler *smp, struct gram *gr,
-                          const char *prime, const char *trigger, int after, const char *open,
-                          struct cerr *e)
+static int grammar_attach(struct engine *g, struct sampler *smp, struct gram *gr, const char *prime,
+                          const char *trigger, int after, const char *open, struct cerr *e)
 {
     int V = g->m->hp.n_vocab, rc = 0;
     pthread_mutex_lock(&g->mu);
@@ -94,9 +99,9 @@ static int grammar_attach(struct engine *g, struct sampler *smp, struct gram *gr
         int32_t *eog = malloc((size_t)V * sizeof *eog);
         int n_eog = 0;
         for (int i = 0; eog && i < V; i++)
-            if (is_eog(g, i))
+            if (eng_is_eog(g, i))
                 eog[n_eog++] = i;
-        rc = !eog ? cerr_set(e, CERR_NOMEM, "out of memory")
+        rc = !eog     ? cerr_set(e, CERR_NOMEM, "out of memory")
              : !g->tk ? cerr_set(e, CERR_INVALID, "a grammar needs the model's tokenizer")
                       : gram_vocab_from_tok(&g->gvocab, g->tk, V, eog, n_eog, e);
         free(eog);
@@ -111,8 +116,8 @@ static int grammar_attach(struct engine *g, struct sampler *smp, struct gram *gr
         rc = cerr_set(e, CERR_INVALID, "the grammar does not accept the text the prompt ends with");
     }
     if (!rc && (trigger && open ? sampler_set_grammar_reasoning(smp, gm, open, trigger)
-                : trigger   ? sampler_set_grammar_lazy(smp, gm, trigger, after)
-                            : sampler_set_grammar(smp, gm)))
+                : trigger       ? sampler_set_grammar_lazy(smp, gm, trigger, after)
+                                : sampler_set_grammar(smp, gm)))
         rc = cerr_set(e, CERR_NOMEM, "out of memory");
     return rc;
 }
@@ -161,8 +166,8 @@ int engine_submit(struct engine *g, const struct engine_req *q, uint64_t *id, st
     if (!rc)
         rc = stop_new(&r->stop, q->stops, q->n_stops, e);
     if (!rc && q->n_stops_outside > 0 &&
-        stop_gate_block(r->stop, q->n_stops - q->n_stops_outside, q->think_open,
-                        q->think_close, q->think_inside))
+        stop_gate_block(r->stop, q->n_stops - q->n_stops_outside, q->think_open, q->think_close,
+                        q->think_inside))
         rc = cerr_set(e, CERR_NOMEM, "out of memory");
     if (!rc && q->grammar)
         rc = grammar_attach(g, r->smp, q->grammar, q->grammar_prime, q->grammar_trigger,
@@ -255,7 +260,7 @@ static void ev_fill_counts(const struct engine *g, const struct ereq *r, struct 
 }
 
 /* Terminal DONE: releases held text, calls back, frees. r must not be in run/wait. */
-static void finish(struct engine *g, struct ereq *r, int reason, int stop_index)
+void eng_finish(struct engine *g, struct ereq *r, int reason, int stop_index)
 {
     r->out_len = 0;
     if (reason != ENGINE_FINISH_STOP && reason != ENGINE_FINISH_CANCELLED) {
@@ -267,8 +272,11 @@ static void finish(struct engine *g, struct ereq *r, int reason, int stop_index)
         }
         stop_flush(r->stop, &r->out, &r->out_len, &r->out_cap);
     }
-    struct engine_event ev = {.type = ENGINE_EV_DONE, .finish = reason, .stop_index = stop_index,
-                              .text = r->out, .len = r->out_len};
+    struct engine_event ev = {.type = ENGINE_EV_DONE,
+                              .finish = reason,
+                              .stop_index = stop_index,
+                              .text = r->out,
+                              .len = r->out_len};
     ev_fill_counts(g, r, &ev);
     /* everything computed stays cached for the next turn; the blocks are released and the
      * counters updated before the caller hears of the end, so that a client reading /stats
@@ -326,7 +334,7 @@ int eng_on_token(struct engine *g, struct ereq *r, int32_t id, const struct samp
     r->n_gen++;
     sampler_accept(r->smp, id);
     r->out_len = 0;
-    int eog = !r->ignore_eos && is_eog(g, id);
+    int eog = !r->ignore_eos && eng_is_eog(g, id);
     int fired = 0, which = -1;
     if (!eog && r->ts) {
         char buf[4096];
@@ -340,8 +348,11 @@ int eng_on_token(struct engine *g, struct ereq *r, int32_t id, const struct samp
             }
         }
     }
-    struct engine_event ev = {.type = ENGINE_EV_DELTA, .token = id, .text = r->out,
-                              .len = r->out_len, .lp = r->want_lp ? lp : NULL};
+    struct engine_event ev = {.type = ENGINE_EV_DELTA,
+                              .token = id,
+                              .text = r->out,
+                              .len = r->out_len,
+                              .lp = r->want_lp ? lp : NULL};
     ev_fill_counts(g, r, &ev);
     r->cb(r->ud, &ev);
     int reason = -1;
@@ -353,13 +364,14 @@ int eng_on_token(struct engine *g, struct ereq *r, int32_t id, const struct samp
         reason = ENGINE_FINISH_LENGTH;
     int32_t forced;
     if (reason < 0 && !r->want_lp && !r->spec && sampler_grammar_forced(r->smp, &forced)) {
-        sampler_skip(r->smp); /* jump-forward: the one id the grammar allows, fed with the next step */
+        sampler_skip(
+            r->smp); /* jump-forward: the one id the grammar allows, fed with the next step */
         return eng_on_token(g, r, forced, lp);
     }
     if (reason < 0)
         return 0;
     eng_run_remove(g, r);
-    finish(g, r, reason, which);
+    eng_finish(g, r, reason, which);
     return 1;
 }
 
@@ -383,7 +395,10 @@ static int32_t sample_from_cands(struct engine *g, struct ereq *r, int out,
         return h->argmax;
     }
     if (sampler_wants_cands(r->smp)) {
-        struct sampler_cands c = {.mx = h->mx, .sum = h->sum, .argmax = h->argmax, .nc = h->nc,
+        struct sampler_cands c = {.mx = h->mx,
+                                  .sum = h->sum,
+                                  .argmax = h->argmax,
+                                  .nc = h->nc,
                                   .c = (const struct be_topcand_ent *)(h + 1)};
         int32_t id = sampler_sample_cands(r->smp, &c, r->want_lp ? lp : NULL);
         if (id != SAMPLER_NEED_FULL) {
@@ -399,8 +414,7 @@ static int32_t sample_from_cands(struct engine *g, struct ereq *r, int out,
  * + ahead. A row the op cannot decide (logprobs, a truncation filter, XTC firing, too much
  * history; sampler_device_row) is marked skip when skip_ok, else the call fails. Returns
  * the words used (*n_dev: rows the op decides), or -1. */
-int eng_samp_fill(struct engine *g, int n_rows, int ahead, int burst, int skip_ok,
-                     int *n_dev)
+int eng_samp_fill(struct engine *g, int n_rows, int ahead, int burst, int skip_ok, int *n_dev)
 {
     int n_out = 0;
     for (int s = 0; s < n_rows; s++)
@@ -417,8 +431,8 @@ int eng_samp_fill(struct engine *g, int n_rows, int ahead, int burst, int skip_o
         /* a grammar row's bitset goes after every row's aux words: room kept for it */
         int gm = gm_ok && g->n_gm < BE_SAMPLE_MASK_ROWS && sampler_device_masked(w->r->smp);
         int k = w->r->want_lp ? -1
-                              : sampler_device_row(w->r->smp, ahead, w->r->tokens,
-                                                   w->r->n_tokens, &row, g->samp + used,
+                              : sampler_device_row(w->r->smp, ahead, w->r->tokens, w->r->n_tokens,
+                                                   &row, g->samp + used,
                                                    cap - used - (g->n_gm + gm) * nw, used, gm);
         if (k < 0 && !skip_ok)
             return -1;
@@ -451,8 +465,7 @@ static void samp_masks(void *ctx)
 
 /* Samples output row `out` from its logits fetched from the backend (model_logits_row).
  * Returns the id, or -1 when fetching the row failed (r then failed and was freed). */
-static int32_t sample_fetched(struct engine *g, struct ereq *r, int out,
-                              struct sampler_logprob *lp)
+static int32_t sample_fetched(struct engine *g, struct ereq *r, int out, struct sampler_logprob *lp)
 {
     g->full_rows++;
     float *row = g->logits + (size_t)out * g->m->hp.n_vocab;
@@ -487,7 +500,7 @@ void eng_fill_tables(struct engine *g, int n_rows, int mb)
 /* The id of output row `out` for r: the backend's argmax (use_am), the candidates
  * (use_tc), else the host logits. Returns -1 when r failed (and was freed). */
 int32_t eng_sample_row(struct engine *g, struct ereq *r, int out, int use_am, int use_tc,
-                          struct sampler_logprob *lp)
+                       struct sampler_logprob *lp)
 {
     if (use_am) {
         sampler_skip(r->smp);
@@ -538,9 +551,16 @@ static int run_step(struct engine *g, int n_rows)
     while (lead < n_rows && (g->rows[lead].n == 1 || g->rows[lead].k > 0))
         lead_tok += g->rows[lead++].n;
     struct model_kv_view view = g->view;
-    struct model_batch b = {.n_tok = nt, .tokens = g->tokens, .pos = g->pos, .seq = g->seqv,
-                            .slots = g->slots, .n_seq = n_rows, .max_blocks = mb,
-                            .block_tables = g->tables, .n_out = n_out, .out_idx = g->out_idx,
+    struct model_batch b = {.n_tok = nt,
+                            .tokens = g->tokens,
+                            .pos = g->pos,
+                            .seq = g->seqv,
+                            .slots = g->slots,
+                            .n_seq = n_rows,
+                            .max_blocks = mb,
+                            .block_tables = g->tables,
+                            .n_out = n_out,
+                            .out_idx = g->out_idx,
                             .n_lead = lead_tok,
                             .slots_swa = g->kv_swa ? g->slots_swa : NULL,
                             .block_tables_swa = g->kv_swa ? g->tables_swa : NULL};
@@ -609,8 +629,8 @@ static int run_step(struct engine *g, int n_rows)
         if (w->plp >= 0)
             eng_plp_emit(g, w);
         if (r->n_past < r->n_prompt)
-            n_prompt_fed += (r->n_past + w->n < r->n_prompt ? r->n_past + w->n : r->n_prompt) -
-                            r->n_past;
+            n_prompt_fed +=
+                (r->n_past + w->n < r->n_prompt ? r->n_past + w->n : r->n_prompt) - r->n_past;
         r->n_past += w->n;
         kv_cache_commit(g->kv, &r->seq, r->root, r->tokens, r->n_past);
         if (g->kv_swa) {
@@ -640,7 +660,7 @@ static int run_step(struct engine *g, int n_rows)
     return 0;
 }
 
-static void *engine_main(void *arg)
+void *eng_main(void *arg)
 {
     struct engine *g = arg;
     struct be *b = g->m->be;
@@ -678,7 +698,7 @@ static void *engine_main(void *arg)
             if (r->cancelled == 2)
                 eng_fail(g, r, "the request does not fit in the KV cache pool");
             else
-                finish(g, r, ENGINE_FINISH_CANCELLED, -1);
+                eng_finish(g, r, ENGINE_FINISH_CANCELLED, -1);
         }
         if (quit) {
             if (g->ssd)
@@ -704,303 +724,4 @@ static void *engine_main(void *arg)
     }
     eng_publish_stats(g, 0);
     return NULL;
-}
-
-/* ---- lifecycle -------------------------------------------------------------------- */
-
-/* The prefix-cache namespace: what a block's K/V depend on besides its tokens — the model
- * (file name, architecture, shapes, vocabulary, RoPE), the KV dtype and block size; a
- * request with adapters chains from this root hashed with its set (lora_eng.c). */
-static void namespace_root(struct engine *g)
-{
-    const struct model_hparams *h = &g->m->hp;
-    const char *base = strrchr(g->m->path, '/');
-    char ns[1024];
-    int n = snprintf(ns, sizeof ns,
-                     "cinfer-kv-v1|model=%s|arch=%s|L=%d|E=%d|H=%d/%d|D=%d|F=%d|V=%d|theta=%.9g/%.9g"
-                     "|swa=%d|kv=%d|bs=%d|adapters=none",
-                     base ? base + 1 : g->m->path, g->m->arch_name, h->n_layer, h->n_embd,
-                     h->n_head, h->n_kv_head, h->head_dim, h->n_ff, h->n_vocab,
-                     (double)h->rope_theta, (double)h->rope_theta_local, h->sliding_window,
-                     g->c.kv_dtype, g->c.block_size);
-    n = n < (int)sizeof ns ? n : (int)sizeof ns - 1;
-    n += kvq_ns_append(ns + n, sizeof ns - (size_t)n, g->ldt, h->n_layer, g->c.kv_dtype);
-    kv_key_root(g->root, ns, (size_t)(n < (int)sizeof ns ? n : (int)sizeof ns - 1));
-}
-
-/* XTC never removes end-of-generation tokens or tokens that write a newline. */
-static int build_xtc_exempt(struct engine *g)
-{
-    int V = g->m->hp.n_vocab, n = 0, cap = 64;
-    g->xtc_exempt = malloc((size_t)cap * sizeof(int32_t));
-    if (!g->xtc_exempt)
-        return -1;
-    for (int32_t id = 0; id < V; id++) {
-        int hit = is_eog(g, id);
-        if (!hit && g->tk && id < tok_vocab_size(g->tk)) {
-            char *text = NULL;
-            size_t len = 0;
-            if (tok_decode(g->tk, &id, 1, 0, &text, &len, NULL) == 0 && text)
-                hit = memchr(text, '\n', len) != NULL;
-            free(text);
-        }
-        if (!hit)
-            continue;
-        if (n == cap) {
-            int32_t *x = realloc(g->xtc_exempt, (size_t)(cap *= 2) * sizeof(int32_t));
-            if (!x)
-                return -1;
-            g->xtc_exempt = x;
-        }
-        g->xtc_exempt[n++] = id;
-    }
-    g->n_xtc_exempt = n;
-    return 0;
-}
-
-/* A switch from the environment: set, not empty and not "0". */
-static int env_on(const char *name)
-{
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
-
-/* Candidate sampling when the backend has the op (CINFER_HOST_ARGMAX=1 or
- * CINFER_HOST_SAMPLE=1: never); CINFER_SAMPLE_CAP sets the most candidates per row (1 ..
- * BE_TOPCAND_CAP_MAX, the default): a row with more ids in the span gets a narrower prefix,
- * and a filter that runs past it fetches the row. A step downloads rows x (16 + 8 cap) bytes. */
-static int cands_init(struct engine *g, struct cerr *e)
-{
-    if (!model_can_topcand(g->m) || env_on("CINFER_HOST_ARGMAX") || env_on("CINFER_HOST_SAMPLE"))
-        return 0;
-    const char *cv = getenv("CINFER_SAMPLE_CAP");
-    int cap = cv && *cv ? atoi(cv) : BE_TOPCAND_CAP_MAX;
-    if (cap < 1 || cap > BE_TOPCAND_CAP_MAX) {
-        log_warn("engine: CINFER_SAMPLE_CAP=%s is outside [1, %d]; using %d", cv,
-                 BE_TOPCAND_CAP_MAX, BE_TOPCAND_CAP_MAX);
-        cap = BE_TOPCAND_CAP_MAX;
-    }
-    int rc = model_ws_reserve_cands(g->ws, cap, e);
-    if (rc)
-        return rc;
-    g->cands = malloc((size_t)g->max_out * be_topcand_stride(cap));
-    if (!g->cands)
-        return cerr_set(e, CERR_NOMEM, "out of memory");
-    g->cand_cap = cap;
-    return 0;
-}
-
-/* Sampling on the backend (its op sample) for the rows it can decide: on a device backend
- * (one that queues steps), unless CINFER_HOST_SAMPLE=1, CINFER_HOST_ARGMAX=1 or
- * CINFER_DEVICE_SAMPLE=0; CINFER_DEVICE_SAMPLE=1 turns it on for any backend with the op
- * (tests: the CPU's op is the host sampler's own math, so the ids are the same). */
-static int dev_sample_init(struct engine *g, struct cerr *e)
-{
-    const char *dv = getenv("CINFER_DEVICE_SAMPLE");
-    int want = dv && *dv ? strcmp(dv, "0") != 0 : model_queue_async(g->m);
-    if (!want || !model_can_sample(g->m) || !g->can_argmax || env_on("CINFER_HOST_SAMPLE"))
-        return 0;
-    g->samp = malloc((size_t)model_samp_words_max(g->m, g->c.max_seqs) * sizeof *g->samp);
-    if (!g->samp)
-        return cerr_set(e, CERR_NOMEM, "out of memory");
-    g->dev_sample = 1;
-    const char *gd = getenv("CINFER_GRAMMAR_DEVICE"); /* grammar masks applied by the op */
-    g->gm_dev = !(gd && !strcmp(gd, "0"));
-    return 0;
-}
-
-int engine_new(struct engine **out, const struct model *m, const struct tok *t,
-               const struct engine_config *c, struct cerr *e)
-{
-    *out = NULL;
-    if (c->n_ctx <= 1 || c->max_seqs <= 0 || c->max_step_tokens <= 0 || c->block_size <= 0 ||
-        c->n_blocks <= 0 || c->max_queue <= 0)
-        return cerr_set(e, CERR_INVALID, "engine: invalid configuration");
-    struct engine *g = calloc(1, sizeof *g);
-    if (!g)
-        return cerr_set(e, CERR_NOMEM, "out of memory");
-    g->m = m;
-    g->tk = t;
-    g->c = *c;
-    g->max_blocks = (c->n_ctx + c->block_size - 1) / c->block_size;
-    if ((long)g->max_blocks > c->n_blocks) {
-        free(g);
-        return cerr_set(e, CERR_INVALID,
-                        "engine: the KV pool (%d blocks of %d) cannot hold one context of %d",
-                        c->n_blocks, c->block_size, c->n_ctx);
-    }
-    pthread_mutex_init(&g->mu, NULL);
-    pthread_cond_init(&g->cv, NULL);
-    pthread_cond_init(&g->flush_cv, NULL);
-    int S = c->max_seqs, T = c->max_step_tokens, V = m->hp.n_vocab;
-    int kv_dim = m->hp.n_kv_head * m->hp.head_dim;
-    g->kv_per_token = engine_kv_token_bytes(m, c);
-    int n_swa = 0;
-    for (int l = 0; m->hp.sliding_window > 0 && l < m->hp.n_layer; l++)
-        n_swa += m->hp.layer_swa[l] != 0;
-    int split = n_swa > 0 && n_swa < m->hp.n_layer && !c->no_swa_pool;
-    /* per-layer KV dtypes (kv quantization): ldt[0..) global layers, then sliding ones */
-    int L = m->hp.n_layer, *gl = malloc((size_t)(2 * L + 1) * sizeof(int));
-    g->ldt = malloc((size_t)(L + 1) * sizeof(int));
-    if (!gl || !g->ldt) {
-        free(gl);
-        free(g->ldt);
-        free(g);
-        return cerr_set(e, CERR_NOMEM, "out of memory");
-    }
-    int ng = 0, ns = 0;
-    for (int l = 0; l < L; l++) {
-        g->ldt[l] = c->kv_layer_dtype ? c->kv_layer_dtype[l] : c->kv_dtype;
-        if (split && m->hp.layer_swa[l])
-            gl[L + ns++] = g->ldt[l];
-        else
-            gl[ng++] = g->ldt[l];
-    }
-    int rc = kv_pool_new_layers(&g->kv, m->be, ng, kv_dim, c->block_size, c->n_blocks,
-                                c->kv_dtype, gl, c->prompt_cache_blocks, e);
-    if (!rc && split) {
-        /* sliding layers: running sequences hold about window + one step of positions; the
-         * rest of the pool keeps the windows of cached prefixes */
-        g->window = m->hp.sliding_window;
-        int per_seq = (g->window + c->max_step_tokens) / c->block_size + 3;
-        long nb = (long)c->max_seqs * per_seq +
-                  (c->prompt_cache_blocks > 0 ? c->prompt_cache_blocks : 0);
-        if (nb > c->n_blocks)
-            nb = c->n_blocks;
-        rc = kv_pool_new_layers(&g->kv_swa, m->be, n_swa, kv_dim, c->block_size, (int)nb,
-                                c->kv_dtype, gl + L, c->prompt_cache_blocks, e);
-    }
-    free(gl);
-    if (!rc && c->kv_listener) {
-        kv_pool_set_listener(g->kv, c->kv_listener, 0);
-        if (g->kv_swa)
-            kv_pool_set_listener(g->kv_swa, c->kv_listener, 1);
-    }
-    g->view_k = calloc((size_t)m->hp.n_layer, sizeof(void *));
-    g->view_v = calloc((size_t)m->hp.n_layer, sizeof(void *));
-    if (!rc && (!g->view_k || !g->view_v))
-        rc = cerr_set(e, CERR_NOMEM, "out of memory");
-    for (int l = 0, ig = 0, is = 0; !rc && l < m->hp.n_layer; l++) {
-        int sw = split && m->hp.layer_swa[l];
-        g->view_k[l] = sw ? g->kv_swa->k[is] : g->kv->k[ig];
-        g->view_v[l] = sw ? g->kv_swa->v[is++] : g->kv->v[ig++];
-    }
-    g->view = (struct model_kv_view){.k = g->view_k, .v = g->view_v, .kv_dtype = c->kv_dtype,
-                                     .block_size = c->block_size, .layer_dtype = g->ldt};
-    namespace_root(g);
-    g->max_out = S;
-    if (!rc)
-        rc = eng_tier_open(g, e);
-    if (!rc)
-        rc = eng_spec_init(g, e); /* may widen max_out */
-    g->max_out += ENG_PLP_ROWS; /* prompt scoring's rows (promptlp.c) */
-    if (g->max_out > T)            /* a logits row is a token of the step */
-        g->max_out = T;
-    int O = g->max_out;
-    if (!rc)
-        rc = model_ws_new(&g->ws, m, T, O, S, g->max_blocks, e);
-    if (!rc) {
-        g->run = calloc((size_t)S, sizeof *g->run);
-        g->rows = calloc((size_t)S, sizeof *g->rows);
-        g->tokens = malloc((size_t)T * sizeof(int32_t));
-        g->pos = malloc((size_t)T * sizeof(int32_t));
-        g->seqv = malloc((size_t)T * sizeof(int32_t));
-        g->slots = malloc((size_t)T * sizeof(int32_t));
-        g->out_idx = malloc((size_t)O * sizeof(int32_t));
-        g->am = malloc((size_t)O * sizeof(int32_t));
-        g->can_argmax = model_can_argmax(g->m) && !env_on("CINFER_HOST_ARGMAX");
-        /* bursts where a queued step runs while the host goes on (a GPU); on a backend
-         * that computes it at once (the CPU) a burst would only hold each token back by a
-         * step: CINFER_ENGINE_OVERLAP=1 forces them (tests), =0 turns them off */
-        const char *ov = getenv("CINFER_ENGINE_OVERLAP");
-        g->overlap = ov && !strcmp(ov, "1")   ? 1
-                     : ov && !strcmp(ov, "0") ? 0
-                                              : model_queue_async(g->m);
-        eng_burst_init(g);
-        g->tables = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
-        g->slots_swa = malloc((size_t)T * sizeof(int32_t));
-        g->tables_swa = malloc((size_t)S * g->max_blocks * sizeof(int32_t));
-        g->check_seqs_swa = malloc((size_t)S * sizeof *g->check_seqs_swa);
-        g->logits = malloc((size_t)O * V * sizeof(float));
-        g->check_seqs = malloc((size_t)S * sizeof *g->check_seqs);
-        g->lsets = calloc((size_t)S, sizeof *g->lsets);
-        if (!g->lsets ||
-            !g->run || !g->rows || !g->tokens || !g->pos || !g->seqv || !g->slots ||
-            !g->out_idx || !g->am || !g->tables || !g->logits || !g->check_seqs || !g->slots_swa ||
-            !g->tables_swa || !g->check_seqs_swa)
-            rc = cerr_set(e, CERR_NOMEM, "out of memory");
-    }
-    if (!rc)
-        rc = cands_init(g, e);
-    if (!rc)
-        rc = dev_sample_init(g, e);
-    if (!rc && build_xtc_exempt(g))
-        rc = cerr_set(e, CERR_NOMEM, "out of memory");
-    if (!rc) {
-        g->st.blocks_total = g->st.blocks_free = c->n_blocks;
-        eng_spec_stats(g);
-        if (pthread_create(&g->th, NULL, engine_main, g))
-            rc = cerr_set(e, CERR_NOMEM, "engine: cannot start its thread");
-        else
-            g->th_started = 1;
-    }
-    if (rc) {
-        engine_free(g);
-        return rc;
-    }
-    *out = g;
-    return 0;
-}
-
-void engine_free(struct engine *g)
-{
-    if (!g)
-        return;
-    if (g->th_started) {
-        pthread_mutex_lock(&g->mu);
-        g->quit = 1;
-        pthread_cond_signal(&g->cv);
-        pthread_mutex_unlock(&g->mu);
-        pthread_join(g->th, NULL);
-    }
-    eng_calls_run(g); /* what was posted while it stopped */
-    struct ereq *r;
-    while ((r = eng_q_pop(&g->in)))
-        finish(g, r, ENGINE_FINISH_CANCELLED, -1);
-    if (g->cand_rows || g->full_rows || g->dev_rows)
-        log_info("engine: %ld rows sampled on the backend, %ld from candidates, %ld fetched "
-                 "their logits", g->dev_rows, g->cand_rows, g->full_rows);
-    eng_tier_close(g);
-    gram_vocab_free(g->gvocab);
-    model_ws_free(g->ws);
-    spec_free(g->spec);
-    eng_burst_deinit(g);
-    kv_pool_free(g->kv);
-    kv_pool_free(g->kv_swa);
-    free(g->view_k);
-    free(g->view_v);
-    free(g->ldt);
-    free(g->slots_swa);
-    free(g->tables_swa);
-    free(g->check_seqs_swa);
-    free(g->run);
-    free(g->rows);
-    free(g->lsets);
-    free(g->tokens);
-    free(g->pos);
-    free(g->seqv);
-    free(g->slots);
-    free(g->out_idx);
-    free(g->tables);
-    free(g->logits);
-    free(g->am);
-    free(g->cands);
-    free(g->samp);
-    free(g->cancels);
-    free(g->xtc_exempt);
-    free(g->check_seqs);
-    pthread_mutex_destroy(&g->mu);
-    pthread_cond_destroy(&g->cv);
-    pthread_cond_destroy(&g->flush_cv);
-    free(g);
 }

@@ -217,6 +217,13 @@ void eng_spec_verify(struct engine *g, struct row *w, int use_am, int use_tc);
 
 /* ---- engine.c, shared with burst.c ---- */
 
+/* Terminal DONE for r with reason (ENGINE_FINISH_*) and the stop string's index (or -1):
+ * publishes, frees. r must not be in run/wait. */
+void eng_finish(struct engine *g, struct ereq *r, int reason, int stop_index);
+/* The engine thread's loop (started by engine_new, engine_new.c). */
+void *eng_main(void *arg);
+/* 1 when id ends generation (the tokenizer's end-of-generation set or the model's). */
+int eng_is_eog(const struct engine *g, int32_t id);
 /* Terminal ERROR for r: publishes, frees. r must not be in run/wait. */
 void eng_fail(struct engine *g, struct ereq *r, const char *msg);
 /* Handles a sampled token: append, detokenize, stop-match, publish; may finish r.
