@@ -18,7 +18,7 @@
 #           any model path): decode tok/s at CTX (4096,16384,32768) per scheme vs f16, best of
 #           REPS (3) runs of STEPS (16) steps, once per KMODES (default "split general":
 #           CINFER_KVQ_ATTN=split, the decode path of cuda_kvq_dec.cu, the default; =general,
-#           the old kernel), then the decode path at 16k once per EXTRA word (default
+#           the old kernel), then the decode path at XCTX (16384) once per EXTRA word (default
 #           "CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64 CINFER_KVQ_ROPE_STORE=split"; "" skips);
 #           bytes per token;
 #  PROFILE=1 (extra, after bench) ncu on one decode step's attention kernels at 16k, scheme
@@ -142,7 +142,7 @@ if want bench; then
         f=$OUT/decode_$lab.json
         env $(printf %s "$ev" | tr ',' ' ') LD_LIBRARY_PATH=$LDP timeout "$T" "$B/cinfer_kvq_bench" "$m" --backend $BE --schemes "$SCHEMES" \
             --decode-ctx ${XCTX:-16384} --steps ${STEPS:-16} --reps ${REPS:-3} > "$f" 2> "${f%.json}.err"
-        echo "kvq_bench $(basename "$m") decode 16k $ev rc=$? ($(( $(date +%s) - t4 )) s)" | tee -a "$S"
+        echo "kvq_bench $(basename "$m") decode ${XCTX:-16384} $ev rc=$? ($(( $(date +%s) - t4 )) s)" | tee -a "$S"
         DS="$DS $lab=$f"
     done
     if [ "${PROFILE:-0}" = 1 ]; then
