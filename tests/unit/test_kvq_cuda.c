@@ -441,7 +441,7 @@ static void test_rope_store(void)
 enum { FZ_NS = 4, FZ_MB = 260 /* 4160 positions a sequence */, FZ_REPS = 3, FZ_MAXC = 64 };
 
 struct fz_res {
-    uint64_t out_h, kc_h, vc_h; /* FNV-1a of the output and of both whole caches */
+    uint64_t out_h, kc_h, vc_h;  /* FNV-1a of the output and of both whole caches */
     float out[FZ_NS * 16 * 128]; /* the output itself (n * nh * hd) */
     int ok;
 };
@@ -494,7 +494,8 @@ static void fz_case(int ci, const struct scheme *sc, int hd, int nseq, const int
         for (int p = 0; p < pos[s]; p++, r++) {
             slots[r] = tables[s * FZ_MB + p / BS] * BS + p % BS;
             for (int i = 0; i < kvd; i++) {
-                K[(size_t)r * kvd + i] = gauss() * (i % 7 == 0 ? 3.0f : 1.0f) + (i % hd == 3 ? 4.0f : 0.0f);
+                K[(size_t)r * kvd + i] =
+                    gauss() * (i % 7 == 0 ? 3.0f : 1.0f) + (i % hd == 3 ? 4.0f : 0.0f);
                 V[(size_t)r * kvd + i] = gauss() + 0.5f * (float)(i / hd);
             }
         }
@@ -503,8 +504,10 @@ static void fz_case(int ci, const struct scheme *sc, int hd, int nseq, const int
     if (ntot > 0)
         g_cpu->ops->kv_store(g_cpu, kc, vc, code, K, V, slots, ntot, kvd);
     /* the step: q, k, v of the new tokens (unroped), their slots */
-    float *q = malloc(sizeof(float) * (size_t)nseq * qn), *kn = malloc(sizeof(float) * (size_t)nseq * kvd);
-    float *vn = malloc(sizeof(float) * (size_t)nseq * kvd), *inv = malloc(sizeof(float) * (size_t)rot_dim / 2);
+    float *q = malloc(sizeof(float) * (size_t)nseq * qn),
+          *kn = malloc(sizeof(float) * (size_t)nseq * kvd);
+    float *vn = malloc(sizeof(float) * (size_t)nseq * kvd),
+          *inv = malloc(sizeof(float) * (size_t)rot_dim / 2);
     int32_t nslot[FZ_NS], nseqs[FZ_NS];
     for (int i = 0; i < nseq * qn; i++)
         q[i] = gauss();
@@ -516,12 +519,16 @@ static void fz_case(int ci, const struct scheme *sc, int hd, int nseq, const int
         nslot[s] = tables[s * FZ_MB + pos[s] / BS] * BS + pos[s] % BS, nseqs[s] = s;
     void *dkc = dev_from(kc, ckb), *dvc = dev_from(vc, cvb);
     int32_t *dtab = dev_from(tables, sizeof(int32_t) * nb);
-    int32_t *dpos = dev_from(pos, sizeof(int32_t) * nseq), *dseq = dev_from(nseqs, sizeof(int32_t) * nseq);
+    int32_t *dpos = dev_from(pos, sizeof(int32_t) * nseq),
+            *dseq = dev_from(nseqs, sizeof(int32_t) * nseq);
     int32_t *dsl = dev_from(nslot, sizeof(int32_t) * nseq);
-    float *dq = dev_from(NULL, sizeof(float) * (size_t)nseq * qn), *dk = dev_from(NULL, sizeof(float) * (size_t)nseq * kvd);
-    float *dv = dev_from(vn, sizeof(float) * (size_t)nseq * kvd), *dinv = dev_from(inv, sizeof(float) * (size_t)rot_dim / 2);
+    float *dq = dev_from(NULL, sizeof(float) * (size_t)nseq * qn),
+          *dk = dev_from(NULL, sizeof(float) * (size_t)nseq * kvd);
+    float *dv = dev_from(vn, sizeof(float) * (size_t)nseq * kvd),
+          *dinv = dev_from(inv, sizeof(float) * (size_t)rot_dim / 2);
     float *dout = dev_from(NULL, sizeof(float) * (size_t)nseq * qn);
-    float *out = malloc(sizeof(float) * (size_t)nseq * qn), *qa = malloc(sizeof(float) * (size_t)nseq * qn);
+    float *out = malloc(sizeof(float) * (size_t)nseq * qn),
+          *qa = malloc(sizeof(float) * (size_t)nseq * qn);
     float *nan = malloc(sizeof(float) * (size_t)nseq * qn);
     for (int i = 0; i < nseq * qn; i++)
         nan[i] = NAN; /* a row nobody writes stays NaN and fails the checks */
@@ -533,14 +540,36 @@ static void fz_case(int ci, const struct scheme *sc, int hd, int nseq, const int
             g_dev->ops->upload(g_dev, dk, kn, sizeof(float) * (size_t)nseq * kvd, &e) ||
             g_dev->ops->upload(g_dev, dout, nan, sizeof(float) * (size_t)nseq * qn, &e))
             CHECK_MSG(0, "upload: %s", e.msg);
-        struct be_rope_kv r = {.q = dq, .k = dk, .v = dv, .pos = dpos, .slots = dsl,
-                               .n_tok = nseq, .n_head = nh, .n_kv_head = nkv, .head_dim = hd,
-                               .rot_dim = rot_dim, .mode = mode, .inv_freq = dinv,
-                               .mscale = 1.0f, .k_cache = dkc, .v_cache = dvc, .kv_dtype = code};
-        struct be_attn a = {.n_tok = nseq, .n_head = nh, .n_kv_head = nkv, .head_dim = hd,
-                            .scale = 1.0f / sqrtf((float)hd), .pos = dpos, .seq = dseq,
-                            .block_tables = dtab, .max_blocks = FZ_MB, .block_size = BS,
-                            .kv_dtype = code, .k_cache = dkc, .v_cache = dvc, .one_per_seq = 1};
+        struct be_rope_kv r = {.q = dq,
+                               .k = dk,
+                               .v = dv,
+                               .pos = dpos,
+                               .slots = dsl,
+                               .n_tok = nseq,
+                               .n_head = nh,
+                               .n_kv_head = nkv,
+                               .head_dim = hd,
+                               .rot_dim = rot_dim,
+                               .mode = mode,
+                               .inv_freq = dinv,
+                               .mscale = 1.0f,
+                               .k_cache = dkc,
+                               .v_cache = dvc,
+                               .kv_dtype = code};
+        struct be_attn a = {.n_tok = nseq,
+                            .n_head = nh,
+                            .n_kv_head = nkv,
+                            .head_dim = hd,
+                            .scale = 1.0f / sqrtf((float)hd),
+                            .pos = dpos,
+                            .seq = dseq,
+                            .block_tables = dtab,
+                            .max_blocks = FZ_MB,
+                            .block_size = BS,
+                            .kv_dtype = code,
+                            .k_cache = dkc,
+                            .v_cache = dvc,
+                            .one_per_seq = 1};
         g_dev->ops->rope_kv_store(g_dev, &r);
         g_dev->ops->attention(g_dev, dout, dq, &a);
         host_from(out, dout, sizeof(float) * (size_t)nseq * qn);
@@ -560,7 +589,8 @@ static void fz_case(int ci, const struct scheme *sc, int hd, int nseq, const int
     }
     CHECK_MSG(same && finite, "case %d (hd %d k %s v %s, %d sequences, pos %d): %s", ci, hd,
               kvq_fmt_name(sc->kf), kvq_fmt_name(sc->vf), nseq, pos[0],
-              !finite ? "an output is not finite (unwritten?)" : "a repetition (graph capture / replay) differs");
+              !finite ? "an output is not finite (unwritten?)"
+                      : "a repetition (graph capture / replay) differs");
     res->ok = same && finite;
     g_dev->ops->free(g_dev, dkc), g_dev->ops->free(g_dev, dvc), g_dev->ops->free(g_dev, dtab);
     g_dev->ops->free(g_dev, dpos), g_dev->ops->free(g_dev, dseq), g_dev->ops->free(g_dev, dsl);
@@ -575,11 +605,11 @@ static void fz_case(int ci, const struct scheme *sc, int hd, int nseq, const int
 static void fz_all(int variant, int merge, int store)
 {
     static const struct scheme fs[] = {
-        {KVF_A8, KVF_A8, 1, 0}, /* 8 */
-        {KVF_A4, KVF_A4, 1, 1}, /* 4 */
-        {KVF_A8, KVF_L4, 1, 1}, /* k8v4 */
-        {KVF_A8, KVF_L3, 1, 1}, /* k8v3 (turbo) */
-        {KVF_A5, KVF_L5, 1, 1}, /* the any-width decoder */
+        {KVF_A8, KVF_A8, 1, 0},  /* 8 */
+        {KVF_A4, KVF_A4, 1, 1},  /* 4 */
+        {KVF_A8, KVF_L4, 1, 1},  /* k8v4 */
+        {KVF_A8, KVF_L3, 1, 1},  /* k8v3 (turbo) */
+        {KVF_A5, KVF_L5, 1, 1},  /* the any-width decoder */
         {KVF_F16, KVF_L8, 0, 1}, /* a plain side */
     };
     /* one sequence: many rounds a split; the new position first of its round and alone in
@@ -613,10 +643,11 @@ static void fz_all(int variant, int merge, int store)
                         int nd = 0;
                         for (int i = 0; i < nseq * (hd == 128 ? 16 : 4) * hd; i++)
                             nd += memcmp(&r.out[i], &g_fz[ci].out[i], sizeof(float)) != 0;
-                        fprintf(stderr, "case %d (hd %d k %s v %s, %d seq, pos %d): output %s (%d "
-                                "values differ), K cache %s, V cache %s\n", ci, hd,
-                                kvq_fmt_name(fs[si].kf), kvq_fmt_name(fs[si].vf), nseq, pos[0],
-                                r.out_h == g_fz[ci].out_h ? "same" : "DIFFERS", nd,
+                        fprintf(stderr,
+                                "case %d (hd %d k %s v %s, %d seq, pos %d): output %s (%d "
+                                "values differ), K cache %s, V cache %s\n",
+                                ci, hd, kvq_fmt_name(fs[si].kf), kvq_fmt_name(fs[si].vf), nseq,
+                                pos[0], r.out_h == g_fz[ci].out_h ? "same" : "DIFFERS", nd,
                                 r.kc_h == g_fz[ci].kc_h ? "same" : "DIFFERS",
                                 r.vc_h == g_fz[ci].vc_h ? "same" : "DIFFERS");
                         bad++;
@@ -643,10 +674,22 @@ static void fz_all(int variant, int merge, int store)
     CHECK_MSG(merge || m1 - m0 == 0, "variant %d: fused merges without the switch", variant);
 }
 
-static void test_fused_default(void) { fz_all(0, 0, 0); }
-static void test_fused_merge(void) { fz_all(1, 1, 0); }
-static void test_fused_store(void) { fz_all(2, 0, 1); }
-static void test_fused_both(void) { fz_all(3, 1, 1); }
+static void test_fused_default(void)
+{
+    fz_all(0, 0, 0);
+}
+static void test_fused_merge(void)
+{
+    fz_all(1, 1, 0);
+}
+static void test_fused_store(void)
+{
+    fz_all(2, 0, 1);
+}
+static void test_fused_both(void)
+{
+    fz_all(3, 1, 1);
+}
 
 /* A new backend with the switches (read at creation); 0 when it opened. */
 static int fz_reopen(const char *bn, struct be_config *bc, const char *merge, const char *store)

@@ -423,11 +423,11 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     const size_t bufsz = ((size_t)KD_ROUND * (a.s[0].hb + a.s[1].hb) + 32) & ~(size_t)15;
     const int kbo = KD_ROUND * a.s[0].hb; /* V records after K's in a buffer */
     /* row of round rd's position j: a position outside [lo, pos] reads pos's row (finite
-     * bytes, weighted by zero) */
+     * bytes, weighted by zero; FU: one before lo reads lo's, stored before the step, since
+     * pos's may be being written by another block) */
     auto row_of = [&](int rd, int j) {
         const int p = rd * KD_ROUND + j;
-        const int pc = p >= lo && p <= pos ? p : FU && p < lo ? lo : pos; /* (FU: lo, stored
-                                                                           * before the step) */
+        const int pc = p >= lo && p <= pos ? p : FU && p < lo ? lo : pos;
         const int bi = bsh >= 0 ? pc >> bsh : pc / bs, in = bsh >= 0 ? pc & (bs - 1) : pc % bs;
         return bt[bi] * bs + in;
     };
