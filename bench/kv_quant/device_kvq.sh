@@ -18,7 +18,7 @@
 #           any model path): decode tok/s at CTX (4096,16384,32768) per scheme vs f16, best of
 #           REPS (3) runs of STEPS (16) steps, once per KMODES (default "split general":
 #           CINFER_KVQ_ATTN=split, the decode path of cuda_kvq_dec.cu, the default; =general,
-#           the old kernel), then the decode path at 16k once per EXTRA word (default
+#           the old kernel), then the decode path at XCTX (16384) once per EXTRA word (default
 #           "CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64 CINFER_KVQ_ROPE_STORE=split"; "" skips);
 #           bytes per token;
 #  PROFILE=1 (extra, after bench) ncu on one decode step's attention kernels at 16k, scheme
@@ -127,17 +127,22 @@ if want bench; then
         [ $km = split ] && DJ=$f
         [ $km = general ] && DK=$f
     done
-    # variants of the decode path at 16k, one run each: VAR=VALUE words (label: the
-    # variable's last word and the value, e.g. CINFER_KVQ_NT=128 -> nt128)
+    # variants of the decode path at 16k, one run each: VAR=VALUE words, several joined by
+    # commas for one run (label: each variable's last word and value, e.g.
+    # CINFER_KVQ_NT=128 -> nt128; CINFER_KVQ_MERGE=fused,CINFER_KVQ_STORE=attn ->
+    # mergefused_storeattn)
     for ev in ${EXTRA-CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64 CINFER_KVQ_ROPE_STORE=split}; do
         T=$(lim 60)
-        lab=$(printf %s "${ev%%=*}" | sed 's/.*_//' | tr 'A-Z' 'a-z')${ev#*=}
+        lab=""
+        for w in $(printf %s "$ev" | tr ',' ' '); do
+            lab=$lab${lab:+_}$(printf %s "${w%%=*}" | sed 's/.*_//' | tr 'A-Z' 'a-z')${w#*=}
+        done
         if [ "$T" -le 0 ]; then echo "kvq_bench $ev: skipped (budget)" | tee -a "$S"; continue; fi
         t4=$(date +%s)
         f=$OUT/decode_$lab.json
-        env "$ev" LD_LIBRARY_PATH=$LDP timeout "$T" "$B/cinfer_kvq_bench" "$m" --backend $BE --schemes "$SCHEMES" \
-            --decode-ctx 16384 --steps ${STEPS:-16} --reps ${REPS:-3} > "$f" 2> "${f%.json}.err"
-        echo "kvq_bench $(basename "$m") decode 16k $ev rc=$? ($(( $(date +%s) - t4 )) s)" | tee -a "$S"
+        env $(printf %s "$ev" | tr ',' ' ') LD_LIBRARY_PATH=$LDP timeout "$T" "$B/cinfer_kvq_bench" "$m" --backend $BE --schemes "$SCHEMES" \
+            --decode-ctx ${XCTX:-16384} --steps ${STEPS:-16} --reps ${REPS:-3} > "$f" 2> "${f%.json}.err"
+        echo "kvq_bench $(basename "$m") decode ${XCTX:-16384} $ev rc=$? ($(( $(date +%s) - t4 )) s)" | tee -a "$S"
         DS="$DS $lab=$f"
     done
     if [ "${PROFILE:-0}" = 1 ]; then

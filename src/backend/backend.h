@@ -55,6 +55,10 @@ struct be_attn {
     int max_blocks, block_size;
     int kv_dtype;
     const void *k_cache, *v_cache;
+    /* a hint (0 is always correct): 1 = no two tokens of the step belong to one sequence (a
+     * decode step), so no token reads K/V that another token of the step stored; a backend
+     * may then fold the rope_kv_store just before into this call (CUDA: CINFER_KVQ_STORE) */
+    int one_per_seq;
 };
 
 /* A fused projection (the OPTIONAL op matmul_fused): up to three weights that read the same

@@ -52,6 +52,7 @@ struct model_ws {
     int cand_cap;
     int last_out;      /* logit rows of the last forward (model_logits_row); 0 = none */
     int x_chain;       /* x is the output of a matmul_fused ADD with chain = 1 (be_mm) */
+    int one_per_seq;   /* the rows being run hold one token per sequence (be_attn) */
     int hidden_only;   /* model_forward_hidden: stop at the final norm (no classifier) */
     struct be *be;
     /* LoRA (lora_fwd.h): the step's groups, their row lists (host scratch, and in d_ids),
@@ -350,6 +351,7 @@ static void attention_block(const struct model *m, struct model_ws *ws,
         .kv_dtype = kv_dt,
         .k_cache = kv->k[il],
         .v_cache = kv->v[il],
+        .one_per_seq = ws->one_per_seq,
     };
     op->attention(b, ws->att, ws->q, &a);           /* (n, qd) */
     /* mlp_block next: its fused gate/up norms x, unless adapters take gate/up unfused */
@@ -461,6 +463,19 @@ static int check_batch(const struct model *m, const struct model_ws *ws,
     return 0;
 }
 
+/* 1 when the n tokens' sequences seq[0..n) are all different (a decode step; only checked
+ * for steps of at most 64 tokens, 0 above: the hint be_attn.one_per_seq). */
+static int one_per_seq(const int32_t *seq, int n)
+{
+    if (n > 64)
+        return 0;
+    for (int i = 1; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (seq[i] == seq[j])
+                return 0;
+    return 1;
+}
+
 /* The embedding and every layer for the step's tokens [r0, r0 + nr): ws and bt seen from
  * row r0 (a group of whole sequences: nothing of another group is read). */
 static void run_layers(const struct model *m, struct model_ws *ws,
@@ -483,6 +498,7 @@ static void run_layers(const struct model *m, struct model_ws *ws,
     }
     gb.n_tok = nr;
     g.x_chain = 0;
+    g.one_per_seq = one_per_seq(bt->seq + r0, nr);
     g.lrange = r0 ? 1 : 0;
     op->get_rows(b, g.x, &m->tok_embd, d_tokens + r0, nr); /* (nr, n_embd) */
     if (hp->embd_scale != 1.0f)

@@ -11,6 +11,12 @@
  * - the decode path (cuda_kvq_dec.cu, steps of <= 64 tokens): a token 4000 positions in
  *   (many rounds per split) within tolerance, and its output bit for bit the same alone
  *   (context capacity 4096) and in a step of three tokens with a capacity of 5120.
+ * - CINFER_KVQ_MERGE=fused, CINFER_KVQ_STORE=attn and both (cuda_kvq_dec.cu), each against
+ *   the default decode path: decode steps of one and four sequences (rope_kv_store, then
+ *   attention with one_per_seq), every scheme family, head_dim 64 / 128, positions on and
+ *   off a round and split boundary: the output bit for bit and every cache byte the same,
+ *   four times in a row (run, captured into a graph, replayed: the merge counters reset),
+ *   and the fused launches counted (the store also leaves q unroped: the fold happened).
  * On CUDA every case runs three times: with the default kernels (the decode path for steps of
  * up to 64 tokens), with CINFER_KVQ_ATTN=general (the general kernel for every step), and
  * with CINFER_KVQ_NT=128 (the decode path's 128-thread layout); a CINFER_KVQ_ATTN set by the
@@ -28,6 +34,9 @@
 #include "backend/backend.h"
 #include "backend/dtype.h"
 #include "backend/kvq.h"
+#ifdef CINFER_HAVE_CUDA
+#include "backend/cuda/cuda.h"
+#endif
 
 static struct be *g_cpu, *g_dev;
 
@@ -427,6 +436,281 @@ static void test_rope_store(void)
     run_rope_store(&some[2], 64, 1); /* partial rotation, NEOX pairs */
 }
 
+/* ---- CINFER_KVQ_MERGE=fused / CINFER_KVQ_STORE=attn against the default decode path ---- */
+
+/* FZ_REPS: a scratch buffer that grows in the first run drops the cached graphs, so that
+ * run's list runs plainly twice, is captured the third time and replayed the fourth */
+enum { FZ_NS = 4, FZ_MB = 260 /* 4160 positions a sequence */, FZ_REPS = 4, FZ_MAXC = 64 };
+
+struct fz_res {
+    uint64_t out_h, kc_h, vc_h;  /* FNV-1a of the output and of both whole caches */
+    float out[FZ_NS * 16 * 128]; /* the output itself (n * nh * hd) */
+    int ok;
+};
+static struct fz_res g_fz[FZ_MAXC];
+static int g_fz_n;
+
+static uint64_t fnv(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* One decode step of nseq sequences (token t: sequence t at position pos[t], positions
+ * 0 .. pos[t] - 1 already in the cache): rope_kv_store, then attention, FZ_REPS times with q
+ * re-uploaded. Fills *res (first repetition) and checks the repetitions agree; *q_unroped:
+ * q was left as uploaded (the store ran inside the attention). */
+static void fz_case(int ci, const struct scheme *sc, int hd, int nseq, const int32_t *pos,
+                    struct fz_res *res, int *q_unroped)
+{
+    struct cerr e = {0};
+    int code;
+    res->ok = 0;
+    *q_unroped = 0;
+    if (kvq_code(sc->kf, sc->vf, sc->rk, sc->rv, hd, &code, &e)) {
+        CHECK_MSG(0, "kvq_code: %s", e.msg);
+        return;
+    }
+    g_rng = 0x9E3779B97F4A7C15ull + 7919ull * (uint64_t)ci; /* the same data in every run */
+    const int nkv = 2, nh = hd == 128 ? 16 : 4; /* 8 heads a KV head (two head groups of 4) or 2 */
+    const int kvd = nkv * hd, qn = nh * hd, nb = nseq * FZ_MB;
+    const int rot_dim = hd == 128 ? hd : 32, mode = hd == 128 ? BE_ROPE_NORM : BE_ROPE_NEOX;
+    const size_t rk = kvq_row_bytes(code, 0, kvd), rv = kvq_row_bytes(code, 1, kvd);
+    int32_t *tables = malloc(sizeof(int32_t) * nb);
+    for (int i = 0; i < nb; i++)
+        tables[i] = i;
+    for (int i = nb - 1; i > 0; i--) {
+        int j = (int)(urand() * (i + 1)), x = tables[i];
+        tables[i] = tables[j], tables[j] = x;
+    }
+    int ntot = 0;
+    for (int s = 0; s < nseq; s++)
+        ntot += pos[s];
+    float *K = malloc(sizeof(float) * ((size_t)ntot + 1) * kvd);
+    float *V = malloc(sizeof(float) * ((size_t)ntot + 1) * kvd);
+    int32_t *slots = malloc(sizeof(int32_t) * ((size_t)ntot + 1));
+    for (int s = 0, r = 0; s < nseq; s++)
+        for (int p = 0; p < pos[s]; p++, r++) {
+            slots[r] = tables[s * FZ_MB + p / BS] * BS + p % BS;
+            for (int i = 0; i < kvd; i++) {
+                K[(size_t)r * kvd + i] =
+                    gauss() * (i % 7 == 0 ? 3.0f : 1.0f) + (i % hd == 3 ? 4.0f : 0.0f);
+                V[(size_t)r * kvd + i] = gauss() + 0.5f * (float)(i / hd);
+            }
+        }
+    const size_t ckb = (size_t)nb * BS * rk, cvb = (size_t)nb * BS * rv;
+    char *kc = calloc(1, ckb), *vc = calloc(1, cvb);
+    if (ntot > 0)
+        g_cpu->ops->kv_store(g_cpu, kc, vc, code, K, V, slots, ntot, kvd);
+    /* the step: q, k, v of the new tokens (unroped), their slots */
+    float *q = malloc(sizeof(float) * (size_t)nseq * qn),
+          *kn = malloc(sizeof(float) * (size_t)nseq * kvd);
+    float *vn = malloc(sizeof(float) * (size_t)nseq * kvd),
+          *inv = malloc(sizeof(float) * (size_t)rot_dim / 2);
+    int32_t nslot[FZ_NS], nseqs[FZ_NS];
+    for (int i = 0; i < nseq * qn; i++)
+        q[i] = gauss();
+    for (int i = 0; i < nseq * kvd; i++)
+        kn[i] = gauss() + (i % hd == 5 ? 3.0f : 0.0f), vn[i] = gauss();
+    for (int i = 0; i < rot_dim / 2; i++)
+        inv[i] = (float)pow(10000.0, -2.0 * i / rot_dim);
+    for (int s = 0; s < nseq; s++)
+        nslot[s] = tables[s * FZ_MB + pos[s] / BS] * BS + pos[s] % BS, nseqs[s] = s;
+    void *dkc = dev_from(kc, ckb), *dvc = dev_from(vc, cvb);
+    int32_t *dtab = dev_from(tables, sizeof(int32_t) * nb);
+    int32_t *dpos = dev_from(pos, sizeof(int32_t) * nseq),
+            *dseq = dev_from(nseqs, sizeof(int32_t) * nseq);
+    int32_t *dsl = dev_from(nslot, sizeof(int32_t) * nseq);
+    float *dq = dev_from(NULL, sizeof(float) * (size_t)nseq * qn),
+          *dk = dev_from(NULL, sizeof(float) * (size_t)nseq * kvd);
+    float *dv = dev_from(vn, sizeof(float) * (size_t)nseq * kvd),
+          *dinv = dev_from(inv, sizeof(float) * (size_t)rot_dim / 2);
+    float *dout = dev_from(NULL, sizeof(float) * (size_t)nseq * qn);
+    float *out = malloc(sizeof(float) * (size_t)nseq * qn),
+          *qa = malloc(sizeof(float) * (size_t)nseq * qn);
+    float *nan = malloc(sizeof(float) * (size_t)nseq * qn);
+    for (int i = 0; i < nseq * qn; i++)
+        nan[i] = NAN; /* a row nobody writes stays NaN and fails the checks */
+    if (!dkc || !dvc || !dtab || !dpos || !dseq || !dsl || !dq || !dk || !dv || !dinv || !dout)
+        return;
+    int same = 1, finite = 1;
+    for (int rep = 0; rep < FZ_REPS; rep++) {
+        if (g_dev->ops->upload(g_dev, dq, q, sizeof(float) * (size_t)nseq * qn, &e) ||
+            g_dev->ops->upload(g_dev, dk, kn, sizeof(float) * (size_t)nseq * kvd, &e) ||
+            g_dev->ops->upload(g_dev, dout, nan, sizeof(float) * (size_t)nseq * qn, &e))
+            CHECK_MSG(0, "upload: %s", e.msg);
+        struct be_rope_kv r = {.q = dq,
+                               .k = dk,
+                               .v = dv,
+                               .pos = dpos,
+                               .slots = dsl,
+                               .n_tok = nseq,
+                               .n_head = nh,
+                               .n_kv_head = nkv,
+                               .head_dim = hd,
+                               .rot_dim = rot_dim,
+                               .mode = mode,
+                               .inv_freq = dinv,
+                               .mscale = 1.0f,
+                               .k_cache = dkc,
+                               .v_cache = dvc,
+                               .kv_dtype = code};
+        struct be_attn a = {.n_tok = nseq,
+                            .n_head = nh,
+                            .n_kv_head = nkv,
+                            .head_dim = hd,
+                            .scale = 1.0f / sqrtf((float)hd),
+                            .pos = dpos,
+                            .seq = dseq,
+                            .block_tables = dtab,
+                            .max_blocks = FZ_MB,
+                            .block_size = BS,
+                            .kv_dtype = code,
+                            .k_cache = dkc,
+                            .v_cache = dvc,
+                            .one_per_seq = 1};
+        g_dev->ops->rope_kv_store(g_dev, &r);
+        g_dev->ops->attention(g_dev, dout, dq, &a);
+        host_from(out, dout, sizeof(float) * (size_t)nseq * qn);
+        if (rep == 0) {
+            host_from(qa, dq, sizeof(float) * (size_t)nseq * qn);
+            *q_unroped = !memcmp(qa, q, sizeof(float) * (size_t)nseq * qn);
+            host_from(kc, dkc, ckb);
+            host_from(vc, dvc, cvb);
+            res->out_h = fnv(out, sizeof(float) * (size_t)nseq * qn);
+            res->kc_h = fnv(kc, ckb), res->vc_h = fnv(vc, cvb);
+            memcpy(res->out, out, sizeof(float) * (size_t)nseq * qn);
+            for (int i = 0; i < nseq * qn; i++)
+                finite = finite && isfinite(out[i]);
+        } else {
+            same = same && fnv(out, sizeof(float) * (size_t)nseq * qn) == res->out_h;
+        }
+    }
+    CHECK_MSG(same && finite, "case %d (hd %d k %s v %s, %d sequences, pos %d): %s", ci, hd,
+              kvq_fmt_name(sc->kf), kvq_fmt_name(sc->vf), nseq, pos[0],
+              !finite ? "an output is not finite (unwritten?)"
+                      : "a repetition (graph capture / replay) differs");
+    res->ok = same && finite;
+    g_dev->ops->free(g_dev, dkc), g_dev->ops->free(g_dev, dvc), g_dev->ops->free(g_dev, dtab);
+    g_dev->ops->free(g_dev, dpos), g_dev->ops->free(g_dev, dseq), g_dev->ops->free(g_dev, dsl);
+    g_dev->ops->free(g_dev, dq), g_dev->ops->free(g_dev, dk), g_dev->ops->free(g_dev, dv);
+    g_dev->ops->free(g_dev, dinv), g_dev->ops->free(g_dev, dout);
+    free(tables), free(K), free(V), free(slots), free(kc), free(vc), free(q), free(kn), free(vn);
+    free(inv), free(out), free(qa), free(nan);
+}
+
+/* Every case on the backend as created; variant 0 records, the others compare with it.
+ * merge / store: the variant's switches (what it must have run). */
+static void fz_all(int variant, int merge, int store)
+{
+    static const struct scheme fs[] = {
+        {KVF_A8, KVF_A8, 1, 0},  /* 8 */
+        {KVF_A4, KVF_A4, 1, 1},  /* 4 */
+        {KVF_A8, KVF_L4, 1, 1},  /* k8v4 */
+        {KVF_A8, KVF_L3, 1, 1},  /* k8v3 (turbo) */
+        {KVF_A5, KVF_L5, 1, 1},  /* the any-width decoder */
+        {KVF_F16, KVF_L8, 0, 1}, /* a plain side */
+    };
+    /* one sequence: many rounds a split; the new position first of its round and alone in
+     * the last split (2048 = 32 rounds + 1); two rounds, two splits; one round, one split;
+     * position 0. Four sequences: mixed lengths in one step. */
+    static const int32_t p1[5] = {4000, 2048, 64, 63, 0}, p4[FZ_NS] = {2048, 700, 64, 3999};
+    int ci = 0, bad = 0, unroped_ok = 1;
+    int64_t m0 = 0, s0 = 0, m1 = 0, s1 = 0;
+#ifdef CINFER_HAVE_CUDA
+    if (!strcmp(g_dev->ops->name, "cuda"))
+        be_cuda_kvq_fused(g_dev, &m0, &s0);
+#endif
+    for (size_t si = 0; si < sizeof fs / sizeof *fs; si++)
+        for (int hd = 64; hd <= 128; hd += 64)
+            for (int k = 0; k < 6; k++) {
+                if (hd == 64 && k != 1 && k != 5) /* head_dim 64: 2048 alone and four sequences */
+                    continue;
+                const int nseq = k == 5 ? FZ_NS : 1;
+                const int32_t *pos = k == 5 ? p4 : p1 + k;
+                struct fz_res r;
+                int unroped = 0;
+                if (ci >= FZ_MAXC)
+                    break;
+                fz_case(ci, &fs[si], hd, nseq, pos, variant == 0 ? &g_fz[ci] : &r, &unroped);
+                if (pos[0] != 0) /* (at position 0 the rope is the identity) */
+                    unroped_ok = unroped_ok && unroped == store;
+                if (variant) {
+                    const int eq = r.ok && g_fz[ci].ok && r.out_h == g_fz[ci].out_h &&
+                                   r.kc_h == g_fz[ci].kc_h && r.vc_h == g_fz[ci].vc_h;
+                    if (!eq) {
+                        int nd = 0;
+                        for (int i = 0; i < nseq * (hd == 128 ? 16 : 4) * hd; i++)
+                            nd += memcmp(&r.out[i], &g_fz[ci].out[i], sizeof(float)) != 0;
+                        fprintf(stderr,
+                                "case %d (hd %d k %s v %s, %d seq, pos %d): output %s (%d "
+                                "values differ), K cache %s, V cache %s\n",
+                                ci, hd, kvq_fmt_name(fs[si].kf), kvq_fmt_name(fs[si].vf), nseq,
+                                pos[0], r.out_h == g_fz[ci].out_h ? "same" : "DIFFERS", nd,
+                                r.kc_h == g_fz[ci].kc_h ? "same" : "DIFFERS",
+                                r.vc_h == g_fz[ci].vc_h ? "same" : "DIFFERS");
+                        bad++;
+                    }
+                }
+                ci++;
+            }
+    g_fz_n = ci;
+#ifdef CINFER_HAVE_CUDA
+    if (!strcmp(g_dev->ops->name, "cuda"))
+        be_cuda_kvq_fused(g_dev, &m1, &s1);
+#endif
+    printf("fused decode variant %d (merge %d, store %d): %d cases, %d differ from the default; "
+           "fused merges %lld, fused stores %lld, q left unroped as expected: %s\n",
+           variant, merge, store, ci, bad, (long long)(m1 - m0), (long long)(s1 - s0),
+           unroped_ok ? "yes" : "NO");
+    CHECK_MSG(bad == 0, "variant %d: %d cases differ from the default decode path", variant, bad);
+    CHECK_MSG(unroped_ok, "variant %d: the store %s inside the attention", variant,
+              store ? "did not run" : "ran");
+    /* every case's step has more than one split somewhere except pos 63 / 0 alone */
+    CHECK_MSG(!merge || m1 - m0 > 0, "variant %d: no launch merged its own splits", variant);
+    CHECK_MSG(!store || s1 - s0 >= ci, "variant %d: %lld stores inside the attention for %d cases",
+              variant, (long long)(s1 - s0), ci);
+    CHECK_MSG(merge || m1 - m0 == 0, "variant %d: fused merges without the switch", variant);
+}
+
+static void test_fused_default(void)
+{
+    fz_all(0, 0, 0);
+}
+static void test_fused_merge(void)
+{
+    fz_all(1, 1, 0);
+}
+static void test_fused_store(void)
+{
+    fz_all(2, 0, 1);
+}
+static void test_fused_both(void)
+{
+    fz_all(3, 1, 1);
+}
+
+/* A new backend with the switches (read at creation); 0 when it opened. */
+static int fz_reopen(const char *bn, struct be_config *bc, const char *merge, const char *store)
+{
+    struct cerr e = {0};
+    be_free(g_dev);
+    if (merge)
+        setenv("CINFER_KVQ_MERGE", merge, 1);
+    else
+        unsetenv("CINFER_KVQ_MERGE");
+    if (store)
+        setenv("CINFER_KVQ_STORE", store, 1);
+    else
+        unsetenv("CINFER_KVQ_STORE");
+    g_dev = be_new(bn, bc, &e);
+    CHECK_MSG(g_dev != NULL, "%s", e.msg);
+    return g_dev ? 0 : -1;
+}
+
 int main(void)
 {
     struct cerr e = {0};
@@ -451,6 +735,24 @@ int main(void)
     RUN(test_other_geometries);
     RUN(test_long_invariant);
     RUN(test_rope_store);
+    if (both && !getenv("CINFER_KVQ_MERGE") && !getenv("CINFER_KVQ_STORE")) {
+        /* the fused decode switches against the default path (graphs capture short lists
+         * here, so the repetitions replay a graph) */
+        setenv("CINFER_CUDA_GRAPH_MIN", "1", 1);
+        if (fz_reopen(bn, &bc, NULL, NULL) == 0) {
+            printf("-- the fused decode switches (CINFER_KVQ_MERGE / CINFER_KVQ_STORE)\n");
+            RUN(test_fused_default);
+        }
+        if (fz_reopen(bn, &bc, "fused", NULL) == 0)
+            RUN(test_fused_merge);
+        if (fz_reopen(bn, &bc, NULL, "attn") == 0)
+            RUN(test_fused_store);
+        if (fz_reopen(bn, &bc, "fused", "attn") == 0)
+            RUN(test_fused_both);
+        unsetenv("CINFER_CUDA_GRAPH_MIN");
+        if (fz_reopen(bn, &bc, NULL, NULL) != 0)
+            return harness_done();
+    }
     if (both) {
         /* again with the general kernel (CINFER_KVQ_ATTN is read at backend creation) */
         be_free(g_dev);

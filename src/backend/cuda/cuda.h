@@ -42,6 +42,11 @@ int be_cuda_replay_last(struct be *b, int k, int reps, double *us);
  * (counted as recorded, with graphs on or off). */
 int64_t be_cuda_chained(struct be *b);
 
+/* Launches of the quantized-KV decode kernel (cuda_kvq_dec.cu) so far that merged their
+ * splits themselves (CINFER_KVQ_MERGE=fused) / stored the step's K/V themselves
+ * (CINFER_KVQ_STORE=attn); counted when launched (a graph replay adds nothing). */
+void be_cuda_kvq_fused(struct be *b, int64_t *merges, int64_t *stores);
+
 /* "NVIDIA H200, driver 580.159, CUDA runtime 13.0" into buf (for reports). */
 void be_cuda_describe(struct be *b, char *buf, size_t n);
 

@@ -592,6 +592,12 @@ extern "C" void be_cuda_describe(struct be *b, char *buf, size_t n)
 
 extern "C" int64_t be_cuda_chained(struct be *b) { return cu_be(b)->n_chained; }
 
+extern "C" void be_cuda_kvq_fused(struct be *b, int64_t *merges, int64_t *stores)
+{
+    *merges = cu_be(b)->n_kvq_fmerge;
+    *stores = cu_be(b)->n_kvq_fstore;
+}
+
 extern "C" int be_cuda_replay_last(struct be *b, int k, int reps, double *us)
 {
     return cu_graph_replay_last(cu_be(b), k, reps, us);

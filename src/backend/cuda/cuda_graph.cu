@@ -23,6 +23,10 @@
 #include "backend/cuda/cuda_int.cuh"
 #include "backend/cuda/cuda_lora_mm.cuh"
 
+extern "C" {
+#include "backend/kvq.h"
+}
+
 enum {
     CU_GRAPH_MIN = 8,     /* shorter lists are not worth a graph */
     CU_GRAPH_SEG = 32,    /* segment length: the GPU starts while later calls are recorded */
@@ -229,6 +233,8 @@ void cu_graphs_free(struct cu_be *cb)
     cb->graphs = NULL;
 }
 
+static void r_rkv(struct be *b, const void *p);
+
 /* Records one call (or runs it now when graphs are off or memory is short). */
 static void defer(struct be *b, void (*run)(struct be *, const void *), const void *args,
                   size_t size)
@@ -256,8 +262,8 @@ static void defer(struct be *b, void (*run)(struct be *, const void *), const vo
     c->size = size;
     c->args[(size + 7) / 8 - 1] = 0; /* the last word's tail hashes as zeros */
     memcpy(c->args, args, size);
-    if (g->seg && g->n >= g->seg)
-        cu_flush(cb);
+    if (g->seg && g->n >= g->seg && !(run == r_rkv && cu_kvq_store_attn_on()))
+        cu_flush(cb); /* (not between a rope_kv_store and the attention that may take it) */
 }
 
 /* ---- the recorded ops: one argument struct each (zeroed, so padding hashes alike) ---- */
@@ -280,7 +286,7 @@ static void canon_attn(struct be_attn *d, const struct be_attn *a)
     t.head_dim = a->head_dim, t.scale = a->scale, t.softcap = a->softcap, t.window = a->window;
     t.pos = a->pos, t.seq = a->seq, t.block_tables = a->block_tables;
     t.max_blocks = a->max_blocks, t.block_size = a->block_size, t.kv_dtype = a->kv_dtype;
-    t.k_cache = a->k_cache, t.v_cache = a->v_cache;
+    t.k_cache = a->k_cache, t.v_cache = a->v_cache, t.one_per_seq = a->one_per_seq;
 }
 
 static void canon_rkv(struct be_rope_kv *d, const struct be_rope_kv *r)
@@ -366,14 +372,65 @@ void cq_kv_store(struct be *b, void *k_cache, void *v_cache, int kv_dtype, const
           a_.v = v, a_.slots = slots, a_.n_tok = n_tok, a_.kv_dim = kv_dim);
 }
 
+struct a_rkv { struct be_rope_kv r; };
+static void r_rkv(struct be *b, const void *p)
+{
+    cu_rope_kv_store(b, &((const struct a_rkv *)p)->r);
+}
+
 struct a_att { float *out; const float *q; struct be_attn at; };
 static void r_att(struct be *b, const void *p)
 {
     const struct a_att *a = (const struct a_att *)p;
     cu_attention(b, a->out, a->q, &a->at);
 }
+/* CINFER_KVQ_STORE=attn: the rope + quantized K/V store just recorded, and the decode
+ * attention that reads its q and cache, as one call (cu_kvq_attention_store; apart when it
+ * declines). */
+struct a_rkatt { struct be_rope_kv r; float *out; const float *q; struct be_attn at; };
+static_assert(sizeof(struct a_rkatt) <= CU_ARGS, "a folded rope + attention must fit a call");
+static void r_rkatt(struct be *b, const void *p)
+{
+    const struct a_rkatt *a = (const struct a_rkatt *)p;
+    if (cu_kvq_attention_store(cu_be(b), a->out, a->q, &a->at, &a->r))
+        return;
+    cu_rope_kv_store(b, &a->r);
+    cu_attention(b, a->out, a->q, &a->at);
+}
+/* Folds the attention at into the previous recorded call when that is the rope_kv_store of
+ * its q and cache, the step has one token per sequence and CINFER_KVQ_STORE=attn: returns 1. */
+static int rkv_fold(struct cu_be *cb, float *out, const float *q, const struct be_attn *at)
+{
+    struct cu_graphs *gr = cb->graphs;
+    if (!gr || gr->n < 1 || !at->one_per_seq || !cu_kvq_store_attn_on() ||
+        gr->calls[gr->n - 1].run != r_rkv || !kvq_is(at->kv_dtype))
+        return 0;
+    struct cu_call *c = &gr->calls[gr->n - 1];
+    const struct a_rkv *ra = (const struct a_rkv *)c->args;
+    const struct be_rope_kv *r = &ra->r;
+    if (r->q != q || r->pos != at->pos || r->n_tok != at->n_tok || r->n_head != at->n_head ||
+        r->n_kv_head != at->n_kv_head || r->head_dim != at->head_dim ||
+        r->kv_dtype != at->kv_dtype || r->k_cache != at->k_cache || r->v_cache != at->v_cache ||
+        (const float *)out == q || (const float *)out == r->k || (const float *)out == r->v)
+        return 0;
+    struct a_rkatt *t = (struct a_rkatt *)calloc(1, sizeof *t);
+    if (!t)
+        return 0;
+    canon_rkv(&t->r, r); /* (zeroed storage: the padding stays zero) */
+    t->out = out, t->q = q;
+    canon_attn(&t->at, at);
+    c->run = r_rkatt;
+    c->size = sizeof *t;
+    c->args[(sizeof *t + 7) / 8 - 1] = 0;
+    memcpy(c->args, t, sizeof *t);
+    free(t);
+    cb->ss_ok = 0;
+    return 1;
+}
 void cq_attention(struct be *b, float *out, const float *q, const struct be_attn *at)
 {
+    if (rkv_fold(cu_be(b), out, q, at))
+        return;
     DEFER(r_att, struct a_att, a_.out = out, a_.q = q, canon_attn(&a_.at, at));
 }
 
@@ -719,11 +776,6 @@ void cq_matmul_fused(struct be *b, const struct be_mm *m)
     defer(b, r_mmf, &a_, sizeof a_);
 }
 
-struct a_rkv { struct be_rope_kv r; };
-static void r_rkv(struct be *b, const void *p)
-{
-    cu_rope_kv_store(b, &((const struct a_rkv *)p)->r);
-}
 /* CINFER_CUDA_LORA_FOLD=3: the rope + K/V store of a q/k/v projection whose deltas the
  * previous recorded call holds (r_mmlk) rides on it (the RoPE epilogue after the deltas at
  * run time; apart, after them): returns 1. */

@@ -24,7 +24,8 @@ enum { CU_SCRATCH_X = 0, CU_SCRATCH_W = 1, CU_SCRATCH_ATT = 2, CU_SCRATCH_F = 3,
        CU_SCRATCH_N = 5,   /* matmul_fused: the normed x */
        CU_SCRATCH_TC = 6,  /* cuda_sample.cu: topcand's per-slice partials */
        CU_SCRATCH_LORA = 7, /* cuda_lora_sg.cu: the shrink's per-chunk partials */
-       CU_N_SCRATCH = 8 };
+       CU_SCRATCH_KVQ = 8,  /* cuda_kvq_dec.cu (fused merge: counters kept zero + partials) */
+       CU_N_SCRATCH = 9 };
 
 /* Most rows of x the skinny tensor-core matmul (cuda_mmf.cu) takes; larger steps use cuBLAS.
  * CINFER_CUDA_SKINNY_MAX (0..SG_MAX_N) lowers it (0 = off), for measurements. */
@@ -89,6 +90,8 @@ struct cu_be {
     const float *ss_g;
     int ss_n, ss_m, ss_ok;
     int64_t n_chained;  /* consumers recorded chained (be_cuda_chained) */
+    int64_t n_kvq_fmerge, n_kvq_fstore; /* quantized decode launches with the fused merge /
+                                         * the K/V store inside (be_cuda_kvq_fused) */
     void *am_buf;       /* argmax split over blocks: counters + partials (cuda_sample.cu) */
     int am_split;       /* argmax of a long row split over blocks (CINFER_CUDA_ARGMAX_SPLIT=0: no) */
     int tc_split;       /* the same for topcand (CINFER_CUDA_TOPCAND_SPLIT=0: one block a row) */
@@ -312,6 +315,15 @@ void cu_kvq_store(struct cu_be *cb, void *k_cache, void *v_cache, int kv_dtype, 
                   const float *v, const int32_t *slots, int n_tok, int kv_dim);
 void cu_kvq_attention(struct cu_be *cb, float *out, const float *q, const struct be_attn *a);
 cudaError_t cu_kvq_init(struct cu_be *cb);
+/* CINFER_KVQ_STORE=attn (cuda_kvq_dec.cu): r's rope and K/V store (a quantized cache) done by
+ * the decode attention a that follows it (r->q is a's q, unroped: every block ropes q
+ * itself; the block holding a token's new position ropes k, quantizes K and V and writes
+ * them at r->slots). Only for a step with a.one_per_seq set. Returns 1 when it ran both (q
+ * and k are then left unroped), 0 when the caller must run rope_kv_store, then attention. */
+int cu_kvq_attention_store(struct cu_be *cb, float *out, const float *q, const struct be_attn *a,
+                           const struct be_rope_kv *r);
+/* 1 when CINFER_KVQ_STORE=attn was set when the backend was created. */
+int cu_kvq_store_attn_on(void);
 
 /* One-time kernel attributes (shared-memory opt-in); 0 or a CUDA error. */
 cudaError_t cu_attn_init(struct cu_be *cb);

@@ -93,151 +93,27 @@ struct kq_store_args {
     kq_side s[2];
 };
 
-/* grid (n_tok, n_kv_head, 2: K then V), block: head_dim rounded up to 32 threads; thread i
- * holds element i. The rotation is kq_rotate_rows' operations in its order (the same bits):
- * strides below 32 by shuffles within a warp, the longer ones through shared memory. An
- * affine group's minimum and maximum come from a butterfly over its G lanes that keeps, of
- * equal values, the one of the lowest index — the CPU loop's choice (so a -0 / +0 tie gives
- * the same header bytes); every lane of the group then computes the header itself. */
-struct kq_store_sm {
-    float x[KQ_MAX_HD];
-    float par[2][KQ_MAX_HD / 8]; /* Lloyd-Max groups: RMS, its reciprocal */
-    uint8_t q[KQ_MAX_HD];
-};
+/* grid (n_tok, n_kv_head, 2: K then V), block: head_dim rounded up to 32 threads (thread i
+ * holds element i: kq_quant_head in cuda_kvq.cuh). */
 
 /* Token t's KV head g of side w (0 K, 1 V) quantized into the cache (every thread of the
  * block calls it; the source row is read through L2: it may have been written by this
  * block just before, behind a barrier). */
 __device__ void kq_store_head(const kq_store_args &a, int t, int g, int w, kq_store_sm &sm)
 {
-    float *x = sm.x;
-    float(*par)[KQ_MAX_HD / 8] = sm.par;
-    uint8_t *q = sm.q;
     const int i = threadIdx.x;
-    const int hd = a.hd, G = a.G, ng = hd / G, gi = i / G;
+    const int hd = a.hd, G = a.G, ng = hd / G;
     const kq_side s = w ? a.s[1] : a.s[0]; /* (not a.s[w]: no local copy of the array) */
     const float *src = (w ? a.v : a.k) + (size_t)t * a.kvd + (size_t)g * hd;
     uint8_t *dst = (w ? a.vc : a.kc) + (size_t)a.slots[t] * s.rb + (size_t)g * ng * s.gb;
-    float v = i < hd ? __ldcg(src + i) : 0.0f;
-    if (s.rot) { /* x <- H D x (head_dim a power of two) */
-        v *= kq_sign(i);
-        for (int h = 1; h < 32 && h < hd; h <<= 1) {
-            const float o = __shfl_xor_sync(0xffffffffu, v, h);
-            v = (i & h) ? o - v : v + o;
-        }
-        for (int h = 32; h < hd; h <<= 1) { /* (blockDim == hd here) */
-            x[i] = v;
-            __syncthreads();
-            const float o = x[i ^ h];
-            __syncthreads();
-            v = (i & h) ? o - v : v + o;
-        }
-        v *= 1.0f / sqrtf((float)hd);
-    }
-    if (s.hdr == 0) { /* a plain side: the row as it is (rotated or not) */
-        if (i < hd) {
-            if (s.fmt == KVF_F16)
-                ((__half *)dst)[i] = __float2half_rn(v);
-            else
-                ((float *)dst)[i] = v;
-        }
-        return;
-    }
-    if (s.hdr == 2) { /* Lloyd-Max: the group leader sums the squares in element order */
-        x[i] = v;
-        __syncthreads();
-        if (i < ng) {
-            const float *xg = x + i * G;
-            uint8_t *gp = dst + (size_t)i * s.gb;
-            double ss = 0;
-            for (int k = 0; k < G; k++)
-                ss += (double)xg[k] * xg[k];
-            const __half sh = __float2half_rn((float)sqrt(ss / G));
-            const float sc = __half2float(sh);
-            par[0][i] = sc;
-            par[1][i] = sc > 0.0f ? 1.0f / sc : 0.0f;
-            const uint16_t u = __half_as_ushort(sh);
-            gp[0] = (uint8_t)u, gp[1] = (uint8_t)(u >> 8);
-        }
-        __syncthreads();
-        if (i < hd) {
-            const float u = __fmul_rn(v, par[1][gi]);
-            const float *c = c_kq_lm + s.lmo;
-            int lo = 0, hi = (1 << s.bits) - 1;
-            while (lo < hi) { /* first level whose upper midpoint is not below u */
-                const int mid = (lo + hi) / 2;
-                if (u > __fmul_rn(0.5f, __fadd_rn(c[mid], c[mid + 1])))
-                    lo = mid + 1;
-                else
-                    hi = mid;
-            }
-            q[i] = (uint8_t)lo;
-        }
-    } else { /* affine: minimum and maximum over the group's lanes */
-        float mn = v, mx = v;
-        int imn = i, imx = i;
-        for (int o = 1; o < G; o <<= 1) {
-            const float omn = __shfl_xor_sync(0xffffffffu, mn, o);
-            const float omx = __shfl_xor_sync(0xffffffffu, mx, o);
-            const int jmn = __shfl_xor_sync(0xffffffffu, imn, o);
-            const int jmx = __shfl_xor_sync(0xffffffffu, imx, o);
-            if (omn < mn || (omn == mn && jmn < imn))
-                mn = omn, imn = jmn;
-            if (omx > mx || (omx == mx && jmx < imx))
-                mx = omx, imx = jmx;
-        }
-        const int top = (1 << s.bits) - 1;
-        const __half dh = __float2half_rn(__fdiv_rn(__fsub_rn(mx, mn), (float)top));
-        const __half mh = __float2half_rn(mn);
-        const float d = __half2float(dh), m = __half2float(mh);
-        const float rd = d > 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-        if (i < hd) {
-            if (i % G == 0) {
-                uint8_t *gp = dst + (size_t)gi * s.gb;
-                const uint16_t ud = __half_as_ushort(dh), um = __half_as_ushort(mh);
-                gp[0] = (uint8_t)ud, gp[1] = (uint8_t)(ud >> 8);
-                gp[2] = (uint8_t)um, gp[3] = (uint8_t)(um >> 8);
-            }
-            const float c = rintf(__fmul_rn(__fsub_rn(v, m), rd));
-            q[i] = (uint8_t)(c < 0.0f ? 0 : c > (float)top ? top : (int)c);
-        }
-    }
-    __syncthreads();
-    if (i < hd / 8) { /* octet i: its 8 codes into s.bits bytes */
-        const int e = 8 * i;
-        uint8_t *c = dst + (size_t)(e / G) * s.gb + s.hdr + ((e % G) / 8) * s.bits;
-        uint64_t acc = 0;
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            acc |= (uint64_t)q[e + j] << (j * s.bits);
-        for (int j = 0; j < s.bits; j++)
-            c[j] = (uint8_t)(acc >> (8 * j));
-    }
+    const float v = i < hd ? __ldcg(src + i) : 0.0f;
+    kq_quant_head(s, hd, G, v, dst, c_kq_lm + s.lmo, sm);
 }
 
 __global__ void k_kvq_store(kq_store_args a)
 {
     __shared__ kq_store_sm sm;
     kq_store_head(a, blockIdx.x, blockIdx.y, blockIdx.z, sm);
-}
-
-/* rope of one pair (cuda_ops.cu's k_rope / rope_pair arithmetic: the same bits) */
-struct kq_rope_args {
-    float *q, *k;
-    const int32_t *pos;
-    int n_head, half, neox;
-    const float *inv_freq;
-    float mscale;
-};
-
-__device__ __forceinline__ void kq_rope_pair(float *v, int i, const kq_rope_args &r, float pos)
-{
-    const float ang = __fmul_rn(pos, r.inv_freq[i]);
-    const float c = __fmul_rn(cosf(ang), r.mscale), sn = __fmul_rn(sinf(ang), r.mscale);
-    const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + r.half : 2 * i + 1;
-    const float x0 = v[i0], x1 = v[i1];
-    v[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
-    v[i1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
 }
 
 /* rope(q), rope(k), kv_store(k, v) in one launch. grid (n_tok, n_head + n_kv_head), block:
@@ -560,6 +436,17 @@ cudaError_t cu_kvq_init(struct cu_be *cb)
     if (rc == cudaSuccess)
         rc = cudaMemcpyToSymbol(c_kq_lm, lm, sizeof lm);
     return rc;
+}
+
+int cu_kvq_attention_store(struct cu_be *cb, float *out, const float *q, const struct be_attn *a,
+                           const struct be_rope_kv *r)
+{
+    const int hd = a->head_dim;
+    if (a->n_tok <= 0 || a->n_tok > KQ_SPLIT_MAX_TOK || !a->one_per_seq || hd % 8 ||
+        hd > KQ_MAX_HD || hd != kvq_head_dim_of(a->kv_dtype) || a->n_kv_head <= 0 ||
+        a->n_head % a->n_kv_head || r->n_tok != a->n_tok || r->kv_dtype != a->kv_dtype)
+        return 0;
+    return cu_kvq_decode_store(cb, out, q, a, r);
 }
 
 void cu_kvq_attention(struct cu_be *cb, float *out, const float *q, const struct be_attn *a)

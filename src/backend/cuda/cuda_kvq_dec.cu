@@ -45,6 +45,7 @@ enum {
     KD_TARGET = 32,     /* default: most splits of one token's positions */
     KD_MAX_TARGET = 64, /* CINFER_KVQ_SPLITS' largest */
     KD_MCH = 16,        /* merge: partial outputs loaded ahead */
+    KD_CNT_Y = 256,     /* fused merge: arrival counters per token (KV heads x head groups) */
 };
 
 /* How a side's 8 elements are decoded: KC_ANY reads the side's format at run time (every
@@ -55,7 +56,8 @@ __constant__ float c_kd_lm[KQ_LM_N];
 
 static struct {
     int on, target, nt, smem_lim; /* smem_lim: the dynamic shared memory any instance may take */
-} g_kd = {1, KD_TARGET, 256, 0};
+    int fmerge, fstore;           /* CINFER_KVQ_MERGE=fused, CINFER_KVQ_STORE=attn */
+} g_kd = {1, KD_TARGET, 256, 0, 0, 0};
 
 struct kd_side {
     int fmt, bits, hdr, gb, hb; /* hb: bytes of one head record */
@@ -74,6 +76,16 @@ struct kd_args {
     int rot_k, rot_v;
     float scale, softcap;
     kd_side s[2];
+    /* the FU instances only (kd_kernel_of): */
+    unsigned *cnt; /* fmerge: (KD_MAX_TOK, KD_CNT_Y) arrivals, zero between calls */
+    int fmerge;    /* the last split block to finish merges (no k_kvq_sd_merge) */
+    int fstore;    /* q unroped; the new token's K/V quantized and stored here */
+    const float *kn, *vn; /* fstore: (n_tok, kvd) k (unroped) and v of the step's tokens */
+    const int32_t *slots; /* fstore: (n_tok) cache rows of the new tokens */
+    uint8_t *kcw, *vcw;   /* fstore: the caches, written */
+    int kvd, stg;         /* stg: byte offset of the new records in dynamic shared memory */
+    kq_rope_args rp;      /* fstore: the rope (half, neox, inv_freq, mscale) */
+    kq_side ks[2];        /* fstore: the sides as the store sees them */
 };
 
 /* Threads per block: teams of head_dim/8 lanes, 64 / TEAMS positions a lane per round;
@@ -263,7 +275,109 @@ static size_t kd_smem(const kd_side *s, int hd, int hg, int nt)
     return 2 * buf > red ? 2 * buf : red;
 }
 
-template <int HD, int HG, int KC, int VC, int NT>
+/* CINFER_KVQ_STORE=attn: token t's new K and V (KV head g) roped, quantized into the records
+ * at stg (K's, then V's 2 HD bytes on) and, by the first head group's block (sub 0), written
+ * to the cache at slots[t]: kq_store_head's arithmetic, so the bytes of k_kvq_rope_store. The
+ * front of kd_sm serves as scratch (nothing is in flight there yet). Every thread calls it. */
+template <int HD, int NT>
+__device__ __forceinline__ void kd_store_new(const kd_args &a, int t, int g, int sub, int pos,
+                                          uint8_t *sm, uint8_t *stg)
+{
+    constexpr int SSM = (sizeof(kq_store_sm) + 15) & ~15;
+    kq_store_sm &ssm = *(kq_store_sm *)sm;
+    float *kr = (float *)(sm + SSM);
+    const int tid = threadIdx.x;
+    const size_t ro = (size_t)t * a.kvd + (size_t)g * HD;
+    for (int i = tid; i < HD; i += NT)
+        kr[i] = a.kn[ro + i];
+    __syncthreads();
+    for (int i = tid; i < a.rp.half; i += NT)
+        kq_rope_pair(kr, i, a.rp, (float)pos);
+    __syncthreads();
+    kq_quant_head(a.ks[0], HD, a.G, tid < HD ? kr[tid] : 0.0f, stg, c_kd_lm + a.ks[0].lmo, ssm);
+    __syncthreads();
+    kq_quant_head(a.ks[1], HD, a.G, tid < HD ? a.vn[ro + tid] : 0.0f, stg + 2 * HD,
+                  c_kd_lm + a.ks[1].lmo, ssm);
+    __syncthreads();
+    if (sub == 0) { /* records are 4-byte multiples at 4-byte aligned offsets (cu_kvq_decode) */
+        const int wk = a.s[0].hb / 4, wv = a.s[1].hb / 4;
+        uint32_t *dk = (uint32_t *)(a.kcw + (size_t)a.slots[t] * a.s[0].rb + (size_t)g * a.s[0].hb);
+        uint32_t *dv = (uint32_t *)(a.vcw + (size_t)a.slots[t] * a.s[1].rb + (size_t)g * a.s[1].hb);
+        for (int i = tid; i < wk + wv; i += NT) {
+            if (i < wk)
+                dk[i] = ((const uint32_t *)stg)[i];
+            else
+                dv[i - wk] = ((const uint32_t *)(stg + 2 * HD))[i - wk];
+        }
+    }
+}
+
+/* CINFER_KVQ_MERGE=fused: after a split's partials are written, the last of token t's n
+ * split blocks of this (KV head, head group) to finish merges them: k_kvq_sd_merge's
+ * arithmetic in its order (the same bits), rows h0 .. h0 + HG - 1 through xs (HG * HD
+ * floats of shared memory), unrotated when the values are rotated. The block that merges
+ * resets the counter (zero between calls: graph replays stay right). Every thread calls it. */
+template <int HD, int HG, int NT>
+__device__ __forceinline__ void kd_merge_last(const kd_args &a, int t, int h0, int n,
+                                              float *orow, float *xs)
+{
+    __shared__ int s_last;
+    __shared__ float fm[HG][KD_MAX_TARGET], fl[HG][KD_MAX_TARGET];
+    const int tid = threadIdx.x;
+    __threadfence(); /* this split's partials are visible before it counts */
+    __syncthreads();
+    unsigned *cnt = a.cnt + (size_t)t * KD_CNT_Y + blockIdx.y;
+    if (tid == 0)
+        s_last = atomicAdd(cnt, 1u) == (unsigned)(n - 1);
+    __syncthreads();
+    if (!s_last)
+        return;
+    __threadfence(); /* the other splits' partials, seen through L2 (__ldcg) */
+    if (tid == 0)
+        *cnt = 0; /* for the next call */
+    for (int k = tid; k < n * HG; k += NT) {
+        const int zz = k / HG, hh = k % HG;
+        const float2 v = __ldcg(&a.ml[((size_t)t * a.n_head + h0 + hh) * a.maxs + zz]);
+        fm[hh][zz] = v.x, fl[hh][zz] = v.y;
+    }
+    __syncthreads();
+    for (int i = tid; i < HG * HD; i += NT) {
+        const int h = i / HD, d = i % HD;
+        const float *pp = a.part + ((size_t)t * a.n_head + h0 + h) * a.maxs * HD + d;
+        const float *sm = fm[h], *sl = fl[h];
+        float mx = -INFINITY;
+        for (int z = 0; z < n; z++)
+            if (sl[z] > 0.0f)
+                mx = fmaxf(mx, sm[z]);
+        float L = 0.0f, o = 0.0f;
+        for (int z0 = 0; z0 < n; z0 += KD_MCH) {
+            float ov[KD_MCH];
+#pragma unroll
+            for (int k = 0; k < KD_MCH; k++)
+                ov[k] = z0 + k < n ? __ldcg(pp + (size_t)(z0 + k) * HD) : 0.0f;
+#pragma unroll
+            for (int k = 0; k < KD_MCH; k++) {
+                const int z = z0 + k;
+                if (z < n && sl[z] > 0.0f) {
+                    const float f = expf(sm[z] - mx);
+                    L = fmaf(f, sl[z], L);
+                    o = fmaf(f, ov[k], o);
+                }
+            }
+        }
+        xs[i] = L > 0.0f ? o * (1.0f / L) : 0.0f;
+    }
+    if (a.rot_v)
+        kq_rotate_rows(xs, HG, HD, 1);
+    else
+        __syncthreads();
+    for (int i = tid; i < HG * HD; i += NT)
+        orow[i] = xs[i];
+}
+
+/* FU: an instance that may also merge its splits (a.fmerge) and store the new token
+ * (a.fstore); 0 is the default path, bit for bit. */
+template <int HD, int HG, int KC, int VC, int NT, int FU>
 __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     k_kvq_sd(struct kd_args a, int vw)
 {
@@ -291,6 +405,11 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     const int n = cu_dec_splits<KD_ROUND>(pos, a.window, a.target,
                                          a.max_blocks * a.block_size, &lo, &rb, &per);
     float *orow = a.out + ((size_t)t * a.n_head + h0) * HD; /* head h0 + h at orow + h * HD */
+    /* FU with fstore: the block of the split holding the new position stores it */
+    const bool st = FU && a.fstore && z == (n > 0 ? n - 1 : 0);
+    if constexpr (FU)
+        if (st)
+            kd_store_new<HD, NT>(a, t, g, sub, pos, kd_sm, kd_sm + a.stg);
     if (n == 0 && z == 0)
         for (int i = tid; i < HG * HD; i += NT)
             orow[i] = 0.0f;
@@ -304,10 +423,11 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     const size_t bufsz = ((size_t)KD_ROUND * (a.s[0].hb + a.s[1].hb) + 32) & ~(size_t)15;
     const int kbo = KD_ROUND * a.s[0].hb; /* V records after K's in a buffer */
     /* row of round rd's position j: a position outside [lo, pos] reads pos's row (finite
-     * bytes, weighted by zero) */
+     * bytes, weighted by zero; FU: one before lo reads lo's, stored before the step, since
+     * pos's may be being written by another block) */
     auto row_of = [&](int rd, int j) {
         const int p = rd * KD_ROUND + j;
-        const int pc = p >= lo && p <= pos ? p : pos;
+        const int pc = p >= lo && p <= pos ? p : FU && p < lo ? lo : pos;
         const int bi = bsh >= 0 ? pc >> bsh : pc / bs, in = bsh >= 0 ? pc & (bs - 1) : pc % bs;
         return bt[bi] * bs + in;
     };
@@ -325,9 +445,24 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     if (warp < HG) { /* warp h: head h0 + h's row */
         float v[HD / 32];
         const float *qr = a.q + ((size_t)t * a.n_head + h0 + warp) * HD;
+        if (FU && a.fstore) { /* q unroped: the rope's pairs in this warp's row of qs */
+            float *qh = qs + warp * HD;
 #pragma unroll
-        for (int k = 0; k < HD / 32; k++)
-            v[k] = qr[lane + 32 * k];
+            for (int k = 0; k < HD / 32; k++)
+                qh[lane + 32 * k] = qr[lane + 32 * k];
+            __syncwarp();
+            for (int i = lane; i < a.rp.half; i += 32)
+                kq_rope_pair(qh, i, a.rp, (float)pos);
+            __syncwarp();
+#pragma unroll
+            for (int k = 0; k < HD / 32; k++)
+                v[k] = qh[lane + 32 * k];
+            __syncwarp();
+        } else {
+#pragma unroll
+            for (int k = 0; k < HD / 32; k++)
+                v[k] = qr[lane + 32 * k];
+        }
         if (a.rot_k)
             kd_rot_warp<HD>(v, lane);
 #pragma unroll
@@ -363,6 +498,21 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
         kd_cp_wait_all(); /* this thread's copies of round rd have landed */
         __syncthreads();  /* everyone's; and round rd - 1's buffer is free */
         uint8_t *kb = kd_sm + buf * bufsz, *vb = kb + kbo;
+        if (FU && st && rd == r1 - 1) { /* the new position's records (and the positions
+                                          * that read its row) are the fresh bytes */
+            const int wk = a.s[0].hb / 4, wv = a.s[1].hb / 4;
+            const uint8_t *stg = kd_sm + a.stg;
+            for (int i = tid; i < KD_ROUND * (wk + wv); i += NT) {
+                const bool isk = i < KD_ROUND * wk;
+                const int ii = isk ? i : i - KD_ROUND * wk, w = isk ? wk : wv;
+                const int j = ii / w, c = ii - j * w, p = rd * KD_ROUND + j;
+                const int pc = p >= lo && p <= pos ? p : p < lo ? lo : pos;
+                if (pc == pos)
+                    ((uint32_t *)(isk ? kb + j * a.s[0].hb : vb + j * a.s[1].hb))[c] =
+                        ((const uint32_t *)(isk ? stg : stg + 2 * HD))[c];
+            }
+            __syncthreads();
+        }
         if (rd + 1 < r1) { /* round rd + 1 streams in while rd is computed */
             uint8_t *nb = kd_sm + (buf ^ 1) * bufsz;
             kd_issue<NT>(a, vw, nb, nb + kbo, rows[(rd + 1) & 1], hk, hv);
@@ -461,8 +611,12 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
                 a.ml[pr] = make_float2(msh[h], lsh[h]);
         }
     }
-    if (n > 1)
+    if (n > 1) {
+        if constexpr (FU)
+            if (a.fmerge)
+                kd_merge_last<HD, HG, NT>(a, t, h0, n, orow, qs);
         return;
+    }
     if (a.rot_v) /* values are stored rotated: unrotate the rows once */
         kq_rotate_rows(qs, HG, HD, 1);
     else
@@ -524,34 +678,41 @@ __global__ void __launch_bounds__(HD) k_kvq_sd_merge(struct kd_args a)
 
 typedef void (*kd_kernel)(struct kd_args, int);
 
-template <int HD, int HG, int NT>
+template <int HD, int HG, int NT, int FU>
 static kd_kernel kd_pick(int kc, int vc)
 {
     if (kc == KC_A8 && vc == KC_A8) /* the fixed decoders; any other pair: the any-width one */
-        return k_kvq_sd<HD, HG, KC_A8, KC_A8, NT>;
+        return k_kvq_sd<HD, HG, KC_A8, KC_A8, NT, FU>;
     if (kc == KC_A4 && vc == KC_A4)
-        return k_kvq_sd<HD, HG, KC_A4, KC_A4, NT>;
+        return k_kvq_sd<HD, HG, KC_A4, KC_A4, NT, FU>;
     if (kc == KC_A8 && vc == KC_L4)
-        return k_kvq_sd<HD, HG, KC_A8, KC_L4, NT>;
+        return k_kvq_sd<HD, HG, KC_A8, KC_L4, NT, FU>;
     if (kc == KC_A8 && vc == KC_L3)
-        return k_kvq_sd<HD, HG, KC_A8, KC_L3, NT>;
-    return k_kvq_sd<HD, HG, KC_ANY, KC_ANY, NT>;
+        return k_kvq_sd<HD, HG, KC_A8, KC_L3, NT, FU>;
+    return k_kvq_sd<HD, HG, KC_ANY, KC_ANY, NT, FU>;
 }
 
-template <int HD, int NT>
+template <int HD, int NT, int FU>
 static kd_kernel kd_pick_hg(int hg, int kc, int vc)
 {
-    return hg == 4 ? kd_pick<HD, 4, NT>(kc, vc) : hg == 2 ? kd_pick<HD, 2, NT>(kc, vc)
-                                                   : kd_pick<HD, 1, NT>(kc, vc);
+    return hg == 4 ? kd_pick<HD, 4, NT, FU>(kc, vc) : hg == 2 ? kd_pick<HD, 2, NT, FU>(kc, vc)
+                                                       : kd_pick<HD, 1, NT, FU>(kc, vc);
 }
 
-static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt)
+/* fu: the instance with the fused merge and store (only head_dim 64 / 128 at 256 threads:
+ * NULL otherwise) */
+static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt, int fu)
 {
+    if (fu)
+        return nt != 256 ? NULL
+               : hd == 64 ? kd_pick_hg<64, 256, 1>(hg, kc, vc)
+               : hd == 128 ? kd_pick_hg<128, 256, 1>(hg, kc, vc)
+                           : NULL;
     if (hd == 256)
-        return kd_pick_hg<256, 256>(hg, kc, vc);
+        return kd_pick_hg<256, 256, 0>(hg, kc, vc);
     if (nt == 128)
-        return hd == 64 ? kd_pick_hg<64, 128>(hg, kc, vc) : kd_pick_hg<128, 128>(hg, kc, vc);
-    return hd == 64 ? kd_pick_hg<64, 256>(hg, kc, vc) : kd_pick_hg<128, 256>(hg, kc, vc);
+        return hd == 64 ? kd_pick_hg<64, 128, 0>(hg, kc, vc) : kd_pick_hg<128, 128, 0>(hg, kc, vc);
+    return hd == 64 ? kd_pick_hg<64, 256, 0>(hg, kc, vc) : kd_pick_hg<128, 256, 0>(hg, kc, vc);
 }
 
 static int kd_class(const kd_side &s, int which)
@@ -572,8 +733,11 @@ static int kd_class(const kd_side &s, int which)
 cudaError_t cu_kvq_decode_init(struct cu_be *cb)
 {
     const char *m = getenv("CINFER_KVQ_ATTN"), *sp = getenv("CINFER_KVQ_SPLITS");
-    const char *nt = getenv("CINFER_KVQ_NT");
+    const char *nt = getenv("CINFER_KVQ_NT"), *mg = getenv("CINFER_KVQ_MERGE");
+    const char *so = getenv("CINFER_KVQ_STORE");
     g_kd.on = !(m && !strcmp(m, "general"));
+    g_kd.fmerge = mg && !strcmp(mg, "fused");
+    g_kd.fstore = so && !strcmp(so, "attn");
     g_kd.nt = nt && !strcmp(nt, "128") ? 128 : 256;
     g_kd.target = KD_TARGET;
     if (sp) {
@@ -600,14 +764,23 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
         for (int j = 0; rc == cudaSuccess && j < 3; j++)
             for (int k = 0; rc == cudaSuccess && k < 5; k++)
                 for (int n = 128; rc == cudaSuccess && n <= 256; n += 128)
-                    rc = cudaFuncSetAttribute(kd_kernel_of(hds[i], hgs[j], kcs[k][0], kcs[k][1], n),
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, lim);
+                    for (int fu = 0; rc == cudaSuccess && fu < 2; fu++) {
+                        kd_kernel kk = kd_kernel_of(hds[i], hgs[j], kcs[k][0], kcs[k][1], n, fu);
+                        if (kk)
+                            rc = cudaFuncSetAttribute(kk, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      lim);
+                    }
     return rc;
 }
 
+int cu_kvq_store_attn_on(void) { return g_kd.fstore; }
+
 static int kd_pow2_div(size_t x, int w) { return x % (size_t)w == 0; }
 
-int cu_kvq_decode(struct cu_be *cb, float *out, const float *q, const struct be_attn *a)
+/* The decode path; r: NULL, or the step's rope + K/V store to do in the kernel (fstore:
+ * returns 0, having run nothing, when the FU instance cannot take the case). */
+static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct be_attn *a,
+                     const struct be_rope_kv *r)
 {
     const int hd = a->head_dim, dt = a->kv_dtype;
     if (!g_kd.on || a->n_tok > KD_MAX_TOK || !(hd == 64 || hd == 128 || hd == 256))
@@ -646,12 +819,34 @@ int cu_kvq_decode(struct cu_be *cb, float *out, const float *q, const struct be_
     if ((long long)a->n_kv_head * nsub > 65535)
         return 0;
     const int nt = kd_nt_of(hd, g_kd.nt);
-    const size_t smem = kd_smem(s, hd, hg, nt);
-    if (smem > (size_t)g_kd.smem_lim)
-        return 0;
     const int rounds = (int)((cap + KD_ROUND - 1) / KD_ROUND);
     const int maxs = g_kd.target < rounds ? g_kd.target : rounds;
+    const int fu_ok = kd_kernel_of(hd, hg, KC_A8, KC_A8, nt, 1) != NULL;
+    /* the new token's store: the FU instance, the store's geometry (groups of at most 32
+     * lanes, a power of two; records within the staging of 2 head_dim bytes a side) */
+    if (r && (!fu_ok || r->n_tok != a->n_tok || r->head_dim != hd || r->rot_dim > hd ||
+              r->rot_dim < 0 || r->rot_dim % 2 || G > 32 || (G & (G - 1)) ||
+              s[0].hb > 2 * hd || s[1].hb > 2 * hd || hd != kvq_head_dim_of(dt)))
+        return 0;
+    int fmerge = g_kd.fmerge && fu_ok && maxs > 1 && a->n_kv_head * nsub <= KD_CNT_Y;
+    const int fu = fmerge || r;
+    size_t smem = kd_smem(s, hd, hg, nt), stg = 0;
+    if (fu) { /* the new records after the buffers (and room for the store's scratch) */
+        stg = (smem + 15) & ~(size_t)15;
+        const size_t scr = ((sizeof(kq_store_sm) + 15) & ~(size_t)15) + (size_t)hd * 4;
+        stg = stg > scr ? stg : scr;
+        smem = stg + 4 * (size_t)hd;
+    }
+    if (smem > (size_t)g_kd.smem_lim) {
+        if (r)
+            return 0;
+        fmerge = 0; /* (the plain instance's smaller need was checked below) */
+        smem = kd_smem(s, hd, hg, nt);
+    }
+    if (!fmerge && !r && smem > (size_t)g_kd.smem_lim)
+        return 0;
     struct kd_args x;
+    memset(&x, 0, sizeof x);
     x.q = q, x.out = out, x.part = NULL, x.ml = NULL;
     x.pos = a->pos, x.seq = a->seq, x.bt = a->block_tables;
     x.kc = (const uint8_t *)a->k_cache, x.vc = (const uint8_t *)a->v_cache;
@@ -665,19 +860,62 @@ int cu_kvq_decode(struct cu_be *cb, float *out, const float *q, const struct be_
     x.rot_k = kvq_rot_of(dt, 0), x.rot_v = kvq_rot_of(dt, 1);
     x.scale = a->scale, x.softcap = a->softcap;
     x.s[0] = s[0], x.s[1] = s[1];
-    if (maxs > 1) {
-        const size_t rows = (size_t)a->n_tok * a->n_head * maxs;
-        char *p = (char *)cu_scratch(cb, CU_SCRATCH_ATT, rows * ((size_t)hd + 2) * sizeof(float));
+    if (r) {
+        x.fstore = 1;
+        x.kn = r->k, x.vn = r->v, x.slots = r->slots;
+        x.kcw = (uint8_t *)r->k_cache, x.vcw = (uint8_t *)r->v_cache;
+        x.kvd = kvd, x.stg = (int)stg;
+        x.rp.half = r->rot_dim / 2, x.rp.neox = r->mode == BE_ROPE_NEOX;
+        x.rp.inv_freq = r->inv_freq, x.rp.mscale = r->mscale;
+        x.ks[0] = kq_side_of(dt, 0, kvd), x.ks[1] = kq_side_of(dt, 1, kvd);
+    }
+    const size_t rows = (size_t)a->n_tok * a->n_head * maxs;
+    const size_t need = rows * ((size_t)hd + 2) * sizeof(float);
+    if (fmerge) {
+        /* counters first (always zero between calls: the merging block resets its own), then
+         * the partials; a new buffer has its counters zeroed, never inside a capture
+         * (cuda_attn_dec.cu's fused merge, the same way) */
+        const size_t cbytes = (size_t)KD_MAX_TOK * KD_CNT_Y * sizeof(unsigned);
+        const size_t cap0 = cb->scratch_cap[CU_SCRATCH_KVQ];
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(cb->stream, &cs) != cudaSuccess)
+            cudaGetLastError(), cs = cudaStreamCaptureStatusActive;
+        if (cap0 < cbytes + need && cs != cudaStreamCaptureStatusNone) {
+            fmerge = 0;
+        } else {
+            char *p = (char *)cu_scratch(cb, CU_SCRATCH_KVQ, cbytes + need);
+            if (!p)
+                return 1; /* out of memory: latched */
+            if (cb->scratch_cap[CU_SCRATCH_KVQ] != cap0) {
+                cb->last_kernel = 0;
+                cudaError_t rc = cudaMemsetAsync(p, 0, cbytes, cb->stream);
+                if (rc != cudaSuccess) {
+                    cudaGetLastError();
+                    cu_latch(cb, "attention (quantized KV, decode) counters", rc);
+                    return 1;
+                }
+            }
+            x.fmerge = 1;
+            x.cnt = (unsigned *)p;
+            x.part = (float *)(p + cbytes);
+            x.ml = (float2 *)(p + cbytes + rows * (size_t)hd * sizeof(float));
+        }
+    }
+    if (maxs > 1 && !fmerge) {
+        char *p = (char *)cu_scratch(cb, CU_SCRATCH_ATT, need);
         if (!p)
             return 1; /* out of memory: latched */
         x.part = (float *)p;
         x.ml = (float2 *)(p + rows * (size_t)hd * sizeof(float));
     }
-    const kd_kernel k = kd_kernel_of(hd, hg, kd_class(s[0], 0), kd_class(s[1], 1), nt);
+    const kd_kernel k = kd_kernel_of(hd, hg, kd_class(s[0], 0), kd_class(s[1], 1), nt,
+                                     fmerge || r);
     cu_launch(cb, k, dim3((unsigned)maxs, (unsigned)(a->n_kv_head * nsub), (unsigned)a->n_tok),
               dim3((unsigned)nt), smem, x, vw);
-    cu_after_launch(cb, "attention (quantized KV, decode)");
-    if (maxs > 1) {
+    cu_after_launch(cb, r ? "attention (quantized KV, decode, with the K/V store)"
+                          : "attention (quantized KV, decode)");
+    cb->n_kvq_fmerge += fmerge, cb->n_kvq_fstore += r != NULL;
+    if (maxs > 1 && !fmerge) {
         void (*mk)(struct kd_args) = hd == 64    ? k_kvq_sd_merge<64>
                                      : hd == 128 ? k_kvq_sd_merge<128>
                                                  : k_kvq_sd_merge<256>;
@@ -685,4 +923,15 @@ int cu_kvq_decode(struct cu_be *cb, float *out, const float *q, const struct be_
         cu_after_launch(cb, "attention merge (quantized KV, decode)");
     }
     return 1;
+}
+
+int cu_kvq_decode(struct cu_be *cb, float *out, const float *q, const struct be_attn *a)
+{
+    return kd_decode(cb, out, q, a, NULL);
+}
+
+int cu_kvq_decode_store(struct cu_be *cb, float *out, const float *q, const struct be_attn *a,
+                        const struct be_rope_kv *r)
+{
+    return kd_decode(cb, out, q, a, r);
 }
