@@ -258,7 +258,13 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
             lkm_load_b(*L, lp, rowf, M, 0, lsm);
         }
     }
-    cu_pdl_wait();
+    bool waited = true; /* LK with L->pre (fold 4): x is read before the wait (it is the
+                         * output of a kernel that finished before this one launched:
+                         * cuda_lora_mm.cuh), the wait (for the shrink) comes after the loop */
+    if constexpr (LK)
+        waited = !L->pre;
+    if (waited)
+        cu_pdl_wait();
     cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
     const int nc = K / 32;
     int c = warp;
@@ -336,6 +342,8 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
         SG_CHUNK(aw0, aw1, au0, au1, xb);
     }
 #undef SG_CHUNK
+    if (!waited) /* fold 4: the shrink's partials (and y, for ADD) from here on */
+        cu_pdl_wait();
     if constexpr (NI) /* the rows' 1/rms, read by warp 0 after the barrier below */
         sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, rsh);
     if constexpr (LK) /* t of the block's x rows (the extra warp, or the last one) */
@@ -761,6 +769,8 @@ int cu_matmul_fused_lk(struct be *b, const struct be_mm *m0, const struct cu_lk 
         cu_rmsnorm(b, xn, m.x, m.norm, m.n, a.K, m.eps);
         a.x = xn;
     }
+    if (L.pre) /* fold 4: the shrink, the launch just before the projection */
+        cu_lk_shrink_pre(cb, &L);
     if (m.w[0]->dtype == DT_BF16)
         sgl_launch<1>(cb, a, mode, w, chain == SG_CHAIN_IN, L, m.act);
     else
