@@ -162,7 +162,7 @@ for k, v in g["variants"].items():
 PY
 
 # mount / unmount while serving on CUDA (the engine thread loads and frees), vs start-up mounts
-if [ -x "$B/cinfer" ]; then
+if [ -x "$B/cinfer" ] && [ "${SERVE:-1}" != 0 ]; then # (SERVE=0 skips it)
     t4=$(date +%s)
     env ${SERVE_ENV:-CINFER_CUDA_LORA_FOLD=3} CINFER_LIBS=$B/lib timeout 200 \
         python3 bench/lora/device_serve.py "$B/cinfer" ${BACKEND:-cuda} "$OUT/serve_cuda.json" \

@@ -53,7 +53,10 @@ static void k_emu_fold()
     __syncthreads();
     /* every emulated warp gathers (the shim's warp exchanges are block-wide), so each counts
      * as a unit: g_L.units below */
-    lkm_gather(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
+    if (L.pre)
+        lkm_gather_pre(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
+    else
+        lkm_gather(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
     __syncthreads();
     const int t = threadIdx.x;
     if (t < 16 * g_n) {

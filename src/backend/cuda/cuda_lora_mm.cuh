@@ -380,12 +380,6 @@ static __device__ __forceinline__ void lkm_gather(const struct cu_lkm &L, int lp
                                                   int col0, int ncol, struct lkm_smem *sm)
 {
     const int lane = threadIdx.x & 31;
-    if (L.pre) { /* level 4: the shrink was its own launch; this block passed its PDL wait */
-        lkm_t(L, lp, col0, ncol, 0, sm);
-        if (lq >= 0)
-            lkm_t(L, lq, col0, ncol, 1, sm);
-        return;
-    }
     if (lane == 0 && (lp >= 0 || lq >= 0)) {
         long long spins = 0;
         while (lkm_ld_acquire(&L.cnt[LKM_C0]) < (unsigned)L.nsv) {
@@ -405,6 +399,16 @@ static __device__ __forceinline__ void lkm_gather(const struct cu_lkm &L, int lp
         atomicExch(&L.cnt[LKM_C0], 0u);
         atomicExch(&L.cnt[LKM_C0 + 1], 0u);
     }
+}
+
+/* lkm_gather of level 4 (L.pre: the shrink was its own launch, this warp has passed its PDL
+ * wait; no counters): t into sm (slots 0 and 1). */
+static __device__ __forceinline__ void lkm_gather_pre(const struct cu_lkm &L, int lp, int lq,
+                                                      int col0, int ncol, struct lkm_smem *sm)
+{
+    lkm_t(L, lp, col0, ncol, 0, sm);
+    if (lq >= 0)
+        lkm_t(L, lq, col0, ncol, 1, sm);
 }
 
 /* v plus the delta of output r (0..15) of the tile for its x row cc (sm slot sl filled, the
