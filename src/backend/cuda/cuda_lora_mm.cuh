@@ -215,9 +215,11 @@ struct cu_lkm {
     int nvs;   /* shrink items a block runs at once (its threads / 256) */
     int S;     /* shrink blocks (the grid's first) */
     int units; /* nsv + tile blocks: what finishes before the counters go back to zero */
-    int pre;   /* level 4: no shrink blocks (S = nsv = 0) and no counters; the shrink ran as
-                * its own launch just before (cu_lk_shrink_pre); the tiles read x before
-                * their PDL wait and wait only before gathering t */
+    int pre;   /* 1 (level 4): no shrink blocks (S = nsv = 0) and no counters; the shrink ran
+                * as its own launch just before (cu_lk_shrink_pre); the tiles (k_sglp) read x
+                * before their PDL wait and wait only before gathering t. 2 (level 5, a
+                * measurement): the same launch, but the tiles (k_sgl) wait for it at their
+                * start (the counters count the tiles only) */
     int8_t pw[3];                   /* projection of d of the kernel's weight w (-1: none) */
     uint8_t eg[LKM_R];              /* group of row entry i (groups in order) */
     uint8_t ei[LKM_R];              /* its index in its group's rows */
@@ -240,10 +242,11 @@ struct lkm_smem {
  * (the ADD gathers after its delta; the next q/k/v or gate/up takes the chain); 3, also
  * the rope + K/V store after a q/k/v call (the RoPE epilogue after the deltas); 4, what 3
  * folds, with the shrink as its own launch before the projection, which streams its
- * weights while the shrink runs (cu_lkm.pre); 0 none. */
+ * weights while the shrink runs (cu_lkm.pre); 5 (measurements), the same shrink launch
+ * with the projection waiting for it before its loop; 0 none. */
 int cu_lkm_on(void);
-/* Level 4: launches the shrink of L (L->pre; its items, partials into L->part) as its own
- * kernel, the launch just before L's projection (cuda_lora_sg.cu). */
+/* Levels 4 and 5: launches the shrink of L (L->pre; its items, partials into L->part) as its
+ * own kernel, the launch just before L's projection (cuda_lora_sg.cu). */
 void cu_lk_shrink_pre(struct cu_be *cb, const struct cu_lkm *L);
 /* Fills L for d folded into a skinny projection with outputs ys[0..n_w) of ms rows, blocks
  * of nvs * 256 threads (or more) and tiles tile blocks; takes the scratch. 0, or -1 when d

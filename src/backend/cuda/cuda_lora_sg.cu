@@ -342,7 +342,7 @@ int cu_lkm_on(void)
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("CINFER_CUDA_LORA_FOLD");
-        v = cu_lora_mode() == CU_LK_SG && e && e[0] >= '1' && e[0] <= '4' && !e[1] ? e[0] - '0' : 0;
+        v = cu_lora_mode() == CU_LK_SG && e && e[0] >= '1' && e[0] <= '5' && !e[1] ? e[0] - '0' : 0;
     }
     return v;
 }
@@ -390,9 +390,11 @@ int cu_lkm_prep(struct cu_be *cb, const struct cu_lk *d, float *const ys[3], con
     const size_t pbytes = (size_t)ksplit * (size_t)R * (size_t)Tmax * sizeof(float);
     if (pbytes > (size_t)lk_part_max())
         return -1;
-    const int pre = cu_lkm_on() >= 4; /* the shrink as its own launch: no counters */
+    /* 4: the shrink as its own launch beside the projection's loop, no counters; 5: before
+     * it (the tiles wait at their start; the counters count the tiles only) */
+    const int pre = cu_lkm_on() >= 4 ? cu_lkm_on() - 3 : 0;
     int declined = 0;
-    char *buf = cu_lk_scratch(cb, CU_LK_HDR + pbytes, !pre, &declined);
+    char *buf = cu_lk_scratch(cb, CU_LK_HDR + pbytes, pre != 1, &declined);
     if (!buf)
         return declined ? -1 : -2; /* -2: out of memory, latched */
     L->part = (float *)(buf + CU_LK_HDR);
@@ -410,6 +412,9 @@ int cu_lkm_prep(struct cu_be *cb, const struct cu_lk *d, float *const ys[3], con
 void cu_lk_shrink_pre(struct cu_be *cb, const struct cu_lkm *L)
 {
     dim3 gs((unsigned)L->R, (unsigned)L->nty, (unsigned)L->ksplit);
-    cu_launch(cb, k_lk_shrink_pre, gs, dim3(LK_ST), 0, L->d, L->part, L->R, L->Tmax);
+    if (L->pre == 2) /* fold 5: the default shrink (the projection may launch at once) */
+        cu_launch(cb, k_lk_shrink, gs, dim3(LK_ST), 0, L->d, L->part, L->R, L->Tmax);
+    else
+        cu_launch(cb, k_lk_shrink_pre, gs, dim3(LK_ST), 0, L->d, L->part, L->R, L->Tmax);
     cu_after_launch(cb, "lora shrink (fold 4)");
 }

@@ -670,7 +670,7 @@ static void sgl_launch_w(struct cu_be *cb, const struct sg_args &a, const struct
                          int act)
 {
     const unsigned grid = (unsigned)L.S + (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
-    if (L.pre) /* (L.S == 0) */
+    if (L.pre == 1) /* fold 4 (L.S == 0) */
         cu_launch(cb, k_sglp<BF, MODE, 1, W, NI>, dim3(grid), dim3((W + (W < 32)) * 32), 0, a, L,
                   act);
     else
