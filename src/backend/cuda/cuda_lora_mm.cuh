@@ -215,11 +215,11 @@ struct cu_lkm {
     int nvs;   /* shrink items a block runs at once (its threads / 256) */
     int S;     /* shrink blocks (the grid's first) */
     int units; /* nsv + tile blocks: what finishes before the counters go back to zero */
-    int pre;   /* 1 (level 4): no shrink blocks (S = nsv = 0) and no counters; the shrink ran
-                * as its own launch just before (cu_lk_shrink_pre); the tiles (k_sglp) read x
-                * before their PDL wait and wait only before gathering t. 2 (level 5, a
-                * measurement): the same launch, but the tiles (k_sgl) wait for it at their
-                * start (the counters count the tiles only) */
+    /* pre: 1 (level 4), no shrink blocks (S = nsv = 0) and no counters; the shrink ran as its
+     * own launch just before (cu_lk_shrink_pre); the tiles (k_sglp) read x before their PDL
+     * wait and wait only before gathering t. 2 (level 5, a measurement): the same launch,
+     * but the tiles (k_sgl) wait for it at their start (the counters count the tiles only) */
+    int pre;
     int8_t pw[3];                   /* projection of d of the kernel's weight w (-1: none) */
     uint8_t eg[LKM_R];              /* group of row entry i (groups in order) */
     uint8_t ei[LKM_R];              /* its index in its group's rows */
