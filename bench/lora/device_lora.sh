@@ -31,6 +31,12 @@
 #      (PROFILE= skips; NCU_VARIANTS adds others);
 #   6. with GOLDEN=1, the goldens regenerated with scripts/lora_reference.py (the device's
 #      torch/transformers/peft) and compared with the committed ones.
+# Session 8: fold4 (CINFER_CUDA_LORA_FOLD=4: fold 3's folds, with each shrink as its own
+# launch just before its projection, which streams its weights meanwhile; no polling) must
+# equal fold3 bit for bit (BITREF, default "fold4:fold3", printed as "bit-equal pairs"); e.g.
+# VARIANTS="default fold3=CINFER_CUDA_LORA_FOLD=3 fold4=CINFER_CUDA_LORA_FOLD=4"; fold5
+# (=5, measurements: the same shrink launch, the projection waiting for it before its loop)
+# shows what the overlap is worth (BITREF="fold4:fold3 fold5:fold3").
 # Session 5 (the batch-1 overhead): the default variants are default (two launches a lora
 # call), fold (CINFER_CUDA_LORA_FOLD=1: each lora call folded into the skinny projection
 # kernel before it, cuda_lora_mm.cuh), fold2 (=2: also the act_mul and the norm chain across
@@ -95,9 +101,10 @@ for m in ${MODELS:-l1b}; do
         cat "$OUT/lora_bench_${m}_$name.json"; tail -2 "$OUT/lora_bench_${m}_$name.err"
     done
 done
-python3 - "$OUT" "$first" "$VARIANTS" <<'PY'
+python3 - "$OUT" "$first" "$VARIANTS" "${BITREF:-fold4:fold3}" <<'PY'
 import json, sys
 out, m, variants = sys.argv[1], sys.argv[2], sys.argv[3].split()
+bitref = [p.split(":") for p in sys.argv[4].split() if p.count(":") == 1]
 keys = ("overhead_b1", "overhead_b8", "mixed_vs_single_at_8", "overhead_paths_b1",
         "tok_s_median", "adapter_dtype", "rank", "clock", "steps", "reps")
 g = {"model": m, "device": open(f"{out}/gpu.txt").read().strip(), "variants": {}}
@@ -136,6 +143,12 @@ def same(a, b):
     return None if a is None or b is None else bool(a.shape == b.shape and (a.view("<u4") == b.view("<u4")).all())
 g["probe_bitequal_vs_default"] = {vv.split("=", 1)[0]: {c: same(probe(vv.split("=", 1)[0], c), ref[c]) for c in ref}
                                   for vv in variants if vv.split("=", 1)[0] != "default"}
+# BITREF ("a:b ...", default fold4:fold3): variant a's logits equal b's bit for bit in every
+# configuration (fold 4 runs fold 3's arithmetic; only where the shrink runs differs)
+g["probe_bitequal_pairs"] = {f"{a}=={b}": {c: same(probe(a, c), probe(b, c)) for c in ref}
+                             for a, b in bitref if probe(a, "one_b1") is not None}
+if g["probe_bitequal_pairs"]:
+    print("bit-equal pairs:", json.dumps(g["probe_bitequal_pairs"]))
 def inv(name):
     a, b = probe(name, "one_b1"), probe(name, "one_b8")
     return None if a is None or b is None else same(a, b[:a.size])
@@ -151,7 +164,7 @@ for k, v in g["variants"].items():
 PY
 
 # mount / unmount while serving on CUDA (the engine thread loads and frees), vs start-up mounts
-if [ -x "$B/cinfer" ]; then
+if [ -x "$B/cinfer" ] && [ "${SERVE:-1}" != 0 ]; then # (SERVE=0 skips it)
     t4=$(date +%s)
     env ${SERVE_ENV:-CINFER_CUDA_LORA_FOLD=3} CINFER_LIBS=$B/lib timeout 200 \
         python3 bench/lora/device_serve.py "$B/cinfer" ${BACKEND:-cuda} "$OUT/serve_cuda.json" \

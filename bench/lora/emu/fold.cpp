@@ -2,6 +2,8 @@
 // blocks, the B slab, t gathered after the counter, the epilogue's delta) run on the CPU
 // against the two-launch path (cu_lk_run): every output bit for bit, rows of no group
 // untouched, both slots of a GLU tile (gate, up), the counters back at zero after each call.
+// With CINFER_CUDA_LORA_FOLD=4 (cu_lkm.pre): the shrink as its own launch (k_lk_shrink_pre)
+// before a grid of tiles only, which gather t without counters.
 // The projection itself (k_sg's tensor-core loop) is not emulated: the base values are y's.
 #include "emu_gen.cpp"
 #include <random>
@@ -51,7 +53,10 @@ static void k_emu_fold()
     __syncthreads();
     /* every emulated warp gathers (the shim's warp exchanges are block-wide), so each counts
      * as a unit: g_L.units below */
-    lkm_gather(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
+    if (L.pre == 1)
+        lkm_gather_pre(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
+    else
+        lkm_gather(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
     __syncthreads();
     const int t = threadIdx.x;
     if (t < 16 * g_n) {
@@ -105,6 +110,13 @@ int main(int argc, char **argv)
             const int tiles = g_tiles[glu ? 1 : NP];
             if (cu_lkm_prep(&cb0, &df, ys, ms, NP, 1, tiles, &g_L)) { printf("prep declined\n"); return 1; }
             g_L.units = g_L.nsv + tiles * 8; /* (8 gathering warps a tile block here) */
+            if (g_L.pre) { /* CINFER_CUDA_LORA_FOLD=4 or 5: the shrink as its own launch first;
+                            * the reference's partials (same scratch) poisoned before it */
+                for (size_t i = 0; i < (size_t)g_L.ksplit * g_L.R * g_L.Tmax; i++)
+                    g_L.part[i] = NAN;
+                if (!getenv("EMU_SKIP_SHRINK")) /* (=1: the check must then fail) */
+                    cu_lk_shrink_pre(&cb0, &g_L);
+            }
             for (int p = 0; p < NP; p++) g_y[p] = yf[p].data(), g_M[p] = M[p];
             g_nw = glu ? 1 : NP, g_n = N, g_glu = glu;
             cu_launch(&cb0, k_emu_fold, dim3((unsigned)(g_L.S + tiles)), dim3(256), 0);
@@ -115,7 +127,7 @@ int main(int argc, char **argv)
                 for (int r : {1, 4}) if (memcmp(&yf[p][(size_t)r * M[p]], &y0[p][(size_t)r * M[p]], (size_t)M[p] * 4)) changed++;
                 for (int r : {0, 2, 3}) if (!memcmp(&yf[p][(size_t)r * M[p]], &y0[p][(size_t)r * M[p]], (size_t)M[p] * 4)) changed++;
             }
-            printf("fold %s%s: %d shrink blocks, %d tiles: %s\n", glu ? "glu" : "qkv", use_norm ? " norm" : "", g_L.S, tiles,
+            printf("fold%s %s%s: %d shrink blocks, %d tiles: %s\n", g_L.pre == 1 ? " 4 (shrink launch first)" : g_L.pre == 2 ? " 5 (shrink launch first, counters)" : "", glu ? "glu" : "qkv", use_norm ? " norm" : "", g_L.S, tiles,
                    diff || changed ? "DIFFERS from the two-launch path" : "bit-identical to the two-launch path");
             bad += diff + changed;
         }

@@ -22,6 +22,19 @@
  * sets both back to zero. Shrink blocks have the lowest block indices, so they are dispatched
  * before any tile block that waits for them; a wait that lasts ~2^26 polls traps (a CUDA
  * error, never a hang).
+ *
+ * Level 4 (cu_lkm.pre; CINFER_CUDA_LORA_FOLD=4): the shrink items leave the grid. They run
+ * as their own launch just before the projection (k_lk_shrink_pre, cuda_lora_sg.cu: it
+ * waits for the kernel before it, then lets the projection launch), and the projection
+ * streams its weights and x BEFORE its own PDL wait: x is the output of a kernel that has
+ * finished by the time the projection launches (the shrink let it launch only after its
+ * own wait returned), so the shrink runs beside the projection's main loop instead of
+ * before it. The tiles wait (griddepcontrol.wait: the shrink has finished and its
+ * partials are visible) only after their main loop, then gather t and add the deltas in
+ * the epilogue as levels 1-3 do: no counters, no polling, the same bits. A layer with an
+ * adapter on every projection then has 4 extra launches (the shrinks), none of them
+ * between x and the projection's weight streaming, where the two-launch path has 8 (+ the
+ * rope and act_mul the adapter path unfuses) in series.
  */
 #ifndef CINFER_BACKEND_CUDA_LORA_MM_CUH
 #define CINFER_BACKEND_CUDA_LORA_MM_CUH
@@ -202,6 +215,11 @@ struct cu_lkm {
     int nvs;   /* shrink items a block runs at once (its threads / 256) */
     int S;     /* shrink blocks (the grid's first) */
     int units; /* nsv + tile blocks: what finishes before the counters go back to zero */
+    /* pre: 1 (level 4), no shrink blocks (S = nsv = 0) and no counters; the shrink ran as its
+     * own launch just before (cu_lk_shrink_pre); the tiles (k_sglp) read x before their PDL
+     * wait and wait only before gathering t. 2 (level 5, a measurement): the same launch,
+     * but the tiles (k_sgl) wait for it at their start (the counters count the tiles only) */
+    int pre;
     int8_t pw[3];                   /* projection of d of the kernel's weight w (-1: none) */
     uint8_t eg[LKM_R];              /* group of row entry i (groups in order) */
     uint8_t ei[LKM_R];              /* its index in its group's rows */
@@ -222,8 +240,14 @@ struct lkm_smem {
  * folds a lora call into the projection recorded just before it (cuda_graph.cu); 2, also
  * the act_mul after a gate/up call (one GLU pass) and the norm chain across an o/down delta
  * (the ADD gathers after its delta; the next q/k/v or gate/up takes the chain); 3, also
- * the rope + K/V store after a q/k/v call (the RoPE epilogue after the deltas); 0 none. */
+ * the rope + K/V store after a q/k/v call (the RoPE epilogue after the deltas); 4, what 3
+ * folds, with the shrink as its own launch before the projection, which streams its
+ * weights while the shrink runs (cu_lkm.pre); 5 (measurements), the same shrink launch
+ * with the projection waiting for it before its loop; 0 none. */
 int cu_lkm_on(void);
+/* Levels 4 and 5: launches the shrink of L (L->pre; its items, partials into L->part) as its
+ * own kernel, the launch just before L's projection (cuda_lora_sg.cu). */
+void cu_lk_shrink_pre(struct cu_be *cb, const struct cu_lkm *L);
 /* Fills L for d folded into a skinny projection with outputs ys[0..n_w) of ms rows, blocks
  * of nvs * 256 threads (or more) and tiles tile blocks; takes the scratch. 0, or -1 when d
  * does not fit the fold (the caller runs the projection, then cu_lk_run), -2 out of memory
@@ -378,6 +402,16 @@ static __device__ __forceinline__ void lkm_gather(const struct cu_lkm &L, int lp
         atomicExch(&L.cnt[LKM_C0], 0u);
         atomicExch(&L.cnt[LKM_C0 + 1], 0u);
     }
+}
+
+/* lkm_gather of level 4 (L.pre: the shrink was its own launch, this warp has passed its PDL
+ * wait; no counters): t into sm (slots 0 and 1). */
+static __device__ __forceinline__ void lkm_gather_pre(const struct cu_lkm &L, int lp, int lq,
+                                                      int col0, int ncol, struct lkm_smem *sm)
+{
+    lkm_t(L, lp, col0, ncol, 0, sm);
+    if (lq >= 0)
+        lkm_t(L, lq, col0, ncol, 1, sm);
 }
 
 /* v plus the delta of output r (0..15) of the tile for its x row cc (sm slot sl filled, the

@@ -36,6 +36,18 @@ __global__ void __launch_bounds__(LK_ST)
     lk_shrink_item<1>(d, part, R, Tmax, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, 0);
 }
 
+/* Level 4's shrink (CINFER_CUDA_LORA_FOLD=4, cuda_lora_mm.cuh cu_lkm.pre): the same items,
+ * but it lets the next kernel (the projection that adds the deltas) launch only once its
+ * own wait has returned, so that projection may read x, the output of the kernel before
+ * this one, before its PDL wait. */
+__global__ void __launch_bounds__(LK_ST)
+    k_lk_shrink_pre(const __grid_constant__ struct cu_lk d, float *part, int R, int Tmax)
+{
+    cu_pdl_wait();
+    cu_pdl_trigger(); /* after the wait: the kernels before this one have finished */
+    lk_shrink_item<1>(d, part, R, Tmax, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, 0);
+}
+
 __global__ void __launch_bounds__(LK_MT)
     k_lk_expand(const __grid_constant__ struct cu_lk d, const float *part, int R, int Tmax,
                 int ksplit, int rsmax)
@@ -330,7 +342,7 @@ int cu_lkm_on(void)
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("CINFER_CUDA_LORA_FOLD");
-        v = cu_lora_mode() == CU_LK_SG && e && e[0] >= '1' && e[0] <= '3' && !e[1] ? e[0] - '0' : 0;
+        v = cu_lora_mode() == CU_LK_SG && e && e[0] >= '1' && e[0] <= '5' && !e[1] ? e[0] - '0' : 0;
     }
     return v;
 }
@@ -378,17 +390,31 @@ int cu_lkm_prep(struct cu_be *cb, const struct cu_lk *d, float *const ys[3], con
     const size_t pbytes = (size_t)ksplit * (size_t)R * (size_t)Tmax * sizeof(float);
     if (pbytes > (size_t)lk_part_max())
         return -1;
+    /* 4: the shrink as its own launch beside the projection's loop, no counters; 5: before
+     * it (the tiles wait at their start; the counters count the tiles only) */
+    const int pre = cu_lkm_on() >= 4 ? cu_lkm_on() - 3 : 0;
     int declined = 0;
-    char *buf = cu_lk_scratch(cb, CU_LK_HDR + pbytes, 1, &declined);
+    char *buf = cu_lk_scratch(cb, CU_LK_HDR + pbytes, pre != 1, &declined);
     if (!buf)
         return declined ? -1 : -2; /* -2: out of memory, latched */
     L->part = (float *)(buf + CU_LK_HDR);
     L->cnt = (unsigned *)buf;
     L->R = R, L->Tmax = Tmax, L->ksplit = ksplit;
     L->nty = (Tmax + LK_TJ - 1) / LK_TJ;
-    L->nsv = R * L->nty * ksplit;
+    L->nsv = pre ? 0 : R * L->nty * ksplit;
     L->nvs = nvs;
     L->S = (L->nsv + nvs - 1) / nvs;
     L->units = L->nsv + tiles;
+    L->pre = pre;
     return 0;
+}
+
+void cu_lk_shrink_pre(struct cu_be *cb, const struct cu_lkm *L)
+{
+    dim3 gs((unsigned)L->R, (unsigned)L->nty, (unsigned)L->ksplit);
+    if (L->pre == 2) /* fold 5: the default shrink (the projection may launch at once) */
+        cu_launch(cb, k_lk_shrink, gs, dim3(LK_ST), 0, L->d, L->part, L->R, L->Tmax);
+    else
+        cu_launch(cb, k_lk_shrink_pre, gs, dim3(LK_ST), 0, L->d, L->part, L->R, L->Tmax);
+    cu_after_launch(cb, "lora shrink (fold 4)");
 }

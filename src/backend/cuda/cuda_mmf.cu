@@ -186,7 +186,8 @@ __device__ __forceinline__ void sg_norm_r(const sg_args &a, int col0, int warp, 
  * x is the producer's x * gamma (sg_args.xg_out) and the accumulators are scaled by
  * r = 1 / sqrt(ss / K + eps) of their row before the epilogue: rmsnorm(x) * gamma with the
  * row's scalar r taken out of the dot product; ss = the producer's tile sums added in a
- * fixed order (sg_norm_r) that depends only on K. */
+ * fixed order (sg_norm_r) that depends only on K. LK: 0 none, 1 the folded lora's tiles
+ * (k_sgl), 2 fold 4's (k_sglp: x read before the PDL wait, which comes after the loop). */
 template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI, int LK>
 __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const struct cu_lkm *L,
                                         struct lkm_smem *lsm, const unsigned bid)
@@ -258,7 +259,11 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
             lkm_load_b(*L, lp, rowf, M, 0, lsm);
         }
     }
-    cu_pdl_wait();
+    /* LK == 2 (L->pre, fold 4): x is read before the wait (it is the output of a kernel that
+     * finished before this one launched: cuda_lora_mm.cuh), the wait (for the shrink) comes
+     * after the loop */
+    if constexpr (LK != 2)
+        cu_pdl_wait();
     cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
     const int nc = K / 32;
     int c = warp;
@@ -336,12 +341,19 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
         SG_CHUNK(aw0, aw1, au0, au1, xb);
     }
 #undef SG_CHUNK
+    if constexpr (LK == 2) /* fold 4: the shrink's partials (and y, for ADD) from here on */
+        cu_pdl_wait();
     if constexpr (NI) /* the rows' 1/rms, read by warp 0 after the barrier below */
         sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, rsh);
     if constexpr (LK) /* t of the block's x rows (the extra warp, or the last one) */
-        if (warp == (SG_WARPS < 32 ? SG_WARPS : SG_WARPS - 1))
-            lkm_gather(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
-                       a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
+        if (warp == (SG_WARPS < 32 ? SG_WARPS : SG_WARPS - 1)) {
+            if constexpr (LK == 2)
+                lkm_gather_pre(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
+                               a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
+            else
+                lkm_gather(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
+                           a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
+        }
     /* partial sums of warps 1.. to shared memory; warp 0 adds them in warp order */
     if (warp > 0 && (!LK || warp < SG_WARPS)) {
 #pragma unroll
@@ -484,6 +496,17 @@ __global__ void __launch_bounds__((SG_WARPS + (SG_WARPS < 32)) * 32)
     }
     __shared__ struct lkm_smem lsm;
     sg_body<BF, MODE, NS, 0, SG_WARPS, NI, 1>(a, act, &L, &lsm, blockIdx.x - (unsigned)L.S);
+}
+
+/* Fold 4 (L.pre): k_sgl's tiles without shrink blocks; x read before the PDL wait, which
+ * comes after the main loop (the shrink was the launch just before: cu_lk_shrink_pre). */
+template <int BF, int MODE, int NS, int SG_WARPS, int NI>
+__global__ void __launch_bounds__((SG_WARPS + (SG_WARPS < 32)) * 32)
+    k_sglp(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
+           int act)
+{
+    __shared__ struct lkm_smem lsm;
+    sg_body<BF, MODE, NS, 0, SG_WARPS, NI, 2>(a, act, &L, &lsm, blockIdx.x);
 }
 
 /* 1 when the skinny kernel takes this projection. */
@@ -647,7 +670,12 @@ static void sgl_launch_w(struct cu_be *cb, const struct sg_args &a, const struct
                          int act)
 {
     const unsigned grid = (unsigned)L.S + (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
-    cu_launch(cb, k_sgl<BF, MODE, 1, W, NI>, dim3(grid), dim3((W + (W < 32)) * 32), 0, a, L, act);
+    if (L.pre == 1) /* fold 4 (L.S == 0) */
+        cu_launch(cb, k_sglp<BF, MODE, 1, W, NI>, dim3(grid), dim3((W + (W < 32)) * 32), 0, a, L,
+                  act);
+    else
+        cu_launch(cb, k_sgl<BF, MODE, 1, W, NI>, dim3(grid), dim3((W + (W < 32)) * 32), 0, a, L,
+                  act);
 }
 
 /* The warps sg_launch gives a (the same, so the projection's bits do not change). */
@@ -761,6 +789,8 @@ int cu_matmul_fused_lk(struct be *b, const struct be_mm *m0, const struct cu_lk 
         cu_rmsnorm(b, xn, m.x, m.norm, m.n, a.K, m.eps);
         a.x = xn;
     }
+    if (L.pre) /* fold 4: the shrink, the launch just before the projection */
+        cu_lk_shrink_pre(cb, &L);
     if (m.w[0]->dtype == DT_BF16)
         sgl_launch<1>(cb, a, mode, w, chain == SG_CHAIN_IN, L, m.act);
     else
