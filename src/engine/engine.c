@@ -304,9 +304,11 @@ void eng_finish(struct engine *g, struct ereq *r, int reason, int stop_index)
     req_free(g, r);
 }
 
-void eng_fail(struct engine *g, struct ereq *r, const char *msg)
+void eng_fail(struct engine *g, struct ereq *r, const char *msg) { eng_fail_as(g, r, msg, 0); }
+
+void eng_fail_as(struct engine *g, struct ereq *r, const char *msg, int status)
 {
-    struct engine_event ev = {.type = ENGINE_EV_ERROR, .error = msg};
+    struct engine_event ev = {.type = ENGINE_EV_ERROR, .error = msg, .error_status = status};
     ev_fill_counts(g, r, &ev);
     kv_seq_release(g->kv, &r->seq);
     if (g->kv_swa)
@@ -327,7 +329,7 @@ int eng_on_token(struct engine *g, struct ereq *r, int32_t id, const struct samp
     const char *gerr = sampler_grammar_error(r->smp); /* (id was sampled unconstrained) */
     if (gerr) {
         eng_run_remove(g, r);
-        eng_fail(g, r, gerr);
+        eng_fail_as(g, r, gerr, 400); /* the request's grammar, not the server */
         return 1;
     }
     r->tokens[r->n_tokens++] = id;

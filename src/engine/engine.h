@@ -98,6 +98,8 @@ struct engine_event {
     int spec_on; /* the request ran with speculation on */
     int spec_drafted, spec_accepted, spec_calls;
     const char *error;       /* ERROR: the reason */
+    int error_status;        /* ERROR: 400 when the request itself is at fault (its grammar is
+                                too ambiguous to enforce), 0 for a server-side failure */
 };
 
 /* Called on the engine thread; must not block for long and must not call back into the

@@ -226,6 +226,8 @@ void *eng_main(void *arg);
 int eng_is_eog(const struct engine *g, int32_t id);
 /* Terminal ERROR for r: publishes, frees. r must not be in run/wait. */
 void eng_fail(struct engine *g, struct ereq *r, const char *msg);
+/* eng_fail with the event's error_status (engine.h: 400 when the request is at fault). */
+void eng_fail_as(struct engine *g, struct ereq *r, const char *msg, int status);
 /* Handles a sampled token: append, detokenize, stop-match, publish; may finish r.
  * Returns 1 when r finished (and was freed). */
 int eng_on_token(struct engine *g, struct ereq *r, int32_t id, const struct sampler_logprob *lp);

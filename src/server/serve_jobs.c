@@ -43,6 +43,7 @@ struct job {
     int n_sub, n_live, n_pending;
     int failed;           /* a choice failed: the others are cancelled, no more submitted */
     int any_error, any_cancelled;
+    int err_status;       /* the first engine error's status (400: the request's fault; 0) */
     char *fail_msg;       /* a late submission's refusal (owned) */
     int fail_status;
     int ended, gone;
@@ -253,6 +254,8 @@ static void job_deliver(void *ud)
         s->state = 2;
         j->n_live--;
         j->any_error |= ev->type == ENGINE_EV_ERROR;
+        if (ev->type == ENGINE_EV_ERROR && !j->err_status)
+            j->err_status = ev->error_status;
         j->any_cancelled |= ev->type == ENGINE_EV_DONE && ev->finish == ENGINE_FINISH_CANCELLED;
     } else if (ev->type == ENGINE_EV_PROMPT)
         s->seen--; /* prompt logprobs come before the first token */
@@ -304,7 +307,7 @@ static void job_deliver(void *ud)
                 char m[600];
                 snprintf(m, sizeof m, "generation failed: %s",
                          ev->error ? ev->error : "out of memory");
-                job_fail(j, 500, m);
+                job_fail(j, j->err_status == 400 && !rc ? 400 : 500, m);
             } else if (j->any_cancelled)
                 job_fail(j, 503, "the request was cancelled (server shutting down)");
             else
