@@ -36,7 +36,10 @@
 # equal fold3 bit for bit (BITREF, default "fold4:fold3", printed as "bit-equal pairs"); e.g.
 # VARIANTS="default fold3=CINFER_CUDA_LORA_FOLD=3 fold4=CINFER_CUDA_LORA_FOLD=4"; fold5
 # (=5, measurements: the same shrink launch, the projection waiting for it before its loop)
-# shows what the overlap is worth (BITREF="fold4:fold3 fold5:fold3").
+# shows what the overlap is worth (BITREF="fold4:fold3 fold5:fold3"). fold6
+# (CINFER_CUDA_LORA_FOLD=6: fold 4 with the gate/up, down and q/k/v shrinks run by the
+# trailing blocks of the projection that writes their x, no launch of their own) must equal
+# fold3 too (BITREF="fold4:fold3 fold6:fold3").
 # Session 5 (the batch-1 overhead): the default variants are default (two launches a lora
 # call), fold (CINFER_CUDA_LORA_FOLD=1: each lora call folded into the skinny projection
 # kernel before it, cuda_lora_mm.cuh), fold2 (=2: also the act_mul and the norm chain across

@@ -4,6 +4,11 @@
 // untouched, both slots of a GLU tile (gate, up), the counters back at zero after each call.
 // With CINFER_CUDA_LORA_FOLD=4 (cu_lkm.pre): the shrink as its own launch (k_lk_shrink_pre)
 // before a grid of tiles only, which gather t without counters.
+// With CINFER_CUDA_LORA_FOLD=6 (cuda_lora_mm.cuh level 6): the shrink run by a producer
+// grid's trailing host blocks (lkh_host_block: they wait for the producer's tile blocks,
+// lkh_tile_done), then the call's tiles gather t (cu_lkm.pre 3, no shrink launch); the
+// counters back at zero. (Here the call's cu_lkm_prep runs before the producer grid: the
+// emulator's scratch garbles the partials at every request; the backend's does not.)
 // The projection itself (k_sg's tensor-core loop) is not emulated: the base values are y's.
 #include "emu_gen.cpp"
 #include <random>
@@ -27,6 +32,17 @@ static term mk(int rank, int dt, int K, int M)
 static const void *ta(const term &t) { return t.dt == DT_F32 ? (const void *)t.a32.data() : (const void *)t.a16.data(); }
 static const void *tb(const term &t) { return t.dt == DT_F32 ? (const void *)t.b32.data() : (const void *)t.b16.data(); }
 static struct cu_lkm g_L;
+static struct cu_lkh g_H;
+/* fold 6: a producer grid without a projection: g_H.tiles tile blocks that only count
+ * themselves finished, then the host blocks */
+static void k_emu_host()
+{
+    if ((int)blockIdx.x >= g_H.tiles) {
+        lkh_host_block(g_H, (int)blockIdx.x - g_H.tiles);
+        return;
+    }
+    lkh_tile_done(g_H);
+}
 static float *g_y[3];
 static int g_tiles[4], g_M[3], g_nw, g_n, g_glu;
 /* the fold kernel's structure without the projection: shrink blocks, then 16-output tiles */
@@ -53,7 +69,7 @@ static void k_emu_fold()
     __syncthreads();
     /* every emulated warp gathers (the shim's warp exchanges are block-wide), so each counts
      * as a unit: g_L.units below */
-    if (L.pre == 1)
+    if (L.pre == 1 || L.pre == 3)
         lkm_gather_pre(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
     else
         lkm_gather(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
@@ -110,7 +126,15 @@ int main(int argc, char **argv)
             const int tiles = g_tiles[glu ? 1 : NP];
             if (cu_lkm_prep(&cb0, &df, ys, ms, NP, 1, tiles, &g_L)) { printf("prep declined\n"); return 1; }
             g_L.units = g_L.nsv + tiles * 8; /* (8 gathering warps a tile block here) */
-            if (g_L.pre) { /* CINFER_CUDA_LORA_FOLD=4 or 5: the shrink as its own launch first;
+            if (cu_lkm_on() == 6) { /* the shrink in a producer's host blocks, then no launch */
+                if (cu_lkh_prep(&cb0, &df, 1, 3, &g_H)) { printf("host prep declined\n"); return 1; }
+                for (size_t i = 0; i < (size_t)g_L.ksplit * g_L.R * g_L.Tmax; i++)
+                    g_L.part[i] = NAN;
+                if (g_H.part != g_L.part || g_H.R != g_L.R || g_H.Tmax != g_L.Tmax || g_H.ksplit != g_L.ksplit) { printf("host layout differs\n"); bad++; }
+                if (!getenv("EMU_SKIP_SHRINK")) /* (=1: the check must then fail) */
+                    cu_launch(&cb0, k_emu_host, dim3((unsigned)(g_H.tiles + g_H.S)), dim3(256), 0);
+                g_L.pre = 3;
+            } else if (g_L.pre) { /* CINFER_CUDA_LORA_FOLD=4 or 5: the shrink as its own launch first;
                             * the reference's partials (same scratch) poisoned before it */
                 for (size_t i = 0; i < (size_t)g_L.ksplit * g_L.R * g_L.Tmax; i++)
                     g_L.part[i] = NAN;
@@ -127,7 +151,7 @@ int main(int argc, char **argv)
                 for (int r : {1, 4}) if (memcmp(&yf[p][(size_t)r * M[p]], &y0[p][(size_t)r * M[p]], (size_t)M[p] * 4)) changed++;
                 for (int r : {0, 2, 3}) if (!memcmp(&yf[p][(size_t)r * M[p]], &y0[p][(size_t)r * M[p]], (size_t)M[p] * 4)) changed++;
             }
-            printf("fold%s %s%s: %d shrink blocks, %d tiles: %s\n", g_L.pre == 1 ? " 4 (shrink launch first)" : g_L.pre == 2 ? " 5 (shrink launch first, counters)" : "", glu ? "glu" : "qkv", use_norm ? " norm" : "", g_L.S, tiles,
+            printf("fold%s %s%s: %d shrink blocks, %d tiles: %s\n", g_L.pre == 1 ? " 4 (shrink launch first)" : g_L.pre == 2 ? " 5 (shrink launch first, counters)" : g_L.pre == 3 ? " 6 (shrink in a producer's host blocks)" : "", glu ? "glu" : "qkv", use_norm ? " norm" : "", g_L.S, tiles,
                    diff || changed ? "DIFFERS from the two-launch path" : "bit-identical to the two-launch path");
             bad += diff + changed;
         }

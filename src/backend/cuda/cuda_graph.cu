@@ -35,8 +35,9 @@ enum {
                             * 64 thrashed with speculation: verify steps of a few sizes, burst
                             * and waited steps, ~5 segments a step) */
     CU_GRAPH_CACHE_MAX = 512,
-    CU_ARGS = 1600, /* bytes of one recorded call's arguments (lora: 1080, matmul_fused +
-                     * rope: ~400, both folded: ~1500) */
+    CU_ARGS = 2816, /* bytes of one recorded call's arguments (lora: 1080, matmul_fused +
+                     * rope: ~400, both folded: ~1500, + the next call's shrink (fold 6):
+                     * ~2600) */
     CU_LOG = 64,   /* graph launches remembered for be_cuda_replay_last */
 };
 
@@ -165,6 +166,8 @@ static int capture(struct cu_be *cb, struct cu_graph_ent *e)
     return 0;
 }
 
+static void lkm_host_pass(struct cu_graphs *g);
+
 void cu_flush(struct cu_be *cb)
 {
     struct cu_graphs *g = cb->graphs;
@@ -178,6 +181,8 @@ void cu_flush(struct cu_be *cb)
         memset(g->ent, 0, sizeof g->ent);
         g->epoch = cb->scratch_epoch;
     }
+    if (cu_lkm_on() == 6)
+        lkm_host_pass(g);
     struct cu_graph_ent *e = find_or_add(g, list_key(g), g->n);
     e->last_use = ++g->tick;
     if (!e->exec && !e->failed && !g->nocapture && e->seen >= 1 && g->n >= g->min) {
@@ -567,22 +572,62 @@ static void r_mmf(struct be *b, const void *p)
 /* ---- the lora call folded into the projection before it (cuda_lora_mm.cuh) ---- */
 
 /* rope (CINFER_CUDA_LORA_FOLD=3, lkm_rope): f.r is the rope + K/V store after the deltas */
-struct a_mmlk { struct a_mmf f; struct cu_lk l; int rope; };
+/* hosted (CINFER_CUDA_LORA_FOLD=6, lkm_host_pass): the call before runs l's shrink */
+struct a_mmlk { struct a_mmf f; struct cu_lk l; int rope, hosted; };
 static_assert(sizeof(struct a_mmlk) <= CU_ARGS, "a folded projection must fit a call");
-static void r_mmlk(struct be *b, const void *p)
+static void mmlk_run(struct be *b, const struct a_mmlk *a, const struct cu_lk *host)
 {
-    const struct a_mmlk *a = (const struct a_mmlk *)p;
     struct be_mm m = a->f.m;
     for (int i = 0; i < m.n_w && i < 3; i++)
         m.w[i] = &a->f.w[i];
     m.rope = a->rope ? &a->f.r : NULL;
-    if (cu_matmul_fused_lk(b, &m, &a->l))
+    if ((a->hosted || host) ? cu_matmul_fused_lk6(b, &m, &a->l, a->hosted, host)
+                            : cu_matmul_fused_lk(b, &m, &a->l))
         return;
     m.rope = NULL; /* apart: the projection, the deltas, then the rope */
     cu_matmul_fused(b, &m);
     cu_lk_run(b, &a->l);
     if (a->rope)
         cu_rope_kv_store(b, &a->f.r);
+}
+static void r_mmlk(struct be *b, const void *p)
+{
+    mmlk_run(b, (const struct a_mmlk *)p, NULL);
+}
+/* Fold 6: a folded projection whose grid also runs the next call's shrink (h) */
+struct a_mmlkh { struct a_mmlk k; struct cu_lk h; };
+static_assert(sizeof(struct a_mmlkh) <= CU_ARGS, "a folded projection and a shrink must fit");
+static void r_mmlkh(struct be *b, const void *p)
+{
+    const struct a_mmlkh *a = (const struct a_mmlkh *)p;
+    mmlk_run(b, &a->k, &a->h);
+}
+
+/* CINFER_CUDA_LORA_FOLD=6 (cuda_lora_mm.cuh), on a pending list about to be flushed (no call
+ * is appended to it any more): each folded projection C whose x the folded projection
+ * recorded just before it (P) writes (P an ADD into C's x, or a GLU whose activation is
+ * C's x) gives its shrink to P: P becomes r_mmlkh with a copy of C's call, C is marked
+ * hosted. At run time C skips its shrink only when P did launch it (cu_matmul_fused_lk6). */
+static void lkm_host_pass(struct cu_graphs *g)
+{
+    for (int i = 1; i < g->n; i++) {
+        struct cu_call *pc = &g->calls[i - 1], *cc = &g->calls[i];
+        if ((pc->run != r_mmlk && pc->run != r_mmlkh) || (cc->run != r_mmlk && cc->run != r_mmlkh))
+            continue;
+        struct a_mmlk *p = (struct a_mmlk *)pc->args, *c = (struct a_mmlk *)cc->args;
+        const float *cx = c->l.x;
+        const int writes = (p->f.m.mode == BE_MM_ADD && !p->rope && p->f.m.y[0] == cx) ||
+                           (p->l.act_y && p->l.act_y == cx);
+        if (!writes || pc->run == r_mmlkh || c->hosted)
+            continue;
+        struct a_mmlkh *h = (struct a_mmlkh *)pc->args; /* (a_mmlk at its front) */
+        memset((char *)pc->args + sizeof(struct a_mmlk), 0, /* (padding hashes as zeros) */
+               sizeof(struct a_mmlkh) - sizeof(struct a_mmlk));
+        memcpy(&h->h, &c->l, sizeof c->l);
+        pc->run = r_mmlkh;
+        pc->size = sizeof *h;
+        c->hosted = 1;
+    }
 }
 
 /* The lora call the previous recorded call holds (to append a projection to), or NULL. */

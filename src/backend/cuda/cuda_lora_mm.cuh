@@ -35,6 +35,22 @@
  * adapter on every projection then has 4 extra launches (the shrinks), none of them
  * between x and the projection's weight streaming, where the two-launch path has 8 (+ the
  * rope and act_mul the adapter path unfuses) in series.
+ *
+ * Level 6 (CINFER_CUDA_LORA_FOLD=6): level 4 without most of its shrink launches. When the
+ * call recorded just before a folded projection C is a folded projection P that writes C's
+ * x (an ADD: the residual o -> gate/up, down -> next q/k/v; a GLU: gate/up -> down), the
+ * recorder (cuda_graph.cu, at flush) hands C's shrink to P: P's grid gets trailing host
+ * blocks (struct cu_lkh) after its tiles. Each tile block counts itself finished
+ * ([LKM_C0 + 2], after its stores and a fence); a host block prefetches its rows of a
+ * into L2, waits until every tile is finished (acquire), then runs C's shrink items
+ * (lk_shrink_item, the same items and order: the same partials, at the address C's
+ * cu_lkm_prep gives) and counts them ([LKM_C0 + 3]; the last sets both back to zero).
+ * Host blocks have the highest block indices: every tile block has been dispatched
+ * before one spins. C then launches no shrink: its tiles (LK 3, k_sglh) wait at their
+ * start (C's x is P's output; the host blocks' partials are visible once P finished)
+ * and gather t after the loop. The o projection's shrink (x from the attention) and the
+ * first layer's q/k/v keep level 4's launch, as does any C whose P declined at run time
+ * (a run-time token: C's shrink is skipped only when P launched host blocks for it).
  */
 #ifndef CINFER_BACKEND_CUDA_LORA_MM_CUH
 #define CINFER_BACKEND_CUDA_LORA_MM_CUH
@@ -51,7 +67,10 @@ enum {
     LKM_BS = 256, /* most ranks of a tile's projections over all groups (its B slab: 16 KiB) */
     LKM_COLS = 8,  /* x rows of a tile block (k_sgl: steps of up to 8 rows, one n8 tile) */
     LKM_C0 = 40,   /* first counter (unsigned index into the header; the fused kernel's are
-                    * at the front) */
+                    * at the front); level 6's host blocks use LKM_C0 + 2 and LKM_C0 + 3 */
+    LKH_PART = 64 << 10, /* level 6: most partials bytes of a hosted shrink; every level-6
+                          * call asks for at least this much scratch, so that a host's
+                          * request never moves the buffer between P and C */
 };
 
 /* Barrier of the 256 threads of shrink item group sg (named barrier 1 + sg). */
@@ -228,6 +247,19 @@ struct cu_lkm {
     int16_t rst[CU_LK_PROJ];           /* ranks of projection p's B slab */
 };
 
+/* Level 6: the shrink of the next folded call C run by a producer's trailing blocks
+ * (cu_lkh_prep fills it; nsv == 0: none). */
+struct cu_lkh {
+    struct cu_lk d; /* C's call (its shrink's fields) */
+    float *part;    /* C's partials: the address C's cu_lkm_prep gives */
+    unsigned *cnt;  /* the scratch header ([LKM_C0 + 2], [LKM_C0 + 3]) */
+    int R, Tmax, nty, ksplit;
+    int nsv;   /* C's shrink items: R * nty * ksplit */
+    int nvs;   /* items a host block runs at once (its threads / 256) */
+    int S;     /* host blocks (after the tiles) */
+    int tiles; /* tile blocks of the producer's grid */
+};
+
 /* Shared memory of a tile block; slot 0, or 0 and 1 for the two weights of a GLU tile
  * (gate, up: their slabs one after the other). */
 struct lkm_smem {
@@ -243,11 +275,23 @@ struct lkm_smem {
  * the rope + K/V store after a q/k/v call (the RoPE epilogue after the deltas); 4, what 3
  * folds, with the shrink as its own launch before the projection, which streams its
  * weights while the shrink runs (cu_lkm.pre); 5 (measurements), the same shrink launch
- * with the projection waiting for it before its loop; 0 none. */
+ * with the projection waiting for it before its loop; 6, level 4 with the shrink of a
+ * call whose x the call before writes run by that call's trailing blocks; 0 none. */
 int cu_lkm_on(void);
 /* Levels 4 and 5: launches the shrink of L (L->pre; its items, partials into L->part) as its
  * own kernel, the launch just before L's projection (cuda_lora_sg.cu). */
 void cu_lk_shrink_pre(struct cu_be *cb, const struct cu_lkm *L);
+/* Level 6: fills H for the shrink of d (the next folded call) run by the trailing blocks
+ * of a producer grid of tiles tile blocks of nvs * 256 threads (or more); takes the
+ * scratch with clean counters. 0, or -1 when it does not fit (no host blocks: d's own
+ * call runs its shrink). cuda_lora_sg.cu. */
+int cu_lkh_prep(struct cu_be *cb, const struct cu_lk *d, int nvs, int tiles, struct cu_lkh *H);
+/* Level 6: the projection m with d's deltas folded in as cu_matmul_fused_lk, where hosted
+ * says the recorder gave d's shrink to the call before (it is skipped only if that call
+ * launched it) and host (or NULL) is the next call's shrink to run in trailing blocks.
+ * Same returns as cu_matmul_fused_lk (which is this with 0, NULL). cuda_mmf.cu. */
+int cu_matmul_fused_lk6(struct be *b, const struct be_mm *m, const struct cu_lk *d, int hosted,
+                        const struct cu_lk *host);
 /* Fills L for d folded into a skinny projection with outputs ys[0..n_w) of ms rows, blocks
  * of nvs * 256 threads (or more) and tiles tile blocks; takes the scratch. 0, or -1 when d
  * does not fit the fold (the caller runs the projection, then cu_lk_run), -2 out of memory
@@ -404,8 +448,188 @@ static __device__ __forceinline__ void lkm_gather(const struct cu_lkm &L, int lp
     }
 }
 
-/* lkm_gather of level 4 (L.pre: the shrink was its own launch, this warp has passed its PDL
- * wait; no counters): t into sm (slots 0 and 1). */
+/* Level 6's host blocks: lk_shrink_item<0>'s item with its LK_TJ ranks in two passes of
+ * half as many (x read twice). A rank's FMA chain (columns in the same order), its sums
+ * (lane butterfly, then warps in order) and the norm's are lk_shrink_item's, so the
+ * partials are the same bits; with half the accumulators and rank pointers live, the tile
+ * kernel that hosts it keeps its registers (the 16-rank item inside k_sgl spills). */
+static __device__ __forceinline__ void lkh_shrink_item(const struct cu_lk &d, float *part, int R,
+                                                       int Tmax, int bi, int by, int bz, int tid,
+                                                       int sg)
+{
+    constexpr int HJ = LK_TJ / 2;
+    __shared__ const char *h_a[LKM_NG][LK_TJ];
+    __shared__ int h_dt[LKM_NG][LK_TJ];
+    __shared__ float h_red[LKM_NG][LK_ST / 32][LK_TJ];
+    __shared__ float h_inv[LKM_NG];
+    int gi = 0, base = 0;
+    const int i = bi;
+    while (gi + 1 < d.n_grp && i >= base + d.g[gi].n_rows)
+        base += d.g[gi].n_rows, gi++;
+    const struct cu_lk_grp &g = d.g[gi];
+    const int j0 = by * LK_TJ;
+    if (j0 >= g.T) /* (uniform in the group) */
+        return;
+    const int nv = g.T - j0 < LK_TJ ? g.T - j0 : LK_TJ;
+    if (tid < LK_TJ) {
+        const char *ap = NULL;
+        int dt = DT_F32;
+        const int jj = j0 + tid;
+        for (int p = 0; tid < nv && p < d.n_proj; p++)
+            for (int k = g.t0[p]; k < g.t0[p] + g.nt[p]; k++) {
+                const struct cu_lk_term &t = d.t[k];
+                if (jj >= t.roff && jj < t.roff + t.rank) {
+                    const size_t es = t.dtype == DT_F32 ? 4 : 2;
+                    ap = (const char *)t.a + (size_t)(jj - t.roff) * (size_t)d.K * es;
+                    dt = t.dtype;
+                }
+            }
+        h_a[sg][tid] = ap;
+        h_dt[sg][tid] = dt;
+    }
+    const float *x = d.x + (int64_t)g.rows[i - base] * d.K;
+    const int lane = tid & 31, warp = tid >> 5;
+    float inv = 1.0f; /* with d.norm: 1 / rms of the whole row, as lk_shrink_item */
+    if (d.norm) {
+        float ss = 0.0f;
+        for (int e0 = tid; e0 < d.K; e0 += 8 * LK_ST) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                v[u] = e0 + u * LK_ST < d.K ? x[e0 + u * LK_ST] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (e0 + u * LK_ST < d.K)
+                    ss = __fadd_rn(ss, __fmul_rn(v[u], v[u]));
+        }
+        ss = cu_warp_sum(ss);
+        if (lane == 0)
+            h_red[sg][warp][0] = ss;
+        LK_BAR(sg);
+        if (tid == 0) {
+            float s = h_red[sg][0][0];
+            for (int w = 1; w < LK_ST / 32; w++)
+                s = __fadd_rn(s, h_red[sg][w][0]);
+            h_inv[sg] = 1.0f / sqrtf(s / (float)d.K + d.eps);
+        }
+    }
+    LK_BAR(sg);
+    if (d.norm)
+        inv = h_inv[sg];
+    const int k0 = bz * LK_KC, k1 = d.K < k0 + LK_KC ? d.K : k0 + LK_KC;
+    for (int jb = 0; jb < nv; jb += HJ) { /* (uniform in the group) */
+        float acc[HJ];
+#pragma unroll
+        for (int j = 0; j < HJ; j++)
+            acc[j] = 0.0f;
+        for (int e = k0 + tid; e < k1; e += 2 * LK_ST) { /* two columns a step, as the item */
+            const int e2 = e + LK_ST, has2 = e2 < k1;
+            uint32_t raw[HJ], raw2[HJ];
+#pragma unroll
+            for (int j = 0; j < HJ; j++)
+                raw[j] = jb + j < nv ? lk_raw(h_a[sg][jb + j], h_dt[sg][jb + j], e) : 0u;
+            float xv = x[e], xv2 = has2 ? x[e2] : 0.0f;
+            if (d.norm) {
+                xv = __fmul_rn(__fmul_rn(xv, inv), d.norm[e]);
+                if (has2)
+                    xv2 = __fmul_rn(__fmul_rn(xv2, inv), d.norm[e2]);
+            }
+#pragma unroll
+            for (int j = 0; j < HJ; j++)
+                if (jb + j < nv)
+                    acc[j] = __fmaf_rn(xv, lk_cvt(raw[j], h_dt[sg][jb + j]), acc[j]);
+            if (has2) {
+#pragma unroll
+                for (int j = 0; j < HJ; j++)
+                    raw2[j] = jb + j < nv ? lk_raw(h_a[sg][jb + j], h_dt[sg][jb + j], e2) : 0u;
+#pragma unroll
+                for (int j = 0; j < HJ; j++)
+                    if (jb + j < nv)
+                        acc[j] = __fmaf_rn(xv2, lk_cvt(raw2[j], h_dt[sg][jb + j]), acc[j]);
+            }
+        }
+        LK_BAR(sg); /* (h_red is reused) */
+#pragma unroll
+        for (int j = 0; j < HJ; j++) {
+            const float v = cu_warp_sum(acc[j]);
+            if (lane == 0)
+                h_red[sg][warp][jb + j] = v;
+        }
+        LK_BAR(sg);
+        if (tid >= jb && tid < jb + HJ && tid < nv) {
+            float s = h_red[sg][0][tid];
+            for (int w = 1; w < LK_ST / 32; w++)
+                s = __fadd_rn(s, h_red[sg][w][tid]);
+            part[((int64_t)bz * R + i) * Tmax + j0 + tid] = s;
+        }
+    }
+}
+
+/* Level 6: a tile block of a grid with host blocks is finished (all its threads, after its
+ * stores: warp 0 stores y; the other warps wrote nothing global). */
+static __device__ __forceinline__ void lkh_tile_done(const struct cu_lkh &H)
+{
+    if (H.nsv == 0)
+        return;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        atomicAdd(&H.cnt[LKM_C0 + 2], 1u);
+}
+
+/* Level 6: host block hb of a producer grid, all its threads: prefetch its items' rows of a
+ * into L2, wait for every tile block, then the items (lkh_shrink_item: k_lk_shrink's
+ * partials). */
+static __device__ __forceinline__ void lkh_host_block(const struct cu_lkh &H, int hb)
+{
+    cu_pdl_trigger();
+    const int sg = threadIdx.x / LK_ST, vb = hb * H.nvs + sg;
+    if (sg >= H.nvs || vb >= H.nsv) /* (whole 256-thread groups) */
+        return;
+    const int tid = threadIdx.x % LK_ST;
+    const int bi = vb % H.R, by = (vb / H.R) % H.nty, bz = vb / (H.R * H.nty);
+#ifndef LKM_EMU
+    { /* L2 prefetch of the item's a rows (128-byte lines; never changes a value) */
+        int gi = 0, base = 0;
+        while (gi + 1 < H.d.n_grp && bi >= base + H.d.g[gi].n_rows)
+            base += H.d.g[gi].n_rows, gi++;
+        const struct cu_lk_grp &g = H.d.g[gi];
+        const int j0 = by * LK_TJ, k0 = bz * LK_KC, k1 = H.d.K < k0 + LK_KC ? H.d.K : k0 + LK_KC;
+        const int jr = j0 + tid / 16, part = tid % 16; /* 16 threads a rank row */
+        if (tid < 16 * LK_TJ && jr < g.T)
+            for (int p = 0; p < H.d.n_proj; p++)
+                for (int k = g.t0[p]; k < g.t0[p] + g.nt[p]; k++) {
+                    const struct cu_lk_term &t = H.d.t[k];
+                    if (jr < t.roff || jr >= t.roff + t.rank)
+                        continue;
+                    const int es = t.dtype == DT_F32 ? 4 : 2;
+                    const char *row = (const char *)t.a + (size_t)(jr - t.roff) * H.d.K * es;
+                    for (int o = k0 * es + part * 128; o < k1 * es; o += 16 * 128)
+                        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + o));
+                }
+    }
+#endif
+    cu_pdl_wait();
+    if (tid == 0) {
+        long long spins = 0;
+        while (lkm_ld_acquire(&H.cnt[LKM_C0 + 2]) < (unsigned)H.tiles) {
+            __nanosleep(32);
+            if (++spins > (1ll << 26))
+                __trap();
+        }
+    }
+    LK_BAR(sg);
+    lkh_shrink_item(H.d, H.part, H.R, H.Tmax, bi, by, bz, tid, sg);
+    __threadfence();
+    LK_BAR(sg);
+    if (tid == 0 && atomicAdd(&H.cnt[LKM_C0 + 3], 1u) == (unsigned)H.nsv - 1u) {
+        atomicExch(&H.cnt[LKM_C0 + 2], 0u);
+        atomicExch(&H.cnt[LKM_C0 + 3], 0u);
+    }
+}
+
+/* lkm_gather of levels 4 and 6 (L.pre: the shrink was its own launch or a producer's host
+ * blocks, this warp has passed its PDL wait; no counters): t into sm (slots 0 and 1). */
 static __device__ __forceinline__ void lkm_gather_pre(const struct cu_lkm &L, int lp, int lq,
                                                       int col0, int ncol, struct lkm_smem *sm)
 {

@@ -342,7 +342,7 @@ int cu_lkm_on(void)
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("CINFER_CUDA_LORA_FOLD");
-        v = cu_lora_mode() == CU_LK_SG && e && e[0] >= '1' && e[0] <= '5' && !e[1] ? e[0] - '0' : 0;
+        v = cu_lora_mode() == CU_LK_SG && e && e[0] >= '1' && e[0] <= '6' && !e[1] ? e[0] - '0' : 0;
     }
     return v;
 }
@@ -392,9 +392,11 @@ int cu_lkm_prep(struct cu_be *cb, const struct cu_lk *d, float *const ys[3], con
         return -1;
     /* 4: the shrink as its own launch beside the projection's loop, no counters; 5: before
      * it (the tiles wait at their start; the counters count the tiles only) */
-    const int pre = cu_lkm_on() >= 4 ? cu_lkm_on() - 3 : 0;
+    const int lvl = cu_lkm_on(), pre = lvl == 4 || lvl == 6 ? 1 : lvl == 5 ? 2 : 0;
+    /* 6: at least LKH_PART bytes, so that a host's request (cu_lkh_prep) never moves it */
+    const size_t want = lvl == 6 && pbytes < (size_t)LKH_PART ? (size_t)LKH_PART : pbytes;
     int declined = 0;
-    char *buf = cu_lk_scratch(cb, CU_LK_HDR + pbytes, pre != 1, &declined);
+    char *buf = cu_lk_scratch(cb, CU_LK_HDR + want, pre != 1, &declined);
     if (!buf)
         return declined ? -1 : -2; /* -2: out of memory, latched */
     L->part = (float *)(buf + CU_LK_HDR);
@@ -417,4 +419,40 @@ void cu_lk_shrink_pre(struct cu_be *cb, const struct cu_lkm *L)
     else
         cu_launch(cb, k_lk_shrink_pre, gs, dim3(LK_ST), 0, L->d, L->part, L->R, L->Tmax);
     cu_after_launch(cb, "lora shrink (fold 4)");
+}
+
+int cu_lkh_prep(struct cu_be *cb, const struct cu_lk *d, int nvs, int tiles, struct cu_lkh *H)
+{
+    memset(H, 0, sizeof *H);
+    if (cu_lkm_on() != 6 || d->n_grp < 1 || d->n_proj < 1 || d->K <= 0 || nvs < 1 ||
+        nvs > LKM_NG || tiles < 1)
+        return -1;
+    int R = 0, Tmax = 0; /* (as cu_lkm_prep: the same partials layout) */
+    for (int i = 0; i < d->n_grp; i++) {
+        if (d->g[i].n_rows <= 0 || R + d->g[i].n_rows > LKM_R)
+            return -1;
+        R += d->g[i].n_rows;
+        Tmax = d->g[i].T > Tmax ? d->g[i].T : Tmax;
+    }
+    if (Tmax == 0)
+        return -1;
+    const int ksplit = (d->K + LK_KC - 1) / LK_KC;
+    const size_t pbytes = (size_t)ksplit * (size_t)R * (size_t)Tmax * sizeof(float);
+    if (pbytes > (size_t)LKH_PART || pbytes > (size_t)lk_part_max())
+        return -1;
+    int declined = 0;
+    char *buf = cu_lk_scratch(cb, CU_LK_HDR + (size_t)LKH_PART, 1, &declined);
+    if (!buf)
+        return -1; /* (out of memory is latched; the call runs without host blocks) */
+    H->d = *d;
+    H->d.act_y = NULL, H->d.ss_out = NULL, H->d.xg_out = NULL, H->d.gnext = NULL;
+    H->part = (float *)(buf + CU_LK_HDR);
+    H->cnt = (unsigned *)buf;
+    H->R = R, H->Tmax = Tmax, H->ksplit = ksplit;
+    H->nty = (Tmax + LK_TJ - 1) / LK_TJ;
+    H->nsv = R * H->nty * ksplit;
+    H->nvs = nvs;
+    H->S = (H->nsv + nvs - 1) / nvs;
+    H->tiles = tiles;
+    return 0;
 }

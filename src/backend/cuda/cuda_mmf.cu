@@ -187,7 +187,8 @@ __device__ __forceinline__ void sg_norm_r(const sg_args &a, int col0, int warp, 
  * r = 1 / sqrt(ss / K + eps) of their row before the epilogue: rmsnorm(x) * gamma with the
  * row's scalar r taken out of the dot product; ss = the producer's tile sums added in a
  * fixed order (sg_norm_r) that depends only on K. LK: 0 none, 1 the folded lora's tiles
- * (k_sgl), 2 fold 4's (k_sglp: x read before the PDL wait, which comes after the loop). */
+ * (k_sgl), 2 fold 4's (k_sglp: x read before the PDL wait, which comes after the loop), 3
+ * fold 6's hosted call (k_sglh: the wait at the start, t gathered without counters). */
 template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI, int LK>
 __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const struct cu_lkm *L,
                                         struct lkm_smem *lsm, const unsigned bid)
@@ -347,7 +348,7 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
         sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, rsh);
     if constexpr (LK) /* t of the block's x rows (the extra warp, or the last one) */
         if (warp == (SG_WARPS < 32 ? SG_WARPS : SG_WARPS - 1)) {
-            if constexpr (LK == 2)
+            if constexpr (LK >= 2)
                 lkm_gather_pre(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
                                a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
             else
@@ -507,6 +508,32 @@ __global__ void __launch_bounds__((SG_WARPS + (SG_WARPS < 32)) * 32)
 {
     __shared__ struct lkm_smem lsm;
     sg_body<BF, MODE, NS, 0, SG_WARPS, NI, 2>(a, act, &L, &lsm, blockIdx.x);
+}
+
+/* Fold 6: the kernels with host blocks: the producers (ADD: o, down; GLU: gate/up) in the
+ * block shapes where the host code does not make the kernel spill (ptxas: GLU with 16 warps
+ * and ADD with 8 did; the l1b/l8b gate/up has 8 warps, o 16, down 32). */
+static __host__ __device__ constexpr bool sglh_hosts(int mode, int warps)
+{
+    return (mode == BE_MM_ADD && warps >= 16) || (mode == BE_MM_GLU && warps == 8);
+}
+
+/* Fold 6 (cuda_lora_mm.cuh level 6): fold 4's tiles (LK 2) or a hosted call's (LK 3: the
+ * wait at the start), then H.S host blocks running the next call's shrink items once every
+ * tile block is finished (H.nsv == 0: none). */
+template <int BF, int MODE, int NS, int SG_WARPS, int NI, int LK>
+__global__ void __launch_bounds__((SG_WARPS + (SG_WARPS < 32)) * 32)
+    k_sglh(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
+           const __grid_constant__ struct cu_lkh H, int act)
+{
+    if constexpr (sglh_hosts(MODE, SG_WARPS)) /* (H.S == 0 else) */
+        if ((int)blockIdx.x >= H.tiles) {
+            lkh_host_block(H, (int)blockIdx.x - H.tiles);
+            return;
+        }
+    __shared__ struct lkm_smem lsm;
+    sg_body<BF, MODE, NS, 0, SG_WARPS, NI, LK>(a, act, &L, &lsm, blockIdx.x);
+    lkh_tile_done(H);
 }
 
 /* 1 when the skinny kernel takes this projection. */
@@ -724,9 +751,75 @@ static void sgl_launch(struct cu_be *cb, const struct sg_args &a, int mode, int 
         sgl_launch_m<BF, BE_MM_PLAIN>(cb, a, w, ni, L, act);
 }
 
+/* ---- fold 6: host blocks (cuda_lora_mm.cuh level 6; bf16 weights only) ---- */
+
+template <int MODE, int W, int NI, int LK>
+static void sglh_launch_w(struct cu_be *cb, const struct sg_args &a, const struct cu_lkm &L,
+                          const struct cu_lkh &H, int act)
+{
+    const unsigned grid = (unsigned)H.tiles + (unsigned)H.S;
+    cu_launch(cb, k_sglh<1, MODE, 1, W, NI, LK>, dim3(grid), dim3((W + (W < 32)) * 32), 0, a, L,
+              H, act);
+}
+
+template <int MODE, int LK>
+static void sglh_launch_m(struct cu_be *cb, const struct sg_args &a, int w, int ni,
+                          const struct cu_lkm &L, const struct cu_lkh &H, int act)
+{
+    if constexpr (MODE == BE_MM_ADD) {
+        if (w == 32)
+            sglh_launch_w<MODE, 32, 0, LK>(cb, a, L, H, act);
+        else if (w == 8)
+            sglh_launch_w<MODE, 8, 0, LK>(cb, a, L, H, act);
+        else
+            sglh_launch_w<MODE, 16, 0, LK>(cb, a, L, H, act);
+    } else if (w == 8 && ni)
+        sglh_launch_w<MODE, 8, 1, LK>(cb, a, L, H, act);
+    else if (w == 8)
+        sglh_launch_w<MODE, 8, 0, LK>(cb, a, L, H, act);
+    else if (ni)
+        sglh_launch_w<MODE, 16, 1, LK>(cb, a, L, H, act);
+    else
+        sglh_launch_w<MODE, 16, 0, LK>(cb, a, L, H, act);
+}
+
+template <int LK>
+static void sglh_launch(struct cu_be *cb, const struct sg_args &a, int mode, int w, int ni,
+                        const struct cu_lkm &L, const struct cu_lkh &H, int act)
+{
+    if (mode == BE_MM_ADD)
+        sglh_launch_m<BE_MM_ADD, LK>(cb, a, w, ni, L, H, act);
+    else if (mode == BE_MM_GLU)
+        sglh_launch_m<BE_MM_GLU, LK>(cb, a, w, ni, L, H, act);
+    else if (mode == SG_ROPE)
+        sglh_launch_m<SG_ROPE, LK>(cb, a, w, ni, L, H, act);
+    else
+        sglh_launch_m<BE_MM_PLAIN, LK>(cb, a, w, ni, L, H, act);
+}
+
+/* The call whose shrink the last launched grid's host blocks ran (fold 6): a hosted call
+ * skips its own shrink only when it is this one (its x, first output, K, terms). Set and
+ * read in call order on the recording thread, also while a graph is captured. */
+static struct {
+    const struct cu_be *cb;
+    const float *x;
+    const float *y0;
+    int K, n_t;
+} g_lkh_tok;
+
 int cu_matmul_fused_lk(struct be *b, const struct be_mm *m0, const struct cu_lk *d)
 {
+    return cu_matmul_fused_lk6(b, m0, d, 0, NULL);
+}
+
+int cu_matmul_fused_lk6(struct be *b, const struct be_mm *m0, const struct cu_lk *d, int hosted,
+                        const struct cu_lk *host)
+{
     struct cu_be *cb = cu_be(b);
+    /* fold 6: did the grid just before run this call's shrink? (the token is used once) */
+    hosted = hosted && g_lkh_tok.cb == cb && g_lkh_tok.x == d->x && g_lkh_tok.y0 == d->y[0] &&
+             g_lkh_tok.K == d->K && g_lkh_tok.n_t == d->n_t;
+    memset(&g_lkh_tok, 0, sizeof g_lkh_tok);
     if (m0->n <= 0 || m0->n > LKM_COLS || cb->precise || cb->sg_precise ||
         cb->repeat || (m0->mode != BE_MM_PLAIN && m0->mode != BE_MM_ADD) ||
         (m0->mode == BE_MM_ADD && m0->norm) || !sg_ok(cb, m0) || d->x != m0->x ||
@@ -788,6 +881,26 @@ int cu_matmul_fused_lk(struct be *b, const struct be_mm *m0, const struct cu_lk 
             return 1;
         cu_rmsnorm(b, xn, m.x, m.norm, m.n, a.K, m.eps);
         a.x = xn;
+    }
+    if (L.pre == 1 && m.w[0]->dtype == DT_BF16 && (hosted || host)) { /* fold 6 */
+        struct cu_lkh H;
+        const int tiles = a.tiles[a.n_w] * a.ny;
+        if (!host || !sglh_hosts(mode, w) || cu_lkh_prep(cb, host, w / 8, tiles, &H))
+            memset(&H, 0, sizeof H), H.tiles = tiles; /* (no host blocks) */
+        if (hosted)
+            L.pre = 3; /* the shrink ran in the grid before: no launch, wait at the start */
+        else
+            cu_lk_shrink_pre(cb, &L);
+        if (hosted)
+            sglh_launch<3>(cb, a, mode, w, chain == SG_CHAIN_IN, L, H, m.act);
+        else
+            sglh_launch<2>(cb, a, mode, w, chain == SG_CHAIN_IN, L, H, m.act);
+        cu_after_launch(cb, "skinny matmul + lora (fold 6)");
+        if (H.nsv) {
+            g_lkh_tok.cb = cb, g_lkh_tok.x = host->x, g_lkh_tok.y0 = host->y[0];
+            g_lkh_tok.K = host->K, g_lkh_tok.n_t = host->n_t;
+        }
+        return 1;
     }
     if (L.pre) /* fold 4: the shrink, the launch just before the projection */
         cu_lk_shrink_pre(cb, &L);
