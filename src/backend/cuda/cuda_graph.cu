@@ -620,7 +620,7 @@ static void lkm_host_pass(struct cu_graphs *g)
                            (p->l.act_y && p->l.act_y == cx);
         if (!writes || pc->run == r_mmlkh || c->hosted)
             continue;
-        struct a_mmlkh *h = (struct a_mmlkh *)pc->args; /* (a_mmlk at its front) */
+        struct a_mmlkh *h = (struct a_mmlkh *)pc->args;     /* (a_mmlk at its front) */
         memset((char *)pc->args + sizeof(struct a_mmlk), 0, /* (padding hashes as zeros) */
                sizeof(struct a_mmlkh) - sizeof(struct a_mmlk));
         memcpy(&h->h, &c->l, sizeof c->l);

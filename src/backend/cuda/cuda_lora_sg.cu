@@ -424,8 +424,8 @@ void cu_lk_shrink_pre(struct cu_be *cb, const struct cu_lkm *L)
 int cu_lkh_prep(struct cu_be *cb, const struct cu_lk *d, int nvs, int tiles, struct cu_lkh *H)
 {
     memset(H, 0, sizeof *H);
-    if (cu_lkm_on() != 6 || d->n_grp < 1 || d->n_proj < 1 || d->K <= 0 || nvs < 1 ||
-        nvs > LKM_NG || tiles < 1)
+    if (cu_lkm_on() != 6 || d->n_grp < 1 || d->n_proj < 1 || d->K <= 0 || nvs < 1 || nvs > LKM_NG ||
+        tiles < 1)
         return -1;
     int R = 0, Tmax = 0; /* (as cu_lkm_prep: the same partials layout) */
     for (int i = 0; i < d->n_grp; i++) {

@@ -758,8 +758,8 @@ static void sglh_launch_w(struct cu_be *cb, const struct sg_args &a, const struc
                           const struct cu_lkh &H, int act)
 {
     const unsigned grid = (unsigned)H.tiles + (unsigned)H.S;
-    cu_launch(cb, k_sglh<1, MODE, 1, W, NI, LK>, dim3(grid), dim3((W + (W < 32)) * 32), 0, a, L,
-              H, act);
+    cu_launch(cb, k_sglh<1, MODE, 1, W, NI, LK>, dim3(grid), dim3((W + (W < 32)) * 32), 0, a, L, H,
+              act);
 }
 
 template <int MODE, int LK>
