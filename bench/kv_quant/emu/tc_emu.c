@@ -30,7 +30,10 @@ static uint32_t rnd(void)
     g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
     return (uint32_t)(g_rng >> 11);
 }
-static double urand(void) { return (rnd() & 0xFFFFFF) / 16777216.0; }
+static double urand(void)
+{
+    return (rnd() & 0xFFFFFF) / 16777216.0;
+}
 
 /* f16 bits -> float (normal numbers and zero: all this emulator makes) */
 static float h2f(uint16_t h)
@@ -199,8 +202,10 @@ static int emu_scores(struct blk *b)
                 const uint8_t *r1 = b->rec + (j0 + kt_c_pos(l, 1)) * hb;
                 const uint32_t w0 = ld32(r0 + gi * GB), w1 = ld32(r1 + gi * GB);
                 const float q = b->qg[hh][gi];
-                s[l][0] = fmaf(h2f((uint16_t)(w0 & 0xFFFFu)), kt_combine(c[l][0], m0, c[l][2]), s[l][0]);
-                s[l][1] = fmaf(h2f((uint16_t)(w1 & 0xFFFFu)), kt_combine(c[l][1], m1, c[l][3]), s[l][1]);
+                s[l][0] =
+                    fmaf(h2f((uint16_t)(w0 & 0xFFFFu)), kt_combine(c[l][0], m0, c[l][2]), s[l][0]);
+                s[l][1] =
+                    fmaf(h2f((uint16_t)(w1 & 0xFFFFu)), kt_combine(c[l][1], m1, c[l][3]), s[l][1]);
                 t[l][0] = fmaf(h2f((uint16_t)(w0 >> 16)), q, t[l][0]);
                 t[l][1] = fmaf(h2f((uint16_t)(w1 >> 16)), q, t[l][1]);
             }
@@ -290,8 +295,8 @@ int main(int argc, char **argv)
                     n++;
                     if (!(e <= tol)) {
                         if (bad < 3)
-                            fprintf(stderr, "hd %d hg %d q kind %d: error %.3g of sum |q||k|\n",
-                                    hd, hg, qk, e);
+                            fprintf(stderr, "hd %d hg %d q kind %d: error %.3g of sum |q||k|\n", hd,
+                                    hg, qk, e);
                         bad++;
                     }
                 }

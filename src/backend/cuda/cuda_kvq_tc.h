@@ -35,7 +35,10 @@ enum {
 };
 
 /* The row of digit k (0 low .. 2 high) of head h (< 4) in the digit matrix. */
-KT_FN int kt_qrow(int h, int k) { return k * 4 + h; }
+KT_FN int kt_qrow(int h, int k)
+{
+    return k * 4 + h;
+}
 
 /* The scale exponent of a head whose largest |q| is mx: q_int = rint(q * 2^kt_exp(mx)). */
 KT_FN int kt_exp(float mx)
@@ -57,19 +60,31 @@ KT_FN void kt_digits(int32_t qi, int8_t *d)
 
 /* A register ra (0..3) of lane: the 4 digits at row kt_a_row, columns kt_a_col .. + 3 of the
  * group's 32 (the digit matrix is row-major, hd bytes a row). */
-KT_FN int kt_a_row(int lane, int ra) { return (lane >> 2) + (ra & 1) * 8; }
-KT_FN int kt_a_col(int lane, int ra) { return (lane & 3) * 4 + (ra >> 1) * 16; }
+KT_FN int kt_a_row(int lane, int ra)
+{
+    return (lane >> 2) + (ra & 1) * 8;
+}
+KT_FN int kt_a_col(int lane, int ra)
+{
+    return (lane & 3) * 4 + (ra >> 1) * 16;
+}
 
 /* B register rb (0..1) of lane: position (column) kt_b_pos of the tile; its 4 codes at byte
  * kt_b_off of that position's head record (group gi; gb bytes a group, hdr of header). */
-KT_FN int kt_b_pos(int lane) { return lane >> 2; }
+KT_FN int kt_b_pos(int lane)
+{
+    return lane >> 2;
+}
 KT_FN int kt_b_off(int lane, int rb, int gi, int gb, int hdr)
 {
     return gi * gb + hdr + (lane & 3) * 4 + rb * 16;
 }
 
 /* The tile position of C register c (0..3) of lane (lanes < 16: head lane / 4). */
-KT_FN int kt_c_pos(int lane, int c) { return (lane & 3) * 2 + (c & 1); }
+KT_FN int kt_c_pos(int lane, int c)
+{
+    return (lane & 3) * 2 + (c & 1);
+}
 
 /* A lane < 16's sum over a group for one position: its digit-0 and digit-2 dots (c_lo, c_hi)
  * and lane + 16's digit-1 dot (c_mid); |each| <= 128 * 255 * 32 < 2^21. */
