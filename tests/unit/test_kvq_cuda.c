@@ -17,6 +17,10 @@
  *   off a round and split boundary: the output bit for bit and every cache byte the same,
  *   four times in a row (run, captured into a graph, replayed: the merge counters reset),
  *   and the fused launches counted (the store also leaves q unroped: the fold happened).
+ * - CINFER_KVQ_DEC=tc (the keys' scores on the tensor cores, 8-bit keys): the cases above
+ *   against the CPU within tolerance, and the fused cases alone and with both fused
+ *   switches against the default path within 1e-4 of its scale (caches byte for byte), the
+ *   tc launches counted.
  * On CUDA every case runs three times: with the default kernels (the decode path for steps of
  * up to 64 tokens), with CINFER_KVQ_ATTN=general (the general kernel for every step), and
  * with CINFER_KVQ_NT=128 (the decode path's 128-thread layout); a CINFER_KVQ_ATTN set by the
