@@ -619,6 +619,7 @@ static void fz_all(int variant, int merge, int store, int tc)
         {KVF_A8, KVF_L3, 1, 1},  /* k8v3 (turbo) */
         {KVF_A5, KVF_L5, 1, 1},  /* the any-width decoder */
         {KVF_F16, KVF_L8, 0, 1}, /* a plain side */
+        {KVF_A8, KVF_F16, 1, 0}, /* 8-bit keys, plain values (tc: the any-width value decoder) */
     };
     /* one sequence: many rounds a split; the new position first of its round and alone in
      * the last split (2048 = 32 rounds + 1); two rounds, two splits; one round, one split;

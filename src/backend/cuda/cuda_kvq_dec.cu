@@ -905,13 +905,13 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
     /* every instance may take up to ~92 KB (its static arrays beside it stay under the
      * opt-in limit); a scheme needing more (f16 sides at head_dim 256) runs the general kernel */
     static const int hds[3] = {64, 128, 256}, hgs[3] = {1, 2, 4};
-    static const int kcs[5][2] = {{KC_A8, KC_A8}, {KC_A4, KC_A4}, {KC_A8, KC_L4}, {KC_A8, KC_L3},
-                                  {KC_ANY, KC_ANY}};
+    static const int kcs[6][2] = {{KC_A8, KC_A8}, {KC_A4, KC_A4}, {KC_A8, KC_L4}, {KC_A8, KC_L3},
+                                  {KC_ANY, KC_ANY}, {KC_A8, KC_ANY} /* (tc: 8-bit keys, any values) */};
     const int lim = (int)(cb->smem_optin < 100000 ? cb->smem_optin : 100000) - 8192;
     g_kd.smem_lim = lim;
     for (int i = 0; rc == cudaSuccess && i < 3; i++)
         for (int j = 0; rc == cudaSuccess && j < 3; j++)
-            for (int k = 0; rc == cudaSuccess && k < 5; k++)
+            for (int k = 0; rc == cudaSuccess && k < 6; k++)
                 for (int n = 128; rc == cudaSuccess && n <= 256; n += 128)
                     for (int fu = 0; rc == cudaSuccess && fu < 4; fu++) { /* fu | tc << 1 */
                         kd_kernel kk =
