@@ -17,6 +17,10 @@
  *   off a round and split boundary: the output bit for bit and every cache byte the same,
  *   four times in a row (run, captured into a graph, replayed: the merge counters reset),
  *   and the fused launches counted (the store also leaves q unroped: the fold happened).
+ * - CINFER_KVQ_DEC=tc (the keys' scores on the tensor cores, 8-bit keys): the cases above
+ *   against the CPU within tolerance, and the fused cases alone and with both fused
+ *   switches against the default path within 1e-4 of its scale (caches byte for byte), the
+ *   tc launches counted.
  * On CUDA every case runs three times: with the default kernels (the decode path for steps of
  * up to 64 tokens), with CINFER_KVQ_ATTN=general (the general kernel for every step), and
  * with CINFER_KVQ_NT=128 (the decode path's 128-thread layout); a CINFER_KVQ_ATTN set by the
@@ -603,8 +607,10 @@ static void fz_case(int ci, const struct scheme *sc, int hd, int nseq, const int
 }
 
 /* Every case on the backend as created; variant 0 records, the others compare with it.
- * merge / store: the variant's switches (what it must have run). */
-static void fz_all(int variant, int merge, int store)
+ * merge / store: the variant's switches (what it must have run); tc: CINFER_KVQ_DEC=tc is
+ * on (the output is then within 1e-4 of the default's scale, not its bits; every cache byte
+ * still the same; some launch used the tensor cores). */
+static void fz_all(int variant, int merge, int store, int tc)
 {
     static const struct scheme fs[] = {
         {KVF_A8, KVF_A8, 1, 0},  /* 8 */
@@ -613,16 +619,18 @@ static void fz_all(int variant, int merge, int store)
         {KVF_A8, KVF_L3, 1, 1},  /* k8v3 (turbo) */
         {KVF_A5, KVF_L5, 1, 1},  /* the any-width decoder */
         {KVF_F16, KVF_L8, 0, 1}, /* a plain side */
+        {KVF_A8, KVF_F16, 1, 0}, /* 8-bit keys, plain values (tc: the any-width value decoder) */
     };
     /* one sequence: many rounds a split; the new position first of its round and alone in
      * the last split (2048 = 32 rounds + 1); two rounds, two splits; one round, one split;
      * position 0. Four sequences: mixed lengths in one step. */
     static const int32_t p1[5] = {4000, 2048, 64, 63, 0}, p4[FZ_NS] = {2048, 700, 64, 3999};
     int ci = 0, bad = 0, unroped_ok = 1;
-    int64_t m0 = 0, s0 = 0, m1 = 0, s1 = 0;
+    int64_t m0 = 0, s0 = 0, m1 = 0, s1 = 0, t0 = 0, t1 = 0;
+    double worst = 0.0;
 #ifdef CINFER_HAVE_CUDA
     if (!strcmp(g_dev->ops->name, "cuda"))
-        be_cuda_kvq_fused(g_dev, &m0, &s0);
+        be_cuda_kvq_fused(g_dev, &m0, &s0), t0 = be_cuda_kvq_tc(g_dev);
 #endif
     for (size_t si = 0; si < sizeof fs / sizeof *fs; si++)
         for (int hd = 64; hd <= 128; hd += 64)
@@ -639,8 +647,18 @@ static void fz_all(int variant, int merge, int store)
                 if (pos[0] != 0) /* (at position 0 the rope is the identity) */
                     unroped_ok = unroped_ok && unroped == store;
                 if (variant) {
-                    const int eq = r.ok && g_fz[ci].ok && r.out_h == g_fz[ci].out_h &&
-                                   r.kc_h == g_fz[ci].kc_h && r.vc_h == g_fz[ci].vc_h;
+                    int close = r.out_h == g_fz[ci].out_h;
+                    if (tc && !close) { /* within 1e-4 of the default output's scale */
+                        double err = 0.0, scale = 0.0;
+                        for (int i = 0; i < nseq * (hd == 128 ? 16 : 4) * hd; i++) {
+                            err = fmax(err, fabs((double)r.out[i] - g_fz[ci].out[i]));
+                            scale = fmax(scale, fabs((double)g_fz[ci].out[i]));
+                        }
+                        close = err <= 1e-4 * fmax(scale, 1.0);
+                        worst = fmax(worst, err / fmax(scale, 1.0));
+                    }
+                    const int eq = r.ok && g_fz[ci].ok && close && r.kc_h == g_fz[ci].kc_h &&
+                                   r.vc_h == g_fz[ci].vc_h;
                     if (!eq) {
                         int nd = 0;
                         for (int i = 0; i < nseq * (hd == 128 ? 16 : 4) * hd; i++)
@@ -649,7 +667,7 @@ static void fz_all(int variant, int merge, int store)
                                 "case %d (hd %d k %s v %s, %d seq, pos %d): output %s (%d "
                                 "values differ), K cache %s, V cache %s\n",
                                 ci, hd, kvq_fmt_name(fs[si].kf), kvq_fmt_name(fs[si].vf), nseq,
-                                pos[0], r.out_h == g_fz[ci].out_h ? "same" : "DIFFERS", nd,
+                                pos[0], close ? "same" : "DIFFERS", nd,
                                 r.kc_h == g_fz[ci].kc_h ? "same" : "DIFFERS",
                                 r.vc_h == g_fz[ci].vc_h ? "same" : "DIFFERS");
                         bad++;
@@ -660,12 +678,16 @@ static void fz_all(int variant, int merge, int store)
     g_fz_n = ci;
 #ifdef CINFER_HAVE_CUDA
     if (!strcmp(g_dev->ops->name, "cuda"))
-        be_cuda_kvq_fused(g_dev, &m1, &s1);
+        be_cuda_kvq_fused(g_dev, &m1, &s1), t1 = be_cuda_kvq_tc(g_dev);
 #endif
-    printf("fused decode variant %d (merge %d, store %d): %d cases, %d differ from the default; "
-           "fused merges %lld, fused stores %lld, q left unroped as expected: %s\n",
-           variant, merge, store, ci, bad, (long long)(m1 - m0), (long long)(s1 - s0),
+    printf("fused decode variant %d (merge %d, store %d, tc %d): %d cases, %d differ from the "
+           "default%s; fused merges %lld, fused stores %lld, tc launches %lld (worst %.2g of the "
+           "scale), q left unroped as expected: %s\n",
+           variant, merge, store, tc, ci, bad, tc ? " (tolerance 1e-4 of the scale)" : "",
+           (long long)(m1 - m0), (long long)(s1 - s0), (long long)(t1 - t0), worst,
            unroped_ok ? "yes" : "NO");
+    CHECK_MSG(tc ? t1 - t0 > 0 : t1 - t0 == 0, "variant %d: %lld tc launches with tc %d", variant,
+              (long long)(t1 - t0), tc);
     CHECK_MSG(bad == 0, "variant %d: %d cases differ from the default decode path", variant, bad);
     CHECK_MSG(unroped_ok, "variant %d: the store %s inside the attention", variant,
               store ? "did not run" : "ran");
@@ -678,26 +700,39 @@ static void fz_all(int variant, int merge, int store)
 
 static void test_fused_default(void)
 {
-    fz_all(0, 0, 0);
+    fz_all(0, 0, 0, 0);
 }
 static void test_fused_merge(void)
 {
-    fz_all(1, 1, 0);
+    fz_all(1, 1, 0, 0);
 }
 static void test_fused_store(void)
 {
-    fz_all(2, 0, 1);
+    fz_all(2, 0, 1, 0);
 }
 static void test_fused_both(void)
 {
-    fz_all(3, 1, 1);
+    fz_all(3, 1, 1, 0);
+}
+static void test_fused_tc(void)
+{
+    fz_all(4, 0, 0, 1);
+}
+static void test_fused_tc_both(void)
+{
+    fz_all(5, 1, 1, 1);
 }
 
-/* A new backend with the switches (read at creation); 0 when it opened. */
-static int fz_reopen(const char *bn, struct be_config *bc, const char *merge, const char *store)
+/* A new backend with the switches (read at creation; dec: CINFER_KVQ_DEC); 0 when it opened. */
+static int fz_reopen_dec(const char *bn, struct be_config *bc, const char *merge, const char *store,
+                         const char *dec)
 {
     struct cerr e = {0};
     be_free(g_dev);
+    if (dec)
+        setenv("CINFER_KVQ_DEC", dec, 1);
+    else
+        unsetenv("CINFER_KVQ_DEC");
     if (merge)
         setenv("CINFER_KVQ_MERGE", merge, 1);
     else
@@ -709,6 +744,11 @@ static int fz_reopen(const char *bn, struct be_config *bc, const char *merge, co
     g_dev = be_new(bn, bc, &e);
     CHECK_MSG(g_dev != NULL, "%s", e.msg);
     return g_dev ? 0 : -1;
+}
+
+static int fz_reopen(const char *bn, struct be_config *bc, const char *merge, const char *store)
+{
+    return fz_reopen_dec(bn, bc, merge, store, NULL);
 }
 
 int main(void)
@@ -749,6 +789,10 @@ int main(void)
             RUN(test_fused_store);
         if (fz_reopen(bn, &bc, "fused", "attn") == 0)
             RUN(test_fused_both);
+        if (fz_reopen_dec(bn, &bc, NULL, NULL, "tc") == 0)
+            RUN(test_fused_tc);
+        if (fz_reopen_dec(bn, &bc, "fused", "attn", "tc") == 0)
+            RUN(test_fused_tc_both);
         unsetenv("CINFER_CUDA_GRAPH_MIN");
         if (fz_reopen(bn, &bc, NULL, NULL) != 0)
             return harness_done();
@@ -777,6 +821,30 @@ int main(void)
         RUN(test_formats_hd128);
         RUN(test_other_geometries);
         RUN(test_long_invariant);
+        /* and the keys' scores on the tensor cores (CINFER_KVQ_DEC=tc: 8-bit keys, head_dim
+         * 64 / 128; the other cases run the default decode kernel) against the CPU */
+        be_free(g_dev);
+        unsetenv("CINFER_KVQ_NT");
+        setenv("CINFER_KVQ_DEC", "tc", 1);
+        g_dev = be_new(bn, &bc, &e);
+        CHECK_MSG(g_dev != NULL, "%s", e.msg);
+        if (!g_dev)
+            return harness_done();
+        printf("-- CINFER_KVQ_DEC=tc\n");
+        int64_t tc0 = 0, tc1 = 0;
+#ifdef CINFER_HAVE_CUDA
+        tc0 = be_cuda_kvq_tc(g_dev);
+#endif
+        RUN(test_formats_hd128);
+        RUN(test_other_geometries);
+        RUN(test_long_invariant);
+#ifdef CINFER_HAVE_CUDA
+        tc1 = be_cuda_kvq_tc(g_dev);
+#endif
+        printf("CINFER_KVQ_DEC=tc: %lld decode launches on the tensor cores\n",
+               (long long)(tc1 - tc0));
+        CHECK_MSG(tc1 - tc0 > 0, "CINFER_KVQ_DEC=tc: no decode launch used the tensor cores");
+        unsetenv("CINFER_KVQ_DEC");
     }
     be_free(g_dev);
     be_free(g_cpu);

@@ -47,6 +47,10 @@ int64_t be_cuda_chained(struct be *b);
  * (CINFER_KVQ_STORE=attn); counted when launched (a graph replay adds nothing). */
 void be_cuda_kvq_fused(struct be *b, int64_t *merges, int64_t *stores);
 
+/* Launches of that kernel so far with the keys' scores on the tensor cores
+ * (CINFER_KVQ_DEC=tc); counted when launched. */
+int64_t be_cuda_kvq_tc(struct be *b);
+
 /* "NVIDIA H200, driver 580.159, CUDA runtime 13.0" into buf (for reports). */
 void be_cuda_describe(struct be *b, char *buf, size_t n);
 

@@ -38,6 +38,7 @@
 
 #include "backend/cuda/cuda_dec_split.cuh"
 #include "backend/cuda/cuda_kvq.cuh"
+#include "backend/cuda/cuda_kvq_tc.h"
 
 enum {
     KD_ROUND = 64,      /* positions per round */
@@ -57,7 +58,8 @@ __constant__ float c_kd_lm[KQ_LM_N];
 static struct {
     int on, target, nt, smem_lim; /* smem_lim: the dynamic shared memory any instance may take */
     int fmerge, fstore;           /* CINFER_KVQ_MERGE=fused, CINFER_KVQ_STORE=attn */
-} g_kd = {1, KD_TARGET, 256, 0, 0, 0};
+    int tc;                       /* CINFER_KVQ_DEC=tc: the keys' scores on the tensor cores */
+} g_kd = {1, KD_TARGET, 256, 0, 0, 0, 0};
 
 struct kd_side {
     int fmt, bits, hdr, gb, hb; /* hb: bytes of one head record */
@@ -375,9 +377,108 @@ __device__ __forceinline__ void kd_merge_last(const kd_args &a, int t, int h0, i
         orow[i] = xs[i];
 }
 
+/* ---- CINFER_KVQ_DEC=tc: the keys' scores on the tensor cores (cuda_kvq_tc.h) ---- */
+
+/* c (16 x 8, s32) = a (16 x 32 digits, s8, row) b (32 x 8 codes, u8, col) */
+__device__ __forceinline__ void kd_mma_s8u8(int32_t *c, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%10,%10,%10,%10};\n"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+#else
+    c[0] = c[1] = c[2] = c[3] = 0; /* (never launched: the backend needs cc 8.0) */
+#endif
+}
+
+/* The digit matrix qd (KT_ROWS x HD, s8) of the HG q rows in qs, each head's 1 / 2^e in qinv
+ * and its sums over each group of 32 in qg (HG x HD / 32): warp w < 4 does head w (zero rows
+ * for w >= HG), warps 4 .. 7 the zero rows 12 .. 15. Needs 8 warps; no barrier inside. */
+template <int HD, int HG>
+__device__ __forceinline__ void kd_tc_prep(const float *qs, int8_t *qd, float *qinv, float *qg,
+                                           int warp, int lane)
+{
+    constexpr int R = HD / 32;
+    if (warp >= 4) {
+        for (int i = lane; i < HD; i += 32)
+            qd[(8 + warp) * HD + i] = 0;
+        return;
+    }
+    const int h = warp;
+    if (h >= HG) {
+        for (int k = 0; k < 3; k++)
+            for (int i = lane; i < HD; i += 32)
+                qd[kt_qrow(h, k) * HD + i] = 0;
+        return;
+    }
+    float v[R], mx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < R; k++)
+        v[k] = qs[h * HD + lane + 32 * k], mx = fmaxf(mx, fabsf(v[k]));
+    mx = cu_warp_max(mx);
+    const int e = kt_exp(mx);
+#pragma unroll
+    for (int k = 0; k < R; k++) { /* element lane + 32 k: group k */
+        int8_t d[3];
+        kt_digits((int32_t)rintf(ldexpf(v[k], e)), d);
+#pragma unroll
+        for (int j = 0; j < 3; j++)
+            qd[kt_qrow(h, j) * HD + lane + 32 * k] = d[j];
+        const float gs = cu_warp_sum(v[k]);
+        if (lane == 0)
+            qg[h * R + k] = gs;
+    }
+    if (lane == 0)
+        qinv[h] = ldexpf(1.0f, -e);
+}
+
+/* Round rd's scores into scw (HG x KD_ROUND): warp w the positions 8 w .. 8 w + 7, one mma a
+ * group; a lane < 16 ends with head lane / 4's scores of two positions. kb: the round's K
+ * records (8-bit affine, groups of 32). Needs 8 warps. */
+template <int HD, int HG>
+__device__ __forceinline__ void kd_tc_scores(const kd_args &a, const uint8_t *kb,
+                                             const uint32_t (*qa)[4], const float *qinv,
+                                             const float *qg, int warp, int lane, int rd, int lo,
+                                             int pos, float *scw)
+{
+    constexpr int R = HD / 32;
+    const int hb = a.s[0].hb, gb = a.s[0].gb, hdr = a.s[0].hdr;
+    const int j0 = warp * 8, h = lane >> 2, hh = h < HG ? h : 0;
+    const uint8_t *rb = kb + (j0 + kt_b_pos(lane)) * hb;       /* this lane's B column */
+    const uint8_t *r0 = kb + (j0 + kt_c_pos(lane, 0)) * hb;    /* its two C positions */
+    const uint8_t *r1 = kb + (j0 + kt_c_pos(lane, 1)) * hb;
+    float s0 = 0.0f, s1 = 0.0f, t0 = 0.0f, t1 = 0.0f; /* sum d S (scaled q), sum m sum(q) */
+#pragma unroll
+    for (int gi = 0; gi < R; gi++) {
+        int32_t c[4];
+        kd_mma_s8u8(c, qa[gi], *(const uint32_t *)(rb + kt_b_off(lane, 0, gi, gb, hdr)),
+                    *(const uint32_t *)(rb + kt_b_off(lane, 1, gi, gb, hdr)));
+        const int32_t m0 = __shfl_xor_sync(0xffffffffu, c[0], 16);
+        const int32_t m1 = __shfl_xor_sync(0xffffffffu, c[1], 16);
+        const uint32_t w0 = *(const uint32_t *)(r0 + gi * gb), w1 = *(const uint32_t *)(r1 + gi * gb);
+        const float q = qg[hh * R + gi];
+        s0 = fmaf(kd_h(w0 & 0xFFFFu), kt_combine(c[0], m0, c[2]), s0);
+        s1 = fmaf(kd_h(w1 & 0xFFFFu), kt_combine(c[1], m1, c[3]), s1);
+        t0 = fmaf(kd_h(w0 >> 16), q, t0);
+        t1 = fmaf(kd_h(w1 >> 16), q, t1);
+    }
+    if (lane < 16 && h < HG) {
+        const float qi = qinv[h];
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int j = j0 + kt_c_pos(lane, c), p = rd * KD_ROUND + j;
+            float x = fmaf(c ? s1 : s0, qi, c ? t1 : t0) * a.scale;
+            if (a.softcap > 0.0f)
+                x = a.softcap * tanhf(x / a.softcap);
+            scw[h * KD_ROUND + j] = p >= lo && p <= pos ? x : -INFINITY;
+        }
+    }
+}
+
 /* FU: an instance that may also merge its splits (a.fmerge) and store the new token
  * (a.fstore); 0 is the default path, bit for bit. */
-template <int HD, int HG, int KC, int VC, int NT, int FU>
+template <int HD, int HG, int KC, int VC, int NT, int FU, int TC = 0>
 __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     k_kvq_sd(struct kd_args a, int vw)
 {
@@ -392,6 +493,10 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     __shared__ __align__(16) float qs[HG * HD];
     constexpr bool LMS = KC == KC_ANY || KC >= KC_LM || VC == KC_ANY || VC >= KC_LM;
     __shared__ float cbs[2][LMS ? 256 : 1];
+    /* TC (CINFER_KVQ_DEC=tc): q's digits, each head's 1 / 2^e and group sums of q */
+    static_assert(!TC || (NT == 256 && KC == KC_A8 && HD % 32 == 0 && HD <= 128), "tc");
+    __shared__ __align__(16) int8_t qd[TC ? KT_ROWS * HD : 4];
+    __shared__ float qinv[TC ? HG : 1], qgs[TC ? HG * HD / 32 : 1];
 
     cu_pdl_trigger();
     cu_pdl_wait(); /* launched with PDL: the previous kernel (q, K/V) is complete */
@@ -477,6 +582,17 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
                 for (int i = tid; i < (1 << a.s[w].bits); i += NT)
                     cbs[w][i] = c_kd_lm[a.s[w].lmo + i];
     __syncthreads();
+    uint32_t qa[TC ? HD / 32 : 1][4]; /* TC: the digits' A fragments, a group each */
+    if constexpr (TC) {
+        kd_tc_prep<HD, HG>(qs, qd, qinv, qgs, warp, lane);
+        __syncthreads();
+#pragma unroll
+        for (int gi = 0; gi < HD / 32; gi++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                qa[gi][r] = *(const uint32_t *)(qd + kt_a_row(lane, r) * HD + gi * KT_G +
+                                                kt_a_col(lane, r));
+    }
     float qv[HG][8];
 #pragma unroll
     for (int h = 0; h < HG; h++)
@@ -522,6 +638,9 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
             if (rd + 3 < r1)
                 nrow = row_of(rd + 3, tid); /* used next round: its latency is hidden */
         }
+        if constexpr (TC)
+            kd_tc_scores<HD, HG>(a, kb, qa, qinv, qgs, warp, lane, rd, lo, pos, &sc[buf][0][0]);
+        else {
         /* partial dots of this lane's 8 dims, then summed over the team */
         float s[N];
 #pragma unroll
@@ -547,6 +666,7 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
             if (a.softcap > 0.0f)
                 x = a.softcap * tanhf(x / a.softcap);
             sc[buf][h][j] = p >= lo && p <= pos ? x : -INFINITY;
+        }
         }
         __syncthreads();
         /* every warp runs each head's online softmax over the round (the same operations in
@@ -699,10 +819,38 @@ static kd_kernel kd_pick_hg(int hg, int kc, int vc)
                                                        : kd_pick<HD, 1, NT, FU>(kc, vc);
 }
 
-/* fu: the instance with the fused merge and store (only head_dim 64 / 128 at 256 threads:
- * NULL otherwise) */
-static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt, int fu)
+/* TC: 8-bit affine keys (groups of 32), the value decoders of kd_pick */
+template <int HD, int HG, int FU>
+static kd_kernel kd_pick_tc(int vc)
 {
+    if (vc == KC_A8)
+        return k_kvq_sd<HD, HG, KC_A8, KC_A8, 256, FU, 1>;
+    if (vc == KC_L4)
+        return k_kvq_sd<HD, HG, KC_A8, KC_L4, 256, FU, 1>;
+    if (vc == KC_L3)
+        return k_kvq_sd<HD, HG, KC_A8, KC_L3, 256, FU, 1>;
+    return k_kvq_sd<HD, HG, KC_A8, KC_ANY, 256, FU, 1>;
+}
+
+template <int HD, int FU>
+static kd_kernel kd_pick_tc_hg(int hg, int vc)
+{
+    return hg == 4 ? kd_pick_tc<HD, 4, FU>(vc) : hg == 2 ? kd_pick_tc<HD, 2, FU>(vc)
+                                                : kd_pick_tc<HD, 1, FU>(vc);
+}
+
+/* fu: the instance with the fused merge and store (only head_dim 64 / 128 at 256 threads:
+ * NULL otherwise); tc: the keys' scores on the tensor cores (8-bit keys, head_dim 64 / 128
+ * at 256 threads: NULL otherwise) */
+static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt, int fu, int tc)
+{
+    if (tc) {
+        if (nt != 256 || kc != KC_A8 || !(hd == 64 || hd == 128))
+            return NULL;
+        if (fu)
+            return hd == 64 ? kd_pick_tc_hg<64, 1>(hg, vc) : kd_pick_tc_hg<128, 1>(hg, vc);
+        return hd == 64 ? kd_pick_tc_hg<64, 0>(hg, vc) : kd_pick_tc_hg<128, 0>(hg, vc);
+    }
     if (fu)
         return nt != 256 ? NULL
                : hd == 64 ? kd_pick_hg<64, 256, 1>(hg, kc, vc)
@@ -734,10 +882,11 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
 {
     const char *m = getenv("CINFER_KVQ_ATTN"), *sp = getenv("CINFER_KVQ_SPLITS");
     const char *nt = getenv("CINFER_KVQ_NT"), *mg = getenv("CINFER_KVQ_MERGE");
-    const char *so = getenv("CINFER_KVQ_STORE");
+    const char *so = getenv("CINFER_KVQ_STORE"), *dc = getenv("CINFER_KVQ_DEC");
     g_kd.on = !(m && !strcmp(m, "general"));
     g_kd.fmerge = mg && !strcmp(mg, "fused");
     g_kd.fstore = so && !strcmp(so, "attn");
+    g_kd.tc = dc && !strcmp(dc, "tc");
     g_kd.nt = nt && !strcmp(nt, "128") ? 128 : 256;
     g_kd.target = KD_TARGET;
     if (sp) {
@@ -756,16 +905,17 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
     /* every instance may take up to ~92 KB (its static arrays beside it stay under the
      * opt-in limit); a scheme needing more (f16 sides at head_dim 256) runs the general kernel */
     static const int hds[3] = {64, 128, 256}, hgs[3] = {1, 2, 4};
-    static const int kcs[5][2] = {{KC_A8, KC_A8}, {KC_A4, KC_A4}, {KC_A8, KC_L4}, {KC_A8, KC_L3},
-                                  {KC_ANY, KC_ANY}};
+    static const int kcs[6][2] = {{KC_A8, KC_A8}, {KC_A4, KC_A4}, {KC_A8, KC_L4}, {KC_A8, KC_L3},
+                                  {KC_ANY, KC_ANY}, {KC_A8, KC_ANY} /* (tc: 8-bit keys, any values) */};
     const int lim = (int)(cb->smem_optin < 100000 ? cb->smem_optin : 100000) - 8192;
     g_kd.smem_lim = lim;
     for (int i = 0; rc == cudaSuccess && i < 3; i++)
         for (int j = 0; rc == cudaSuccess && j < 3; j++)
-            for (int k = 0; rc == cudaSuccess && k < 5; k++)
+            for (int k = 0; rc == cudaSuccess && k < 6; k++)
                 for (int n = 128; rc == cudaSuccess && n <= 256; n += 128)
-                    for (int fu = 0; rc == cudaSuccess && fu < 2; fu++) {
-                        kd_kernel kk = kd_kernel_of(hds[i], hgs[j], kcs[k][0], kcs[k][1], n, fu);
+                    for (int fu = 0; rc == cudaSuccess && fu < 4; fu++) { /* fu | tc << 1 */
+                        kd_kernel kk =
+                            kd_kernel_of(hds[i], hgs[j], kcs[k][0], kcs[k][1], n, fu & 1, fu >> 1);
                         if (kk)
                             rc = cudaFuncSetAttribute(kk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       lim);
@@ -821,7 +971,10 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
     const int nt = kd_nt_of(hd, g_kd.nt);
     const int rounds = (int)((cap + KD_ROUND - 1) / KD_ROUND);
     const int maxs = g_kd.target < rounds ? g_kd.target : rounds;
-    const int fu_ok = kd_kernel_of(hd, hg, KC_A8, KC_A8, nt, 1) != NULL;
+    const int fu_ok = kd_kernel_of(hd, hg, KC_A8, KC_A8, nt, 1, 0) != NULL;
+    /* tc: 8-bit affine keys in groups of 32 (one mma's k) where an instance exists */
+    const int tc = g_kd.tc && G == KT_G && kd_class(s[0], 0) == KC_A8 &&
+                   kd_kernel_of(hd, hg, KC_A8, kd_class(s[1], 1), nt, 0, 1) != NULL;
     /* the new token's store: the FU instance, the store's geometry (groups of at most 32
      * lanes, a power of two; records within the staging of 2 head_dim bytes a side) */
     if (r && (!fu_ok || r->n_tok != a->n_tok || r->head_dim != hd || r->rot_dim > hd ||
@@ -909,12 +1062,12 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
         x.ml = (float2 *)(p + rows * (size_t)hd * sizeof(float));
     }
     const kd_kernel k = kd_kernel_of(hd, hg, kd_class(s[0], 0), kd_class(s[1], 1), nt,
-                                     fmerge || r);
+                                     fmerge || r, tc);
     cu_launch(cb, k, dim3((unsigned)maxs, (unsigned)(a->n_kv_head * nsub), (unsigned)a->n_tok),
               dim3((unsigned)nt), smem, x, vw);
     cu_after_launch(cb, r ? "attention (quantized KV, decode, with the K/V store)"
                           : "attention (quantized KV, decode)");
-    cb->n_kvq_fmerge += fmerge, cb->n_kvq_fstore += r != NULL;
+    cb->n_kvq_fmerge += fmerge, cb->n_kvq_fstore += r != NULL, cb->n_kvq_tc += tc;
     if (maxs > 1 && !fmerge) {
         void (*mk)(struct kd_args) = hd == 64    ? k_kvq_sd_merge<64>
                                      : hd == 128 ? k_kvq_sd_merge<128>
