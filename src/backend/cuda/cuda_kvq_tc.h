@@ -15,7 +15,11 @@
  *   (8-bit affine keys: an element is m + d * code).
  *
  * Plain C, host and device: bench/kv_quant/emu/ runs the same functions on the host against
- * an emulation of the fragment tables (the PTX ISA's, for m16n8k32 .s8/.u8). */
+ * an emulation of the fragment tables (the PTX ISA's, for m16n8k32 .s8/.u8). The maps below
+ * were checked against the ISA's text ("Matrix Fragments for mma.m16n8k32": A row groupID +
+ * 8 for registers 1 and 3, column 4 threadID_in_group + byte, + 16 for registers 2 and 3; B
+ * column groupID, row 4 threadID_in_group + byte, + 16 for register 1; C row groupID (+ 8
+ * for c2, c3), column 2 threadID_in_group + (i & 1)). */
 #ifndef CINFER_BACKEND_CUDA_KVQ_TC_H
 #define CINFER_BACKEND_CUDA_KVQ_TC_H
 
