@@ -320,8 +320,12 @@ static void job_deliver(void *ud)
         sv->met.gen_tokens += ev->n_gen;
         sv->met.cached_tokens += ev->n_cached;
         sv->met.cache_hits += ev->n_cached > 0;
-        if (ev->type == ENGINE_EV_ERROR)
-            sv->met.status_5xx++;
+        if (ev->type == ENGINE_EV_ERROR && j->g.stream) { /* (a reply's status: job_fail) */
+            if (ev->error_status == 400)
+                sv->met.status_4xx++;
+            else
+                sv->met.status_5xx++;
+        }
         if (ev->type == ENGINE_EV_DONE && ev->finish == ENGINE_FINISH_CANCELLED)
             sv->met.cancelled++;
     }

@@ -203,6 +203,14 @@ def test_ambiguous_grammar_fails_alone(st):
     msgs = [{"role": "user", "content": "Once"}]
     res = {}
 
+    def http_errors():
+        code, raw, _ = st.get("/metrics")
+        assert code == 200
+        txt = raw.decode() if isinstance(raw, bytes) else raw
+        return {k: float(l.split()[-1]) for l in txt.splitlines()
+                for k in ("cinfer_http_4xx_total", "cinfer_http_5xx_total") if l.startswith(k + " ")}
+    before = http_errors()
+
     def bad():
         res["bad"] = st.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 2000,
                                                       "temperature": 0, "ignore_eos": True,
@@ -217,6 +225,9 @@ def test_ambiguous_grammar_fails_alone(st):
     assert code == 400, raw  # the request's grammar is at fault: a client error (SDKs retry 5xx)
     err = json.loads(raw)["error"]
     assert "too ambiguous" in err["message"] and err["type"] == "invalid_request_error", raw
+    after = http_errors()  # counted once, as the client error it is
+    assert after["cinfer_http_4xx_total"] == before["cinfer_http_4xx_total"] + 1, (before, after)
+    assert after["cinfer_http_5xx_total"] == before["cinfer_http_5xx_total"], (before, after)
     out2, fin2, _ = content(st, {"messages": msgs, "max_tokens": 24, "temperature": 0})
     assert (out2, fin2) == (out, fin)
 
