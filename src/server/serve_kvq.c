@@ -20,8 +20,8 @@ struct serve_kvq {
     struct kvq_scheme s;
     struct kvq_layers_info info;
     int ldt[MODEL_MAX_LAYERS];
-    int tier;            /* 0 none, 1, 2 */
-    int fused_sdpa;      /* effective */
+    int tier;       /* 0 none, 1, 2 */
+    int fused_sdpa; /* effective */
     int compiled_act;
     int force_wire;
     size_t wired_bytes;
@@ -175,14 +175,15 @@ int serve_kvq_setup(struct serve *sv, struct engine_config *ec)
     }
     if (q->info.n_quant && strcmp(sv->m->be->ops->name, "cpu") &&
         strcmp(sv->m->be->ops->name, "cuda")) {
-        fprintf(stderr, "cinfer serve: --kv-quant %s: the %s backend does not read quantized KV "
-                        "blocks yet; use --backend cpu or --kv-quant off\n",
+        fprintf(stderr,
+                "cinfer serve: --kv-quant %s: the %s backend does not read quantized KV "
+                "blocks yet; use --backend cpu or --kv-quant off\n",
                 v, sv->m->be->ops->name);
         return -1;
     }
     if (q->info.swa_plain)
-        fprintf(stderr, "cinfer warn: --kv-quant %s keeps the %d sliding-window layers at f16\n",
-                v, q->info.swa_plain);
+        fprintf(stderr, "cinfer warn: --kv-quant %s keeps the %d sliding-window layers at f16\n", v,
+                q->info.swa_plain);
     if (q->info.n_quant) {
         ec->kv_dtype = code;
         ec->kv_layer_dtype = q->ldt;
@@ -302,16 +303,18 @@ void serve_kvq_stats_json(struct serve *sv, json_t *j)
         json_array_append_new(per, json_string(b));
     }
     json_object_set_new(layers, "per_layer", per);
-    json_t *kq = json_pack(
-        "{s:s, s:{s:i, s:i}, s:{s:b, s:b}, s:o, s:{s:s, s:s}, s:I, s:i}", "mode", name, "bits", "k",
-        q->info.kbits, "v", q->info.vbits, "rotate", "k", q->info.rotate_k, "v", q->info.rotate_v,
-        "layers", layers, "attention", "global", group_route(sv, q, 0, g, sizeof g),
-        "sliding_window", group_route(sv, q, 1, s, sizeof s), "bytes_per_token",
-        (json_int_t)q->info.bytes_per_token, "group_size", gsz);
+    json_t *kq = json_pack("{s:s, s:{s:i, s:i}, s:{s:b, s:b}, s:o, s:{s:s, s:s}, s:I, s:i}", "mode",
+                           name, "bits", "k", q->info.kbits, "v", q->info.vbits, "rotate", "k",
+                           q->info.rotate_k, "v", q->info.rotate_v, "layers", layers, "attention",
+                           "global", group_route(sv, q, 0, g, sizeof g), "sliding_window",
+                           group_route(sv, q, 1, s, sizeof s), "bytes_per_token",
+                           (json_int_t)q->info.bytes_per_token, "group_size", gsz);
     json_object_set_new(j, "kv_quant", kq);
     json_object_set_new(j, "route",
                         json_pack("{s:s, s:b, s:b, s:b, s:I}", "tier",
-                                  q->tier == 1 ? "l1" : q->tier == 2 ? "l2" : "default",
+                                  q->tier == 1   ? "l1"
+                                  : q->tier == 2 ? "l2"
+                                                 : "default",
                                   "fused_sdpa", q->fused_sdpa, "compiled_activations",
                                   q->compiled_act, "force_wire", q->force_wire, "wired_bytes",
                                   (json_int_t)q->wired_bytes));
