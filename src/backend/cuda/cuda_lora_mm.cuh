@@ -1,6 +1,6 @@
-/* cuda_lora_mm.cuh — the op lora folded into the skinny projection kernel (cuda_mmf.cu
+/* cuda_lora_mm.cuh — the op lora folded into the skinny projection kernel (cuda_mmf_lk.cu
  * k_sgl; CINFER_CUDA_LORA_FOLD): the device side shared by cuda_lora_sg.cu (the two-launch
- * path) and cuda_mmf.cu (the folded path), so that both compute every delta with the same
+ * path) and cuda_mmf_lk.cu (the folded path), so that both compute every delta with the same
  * arithmetic, bit for bit.
  *
  * Why: at batch 1 on the H100 each of the two-launch path's kernels costs ~5 µs of
@@ -289,7 +289,7 @@ int cu_lkh_prep(struct cu_be *cb, const struct cu_lk *d, int nvs, int tiles, str
 /* Level 6: the projection m with d's deltas folded in as cu_matmul_fused_lk, where hosted
  * says the recorder gave d's shrink to the call before (it is skipped only if that call
  * launched it) and host (or NULL) is the next call's shrink to run in trailing blocks.
- * Same returns as cu_matmul_fused_lk (which is this with 0, NULL). cuda_mmf.cu. */
+ * Same returns as cu_matmul_fused_lk (which is this with 0, NULL). cuda_mmf_lk.cu. */
 int cu_matmul_fused_lk6(struct be *b, const struct be_mm *m, const struct cu_lk *d, int hosted,
                         const struct cu_lk *host);
 /* Fills L for d folded into a skinny projection with outputs ys[0..n_w) of ms rows, blocks
@@ -302,7 +302,7 @@ int cu_lkm_prep(struct cu_be *cb, const struct cu_lk *d, float *const ys[3], con
 /* The projection m (matmul_fused) with the call d's deltas folded in (m->rope: the rope and
  * K/V store after the deltas): 1 when launched (or an error latched), 0 when it does not
  * fit (the caller runs cu_matmul_fused(m without rope), cu_lk_run(d), then
- * cu_rope_kv_store). cuda_mmf.cu. */
+ * cu_rope_kv_store). cuda_mmf_lk.cu. */
 int cu_matmul_fused_lk(struct be *b, const struct be_mm *m, const struct cu_lk *d);
 
 /* ---- the fold's device side (bench/lora/emu/run.sh leaves it out from here) ---- */

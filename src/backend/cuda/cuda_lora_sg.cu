@@ -335,7 +335,7 @@ void cu_lk_run(struct be *b, const struct cu_lk *d)
         lk_launch(cb, &s);
 }
 
-/* ---- the folded path's host side (cuda_lora_mm.cuh; the kernel is cuda_mmf.cu k_sgl) ---- */
+/* ---- the folded path's host side (cuda_lora_mm.cuh; the kernel is cuda_mmf_lk.cu k_sgl) ---- */
 
 int cu_lkm_on(void)
 {
