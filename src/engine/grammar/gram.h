@@ -85,6 +85,10 @@ void gram_matcher_stats(const struct gram_matcher *m, long *masks, long *cache_h
  * nodes a direct walk may visit before token tables are used (0: tables at once), and the
  * uncertain ids a table may leave before a deeper one is built. Same masks either way. */
 void gram_matcher_tune(struct gram_matcher *m, long walk_budget, long unc_limit);
+/* The work bound of one mask or accept call (stacks expanded plus duplicate checks; past it
+ * the call fails with CERR_LIMIT and the matcher is spent). Default ~0.05-0.2 s of work;
+ * the fuzz target lowers it (> 0) so that an ambiguous grammar stops within its time limit. */
+void gram_matcher_work_limit(struct gram_matcher *m, long work_max);
 /* The mask by stepping every id's bytes alone (tests: the reference for the fast paths).
  * Same contract as gram_matcher_mask. */
 int gram_matcher_mask_naive(struct gram_matcher *m, uint32_t *mask);

@@ -438,6 +438,12 @@ void gram_matcher_tune(struct gram_matcher *m, long walk_budget, long unc_limit)
         m->unc_limit = unc_limit;
 }
 
+void gram_matcher_work_limit(struct gram_matcher *m, long work_max)
+{
+    if (work_max > 0)
+        m->work_max = work_max;
+}
+
 void gram_matcher_stats(const struct gram_matcher *m, long *masks, long *cache_hits)
 {
     *masks = m->masks;
