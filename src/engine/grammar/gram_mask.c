@@ -652,8 +652,11 @@ int gram_matcher_mask_naive(struct gram_matcher *m, uint32_t *mask)
 {
     const struct gram_vocab *v = m->v;
     size_t words = ((size_t)v->n_vocab + 31) / 32;
+    if (m->over)
+        return CERR_LIMIT;
+    m->work = 0; /* the work bound as gram_matcher_mask's */
     if (gm_over_caps(m) && gm_rebuild(m))
-        return CERR_NOMEM;
+        return m->over ? CERR_LIMIT : CERR_NOMEM;
     memset(mask, 0, words * 4);
     eog_bits(m, mask);
     m->bad = 0;
@@ -666,7 +669,7 @@ int gram_matcher_mask_naive(struct gram_matcher *m, uint32_t *mask)
             s = gm_step(m, s, b[j]);
         if (m->bad) {
             m->bad = 0;
-            return CERR_NOMEM;
+            return m->over ? CERR_LIMIT : CERR_NOMEM;
         }
         if (s)
             mask[i >> 5] |= 1u << (i & 31);
