@@ -403,6 +403,24 @@ static int deps_hold(const json_t *s, const char *kw)
     return 1;
 }
 
+/* A member's text in kv: `"k" ws ":" ws V ws`, V its rule (id), else the
+ * additionalProperties rule (addl_id), else any JSON value. */
+static int member_kv(struct sc *c, struct sbuf *kv, const char *k, int id, int addl_id)
+{
+    json_t *ks = json_string(k);
+    int rc = ks ? lit_json(c, kv, ks) : cerr_set(c->e, CERR_NOMEM, "out of memory");
+    json_decref(ks);
+    if (rc)
+        return rc;
+    if (id >= 0)
+        sbuf_printf(kv, " ws \":\" ws r%d ws", id);
+    else if (addl_id >= 0)
+        sbuf_printf(kv, " ws \":\" ws r%d ws", addl_id);
+    else
+        sbuf_puts(kv, " ws \":\" ws jval ws");
+    return 0;
+}
+
 static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char *path)
 {
     char sub[512];
@@ -587,21 +605,10 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
             continue;
         }
         struct sbuf kv = {0};
-        json_t *ks = json_string(ps[j].k);
-        char *kj = ks ? json_dumps_short(ks, JSON_ENCODE_ANY) : NULL;
-        json_decref(ks);
-        if (!kj) {
-            rc = cerr_set(c->e, CERR_NOMEM, "out of memory");
+        if ((rc = member_kv(c, &kv, ps[j].k, ps[j].id, addl_id))) {
+            sbuf_free(&kv);
             goto out;
         }
-        gram_lit(&kv, kj, strlen(kj));
-        free(kj);
-        if (ps[j].id >= 0)
-            sbuf_printf(&kv, " ws \":\" ws r%d ws", ps[j].id);
-        else if (addl_id >= 0)
-            sbuf_printf(&kv, " ws \":\" ws r%d ws", addl_id);
-        else
-            sbuf_puts(&kv, " ws \":\" ws jval ws");
         int F1 = base + 2 * (j + 1), A1 = F1 + 1;
         if (ps[j].req) {
             sbuf_printf(c->o, "r%d ::= %s r%d\n", F, kv.p, A1);
@@ -625,21 +632,10 @@ static int gen_object(struct sc *c, const json_t *s, struct sbuf *b, const char 
                 continue;
             }
             struct sbuf kv = {0};
-            json_t *ks = json_string(ps[j].k);
-            char *kj = ks ? json_dumps_short(ks, JSON_ENCODE_ANY) : NULL;
-            json_decref(ks);
-            if (!kj) {
-                rc = cerr_set(c->e, CERR_NOMEM, "out of memory");
+            if ((rc = member_kv(c, &kv, ps[j].k, ps[j].id, addl_id))) {
+                sbuf_free(&kv);
                 goto out;
             }
-            gram_lit(&kv, kj, strlen(kj));
-            free(kj);
-            if (ps[j].id >= 0)
-                sbuf_printf(&kv, " ws \":\" ws r%d ws", ps[j].id);
-            else if (addl_id >= 0)
-                sbuf_printf(&kv, " ws \":\" ws r%d ws", addl_id);
-            else
-                sbuf_puts(&kv, " ws \":\" ws jval ws");
             int A1 = base + 2 * (j + 1) + 1;
             if (j == n - 1 && !has_extra)
                 sbuf_printf(c->o, "r%d ::= %s r%d\n", gb0 + j, kv.p, A1);
