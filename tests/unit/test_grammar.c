@@ -709,6 +709,25 @@ static void test_work_bound(void)
         gram_matcher_free(m);
         gram_unref(g);
     }
+    /* the naive reference keeps the same contract under a lowered bound (gram.h): CERR_LIMIT,
+     * not CERR_NOMEM (it answered CERR_NOMEM before session 9) */
+    struct gram *g = ebnf(srcs[0]);
+    struct gram_matcher *m = NULL;
+    CHECK(gram_matcher_new(&m, g, v, &e) == 0);
+    gram_matcher_work_limit(m, 20000);
+    uint32_t mask[1];
+    int rc = 0, n = 0;
+    for (; n < 1000 && rc >= 0; n++) {
+        rc = gram_matcher_mask_naive(m, mask);
+        if (rc >= 0)
+            rc = gram_matcher_accept_bytes(m, "a", 1);
+    }
+    CHECK_EQ_INT(rc, CERR_LIMIT);
+    CHECK(n < 1000);
+    CHECK_EQ_INT(gram_matcher_mask_naive(m, mask), CERR_LIMIT);
+    CHECK_EQ_INT(gram_matcher_mask(m, mask), CERR_LIMIT);
+    gram_matcher_free(m);
+    gram_unref(g);
     gram_vocab_free(v);
 }
 
