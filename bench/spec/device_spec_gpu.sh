@@ -34,9 +34,12 @@
 # whole file with the "gpu" half of that variant), VARIANT/spec_gpu.log, VARIANT/prof/.
 # Usage (BIN: a dir with cinfer and its libraries, bench/spec/pack_device.sh):
 #   OUT=$OUT BIN=dir MODEL=/tmp/smol.gguf bash bench/spec/device_spec_gpu.sh
-# Knobs: VARIANTS (default "default nobcost default2"), PARTS, DRAFT_BLOCKS (6),
+# Aggregate: AGG_MODE (both: aggregate_ratio_at_8 from 8 requests always in flight for
+# AGG_SECONDS (15) x AGG_REPS (2), and the burst of 8 as aggregate_burst_*; run.py --agg-mode).
+# Variant nolookup: two-model with --draft-lookup off (the draft model only).
+# Knobs: VARIANTS (default "default nobcost default2"), PARTS, DRAFT_BLOCKS (6), WORKLOADS,
 # BACKEND (cuda; cpu to dry-run it here), TOKENS (256), AGG_TOKENS (120), REPS (4),
-# CHECK_TOKENS (128), BUDGET (100 s: a variant is not started past it), VAR_TIMEOUT (60 s).
+# CHECK_TOKENS (128), BUDGET (300 s: a variant is not started past it), VAR_TIMEOUT (420 s).
 set -u
 B=$(cd "${BIN:?BIN=dir holding cinfer}" && pwd)
 MODEL=$(cd "$(dirname "${MODEL:?MODEL=path of the gguf}")" && pwd)/$(basename "$MODEL")
@@ -48,7 +51,7 @@ PARTS=" ${PARTS:-check bench} "
 want() { case "$PARTS" in *" $1 "*) return 0 ;; esac; return 1; }
 BACKEND=${BACKEND:-cuda}
 VARIANTS=${VARIANTS:-default nobcost default2}
-BUDGET=${BUDGET:-100}
+BUDGET=${BUDGET:-300}
 DRAFT_BLOCKS=${DRAFT_BLOCKS:-6}
 LDP=$B:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 W=$(mktemp -d /tmp/specgpu.XXXXXX)
@@ -87,7 +90,14 @@ venv() { # the switches of variant $1 (default: the binary's own defaults on a G
     noburst) echo "CINFER_SPEC_BURST=0" ;;
     cache64) echo "CINFER_CUDA_GRAPH_CACHE=64" ;;
     round1) echo "CINFER_KV_TABLE_ROUND=1" ;;
+    nolookup) echo "" ;; # (server flag: vargs)
     *) echo "UNKNOWN" ;;
+    esac
+}
+vargs() { # more serve flags of variant $1
+    case "$1" in
+    nolookup) echo "--draft-lookup off" ;;
+    *) echo "" ;;
     esac
 }
 
@@ -131,11 +141,13 @@ if want bench; then
         mkdir -p "$OUT/$v/prof"
         cp bench/results/spec.json "$OUT/$v/spec.json" 2>/dev/null || echo '{}' > "$OUT/$v/spec.json"
         t1=$(date +%s)
-        env $ev CINFER_STEP_PROF_DIR="$OUT/$v/prof" BIN=$W timeout -s INT -k 10 "${VAR_TIMEOUT:-60}" \
+        env $ev CINFER_STEP_PROF_DIR="$OUT/$v/prof" BIN=$W timeout -s INT -k 10 "${VAR_TIMEOUT:-420}" \
             python3 bench/spec/run.py --backend "$BACKEND" --section gpu --target "$MODEL" \
             --kinds "$KINDS" "${NM[@]}" \
-            --server-args "-c 8192" --threads 2 --max-tokens "${TOKENS:-256}" \
-            --agg-tokens "${AGG_TOKENS:-120}" --reps "${REPS:-4}" \
+            --server-args "-c 8192 $(vargs "$v")" --threads 2 --max-tokens "${TOKENS:-256}" \
+            --agg-tokens "${AGG_TOKENS:-120}" --reps "${REPS:-4}" --agg-mode "${AGG_MODE:-both}" \
+            --agg-seconds "${AGG_SECONDS:-15}" --agg-reps "${AGG_REPS:-2}" \
+            --workloads "${WORKLOADS:-code_edit,agent,prose}" \
             --out "$OUT/$v/spec.json" > "$OUT/$v/spec_gpu.log" 2>&1
         rc=$?
         echo "== $v [$ev] rc=$rc ($(( $(date +%s) - t1 )) s)" | tee -a "$S"
@@ -145,7 +157,9 @@ g = json.load(open(sys.argv[1])).get("gpu", {})
 for k in ("ngram", "suffix", "two_model"):
     print(" ", k, " ".join(f"{w}=x{v.get('speedup')}(a{v.get('acceptance_rate')})"
                            for w, v in g.get(k, {}).items()),
-          "agg8", (g.get("aggregate_ratio_at_8_by_kind") or {}).get(k))
+          "agg8", (g.get("aggregate_ratio_at_8_by_kind") or {}).get(k),
+          "burst", (g.get("aggregate_burst_ratio_at_8_by_kind") or {}).get(k),
+          "by_rep", (g.get("aggregate_ratio_at_8_by_rep") or {}).get(k))
 none = {}
 for line in open(sys.argv[2]):
     try:
@@ -155,6 +169,8 @@ for line in open(sys.argv[2]):
     if r.get("kind") == "none":
         none.setdefault(r["workload"], []).append(r["tok_s"])
     if r.get("aggregate_at_8") == "none":
+        none.setdefault("agg8burst", []).append(r["tok_s"])
+    if r.get("aggregate_sustained_at_8") == "none":
         none.setdefault("agg8", []).append(r["tok_s"])
 print("  none tok/s", " ".join(f"{w}={max(v):.0f}" for w, v in none.items()),
       "| aggregate_ratio_at_8", g.get("aggregate_ratio_at_8"))

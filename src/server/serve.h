@@ -57,6 +57,7 @@ struct serve_opts {
     /* speculative decoding (serve_spec.c); NULL / 0 = not given */
     const char *draft_kind, *draft_model;
     int num_draft, ngram_min, ngram_max;
+    int draft_lookup; /* --draft-lookup: 0 unset, 1 on, 2 off */
     /* LoRA (serve_lora.c): --adapter DIR|FILE (repeatable: stacked), --adapters-dir */
     const char *adapters[4];
     int n_adapters;

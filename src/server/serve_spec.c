@@ -37,6 +37,15 @@ int serve_spec_flag(struct serve_opts *o, const char *a, const char *v)
     }
     if (!strcmp(a, "--num-draft-tokens") || !strcmp(a, "--draft-max"))
         return int_flag(a, v, 1, SPEC_MAX_DRAFT, &o->num_draft) ? -1 : 1;
+    if (!strcmp(a, "--draft-lookup")) {
+        if (!v || (strcmp(v, "on") && strcmp(v, "off"))) {
+            fprintf(stderr, "cinfer serve: --draft-lookup expects on or off, got '%s'\n",
+                    v ? v : "");
+            return -1;
+        }
+        o->draft_lookup = v[1] == 'n' ? 1 : 2;
+        return 1;
+    }
     if (!strcmp(a, "--ngram-max"))
         return int_flag(a, v, 1, 16, &o->ngram_max) ? -1 : 1;
     if (!strcmp(a, "--ngram-min"))
@@ -85,6 +94,11 @@ int serve_spec_setup(struct serve *sv, struct be *be, struct engine_config *ec)
         c->ngram_max = o->ngram_max;
     if (o->ngram_min && !o->ngram_max && c->ngram_max < c->ngram_min)
         c->ngram_max = c->ngram_min;
+    if (o->draft_lookup && kind != SPEC_TWO_MODEL)
+        fprintf(stderr, "cinfer serve: --draft-lookup is for two-model (a draft model); "
+                        "ignored\n");
+    else if (o->draft_lookup)
+        c->lookup = o->draft_lookup == 1;
     c->kv_dtype = ec->kv_dtype;
     c->block_size = ec->block_size;
     int tok_same = 1;
@@ -126,8 +140,10 @@ void serve_spec_card(struct serve *sv)
         return;
     }
     if (c->kind == SPEC_TWO_MODEL)
-        printf("  Spec      two-model · draft %s · up to %d draft tokens a step · adaptive\n",
-               sv->o.draft_model, es.spec.n_draft);
+        printf("  Spec      two-model · draft %s · up to %d draft tokens a step%s · "
+               "adaptive\n",
+               sv->o.draft_model, es.spec.n_draft,
+               c->lookup ? " · copied spans by prompt lookup" : "");
     else if (c->kind == SPEC_NGRAM)
         printf("  Spec      ngram (prompt lookup, n-grams %d..%d) · up to %d draft tokens · "
                "adaptive\n",
@@ -154,6 +170,8 @@ json_t *serve_spec_stats_json(const struct engine_stats *es)
     if (j && s->kind == SPEC_TWO_MODEL) { /* what a draft forward costs, measured */
         json_object_set_new(j, "draft_cost", json_real(s->draft_cost));
         json_object_set_new(j, "draft_ms", json_real(s->draft_ms));
+        json_object_set_new(j, "lookup_drafted", json_integer(s->lookup_drafted));
+        json_object_set_new(j, "lookup_accepted", json_integer(s->lookup_accepted));
     }
     return j;
 }

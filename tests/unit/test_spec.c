@@ -31,6 +31,7 @@
 static struct be *g_be;
 static float g_draft_scale; /* two-model engines: spec_config.draft_temp_scale */
 static float g_draft_cost = 1.0f; /* two-model engines: spec_config.draft_cost (pinned) */
+static int g_lookup = 1;          /* two-model engines: spec_config.lookup */
 static struct model *g_m;
 static struct tok *g_tk;
 
@@ -54,6 +55,7 @@ static struct engine *mk(int kind, int adaptive, int max_seqs, int n_blocks, int
         c.spec.draft_cost = g_draft_cost; /* (the model drafts for itself: 1) */
         if (kind == SPEC_TWO_MODEL)
             c.spec.draft = g_m; /* the model drafts for itself: every greedy draft is kept */
+        c.spec.lookup = kind == SPEC_TWO_MODEL && g_lookup;
         c.spec.draft_temp_scale = g_draft_scale;
     }
     struct engine *e = NULL;
@@ -158,9 +160,12 @@ static void greedy_same(int kind, int adaptive)
             .prompt = PROMPTS[i], .max_tokens = 60 + 13 * i, .top_logprobs = i % 2 ? 3 : -1};
     static struct eng_coll ref[8], alone[8], conc[8];
     struct engine_stats st;
+    long lk_dr = 0, lk_acc = 0;
     for (int i = 0; i < 8; i++) {
         run_jobs(SPEC_NONE, 1, 1, 128, &jobs[i], 1, &ref[i], &st);
         run_jobs(kind, adaptive, 1, 128, &jobs[i], 1, &alone[i], &st);
+        lk_dr += st.spec.lookup_drafted;
+        lk_acc += st.spec.lookup_accepted;
     }
     run_jobs(kind, adaptive, 8, 256, jobs, 8, conc, &st);
     int same_alone = 0, same_conc = 0;
@@ -177,6 +182,15 @@ static void greedy_same(int kind, int adaptive)
            "%ld; concurrent engine drafted %ld accepted %ld\n",
            spec_kind_name(kind), adaptive ? "" : " (always draft)", same_alone, same_conc, dr, acc,
            st.spec.drafted, st.spec.accepted);
+    if (kind == SPEC_TWO_MODEL) {
+        printf("  two-model prompt lookup (%s): alone drafted %ld accepted %ld; concurrent "
+               "drafted %ld accepted %ld\n",
+               g_lookup ? "on" : "off", lk_dr, lk_acc, st.spec.lookup_drafted,
+               st.spec.lookup_accepted);
+        /* on: copied spans were drafted by lookup (their outputs are checked above) */
+        CHECK(g_lookup ? lk_dr > 0 : lk_dr + st.spec.lookup_drafted == 0);
+        CHECK(lk_acc <= lk_dr && lk_acc <= acc);
+    }
     CHECK_EQ_INT(same_alone, 8);
     CHECK_EQ_INT(same_conc, 8);
     /* speculation really happened, alone and in the batch (two-model adaptive backs off
@@ -419,6 +433,9 @@ static void test_greedy_two_model(void)
     g_draft_cost = 0.1f;
     greedy_same(SPEC_TWO_MODEL, 1);
     g_draft_cost = 1.0f;
+    g_lookup = 0; /* the draft model only (--draft-lookup off) */
+    greedy_same(SPEC_TWO_MODEL, 0);
+    g_lookup = 1;
 }
 
 /* A second run of the same prompt in one engine hits the prefix cache; its ids equal the

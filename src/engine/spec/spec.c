@@ -21,6 +21,8 @@ void spec_config_default(struct spec_config *c, int kind)
     c->ngram_max = 3;
     c->adaptive = 1;
     c->burst_cost = 1;
+    c->lookup = kind == SPEC_TWO_MODEL;
+    c->lookup_draft = 10;
     c->kv_dtype = DT_F16;
     c->block_size = 16;
 }
@@ -148,6 +150,8 @@ void spec_get_stats(const struct spec *s, struct spec_stats *out)
     out->accepted = s->accepted;
     out->rounds = s->rounds;
     out->draft_calls = s->draft_calls;
+    out->lookup_drafted = s->lk_drafted;
+    out->lookup_accepted = s->lk_accepted;
     out->suffix_tokens = s->corpus_tokens;
     out->step_cost = spec_step_cost(s);
     out->draft_cost = s->c.kind == SPEC_TWO_MODEL ? spec_draft_cost(s) : 0;
@@ -247,6 +251,8 @@ void spec_observe(struct spec *s, struct spec_req *q, int drafted, int accepted,
     s->drafted += drafted;
     s->accepted += accepted;
     s->rounds++;
+    if (s->c.kind == SPEC_TWO_MODEL && b > 0) /* buckets 1.. hold the lookup's drafts */
+        s->lk_drafted += drafted, s->lk_accepted += accepted;
 }
 
 void spec_req_done(struct spec *s, struct spec_req *q, const int32_t *tokens, int n_prompt, int n)
@@ -259,10 +265,12 @@ void spec_req_done(struct spec *s, struct spec_req *q, const int32_t *tokens, in
 /* ---- ngram ---------------------------------------------------------------------------- */
 
 /* Prompt lookup: the trailing k-gram (k = ngram_max .. ngram_min) found earliest in
- * tokens[0..n - 1); the tokens after it. */
-static int propose_ngram(struct spec *s, struct spec_req *q, const int32_t *t, int n, int max,
-                         int32_t *out, float *p)
+ * tokens[0..n - 1); the tokens after it (at most max) into out. Returns their count, with k
+ * in *k (0: no match). */
+static int ngram_find(const struct spec *s, const int32_t *t, int n, int max, int32_t *out,
+                      int *kf)
 {
+    *kf = 0;
     for (int k = s->c.ngram_max; k >= s->c.ngram_min; k--) {
         if (n < k + 1)
             continue;
@@ -273,11 +281,42 @@ static int propose_ngram(struct spec *s, struct spec_req *q, const int32_t *t, i
             int m = 0;
             for (int j = i + k; j < n && m < max; j++)
                 out[m++] = t[j];
-            fill_p(s, q, k - 1 < SPEC_BUCKETS - 1 ? k - 1 : SPEC_BUCKETS - 1, m, p);
+            *kf = k;
             return m;
         }
     }
     return 0;
+}
+
+static int propose_ngram(struct spec *s, struct spec_req *q, const int32_t *t, int n, int max,
+                         int32_t *out, float *p)
+{
+    int k, m = ngram_find(s, t, n, max, out, &k);
+    if (m > 0)
+        fill_p(s, q, k - 1 < SPEC_BUCKETS - 1 ? k - 1 : SPEC_BUCKETS - 1, m, p);
+    return m;
+}
+
+/* Two-model with spec_config.lookup: row q's prompt-lookup proposal (out, p; the bucket of a
+ * k-gram match is k, at most SPEC_BUCKETS - 1: bucket 0 is the draft model's) when its
+ * acceptance estimate is at least the draft model's — a copied span costs no draft forward.
+ * Rows that sample from the draft (q->sampled) keep the model. Returns its length (0: the
+ * draft model's turn). */
+static int propose_lookup(struct spec *s, struct spec_req *q, const int32_t *t, int n, int max,
+                          int32_t *out, float *p)
+{
+    if (!s->c.lookup || q->sampled || max <= 0)
+        return 0;
+    if (max > s->c.lookup_draft)
+        max = s->c.lookup_draft;
+    int k, m = ngram_find(s, t, n, max, out, &k);
+    if (m <= 0)
+        return 0;
+    const int b = k < SPEC_BUCKETS - 1 ? k : SPEC_BUCKETS - 1;
+    if (alpha(s, q, b) < alpha(s, q, 0))
+        return 0;
+    fill_p(s, q, b, m, p);
+    return m;
 }
 
 int spec_propose(struct spec *s, struct spec_req *q, const int32_t *tokens, int n, int max,
@@ -429,7 +468,11 @@ void spec_propose_rows(struct spec *s, int n, struct spec_req *const *q, const i
             m[i] = max[i] > 0 ? spec_propose(s, q[i], t[i], nt[i], max[i], out[i], p[i]) : 0;
         return;
     }
-    int kk[SPEC_DRAFT_ROWS] = {0};
+    int kk[SPEC_DRAFT_ROWS] = {0}, at[SPEC_DRAFT_ROWS], nm = 0, mm[SPEC_DRAFT_ROWS];
+    struct spec_req *mq[SPEC_DRAFT_ROWS];
+    const int32_t *mt[SPEC_DRAFT_ROWS];
+    int mnt[SPEC_DRAFT_ROWS], mmax[SPEC_DRAFT_ROWS];
+    int32_t *mo[SPEC_DRAFT_ROWS];
     for (int i = 0; i < n; i++)
         if (!q[i]->n0)
             q[i]->n0 = nt[i];
@@ -437,12 +480,24 @@ void spec_propose_rows(struct spec *s, int n, struct spec_req *const *q, const i
         m[i] = 0; /* rows beyond one draft forward's: no drafts */
     if (n > SPEC_DRAFT_ROWS)
         n = SPEC_DRAFT_ROWS;
-    plan_two_model(s, n, q, t, nt, max, n_tok, kk);
-    spec_draft_propose_rows(s, n, q, t, nt, kk, out, m);
+    /* rows whose text repeats draft by lookup; the others are the draft model's */
     for (int i = 0; i < n; i++) {
+        m[i] = propose_lookup(s, q[i], t[i], nt[i], max[i], out[i], p[i]);
+        if (m[i] > 0)
+            continue;
+        at[nm] = i, mq[nm] = q[i], mt[nm] = t[i], mnt[nm] = nt[i], mmax[nm] = max[i];
+        mo[nm] = out[i];
+        nm++;
+    }
+    plan_two_model(s, nm, mq, mt, mnt, mmax, n_tok, kk);
+    spec_draft_propose_rows(s, nm, mq, mt, mnt, kk, mo, mm);
+    for (int x = 0; x < nm; x++) {
+        const int i = at[x];
+        m[i] = mm[x];
         fill_p(s, q[i], 0, m[i], p[i]);
-        if (!s->c.adaptive)
+    }
+    if (!s->c.adaptive)
+        for (int i = 0; i < n; i++)
             for (int j = 0; j < m[i]; j++)
                 p[i][j] = 1;
-    }
 }

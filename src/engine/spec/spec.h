@@ -64,6 +64,13 @@ struct spec_config {
     int burst_cost;            /* the policy compares drafting with a decode burst where the
                                 * step would burst (spec_set_burst_base; CINFER_SPEC_BURST_COST,
                                 * default 1) */
+    int lookup;                /* two-model: a row whose trailing k-gram (ngram_max down to
+                                * ngram_min) appears earlier in its tokens drafts the tokens
+                                * after it (prompt lookup, no draft-model forward) when its
+                                * measured acceptance is at least the model's (--draft-lookup;
+                                * default 1; greedy rows and rows without top-p/k filters that
+                                * do not sample from the draft) */
+    int lookup_draft;          /* two-model: most tokens a lookup drafts (default 10) */
     int bucket;                /* verify steps are padded to spec_bucket_size tokens (the
                                 * engine's CINFER_SPEC_BUCKET; default on where steps are
                                 * queued: a GPU): the policy prices a draft at the padded size */
@@ -98,6 +105,8 @@ struct spec_stats {
     long drafted, accepted, rounds; /* draft tokens scored / kept; verify rows run */
     long draft_calls;               /* two-model: draft-model forwards */
     long suffix_tokens;             /* suffix: tokens in the finished-output corpus */
+    long lookup_drafted, lookup_accepted; /* two-model: of drafted / accepted, the prompt
+                                           * lookup's (spec_config.lookup) */
     float step_cost;                /* the policy's step-cost slope now */
     float draft_cost;               /* two-model: a draft forward / a target decode step */
     float step_ms, draft_ms;        /* measured: a one-token target step (the fitted line at

@@ -22,6 +22,7 @@ struct spec {
     int n_vocab;
     double g_acc[SPEC_BUCKETS], g_rej[SPEC_BUCKETS]; /* every request's, decayed */
     long drafted, accepted, rounds, draft_calls;
+    long lk_drafted, lk_accepted; /* two-model: the prompt lookup's share of those */
     /* measured step times: per step size n (1..SPEC_STEP_SIZES) a smoothed time (outliers
      * clipped: a step the OS stalled does not move it far) and a capped count; the line
      * t = a + b n is fitted through them */
