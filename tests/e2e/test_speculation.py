@@ -100,6 +100,8 @@ def test_greedy_identical(plain, kind):
         assert sp["step_ms"] >= 0 and sp["step_cost"] == 0.25  # pinned by the fixture
         if kind == "two-model":  # a draft forward's cost: pinned too; its time measured
             assert sp["draft_cost"] == pytest.approx(0.1) and sp["draft_ms"] >= 0
+            assert 0 <= sp["lookup_accepted"] <= sp["lookup_drafted"] <= sp["drafted"]
+            assert "copied spans by prompt lookup" in srv.output()
         assert st["batch"]["invariant_failures"] == 0
         m = srv.get("/metrics")[1].decode()
         assert f"cinfer_spec_accepted_tokens_total {sp['accepted']}" in m
@@ -163,6 +165,7 @@ def test_usage_on_every_surface():
     (["--draft-kind", "ngram", "--draft-model", STORIES], "drafts without a model"),
     (["--draft-kind", "two-model"], "needs --draft-model"),
     (["--draft-kind", "ngram", "--num-draft-tokens", "0"], "--num-draft-tokens"),
+    (["--draft-model", STORIES, "--draft-lookup", "maybe"], "--draft-lookup expects on or off"),
 ])
 def test_refusals(args, msg):
     p = subprocess.run([BIN, "serve", STORIES, "--port", "0", *args], capture_output=True,
