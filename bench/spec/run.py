@@ -290,6 +290,8 @@ AGENT_EDITS = ["make {f} return -1 instead of 0 on failure, and update its comme
                "add a comment above {f} that explains its return value"]
 
 
+REASONS = ["", "The tests fail: ", "A reviewer asked: ", "Quick fix: ",
+           "Per the issue tracker: "]
 STYLES = ["", " Keep every other line exactly as it is.", " Do not add any explanation.",
           " Preserve the formatting and the blank lines."]
 TONES = ["", " Give it a hopeful ending.", " Set it in winter.", " Tell it in the present tense."]
@@ -306,7 +308,7 @@ def radix(j, *sizes):
 
 def sustained_reqs(kind, j):
     """The j-th request of workload kind for the sustained aggregate: distinct for every j
-    below the kind's count (code 616, agent 220, prose 560), the same kinds of text as the
+    below the kind's count (code 616, agent 1100, prose 560), the same kinds of text as the
     batch-1 workloads, so that no prompt is sent twice to a server (no answer is served again
     from a prefix cache or from suffix's corpus of finished outputs as a whole). The file
     comes before the instruction, as an agent's context does: its prefix is cached after the
@@ -320,13 +322,14 @@ def sustained_reqs(kind, j):
                  "definition, its comment and every call). Return the whole file with this "
                  "one change and nothing else." + STYLES[si]}], None
     if kind == "agent":
-        fi, ei, oi = radix(j, len(RING_FUNCS), len(AGENT_EDITS), len(TONES))
+        fi, ei, oi, ri = radix(j, len(RING_FUNCS), len(AGENT_EDITS), len(STYLES),
+                               len(REASONS))
         edit = AGENT_EDITS[ei].format(f=RING_FUNCS[fi])
         part = "\n".join(src.splitlines()[40:100])
         return [{"role": "system", "content": "You are a coding agent. Use the edit_file tool "
                  "to change files; quote old_text exactly as it appears in the file."},
                 {"role": "user", "content": "Here is part of ring.c:\n\n```c\n" + part +
-                 f"\n```\n\nIn ring.c, {edit}." + STYLES[oi]}], TOOLS
+                 f"\n```\n\n{REASONS[ri]}In ring.c, {edit}." + STYLES[oi]}], TOOLS
     ti, ei, oi = radix(j, len(TOPICS), len(EVENTS), len(TONES))
     return [{"role": "user", "content": f"Write a short original story (about 250 words) "
              f"about {TOPICS[ti]} who {EVENTS[ei]}. Plain prose, no title." + TONES[oi]}], None
