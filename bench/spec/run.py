@@ -505,6 +505,7 @@ def main():
                     sp = st.get("speculation", {})
                     row["stats"] = {k: sp[k] for k in ("step_cost", "step_ms", "draft_cost",
                                                        "draft_ms", "acceptance_rate",
+                                                       "lookup_drafted", "lookup_accepted",
                                                        "verify_rows") if k in sp}
                 print(json.dumps(row), flush=True)
                 raw["runs"].append(row)
@@ -568,6 +569,7 @@ def agg_burst(args, kinds, res, raw, warm):
                 sp = st.get("speculation", {})
                 row["stats"] = {k: sp[k] for k in ("step_cost", "step_ms", "draft_cost",
                                                    "draft_ms", "drafted", "accepted",
+                                                   "lookup_drafted", "lookup_accepted",
                                                    "verify_rows") if k in sp}
                 print(json.dumps(row), flush=True)
             raw["runs"].append(row)
@@ -619,6 +621,7 @@ def agg_sustained(args, kinds, res, raw, warm):
                 sp = st.get("speculation", {})
                 row["stats"] = {k: sp[k] for k in ("step_cost", "step_ms", "draft_cost",
                                                    "draft_ms", "drafted", "accepted",
+                                                   "lookup_drafted", "lookup_accepted",
                                                    "verify_rows") if k in sp}
             print(json.dumps(row), flush=True)
             raw["runs"].append(row)
