@@ -12,8 +12,12 @@ that drafts):
   agent:     a replayed 3-turn tool loop (read a file, edit it through a tool call quoting
              the code, report) — each turn's prompt holds the previous turns;
   prose:     free prose with nothing to copy.
-aggregate_ratio_at_8: 8 concurrent requests (a mix of the three) with --batch 8, generated
-tokens / wall time, speculation over none.
+aggregate_ratio_at_8: tok/s with 8 requests in flight at every moment (--batch 8; 8 clients,
+2 code edits, 3 agent turns, 3 prose, each sending its next new request as soon as its last
+finished; tokens counted by arrival after a warm-up, --agg-seconds a repetition), speculation
+over none, the least kind. The burst of 8 (the mix once, tokens / time to the last) is kept
+as aggregate_burst_*: its concurrency falls as rows finish, so it measures when the slowest
+prose row ends more than a throughput at 8.
 All configurations' servers are up at once per workload and run interleaved repetitions
 (none, then each kind, --reps times) so that they see the same load; a kind's figure is its
 best repetition over none's best in the same repetitions (suffix runs its first only, since
