@@ -19,8 +19,12 @@
 #           REPS (3) runs of STEPS (16) steps, once per KMODES (default "split general":
 #           CINFER_KVQ_ATTN=split, the decode path of cuda_kvq_dec.cu, the default; =general,
 #           the old kernel), then the decode path at XCTX (16384) once per EXTRA word (default
-#           "CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64 CINFER_KVQ_ROPE_STORE=split"; "" skips);
-#           bytes per token;
+#           "CINFER_KVQ_STAGES=3 CINFER_KVQ_STAGES=4 CINFER_KVQ_SOFT=lean
+#           CINFER_KVQ_STAGES=3,CINFER_KVQ_SOFT=lean CINFER_KVQ_STAGES=4,CINFER_KVQ_SOFT=lean":
+#           the decode kernel's deeper cp.async pipelines and lean softmax, fields
+#           decode_ratio_16k_stages3 .. _stages4_softlean; the earlier probes, e.g.
+#           "CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64 CINFER_KVQ_ROPE_STORE=split", by name;
+#           "" skips); bytes per token;
 #  PROFILE=1 (extra, after bench) ncu on one decode step's attention kernels at 16k, scheme
 #           8 and f16, per kernel: duration, DRAM bytes read and GB/s — the decode path, the
 #           general kernel, the f16 decode kernel (cuda_attn_dec.cu) and the quantizing
@@ -131,7 +135,7 @@ if want bench; then
     # commas for one run (label: each variable's last word and value, e.g.
     # CINFER_KVQ_NT=128 -> nt128; CINFER_KVQ_MERGE=fused,CINFER_KVQ_STORE=attn ->
     # mergefused_storeattn)
-    for ev in ${EXTRA-CINFER_KVQ_NT=128 CINFER_KVQ_SPLITS=64 CINFER_KVQ_ROPE_STORE=split}; do
+    for ev in ${EXTRA-CINFER_KVQ_STAGES=3 CINFER_KVQ_STAGES=4 CINFER_KVQ_SOFT=lean CINFER_KVQ_STAGES=3,CINFER_KVQ_SOFT=lean CINFER_KVQ_STAGES=4,CINFER_KVQ_SOFT=lean}; do
         T=$(lim 60)
         lab=""
         for w in $(printf %s "$ev" | tr ',' ' '); do

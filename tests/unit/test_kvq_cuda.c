@@ -21,6 +21,12 @@
  *   against the CPU within tolerance, and the fused cases alone and with both fused
  *   switches against the default path within 1e-4 of its scale (caches byte for byte), the
  *   tc launches counted.
+ * - CINFER_KVQ_STAGES=3 / 4 (deeper cp.async pipelines), alone and with both fused switches,
+ *   against the default path bit for bit, at the default 32 splits and at
+ *   CINFER_KVQ_SPLITS=2 (against a 2-split reference: up to 32 rounds a split, the buffer
+ *   ring wraps); CINFER_KVQ_SOFT=lean (the lean softmax; with 2 and 4 stages) within 1e-4 of
+ *   the default's scale (some output's bits differ: it ran), and with 4 stages the cases
+ *   above against the CPU, the long context's alone == in a step included.
  * On CUDA every case runs three times: with the default kernels (the decode path for steps of
  * up to 64 tokens), with CINFER_KVQ_ATTN=general (the general kernel for every step), and
  * with CINFER_KVQ_NT=128 (the decode path's 128-thread layout); a CINFER_KVQ_ATTN set by the
@@ -606,11 +612,13 @@ static void fz_case(int ci, const struct scheme *sc, int hd, int nseq, const int
     free(inv), free(out), free(qa), free(nan);
 }
 
-/* Every case on the backend as created; variant 0 records, the others compare with it.
- * merge / store: the variant's switches (what it must have run); tc: CINFER_KVQ_DEC=tc is
- * on (the output is then within 1e-4 of the default's scale, not its bits; every cache byte
- * still the same; some launch used the tensor cores). */
-static void fz_all(int variant, int merge, int store, int tc)
+/* Every case on the backend as created; rec: this variant records (the reference of the
+ * variants after it), else it compares with the last recorded. merge / store: the variant's
+ * switches (what it must have run); tc: CINFER_KVQ_DEC=tc is on (some launch used the tensor
+ * cores), lean: CINFER_KVQ_SOFT=lean is on (some output's bits differ: the lean softmax ran);
+ * with either, the output is within 1e-4 of the reference's scale, not its bits (every cache
+ * byte still the same). CINFER_KVQ_STAGES changes no bit. */
+static void fz_all(int variant, int rec, int merge, int store, int tc, int lean)
 {
     static const struct scheme fs[] = {
         {KVF_A8, KVF_A8, 1, 0},  /* 8 */
@@ -625,7 +633,8 @@ static void fz_all(int variant, int merge, int store, int tc)
      * the last split (2048 = 32 rounds + 1); two rounds, two splits; one round, one split;
      * position 0. Four sequences: mixed lengths in one step. */
     static const int32_t p1[5] = {4000, 2048, 64, 63, 0}, p4[FZ_NS] = {2048, 700, 64, 3999};
-    int ci = 0, bad = 0, unroped_ok = 1;
+    int ci = 0, bad = 0, unroped_ok = 1, nbits = 0;
+    const int approx = tc || lean;
     int64_t m0 = 0, s0 = 0, m1 = 0, s1 = 0, t0 = 0, t1 = 0;
     double worst = 0.0;
 #ifdef CINFER_HAVE_CUDA
@@ -643,12 +652,13 @@ static void fz_all(int variant, int merge, int store, int tc)
                 int unroped = 0;
                 if (ci >= FZ_MAXC)
                     break;
-                fz_case(ci, &fs[si], hd, nseq, pos, variant == 0 ? &g_fz[ci] : &r, &unroped);
+                fz_case(ci, &fs[si], hd, nseq, pos, rec ? &g_fz[ci] : &r, &unroped);
                 if (pos[0] != 0) /* (at position 0 the rope is the identity) */
                     unroped_ok = unroped_ok && unroped == store;
-                if (variant) {
+                if (!rec) {
                     int close = r.out_h == g_fz[ci].out_h;
-                    if (tc && !close) { /* within 1e-4 of the default output's scale */
+                    nbits += !close;
+                    if (approx && !close) { /* within 1e-4 of the default output's scale */
                         double err = 0.0, scale = 0.0;
                         for (int i = 0; i < nseq * (hd == 128 ? 16 : 4) * hd; i++) {
                             err = fmax(err, fabs((double)r.out[i] - g_fz[ci].out[i]));
@@ -680,15 +690,20 @@ static void fz_all(int variant, int merge, int store, int tc)
     if (!strcmp(g_dev->ops->name, "cuda"))
         be_cuda_kvq_fused(g_dev, &m1, &s1), t1 = be_cuda_kvq_tc(g_dev);
 #endif
-    printf("fused decode variant %d (merge %d, store %d, tc %d): %d cases, %d differ from the "
-           "default%s; fused merges %lld, fused stores %lld, tc launches %lld (worst %.2g of the "
-           "scale), q left unroped as expected: %s\n",
-           variant, merge, store, tc, ci, bad, tc ? " (tolerance 1e-4 of the scale)" : "",
-           (long long)(m1 - m0), (long long)(s1 - s0), (long long)(t1 - t0), worst,
-           unroped_ok ? "yes" : "NO");
+    const char *stg = getenv("CINFER_KVQ_STAGES"), *spl = getenv("CINFER_KVQ_SPLITS");
+    printf("fused decode variant %d (merge %d, store %d, tc %d, lean %d, stages %s, splits %s): "
+           "%d cases%s, %d differ from the reference%s (%d not bit for bit); fused merges "
+           "%lld, fused stores %lld, tc launches %lld (worst %.2g of the scale), q left unroped "
+           "as expected: %s\n",
+           variant, merge, store, tc, lean, stg ? stg : "2", spl ? spl : "32", ci,
+           rec ? " (recorded: the reference)" : "", bad,
+           approx ? " (tolerance 1e-4 of the scale)" : "", nbits, (long long)(m1 - m0),
+           (long long)(s1 - s0), (long long)(t1 - t0), worst, unroped_ok ? "yes" : "NO");
     CHECK_MSG(tc ? t1 - t0 > 0 : t1 - t0 == 0, "variant %d: %lld tc launches with tc %d", variant,
               (long long)(t1 - t0), tc);
     CHECK_MSG(bad == 0, "variant %d: %d cases differ from the default decode path", variant, bad);
+    CHECK_MSG(!lean || nbits > 0,
+              "variant %d: lean, yet every output has the reference's bits (did it run?)", variant);
     CHECK_MSG(unroped_ok, "variant %d: the store %s inside the attention", variant,
               store ? "did not run" : "ran");
     /* every case's step has more than one split somewhere except pos 63 / 0 alone */
@@ -700,50 +715,79 @@ static void fz_all(int variant, int merge, int store, int tc)
 
 static void test_fused_default(void)
 {
-    fz_all(0, 0, 0, 0);
+    fz_all(0, 1, 0, 0, 0, 0);
 }
 static void test_fused_merge(void)
 {
-    fz_all(1, 1, 0, 0);
+    fz_all(1, 0, 1, 0, 0, 0);
 }
 static void test_fused_store(void)
 {
-    fz_all(2, 0, 1, 0);
+    fz_all(2, 0, 0, 1, 0, 0);
 }
 static void test_fused_both(void)
 {
-    fz_all(3, 1, 1, 0);
+    fz_all(3, 0, 1, 1, 0, 0);
 }
 static void test_fused_tc(void)
 {
-    fz_all(4, 0, 0, 1);
+    fz_all(4, 0, 0, 0, 1, 0);
 }
 static void test_fused_tc_both(void)
 {
-    fz_all(5, 1, 1, 1);
+    fz_all(5, 0, 1, 1, 1, 0);
+}
+/* CINFER_KVQ_STAGES=3 / 4 (set by main), alone and with both fused switches: bit for bit */
+static void test_fused_stages(void)
+{
+    fz_all(6, 0, 0, 0, 0, 0);
+}
+static void test_fused_stages_both(void)
+{
+    fz_all(7, 0, 1, 1, 0, 0);
+}
+/* CINFER_KVQ_SOFT=lean (with the STAGES main sets): within tolerance */
+static void test_fused_lean(void)
+{
+    fz_all(8, 0, 0, 0, 0, 1);
+}
+/* CINFER_KVQ_SPLITS=2 (many rounds a split: the deeper rings wrap): the reference, then
+ * test_fused_stages / test_fused_stages_both against it */
+static void test_fused_splits2(void)
+{
+    fz_all(9, 1, 0, 0, 0, 0);
 }
 
-/* A new backend with the switches (read at creation; dec: CINFER_KVQ_DEC); 0 when it opened. */
-static int fz_reopen_dec(const char *bn, struct be_config *bc, const char *merge, const char *store,
-                         const char *dec)
+static void env_switch(const char *name, const char *val)
+{
+    if (val)
+        setenv(name, val, 1);
+    else
+        unsetenv(name);
+}
+
+/* A new backend with the switches (read at creation; NULL: unset): CINFER_KVQ_MERGE, _STORE,
+ * _DEC, _STAGES, _SOFT, _SPLITS; 0 when it opened. */
+static int fz_reopen_env(const char *bn, struct be_config *bc, const char *merge, const char *store,
+                         const char *dec, const char *stages, const char *soft, const char *splits)
 {
     struct cerr e = {0};
     be_free(g_dev);
-    if (dec)
-        setenv("CINFER_KVQ_DEC", dec, 1);
-    else
-        unsetenv("CINFER_KVQ_DEC");
-    if (merge)
-        setenv("CINFER_KVQ_MERGE", merge, 1);
-    else
-        unsetenv("CINFER_KVQ_MERGE");
-    if (store)
-        setenv("CINFER_KVQ_STORE", store, 1);
-    else
-        unsetenv("CINFER_KVQ_STORE");
+    env_switch("CINFER_KVQ_DEC", dec);
+    env_switch("CINFER_KVQ_MERGE", merge);
+    env_switch("CINFER_KVQ_STORE", store);
+    env_switch("CINFER_KVQ_STAGES", stages);
+    env_switch("CINFER_KVQ_SOFT", soft);
+    env_switch("CINFER_KVQ_SPLITS", splits);
     g_dev = be_new(bn, bc, &e);
     CHECK_MSG(g_dev != NULL, "%s", e.msg);
     return g_dev ? 0 : -1;
+}
+
+static int fz_reopen_dec(const char *bn, struct be_config *bc, const char *merge, const char *store,
+                         const char *dec)
+{
+    return fz_reopen_env(bn, bc, merge, store, dec, NULL, NULL, NULL);
 }
 
 static int fz_reopen(const char *bn, struct be_config *bc, const char *merge, const char *store)
@@ -775,7 +819,9 @@ int main(void)
     RUN(test_other_geometries);
     RUN(test_long_invariant);
     RUN(test_rope_store);
-    if (both && !getenv("CINFER_KVQ_MERGE") && !getenv("CINFER_KVQ_STORE")) {
+    if (both && !getenv("CINFER_KVQ_MERGE") && !getenv("CINFER_KVQ_STORE") &&
+        !getenv("CINFER_KVQ_STAGES") && !getenv("CINFER_KVQ_SOFT") &&
+        !getenv("CINFER_KVQ_SPLITS")) {
         /* the fused decode switches against the default path (graphs capture short lists
          * here, so the repetitions replay a graph) */
         setenv("CINFER_CUDA_GRAPH_MIN", "1", 1);
@@ -793,6 +839,28 @@ int main(void)
             RUN(test_fused_tc);
         if (fz_reopen_dec(bn, &bc, "fused", "attn", "tc") == 0)
             RUN(test_fused_tc_both);
+        /* the deeper cp.async pipelines (bit for bit) and the lean softmax (within tolerance);
+         * at the default 32 splits a split has at most 2 rounds here (the first and last
+         * rounds' group accounting), at 2 splits up to 32 (the rings wrap) */
+        static const char *const stg[2] = {"3", "4"};
+        for (int i = 0; i < 2; i++) {
+            if (fz_reopen_env(bn, &bc, NULL, NULL, NULL, stg[i], NULL, NULL) == 0)
+                RUN(test_fused_stages);
+            if (fz_reopen_env(bn, &bc, "fused", "attn", NULL, stg[i], NULL, NULL) == 0)
+                RUN(test_fused_stages_both);
+        }
+        if (fz_reopen_env(bn, &bc, NULL, NULL, NULL, NULL, "lean", NULL) == 0)
+            RUN(test_fused_lean);
+        if (fz_reopen_env(bn, &bc, NULL, NULL, NULL, "4", "lean", NULL) == 0)
+            RUN(test_fused_lean);
+        if (fz_reopen_env(bn, &bc, NULL, NULL, NULL, NULL, NULL, "2") == 0)
+            RUN(test_fused_splits2);
+        for (int i = 0; i < 2; i++) {
+            if (fz_reopen_env(bn, &bc, NULL, NULL, NULL, stg[i], NULL, "2") == 0)
+                RUN(test_fused_stages);
+            if (fz_reopen_env(bn, &bc, "fused", "attn", NULL, stg[i], NULL, "2") == 0)
+                RUN(test_fused_stages_both);
+        }
         unsetenv("CINFER_CUDA_GRAPH_MIN");
         if (fz_reopen(bn, &bc, NULL, NULL) != 0)
             return harness_done();
@@ -845,6 +913,21 @@ int main(void)
                (long long)(tc1 - tc0));
         CHECK_MSG(tc1 - tc0 > 0, "CINFER_KVQ_DEC=tc: no decode launch used the tensor cores");
         unsetenv("CINFER_KVQ_DEC");
+        /* and the lean softmax with the deepest pipeline (CINFER_KVQ_SOFT=lean,
+         * CINFER_KVQ_STAGES=4; head_dim 256's buffers fall back to fewer) against the CPU */
+        be_free(g_dev);
+        setenv("CINFER_KVQ_SOFT", "lean", 1);
+        setenv("CINFER_KVQ_STAGES", "4", 1);
+        g_dev = be_new(bn, &bc, &e);
+        CHECK_MSG(g_dev != NULL, "%s", e.msg);
+        if (!g_dev)
+            return harness_done();
+        printf("-- CINFER_KVQ_SOFT=lean CINFER_KVQ_STAGES=4\n");
+        RUN(test_formats_hd128);
+        RUN(test_other_geometries);
+        RUN(test_long_invariant);
+        unsetenv("CINFER_KVQ_SOFT");
+        unsetenv("CINFER_KVQ_STAGES");
     }
     be_free(g_dev);
     be_free(g_cpu);

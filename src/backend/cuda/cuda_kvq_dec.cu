@@ -14,7 +14,10 @@
  * What differs is the load: a round's head records (K and V of 64 positions, the raw bytes:
  * f16 group headers and packed codes) are copied into shared memory with cp.async in
  * 16-byte pieces (8 or 4 when the record size needs it), double-buffered so the next round
- * streams in while this one is computed; a lane then decodes its 8 elements from shared
+ * streams in while this one is computed (CINFER_KVQ_STAGES=3 or 4, opt-in, for measurement:
+ * that many buffers, the next 2 or 3 rounds in flight, one cp.async commit group a round;
+ * the same arithmetic, so the same bits; where that many do not fit the dynamic shared
+ * memory limit, the most that do, 2 at least); a lane then decodes its 8 elements from shared
  * memory into registers (affine: m + d q; Lloyd-Max: s c[q]; f16 as is) — no byte loads from
  * global memory, no float copy of the cache anywhere. 8-bit and 4-bit affine codes have their
  * own decoders; other codes are extracted with a funnel shift from three 32-bit words (the
@@ -23,6 +26,14 @@
  * a round ahead. A rotated K side is met by rotating q once, a rotated V side by unrotating
  * the output once (in the block for a one-split token, in the merge kernel otherwise); q's
  * rotation is a warp's shuffles (kq_rotate's operations in its order: the same bits).
+ * A round that leaves a head's running max unchanged skips that head's rescale (the factor
+ * is exactly 1). CINFER_KVQ_SOFT=lean (opt-in, for measurement; other bits, within
+ * tolerance): each lane's part of the running sum rescaled in registers and summed over the
+ * warp once at the end (no shuffle sum a head and round), the running max in shared memory
+ * by round parity (no __syncwarp a head and round), the exponentials by __expf (ex2.approx
+ * of x log2 e: a few ulp, more for large |x|); plain instances at 256 threads only (with
+ * CINFER_KVQ_MERGE=fused, STORE=attn, DEC=tc or NT=128 the default softmax runs). Neither
+ * depends on the batch.
  *
  * A token's splits depend only on its own attended range (at most CINFER_KVQ_SPLITS,
  * default 32, splits of whole rounds), never on the batch or the context capacity (the grid
@@ -42,22 +53,27 @@ static struct {
     int on, target, nt, smem_lim; /* smem_lim: the dynamic shared memory any instance may take */
     int fmerge, fstore;           /* CINFER_KVQ_MERGE=fused, CINFER_KVQ_STORE=attn */
     int tc;                       /* CINFER_KVQ_DEC=tc: the keys' scores on the tensor cores */
-} g_kd = {1, KD_TARGET, 256, 0, 0, 0, 0};
+    int stages;                   /* CINFER_KVQ_STAGES: round buffers (2 .. KD_MAX_STAGES) */
+    int lean;                     /* CINFER_KVQ_SOFT=lean: the SL instances */
+} g_kd = {1, KD_TARGET, 256, 0, 0, 0, 0, 2, 0};
 
 /* FU: an instance that may also merge its splits (a.fmerge) and store the new token
- * (a.fstore); 0 is the default path, bit for bit. */
-template <int HD, int HG, int KC, int VC, int NT, int FU, int TC = 0>
+ * (a.fstore); 0 is the default path, bit for bit. SL (CINFER_KVQ_SOFT=lean): the lean
+ * online softmax (the file's header; plain instances only). */
+template <int HD, int HG, int KC, int VC, int NT, int FU, int TC = 0, int SL = 0>
 __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     k_kvq_sd(struct kd_args a, int vw)
 {
     constexpr int TS = HD / 8, TEAMS = NT / TS, RPT = KD_ROUND / TEAMS;
     constexpr int N = RPT * HG, NF = N >= TS ? N / TS : 1;
     static_assert(TEAMS * RPT == KD_ROUND && NT / 32 >= HG && TS <= 32, "layout");
+    static_assert(!SL || (!FU && !TC), "lean: the plain instances");
     extern __shared__ __align__(16) uint8_t kd_sm[];
     __shared__ float sc[2][HG][KD_ROUND]; /* scores (by round parity) */
     __shared__ float pws[NT / 32][HG][KD_ROUND]; /* each warp's copy of the probabilities */
     __shared__ float mls[NT / 32][2][HG]; /* each warp's copy of each head's max and sum */
-    __shared__ int rows[2][KD_ROUND]; /* cache rows of a round's positions (by parity) */
+    __shared__ float mxs[SL ? NT / 32 : 1][2][HG]; /* SL: each warp's max, by round parity */
+    __shared__ int rows[KD_MAX_STAGES][KD_ROUND];  /* a round's cache rows (by buffer) */
     __shared__ __align__(16) float qs[HG * HD];
     constexpr bool LMS = KC == KC_ANY || KC >= KC_LM || VC == KC_ANY || VC >= KC_LM;
     __shared__ float cbs[2][LMS ? 256 : 1];
@@ -104,16 +120,24 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
         const int bi = bsh >= 0 ? pc >> bsh : pc / bs, in = bsh >= 0 ? pc & (bs - 1) : pc % bs;
         return bt[bi] * bs + in;
     };
-    int nrow = 0; /* tid < 64: the row of round rd + 2's position tid, loaded a round early */
+    /* ns round buffers: round rd in buffer (rd - r0) % ns, its rows in rows[] of the same
+     * index; rounds rd + 1 .. rd + ns - 1 stream in while rd is computed. One commit group a
+     * round, empty past r1, so round rd's is always followed by ns - 2 at its wait. */
+    const int ns = a.stages;
+    int nrow = 0; /* tid < 64: the row of round rd + ns's position tid, loaded a round early */
     if (tid < KD_ROUND) {
-        rows[r0 & 1][tid] = row_of(r0, tid);
-        if (r0 + 1 < r1)
-            rows[(r0 + 1) & 1][tid] = row_of(r0 + 1, tid);
-        if (r0 + 2 < r1)
-            nrow = row_of(r0 + 2, tid);
+        for (int i = 0; i < ns && r0 + i < r1; i++)
+            rows[i][tid] = row_of(r0 + i, tid);
+        if (r0 + ns < r1)
+            nrow = row_of(r0 + ns, tid);
     }
     __syncthreads();
-    kd_issue<NT>(a, vw, kd_sm, kd_sm + kbo, rows[r0 & 1], hk, hv); /* round r0 into buffer 0 */
+    for (int i = 0; i < ns - 1; i++) { /* rounds r0 .. r0 + ns - 2 into buffers 0 .. ns - 2 */
+        if (r0 + i < r1)
+            kd_issue<NT>(a, vw, kd_sm + i * bufsz, kd_sm + i * bufsz + kbo, rows[i], hk, hv);
+        else
+            kd_cp_commit();
+    }
     /* q (rotated when the keys are), the codebooks, the lane's offsets */
     if (warp < HG) { /* warp h: head h0 + h's row */
         float v[HD / 32];
@@ -144,6 +168,9 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     }
     for (int i = tid; i < NT / 32 * HG; i += NT)
         mls[i / HG][0][i % HG] = -INFINITY, mls[i / HG][1][i % HG] = 0.0f;
+    if constexpr (SL)
+        for (int i = tid; i < NT / 32 * 2 * HG; i += NT)
+            (&mxs[0][0][0])[i] = -INFINITY;
     if (LMS)
         for (int w = 0; w < 2; w++)
             if (a.s[w].hdr == 2)
@@ -177,10 +204,15 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
 #pragma unroll
         for (int k = 0; k < 8; k++)
             acc[h][k] = 0.0f;
+    float lp[SL ? HG : 1]; /* SL: the lane's part of each head's sum */
+#pragma unroll
+    for (int h = 0; h < (SL ? HG : 1); h++)
+        lp[h] = 0.0f;
     int buf = 0;
-    for (int rd = r0; rd < r1; rd++, buf ^= 1) {
-        kd_cp_wait_all(); /* this thread's copies of round rd have landed */
-        __syncthreads();  /* everyone's; and round rd - 1's buffer is free */
+    for (int rd = r0; rd < r1; rd++, buf = buf + 1 == ns ? 0 : buf + 1) {
+        const int sp = rd & 1;    /* the scores' parity */
+        kd_cp_wait_ahead(ns - 2); /* this thread's copies of round rd have landed */
+        __syncthreads();          /* everyone's; and round rd - 1's buffer is free */
         uint8_t *kb = kd_sm + buf * bufsz, *vb = kb + kbo;
         if (FU && st && rd == r1 - 1) { /* the new position's records (and the positions
                                           * that read its row) are the fresh bytes */
@@ -197,17 +229,21 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
             }
             __syncthreads();
         }
-        if (rd + 1 < r1) { /* round rd + 1 streams in while rd is computed */
-            uint8_t *nb = kd_sm + (buf ^ 1) * bufsz;
-            kd_issue<NT>(a, vw, nb, nb + kbo, rows[(rd + 1) & 1], hk, hv);
+        /* round rd + ns - 1 into round rd - 1's buffer (free now), or an empty group */
+        const int pb = buf == 0 ? ns - 1 : buf - 1;
+        if (rd + ns - 1 < r1) {
+            uint8_t *nb = kd_sm + pb * bufsz;
+            kd_issue<NT>(a, vw, nb, nb + kbo, rows[pb], hk, hv);
+        } else {
+            kd_cp_commit();
         }
-        if (rd + 2 < r1 && tid < KD_ROUND) { /* rows[rd & 1] was read by round rd's issue */
-            rows[rd & 1][tid] = nrow;
-            if (rd + 3 < r1)
-                nrow = row_of(rd + 3, tid); /* used next round: its latency is hidden */
+        if (rd + ns < r1 && tid < KD_ROUND) { /* rows[buf] was read by round rd's issue */
+            rows[buf][tid] = nrow;
+            if (rd + ns + 1 < r1)
+                nrow = row_of(rd + ns + 1, tid); /* used next round: its latency is hidden */
         }
         if constexpr (TC)
-            kd_tc_scores<HD, HG>(a, kb, qa, qinv, qgs, warp, lane, rd, lo, pos, &sc[buf][0][0]);
+            kd_tc_scores<HD, HG>(a, kb, qa, qinv, qgs, warp, lane, rd, lo, pos, &sc[sp][0][0]);
         else {
         /* partial dots of this lane's 8 dims, then summed over the team */
         float s[N];
@@ -233,30 +269,43 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
             float x = s[i] * a.scale;
             if (a.softcap > 0.0f)
                 x = a.softcap * tanhf(x / a.softcap);
-            sc[buf][h][j] = p >= lo && p <= pos ? x : -INFINITY;
+            sc[sp][h][j] = p >= lo && p <= pos ? x : -INFINITY;
         }
         }
         __syncthreads();
         /* every warp runs each head's online softmax over the round (the same operations in
          * every warp, so the same bits) into its own copy of the probabilities: no barrier
-         * between the scores and V */
+         * between the scores and V. f is the same in every lane of a warp: 1 (an unchanged
+         * max) skips the rescale (x * 1 == x: acc holds no NaN but the canonical one) */
         float *pw = &pws[warp][0][0];
 #pragma unroll
         for (int h = 0; h < HG; h++) {
-            const float s0 = sc[buf][h][lane], s1 = sc[buf][h][lane + 32];
-            const float mo = mls[warp][0][h], lo_ = mls[warp][1][h];
-            const float mn = fmaxf(mo, cu_warp_max(fmaxf(s0, s1)));
+            const float s0 = sc[sp][h][lane], s1 = sc[sp][h][lane + 32];
             float f = 1.0f, p0 = 0.0f, p1 = 0.0f;
-            if (mn != -INFINITY)
-                f = expf(mo - mn), p0 = expf(s0 - mn), p1 = expf(s1 - mn);
-            const float ln = lo_ * f + cu_warp_sum(p0 + p1);
-            __syncwarp(); /* every lane has read mls before lane 0 writes it */
-            if (lane == 0)
-                mls[warp][0][h] = mn, mls[warp][1][h] = ln;
+            if constexpr (SL) { /* the max by parity (no __syncwarp), the sum per lane, __expf */
+                const float mo = mxs[warp][sp ^ 1][h];
+                const float mn = fmaxf(mo, cu_warp_max(fmaxf(s0, s1)));
+                if (mn != -INFINITY)
+                    f = __expf(mo - mn), p0 = __expf(s0 - mn), p1 = __expf(s1 - mn);
+                if (lane == 0)
+                    mxs[warp][sp][h] = mn;
+                lp[h] = fmaf(lp[h], f, p0 + p1);
+            } else {
+                const float mo = mls[warp][0][h], lo_ = mls[warp][1][h];
+                const float mn = fmaxf(mo, cu_warp_max(fmaxf(s0, s1)));
+                if (mn != -INFINITY)
+                    f = expf(mo - mn), p0 = expf(s0 - mn), p1 = expf(s1 - mn);
+                const float ln = lo_ * f + cu_warp_sum(p0 + p1);
+                __syncwarp(); /* every lane has read mls before lane 0 writes it */
+                if (lane == 0)
+                    mls[warp][0][h] = mn, mls[warp][1][h] = ln;
+            }
             pw[h * KD_ROUND + lane] = p0, pw[h * KD_ROUND + lane + 32] = p1;
+            if (f != 1.0f) {
 #pragma unroll
-            for (int k = 0; k < 8; k++)
-                acc[h][k] *= f;
+                for (int k = 0; k < 8; k++)
+                    acc[h][k] *= f;
+            }
         }
         __syncwarp();
 #pragma unroll
@@ -273,7 +322,17 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
             }
         }
     }
-    __syncthreads(); /* the buffers are free: the team sums go there */
+    if constexpr (SL) {
+        if (warp == 0) { /* the lanes' parts of each head's sum, in mls[0] (read below) */
+#pragma unroll
+            for (int h = 0; h < HG; h++) {
+                const float L = cu_warp_sum(lp[h]);
+                if (lane == 0) /* (lane 0 wrote the last round's max) */
+                    mls[0][0][h] = mxs[0][(r1 - 1) & 1][h], mls[0][1][h] = L;
+            }
+        }
+    }
+    __syncthreads(); /* the buffers are free (only empty groups are pending): the team sums */
     const float *msh = mls[0][0], *lsh = mls[0][1]; /* (every warp holds the same) */
     float *red = (float *)kd_sm; /* (TEAMS, HG, HD) */
 #pragma unroll
@@ -366,25 +425,26 @@ __global__ void __launch_bounds__(HD) k_kvq_sd_merge(struct kd_args a)
 
 typedef void (*kd_kernel)(struct kd_args, int);
 
-template <int HD, int HG, int NT, int FU>
+template <int HD, int HG, int NT, int FU, int SL = 0>
 static kd_kernel kd_pick(int kc, int vc)
 {
     if (kc == KC_A8 && vc == KC_A8) /* the fixed decoders; any other pair: the any-width one */
-        return k_kvq_sd<HD, HG, KC_A8, KC_A8, NT, FU>;
+        return k_kvq_sd<HD, HG, KC_A8, KC_A8, NT, FU, 0, SL>;
     if (kc == KC_A4 && vc == KC_A4)
-        return k_kvq_sd<HD, HG, KC_A4, KC_A4, NT, FU>;
+        return k_kvq_sd<HD, HG, KC_A4, KC_A4, NT, FU, 0, SL>;
     if (kc == KC_A8 && vc == KC_L4)
-        return k_kvq_sd<HD, HG, KC_A8, KC_L4, NT, FU>;
+        return k_kvq_sd<HD, HG, KC_A8, KC_L4, NT, FU, 0, SL>;
     if (kc == KC_A8 && vc == KC_L3)
-        return k_kvq_sd<HD, HG, KC_A8, KC_L3, NT, FU>;
-    return k_kvq_sd<HD, HG, KC_ANY, KC_ANY, NT, FU>;
+        return k_kvq_sd<HD, HG, KC_A8, KC_L3, NT, FU, 0, SL>;
+    return k_kvq_sd<HD, HG, KC_ANY, KC_ANY, NT, FU, 0, SL>;
 }
 
-template <int HD, int NT, int FU>
+template <int HD, int NT, int FU, int SL = 0>
 static kd_kernel kd_pick_hg(int hg, int kc, int vc)
 {
-    return hg == 4 ? kd_pick<HD, 4, NT, FU>(kc, vc) : hg == 2 ? kd_pick<HD, 2, NT, FU>(kc, vc)
-                                                       : kd_pick<HD, 1, NT, FU>(kc, vc);
+    return hg == 4   ? kd_pick<HD, 4, NT, FU, SL>(kc, vc)
+           : hg == 2 ? kd_pick<HD, 2, NT, FU, SL>(kc, vc)
+                     : kd_pick<HD, 1, NT, FU, SL>(kc, vc);
 }
 
 /* TC: 8-bit affine keys (groups of 32), the value decoders of kd_pick */
@@ -409,9 +469,17 @@ static kd_kernel kd_pick_tc_hg(int hg, int vc)
 
 /* fu: the instance with the fused merge and store (only head_dim 64 / 128 at 256 threads:
  * NULL otherwise); tc: the keys' scores on the tensor cores (8-bit keys, head_dim 64 / 128
- * at 256 threads: NULL otherwise) */
-static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt, int fu, int tc)
+ * at 256 threads: NULL otherwise); sl: the lean softmax (CINFER_KVQ_SOFT=lean: plain
+ * instances at 256 threads, every head_dim; NULL with fu or tc or at 128 threads) */
+static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt, int fu, int tc, int sl)
 {
+    if (sl) {
+        if (fu || tc || nt != 256)
+            return NULL;
+        return hd == 64    ? kd_pick_hg<64, 256, 0, 1>(hg, kc, vc)
+               : hd == 128 ? kd_pick_hg<128, 256, 0, 1>(hg, kc, vc)
+                           : kd_pick_hg<256, 256, 0, 1>(hg, kc, vc);
+    }
     if (tc) {
         if (nt != 256 || kc != KC_A8 || !(hd == 64 || hd == 128))
             return NULL;
@@ -451,7 +519,15 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
     const char *m = getenv("CINFER_KVQ_ATTN"), *sp = getenv("CINFER_KVQ_SPLITS");
     const char *nt = getenv("CINFER_KVQ_NT"), *mg = getenv("CINFER_KVQ_MERGE");
     const char *so = getenv("CINFER_KVQ_STORE"), *dc = getenv("CINFER_KVQ_DEC");
+    const char *stg = getenv("CINFER_KVQ_STAGES"), *sm = getenv("CINFER_KVQ_SOFT");
     g_kd.on = !(m && !strcmp(m, "general"));
+    g_kd.lean = sm && !strcmp(sm, "lean");
+    g_kd.stages = 2;
+    if (stg) {
+        const long v = strtol(stg, NULL, 10);
+        if (v >= 2 && v <= KD_MAX_STAGES)
+            g_kd.stages = (int)v;
+    }
     g_kd.fmerge = mg && !strcmp(mg, "fused");
     g_kd.fstore = so && !strcmp(so, "attn");
     g_kd.tc = dc && !strcmp(dc, "tc");
@@ -481,9 +557,10 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
         for (int j = 0; rc == cudaSuccess && j < 3; j++)
             for (int k = 0; rc == cudaSuccess && k < 6; k++)
                 for (int n = 128; rc == cudaSuccess && n <= 256; n += 128)
-                    for (int fu = 0; rc == cudaSuccess && fu < 4; fu++) { /* fu | tc << 1 */
-                        kd_kernel kk =
-                            kd_kernel_of(hds[i], hgs[j], kcs[k][0], kcs[k][1], n, fu & 1, fu >> 1);
+                    /* fu: fu | tc << 1 | sl << 2 */
+                    for (int fu = 0; rc == cudaSuccess && fu < 8; fu++) {
+                        kd_kernel kk = kd_kernel_of(hds[i], hgs[j], kcs[k][0], kcs[k][1], n, fu & 1,
+                                                    (fu >> 1) & 1, fu >> 2);
                         if (kk)
                             rc = cudaFuncSetAttribute(kk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       lim);
@@ -494,6 +571,33 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
 int cu_kvq_store_attn_on(void) { return g_kd.fstore; }
 
 static int kd_pow2_div(size_t x, int w) { return x % (size_t)w == 0; }
+
+/* The dynamic shared memory of an instance with ns round buffers; fu: an FU instance, the new
+ * records after the buffers (at *stg, with room for the store's scratch before them). */
+static size_t kd_need(const kd_side *s, int hd, int hg, int nt, int ns, int fu, size_t *stg)
+{
+    size_t smem = kd_smem(s, hd, hg, nt, ns);
+    *stg = 0;
+    if (fu) {
+        size_t o = (smem + 15) & ~(size_t)15;
+        const size_t scr = ((sizeof(kq_store_sm) + 15) & ~(size_t)15) + (size_t)hd * 4;
+        o = o > scr ? o : scr;
+        *stg = o;
+        smem = o + 4 * (size_t)hd;
+    }
+    return smem;
+}
+
+/* CINFER_KVQ_STAGES' round buffers, or fewer where they do not fit smem_lim (2 at least:
+ * whether that fits is the caller's check) */
+static int kd_fit_stages(const kd_side *s, int hd, int hg, int nt, int fu)
+{
+    int ns = g_kd.stages;
+    size_t stg = 0;
+    while (ns > 2 && kd_need(s, hd, hg, nt, ns, fu, &stg) > (size_t)g_kd.smem_lim)
+        ns--;
+    return ns;
+}
 
 /* The decode path; r: NULL, or the step's rope + K/V store to do in the kernel (fstore:
  * returns 0, having run nothing, when the FU instance cannot take the case). */
@@ -539,10 +643,10 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
     const int nt = kd_nt_of(hd, g_kd.nt);
     const int rounds = (int)((cap + KD_ROUND - 1) / KD_ROUND);
     const int maxs = g_kd.target < rounds ? g_kd.target : rounds;
-    const int fu_ok = kd_kernel_of(hd, hg, KC_A8, KC_A8, nt, 1, 0) != NULL;
+    const int fu_ok = kd_kernel_of(hd, hg, KC_A8, KC_A8, nt, 1, 0, 0) != NULL;
     /* tc: 8-bit affine keys in groups of 32 (one mma's k) where an instance exists */
     const int tc = g_kd.tc && G == KT_G && kd_class(s[0], 0) == KC_A8 &&
-                   kd_kernel_of(hd, hg, KC_A8, kd_class(s[1], 1), nt, 0, 1) != NULL;
+                   kd_kernel_of(hd, hg, KC_A8, kd_class(s[1], 1), nt, 0, 1, 0) != NULL;
     /* the new token's store: the FU instance, the store's geometry (groups of at most 32
      * lanes, a power of two; records within the staging of 2 head_dim bytes a side) */
     if (r && (!fu_ok || r->n_tok != a->n_tok || r->head_dim != hd || r->rot_dim > hd ||
@@ -550,22 +654,21 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
               s[0].hb > 2 * hd || s[1].hb > 2 * hd || hd != kvq_head_dim_of(dt)))
         return 0;
     int fmerge = g_kd.fmerge && fu_ok && maxs > 1 && a->n_kv_head * nsub <= KD_CNT_Y;
-    const int fu = fmerge || r;
-    size_t smem = kd_smem(s, hd, hg, nt), stg = 0;
-    if (fu) { /* the new records after the buffers (and room for the store's scratch) */
-        stg = (smem + 15) & ~(size_t)15;
-        const size_t scr = ((sizeof(kq_store_sm) + 15) & ~(size_t)15) + (size_t)hd * 4;
-        stg = stg > scr ? stg : scr;
-        smem = stg + 4 * (size_t)hd;
-    }
+    /* the round buffers: CINFER_KVQ_STAGES' count, or the most that fit (at least 2) */
+    int ns = kd_fit_stages(s, hd, hg, nt, fmerge || r);
+    size_t stg = 0, smem = kd_need(s, hd, hg, nt, ns, fmerge || r, &stg);
     if (smem > (size_t)g_kd.smem_lim) {
         if (r)
             return 0;
         fmerge = 0; /* (the plain instance's smaller need was checked below) */
-        smem = kd_smem(s, hd, hg, nt);
+        ns = kd_fit_stages(s, hd, hg, nt, 0);
+        smem = kd_need(s, hd, hg, nt, ns, 0, &stg);
     }
     if (!fmerge && !r && smem > (size_t)g_kd.smem_lim)
         return 0;
+    /* lean: where a plain instance runs (not with the fused merge or store, nor tc) */
+    const int sl = g_kd.lean && !fmerge && !r && !tc &&
+                   kd_kernel_of(hd, hg, KC_A8, KC_A8, nt, 0, 0, 1) != NULL;
     struct kd_args x;
     memset(&x, 0, sizeof x);
     x.q = q, x.out = out, x.part = NULL, x.ml = NULL;
@@ -577,7 +680,7 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
     for (int sh = 0; sh < 30; sh++)
         if (a->block_size == 1 << sh)
             x.bs_shift = sh;
-    x.maxs = maxs, x.target = g_kd.target, x.G = G;
+    x.maxs = maxs, x.target = g_kd.target, x.G = G, x.stages = ns;
     x.rot_k = kvq_rot_of(dt, 0), x.rot_v = kvq_rot_of(dt, 1);
     x.scale = a->scale, x.softcap = a->softcap;
     x.s[0] = s[0], x.s[1] = s[1];
@@ -629,8 +732,8 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
         x.part = (float *)p;
         x.ml = (float2 *)(p + rows * (size_t)hd * sizeof(float));
     }
-    const kd_kernel k = kd_kernel_of(hd, hg, kd_class(s[0], 0), kd_class(s[1], 1), nt,
-                                     fmerge || r, tc);
+    const kd_kernel k =
+        kd_kernel_of(hd, hg, kd_class(s[0], 0), kd_class(s[1], 1), nt, fmerge || r, tc, sl);
     cu_launch(cb, k, dim3((unsigned)maxs, (unsigned)(a->n_kv_head * nsub), (unsigned)a->n_tok),
               dim3((unsigned)nt), smem, x, vw);
     cu_after_launch(cb, r ? "attention (quantized KV, decode, with the K/V store)"

@@ -1,6 +1,7 @@
 /* cuda_kvq_dec.cuh — the device side of cuda_kvq_dec.cu (included by it alone: it defines
  * the __constant__ Lloyd-Max table): the kernel's sizes and arguments, the Hadamard rotation
- * of a warp's row, the cp.async round copies, the decoders of a lane's 8 elements, the
+ * of a warp's row, the cp.async round copies (and the waits of a pipeline of 2 .. 4 round
+ * buffers: CINFER_KVQ_STAGES), the decoders of a lane's 8 elements, the
  * scores (per team, and with CINFER_KVQ_DEC=tc on the tensor cores), the dynamic shared
  * memory a round takes, and CINFER_KVQ_STORE=attn's store of the new token. The kernels
  * and the host side are in cuda_kvq_dec.cu. */
@@ -18,6 +19,7 @@ enum {
     KD_MAX_TARGET = 64, /* CINFER_KVQ_SPLITS' largest */
     KD_MCH = 16,        /* merge: partial outputs loaded ahead */
     KD_CNT_Y = 256,     /* fused merge: arrival counters per token (KV heads x head groups) */
+    KD_MAX_STAGES = 4,  /* CINFER_KVQ_STAGES' largest: round buffers in shared memory */
 };
 
 /* How a side's 8 elements are decoded: KC_ANY reads the side's format at run time (every
@@ -41,6 +43,7 @@ struct kd_args {
     const uint8_t *kc, *vc;
     int n_head, n_kv_head, nsub, max_blocks, block_size, bs_shift, window, maxs, target, G;
     int rot_k, rot_v;
+    int stages; /* round buffers, 2 .. KD_MAX_STAGES: rounds rd + 1 .. rd + stages - 1 in flight */
     float scale, softcap;
     kd_side s[2];
     /* the FU instances only (kd_kernel_of): */
@@ -116,10 +119,18 @@ __device__ __forceinline__ void kd_cp_commit()
     asm volatile("cp.async.commit_group;\n" ::);
 #endif
 }
-__device__ __forceinline__ void kd_cp_wait_all()
+/* Waits until at most n (0 .. 2) of this thread's newest commit groups are pending: with one
+ * group committed per round (empty past the split's last), round rd's copies have landed when
+ * the rounds after it in flight are the only pending ones (n = stages - 2). */
+__device__ __forceinline__ void kd_cp_wait_ahead(int n)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    if (n >= 2)
+        asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+    else if (n == 1)
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    else
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 #endif
 }
 
@@ -233,13 +244,14 @@ __device__ __forceinline__ void kd_offs(const kd_side &s, int G, int e0, int *ho
     *coff = gi * s.gb + s.hdr + o * s.bits;
 }
 
-/* Dynamic shared memory: two buffers of a round's K and V records (16 bytes of slack after
- * each: the any-width decoder reads a word past a record), or the team sums at the end. */
-static size_t kd_smem(const kd_side *s, int hd, int hg, int nt)
+/* Dynamic shared memory: ns (2 .. KD_MAX_STAGES) buffers of a round's K and V records (16
+ * bytes of slack after each: the any-width decoder reads a word past a record), or the team
+ * sums at the end. */
+static size_t kd_smem(const kd_side *s, int hd, int hg, int nt, int ns)
 {
     const size_t buf = (size_t)KD_ROUND * (s[0].hb + s[1].hb) + 32;
     const size_t red = (size_t)(nt / (hd / 8)) * hg * hd * sizeof(float);
-    return 2 * buf > red ? 2 * buf : red;
+    return ns * buf > red ? ns * buf : red;
 }
 
 /* CINFER_KVQ_STORE=attn: token t's new K and V (KV head g) roped, quantized into the records
