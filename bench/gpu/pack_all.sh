@@ -7,6 +7,7 @@
 # Why: the three packs alone are ~19 MB each, the model 98 MB, and a call carries ~36 MB
 # (the limit counts the checkout's tracked files by disk blocks, ~31 MB here). One ~21 MB
 # tarball plus four model parts make a chain of four calls (PENDING.md).
+# PACKS: the folders to put in (default "t21 gpubin-t19 t17").
 # Usage: bash bench/gpu/pack_all.sh [BUILD_DIR (build-gpu)] [MODEL (models/smollm2-135m-instruct-Q4_1.gguf)]
 #   -> .gpubin/all.tar.xz, .p1/p .. .p4/p (add /.gpubin/ and /.p1/ .. /.p4/ to .git/info/exclude)
 set -eu
@@ -20,7 +21,10 @@ XZ_OPT=-0 bash bench/lora/pack_device.sh "$BUILD" .gpubin/t21 > /dev/null
 bash bench/kv_quant/pack_gpubin.sh "$BUILD" "$BUILD/gpubin-t19" > /dev/null
 bash bench/spec/pack_device.sh "$BUILD" "$BUILD/t17" > /dev/null
 S=$(mktemp -d /tmp/pack_all.XXXXXX)
-cp -a .gpubin/t21 "$BUILD/gpubin-t19" "$BUILD/t17" "$S/"
+PACKS=${PACKS:-t21 gpubin-t19 t17} # (a subset keeps the tarball small: e.g. PACKS="gpubin-t19 t17")
+for p in $PACKS; do
+    case $p in t21) cp -a .gpubin/t21 "$S/" ;; *) cp -a "$BUILD/$p" "$S/" ;; esac
+done
 python3 - "$S" <<'EOF'
 import hashlib, os, sys
 seen, saved = {}, 0
@@ -39,7 +43,7 @@ for root, dirs, files in sorted(os.walk(sys.argv[1])):
             seen[h] = p
 print(f"identical files linked: {saved / 1e6:.1f} MB stored once")
 EOF
-tar -C "$S" -cf - t21 gpubin-t19 t17 | xz -9 -T1 > .gpubin/all.tar.xz
+tar -C "$S" -cf - $PACKS | xz -9 -T1 > .gpubin/all.tar.xz
 rm -rf "$S"
 # the model in four parts: with all.tar.xz (call 1), alone (2, 3), the rest (4)
 sz=$(stat -c %s "$MODEL")
