@@ -984,10 +984,11 @@ static void test_policy_curve(void)
 
 /* A two-model spec over stories260K drafting for itself, costs pinned (step 0.25, draft
  * 0.1): what the catch-up rule and the batched draft forwards do. */
-static struct spec *mk_two_model_cost(int adaptive, float draft_cost)
+static struct spec *mk_two_model_lk(int adaptive, float draft_cost, int lookup)
 {
     struct spec_config c;
     spec_config_default(&c, SPEC_TWO_MODEL);
+    c.lookup = lookup;
     c.adaptive = adaptive;
     c.draft = g_m;
     c.step_cost = 0.25f;
@@ -998,6 +999,12 @@ static struct spec *mk_two_model_cost(int adaptive, float draft_cost)
     struct cerr e = {0};
     CHECK(spec_new(&s, &c, g_m->hp.n_vocab, &e) == 0);
     return s;
+}
+
+/* The draft model's own plan (no prompt lookup: the sequences below repeat themselves) */
+static struct spec *mk_two_model_cost(int adaptive, float draft_cost)
+{
+    return mk_two_model_lk(adaptive, draft_cost, 0);
 }
 
 static struct spec *mk_two_model(int adaptive)
@@ -1120,6 +1127,52 @@ static void test_two_model_probe_priced(void)
     CHECK(late <= 1);
     spec_req_free(s, q);
     spec_free(s);
+}
+
+/* Two-model with the prompt lookup on a text that repeats itself (a 40-token span twice):
+ * while the draft model is never accepted, a row at the repeat drafts the copy by lookup (up
+ * to 10 tokens, no draft forward) and, kept, goes on doing so; a draft model that is always
+ * accepted and cheap keeps its rows where the lookup is accepted a third of the time. */
+static void test_two_model_lookup(void)
+{
+    enum { SPAN = 40, NP = 3 * SPAN };
+    static int32_t toks[NP + SPEC_MAX_DRAFT];
+    for (int j = 0; j < NP; j++) /* a span, then the span again, then new tokens */
+        toks[j] = (int32_t)(3 + (j < 2 * SPAN ? (j % SPAN) * 11 : 500 + j) % (g_m->hp.n_vocab - 3));
+    for (int good = 0; good < 2; good++) {
+        struct spec *s = mk_two_model_lk(1, good ? 0.05f : 0.5f, 1);
+        if (!s)
+            return;
+        struct spec_req *q = spec_req_new(s, NULL);
+        struct spec_stats st;
+        int lk_rounds = 0, lk_len = 0;
+        for (int n = SPAN + 4; n < 2 * SPAN - 4; n++) {
+            int32_t out[SPEC_MAX_DRAFT];
+            float p[SPEC_MAX_DRAFT];
+            int m = spec_propose(s, q, toks, n, 1000, out, p);
+            long before = (spec_get_stats(s, &st), st.lookup_drafted);
+            /* the model's drafts: all kept (good) or none; the lookup's: right a third of
+             * the time when good (its first token), else the whole copy */
+            int lk = q->bucket > 0 && m > 0, acc = 0;
+            if (lk) {
+                CHECK(!memcmp(out, toks + n - SPAN, (size_t)m * sizeof *out)); /* the copy */
+                acc = good ? (lk_rounds % 3 == 0) : m;
+                lk_rounds++, lk_len += m;
+            } else
+                acc = good ? m : 0;
+            spec_observe(s, q, m, acc, n + 1 + acc);
+            spec_get_stats(s, &st);
+            CHECK(st.lookup_drafted - before == (lk ? m : 0));
+        }
+        printf("two-model lookup, draft model %s: %d lookup rounds (%d tokens) of %d\n",
+               good ? "always kept" : "never kept", lk_rounds, lk_len, SPAN - 8);
+        if (good)
+            CHECK(lk_rounds <= 4); /* tried, then the model's */
+        else
+            CHECK(lk_rounds >= SPAN / 2 && lk_len > 3 * lk_rounds);
+        spec_req_free(s, q);
+        spec_free(s);
+    }
 }
 
 /* A simulated 2-core CPU: up to 4 tokens a step reads the weights and waits (a token 2 ms
@@ -1353,6 +1406,7 @@ int main(void)
     RUN(test_bucket);
     RUN(test_table_round);
     RUN(test_greedy_two_model);
+    RUN(test_two_model_lookup);
     RUN(test_prefix_and_stop);
     RUN(test_tight_pool);
     RUN(test_gemma_sliding);

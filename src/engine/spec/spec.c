@@ -297,24 +297,43 @@ static int propose_ngram(struct spec *s, struct spec_req *q, const int32_t *t, i
     return m;
 }
 
+/* The most a row's draft of up to m tokens at per-token acceptance a can yield per unit of
+ * step time, alone: (1 + a + .. + a^k) / (1 + c k + r k) at its best k, with c what a token
+ * more costs a step and r what a draft token costs to make (both relative to a one-token
+ * step). */
+static double row_value(double a, int m, double c, double r)
+{
+    double v = 1, best = 1, pj = 1;
+    for (int k = 1; k <= m; k++) {
+        v += pj *= a;
+        double x = v / (1 + (c + r) * k);
+        best = x > best ? x : best;
+    }
+    return best;
+}
+
 /* Two-model with spec_config.lookup: row q's prompt-lookup proposal (out, p; the bucket of a
- * k-gram match is k, at most SPEC_BUCKETS - 1: bucket 0 is the draft model's) when its
- * acceptance estimate is at least the draft model's — a copied span costs no draft forward.
- * Rows that sample from the draft (q->sampled) keep the model. Returns its length (0: the
- * draft model's turn). */
+ * k-gram match is k, at most SPEC_BUCKETS - 1: bucket 0 is the draft model's) when it would
+ * yield at least what the draft model's would (row_value: the lookup's drafts cost nothing to
+ * make and may run to lookup_draft tokens, the model's cost a forward each and stop at
+ * n_draft; each at its measured acceptance). Rows that sample from the draft (q->sampled)
+ * keep the model. Returns its length (0: the draft model's turn). */
 static int propose_lookup(struct spec *s, struct spec_req *q, const int32_t *t, int n, int max,
                           int32_t *out, float *p)
 {
     if (!s->c.lookup || q->sampled || max <= 0)
         return 0;
+    const int mm = max < s->c.n_draft ? max : s->c.n_draft;
     if (max > s->c.lookup_draft)
         max = s->c.lookup_draft;
     int k, m = ngram_find(s, t, n, max, out, &k);
     if (m <= 0)
         return 0;
     const int b = k < SPEC_BUCKETS - 1 ? k : SPEC_BUCKETS - 1;
-    if (alpha(s, q, b) < alpha(s, q, 0))
-        return 0;
+    const double c = spec_step_cost(s), r = spec_draft_cost(s);
+    const double vl = row_value(alpha(s, q, b), m, c, 0);
+    if (!(vl > 1) || vl < row_value(alpha(s, q, 0), mm, c, r))
+        return 0; /* (neither pays: the model's turn, whose plan prices its probes) */
     fill_p(s, q, b, m, p);
     return m;
 }
