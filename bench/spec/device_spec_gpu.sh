@@ -166,6 +166,8 @@ for line in open(sys.argv[2]):
         r = json.loads(line)
     except ValueError:
         continue
+    if not isinstance(r, dict):
+        continue
     if r.get("kind") == "none":
         none.setdefault(r["workload"], []).append(r["tok_s"])
     if r.get("aggregate_at_8") == "none":
