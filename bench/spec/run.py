@@ -541,6 +541,18 @@ def main():
     print(json.dumps({k: v for k, v in res.items() if k != "raw"}, indent=1))
 
 
+def server_counters(srv, kind, row):
+    """The server's steps so far and, speculating, the policy's measured costs and counters
+    (/stats) into row."""
+    st = srv.stats()
+    row["steps"] = {k: st.get("batch", {}).get(k) for k in ("steps", "overlapped_steps")}
+    if kind != "none":
+        sp = st.get("speculation", {})
+        row["stats"] = {k: sp[k] for k in ("step_cost", "step_ms", "draft_cost", "draft_ms",
+                                           "drafted", "accepted", "lookup_drafted",
+                                           "lookup_accepted", "verify_rows") if k in sp}
+
+
 def agg_burst(args, kinds, res, raw, warm):
     """The burst aggregate: the 8 requests of AGG_REQS at once, generated tokens / wall time
     until the last finishes, speculation over none (best over none's best in the same
@@ -566,15 +578,8 @@ def agg_burst(args, kinds, res, raw, warm):
                    "cpu_s_per_token": round(cpu_tok, 4) if cpu_tok else None,
                    "load_1m_before": round(l0, 2)}
             agg_rep[(kind, rep)] = (v, cpu_tok)
-            st = srvs[kind].stats()
-            row["steps"] = {k: st.get("batch", {}).get(k) for k in ("steps",
-                                                                   "overlapped_steps")}
+            server_counters(srvs[kind], kind, row)
             if kind != "none":
-                sp = st.get("speculation", {})
-                row["stats"] = {k: sp[k] for k in ("step_cost", "step_ms", "draft_cost",
-                                                   "draft_ms", "drafted", "accepted",
-                                                   "lookup_drafted", "lookup_accepted",
-                                                   "verify_rows") if k in sp}
                 print(json.dumps(row), flush=True)
             raw["runs"].append(row)
             agg[kind] = max(agg.get(kind, 0), v)
@@ -628,15 +633,7 @@ def agg_sustained(args, kinds, res, raw, warm):
                    "tokens_total": nall, "cpu_s": round(cpu, 2),
                    "cpu_s_per_token": round(cpu / nall, 4) if nall else None,
                    "load_1m_before": round(l0, 2)}
-            st = srv.stats()
-            row["steps"] = {k: st.get("batch", {}).get(k) for k in ("steps",
-                                                                   "overlapped_steps")}
-            if kind != "none":
-                sp = st.get("speculation", {})
-                row["stats"] = {k: sp[k] for k in ("step_cost", "step_ms", "draft_cost",
-                                                   "draft_ms", "drafted", "accepted",
-                                                   "lookup_drafted", "lookup_accepted",
-                                                   "verify_rows") if k in sp}
+            server_counters(srv, kind, row)
             print(json.dumps(row), flush=True)
             raw["runs"].append(row)
             by_rep[(kind, rep)] = v
