@@ -66,10 +66,10 @@ struct spec_config {
                                 * default 1) */
     int lookup;                /* two-model: a row whose trailing k-gram (ngram_max down to
                                 * ngram_min) appears earlier in its tokens drafts the tokens
-                                * after it (prompt lookup, no draft-model forward) when its
-                                * measured acceptance is at least the model's (--draft-lookup;
-                                * default 1; greedy rows and rows without top-p/k filters that
-                                * do not sample from the draft) */
+                                * after it (prompt lookup, no draft-model forward) when that
+                                * yields more per step time than the model's drafts at the
+                                * measured acceptances and costs (--draft-lookup; default 1;
+                                * not for rows that sample from the draft) */
     int lookup_draft;          /* two-model: most tokens a lookup drafts (default 10) */
     int bucket;                /* verify steps are padded to spec_bucket_size tokens (the
                                 * engine's CINFER_SPEC_BUCKET; default on where steps are
