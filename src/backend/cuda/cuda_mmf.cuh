@@ -115,6 +115,21 @@ __device__ __forceinline__ void sg_norm_r(const sg_args &a, int col0, int warp, 
     }
 }
 
+/* A tile block of a folded projection (LK > 0) has SG_WARPS warps and an extra one that
+ * takes no chunks (it gathers t while the others stream), except with 32 warps and in fold
+ * 4's GLU: there the extra warp (and its registers: 70 where k_sg's GLU has 64) made the
+ * 8-warp kernel 3 blocks an SM where k_sg's 4 hold the whole gate/up grid of l1b/l8b in one
+ * wave (512 tiles on 132 SMs): 36.8 against 26.6 us on the H100 (ncu, session 11). Its
+ * last warp gathers after its chunks instead. */
+static __host__ __device__ constexpr bool sg_lk_xw(int lk, int mode, int warps)
+{
+    return warps < 32 && !(lk == 2 && mode == BE_MM_GLU);
+}
+static __host__ __device__ constexpr int sg_lk_threads(int lk, int mode, int warps)
+{
+    return (warps + (sg_lk_xw(lk, mode, warps) ? 1 : 0)) * 32;
+}
+
 /* MODE: BE_MM_PLAIN / BE_MM_GLU / BE_MM_ADD / SG_ROPE. NS: n8 tiles per block (1 or 2). P:
  * precise (x split into hi + lo 16-bit parts, two mmas). SG_ROPE: a q or k tile inside the
  * rotated part of a head holds 8 rope pairs (mma rows g and g + 8 are the pair's two rows),
@@ -283,7 +298,7 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
     if constexpr (NI) /* the rows' 1/rms, read by warp 0 after the barrier below */
         sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, rsh);
     if constexpr (LK) /* t of the block's x rows (the extra warp, or the last one) */
-        if (warp == (SG_WARPS < 32 ? SG_WARPS : SG_WARPS - 1)) {
+        if (warp == (sg_lk_xw(LK, MODE, SG_WARPS) ? SG_WARPS : SG_WARPS - 1)) {
             if constexpr (LK >= 2)
                 lkm_gather_pre(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
                                a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);

@@ -26,13 +26,14 @@ __global__ void __launch_bounds__((SG_WARPS + (SG_WARPS < 32)) * 32)
 /* Fold 4 (L.pre): k_sgl's tiles without shrink blocks; x read before the PDL wait, which
  * comes after the main loop (the shrink was the launch just before: cu_lk_shrink_pre). */
 template <int BF, int MODE, int NS, int SG_WARPS, int NI>
-__global__ void __launch_bounds__((SG_WARPS + (SG_WARPS < 32)) * 32)
+__global__ void __launch_bounds__(sg_lk_threads(2, MODE, SG_WARPS))
     k_sglp(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
            int act)
 {
     __shared__ struct lkm_smem lsm;
     sg_body<BF, MODE, NS, 0, SG_WARPS, NI, 2>(a, act, &L, &lsm, blockIdx.x);
 }
+
 
 /* Fold 6: the kernels with host blocks: the producers (ADD: o, down; GLU: gate/up) in the
  * block shapes where the host code does not make the kernel spill (ptxas: GLU with 16 warps
@@ -46,7 +47,7 @@ static __host__ __device__ constexpr bool sglh_hosts(int mode, int warps)
  * wait at the start), then H.S host blocks running the next call's shrink items once every
  * tile block is finished (H.nsv == 0: none). */
 template <int BF, int MODE, int NS, int SG_WARPS, int NI, int LK>
-__global__ void __launch_bounds__((SG_WARPS + (SG_WARPS < 32)) * 32)
+__global__ void __launch_bounds__(sg_lk_threads(LK, MODE, SG_WARPS))
     k_sglh(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
            const __grid_constant__ struct cu_lkh H, int act)
 {
@@ -68,8 +69,8 @@ static void sgl_launch_w(struct cu_be *cb, const struct sg_args &a, const struct
 {
     const unsigned grid = (unsigned)L.S + (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
     if (L.pre == 1) /* fold 4 (L.S == 0) */
-        cu_launch(cb, k_sglp<BF, MODE, 1, W, NI>, dim3(grid), dim3((W + (W < 32)) * 32), 0, a, L,
-                  act);
+        cu_launch(cb, k_sglp<BF, MODE, 1, W, NI>, dim3(grid), dim3(sg_lk_threads(2, MODE, W)), 0,
+                  a, L, act);
     else
         cu_launch(cb, k_sgl<BF, MODE, 1, W, NI>, dim3(grid), dim3((W + (W < 32)) * 32), 0, a, L,
                   act);
@@ -128,8 +129,8 @@ static void sglh_launch_w(struct cu_be *cb, const struct sg_args &a, const struc
                           const struct cu_lkh &H, int act)
 {
     const unsigned grid = (unsigned)H.tiles + (unsigned)H.S;
-    cu_launch(cb, k_sglh<1, MODE, 1, W, NI, LK>, dim3(grid), dim3((W + (W < 32)) * 32), 0, a, L, H,
-              act);
+    cu_launch(cb, k_sglh<1, MODE, 1, W, NI, LK>, dim3(grid), dim3(sg_lk_threads(LK, MODE, W)), 0,
+              a, L, H, act);
 }
 
 template <int MODE, int LK>
