@@ -27,6 +27,9 @@
  *   ring wraps); CINFER_KVQ_SOFT=lean (the lean softmax; with 2 and 4 stages) within 1e-4 of
  *   the default's scale (some output's bits differ: it ran), and with 4 stages the cases
  *   above against the CPU, the long context's alone == in a step included.
+ * - CINFER_KVQ_SOFT=one (one warp a head's softmax), with 2 and 4 stages, against the default
+ *   path bit for bit (every case of the lean test: 0 differing), at 32 splits and at
+ *   CINFER_KVQ_SPLITS=2, its launches counted; and the cases above against the CPU.
  * On CUDA every case runs three times: with the default kernels (the decode path for steps of
  * up to 64 tokens), with CINFER_KVQ_ATTN=general (the general kernel for every step), and
  * with CINFER_KVQ_NT=128 (the decode path's 128-thread layout); a CINFER_KVQ_ATTN set by the
@@ -617,8 +620,9 @@ static void fz_case(int ci, const struct scheme *sc, int hd, int nseq, const int
  * switches (what it must have run); tc: CINFER_KVQ_DEC=tc is on (some launch used the tensor
  * cores), lean: CINFER_KVQ_SOFT=lean is on (some output's bits differ: the lean softmax ran);
  * with either, the output is within 1e-4 of the reference's scale, not its bits (every cache
- * byte still the same). CINFER_KVQ_STAGES changes no bit. */
-static void fz_all(int variant, int rec, int merge, int store, int tc, int lean)
+ * byte still the same). one: CINFER_KVQ_SOFT=one is on (some launch ran it; bit for bit).
+ * CINFER_KVQ_STAGES changes no bit. */
+static void fz_all(int variant, int rec, int merge, int store, int tc, int lean, int one)
 {
     static const struct scheme fs[] = {
         {KVF_A8, KVF_A8, 1, 0},  /* 8 */
@@ -635,11 +639,11 @@ static void fz_all(int variant, int rec, int merge, int store, int tc, int lean)
     static const int32_t p1[5] = {4000, 2048, 64, 63, 0}, p4[FZ_NS] = {2048, 700, 64, 3999};
     int ci = 0, bad = 0, unroped_ok = 1, nbits = 0;
     const int approx = tc || lean;
-    int64_t m0 = 0, s0 = 0, m1 = 0, s1 = 0, t0 = 0, t1 = 0;
+    int64_t m0 = 0, s0 = 0, m1 = 0, s1 = 0, t0 = 0, t1 = 0, o0 = 0, o1 = 0;
     double worst = 0.0;
 #ifdef CINFER_HAVE_CUDA
     if (!strcmp(g_dev->ops->name, "cuda"))
-        be_cuda_kvq_fused(g_dev, &m0, &s0), t0 = be_cuda_kvq_tc(g_dev);
+        be_cuda_kvq_fused(g_dev, &m0, &s0), t0 = be_cuda_kvq_tc(g_dev), o0 = be_cuda_kvq_one(g_dev);
 #endif
     for (size_t si = 0; si < sizeof fs / sizeof *fs; si++)
         for (int hd = 64; hd <= 128; hd += 64)
@@ -688,19 +692,23 @@ static void fz_all(int variant, int rec, int merge, int store, int tc, int lean)
     g_fz_n = ci;
 #ifdef CINFER_HAVE_CUDA
     if (!strcmp(g_dev->ops->name, "cuda"))
-        be_cuda_kvq_fused(g_dev, &m1, &s1), t1 = be_cuda_kvq_tc(g_dev);
+        be_cuda_kvq_fused(g_dev, &m1, &s1), t1 = be_cuda_kvq_tc(g_dev), o1 = be_cuda_kvq_one(g_dev);
 #endif
     const char *stg = getenv("CINFER_KVQ_STAGES"), *spl = getenv("CINFER_KVQ_SPLITS");
-    printf("fused decode variant %d (merge %d, store %d, tc %d, lean %d, stages %s, splits %s): "
-           "%d cases%s, %d differ from the reference%s (%d not bit for bit); fused merges "
-           "%lld, fused stores %lld, tc launches %lld (worst %.2g of the scale), q left unroped "
-           "as expected: %s\n",
-           variant, merge, store, tc, lean, stg ? stg : "2", spl ? spl : "32", ci,
+    printf("fused decode variant %d (merge %d, store %d, tc %d, lean %d, one %d, stages %s, "
+           "splits %s): %d cases%s, %d differ from the reference%s (%d not bit for bit); fused "
+           "merges %lld, fused stores %lld, tc launches %lld, one-warp softmax launches %lld "
+           "(worst %.2g of the scale), q left unroped as expected: %s\n",
+           variant, merge, store, tc, lean, one, stg ? stg : "2", spl ? spl : "32", ci,
            rec ? " (recorded: the reference)" : "", bad,
            approx ? " (tolerance 1e-4 of the scale)" : "", nbits, (long long)(m1 - m0),
-           (long long)(s1 - s0), (long long)(t1 - t0), worst, unroped_ok ? "yes" : "NO");
+           (long long)(s1 - s0), (long long)(t1 - t0), (long long)(o1 - o0), worst,
+           unroped_ok ? "yes" : "NO");
     CHECK_MSG(tc ? t1 - t0 > 0 : t1 - t0 == 0, "variant %d: %lld tc launches with tc %d", variant,
               (long long)(t1 - t0), tc);
+    CHECK_MSG(one ? o1 - o0 > 0 : o1 - o0 == 0,
+              "variant %d: %lld one-warp softmax launches with one %d", variant,
+              (long long)(o1 - o0), one);
     CHECK_MSG(bad == 0, "variant %d: %d cases differ from the default decode path", variant, bad);
     CHECK_MSG(!lean || nbits > 0,
               "variant %d: lean, yet every output has the reference's bits (did it run?)", variant);
@@ -715,47 +723,57 @@ static void fz_all(int variant, int rec, int merge, int store, int tc, int lean)
 
 static void test_fused_default(void)
 {
-    fz_all(0, 1, 0, 0, 0, 0);
+    fz_all(0, 1, 0, 0, 0, 0, 0);
 }
 static void test_fused_merge(void)
 {
-    fz_all(1, 0, 1, 0, 0, 0);
+    fz_all(1, 0, 1, 0, 0, 0, 0);
 }
 static void test_fused_store(void)
 {
-    fz_all(2, 0, 0, 1, 0, 0);
+    fz_all(2, 0, 0, 1, 0, 0, 0);
 }
 static void test_fused_both(void)
 {
-    fz_all(3, 0, 1, 1, 0, 0);
+    fz_all(3, 0, 1, 1, 0, 0, 0);
 }
 static void test_fused_tc(void)
 {
-    fz_all(4, 0, 0, 0, 1, 0);
+    fz_all(4, 0, 0, 0, 1, 0, 0);
 }
 static void test_fused_tc_both(void)
 {
-    fz_all(5, 0, 1, 1, 1, 0);
+    fz_all(5, 0, 1, 1, 1, 0, 0);
 }
 /* CINFER_KVQ_STAGES=3 / 4 (set by main), alone and with both fused switches: bit for bit */
 static void test_fused_stages(void)
 {
-    fz_all(6, 0, 0, 0, 0, 0);
+    fz_all(6, 0, 0, 0, 0, 0, 0);
 }
 static void test_fused_stages_both(void)
 {
-    fz_all(7, 0, 1, 1, 0, 0);
+    fz_all(7, 0, 1, 1, 0, 0, 0);
 }
 /* CINFER_KVQ_SOFT=lean (with the STAGES main sets): within tolerance */
 static void test_fused_lean(void)
 {
-    fz_all(8, 0, 0, 0, 0, 1);
+    fz_all(8, 0, 0, 0, 0, 1, 0);
 }
 /* CINFER_KVQ_SPLITS=2 (many rounds a split: the deeper rings wrap): the reference, then
  * test_fused_stages / test_fused_stages_both against it */
 static void test_fused_splits2(void)
 {
-    fz_all(9, 1, 0, 0, 0, 0);
+    fz_all(9, 1, 0, 0, 0, 0, 0);
+}
+/* CINFER_KVQ_SOFT=one (with the STAGES main sets): bit for bit, at 32 splits against
+ * test_fused_default's reference, at 2 against test_fused_splits2's */
+static void test_fused_one(void)
+{
+    fz_all(10, 0, 0, 0, 0, 0, 1);
+}
+static void test_fused_one_splits2(void)
+{
+    fz_all(11, 0, 0, 0, 0, 0, 1);
 }
 
 static void env_switch(const char *name, const char *val)
@@ -853,6 +871,11 @@ int main(void)
             RUN(test_fused_lean);
         if (fz_reopen_env(bn, &bc, NULL, NULL, NULL, "4", "lean", NULL) == 0)
             RUN(test_fused_lean);
+        /* one warp a head's softmax: bit for bit, with 2 and 4 stages */
+        if (fz_reopen_env(bn, &bc, NULL, NULL, NULL, NULL, "one", NULL) == 0)
+            RUN(test_fused_one);
+        if (fz_reopen_env(bn, &bc, NULL, NULL, NULL, "4", "one", NULL) == 0)
+            RUN(test_fused_one);
         if (fz_reopen_env(bn, &bc, NULL, NULL, NULL, NULL, NULL, "2") == 0)
             RUN(test_fused_splits2);
         for (int i = 0; i < 2; i++) {
@@ -861,6 +884,10 @@ int main(void)
             if (fz_reopen_env(bn, &bc, "fused", "attn", NULL, stg[i], NULL, "2") == 0)
                 RUN(test_fused_stages_both);
         }
+        if (fz_reopen_env(bn, &bc, NULL, NULL, NULL, NULL, "one", "2") == 0)
+            RUN(test_fused_one_splits2);
+        if (fz_reopen_env(bn, &bc, NULL, NULL, NULL, "4", "one", "2") == 0)
+            RUN(test_fused_one_splits2);
         unsetenv("CINFER_CUDA_GRAPH_MIN");
         if (fz_reopen(bn, &bc, NULL, NULL) != 0)
             return harness_done();
@@ -926,8 +953,30 @@ int main(void)
         RUN(test_formats_hd128);
         RUN(test_other_geometries);
         RUN(test_long_invariant);
-        unsetenv("CINFER_KVQ_SOFT");
         unsetenv("CINFER_KVQ_STAGES");
+        /* and one warp a head's softmax (CINFER_KVQ_SOFT=one: head_dim 256, one head a
+         * group, a window, a softcap) against the CPU */
+        be_free(g_dev);
+        setenv("CINFER_KVQ_SOFT", "one", 1);
+        g_dev = be_new(bn, &bc, &e);
+        CHECK_MSG(g_dev != NULL, "%s", e.msg);
+        if (!g_dev)
+            return harness_done();
+        printf("-- CINFER_KVQ_SOFT=one\n");
+        int64_t one0 = 0, one1 = 0;
+#ifdef CINFER_HAVE_CUDA
+        one0 = be_cuda_kvq_one(g_dev);
+#endif
+        RUN(test_formats_hd128);
+        RUN(test_other_geometries);
+        RUN(test_long_invariant);
+#ifdef CINFER_HAVE_CUDA
+        one1 = be_cuda_kvq_one(g_dev);
+#endif
+        printf("CINFER_KVQ_SOFT=one: %lld decode launches with one warp a head's softmax\n",
+               (long long)(one1 - one0));
+        CHECK_MSG(one1 - one0 > 0, "CINFER_KVQ_SOFT=one: no decode launch ran it");
+        unsetenv("CINFER_KVQ_SOFT");
     }
     be_free(g_dev);
     be_free(g_cpu);

@@ -51,6 +51,10 @@ void be_cuda_kvq_fused(struct be *b, int64_t *merges, int64_t *stores);
  * (CINFER_KVQ_DEC=tc); counted when launched. */
 int64_t be_cuda_kvq_tc(struct be *b);
 
+/* Launches of that kernel so far with one warp a head's online softmax
+ * (CINFER_KVQ_SOFT=one); counted when launched. */
+int64_t be_cuda_kvq_one(struct be *b);
+
 /* "NVIDIA H200, driver 580.159, CUDA runtime 13.0" into buf (for reports). */
 void be_cuda_describe(struct be *b, char *buf, size_t n);
 

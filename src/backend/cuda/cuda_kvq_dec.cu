@@ -32,8 +32,17 @@
  * warp once at the end (no shuffle sum a head and round), the running max in shared memory
  * by round parity (no __syncwarp a head and round), the exponentials by __expf (ex2.approx
  * of x log2 e: a few ulp, more for large |x|); plain instances at 256 threads only (with
- * CINFER_KVQ_MERGE=fused, STORE=attn, DEC=tc or NT=128 the default softmax runs). Neither
- * depends on the batch.
+ * CINFER_KVQ_MERGE=fused, STORE=attn, DEC=tc or NT=128 the default softmax runs).
+ * CINFER_KVQ_SOFT=one (opt-in, for measurement; the default's bits; the same instances as
+ * lean): the softmax is run once a head, not once a warp: after the scores' barrier warp h
+ * (h < HG) alone runs head h's online softmax over the round (kd_soft_one: the default's
+ * operations in its order, expf, cu_warp_max / cu_warp_sum, the same skip of an unchanged
+ * max) into the one copy of the probabilities and the head's factor, keeping the head's
+ * running max and sum in registers; a second barrier, then every warp rescales its
+ * accumulators by the factors (skipped where 1) and accumulates V from the shared
+ * probabilities. Each value is the one every warp computed in the default, so the output
+ * is bit for bit the default's (an extra barrier a round; no per-warp copies of the
+ * probabilities, max and sum). Neither depends on the batch.
  *
  * A token's splits depend only on its own attended range (at most CINFER_KVQ_SPLITS,
  * default 32, splits of whole rounds), never on the batch or the context capacity (the grid
@@ -49,30 +58,39 @@
 
 #include "backend/cuda/cuda_kvq_dec.cuh"
 
+/* The decode kernel's online softmax (CINFER_KVQ_SOFT; the file's header) */
+enum { KS_DEF = 0, KS_LEAN = 1, KS_ONE = 2 };
+
 static struct {
     int on, target, nt, smem_lim; /* smem_lim: the dynamic shared memory any instance may take */
     int fmerge, fstore;           /* CINFER_KVQ_MERGE=fused, CINFER_KVQ_STORE=attn */
     int tc;                       /* CINFER_KVQ_DEC=tc: the keys' scores on the tensor cores */
     int stages;                   /* CINFER_KVQ_STAGES: round buffers (2 .. KD_MAX_STAGES) */
-    int lean;                     /* CINFER_KVQ_SOFT=lean: the SL instances */
-} g_kd = {1, KD_TARGET, 256, 0, 0, 0, 0, 2, 0};
+    int soft;                     /* CINFER_KVQ_SOFT: KS_LEAN or KS_ONE (the SL instances) */
+} g_kd = {1, KD_TARGET, 256, 0, 0, 0, 0, 2, KS_DEF};
 
 /* FU: an instance that may also merge its splits (a.fmerge) and store the new token
- * (a.fstore); 0 is the default path, bit for bit. SL (CINFER_KVQ_SOFT=lean): the lean
- * online softmax (the file's header; plain instances only). */
-template <int HD, int HG, int KC, int VC, int NT, int FU, int TC = 0, int SL = 0>
+ * (a.fstore); 0 is the default path, bit for bit. SL: the online softmax, KS_DEF (the
+ * default), KS_LEAN (CINFER_KVQ_SOFT=lean) or KS_ONE (CINFER_KVQ_SOFT=one: the default's
+ * bits); the file's header; the others than KS_DEF plain instances only. */
+template <int HD, int HG, int KC, int VC, int NT, int FU, int TC = 0, int SL = KS_DEF>
 __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     k_kvq_sd(struct kd_args a, int vw)
 {
     constexpr int TS = HD / 8, TEAMS = NT / TS, RPT = KD_ROUND / TEAMS;
     constexpr int N = RPT * HG, NF = N >= TS ? N / TS : 1;
     static_assert(TEAMS * RPT == KD_ROUND && NT / 32 >= HG && TS <= 32, "layout");
-    static_assert(!SL || (!FU && !TC), "lean: the plain instances");
+    static_assert(SL == KS_DEF || (!FU && !TC), "lean / one: the plain instances");
+    constexpr int PW = SL == KS_ONE ? 1 : NT / 32; /* copies of the probabilities, max, sum */
     extern __shared__ __align__(16) uint8_t kd_sm[];
     __shared__ float sc[2][HG][KD_ROUND]; /* scores (by round parity) */
-    __shared__ float pws[NT / 32][HG][KD_ROUND]; /* each warp's copy of the probabilities */
-    __shared__ float mls[NT / 32][2][HG]; /* each warp's copy of each head's max and sum */
-    __shared__ float mxs[SL ? NT / 32 : 1][2][HG]; /* SL: each warp's max, by round parity */
+    __shared__ float pws[PW][HG][KD_ROUND]; /* each warp's copy of the probabilities (one:
+                                             * the only copy, written by the head's warp) */
+    __shared__ float mls[PW][2][HG]; /* each warp's copy of each head's max and sum (one: the
+                                      * heads' warps' values, written after the last round) */
+    __shared__ float mxs[SL == KS_LEAN ? NT / 32 : 1][2][HG]; /* lean: each warp's max, by
+                                                               * round parity */
+    __shared__ float fsh[SL == KS_ONE ? HG : 1]; /* one: each head's rescale factor */
     __shared__ int rows[KD_MAX_STAGES][KD_ROUND];  /* a round's cache rows (by buffer) */
     __shared__ __align__(16) float qs[HG * HD];
     constexpr bool LMS = KC == KC_ANY || KC >= KC_LM || VC == KC_ANY || VC >= KC_LM;
@@ -166,9 +184,9 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
         for (int k = 0; k < HD / 32; k++)
             qs[warp * HD + lane + 32 * k] = v[k];
     }
-    for (int i = tid; i < NT / 32 * HG; i += NT)
+    for (int i = tid; i < PW * HG; i += NT)
         mls[i / HG][0][i % HG] = -INFINITY, mls[i / HG][1][i % HG] = 0.0f;
-    if constexpr (SL)
+    if constexpr (SL == KS_LEAN)
         for (int i = tid; i < NT / 32 * 2 * HG; i += NT)
             (&mxs[0][0][0])[i] = -INFINITY;
     if (LMS)
@@ -204,10 +222,11 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
 #pragma unroll
         for (int k = 0; k < 8; k++)
             acc[h][k] = 0.0f;
-    float lp[SL ? HG : 1]; /* SL: the lane's part of each head's sum */
+    float lp[SL == KS_LEAN ? HG : 1]; /* lean: the lane's part of each head's sum */
 #pragma unroll
-    for (int h = 0; h < (SL ? HG : 1); h++)
+    for (int h = 0; h < (SL == KS_LEAN ? HG : 1); h++)
         lp[h] = 0.0f;
+    float hm = -INFINITY, hl = 0.0f; /* one, warp h < HG: head h's running max and sum */
     int buf = 0;
     for (int rd = r0; rd < r1; rd++, buf = buf + 1 == ns ? 0 : buf + 1) {
         const int sp = rd & 1;    /* the scores' parity */
@@ -273,16 +292,39 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
         }
         }
         __syncthreads();
+        float *pw = &pws[SL == KS_ONE ? 0 : warp][0][0];
+        if constexpr (SL == KS_ONE) {
+            /* warp h alone runs head h's online softmax (kd_soft_one: the default's
+             * operations, so its bits) into the one copy of the probabilities and the
+             * head's factor; after the barrier every warp rescales and accumulates from them.
+             * No parity needed for pws / fsh: every warp reads round rd's before it reaches
+             * round rd + 1's first barrier (the wait at the loop's top), and round rd + 1's
+             * softmax writes them only after that round's second (its scores'). sc[sp] is
+             * read here, before the barrier below, and next written in round rd + 2.
+             * An unchanged max (f == 1) skips the rescale, as below. */
+            if (warp < HG)
+                kd_soft_one(sc[sp][warp], pws[0][warp], &fsh[warp], &hm, &hl, lane);
+            __syncthreads();
+#pragma unroll
+            for (int h = 0; h < HG; h++) {
+                const float f = fsh[h];
+                if (f != 1.0f) {
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        acc[h][k] *= f;
+                }
+            }
+        } else {
         /* every warp runs each head's online softmax over the round (the same operations in
          * every warp, so the same bits) into its own copy of the probabilities: no barrier
          * between the scores and V. f is the same in every lane of a warp: 1 (an unchanged
          * max) skips the rescale (x * 1 == x: acc holds no NaN but the canonical one) */
-        float *pw = &pws[warp][0][0];
 #pragma unroll
         for (int h = 0; h < HG; h++) {
             const float s0 = sc[sp][h][lane], s1 = sc[sp][h][lane + 32];
             float f = 1.0f, p0 = 0.0f, p1 = 0.0f;
-            if constexpr (SL) { /* the max by parity (no __syncwarp), the sum per lane, __expf */
+            if constexpr (SL == KS_LEAN) { /* the max by parity (no __syncwarp), the sum per
+                                            * lane, __expf */
                 const float mo = mxs[warp][sp ^ 1][h];
                 const float mn = fmaxf(mo, cu_warp_max(fmaxf(s0, s1)));
                 if (mn != -INFINITY)
@@ -308,6 +350,7 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
             }
         }
         __syncwarp();
+        }
 #pragma unroll
         for (int r = 0; r < RPT; r++) {
             float vf[8];
@@ -322,7 +365,10 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
             }
         }
     }
-    if constexpr (SL) {
+    if constexpr (SL == KS_ONE)
+        if (warp < HG && lane == 0) /* head h's max and sum, in mls[0] (read below) */
+            mls[0][0][warp] = hm, mls[0][1][warp] = hl;
+    if constexpr (SL == KS_LEAN) {
         if (warp == 0) { /* the lanes' parts of each head's sum, in mls[0] (read below) */
 #pragma unroll
             for (int h = 0; h < HG; h++) {
@@ -425,7 +471,7 @@ __global__ void __launch_bounds__(HD) k_kvq_sd_merge(struct kd_args a)
 
 typedef void (*kd_kernel)(struct kd_args, int);
 
-template <int HD, int HG, int NT, int FU, int SL = 0>
+template <int HD, int HG, int NT, int FU, int SL = KS_DEF>
 static kd_kernel kd_pick(int kc, int vc)
 {
     if (kc == KC_A8 && vc == KC_A8) /* the fixed decoders; any other pair: the any-width one */
@@ -439,7 +485,7 @@ static kd_kernel kd_pick(int kc, int vc)
     return k_kvq_sd<HD, HG, KC_ANY, KC_ANY, NT, FU, 0, SL>;
 }
 
-template <int HD, int NT, int FU, int SL = 0>
+template <int HD, int NT, int FU, int SL = KS_DEF>
 static kd_kernel kd_pick_hg(int hg, int kc, int vc)
 {
     return hg == 4   ? kd_pick<HD, 4, NT, FU, SL>(kc, vc)
@@ -467,18 +513,27 @@ static kd_kernel kd_pick_tc_hg(int hg, int vc)
                                                 : kd_pick_tc<HD, 1, FU>(vc);
 }
 
+/* The softmax instances (KS_LEAN, KS_ONE) of a plain kernel at 256 threads */
+template <int SL>
+static kd_kernel kd_pick_soft(int hd, int hg, int kc, int vc)
+{
+    return hd == 64    ? kd_pick_hg<64, 256, 0, SL>(hg, kc, vc)
+           : hd == 128 ? kd_pick_hg<128, 256, 0, SL>(hg, kc, vc)
+                       : kd_pick_hg<256, 256, 0, SL>(hg, kc, vc);
+}
+
 /* fu: the instance with the fused merge and store (only head_dim 64 / 128 at 256 threads:
  * NULL otherwise); tc: the keys' scores on the tensor cores (8-bit keys, head_dim 64 / 128
- * at 256 threads: NULL otherwise); sl: the lean softmax (CINFER_KVQ_SOFT=lean: plain
- * instances at 256 threads, every head_dim; NULL with fu or tc or at 128 threads) */
+ * at 256 threads: NULL otherwise); sl: the softmax, KS_DEF, or KS_LEAN / KS_ONE
+ * (CINFER_KVQ_SOFT=lean / one: plain instances at 256 threads, every head_dim; NULL with
+ * fu or tc or at 128 threads) */
 static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt, int fu, int tc, int sl)
 {
-    if (sl) {
+    if (sl != KS_DEF) {
         if (fu || tc || nt != 256)
             return NULL;
-        return hd == 64    ? kd_pick_hg<64, 256, 0, 1>(hg, kc, vc)
-               : hd == 128 ? kd_pick_hg<128, 256, 0, 1>(hg, kc, vc)
-                           : kd_pick_hg<256, 256, 0, 1>(hg, kc, vc);
+        return sl == KS_ONE ? kd_pick_soft<KS_ONE>(hd, hg, kc, vc)
+                            : kd_pick_soft<KS_LEAN>(hd, hg, kc, vc);
     }
     if (tc) {
         if (nt != 256 || kc != KC_A8 || !(hd == 64 || hd == 128))
@@ -521,7 +576,10 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
     const char *so = getenv("CINFER_KVQ_STORE"), *dc = getenv("CINFER_KVQ_DEC");
     const char *stg = getenv("CINFER_KVQ_STAGES"), *sm = getenv("CINFER_KVQ_SOFT");
     g_kd.on = !(m && !strcmp(m, "general"));
-    g_kd.lean = sm && !strcmp(sm, "lean");
+    g_kd.soft = !sm                   ? KS_DEF
+                : !strcmp(sm, "lean") ? KS_LEAN
+                : !strcmp(sm, "one")  ? KS_ONE
+                                      : KS_DEF;
     g_kd.stages = 2;
     if (stg) {
         const long v = strtol(stg, NULL, 10);
@@ -557,8 +615,8 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
         for (int j = 0; rc == cudaSuccess && j < 3; j++)
             for (int k = 0; rc == cudaSuccess && k < 6; k++)
                 for (int n = 128; rc == cudaSuccess && n <= 256; n += 128)
-                    /* fu: fu | tc << 1 | sl << 2 */
-                    for (int fu = 0; rc == cudaSuccess && fu < 8; fu++) {
+                    /* fu: fu | tc << 1 | sl << 2 (sl: KS_DEF, KS_LEAN, KS_ONE) */
+                    for (int fu = 0; rc == cudaSuccess && fu < 12; fu++) {
                         kd_kernel kk = kd_kernel_of(hds[i], hgs[j], kcs[k][0], kcs[k][1], n, fu & 1,
                                                     (fu >> 1) & 1, fu >> 2);
                         if (kk)
@@ -666,9 +724,11 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
     }
     if (!fmerge && !r && smem > (size_t)g_kd.smem_lim)
         return 0;
-    /* lean: where a plain instance runs (not with the fused merge or store, nor tc) */
-    const int sl = g_kd.lean && !fmerge && !r && !tc &&
-                   kd_kernel_of(hd, hg, KC_A8, KC_A8, nt, 0, 0, 1) != NULL;
+    /* lean / one: where a plain instance runs (not with the fused merge or store, nor tc) */
+    const int sl = g_kd.soft != KS_DEF && !fmerge && !r && !tc &&
+                           kd_kernel_of(hd, hg, KC_A8, KC_A8, nt, 0, 0, g_kd.soft) != NULL
+                       ? g_kd.soft
+                       : KS_DEF;
     struct kd_args x;
     memset(&x, 0, sizeof x);
     x.q = q, x.out = out, x.part = NULL, x.ml = NULL;
@@ -739,6 +799,7 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
     cu_after_launch(cb, r ? "attention (quantized KV, decode, with the K/V store)"
                           : "attention (quantized KV, decode)");
     cb->n_kvq_fmerge += fmerge, cb->n_kvq_fstore += r != NULL, cb->n_kvq_tc += tc;
+    cb->n_kvq_one += sl == KS_ONE;
     if (maxs > 1 && !fmerge) {
         void (*mk)(struct kd_args) = hd == 64    ? k_kvq_sd_merge<64>
                                      : hd == 128 ? k_kvq_sd_merge<128>

@@ -1,10 +1,10 @@
 /* cuda_kvq_dec.cuh — the device side of cuda_kvq_dec.cu (included by it alone: it defines
  * the __constant__ Lloyd-Max table): the kernel's sizes and arguments, the Hadamard rotation
  * of a warp's row, the cp.async round copies (and the waits of a pipeline of 2 .. 4 round
- * buffers: CINFER_KVQ_STAGES), the decoders of a lane's 8 elements, the
- * scores (per team, and with CINFER_KVQ_DEC=tc on the tensor cores), the dynamic shared
- * memory a round takes, and CINFER_KVQ_STORE=attn's store of the new token. The kernels
- * and the host side are in cuda_kvq_dec.cu. */
+ * buffers: CINFER_KVQ_STAGES), the decoders of a lane's 8 elements, CINFER_KVQ_SOFT=one's
+ * softmax of a head, the scores (per team, and with CINFER_KVQ_DEC=tc on the tensor cores),
+ * the dynamic shared memory a round takes, and CINFER_KVQ_STORE=attn's store of the new
+ * token. The kernels and the host side are in cuda_kvq_dec.cu. */
 #ifndef CINFER_BACKEND_CUDA_KVQ_DEC_CUH
 #define CINFER_BACKEND_CUDA_KVQ_DEC_CUH
 
@@ -230,6 +230,29 @@ __device__ __forceinline__ void kd_dec(const uint8_t *rec, const kd_side &s, int
                 y[i] = fmaf(d, kd_u2f((uint32_t)(v >> (i * b)) & mask), m);
         }
     }
+}
+
+/* ---- CINFER_KVQ_SOFT=one: one warp a head's online softmax ---- */
+
+/* Head h's online softmax over a round, run by one warp (lane: its lane): its scores sc (64),
+ * its running max *m and sum *l (the same in every lane) updated, its 64 probabilities into
+ * p and its rescale factor into *f (lane 0). The default's operations in its order (every
+ * warp of the block runs them there: k_kvq_sd), so the same bits: the max over the warp by
+ * cu_warp_max, expf of the differences from the new max (none for an all-masked round: the
+ * factor 1, the probabilities 0), the sum scaled by the factor plus cu_warp_sum's. */
+__device__ __forceinline__ void kd_soft_one(const float *sc, float *p, float *f, float *m,
+                                            float *l, int lane)
+{
+    const float s0 = sc[lane], s1 = sc[lane + 32], mo = *m, lo_ = *l;
+    float fh = 1.0f, p0 = 0.0f, p1 = 0.0f;
+    const float mn = fmaxf(mo, cu_warp_max(fmaxf(s0, s1)));
+    if (mn != -INFINITY)
+        fh = expf(mo - mn), p0 = expf(s0 - mn), p1 = expf(s1 - mn);
+    const float ln = lo_ * fh + cu_warp_sum(p0 + p1); /* (the default's expression) */
+    *m = mn, *l = ln;
+    p[lane] = p0, p[lane + 32] = p1;
+    if (lane == 0)
+        *f = fh;
 }
 
 /* The lane's header and code offsets in a head record (element e0 = 8 * team lane). */
