@@ -327,15 +327,48 @@ static __device__ __forceinline__ void lkm_done(const struct cu_lkm &L)
     }
 }
 
+/* L2 prefetch of shrink item (bi, by, bz)'s rows of a (128-byte lines; never changes a
+ * value) by its 256 threads tid. The adapters are constant, so every shrink (levels 1-6)
+ * issues it before its PDL wait: its loads of a then hit L2 instead of queueing behind the
+ * projection's weight stream (session 11: a fold-3 q/k/v or o tile waited ~7 us for its
+ * in-grid shrink). */
+static __device__ __forceinline__ void lk_prefetch_item(const struct cu_lk &d, int bi, int by,
+                                                        int bz, int tid)
+{
+#ifndef LKM_EMU
+    int gi = 0, base = 0;
+    while (gi + 1 < d.n_grp && bi >= base + d.g[gi].n_rows)
+        base += d.g[gi].n_rows, gi++;
+    const struct cu_lk_grp &g = d.g[gi];
+    const int j0 = by * LK_TJ, k0 = bz * LK_KC, k1 = d.K < k0 + LK_KC ? d.K : k0 + LK_KC;
+    const int jr = j0 + tid / 16, part = tid % 16; /* 16 threads a rank row */
+    if (tid < 16 * LK_TJ && jr < g.T)
+        for (int p = 0; p < d.n_proj; p++)
+            for (int k = g.t0[p]; k < g.t0[p] + g.nt[p]; k++) {
+                const struct cu_lk_term &t = d.t[k];
+                if (jr < t.roff || jr >= t.roff + t.rank)
+                    continue;
+                const int es = t.dtype == DT_F32 ? 4 : 2;
+                const char *row = (const char *)t.a + (size_t)(jr - t.roff) * d.K * es;
+                for (int o = k0 * es + part * 128; o < k1 * es; o += 16 * 128)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(row + o));
+            }
+#else
+    (void)d, (void)bi, (void)by, (void)bz, (void)tid;
+#endif
+}
+
 /* The shrink role of block blk (< L.S), all its threads. */
 static __device__ __forceinline__ void lkm_shrink_block(const struct cu_lkm &L, int blk)
 {
     cu_pdl_trigger();
-    cu_pdl_wait();
     const int sg = threadIdx.x / LK_ST, vb = blk * L.nvs + sg;
+    const int tid = threadIdx.x % LK_ST;
+    if (sg < L.nvs && vb < L.nsv)
+        lk_prefetch_item(L.d, vb % L.R, (vb / L.R) % L.nty, vb / (L.R * L.nty), tid);
+    cu_pdl_wait();
     if (sg >= L.nvs || vb >= L.nsv) /* (whole 256-thread groups) */
         return;
-    const int tid = threadIdx.x % LK_ST;
     lk_shrink_item<0>(L.d, L.part, L.R, L.Tmax, vb % L.R, (vb / L.R) % L.nty, vb / (L.R * L.nty),
                    tid, sg);
     __threadfence();
@@ -588,27 +621,7 @@ static __device__ __forceinline__ void lkh_host_block(const struct cu_lkh &H, in
         return;
     const int tid = threadIdx.x % LK_ST;
     const int bi = vb % H.R, by = (vb / H.R) % H.nty, bz = vb / (H.R * H.nty);
-#ifndef LKM_EMU
-    { /* L2 prefetch of the item's a rows (128-byte lines; never changes a value) */
-        int gi = 0, base = 0;
-        while (gi + 1 < H.d.n_grp && bi >= base + H.d.g[gi].n_rows)
-            base += H.d.g[gi].n_rows, gi++;
-        const struct cu_lk_grp &g = H.d.g[gi];
-        const int j0 = by * LK_TJ, k0 = bz * LK_KC, k1 = H.d.K < k0 + LK_KC ? H.d.K : k0 + LK_KC;
-        const int jr = j0 + tid / 16, part = tid % 16; /* 16 threads a rank row */
-        if (tid < 16 * LK_TJ && jr < g.T)
-            for (int p = 0; p < H.d.n_proj; p++)
-                for (int k = g.t0[p]; k < g.t0[p] + g.nt[p]; k++) {
-                    const struct cu_lk_term &t = H.d.t[k];
-                    if (jr < t.roff || jr >= t.roff + t.rank)
-                        continue;
-                    const int es = t.dtype == DT_F32 ? 4 : 2;
-                    const char *row = (const char *)t.a + (size_t)(jr - t.roff) * H.d.K * es;
-                    for (int o = k0 * es + part * 128; o < k1 * es; o += 16 * 128)
-                        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + o));
-                }
-    }
-#endif
+    lk_prefetch_item(H.d, bi, by, bz, tid);
     cu_pdl_wait();
     if (tid == 0) {
         long long spins = 0;
