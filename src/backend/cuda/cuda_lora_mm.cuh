@@ -403,51 +403,74 @@ static __device__ __forceinline__ void lkm_load_b(const struct cu_lkm &L, int p,
     }
 }
 
-/* One warp of a tile block of projection p whose x rows are col0 .. col0 + ncol - 1 (< n),
- * once the shrink items are published (lkm_gather): t of each x row into sm slot sl (chunk
- * order, then the scale: the two-launch expand's arithmetic). */
-static __device__ __forceinline__ void lkm_t(const struct cu_lkm &L, int p, int col0, int ncol,
-                                             int sl, struct lkm_smem *sm)
+/* One warp of a tile block of projections lp (slot 0) and lq (slot 1; -1: none) whose x
+ * rows are col0 .. col0 + ncol - 1 (< n), once the shrink items are published: t of each x
+ * row into sm (chunk order, then the scale: the two-launch expand's arithmetic). Every
+ * (slot, row, rank) is one item of a flat list spread over the lanes, its ksplit partials
+ * loaded 4 at a time before they are added in chunk order, so the warp's loads of all its
+ * rows and both projections are in flight together (one row and one projection at a time
+ * cost a round trip each: at batch 8 a gate/up tile waited ~25 us for them). */
+static __device__ __forceinline__ void lkm_t2(const struct cu_lkm &L, int lp, int lq, int col0,
+                                              int ncol, struct lkm_smem *sm)
 {
     const int lane = threadIdx.x & 31;
-    if (p < 0) {
-        if (lane < LKM_COLS)
-            sm->gi[sl][lane] = -1;
-        return;
-    }
     int row = -1;
     if (lane < L.R)
         row = L.d.g[L.eg[lane]].rows[L.ei[lane]];
-    const int64_t zs = (int64_t)L.R * L.Tmax;
+    int ent = -1; /* lane cc < LKM_COLS: the row entry of x row col0 + cc */
     for (int cc = 0; cc < LKM_COLS; cc++) {
         const unsigned m = __ballot_sync(0xffffffffu, cc < ncol && lane < L.R && row == col0 + cc);
-        if (!m) {
-            if (lane == 0)
-                sm->gi[sl][cc] = -1;
+        if (lane == cc)
+            ent = m ? __ffs(m) - 1 : -1;
+    }
+    /* items per (slot, column): rs of its group's ranks in that projection (0: none) */
+    int nit = 0; /* lane < 2 * LKM_COLS: slot lane / LKM_COLS, column lane % LKM_COLS */
+    {
+        const int sl = lane / LKM_COLS, cc = lane % LKM_COLS;
+        const int e = __shfl_sync(0xffffffffu, ent, cc), p = sl == 0 ? lp : lq;
+        if (lane < 2 * LKM_COLS && p >= 0 && e >= 0)
+            nit = L.rs[p][L.eg[e]];
+        if (lane < 2 * LKM_COLS)
+            sm->gi[sl][cc] = nit > 0 ? (int)L.eg[e] : -1;
+    }
+    /* exclusive prefix of nit over lanes 0 .. 15 (slot-major) */
+    int pre = nit;
+    for (int o = 1; o < 2 * LKM_COLS; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, pre, o);
+        if (lane >= o)
+            pre += v;
+    }
+    const int total = __shfl_sync(0xffffffffu, pre, 2 * LKM_COLS - 1);
+    pre -= nit;
+    const int64_t zs = (int64_t)L.R * L.Tmax;
+    for (int f0 = 0; f0 < total; f0 += 32) { /* (uniform: every lane shuffles) */
+        const int f = f0 + lane;
+        int q = 0; /* the (slot, column) lane of item f: the last whose items start <= f */
+        for (int u = 1; u < 2 * LKM_COLS; u++)
+            q = f >= __shfl_sync(0xffffffffu, pre, u) ? u : q;
+        const int sl = q / LKM_COLS, cc = q % LKM_COLS;
+        const int e = __shfl_sync(0xffffffffu, ent, cc);
+        const int jr = f - __shfl_sync(0xffffffffu, pre, q);
+        if (f >= total)
             continue;
-        }
-        const int i = __ffs(m) - 1, gi = L.eg[i], rs = L.rs[p][gi];
-        const struct cu_lk_grp &g = L.d.g[gi];
-        for (int jr = lane; jr < rs; jr += 32) {
-            int j = jr, k = g.t0[p];
-            while (j >= L.d.t[k].rank)
-                j -= L.d.t[k].rank, k++;
-            const float *pp = L.part + (int64_t)i * L.Tmax + L.d.t[k].roff + j;
-            float s = __ldcg(pp);
-            for (int z0 = 1; z0 < L.ksplit; z0 += 8) { /* 8 loads out, then the adds in order */
-                float v[8];
+        const int p = sl == 0 ? lp : lq;
+        const struct cu_lk_grp &g = L.d.g[L.eg[e]];
+        int j = jr, k = g.t0[p];
+        while (j >= L.d.t[k].rank)
+            j -= L.d.t[k].rank, k++;
+        const float *pp = L.part + (int64_t)e * L.Tmax + L.d.t[k].roff + j;
+        float s = 0.0f;
+        for (int z0 = 0; z0 < L.ksplit; z0 += 4) { /* 4 loads out, then the adds in order */
+            float v[4];
 #pragma unroll
-                for (int u = 0; u < 8; u++)
-                    v[u] = z0 + u < L.ksplit ? __ldcg(pp + (z0 + u) * zs) : 0.0f;
+            for (int u = 0; u < 4; u++)
+                v[u] = z0 + u < L.ksplit ? __ldcg(pp + (z0 + u) * zs) : 0.0f;
 #pragma unroll
-                for (int u = 0; u < 8; u++)
-                    if (z0 + u < L.ksplit)
-                        s = __fadd_rn(s, v[u]);
-            }
-            sm->t[sl][cc][jr] = __fmul_rn(s, L.d.t[k].scale);
+            for (int u = 0; u < 4; u++)
+                if (z0 + u < L.ksplit)
+                    s = z0 + u == 0 ? v[0] : __fadd_rn(s, v[u]);
         }
-        if (lane == 0)
-            sm->gi[sl][cc] = rs > 0 ? gi : -1;
+        sm->t[sl][cc][jr] = __fmul_rn(s, L.d.t[k].scale);
     }
 }
 
@@ -472,9 +495,7 @@ static __device__ __forceinline__ void lkm_gather(const struct cu_lkm &L, int lp
     unsigned old = 0;
     if (lane == 0)
         old = atomicAdd(&L.cnt[LKM_C0 + 1], 1u);
-    lkm_t(L, lp, col0, ncol, 0, sm);
-    if (lq >= 0)
-        lkm_t(L, lq, col0, ncol, 1, sm);
+    lkm_t2(L, lp, lq, col0, ncol, sm);
     if (lane == 0 && old == (unsigned)L.units - 1u) {
         atomicExch(&L.cnt[LKM_C0], 0u);
         atomicExch(&L.cnt[LKM_C0 + 1], 0u);
@@ -646,9 +667,7 @@ static __device__ __forceinline__ void lkh_host_block(const struct cu_lkh &H, in
 static __device__ __forceinline__ void lkm_gather_pre(const struct cu_lkm &L, int lp, int lq,
                                                       int col0, int ncol, struct lkm_smem *sm)
 {
-    lkm_t(L, lp, col0, ncol, 0, sm);
-    if (lq >= 0)
-        lkm_t(L, lq, col0, ncol, 1, sm);
+    lkm_t2(L, lp, lq, col0, ncol, sm);
 }
 
 /* v plus the delta of output r (0..15) of the tile for its x row cc (sm slot sl filled, the
