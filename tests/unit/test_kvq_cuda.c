@@ -119,16 +119,15 @@ static void run_case(const struct geom *gm, const struct scheme *sc)
     int ntot = 0;
     for (int s = 0; s < NSEQ; s++)
         ntot += lens[s];
-    float *K = malloc(sizeof(float) * (size_t)ntot * kvd),
-          *V = malloc(sizeof(float) * (size_t)ntot * kvd);
+    float *K = malloc(sizeof(float) * (size_t)ntot * kvd), *V = malloc(sizeof(float) * (size_t)ntot * kvd);
     int32_t *slots = malloc(sizeof(int32_t) * (size_t)ntot);
     for (int s = 0, r = 0; s < NSEQ; s++)
         for (int p = 0; p < lens[s]; p++, r++) {
             slots[r] = tables[s * MAXB + p / BS] * BS + p % BS;
             for (int i = 0; i < kvd; i++) {
                 /* an outlier channel, a per-head offset, mixed magnitudes */
-                K[(size_t)r * kvd + i] =
-                    gauss() * (i % 7 == 0 ? 3.0f : 1.0f) + (i % hd == 3 ? 4.0f : 0.0f);
+                K[(size_t)r * kvd + i] = gauss() * (i % 7 == 0 ? 3.0f : 1.0f) +
+                                         (i % hd == 3 ? 4.0f : 0.0f);
                 V[(size_t)r * kvd + i] = gauss() + 0.5f * (float)(i / hd);
             }
         }
@@ -188,33 +187,21 @@ static void run_case(const struct geom *gm, const struct scheme *sc)
         steps[2].pos[steps[2].n] = p, steps[2].seq[steps[2].n++] = 0;
     for (int si = 0; si < 3; si++) {
         const int n = steps[si].n, qn = gm->nh * hd;
-        float *q = malloc(sizeof(float) * (size_t)n * qn),
-              *oc = malloc(sizeof(float) * (size_t)n * qn),
+        float *q = malloc(sizeof(float) * (size_t)n * qn), *oc = malloc(sizeof(float) * (size_t)n * qn),
               *od = malloc(sizeof(float) * (size_t)n * qn);
         for (int i = 0; i < n * qn; i++)
             q[i] = gauss();
-        struct be_attn a = {.n_tok = n,
-                            .n_head = gm->nh,
-                            .n_kv_head = gm->nkv,
-                            .head_dim = hd,
-                            .scale = 1.0f / sqrtf((float)hd),
-                            .softcap = gm->softcap,
-                            .window = gm->window,
-                            .pos = steps[si].pos,
-                            .seq = steps[si].seq,
-                            .block_tables = tables,
-                            .max_blocks = MAXB,
-                            .block_size = BS,
-                            .kv_dtype = code,
-                            .k_cache = kc,
-                            .v_cache = vc};
+        struct be_attn a = {.n_tok = n, .n_head = gm->nh, .n_kv_head = gm->nkv, .head_dim = hd,
+                            .scale = 1.0f / sqrtf((float)hd), .softcap = gm->softcap,
+                            .window = gm->window, .pos = steps[si].pos, .seq = steps[si].seq,
+                            .block_tables = tables, .max_blocks = MAXB, .block_size = BS,
+                            .kv_dtype = code, .k_cache = kc, .v_cache = vc};
         g_cpu->ops->attention(g_cpu, oc, q, &a);
         struct be_attn d = a;
         d.pos = dev_from(steps[si].pos, sizeof(int32_t) * (size_t)n);
         d.seq = dev_from(steps[si].seq, sizeof(int32_t) * (size_t)n);
         d.block_tables = dtab, d.k_cache = dkc, d.v_cache = dvc;
-        float *dq = dev_from(q, sizeof(float) * (size_t)n * qn),
-              *dout = dev_from(NULL, sizeof(float) * (size_t)n * qn);
+        float *dq = dev_from(q, sizeof(float) * (size_t)n * qn), *dout = dev_from(NULL, sizeof(float) * (size_t)n * qn);
         g_dev->ops->attention(g_dev, dout, dq, &d);
         host_from(od, dout, sizeof(float) * (size_t)n * qn);
         double err = 0, scale = 0;
@@ -239,13 +226,13 @@ static void run_case(const struct geom *gm, const struct scheme *sc)
 }
 
 static const struct scheme SCHEMES[] = {
-    {KVF_A8, KVF_A8, 1, 0},   /* --kv-quant 8 (keys rotated) */
-    {KVF_A4, KVF_A4, 1, 1},   /* --kv-quant 4 */
-    {KVF_A8, KVF_L4, 1, 1},   /* turbo:k8v4 */
-    {KVF_A8, KVF_L3, 1, 1},   /* turbo (k8v3) */
-    {KVF_A2, KVF_L2, 0, 1},   /* the narrowest codes, unrotated keys */
-    {KVF_A5, KVF_L5, 1, 1},   /* 5-bit codes straddle bytes */
-    {KVF_F16, KVF_L8, 0, 1},  /* a plain side beside a quantized one */
+    {KVF_A8, KVF_A8, 1, 0},  /* --kv-quant 8 (keys rotated) */
+    {KVF_A4, KVF_A4, 1, 1},  /* --kv-quant 4 */
+    {KVF_A8, KVF_L4, 1, 1},  /* turbo:k8v4 */
+    {KVF_A8, KVF_L3, 1, 1},  /* turbo (k8v3) */
+    {KVF_A2, KVF_L2, 0, 1},  /* the narrowest codes, unrotated keys */
+    {KVF_A5, KVF_L5, 1, 1},  /* 5-bit codes straddle bytes */
+    {KVF_F16, KVF_L8, 0, 1}, /* a plain side beside a quantized one */
     {KVF_F32, KVF_F32, 1, 1}, /* plain but rotated: exact in both */
 };
 
@@ -263,8 +250,7 @@ static void test_other_geometries(void)
         {256, 1, 4, 30.0f, 0},  /* the widest heads, a softcap */
         {128, 2, 4, 0.0f, 100}, /* a sliding window */
     };
-    const struct scheme some[] = {
-        {KVF_A8, KVF_A8, 1, 0}, {KVF_A8, KVF_L3, 1, 1}, {KVF_A4, KVF_A4, 1, 1}};
+    const struct scheme some[] = {{KVF_A8, KVF_A8, 1, 0}, {KVF_A8, KVF_L3, 1, 1}, {KVF_A4, KVF_A4, 1, 1}};
     for (size_t i = 0; i < sizeof gs / sizeof *gs; i++)
         for (size_t j = 0; j < sizeof some / sizeof *some; j++)
             run_case(&gs[i], &some[j]);
@@ -300,15 +286,13 @@ static void run_long(const struct scheme *sc)
     for (int s = 0; s < NS; s++) /* the same blocks, a wider table */
         memcpy(t1 + s * MB1, t0 + s * MB0, sizeof(int32_t) * MB0);
     const int ntot = lens[0] + lens[1];
-    float *K = malloc(sizeof(float) * (size_t)ntot * kvd),
-          *V = malloc(sizeof(float) * (size_t)ntot * kvd);
+    float *K = malloc(sizeof(float) * (size_t)ntot * kvd), *V = malloc(sizeof(float) * (size_t)ntot * kvd);
     int32_t *slots = malloc(sizeof(int32_t) * (size_t)ntot);
     for (int s = 0, r = 0; s < NS; s++)
         for (int p = 0; p < lens[s]; p++, r++) {
             slots[r] = t0[s * MB0 + p / BS] * BS + p % BS;
             for (int i = 0; i < kvd; i++) {
-                K[(size_t)r * kvd + i] =
-                    gauss() * (i % 7 == 0 ? 3.0f : 1.0f) + (i % hd == 3 ? 4.0f : 0.0f);
+                K[(size_t)r * kvd + i] = gauss() * (i % 7 == 0 ? 3.0f : 1.0f) + (i % hd == 3 ? 4.0f : 0.0f);
                 V[(size_t)r * kvd + i] = gauss() + 0.5f * (float)(i / hd);
             }
         }
@@ -316,8 +300,7 @@ static void run_long(const struct scheme *sc)
     char *kc = calloc(1, ckb), *vc = calloc(1, cvb);
     g_cpu->ops->kv_store(g_cpu, kc, vc, code, K, V, slots, ntot, kvd);
     void *dkc = dev_from(kc, ckb), *dvc = dev_from(vc, cvb);
-    int32_t *dt0 = dev_from(t0, sizeof(int32_t) * nb),
-            *dt1 = dev_from(t1, sizeof(int32_t) * NS * MB1);
+    int32_t *dt0 = dev_from(t0, sizeof(int32_t) * nb), *dt1 = dev_from(t1, sizeof(int32_t) * NS * MB1);
     float *q = malloc(sizeof(float) * 3 * qn);
     for (int i = 0; i < 3 * qn; i++)
         q[i] = gauss();
@@ -331,19 +314,10 @@ static void run_long(const struct scheme *sc)
     memcpy(qb + 2 * qn, q + 2 * qn, sizeof(float) * qn);
     float *oa = malloc(sizeof(float) * qn), *ob = malloc(sizeof(float) * 3 * qn);
     float *ca = malloc(sizeof(float) * qn), *cbo = malloc(sizeof(float) * 3 * qn);
-    struct be_attn a = {.n_tok = 1,
-                        .n_head = nh,
-                        .n_kv_head = nkv,
-                        .head_dim = hd,
-                        .scale = 1.0f / sqrtf((float)hd),
-                        .pos = pa,
-                        .seq = sa,
-                        .block_tables = t0,
-                        .max_blocks = MB0,
-                        .block_size = BS,
-                        .kv_dtype = code,
-                        .k_cache = kc,
-                        .v_cache = vc};
+    struct be_attn a = {.n_tok = 1, .n_head = nh, .n_kv_head = nkv, .head_dim = hd,
+                        .scale = 1.0f / sqrtf((float)hd), .pos = pa, .seq = sa,
+                        .block_tables = t0, .max_blocks = MB0, .block_size = BS,
+                        .kv_dtype = code, .k_cache = kc, .v_cache = vc};
     g_cpu->ops->attention(g_cpu, ca, qa, &a);
     struct be_attn b = a;
     b.n_tok = 3, b.pos = pb, b.seq = sb, b.block_tables = t1, b.max_blocks = MB1;
@@ -387,10 +361,8 @@ static void run_long(const struct scheme *sc)
 
 static void test_long_invariant(void)
 {
-    const struct scheme some[] = {{KVF_A8, KVF_A8, 1, 0},
-                                  {KVF_A4, KVF_A4, 1, 1},
-                                  {KVF_A8, KVF_L4, 1, 1},
-                                  {KVF_A8, KVF_L3, 1, 1}};
+    const struct scheme some[] = {{KVF_A8, KVF_A8, 1, 0}, {KVF_A4, KVF_A4, 1, 1},
+                                  {KVF_A8, KVF_L4, 1, 1}, {KVF_A8, KVF_L3, 1, 1}};
     for (size_t j = 0; j < sizeof some / sizeof *some; j++)
         run_long(&some[j]);
 }
@@ -418,32 +390,18 @@ static void run_rope_store(const struct scheme *sc, int rot_dim, int mode)
         inv[i] = (float)pow(10000.0, -2.0 * i / rot_dim);
     float *dq[2], *dk[2];
     void *kc[2], *vc[2];
-    float *dv = dev_from(v, sizeof(float) * n * kvd),
-          *dinv = dev_from(inv, sizeof(float) * (size_t)rot_dim / 2);
+    float *dv = dev_from(v, sizeof(float) * n * kvd), *dinv = dev_from(inv, sizeof(float) * (size_t)rot_dim / 2);
     int32_t *dpos = dev_from(pos, sizeof pos), *dslots = dev_from(slots, sizeof slots);
     char *zk = calloc(1, nslot * rk), *zv = calloc(1, nslot * rv);
     for (int p = 0; p < 2; p++) {
-        dq[p] = dev_from(q, sizeof(float) * n * nh * hd),
-        dk[p] = dev_from(k, sizeof(float) * n * kvd);
+        dq[p] = dev_from(q, sizeof(float) * n * nh * hd), dk[p] = dev_from(k, sizeof(float) * n * kvd);
         kc[p] = dev_from(zk, nslot * rk), vc[p] = dev_from(zv, nslot * rv);
     }
     /* 0: the fused op; 1: its three parts */
-    struct be_rope_kv r = {.q = dq[0],
-                           .k = dk[0],
-                           .v = dv,
-                           .pos = dpos,
-                           .slots = dslots,
-                           .n_tok = n,
-                           .n_head = nh,
-                           .n_kv_head = nkv,
-                           .head_dim = hd,
-                           .rot_dim = rot_dim,
-                           .mode = mode,
-                           .inv_freq = dinv,
-                           .mscale = 1.0f,
-                           .k_cache = kc[0],
-                           .v_cache = vc[0],
-                           .kv_dtype = code};
+    struct be_rope_kv r = {.q = dq[0], .k = dk[0], .v = dv, .pos = dpos, .slots = dslots,
+                           .n_tok = n, .n_head = nh, .n_kv_head = nkv, .head_dim = hd,
+                           .rot_dim = rot_dim, .mode = mode, .inv_freq = dinv, .mscale = 1.0f,
+                           .k_cache = kc[0], .v_cache = vc[0], .kv_dtype = code};
     g_dev->ops->rope_kv_store(g_dev, &r);
     g_dev->ops->rope(g_dev, dq[1], dpos, n, nh, hd, rot_dim, mode, dinv, 1.0f);
     g_dev->ops->rope(g_dev, dk[1], dpos, n, nkv, hd, rot_dim, mode, dinv, 1.0f);
@@ -484,10 +442,8 @@ static void test_rope_store(void)
         printf("rope_kv_store: not an op of this backend (nothing to compare)\n");
         return;
     }
-    const struct scheme some[] = {{KVF_A8, KVF_A8, 1, 0},
-                                  {KVF_A4, KVF_A4, 1, 1},
-                                  {KVF_A8, KVF_L3, 1, 1},
-                                  {KVF_F16, KVF_L8, 0, 1}};
+    const struct scheme some[] = {{KVF_A8, KVF_A8, 1, 0}, {KVF_A4, KVF_A4, 1, 1},
+                                  {KVF_A8, KVF_L3, 1, 1}, {KVF_F16, KVF_L8, 0, 1}};
     for (size_t j = 0; j < sizeof some / sizeof *some; j++)
         run_rope_store(&some[j], 128, 0);
     run_rope_store(&some[2], 64, 1); /* partial rotation, NEOX pairs */
