@@ -328,10 +328,9 @@ static __device__ __forceinline__ void lkm_done(const struct cu_lkm &L)
 }
 
 /* L2 prefetch of shrink item (bi, by, bz)'s rows of a (128-byte lines; never changes a
- * value) by its 256 threads tid. The adapters are constant, so every shrink (levels 1-6)
- * issues it before its PDL wait: its loads of a then hit L2 instead of queueing behind the
- * projection's weight stream (session 11: a fold-3 q/k/v or o tile waited ~7 us for its
- * in-grid shrink). */
+ * value) by its 256 threads tid: level 6's host blocks issue it before they wait. (Issued
+ * by every shrink before its PDL wait it changed no measured figure on the H100, session
+ * 11, so only level 6 does.) */
 static __device__ __forceinline__ void lk_prefetch_item(const struct cu_lk &d, int bi, int by,
                                                         int bz, int tid)
 {
@@ -362,13 +361,11 @@ static __device__ __forceinline__ void lk_prefetch_item(const struct cu_lk &d, i
 static __device__ __forceinline__ void lkm_shrink_block(const struct cu_lkm &L, int blk)
 {
     cu_pdl_trigger();
-    const int sg = threadIdx.x / LK_ST, vb = blk * L.nvs + sg;
-    const int tid = threadIdx.x % LK_ST;
-    if (sg < L.nvs && vb < L.nsv)
-        lk_prefetch_item(L.d, vb % L.R, (vb / L.R) % L.nty, vb / (L.R * L.nty), tid);
     cu_pdl_wait();
+    const int sg = threadIdx.x / LK_ST, vb = blk * L.nvs + sg;
     if (sg >= L.nvs || vb >= L.nsv) /* (whole 256-thread groups) */
         return;
+    const int tid = threadIdx.x % LK_ST;
     lk_shrink_item<0>(L.d, L.part, L.R, L.Tmax, vb % L.R, (vb / L.R) % L.nty, vb / (L.R * L.nty),
                    tid, sg);
     __threadfence();
@@ -410,7 +407,7 @@ static __device__ __forceinline__ void lkm_load_b(const struct cu_lkm &L, int p,
  * loaded 4 at a time before they are added in chunk order, so the warp's loads of all its
  * rows and both projections are in flight together (one row and one projection at a time
  * cost a round trip each: at batch 8 a gate/up tile waited ~25 us for them). */
-static __device__ __forceinline__ void lkm_t2(const struct cu_lkm &L, int lp, int lq, int col0,
+static __device__ __forceinline__ void lkm_t(const struct cu_lkm &L, int lp, int lq, int col0,
                                               int ncol, struct lkm_smem *sm)
 {
     const int lane = threadIdx.x & 31;
@@ -495,7 +492,7 @@ static __device__ __forceinline__ void lkm_gather(const struct cu_lkm &L, int lp
     unsigned old = 0;
     if (lane == 0)
         old = atomicAdd(&L.cnt[LKM_C0 + 1], 1u);
-    lkm_t2(L, lp, lq, col0, ncol, sm);
+    lkm_t(L, lp, lq, col0, ncol, sm);
     if (lane == 0 && old == (unsigned)L.units - 1u) {
         atomicExch(&L.cnt[LKM_C0], 0u);
         atomicExch(&L.cnt[LKM_C0 + 1], 0u);
@@ -667,7 +664,7 @@ static __device__ __forceinline__ void lkh_host_block(const struct cu_lkh &H, in
 static __device__ __forceinline__ void lkm_gather_pre(const struct cu_lkm &L, int lp, int lq,
                                                       int col0, int ncol, struct lkm_smem *sm)
 {
-    lkm_t2(L, lp, lq, col0, ncol, sm);
+    lkm_t(L, lp, lq, col0, ncol, sm);
 }
 
 /* v plus the delta of output r (0..15) of the tile for its x row cc (sm slot sl filled, the

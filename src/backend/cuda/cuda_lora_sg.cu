@@ -32,7 +32,6 @@ __global__ void __launch_bounds__(LK_ST)
     k_lk_shrink(const __grid_constant__ struct cu_lk d, float *part, int R, int Tmax)
 {
     cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
-    lk_prefetch_item(d, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
     cu_pdl_wait();
     lk_shrink_item<1>(d, part, R, Tmax, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, 0);
 }
@@ -44,7 +43,6 @@ __global__ void __launch_bounds__(LK_ST)
 __global__ void __launch_bounds__(LK_ST)
     k_lk_shrink_pre(const __grid_constant__ struct cu_lk d, float *part, int R, int Tmax)
 {
-    lk_prefetch_item(d, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
     cu_pdl_wait();
     cu_pdl_trigger(); /* after the wait: the kernels before this one have finished */
     lk_shrink_item<1>(d, part, R, Tmax, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, 0);

@@ -117,10 +117,11 @@ __device__ __forceinline__ void sg_norm_r(const sg_args &a, int col0, int warp, 
 
 /* A tile block of a folded projection (LK > 0) has SG_WARPS warps and an extra one that
  * takes no chunks (it gathers t while the others stream), except with 32 warps and in the
- * 8-warp GLU of folds 1-4: there the extra warp (and its registers: 70 where k_sg's GLU has 64) made the
- * 8-warp kernel 3 blocks an SM where k_sg's 4 hold the whole gate/up grid of l1b/l8b in one
- * wave (512 tiles on 132 SMs): 36.8 against 26.6 us on the H100 (ncu, session 11, fold 4).
- * Its last warp gathers after its chunks instead (folds 1-3: polls the shrink's counter). */
+ * 8-warp GLU of LK 1 and 2 (folds 1-4, fold 6's producers): there the extra warp (and its
+ * registers: 70 where k_sg's GLU has 64) made the kernel 3 blocks an SM where k_sg's 4 hold
+ * the whole gate/up grid of l1b/l8b in one wave (512 tiles on 132 SMs): 36.8 against 26.6 us
+ * on the H100 (ncu, session 11, fold 4). Its last warp gathers after its chunks instead
+ * (LK 1: polling the shrink's counter). */
 static __host__ __device__ constexpr bool sg_lk_xw(int lk, int mode, int warps)
 {
     return warps < 32 && !((lk == 1 || lk == 2) && mode == BE_MM_GLU && warps == 8);

@@ -11,9 +11,8 @@
  * the first L.S blocks run shrink items, the rest are k_sg's tiles plus one warp (8 or 16
  * warps) that gathers t. */
 template <int BF, int MODE, int NS, int SG_WARPS, int NI>
-__global__ void __launch_bounds__(sg_lk_threads(1, MODE, SG_WARPS))
-    k_sgl(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
-          int act)
+static __device__ __forceinline__ void sgl_block(const struct sg_args &a, const struct cu_lkm &L,
+                                                 int act)
 {
     if ((int)blockIdx.x < L.S) {
         lkm_shrink_block(L, (int)blockIdx.x);
@@ -21,6 +20,14 @@ __global__ void __launch_bounds__(sg_lk_threads(1, MODE, SG_WARPS))
     }
     __shared__ struct lkm_smem lsm;
     sg_body<BF, MODE, NS, 0, SG_WARPS, NI, 1>(a, act, &L, &lsm, blockIdx.x - (unsigned)L.S);
+}
+
+template <int BF, int MODE, int NS, int SG_WARPS, int NI>
+__global__ void __launch_bounds__(sg_lk_threads(1, MODE, SG_WARPS))
+    k_sgl(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
+          int act)
+{
+    sgl_block<BF, MODE, NS, SG_WARPS, NI>(a, L, act);
 }
 
 /* k_sgl's 8-warp GLU held to 4 blocks an SM (64 registers), as k_sg's GLU (sg_lk_xw):
@@ -31,12 +38,7 @@ __global__ void __launch_bounds__(8 * 32, 4)
     k_sgl_g8(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
              int act)
 {
-    if ((int)blockIdx.x < L.S) {
-        lkm_shrink_block(L, (int)blockIdx.x);
-        return;
-    }
-    __shared__ struct lkm_smem lsm;
-    sg_body<BF, BE_MM_GLU, NS, 0, 8, NI, 1>(a, act, &L, &lsm, blockIdx.x - (unsigned)L.S);
+    sgl_block<BF, BE_MM_GLU, NS, 8, NI>(a, L, act);
 }
 
 /* Fold 4 (L.pre): k_sgl's tiles without shrink blocks; x read before the PDL wait, which
@@ -49,7 +51,6 @@ __global__ void __launch_bounds__(sg_lk_threads(2, MODE, SG_WARPS))
     __shared__ struct lkm_smem lsm;
     sg_body<BF, MODE, NS, 0, SG_WARPS, NI, 2>(a, act, &L, &lsm, blockIdx.x);
 }
-
 
 /* Fold 6: the kernels with host blocks: the producers (ADD: o, down; GLU: gate/up) in the
  * block shapes where the host code does not make the kernel spill (ptxas: GLU with 16 warps
@@ -87,7 +88,7 @@ static void sgl_launch_w(struct cu_be *cb, const struct sg_args &a, const struct
     if (L.pre == 1) /* fold 4 (L.S == 0) */
         cu_launch(cb, k_sglp<BF, MODE, 1, W, NI>, dim3(grid), dim3(sg_lk_threads(2, MODE, W)), 0,
                   a, L, act);
-    else if (MODE == BE_MM_GLU && W == 8)
+    else if constexpr (MODE == BE_MM_GLU && W == 8)
         cu_launch(cb, k_sgl_g8<BF, 1, NI>, dim3(grid), dim3(8 * 32), 0, a, L, act);
     else
         cu_launch(cb, k_sgl<BF, MODE, 1, W, NI>, dim3(grid), dim3(sg_lk_threads(1, MODE, W)), 0,
