@@ -21,6 +21,8 @@
  *   against the CPU within tolerance, and the fused cases alone and with both fused
  *   switches against the default path within 1e-4 of its scale (caches byte for byte), the
  *   tc launches counted.
+ * - CINFER_KVQ_DEC=mma (k_kvq_mm: both products on the tensor cores, 8-bit K and V): the
+ *   cases above against the CPU within tolerance, its launches counted.
  * - CINFER_KVQ_STAGES=3 / 4 (deeper cp.async pipelines), alone and with both fused switches,
  *   against the default path bit for bit, at the default 32 splits and at
  *   CINFER_KVQ_SPLITS=2 (against a 2-split reference: up to 32 rounds a split, the buffer
@@ -814,7 +816,7 @@ static int fz_reopen(const char *bn, struct be_config *bc, const char *merge, co
 }
 
 /* Which launch counter dev_suite reads. */
-enum { CNT_NONE, CNT_TC, CNT_ONE };
+enum { CNT_NONE, CNT_TC, CNT_ONE, CNT_MMA };
 
 /* Launches so far of the decode variant `which` counts (0 without CUDA or CNT_NONE). */
 static int64_t variant_launches(int which)
@@ -824,6 +826,8 @@ static int64_t variant_launches(int which)
         return be_cuda_kvq_tc(g_dev);
     if (which == CNT_ONE)
         return be_cuda_kvq_one(g_dev);
+    if (which == CNT_MMA)
+        return be_cuda_kvq_mma(g_dev);
 #endif
     (void)which;
     return 0;
@@ -950,6 +954,13 @@ int main(void)
             return harness_done();
         printf("CINFER_KVQ_DEC=tc: %lld decode launches on the tensor cores\n", (long long)n);
         CHECK_MSG(n > 0, "CINFER_KVQ_DEC=tc: no decode launch used the tensor cores");
+        /* and both products on the tensor cores (CINFER_KVQ_DEC=mma: 8-bit K and V, head_dim
+         * 64 / 128; the other cases run the default decode kernel) against the CPU */
+        setenv("CINFER_KVQ_DEC", "mma", 1);
+        if (dev_suite(bn, &bc, "CINFER_KVQ_DEC=mma", CNT_MMA, &n))
+            return harness_done();
+        printf("CINFER_KVQ_DEC=mma: %lld decode launches on k_kvq_mm\n", (long long)n);
+        CHECK_MSG(n > 0, "CINFER_KVQ_DEC=mma: no decode launch ran k_kvq_mm");
         unsetenv("CINFER_KVQ_DEC");
         /* and the lean softmax with the deepest pipeline (CINFER_KVQ_SOFT=lean,
          * CINFER_KVQ_STAGES=4; head_dim 256's buffers fall back to fewer) against the CPU */

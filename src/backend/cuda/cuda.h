@@ -55,6 +55,10 @@ int64_t be_cuda_kvq_tc(struct be *b);
  * (CINFER_KVQ_SOFT=one); counted when launched. */
 int64_t be_cuda_kvq_one(struct be *b);
 
+/* Launches of that path so far on k_kvq_mm, both products on the tensor cores
+ * (CINFER_KVQ_DEC=mma, 8-bit K and V); counted when launched. */
+int64_t be_cuda_kvq_mma(struct be *b);
+
 /* "NVIDIA H200, driver 580.159, CUDA runtime 13.0" into buf (for reports). */
 void be_cuda_describe(struct be *b, char *buf, size_t n);
 

@@ -601,6 +601,7 @@ extern "C" void be_cuda_kvq_fused(struct be *b, int64_t *merges, int64_t *stores
 extern "C" int64_t be_cuda_kvq_tc(struct be *b) { return cu_be(b)->n_kvq_tc; }
 
 extern "C" int64_t be_cuda_kvq_one(struct be *b) { return cu_be(b)->n_kvq_one; }
+extern "C" int64_t be_cuda_kvq_mma(struct be *b) { return cu_be(b)->n_kvq_mma; }
 
 extern "C" int be_cuda_replay_last(struct be *b, int k, int reps, double *us)
 {

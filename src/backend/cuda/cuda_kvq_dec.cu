@@ -57,6 +57,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_kvq_dec.cuh"
+#include "backend/cuda/cuda_kvq_mma.cuh"
 
 /* The decode kernel's online softmax (CINFER_KVQ_SOFT; the file's header) */
 enum { KS_DEF = 0, KS_LEAN = 1, KS_ONE = 2 };
@@ -65,9 +66,10 @@ static struct {
     int on, target, nt, smem_lim; /* smem_lim: the dynamic shared memory any instance may take */
     int fmerge, fstore;           /* CINFER_KVQ_MERGE=fused, CINFER_KVQ_STORE=attn */
     int tc;                       /* CINFER_KVQ_DEC=tc: the keys' scores on the tensor cores */
+    int mma;                      /* CINFER_KVQ_DEC=mma: k_kvq_mm (cuda_kvq_mma.cuh) */
     int stages;                   /* CINFER_KVQ_STAGES: round buffers (2 .. KD_MAX_STAGES) */
     int soft;                     /* CINFER_KVQ_SOFT: KS_LEAN or KS_ONE (the SL instances) */
-} g_kd = {1, KD_TARGET, 256, 0, 0, 0, 0, 2, KS_DEF};
+} g_kd = {1, KD_TARGET, 256, 0, 0, 0, 0, 0, 2, KS_DEF};
 
 /* FU: an instance that may also merge its splits (a.fmerge) and store the new token
  * (a.fstore); 0 is the default path, bit for bit. SL: the online softmax, KS_DEF (the
@@ -554,6 +556,14 @@ static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt, int fu, in
     return hd == 64 ? kd_pick_hg<64, 256, 0>(hg, kc, vc) : kd_pick_hg<128, 256, 0>(hg, kc, vc);
 }
 
+/* k_kvq_mm (CINFER_KVQ_DEC=mma) of head_dim 64 / 128 and hg 1 / 2 / 4 */
+static kd_kernel km_kernel_of(int hd, int hg)
+{
+    if (hd == 64)
+        return hg == 4 ? k_kvq_mm<64, 4> : hg == 2 ? k_kvq_mm<64, 2> : k_kvq_mm<64, 1>;
+    return hg == 4 ? k_kvq_mm<128, 4> : hg == 2 ? k_kvq_mm<128, 2> : k_kvq_mm<128, 1>;
+}
+
 static int kd_class(const kd_side &s, int which)
 {
     if (s.fmt == KVF_F16)
@@ -589,6 +599,7 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
     g_kd.fmerge = mg && !strcmp(mg, "fused");
     g_kd.fstore = so && !strcmp(so, "attn");
     g_kd.tc = dc && !strcmp(dc, "tc");
+    g_kd.mma = dc && !strcmp(dc, "mma");
     g_kd.nt = nt && !strcmp(nt, "128") ? 128 : 256;
     g_kd.target = KD_TARGET;
     if (sp) {
@@ -623,6 +634,9 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
                             rc = cudaFuncSetAttribute(kk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       lim);
                     }
+    for (int i = 0; rc == cudaSuccess && i < 6; i++)
+        rc = cudaFuncSetAttribute(km_kernel_of(i < 3 ? 64 : 128, hgs[i % 3]),
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, lim);
     return rc;
 }
 
@@ -698,12 +712,18 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
     const int hg = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1, nsub = group / hg;
     if ((long long)a->n_kv_head * nsub > 65535)
         return 0;
-    const int nt = kd_nt_of(hd, g_kd.nt);
+    /* mma: 8-bit affine K and V in groups of 32 at head_dim 64 / 128 (k_kvq_mm), not with
+     * the fused merge or store */
+    const int mma = g_kd.mma && !r && !g_kd.fmerge && (hd == 64 || hd == 128) && G == 32 &&
+                    kd_class(s[0], 0) == KC_A8 && kd_class(s[1], 1) == KC_A8 &&
+                    s[0].hdr == 4 && s[1].hdr == 4 && s[0].gb == KM_GB && s[1].gb == KM_GB &&
+                    s[0].hb == hd / 32 * KM_GB && s[1].hb == s[0].hb;
+    const int nt = mma ? KM_NT : kd_nt_of(hd, g_kd.nt);
     const int rounds = (int)((cap + KD_ROUND - 1) / KD_ROUND);
     const int maxs = g_kd.target < rounds ? g_kd.target : rounds;
     const int fu_ok = kd_kernel_of(hd, hg, KC_A8, KC_A8, nt, 1, 0, 0) != NULL;
     /* tc: 8-bit affine keys in groups of 32 (one mma's k) where an instance exists */
-    const int tc = g_kd.tc && G == KT_G && kd_class(s[0], 0) == KC_A8 &&
+    const int tc = !mma && g_kd.tc && G == KT_G && kd_class(s[0], 0) == KC_A8 &&
                    kd_kernel_of(hd, hg, KC_A8, kd_class(s[1], 1), nt, 0, 1, 0) != NULL;
     /* the new token's store: the FU instance, the store's geometry (groups of at most 32
      * lanes, a power of two; records within the staging of 2 head_dim bytes a side) */
@@ -711,7 +731,7 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
               r->rot_dim < 0 || r->rot_dim % 2 || G > 32 || (G & (G - 1)) ||
               s[0].hb > 2 * hd || s[1].hb > 2 * hd || hd != kvq_head_dim_of(dt)))
         return 0;
-    int fmerge = g_kd.fmerge && fu_ok && maxs > 1 && a->n_kv_head * nsub <= KD_CNT_Y;
+    int fmerge = !mma && g_kd.fmerge && fu_ok && maxs > 1 && a->n_kv_head * nsub <= KD_CNT_Y;
     /* the round buffers: CINFER_KVQ_STAGES' count, or the most that fit (at least 2) */
     int ns = kd_fit_stages(s, hd, hg, nt, fmerge || r);
     size_t stg = 0, smem = kd_need(s, hd, hg, nt, ns, fmerge || r, &stg);
@@ -725,7 +745,7 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
     if (!fmerge && !r && smem > (size_t)g_kd.smem_lim)
         return 0;
     /* lean / one: where a plain instance runs (not with the fused merge or store, nor tc) */
-    const int sl = g_kd.soft != KS_DEF && !fmerge && !r && !tc &&
+    const int sl = !mma && g_kd.soft != KS_DEF && !fmerge && !r && !tc &&
                            kd_kernel_of(hd, hg, KC_A8, KC_A8, nt, 0, 0, g_kd.soft) != NULL
                        ? g_kd.soft
                        : KS_DEF;
@@ -792,14 +812,16 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
         x.part = (float *)p;
         x.ml = (float2 *)(p + rows * (size_t)hd * sizeof(float));
     }
-    const kd_kernel k =
-        kd_kernel_of(hd, hg, kd_class(s[0], 0), kd_class(s[1], 1), nt, fmerge || r, tc, sl);
+    const kd_kernel k = mma ? km_kernel_of(hd, hg)
+                            : kd_kernel_of(hd, hg, kd_class(s[0], 0), kd_class(s[1], 1), nt,
+                                           fmerge || r, tc, sl);
     cu_launch(cb, k, dim3((unsigned)maxs, (unsigned)(a->n_kv_head * nsub), (unsigned)a->n_tok),
               dim3((unsigned)nt), smem, x, vw);
     cu_after_launch(cb, r ? "attention (quantized KV, decode, with the K/V store)"
                           : "attention (quantized KV, decode)");
     cb->n_kvq_fmerge += fmerge, cb->n_kvq_fstore += r != NULL, cb->n_kvq_tc += tc;
     cb->n_kvq_one += sl == KS_ONE;
+    cb->n_kvq_mma += mma;
     if (maxs > 1 && !fmerge) {
         void (*mk)(struct kd_args) = hd == 64    ? k_kvq_sd_merge<64>
                                      : hd == 128 ? k_kvq_sd_merge<128>

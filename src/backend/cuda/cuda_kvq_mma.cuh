@@ -1,0 +1,395 @@
+/* cuda_kvq_mma.cuh — the decode kernel of 8-bit affine K and V (groups of 32, head_dim 64 /
+ * 128) on the tensor cores: both products of attention as mma.sync.m16n8k16 (f16 in, f32
+ * accumulate), so a cached element costs about one instruction (a byte permute into an f16)
+ * where k_kvq_sd's decode and multiply-adds cost about nine. Included by cuda_kvq_dec.cu
+ * alone (its args, round copies, splits and merge kernel are k_kvq_sd's).
+ *
+ * Block: KM_NT = 128 threads (4 warps), one token, one KV head and HG (<= 4) of its query
+ * heads over one split of the token's positions; rounds of KD_ROUND = 64 positions copied by
+ * cp.async into shared memory as in k_kvq_sd; warp w owns positions 16 w .. 16 w + 15 of
+ * every round and keeps its own online softmax (no barrier between its scores and V); the 4
+ * warps' maxima, sums and outputs are merged in warp order at the end of the split. Lanes:
+ * gid = lane / 4, tig = lane % 4 (the PTX ISA's fragment maps for m16n8k16 .f16).
+ *
+ * Exactness: every code c is an f16 exactly (the bits 0x64cc are 1024 + c). Each head's q is
+ * scaled by 2^e (its largest |q| into [2^9, 2^10)) and split into f16 hi + lo (2^-22 of q);
+ * the 8 columns of an mma are hi of heads 0..3 and lo of heads 0..3, so both halves cost
+ * nothing extra. The probabilities times V's scale, times KM_SA = 64 (P <= 1 and an f16 scale
+ * d <= 65504 * 2 / 255 keep them under 65504), are split the same way.
+ *
+ * Scores: an mma per 16 dims: A = K codes minus 128 (16 positions x 16 dims), B = q hi / lo
+ * (16 dims x 8 columns); a group of 32 dims (2 mmas into a fresh C) is scaled by its d, and
+ * (m + 128 d) times the group's sum of the scaled q is added (hi columns only), so
+ *   2^e s = sum_g d_g C_g + (m_g + 128 d_g) qsum_g,  with x = m + d c.
+ * Column pairs hi / lo are summed by one shuffle, the scores pass through shared memory into
+ * the probability layout (lane: head gid % 4, positions 2 tig, 2 tig + 1, 2 tig + 8, + 9).
+ * Values: an mma per 16 dims of a group: A = (1024 + V codes) (16 dims x 16 positions),
+ * B = 64 p d hi / lo (16 positions x 8 columns), C the output (dims x columns), and
+ *   o = C / 64 + sum_p p (m_p - 1024 d_p)  (per group; the second term in registers).
+ * Results differ from k_kvq_sd's in the last bits (another order of the sums); like it they
+ * depend only on the token (its splits), never on the batch. */
+#ifndef CINFER_BACKEND_CUDA_KVQ_MMA_CUH
+#define CINFER_BACKEND_CUDA_KVQ_MMA_CUH
+
+enum {
+    KM_NT = 128, /* threads a block */
+    KM_WP = 16,  /* positions a warp a round */
+    KM_GB = 36,  /* bytes of an 8-bit group of 32: f16 d, f16 m, 32 codes */
+};
+#define KM_SA 64.0f /* the probabilities' scale in the values' mma */
+
+/* c += a b: m16n8k16, f16 A (row) and B (col), f32 C */
+__device__ __forceinline__ void km_mma(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                       uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+/* two bytes of w (selector: 0x4140 bytes 0, 1; 0x4342 bytes 2, 3) as the f16 pair 1024 + c */
+__device__ __forceinline__ uint32_t km_c2h(uint32_t w, unsigned sel)
+{
+    return __byte_perm(w, 0x64646464u, sel);
+}
+/* ... minus 1152: the codes minus 128, exact */
+__device__ __forceinline__ uint32_t km_c2hc(uint32_t w, unsigned sel)
+{
+    const uint32_t h = km_c2h(w, sel);
+    const __half2 r = __hsub2(*(const __half2 *)&h, __half2half2(__ushort_as_half((unsigned short)0x6480)));
+    return *(const uint32_t *)&r;
+}
+/* the f16 pair (lo, hi) of two floats, rounded */
+__device__ __forceinline__ uint32_t km_pack(float lo, float hi)
+{
+    const __half2 r = __floats2half2_rn(lo, hi);
+    return *(const uint32_t *)&r;
+}
+/* x's f16 part hi (part 0) or the f16 of what hi leaves (part 1) */
+__device__ __forceinline__ float km_part(float x, int part)
+{
+    const float h = __half2float(__float2half_rn(x));
+    return part ? x - h : h;
+}
+
+template <int HD, int HG>
+__global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int vw)
+{
+    constexpr int NT = KM_NT, NG = HD / 32, NW = NT / 32;
+    static_assert(HD == 64 || HD == 128, "head_dim 64 / 128");
+    static_assert(HG >= 1 && HG <= 4 && NW * KM_WP == KD_ROUND, "layout");
+    extern __shared__ __align__(16) uint8_t kd_sm[];
+    __shared__ int rows[KD_MAX_STAGES][KD_ROUND];
+    __shared__ __align__(16) float qs[HG * HD];
+    __shared__ __align__(16) float ssc[NW][4][KM_WP]; /* a warp's scores of a round, by head */
+    __shared__ float qiv[4], qgs[4][NG]; /* each head's 2^-e and group sums of its scaled q */
+    __shared__ float wml[NW][2][4];     /* each warp's max and sum, by head */
+
+    cu_pdl_trigger();
+    cu_pdl_wait();
+    const int z = blockIdx.x, t = blockIdx.z;
+    const int g = blockIdx.y / a.nsub, sub = blockIdx.y % a.nsub;
+    const int h0 = g * (a.n_head / a.n_kv_head) + sub * HG;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int gid = lane >> 2, tig = lane & 3;
+    const int pos = a.pos[t], sq = a.seq[t];
+    int lo = 0, rb = 0, per = 1;
+    const int n = cu_dec_splits<KD_ROUND>(pos, a.window, a.target, a.max_blocks * a.block_size,
+                                         &lo, &rb, &per);
+    float *orow = a.out + ((size_t)t * a.n_head + h0) * HD;
+    if (n == 0 && z == 0)
+        for (int i = tid; i < HG * HD; i += NT)
+            orow[i] = 0.0f;
+    if (z >= n)
+        return;
+    const int last = pos / KD_ROUND + 1, r0 = rb + z * per;
+    const int r1 = rb + (z + 1) * per < last ? rb + (z + 1) * per : last;
+    const int32_t *bt = a.bt + (size_t)sq * a.max_blocks;
+    const int bs = a.block_size, bsh = a.bs_shift, hb = a.s[0].hb;
+    const size_t hk = (size_t)g * a.s[0].hb, hv = (size_t)g * a.s[1].hb;
+    const size_t bufsz = ((size_t)KD_ROUND * (a.s[0].hb + a.s[1].hb) + 32) & ~(size_t)15;
+    const int kbo = KD_ROUND * hb;
+    auto row_of = [&](int rd, int j) { /* outside [lo, pos]: pos's row, weighted by zero */
+        const int p = rd * KD_ROUND + j;
+        const int pc = p >= lo && p <= pos ? p : pos;
+        const int bi = bsh >= 0 ? pc >> bsh : pc / bs, in = bsh >= 0 ? pc & (bs - 1) : pc % bs;
+        return bt[bi] * bs + in;
+    };
+    /* the round buffers as in k_kvq_sd: round rd in buffer (rd - r0) % ns */
+    const int ns = a.stages;
+    int nrow = 0;
+    if (tid < KD_ROUND) {
+        for (int i = 0; i < ns && r0 + i < r1; i++)
+            rows[i][tid] = row_of(r0 + i, tid);
+        if (r0 + ns < r1)
+            nrow = row_of(r0 + ns, tid);
+    }
+    __syncthreads();
+    for (int i = 0; i < ns - 1; i++) {
+        if (r0 + i < r1)
+            kd_issue<NT>(a, vw, kd_sm + i * bufsz, kd_sm + i * bufsz + kbo, rows[i], hk, hv);
+        else
+            kd_cp_commit();
+    }
+    if (warp < HG) { /* warp h: head h0 + h's q (rotated when the keys are), scaled by 2^e */
+        float v[HD / 32], mx = 0.0f;
+        const float *qr = a.q + ((size_t)t * a.n_head + h0 + warp) * HD;
+#pragma unroll
+        for (int k = 0; k < HD / 32; k++)
+            v[k] = qr[lane + 32 * k];
+        if (a.rot_k)
+            kd_rot_warp<HD>(v, lane);
+#pragma unroll
+        for (int k = 0; k < HD / 32; k++)
+            mx = fmaxf(mx, fabsf(v[k]));
+        mx = cu_warp_max(mx);
+        int e = 0;
+        if (mx > 0.0f && isfinite(mx))
+            (void)frexpf(mx, &e); /* mx = f 2^e, f in [0.5, 1): mx 2^(10 - e) in [2^9, 2^10) */
+        const float sc = ldexpf(1.0f, 10 - e);
+#pragma unroll
+        for (int k = 0; k < HD / 32; k++) { /* element lane + 32 k: group k */
+            const float y = v[k] * sc;
+            qs[warp * HD + lane + 32 * k] = y;
+            const float gs = cu_warp_sum(km_part(y, 0) + km_part(y, 1));
+            if (lane == 0)
+                qgs[warp][k] = gs;
+        }
+        if (lane == 0)
+            qiv[warp] = ldexpf(1.0f, e - 10);
+    } else if (warp < 4) {
+        if (lane < NG)
+            qgs[warp][lane] = 0.0f;
+        if (lane == 0)
+            qiv[warp] = 0.0f;
+    }
+    __syncthreads();
+    const int hh = gid & 3, part = gid >> 2;
+    const int oh0 = (2 * tig) & 3, oh1 = (2 * tig + 1) & 3; /* the heads of the lane's C columns */
+    /* B of the scores: column gid = head hh's hi (part 0) or lo part of its scaled q, dims
+     * 16 s + 4 tig + 0, 1 (register 0) and + 2, 3 (register 1) of each 16; qsum: the group
+     * sums of the lane's score columns 2 tig, 2 tig + 1 (hi columns, tig < 2; else zero);
+     * qinv: those two heads' 2^-e */
+    uint32_t qb[HD / 16][2];
+    float qsum[NG][2], qinv[2];
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ks++) {
+        float x[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            x[i] = hh < HG ? km_part(qs[hh * HD + 16 * ks + 4 * tig + i], part) : 0.0f;
+        qb[ks][0] = km_pack(x[0], x[1]);
+        qb[ks][1] = km_pack(x[2], x[3]);
+    }
+    qinv[0] = qiv[oh0], qinv[1] = qiv[oh1];
+#pragma unroll
+    for (int gi = 0; gi < NG; gi++)
+        qsum[gi][0] = tig < 2 ? qgs[oh0][gi] : 0.0f, qsum[gi][1] = tig < 2 ? qgs[oh1][gi] : 0.0f;
+    float o[HD / 16][4]; /* the values' C: m-tile 2 g + u, rows gid / gid + 8 */
+#pragma unroll
+    for (int i = 0; i < HD / 16; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float mt[NG]; /* sum p (m - 1024 d) of the lane's positions, head gid % 4, per group */
+#pragma unroll
+    for (int i = 0; i < NG; i++)
+        mt[i] = 0.0f;
+    float hm = -INFINITY, hl = 0.0f; /* head hh's running max, the lane's part of its sum */
+    int buf = 0;
+    for (int rd = r0; rd < r1; rd++, buf = buf + 1 == ns ? 0 : buf + 1) {
+        kd_cp_wait_ahead(ns - 2);
+        __syncthreads();
+        const uint8_t *kb = kd_sm + buf * bufsz, *vb = kb + kbo;
+        const int pb = buf == 0 ? ns - 1 : buf - 1;
+        if (rd + ns - 1 < r1) {
+            uint8_t *nb = kd_sm + pb * bufsz;
+            kd_issue<NT>(a, vw, nb, nb + kbo, rows[pb], hk, hv);
+        } else {
+            kd_cp_commit();
+        }
+        if (rd + ns < r1 && tid < KD_ROUND) {
+            rows[buf][tid] = nrow;
+            if (rd + ns + 1 < r1)
+                nrow = row_of(rd + ns + 1, tid);
+        }
+        const int j0 = warp * KM_WP;
+        /* ---- scores: rows gid, gid + 8 of the warp's 16 positions ---- */
+        const uint8_t *ka = kb + (j0 + gid) * hb, *kc8 = kb + (j0 + gid + 8) * hb;
+        float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* (gid, 2tig) (gid, 2tig+1) (gid+8, ..) */
+#pragma unroll
+        for (int gi = 0; gi < NG; gi++) {
+            float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                const int off = gi * KM_GB + 4 + 16 * s + 4 * tig;
+                const uint32_t w0 = *(const uint32_t *)(ka + off), w1 = *(const uint32_t *)(kc8 + off);
+                km_mma(c, km_c2hc(w0, 0x4140), km_c2hc(w1, 0x4140), km_c2hc(w0, 0x4342),
+                       km_c2hc(w1, 0x4342), qb[2 * gi + s][0], qb[2 * gi + s][1]);
+            }
+            const uint32_t x0 = *(const uint32_t *)(ka + gi * KM_GB);
+            const uint32_t x1 = *(const uint32_t *)(kc8 + gi * KM_GB);
+            const float2 dm0 = __half22float2(*(const __half2 *)&x0);
+            const float2 dm1 = __half22float2(*(const __half2 *)&x1);
+            const float mm0 = fmaf(128.0f, dm0.x, dm0.y), mm1 = fmaf(128.0f, dm1.x, dm1.y);
+            s4[0] = fmaf(dm0.x, c[0], fmaf(mm0, qsum[gi][0], s4[0]));
+            s4[1] = fmaf(dm0.x, c[1], fmaf(mm0, qsum[gi][1], s4[1]));
+            s4[2] = fmaf(dm1.x, c[2], fmaf(mm1, qsum[gi][0], s4[2]));
+            s4[3] = fmaf(dm1.x, c[3], fmaf(mm1, qsum[gi][1], s4[3]));
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            s4[i] += __shfl_xor_sync(0xffffffffu, s4[i], 2); /* hi + lo columns */
+        if (tig < 2) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int h = 2 * tig + (i & 1), j = gid + 8 * (i >> 1);
+                const int p = rd * KD_ROUND + j0 + j;
+                float x = s4[i] * qinv[i & 1] * a.scale;
+                if (a.softcap > 0.0f)
+                    x = a.softcap * tanhf(x / a.softcap);
+                ssc[warp][h][j] = p >= lo && p <= pos ? x : -INFINITY;
+            }
+        }
+        __syncwarp();
+        /* ---- the warp's online softmax: lane = head hh, positions 2tig, 2tig+1, +8, +9 ---- */
+        float sv[4], pv[4];
+        const float2 sa = *(const float2 *)&ssc[warp][hh][2 * tig];
+        const float2 sb = *(const float2 *)&ssc[warp][hh][2 * tig + 8];
+        sv[0] = sa.x, sv[1] = sa.y, sv[2] = sb.x, sv[3] = sb.y;
+        __syncwarp(); /* (read before the next round's scores are written) */
+        float rmax = fmaxf(fmaxf(sv[0], sv[1]), fmaxf(sv[2], sv[3]));
+        rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 1));
+        rmax = fmaxf(rmax, __shfl_xor_sync(0xffffffffu, rmax, 2));
+        const float mn = fmaxf(hm, rmax);
+        float f = 1.0f;
+        if (mn != -INFINITY && hh < HG) {
+            f = expf(hm - mn);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                pv[i] = expf(sv[i] - mn);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                pv[i] = 0.0f;
+        }
+        hm = hh < HG ? mn : hm;
+        hl = fmaf(hl, f, (pv[0] + pv[1]) + (pv[2] + pv[3]));
+        if (f != 1.0f) {
+#pragma unroll
+            for (int i = 0; i < NG; i++)
+                mt[i] *= f;
+        }
+        const float f0 = __shfl_sync(0xffffffffu, f, 4 * oh0);
+        const float f1 = __shfl_sync(0xffffffffu, f, 4 * oh1);
+        if (f0 != 1.0f || f1 != 1.0f) {
+#pragma unroll
+            for (int i = 0; i < HD / 16; i++)
+                o[i][0] *= f0, o[i][1] *= f1, o[i][2] *= f0, o[i][3] *= f1;
+        }
+        /* ---- values: per group, B = 64 p d (hi / lo), A = 1024 + codes ---- */
+        const uint8_t *v0 = vb + (j0 + 2 * tig) * hb, *v1 = v0 + hb;
+        const uint8_t *v2 = vb + (j0 + 2 * tig + 8) * hb, *v3 = v2 + hb;
+#pragma unroll
+        for (int gi = 0; gi < NG; gi++) {
+            const int ho = gi * KM_GB;
+            const uint32_t x0 = *(const uint32_t *)(v0 + ho), x1 = *(const uint32_t *)(v1 + ho);
+            const uint32_t x2 = *(const uint32_t *)(v2 + ho), x3 = *(const uint32_t *)(v3 + ho);
+            const float2 e0 = __half22float2(*(const __half2 *)&x0);
+            const float2 e1 = __half22float2(*(const __half2 *)&x1);
+            const float2 e2 = __half22float2(*(const __half2 *)&x2);
+            const float2 e3 = __half22float2(*(const __half2 *)&x3);
+            const float y0 = pv[0] * e0.x * KM_SA, y1 = pv[1] * e1.x * KM_SA;
+            const float y2 = pv[2] * e2.x * KM_SA, y3 = pv[3] * e3.x * KM_SA;
+            const uint32_t b0 = km_pack(km_part(y0, part), km_part(y1, part));
+            const uint32_t b1 = km_pack(km_part(y2, part), km_part(y3, part));
+            mt[gi] = fmaf(pv[0], fmaf(-1024.0f, e0.x, e0.y), mt[gi]);
+            mt[gi] = fmaf(pv[1], fmaf(-1024.0f, e1.x, e1.y), mt[gi]);
+            mt[gi] = fmaf(pv[2], fmaf(-1024.0f, e2.x, e2.y), mt[gi]);
+            mt[gi] = fmaf(pv[3], fmaf(-1024.0f, e3.x, e3.y), mt[gi]);
+            const int co = ho + 4 + 4 * gid;
+            const uint32_t w0 = *(const uint32_t *)(v0 + co), w1 = *(const uint32_t *)(v1 + co);
+            const uint32_t w2 = *(const uint32_t *)(v2 + co), w3 = *(const uint32_t *)(v3 + co);
+            const uint32_t t01a = __byte_perm(w0, w1, 0x5140), t23a = __byte_perm(w0, w1, 0x7362);
+            const uint32_t t01b = __byte_perm(w2, w3, 0x5140), t23b = __byte_perm(w2, w3, 0x7362);
+            km_mma(o[2 * gi], km_c2h(t01a, 0x4140), km_c2h(t01a, 0x4342), km_c2h(t01b, 0x4140),
+                   km_c2h(t01b, 0x4342), b0, b1);
+            km_mma(o[2 * gi + 1], km_c2h(t23a, 0x4140), km_c2h(t23a, 0x4342), km_c2h(t23b, 0x4140),
+                   km_c2h(t23b, 0x4342), b0, b1);
+        }
+    }
+    /* ---- the warp's result: hi + lo, sums over the lanes, the min terms ---- */
+#pragma unroll
+    for (int i = 0; i < HD / 16; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            o[i][k] += __shfl_xor_sync(0xffffffffu, o[i][k], 2);
+    hl += __shfl_xor_sync(0xffffffffu, hl, 1);
+    hl += __shfl_xor_sync(0xffffffffu, hl, 2);
+#pragma unroll
+    for (int i = 0; i < NG; i++) {
+        mt[i] += __shfl_xor_sync(0xffffffffu, mt[i], 1);
+        mt[i] += __shfl_xor_sync(0xffffffffu, mt[i], 2);
+    }
+    __syncthreads(); /* every warp is done with the buffers: they hold the warps' outputs */
+    float *wo = (float *)kd_sm; /* (NW, HG, HD) */
+    if (tig == 0 && part == 0 && hh < HG)
+        wml[warp][0][hh] = hm, wml[warp][1][hh] = hl;
+#pragma unroll
+    for (int gi = 0; gi < NG; gi++) {
+        const float m0 = __shfl_sync(0xffffffffu, mt[gi], 4 * oh0);
+        const float m1 = __shfl_sync(0xffffffffu, mt[gi], 4 * oh1);
+        if (tig < 2) {
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int d0 = 32 * gi + 4 * gid + 2 * u;
+                const float *c = o[2 * gi + u];
+                if (oh0 < HG) {
+                    wo[((size_t)warp * HG + oh0) * HD + d0] = fmaf(c[0], 1.0f / KM_SA, m0);
+                    wo[((size_t)warp * HG + oh0) * HD + d0 + 1] = fmaf(c[2], 1.0f / KM_SA, m0);
+                }
+                if (oh1 < HG) {
+                    wo[((size_t)warp * HG + oh1) * HD + d0] = fmaf(c[1], 1.0f / KM_SA, m1);
+                    wo[((size_t)warp * HG + oh1) * HD + d0 + 1] = fmaf(c[3], 1.0f / KM_SA, m1);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    /* ---- the block's result: the warps merged in order ---- */
+    for (int i = tid; i < HG * HD; i += NT) {
+        const int h = i / HD, d = i % HD;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NW; w++)
+            if (wml[w][1][h] > 0.0f)
+                mx = fmaxf(mx, wml[w][0][h]);
+        float L = 0.0f, acc = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NW; w++)
+            if (wml[w][1][h] > 0.0f) {
+                const float fw = expf(wml[w][0][h] - mx);
+                L = fmaf(fw, wml[w][1][h], L);
+                acc = fmaf(fw, wo[((size_t)w * HG + h) * HD + d], acc);
+            }
+        if (n == 1) {
+            qs[i] = L > 0.0f ? acc * (1.0f / L) : 0.0f;
+        } else {
+            const size_t pr = ((size_t)t * a.n_head + h0 + h) * a.maxs + z;
+            a.part[pr * HD + d] = acc;
+            if (d == 0)
+                a.ml[pr] = make_float2(mx, L);
+        }
+    }
+    if (n > 1)
+        return;
+    if (a.rot_v)
+        kq_rotate_rows(qs, HG, HD, 1);
+    else
+        __syncthreads();
+    for (int i = tid; i < HG * HD; i += NT)
+        orow[i] = qs[i];
+}
+
+#endif
