@@ -11,6 +11,9 @@ set -eu
 BD=${1:-build-gpu}
 G=${2:-$BD/gpubin}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# (built here: cinfer_kvq_bench is not in the default target, and a stale copy would measure
+# old code under new variables)
+cmake --build "$BD" -j2 --target test_kvq_cuda test_engine_kvq cinfer cinfer_kvq_bench > /dev/null
 rm -rf "$G"
 mkdir -p "$G/fixtures" "$G/lib" "$G/src/bench/kv_quant" "$G/src/bench/gpu"
 for b in test_kvq_cuda test_engine_kvq cinfer cinfer_kvq_bench; do

@@ -21,8 +21,10 @@
  *   against the CPU within tolerance, and the fused cases alone and with both fused
  *   switches against the default path within 1e-4 of its scale (caches byte for byte), the
  *   tc launches counted.
- * - CINFER_KVQ_DEC=mma (k_kvq_mm: both products on the tensor cores, 8-bit K and V): the
- *   cases above against the CPU within tolerance, its launches counted.
+ * - k_kvq_mm (both products on the tensor cores; the default for 8-bit K and V): the cases
+ *   above against the CPU within tolerance, its launches counted; CINFER_KVQ_DEC=sd (k_kvq_sd
+ *   for every case) against the CPU, none on k_kvq_mm. The fused-switch comparisons below
+ *   run with CINFER_KVQ_DEC=sd (their reference is k_kvq_sd).
  * - CINFER_KVQ_STAGES=3 / 4 (deeper cp.async pipelines), alone and with both fused switches,
  *   against the default path bit for bit, at the default 32 splits and at
  *   CINFER_KVQ_SPLITS=2 (against a 2-split reference: up to 32 rounds a split, the buffer
@@ -793,7 +795,7 @@ static int fz_reopen_env(const char *bn, struct be_config *bc, const char *merge
 {
     struct cerr e = {0};
     be_free(g_dev);
-    env_switch("CINFER_KVQ_DEC", dec);
+    env_switch("CINFER_KVQ_DEC", dec ? dec : "sd"); /* (the reference: k_kvq_sd) */
     env_switch("CINFER_KVQ_MERGE", merge);
     env_switch("CINFER_KVQ_STORE", store);
     env_switch("CINFER_KVQ_STAGES", stages);
@@ -880,6 +882,13 @@ int main(void)
     RUN(test_other_geometries);
     RUN(test_long_invariant);
     RUN(test_rope_store);
+#ifdef CINFER_HAVE_CUDA
+    if (!strcmp(bn, "cuda") && !getenv("CINFER_KVQ_DEC") && !getenv("CINFER_KVQ_ATTN")) {
+        /* 8-bit K and V ran on k_kvq_mm by default */
+        printf("default: %lld decode launches on k_kvq_mm\n", (long long)be_cuda_kvq_mma(g_dev));
+        CHECK_MSG(be_cuda_kvq_mma(g_dev) > 0, "the default decode path never ran k_kvq_mm");
+    }
+#endif
     if (both && !getenv("CINFER_KVQ_MERGE") && !getenv("CINFER_KVQ_STORE") &&
         !getenv("CINFER_KVQ_STAGES") && !getenv("CINFER_KVQ_SOFT") &&
         !getenv("CINFER_KVQ_SPLITS")) {
@@ -954,13 +963,11 @@ int main(void)
             return harness_done();
         printf("CINFER_KVQ_DEC=tc: %lld decode launches on the tensor cores\n", (long long)n);
         CHECK_MSG(n > 0, "CINFER_KVQ_DEC=tc: no decode launch used the tensor cores");
-        /* and both products on the tensor cores (CINFER_KVQ_DEC=mma: 8-bit K and V, head_dim
-         * 64 / 128; the other cases run the default decode kernel) against the CPU */
-        setenv("CINFER_KVQ_DEC", "mma", 1);
-        if (dev_suite(bn, &bc, "CINFER_KVQ_DEC=mma", CNT_MMA, &n))
+        /* and k_kvq_sd for every case (CINFER_KVQ_DEC=sd: none on k_kvq_mm) against the CPU */
+        setenv("CINFER_KVQ_DEC", "sd", 1);
+        if (dev_suite(bn, &bc, "CINFER_KVQ_DEC=sd", CNT_MMA, &n))
             return harness_done();
-        printf("CINFER_KVQ_DEC=mma: %lld decode launches on k_kvq_mm\n", (long long)n);
-        CHECK_MSG(n > 0, "CINFER_KVQ_DEC=mma: no decode launch ran k_kvq_mm");
+        CHECK_MSG(n == 0, "CINFER_KVQ_DEC=sd: %lld launches on k_kvq_mm", (long long)n);
         unsetenv("CINFER_KVQ_DEC");
         /* and the lean softmax with the deepest pipeline (CINFER_KVQ_SOFT=lean,
          * CINFER_KVQ_STAGES=4; head_dim 256's buffers fall back to fewer) against the CPU */

@@ -66,10 +66,11 @@ static struct {
     int on, target, nt, smem_lim; /* smem_lim: the dynamic shared memory any instance may take */
     int fmerge, fstore;           /* CINFER_KVQ_MERGE=fused, CINFER_KVQ_STORE=attn */
     int tc;                       /* CINFER_KVQ_DEC=tc: the keys' scores on the tensor cores */
-    int mma;                      /* CINFER_KVQ_DEC=mma: k_kvq_mm (cuda_kvq_mma.cuh) */
+    int mma;                      /* k_kvq_mm (cuda_kvq_mma.cuh) where it applies; off with
+                                   * CINFER_KVQ_DEC=sd or tc */
     int stages;                   /* CINFER_KVQ_STAGES: round buffers (2 .. KD_MAX_STAGES) */
     int soft;                     /* CINFER_KVQ_SOFT: KS_LEAN or KS_ONE (the SL instances) */
-} g_kd = {1, KD_TARGET, 256, 0, 0, 0, 0, 0, 2, KS_DEF};
+} g_kd = {1, KD_TARGET, 256, 0, 0, 0, 0, 1, 2, KS_DEF};
 
 /* FU: an instance that may also merge its splits (a.fmerge) and store the new token
  * (a.fstore); 0 is the default path, bit for bit. SL: the online softmax, KS_DEF (the
@@ -556,7 +557,7 @@ static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt, int fu, in
     return hd == 64 ? kd_pick_hg<64, 256, 0>(hg, kc, vc) : kd_pick_hg<128, 256, 0>(hg, kc, vc);
 }
 
-/* k_kvq_mm (CINFER_KVQ_DEC=mma) of head_dim 64 / 128 and hg 1 / 2 / 4 */
+/* k_kvq_mm (the default where it applies) of head_dim 64 / 128 and hg 1 / 2 / 4 */
 static kd_kernel km_kernel_of(int hd, int hg)
 {
     if (hd == 64)
@@ -598,8 +599,10 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
     }
     g_kd.fmerge = mg && !strcmp(mg, "fused");
     g_kd.fstore = so && !strcmp(so, "attn");
+    /* CINFER_KVQ_DEC: unset or "mma", k_kvq_mm where it applies; "sd", k_kvq_sd for every
+     * case; "tc", k_kvq_sd with the keys' scores on the tensor cores */
     g_kd.tc = dc && !strcmp(dc, "tc");
-    g_kd.mma = dc && !strcmp(dc, "mma");
+    g_kd.mma = !(dc && (!strcmp(dc, "tc") || !strcmp(dc, "sd")));
     g_kd.nt = nt && !strcmp(nt, "128") ? 128 : 256;
     g_kd.target = KD_TARGET;
     if (sp) {
@@ -717,7 +720,8 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
     const int mma = g_kd.mma && !r && !g_kd.fmerge && (hd == 64 || hd == 128) && G == 32 &&
                     kd_class(s[0], 0) == KC_A8 && kd_class(s[1], 1) == KC_A8 &&
                     s[0].hdr == 4 && s[1].hdr == 4 && s[0].gb == KM_GB && s[1].gb == KM_GB &&
-                    s[0].hb == hd / 32 * KM_GB && s[1].hb == s[0].hb;
+                    s[0].hb == hd / 32 * KM_GB && s[1].hb == s[0].hb &&
+                    vw == (km_piece(s[0].hb) | km_piece(s[0].hb) << 8);
     const int nt = mma ? KM_NT : kd_nt_of(hd, g_kd.nt);
     const int rounds = (int)((cap + KD_ROUND - 1) / KD_ROUND);
     const int maxs = g_kd.target < rounds ? g_kd.target : rounds;

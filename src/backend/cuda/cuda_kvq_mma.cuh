@@ -75,10 +75,25 @@ __device__ __forceinline__ float km_part(float x, int part)
     return part ? x - h : h;
 }
 
+/* the widest copy piece a record of hb bytes allows (the host checks the caches' bases) */
+__host__ __device__ constexpr int km_piece(int hb) { return hb % 16 == 0 ? 16 : hb % 8 == 0 ? 8 : 4; }
+
+/* One round's K and V records into the buffer at dst (V's 64 records after K's): kd_issue
+ * with the record size and piece width fixed at compile time (no run-time division). */
+template <int W, int NT, int HB>
+__device__ __forceinline__ void km_issue(const kd_args &a, uint8_t *dst, const int *rows,
+                                         size_t hk, size_t hv)
+{
+    kd_issue_side<W, NT>(dst, a.kc, a.s[0].rb, hk, HB, rows);
+    kd_issue_side<W, NT>(dst + KD_ROUND * HB, a.vc, a.s[1].rb, hv, HB, rows);
+    kd_cp_commit();
+}
+
 template <int HD, int HG>
-__global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int vw)
+__global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
 {
     constexpr int NT = KM_NT, NG = HD / 32, NW = NT / 32;
+    constexpr int HB = NG * KM_GB, KW = km_piece(HB); /* a record's bytes, the copies' width */
     static_assert(HD == 64 || HD == 128, "head_dim 64 / 128");
     static_assert(HG >= 1 && HG <= 4 && NW * KM_WP == KD_ROUND, "layout");
     extern __shared__ __align__(16) uint8_t kd_sm[];
@@ -108,9 +123,10 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int vw)
     const int last = pos / KD_ROUND + 1, r0 = rb + z * per;
     const int r1 = rb + (z + 1) * per < last ? rb + (z + 1) * per : last;
     const int32_t *bt = a.bt + (size_t)sq * a.max_blocks;
-    const int bs = a.block_size, bsh = a.bs_shift, hb = a.s[0].hb;
-    const size_t hk = (size_t)g * a.s[0].hb, hv = (size_t)g * a.s[1].hb;
-    const size_t bufsz = ((size_t)KD_ROUND * (a.s[0].hb + a.s[1].hb) + 32) & ~(size_t)15;
+    const int bs = a.block_size, bsh = a.bs_shift;
+    constexpr int hb = HB;
+    const size_t hk = (size_t)g * HB, hv = (size_t)g * HB;
+    constexpr size_t bufsz = ((size_t)KD_ROUND * 2 * HB + 32) & ~(size_t)15;
     const int kbo = KD_ROUND * hb;
     auto row_of = [&](int rd, int j) { /* outside [lo, pos]: pos's row, weighted by zero */
         const int p = rd * KD_ROUND + j;
@@ -130,7 +146,7 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int vw)
     __syncthreads();
     for (int i = 0; i < ns - 1; i++) {
         if (r0 + i < r1)
-            kd_issue<NT>(a, vw, kd_sm + i * bufsz, kd_sm + i * bufsz + kbo, rows[i], hk, hv);
+            km_issue<KW, NT, HB>(a, kd_sm + i * bufsz, rows[i], hk, hv);
         else
             kd_cp_commit();
     }
@@ -205,7 +221,7 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int vw)
         const int pb = buf == 0 ? ns - 1 : buf - 1;
         if (rd + ns - 1 < r1) {
             uint8_t *nb = kd_sm + pb * bufsz;
-            kd_issue<NT>(a, vw, nb, nb + kbo, rows[pb], hk, hv);
+            km_issue<KW, NT, HB>(a, nb, rows[pb], hk, hv);
         } else {
             kd_cp_commit();
         }
