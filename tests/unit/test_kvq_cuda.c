@@ -799,7 +799,7 @@ static int fz_reopen_env(const char *bn, struct be_config *bc, const char *merge
     env_switch("CINFER_KVQ_MERGE", merge);
     env_switch("CINFER_KVQ_STORE", store);
     env_switch("CINFER_KVQ_STAGES", stages);
-    env_switch("CINFER_KVQ_SOFT", soft);
+    env_switch("CINFER_KVQ_SOFT", soft ? soft : "warp"); /* (the reference: every warp's) */
     env_switch("CINFER_KVQ_SPLITS", splits);
     g_dev = be_new(bn, bc, &e);
     CHECK_MSG(g_dev != NULL, "%s", e.msg);

@@ -70,7 +70,7 @@ static struct {
                                    * CINFER_KVQ_DEC=sd or tc */
     int stages;                   /* CINFER_KVQ_STAGES: round buffers (2 .. KD_MAX_STAGES) */
     int soft;                     /* CINFER_KVQ_SOFT: KS_LEAN or KS_ONE (the SL instances) */
-} g_kd = {1, KD_TARGET, 256, 0, 0, 0, 0, 1, 2, KS_DEF};
+} g_kd = {1, KD_TARGET, 256, 0, 0, 0, 0, 1, 2, KS_ONE};
 
 /* FU: an instance that may also merge its splits (a.fmerge) and store the new token
  * (a.fstore); 0 is the default path, bit for bit. SL: the online softmax, KS_DEF (the
@@ -587,10 +587,12 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
     const char *so = getenv("CINFER_KVQ_STORE"), *dc = getenv("CINFER_KVQ_DEC");
     const char *stg = getenv("CINFER_KVQ_STAGES"), *sm = getenv("CINFER_KVQ_SOFT");
     g_kd.on = !(m && !strcmp(m, "general"));
-    g_kd.soft = !sm                   ? KS_DEF
+    /* CINFER_KVQ_SOFT: unset or "one", one warp a head's softmax (the default since session
+     * 12: the bits of "warp", every warp running every head's); "lean"; "warp" */
+    g_kd.soft = !sm                   ? KS_ONE
                 : !strcmp(sm, "lean") ? KS_LEAN
-                : !strcmp(sm, "one")  ? KS_ONE
-                                      : KS_DEF;
+                : !strcmp(sm, "warp") ? KS_DEF
+                                      : KS_ONE;
     g_kd.stages = 2;
     if (stg) {
         const long v = strtol(stg, NULL, 10);
