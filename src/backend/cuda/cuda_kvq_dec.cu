@@ -125,8 +125,8 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
             orow[i] = 0.0f;
     if (z >= n)
         return;
-    const int last = pos / KD_ROUND + 1, r0 = rb + z * per;
-    const int r1 = rb + (z + 1) * per < last ? rb + (z + 1) * per : last;
+    int r0 = 0, r1 = 0;
+    kd_rounds(pos, rb, per, z, &r0, &r1);
     const int32_t *bt = a.bt + (size_t)sq * a.max_blocks;
     const int bs = a.block_size, bsh = a.bs_shift;
     const size_t hk = (size_t)g * a.s[0].hb, hv = (size_t)g * a.s[1].hb;
@@ -135,23 +135,13 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
     /* row of round rd's position j: a position outside [lo, pos] reads pos's row (finite
      * bytes, weighted by zero; FU: one before lo reads lo's, stored before the step, since
      * pos's may be being written by another block) */
-    auto row_of = [&](int rd, int j) {
-        const int p = rd * KD_ROUND + j;
-        const int pc = p >= lo && p <= pos ? p : FU && p < lo ? lo : pos;
-        const int bi = bsh >= 0 ? pc >> bsh : pc / bs, in = bsh >= 0 ? pc & (bs - 1) : pc % bs;
-        return bt[bi] * bs + in;
-    };
+    auto row_of = [&](int rd, int j) { return kd_row(bt, bs, bsh, lo, pos, rd, j, FU); };
     /* ns round buffers: round rd in buffer (rd - r0) % ns, its rows in rows[] of the same
      * index; rounds rd + 1 .. rd + ns - 1 stream in while rd is computed. One commit group a
      * round, empty past r1, so round rd's is always followed by ns - 2 at its wait. */
     const int ns = a.stages;
-    int nrow = 0; /* tid < 64: the row of round rd + ns's position tid, loaded a round early */
-    if (tid < KD_ROUND) {
-        for (int i = 0; i < ns && r0 + i < r1; i++)
-            rows[i][tid] = row_of(r0 + i, tid);
-        if (r0 + ns < r1)
-            nrow = row_of(r0 + ns, tid);
-    }
+    /* tid < 64: the row of round rd + ns's position tid, loaded a round early */
+    int nrow = kd_prime_rows(rows, ns, r0, r1, tid, row_of);
     __syncthreads();
     for (int i = 0; i < ns - 1; i++) { /* rounds r0 .. r0 + ns - 2 into buffers 0 .. ns - 2 */
         if (r0 + i < r1)

@@ -93,6 +93,45 @@ __device__ __forceinline__ void kd_rot_warp(float *v, int lane)
         v[k] *= sc;
 }
 
+/* ---- a split's positions and their cache rows ---- */
+
+/* Split z's rounds [*r0, *r1) of a token at pos (cu_dec_splits' first round rb, per rounds a
+ * split; the last split ends at pos's round). */
+__device__ __forceinline__ void kd_rounds(int pos, int rb, int per, int z, int *r0, int *r1)
+{
+    const int last = pos / KD_ROUND + 1;
+    *r0 = rb + z * per;
+    *r1 = rb + (z + 1) * per < last ? rb + (z + 1) * per : last;
+}
+
+/* The cache row of round rd's position j, for a token at pos attending from lo (block table
+ * bt, block_size bs, bsh its log2 or -1): a position outside [lo, pos] reads pos's row (finite
+ * bytes, weighted by zero), or with below_lo one before lo reads lo's. */
+__device__ __forceinline__ int kd_row(const int32_t *bt, int bs, int bsh, int lo, int pos, int rd,
+                                      int j, bool below_lo)
+{
+    const int p = rd * KD_ROUND + j;
+    const int pc = p >= lo && p <= pos ? p : below_lo && p < lo ? lo : pos;
+    const int bi = bsh >= 0 ? pc >> bsh : pc / bs, in = bsh >= 0 ? pc & (bs - 1) : pc % bs;
+    return bt[bi] * bs + in;
+}
+
+/* Thread tid < KD_ROUND: the rows of the first ns rounds of [r0, r1) into rows[0 .. ns), and
+ * the row of round r0 + ns's position tid returned (loaded a round early after that). */
+template <class RowOf>
+__device__ __forceinline__ int kd_prime_rows(int (*rows)[KD_ROUND], int ns, int r0, int r1,
+                                             int tid, RowOf row_of)
+{
+    int nrow = 0;
+    if (tid < KD_ROUND) {
+        for (int i = 0; i < ns && r0 + i < r1; i++)
+            rows[i][tid] = row_of(r0 + i, tid);
+        if (r0 + ns < r1)
+            nrow = row_of(r0 + ns, tid);
+    }
+    return nrow;
+}
+
 /* ---- cp.async (sm_80+; a plain copy before) ---- */
 
 template <int W>

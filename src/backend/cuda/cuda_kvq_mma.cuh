@@ -120,29 +120,18 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
             orow[i] = 0.0f;
     if (z >= n)
         return;
-    const int last = pos / KD_ROUND + 1, r0 = rb + z * per;
-    const int r1 = rb + (z + 1) * per < last ? rb + (z + 1) * per : last;
+    int r0 = 0, r1 = 0;
+    kd_rounds(pos, rb, per, z, &r0, &r1);
     const int32_t *bt = a.bt + (size_t)sq * a.max_blocks;
     const int bs = a.block_size, bsh = a.bs_shift;
     constexpr int hb = HB;
     const size_t hk = (size_t)g * HB, hv = (size_t)g * HB;
     constexpr size_t bufsz = ((size_t)KD_ROUND * 2 * HB + 32) & ~(size_t)15;
     const int kbo = KD_ROUND * hb;
-    auto row_of = [&](int rd, int j) { /* outside [lo, pos]: pos's row, weighted by zero */
-        const int p = rd * KD_ROUND + j;
-        const int pc = p >= lo && p <= pos ? p : pos;
-        const int bi = bsh >= 0 ? pc >> bsh : pc / bs, in = bsh >= 0 ? pc & (bs - 1) : pc % bs;
-        return bt[bi] * bs + in;
-    };
+    auto row_of = [&](int rd, int j) { return kd_row(bt, bs, bsh, lo, pos, rd, j, false); };
     /* the round buffers as in k_kvq_sd: round rd in buffer (rd - r0) % ns */
     const int ns = a.stages;
-    int nrow = 0;
-    if (tid < KD_ROUND) {
-        for (int i = 0; i < ns && r0 + i < r1; i++)
-            rows[i][tid] = row_of(r0 + i, tid);
-        if (r0 + ns < r1)
-            nrow = row_of(r0 + ns, tid);
-    }
+    int nrow = kd_prime_rows(rows, ns, r0, r1, tid, row_of);
     __syncthreads();
     for (int i = 0; i < ns - 1; i++) {
         if (r0 + i < r1)
