@@ -157,7 +157,7 @@ if want bench; then
         # (the bench's setup stores 16384 synthetic rows per layer through k_kvq_store in
         # 2048 launches before the first step: the decode's rope + store (k_kvq_rope_store)
         # is profiled after skipping them)
-        for pr in ${NCU_SET:-split:k_kvq_sd:0 general:k_kvq_attn|k_kvq_merge:0 split:k_attn_dec:0 split:k_kvq_rope_store|k_kvq_store:2048}; do
+        for pr in ${NCU_SET:-split:k_kvq_mm|k_kvq_sd:0 general:k_kvq_attn|k_kvq_merge:0 split:k_attn_dec:0 split:k_kvq_rope_store|k_kvq_store:2048}; do
             km=${pr%%:*} kn=${pr#*:} sk=${pr##*:}
             kn=${kn%:*}
             fn=$(printf %s "${km}_$kn" | tr -c 'A-Za-z0-9_' '_')
