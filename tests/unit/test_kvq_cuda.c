@@ -4,7 +4,7 @@
  * - attention over the same quantized blocks (the CPU's bytes uploaded) agrees with the CPU
  *   kernel within 1e-4 of the output's scale: decode steps (split mode with the merge), a
  *   few tokens of one sequence in a step, and a prefill step of more than 64 tokens (the
- *   tiled mode), GQA 2:1 and 6:1, head_dim 64 / 128 / 256 and 80 (groups of 16, no
+ *   tiled mode), GQA 2:1, 3:1 and 6:1, head_dim 64 / 128 / 256 and 80 (groups of 16, no
  *   rotation), a sliding window, a softcap.
  * - rope_kv_store on a quantized cache (CUDA: one launch, cuda_kvq.cu) gives the bits of
  *   rope(q), rope(k) and kv_store(k, v);
@@ -251,6 +251,7 @@ static void test_other_geometries(void)
 {
     const struct geom gs[] = {
         {64, 4, 8, 0.0f, 0},    /* l1b-like head_dim, GQA 2:1 */
+        {64, 3, 9, 0.0f, 0},    /* SmolLM2-135M's shape: 3 heads a KV head (groups of 1) */
         {256, 1, 4, 30.0f, 0},  /* the widest heads, a softcap */
         {128, 2, 4, 0.0f, 100}, /* a sliding window */
     };

@@ -6,12 +6,15 @@ gid + 8; columns 2 tig (+1) and + 8; B rows 2 tig (+1) and + 8, column gid; C ro
 gid + 8, columns 2 tig, 2 tig + 1), products in float64. The scores and the output against a
 direct dequantized reference: exit 0 when both agree within 1e-6. PLANT 1..3 plants a
 mistake (a wrong selector, a wrong lane for the other half, a wrong group header): it must
-fail (exit 1). HD 128, 4 heads a group, 16 positions."""
+fail (exit 1). HG (heads a group: 1, 2 or 4, default 4) and HD (64 or 128, default 128) are the
+second and third arguments; 16 positions."""
 import sys
 import numpy as np
 PLANT = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 rng=np.random.default_rng(1)
-HD=128; NG=HD//32; GB=36; HB=NG*GB; HG=4
+HG = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+HD = int(sys.argv[3]) if len(sys.argv) > 3 else 128
+NG=HD//32; GB=36; HB=NG*GB
 def bp(x,y,s):
     src=[(x>>(8*i))&255 for i in range(4)]+[(y>>(8*i))&255 for i in range(4)]
     return sum(src[(s>>(4*i))&7]<<(8*i) for i in range(4))
@@ -91,12 +94,12 @@ for l in lanes:
         for i in range(4):
             h=2*t+(i&1); j=g+8*(i>>1); ssc[h][j]=full[l][i]*qinv[l][i&1]
 ref=np.array([[q[h]@K[j][1] for j in range(16)] for h in range(HG)])
-es=np.abs(ssc-ref).max()/np.abs(ref).max()
+es=np.abs(ssc[:HG]-ref).max()/np.abs(ref).max()
 print('scores: max error %.3g of the largest' % es)
 # softmax (one round) and values
 Pm=np.exp(ref-ref.max(axis=1,keepdims=True))
 o=[[[0.0]*4 for _ in range(HD//16)] for l in lanes]; mt=[[0.0]*NG for l in lanes]
-pv=[[Pm[(l>>2)&3][j] for j in [2*(l&3),2*(l&3)+1,2*(l&3)+8,2*(l&3)+9]] for l in lanes]
+pv=[[Pm[(l>>2)&3][j] if ((l>>2)&3)<HG else 0.0 for j in [2*(l&3),2*(l&3)+1,2*(l&3)+8,2*(l&3)+9]] for l in lanes]
 for gi in range(NG):
     A0=[];A1=[];B=[]
     for l in lanes:
@@ -122,8 +125,8 @@ for l in lanes:
             m0=mtr[4*oh0][gi]; m1=mtr[4*oh1][gi]
             for u in range(2):
                 d0=32*gi+4*g+2*u; c=oo[l][2*gi+u]
-                wo[oh0][d0]=c[0]/64+m0; wo[oh0][d0+1]=c[2]/64+m0
-                wo[oh1][d0]=c[1]/64+m1; wo[oh1][d0+1]=c[3]/64+m1
+                if oh0<HG: wo[oh0][d0]=c[0]/64+m0; wo[oh0][d0+1]=c[2]/64+m0
+                if oh1<HG: wo[oh1][d0]=c[1]/64+m1; wo[oh1][d0+1]=c[3]/64+m1
 vref=Pm@np.array([V[j][1] for j in range(16)])
 ev=np.abs(wo-vref).max()/np.abs(vref).max()
 print('output: max error %.3g of the largest' % ev)
