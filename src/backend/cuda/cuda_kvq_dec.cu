@@ -1,5 +1,8 @@
 /* cuda_kvq_dec.cu — decode-step attention over quantized KV blocks (steps of <= 64 tokens:
  * batch-1 and small-batch decode, verify), built to stream the blocks at memory bandwidth.
+ * Two kernels: k_kvq_mm (cuda_kvq_mma.cuh: both products on the tensor cores) for 8-bit
+ * affine K and V in groups of 32 at head_dim 64 / 128 by default, and k_kvq_sd, described
+ * here, for everything else (and for every case with CINFER_KVQ_DEC=sd or tc).
  *
  * The layout of cuda_attn_dec.cu (the f16 decode kernel): a block serves one token, one KV
  * head and HG (<= 4) of its query heads over one split of the token's positions; positions
@@ -707,19 +710,18 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
     const int hg = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1, nsub = group / hg;
     if ((long long)a->n_kv_head * nsub > 65535)
         return 0;
-    /* mma: 8-bit affine K and V in groups of 32 at head_dim 64 / 128 (k_kvq_mm), not with
-     * the fused merge or store */
+    /* mma: 8-bit affine K and V in groups of 32 at head_dim 64 / 128 (k_kvq_mm: that fixes
+     * its records, hd / 32 groups of KM_GB bytes, copied in its pieces), not with the fused
+     * merge or store */
     const int mma = g_kd.mma && !r && !g_kd.fmerge && (hd == 64 || hd == 128) && G == 32 &&
                     kd_class(s[0], 0) == KC_A8 && kd_class(s[1], 1) == KC_A8 &&
-                    s[0].hdr == 4 && s[1].hdr == 4 && s[0].gb == KM_GB && s[1].gb == KM_GB &&
-                    s[0].hb == hd / 32 * KM_GB && s[1].hb == s[0].hb &&
                     vw == (km_piece(s[0].hb) | km_piece(s[0].hb) << 8);
     const int nt = mma ? KM_NT : kd_nt_of(hd, g_kd.nt);
     const int rounds = (int)((cap + KD_ROUND - 1) / KD_ROUND);
     const int maxs = g_kd.target < rounds ? g_kd.target : rounds;
     const int fu_ok = kd_kernel_of(hd, hg, KC_A8, KC_A8, nt, 1, 0, 0) != NULL;
     /* tc: 8-bit affine keys in groups of 32 (one mma's k) where an instance exists */
-    const int tc = !mma && g_kd.tc && G == KT_G && kd_class(s[0], 0) == KC_A8 &&
+    const int tc = g_kd.tc && G == KT_G && kd_class(s[0], 0) == KC_A8 &&
                    kd_kernel_of(hd, hg, KC_A8, kd_class(s[1], 1), nt, 0, 1, 0) != NULL;
     /* the new token's store: the FU instance, the store's geometry (groups of at most 32
      * lanes, a power of two; records within the staging of 2 head_dim bytes a side) */
@@ -727,7 +729,7 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
               r->rot_dim < 0 || r->rot_dim % 2 || G > 32 || (G & (G - 1)) ||
               s[0].hb > 2 * hd || s[1].hb > 2 * hd || hd != kvq_head_dim_of(dt)))
         return 0;
-    int fmerge = !mma && g_kd.fmerge && fu_ok && maxs > 1 && a->n_kv_head * nsub <= KD_CNT_Y;
+    int fmerge = g_kd.fmerge && fu_ok && maxs > 1 && a->n_kv_head * nsub <= KD_CNT_Y;
     /* the round buffers: CINFER_KVQ_STAGES' count, or the most that fit (at least 2) */
     int ns = kd_fit_stages(s, hd, hg, nt, fmerge || r);
     size_t stg = 0, smem = kd_need(s, hd, hg, nt, ns, fmerge || r, &stg);

@@ -124,10 +124,8 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
     kd_rounds(pos, rb, per, z, &r0, &r1);
     const int32_t *bt = a.bt + (size_t)sq * a.max_blocks;
     const int bs = a.block_size, bsh = a.bs_shift;
-    constexpr int hb = HB;
     const size_t hk = (size_t)g * HB, hv = (size_t)g * HB;
     constexpr size_t bufsz = ((size_t)KD_ROUND * 2 * HB + 32) & ~(size_t)15;
-    const int kbo = KD_ROUND * hb;
     auto row_of = [&](int rd, int j) { return kd_row(bt, bs, bsh, lo, pos, rd, j, false); };
     /* the round buffers as in k_kvq_sd: round rd in buffer (rd - r0) % ns */
     const int ns = a.stages;
@@ -206,7 +204,7 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
     for (int rd = r0; rd < r1; rd++, buf = buf + 1 == ns ? 0 : buf + 1) {
         kd_cp_wait_ahead(ns - 2);
         __syncthreads();
-        const uint8_t *kb = kd_sm + buf * bufsz, *vb = kb + kbo;
+        const uint8_t *kb = kd_sm + buf * bufsz, *vb = kb + KD_ROUND * HB;
         const int pb = buf == 0 ? ns - 1 : buf - 1;
         if (rd + ns - 1 < r1) {
             uint8_t *nb = kd_sm + pb * bufsz;
@@ -221,7 +219,7 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
         }
         const int j0 = warp * KM_WP;
         /* ---- scores: rows gid, gid + 8 of the warp's 16 positions ---- */
-        const uint8_t *ka = kb + (j0 + gid) * hb, *kc8 = kb + (j0 + gid + 8) * hb;
+        const uint8_t *ka = kb + (j0 + gid) * HB, *kc8 = kb + (j0 + gid + 8) * HB;
         float s4[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* (gid, 2tig) (gid, 2tig+1) (gid+8, ..) */
 #pragma unroll
         for (int gi = 0; gi < NG; gi++) {
@@ -294,8 +292,8 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
                 o[i][0] *= f0, o[i][1] *= f1, o[i][2] *= f0, o[i][3] *= f1;
         }
         /* ---- values: per group, B = 64 p d (hi / lo), A = 1024 + codes ---- */
-        const uint8_t *v0 = vb + (j0 + 2 * tig) * hb, *v1 = v0 + hb;
-        const uint8_t *v2 = vb + (j0 + 2 * tig + 8) * hb, *v3 = v2 + hb;
+        const uint8_t *v0 = vb + (j0 + 2 * tig) * HB, *v1 = v0 + HB;
+        const uint8_t *v2 = vb + (j0 + 2 * tig + 8) * HB, *v3 = v2 + HB;
 #pragma unroll
         for (int gi = 0; gi < NG; gi++) {
             const int ho = gi * KM_GB;
