@@ -22,8 +22,10 @@
  *   switches against the default path within 1e-4 of its scale (caches byte for byte), the
  *   tc launches counted.
  * - k_kvq_mm (both products on the tensor cores; the default for 8-bit K and V): the cases
- *   above against the CPU within tolerance, its launches counted; CINFER_KVQ_DEC=sd (k_kvq_sd
- *   for every case) against the CPU, none on k_kvq_mm. The fused-switch comparisons below
+ *   above against the CPU within tolerance, its launches counted (at head_dim 128 on sm_90+
+ *   with bulk copies, counted too); CINFER_KVQ_BULK=0 (its cp.async copies) against the CPU,
+ *   none with bulk copies; CINFER_KVQ_DEC=sd (k_kvq_sd for every case) against the CPU,
+ *   none on k_kvq_mm. The fused-switch comparisons below
  *   run with CINFER_KVQ_DEC=sd (their reference is k_kvq_sd).
  * - CINFER_KVQ_STAGES=3 / 4 (deeper cp.async pipelines), alone and with both fused switches,
  *   against the default path bit for bit, at the default 32 splits and at
@@ -819,7 +821,7 @@ static int fz_reopen(const char *bn, struct be_config *bc, const char *merge, co
 }
 
 /* Which launch counter dev_suite reads. */
-enum { CNT_NONE, CNT_TC, CNT_ONE, CNT_MMA };
+enum { CNT_NONE, CNT_TC, CNT_ONE, CNT_MMA, CNT_BULK };
 
 /* Launches so far of the decode variant `which` counts (0 without CUDA or CNT_NONE). */
 static int64_t variant_launches(int which)
@@ -831,6 +833,8 @@ static int64_t variant_launches(int which)
         return be_cuda_kvq_one(g_dev);
     if (which == CNT_MMA)
         return be_cuda_kvq_mma(g_dev);
+    if (which == CNT_BULK)
+        return be_cuda_kvq_bulk(g_dev);
 #endif
     (void)which;
     return 0;
@@ -888,6 +892,17 @@ int main(void)
         /* 8-bit K and V ran on k_kvq_mm by default */
         printf("default: %lld decode launches on k_kvq_mm\n", (long long)be_cuda_kvq_mma(g_dev));
         CHECK_MSG(be_cuda_kvq_mma(g_dev) > 0, "the default decode path never ran k_kvq_mm");
+        /* head_dim 128 with bulk copies on compute capability 9.0 and newer */
+        char d[256];
+        int major = 0;
+        be_cuda_describe(g_dev, d, sizeof d);
+        const char *cc = strstr(d, "(cc ");
+        if (cc)
+            major = atoi(cc + 4);
+        printf("default: %lld of them with bulk copies (cc %d)\n", (long long)be_cuda_kvq_bulk(g_dev),
+               major);
+        if (major >= 9)
+            CHECK_MSG(be_cuda_kvq_bulk(g_dev) > 0, "the default never ran k_kvq_mm's bulk copies");
     }
 #endif
     if (both && !getenv("CINFER_KVQ_MERGE") && !getenv("CINFER_KVQ_STORE") &&
@@ -970,6 +985,13 @@ int main(void)
             return harness_done();
         CHECK_MSG(n == 0, "CINFER_KVQ_DEC=sd: %lld launches on k_kvq_mm", (long long)n);
         unsetenv("CINFER_KVQ_DEC");
+        /* and k_kvq_mm's cp.async copies at head_dim 128 too (CINFER_KVQ_BULK=0: no launch
+         * with bulk copies) against the CPU */
+        setenv("CINFER_KVQ_BULK", "0", 1);
+        if (dev_suite(bn, &bc, "CINFER_KVQ_BULK=0", CNT_BULK, &n))
+            return harness_done();
+        CHECK_MSG(n == 0, "CINFER_KVQ_BULK=0: %lld launches with bulk copies", (long long)n);
+        unsetenv("CINFER_KVQ_BULK");
         /* and the lean softmax with the deepest pipeline (CINFER_KVQ_SOFT=lean,
          * CINFER_KVQ_STAGES=4; head_dim 256's buffers fall back to fewer) against the CPU */
         setenv("CINFER_KVQ_SOFT", "lean", 1);

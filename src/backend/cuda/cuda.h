@@ -59,6 +59,10 @@ int64_t be_cuda_kvq_one(struct be *b);
  * (CINFER_KVQ_DEC=mma, 8-bit K and V); counted when launched. */
 int64_t be_cuda_kvq_mma(struct be *b);
 
+/* Launches of k_kvq_mm so far whose round copies were cp.async.bulk (sm_90+, head_dim 128;
+ * CINFER_KVQ_BULK=0 turns them off); counted when launched. */
+int64_t be_cuda_kvq_bulk(struct be *b);
+
 /* "NVIDIA H200, driver 580.159, CUDA runtime 13.0" into buf (for reports). */
 void be_cuda_describe(struct be *b, char *buf, size_t n);
 

@@ -602,6 +602,7 @@ extern "C" int64_t be_cuda_kvq_tc(struct be *b) { return cu_be(b)->n_kvq_tc; }
 
 extern "C" int64_t be_cuda_kvq_one(struct be *b) { return cu_be(b)->n_kvq_one; }
 extern "C" int64_t be_cuda_kvq_mma(struct be *b) { return cu_be(b)->n_kvq_mma; }
+extern "C" int64_t be_cuda_kvq_bulk(struct be *b) { return cu_be(b)->n_kvq_bulk; }
 
 extern "C" int be_cuda_replay_last(struct be *b, int k, int reps, double *us)
 {

@@ -95,6 +95,7 @@ struct cu_be {
     int64_t n_kvq_tc;   /* ... with the keys' scores on the tensor cores (be_cuda_kvq_tc) */
     int64_t n_kvq_one;  /* ... with one warp a head's softmax (be_cuda_kvq_one) */
     int64_t n_kvq_mma;  /* ... on k_kvq_mm, CINFER_KVQ_DEC=mma (be_cuda_kvq_mma) */
+    int64_t n_kvq_bulk; /* ... of those with cp.async.bulk copies (be_cuda_kvq_bulk) */
     void *am_buf;       /* argmax split over blocks: counters + partials (cuda_sample.cu) */
     int am_split;       /* argmax of a long row split over blocks (CINFER_CUDA_ARGMAX_SPLIT=0: no) */
     int tc_split;       /* the same for topcand (CINFER_CUDA_TOPCAND_SPLIT=0: one block a row) */

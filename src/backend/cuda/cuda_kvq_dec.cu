@@ -73,7 +73,9 @@ static struct {
                                    * CINFER_KVQ_DEC=sd or tc */
     int stages;                   /* CINFER_KVQ_STAGES: round buffers (2 .. KD_MAX_STAGES) */
     int soft;                     /* CINFER_KVQ_SOFT: KS_LEAN or KS_ONE (the SL instances) */
-} g_kd = {1, KD_TARGET, 256, 0, 0, 0, 0, 1, 2, KS_ONE};
+    int bulk;                     /* k_kvq_mm's copies as cp.async.bulk where they fit (sm_90+;
+                                   * off with CINFER_KVQ_BULK=0) */
+} g_kd = {1, 0, 256, 0, 0, 0, 0, 1, 2, KS_ONE, 0};
 
 /* FU: an instance that may also merge its splits (a.fmerge) and store the new token
  * (a.fstore); 0 is the default path, bit for bit. SL: the online softmax, KS_DEF (the
@@ -419,7 +421,7 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
 template <int HD>
 __global__ void __launch_bounds__(HD) k_kvq_sd_merge(struct kd_args a)
 {
-    __shared__ float sm[KD_MAX_TARGET], sl[KD_MAX_TARGET], x[HD];
+    __shared__ float sm[KD_MAX_TARGET], sl[KD_MAX_TARGET], sf[KD_MAX_TARGET], x[HD];
     const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     int lo = 0, rb = 0, per = 1;
     const int n = cu_dec_splits<KD_ROUND>(a.pos[t], a.window, a.target,
@@ -439,6 +441,10 @@ __global__ void __launch_bounds__(HD) k_kvq_sd_merge(struct kd_args a)
     for (int z = 0; z < n; z++)
         if (sl[z] > 0.0f)
             mx = fmaxf(mx, sm[z]);
+    /* each split's factor once (thread z), not once a thread: the same values */
+    if (d < n)
+        sf[d] = sl[d] > 0.0f ? expf(sm[d] - mx) : 0.0f;
+    __syncthreads();
     float L = 0.0f, o = 0.0f;
     for (int z0 = 0; z0 < n; z0 += KD_MCH) {
         float ov[KD_MCH];
@@ -449,7 +455,7 @@ __global__ void __launch_bounds__(HD) k_kvq_sd_merge(struct kd_args a)
         for (int k = 0; k < KD_MCH; k++) {
             const int z = z0 + k;
             if (z < n && sl[z] > 0.0f) {
-                const float f = expf(sm[z] - mx);
+                const float f = sf[z];
                 L = fmaf(f, sl[z], L);
                 o = fmaf(f, ov[k], o);
             }
@@ -551,11 +557,14 @@ static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt, int fu, in
 }
 
 /* k_kvq_mm (the default where it applies) of head_dim 64 / 128 and hg 1 / 2 / 4 */
-static kd_kernel km_kernel_of(int hd, int hg)
+/* bulk: the round copies as cp.async.bulk (head_dim 128 on sm_90+; km_bulk_ok) */
+static kd_kernel km_kernel_of(int hd, int hg, int bulk)
 {
     if (hd == 64)
-        return hg == 4 ? k_kvq_mm<64, 4> : hg == 2 ? k_kvq_mm<64, 2> : k_kvq_mm<64, 1>;
-    return hg == 4 ? k_kvq_mm<128, 4> : hg == 2 ? k_kvq_mm<128, 2> : k_kvq_mm<128, 1>;
+        return hg == 4 ? k_kvq_mm<64, 4, 0> : hg == 2 ? k_kvq_mm<64, 2, 0> : k_kvq_mm<64, 1, 0>;
+    if (bulk)
+        return hg == 4 ? k_kvq_mm<128, 4, 1> : hg == 2 ? k_kvq_mm<128, 2, 1> : k_kvq_mm<128, 1, 1>;
+    return hg == 4 ? k_kvq_mm<128, 4, 0> : hg == 2 ? k_kvq_mm<128, 2, 0> : k_kvq_mm<128, 1, 0>;
 }
 
 static int kd_class(const kd_side &s, int which)
@@ -599,7 +608,7 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
     g_kd.tc = dc && !strcmp(dc, "tc");
     g_kd.mma = !(dc && (!strcmp(dc, "tc") || !strcmp(dc, "sd")));
     g_kd.nt = nt && !strcmp(nt, "128") ? 128 : 256;
-    g_kd.target = KD_TARGET;
+    g_kd.target = 0; /* (unset: KD_TARGET, or KM_TARGET for k_kvq_mm with bulk copies) */
     if (sp) {
         const long v = strtol(sp, NULL, 10);
         if (v >= 1 && v <= KD_MAX_TARGET)
@@ -632,9 +641,16 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
                             rc = cudaFuncSetAttribute(kk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       lim);
                     }
-    for (int i = 0; rc == cudaSuccess && i < 6; i++)
-        rc = cudaFuncSetAttribute(km_kernel_of(i < 3 ? 64 : 128, hgs[i % 3]),
+    for (int i = 0; rc == cudaSuccess && i < 9; i++)
+        rc = cudaFuncSetAttribute(km_kernel_of(i < 3 ? 64 : 128, hgs[i % 3], i >= 6),
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, lim);
+    /* CINFER_KVQ_BULK=0: k_kvq_mm's round copies as cp.async pieces everywhere (measurement);
+     * bulk copies need compute capability 9.0 */
+    int major = 0;
+    if (rc == cudaSuccess)
+        rc = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cb->device);
+    const char *bk = getenv("CINFER_KVQ_BULK");
+    g_kd.bulk = major >= 9 && !(bk && !strcmp(bk, "0"));
     return rc;
 }
 
@@ -717,8 +733,14 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
                     kd_class(s[0], 0) == KC_A8 && kd_class(s[1], 1) == KC_A8 &&
                     vw == (km_piece(s[0].hb) | km_piece(s[0].hb) << 8);
     const int nt = mma ? KM_NT : kd_nt_of(hd, g_kd.nt);
+    /* bulk: records of a multiple of 16 bytes (head_dim 128: 4 groups of 36), 16-byte
+     * aligned in the cache (vw's pieces of 16 say so) */
+    const int bulk = mma && g_kd.bulk && hd == 128 && s[0].hb % 16 == 0 && vw == (16 | 16 << 8);
+    /* the split target: CINFER_KVQ_SPLITS, else more splits for k_kvq_mm with bulk copies
+     * (shorter splits pay off once a round's copies cost a few instructions) */
+    const int target = g_kd.target ? g_kd.target : bulk ? KM_TARGET : KD_TARGET;
     const int rounds = (int)((cap + KD_ROUND - 1) / KD_ROUND);
-    const int maxs = g_kd.target < rounds ? g_kd.target : rounds;
+    const int maxs = target < rounds ? target : rounds;
     const int fu_ok = kd_kernel_of(hd, hg, KC_A8, KC_A8, nt, 1, 0, 0) != NULL;
     /* tc: 8-bit affine keys in groups of 32 (one mma's k) where an instance exists */
     const int tc = g_kd.tc && G == KT_G && kd_class(s[0], 0) == KC_A8 &&
@@ -758,7 +780,7 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
     for (int sh = 0; sh < 30; sh++)
         if (a->block_size == 1 << sh)
             x.bs_shift = sh;
-    x.maxs = maxs, x.target = g_kd.target, x.G = G, x.stages = ns;
+    x.maxs = maxs, x.target = target, x.G = G, x.stages = ns;
     x.rot_k = kvq_rot_of(dt, 0), x.rot_v = kvq_rot_of(dt, 1);
     x.scale = a->scale, x.softcap = a->softcap;
     x.s[0] = s[0], x.s[1] = s[1];
@@ -810,7 +832,7 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
         x.part = (float *)p;
         x.ml = (float2 *)(p + rows * (size_t)hd * sizeof(float));
     }
-    const kd_kernel k = mma ? km_kernel_of(hd, hg)
+    const kd_kernel k = mma ? km_kernel_of(hd, hg, bulk)
                             : kd_kernel_of(hd, hg, kd_class(s[0], 0), kd_class(s[1], 1), nt,
                                            fmerge || r, tc, sl);
     cu_launch(cb, k, dim3((unsigned)maxs, (unsigned)(a->n_kv_head * nsub), (unsigned)a->n_tok),
@@ -820,6 +842,7 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
     cb->n_kvq_fmerge += fmerge, cb->n_kvq_fstore += r != NULL, cb->n_kvq_tc += tc;
     cb->n_kvq_one += sl == KS_ONE;
     cb->n_kvq_mma += mma;
+    cb->n_kvq_bulk += bulk;
     if (maxs > 1 && !fmerge) {
         void (*mk)(struct kd_args) = hd == 64    ? k_kvq_sd_merge<64>
                                      : hd == 128 ? k_kvq_sd_merge<128>

@@ -32,7 +32,8 @@
 #define CINFER_BACKEND_CUDA_KVQ_MMA_CUH
 
 enum {
-    KM_NT = 128, /* threads a block */
+    KM_NT = 128,     /* threads a block */
+    KM_TARGET = 48,  /* the split target with bulk copies (k_kvq_sd's KD_TARGET otherwise) */
     KM_WP = 16,  /* positions a warp a round */
     KM_GB = 36,  /* bytes of an 8-bit group of 32: f16 d, f16 m, 32 codes */
 };
@@ -89,37 +90,112 @@ __device__ __forceinline__ void km_issue(const kd_args &a, uint8_t *dst, const i
     kd_cp_commit();
 }
 
-template <int HD, int HG>
+/* ---- bulk copies (sm_90): a round's records by cp.async.bulk, one mbarrier a buffer ---- */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KM_HAVE_BULK 1
+#else
+#define KM_HAVE_BULK 0
+#endif
+
+__device__ __forceinline__ uint32_t km_sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+/* the barrier b expects n arrivals a phase; made visible to the async proxy */
+__device__ __forceinline__ void km_bar_init(uint64_t *b, unsigned n)
+{
+#if KM_HAVE_BULK
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(km_sa(b)), "r"(n) : "memory");
+#else
+    (void)b, (void)n;
+#endif
+}
+__device__ __forceinline__ void km_bar_init_fence()
+{
+#if KM_HAVE_BULK
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+/* waits until the phase of parity ph of the barrier b completed */
+__device__ __forceinline__ void km_bar_wait(uint64_t *b, unsigned ph)
+{
+#if KM_HAVE_BULK
+    uint32_t ok = 0;
+    do
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(ok)
+                     : "r"(km_sa(b)), "r"(ph)
+                     : "memory");
+    while (!ok);
+#else
+    (void)b, (void)ph;
+#endif
+}
+/* Thread j < KD_ROUND: position j's K and V records (cache row `row`) into the round buffer
+ * dst (V's 64 records after K's), its arrival at bar expecting their 2 HB bytes first (so
+ * the phase ends only once all 64 threads arrived and every copy landed). The buffer was
+ * last read by generic loads (ordered by the caller's barrier): the proxy fence first. */
+template <int HB>
+__device__ __forceinline__ void km_issue_bulk(const kd_args &a, uint8_t *dst, int row, size_t hk,
+                                              size_t hv, uint64_t *bar)
+{
+#if KM_HAVE_BULK
+    const int j = threadIdx.x;
+    const uint32_t sb = km_sa(bar);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(sb),
+                 "r"(2 * HB)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     km_sa(dst + j * HB)),
+                 "l"(a.kc + (size_t)row * a.s[0].rb + hk), "r"(HB), "r"(sb)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     km_sa(dst + (KD_ROUND + j) * HB)),
+                 "l"(a.vc + (size_t)row * a.s[1].rb + hv), "r"(HB), "r"(sb)
+                 : "memory");
+#else
+    (void)a, (void)dst, (void)row, (void)hk, (void)hv, (void)bar;
+#endif
+}
+
+/* BULK: the round copies as cp.async.bulk (sm_90, records of a multiple of 16 bytes: head_dim
+ * 128), else cp.async pieces */
+template <int HD, int HG, int BULK>
 __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
 {
     constexpr int NT = KM_NT, NG = HD / 32, NW = NT / 32;
     constexpr int HB = NG * KM_GB, KW = km_piece(HB); /* a record's bytes, the copies' width */
     static_assert(HD == 64 || HD == 128, "head_dim 64 / 128");
     static_assert(HG >= 1 && HG <= 4 && NW * KM_WP == KD_ROUND, "layout");
+    constexpr bool TB = BULK && KM_HAVE_BULK && HB % 16 == 0;
     extern __shared__ __align__(16) uint8_t kd_sm[];
-    __shared__ int rows[KD_MAX_STAGES][KD_ROUND];
+    __shared__ int rows[TB ? 1 : KD_MAX_STAGES][KD_ROUND];
+    __shared__ __align__(8) uint64_t kbar[KD_MAX_STAGES]; /* TB: a round buffer's copies */
     __shared__ __align__(16) float qs[HG * HD];
     __shared__ __align__(16) float ssc[NW][4][KM_WP]; /* a warp's scores of a round, by head */
     __shared__ float qiv[4], qgs[4][NG]; /* each head's 2^-e and group sums of its scaled q */
     __shared__ float wml[NW][2][4];     /* each warp's max and sum, by head */
 
     cu_pdl_trigger();
-    cu_pdl_wait();
     const int z = blockIdx.x, t = blockIdx.z;
     const int g = blockIdx.y / a.nsub, sub = blockIdx.y % a.nsub;
     const int h0 = g * (a.n_head / a.n_kv_head) + sub * HG;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int gid = lane >> 2, tig = lane & 3;
+    /* pos, seq and the block tables were written before the step: read before the wait, so
+     * the first rounds' rows are known when the previous kernel ends */
     const int pos = a.pos[t], sq = a.seq[t];
     int lo = 0, rb = 0, per = 1;
     const int n = cu_dec_splits<KD_ROUND>(pos, a.window, a.target, a.max_blocks * a.block_size,
                                          &lo, &rb, &per);
     float *orow = a.out + ((size_t)t * a.n_head + h0) * HD;
-    if (n == 0 && z == 0)
-        for (int i = tid; i < HG * HD; i += NT)
-            orow[i] = 0.0f;
-    if (z >= n)
+    if (z >= n) {
+        if (n == 0 && z == 0) {
+            cu_pdl_wait();
+            for (int i = tid; i < HG * HD; i += NT)
+                orow[i] = 0.0f;
+        }
         return;
+    }
     int r0 = 0, r1 = 0;
     kd_rounds(pos, rb, per, z, &r0, &r1);
     const int32_t *bt = a.bt + (size_t)sq * a.max_blocks;
@@ -127,22 +203,52 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
     const size_t hk = (size_t)g * HB, hv = (size_t)g * HB;
     constexpr size_t bufsz = ((size_t)KD_ROUND * 2 * HB + 32) & ~(size_t)15;
     auto row_of = [&](int rd, int j) { return kd_row(bt, bs, bsh, lo, pos, rd, j, false); };
-    /* the round buffers as in k_kvq_sd: round rd in buffer (rd - r0) % ns */
+    /* the round buffers as in k_kvq_sd: round rd in buffer (rd - r0) % ns. TB: thread
+     * tid < 64's rows of rounds r0 .. r0 + ns - 1 in p0 .. p3 (the last, the loop's first
+     * issue), and the buffers' barriers (64 arrivals a phase) */
     const int ns = a.stages;
-    int nrow = kd_prime_rows(rows, ns, r0, r1, tid, row_of);
-    __syncthreads();
-    for (int i = 0; i < ns - 1; i++) {
-        if (r0 + i < r1)
-            km_issue<KW, NT, HB>(a, kd_sm + i * bufsz, rows[i], hk, hv);
-        else
-            kd_cp_commit();
+    static_assert(KD_MAX_STAGES == 4, "the rows p0 .. p3");
+    auto prow = [&](int i) { return tid < KD_ROUND && i < ns && r0 + i < r1 ? row_of(r0 + i, tid) : 0; };
+    int nrow = 0, p0 = 0, p1 = 0, p2 = 0, p3 = 0; /* (scalars: an array went to local memory) */
+    if (TB) {
+        p0 = prow(0), p1 = prow(1), p2 = prow(2), p3 = prow(3);
+        if (tid == 0) {
+            for (int i = 0; i < ns; i++)
+                km_bar_init(&kbar[i], KD_ROUND);
+            km_bar_init_fence();
+        }
+    } else {
+        nrow = kd_prime_rows(rows, ns, r0, r1, tid, row_of);
     }
-    if (warp < HG) { /* warp h: head h0 + h's q (rotated when the keys are), scaled by 2^e */
-        float v[HD / 32], mx = 0.0f;
+    __syncthreads();
+    cu_pdl_wait(); /* q and the newest K/V records are the previous kernels' */
+    float v[HD / 32];
+    if (warp < HG) { /* q's loads in flight while the copies are issued */
         const float *qr = a.q + ((size_t)t * a.n_head + h0 + warp) * HD;
 #pragma unroll
         for (int k = 0; k < HD / 32; k++)
             v[k] = qr[lane + 32 * k];
+    }
+    if (TB) {
+        if (tid < KD_ROUND) {
+            if (r0 < r1)
+                km_issue_bulk<HB>(a, kd_sm, p0, hk, hv, &kbar[0]);
+            if (ns > 2 && r0 + 1 < r1)
+                km_issue_bulk<HB>(a, kd_sm + bufsz, p1, hk, hv, &kbar[1]);
+            if (ns > 3 && r0 + 2 < r1)
+                km_issue_bulk<HB>(a, kd_sm + 2 * bufsz, p2, hk, hv, &kbar[2]);
+            nrow = ns == 2 ? p1 : ns == 3 ? p2 : p3;
+        }
+    } else {
+        for (int i = 0; i < ns - 1; i++) {
+            if (r0 + i < r1)
+                km_issue<KW, NT, HB>(a, kd_sm + i * bufsz, rows[i], hk, hv);
+            else
+                kd_cp_commit();
+        }
+    }
+    if (warp < HG) { /* warp h: head h0 + h's q (rotated when the keys are), scaled by 2^e */
+        float mx = 0.0f;
         if (a.rot_k)
             kd_rot_warp<HD>(v, lane);
 #pragma unroll
@@ -201,21 +307,35 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
         mt[i] = 0.0f;
     float hm = -INFINITY, hl = 0.0f; /* head hh's running max, the lane's part of its sum */
     int buf = 0;
+    unsigned ph = 0; /* TB: bit b, the parity of buffer b's next phase */
     for (int rd = r0; rd < r1; rd++, buf = buf + 1 == ns ? 0 : buf + 1) {
-        kd_cp_wait_ahead(ns - 2);
-        __syncthreads();
+        if (TB) {
+            km_bar_wait(&kbar[buf], (ph >> buf) & 1u);
+            ph ^= 1u << buf;
+        } else {
+            kd_cp_wait_ahead(ns - 2);
+        }
+        __syncthreads(); /* (every warp is also done with the previous round's buffer) */
         const uint8_t *kb = kd_sm + buf * bufsz, *vb = kb + KD_ROUND * HB;
         const int pb = buf == 0 ? ns - 1 : buf - 1;
-        if (rd + ns - 1 < r1) {
-            uint8_t *nb = kd_sm + pb * bufsz;
-            km_issue<KW, NT, HB>(a, nb, rows[pb], hk, hv);
+        if (TB) {
+            if (tid < KD_ROUND && rd + ns - 1 < r1) {
+                km_issue_bulk<HB>(a, kd_sm + pb * bufsz, nrow, hk, hv, &kbar[pb]);
+                if (rd + ns < r1)
+                    nrow = row_of(rd + ns, tid);
+            }
         } else {
-            kd_cp_commit();
-        }
-        if (rd + ns < r1 && tid < KD_ROUND) {
-            rows[buf][tid] = nrow;
-            if (rd + ns + 1 < r1)
-                nrow = row_of(rd + ns + 1, tid);
+            if (rd + ns - 1 < r1) {
+                uint8_t *nb = kd_sm + pb * bufsz;
+                km_issue<KW, NT, HB>(a, nb, rows[pb], hk, hv);
+            } else {
+                kd_cp_commit();
+            }
+            if (rd + ns < r1 && tid < KD_ROUND) {
+                rows[buf][tid] = nrow;
+                if (rd + ns + 1 < r1)
+                    nrow = row_of(rd + ns + 1, tid);
+            }
         }
         const int j0 = warp * KM_WP;
         /* ---- scores: rows gid, gid + 8 of the warp's 16 positions ---- */
