@@ -129,28 +129,28 @@ __device__ __forceinline__ void km_bar_wait(uint64_t *b, unsigned ph)
     (void)b, (void)ph;
 #endif
 }
-/* Thread j < KD_ROUND: position j's K and V records (cache row `row`) into the round buffer
- * dst (V's 64 records after K's), its arrival at bar expecting their 2 HB bytes first (so
- * the phase ends only once all 64 threads arrived and every copy landed). The buffer was
- * last read by generic loads (ordered by the caller's barrier): the proxy fence first. */
+/* Thread i < 2 KD_ROUND of the block: position j = i % 64's K (i < 64) or V record (cache
+ * row `row`) into the round buffer dst (V's 64 records after K's), its arrival at bar
+ * expecting the record's HB bytes first (so the phase ends only once all 128 threads arrived
+ * and every copy landed). A bulk copy takes its addresses in uniform registers, so a warp
+ * issues its lanes' copies one after another: all four warps issue, 32 copies each. The
+ * buffer was last read by generic loads (ordered by the caller's barrier): the proxy fence
+ * first. */
 template <int HB>
 __device__ __forceinline__ void km_issue_bulk(const kd_args &a, uint8_t *dst, int row, size_t hk,
                                               size_t hv, uint64_t *bar)
 {
 #if KM_HAVE_BULK
-    const int j = threadIdx.x;
+    const int i = threadIdx.x, w = i >= KD_ROUND;
     const uint32_t sb = km_sa(bar);
+    const uint8_t *src = w ? a.vc + (size_t)row * a.s[1].rb + hv : a.kc + (size_t)row * a.s[0].rb + hk;
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(sb),
-                 "r"(2 * HB)
+                 "r"(HB)
                  : "memory");
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     km_sa(dst + j * HB)),
-                 "l"(a.kc + (size_t)row * a.s[0].rb + hk), "r"(HB), "r"(sb)
-                 : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     km_sa(dst + (KD_ROUND + j) * HB)),
-                 "l"(a.vc + (size_t)row * a.s[1].rb + hv), "r"(HB), "r"(sb)
+                     km_sa(dst + i * HB)),
+                 "l"(src), "r"(HB), "r"(sb)
                  : "memory");
 #else
     (void)a, (void)dst, (void)row, (void)hk, (void)hv, (void)bar;
@@ -203,18 +203,19 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
     const size_t hk = (size_t)g * HB, hv = (size_t)g * HB;
     constexpr size_t bufsz = ((size_t)KD_ROUND * 2 * HB + 32) & ~(size_t)15;
     auto row_of = [&](int rd, int j) { return kd_row(bt, bs, bsh, lo, pos, rd, j, false); };
-    /* the round buffers as in k_kvq_sd: round rd in buffer (rd - r0) % ns. TB: thread
-     * tid < 64's rows of rounds r0 .. r0 + ns - 1 in p0 .. p3 (the last, the loop's first
-     * issue), and the buffers' barriers (64 arrivals a phase) */
+    /* the round buffers as in k_kvq_sd: round rd in buffer (rd - r0) % ns. TB: thread tid's
+     * rows (position tid % 64) of rounds r0 .. r0 + ns - 1 in p0 .. p3 (the last, the loop's
+     * first issue), and the buffers' barriers (128 arrivals a phase) */
     const int ns = a.stages;
     static_assert(KD_MAX_STAGES == 4, "the rows p0 .. p3");
-    auto prow = [&](int i) { return tid < KD_ROUND && i < ns && r0 + i < r1 ? row_of(r0 + i, tid) : 0; };
+    const int jr = tid & (KD_ROUND - 1); /* TB: the position whose record thread tid copies */
+    auto prow = [&](int i) { return i < ns && r0 + i < r1 ? row_of(r0 + i, jr) : 0; };
     int nrow = 0, p0 = 0, p1 = 0, p2 = 0, p3 = 0; /* (scalars: an array went to local memory) */
     if (TB) {
         p0 = prow(0), p1 = prow(1), p2 = prow(2), p3 = prow(3);
         if (tid == 0) {
             for (int i = 0; i < ns; i++)
-                km_bar_init(&kbar[i], KD_ROUND);
+                km_bar_init(&kbar[i], NT);
             km_bar_init_fence();
         }
     } else {
@@ -230,7 +231,7 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
             v[k] = qr[lane + 32 * k];
     }
     if (TB) {
-        if (tid < KD_ROUND) {
+        {
             if (r0 < r1)
                 km_issue_bulk<HB>(a, kd_sm, p0, hk, hv, &kbar[0]);
             if (ns > 2 && r0 + 1 < r1)
@@ -319,10 +320,10 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
         const uint8_t *kb = kd_sm + buf * bufsz, *vb = kb + KD_ROUND * HB;
         const int pb = buf == 0 ? ns - 1 : buf - 1;
         if (TB) {
-            if (tid < KD_ROUND && rd + ns - 1 < r1) {
+            if (rd + ns - 1 < r1) {
                 km_issue_bulk<HB>(a, kd_sm + pb * bufsz, nrow, hk, hv, &kbar[pb]);
                 if (rd + ns < r1)
-                    nrow = row_of(rd + ns, tid);
+                    nrow = row_of(rd + ns, jr);
             }
         } else {
             if (rd + ns - 1 < r1) {
