@@ -122,10 +122,6 @@ __global__ void k_kvq_store(kq_store_args a)
 __global__ void k_kvq_rope_store(kq_store_args a, kq_rope_args r)
 {
     __shared__ kq_store_sm sm;
-    /* launched with PDL: the attention after it may launch (and read its rows) now; q, k, v
-     * are the projection's, complete after the wait */
-    cu_pdl_trigger();
-    cu_pdl_wait();
     const int t = blockIdx.x, hh = blockIdx.y;
     const float pos = (float)r.pos[t];
     if (hh < r.n_head) {
@@ -162,8 +158,8 @@ int cu_kvq_rope_store(struct cu_be *cb, const struct be_rope_kv *r)
     kq_rope_args ra;
     ra.q = r->q, ra.k = r->k, ra.pos = r->pos, ra.n_head = r->n_head, ra.half = r->rot_dim / 2;
     ra.neox = r->mode == BE_ROPE_NEOX, ra.inv_freq = r->inv_freq, ra.mscale = r->mscale;
-    cu_launch(cb, k_kvq_rope_store, dim3((unsigned)r->n_tok, (unsigned)(r->n_head + r->n_kv_head)),
-              dim3((unsigned)((hd + 31) / 32 * 32)), 0, x, ra);
+    k_kvq_rope_store<<<dim3((unsigned)r->n_tok, (unsigned)(r->n_head + r->n_kv_head)),
+                       (hd + 31) / 32 * 32, 0, cb->stream>>>(x, ra);
     cu_after_launch(cb, "rope + kv_store (quantized)");
     return 1;
 }
