@@ -32,10 +32,10 @@
 #define CINFER_BACKEND_CUDA_KVQ_MMA_CUH
 
 enum {
-    KM_NT = 128,     /* threads a block */
-    KM_TARGET = 48,  /* the split target with bulk copies (k_kvq_sd's KD_TARGET otherwise) */
-    KM_WP = 16,  /* positions a warp a round */
-    KM_GB = 36,  /* bytes of an 8-bit group of 32: f16 d, f16 m, 32 codes */
+    KM_NT = 128,    /* threads a block (bulk copies: one record a thread, K's and V's) */
+    KM_TARGET = 48, /* the split target with bulk copies (k_kvq_sd's KD_TARGET otherwise) */
+    KM_WP = 16,     /* positions a warp a round */
+    KM_GB = 36,     /* bytes of an 8-bit group of 32: f16 d, f16 m, 32 codes */
 };
 #define KM_SA 64.0f /* the probabilities' scale in the values' mma */
 
@@ -167,6 +167,7 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
     static_assert(HD == 64 || HD == 128, "head_dim 64 / 128");
     static_assert(HG >= 1 && HG <= 4 && NW * KM_WP == KD_ROUND, "layout");
     constexpr bool TB = BULK && KM_HAVE_BULK && HB % 16 == 0;
+    static_assert(NT == 2 * KD_ROUND, "bulk copies: a thread a record of a round");
     extern __shared__ __align__(16) uint8_t kd_sm[];
     __shared__ int rows[TB ? 1 : KD_MAX_STAGES][KD_ROUND];
     __shared__ __align__(8) uint64_t kbar[KD_MAX_STAGES]; /* TB: a round buffer's copies */
