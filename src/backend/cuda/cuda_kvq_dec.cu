@@ -557,7 +557,7 @@ static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt, int fu, in
 }
 
 /* k_kvq_mm (the default where it applies) of head_dim 64 / 128 and hg 1 / 2 / 4 */
-/* bulk: the round copies as cp.async.bulk (head_dim 128 on sm_90+; km_bulk_ok) */
+/* bulk: the round copies as cp.async.bulk (head_dim 128 on sm_90+: kd_decode decides) */
 static kd_kernel km_kernel_of(int hd, int hg, int bulk)
 {
     if (hd == 64)
