@@ -24,7 +24,9 @@
  * - k_kvq_mm (both products on the tensor cores; the default for 8-bit K and V): the cases
  *   above against the CPU within tolerance, its launches counted (at head_dim 128 on sm_90+
  *   with bulk copies, counted too); CINFER_KVQ_BULK=0 (its cp.async copies) against the CPU,
- *   none with bulk copies; CINFER_KVQ_DEC=sd (k_kvq_sd for every case) against the CPU,
+ *   none with bulk copies; CINFER_KVQ_SPLITS=2 (up to 32 rounds a split: the bulk copies'
+ *   barriers through many phases) against the CPU, bulk launches counted on sm_90+;
+ *   CINFER_KVQ_DEC=sd (k_kvq_sd for every case) against the CPU,
  *   none on k_kvq_mm. The fused-switch comparisons below
  *   run with CINFER_KVQ_DEC=sd (their reference is k_kvq_sd).
  * - CINFER_KVQ_STAGES=3 / 4 (deeper cp.async pipelines), alone and with both fused switches,
@@ -820,6 +822,20 @@ static int fz_reopen(const char *bn, struct be_config *bc, const char *merge, co
     return fz_reopen_dec(bn, bc, merge, store, NULL);
 }
 
+/* g_dev's compute capability major (0 without CUDA). */
+static int cc_major(void)
+{
+    int major = 0;
+#ifdef CINFER_HAVE_CUDA
+    char d[256];
+    be_cuda_describe(g_dev, d, sizeof d);
+    const char *cc = strstr(d, "(cc ");
+    if (cc)
+        major = atoi(cc + 4);
+#endif
+    return major;
+}
+
 /* Which launch counter dev_suite reads. */
 enum { CNT_NONE, CNT_TC, CNT_ONE, CNT_MMA, CNT_BULK };
 
@@ -893,15 +909,9 @@ int main(void)
         printf("default: %lld decode launches on k_kvq_mm\n", (long long)be_cuda_kvq_mma(g_dev));
         CHECK_MSG(be_cuda_kvq_mma(g_dev) > 0, "the default decode path never ran k_kvq_mm");
         /* head_dim 128 with bulk copies on compute capability 9.0 and newer */
-        char d[256];
-        int major = 0;
-        be_cuda_describe(g_dev, d, sizeof d);
-        const char *cc = strstr(d, "(cc ");
-        if (cc)
-            major = atoi(cc + 4);
         printf("default: %lld of them with bulk copies (cc %d)\n", (long long)be_cuda_kvq_bulk(g_dev),
-               major);
-        if (major >= 9)
+               cc_major());
+        if (cc_major() >= 9)
             CHECK_MSG(be_cuda_kvq_bulk(g_dev) > 0, "the default never ran k_kvq_mm's bulk copies");
     }
 #endif
@@ -992,6 +1002,16 @@ int main(void)
             return harness_done();
         CHECK_MSG(n == 0, "CINFER_KVQ_BULK=0: %lld launches with bulk copies", (long long)n);
         unsetenv("CINFER_KVQ_BULK");
+        /* and k_kvq_mm's bulk copies at 2 splits (up to 32 rounds a split: every round buffer's
+         * barrier goes through many phases; at the default 48 splits a split here has at most
+         * 2 rounds) against the CPU */
+        setenv("CINFER_KVQ_SPLITS", "2", 1);
+        if (dev_suite(bn, &bc, "CINFER_KVQ_SPLITS=2", CNT_BULK, &n))
+            return harness_done();
+        printf("CINFER_KVQ_SPLITS=2: %lld launches with bulk copies\n", (long long)n);
+        if (cc_major() >= 9)
+            CHECK_MSG(n > 0, "CINFER_KVQ_SPLITS=2: no launch with bulk copies");
+        unsetenv("CINFER_KVQ_SPLITS");
         /* and the lean softmax with the deepest pipeline (CINFER_KVQ_SOFT=lean,
          * CINFER_KVQ_STAGES=4; head_dim 256's buffers fall back to fewer) against the CPU */
         setenv("CINFER_KVQ_SOFT", "lean", 1);

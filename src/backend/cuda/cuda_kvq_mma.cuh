@@ -232,15 +232,13 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
             v[k] = qr[lane + 32 * k];
     }
     if (TB) {
-        {
-            if (r0 < r1)
-                km_issue_bulk<HB>(a, kd_sm, p0, hk, hv, &kbar[0]);
-            if (ns > 2 && r0 + 1 < r1)
-                km_issue_bulk<HB>(a, kd_sm + bufsz, p1, hk, hv, &kbar[1]);
-            if (ns > 3 && r0 + 2 < r1)
-                km_issue_bulk<HB>(a, kd_sm + 2 * bufsz, p2, hk, hv, &kbar[2]);
-            nrow = ns == 2 ? p1 : ns == 3 ? p2 : p3;
-        }
+        if (r0 < r1)
+            km_issue_bulk<HB>(a, kd_sm, p0, hk, hv, &kbar[0]);
+        if (ns > 2 && r0 + 1 < r1)
+            km_issue_bulk<HB>(a, kd_sm + bufsz, p1, hk, hv, &kbar[1]);
+        if (ns > 3 && r0 + 2 < r1)
+            km_issue_bulk<HB>(a, kd_sm + 2 * bufsz, p2, hk, hv, &kbar[2]);
+        nrow = ns == 2 ? p1 : ns == 3 ? p2 : p3;
     } else {
         for (int i = 0; i < ns - 1; i++) {
             if (r0 + i < r1)
