@@ -73,6 +73,10 @@ struct cu_graphs {
     unsigned epoch; /* cb->scratch_epoch the cached graphs were captured under */
     uint64_t log[CU_LOG]; /* keys of the last graph launches (ring; log_n launches in all) */
     int64_t log_n;
+    /* CINFER_CUDA_LORA_FOLD=8 (lk8_pass): the folded calls' accumulators, LK8_SLOT a call in
+     * list order, and how many calls of the pending list have a slot (zeroed by run_all) */
+    unsigned long long *acc8;
+    int acc8_cap, n8;
 };
 
 int cu_graphs_init(struct cu_be *cb, int want)
@@ -98,6 +102,14 @@ int cu_graphs_init(struct cu_be *cb, int want)
 static void run_all(struct cu_be *cb)
 {
     struct cu_graphs *g = cb->graphs;
+    if (g->n8 > 0) { /* fold 8: the list's accumulators start at zero (a memset node) */
+        cudaError_t rc = cudaMemsetAsync(g->acc8, 0, (size_t)g->n8 * LK8_SLOT * 8, cb->stream);
+        cb->last_kernel = 0; /* (no PDL launch right after a memset) */
+        if (rc != cudaSuccess) {
+            cudaGetLastError();
+            cu_latch(cb, "lora accumulators", rc);
+        }
+    }
     for (int i = 0; i < g->n; i++)
         g->calls[i].run(&cb->base, g->calls[i].args);
 }
@@ -167,6 +179,7 @@ static int capture(struct cu_be *cb, struct cu_graph_ent *e)
 }
 
 static void lkm_host_pass(struct cu_graphs *g);
+static void lk8_pass(struct cu_be *cb, struct cu_graphs *g);
 
 void cu_flush(struct cu_be *cb)
 {
@@ -183,6 +196,9 @@ void cu_flush(struct cu_be *cb)
     }
     if (cu_lkm_on() == 6)
         lkm_host_pass(g);
+    g->n8 = 0;
+    if (cu_lkm_on() == 8)
+        lk8_pass(cb, g);
     struct cu_graph_ent *e = find_or_add(g, list_key(g), g->n);
     e->last_use = ++g->tick;
     if (!e->exec && !e->failed && !g->nocapture && e->seen >= 1 && g->n >= g->min) {
@@ -233,6 +249,8 @@ void cu_graphs_free(struct cu_be *cb)
     for (int i = 0; i < g->n_ent; i++)
         if (g->ent[i].exec)
             cudaGraphExecDestroy(g->ent[i].exec);
+    if (g->acc8)
+        cudaFree(g->acc8);
     free(g->calls);
     free(g);
     cb->graphs = NULL;
@@ -628,6 +646,41 @@ static void lkm_host_pass(struct cu_graphs *g)
         pc->size = sizeof *h;
         c->hosted = 1;
     }
+}
+
+/* CINFER_CUDA_LORA_FOLD=8 (cuda_lora_mm.cuh level 8), on a pending list about to be flushed:
+ * every folded projection gets its own LK8_SLOT accumulators, in list order (so a repeated
+ * list gets the same pointers and its graph is found again); run_all zeroes them first.
+ * When the buffer has to grow, the old one is freed after the stream drains and the cached
+ * graphs (which hold its pointers) are dropped at the next flush (scratch_epoch). No buffer:
+ * the calls keep acc8 NULL and fold as level 4. */
+static void lk8_pass(struct cu_be *cb, struct cu_graphs *g)
+{
+    int n = 0;
+    for (int i = 0; i < g->n; i++)
+        n += g->calls[i].run == r_mmlk;
+    if (n == 0)
+        return;
+    if (n > g->acc8_cap) {
+        const int cap = n < 64 ? 64 : 2 * n;
+        if (g->acc8) {
+            cudaStreamSynchronize(cb->stream);
+            cudaFree(g->acc8);
+            g->acc8 = NULL, g->acc8_cap = 0;
+            cb->scratch_epoch++;
+        }
+        if (cudaMalloc(&g->acc8, (size_t)cap * LK8_SLOT * 8) != cudaSuccess) {
+            cudaGetLastError();
+            g->acc8 = NULL;
+            return;
+        }
+        g->acc8_cap = cap;
+    }
+    int k = 0;
+    for (int i = 0; i < g->n; i++)
+        if (g->calls[i].run == r_mmlk)
+            ((struct a_mmlk *)g->calls[i].args)->l.acc8 = g->acc8 + (size_t)k++ * LK8_SLOT;
+    g->n8 = k;
 }
 
 /* The lora call the previous recorded call holds (to append a projection to), or NULL. */

@@ -59,6 +59,10 @@ struct cu_lk {
      * (enum be_act: BE_ACT_GELU_TANH, else SiLU) */
     float *act_y;
     int act, act_rows;
+    /* level 8 (cuda_lora_mm.cuh, CINFER_CUDA_LORA_FOLD=8): this call's accumulators
+     * (LK8_SLOT of them), zeroed at the start of the recorded list it is in (cuda_graph.cu
+     * lk8_pass); NULL: none (the call folds as level 4) */
+    unsigned long long *acc8;
     struct cu_lk_grp g[CU_LK_GRP];
     struct cu_lk_term t[CU_LK_T];
 };

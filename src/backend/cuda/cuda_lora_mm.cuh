@@ -51,6 +51,24 @@
  * and gather t after the loop. The o projection's shrink (x from the attention) and the
  * first layer's q/k/v keep level 4's launch, as does any C whose P declined at run time
  * (a run-time token: C's shrink is skipped only when P launched host blocks for it).
+ *
+ * Level 8 (CINFER_CUDA_LORA_FOLD=8, cu_lkm.pre 4; bf16 weights): no shrink launch and no
+ * partials. The projection waits for the kernel before it at its start (as without an
+ * adapter: it launches early and loads its B slabs meanwhile); then its first S8 blocks
+ * (the lowest indices: dispatched before any block that waits for them) each compute one
+ * slice of t = x a^T — kc8 columns of K for every (row, rank) of the call (lk8_slice) —
+ * and add it to the call's accumulator of that (row, rank) with ONE 64-bit atomic: a count
+ * of 1 at bit 56 plus the slice's sum in fixed point (2^-24). Integer sums do not depend on
+ * the order the slices land in (nor on the other rows of the batch), and the count in the
+ * same word says when all S8 slices are in: the tile's gathering warp reads its rows'
+ * accumulators after the main loop (lk8_gather; one plain load each, re-read while a count
+ * is short) with no counter and no fence. With the norm chained (NI), x is the producer's
+ * x * gamma and the row's 1 / rms multiplies the delta in the epilogue. The accumulators
+ * (LK8_SLOT a call) are zeroed by one memset at the start of each recorded list that has
+ * level-8 calls (cuda_graph.cu), so nothing resets them inside a kernel. What it buys over
+ * level 4: the projection is not held behind a shrink launch (the gating measured at ~2 µs
+ * a projection in session 11); the cost is the slice before the main loop of S8 blocks.
+ * Its bits are its own (t in fixed point, the 1/rms after the sum), the same at any batch.
  */
 #ifndef CINFER_BACKEND_CUDA_LORA_MM_CUH
 #define CINFER_BACKEND_CUDA_LORA_MM_CUH
@@ -71,6 +89,9 @@ enum {
     LKH_PART = 64 << 10, /* level 6: most partials bytes of a hosted shrink; every level-6
                           * call asks for at least this much scratch, so that a host's
                           * request never moves the buffer between P and C */
+    LK8_SLOT = LKM_COLS * CU_LK_PROJ * LKM_RS, /* level 8: accumulators of one call (R x Tmax) */
+    LK8_SMAX = 127, /* level 8: most slices (the count field of an accumulator) */
+    LK8_TPP = 8,    /* level 8: threads of one (row, rank) pair of a slice */
 };
 
 /* Barrier of the 256 threads of shrink item group sg (named barrier 1 + sg). */
@@ -245,6 +266,10 @@ struct cu_lkm {
     int16_t rs[CU_LK_PROJ][CU_LK_GRP]; /* ranks of projection p in group gi */
     int16_t bo[CU_LK_PROJ][CU_LK_GRP]; /* their first rank in projection p's B slab */
     int16_t rst[CU_LK_PROJ];           /* ranks of projection p's B slab */
+    /* level 8 (pre 4): the call's accumulators (R x Tmax, cu_lk.acc8), its slices and
+     * their columns */
+    unsigned long long *acc8;
+    int S8, kc8;
 };
 
 /* Level 6: the shrink of the next folded call C run by a producer's trailing blocks
@@ -278,6 +303,17 @@ struct lkm_smem {
  * with the projection waiting for it before its loop; 6, level 4 with the shrink of a
  * call whose x the call before writes run by that call's trailing blocks; 0 none. */
 int cu_lkm_on(void);
+/* Level 8's slices of a call with K columns (from K and the device alone: a row's bits
+ * never depend on its batch): kc8 columns each (a multiple of LK8_TPP), at most smax
+ * slices (LK8_SMAX, and no more than the SMs: every slice block is resident before any
+ * block waits for the slices, one block an SM). */
+static inline int lk8_kc(int K, int smax)
+{
+    smax = smax < 1 ? 1 : smax > LK8_SMAX ? LK8_SMAX : smax;
+    int kc = (K + smax - 1) / smax;
+    kc = (kc + LK8_TPP - 1) / LK8_TPP * LK8_TPP;
+    return kc < 2 * LK8_TPP ? 2 * LK8_TPP : kc;
+}
 /* Levels 4 and 5: launches the shrink of L (L->pre; its items, partials into L->part) as its
  * own kernel, the launch just before L's projection (cuda_lora_sg.cu). */
 void cu_lk_shrink_pre(struct cu_be *cb, const struct cu_lkm *L);
@@ -667,6 +703,141 @@ static __device__ __forceinline__ void lkm_gather_pre(const struct cu_lkm &L, in
     lkm_t(L, lp, lq, col0, ncol, sm);
 }
 
+/* ---- level 8 (cu_lkm.pre 4) ---- */
+
+/* Fixed point of level 8's accumulators: a slice's sum times 2^24, clamped to 2^24 in
+ * magnitude (2^48: 127 of them stay below 2^55, clear of the count at bit 56). */
+static __device__ __forceinline__ unsigned long long lk8_word(float s)
+{
+    s = fminf(fmaxf(s, -16777216.0f), 16777216.0f); /* (NaN: the projection's own output is
+                                                    * NaN then; the clamp keeps the count) */
+    return (1ull << 56) + (unsigned long long)__float2ll_rn(s * 16777216.0f);
+}
+
+/* Slice blk (< L.S8) of level 8's shrink, all threads of a tile block after its PDL wait:
+ * columns [blk * kc8, + kc8) of x (the projection's own x: with NI the producer's x * gamma)
+ * times each (row entry, rank) pair's row of a; LK8_TPP threads a pair, each summing its
+ * columns in order (stride LK8_TPP), then a 3-step butterfly; one atomic a pair. */
+static __device__ __forceinline__ void lk8_slice(const struct cu_lkm &L, const float *x, int K,
+                                                 int blk)
+{
+    const int k0 = blk * L.kc8, k1 = K < k0 + L.kc8 ? K : k0 + L.kc8;
+    int np = 0;
+    for (int e = 0; e < L.R; e++)
+        np += L.d.g[L.eg[e]].T;
+    const int per = (int)blockDim.x / LK8_TPP, sub = (int)threadIdx.x % LK8_TPP;
+    for (int p0 = 0; p0 < np; p0 += per) { /* (uniform: every lane shuffles) */
+        const int pi = p0 + (int)threadIdx.x / LK8_TPP;
+        float s = 0.0f;
+        int e = 0, j = pi;
+        if (pi < np) {
+            while (e + 1 < L.R && j >= L.d.g[L.eg[e]].T)
+                j -= L.d.g[L.eg[e]].T, e++;
+            const struct cu_lk_grp &g = L.d.g[L.eg[e]];
+            const char *ap = NULL;
+            int dt = DT_F32;
+            for (int p = 0; p < L.d.n_proj; p++)
+                for (int k = g.t0[p]; k < g.t0[p] + g.nt[p]; k++) {
+                    const struct cu_lk_term &t = L.d.t[k];
+                    if (j >= t.roff && j < t.roff + t.rank) {
+                        const size_t es = t.dtype == DT_F32 ? 4 : 2;
+                        ap = (const char *)t.a + (size_t)(j - t.roff) * (size_t)K * es;
+                        dt = t.dtype;
+                    }
+                }
+            const float *xr = x + (int64_t)g.rows[L.ei[e]] * K;
+            for (int c0 = k0 + sub; ap && c0 < k1; c0 += 8 * LK8_TPP) {
+                uint32_t raw[8];
+                float xv[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) { /* 8 columns' loads out, then their FMAs */
+                    const int c = c0 + u * LK8_TPP;
+                    raw[u] = c < k1 ? lk_raw(ap, dt, c) : 0u;
+                    xv[u] = c < k1 ? xr[c] : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    if (c0 + u * LK8_TPP < k1)
+                        s = __fmaf_rn(xv[u], lk_cvt(raw[u], dt), s);
+            }
+        }
+        s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 1));
+        s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 2));
+        s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 4));
+        if (pi < np && sub == 0)
+            atomicAdd(L.acc8 + (int64_t)e * L.Tmax + j, lk8_word(s));
+    }
+}
+
+/* Level 8's gathering warp (projections lp, and lq for a GLU tile's up; -1: none): t * scale
+ * of the block's x rows into sm from the accumulators, each read until its count says all
+ * S8 slices are in (lkm_t's items; no counters, no fence: the count is in the word). */
+static __device__ __forceinline__ void lk8_gather(const struct cu_lkm &L, int lp, int lq,
+                                                  int col0, int ncol, struct lkm_smem *sm)
+{
+    const int lane = threadIdx.x & 31;
+    int row = -1;
+    if (lane < L.R)
+        row = L.d.g[L.eg[lane]].rows[L.ei[lane]];
+    int ent = -1;
+    for (int cc = 0; cc < LKM_COLS; cc++) {
+        const unsigned m = __ballot_sync(0xffffffffu, cc < ncol && lane < L.R && row == col0 + cc);
+        if (lane == cc)
+            ent = m ? __ffs(m) - 1 : -1;
+    }
+    int nit = 0;
+    {
+        const int sl = lane / LKM_COLS, cc = lane % LKM_COLS;
+        const int e = __shfl_sync(0xffffffffu, ent, cc), p = sl == 0 ? lp : lq;
+        if (lane < 2 * LKM_COLS && p >= 0 && e >= 0)
+            nit = L.rs[p][L.eg[e]];
+        if (lane < 2 * LKM_COLS)
+            sm->gi[sl][cc] = nit > 0 ? (int)L.eg[e] : -1;
+    }
+    int pre = nit;
+    for (int o = 1; o < 2 * LKM_COLS; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, pre, o);
+        if (lane >= o)
+            pre += v;
+    }
+    const int total = __shfl_sync(0xffffffffu, pre, 2 * LKM_COLS - 1);
+    pre -= nit;
+    const long long full = (long long)L.S8 << 56;
+    for (int f0 = 0; f0 < total; f0 += 32) {
+        const int f = f0 + lane;
+        int q = 0;
+        for (int u = 1; u < 2 * LKM_COLS; u++)
+            q = f >= __shfl_sync(0xffffffffu, pre, u) ? u : q;
+        const int sl = q / LKM_COLS, cc = q % LKM_COLS;
+        const int e = __shfl_sync(0xffffffffu, ent, cc);
+        const int jr = f - __shfl_sync(0xffffffffu, pre, q);
+        if (f >= total)
+            continue;
+        const int p = sl == 0 ? lp : lq;
+        const struct cu_lk_grp &g = L.d.g[L.eg[e]];
+        int j = jr, k = g.t0[p];
+        while (j >= L.d.t[k].rank)
+            j -= L.d.t[k].rank, k++;
+        const unsigned long long *ap = L.acc8 + (int64_t)e * L.Tmax + L.d.t[k].roff + j;
+        long long v;
+        long long spins = 0;
+        for (;;) {
+#ifdef LKM_EMU
+            v = (long long)__atomic_load_n(ap, __ATOMIC_RELAXED);
+#else
+            asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(ap) : "memory");
+#endif
+            if (((v + (1ll << 55)) >> 56) == (long long)L.S8)
+                break;
+            __nanosleep(32);
+            if (++spins > (1ll << 26))
+                __trap();
+        }
+        const float s = __fmul_rn((float)(v - full), 1.0f / 16777216.0f);
+        sm->t[sl][cc][jr] = __fmul_rn(s, L.d.t[k].scale);
+    }
+}
+
 /* v plus the delta of output r (0..15) of the tile for its x row cc (sm slot sl filled, the
  * projection's slab from rank sb): the two-launch expand's FMA chain (terms, then ranks,
  * in order), then one add. */
@@ -683,6 +854,22 @@ static __device__ __forceinline__ float lkm_add(const struct cu_lkm &L, int p,
     for (int j = 0; j < rs; j++)
         acc = __fmaf_rn(t[j], b[j * 16], acc);
     return __fadd_rn(v, acc);
+}
+
+/* Level 8's lkm_add: the delta times mul (NI: the row's 1 / rms; else 1) before the add. */
+static __device__ __forceinline__ float lk8_add(const struct cu_lkm &L, int p,
+                                                const struct lkm_smem *sm, int sl, int sb, int cc,
+                                                int r, float v, float mul)
+{
+    const int gi = sm->gi[sl][cc];
+    if (gi < 0)
+        return v;
+    const int rs = L.rs[p][gi];
+    const float *b = sm->b + (sb + (int)L.bo[p][gi]) * 16 + r, *t = sm->t[sl][cc];
+    float acc = 0.0f;
+    for (int j = 0; j < rs; j++)
+        acc = __fmaf_rn(t[j], b[j * 16], acc);
+    return __fadd_rn(v, __fmul_rn(acc, mul));
 }
 
 #endif

@@ -342,7 +342,10 @@ int cu_lkm_on(void)
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("CINFER_CUDA_LORA_FOLD");
-        v = cu_lora_mode() == CU_LK_SG && e && e[0] >= '1' && e[0] <= '6' && !e[1] ? e[0] - '0' : 0;
+        v = cu_lora_mode() == CU_LK_SG && e && ((e[0] >= '1' && e[0] <= '6') || e[0] == '8') &&
+                    !e[1]
+                ? e[0] - '0'
+                : 0;
     }
     return v;
 }
@@ -386,13 +389,27 @@ int cu_lkm_prep(struct cu_be *cb, const struct cu_lk *d, float *const ys[3], con
     }
     if (Tmax == 0)
         return -1;
+    const int lvl = cu_lkm_on();
+    if (lvl == 8 && d->acc8 && R * Tmax <= LK8_SLOT) { /* fold 8: slices into accumulators */
+        const int kc = lk8_kc(d->K, cb->n_sm), S = (d->K + kc - 1) / kc;
+        if (kc <= 16 * LK8_TPP && S <= LK8_SMAX && S <= cb->n_sm && S <= tiles) {
+            L->R = R, L->Tmax = Tmax;
+            L->nty = (Tmax + LK_TJ - 1) / LK_TJ;
+            L->nvs = nvs;
+            L->units = tiles;
+            L->pre = 4;
+            L->acc8 = d->acc8, L->S8 = S, L->kc8 = kc;
+            return 0;
+        }
+    }
     const int ksplit = (d->K + LK_KC - 1) / LK_KC;
     const size_t pbytes = (size_t)ksplit * (size_t)R * (size_t)Tmax * sizeof(float);
     if (pbytes > (size_t)lk_part_max())
         return -1;
     /* 4: the shrink as its own launch beside the projection's loop, no counters; 5: before
      * it (the tiles wait at their start; the counters count the tiles only) */
-    const int lvl = cu_lkm_on(), pre = lvl == 4 || lvl == 6 ? 1 : lvl == 5 ? 2 : 0;
+    /* (8: a call fold 8 cannot take folds as 4) */
+    const int pre = lvl == 4 || lvl == 6 || lvl == 8 ? 1 : lvl == 5 ? 2 : 0;
     /* 6: at least LKH_PART bytes, so that a host's request (cu_lkh_prep) never moves it */
     const size_t want = lvl == 6 && pbytes < (size_t)LKH_PART ? (size_t)LKH_PART : pbytes;
     int declined = 0;

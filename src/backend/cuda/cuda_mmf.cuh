@@ -124,7 +124,7 @@ __device__ __forceinline__ void sg_norm_r(const sg_args &a, int col0, int warp, 
  * (LK 1: polling the shrink's counter). */
 static __host__ __device__ constexpr bool sg_lk_xw(int lk, int mode, int warps)
 {
-    return warps < 32 && !((lk == 1 || lk == 2) && mode == BE_MM_GLU && warps == 8);
+    return warps < 32 && !((lk == 1 || lk == 2 || lk == 4) && mode == BE_MM_GLU && warps == 8);
 }
 static __host__ __device__ constexpr int sg_lk_threads(int lk, int mode, int warps)
 {
@@ -140,7 +140,9 @@ static __host__ __device__ constexpr int sg_lk_threads(int lk, int mode, int war
  * row's scalar r taken out of the dot product; ss = the producer's tile sums added in a
  * fixed order (sg_norm_r) that depends only on K. LK: 0 none, 1 the folded lora's tiles
  * (k_sgl), 2 fold 4's (k_sglp: x read before the PDL wait, which comes after the loop), 3
- * fold 6's hosted call (k_sglh: the wait at the start, t gathered without counters). */
+ * fold 6's hosted call (k_sglh: the wait at the start, t gathered without counters), 4 fold
+ * 8's (k_sgl8: the wait at the start, then the first L->S8 blocks add their slice of t to
+ * the call's accumulators, gathered after the loop; cuda_lora_mm.cuh level 8). */
 template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI, int LK>
 __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const struct cu_lkm *L,
                                         struct lkm_smem *lsm, const unsigned bid)
@@ -218,6 +220,9 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
     if constexpr (LK != 2)
         cu_pdl_wait();
     cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
+    if constexpr (LK == 4) /* fold 8: this block's slice of t (x is complete now) */
+        if ((int)bid < L->S8)
+            lk8_slice(*L, a.x, a.K, (int)bid);
     const int nc = K / 32;
     int c = warp;
     if constexpr (LK) /* the extra warp takes no chunks */
@@ -300,7 +305,10 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
         sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, rsh);
     if constexpr (LK) /* t of the block's x rows (the extra warp, or the last one) */
         if (warp == (sg_lk_xw(LK, MODE, SG_WARPS) ? SG_WARPS : SG_WARPS - 1)) {
-            if constexpr (LK >= 2)
+            if constexpr (LK == 4)
+                lk8_gather(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
+                           a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
+            else if constexpr (LK >= 2)
                 lkm_gather_pre(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
                                a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
             else
@@ -342,6 +350,14 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
             }
     }
     float *Y = wi == 0 ? a.y[0] : wi == 1 ? a.y[1] : a.y[2];
+    /* v plus the delta of projection p for x row cc of the block, tile row r (fold 8: times
+     * the row's 1 / rms when x is chained) */
+    auto ladd = [&](int p, int sl, int sb, int cc, int r, float v) {
+        if constexpr (LK == 4)
+            return lk8_add(*L, p, lsm, sl, sb, cc, r, v, NI ? rsh[cc] : 1.0f);
+        else
+            return lkm_add(*L, p, lsm, sl, sb, cc, r, v);
+    };
     if constexpr (MODE == SG_ROPE) {
 #pragma unroll
         for (int s = 0; s < NS; s++)
@@ -352,8 +368,8 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
                     continue;
                 float v0 = acc[0][s][c2], v1 = acc[0][s][2 + c2];
                 if constexpr (LK) { /* + the deltas of rows ra, rz (slab rows g, g + 8) */
-                    v0 = lkm_add(*L, lp, lsm, 0, 0, s * 8 + 2 * tq + c2, g, v0);
-                    v1 = lkm_add(*L, lp, lsm, 0, 0, s * 8 + 2 * tq + c2, g + 8, v1);
+                    v0 = ladd(lp, 0, 0, s * 8 + 2 * tq + c2, g, v0);
+                    v1 = ladd(lp, 0, 0, s * 8 + 2 * tq + c2, g + 8, v1);
                 }
                 if (pj >= 0) {
                     float ang = __fmul_rn((float)a.pos[col], a.inv_freq[pj]);
@@ -391,22 +407,22 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
                     float gv = acc[0][s][i], uv = acc[NA - 1][s][i];
                     if constexpr (LK) { /* + the deltas of gate and up, before the activation */
                         const int cc = s * 8 + 2 * tq + (i & 1), rr = g + (i >> 1) * 8;
-                        gv = lkm_add(*L, lp, lsm, 0, 0, cc, rr, gv);
-                        uv = lkm_add(*L, lq, lsm, 1, lqb, cc, rr, uv);
+                        gv = ladd(lp, 0, 0, cc, rr, gv);
+                        uv = ladd(lq, 1, lqb, cc, rr, uv);
                     }
                     *yp = sg_glu(gv, uv, act);
                 }
                 else if (MODE == BE_MM_ADD) {
                     float v = __fadd_rn(*yp, acc[0][s][i]);
                     if constexpr (LK) /* + the adapters' delta, after the add (as unfolded) */
-                        v = lkm_add(*L, lp, lsm, 0, 0, s * 8 + 2 * tq + (i & 1), g + (i >> 1) * 8, v);
+                        v = ladd(lp, 0, 0, s * 8 + 2 * tq + (i & 1), g + (i >> 1) * 8, v);
                     *yp = yv[s][i] = v;
                     if (a.xg_out) /* the next projection's x: this output times its norm */
                         a.xg_out[(size_t)col * M + row] = __fmul_rn(yv[s][i], a.gnext[row]);
                 }
                 else if constexpr (LK)
-                    *yp = lkm_add(*L, lp, lsm, 0, 0, s * 8 + 2 * tq + (i & 1), g + (i >> 1) * 8,
-                                  acc[0][s][i]);
+                    *yp = ladd(lp, 0, 0, s * 8 + 2 * tq + (i & 1), g + (i >> 1) * 8,
+                               acc[0][s][i]);
                 else
                     *yp = acc[0][s][i];
             }

@@ -52,6 +52,19 @@ __global__ void __launch_bounds__(sg_lk_threads(2, MODE, SG_WARPS))
     sg_body<BF, MODE, NS, 0, SG_WARPS, NI, 2>(a, act, &L, &lsm, blockIdx.x);
 }
 
+/* Fold 8 (L.pre 4, cuda_lora_mm.cuh level 8): the tiles wait at their start, the first L.S8
+ * blocks add their slices of t to the call's accumulators, the gathering warp reads them
+ * after the loop. The 8-warp GLU is held to 4 blocks an SM as k_sgl_g8. */
+template <int BF, int MODE, int NS, int SG_WARPS, int NI>
+__global__ void __launch_bounds__(sg_lk_threads(4, MODE, SG_WARPS),
+                                  MODE == BE_MM_GLU && SG_WARPS == 8 ? 4 : 1)
+    k_sgl8(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
+           int act)
+{
+    __shared__ struct lkm_smem lsm;
+    sg_body<BF, MODE, NS, 0, SG_WARPS, NI, 4>(a, act, &L, &lsm, blockIdx.x);
+}
+
 /* Fold 6: the kernels with host blocks: the producers (ADD: o, down; GLU: gate/up) in the
  * block shapes where the host code does not make the kernel spill (ptxas: GLU with 16 warps
  * and ADD with 8 did; the l1b/l8b gate/up has 8 warps, o 16, down 32). */
@@ -85,6 +98,12 @@ static void sgl_launch_w(struct cu_be *cb, const struct sg_args &a, const struct
                          int act)
 {
     const unsigned grid = (unsigned)L.S + (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
+    if constexpr (BF) /* fold 8: bf16 weights only (cu_matmul_fused_lk6) */
+        if (L.pre == 4) {
+            cu_launch(cb, k_sgl8<BF, MODE, 1, W, NI>, dim3(grid),
+                      dim3(sg_lk_threads(4, MODE, W)), 0, a, L, act);
+            return;
+        }
     if (L.pre == 1) /* fold 4 (L.S == 0) */
         cu_launch(cb, k_sglp<BF, MODE, 1, W, NI>, dim3(grid), dim3(sg_lk_threads(2, MODE, W)), 0,
                   a, L, act);
@@ -247,6 +266,8 @@ int cu_matmul_fused_lk6(struct be *b, const struct be_mm *m0, const struct cu_lk
         ms[i] = (int)m.w[i]->ne[1];
     struct cu_lk dd = *d; /* (the fold writes the chained values and the activation itself) */
     dd.act_y = NULL, dd.ss_out = NULL, dd.xg_out = NULL, dd.gnext = NULL;
+    if (m.w[0]->dtype != DT_BF16)
+        dd.acc8 = NULL; /* (fold 8's kernels are bf16 only: fold 4 then) */
     struct cu_lkm L;
     const int rc = cu_lkm_prep(cb, &dd, ys, ms, m.n_w, w / 8, a.tiles[a.n_w] * a.ny, &L);
     if (rc == -1)
@@ -292,7 +313,7 @@ int cu_matmul_fused_lk6(struct be *b, const struct be_mm *m0, const struct cu_lk
         }
         return 1;
     }
-    if (L.pre) /* fold 4: the shrink, the launch just before the projection */
+    if (L.pre == 1 || L.pre == 2) /* fold 4: the shrink, the launch just before the projection */
         cu_lk_shrink_pre(cb, &L);
     if (m.w[0]->dtype == DT_BF16)
         sgl_launch<1>(cb, a, mode, w, chain == SG_CHAIN_IN, L, m.act);
