@@ -9,6 +9,13 @@
 // lkh_tile_done), then the call's tiles gather t (cu_lkm.pre 3, no shrink launch); the
 // counters back at zero. (Here the call's cu_lkm_prep runs before the producer grid: the
 // emulator's scratch garbles the partials at every request; the backend's does not.)
+// With CINFER_CUDA_LORA_FOLD=8 (cuda_lora_mm.cuh level 8): the slices (lk8_slice) in a first
+// launch (the emulator runs blocks one after another, so a tile block would wait forever for
+// a later slice block), then the tiles gather from the accumulators (lk8_gather) and add the
+// deltas (lk8_add; with a norm: x * gamma in the slices and the row's 1/rms in the add, as
+// the chained projection does): within 1e-5 of the two-launch path (fixed point: not its
+// bits), each row equal bit for bit to the same row run alone (no row depends on another),
+// rows of no group untouched, the counts in the accumulators complete.
 // The projection itself (k_sg's tensor-core loop) is not emulated: the base values are y's.
 #include "emu_gen.cpp"
 #include <random>
@@ -45,6 +52,14 @@ static void k_emu_host()
 }
 static float *g_y[3];
 static int g_tiles[4], g_M[3], g_nw, g_n, g_glu;
+/* fold 8: the slices' x (the projection's: x, or x * gamma with a norm) and each row's
+ * multiplier of the delta (1, or 1/rms) */
+static const float *g_x8;
+static const float *g_mul8;
+static void k_emu_slice8()
+{
+    lk8_slice(g_L, g_x8, g_L.d.K, (int)blockIdx.x);
+}
 /* the fold kernel's structure without the projection: shrink blocks, then 16-output tiles */
 static void k_emu_fold()
 {
@@ -69,7 +84,9 @@ static void k_emu_fold()
     __syncthreads();
     /* every emulated warp gathers (the shim's warp exchanges are block-wide), so each counts
      * as a unit: g_L.units below */
-    if (L.pre == 1 || L.pre == 3)
+    if (L.pre == 4)
+        lk8_gather(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
+    else if (L.pre == 1 || L.pre == 3)
         lkm_gather_pre(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
     else
         lkm_gather(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
@@ -78,13 +95,98 @@ static void k_emu_fold()
     if (t < 16 * g_n) {
         const int cc = t / 16, r = t % 16;
         float *y0 = g_y[g_glu ? 0 : wi] + (size_t)cc * M + row0 + r;
-        *y0 = lkm_add(L, lp, &sm, 0, 0, cc, r, *y0);
+        if (L.pre == 4)
+            *y0 = lk8_add(L, lp, &sm, 0, 0, cc, r, *y0, g_mul8[cc]);
+        else
+            *y0 = lkm_add(L, lp, &sm, 0, 0, cc, r, *y0);
         if (g_glu) {
             float *y1 = g_y[1] + (size_t)cc * M + row0 + r;
-            *y1 = lkm_add(L, lq, &sm, 1, lqb, cc, r, *y1);
+            if (L.pre == 4)
+                *y1 = lk8_add(L, lq, &sm, 1, lqb, cc, r, *y1, g_mul8[cc]);
+            else
+                *y1 = lkm_add(L, lq, &sm, 1, lqb, cc, r, *y1);
         }
     }
 }
+/* Fold 8 on call d (outputs y*, values y0 before, yr the two-launch path's after). */
+static int fold8(cu_lk d, const std::vector<float> &x, const std::vector<float> &nw, int use_norm,
+                 int K, int N, int NP, int glu, const int *M, const std::vector<float> *y0,
+                 const std::vector<float> *yr, const std::vector<std::vector<int32_t>> &rows,
+                 int tiles)
+{
+    int bad = 0;
+    std::vector<float> xs((size_t)N * K), mul(N, 1.0f);
+    for (int r = 0; r < N; r++) { /* the chained projection's x * gamma and 1/rms */
+        float ss = 0.0f;
+        for (int k = 0; k < K; k++)
+            ss += x[(size_t)r * K + k] * x[(size_t)r * K + k];
+        if (use_norm)
+            mul[r] = 1.0f / sqrtf(ss / (float)K + 1e-5f);
+        for (int k = 0; k < K; k++)
+            xs[(size_t)r * K + k] = use_norm ? x[(size_t)r * K + k] * nw[k] : x[(size_t)r * K + k];
+    }
+    std::vector<unsigned long long> acc(LK8_SLOT);
+    /* run: every group (one = -1) or one group alone; returns the outputs */
+    auto run = [&](int one, std::vector<float> *yo) {
+        cu_lk e = d;
+        if (one >= 0) {
+            e.g[0] = d.g[one];
+            e.n_grp = 1;
+        }
+        std::fill(acc.begin(), acc.end(), 0ull);
+        e.acc8 = acc.data();
+        float *ys[3];
+        int ms[3] = {M[0], M[1], NP > 2 ? M[2] : 0};
+        for (int p = 0; p < 3; p++) {
+            yo[p] = p < NP ? y0[p] : std::vector<float>();
+            ys[p] = p < NP ? yo[p].data() : NULL;
+            e.y[p] = ys[p];
+        }
+        struct cu_be cb; memset(&cb, 0, sizeof cb);
+        cb.n_sm = 132;
+        if (cu_lkm_prep(&cb, &e, ys, ms, NP, 1, 1 << 20, &g_L) || g_L.pre != 4)
+            return -1;
+        g_x8 = xs.data(), g_mul8 = mul.data();
+        cu_launch(&cb, k_emu_slice8, dim3((unsigned)g_L.S8), dim3(256), 0);
+        for (int e2 = 0; e2 < g_L.R; e2++) /* every pair's count complete */
+            for (int j = 0; j < e.g[g_L.eg[e2]].T; j++)
+                if ((long long)((acc[(size_t)e2 * g_L.Tmax + j] + (1ull << 55)) >> 56) != g_L.S8)
+                    return -2;
+        for (int p = 0; p < NP; p++) g_y[p] = yo[p].data(), g_M[p] = M[p];
+        g_nw = glu ? 1 : NP, g_n = N, g_glu = glu;
+        cu_launch(&cb, k_emu_fold, dim3((unsigned)tiles), dim3(256), 0);
+        return g_L.S8;
+    };
+    std::vector<float> yf[3];
+    const int S = run(-1, yf);
+    if (S < 0) {
+        printf("fold 8 %s: %s\n", glu ? "glu" : "qkv", S == -1 ? "prep declined" : "a count is short");
+        return 1;
+    }
+    double worst = 0.0;
+    int changed = 0, alone = 0;
+    for (int p = 0; p < NP; p++) {
+        for (size_t i = 0; i < yf[p].size(); i++) {
+            const double dlt = fabs((double)yr[p][i] - (double)y0[p][i]);
+            const double er = fabs((double)yf[p][i] - (double)yr[p][i]) / (1.0 + dlt);
+            worst = er > worst ? er : worst;
+        }
+        for (int r : {1, 4}) if (memcmp(&yf[p][(size_t)r * M[p]], &y0[p][(size_t)r * M[p]], (size_t)M[p] * 4)) changed++;
+    }
+    for (int gi = 0; gi < d.n_grp; gi++) { /* each group alone: its rows' bits */
+        std::vector<float> ya[3];
+        if (run(gi, ya) < 0) { alone++; continue; }
+        for (int p = 0; p < NP; p++)
+            for (int r : rows[gi])
+                if (memcmp(&ya[p][(size_t)r * M[p]], &yf[p][(size_t)r * M[p]], (size_t)M[p] * 4)) alone++;
+    }
+    const int ok = worst < 1e-5 && !changed && !alone;
+    printf("fold 8 %s%s: K %d, %d slices of %d columns: worst |diff| / (1 + |delta|) vs the two-launch path %.2g, rows of no group %s, each group alone %s: %s\n",
+           glu ? "glu" : "qkv", use_norm ? " norm" : "", K, S, g_L.kc8, worst, changed ? "CHANGED" : "untouched",
+           alone ? "DIFFERS" : "bit-identical", ok ? "ok" : "FAIL");
+    return !ok + bad;
+}
+
 int main(int argc, char **argv)
 {
     const int K = argc > 1 ? atoi(argv[1]) : 1100, N = 8;
@@ -116,6 +218,7 @@ int main(int argc, char **argv)
                     if (cu_lk_merge(&d, y[p].data(), x.data(), norm, 1e-5f, K, M[p], G[p], NG)) { printf("merge failed\n"); exit(1); }
             };
             struct cu_be cb0; memset(&cb0, 0, sizeof cb0);
+            cb0.n_sm = 132;
             cu_lk dr; build(dr, yr);
             cu_lk_run(&cb0.base, &dr); /* the two-launch reference */
             cu_lk df; build(df, yf);
@@ -124,6 +227,10 @@ int main(int argc, char **argv)
             g_tiles[0] = 0;
             for (int p = 0; p < (glu ? 1 : NP); p++) g_tiles[p + 1] = g_tiles[p] + M[p] / 16;
             const int tiles = g_tiles[glu ? 1 : NP];
+            if (cu_lkm_on() == 8) { /* fold 8: its own checks (below), then the next case */
+                bad += fold8(df, x, nw, use_norm, K, N, NP, glu, M, y0, yr, rows, tiles);
+                continue;
+            }
             if (cu_lkm_prep(&cb0, &df, ys, ms, NP, 1, tiles, &g_L)) { printf("prep declined\n"); return 1; }
             g_L.units = g_L.nsv + tiles * 8; /* (8 gathering warps a tile block here) */
             if (cu_lkm_on() == 6) { /* the shrink in a producer's host blocks, then no launch */

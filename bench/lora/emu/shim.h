@@ -73,7 +73,7 @@ static void cu_act_mul(struct be *, float *y, const float *g, const float *u, in
             y[i] = 0.5f * a * (1.0f + tanhf(0.7978845608028654f * (a + 0.044715f * a * a * a))) * u[i];
     }
 }
-struct cu_be { struct be base; int stream, last_kernel; size_t scratch_cap[8]; };
+struct cu_be { struct be base; int stream, last_kernel; size_t scratch_cap[8]; int n_sm; };
 /* the fused kernel's device-side pieces: atomics on the host, fences and sleeps as no-ops
  * (blocks run one after another in ticket order) */
 #include <mutex>
@@ -84,6 +84,9 @@ static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __nanosleep(unsigned) { std::this_thread::yield(); }
 static inline void __trap() { printf("trap\n"); abort(); }
 static inline float __ldcg(const float *p) { return *p; }
+/* fold 8 (cuda_lora_mm.cuh level 8): 64-bit accumulator adds, the fixed-point conversion */
+static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline long long __float2ll_rn(float f) { return llrintf(f); }
 typedef int cudaStreamCaptureStatus;
 typedef int cudaError_t;
 enum { cudaSuccess = 0, cudaStreamCaptureStatusNone = 0, cudaStreamCaptureStatusActive = 1 };
@@ -150,4 +153,25 @@ static inline unsigned __ballot_sync(unsigned, int p)
     return m;
 }
 static inline int __ffs(unsigned m) { return __builtin_ffs((int)m); }
+static int emu_ixch[1024];
+/* lane src of the caller's warp (every thread of the block calls it) */
+static inline int __shfl_sync(unsigned, int v, int src)
+{
+    const int t = threadIdx.x;
+    emu_ixch[t] = v;
+    __syncthreads();
+    const int w = emu_ixch[(t & ~31) + (src & 31)];
+    __syncthreads();
+    return w;
+}
+/* lane - d of the caller's warp (its own value for lanes < d) */
+static inline int __shfl_up_sync(unsigned, int v, int d)
+{
+    const int t = threadIdx.x;
+    emu_ixch[t] = v;
+    __syncthreads();
+    const int w = (t & 31) >= d ? emu_ixch[t - d] : v;
+    __syncthreads();
+    return w;
+}
 static inline unsigned atomicExch(unsigned *p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
