@@ -718,8 +718,14 @@ static __device__ __forceinline__ unsigned long long lk8_word(float s)
  * columns [blk * kc8, + kc8) of x (the projection's own x: with NI the producer's x * gamma)
  * times each (row entry, rank) pair's row of a; LK8_TPP threads a pair, each summing its
  * columns in order (stride LK8_TPP), then a 3-step butterfly; one atomic a pair. */
-static __device__ __forceinline__ void lk8_slice(const struct cu_lkm &L, const float *x, int K,
-                                                 int blk)
+#ifdef LKM_EMU
+#define LK8_NOINLINE inline
+#else
+#define LK8_NOINLINE __noinline__ /* (their registers apart from the projection loop's: inlined,
+                                   * the 8-warp gate/up tile, held to 64, spilled) */
+#endif
+static __device__ LK8_NOINLINE void lk8_slice(const struct cu_lkm &L, const float *x, int K,
+                                             int blk)
 {
     const int k0 = blk * L.kc8, k1 = K < k0 + L.kc8 ? K : k0 + L.kc8;
     int np = 0;
@@ -769,16 +775,46 @@ static __device__ __forceinline__ void lk8_slice(const struct cu_lkm &L, const f
     }
 }
 
+/* Level 8: slice blk's rows of a into L2 (128-byte lines; never changes a value), by its
+ * block before the PDL wait (adapters are never written by a kernel), so that the slice
+ * after the wait finds them there. */
+static __device__ __forceinline__ void lk8_prefetch(const struct cu_lkm &L, int K, int blk)
+{
+#ifndef LKM_EMU
+    const int k0 = blk * L.kc8, k1 = K < k0 + L.kc8 ? K : k0 + L.kc8;
+    for (int e = 0; e < L.R; e++) {
+        const struct cu_lk_grp &g = L.d.g[L.eg[e]];
+        for (int j = (int)threadIdx.x; j < g.T; j += (int)blockDim.x)
+            for (int p = 0; p < L.d.n_proj; p++)
+                for (int k = g.t0[p]; k < g.t0[p] + g.nt[p]; k++) {
+                    const struct cu_lk_term &t = L.d.t[k];
+                    if (j < t.roff || j >= t.roff + t.rank)
+                        continue;
+                    const int es = t.dtype == DT_F32 ? 4 : 2;
+                    const char *row = (const char *)t.a + (size_t)(j - t.roff) * (size_t)K * es;
+                    for (int o = (k0 * es) & ~127; o < k1 * es; o += 128)
+                        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + o));
+                }
+    }
+#else
+    (void)L, (void)K, (void)blk;
+#endif
+}
+
 /* Level 8's gathering warp (projections lp, and lq for a GLU tile's up; -1: none): t * scale
  * of the block's x rows into sm from the accumulators, each read until its count says all
  * S8 slices are in (lkm_t's items; no counters, no fence: the count is in the word). */
-static __device__ __forceinline__ void lk8_gather(const struct cu_lkm &L, int lp, int lq,
-                                                  int col0, int ncol, struct lkm_smem *sm)
+/* The x row of row entry lane (< L.R; else -1): read by the gathering warp before the
+ * main loop, used after it (one round trip less in the tail). */
+static __device__ __forceinline__ int lk8_row(const struct cu_lkm &L)
 {
     const int lane = threadIdx.x & 31;
-    int row = -1;
-    if (lane < L.R)
-        row = L.d.g[L.eg[lane]].rows[L.ei[lane]];
+    return lane < L.R ? L.d.g[L.eg[lane]].rows[L.ei[lane]] : -1;
+}
+static __device__ LK8_NOINLINE void lk8_gather(const struct cu_lkm &L, int lp, int lq,
+                                              int col0, int ncol, struct lkm_smem *sm, int row)
+{
+    const int lane = threadIdx.x & 31;
     int ent = -1;
     for (int cc = 0; cc < LKM_COLS; cc++) {
         const unsigned m = __ballot_sync(0xffffffffu, cc < ncol && lane < L.R && row == col0 + cc);
@@ -838,6 +874,27 @@ static __device__ __forceinline__ void lk8_gather(const struct cu_lkm &L, int lp
     }
 }
 
+/* sum over j < rs of t[j] * b[16 j], one FMA chain in j order (the two-launch expand's), its
+ * shared-memory loads 8 at a time ahead of their FMAs (one by one, each FMA waited for its
+ * two loads: ~16 round trips to shared memory a delta in the epilogue's serial tail). */
+static __device__ __forceinline__ float lkm_dot(const float *t, const float *b, int rs)
+{
+    float acc = 0.0f;
+    for (int j0 = 0; j0 < rs; j0 += 8) {
+        float tv[8], bv[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            tv[u] = j0 + u < rs ? t[j0 + u] : 0.0f;
+            bv[u] = j0 + u < rs ? b[(j0 + u) * 16] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (j0 + u < rs)
+                acc = __fmaf_rn(tv[u], bv[u], acc);
+    }
+    return acc;
+}
+
 /* v plus the delta of output r (0..15) of the tile for its x row cc (sm slot sl filled, the
  * projection's slab from rank sb): the two-launch expand's FMA chain (terms, then ranks,
  * in order), then one add. */
@@ -850,10 +907,7 @@ static __device__ __forceinline__ float lkm_add(const struct cu_lkm &L, int p,
         return v;
     const int rs = L.rs[p][gi];
     const float *b = sm->b + (sb + (int)L.bo[p][gi]) * 16 + r, *t = sm->t[sl][cc];
-    float acc = 0.0f;
-    for (int j = 0; j < rs; j++)
-        acc = __fmaf_rn(t[j], b[j * 16], acc);
-    return __fadd_rn(v, acc);
+    return __fadd_rn(v, lkm_dot(t, b, rs));
 }
 
 /* Level 8's lkm_add: the delta times mul (NI: the row's 1 / rms; else 1) before the add. */
@@ -866,10 +920,7 @@ static __device__ __forceinline__ float lk8_add(const struct cu_lkm &L, int p,
         return v;
     const int rs = L.rs[p][gi];
     const float *b = sm->b + (sb + (int)L.bo[p][gi]) * 16 + r, *t = sm->t[sl][cc];
-    float acc = 0.0f;
-    for (int j = 0; j < rs; j++)
-        acc = __fmaf_rn(t[j], b[j * 16], acc);
-    return __fadd_rn(v, __fmul_rn(acc, mul));
+    return __fadd_rn(v, __fmul_rn(lkm_dot(t, b, rs), mul));
 }
 
 #endif

@@ -217,12 +217,19 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
     /* LK == 2 (L->pre, fold 4): x is read before the wait (it is the output of a kernel that
      * finished before this one launched: cuda_lora_mm.cuh), the wait (for the shrink) comes
      * after the loop */
+    if constexpr (LK == 4) /* fold 8: the slice's rows of a into L2 meanwhile */
+        if ((int)bid < L->S8)
+            lk8_prefetch(*L, a.K, (int)bid);
     if constexpr (LK != 2)
         cu_pdl_wait();
     cu_pdl_trigger(); /* the next kernel may launch; it waits for this one to finish */
     if constexpr (LK == 4) /* fold 8: this block's slice of t (x is complete now) */
         if ((int)bid < L->S8)
             lk8_slice(*L, a.x, a.K, (int)bid);
+    int lrow = -1; /* fold 8: the gathering warp's row entries (lk8_row) */
+    if constexpr (LK == 4)
+        if (warp == (sg_lk_xw(LK, MODE, SG_WARPS) ? SG_WARPS : SG_WARPS - 1))
+            lrow = lk8_row(*L);
     const int nc = K / 32;
     int c = warp;
     if constexpr (LK) /* the extra warp takes no chunks */
@@ -307,7 +314,7 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
         if (warp == (sg_lk_xw(LK, MODE, SG_WARPS) ? SG_WARPS : SG_WARPS - 1)) {
             if constexpr (LK == 4)
                 lk8_gather(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
-                           a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
+                           a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm, lrow);
             else if constexpr (LK >= 2)
                 lkm_gather_pre(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
                                a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
