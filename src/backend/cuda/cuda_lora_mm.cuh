@@ -442,14 +442,16 @@ static __device__ __forceinline__ void lkm_load_b(const struct cu_lkm &L, int p,
  * (slot, row, rank) is one item of a flat list spread over the lanes, its ksplit partials
  * loaded 4 at a time before they are added in chunk order, so the warp's loads of all its
  * rows and both projections are in flight together (one row and one projection at a time
- * cost a round trip each: at batch 8 a gate/up tile waited ~25 us for them). */
-static __device__ __forceinline__ void lkm_t(const struct cu_lkm &L, int lp, int lq, int col0,
-                                              int ncol, struct lkm_smem *sm)
+ * cost a round trip each: at batch 8 a gate/up tile waited ~25 us for them). lkm_items walks
+ * the list (row: lane i < L.R holds row entry i's x row) and stores item(e, index of the
+ * rank in entry e's t vector) * the term's scale; lkm_t's item sums the partials, level 8's
+ * (lk8_gather) reads an accumulator. */
+template <typename ItemF>
+static __device__ __forceinline__ void lkm_items(const struct cu_lkm &L, int lp, int lq, int col0,
+                                                 int ncol, struct lkm_smem *sm, int row,
+                                                 ItemF item)
 {
     const int lane = threadIdx.x & 31;
-    int row = -1;
-    if (lane < L.R)
-        row = L.d.g[L.eg[lane]].rows[L.ei[lane]];
     int ent = -1; /* lane cc < LKM_COLS: the row entry of x row col0 + cc */
     for (int cc = 0; cc < LKM_COLS; cc++) {
         const unsigned m = __ballot_sync(0xffffffffu, cc < ncol && lane < L.R && row == col0 + cc);
@@ -475,7 +477,6 @@ static __device__ __forceinline__ void lkm_t(const struct cu_lkm &L, int lp, int
     }
     const int total = __shfl_sync(0xffffffffu, pre, 2 * LKM_COLS - 1);
     pre -= nit;
-    const int64_t zs = (int64_t)L.R * L.Tmax;
     for (int f0 = 0; f0 < total; f0 += 32) { /* (uniform: every lane shuffles) */
         const int f = f0 + lane;
         int q = 0; /* the (slot, column) lane of item f: the last whose items start <= f */
@@ -491,7 +492,20 @@ static __device__ __forceinline__ void lkm_t(const struct cu_lkm &L, int lp, int
         int j = jr, k = g.t0[p];
         while (j >= L.d.t[k].rank)
             j -= L.d.t[k].rank, k++;
-        const float *pp = L.part + (int64_t)e * L.Tmax + L.d.t[k].roff + j;
+        /* t * scale of slot sl, x row cc, rank jr of its projection: entry e's accumulator
+         * index roff + j of term k */
+        sm->t[sl][cc][jr] = __fmul_rn(item(e, L.d.t[k].roff + j), L.d.t[k].scale);
+    }
+}
+
+static __device__ __forceinline__ void lkm_t(const struct cu_lkm &L, int lp, int lq, int col0,
+                                              int ncol, struct lkm_smem *sm)
+{
+    const int lane = threadIdx.x & 31;
+    const int row = lane < L.R ? L.d.g[L.eg[lane]].rows[L.ei[lane]] : -1;
+    const int64_t zs = (int64_t)L.R * L.Tmax;
+    lkm_items(L, lp, lq, col0, ncol, sm, row, [&](int e, int jt) {
+        const float *pp = L.part + (int64_t)e * L.Tmax + jt;
         float s = 0.0f;
         for (int z0 = 0; z0 < L.ksplit; z0 += 4) { /* 4 loads out, then the adds in order */
             float v[4];
@@ -503,8 +517,8 @@ static __device__ __forceinline__ void lkm_t(const struct cu_lkm &L, int lp, int
                 if (z0 + u < L.ksplit)
                     s = z0 + u == 0 ? v[0] : __fadd_rn(s, v[u]);
         }
-        sm->t[sl][cc][jr] = __fmul_rn(s, L.d.t[k].scale);
-    }
+        return s;
+    });
 }
 
 /* The gathering warp of a tile block (projections lp, and lq for a GLU tile's up; -1:
@@ -801,9 +815,6 @@ static __device__ __forceinline__ void lk8_prefetch(const struct cu_lkm &L, int 
 #endif
 }
 
-/* Level 8's gathering warp (projections lp, and lq for a GLU tile's up; -1: none): t * scale
- * of the block's x rows into sm from the accumulators, each read until its count says all
- * S8 slices are in (lkm_t's items; no counters, no fence: the count is in the word). */
 /* The x row of row entry lane (< L.R; else -1): read by the gathering warp before the
  * main loop, used after it (one round trip less in the tail). */
 static __device__ __forceinline__ int lk8_row(const struct cu_lkm &L)
@@ -811,50 +822,15 @@ static __device__ __forceinline__ int lk8_row(const struct cu_lkm &L)
     const int lane = threadIdx.x & 31;
     return lane < L.R ? L.d.g[L.eg[lane]].rows[L.ei[lane]] : -1;
 }
+/* Level 8's gathering warp (projections lp, and lq for a GLU tile's up; -1: none): t * scale
+ * of the block's x rows into sm from the accumulators, each read until its count says all
+ * S8 slices are in (lkm_t's items; no counters, no fence: the count is in the word). */
 static __device__ LK8_NOINLINE void lk8_gather(const struct cu_lkm &L, int lp, int lq,
                                               int col0, int ncol, struct lkm_smem *sm, int row)
 {
-    const int lane = threadIdx.x & 31;
-    int ent = -1;
-    for (int cc = 0; cc < LKM_COLS; cc++) {
-        const unsigned m = __ballot_sync(0xffffffffu, cc < ncol && lane < L.R && row == col0 + cc);
-        if (lane == cc)
-            ent = m ? __ffs(m) - 1 : -1;
-    }
-    int nit = 0;
-    {
-        const int sl = lane / LKM_COLS, cc = lane % LKM_COLS;
-        const int e = __shfl_sync(0xffffffffu, ent, cc), p = sl == 0 ? lp : lq;
-        if (lane < 2 * LKM_COLS && p >= 0 && e >= 0)
-            nit = L.rs[p][L.eg[e]];
-        if (lane < 2 * LKM_COLS)
-            sm->gi[sl][cc] = nit > 0 ? (int)L.eg[e] : -1;
-    }
-    int pre = nit;
-    for (int o = 1; o < 2 * LKM_COLS; o <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, pre, o);
-        if (lane >= o)
-            pre += v;
-    }
-    const int total = __shfl_sync(0xffffffffu, pre, 2 * LKM_COLS - 1);
-    pre -= nit;
     const long long full = (long long)L.S8 << 56;
-    for (int f0 = 0; f0 < total; f0 += 32) {
-        const int f = f0 + lane;
-        int q = 0;
-        for (int u = 1; u < 2 * LKM_COLS; u++)
-            q = f >= __shfl_sync(0xffffffffu, pre, u) ? u : q;
-        const int sl = q / LKM_COLS, cc = q % LKM_COLS;
-        const int e = __shfl_sync(0xffffffffu, ent, cc);
-        const int jr = f - __shfl_sync(0xffffffffu, pre, q);
-        if (f >= total)
-            continue;
-        const int p = sl == 0 ? lp : lq;
-        const struct cu_lk_grp &g = L.d.g[L.eg[e]];
-        int j = jr, k = g.t0[p];
-        while (j >= L.d.t[k].rank)
-            j -= L.d.t[k].rank, k++;
-        const unsigned long long *ap = L.acc8 + (int64_t)e * L.Tmax + L.d.t[k].roff + j;
+    lkm_items(L, lp, lq, col0, ncol, sm, row, [&](int e, int jt) {
+        const unsigned long long *ap = L.acc8 + (int64_t)e * L.Tmax + jt;
         long long v;
         long long spins = 0;
         for (;;) {
@@ -869,9 +845,8 @@ static __device__ LK8_NOINLINE void lk8_gather(const struct cu_lkm &L, int lp, i
             if (++spins > (1ll << 26))
                 __trap();
         }
-        const float s = __fmul_rn((float)(v - full), 1.0f / 16777216.0f);
-        sm->t[sl][cc][jr] = __fmul_rn(s, L.d.t[k].scale);
-    }
+        return __fmul_rn((float)(v - full), 1.0f / 16777216.0f);
+    });
 }
 
 /* sum over j < rs of t[j] * b[16 j], one FMA chain in j order (the two-launch expand's), its
