@@ -270,6 +270,8 @@ struct cu_lkm {
      * their columns */
     unsigned long long *acc8;
     int S8, kc8;
+    int lead8; /* 1: the slices run in S8 leading blocks of their own (the grid's first, no
+                * tile), not in the first tiles (CINFER_CUDA_LORA_FOLD8_LEAD) */
 };
 
 /* Level 6: the shrink of the next folded call C run by a producer's trailing blocks
@@ -303,6 +305,9 @@ struct lkm_smem {
  * with the projection waiting for it before its loop; 6, level 4 with the shrink of a
  * call whose x the call before writes run by that call's trailing blocks; 0 none. */
 int cu_lkm_on(void);
+/* 1 when CINFER_CUDA_LORA_FOLD8_LEAD=1 (measurements): level 8's slices run in leading
+ * slice-only blocks (a grid of S8 + tiles blocks) instead of in its first tiles. Read once. */
+int cu_lk8_lead(void);
 /* Level 8's slices of a call with K columns (from K and the device alone: a row's bits
  * never depend on its batch): kc8 columns each (a multiple of LK8_TPP), at most smax
  * slices (LK8_SMAX, and no more than the SMs: every slice block is resident before any
@@ -825,7 +830,7 @@ static __device__ __forceinline__ int lk8_row(const struct cu_lkm &L)
 /* Level 8's gathering warp (projections lp, and lq for a GLU tile's up; -1: none): t * scale
  * of the block's x rows into sm from the accumulators, each read until its count says all
  * S8 slices are in (lkm_t's items; no counters, no fence: the count is in the word). */
-static __device__ LK8_NOINLINE void lk8_gather(const struct cu_lkm &L, int lp, int lq,
+static __device__ __forceinline__ void lk8_gather(const struct cu_lkm &L, int lp, int lq,
                                               int col0, int ncol, struct lkm_smem *sm, int row)
 {
     const long long full = (long long)L.S8 << 56;

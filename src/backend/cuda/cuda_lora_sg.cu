@@ -350,6 +350,16 @@ int cu_lkm_on(void)
     return v;
 }
 
+int cu_lk8_lead(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CINFER_CUDA_LORA_FOLD8_LEAD");
+        v = e && !strcmp(e, "1");
+    }
+    return v;
+}
+
 int cu_lkm_prep(struct cu_be *cb, const struct cu_lk *d, float *const ys[3], const int ms[3],
                 int n_w, int nvs, int tiles, struct cu_lkm *L)
 {
@@ -399,6 +409,7 @@ int cu_lkm_prep(struct cu_be *cb, const struct cu_lk *d, float *const ys[3], con
             L->units = tiles;
             L->pre = 4;
             L->acc8 = d->acc8, L->S8 = S, L->kc8 = kc;
+            L->lead8 = cu_lk8_lead();
             return 0;
         }
     }

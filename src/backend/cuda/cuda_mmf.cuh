@@ -124,7 +124,7 @@ __device__ __forceinline__ void sg_norm_r(const sg_args &a, int col0, int warp, 
  * (LK 1: polling the shrink's counter). */
 static __host__ __device__ constexpr bool sg_lk_xw(int lk, int mode, int warps)
 {
-    return warps < 32 && !((lk == 1 || lk == 2 || lk == 4) && mode == BE_MM_GLU && warps == 8);
+    return warps < 32 && !((lk == 1 || lk == 2 || lk >= 4) && mode == BE_MM_GLU && warps == 8);
 }
 static __host__ __device__ constexpr int sg_lk_threads(int lk, int mode, int warps)
 {
@@ -142,7 +142,8 @@ static __host__ __device__ constexpr int sg_lk_threads(int lk, int mode, int war
  * (k_sgl), 2 fold 4's (k_sglp: x read before the PDL wait, which comes after the loop), 3
  * fold 6's hosted call (k_sglh: the wait at the start, t gathered without counters), 4 fold
  * 8's (k_sgl8: the wait at the start, then the first L->S8 blocks add their slice of t to
- * the call's accumulators, gathered after the loop; cuda_lora_mm.cuh level 8). */
+ * the call's accumulators, gathered after the loop; cuda_lora_mm.cuh level 8), 5 fold 8's
+ * with its slices in leading blocks of their own (k_sgl8 LEAD: the tiles only gather). */
 template <int BF, int MODE, int NS, int P, int SG_WARPS, int NI, int LK>
 __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const struct cu_lkm *L,
                                         struct lkm_smem *lsm, const unsigned bid)
@@ -226,10 +227,6 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
     if constexpr (LK == 4) /* fold 8: this block's slice of t (x is complete now) */
         if ((int)bid < L->S8)
             lk8_slice(*L, a.x, a.K, (int)bid);
-    int lrow = -1; /* fold 8: the gathering warp's row entries (lk8_row) */
-    if constexpr (LK == 4)
-        if (warp == (sg_lk_xw(LK, MODE, SG_WARPS) ? SG_WARPS : SG_WARPS - 1))
-            lrow = lk8_row(*L);
     const int nc = K / 32;
     int c = warp;
     if constexpr (LK) /* the extra warp takes no chunks */
@@ -312,9 +309,9 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
         sg_norm_r<NS, SG_WARPS>(a, col0, warp, lane, rsh);
     if constexpr (LK) /* t of the block's x rows (the extra warp, or the last one) */
         if (warp == (sg_lk_xw(LK, MODE, SG_WARPS) ? SG_WARPS : SG_WARPS - 1)) {
-            if constexpr (LK == 4)
+            if constexpr (LK >= 4)
                 lk8_gather(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
-                           a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm, lrow);
+                           a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm, lk8_row(*L));
             else if constexpr (LK >= 2)
                 lkm_gather_pre(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
                                a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
@@ -360,7 +357,7 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
     /* v plus the delta of projection p for x row cc of the block, tile row r (fold 8: times
      * the row's 1 / rms when x is chained) */
     auto ladd = [&](int p, int sl, int sb, int cc, int r, float v) {
-        if constexpr (LK == 4)
+        if constexpr (LK >= 4)
             return lk8_add(*L, p, lsm, sl, sb, cc, r, v, NI ? rsh[cc] : 1.0f);
         else
             return lkm_add(*L, p, lsm, sl, sb, cc, r, v);

@@ -55,14 +55,25 @@ __global__ void __launch_bounds__(sg_lk_threads(2, MODE, SG_WARPS))
 /* Fold 8 (L.pre 4, cuda_lora_mm.cuh level 8): the tiles wait at their start, the first L.S8
  * blocks add their slices of t to the call's accumulators, the gathering warp reads them
  * after the loop. The 8-warp GLU is held to 4 blocks an SM as k_sgl_g8. */
-template <int BF, int MODE, int NS, int SG_WARPS, int NI>
+template <int BF, int MODE, int NS, int SG_WARPS, int NI, int LEAD>
 __global__ void __launch_bounds__(sg_lk_threads(4, MODE, SG_WARPS),
                                   MODE == BE_MM_GLU && SG_WARPS == 8 ? 4 : 1)
     k_sgl8(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
            int act)
 {
+    if constexpr (LEAD) /* CINFER_CUDA_LORA_FOLD8_LEAD: S8 slice-only blocks first (lowest
+                         * indices: each is dispatched before any tile waits), then tiles
+                         * (sg_body LK 5) with no slice in their code */
+        if ((int)blockIdx.x < L.S8) {
+            lk8_prefetch(L, a.K, (int)blockIdx.x);
+            cu_pdl_wait();
+            cu_pdl_trigger();
+            lk8_slice(L, a.x, a.K, (int)blockIdx.x);
+            return;
+        }
     __shared__ struct lkm_smem lsm;
-    sg_body<BF, MODE, NS, 0, SG_WARPS, NI, 4>(a, act, &L, &lsm, blockIdx.x);
+    sg_body<BF, MODE, NS, 0, SG_WARPS, NI, LEAD ? 5 : 4>(a, act, &L, &lsm,
+                                                         blockIdx.x - (LEAD ? (unsigned)L.S8 : 0u));
 }
 
 /* Fold 6: the kernels with host blocks: the producers (ADD: o, down; GLU: gate/up) in the
@@ -100,8 +111,12 @@ static void sgl_launch_w(struct cu_be *cb, const struct sg_args &a, const struct
     const unsigned grid = (unsigned)L.S + (unsigned)a.tiles[a.n_w] * (unsigned)a.ny;
     if constexpr (BF) /* fold 8: bf16 weights only (cu_matmul_fused_lk6) */
         if (L.pre == 4) {
-            cu_launch(cb, k_sgl8<BF, MODE, 1, W, NI>, dim3(grid),
-                      dim3(sg_lk_threads(4, MODE, W)), 0, a, L, act);
+            if (L.lead8)
+                cu_launch(cb, k_sgl8<BF, MODE, 1, W, NI, 1>, dim3(grid + (unsigned)L.S8),
+                          dim3(sg_lk_threads(4, MODE, W)), 0, a, L, act);
+            else
+                cu_launch(cb, k_sgl8<BF, MODE, 1, W, NI, 0>, dim3(grid),
+                          dim3(sg_lk_threads(4, MODE, W)), 0, a, L, act);
             return;
         }
     if (L.pre == 1) /* fold 4 (L.S == 0) */
