@@ -85,7 +85,7 @@ static void k_emu_fold()
     /* every emulated warp gathers (the shim's warp exchanges are block-wide), so each counts
      * as a unit: g_L.units below */
     if (L.pre == 4)
-        lk8_gather(L, lp, g_glu ? lq : -1, 0, g_n, &sm, lk8_row(L));
+        lk8_gather(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
     else if (L.pre == 1 || L.pre == 3)
         lkm_gather_pre(L, lp, g_glu ? lq : -1, 0, g_n, &sm);
     else

@@ -821,19 +821,14 @@ static __device__ __forceinline__ void lk8_prefetch(const struct cu_lkm &L, int 
 #endif
 }
 
-/* The x row of row entry lane (< L.R; else -1): read by the gathering warp before the
- * main loop, used after it (one round trip less in the tail). */
-static __device__ __forceinline__ int lk8_row(const struct cu_lkm &L)
-{
-    const int lane = threadIdx.x & 31;
-    return lane < L.R ? L.d.g[L.eg[lane]].rows[L.ei[lane]] : -1;
-}
 /* Level 8's gathering warp (projections lp, and lq for a GLU tile's up; -1: none): t * scale
  * of the block's x rows into sm from the accumulators, each read until its count says all
  * S8 slices are in (lkm_t's items; no counters, no fence: the count is in the word). */
 static __device__ __forceinline__ void lk8_gather(const struct cu_lkm &L, int lp, int lq,
-                                              int col0, int ncol, struct lkm_smem *sm, int row)
+                                                  int col0, int ncol, struct lkm_smem *sm)
 {
+    const int lane = threadIdx.x & 31;
+    const int row = lane < L.R ? L.d.g[L.eg[lane]].rows[L.ei[lane]] : -1;
     const long long full = (long long)L.S8 << 56;
     lkm_items(L, lp, lq, col0, ncol, sm, row, [&](int e, int jt) {
         const unsigned long long *ap = L.acc8 + (int64_t)e * L.Tmax + jt;

@@ -311,7 +311,7 @@ __device__ __forceinline__ void sg_body(const struct sg_args &a, int act, const 
         if (warp == (sg_lk_xw(LK, MODE, SG_WARPS) ? SG_WARPS : SG_WARPS - 1)) {
             if constexpr (LK >= 4)
                 lk8_gather(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
-                           a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm, lk8_row(*L));
+                           a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
             else if constexpr (LK >= 2)
                 lkm_gather_pre(*L, lp, MODE == BE_MM_GLU ? lq : -1, col0,
                                a.n - col0 < NS * 8 ? a.n - col0 : NS * 8, lsm);
