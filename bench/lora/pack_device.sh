@@ -13,13 +13,17 @@ BUILD=${1:-build-gpu}
 OUT=${2:-$BUILD/t21}
 rm -rf "$OUT" && mkdir -p "$OUT/lib" "$OUT/src"
 for b in test_lora cinfer_lora_bench cinfer; do
+    if [ "$b" = cinfer ] && [ ! -x "$BUILD/cinfer" ]; then
+        echo "pack_device: no $BUILD/cinfer: packed without the server (run with SERVE=0)" >&2
+        continue
+    fi
     cp "$BUILD/$b" "$OUT/" && strip "$OUT/$b"
 done
 sys='linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt|libresolv|ld-linux|libstdc|libgcc_s|libcublas|libcudart|libcuda\.so'
 for l in $(ldd "$OUT/test_lora" "$OUT/cinfer_lora_bench" | awk '$3 ~ /^\// {print $3}' | grep -vE "$sys" | sort -u); do
     cp -L "$l" "$OUT/"
 done
-for l in $(ldd "$OUT/cinfer" | awk '$3 ~ /^\// {print $3}' | grep -vE "$sys" | sort -u); do
+[ -x "$OUT/cinfer" ] && for l in $(ldd "$OUT/cinfer" | awk '$3 ~ /^\// {print $3}' | grep -vE "$sys" | sort -u); do
     cp -L "$l" "$OUT/lib/"
 done
 for f in tests/data/lora tests/data/parity scripts/lora_reference.py bench/lora/device_lora.sh \

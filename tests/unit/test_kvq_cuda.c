@@ -27,7 +27,9 @@
  *   none with bulk copies; CINFER_KVQ_SPLITS=2 (up to 32 rounds a split: the bulk copies'
  *   barriers through many phases) against the CPU, bulk launches counted on sm_90+;
  *   CINFER_KVQ_DEC=sd (k_kvq_sd for every case) against the CPU,
- *   none on k_kvq_mm. The fused-switch comparisons below
+ *   none on k_kvq_mm. k8v4 (4-bit Lloyd-Max values) on k_kvq_mm too: head_dim 128 with an
+ *   even KV head count (bulk copies of its 72-byte V records, counted on sm_90+), an odd one
+ *   (cp.async pieces, no bulk launch) and head_dim 64, against the CPU, launches counted. The fused-switch comparisons below
  *   run with CINFER_KVQ_DEC=sd (their reference is k_kvq_sd).
  * - CINFER_KVQ_STAGES=3 / 4 (deeper cp.async pipelines), alone and with both fused switches,
  *   against the default path bit for bit, at the default 32 splits and at
@@ -258,8 +260,10 @@ static void test_other_geometries(void)
         {64, 3, 9, 0.0f, 0},    /* SmolLM2-135M's shape: 3 heads a KV head (groups of 1) */
         {256, 1, 4, 30.0f, 0},  /* the widest heads, a softcap */
         {128, 2, 4, 0.0f, 100}, /* a sliding window */
+        {128, 3, 6, 0.0f, 0},   /* an odd KV head count: k8v4's V records as cp.async pieces */
     };
-    const struct scheme some[] = {{KVF_A8, KVF_A8, 1, 0}, {KVF_A8, KVF_L3, 1, 1}, {KVF_A4, KVF_A4, 1, 1}};
+    const struct scheme some[] = {{KVF_A8, KVF_A8, 1, 0}, {KVF_A8, KVF_L3, 1, 1}, {KVF_A4, KVF_A4, 1, 1},
+                                  {KVF_A8, KVF_L4, 1, 1}};
     for (size_t i = 0; i < sizeof gs / sizeof *gs; i++)
         for (size_t j = 0; j < sizeof some / sizeof *some; j++)
             run_case(&gs[i], &some[j]);
@@ -836,6 +840,32 @@ static int cc_major(void)
     return major;
 }
 
+/* k8v4 on k_kvq_mm (its 4-bit Lloyd-Max values on the tensor cores; the default on CUDA):
+ * head_dim 128 with 2 KV heads (bulk copies on sm_90+), 3 KV heads (cp.async pieces: a bulk
+ * copy of the last head's 72-byte record would pass its row), head_dim 64, each against the
+ * CPU within tolerance (run_case), each one k_kvq_mm launch a decode step at least. */
+static void test_k8v4_mma(void)
+{
+#ifdef CINFER_HAVE_CUDA
+    const struct scheme k8v4 = {KVF_A8, KVF_L4, 1, 1};
+    const struct geom gs[] = {{128, 2, 12, 0.0f, 0}, {128, 3, 6, 0.0f, 0}, {64, 4, 8, 0.0f, 0}};
+    const int bulk_ok[] = {1, 0, 0};
+    for (size_t i = 0; i < sizeof gs / sizeof *gs; i++) {
+        const int64_t m0 = be_cuda_kvq_mma(g_dev), b0 = be_cuda_kvq_bulk(g_dev);
+        run_case(&gs[i], &k8v4);
+        const int64_t m = be_cuda_kvq_mma(g_dev) - m0, b = be_cuda_kvq_bulk(g_dev) - b0;
+        printf("k8v4 hd %d kv %d:%d: %lld launches on k_kvq_mm, %lld with bulk copies\n", gs[i].hd,
+               gs[i].nh, gs[i].nkv, (long long)m, (long long)b);
+        CHECK_MSG(m > 0, "k8v4 hd %d kv %d: no launch on k_kvq_mm", gs[i].hd, gs[i].nkv);
+        if (bulk_ok[i] && cc_major() >= 9)
+            CHECK_MSG(b > 0, "k8v4 hd %d kv %d: no launch with bulk copies", gs[i].hd, gs[i].nkv);
+        if (!bulk_ok[i])
+            CHECK_MSG(b == 0, "k8v4 hd %d kv %d: %lld launches with bulk copies", gs[i].hd,
+                      gs[i].nkv, (long long)b);
+    }
+#endif
+}
+
 /* Which launch counter dev_suite reads. */
 enum { CNT_NONE, CNT_TC, CNT_ONE, CNT_MMA, CNT_BULK };
 
@@ -913,6 +943,7 @@ int main(void)
                cc_major());
         if (cc_major() >= 9)
             CHECK_MSG(be_cuda_kvq_bulk(g_dev) > 0, "the default never ran k_kvq_mm's bulk copies");
+        RUN(test_k8v4_mma);
     }
 #endif
     if (both && !getenv("CINFER_KVQ_MERGE") && !getenv("CINFER_KVQ_STORE") &&

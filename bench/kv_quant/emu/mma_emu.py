@@ -7,14 +7,18 @@ gid + 8, columns 2 tig, 2 tig + 1), products in float64. The scores and the outp
 direct dequantized reference: exit 0 when both agree within 1e-6. PLANT 1..3 plants a
 mistake (a wrong selector, a wrong lane for the other half, a wrong group header): it must
 fail (exit 1). HG (heads a group: 1, 2 or 4, default 4) and HD (64 or 128, default 128) are the
-second and third arguments; 16 positions."""
+second and third arguments; 16 positions. A fourth argument "l4" runs k8v4's values instead
+(VL4: 4-bit Lloyd-Max records of an f16 scale and 16 bytes of codes a group; km_l4's byte
+permutes from the hi / lo tables of 64 cb, two mmas a tile, B = p s, o = C / 64); PLANT 4 (a
+sign moved to the wrong half) and 5 (the nibble interleave skipped) must fail there."""
 import sys
 import numpy as np
 PLANT = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 rng=np.random.default_rng(1)
 HG = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 HD = int(sys.argv[3]) if len(sys.argv) > 3 else 128
-NG=HD//32; GB=36; HB=NG*GB
+L4 = len(sys.argv) > 4 and sys.argv[4] == "l4"
+NG=HD//32; GB=36; HB=NG*GB; LB=18; HBV=NG*LB
 def bp(x,y,s):
     src=[(x>>(8*i))&255 for i in range(4)]+[(y>>(8*i))&255 for i in range(4)]
     return sum(src[(s>>(4*i))&7]<<(8*i) for i in range(4))
@@ -46,7 +50,45 @@ def mkrec():
         rec[g*GB+4:g*GB+36]=bytes(codes.astype(np.uint8))
         vals[32*g:32*g+32]=float(m)+float(d)*codes
     return bytes(rec),vals
-K=[mkrec() for _ in range(16)]; V=[mkrec() for _ in range(16)]
+import os, re
+def lm4():
+    root=os.path.join(os.path.dirname(os.path.abspath(__file__)),"..","..","..")
+    body=re.search(r"kvq_lm4\[16\] = \{(.*?)\};",open(os.path.join(root,"src","backend","kvq_lm.h")).read(),re.S).group(1)
+    return np.array([float(x.rstrip("f")) for x in re.findall(r"-?[0-9.]+e[-+][0-9]+f",body)],dtype=np.float32)
+CB=lm4()
+def mkrec_l4():
+    rec=bytearray(HBV); vals=np.zeros(HD)
+    for g in range(NG):
+        sc=np.float16(rng.uniform(0.05,3.0)); codes=rng.integers(0,16,32)
+        rec[g*LB:g*LB+2]=np.array([sc],dtype=np.float16).tobytes()
+        rec[g*LB+2:g*LB+18]=bytes(int(codes[2*i])|int(codes[2*i+1])<<4 for i in range(16))
+        vals[32*g:32*g+32]=[float(np.float32(np.float32(sc)*CB[c])) for c in codes]
+    return bytes(rec),vals
+def f16u(v): return int(np.array([v],dtype=np.float16).view(np.uint16)[0])
+# c_km_l4 as cu_kvq_decode_init fills it: per table (hi, lo) low bytes of k 0..3, 4..7, high bytes
+TBL=[[0,0,0,0],[0,0,0,0]]
+for k in range(8):
+    v=np.float32(64.0)*CB[8+k]; h=np.float16(v); l=np.float16(np.float32(v)-np.float32(h))
+    for t,u in enumerate((f16u(h),f16u(l))):
+        TBL[t][k//4]|=(u&255)<<(8*(k%4)); TBL[t][2+k//4]|=(u>>8)<<(8*(k%4))
+def km_l4(w):
+    M=0xffffffff
+    n=((~w&M)>>3)&0x11111111
+    s=(w&0x77777777)^((n*7)&M)
+    s=bp(s,0,0x3120)
+    if PLANT!=5:
+        x=((s>>4)^s)&0x00F000F0; s^=x^((x<<4)&M)
+    sh=[[15,11],[7,3]] if PLANT!=4 else [[15,11],[3,7]]
+    m=[[((n<<sh[u][k])&M)&0x80008000 for k in range(2)] for u in range(2)]
+    r=[[[0,0],[0,0]],[[0,0],[0,0]]]
+    for t in range(2):
+        for u in range(2):
+            sel=(s>>(16*u))&0xFFFF
+            lo=bp(TBL[t][0],TBL[t][1],sel); hi=bp(TBL[t][2],TBL[t][3],sel)
+            r[t][u][0]=bp(lo,hi,0x5140)^m[u][0]; r[t][u][1]=bp(lo,hi,0x7362)^m[u][1]
+    return r
+def u16(b,off): return int.from_bytes(b[off:off+2],'little')
+K=[mkrec() for _ in range(16)]; V=[mkrec_l4() if L4 else mkrec() for _ in range(16)]
 def w32(b,off): return int.from_bytes(b[off:off+4],'little')
 q=rng.normal(size=(HG,HD))
 # prep
@@ -100,7 +142,21 @@ print('scores: max error %.3g of the largest' % es)
 Pm=np.exp(ref-ref.max(axis=1,keepdims=True))
 o=[[[0.0]*4 for _ in range(HD//16)] for l in lanes]; mt=[[0.0]*NG for l in lanes]
 pv=[[Pm[(l>>2)&3][j] if ((l>>2)&3)<HG else 0.0 for j in [2*(l&3),2*(l&3)+1,2*(l&3)+8,2*(l&3)+9]] for l in lanes]
-for gi in range(NG):
+for gi in range(NG if L4 else 0):
+    As=[[[],[]],[[],[]]]; B=[]
+    for l in lanes:
+        g,t=l>>2,l&3; p=g>>2; ho=gi*LB; co=ho+2+2*g
+        recs=[V[2*t][0],V[2*t+1][0],V[2*t+8][0],V[2*t+9][0]]
+        sc=[float(np.frombuffer(r[ho:ho+2],dtype=np.float16)[0]) for r in recs]
+        y=[pv[l][i]*sc[i] for i in range(4)]
+        B.append([pack(part(y[0],p),part(y[1],p)),pack(part(y[2],p),part(y[3],p))])
+        rx=km_l4(u16(recs[0],co)|u16(recs[1],co)<<16); ry=km_l4(u16(recs[2],co)|u16(recs[3],co)<<16)
+        for tt in range(2):
+            for u in range(2): As[tt][u].append([rx[tt][u][0],rx[tt][u][1],ry[tt][u][0],ry[tt][u][1]])
+    for tt in range(2):
+        for u in range(2):
+            cc=[o[l][2*gi+u] for l in lanes]; mma(cc,As[tt][u],B)
+for gi in range(0 if L4 else NG):
     A0=[];A1=[];B=[]
     for l in lanes:
         g,t=l>>2,l&3; p=g>>2; ho=gi*GB

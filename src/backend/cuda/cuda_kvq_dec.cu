@@ -558,13 +558,30 @@ static kd_kernel kd_kernel_of(int hd, int hg, int kc, int vc, int nt, int fu, in
 
 /* k_kvq_mm (the default where it applies) of head_dim 64 / 128 and hg 1 / 2 / 4 */
 /* bulk: the round copies as cp.async.bulk (head_dim 128 on sm_90+: kd_decode decides) */
-static kd_kernel km_kernel_of(int hd, int hg, int bulk)
+template <int VL4>
+static kd_kernel km_kernel_vl(int hd, int hg, int bulk)
 {
     if (hd == 64)
-        return hg == 4 ? k_kvq_mm<64, 4, 0> : hg == 2 ? k_kvq_mm<64, 2, 0> : k_kvq_mm<64, 1, 0>;
+        return hg == 4 ? k_kvq_mm<64, 4, 0, VL4> : hg == 2 ? k_kvq_mm<64, 2, 0, VL4> : k_kvq_mm<64, 1, 0, VL4>;
     if (bulk)
-        return hg == 4 ? k_kvq_mm<128, 4, 1> : hg == 2 ? k_kvq_mm<128, 2, 1> : k_kvq_mm<128, 1, 1>;
-    return hg == 4 ? k_kvq_mm<128, 4, 0> : hg == 2 ? k_kvq_mm<128, 2, 0> : k_kvq_mm<128, 1, 0>;
+        return hg == 4 ? k_kvq_mm<128, 4, 1, VL4> : hg == 2 ? k_kvq_mm<128, 2, 1, VL4> : k_kvq_mm<128, 1, 1, VL4>;
+    return hg == 4 ? k_kvq_mm<128, 4, 0, VL4> : hg == 2 ? k_kvq_mm<128, 2, 0, VL4> : k_kvq_mm<128, 1, 0, VL4>;
+}
+/* vl4: 4-bit Lloyd-Max values (k8v4), else 8-bit affine */
+static kd_kernel km_kernel_of(int hd, int hg, int bulk, int vl4)
+{
+    return vl4 ? km_kernel_vl<1>(hd, hg, bulk) : km_kernel_vl<0>(hd, hg, bulk);
+}
+
+/* k8v4's V records as bulk copies (km_vslot: from the 16-byte boundary at or before a record,
+ * a 16-byte multiple): the cache's base and rows 16-byte multiples, records of a multiple of
+ * 8 bytes (so a copy starts 0 or 8 bytes before its record), and the last head's copy ending
+ * within its row */
+static int km_bulk_v_ok(const void *base, const kd_side *v, int n_kv_head)
+{
+    const size_t last = (size_t)(n_kv_head - 1) * (size_t)v->hb;
+    return (uintptr_t)base % 16 == 0 && v->rb % 16 == 0 && v->hb % 8 == 0 &&
+           last - last % 16 + (size_t)km_vslot(v->hb, 1) <= v->rb;
 }
 
 static int kd_class(const kd_side &s, int which)
@@ -641,9 +658,26 @@ cudaError_t cu_kvq_decode_init(struct cu_be *cb)
                             rc = cudaFuncSetAttribute(kk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       lim);
                     }
-    for (int i = 0; rc == cudaSuccess && i < 9; i++)
-        rc = cudaFuncSetAttribute(km_kernel_of(i < 3 ? 64 : 128, hgs[i % 3], i >= 6),
+    for (int i = 0; rc == cudaSuccess && i < 18; i++)
+        rc = cudaFuncSetAttribute(km_kernel_of(i % 9 < 3 ? 64 : 128, hgs[i % 3], i % 9 >= 6, i >= 9),
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, lim);
+    /* k_kvq_mm's k8v4 tables: the f16 hi and lo parts of 64 x the 4-bit codebook's 8
+     * magnitudes (cb[8 + k]; cb[15 - c] = -cb[c]), as byte planes (cuda_kvq_mma.cuh) */
+    uint32_t l4[2][4] = {{0}};
+    const float *c4 = kvq_lm_codebook(4, NULL);
+    for (int k = 0; k < 8; k++) {
+        const float v = 64.0f * c4[8 + k];
+        const __half h = __float2half_rn(v);
+        const __half l = __float2half_rn(v - __half2float(h));
+        const unsigned short hb = __half_as_ushort(h), lb = __half_as_ushort(l);
+        const unsigned short t2[2] = {hb, lb};
+        for (int t = 0; t < 2; t++) {
+            l4[t][k / 4] |= (uint32_t)(t2[t] & 0xFFu) << (8 * (k % 4));
+            l4[t][2 + k / 4] |= (uint32_t)(t2[t] >> 8) << (8 * (k % 4));
+        }
+    }
+    if (rc == cudaSuccess)
+        rc = cudaMemcpyToSymbol(c_km_l4, l4, sizeof l4);
     /* CINFER_KVQ_BULK=0: k_kvq_mm's round copies as cp.async pieces everywhere (measurement);
      * bulk copies need compute capability 9.0 */
     int major = 0;
@@ -726,16 +760,21 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
     const int hg = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1, nsub = group / hg;
     if ((long long)a->n_kv_head * nsub > 65535)
         return 0;
-    /* mma: 8-bit affine K and V in groups of 32 at head_dim 64 / 128 (k_kvq_mm: that fixes
-     * its records, hd / 32 groups of KM_GB bytes, copied in its pieces), not with the fused
-     * merge or store */
+    /* mma: 8-bit affine K and 8-bit affine or 4-bit Lloyd-Max V (k8v4) in groups of 32 at
+     * head_dim 64 / 128 (k_kvq_mm: that fixes its records, hd / 32 groups of KM_GB or KM_LB
+     * bytes, copied in their pieces), not with the fused merge or store */
+    const int vl4 = kd_class(s[1], 1) == KC_L4;
     const int mma = g_kd.mma && !r && !g_kd.fmerge && (hd == 64 || hd == 128) && G == 32 &&
-                    kd_class(s[0], 0) == KC_A8 && kd_class(s[1], 1) == KC_A8 &&
-                    vw == (km_piece(s[0].hb) | km_piece(s[0].hb) << 8);
+                    kd_class(s[0], 0) == KC_A8 && (kd_class(s[1], 1) == KC_A8 || vl4) &&
+                    vw == (km_piece(s[0].hb) | km_piece(s[1].hb) << 8);
     const int nt = mma ? KM_NT : kd_nt_of(hd, g_kd.nt);
-    /* bulk: records of a multiple of 16 bytes (head_dim 128: 4 groups of 36), 16-byte
-     * aligned in the cache (vw's pieces of 16 say so) */
-    const int bulk = mma && g_kd.bulk && hd == 128 && s[0].hb % 16 == 0 && vw == (16 | 16 << 8);
+    /* bulk: K records of a multiple of 16 bytes (head_dim 128: 4 groups of 36), 16-byte
+     * aligned in the cache (vw's pieces of 16 say so); 8-bit V the same; k8v4's 72-byte V
+     * records copied from the 16-byte boundary at or before them, 80 bytes (km_vslot): the
+     * V cache's base and rows 16-byte multiples, the last head's record ending its row (an
+     * even KV head count) so that no copy reads past its row */
+    const int bulk = mma && g_kd.bulk && hd == 128 && s[0].hb % 16 == 0 && (vw & 255) == 16 &&
+                     (vl4 ? km_bulk_v_ok(a->v_cache, &s[1], a->n_kv_head) : vw == (16 | 16 << 8));
     /* the split target: CINFER_KVQ_SPLITS, else more splits for k_kvq_mm with bulk copies
      * (shorter splits pay off once a round's copies cost a few instructions) */
     const int target = g_kd.target ? g_kd.target : bulk ? KM_TARGET : KD_TARGET;
@@ -764,6 +803,12 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
     }
     if (!fmerge && !r && smem > (size_t)g_kd.smem_lim)
         return 0;
+    if (mma) { /* k_kvq_mm's buffers (k8v4's bulk copies: V slots wider than the records) */
+        const size_t mb = (size_t)ns * km_bufsz(s[0].hb, km_vslot(s[1].hb, bulk));
+        smem = smem > mb ? smem : mb;
+        if (smem > (size_t)g_kd.smem_lim)
+            return 0;
+    }
     /* lean / one: where a plain instance runs (not with the fused merge or store, nor tc) */
     const int sl = !mma && g_kd.soft != KS_DEF && !fmerge && !r && !tc &&
                            kd_kernel_of(hd, hg, KC_A8, KC_A8, nt, 0, 0, g_kd.soft) != NULL
@@ -832,7 +877,7 @@ static int kd_decode(struct cu_be *cb, float *out, const float *q, const struct 
         x.part = (float *)p;
         x.ml = (float2 *)(p + rows * (size_t)hd * sizeof(float));
     }
-    const kd_kernel k = mma ? km_kernel_of(hd, hg, bulk)
+    const kd_kernel k = mma ? km_kernel_of(hd, hg, bulk, vl4)
                             : kd_kernel_of(hd, hg, kd_class(s[0], 0), kd_class(s[1], 1), nt,
                                            fmerge || r, tc, sl);
     cu_launch(cb, k, dim3((unsigned)maxs, (unsigned)(a->n_kv_head * nsub), (unsigned)a->n_tok),

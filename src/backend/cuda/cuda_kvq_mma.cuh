@@ -27,7 +27,18 @@
  * B = 64 p d hi / lo (16 positions x 8 columns), C the output (dims x columns), and
  *   o = C / 64 + sum_p p (m_p - 1024 d_p)  (per group; the second term in registers).
  * Results differ from k_kvq_sd's in the last bits (another order of the sums); like it they
- * depend only on the token (its splits), never on the batch. */
+ * depend only on the token (its splits), never on the batch.
+ *
+ * VL4 (k8v4: turbo's 4-bit Lloyd-Max values, rotated; groups of 32 as an f16 scale s and 16
+ * bytes of codes, KM_LB = 18 bytes): the scores as above; the values' A operand is the
+ * codebook entry of each code, 64 cb[c] (exact in f32: a power of two), split into f16 hi and
+ * lo tables (hi + lo within ~2^-22 of it), so two mmas per 16 dims of a group, both with
+ * B = p s (hi / lo columns; p s <= 65504, no overflow), and o = C / 64 (no offset term). A
+ * lane reads, per group, the 2 bytes of dims 4 gid .. 4 gid + 3 of its 4 positions; the
+ * codebook is symmetric (cb[15 - c] = -cb[c]), so a code is a sign and one of 8 magnitudes,
+ * whose f16 bytes (2 x 8) are looked up by byte permutes (km_l4). V records are 72 bytes at
+ * head_dim 128: their bulk copies take 80 bytes from the 16-byte boundary at or before the
+ * record (an even KV head count keeps every copy inside its cache row: kd_decode checks). */
 #ifndef CINFER_BACKEND_CUDA_KVQ_MMA_CUH
 #define CINFER_BACKEND_CUDA_KVQ_MMA_CUH
 
@@ -36,6 +47,7 @@ enum {
     KM_TARGET = 48, /* the split target with bulk copies (k_kvq_sd's KD_TARGET otherwise) */
     KM_WP = 16,     /* positions a warp a round */
     KM_GB = 36,     /* bytes of an 8-bit group of 32: f16 d, f16 m, 32 codes */
+    KM_LB = 18,     /* bytes of a 4-bit Lloyd-Max group of 32: f16 s, 16 bytes of codes */
 };
 #define KM_SA 64.0f /* the probabilities' scale in the values' mma */
 
@@ -78,15 +90,58 @@ __device__ __forceinline__ float km_part(float x, int part)
 
 /* the widest copy piece a record of hb bytes allows (the host checks the caches' bases) */
 __host__ __device__ constexpr int km_piece(int hb) { return hb % 16 == 0 ? 16 : hb % 8 == 0 ? 8 : 4; }
+/* a V record's slot in a round buffer: its bytes, or with bulk copies of a record that is
+ * not a multiple of 16 bytes (its start 8 bytes past a 16-byte boundary or on one), the 16-byte
+ * multiple a copy from the boundary at or before it takes */
+__host__ __device__ constexpr int km_vslot(int hbv, int bulk)
+{
+    return bulk && hbv % 16 ? (hbv + 8 + 15) / 16 * 16 : hbv;
+}
+/* a round buffer: 64 K records of hb bytes, 64 V slots of sv bytes, 32 bytes of slack */
+__host__ __device__ constexpr size_t km_bufsz(int hb, int sv)
+{
+    return ((size_t)KD_ROUND * (size_t)(hb + sv) + 32) & ~(size_t)15;
+}
+
+/* the f16 hi / lo byte tables of the 4-bit codebook's magnitudes, 64 cb[8 + k] (k < 8): per
+ * table (hi, lo) the low bytes of k = 0..3, 4..7, then the high bytes (cu_kvq_decode_init) */
+__constant__ uint32_t c_km_l4[2][4];
+
+/* km_l4: the A operands of a word w of 8 codes, nibbles (P0 d0, P0 d1, P0 d2, P0 d3, P1 d0,
+ * .., P1 d3) (positions P0, P1; dims d0..d3 = 4 gid + 0..3): r[t][u][k] = the f16 pair
+ * (P0, P1) of dim 2 u + k from table t (0: hi, 1: lo). A code c < 8 is -mag[7 - c], c >= 8
+ * is mag[c - 8]: selector nibble (c & 7) ^ (c < 8 ? 7 : 0), then the nibbles interleaved
+ * (P0 d0, P1 d0, P0 d1, P1 d1, ..) so that one permute of the looked-up low and high bytes
+ * is an operand; the signs xored into bits 15 and 31. */
+__device__ __forceinline__ void km_l4(uint32_t w, uint32_t (&r)[2][2][2])
+{
+    const uint32_t n = (~w >> 3) & 0x11111111u; /* 1 where the code is negative */
+    uint32_t s = (w & 0x77777777u) ^ (n * 7u);
+    s = __byte_perm(s, 0u, 0x3120);             /* nibbles P0d0 P0d1 P1d0 P1d1 P0d2 ..  */
+    const uint32_t x = ((s >> 4) ^ s) & 0x00F000F0u;
+    s ^= x ^ (x << 4);                          /* nibbles P0d0 P1d0 P0d1 P1d1 P0d2 .. */
+    const uint32_t m[2][2] = {{(n << 15) & 0x80008000u, (n << 11) & 0x80008000u},
+                              {(n << 7) & 0x80008000u, (n << 3) & 0x80008000u}};
+#pragma unroll
+    for (int t = 0; t < 2; t++)
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const unsigned sel = (s >> (16 * u)) & 0xFFFFu;
+            const uint32_t lo = __byte_perm(c_km_l4[t][0], c_km_l4[t][1], sel);
+            const uint32_t hi = __byte_perm(c_km_l4[t][2], c_km_l4[t][3], sel);
+            r[t][u][0] = __byte_perm(lo, hi, 0x5140) ^ m[u][0];
+            r[t][u][1] = __byte_perm(lo, hi, 0x7362) ^ m[u][1];
+        }
+}
 
 /* One round's K and V records into the buffer at dst (V's 64 records after K's): kd_issue
- * with the record size and piece width fixed at compile time (no run-time division). */
-template <int W, int NT, int HB>
+ * with the record sizes and piece widths fixed at compile time (no run-time division). */
+template <int NT, int HB, int HBV>
 __device__ __forceinline__ void km_issue(const kd_args &a, uint8_t *dst, const int *rows,
                                          size_t hk, size_t hv)
 {
-    kd_issue_side<W, NT>(dst, a.kc, a.s[0].rb, hk, HB, rows);
-    kd_issue_side<W, NT>(dst + KD_ROUND * HB, a.vc, a.s[1].rb, hv, HB, rows);
+    kd_issue_side<km_piece(HB), NT>(dst, a.kc, a.s[0].rb, hk, HB, rows);
+    kd_issue_side<km_piece(HBV), NT>(dst + KD_ROUND * HB, a.vc, a.s[1].rb, hv, HBV, rows);
     kd_cp_commit();
 }
 
@@ -130,43 +185,47 @@ __device__ __forceinline__ void km_bar_wait(uint64_t *b, unsigned ph)
 #endif
 }
 /* Thread i < 2 KD_ROUND of the block: position j = i % 64's K (i < 64) or V record (cache
- * row `row`) into the round buffer dst (V's 64 records after K's), its arrival at bar
- * expecting the record's HB bytes first (so the phase ends only once all 128 threads arrived
+ * row `row`) into the round buffer dst (V's 64 slots of SV bytes after K's; a V copy starts
+ * vsk bytes before its record: km_vslot), its arrival at bar expecting its copy's bytes first (so the phase ends only once all 128 threads arrived
  * and every copy landed). A bulk copy takes its addresses in uniform registers, so a warp
  * issues its lanes' copies one after another: all four warps issue, 32 copies each. The
  * buffer was last read by generic loads (ordered by the caller's barrier): the proxy fence
  * first. */
-template <int HB>
+template <int HB, int SV>
 __device__ __forceinline__ void km_issue_bulk(const kd_args &a, uint8_t *dst, int row, size_t hk,
-                                              size_t hv, uint64_t *bar)
+                                              size_t hv, int vsk, uint64_t *bar)
 {
 #if KM_HAVE_BULK
     const int i = threadIdx.x, w = i >= KD_ROUND;
     const uint32_t sb = km_sa(bar);
-    const uint8_t *src = w ? a.vc + (size_t)row * a.s[1].rb + hv : a.kc + (size_t)row * a.s[0].rb + hk;
+    const uint8_t *src = w ? a.vc + (size_t)row * a.s[1].rb + hv - vsk : a.kc + (size_t)row * a.s[0].rb + hk;
+    const unsigned nb = w ? SV : HB;
+    uint8_t *d = w ? dst + KD_ROUND * HB + (i - KD_ROUND) * SV : dst + i * HB;
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(sb),
-                 "r"(HB)
+                 "r"(nb)
                  : "memory");
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     km_sa(dst + i * HB)),
-                 "l"(src), "r"(HB), "r"(sb)
+                     km_sa(d)),
+                 "l"(src), "r"(nb), "r"(sb)
                  : "memory");
 #else
-    (void)a, (void)dst, (void)row, (void)hk, (void)hv, (void)bar;
+    (void)a, (void)dst, (void)row, (void)hk, (void)hv, (void)vsk, (void)bar;
 #endif
 }
 
-/* BULK: the round copies as cp.async.bulk (sm_90, records of a multiple of 16 bytes: head_dim
- * 128), else cp.async pieces */
-template <int HD, int HG, int BULK>
+/* BULK: the round copies as cp.async.bulk (sm_90, K records of a multiple of 16 bytes: head_dim
+ * 128), else cp.async pieces; VL4: 4-bit Lloyd-Max values (k8v4), else 8-bit affine */
+template <int HD, int HG, int BULK, int VL4 = 0>
 __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
 {
     constexpr int NT = KM_NT, NG = HD / 32, NW = NT / 32;
-    constexpr int HB = NG * KM_GB, KW = km_piece(HB); /* a record's bytes, the copies' width */
+    constexpr int HB = NG * KM_GB;                /* a K record's bytes */
+    constexpr int HBV = VL4 ? NG * KM_LB : HB;    /* a V record's bytes */
     static_assert(HD == 64 || HD == 128, "head_dim 64 / 128");
     static_assert(HG >= 1 && HG <= 4 && NW * KM_WP == KD_ROUND, "layout");
     constexpr bool TB = BULK && KM_HAVE_BULK && HB % 16 == 0;
+    constexpr int SV = km_vslot(HBV, TB); /* a V slot in a round buffer */
     static_assert(NT == 2 * KD_ROUND, "bulk copies: a thread a record of a round");
     extern __shared__ __align__(16) uint8_t kd_sm[];
     __shared__ int rows[TB ? 1 : KD_MAX_STAGES][KD_ROUND];
@@ -201,8 +260,11 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
     kd_rounds(pos, rb, per, z, &r0, &r1);
     const int32_t *bt = a.bt + (size_t)sq * a.max_blocks;
     const int bs = a.block_size, bsh = a.bs_shift;
-    const size_t hk = (size_t)g * HB, hv = (size_t)g * HB;
-    constexpr size_t bufsz = ((size_t)KD_ROUND * 2 * HB + 32) & ~(size_t)15;
+    const size_t hk = (size_t)g * HB, hv = (size_t)g * HBV;
+    constexpr size_t bufsz = km_bufsz(HB, SV);
+    /* TB: a V copy starts at the 16-byte boundary at or before its record (rows and the
+     * cache's base are 16-byte multiples: kd_decode) */
+    const int vsk = SV != HBV ? (int)(hv & 15) : 0;
     auto row_of = [&](int rd, int j) { return kd_row(bt, bs, bsh, lo, pos, rd, j, false); };
     /* the round buffers as in k_kvq_sd: round rd in buffer (rd - r0) % ns. TB: thread tid's
      * rows (position tid % 64) of rounds r0 .. r0 + ns - 1 in p0 .. p3 (the last, the loop's
@@ -233,16 +295,16 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
     }
     if (TB) {
         if (r0 < r1)
-            km_issue_bulk<HB>(a, kd_sm, p0, hk, hv, &kbar[0]);
+            km_issue_bulk<HB, SV>(a, kd_sm, p0, hk, hv, vsk, &kbar[0]);
         if (ns > 2 && r0 + 1 < r1)
-            km_issue_bulk<HB>(a, kd_sm + bufsz, p1, hk, hv, &kbar[1]);
+            km_issue_bulk<HB, SV>(a, kd_sm + bufsz, p1, hk, hv, vsk, &kbar[1]);
         if (ns > 3 && r0 + 2 < r1)
-            km_issue_bulk<HB>(a, kd_sm + 2 * bufsz, p2, hk, hv, &kbar[2]);
+            km_issue_bulk<HB, SV>(a, kd_sm + 2 * bufsz, p2, hk, hv, vsk, &kbar[2]);
         nrow = ns == 2 ? p1 : ns == 3 ? p2 : p3;
     } else {
         for (int i = 0; i < ns - 1; i++) {
             if (r0 + i < r1)
-                km_issue<KW, NT, HB>(a, kd_sm + i * bufsz, rows[i], hk, hv);
+                km_issue<NT, HB, HBV>(a, kd_sm + i * bufsz, rows[i], hk, hv);
             else
                 kd_cp_commit();
         }
@@ -320,14 +382,14 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
         const int pb = buf == 0 ? ns - 1 : buf - 1;
         if (TB) {
             if (rd + ns - 1 < r1) {
-                km_issue_bulk<HB>(a, kd_sm + pb * bufsz, nrow, hk, hv, &kbar[pb]);
+                km_issue_bulk<HB, SV>(a, kd_sm + pb * bufsz, nrow, hk, hv, vsk, &kbar[pb]);
                 if (rd + ns < r1)
                     nrow = row_of(rd + ns, jr);
             }
         } else {
             if (rd + ns - 1 < r1) {
                 uint8_t *nb = kd_sm + pb * bufsz;
-                km_issue<KW, NT, HB>(a, nb, rows[pb], hk, hv);
+                km_issue<NT, HB, HBV>(a, nb, rows[pb], hk, hv);
             } else {
                 kd_cp_commit();
             }
@@ -399,7 +461,7 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
         }
         hm = hh < HG ? mn : hm;
         hl = fmaf(hl, f, (pv[0] + pv[1]) + (pv[2] + pv[3]));
-        if (f != 1.0f) {
+        if (!VL4 && f != 1.0f) {
 #pragma unroll
             for (int i = 0; i < NG; i++)
                 mt[i] *= f;
@@ -411,35 +473,61 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
             for (int i = 0; i < HD / 16; i++)
                 o[i][0] *= f0, o[i][1] *= f1, o[i][2] *= f0, o[i][3] *= f1;
         }
-        /* ---- values: per group, B = 64 p d (hi / lo), A = 1024 + codes ---- */
-        const uint8_t *v0 = vb + (j0 + 2 * tig) * HB, *v1 = v0 + HB;
-        const uint8_t *v2 = vb + (j0 + 2 * tig + 8) * HB, *v3 = v2 + HB;
+        /* ---- values: per group, B = 64 p d (hi / lo), A = 1024 + codes; VL4: B = p s,
+         * A = 64 cb[c] (hi, then lo) ---- */
+        const uint8_t *v0 = vb + vsk + (j0 + 2 * tig) * SV, *v1 = v0 + SV;
+        const uint8_t *v2 = vb + vsk + (j0 + 2 * tig + 8) * SV, *v3 = v2 + SV;
+        if constexpr (VL4) {
 #pragma unroll
-        for (int gi = 0; gi < NG; gi++) {
-            const int ho = gi * KM_GB;
-            const uint32_t x0 = *(const uint32_t *)(v0 + ho), x1 = *(const uint32_t *)(v1 + ho);
-            const uint32_t x2 = *(const uint32_t *)(v2 + ho), x3 = *(const uint32_t *)(v3 + ho);
-            const float2 e0 = __half22float2(*(const __half2 *)&x0);
-            const float2 e1 = __half22float2(*(const __half2 *)&x1);
-            const float2 e2 = __half22float2(*(const __half2 *)&x2);
-            const float2 e3 = __half22float2(*(const __half2 *)&x3);
-            const float y0 = pv[0] * e0.x * KM_SA, y1 = pv[1] * e1.x * KM_SA;
-            const float y2 = pv[2] * e2.x * KM_SA, y3 = pv[3] * e3.x * KM_SA;
-            const uint32_t b0 = km_pack(km_part(y0, part), km_part(y1, part));
-            const uint32_t b1 = km_pack(km_part(y2, part), km_part(y3, part));
-            mt[gi] = fmaf(pv[0], fmaf(-1024.0f, e0.x, e0.y), mt[gi]);
-            mt[gi] = fmaf(pv[1], fmaf(-1024.0f, e1.x, e1.y), mt[gi]);
-            mt[gi] = fmaf(pv[2], fmaf(-1024.0f, e2.x, e2.y), mt[gi]);
-            mt[gi] = fmaf(pv[3], fmaf(-1024.0f, e3.x, e3.y), mt[gi]);
-            const int co = ho + 4 + 4 * gid;
-            const uint32_t w0 = *(const uint32_t *)(v0 + co), w1 = *(const uint32_t *)(v1 + co);
-            const uint32_t w2 = *(const uint32_t *)(v2 + co), w3 = *(const uint32_t *)(v3 + co);
-            const uint32_t t01a = __byte_perm(w0, w1, 0x5140), t23a = __byte_perm(w0, w1, 0x7362);
-            const uint32_t t01b = __byte_perm(w2, w3, 0x5140), t23b = __byte_perm(w2, w3, 0x7362);
-            km_mma(o[2 * gi], km_c2h(t01a, 0x4140), km_c2h(t01a, 0x4342), km_c2h(t01b, 0x4140),
-                   km_c2h(t01b, 0x4342), b0, b1);
-            km_mma(o[2 * gi + 1], km_c2h(t23a, 0x4140), km_c2h(t23a, 0x4342), km_c2h(t23b, 0x4140),
-                   km_c2h(t23b, 0x4342), b0, b1);
+            for (int gi = 0; gi < NG; gi++) {
+                const int ho = gi * KM_LB, co = ho + 2 + 2 * gid;
+                const float y0 = pv[0] * __half2float(*(const __half *)(v0 + ho));
+                const float y1 = pv[1] * __half2float(*(const __half *)(v1 + ho));
+                const float y2 = pv[2] * __half2float(*(const __half *)(v2 + ho));
+                const float y3 = pv[3] * __half2float(*(const __half *)(v3 + ho));
+                const uint32_t b0 = km_pack(km_part(y0, part), km_part(y1, part));
+                const uint32_t b1 = km_pack(km_part(y2, part), km_part(y3, part));
+                const uint32_t wx = (uint32_t) * (const uint16_t *)(v0 + co) |
+                                    (uint32_t) * (const uint16_t *)(v1 + co) << 16;
+                const uint32_t wy = (uint32_t) * (const uint16_t *)(v2 + co) |
+                                    (uint32_t) * (const uint16_t *)(v3 + co) << 16;
+                uint32_t rx[2][2][2], ry[2][2][2];
+                km_l4(wx, rx);
+                km_l4(wy, ry);
+#pragma unroll
+                for (int t = 0; t < 2; t++)
+#pragma unroll
+                    for (int u = 0; u < 2; u++)
+                        km_mma(o[2 * gi + u], rx[t][u][0], rx[t][u][1], ry[t][u][0], ry[t][u][1], b0, b1);
+            }
+        } else {
+#pragma unroll
+            for (int gi = 0; gi < NG; gi++) {
+                const int ho = gi * KM_GB;
+                const uint32_t x0 = *(const uint32_t *)(v0 + ho), x1 = *(const uint32_t *)(v1 + ho);
+                const uint32_t x2 = *(const uint32_t *)(v2 + ho), x3 = *(const uint32_t *)(v3 + ho);
+                const float2 e0 = __half22float2(*(const __half2 *)&x0);
+                const float2 e1 = __half22float2(*(const __half2 *)&x1);
+                const float2 e2 = __half22float2(*(const __half2 *)&x2);
+                const float2 e3 = __half22float2(*(const __half2 *)&x3);
+                const float y0 = pv[0] * e0.x * KM_SA, y1 = pv[1] * e1.x * KM_SA;
+                const float y2 = pv[2] * e2.x * KM_SA, y3 = pv[3] * e3.x * KM_SA;
+                const uint32_t b0 = km_pack(km_part(y0, part), km_part(y1, part));
+                const uint32_t b1 = km_pack(km_part(y2, part), km_part(y3, part));
+                mt[gi] = fmaf(pv[0], fmaf(-1024.0f, e0.x, e0.y), mt[gi]);
+                mt[gi] = fmaf(pv[1], fmaf(-1024.0f, e1.x, e1.y), mt[gi]);
+                mt[gi] = fmaf(pv[2], fmaf(-1024.0f, e2.x, e2.y), mt[gi]);
+                mt[gi] = fmaf(pv[3], fmaf(-1024.0f, e3.x, e3.y), mt[gi]);
+                const int co = ho + 4 + 4 * gid;
+                const uint32_t w0 = *(const uint32_t *)(v0 + co), w1 = *(const uint32_t *)(v1 + co);
+                const uint32_t w2 = *(const uint32_t *)(v2 + co), w3 = *(const uint32_t *)(v3 + co);
+                const uint32_t t01a = __byte_perm(w0, w1, 0x5140), t23a = __byte_perm(w0, w1, 0x7362);
+                const uint32_t t01b = __byte_perm(w2, w3, 0x5140), t23b = __byte_perm(w2, w3, 0x7362);
+                km_mma(o[2 * gi], km_c2h(t01a, 0x4140), km_c2h(t01a, 0x4342), km_c2h(t01b, 0x4140),
+                       km_c2h(t01b, 0x4342), b0, b1);
+                km_mma(o[2 * gi + 1], km_c2h(t23a, 0x4140), km_c2h(t23a, 0x4342), km_c2h(t23b, 0x4140),
+                       km_c2h(t23b, 0x4342), b0, b1);
+            }
         }
     }
     /* ---- the warp's result: hi + lo, sums over the lanes, the min terms ---- */
@@ -451,7 +539,7 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
     hl += __shfl_xor_sync(0xffffffffu, hl, 1);
     hl += __shfl_xor_sync(0xffffffffu, hl, 2);
 #pragma unroll
-    for (int i = 0; i < NG; i++) {
+    for (int i = 0; i < NG && !VL4; i++) {
         mt[i] += __shfl_xor_sync(0xffffffffu, mt[i], 1);
         mt[i] += __shfl_xor_sync(0xffffffffu, mt[i], 2);
     }
@@ -461,8 +549,8 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
         wml[warp][0][hh] = hm, wml[warp][1][hh] = hl;
 #pragma unroll
     for (int gi = 0; gi < NG; gi++) {
-        const float m0 = __shfl_sync(0xffffffffu, mt[gi], 4 * oh0);
-        const float m1 = __shfl_sync(0xffffffffu, mt[gi], 4 * oh1);
+        const float m0 = VL4 ? 0.0f : __shfl_sync(0xffffffffu, mt[gi], 4 * oh0);
+        const float m1 = VL4 ? 0.0f : __shfl_sync(0xffffffffu, mt[gi], 4 * oh1);
         if (tig < 2) {
 #pragma unroll
             for (int u = 0; u < 2; u++) {
