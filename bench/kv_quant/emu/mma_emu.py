@@ -9,8 +9,9 @@ mistake (a wrong selector, a wrong lane for the other half, a wrong group header
 fail (exit 1). HG (heads a group: 1, 2 or 4, default 4) and HD (64 or 128, default 128) are the
 second and third arguments; 16 positions. A fourth argument "l4" runs k8v4's values instead
 (VL4: 4-bit Lloyd-Max records of an f16 scale and 16 bytes of codes a group; km_l4's byte
-permutes from the hi / lo tables of 64 cb, two mmas a tile, B = p s, o = C / 64); PLANT 4 (a
-sign moved to the wrong half) and 5 (the nibble interleave skipped) must fail there."""
+permutes from the hi / lo tables of 64 cb, two mmas a tile, B = p s, o = C / 64); PLANT 4 (the
+signs of the odd codes taken from the wrong bits) and 5 (the nibble interleave skipped) must
+fail there."""
 import sys
 import numpy as np
 PLANT = int(sys.argv[1]) if len(sys.argv) > 1 else 0
@@ -71,21 +72,23 @@ for k in range(8):
     v=np.float32(64.0)*CB[8+k]; h=np.float16(v); l=np.float16(np.float32(v)-np.float32(h))
     for t,u in enumerate((f16u(h),f16u(l))):
         TBL[t][k//4]|=(u&255)<<(8*(k%4)); TBL[t][2+k//4]|=(u>>8)<<(8*(k%4))
-def km_l4(w):
+def km_l4(c0,c1):
     M=0xffffffff
+    w=bp(c0,c1,0x5140)
+    if PLANT!=5:
+        x=((w>>4)^w)&0x00F000F0; w^=x^((x<<4)&M)
     n=((~w&M)>>3)&0x11111111
     s=(w&0x77777777)^((n*7)&M)
-    s=bp(s,0,0x3120)
-    if PLANT!=5:
-        x=((s>>4)^s)&0x00F000F0; s^=x^((x<<4)&M)
-    sh=[[15,11],[7,3]] if PLANT!=4 else [[15,11],[3,7]]
-    m=[[((n<<sh[u][k])&M)&0x80008000 for k in range(2)] for u in range(2)]
     r=[[[0,0],[0,0]],[[0,0],[0,0]]]
-    for t in range(2):
-        for u in range(2):
-            sel=(s>>(16*u))&0xFFFF
-            lo=bp(TBL[t][0],TBL[t][1],sel); hi=bp(TBL[t][2],TBL[t][3],sel)
-            r[t][u][0]=bp(lo,hi,0x5140)^m[u][0]; r[t][u][1]=bp(lo,hi,0x7362)^m[u][1]
+    for u in range(2):
+        y=bp(w,0,0x3322 if u else 0x1100)
+        z=(((y<<4)&M)&0x00800080)|(y&0x80008000)
+        if PLANT==4: z=((y<<4)&M)&0x80808080
+        sg=(~z&M)&0x80808080
+        sel=(s>>(16*u))&0xFFFF
+        for t in range(2):
+            lo=bp(TBL[t][0],TBL[t][1],sel); hi=bp(TBL[t][2],TBL[t][3],sel)^sg
+            r[t][u][0]=bp(lo,hi,0x5140); r[t][u][1]=bp(lo,hi,0x7362)
     return r
 def u16(b,off): return int.from_bytes(b[off:off+2],'little')
 K=[mkrec() for _ in range(16)]; V=[mkrec_l4() if L4 else mkrec() for _ in range(16)]
@@ -150,7 +153,7 @@ for gi in range(NG if L4 else 0):
         sc=[float(np.frombuffer(r[ho:ho+2],dtype=np.float16)[0]) for r in recs]
         y=[pv[l][i]*sc[i] for i in range(4)]
         B.append([pack(part(y[0],p),part(y[1],p)),pack(part(y[2],p),part(y[3],p))])
-        rx=km_l4(u16(recs[0],co)|u16(recs[1],co)<<16); ry=km_l4(u16(recs[2],co)|u16(recs[3],co)<<16)
+        rx=km_l4(u16(recs[0],co),u16(recs[1],co)); ry=km_l4(u16(recs[2],co),u16(recs[3],co))
         for tt in range(2):
             for u in range(2): As[tt][u].append([rx[tt][u][0],rx[tt][u][1],ry[tt][u][0],ry[tt][u][1]])
     for tt in range(2):

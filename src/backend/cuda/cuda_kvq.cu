@@ -116,9 +116,12 @@ __global__ void k_kvq_store(kq_store_args a)
     kq_store_head(a, blockIdx.x, blockIdx.y, blockIdx.z, sm);
 }
 
-/* rope(q), rope(k), kv_store(k, v) in one launch. grid (n_tok, n_head + n_kv_head), block:
+/* rope(q), rope(k), kv_store(k, v) in one launch. grid (n_tok, n_head + 2 n_kv_head), block:
  * head_dim rounded up to 32 threads. Block (t, h < n_head) rotates q head h in place; block
- * (t, n_head + g) rotates k head g in place, then quantizes and stores that head's K and V. */
+ * (t, n_head + g) rotates k head g in place, then quantizes and stores that head's K; block
+ * (t, n_head + n_kv_head + g) quantizes and stores head g's V (session 15: V in blocks of its
+ * own, beside K's, not after it in the same block: the launch's longest block is one side's
+ * store; the same functions, so the same bytes). */
 __global__ void k_kvq_rope_store(kq_store_args a, kq_rope_args r)
 {
     __shared__ kq_store_sm sm;
@@ -130,14 +133,17 @@ __global__ void k_kvq_rope_store(kq_store_args a, kq_rope_args r)
             kq_rope_pair(qh, i, r, pos);
         return;
     }
+    const int n_kv = a.kvd / a.hd;
+    if (hh >= r.n_head + n_kv) {
+        kq_store_head(a, t, hh - r.n_head - n_kv, 1, sm);
+        return;
+    }
     const int g = hh - r.n_head;
     float *kh = r.k + (size_t)t * a.kvd + (size_t)g * a.hd;
     for (int i = threadIdx.x; i < r.half; i += blockDim.x)
         kq_rope_pair(kh, i, r, pos);
     __syncthreads(); /* this head's k rotated (read back through L2 by the store) */
     kq_store_head(a, t, g, 0, sm);
-    __syncthreads();
-    kq_store_head(a, t, g, 1, sm);
 }
 
 static int g_kq_fuse_rope = 1; /* CINFER_KVQ_ROPE_STORE=split: three launches (measurement) */
@@ -146,7 +152,7 @@ int cu_kvq_rope_store(struct cu_be *cb, const struct be_rope_kv *r)
 {
     const int hd = kvq_head_dim_of(r->kv_dtype), kvd = r->n_kv_head * r->head_dim;
     if (!g_kq_fuse_rope || hd != r->head_dim || hd > KQ_MAX_HD || r->rot_dim > hd ||
-        r->rot_dim % 2 || (long long)r->n_head + r->n_kv_head > 65535)
+        r->rot_dim % 2 || (long long)r->n_head + 2ll * r->n_kv_head > 65535)
         return 0;
     if (r->n_tok <= 0)
         return 1;
@@ -158,7 +164,7 @@ int cu_kvq_rope_store(struct cu_be *cb, const struct be_rope_kv *r)
     kq_rope_args ra;
     ra.q = r->q, ra.k = r->k, ra.pos = r->pos, ra.n_head = r->n_head, ra.half = r->rot_dim / 2;
     ra.neox = r->mode == BE_ROPE_NEOX, ra.inv_freq = r->inv_freq, ra.mscale = r->mscale;
-    k_kvq_rope_store<<<dim3((unsigned)r->n_tok, (unsigned)(r->n_head + r->n_kv_head)),
+    k_kvq_rope_store<<<dim3((unsigned)r->n_tok, (unsigned)(r->n_head + 2 * r->n_kv_head)),
                        (hd + 31) / 32 * 32, 0, cb->stream>>>(x, ra);
     cu_after_launch(cb, "rope + kv_store (quantized)");
     return 1;

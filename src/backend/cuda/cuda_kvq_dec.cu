@@ -417,11 +417,17 @@ __global__ void __launch_bounds__(NT, HD == 256 ? 1 : NT == 256 ? 2 : 3)
 }
 
 /* out row (t, h) = the merge of the token's splits in split order (unrotated when the
- * values are stored rotated); tokens of one split were written by k_kvq_sd itself. */
+ * values are stored rotated); tokens of one split were written by k_kvq_sd itself. Built
+ * for latency (session 15): every split's max, sum and partial of the thread's dim are
+ * loaded at once (KD_MAX_TARGET registers, predicated), the max over the splits is a warp
+ * reduction (fmaxf of the same values: the same max in any order; a NaN max is skipped as
+ * the sequential fmaxf from -inf skipped it), and the sums run in split order with the
+ * same fmaf chain as before: the same bits. */
 template <int HD>
 __global__ void __launch_bounds__(HD) k_kvq_sd_merge(struct kd_args a)
 {
-    __shared__ float sm[KD_MAX_TARGET], sl[KD_MAX_TARGET], sf[KD_MAX_TARGET], x[HD];
+    __shared__ float sl[KD_MAX_TARGET], sf[KD_MAX_TARGET], x[HD], wm[HD / 32];
+    static_assert(KD_MAX_TARGET <= HD, "a thread a split");
     const int h = blockIdx.x, t = blockIdx.y, d = threadIdx.x;
     int lo = 0, rb = 0, per = 1;
     const int n = cu_dec_splits<KD_ROUND>(a.pos[t], a.window, a.target,
@@ -432,33 +438,35 @@ __global__ void __launch_bounds__(HD) k_kvq_sd_merge(struct kd_args a)
     if (n <= 1)
         return;
     const size_t row = ((size_t)t * a.n_head + h) * a.maxs;
-    if (d < n) { /* n <= KD_MAX_TARGET <= HD */
-        const float2 v = a.ml[row + d];
-        sm[d] = v.x, sl[d] = v.y;
-    }
+    float2 v = make_float2(-INFINITY, 0.0f);
+    if (d < n) /* thread z: split z's max and sum */
+        v = a.ml[row + d];
+    float ov[KD_MAX_TARGET];
+#pragma unroll
+    for (int k = 0; k < KD_MAX_TARGET; k++)
+        ov[k] = k < n ? a.part[(row + k) * HD + d] : 0.0f;
+    float m = d < n && v.y > 0.0f ? fmaxf(-INFINITY, v.x) : -INFINITY;
+    m = cu_warp_max(m);
+    if ((d & 31) == 0)
+        wm[d >> 5] = m;
+    if (d < n)
+        sl[d] = v.y;
     __syncthreads();
-    float mx = -INFINITY;
-    for (int z = 0; z < n; z++)
-        if (sl[z] > 0.0f)
-            mx = fmaxf(mx, sm[z]);
+    float mx = wm[0];
+#pragma unroll
+    for (int w = 1; w < HD / 32; w++)
+        mx = fmaxf(mx, wm[w]);
     /* each split's factor once (thread z), not once a thread: the same values */
     if (d < n)
-        sf[d] = sl[d] > 0.0f ? expf(sm[d] - mx) : 0.0f;
+        sf[d] = v.y > 0.0f ? expf(v.x - mx) : 0.0f;
     __syncthreads();
     float L = 0.0f, o = 0.0f;
-    for (int z0 = 0; z0 < n; z0 += KD_MCH) {
-        float ov[KD_MCH];
 #pragma unroll
-        for (int k = 0; k < KD_MCH; k++)
-            ov[k] = z0 + k < n ? a.part[(row + z0 + k) * HD + d] : 0.0f;
-#pragma unroll
-        for (int k = 0; k < KD_MCH; k++) {
-            const int z = z0 + k;
-            if (z < n && sl[z] > 0.0f) {
-                const float f = sf[z];
-                L = fmaf(f, sl[z], L);
-                o = fmaf(f, ov[k], o);
-            }
+    for (int z = 0; z < KD_MAX_TARGET; z++) {
+        if (z < n && sl[z] > 0.0f) {
+            const float f = sf[z];
+            L = fmaf(f, sl[z], L);
+            o = fmaf(f, ov[z], o);
         }
     }
     x[d] = L > 0.0f ? o * (1.0f / L) : 0.0f;

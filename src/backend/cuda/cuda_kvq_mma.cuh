@@ -107,31 +107,34 @@ __host__ __device__ constexpr size_t km_bufsz(int hb, int sv)
  * table (hi, lo) the low bytes of k = 0..3, 4..7, then the high bytes (cu_kvq_decode_init) */
 __constant__ uint32_t c_km_l4[2][4];
 
-/* km_l4: the A operands of a word w of 8 codes, nibbles (P0 d0, P0 d1, P0 d2, P0 d3, P1 d0,
- * .., P1 d3) (positions P0, P1; dims d0..d3 = 4 gid + 0..3): r[t][u][k] = the f16 pair
- * (P0, P1) of dim 2 u + k from table t (0: hi, 1: lo). A code c < 8 is -mag[7 - c], c >= 8
- * is mag[c - 8]: selector nibble (c & 7) ^ (c < 8 ? 7 : 0), then the nibbles interleaved
- * (P0 d0, P1 d0, P0 d1, P1 d1, ..) so that one permute of the looked-up low and high bytes
- * is an operand; the signs xored into bits 15 and 31. */
-__device__ __forceinline__ void km_l4(uint32_t w, uint32_t (&r)[2][2][2])
+/* km_l4: the A operands of 8 codes, c0 = position P0's 2 bytes (nibbles: dims d0..d3 =
+ * 4 gid + 0..3), c1 = position P1's: r[t][u][k] = the f16 pair (P0, P1) of dim 2 u + k from
+ * table t (0: hi, 1: lo). The bytes are interleaved and the middle nibbles of each half
+ * swapped, giving nibbles (P0 d0, P1 d0, P0 d1, P1 d1, P0 d2, ..), so that one permute of
+ * the looked-up low and high bytes is an operand. A code c < 8 is -mag[7 - c], c >= 8 is
+ * mag[c - 8]: selector nibble (c & 7) ^ (c < 8 ? 7 : 0); the sign (bit 3 of the code clear)
+ * is xored into the high bytes (bit 7) before the operands are assembled. */
+__device__ __forceinline__ void km_l4(uint32_t c0, uint32_t c1, uint32_t (&r)[2][2][2])
 {
+    uint32_t w = __byte_perm(c0, c1, 0x5140); /* nibbles P0d0 P0d1 P1d0 P1d1 P0d2 .. */
+    const uint32_t x = ((w >> 4) ^ w) & 0x00F000F0u;
+    w ^= x ^ (x << 4);                         /* nibbles P0d0 P1d0 P0d1 P1d1 P0d2 .. */
     const uint32_t n = (~w >> 3) & 0x11111111u; /* 1 where the code is negative */
-    uint32_t s = (w & 0x77777777u) ^ (n * 7u);
-    s = __byte_perm(s, 0u, 0x3120);             /* nibbles P0d0 P0d1 P1d0 P1d1 P0d2 ..  */
-    const uint32_t x = ((s >> 4) ^ s) & 0x00F000F0u;
-    s ^= x ^ (x << 4);                          /* nibbles P0d0 P1d0 P0d1 P1d1 P0d2 .. */
-    const uint32_t m[2][2] = {{(n << 15) & 0x80008000u, (n << 11) & 0x80008000u},
-                              {(n << 7) & 0x80008000u, (n << 3) & 0x80008000u}};
+    const uint32_t s = (w & 0x77777777u) ^ (n * 7u);
 #pragma unroll
-    for (int t = 0; t < 2; t++)
+    for (int u = 0; u < 2; u++) {
+        /* byte j: bit 7 set where nibble 4 u + j's code is negative */
+        const uint32_t y = __byte_perm(w, 0u, u ? 0x3322 : 0x1100);
+        const uint32_t sg = ~(((y << 4) & 0x00800080u) | (y & 0x80008000u)) & 0x80808080u;
+        const unsigned sel = s >> (16 * u);
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const unsigned sel = (s >> (16 * u)) & 0xFFFFu;
+        for (int t = 0; t < 2; t++) {
             const uint32_t lo = __byte_perm(c_km_l4[t][0], c_km_l4[t][1], sel);
-            const uint32_t hi = __byte_perm(c_km_l4[t][2], c_km_l4[t][3], sel);
-            r[t][u][0] = __byte_perm(lo, hi, 0x5140) ^ m[u][0];
-            r[t][u][1] = __byte_perm(lo, hi, 0x7362) ^ m[u][1];
+            const uint32_t hi = __byte_perm(c_km_l4[t][2], c_km_l4[t][3], sel) ^ sg;
+            r[t][u][0] = __byte_perm(lo, hi, 0x5140);
+            r[t][u][1] = __byte_perm(lo, hi, 0x7362);
         }
+    }
 }
 
 /* One round's K and V records into the buffer at dst (V's 64 records after K's): kd_issue
@@ -487,13 +490,9 @@ __global__ void __launch_bounds__(KM_NT) k_kvq_mm(struct kd_args a, int)
                 const float y3 = pv[3] * __half2float(*(const __half *)(v3 + ho));
                 const uint32_t b0 = km_pack(km_part(y0, part), km_part(y1, part));
                 const uint32_t b1 = km_pack(km_part(y2, part), km_part(y3, part));
-                const uint32_t wx = (uint32_t) * (const uint16_t *)(v0 + co) |
-                                    (uint32_t) * (const uint16_t *)(v1 + co) << 16;
-                const uint32_t wy = (uint32_t) * (const uint16_t *)(v2 + co) |
-                                    (uint32_t) * (const uint16_t *)(v3 + co) << 16;
                 uint32_t rx[2][2][2], ry[2][2][2];
-                km_l4(wx, rx);
-                km_l4(wy, ry);
+                km_l4(*(const uint16_t *)(v0 + co), *(const uint16_t *)(v1 + co), rx);
+                km_l4(*(const uint16_t *)(v2 + co), *(const uint16_t *)(v3 + co), ry);
 #pragma unroll
                 for (int t = 0; t < 2; t++)
 #pragma unroll
