@@ -42,9 +42,13 @@ __global__ void __launch_bounds__(8 * 32, 4)
 }
 
 /* Fold 4 (L.pre): k_sgl's tiles without shrink blocks; x read before the PDL wait, which
- * comes after the main loop (the shrink was the launch just before: cu_lk_shrink_pre). */
+ * comes after the main loop (the shrink was the launch just before: cu_lk_shrink_pre).
+ * Held to k_sg's blocks an SM (session 15: without the bound, lkm_dot's loads ahead took the
+ * 8-warp GLU to 76 registers, 3 blocks an SM, so l1b's 512 gate/up tiles ran in two rounds;
+ * the 16-warp q/k/v and o tiles to 2 an SM, one wave for l1b's 192 / 128 tiles). */
 template <int BF, int MODE, int NS, int SG_WARPS, int NI>
-__global__ void __launch_bounds__(sg_lk_threads(2, MODE, SG_WARPS))
+__global__ void __launch_bounds__(sg_lk_threads(2, MODE, SG_WARPS),
+                                  MODE == BE_MM_GLU && SG_WARPS == 8 ? 4 : SG_WARPS == 16 ? 2 : 1)
     k_sglp(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
            int act)
 {
@@ -54,10 +58,11 @@ __global__ void __launch_bounds__(sg_lk_threads(2, MODE, SG_WARPS))
 
 /* Fold 8 (L.pre 4, cuda_lora_mm.cuh level 8): the tiles wait at their start, the first L.S8
  * blocks add their slices of t to the call's accumulators, the gathering warp reads them
- * after the loop. The 8-warp GLU is held to 4 blocks an SM as k_sgl_g8. */
+ * after the loop. The 8-warp GLU is held to 4 blocks an SM as k_sgl_g8, 16-warp tiles to 2
+ * (session 15: 96 registers had made fold 8's q/k/v tiles 1 block an SM, two rounds). */
 template <int BF, int MODE, int NS, int SG_WARPS, int NI, int LEAD>
 __global__ void __launch_bounds__(sg_lk_threads(4, MODE, SG_WARPS),
-                                  MODE == BE_MM_GLU && SG_WARPS == 8 ? 4 : 1)
+                                  MODE == BE_MM_GLU && SG_WARPS == 8 ? 4 : SG_WARPS == 16 ? 2 : 1)
     k_sgl8(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
            int act)
 {
