@@ -844,9 +844,9 @@ static int cc_major(void)
  * head_dim 128 with 2 KV heads (bulk copies on sm_90+), 3 KV heads (cp.async pieces: a bulk
  * copy of the last head's 72-byte record would pass its row), head_dim 64, each against the
  * CPU within tolerance (run_case), each one k_kvq_mm launch a decode step at least. */
+#ifdef CINFER_HAVE_CUDA
 static void test_k8v4_mma(void)
 {
-#ifdef CINFER_HAVE_CUDA
     const struct scheme k8v4 = {KVF_A8, KVF_L4, 1, 1};
     const struct geom gs[] = {{128, 2, 12, 0.0f, 0}, {128, 3, 6, 0.0f, 0}, {64, 4, 8, 0.0f, 0}};
     const int bulk_ok[] = {1, 0, 0};
@@ -863,8 +863,8 @@ static void test_k8v4_mma(void)
             CHECK_MSG(b == 0, "k8v4 hd %d kv %d: %lld launches with bulk copies", gs[i].hd,
                       gs[i].nkv, (long long)b);
     }
-#endif
 }
+#endif
 
 /* Which launch counter dev_suite reads. */
 enum { CNT_NONE, CNT_TC, CNT_ONE, CNT_MMA, CNT_BULK };
