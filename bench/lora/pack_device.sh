@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # pack_device.sh — the folder (and tarball) that bench/lora/device_lora.sh runs from on a GPU
 # machine without this checkout's build: stripped test_lora, cinfer_lora_bench and cinfer
+# (when built: without it the pack serves SERVE=0 runs)
 # from a CUDA build (-DCINFER_CUDA=ON), the non-system shared libraries they link (jansson and
 # libcrypto beside the binaries; cinfer's others in lib/, put on LD_LIBRARY_PATH only for the
 # server; cuBLAS comes from the device's CUDA), and src/ = the files the script reads.

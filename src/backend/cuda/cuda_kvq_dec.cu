@@ -1,7 +1,8 @@
 /* cuda_kvq_dec.cu — decode-step attention over quantized KV blocks (steps of <= 64 tokens:
  * batch-1 and small-batch decode, verify), built to stream the blocks at memory bandwidth.
  * Two kernels: k_kvq_mm (cuda_kvq_mma.cuh: both products on the tensor cores) for 8-bit
- * affine K and V in groups of 32 at head_dim 64 / 128 by default, and k_kvq_sd, described
+ * affine K with 8-bit affine or 4-bit Lloyd-Max V (k8v4) in groups of 32 at head_dim 64 / 128
+ * by default, and k_kvq_sd, described
  * here, for everything else (and for every case with CINFER_KVQ_DEC=sd or tc).
  *
  * The layout of cuda_attn_dec.cu (the f16 decode kernel): a block serves one token, one KV

@@ -189,7 +189,8 @@ __device__ __forceinline__ void km_bar_wait(uint64_t *b, unsigned ph)
 }
 /* Thread i < 2 KD_ROUND of the block: position j = i % 64's K (i < 64) or V record (cache
  * row `row`) into the round buffer dst (V's 64 slots of SV bytes after K's; a V copy starts
- * vsk bytes before its record: km_vslot), its arrival at bar expecting its copy's bytes first (so the phase ends only once all 128 threads arrived
+ * vsk bytes before its record: km_vslot), its arrival at bar expecting its copy's bytes
+ * first (so the phase ends only once all 128 threads arrived
  * and every copy landed). A bulk copy takes its addresses in uniform registers, so a warp
  * issues its lanes' copies one after another: all four warps issue, 32 copies each. The
  * buffer was last read by generic loads (ordered by the caller's barrier): the proxy fence

@@ -41,6 +41,12 @@ __global__ void __launch_bounds__(8 * 32, 4)
     sgl_block<BF, BE_MM_GLU, NS, 8, NI>(a, L, act);
 }
 
+/* k_sglp / k_sgl8's blocks an SM, k_sg's: 4 for the 8-warp GLU, 2 for 16-warp tiles */
+static __host__ __device__ constexpr int sg_lk_min_blocks(int mode, int warps)
+{
+    return mode == BE_MM_GLU && warps == 8 ? 4 : warps == 16 ? 2 : 1;
+}
+
 /* Fold 4 (L.pre): k_sgl's tiles without shrink blocks; x read before the PDL wait, which
  * comes after the main loop (the shrink was the launch just before: cu_lk_shrink_pre).
  * Held to k_sg's blocks an SM (session 15: without the bound, lkm_dot's loads ahead took the
@@ -48,7 +54,7 @@ __global__ void __launch_bounds__(8 * 32, 4)
  * the 16-warp q/k/v and o tiles to 2 an SM, one wave for l1b's 192 / 128 tiles). */
 template <int BF, int MODE, int NS, int SG_WARPS, int NI>
 __global__ void __launch_bounds__(sg_lk_threads(2, MODE, SG_WARPS),
-                                  MODE == BE_MM_GLU && SG_WARPS == 8 ? 4 : SG_WARPS == 16 ? 2 : 1)
+                                  sg_lk_min_blocks(MODE, SG_WARPS))
     k_sglp(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
            int act)
 {
@@ -62,7 +68,7 @@ __global__ void __launch_bounds__(sg_lk_threads(2, MODE, SG_WARPS),
  * (session 15: 96 registers had made fold 8's q/k/v tiles 1 block an SM, two rounds). */
 template <int BF, int MODE, int NS, int SG_WARPS, int NI, int LEAD>
 __global__ void __launch_bounds__(sg_lk_threads(4, MODE, SG_WARPS),
-                                  MODE == BE_MM_GLU && SG_WARPS == 8 ? 4 : SG_WARPS == 16 ? 2 : 1)
+                                  sg_lk_min_blocks(MODE, SG_WARPS))
     k_sgl8(const __grid_constant__ struct sg_args a, const __grid_constant__ struct cu_lkm L,
            int act)
 {
